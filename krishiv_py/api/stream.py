@@ -1,0 +1,226 @@
+"""``Stream``: the immutable, fluent pipeline builder.
+
+Every method returns a new object holding a new logical plan; nothing runs
+until :meth:`Stream.collect`, :meth:`Stream.start`, :meth:`Stream.explain`
+or :meth:`Stream.to_spark`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from krishiv_py.api.keyed import KeyedStream
+from krishiv_py.api.windowed import WindowAssigners, WindowedStream
+from krishiv_py.errors import PlanError
+from krishiv_py.expr import AggExpr, Alias, Column, Expr, col
+from krishiv_py.plan import nodes as n
+from krishiv_py.plan.watermarks import WatermarkSpec
+from krishiv_py.plan.windows import WindowSpec
+from krishiv_py.sinks import MemorySink, Sink
+from krishiv_py.types import Schema
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
+
+    from krishiv_py.planner.spark import SparkRecipe
+    from krishiv_py.runtime.job import Job
+    from krishiv_py.session import Session
+
+__all__ = ["Stream"]
+
+
+class Stream(WindowAssigners):
+    """A stream of rows with a schema; build pipelines by chaining methods.
+
+    Examples
+    --------
+    >>> per_minute = (                                            # doctest: +SKIP
+    ...     stream.watermark("event_time", 5_000)
+    ...     .key_by("user_id")
+    ...     .tumbling_window(60_000)
+    ...     .agg(kp.count(kp.col("*")), kp.sum(kp.col("amount")))
+    ... )
+    """
+
+    __slots__ = ("_plan", "_session")
+
+    def __init__(self, session: Session, plan: n.PlanNode) -> None:
+        self._session = session
+        self._plan = plan
+
+    # --- facts -------------------------------------------------------------------
+
+    @property
+    def plan(self) -> n.PlanNode:
+        """The logical plan (immutable)."""
+        return self._plan
+
+    @property
+    def session(self) -> Session:
+        return self._session
+
+    @property
+    def schema(self) -> Schema:
+        return n.schema_of(self._plan)
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return self.schema.names
+
+    @property
+    def is_bounded(self) -> bool:
+        """True when every source is finite (the bounded lowering applies)."""
+        return n.is_bounded(self._plan)
+
+    def _with(self, plan: n.PlanNode) -> Stream:
+        return Stream(self._session, plan)
+
+    def __repr__(self) -> str:
+        kind = "bounded" if self.is_bounded else "unbounded"
+        return f"<Stream {kind} [{self.schema}]>"
+
+    # --- event time -----------------------------------------------------------
+
+    def watermark(self, column: str, lag_ms: int) -> Stream:
+        """Declare ``column`` as event time, with ``lag_ms`` bounded out-of-orderness.
+
+        The watermark is ``max(event time seen) - lag_ms``; it never goes back.
+        ``column`` may be a timestamp or a bigint of epoch milliseconds.
+        """
+        return self.with_watermark(WatermarkSpec.fixed_lag_ms(column, lag_ms))
+
+    def with_watermark(self, spec: WatermarkSpec) -> Stream:
+        """Declare event time with a :class:`WatermarkSpec`."""
+        if not isinstance(spec, WatermarkSpec):
+            raise PlanError(f"with_watermark() takes a WatermarkSpec, got {type(spec).__name__}")
+        return self._with(n.Watermark(input=self._plan, column=spec.column, lag_ms=spec.lag_ms))
+
+    # --- stateless --------------------------------------------------------------
+
+    def filter(self, condition: Expr) -> Stream:
+        """Keep the rows where ``condition`` is true (null counts as false)."""
+        return self._with(n.Filter(input=self._plan, predicate=_expr(condition, "filter")))
+
+    def select(self, *columns: str | Expr) -> Stream:
+        """Project to the given columns or named expressions (``expr.alias(name)``)."""
+        exprs = tuple(_expr(col(c) if isinstance(c, str) else c, "select") for c in columns)
+        return self._with(n.Project(input=self._plan, exprs=exprs))
+
+    def with_column(self, name: str, expr: Expr) -> Stream:
+        """Add column ``name`` (or replace it, keeping its position)."""
+        new = Alias(_expr(expr, "with_column"), name)
+        exprs: list[Any] = [new if c == name else Column(c) for c in self.columns]
+        if name not in self.columns:
+            exprs.append(new)
+        return self._with(n.Project(input=self._plan, exprs=tuple(exprs)))
+
+    def union(self, *others: Stream) -> Stream:
+        """Rows of this stream and ``others`` (identical schemas; each keeps its watermark)."""
+        if not others:
+            raise PlanError("union() needs at least one other stream")
+        for o in others:
+            if not isinstance(o, Stream):
+                raise PlanError(f"union() takes streams, got {type(o).__name__}")
+            if o.session is not self._session:
+                raise PlanError("union() needs streams of the same session")
+        return self._with(n.Union(inputs=(self._plan, *(o.plan for o in others))))
+
+    # --- keys and windows ----------------------------------------------------------
+
+    def key_by(self, *columns: str) -> KeyedStream:
+        """Partition by key columns; a window then aggregates per key."""
+        return KeyedStream(self, tuple(columns))
+
+    def _windowed(self, window: WindowSpec) -> WindowedStream:
+        return WindowedStream(self, (), window)
+
+    # --- running ---------------------------------------------------------------------
+
+    def lower(self, *, force_bounded: bool = False) -> SparkRecipe:
+        """The Spark recipe this stream lowers to (no JVM needed)."""
+        from krishiv_py.planner.spark import lower
+
+        return lower(self._plan, force_bounded=force_bounded)
+
+    def collect(self) -> pa.Table:
+        """Run to completion on the input available now and return the rows.
+
+        Bounded input runs as one Spark batch job. For a memory stream this
+        is the batches sent so far, as if the source were closed after them.
+        """
+        from krishiv_py.runtime.run import run_bounded
+
+        recipe = self.lower(force_bounded=True)
+        return run_bounded(self._session.spark, recipe, sink=MemorySink()).results()
+
+    def collect_with_aggs(self, aggs: list[AggExpr] | tuple[AggExpr, ...]) -> pa.Table:
+        """Re-run this windowed aggregation with other aggregates and collect it."""
+        if not isinstance(self._plan, n.WindowAggregate):
+            raise PlanError("collect_with_aggs() needs a stream produced by .agg(...)")
+        p = self._plan
+        windowed = WindowedStream(self._with(p.input), p.keys, p.window)
+        return windowed.collect_with_aggs(aggs)
+
+    def start(self, sink: Sink | None = None, *, checkpoint_dir: str | None = None) -> Job:
+        """Start the pipeline; returns a :class:`~krishiv_py.Job`.
+
+        Unbounded input starts a Spark streaming query (native lowering);
+        bounded input runs a batch job and returns it finished.
+
+        Parameters
+        ----------
+        sink
+            Where results go; default :class:`~krishiv_py.MemorySink`.
+        checkpoint_dir
+            Spark checkpoint location (default: a fresh directory in the
+            session's state directory). Restarting with the same directory
+            resumes from the last committed batch.
+        """
+        from krishiv_py.runtime.run import run_bounded, start_streaming
+
+        sink = sink if sink is not None else MemorySink()
+        recipe = self.lower()
+        if recipe.lowering == "bounded":
+            return run_bounded(self._session.spark, recipe, sink=sink)
+        senders = [
+            self._session.sender_for(s.path) if isinstance(s, n.MemorySource) else None
+            for s in n.sources_of(self._plan)
+        ]
+        return start_streaming(
+            self._session.spark, recipe, sink=sink,
+            checkpoint_dir=checkpoint_dir or self._session.checkpoint_dir(), senders=senders,
+        )
+
+    def to_spark(self) -> DataFrame:
+        """The pyspark DataFrame this stream lowers to (streaming when unbounded)."""
+        from krishiv_py.runtime.build import build_dataframe
+        from krishiv_py.runtime.job import spark_call
+
+        recipe = self.lower()
+        return spark_call("building the DataFrame", lambda: build_dataframe(self._session.spark, recipe))
+
+    def explain(self) -> str:
+        """The logical plan, the chosen lowering and why, the recipe, and Spark's plan."""
+        from krishiv_py.runtime.run import explain_spark
+
+        recipe = self.lower()
+        return "\n".join([
+            "== Logical plan ==",
+            n.render_plan(self._plan),
+            "",
+            f"== Lowering: {recipe.lowering} ==",
+            recipe.reason,
+            "",
+            "== Spark recipe ==",
+            recipe.render(),
+            "",
+            "== Spark plan ==",
+            explain_spark(self._session.spark, recipe),
+        ])
+
+
+def _expr(value: object, where: str) -> Any:
+    if isinstance(value, Expr):
+        return value.node
+    raise PlanError(f"{where}() takes expressions built with kp.col()/kp.lit(), got {value!r}")

@@ -1,0 +1,99 @@
+"""Window assignment and :class:`WindowedStream`.
+
+``Stream`` and ``KeyedStream`` share the window assigners through
+:class:`WindowAssigners`; the windowed stream then takes the aggregates.
+Every call validates its arguments and returns a new object.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import attrs
+
+from krishiv_py.errors import PlanError
+from krishiv_py.expr import AggExpr
+from krishiv_py.plan import nodes as n
+from krishiv_py.plan.windows import SessionWindow, SlidingWindow, TumblingWindow, WindowSpec
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from krishiv_py.api.stream import Stream
+
+__all__ = ["WindowAssigners", "WindowedStream"]
+
+
+class WindowAssigners:
+    """Mixin: the window assigners of ``Stream`` and ``KeyedStream``."""
+
+    def _windowed(self, window: WindowSpec) -> WindowedStream:
+        raise NotImplementedError
+
+    def tumbling_window(self, size_ms: int, *, offset_ms: int = 0) -> WindowedStream:
+        """Fixed, non-overlapping windows ``[start, start + size_ms)``.
+
+        ``start = ts - ((ts - offset_ms) mod size_ms)``, aligned to the epoch.
+
+        Examples
+        --------
+        >>> per_minute = stream.watermark("t", 5_000).tumbling_window(60_000)  # doctest: +SKIP
+        """
+        return self._windowed(TumblingWindow(size_ms=size_ms, offset_ms=offset_ms))
+
+    def sliding_window(self, size_ms: int, slide_ms: int) -> WindowedStream:
+        """Windows of ``size_ms`` starting every ``slide_ms`` (hopping windows)."""
+        return self._windowed(SlidingWindow(size_ms=size_ms, slide_ms=slide_ms))
+
+    def session_window(self, gap_ms: int, *, max_duration_ms: int | None = None) -> WindowedStream:
+        """Sessions that close after ``gap_ms`` without events.
+
+        ``max_duration_ms`` (capped sessions) needs the stateful lowering,
+        which is not available yet: passing it raises :class:`PlanError`.
+        """
+        window = SessionWindow(gap_ms=gap_ms, max_duration_ms=max_duration_ms)
+        if max_duration_ms is not None:
+            raise PlanError(
+                "session_window(max_duration_ms=...) needs the stateful lowering, "
+                "which this release does not have yet"
+            )
+        return self._windowed(window)
+
+
+@attrs.frozen
+class WindowedStream:
+    """A stream with keys and an event-time window, waiting for ``agg``."""
+
+    stream: Stream
+    keys: tuple[str, ...]
+    window: WindowSpec
+
+    def __attrs_post_init__(self) -> None:
+        if n.event_time(self.stream.plan) is None:
+            raise PlanError(
+                f"{self.window.kind} windows need event time: call "
+                ".watermark(column, lag_ms) on the stream before the window"
+            )
+
+    def agg(self, *aggregates: AggExpr) -> Stream:
+        """Aggregate each window (per key); returns a stream of window results.
+
+        Result columns: the keys, ``window_start``, ``window_end`` (UTC
+        timestamps) and the aggregates in the order given.
+        """
+        from krishiv_py.api.stream import Stream
+
+        for a in aggregates:
+            if not isinstance(a, AggExpr):
+                raise PlanError(f"agg() takes aggregates such as kp.count(kp.col('*')), got {a!r}")
+        plan = n.WindowAggregate(
+            input=self.stream.plan,
+            keys=self.keys,
+            window=self.window,
+            aggregates=tuple(a.call for a in aggregates),
+        )
+        return Stream(self.stream.session, plan)
+
+    def collect_with_aggs(self, aggs: list[AggExpr] | tuple[AggExpr, ...]) -> pa.Table:
+        """``agg(*aggs).collect()``: the windows of the input available now."""
+        return self.agg(*aggs).collect()

@@ -1,0 +1,69 @@
+"""The krishiv_py exception tree.
+
+Every error the library raises on purpose is a :class:`KrishivError`. Each
+family also subclasses the matching built-in, so ``except ValueError`` keeps
+working for code that does not know about krishiv_py::
+
+    KrishivError (Exception)
+    ├── SchemaError (ValueError)        bad input data: a row or batch that does
+    │                                   not match the source schema
+    ├── PlanError (ValueError)          an invalid pipeline, raised by the builder
+    │                                   method that made it invalid
+    ├── SessionError (RuntimeError)     no usable Java, Spark failed to start,
+    │                                   the session was already stopped
+    ├── SourceClosedError (RuntimeError) data sent to a closed source
+    └── JobError (RuntimeError)         a running query failed; ``cause`` holds
+                                        the Spark error message
+
+Spark and Py4J exceptions are never shown raw: they are wrapped with
+``raise ... from exc`` so the original trace stays reachable as
+``__cause__``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "JobError",
+    "KrishivError",
+    "PlanError",
+    "SchemaError",
+    "SessionError",
+    "SourceClosedError",
+]
+
+
+class KrishivError(Exception):
+    """Root of every error krishiv_py raises on purpose."""
+
+
+class SchemaError(KrishivError, ValueError):
+    """Input data does not match the declared schema (nothing was written)."""
+
+
+class PlanError(KrishivError, ValueError):
+    """The pipeline is invalid: unknown column, bad window argument, ..."""
+
+
+class SessionError(KrishivError, RuntimeError):
+    """The Spark session cannot be created or is no longer usable."""
+
+
+class SourceClosedError(KrishivError, RuntimeError):
+    """Data or a watermark was sent to a source after ``close()``."""
+
+
+class JobError(KrishivError, RuntimeError):
+    """A running job failed.
+
+    Parameters
+    ----------
+    message
+        What failed, in krishiv_py's words.
+    cause
+        The Spark error message (first lines of the JVM exception), if any.
+    """
+
+    def __init__(self, message: str, *, cause: str | None = None) -> None:
+        full = message if not cause else f"{message}\nSpark cause: {cause}"
+        super().__init__(full)
+        self.cause = cause

@@ -1,0 +1,390 @@
+"""Column expressions and aggregate functions.
+
+``col``, ``lit`` and the aggregate functions return small wrapper objects
+(:class:`Expr`, :class:`AggExpr`) that overload Python operators; the plan
+stores only the immutable nodes inside them (:class:`ExprNode`), so plans
+compare and hash structurally.
+
+Examples
+--------
+>>> import krishiv_py as kp
+>>> (kp.col("amount") * 2 > 10).node
+BinaryOp(op='>', left=BinaryOp(op='*', left=Column(name='amount'), right=Literal(value=2)), right=Literal(value=10))
+>>> kp.sum(kp.col("amount")).name
+'sum_amount'
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Literal as _Literal
+from typing import TypeAlias
+
+import attrs
+
+from krishiv_py.errors import PlanError
+from krishiv_py.types import DataType, Schema
+
+__all__ = [
+    "AggCall",
+    "AggExpr",
+    "Expr",
+    "ExprNode",
+    "avg",
+    "col",
+    "count",
+    "count_distinct",
+    "first",
+    "last",
+    "lit",
+    "max",
+    "min",
+    "sum",
+]
+
+LiteralValue: TypeAlias = None | bool | int | float | str | _dt.datetime | _dt.date
+AggFunc: TypeAlias = _Literal["count", "sum", "avg", "min", "max", "count_distinct", "first", "last"]
+_COMPARISONS = ("==", "!=", "<", "<=", ">", ">=")
+_ARITHMETIC = ("+", "-", "*", "/", "%")
+
+
+@attrs.frozen
+class Column:
+    name: str
+
+
+@attrs.frozen
+class Literal:
+    value: LiteralValue
+
+
+@attrs.frozen
+class BinaryOp:
+    op: str
+    left: ExprNode
+    right: ExprNode
+
+
+@attrs.frozen
+class UnaryOp:
+    op: _Literal["not", "neg", "is_null", "is_not_null"]
+    operand: ExprNode
+
+
+@attrs.frozen
+class Cast:
+    operand: ExprNode
+    dtype: DataType
+
+
+@attrs.frozen
+class Alias:
+    operand: ExprNode
+    name: str
+
+
+ExprNode: TypeAlias = Column | Literal | BinaryOp | UnaryOp | Cast | Alias
+
+
+@attrs.frozen
+class AggCall:
+    """An aggregate function over one column (``column is None``: count rows)."""
+
+    func: AggFunc
+    column: str | None
+    name: str
+
+
+def _wrap(value: object) -> ExprNode:
+    if isinstance(value, Expr):
+        return value.node
+    if value is None or isinstance(value, bool | int | float | str | _dt.datetime | _dt.date):
+        return Literal(value)
+    raise PlanError(f"cannot use {type(value).__name__} value {value!r} in an expression")
+
+
+class Expr:
+    """A column expression. Build with :func:`col` and :func:`lit`."""
+
+    __slots__ = ("node",)
+
+    def __init__(self, node: ExprNode) -> None:
+        self.node = node
+
+    def _bin(self, op: str, other: object, *, swap: bool = False) -> Expr:
+        left, right = (_wrap(other), self.node) if swap else (self.node, _wrap(other))
+        return Expr(BinaryOp(op, left, right))
+
+    def __add__(self, other: object) -> Expr:
+        return self._bin("+", other)
+
+    def __radd__(self, other: object) -> Expr:
+        return self._bin("+", other, swap=True)
+
+    def __sub__(self, other: object) -> Expr:
+        return self._bin("-", other)
+
+    def __rsub__(self, other: object) -> Expr:
+        return self._bin("-", other, swap=True)
+
+    def __mul__(self, other: object) -> Expr:
+        return self._bin("*", other)
+
+    def __rmul__(self, other: object) -> Expr:
+        return self._bin("*", other, swap=True)
+
+    def __truediv__(self, other: object) -> Expr:
+        return self._bin("/", other)
+
+    def __mod__(self, other: object) -> Expr:
+        return self._bin("%", other)
+
+    def __eq__(self, other: object) -> Expr:  # type: ignore[override]
+        return self._bin("==", other)
+
+    def __ne__(self, other: object) -> Expr:  # type: ignore[override]
+        return self._bin("!=", other)
+
+    def __lt__(self, other: object) -> Expr:
+        return self._bin("<", other)
+
+    def __le__(self, other: object) -> Expr:
+        return self._bin("<=", other)
+
+    def __gt__(self, other: object) -> Expr:
+        return self._bin(">", other)
+
+    def __ge__(self, other: object) -> Expr:
+        return self._bin(">=", other)
+
+    def __and__(self, other: object) -> Expr:
+        return self._bin("and", other)
+
+    def __or__(self, other: object) -> Expr:
+        return self._bin("or", other)
+
+    def __invert__(self) -> Expr:
+        return Expr(UnaryOp("not", self.node))
+
+    def __neg__(self) -> Expr:
+        return Expr(UnaryOp("neg", self.node))
+
+    def __bool__(self) -> bool:
+        raise PlanError("an expression has no truth value; use & | ~ instead of and/or/not")
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def is_null(self) -> Expr:
+        return Expr(UnaryOp("is_null", self.node))
+
+    def is_not_null(self) -> Expr:
+        return Expr(UnaryOp("is_not_null", self.node))
+
+    def cast(self, dtype: str) -> Expr:
+        return Expr(Cast(self.node, DataType.parse(dtype)))
+
+    def alias(self, name: str) -> Expr:
+        return Expr(Alias(self.node, name))
+
+    def __repr__(self) -> str:
+        return f"Expr({self.node!r})"
+
+
+class AggExpr:
+    """An aggregate, e.g. ``kp.sum(kp.col("amount")).alias("total")``."""
+
+    __slots__ = ("call",)
+
+    def __init__(self, call: AggCall) -> None:
+        self.call = call
+
+    @property
+    def name(self) -> str:
+        return self.call.name
+
+    def alias(self, name: str) -> AggExpr:
+        return AggExpr(attrs.evolve(self.call, name=name))
+
+    def __repr__(self) -> str:
+        return f"AggExpr({self.call!r})"
+
+
+def col(name: str) -> Expr:
+    """Refer to a column by name (``col("*")`` only inside ``count``)."""
+    if not isinstance(name, str) or not name:
+        raise PlanError(f"column name must be a non-empty string, got {name!r}")
+    return Expr(Column(name))
+
+
+def lit(value: LiteralValue) -> Expr:
+    """A constant."""
+    return Expr(_wrap(value))
+
+
+def _agg(func: AggFunc, arg: Expr) -> AggExpr:
+    if not isinstance(arg, Expr) or not isinstance(arg.node, Column):
+        raise PlanError(f"{func}() takes a column, e.g. {func}(col('amount')); got {arg!r}")
+    name = arg.node.name
+    if name == "*":
+        if func != "count":
+            raise PlanError(f"{func}(col('*')) is not defined; only count(col('*')) counts rows")
+        return AggExpr(AggCall("count", None, "count"))
+    return AggExpr(AggCall(func, name, f"{func}_{name}"))
+
+
+def count(arg: Expr) -> AggExpr:
+    """Number of rows (``count(col("*"))``) or of non-null values of a column."""
+    return _agg("count", arg)
+
+
+def sum(arg: Expr) -> AggExpr:  # noqa: A001 - mirrors SQL
+    """Sum of the non-null values (null when there are none)."""
+    return _agg("sum", arg)
+
+
+def avg(arg: Expr) -> AggExpr:
+    """Mean of the non-null values, as a double."""
+    return _agg("avg", arg)
+
+
+def min(arg: Expr) -> AggExpr:  # noqa: A001
+    """Smallest non-null value (NaN sorts above every number, as in Spark)."""
+    return _agg("min", arg)
+
+
+def max(arg: Expr) -> AggExpr:  # noqa: A001
+    """Largest non-null value (NaN sorts above every number, as in Spark)."""
+    return _agg("max", arg)
+
+
+def count_distinct(arg: Expr) -> AggExpr:
+    """Number of distinct non-null values."""
+    return _agg("count_distinct", arg)
+
+
+def first(arg: Expr) -> AggExpr:
+    """Value of the earliest row by event time (ties: arrival order where known)."""
+    return _agg("first", arg)
+
+
+def last(arg: Expr) -> AggExpr:
+    """Value of the latest row by event time (ties: arrival order where known)."""
+    return _agg("last", arg)
+
+
+# --- typing -----------------------------------------------------------------
+
+
+def output_name(node: ExprNode) -> str:
+    """The column name an expression produces in ``select``."""
+    if isinstance(node, Alias):
+        return node.name
+    if isinstance(node, Column):
+        return node.name
+    raise PlanError(f"expression {render(node)} needs a name: add .alias('name')")
+
+
+def dtype_of(node: ExprNode, schema: Schema) -> DataType:
+    """Infer an expression's type against ``schema``; unknown columns raise PlanError."""
+    if isinstance(node, Column):
+        if node.name == "*":
+            raise PlanError("col('*') can only be used inside count()")
+        return schema.field(node.name).dtype
+    if isinstance(node, Literal):
+        return _literal_type(node.value)
+    if isinstance(node, Alias):
+        return dtype_of(node.operand, schema)
+    if isinstance(node, Cast):
+        dtype_of(node.operand, schema)
+        return node.dtype
+    if isinstance(node, UnaryOp):
+        inner = dtype_of(node.operand, schema)
+        if node.op == "neg":
+            _require_numeric(inner, node)
+            return inner
+        return DataType("boolean")
+    return _binary_type(node, schema)
+
+
+def _binary_type(node: BinaryOp, schema: Schema) -> DataType:
+    left, right = dtype_of(node.left, schema), dtype_of(node.right, schema)
+    if node.op in _COMPARISONS:
+        return DataType("boolean")
+    if node.op in ("and", "or"):
+        for side in (left, right):
+            if side.name not in ("boolean", "void"):
+                raise PlanError(f"{render(node)}: '{node.op}' needs boolean operands, got {side}")
+        return DataType("boolean")
+    for side in (left, right):
+        _require_numeric(side, node)
+    if node.op == "/":
+        return DataType("double")
+    order = ["void", "tinyint", "smallint", "int", "bigint", "float", "double"]
+    if left.is_decimal or right.is_decimal:
+        return DataType("double")
+    return left if order.index(left.name) >= order.index(right.name) else right
+
+
+def _require_numeric(dtype: DataType, node: ExprNode) -> None:
+    if not (dtype.is_numeric or dtype.name == "void"):
+        raise PlanError(f"{render(node)}: arithmetic needs numeric operands, got {dtype}")
+
+
+def _literal_type(value: LiteralValue) -> DataType:
+    if value is None:
+        return DataType("void")
+    if isinstance(value, bool):
+        return DataType("boolean")
+    if isinstance(value, int):
+        return DataType("int" if -(2**31) <= value < 2**31 else "bigint")
+    if isinstance(value, float):
+        return DataType("double")
+    if isinstance(value, str):
+        return DataType("string")
+    if isinstance(value, _dt.datetime):
+        return DataType("timestamp")
+    return DataType("date")
+
+
+def agg_type(call: AggCall, schema: Schema) -> DataType:
+    """Result type of an aggregate, following Spark SQL."""
+    if call.column is None or call.func in ("count", "count_distinct"):
+        if call.column is not None:
+            schema.field(call.column)
+        return DataType("bigint")
+    arg = schema.field(call.column).dtype
+    if call.func in ("sum", "avg") and not arg.is_numeric:
+        raise PlanError(f"{call.func}({call.column!r}) needs a numeric column, {call.column!r} is {arg}")
+    if call.func == "avg":
+        return DataType("double")
+    if call.func == "sum":
+        if arg.is_integral:
+            return DataType("bigint")
+        return arg if arg.is_decimal else DataType("double")
+    return arg
+
+
+def columns_of(node: ExprNode) -> set[str]:
+    """Names of the columns an expression reads."""
+    if isinstance(node, Column):
+        return {node.name}
+    if isinstance(node, BinaryOp):
+        return columns_of(node.left) | columns_of(node.right)
+    if isinstance(node, UnaryOp | Cast | Alias):
+        return columns_of(node.operand)
+    return set()
+
+
+def render(node: ExprNode) -> str:
+    """A readable one-line form of an expression, for errors and explain()."""
+    if isinstance(node, Column):
+        return node.name
+    if isinstance(node, Literal):
+        return repr(node.value)
+    if isinstance(node, BinaryOp):
+        return f"({render(node.left)} {node.op} {render(node.right)})"
+    if isinstance(node, UnaryOp):
+        return f"{node.op}({render(node.operand)})"
+    if isinstance(node, Cast):
+        return f"cast({render(node.operand)} as {node.dtype})"
+    return f"{render(node.operand)} AS {node.name}"

@@ -1,0 +1,62 @@
+"""Job metrics: one frozen record, rendered in the Prometheus text format.
+
+A figure the running lowering cannot observe exactly is ``None`` — never a
+guess. The native Spark lowering, for example, cannot tell on-time from late
+events (Spark drops late rows after partial aggregation and counts groups,
+not events), so those counts are ``None`` there.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+__all__ = ["JobMetrics"]
+
+_HELP = {
+    "input_rows": ("counter", "Data rows read from the sources."),
+    "batches": ("counter", "Micro-batches run."),
+    "invalid_events": ("counter", "Rows without a valid event time (not windowed)."),
+    "on_time_events": ("counter", "Events at or after the watermark when they arrived."),
+    "mildly_late_events": ("counter", "Late events still added to a retained window."),
+    "very_late_events": ("counter", "Late events dropped because all their windows had closed."),
+    "future_events": ("counter", "Events further ahead of the watermark than the future tolerance."),
+    "windows_emitted": ("counter", "Window results emitted."),
+    "retractions": ("counter", "Retraction rows emitted."),
+    "state_evictions": ("counter", "State entries evicted by TTL."),
+    "watermark_ms": ("gauge", "Current overall watermark, epoch milliseconds."),
+    "watermark_advances": ("counter", "Times the overall watermark advanced."),
+}
+
+
+@attrs.frozen(kw_only=True)
+class JobMetrics:
+    """What a job has done so far. ``None`` means "this lowering cannot observe it"."""
+
+    input_rows: int
+    batches: int
+    invalid_events: int | None
+    on_time_events: int | None
+    mildly_late_events: int | None
+    very_late_events: int | None
+    future_events: int | None
+    windows_emitted: int | None
+    retractions: int | None
+    state_evictions: int | None
+    watermark_ms: int | None
+    watermark_advances: int
+
+    def to_prometheus(self, *, job: str | None = None) -> str:
+        """Render as Prometheus text exposition (``krishiv_window_<name>[_total]``).
+
+        Figures that are ``None`` are left out rather than reported as zero.
+        """
+        label = f'{{job="{job}"}}' if job else ""
+        lines = []
+        for field in attrs.fields(JobMetrics):
+            value = getattr(self, field.name)
+            if value is None:
+                continue
+            kind, text = _HELP[field.name]
+            metric = f"krishiv_window_{field.name}" + ("_total" if kind == "counter" else "")
+            lines += [f"# HELP {metric} {text}", f"# TYPE {metric} {kind}", f"{metric}{label} {value}"]
+        return "\n".join(lines) + "\n"

@@ -1,0 +1,1 @@
+"""The logical plan: immutable nodes, window and watermark configuration."""

@@ -1,0 +1,297 @@
+"""The logical plan: small immutable nodes with no engine code.
+
+A plan is a tree of these nodes, built by the fluent API in
+:mod:`krishiv_py.api` and lowered by :mod:`krishiv_py.planner`. Each node is
+validated when it is made (unknown columns, bad types), so an invalid
+pipeline fails at the builder call that made it. Derived facts — the output
+schema, whether the input is bounded, which column carries event time — are
+computed by the functions below, not stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+
+import attrs
+
+from krishiv_py.errors import PlanError
+from krishiv_py.expr import AggCall, ExprNode, agg_type, dtype_of, output_name, render
+from krishiv_py.plan.windows import SessionWindow, WindowSpec, check_ms
+from krishiv_py.types import DataType, Field, Schema
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = [
+    "EventTime",
+    "FileSource",
+    "Filter",
+    "MemorySource",
+    "PlanNode",
+    "Project",
+    "RecordsSource",
+    "Union",
+    "Watermark",
+    "WindowAggregate",
+    "event_time",
+    "is_bounded",
+    "render_plan",
+    "schema_of",
+    "sources_of",
+]
+
+FileFormat: TypeAlias = Literal["parquet", "csv", "json"]
+
+
+@attrs.frozen(kw_only=True)
+class MemorySource:
+    """An unbounded stream fed by a :class:`~krishiv_py.Sender` (batches as files in ``path``)."""
+
+    name: str
+    schema: Schema
+    path: str
+
+
+@attrs.frozen(kw_only=True)
+class RecordsSource:
+    """A bounded source over in-memory records (held as an Arrow table)."""
+
+    name: str
+    schema: Schema
+    data: pa.Table = attrs.field(eq=False, repr=False)
+
+
+@attrs.frozen(kw_only=True)
+class FileSource:
+    """Parquet/CSV/JSON files: bounded, or an unbounded directory when ``streaming``."""
+
+    name: str
+    schema: Schema
+    format: FileFormat
+    path: str
+    streaming: bool = False
+    options: tuple[tuple[str, str], ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class Watermark:
+    """Declares the event-time column and its bounded out-of-orderness ``lag_ms``."""
+
+    input: PlanNode
+    column: str
+    lag_ms: int
+
+    def __attrs_post_init__(self) -> None:
+        check_ms("lag_ms", self.lag_ms, positive=False)
+        field = schema_of(self.input).field(self.column, role="event-time column")
+        if not (field.dtype.is_timestamp or field.dtype.name in ("bigint", "int")):
+            raise PlanError(
+                f"event-time column {self.column!r} is {field.dtype}; it must be a timestamp "
+                "or a bigint of epoch milliseconds"
+            )
+        if event_time(self.input) is not None:
+            raise PlanError("this stream already has a watermark; declare it once, on the source side")
+
+
+@attrs.frozen(kw_only=True)
+class Filter:
+    input: PlanNode
+    predicate: ExprNode
+
+    def __attrs_post_init__(self) -> None:
+        dtype = dtype_of(self.predicate, schema_of(self.input))
+        if dtype.name != "boolean":
+            raise PlanError(f"filter condition {render(self.predicate)} is {dtype}, not boolean")
+
+
+@attrs.frozen(kw_only=True)
+class Project:
+    input: PlanNode
+    exprs: tuple[ExprNode, ...]
+
+    def __attrs_post_init__(self) -> None:
+        if not self.exprs:
+            raise PlanError("select() needs at least one column")
+        schema_of(self)  # validates columns, names and duplicates
+
+
+@attrs.frozen(kw_only=True)
+class Union:
+    inputs: tuple[PlanNode, ...]
+
+    def __attrs_post_init__(self) -> None:
+        first = schema_of(self.inputs[0])
+        for other in self.inputs[1:]:
+            if schema_of(other) != first:
+                raise PlanError(
+                    f"union needs identical schemas: [{first}] vs [{schema_of(other)}]"
+                )
+        times = [event_time(i) for i in self.inputs]
+        if any(t is None for t in times) and any(t is not None for t in times):
+            raise PlanError("union inputs must all have a watermark, or none of them")
+        if len({t.column for t in times if t is not None}) > 1:
+            raise PlanError("union inputs must use the same event-time column")
+
+
+@attrs.frozen(kw_only=True)
+class WindowAggregate:
+    """Group by ``keys`` and an event-time ``window``, computing ``aggregates``."""
+
+    input: PlanNode
+    keys: tuple[str, ...]
+    window: WindowSpec
+    aggregates: tuple[AggCall, ...]
+
+    def __attrs_post_init__(self) -> None:
+        if event_time(self.input) is None:
+            raise PlanError(
+                "a window needs event time: call .watermark(column, lag_ms) before the window"
+            )
+        if not self.aggregates:
+            raise PlanError("agg() needs at least one aggregate, e.g. kp.count(kp.col('*'))")
+        schema_of(self)
+
+
+PlanNode: TypeAlias = (
+    MemorySource | RecordsSource | FileSource | Watermark | Filter | Project | Union | WindowAggregate
+)
+SOURCE_TYPES = (MemorySource, RecordsSource, FileSource)
+
+
+@attrs.frozen
+class EventTime:
+    """The event-time column of a stream, as declared by its watermark(s)."""
+
+    column: str
+    dtype: DataType
+    lag_ms: int
+
+
+def children(node: PlanNode) -> tuple[PlanNode, ...]:
+    if isinstance(node, Union):
+        return node.inputs
+    if isinstance(node, SOURCE_TYPES):
+        return ()
+    return (node.input,)
+
+
+def schema_of(node: PlanNode) -> Schema:
+    """The output schema of ``node``."""
+    if isinstance(node, SOURCE_TYPES):
+        return node.schema
+    if isinstance(node, Watermark | Filter):
+        return schema_of(node.input)
+    if isinstance(node, Union):
+        return schema_of(node.inputs[0])
+    if isinstance(node, Project):
+        return _project_schema(node)
+    return _window_schema(node)
+
+
+def _project_schema(node: Project) -> Schema:
+    inp = schema_of(node.input)
+    fields = []
+    for e in node.exprs:
+        name = output_name(e)
+        dtype = dtype_of(e, inp)
+        nullable = inp.field(name).nullable if name in inp and output_name(e) == name else True
+        fields.append(Field(name, dtype if dtype.name != "void" else DataType("string"), nullable))
+    names = [f.name for f in fields]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise PlanError(f"select() produces duplicate column names: {', '.join(dupes)}")
+    return Schema(tuple(fields))
+
+
+def _window_schema(node: WindowAggregate) -> Schema:
+    inp = schema_of(node.input)
+    fields = [inp.field(k, role="key column") for k in node.keys]
+    fields.append(Field("window_start", DataType("timestamp"), False))
+    fields.append(Field("window_end", DataType("timestamp"), False))
+    for call in node.aggregates:
+        fields.append(Field(call.name, agg_type(call, inp), True))
+    names = [f.name for f in fields]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise PlanError(
+            f"aggregate output has duplicate column names: {', '.join(dupes)}; use .alias() to rename"
+        )
+    return Schema(tuple(fields))
+
+
+def event_time(node: PlanNode) -> EventTime | None:
+    """The event time a window over ``node`` would use (None: no watermark)."""
+    if isinstance(node, Watermark):
+        dtype = schema_of(node.input).field(node.column).dtype
+        return EventTime(node.column, dtype, node.lag_ms)
+    if isinstance(node, (*SOURCE_TYPES, WindowAggregate)):
+        return None
+    if isinstance(node, Union):
+        return event_time(node.inputs[0])
+    return event_time(node.input)
+
+
+def is_bounded(node: PlanNode) -> bool:
+    """True when every source of ``node`` is finite."""
+    return all(
+        isinstance(s, RecordsSource) or (isinstance(s, FileSource) and not s.streaming)
+        for s in sources_of(node)
+    )
+
+
+def sources_of(node: PlanNode) -> list[MemorySource | RecordsSource | FileSource]:
+    return [n for n in walk(node) if isinstance(n, SOURCE_TYPES)]
+
+
+def walk(node: PlanNode) -> Iterator[PlanNode]:
+    yield node
+    for child in children(node):
+        yield from walk(child)
+
+
+def window_aggregates(node: PlanNode) -> list[WindowAggregate]:
+    return [n for n in walk(node) if isinstance(n, WindowAggregate)]
+
+
+def render_plan(node: PlanNode, indent: int = 0) -> str:
+    """A readable tree of the plan, for ``explain()``."""
+    pad = "  " * indent
+    lines = [pad + _describe(node)]
+    lines += [render_plan(c, indent + 1) for c in children(node)]
+    return "\n".join(lines)
+
+
+def _describe(node: PlanNode) -> str:
+    detail: dict[type[Any], Any] = {
+        MemorySource: lambda n: f"MemorySource {n.name!r} [{n.schema}]",
+        RecordsSource: lambda n: f"RecordsSource {n.name!r} ({n.data.num_rows} rows) [{n.schema}]",
+        FileSource: lambda n: (
+            f"FileSource {n.name!r} {n.format} {n.path!r}"
+            f"{' (streaming)' if n.streaming else ''} [{n.schema}]"
+        ),
+        Watermark: lambda n: f"Watermark column={n.column} lag_ms={n.lag_ms}",
+        Filter: lambda n: f"Filter {render(n.predicate)}",
+        Project: lambda n: f"Project {', '.join(render(e) for e in n.exprs)}",
+        Union: lambda n: f"Union ({len(n.inputs)} inputs)",
+        WindowAggregate: lambda n: (
+            f"WindowAggregate keys=[{', '.join(n.keys)}] window={_window_text(n.window)} "
+            f"aggs=[{', '.join(_agg_text(a) for a in n.aggregates)}]"
+        ),
+    }
+    text: str = detail[type(node)](node)
+    return text
+
+
+def _agg_text(call: AggCall) -> str:
+    return f"{call.func}({call.column or '*'}) AS {call.name}"
+
+
+def _window_text(window: WindowSpec) -> str:
+    if isinstance(window, SessionWindow):
+        cap = f", max_duration_ms={window.max_duration_ms}" if window.max_duration_ms else ""
+        return f"session(gap_ms={window.gap_ms}{cap})"
+    if window.kind == "tumbling":
+        off = f", offset_ms={window.offset_ms}" if window.offset_ms else ""
+        return f"tumbling(size_ms={window.size_ms}{off})"
+    return f"sliding(size_ms={window.size_ms}, slide_ms={window.slide_ms})"

@@ -1,0 +1,359 @@
+"""Running jobs: a Spark streaming query, or a finished bounded batch job.
+
+The watermark tracker is rebuilt from Spark's own per-batch observations
+(``observe`` metrics: the largest event time per source, including the
+watermark marker rows of ``advance_watermark``/``close``), so
+``job.watermark_ms`` and ``job.source_watermarks()`` report exactly what
+Spark applies: per source ``max(event time) - lag``, monotone; overall the
+minimum over the sources that have a watermark (Spark's ``min`` policy).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import attrs
+
+from krishiv_py.errors import JobError, KrishivError, PlanError
+from krishiv_py.metrics import JobMetrics
+from krishiv_py.planner.spark import OUT_OBSERVE, SparkRecipe
+from krishiv_py.sinks import ConsoleSink, ForeachBatchSink, MemorySink, ParquetSink, Sink
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+    from krishiv_py.sender import Sender
+
+__all__ = ["BoundedJob", "Job", "JobProgress", "StreamingJob"]
+
+T = TypeVar("T")
+
+
+def spark_call(what: str, fn: Callable[[], T]) -> T:
+    """Run a Spark call, turning any Spark/Py4J failure into a JobError."""
+    try:
+        return fn()
+    except KrishivError:
+        raise
+    except Exception as exc:
+        raise JobError(f"{what} failed", cause=spark_cause(exc)) from exc
+
+
+def spark_cause(exc: BaseException) -> str:
+    """The informative part of a Spark/Py4J error: its first few non-trace lines."""
+    text = str(getattr(exc, "desc", None) or exc).strip()
+    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("at ")]
+    return "\n".join(lines[:6]) if lines else type(exc).__name__
+
+
+@attrs.frozen(kw_only=True)
+class JobProgress:
+    """One micro-batch as Spark reported it (times in krishiv_py's time base)."""
+
+    batch_id: int
+    input_rows: int
+    duration_ms: int
+    watermark_ms: int | None
+    raw: dict[str, Any] = attrs.field(repr=False)
+
+
+class Job:
+    """A started pipeline. Returned by ``Stream.start()``."""
+
+    lowering: str
+
+    def process_all_available(self) -> None:
+        """Block until every batch sent so far has been processed."""
+        raise NotImplementedError
+
+    def await_termination(self, timeout_s: float | None = None) -> bool:
+        """Wait for the job to finish; True if it did within ``timeout_s``."""
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        """Stop the job (its checkpoint stays usable)."""
+        raise NotImplementedError
+
+    def results(self) -> pa.Table:
+        """All results so far (in-memory and Parquet sinks)."""
+        raise NotImplementedError
+
+    @property
+    def watermark_ms(self) -> int | None:
+        """Current overall watermark, None before the first."""
+        raise NotImplementedError
+
+    def source_watermarks(self) -> dict[str, int]:
+        """Watermark per source (sources without one are left out)."""
+        raise NotImplementedError
+
+    def metrics(self) -> JobMetrics:
+        raise NotImplementedError
+
+    def progress(self) -> list[JobProgress]:
+        raise NotImplementedError
+
+    @property
+    def is_active(self) -> bool:
+        raise NotImplementedError
+
+    def __enter__(self) -> Job:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class StreamingJob(Job):
+    """A Spark Structured Streaming query running a native recipe."""
+
+    def __init__(
+        self,
+        *,
+        spark: SparkSession,
+        query: StreamingQuery,
+        recipe: SparkRecipe,
+        sink: Sink,
+        memory_table: str | None,
+        senders: Sequence[Sender | None],
+    ) -> None:
+        self.lowering = recipe.lowering
+        self._spark = spark
+        self._query = query
+        self._recipe = recipe
+        self._sink = sink
+        self._memory_table = memory_table
+        self._senders = list(senders)
+        self._batches: dict[int, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+
+    # --- control ---------------------------------------------------------------
+
+    def process_all_available(self) -> None:
+        self._check_failed()
+        spark_call("processing the available input", self._query.processAllAvailable)
+        self._refresh()
+
+    def await_termination(self, timeout_s: float | None = None) -> bool:
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            if not self._query.isActive:
+                self._check_failed()
+                return True
+            if self._all_sources_closed():
+                self.process_all_available()
+                self.stop()
+                return True
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return False
+            step = 0.2 if remaining is None else min(0.2, remaining)
+            spark_call("awaiting termination", lambda: self._query.awaitTermination(step))
+
+    def stop(self) -> None:
+        if self._query.isActive:
+            self._refresh()
+            spark_call("stopping the job", self._query.stop)
+        self._refresh()
+
+    @property
+    def is_active(self) -> bool:
+        return bool(self._query.isActive)
+
+    @property
+    def id(self) -> str:
+        return str(self._query.id)
+
+    def _all_sources_closed(self) -> bool:
+        return bool(self._senders) and all(s is not None and s.closed for s in self._senders)
+
+    def _check_failed(self) -> None:
+        exc = self._query.exception()
+        if exc is not None:
+            raise JobError("the job failed", cause=spark_cause(exc))
+
+    # --- results -----------------------------------------------------------------
+
+    def results(self) -> pa.Table:
+        from krishiv_py.runtime.results import conform
+
+        if isinstance(self._sink, MemorySink):
+            assert self._memory_table is not None
+            table = spark_call("reading results", lambda: self._spark.table(self._memory_table).toArrow())
+        elif isinstance(self._sink, ParquetSink):
+            path = self._sink.path
+            table = spark_call("reading results", lambda: self._spark.read.parquet(path).toArrow())
+        else:
+            raise PlanError(
+                f"results() needs MemorySink or ParquetSink; this job writes to {type(self._sink).__name__}"
+            )
+        return conform(table, self._recipe.output_schema)
+
+    # --- tracking ------------------------------------------------------------------
+
+    def _refresh(self) -> None:
+        recent = spark_call("reading progress", lambda: list(self._query.recentProgress))
+        with self._lock:
+            for p in recent:
+                raw = json.loads(p.json) if hasattr(p, "json") else dict(p)
+                # Spark also posts "idle" progress (no observed metrics) under the
+                # id of the batch it waits to run; only executed batches count.
+                if raw.get("observedMetrics"):
+                    self._batches[int(raw["batchId"])] = raw
+
+    def _ordered(self) -> list[dict[str, Any]]:
+        self._refresh()
+        with self._lock:
+            return [self._batches[k] for k in sorted(self._batches)]
+
+    def _watermarks(self) -> tuple[dict[str, int], list[int | None]]:
+        """Per-source watermarks now, and the overall watermark after each batch."""
+        shift = self._recipe.time_shift_ms
+        per_source: dict[str, int] = {}
+        history: list[int | None] = []
+        for batch in self._ordered():
+            observed = batch.get("observedMetrics") or {}
+            for t in self._recipe.tracked:
+                m = observed.get(t.observe_name) or {}
+                max_us = m.get("max_et_us")
+                if max_us is None:
+                    continue
+                w = int(max_us) // 1000 - t.lag_ms - shift
+                per_source[t.source] = max(per_source.get(t.source, w), w)
+            history.append(min(per_source.values()) if per_source else None)
+        return per_source, history
+
+    @property
+    def watermark_ms(self) -> int | None:
+        return self._watermarks()[1][-1] if self._batches or self._ordered() else None
+
+    def source_watermarks(self) -> dict[str, int]:
+        return self._watermarks()[0]
+
+    def metrics(self) -> JobMetrics:
+        batches = self._ordered()
+        totals = _sum_observed([b.get("observedMetrics") or {} for b in batches])
+        _, history = self._watermarks()
+        advances = sum(
+            1 for prev, cur in zip([None, *history], history, strict=False)
+            if cur is not None and (prev is None or cur > prev)
+        )
+        return JobMetrics(
+            input_rows=totals["rows"],
+            batches=len(batches),
+            invalid_events=totals["invalid"] if self._recipe.tracked else None,
+            on_time_events=None,
+            mildly_late_events=None,
+            very_late_events=None,
+            future_events=None,
+            windows_emitted=totals["emitted"] if self._recipe.windowed else None,
+            retractions=0,
+            state_evictions=0,
+            watermark_ms=history[-1] if history else None,
+            watermark_advances=advances,
+        )
+
+    def progress(self) -> list[JobProgress]:
+        _, history = self._watermarks()
+        return [
+            JobProgress(
+                batch_id=int(b["batchId"]),
+                input_rows=int(b.get("numInputRows") or 0),
+                duration_ms=int((b.get("durationMs") or {}).get("triggerExecution") or 0),
+                watermark_ms=w,
+                raw=b,
+            )
+            for b, w in zip(self._ordered(), history, strict=False)
+        ]
+
+
+def _sum_observed(observed: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """Totals of input rows, invalid rows and emitted windows over observations."""
+    totals = {"rows": 0, "invalid": 0, "emitted": 0}
+    for obs in observed:
+        for name, m in obs.items():
+            if name.startswith("kp_in_"):
+                totals["rows"] += int(m.get("rows") or 0)
+            elif name.startswith("kp_src_"):
+                totals["invalid"] += int(m.get("invalid") or 0)
+            elif name == OUT_OBSERVE:
+                totals["emitted"] += int(m.get("rows") or 0)
+    return totals
+
+
+class BoundedJob(Job):
+    """A bounded pipeline run as one Spark batch job (already finished)."""
+
+    def __init__(
+        self, *, recipe: SparkRecipe, table: pa.Table | None, sink: Sink, observed: dict[str, dict[str, Any]]
+    ) -> None:
+        self.lowering = recipe.lowering
+        self._recipe = recipe
+        self._table = table
+        self._sink = sink
+        self._observed = observed
+
+    def process_all_available(self) -> None:
+        return None
+
+    def await_termination(self, timeout_s: float | None = None) -> bool:
+        return True
+
+    def stop(self) -> None:
+        return None
+
+    @property
+    def is_active(self) -> bool:
+        return False
+
+    def results(self) -> pa.Table:
+        if self._table is None:
+            raise PlanError(
+                f"results() needs MemorySink or ParquetSink; this job wrote to {type(self._sink).__name__}"
+            )
+        return self._table
+
+    @property
+    def watermark_ms(self) -> int | None:
+        from krishiv_py.plan.watermarks import END_OF_TIME_MS
+
+        return END_OF_TIME_MS if self._recipe.tracked else None
+
+    def source_watermarks(self) -> dict[str, int]:
+        from krishiv_py.plan.watermarks import END_OF_TIME_MS
+
+        return {t.source: END_OF_TIME_MS for t in self._recipe.tracked}
+
+    def metrics(self) -> JobMetrics:
+        totals = _sum_observed([self._observed])
+        rows, invalid = totals["rows"], totals["invalid"]
+        tracked = bool(self._recipe.tracked)
+        return JobMetrics(
+            input_rows=rows,
+            batches=1,
+            invalid_events=invalid if tracked else None,
+            # One step with no prior watermark: nothing can be late or in the future.
+            on_time_events=rows - invalid if tracked else None,
+            mildly_late_events=0 if tracked else None,
+            very_late_events=0 if tracked else None,
+            future_events=0 if tracked else None,
+            windows_emitted=totals["emitted"] if self._recipe.windowed else None,
+            retractions=0,
+            state_evictions=0,
+            watermark_ms=self.watermark_ms,
+            watermark_advances=1 if tracked else 0,
+        )
+
+    def progress(self) -> list[JobProgress]:
+        return []
+
+
+def sink_kind(sink: Sink) -> str:
+    return {MemorySink: "memory", ParquetSink: "parquet", ConsoleSink: "console",
+            ForeachBatchSink: "foreachBatch"}[type(sink)]

@@ -1,0 +1,91 @@
+"""Start streaming queries and run bounded jobs from a recipe."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from krishiv_py.planner.spark import SparkRecipe
+from krishiv_py.runtime.build import build_dataframe
+from krishiv_py.runtime.job import BoundedJob, StreamingJob, spark_call
+from krishiv_py.runtime.results import conform
+from krishiv_py.sinks import ConsoleSink, ForeachBatchSink, MemorySink, ParquetSink, Sink
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+
+    from krishiv_py.sender import Sender
+
+__all__ = ["explain_spark", "run_bounded", "start_streaming"]
+
+
+def start_streaming(
+    spark: SparkSession,
+    recipe: SparkRecipe,
+    *,
+    sink: Sink,
+    checkpoint_dir: str,
+    senders: Sequence[Sender | None],
+) -> StreamingJob:
+    """Start ``recipe`` as a Structured Streaming query writing to ``sink``."""
+    df = spark_call("building the streaming query", lambda: build_dataframe(spark, recipe))
+    name = f"krishiv_{uuid.uuid4().hex[:12]}"
+    writer = df.writeStream.outputMode(recipe.output_mode).option("checkpointLocation", checkpoint_dir)
+    writer = writer.queryName(name)
+    memory_table = None
+    if isinstance(sink, MemorySink):
+        writer = writer.format("memory")
+        memory_table = name
+    elif isinstance(sink, ParquetSink):
+        writer = writer.format("parquet").option("path", os.path.abspath(sink.path))
+    elif isinstance(sink, ConsoleSink):
+        writer = writer.format("console").option("numRows", sink.num_rows).option("truncate", sink.truncate)
+    else:
+        writer = writer.foreachBatch(_foreach(sink, recipe))
+    query = spark_call("starting the streaming query", writer.start)
+    return StreamingJob(
+        spark=spark, query=query, recipe=recipe, sink=sink, memory_table=memory_table, senders=senders
+    )
+
+
+def _foreach(sink: ForeachBatchSink, recipe: SparkRecipe) -> Any:
+    def call(batch: DataFrame, batch_id: int) -> None:
+        sink.fn(conform(batch.toArrow(), recipe.output_schema), batch_id)
+
+    return call
+
+
+def run_bounded(spark: SparkSession, recipe: SparkRecipe, *, sink: Sink) -> BoundedJob:
+    """Run ``recipe`` as one batch job; results are kept for memory/Parquet sinks."""
+    observations: dict[str, Any] = {}
+    df = spark_call("building the batch job", lambda: build_dataframe(spark, recipe, observations))
+    table: pa.Table | None = None
+    if isinstance(sink, MemorySink):
+        table = conform(spark_call("running the batch job", df.toArrow), recipe.output_schema)
+    elif isinstance(sink, ParquetSink):
+        spark_call("writing Parquet", lambda: df.write.mode("append").parquet(os.path.abspath(sink.path)))
+        table = conform(
+            spark_call("reading results", lambda: spark.read.parquet(os.path.abspath(sink.path)).toArrow()),
+            recipe.output_schema,
+        )
+    elif isinstance(sink, ConsoleSink):
+        spark_call("running the batch job", lambda: df.show(sink.num_rows, truncate=sink.truncate))
+    else:
+        result = conform(spark_call("running the batch job", df.toArrow), recipe.output_schema)
+        spark_call("calling the foreach-batch function", lambda: sink.fn(result, 0))
+    observed = {k: dict(spark_call("reading metrics", lambda o=o: o.get)) for k, o in observations.items()}
+    return BoundedJob(recipe=recipe, table=table, sink=sink, observed=observed)
+
+
+def explain_spark(spark: SparkSession, recipe: SparkRecipe) -> str:
+    """Spark's own extended plan for ``recipe`` (parsed, analyzed, optimized, physical)."""
+    df = spark_call("building the plan", lambda: build_dataframe(spark, recipe))
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        spark_call("explaining the plan", lambda: df.explain(extended=True))
+    return buf.getvalue().rstrip()

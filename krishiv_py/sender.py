@@ -1,0 +1,324 @@
+"""Feed a memory stream: validated, atomic, durable batches.
+
+Each :meth:`Sender.send` is one batch and one step of the stream. The batch
+is validated against the schema first — a bad batch raises
+:class:`~krishiv_py.errors.SchemaError` and writes nothing — then written as
+one Parquet file: into a staging directory, flushed to disk, and renamed
+into the stream's directory. A reader therefore never sees half a batch, and
+a batch whose ``send`` returned survives a crash of the process.
+
+Watermark promises (:meth:`Sender.advance_watermark`) and end of input
+(:meth:`Sender.close`) travel the same way, as one-row marker batches that
+the lowering turns into watermark movements without adding rows to any
+window.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import re
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from krishiv_py.errors import SchemaError, SourceClosedError
+from krishiv_py.plan.watermarks import END_OF_TIME_MS, MIN_EVENT_MS
+from krishiv_py.types import DataType, Schema
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["Sender"]
+
+KIND_DATA, KIND_WATERMARK, KIND_CLOSE = 0, 1, 2
+_FILE = re.compile(r"^batch-(\d{12})-(data|watermark|close)\.parquet$")
+_KIND_NAMES = {KIND_DATA: "data", KIND_WATERMARK: "watermark", KIND_CLOSE: "close"}
+#: Rows of one batch get sequence numbers batch << 32 | row (arrival order).
+_ROW_BITS = 32
+
+
+class Sender:
+    """The writing end of :meth:`Session.memory_stream`.
+
+    Examples
+    --------
+    >>> import krishiv_py as kp, datetime as dt          # doctest: +SKIP
+    >>> stream, sender = session.memory_stream("k string, t timestamp")  # doctest: +SKIP
+    >>> sender.send([{"k": "a", "t": dt.datetime(2024, 1, 1)}])         # doctest: +SKIP
+    0
+    """
+
+    def __init__(self, *, name: str, schema: Schema, path: str) -> None:
+        self._name = name
+        self._schema = schema
+        self._data_dir = os.path.join(path, "data")
+        self._staging = os.path.join(path, "staging")
+        os.makedirs(self._data_dir, exist_ok=True)
+        os.makedirs(self._staging, exist_ok=True)
+        self._lock = threading.Lock()
+        self._next_seq, self._closed = self._scan()
+        self._last_mtime_ns = 0
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def schema(self) -> Schema:
+        return self._schema
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def batches_sent(self) -> int:
+        """Number of batches written so far (data and marker batches)."""
+        return self._next_seq
+
+    def send(self, data: Any) -> int:
+        """Validate and write one batch; returns its sequence number.
+
+        Parameters
+        ----------
+        data
+            A list of dicts (one per row, every schema column present, no
+            others), a pandas DataFrame, or a pyarrow Table/RecordBatch.
+
+        Raises
+        ------
+        SchemaError
+            The batch does not match the schema (the message names the
+            column and row); nothing was written.
+        SourceClosedError
+            ``close()`` was called before.
+        """
+        table = to_arrow_batch(data, self._schema)
+        return self._write(table, KIND_DATA, None)
+
+    def advance_watermark(self, ts_ms: int) -> int:
+        """Promise that no event older than ``ts_ms`` follows from this source.
+
+        The source's watermark becomes ``max(current, ts_ms)``; no row is
+        added to any window.
+        """
+        if isinstance(ts_ms, bool) or not isinstance(ts_ms, int):
+            raise SchemaError(f"advance_watermark takes epoch milliseconds as int, got {ts_ms!r}")
+        if not MIN_EVENT_MS <= ts_ms < END_OF_TIME_MS:
+            raise SchemaError(f"advance_watermark({ts_ms}) is outside the supported time range")
+        return self._write(self._marker(ts_ms), KIND_WATERMARK, ts_ms)
+
+    def close(self) -> None:
+        """End of input: the watermark jumps to +infinity and every open window fires."""
+        if self._closed:
+            return
+        self._write(self._marker(END_OF_TIME_MS), KIND_CLOSE, END_OF_TIME_MS)
+
+    # --- internals -------------------------------------------------------------
+
+    def _scan(self) -> tuple[int, bool]:
+        seqs, closed = [-1], False
+        for fname in os.listdir(self._data_dir):
+            m = _FILE.match(fname)
+            if m:
+                seqs.append(int(m.group(1)))
+                closed = closed or m.group(2) == "close"
+        return max(seqs) + 1, closed
+
+    def _marker(self, ts_ms: int) -> pa.Table:
+        import pyarrow as pa
+
+        arrays = [pa.nulls(1, f.dtype.to_arrow()) for f in self._schema]
+        return pa.Table.from_arrays(arrays, schema=_nullable(self._schema.to_arrow()))
+
+    def _write(self, table: pa.Table, kind: int, wm: int | None) -> int:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        with self._lock:
+            if self._closed:
+                raise SourceClosedError(f"source {self._name!r} is closed; it takes no more data")
+            seq = self._next_seq
+            n = table.num_rows
+            table = (
+                table.append_column("__kp_kind", pa.array([kind] * n, pa.int8()))
+                .append_column("__kp_wm", pa.array([wm] * n, pa.int64()))
+                .append_column(
+                    "__kp_seq", pa.array([(seq << _ROW_BITS) + i for i in range(n)], pa.int64())
+                )
+            )
+            fname = f"batch-{seq:012d}-{_KIND_NAMES[kind]}.parquet"
+            staged = os.path.join(self._staging, fname)
+            pq.write_table(table, staged, coerce_timestamps="us", allow_truncated_timestamps=False)
+            self._commit(staged, os.path.join(self._data_dir, fname))
+            self._next_seq = seq + 1
+            self._closed = kind == KIND_CLOSE
+            return seq
+
+    def _commit(self, staged: str, final: str) -> None:
+        fd = os.open(staged, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        # Spark's file source orders new files by modification time: make it
+        # strictly increasing so batches are read in send order.
+        mtime = max(time.time_ns(), self._last_mtime_ns + 1_000_000)
+        self._last_mtime_ns = mtime
+        os.utime(staged, ns=(mtime, mtime))
+        os.rename(staged, final)
+        dfd = os.open(self._data_dir, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+# --- validation -----------------------------------------------------------------
+
+
+def _nullable(schema: pa.Schema) -> pa.Schema:
+    import pyarrow as pa
+
+    return pa.schema([pa.field(f.name, f.type, True) for f in schema])
+
+
+def to_arrow_batch(data: Any, schema: Schema) -> pa.Table:
+    """Validate ``data`` against ``schema`` and return it as an Arrow table in schema order."""
+    import pyarrow as pa
+
+    if isinstance(data, pa.RecordBatch):
+        data = pa.Table.from_batches([data])
+    if isinstance(data, pa.Table):
+        return _from_arrow(data, schema)
+    if type(data).__module__.startswith("pandas") and hasattr(data, "columns"):
+        try:
+            table = pa.Table.from_pandas(data, preserve_index=False)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise SchemaError(f"cannot convert the pandas DataFrame: {exc}") from None
+        return _from_arrow(table, schema)
+    if isinstance(data, Sequence) and not isinstance(data, str | bytes):
+        return _from_rows(data, schema)
+    raise SchemaError(
+        "send() takes a list of dicts, a pandas DataFrame or a pyarrow Table/RecordBatch, "
+        f"got {type(data).__name__}"
+    )
+
+
+def _from_rows(rows: Sequence[Any], schema: Schema) -> pa.Table:
+    import pyarrow as pa
+
+    names = schema.names
+    for i, row in enumerate(rows):
+        if not isinstance(row, Mapping):
+            raise SchemaError(f"row {i}: expected a dict, got {type(row).__name__}")
+        extra = [k for k in row if k not in names]
+        if extra:
+            raise SchemaError(f"row {i}: unknown column {extra[0]!r}; schema columns: {', '.join(names)}")
+        missing = [c for c in names if c not in row]
+        if missing:
+            raise SchemaError(f"row {i}: missing column {missing[0]!r} (use None for a null value)")
+    arrays = [_column(f.name, f.dtype, f.nullable, [r[f.name] for r in rows]) for f in schema]
+    return pa.Table.from_arrays(arrays, schema=_nullable(schema.to_arrow()))
+
+
+def _column(name: str, dtype: DataType, nullable: bool, values: list[Any]) -> pa.Array:
+    import pyarrow as pa
+
+    for i, v in enumerate(values):
+        if v is None:
+            if not nullable:
+                raise SchemaError(f"column {name!r}, row {i}: null in a NOT NULL column")
+        elif not _accepts(dtype, v):
+            raise SchemaError(
+                f"column {name!r}, row {i}: {v!r} ({type(v).__name__}) is not a valid {dtype} value"
+            )
+    try:
+        return pa.array(values, type=dtype.to_arrow())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError) as exc:
+        for i, v in enumerate(values):
+            try:
+                pa.array([v], type=dtype.to_arrow())
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
+                raise SchemaError(
+                    f"column {name!r}, row {i}: {v!r} is not a valid {dtype} value"
+                ) from None
+        raise SchemaError(f"column {name!r}: {exc}") from None
+
+
+def _accepts(dtype: DataType, value: object) -> bool:
+    """Python-side type check for dict rows (Arrow would coerce too eagerly)."""
+    if dtype.is_timestamp:
+        return isinstance(value, _dt.datetime)
+    if dtype.name == "date":
+        return isinstance(value, _dt.date) and not isinstance(value, _dt.datetime)
+    if dtype.name == "boolean":
+        return isinstance(value, bool)
+    if dtype.is_integral:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if dtype.name in ("double", "float"):
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if dtype.name == "string":
+        return isinstance(value, str)
+    if dtype.name == "binary":
+        return isinstance(value, bytes | bytearray)
+    return True  # decimal: let Arrow decide
+
+
+def _from_arrow(table: pa.Table, schema: Schema) -> pa.Table:
+    import pyarrow as pa
+
+    names = schema.names
+    extra = [c for c in table.column_names if c not in names]
+    if extra:
+        raise SchemaError(f"unknown column {extra[0]!r}; schema columns: {', '.join(names)}")
+    missing = [c for c in names if c not in table.column_names]
+    if missing:
+        raise SchemaError(f"missing column {missing[0]!r}")
+    arrays = [_cast(f.name, f.dtype, f.nullable, table.column(f.name)) for f in schema]
+    return pa.Table.from_arrays(arrays, schema=_nullable(schema.to_arrow()))
+
+
+def _cast(name: str, dtype: DataType, nullable: bool, column: pa.ChunkedArray) -> pa.ChunkedArray:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.types as pat
+
+    target = dtype.to_arrow()
+    source = column.type
+    compatible = (
+        source == target
+        or (dtype.is_timestamp and pat.is_timestamp(source))
+        or (dtype.is_numeric and (pat.is_integer(source) or pat.is_floating(source) or pat.is_decimal(source))
+            and not (dtype.is_integral and pat.is_floating(source)))
+        or (dtype.name == "string" and (pat.is_string(source) or pat.is_large_string(source)))
+        or (dtype.name == "binary" and (pat.is_binary(source) or pat.is_large_binary(source)))
+        or (dtype.name == "date" and pat.is_date(source))
+        or pat.is_null(source)
+    )
+    if not compatible:
+        raise SchemaError(f"column {name!r}: expected {dtype}, got Arrow type {source}")
+    try:
+        out = column.cast(target, safe=True)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        row = _first_bad_cast(column, target)
+        where = f", row {row}" if row is not None else ""
+        raise SchemaError(f"column {name!r}{where}: cannot convert {source} to {dtype} exactly: {exc}") from None
+    if not nullable and out.null_count:
+        row = pc.index(pc.is_null(out), True).as_py()
+        raise SchemaError(f"column {name!r}, row {row}: null in a NOT NULL column")
+    return out
+
+
+def _first_bad_cast(column: pa.ChunkedArray, target: pa.DataType) -> int | None:
+    import pyarrow as pa
+
+    flat = column.combine_chunks()
+    for i in range(len(flat)):
+        try:
+            flat.slice(i, 1).cast(target, safe=True)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return i
+    return None

@@ -1,0 +1,277 @@
+"""The entry point: a Spark session plus krishiv_py's sources.
+
+``Session.embedded()`` starts a local Spark tuned for one machine;
+``Session.connect(master)`` attaches to an existing cluster. Creating a
+session is the only thing that starts a JVM — ``import krishiv_py`` does not.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+
+from krishiv_py.errors import PlanError, SchemaError, SessionError
+from krishiv_py.plan import nodes as n
+from krishiv_py.sender import Sender, to_arrow_batch
+from krishiv_py.types import Schema, to_schema
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from krishiv_py.api.stream import Stream
+
+__all__ = ["Durability", "Session"]
+
+Durability: TypeAlias = Literal["dev-local", "single-node-durable", "distributed-durable"]
+_DURABILITY = ("dev-local", "single-node-durable", "distributed-durable")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class Session:
+    """A Spark session for krishiv_py pipelines. Use as a context manager.
+
+    Examples
+    --------
+    >>> import krishiv_py as kp                                  # doctest: +SKIP
+    >>> with kp.Session.embedded() as session:                   # doctest: +SKIP
+    ...     stream, sender = session.memory_stream("k string, t timestamp")
+    """
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        *,
+        owns_spark: bool,
+        state_dir: str | None,
+        durability: Durability = "dev-local",
+    ) -> None:
+        self._spark: SparkSession | None = spark
+        self._owns_spark = owns_spark
+        self._temp_root = state_dir is None
+        self._root = state_dir or tempfile.mkdtemp(prefix="krishiv-")
+        os.makedirs(self._root, exist_ok=True)
+        self.durability = durability
+        self._senders: dict[str, Sender] = {}
+        self._names: set[str] = set()
+        self._lock = threading.Lock()
+        self._counter = 0
+
+    # --- construction ---------------------------------------------------------
+
+    @classmethod
+    def embedded(
+        cls,
+        *,
+        app_name: str = "krishiv",
+        durability: Durability = "dev-local",
+        state_dir: str | None = None,
+        spark_conf: Mapping[str, str] | None = None,
+    ) -> Session:
+        """Start a local Spark (``local[*]``) tuned for this machine.
+
+        Parameters
+        ----------
+        app_name
+            Spark application name.
+        durability
+            ``"dev-local"`` (Spark's default state store; checkpoints and
+            memory-stream batches in a temporary directory removed by
+            :meth:`stop`). The durable profiles come in a later release.
+        state_dir
+            Keep checkpoints and memory-stream batches here instead of a
+            temporary directory (not removed on stop).
+        spark_conf
+            Extra Spark settings, applied last.
+
+        Raises
+        ------
+        SessionError
+            No Java 17+ was found, or Spark failed to start.
+        """
+        from krishiv_py.runtime.spark_session import build_spark, local_conf
+
+        _check_durability(durability)
+        cores = os.cpu_count() or 2
+        conf = {**local_conf(cores), **dict(spark_conf or {})}
+        spark, owns = build_spark(master="local[*]", app_name=app_name, conf=conf, local=True)
+        return cls(spark, owns_spark=owns, state_dir=state_dir, durability=durability)
+
+    @classmethod
+    def connect(
+        cls,
+        master: str,
+        *,
+        app_name: str = "krishiv",
+        state_dir: str | None = None,
+        spark_conf: Mapping[str, str] | None = None,
+    ) -> Session:
+        """Attach to an existing Spark cluster (``spark://host:port``, ``local[N]``).
+
+        Memory streams and checkpoints live under ``state_dir``, which must be
+        visible to every executor (a local path works for ``local[N]``).
+        """
+        from krishiv_py.runtime.spark_session import build_spark, local_conf
+
+        if not isinstance(master, str) or not re.match(r"^(spark://|local(\[[0-9*]+\])?$|yarn$|k8s://)", master):
+            raise SessionError(
+                f"unsupported master {master!r}: use spark://host:port, local[N], yarn or k8s://..."
+            )
+        conf = {k: v for k, v in local_conf(os.cpu_count() or 2).items() if not k.startswith("spark.driver.")}
+        if not master.startswith("local"):
+            conf.pop("spark.sql.shuffle.partitions")
+            conf.pop("spark.default.parallelism")
+        conf.update(spark_conf or {})
+        spark, owns = build_spark(master=master, app_name=app_name, conf=conf, local=master.startswith("local"))
+        return cls(spark, owns_spark=owns, state_dir=state_dir)
+
+    # --- lifecycle --------------------------------------------------------------
+
+    @property
+    def spark(self) -> SparkSession:
+        """The underlying SparkSession."""
+        if self._spark is None:
+            raise SessionError("this session was stopped; create a new one")
+        return self._spark
+
+    @property
+    def state_dir(self) -> str:
+        return self._root
+
+    def stop(self) -> None:
+        """Stop running jobs, Spark (if this session started it) and remove temp state."""
+        spark, self._spark = self._spark, None
+        if spark is None:
+            return
+        for q in spark.streams.active:
+            try:
+                q.stop()
+            except Exception:  # noqa: BLE001 - best effort while shutting down
+                pass
+        if self._owns_spark:
+            spark.stop()
+        if self._temp_root:
+            shutil.rmtree(self._root, ignore_errors=True)
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- sources ----------------------------------------------------------------
+
+    def memory_stream(self, schema: Any, *, name: str | None = None) -> tuple[Stream, Sender]:
+        """An unbounded stream fed by the returned :class:`Sender`.
+
+        Parameters
+        ----------
+        schema
+            A Spark DDL string, a ``pyarrow.Schema`` or a Spark ``StructType``.
+        name
+            The stream's name (used in metrics and, later, SQL). Must be a
+            valid identifier and unique in the session.
+        """
+        from krishiv_py.api.stream import Stream
+
+        parsed = to_schema(schema)
+        name = self._register(name)
+        path = os.path.join(self._root, "sources", name)
+        sender = Sender(name=name, schema=parsed, path=path)
+        node = n.MemorySource(name=name, schema=parsed, path=os.path.join(path, "data"))
+        self._senders[node.path] = sender
+        return Stream(self, node), sender
+
+    def from_records(self, records: Any, schema: Any, *, name: str | None = None) -> Stream:
+        """A bounded stream over ``records`` (list of dicts, pandas or pyarrow), validated now."""
+        from krishiv_py.api.stream import Stream
+
+        parsed = to_schema(schema)
+        table = to_arrow_batch(records, parsed)
+        return Stream(self, n.RecordsSource(name=self._register(name), schema=parsed, data=table))
+
+    def read_parquet(
+        self, path: str, schema: Any = None, *, streaming: bool = False, name: str | None = None
+    ) -> Stream:
+        """Parquet files: bounded, or an unbounded directory source with ``streaming=True``."""
+        return self._files("parquet", path, schema, streaming, name, ())
+
+    def read_csv(
+        self, path: str, schema: Any = None, *, streaming: bool = False, name: str | None = None
+    ) -> Stream:
+        """CSV files with a header row (bounded, or a directory with ``streaming=True``)."""
+        return self._files("csv", path, schema, streaming, name, (("header", "true"),))
+
+    def read_json(
+        self, path: str, schema: Any = None, *, streaming: bool = False, name: str | None = None
+    ) -> Stream:
+        """JSON-lines files (bounded, or a directory with ``streaming=True``)."""
+        return self._files("json", path, schema, streaming, name, ())
+
+    def _files(
+        self,
+        fmt: n.FileFormat,
+        path: str,
+        schema: Any,
+        streaming: bool,
+        name: str | None,
+        options: tuple[tuple[str, str], ...],
+    ) -> Stream:
+        from krishiv_py.api.stream import Stream
+
+        path = os.path.abspath(path)
+        parsed = to_schema(schema) if schema is not None else _infer_schema(fmt, path)
+        node = n.FileSource(
+            name=self._register(name), schema=parsed, format=fmt, path=path,
+            streaming=streaming, options=options,
+        )
+        return Stream(self, node)
+
+    def _register(self, name: str | None) -> str:
+        with self._lock:
+            if name is None:
+                self._counter += 1
+                name = f"stream_{self._counter}"
+                while name in self._names:
+                    self._counter += 1
+                    name = f"stream_{self._counter}"
+            if not isinstance(name, str) or not _NAME.match(name):
+                raise PlanError(f"stream name {name!r} must be an identifier (letters, digits, _)")
+            if name in self._names:
+                raise PlanError(f"a stream named {name!r} already exists in this session")
+            self._names.add(name)
+            return name
+
+    def sender_for(self, path: str) -> Sender | None:
+        return self._senders.get(path)
+
+    def checkpoint_dir(self) -> str:
+        import uuid
+
+        return os.path.join(self._root, "checkpoints", uuid.uuid4().hex)
+
+
+def _check_durability(durability: str) -> None:
+    if durability not in _DURABILITY:
+        raise SessionError(f"unknown durability {durability!r}; choose one of {', '.join(_DURABILITY)}")
+    if durability != "dev-local":
+        raise SessionError(
+            f"durability {durability!r} is not available in this release yet; use 'dev-local'"
+        )
+
+
+def _infer_schema(fmt: str, path: str) -> Schema:
+    import pyarrow.dataset as ds
+
+    try:
+        dataset = ds.dataset(path, format=fmt if fmt != "json" else "json")
+        arrow_schema = dataset.schema
+    except (OSError, ValueError) as exc:
+        raise SchemaError(f"cannot infer the schema of {path!r} ({exc}); pass schema=") from None
+    if not arrow_schema.names:
+        raise SchemaError(f"no files to infer the schema of {path!r} from; pass schema=")
+    return Schema.from_arrow(arrow_schema)
