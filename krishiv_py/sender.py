@@ -130,7 +130,7 @@ class Sender:
     def _marker(self, ts_ms: int) -> pa.Table:
         import pyarrow as pa
 
-        arrays = [pa.nulls(1, f.dtype.to_arrow()) for f in self._schema]
+        arrays = [pa.nulls(1, f.dtype.to_arrow()) for f in self._schema]  # type: ignore[call-overload]
         return pa.Table.from_arrays(arrays, schema=_nullable(self._schema.to_arrow()))
 
     def _write(self, table: pa.Table, kind: int, wm: int | None) -> int:
@@ -224,7 +224,7 @@ def _from_rows(rows: Sequence[Any], schema: Schema) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=_nullable(schema.to_arrow()))
 
 
-def _column(name: str, dtype: DataType, nullable: bool, values: list[Any]) -> pa.Array:
+def _column(name: str, dtype: DataType, nullable: bool, values: list[Any]) -> pa.Array[Any]:
     import pyarrow as pa
 
     for i, v in enumerate(values):
@@ -281,7 +281,9 @@ def _from_arrow(table: pa.Table, schema: Schema) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=_nullable(schema.to_arrow()))
 
 
-def _cast(name: str, dtype: DataType, nullable: bool, column: pa.ChunkedArray) -> pa.ChunkedArray:
+def _cast(
+    name: str, dtype: DataType, nullable: bool, column: pa.ChunkedArray[Any]
+) -> pa.ChunkedArray[Any]:
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.types as pat
@@ -312,7 +314,7 @@ def _cast(name: str, dtype: DataType, nullable: bool, column: pa.ChunkedArray) -
     return out
 
 
-def _first_bad_cast(column: pa.ChunkedArray, target: pa.DataType) -> int | None:
+def _first_bad_cast(column: pa.ChunkedArray[Any], target: pa.DataType) -> int | None:
     import pyarrow as pa
 
     flat = column.combine_chunks()

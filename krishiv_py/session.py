@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from krishiv_py.api.stream import Stream
+    from krishiv_py.runtime.job import Job
 
 __all__ = ["Durability", "Session"]
 
@@ -60,6 +61,7 @@ class Session:
         self._names: set[str] = set()
         self._lock = threading.Lock()
         self._counter = 0
+        self._jobs: list[Job] = []
 
     # --- construction ---------------------------------------------------------
 
@@ -147,9 +149,9 @@ class Session:
         spark, self._spark = self._spark, None
         if spark is None:
             return
-        for q in spark.streams.active:
+        for job in self._jobs:
             try:
-                q.stop()
+                job.stop()
             except Exception:  # noqa: BLE001 - best effort while shutting down
                 pass
         if self._owns_spark:
@@ -246,6 +248,10 @@ class Session:
             self._names.add(name)
             return name
 
+    def _track(self, job: Job) -> Job:
+        self._jobs.append(job)
+        return job
+
     def sender_for(self, path: str) -> Sender | None:
         return self._senders.get(path)
 
@@ -265,12 +271,20 @@ def _check_durability(durability: str) -> None:
 
 
 def _infer_schema(fmt: str, path: str) -> Schema:
+    import pyarrow as pa
     import pyarrow.dataset as ds
+    import pyarrow.json as pj
 
     try:
-        dataset = ds.dataset(path, format=fmt if fmt != "json" else "json")
-        arrow_schema = dataset.schema
-    except (OSError, ValueError) as exc:
+        if fmt == "json":
+            files = [os.path.join(path, f) for f in sorted(os.listdir(path))] if os.path.isdir(path) else [path]
+            files = [f for f in files if os.path.isfile(f) and not os.path.basename(f).startswith((".", "_"))]
+            if not files:
+                raise SchemaError(f"no files to infer the schema of {path!r} from; pass schema=")
+            arrow_schema = pj.read_json(files[0]).schema
+        else:
+            arrow_schema = ds.dataset(path, format=fmt).schema
+    except (OSError, ValueError, pa.ArrowInvalid) as exc:
         raise SchemaError(f"cannot infer the schema of {path!r} ({exc}); pass schema=") from None
     if not arrow_schema.names:
         raise SchemaError(f"no files to infer the schema of {path!r} from; pass schema=")

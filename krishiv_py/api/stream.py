@@ -187,10 +187,11 @@ class Stream(WindowAssigners):
             self._session.sender_for(s.path) if isinstance(s, n.MemorySource) else None
             for s in n.sources_of(self._plan)
         ]
-        return start_streaming(
+        job = start_streaming(
             self._session.spark, recipe, sink=sink,
             checkpoint_dir=checkpoint_dir or self._session.checkpoint_dir(), senders=senders,
         )
+        return self._session._track(job)
 
     def to_spark(self) -> DataFrame:
         """The pyspark DataFrame this stream lowers to (streaming when unbounded)."""

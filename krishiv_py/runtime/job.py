@@ -26,7 +26,7 @@ from krishiv_py.sinks import ConsoleSink, ForeachBatchSink, MemorySink, ParquetS
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming.query import StreamingQuery
 
     from krishiv_py.sender import Sender
 
@@ -154,7 +154,7 @@ class StreamingJob(Job):
             if remaining is not None and remaining <= 0:
                 return False
             step = 0.2 if remaining is None else min(0.2, remaining)
-            spark_call("awaiting termination", lambda: self._query.awaitTermination(step))
+            spark_call("awaiting termination", lambda: self._query.awaitTermination(step))  # type: ignore[arg-type]
 
     def stop(self) -> None:
         if self._query.isActive:
@@ -184,8 +184,9 @@ class StreamingJob(Job):
         from krishiv_py.runtime.results import conform
 
         if isinstance(self._sink, MemorySink):
-            assert self._memory_table is not None
-            table = spark_call("reading results", lambda: self._spark.table(self._memory_table).toArrow())
+            name = self._memory_table
+            assert name is not None
+            table = spark_call("reading results", lambda: self._spark.table(name).toArrow())
         elif isinstance(self._sink, ParquetSink):
             path = self._sink.path
             table = spark_call("reading results", lambda: self._spark.read.parquet(path).toArrow())

@@ -78,7 +78,7 @@ def run_bounded(spark: SparkSession, recipe: SparkRecipe, *, sink: Sink) -> Boun
     else:
         result = conform(spark_call("running the batch job", df.toArrow), recipe.output_schema)
         spark_call("calling the foreach-batch function", lambda: sink.fn(result, 0))
-    observed = {k: dict(spark_call("reading metrics", lambda o=o: o.get)) for k, o in observations.items()}
+    observed = {k: _observed(o) for k, o in observations.items()}
     return BoundedJob(recipe=recipe, table=table, sink=sink, observed=observed)
 
 
@@ -89,3 +89,7 @@ def explain_spark(spark: SparkSession, recipe: SparkRecipe) -> str:
     with contextlib.redirect_stdout(buf):
         spark_call("explaining the plan", lambda: df.explain(extended=True))
     return buf.getvalue().rstrip()
+
+
+def _observed(observation: Any) -> dict[str, Any]:
+    return dict(spark_call("reading metrics", lambda: observation.get))

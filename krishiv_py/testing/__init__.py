@@ -1,0 +1,48 @@
+"""Test your pipelines: a pure-Python reference model and scenario runners.
+
+:class:`ReferenceModel` implements the windowing, watermark and lateness
+rules of krishiv_py in plain Python, small enough to read. The runners play
+the same steps on the model and on Spark so the results can be compared
+after every step::
+
+    from krishiv_py.testing import Send, Close, run_reference, run_streaming, assert_same_rows
+
+    steps = [Send(rows_1), Send(rows_2), Close()]
+    expected = run_reference(schema, pipeline, steps)
+    actual = run_streaming(session, schema, pipeline, steps)
+    for got, want in zip(actual, expected):
+        assert_same_rows(got, want)
+"""
+
+from __future__ import annotations
+
+from krishiv_py.testing.compare import assert_same_rows, normalize_rows
+from krishiv_py.testing.reference import AggSpec, ReferenceMetrics, ReferenceModel
+from krishiv_py.testing.steps import (
+    AdvanceWatermark,
+    Close,
+    Send,
+    Step,
+    reference_model_for,
+    run_bounded,
+    run_reference,
+    run_reference_bounded,
+    run_streaming,
+)
+
+__all__ = [
+    "AdvanceWatermark",
+    "AggSpec",
+    "Close",
+    "ReferenceMetrics",
+    "ReferenceModel",
+    "Send",
+    "Step",
+    "assert_same_rows",
+    "normalize_rows",
+    "reference_model_for",
+    "run_bounded",
+    "run_reference",
+    "run_reference_bounded",
+    "run_streaming",
+]

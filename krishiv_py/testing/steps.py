@@ -1,0 +1,147 @@
+"""Run one scenario — a list of steps — on the reference model and on Spark.
+
+A scenario is what a transcript test says: the input schema, a pipeline
+(a function from the source stream to the result stream) and the steps
+(:class:`Send`, :class:`AdvanceWatermark`, :class:`Close`). Each runner
+returns the cumulative results after every step, so firing times are
+compared, not only final results.
+
+Examples
+--------
+>>> import krishiv_py as kp
+>>> from krishiv_py.testing import Send, Close, run_reference
+>>> build = lambda s: s.watermark("t", 0).tumbling_window(10).agg(kp.count(kp.col("*")))
+>>> run_reference("t bigint", build, [Send([{"t": 3}, {"t": 12}]), Close()])[-1]
+[{'window_start': 0, 'window_end': 10, 'count': 1}, {'window_start': 10, 'window_end': 20, 'count': 1}]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
+
+import attrs
+
+from krishiv_py.errors import PlanError
+from krishiv_py.plan import nodes as n
+from krishiv_py.testing.reference import AggSpec, ReferenceModel
+from krishiv_py.types import to_schema
+
+if TYPE_CHECKING:
+    from krishiv_py.api.stream import Stream
+    from krishiv_py.session import Session
+
+__all__ = [
+    "AdvanceWatermark",
+    "Close",
+    "Send",
+    "Step",
+    "reference_model_for",
+    "run_bounded",
+    "run_reference",
+    "run_reference_bounded",
+    "run_streaming",
+]
+
+Row: TypeAlias = Mapping[str, object]
+Pipeline: TypeAlias = "Callable[[Stream], Stream]"
+
+
+@attrs.frozen
+class Send:
+    """One ``sender.send(rows)``: one step."""
+
+    rows: Sequence[Row] = attrs.field(converter=tuple)
+
+
+@attrs.frozen
+class AdvanceWatermark:
+    """One ``sender.advance_watermark(ts_ms)``."""
+
+    ts_ms: int
+
+
+@attrs.frozen
+class Close:
+    """``sender.close()``: end of input."""
+
+
+Step: TypeAlias = Send | AdvanceWatermark | Close
+
+
+def reference_model_for(stream: Stream) -> ReferenceModel:
+    """A :class:`ReferenceModel` for a ``source -> watermark -> window -> agg`` pipeline."""
+    plan = stream.plan
+    if not isinstance(plan, n.WindowAggregate) or not isinstance(plan.input, n.Watermark):
+        raise PlanError("the reference model covers source -> watermark -> [key_by] -> window -> agg")
+    wm = plan.input
+    if not isinstance(wm.input, n.MemorySource | n.RecordsSource | n.FileSource):
+        raise PlanError("the reference model covers pipelines without stateless steps before the window")
+    return ReferenceModel(
+        window=plan.window,
+        event_time=wm.column,
+        lag_ms=wm.lag_ms,
+        keys=plan.keys,
+        aggregates=[AggSpec(name=a.name, func=a.func, column=a.column) for a in plan.aggregates],
+    )
+
+
+def _placeholder(schema: Any) -> Stream:
+    from krishiv_py.api.stream import Stream
+
+    source = n.MemorySource(name="input", schema=to_schema(schema), path="")
+    return Stream(cast("Session", None), source)
+
+
+def run_reference(schema: Any, pipeline: Pipeline, steps: Sequence[Step]) -> list[list[dict[str, object]]]:
+    """Cumulative reference results after each step."""
+    model = reference_model_for(pipeline(_placeholder(schema)))
+    out = []
+    for step in steps:
+        if isinstance(step, Send):
+            model.send(step.rows)
+        elif isinstance(step, AdvanceWatermark):
+            model.advance_watermark(step.ts_ms)
+        else:
+            model.close()
+        out.append(list(model.results))
+    return out
+
+
+def run_reference_bounded(schema: Any, pipeline: Pipeline, rows: Sequence[Row]) -> list[dict[str, object]]:
+    """Reference results of a bounded run: all rows in one step, then end of input."""
+    model = reference_model_for(pipeline(_placeholder(schema)))
+    model.send(rows)
+    model.close()
+    return list(model.results)
+
+
+def run_streaming(
+    session: Session, schema: Any, pipeline: Pipeline, steps: Sequence[Step]
+) -> list[list[dict[str, object]]]:
+    """Cumulative results of the streaming job after each step (one step = send + process)."""
+    stream, sender = session.memory_stream(schema)
+    job = pipeline(stream).start()
+    out = []
+    try:
+        for step in steps:
+            if isinstance(step, Send):
+                sender.send(list(step.rows))
+            elif isinstance(step, AdvanceWatermark):
+                sender.advance_watermark(step.ts_ms)
+            else:
+                sender.close()
+            job.process_all_available()
+            out.append(job.results().to_pylist())
+        if sender.closed and not job.await_termination(timeout_s=120):
+            raise AssertionError("the job did not finish after close()")
+    finally:
+        job.stop()
+    return out
+
+
+def run_bounded(session: Session, schema: Any, pipeline: Pipeline, rows: Sequence[Row]) -> list[dict[str, Any]]:
+    """Results of the bounded lowering over ``rows`` (``from_records`` + ``collect``)."""
+    stream = session.from_records(list(rows), schema)
+    return pipeline(stream).collect().to_pylist()
+
