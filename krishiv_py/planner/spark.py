@@ -55,6 +55,7 @@ Lowering: TypeAlias = Literal["native", "bounded"]
 SHIFT_BASE_MS = 2**44
 
 KIND, WM, SEQ, ET, WINDOW = "__kp_kind", "__kp_wm", "__kp_seq", "__kp_et", "__kp_window"
+GLOBAL = "__kp_global"
 #: Observation name of the windows a job emits.
 OUT_OBSERVE = "kp_out"
 BASE_HIDDEN = (KIND, WM, SEQ)
@@ -299,7 +300,12 @@ class _Ctx:
 
     def _window(self, node: n.WindowAggregate, child: RecipeNode) -> RecipeNode:
         schema = n.schema_of(node.input)
-        keys = tuple(quote(k) for k in node.keys) + (f"{_window_sql(node.window)} AS {quote(WINDOW)}",)
+        keys = tuple(quote(k) for k in node.keys)
+        if not keys and isinstance(node.window, SessionWindow):
+            # Spark refuses global session windows on streams. Group by a column
+            # that is 0 on every data row (a literal would be optimised away).
+            keys = (f"{quote(KIND)} AS {quote(GLOBAL)}",)
+        keys += (f"{_window_sql(node.window)} AS {quote(WINDOW)}",)
         aggs = tuple(_agg_sql(a, schema, streaming=self.streaming) for a in node.aggregates)
         grouped = GroupAgg(child=FilterExpr(child=child, condition=f"{quote(ET)} IS NOT NULL"),
                            keys=keys, aggs=aggs)

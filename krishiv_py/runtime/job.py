@@ -48,6 +48,7 @@ def spark_call(what: str, fn: Callable[[], T]) -> T:
 def spark_cause(exc: BaseException) -> str:
     """The informative part of a Spark/Py4J error: its first few non-trace lines."""
     text = str(getattr(exc, "desc", None) or exc).strip()
+    text = text.split("=== Streaming Query ===")[0]
     lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("at ")]
     return "\n".join(lines[:6]) if lines else type(exc).__name__
 
