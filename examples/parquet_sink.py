@@ -70,7 +70,7 @@ def main() -> None:
             .collect()
         )
         print(per_minute.to_pandas().to_string(index=False))
-        assert sorted(per_minute.column("max_max_temp").to_pylist()) == [25.7, 27.2]
+        assert [round(v, 6) for v in sorted(per_minute.column("max_max_temp").to_pylist())] == [25.7, 27.2]
 
 
 if __name__ == "__main__":

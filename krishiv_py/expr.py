@@ -22,7 +22,7 @@ from typing import TypeAlias
 
 import attrs
 
-from krishiv_py.errors import PlanError
+from krishiv_py.errors import PlanError, SchemaError
 from krishiv_py.types import DataType, Schema
 
 __all__ = [
@@ -98,6 +98,8 @@ class AggCall:
 def _wrap(value: object) -> ExprNode:
     if isinstance(value, Expr):
         return value.node
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
+        raise PlanError(f"integer literal {value} does not fit in a bigint (64-bit)")
     if value is None or isinstance(value, bool | int | float | str | _dt.datetime | _dt.date):
         return Literal(value)
     raise PlanError(f"cannot use {type(value).__name__} value {value!r} in an expression")
@@ -181,10 +183,14 @@ class Expr:
         return Expr(UnaryOp("is_not_null", self.node))
 
     def cast(self, dtype: str) -> Expr:
-        return Expr(Cast(self.node, DataType.parse(dtype)))
+        try:
+            target = DataType.parse(dtype)
+        except SchemaError as exc:
+            raise PlanError(f"cast(): {exc}") from None
+        return Expr(Cast(self.node, target))
 
     def alias(self, name: str) -> Expr:
-        return Expr(Alias(self.node, name))
+        return Expr(Alias(self.node, _check_alias(name)))
 
     def __repr__(self) -> str:
         return f"Expr({self.node!r})"
@@ -203,10 +209,16 @@ class AggExpr:
         return self.call.name
 
     def alias(self, name: str) -> AggExpr:
-        return AggExpr(attrs.evolve(self.call, name=name))
+        return AggExpr(attrs.evolve(self.call, name=_check_alias(name)))
 
     def __repr__(self) -> str:
         return f"AggExpr({self.call!r})"
+
+
+def _check_alias(name: object) -> str:
+    if not isinstance(name, str) or not name:
+        raise PlanError(f"alias() takes a non-empty column name, got {name!r}")
+    return name
 
 
 def col(name: str) -> Expr:
@@ -302,6 +314,8 @@ def dtype_of(node: ExprNode, schema: Schema) -> DataType:
         if node.op == "neg":
             _require_numeric(inner, node)
             return inner
+        if node.op == "not" and inner.name not in ("boolean", "void"):
+            raise PlanError(f"{render(node)}: 'not' needs a boolean operand, got {inner}")
         return DataType("boolean")
     return _binary_type(node, schema)
 
@@ -309,6 +323,8 @@ def dtype_of(node: ExprNode, schema: Schema) -> DataType:
 def _binary_type(node: BinaryOp, schema: Schema) -> DataType:
     left, right = dtype_of(node.left, schema), dtype_of(node.right, schema)
     if node.op in _COMPARISONS:
+        if not _comparable(left, right):
+            raise PlanError(f"{render(node)}: cannot compare {left} with {right}")
         return DataType("boolean")
     if node.op in ("and", "or"):
         for side in (left, right):
@@ -323,6 +339,18 @@ def _binary_type(node: BinaryOp, schema: Schema) -> DataType:
     if left.is_decimal or right.is_decimal:
         return DataType("double")
     return left if order.index(left.name) >= order.index(right.name) else right
+
+
+def _comparable(left: DataType, right: DataType) -> bool:
+    """Spark would compare these without a run-time cast that can fail (or a silent one)."""
+
+    def group(t: DataType) -> str:
+        if t.is_numeric:
+            return "number"
+        return "time" if t.is_timestamp or t.name == "date" else t.name
+
+    pair = {group(left), group(right)}
+    return len(pair) == 1 or "void" in pair or pair == {"string", "time"}
 
 
 def _require_numeric(dtype: DataType, node: ExprNode) -> None:

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 import attrs
 
 from krishiv_py.errors import PlanError
-from krishiv_py.expr import AggCall, ExprNode, agg_type, dtype_of, output_name, render
+from krishiv_py.expr import AggCall, Alias, Column, ExprNode, agg_type, dtype_of, output_name, render
 from krishiv_py.plan.windows import SessionWindow, WindowSpec, check_ms
-from krishiv_py.types import DataType, Field, Schema
+from krishiv_py.types import HIDDEN_PREFIX, DataType, Field, Schema
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -193,9 +193,11 @@ def _project_schema(node: Project) -> Schema:
     inp = schema_of(node.input)
     fields = []
     for e in node.exprs:
-        name = output_name(e)
+        name = _output_name(output_name(e), "select()")
         dtype = dtype_of(e, inp)
-        nullable = inp.field(name).nullable if name in inp and output_name(e) == name else True
+        # Only a plain column (possibly renamed) keeps its input nullability.
+        inner = e.operand if isinstance(e, Alias) else e
+        nullable = inp.field(inner.name).nullable if isinstance(inner, Column) else True
         fields.append(Field(name, dtype if dtype.name != "void" else DataType("string"), nullable))
     names = [f.name for f in fields]
     dupes = sorted({n for n in names if names.count(n) > 1})
@@ -210,7 +212,7 @@ def _window_schema(node: WindowAggregate) -> Schema:
     fields.append(Field("window_start", DataType("timestamp"), False))
     fields.append(Field("window_end", DataType("timestamp"), False))
     for call in node.aggregates:
-        fields.append(Field(call.name, agg_type(call, inp), True))
+        fields.append(Field(_output_name(call.name, "agg()"), agg_type(call, inp), True))
     names = [f.name for f in fields]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -218,6 +220,16 @@ def _window_schema(node: WindowAggregate) -> Schema:
             f"aggregate output has duplicate column names: {', '.join(dupes)}; use .alias() to rename"
         )
     return Schema(tuple(fields))
+
+
+def _output_name(name: str, where: str) -> str:
+    if not name:
+        raise PlanError(f"{where}: output column names must be non-empty")
+    if name.startswith(HIDDEN_PREFIX):
+        raise PlanError(
+            f"{where}: column name {name!r} is reserved (names starting with {HIDDEN_PREFIX!r} are internal)"
+        )
+    return name
 
 
 def event_time(node: PlanNode) -> EventTime | None:

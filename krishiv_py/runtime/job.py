@@ -11,6 +11,7 @@ minimum over the sources that have a watermark (Spark's ``min`` policy).
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -46,11 +47,19 @@ def spark_call(what: str, fn: Callable[[], T]) -> T:
 
 
 def spark_cause(exc: BaseException) -> str:
-    """The informative part of a Spark/Py4J error: its first few non-trace lines."""
+    """The informative part of a Spark/Py4J error: its first line and the root error line."""
     text = str(getattr(exc, "desc", None) or exc).strip()
     text = text.split("=== Streaming Query ===")[0]
-    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("at ")]
-    return "\n".join(lines[:6]) if lines else type(exc).__name__
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("at ")]
+    if not lines:
+        return type(exc).__name__
+    roots = [ln for ln in lines[1:] if _ERROR_LINE.match(ln)]
+    if roots and roots[-1] not in lines[0]:
+        return f"{lines[0]}\n{roots[-1]}"
+    return lines[0]
+
+
+_ERROR_LINE = re.compile(r"^[A-Za-z_][\w.$]*(Error|Exception)(\[[^\]]*\])?: ")
 
 
 @attrs.frozen(kw_only=True)
