@@ -17,7 +17,7 @@ from typing import Any
 __all__ = ["clickstream", "run_demo"]
 
 SCHEMA = "user_id string, event_time timestamp, url string, amount double"
-START = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+START = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
 
 
 def clickstream(
@@ -83,8 +83,10 @@ def run_demo(echo: Callable[[str], None] = print) -> int:
             if name == "watermark_ms" and value == kp.END_OF_TIME_MS:
                 shown = "end of input (+infinity)"
             echo(f"  {name:20} {shown}")
-        echo(f"\nevents sent: {sent}; counted in windows: {counted}; "
-             f"dropped as late (sent - counted): {sent - counted}")
+        echo(
+            f"\nevents sent: {sent}; counted in windows: {counted}; "
+            f"dropped as late (sent - counted): {sent - counted}"
+        )
         echo(f"total time: {time.perf_counter() - t0:.1f} s")
     return 0
 

@@ -42,7 +42,7 @@ __all__ = [
     "sum",
 ]
 
-LiteralValue: TypeAlias = None | bool | int | float | str | _dt.datetime | _dt.date
+LiteralValue: TypeAlias = bool | int | float | str | _dt.datetime | _dt.date | None
 AggFunc: TypeAlias = _Literal["count", "sum", "avg", "min", "max", "count_distinct", "first", "last"]
 _COMPARISONS = ("==", "!=", "<", "<=", ">", ">=")
 _ARITHMETIC = ("+", "-", "*", "/", "%")

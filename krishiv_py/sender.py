@@ -58,8 +58,8 @@ class Sender:
         os.makedirs(self._data_dir, exist_ok=True)
         os.makedirs(self._staging, exist_ok=True)
         self._lock = threading.Lock()
-        self._next_seq, self._closed = self._scan()
         self._last_mtime_ns = 0
+        self._next_seq, self._closed = self._scan()
 
     @property
     def name(self) -> str:
@@ -125,6 +125,10 @@ class Sender:
             if m:
                 seqs.append(int(m.group(1)))
                 closed = closed or m.group(2) == "close"
+                # A resumed sender must stay after the batches already written,
+                # even those whose modification time ran ahead of the clock.
+                mtime = os.stat(os.path.join(self._data_dir, fname)).st_mtime_ns
+                self._last_mtime_ns = max(self._last_mtime_ns, mtime)
         return max(seqs) + 1, closed
 
     def _marker(self, ts_ms: int) -> pa.Table:
@@ -194,6 +198,7 @@ def to_arrow_batch(data: Any, schema: Schema) -> pa.Table:
     if isinstance(data, pa.Table):
         return _from_arrow(data, schema)
     if type(data).__module__.startswith("pandas") and hasattr(data, "columns"):
+        _check_unique(list(data.columns))
         try:
             table = pa.Table.from_pandas(data, preserve_index=False)
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
@@ -232,8 +237,9 @@ def _column(name: str, dtype: DataType, nullable: bool, values: list[Any]) -> pa
             if not nullable:
                 raise SchemaError(f"column {name!r}, row {i}: null in a NOT NULL column")
         elif not _accepts(dtype, v):
+            hint = " (it has nanoseconds; timestamps keep microseconds)" if _has_nanos(v) else ""
             raise SchemaError(
-                f"column {name!r}, row {i}: {v!r} ({type(v).__name__}) is not a valid {dtype} value"
+                f"column {name!r}, row {i}: {v!r} ({type(v).__name__}) is not a valid {dtype} value{hint}"
             )
     try:
         return pa.array(values, type=dtype.to_arrow())
@@ -251,7 +257,7 @@ def _column(name: str, dtype: DataType, nullable: bool, values: list[Any]) -> pa
 def _accepts(dtype: DataType, value: object) -> bool:
     """Python-side type check for dict rows (Arrow would coerce too eagerly)."""
     if dtype.is_timestamp:
-        return isinstance(value, _dt.datetime)
+        return isinstance(value, _dt.datetime) and not _has_nanos(value)
     if dtype.name == "date":
         return isinstance(value, _dt.date) and not isinstance(value, _dt.datetime)
     if dtype.name == "boolean":
@@ -267,10 +273,24 @@ def _accepts(dtype: DataType, value: object) -> bool:
     return True  # decimal: let Arrow decide
 
 
+def _has_nanos(value: object) -> bool:
+    """pandas Timestamps carry nanoseconds that Arrow would silently truncate."""
+    return bool(getattr(value, "nanosecond", 0))
+
+
+def _check_unique(columns: Sequence[Any]) -> None:
+    seen: set[Any] = set()
+    for c in columns:
+        if c in seen:
+            raise SchemaError(f"column {c!r} appears more than once in the batch")
+        seen.add(c)
+
+
 def _from_arrow(table: pa.Table, schema: Schema) -> pa.Table:
     import pyarrow as pa
 
     names = schema.names
+    _check_unique(table.column_names)
     extra = [c for c in table.column_names if c not in names]
     if extra:
         raise SchemaError(f"unknown column {extra[0]!r}; schema columns: {', '.join(names)}")
@@ -301,7 +321,9 @@ def _cast(
         or pat.is_null(source)
     )
     if not compatible:
-        raise SchemaError(f"column {name!r}: expected {dtype}, got Arrow type {source}")
+        first = pc.index(pc.is_valid(column), True).as_py()
+        where = f", row {first}" if first >= 0 else ""
+        raise SchemaError(f"column {name!r}{where}: expected {dtype}, got Arrow type {source}")
     try:
         out = column.cast(target, safe=True)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:

@@ -7,6 +7,7 @@ session is the only thing that starts a JVM — ``import krishiv_py`` does not.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -119,7 +120,9 @@ class Session:
         """
         from krishiv_py.runtime.spark_session import build_spark, local_conf
 
-        if not isinstance(master, str) or not re.match(r"^(spark://|local(\[[0-9*]+\])?$|yarn$|k8s://)", master):
+        if not isinstance(master, str) or not re.match(
+            r"^(spark://|local(\[[0-9*]+\])?$|yarn$|k8s://)", master
+        ):
             raise SessionError(
                 f"unsupported master {master!r}: use spark://host:port, local[N], yarn or k8s://..."
             )
@@ -128,7 +131,9 @@ class Session:
             conf.pop("spark.sql.shuffle.partitions")
             conf.pop("spark.default.parallelism")
         conf.update(spark_conf or {})
-        spark, owns = build_spark(master=master, app_name=app_name, conf=conf, local=master.startswith("local"))
+        spark, owns = build_spark(
+            master=master, app_name=app_name, conf=conf, local=master.startswith("local")
+        )
         return cls(spark, owns_spark=owns, state_dir=state_dir)
 
     # --- lifecycle --------------------------------------------------------------
@@ -150,10 +155,8 @@ class Session:
         if spark is None:
             return
         for job in self._jobs:
-            try:
+            with contextlib.suppress(Exception):  # best effort while shutting down
                 job.stop()
-            except Exception:  # noqa: BLE001 - best effort while shutting down
-                pass
         if self._owns_spark:
             spark.stop()
         if self._temp_root:
@@ -228,8 +231,12 @@ class Session:
         path = os.path.abspath(path)
         parsed = to_schema(schema) if schema is not None else _infer_schema(fmt, path)
         node = n.FileSource(
-            name=self._register(name), schema=parsed, format=fmt, path=path,
-            streaming=streaming, options=options,
+            name=self._register(name),
+            schema=parsed,
+            format=fmt,
+            path=path,
+            streaming=streaming,
+            options=options,
         )
         return Stream(self, node)
 
@@ -265,9 +272,7 @@ def _check_durability(durability: str) -> None:
     if durability not in _DURABILITY:
         raise SessionError(f"unknown durability {durability!r}; choose one of {', '.join(_DURABILITY)}")
     if durability != "dev-local":
-        raise SessionError(
-            f"durability {durability!r} is not available in this release yet; use 'dev-local'"
-        )
+        raise SessionError(f"durability {durability!r} is not available in this release yet; use 'dev-local'")
 
 
 def _infer_schema(fmt: str, path: str) -> Schema:
@@ -277,13 +282,15 @@ def _infer_schema(fmt: str, path: str) -> Schema:
 
     try:
         if fmt == "json":
-            files = [os.path.join(path, f) for f in sorted(os.listdir(path))] if os.path.isdir(path) else [path]
+            files = (
+                [os.path.join(path, f) for f in sorted(os.listdir(path))] if os.path.isdir(path) else [path]
+            )
             files = [f for f in files if os.path.isfile(f) and not os.path.basename(f).startswith((".", "_"))]
             if not files:
                 raise SchemaError(f"no files to infer the schema of {path!r} from; pass schema=")
             arrow_schema = pj.read_json(files[0]).schema
         else:
-            arrow_schema = ds.dataset(path, format=fmt).schema
+            arrow_schema = ds.dataset(path, format=fmt).schema  # type: ignore[call-overload]
     except (OSError, ValueError, pa.ArrowInvalid) as exc:
         raise SchemaError(f"cannot infer the schema of {path!r} ({exc}); pass schema=") from None
     if not arrow_schema.names:

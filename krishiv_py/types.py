@@ -72,7 +72,12 @@ class DataType:
             return cls("decimal(10,0)")
         m = _DECIMAL.match(key)
         if m:
-            return cls(f"decimal({int(m.group(1))},{int(m.group(2))})")
+            precision, scale = int(m.group(1)), int(m.group(2))
+            if not (1 <= precision <= 38 and scale <= precision):
+                raise SchemaError(
+                    f"unsupported column type {text!r}: decimal(p,s) needs 1 <= p <= 38 and s <= p"
+                )
+            return cls(f"decimal({precision},{scale})")
         raise SchemaError(
             f"unsupported column type {text!r}; supported: {', '.join(sorted(set(_ALIASES.values())))}"
             ", decimal(p,s)"
@@ -160,7 +165,8 @@ class Field:
     nullable: bool = True
 
     def ddl(self) -> str:
-        return f"`{self.name}` {self.dtype.name}" + ("" if self.nullable else " NOT NULL")
+        quoted = "`" + self.name.replace("`", "``") + "`"
+        return f"{quoted} {self.dtype.name}" + ("" if self.nullable else " NOT NULL")
 
 
 @attrs.frozen
@@ -187,11 +193,18 @@ class Schema:
         """Parse a Spark DDL column list: ``"a string, b bigint NOT NULL"``."""
         fields = []
         for part in _split_top_level(ddl):
-            m = re.match(r"^\s*(`[^`]+`|[A-Za-z_][A-Za-z0-9_]*)\s*:?\s*(.+?)\s*$", part)
+            m = re.match(
+                r"^\s*(?:`((?:[^`]|``)+)`\s*|([A-Za-z_][A-Za-z0-9_]*)(?=[\s:]))\s*:?\s*(.+?)\s*$",
+                part,
+                flags=re.DOTALL,
+            )
             if not m:
-                raise SchemaError(f"cannot parse column definition {part.strip()!r} in schema {ddl!r}")
-            name = m.group(1).strip("`")
-            type_text = m.group(2)
+                raise SchemaError(
+                    f"cannot parse column definition {part.strip()!r} in schema {ddl!r}: "
+                    "expected 'name type'"
+                )
+            name = m.group(1).replace("``", "`") if m.group(1) is not None else m.group(2)
+            type_text = m.group(3)
             nullable = True
             nn = re.search(r"\s+not\s+null$", type_text, flags=re.IGNORECASE)
             if nn:
@@ -245,13 +258,19 @@ class Schema:
 
 
 def _split_top_level(ddl: str) -> list[str]:
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth, quoted = 0, False
     for ch in ddl:
-        if ch in "(<":
+        if ch == "`":
+            quoted = not quoted  # a doubled `` inside a name toggles twice
+        elif quoted:
+            pass
+        elif ch in "(<":
             depth += 1
         elif ch in ")>":
             depth -= 1
-        if ch == "," and depth == 0:
+        if ch == "," and depth == 0 and not quoted:
             parts.append("".join(cur))
             cur = []
         else:

@@ -17,7 +17,7 @@ import pytest
 import krishiv_py as kp
 
 SCHEMA = "user_id string, event_time timestamp, amount double"
-T0 = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
 
 
 def ev(user: str, sec: float, amount: float | None = 1.0) -> dict[str, Any]:
@@ -49,8 +49,15 @@ def test_watermark_metrics_and_close(session: kp.Session) -> None:
         job.process_all_available()
         assert job.source_watermarks() == {"clicks_metrics": t0_ms + 60_000}
         got = job.results().to_pylist()
-        assert got == [{"user_id": "a", "window_start": T0, "window_end": T0 + dt.timedelta(minutes=1),
-                        "events": 2, "total": 3.0}]
+        assert got == [
+            {
+                "user_id": "a",
+                "window_start": T0,
+                "window_end": T0 + dt.timedelta(minutes=1),
+                "events": 2,
+                "total": 3.0,
+            }
+        ]
         sender.send([ev("a", 10), {"user_id": "c", "event_time": None, "amount": 1.0}])  # late + invalid
         sender.close()
         assert job.await_termination(timeout_s=120)
@@ -74,7 +81,7 @@ def test_watermark_metrics_and_close(session: kp.Session) -> None:
 
 
 def test_await_termination_times_out_while_sources_are_open(session: kp.Session) -> None:
-    stream, sender = session.memory_stream(SCHEMA)
+    stream, _sender = session.memory_stream(SCHEMA)
     job = per_minute(stream).start()
     try:
         assert job.await_termination(timeout_s=0.5) is False
@@ -100,7 +107,9 @@ def test_parquet_sink_is_readable_and_exactly_once(session: kp.Session, tmp_path
     assert job2.await_termination(timeout_s=120)
     rows = job2.results().to_pylist()
     assert sorted((r["user_id"], r["window_start"]) for r in rows) == [
-        ("a", T0), ("a", T0 + dt.timedelta(minutes=2)), ("b", T0)
+        ("a", T0),
+        ("a", T0 + dt.timedelta(minutes=2)),
+        ("b", T0),
     ]
     assert (out / "_spark_metadata").is_dir()
 
@@ -227,11 +236,13 @@ def test_bounded_job_metrics_and_sinks(session: kp.Session, tmp_path: Path) -> N
 
 @pytest.mark.parametrize("fmt", ["parquet", "csv", "json"])
 def test_file_sources_bounded(session: kp.Session, tmp_path: Path, fmt: str) -> None:
-    table = pa.table({
-        "user_id": ["a", "a", "b"],
-        "event_time": pa.array([T0, T0 + dt.timedelta(seconds=61), T0], pa.timestamp("us", tz="UTC")),
-        "amount": [1.0, 2.0, 3.0],
-    })
+    table = pa.table(
+        {
+            "user_id": ["a", "a", "b"],
+            "event_time": pa.array([T0, T0 + dt.timedelta(seconds=61), T0], pa.timestamp("us", tz="UTC")),
+            "amount": [1.0, 2.0, 3.0],
+        }
+    )
     path = tmp_path / f"data.{fmt}"
     if fmt == "parquet":
         pq.write_table(table, path)
@@ -240,11 +251,14 @@ def test_file_sources_bounded(session: kp.Session, tmp_path: Path, fmt: str) -> 
 
         pcsv.write_csv(table, path)
     else:
-        path.write_text("\n".join(json.dumps({**r, "event_time": r["event_time"].isoformat()})
-                                  for r in table.to_pylist()))
+        path.write_text(
+            "\n".join(json.dumps({**r, "event_time": r["event_time"].isoformat()}) for r in table.to_pylist())
+        )
     reader = {"parquet": session.read_parquet, "csv": session.read_csv, "json": session.read_json}[fmt]
     stream = reader(str(path), SCHEMA)
-    got = sorted((r["user_id"], r["window_start"], r["events"]) for r in per_minute(stream).collect().to_pylist())
+    got = sorted(
+        (r["user_id"], r["window_start"], r["events"]) for r in per_minute(stream).collect().to_pylist()
+    )
     assert got == [("a", T0, 1), ("a", T0 + dt.timedelta(minutes=1), 1), ("b", T0, 1)]
 
 
@@ -275,7 +289,7 @@ def test_embedded_without_java_names_the_fix(monkeypatch: pytest.MonkeyPatch, tm
 def test_old_java_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     java = tmp_path / "bin" / "java"
     java.parent.mkdir()
-    java.write_text('#!/bin/sh\necho \'openjdk version "1.8.0_392"\' >&2\n')
+    java.write_text("#!/bin/sh\necho 'openjdk version \"1.8.0_392\"' >&2\n")
     java.chmod(0o755)
     monkeypatch.setenv("JAVA_HOME", str(tmp_path))
     with pytest.raises(kp.SessionError, match="Java 8"):
@@ -291,7 +305,7 @@ def test_second_session_attaches_and_cleans_its_state(session: kp.Session) -> No
     other = kp.Session.embedded()
     state = other.state_dir
     assert other.spark is session.spark
-    stream, sender = other.memory_stream(SCHEMA)
+    _stream, sender = other.memory_stream(SCHEMA)
     sender.send([ev("a", 1)])
     assert os.path.isdir(state)
     other.stop()
@@ -316,3 +330,10 @@ def test_import_starts_no_jvm() -> None:
     code = "import sys, krishiv_py; print(any(m.startswith(('pyspark', 'py4j')) for m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_null_literal_column_has_the_planned_type(session: kp.Session) -> None:
+    stream = session.from_records([ev("a", 1)], SCHEMA).select("user_id", kp.lit(None).alias("z"))
+    table = stream.collect()
+    assert table.schema.field("z").type == pa.string()
+    assert table.to_pylist() == [{"user_id": "a", "z": None}]

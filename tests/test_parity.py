@@ -98,7 +98,9 @@ def test_tumbling(session: kp.Session, keyed: bool, size: int, lag: int, scenari
 
 @settings(max_examples=8)
 @given(data=st.data(), lag=st.integers(0, 40), scenario=steps, keyed=st.booleans())
-def test_sliding(session: kp.Session, data: st.DataObject, lag: int, scenario: list[Step], keyed: bool) -> None:
+def test_sliding(
+    session: kp.Session, data: st.DataObject, lag: int, scenario: list[Step], keyed: bool
+) -> None:
     size = data.draw(st.integers(5, 60), label="size")
     slide = data.draw(st.integers(1, size), label="slide")
     check(session, pipeline("sliding", size, slide, lag, keyed), scenario)

@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 
 import krishiv_py as kp
 from krishiv_py.api.stream import Stream
-from krishiv_py.api.windowed import WindowedStream
 from krishiv_py.expr import AggCall, BinaryOp, Column, Literal
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.windows import SessionWindow, SlidingWindow, TumblingWindow
@@ -286,7 +285,10 @@ def test_window_without_watermark_is_refused() -> None:
         stream().session_window(10)
     with raises_plan_error("watermark"):
         n.WindowAggregate(
-            input=SRC, keys=(), window=TumblingWindow(size_ms=1), aggregates=(AggCall("count", None, "count"),)
+            input=SRC,
+            keys=(),
+            window=TumblingWindow(size_ms=1),
+            aggregates=(AggCall("count", None, "count"),),
         )
 
 
@@ -468,7 +470,8 @@ def test_tumbling_offset_is_normalised_modulo_the_size() -> None:
     assert TumblingWindow(size_ms=10, offset_ms=-3) == TumblingWindow(size_ms=10, offset_ms=7)
     assert TumblingWindow(size_ms=10, offset_ms=23).offset_ms == 3
     assert TumblingWindow(size_ms=10, offset_ms=10) == TumblingWindow(size_ms=10)
-    assert timed().tumbling_window(60_000, offset_ms=-15_000).window.offset_ms == 45_000
+    window = timed().tumbling_window(60_000, offset_ms=-15_000).window
+    assert window == TumblingWindow(size_ms=60_000, offset_ms=45_000)
 
 
 def test_tumbling_assignment_uses_floor_modulo_for_negative_times() -> None:
@@ -557,7 +560,9 @@ def test_render_plan_mentions_every_node() -> None:
     )
     text = n.render_plan(out.plan)
     lines = text.splitlines()
-    assert lines[0] == "WindowAggregate keys=[user_id] window=sliding(size_ms=20, slide_ms=10) aggs=[count(*) AS c]"
+    assert lines[0] == (
+        "WindowAggregate keys=[user_id] window=sliding(size_ms=20, slide_ms=10) aggs=[count(*) AS c]"
+    )
     assert lines[1] == "  Watermark column=event_time lag_ms=5"
     assert lines[2] == "  " * 2 + "Filter (x > 1)"
     assert lines[3].startswith("      MemorySource 'events'")
@@ -576,3 +581,9 @@ def test_schema_of_a_hand_built_window_aggregate() -> None:
         Field("window_end", DataType("timestamp"), False),
         Field("mean", DataType("double")),
     ))
+
+
+def test_watermark_on_window_output_is_refused() -> None:
+    windowed = timed().tumbling_window(10).agg(kp.count(kp.col("*")))
+    with pytest.raises(kp.PlanError, match="chained windows"):
+        windowed.watermark("window_start", 0)

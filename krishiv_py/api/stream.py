@@ -188,8 +188,11 @@ class Stream(WindowAssigners):
             for s in n.sources_of(self._plan)
         ]
         job = start_streaming(
-            self._session.spark, recipe, sink=sink,
-            checkpoint_dir=checkpoint_dir or self._session.checkpoint_dir(), senders=senders,
+            self._session.spark,
+            recipe,
+            sink=sink,
+            checkpoint_dir=checkpoint_dir or self._session.checkpoint_dir(),
+            senders=senders,
         )
         return self._session._track(job)
 
@@ -206,19 +209,21 @@ class Stream(WindowAssigners):
         from krishiv_py.runtime.run import explain_spark
 
         recipe = self.lower()
-        return "\n".join([
-            "== Logical plan ==",
-            n.render_plan(self._plan),
-            "",
-            f"== Lowering: {recipe.lowering} ==",
-            recipe.reason,
-            "",
-            "== Spark recipe ==",
-            recipe.render(),
-            "",
-            "== Spark plan ==",
-            explain_spark(self._session.spark, recipe),
-        ])
+        return "\n".join(
+            [
+                "== Logical plan ==",
+                n.render_plan(self._plan),
+                "",
+                f"== Lowering: {recipe.lowering} ==",
+                recipe.reason,
+                "",
+                "== Spark recipe ==",
+                recipe.render(),
+                "",
+                "== Spark plan ==",
+                explain_spark(self._session.spark, recipe),
+            ]
+        )
 
 
 def _expr(value: object, where: str) -> Any:

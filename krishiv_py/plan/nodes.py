@@ -92,6 +92,11 @@ class Watermark:
             )
         if event_time(self.input) is not None:
             raise PlanError("this stream already has a watermark; declare it once, on the source side")
+        if window_aggregates(self.input):
+            raise PlanError(
+                "a watermark on the output of a windowed aggregation (chained windows) "
+                "is not supported yet"
+            )
 
 
 @attrs.frozen(kw_only=True)

@@ -35,12 +35,13 @@ How the native lowering keeps the spec's exact semantics on Spark:
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal, TypeAlias
 
 import attrs
 
 from krishiv_py.errors import PlanError
-from krishiv_py.expr import AggCall, agg_type, output_name
+from krishiv_py.expr import AggCall, ExprNode, agg_type, dtype_of, output_name
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.watermarks import MAX_EVENT_MS, MIN_EVENT_MS
 from krishiv_py.plan.windows import SessionWindow, WindowSpec
@@ -178,9 +179,12 @@ def lower(plan: n.PlanNode, *, force_bounded: bool = False) -> SparkRecipe:
     """Lower ``plan``; ``force_bounded`` reads unbounded memory sources as a snapshot."""
     lowering, reason = choose(plan)
     if force_bounded and lowering != "bounded":
-        lowering, reason = "bounded", (
-            "collect() runs the batches sent so far as one Spark batch job, as if the "
-            "sources were closed after them"
+        lowering, reason = (
+            "bounded",
+            (
+                "collect() runs the batches sent so far as one Spark batch job, as if the "
+                "sources were closed after them"
+            ),
         )
     ctx = _Ctx(streaming=lowering == "native", shift=_time_shift(plan) if lowering == "native" else 0)
     root, hidden = ctx.lower(plan)
@@ -206,10 +210,11 @@ def lower(plan: n.PlanNode, *, force_bounded: bool = False) -> SparkRecipe:
 
 
 def _time_shift(plan: n.PlanNode) -> int:
+    """A shift of about SHIFT_BASE_MS that is a multiple of every window slide."""
     period = 1
     for agg in n.window_aggregates(plan):
         if not isinstance(agg.window, SessionWindow):
-            period = agg.window.slide_ms
+            period = math.lcm(period, agg.window.slide_ms)
     return -(-SHIFT_BASE_MS // period) * period
 
 
@@ -234,7 +239,8 @@ class _Ctx:
                 cond = f"({quote(KIND)} <> 0 OR {cond})"  # punctuation rows pass user filters
             return FilterExpr(child=child, condition=cond), hidden
         if isinstance(node, n.Project):
-            exprs = tuple(_select_item(e) for e in node.exprs) + tuple(quote(h) for h in hidden)
+            schema = n.schema_of(node.input)
+            exprs = tuple(_select_item(e, schema) for e in node.exprs) + tuple(quote(h) for h in hidden)
             return SelectExprs(child=child, exprs=exprs), hidden
         if isinstance(node, n.Watermark):
             return self._watermark(node, child), (*hidden, ET)
@@ -250,19 +256,31 @@ class _Ctx:
         if isinstance(node, n.MemorySource):
             opts = (("maxFilesPerTrigger", "1"), ("maxFileAge", "36500d")) if self.streaming else ()
             return ReadSource(
-                name=node.name, kind="memory", schema=node.schema, streaming=self.streaming,
-                path=node.path, options=opts,
+                name=node.name,
+                kind="memory",
+                schema=node.schema,
+                streaming=self.streaming,
+                path=node.path,
+                options=opts,
             )
         if isinstance(node, n.RecordsSource):
             return ReadSource(
                 name=node.name, kind="records", schema=node.schema, streaming=False, records=node.data
             )
         read = ReadSource(
-            name=node.name, kind="files", schema=node.schema, streaming=node.streaming and self.streaming,
-            format=node.format, path=node.path, options=node.options,
+            name=node.name,
+            kind="files",
+            schema=node.schema,
+            streaming=node.streaming and self.streaming,
+            format=node.format,
+            path=node.path,
+            options=node.options,
         )
-        hidden = (f"CAST(0 AS TINYINT) AS {quote(KIND)}", f"CAST(NULL AS BIGINT) AS {quote(WM)}",
-                  f"CAST(0 AS BIGINT) AS {quote(SEQ)}")
+        hidden = (
+            f"CAST(0 AS TINYINT) AS {quote(KIND)}",
+            f"CAST(NULL AS BIGINT) AS {quote(WM)}",
+            f"CAST(0 AS BIGINT) AS {quote(SEQ)}",
+        )
         return SelectExprs(child=read, exprs=("*", *hidden))
 
     def _watermark(self, node: n.Watermark, child: RecipeNode) -> RecipeNode:
@@ -273,10 +291,7 @@ class _Ctx:
         if et.dtype.is_timestamp:
             micros = f"unix_micros(CAST({col} AS TIMESTAMP))"
         else:
-            micros = (
-                f"CASE WHEN {col} BETWEEN {MIN_EVENT_MS}L AND {MAX_EVENT_MS}L "
-                f"THEN {col} * 1000L END"
-            )
+            micros = f"CASE WHEN {col} BETWEEN {MIN_EVENT_MS}L AND {MAX_EVENT_MS}L THEN {col} * 1000L END"
         data_et = f"timestamp_micros({micros} + {shift_us}L)"
         punct_et = f"timestamp_micros(({quote(WM)} + {node.lag_ms + self.shift}L) * 1000L)"
         et_expr = f"CASE WHEN {quote(KIND)} = 0 THEN {data_et} ELSE {punct_et} END AS {quote(ET)}"
@@ -307,8 +322,9 @@ class _Ctx:
             keys = (f"{quote(KIND)} AS {quote(GLOBAL)}",)
         keys += (f"{_window_sql(node.window)} AS {quote(WINDOW)}",)
         aggs = tuple(_agg_sql(a, schema, streaming=self.streaming) for a in node.aggregates)
-        grouped = GroupAgg(child=FilterExpr(child=child, condition=f"{quote(ET)} IS NOT NULL"),
-                           keys=keys, aggs=aggs)
+        grouped = GroupAgg(
+            child=FilterExpr(child=child, condition=f"{quote(ET)} IS NOT NULL"), keys=keys, aggs=aggs
+        )
         shift_us = self.shift * 1000
         bounds = tuple(
             f"timestamp_micros(unix_micros({quote(WINDOW)}.{part}) - {shift_us}L) AS {quote(name)}"
@@ -320,9 +336,11 @@ class _Ctx:
         )
 
 
-def _select_item(expr: n.ExprNode) -> str:
-    sql = to_sql(expr)
+def _select_item(expr: ExprNode, schema: Schema) -> str:
     name = output_name(expr)
+    if dtype_of(expr, schema).name == "void":  # a bare NULL: give it the plan's type
+        return f"CAST(NULL AS STRING) AS {quote(name)}"
+    sql = to_sql(expr)
     return sql if sql.endswith(f" AS {quote(name)}") or sql == quote(name) else f"{sql} AS {quote(name)}"
 
 
@@ -365,9 +383,12 @@ def _render(node: RecipeNode, lines: list[str]) -> str:
             lines.append(f"{var} = spark.createDataFrame(<{node.name}: Arrow table + hidden columns>)")
         else:
             opts = "".join(f".option({k!r}, {v!r})" for k, v in node.options)
-            ddl = node.schema.ddl() + (", __kp_kind tinyint, __kp_wm bigint, __kp_seq bigint"
-                                        if node.kind == "memory" else "")
-            lines.append(f"{var} = {reader}.format({node.format!r}).schema({ddl!r}){opts}.load({node.path!r})")
+            ddl = node.schema.ddl() + (
+                ", __kp_kind tinyint, __kp_wm bigint, __kp_seq bigint" if node.kind == "memory" else ""
+            )
+            lines.append(
+                f"{var} = {reader}.format({node.format!r}).schema({ddl!r}){opts}.load({node.path!r})"
+            )
         return var
     if isinstance(node, UnionAll):
         parts = [_render(c, lines) for c in node.children]

@@ -59,12 +59,12 @@ def _literal(value: object) -> str:
             return "CAST('NaN' AS DOUBLE)"
         if value in (float("inf"), float("-inf")):
             return f"CAST('{'' if value > 0 else '-'}Infinity' AS DOUBLE)"
-        return f"{value!r}D"
+        return f"{float(value)!r}D"  # float(): numpy's repr is 'np.float64(1.5)'
     if isinstance(value, str):
         return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
     if isinstance(value, _dt.datetime):
         if value.tzinfo is not None:
-            value = value.astimezone(_dt.timezone.utc).replace(tzinfo=None)
+            value = value.astimezone(_dt.UTC).replace(tzinfo=None)
         return f"TIMESTAMP '{value.isoformat(sep=' ')}'"
     assert isinstance(value, _dt.date)
     return f"DATE '{value.isoformat()}'"

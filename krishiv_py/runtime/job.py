@@ -10,6 +10,7 @@ minimum over the sources that have a watermark (Spark's ``min`` policy).
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import threading
@@ -164,7 +165,11 @@ class StreamingJob(Job):
             if remaining is not None and remaining <= 0:
                 return False
             step = 0.2 if remaining is None else min(0.2, remaining)
-            spark_call("awaiting termination", lambda: self._query.awaitTermination(step))  # type: ignore[arg-type]
+            spark_call("awaiting termination", functools.partial(self._wait, step))
+
+    def _wait(self, seconds: float) -> None:
+        wait: Any = self._query.awaitTermination  # takes float seconds at run time
+        wait(seconds)
 
     def stop(self) -> None:
         if self._query.isActive:
@@ -252,7 +257,8 @@ class StreamingJob(Job):
         totals = _sum_observed([b.get("observedMetrics") or {} for b in batches])
         _, history = self._watermarks()
         advances = sum(
-            1 for prev, cur in zip([None, *history], history, strict=False)
+            1
+            for prev, cur in zip([None, *history], history, strict=False)
             if cur is not None and (prev is None or cur > prev)
         )
         return JobMetrics(
@@ -366,5 +372,9 @@ class BoundedJob(Job):
 
 
 def sink_kind(sink: Sink) -> str:
-    return {MemorySink: "memory", ParquetSink: "parquet", ConsoleSink: "console",
-            ForeachBatchSink: "foreachBatch"}[type(sink)]
+    return {
+        MemorySink: "memory",
+        ParquetSink: "parquet",
+        ConsoleSink: "console",
+        ForeachBatchSink: "foreachBatch",
+    }[type(sink)]

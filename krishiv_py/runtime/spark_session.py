@@ -41,9 +41,7 @@ def find_java() -> str | None:
 def java_major_version(java: str) -> int | None:
     """Major version printed by ``java -version`` (8 for "1.8.0_x"), None if unreadable."""
     try:
-        out = subprocess.run(
-            [java, "-version"], capture_output=True, text=True, timeout=30, check=False
-        )
+        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.SubprocessError):
         return None
     m = re.search(r'version "(\d+)(?:\.(\d+))?', out.stderr + out.stdout)
@@ -63,9 +61,7 @@ def check_java() -> None:
     if version is None:
         raise SessionError(f"cannot run {java} -version. " + _JAVA_HELP.format(min=MIN_JAVA))
     if version < MIN_JAVA:
-        raise SessionError(
-            f"{java} is Java {version}. " + _JAVA_HELP.format(min=MIN_JAVA)
-        )
+        raise SessionError(f"{java} is Java {version}. " + _JAVA_HELP.format(min=MIN_JAVA))
 
 
 def local_conf(cores: int) -> dict[str, str]:

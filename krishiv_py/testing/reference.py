@@ -55,11 +55,13 @@ import math
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, Protocol, TypeAlias, get_args
+from typing import Any, Protocol, TypeAlias, get_args
 
 import attrs
 
 from krishiv_py.errors import PlanError, SchemaError, SourceClosedError
+from krishiv_py.expr import AggFunc
+from krishiv_py.plan.watermarks import END_OF_TIME_MS
 from krishiv_py.plan.windows import SessionWindow, SlidingWindow, TumblingWindow, check_ms
 
 __all__ = [
@@ -72,13 +74,9 @@ __all__ = [
     "event_time_us",
 ]
 
-END_OF_TIME_MS: int = 2**47
-"""The watermark of a closed source: later than any event ("+infinity")."""
-
 FUTURE_TOLERANCE_MS = 60_000
 """Events more than this far ahead of the watermark are counted as future events."""
 
-AggFunc: TypeAlias = Literal["count", "sum", "avg", "min", "max", "count_distinct", "first", "last"]
 Row: TypeAlias = Mapping[str, object]
 Key: TypeAlias = tuple[object, ...]
 ModelWindow: TypeAlias = TumblingWindow | SlidingWindow | SessionWindow

@@ -140,8 +140,9 @@ def run_streaming(
     return out
 
 
-def run_bounded(session: Session, schema: Any, pipeline: Pipeline, rows: Sequence[Row]) -> list[dict[str, Any]]:
+def run_bounded(
+    session: Session, schema: Any, pipeline: Pipeline, rows: Sequence[Row]
+) -> list[dict[str, Any]]:
     """Results of the bounded lowering over ``rows`` (``from_records`` + ``collect``)."""
     stream = session.from_records(list(rows), schema)
     return pipeline(stream).collect().to_pylist()
-

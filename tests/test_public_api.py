@@ -1,0 +1,153 @@
+"""The public surface: a curated ``__all__``, a light import, ``py.typed``, the error tree."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import krishiv_py as kp
+
+EXPECTED_ALL = [
+    "END_OF_TIME_MS",
+    "AggExpr",
+    "ConsoleSink",
+    "Expr",
+    "ForeachBatchSink",
+    "Job",
+    "JobError",
+    "JobMetrics",
+    "JobProgress",
+    "KeyedStream",
+    "KrishivError",
+    "MemorySink",
+    "ParquetSink",
+    "PlanError",
+    "Schema",
+    "SchemaError",
+    "Sender",
+    "Session",
+    "SessionError",
+    "SourceClosedError",
+    "Stream",
+    "WatermarkSpec",
+    "WindowedStream",
+    "__version__",
+    "avg",
+    "col",
+    "count",
+    "count_distinct",
+    "first",
+    "last",
+    "lit",
+    "max",
+    "min",
+    "sum",
+]
+
+#: Names SPEC.md section 2 promises at the top level ("must not be renamed").
+SPEC_NAMES = {
+    "Session", "Sender", "Stream", "KeyedStream", "WindowedStream", "Job", "JobMetrics",
+    "WatermarkSpec", "ParquetSink", "ConsoleSink", "ForeachBatchSink",
+    "KrishivError", "SchemaError", "PlanError", "SessionError", "JobError",
+    "col", "lit", "count", "sum", "avg", "min", "max", "count_distinct", "first", "last",
+}
+
+
+def test_all_is_the_curated_list() -> None:
+    assert kp.__all__ == EXPECTED_ALL, (
+        "the public API changed: update EXPECTED_ALL (and the changelog) on purpose"
+    )
+    assert len(set(kp.__all__)) == len(kp.__all__)
+
+
+def test_every_public_name_is_importable() -> None:
+    module = importlib.import_module("krishiv_py")
+    for name in kp.__all__:
+        assert getattr(module, name, None) is not None, name
+    namespace: dict[str, object] = {}
+    exec("from krishiv_py import *", namespace)
+    assert set(EXPECTED_ALL) - {"__version__"} <= set(namespace)
+
+
+def test_spec_names_are_public() -> None:
+    missing = sorted(SPEC_NAMES - set(kp.__all__))
+    assert not missing, f"SPEC.md section 2 names missing from krishiv_py.__all__: {missing}"
+
+
+def test_version_matches_the_distribution() -> None:
+    from importlib.metadata import version
+
+    assert kp.__version__ == version("krishiv_py")
+
+
+_PROBE = """
+import json, sys, time
+t0 = time.perf_counter()
+import krishiv_py
+elapsed = time.perf_counter() - t0
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("pyspark", "py4j"))
+print(json.dumps({"elapsed": elapsed, "heavy": heavy}))
+"""
+
+
+def test_import_starts_no_jvm_and_is_quick() -> None:
+    started = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=60, check=False
+    )
+    wall = time.perf_counter() - started
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["heavy"] == [], f"import krishiv_py imported {report['heavy']}"
+    # A smoke check, not a benchmark: the bound is generous on purpose.
+    assert report["elapsed"] < 2.0, f"import krishiv_py took {report['elapsed']:.2f} s"
+    assert wall < 10.0
+
+
+def test_package_is_typed() -> None:
+    assert (Path(kp.__file__).parent / "py.typed").is_file()
+
+
+# --- the error tree ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("error", "builtin"),
+    [
+        (kp.SchemaError, ValueError),
+        (kp.PlanError, ValueError),
+        (kp.SessionError, RuntimeError),
+        (kp.JobError, RuntimeError),
+        (kp.SourceClosedError, RuntimeError),
+    ],
+)
+def test_error_families(error: type[Exception], builtin: type[Exception]) -> None:
+    assert issubclass(error, kp.KrishivError) and issubclass(error, builtin)
+    others = {ValueError, RuntimeError} - {builtin}
+    assert not any(issubclass(error, o) for o in others)
+    with pytest.raises(kp.KrishivError):
+        raise error("boom")
+
+
+def test_krishiv_error_is_an_exception_only() -> None:
+    assert issubclass(kp.KrishivError, Exception)
+    assert not issubclass(kp.KrishivError, ValueError | RuntimeError)
+
+
+def test_job_error_carries_the_cause() -> None:
+    err = kp.JobError("query failed", cause="java.lang.ArithmeticException: divide by zero")
+    assert err.cause == "java.lang.ArithmeticException: divide by zero"
+    assert "query failed" in str(err) and "divide by zero" in str(err)
+    bare = kp.JobError("query failed")
+    assert bare.cause is None and str(bare) == "query failed"
+
+
+def test_plan_errors_are_raised_by_the_builder_not_wrapped() -> None:
+    with pytest.raises(ValueError, match="column name"):
+        kp.col("")
