@@ -44,10 +44,9 @@ class Sender:
 
     Examples
     --------
-    >>> import krishiv_py as kp, datetime as dt          # doctest: +SKIP
-    >>> stream, sender = session.memory_stream("k string, t timestamp")  # doctest: +SKIP
-    >>> sender.send([{"k": "a", "t": dt.datetime(2024, 1, 1)}])         # doctest: +SKIP
-    0
+        import krishiv_py as kp, datetime as dt
+        stream, sender = session.memory_stream("k string, t timestamp")
+        sender.send([{"k": "a", "t": dt.datetime(2024, 1, 1)}])  # -> 0, its sequence number
     """
 
     def __init__(self, *, name: str, schema: Schema, path: str) -> None:

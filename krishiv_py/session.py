@@ -39,9 +39,9 @@ class Session:
 
     Examples
     --------
-    >>> import krishiv_py as kp                                  # doctest: +SKIP
-    >>> with kp.Session.embedded() as session:                   # doctest: +SKIP
-    ...     stream, sender = session.memory_stream("k string, t timestamp")
+        import krishiv_py as kp
+        with kp.Session.embedded() as session:
+            stream, sender = session.memory_stream("k string, t timestamp")
     """
 
     def __init__(

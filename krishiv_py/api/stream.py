@@ -35,12 +35,12 @@ class Stream(WindowAssigners):
 
     Examples
     --------
-    >>> per_minute = (                                            # doctest: +SKIP
-    ...     stream.watermark("event_time", 5_000)
-    ...     .key_by("user_id")
-    ...     .tumbling_window(60_000)
-    ...     .agg(kp.count(kp.col("*")), kp.sum(kp.col("amount")))
-    ... )
+        per_minute = (
+            stream.watermark("event_time", 5_000)
+            .key_by("user_id")
+            .tumbling_window(60_000)
+            .agg(kp.count(kp.col("*")), kp.sum(kp.col("amount")))
+        )
     """
 
     __slots__ = ("_plan", "_session")

@@ -37,7 +37,7 @@ class WindowAssigners:
 
         Examples
         --------
-        >>> per_minute = stream.watermark("t", 5_000).tumbling_window(60_000)  # doctest: +SKIP
+            per_minute = stream.watermark("t", 5_000).tumbling_window(60_000)
         """
         return self._windowed(TumblingWindow(size_ms=size_ms, offset_ms=offset_ms))
 
