@@ -95,6 +95,9 @@ def test_parquet_sink_is_readable_and_exactly_once(session: kp.Session, tmp_path
     stream, sender = session.memory_stream(SCHEMA)
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
     job = per_minute(stream).start(kp.ParquetSink(str(out)), checkpoint_dir=str(ckpt))
+    empty = job.results()  # nothing committed yet: an empty table, not an error
+    assert empty.num_rows == 0
+    assert empty.column_names == ["user_id", "window_start", "window_end", "events", "total"]
     sender.send([ev("a", 1), ev("b", 2)])
     sender.send([ev("a", 125)])
     job.process_all_available()
@@ -112,6 +115,8 @@ def test_parquet_sink_is_readable_and_exactly_once(session: kp.Session, tmp_path
         ("b", T0),
     ]
     assert (out / "_spark_metadata").is_dir()
+    files = [f for f in out.glob("*.parquet")]
+    assert pq.read_schema(files[0]).field("window_start").type == pa.timestamp("us", tz="UTC")
 
 
 def test_foreach_batch_sink_gets_arrow_tables(session: kp.Session) -> None:
@@ -183,8 +188,12 @@ def test_union_of_two_memory_streams(session: kp.Session) -> None:
     merged = a.watermark("event_time", 0).union(b.watermark("event_time", 0))
     job = merged.tumbling_window(60_000).agg(kp.count(kp.col("*"))).start()
     sa.send([ev("a", 1)])
+    job.process_all_available()
+    assert job.watermark_ms is None  # the right source has no watermark yet
+    assert job.results().num_rows == 0
     sb.send([ev("b", 2), ev("b", 70)])
     job.process_all_available()
+    assert job.watermark_ms == int(T0.timestamp() * 1000) + 1_000
     assert set(job.source_watermarks()) == {"union_left", "union_right"}
     sa.close()
     sb.close()
@@ -337,3 +346,16 @@ def test_null_literal_column_has_the_planned_type(session: kp.Session) -> None:
     table = stream.collect()
     assert table.schema.field("z").type == pa.string()
     assert table.to_pylist() == [{"user_id": "a", "z": None}]
+
+
+def test_event_times_before_the_supported_range_are_counted_invalid(session: kp.Session) -> None:
+    stream, sender = session.memory_stream(SCHEMA)
+    pipeline = per_minute(stream)
+    job = pipeline.start()
+    sender.send([{"user_id": "a", "event_time": dt.datetime(1000, 1, 1, tzinfo=dt.timezone.utc),
+                  "amount": 1.0}, ev("a", 1)])
+    sender.close()
+    assert job.await_termination(timeout_s=120)
+    assert job.results().num_rows == 1
+    assert job.metrics().invalid_events == 1
+    assert pipeline.collect().num_rows == 1

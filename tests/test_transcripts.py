@@ -147,6 +147,12 @@ TRANSCRIPTS: dict[str, tuple[str, Pipeline, list[Step]]] = {
         tumbling(10, 0),
         [Send(rows(None, 5)), Send(rows(None)), Close()],
     ),
+    "far_future_event_time_fires_on_close": (
+        MS, tumbling(10, 0), [Send(rows(200_000_000_000_000, 253_402_300_799_980)), Close()],
+    ),
+    "event_times_out_of_range_are_invalid": (
+        MS, tumbling(10, 0), [Send(rows(-(2**44) - 1, 253_402_300_800_000, -(2**44))), Close()],
+    ),
     "timestamp_event_time_with_microseconds": (
         TS,
         lambda s: s.watermark("t", 0).tumbling_window(10).agg(kp.count(kp.col("*")), kp.first(kp.col("v"))),

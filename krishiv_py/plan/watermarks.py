@@ -14,10 +14,12 @@ from krishiv_py.plan.windows import check_ms
 
 __all__ = ["END_OF_TIME_MS", "MAX_EVENT_MS", "MIN_EVENT_MS", "WatermarkSpec"]
 
-#: The watermark of a closed source: later than any supported event time.
-END_OF_TIME_MS = 2**47
-#: Event times outside [0001-01-01, 9999-12-31] are treated as invalid, like nulls.
-MIN_EVENT_MS = -62135596800000
+#: The watermark of a closed source: later than the end of every window of a
+#: supported event time (~year 144,000).
+END_OF_TIME_MS = 2**52
+#: Supported event times: from 1412-07-22 (-2**44 ms, the native lowering's
+#: time shift) to 9999-12-31. Rows outside are invalid, like null event times.
+MIN_EVENT_MS = -(2**44)
 MAX_EVENT_MS = 253402300799999
 
 

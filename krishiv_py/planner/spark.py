@@ -288,10 +288,9 @@ class _Ctx:
         assert et is not None
         shift_us = self.shift * 1000
         col = quote(node.column)
-        if et.dtype.is_timestamp:
-            micros = f"unix_micros(CAST({col} AS TIMESTAMP))"
-        else:
-            micros = f"CASE WHEN {col} BETWEEN {MIN_EVENT_MS}L AND {MAX_EVENT_MS}L THEN {col} * 1000L END"
+        raw = f"unix_micros(CAST({col} AS TIMESTAMP))" if et.dtype.is_timestamp else f"{col} * 1000L"
+        millis = f"unix_millis(CAST({col} AS TIMESTAMP))" if et.dtype.is_timestamp else col
+        micros = f"CASE WHEN {millis} BETWEEN {MIN_EVENT_MS}L AND {MAX_EVENT_MS}L THEN {raw} END"
         data_et = f"timestamp_micros({micros} + {shift_us}L)"
         punct_et = f"timestamp_micros(({quote(WM)} + {node.lag_ms + self.shift}L) * 1000L)"
         et_expr = f"CASE WHEN {quote(KIND)} = 0 THEN {data_et} ELSE {punct_et} END AS {quote(ET)}"

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
 
     from krishiv_py.sender import Sender
+    from krishiv_py.types import Schema
 
 __all__ = ["BoundedJob", "Job", "JobProgress", "StreamingJob"]
 
@@ -61,6 +62,15 @@ def spark_cause(exc: BaseException) -> str:
 
 
 _ERROR_LINE = re.compile(r"^[A-Za-z_][\w.$]*(Error|Exception)(\[[^\]]*\])?: ")
+
+
+def read_parquet_results(spark: SparkSession, path: str, schema: Schema) -> pa.Table:
+    """The committed rows under a ParquetSink path (empty before the first commit)."""
+    import os
+
+    if not os.path.isdir(path) or not any(f.endswith(".parquet") for _, _, fs in os.walk(path) for f in fs):
+        return schema.to_arrow().empty_table()
+    return spark_call("reading results", lambda: spark.read.schema(schema.ddl()).parquet(path).toArrow())
 
 
 @attrs.frozen(kw_only=True)
@@ -164,7 +174,7 @@ class StreamingJob(Job):
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 return False
-            step = 0.2 if remaining is None else min(0.2, remaining)
+            step = 0.2 if remaining is None else max(0.001, min(0.2, remaining))
             spark_call("awaiting termination", functools.partial(self._wait, step))
 
     def _wait(self, seconds: float) -> None:
@@ -203,8 +213,7 @@ class StreamingJob(Job):
             assert name is not None
             table = spark_call("reading results", lambda: self._spark.table(name).toArrow())
         elif isinstance(self._sink, ParquetSink):
-            path = self._sink.path
-            table = spark_call("reading results", lambda: self._spark.read.parquet(path).toArrow())
+            table = read_parquet_results(self._spark, self._sink.path, self._recipe.output_schema)
         else:
             raise PlanError(
                 f"results() needs MemorySink or ParquetSink; this job writes to {type(self._sink).__name__}"
@@ -242,7 +251,9 @@ class StreamingJob(Job):
                     continue
                 w = int(max_us) // 1000 - t.lag_ms - shift
                 per_source[t.source] = max(per_source.get(t.source, w), w)
-            history.append(min(per_source.values()) if per_source else None)
+            # Spark's minimum counts a source without data as "no watermark yet".
+            complete = len(per_source) == len({t.source for t in self._recipe.tracked})
+            history.append(min(per_source.values()) if per_source and complete else None)
         return per_source, history
 
     @property

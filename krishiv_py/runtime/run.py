@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from krishiv_py.planner.spark import SparkRecipe
 from krishiv_py.runtime.build import build_dataframe
-from krishiv_py.runtime.job import BoundedJob, StreamingJob, spark_call
+from krishiv_py.runtime.job import BoundedJob, StreamingJob, read_parquet_results, spark_call
 from krishiv_py.runtime.results import conform
 from krishiv_py.sinks import ConsoleSink, ForeachBatchSink, MemorySink, ParquetSink, Sink
 
@@ -69,10 +69,8 @@ def run_bounded(spark: SparkSession, recipe: SparkRecipe, *, sink: Sink) -> Boun
         table = conform(spark_call("running the batch job", df.toArrow), recipe.output_schema)
     elif isinstance(sink, ParquetSink):
         spark_call("writing Parquet", lambda: df.write.mode("append").parquet(os.path.abspath(sink.path)))
-        table = conform(
-            spark_call("reading results", lambda: spark.read.parquet(os.path.abspath(sink.path)).toArrow()),
-            recipe.output_schema,
-        )
+        table = conform(read_parquet_results(spark, os.path.abspath(sink.path), recipe.output_schema),
+                        recipe.output_schema)
     elif isinstance(sink, ConsoleSink):
         spark_call("running the batch job", lambda: df.show(sink.num_rows, truncate=sink.truncate))
     else:

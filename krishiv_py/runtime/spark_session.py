@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 __all__ = ["build_spark", "find_java", "java_major_version"]
 
 MIN_JAVA = 17
+_LOG4J = "file:" + os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
 _JAVA_HELP = (
     "krishiv_py runs Apache Spark 4, which needs Java {min} or newer. Install it "
     "(Debian/Ubuntu: `apt-get install openjdk-17-jre-headless`; macOS: `brew install openjdk@17`) "
@@ -65,7 +66,7 @@ def check_java() -> None:
 
 
 def local_conf(cores: int) -> dict[str, str]:
-    """Spark settings for one machine (see docs/concepts.md for why each is set)."""
+    """Spark settings for one machine (docs/lowering.md explains each)."""
     return {
         # Spark's default of 200 shuffle partitions makes every stateful
         # micro-batch schedule 200 tiny tasks; one per core is ~10x faster here.
@@ -74,12 +75,14 @@ def local_conf(cores: int) -> dict[str, str]:
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.session.timeZone": "UTC",
-        "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
+        "spark.driver.extraJavaOptions": f"-Duser.timezone=UTC -Dlog4j2.configurationFile={_LOG4J}",
         "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.streaming.multipleWatermarkPolicy": "min",
         "spark.sql.streaming.noDataMicroBatches.enabled": "true",
         "spark.sql.adaptive.enabled": "false",
+        # Parquet results carry UTC microsecond timestamps, not legacy INT96.
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.driver.host": "127.0.0.1",
     }
@@ -91,6 +94,8 @@ def build_spark(
     """Create or attach to a SparkSession; returns it and whether we created it."""
     if local:
         check_java()
+    if local:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     try:

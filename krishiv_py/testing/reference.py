@@ -61,7 +61,7 @@ import attrs
 
 from krishiv_py.errors import PlanError, SchemaError, SourceClosedError
 from krishiv_py.expr import AggFunc
-from krishiv_py.plan.watermarks import END_OF_TIME_MS
+from krishiv_py.plan.watermarks import END_OF_TIME_MS, MAX_EVENT_MS, MIN_EVENT_MS
 from krishiv_py.plan.windows import SessionWindow, SlidingWindow, TumblingWindow, check_ms
 
 __all__ = [
@@ -468,10 +468,13 @@ def event_time_us(value: object) -> int | None:
         return None
     if isinstance(value, datetime):
         aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-        return (aware - _EPOCH) // _ONE_US
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value * 1000
-    raise SchemaError(f"event time must be an int (epoch ms) or a datetime, got {value!r}")
+        us: int = (aware - _EPOCH) // _ONE_US
+    elif isinstance(value, int) and not isinstance(value, bool):
+        us = value * 1000
+    else:
+        raise SchemaError(f"event time must be an int (epoch ms) or a datetime, got {value!r}")
+    # Outside the supported range an event time is invalid, like a missing one.
+    return us if MIN_EVENT_MS <= us // 1000 <= MAX_EVENT_MS else None
 
 
 def _canonical(value: object) -> object:
