@@ -27,7 +27,7 @@ def lint(session: nox.Session) -> None:
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on the package and the tests."""
     session.install("-e", ".[dev]")
-    session.run("mypy", "--strict", "krishiv_py", "tests")
+    session.run("mypy", "--strict", "krishiv_py", "tests", "examples", "benchmarks")
 
 
 @nox.session(python=PYTHON)

@@ -8,8 +8,8 @@ compare and hash structurally.
 Examples
 --------
 >>> import krishiv_py as kp
->>> (kp.col("amount") * 2 > 10).node
-BinaryOp(op='>', left=BinaryOp(op='*', left=Column(name='amount'), right=Literal(value=2)), right=Literal(value=10))
+>>> (kp.col("amount") > 10).node
+BinaryOp(op='>', left=Column(name='amount'), right=Literal(value=10))
 >>> kp.sum(kp.col("amount")).name
 'sum_amount'
 """

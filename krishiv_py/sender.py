@@ -328,7 +328,9 @@ def _cast(
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         row = _first_bad_cast(column, target)
         where = f", row {row}" if row is not None else ""
-        raise SchemaError(f"column {name!r}{where}: cannot convert {source} to {dtype} exactly: {exc}") from None
+        raise SchemaError(
+            f"column {name!r}{where}: cannot convert {source} to {dtype} exactly: {exc}"
+        ) from None
     if not nullable and out.null_count:
         row = pc.index(pc.is_null(out), True).as_py()
         raise SchemaError(f"column {name!r}, row {row}: null in a NOT NULL column")

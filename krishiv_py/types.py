@@ -297,7 +297,8 @@ def to_schema(schema: object) -> Schema:
         )
     else:
         raise SchemaError(
-            f"schema must be a DDL string, a pyarrow.Schema or a Spark StructType, got {type(schema).__name__}"
+            "schema must be a DDL string, a pyarrow.Schema or a Spark StructType, "
+            f"got {type(schema).__name__}"
         )
     for f in out.fields:
         if f.name.startswith(HIDDEN_PREFIX):

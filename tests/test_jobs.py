@@ -352,7 +352,7 @@ def test_event_times_before_the_supported_range_are_counted_invalid(session: kp.
     stream, sender = session.memory_stream(SCHEMA)
     pipeline = per_minute(stream)
     job = pipeline.start()
-    sender.send([{"user_id": "a", "event_time": dt.datetime(1000, 1, 1, tzinfo=dt.timezone.utc),
+    sender.send([{"user_id": "a", "event_time": dt.datetime(1000, 1, 1, tzinfo=dt.UTC),
                   "amount": 1.0}, ev("a", 1)])
     sender.close()
     assert job.await_termination(timeout_s=120)

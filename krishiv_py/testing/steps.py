@@ -17,7 +17,7 @@ Examples
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import attrs
@@ -47,11 +47,15 @@ Row: TypeAlias = Mapping[str, object]
 Pipeline: TypeAlias = "Callable[[Stream], Stream]"
 
 
+def _as_rows(rows: Iterable[Row]) -> tuple[Row, ...]:
+    return tuple(rows)
+
+
 @attrs.frozen
 class Send:
     """One ``sender.send(rows)``: one step."""
 
-    rows: Sequence[Row] = attrs.field(converter=tuple)
+    rows: tuple[Row, ...] = attrs.field(converter=_as_rows)
 
 
 @attrs.frozen
