@@ -23,7 +23,7 @@ import attrs
 from krishiv_py.errors import JobError, KrishivError, PlanError
 from krishiv_py.metrics import JobMetrics
 from krishiv_py.planner.spark import OUT_OBSERVE, SparkRecipe
-from krishiv_py.sinks import ConsoleSink, ForeachBatchSink, MemorySink, ParquetSink, Sink
+from krishiv_py.sinks import MemorySink, ParquetSink, Sink
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -258,7 +258,8 @@ class StreamingJob(Job):
 
     @property
     def watermark_ms(self) -> int | None:
-        return self._watermarks()[1][-1] if self._batches or self._ordered() else None
+        history = self._watermarks()[1]
+        return history[-1] if history else None
 
     def source_watermarks(self) -> dict[str, int]:
         return self._watermarks()[0]
@@ -381,11 +382,3 @@ class BoundedJob(Job):
     def progress(self) -> list[JobProgress]:
         return []
 
-
-def sink_kind(sink: Sink) -> str:
-    return {
-        MemorySink: "memory",
-        ParquetSink: "parquet",
-        ConsoleSink: "console",
-        ForeachBatchSink: "foreachBatch",
-    }[type(sink)]

@@ -80,6 +80,8 @@ def local_conf(cores: int) -> dict[str, str]:
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.streaming.multipleWatermarkPolicy": "min",
         "spark.sql.streaming.noDataMicroBatches.enabled": "true",
+        # Jobs rebuild their metrics from recent progress; keep more of it.
+        "spark.sql.streaming.numRecentProgressUpdates": "1000",
         "spark.sql.adaptive.enabled": "false",
         # Parquet results carry UTC microsecond timestamps, not legacy INT96.
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
