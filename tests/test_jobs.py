@@ -359,3 +359,21 @@ def test_event_times_before_the_supported_range_are_counted_invalid(session: kp.
     assert job.results().num_rows == 1
     assert job.metrics().invalid_events == 1
     assert pipeline.collect().num_rows == 1
+
+
+def test_huge_batch_is_one_step(session: kp.Session) -> None:
+    n = 200_000
+    table = pa.table({
+        "user_id": pa.array([f"u{i % 100}" for i in range(n)]),
+        "event_time": pa.array([T0 + dt.timedelta(milliseconds=i) for i in range(n)],
+                               pa.timestamp("us", tz="UTC")),
+        "amount": pa.array([1.0] * n),
+    })
+    stream, sender = session.memory_stream(SCHEMA)
+    job = per_minute(stream).start()
+    assert sender.send(table) == 0
+    sender.close()
+    assert job.await_termination(timeout_s=300)
+    totals = job.results().to_pylist()
+    assert sum(r["events"] for r in totals) == n
+    assert job.metrics().input_rows == n
