@@ -225,14 +225,19 @@ class _Ctx:
     tracked: list[TrackedSource] = attrs.field(factory=list)
     inputs: int = 0
 
-    def lower(self, node: n.PlanNode) -> tuple[RecipeNode, tuple[str, ...]]:
-        """Recipe for ``node`` and the hidden columns it carries."""
+    def lower(self, node: n.PlanNode, *, count_input: bool = True) -> tuple[RecipeNode, tuple[str, ...]]:
+        """Recipe for ``node`` and the hidden columns it carries.
+
+        ``count_input=False``: a watermark right above this source counts its
+        rows, saving Spark one per-row metrics operator.
+        """
         if isinstance(node, n.MemorySource | n.RecordsSource | n.FileSource):
-            return self._source(node), BASE_HIDDEN
+            return self._source(node, count_input), BASE_HIDDEN
         if isinstance(node, n.Union):
             parts = [self.lower(i) for i in node.inputs]
             return UnionAll(children=tuple(p[0] for p in parts)), parts[0][1]
-        child, hidden = self.lower(node.input)
+        direct = isinstance(node, n.Watermark) and isinstance(node.input, n.SOURCE_TYPES)
+        child, hidden = self.lower(node.input, count_input=not direct)
         if isinstance(node, n.Filter):
             cond = to_sql(node.predicate)
             if KIND in hidden:
@@ -243,13 +248,15 @@ class _Ctx:
             exprs = tuple(_select_item(e, schema) for e in node.exprs) + tuple(quote(h) for h in hidden)
             return SelectExprs(child=child, exprs=exprs), hidden
         if isinstance(node, n.Watermark):
-            return self._watermark(node, child), (*hidden, ET)
+            return self._watermark(node, child, count_input=direct), (*hidden, ET)
         assert isinstance(node, n.WindowAggregate)
         return self._window(node, child), ()
 
-    def _source(self, node: n.MemorySource | n.RecordsSource | n.FileSource) -> RecipeNode:
-        name = f"kp_in_{self.inputs}"
+    def _source(self, node: n.MemorySource | n.RecordsSource | n.FileSource, count_input: bool) -> RecipeNode:
         self.inputs += 1
+        if not count_input:
+            return self._read(node)
+        name = f"kp_in_{self.inputs - 1}"
         return Observe(child=self._read(node), name=name, exprs=(f"count_if({quote(KIND)} = 0) AS rows",))
 
     def _read(self, node: n.MemorySource | n.RecordsSource | n.FileSource) -> RecipeNode:
@@ -283,7 +290,7 @@ class _Ctx:
         )
         return SelectExprs(child=read, exprs=("*", *hidden))
 
-    def _watermark(self, node: n.Watermark, child: RecipeNode) -> RecipeNode:
+    def _watermark(self, node: n.Watermark, child: RecipeNode, *, count_input: bool) -> RecipeNode:
         et = n.event_time(node)
         assert et is not None
         shift_us = self.shift * 1000
@@ -304,6 +311,7 @@ class _Ctx:
             child=out,
             name=name,
             exprs=(
+                *((f"count_if({quote(KIND)} = 0) AS rows",) if count_input else ()),
                 f"count_if({quote(KIND)} = 0 AND {quote(ET)} IS NULL) AS invalid",
                 f"max(unix_micros({quote(ET)})) AS max_et_us",
                 f"max({quote(KIND)}) AS max_kind",

@@ -307,9 +307,8 @@ def _sum_observed(observed: Sequence[dict[str, Any]]) -> dict[str, int]:
     totals = {"rows": 0, "invalid": 0, "emitted": 0}
     for obs in observed:
         for name, m in obs.items():
-            if name.startswith("kp_in_"):
+            if name.startswith(("kp_in_", "kp_src_")):
                 totals["rows"] += int(m.get("rows") or 0)
-            elif name.startswith("kp_src_"):
                 totals["invalid"] += int(m.get("invalid") or 0)
             elif name == OUT_OBSERVE:
                 totals["emitted"] += int(m.get("rows") or 0)

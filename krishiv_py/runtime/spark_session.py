@@ -65,9 +65,21 @@ def check_java() -> None:
         raise SessionError(f"{java} is Java {version}. " + _JAVA_HELP.format(min=MIN_JAVA))
 
 
+def driver_memory() -> str:
+    """A quarter of this machine's memory, between 1 and 8 GiB (Spark's default is 1 GiB)."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return "1g"
+    return f"{max(1, min(8, total // 4 // 2**30))}g"
+
+
 def local_conf(cores: int) -> dict[str, str]:
     """Spark settings for one machine (docs/lowering.md explains each)."""
     return {
+        # In local mode the driver JVM runs every task; 1 GiB runs out of heap
+        # on a million-row batch.
+        "spark.driver.memory": driver_memory(),
         # Spark's default of 200 shuffle partitions makes every stateful
         # micro-batch schedule 200 tiny tasks; one per core is ~10x faster here.
         "spark.sql.shuffle.partitions": str(cores),
