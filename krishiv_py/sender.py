@@ -137,6 +137,7 @@ class Sender:
         return pa.Table.from_arrays(arrays, schema=_nullable(self._schema.to_arrow()))
 
     def _write(self, table: pa.Table, kind: int, wm: int | None) -> int:
+        import numpy as np
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -146,11 +147,11 @@ class Sender:
             seq = self._next_seq
             n = table.num_rows
             table = (
-                table.append_column("__kp_kind", pa.array([kind] * n, pa.int8()))
-                .append_column("__kp_wm", pa.array([wm] * n, pa.int64()))
+                table.append_column("__kp_kind", pa.array(np.full(n, kind, dtype=np.int8)))
                 .append_column(
-                    "__kp_seq", pa.array([(seq << _ROW_BITS) + i for i in range(n)], pa.int64())
+                    "__kp_wm", pa.array([wm] * n, pa.int64()) if wm is not None else pa.nulls(n, pa.int64())
                 )
+                .append_column("__kp_seq", pa.array(np.arange(n, dtype=np.int64) + (seq << _ROW_BITS)))
             )
             fname = f"batch-{seq:012d}-{_KIND_NAMES[kind]}.parquet"
             staged = os.path.join(self._staging, fname)
@@ -247,9 +248,7 @@ def _column(name: str, dtype: DataType, nullable: bool, values: list[Any]) -> pa
             try:
                 pa.array([v], type=dtype.to_arrow())
             except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
-                raise SchemaError(
-                    f"column {name!r}, row {i}: {v!r} is not a valid {dtype} value"
-                ) from None
+                raise SchemaError(f"column {name!r}, row {i}: {v!r} is not a valid {dtype} value") from None
         raise SchemaError(f"column {name!r}: {exc}") from None
 
 
@@ -300,9 +299,7 @@ def _from_arrow(table: pa.Table, schema: Schema) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=_nullable(schema.to_arrow()))
 
 
-def _cast(
-    name: str, dtype: DataType, nullable: bool, column: pa.ChunkedArray[Any]
-) -> pa.ChunkedArray[Any]:
+def _cast(name: str, dtype: DataType, nullable: bool, column: pa.ChunkedArray[Any]) -> pa.ChunkedArray[Any]:
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.types as pat
@@ -312,8 +309,11 @@ def _cast(
     compatible = (
         source == target
         or (dtype.is_timestamp and pat.is_timestamp(source))
-        or (dtype.is_numeric and (pat.is_integer(source) or pat.is_floating(source) or pat.is_decimal(source))
-            and not (dtype.is_integral and pat.is_floating(source)))
+        or (
+            dtype.is_numeric
+            and (pat.is_integer(source) or pat.is_floating(source) or pat.is_decimal(source))
+            and not (dtype.is_integral and pat.is_floating(source))
+        )
         or (dtype.name == "string" and (pat.is_string(source) or pat.is_large_string(source)))
         or (dtype.name == "binary" and (pat.is_binary(source) or pat.is_large_binary(source)))
         or (dtype.name == "date" and pat.is_date(source))

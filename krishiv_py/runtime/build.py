@@ -68,11 +68,12 @@ def _read(spark: SparkSession, node: r.ReadSource) -> DataFrame:
 
 def _with_hidden(table: Any) -> Any:
     """Add the hidden columns a source carries: data rows, arrival order = row order."""
+    import numpy as np
     import pyarrow as pa
 
     n = table.num_rows
     return (
-        table.append_column("__kp_kind", pa.array([0] * n, pa.int8()))
+        table.append_column("__kp_kind", pa.array(np.zeros(n, dtype=np.int8)))
         .append_column("__kp_wm", pa.nulls(n, pa.int64()))
-        .append_column("__kp_seq", pa.array(range(n), pa.int64()))
+        .append_column("__kp_seq", pa.array(np.arange(n, dtype=np.int64)))
     )
