@@ -139,7 +139,6 @@ class SparkRecipe:
     output_mode: Literal["append"]
     time_shift_ms: int
     tracked: tuple[TrackedSource, ...]
-    inputs: int
     windowed: bool
     output_schema: Schema
 
@@ -203,7 +202,6 @@ def lower(plan: n.PlanNode, *, force_bounded: bool = False) -> SparkRecipe:
         output_mode="append",
         time_shift_ms=ctx.shift,
         tracked=tuple(ctx.tracked),
-        inputs=ctx.inputs,
         windowed=windowed,
         output_schema=n.schema_of(plan),
     )
