@@ -17,17 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import krishiv_py as kp
-from krishiv_py.testing import (
-    AdvanceWatermark,
-    Close,
-    Send,
-    Step,
-    assert_same_rows,
-    run_bounded,
-    run_reference,
-    run_reference_bounded,
-    run_streaming,
-)
+from krishiv_py.testing import AdvanceWatermark, Close, Send, Step, assert_lowerings_agree
 
 SCHEMA = "k string, t bigint, v bigint"
 Pipeline = Callable[[kp.Stream], kp.Stream]
@@ -76,17 +66,7 @@ steps = st.lists(step, min_size=1, max_size=4).map(lambda s: [*s, Close()])
 
 
 def check(session: kp.Session, build: Pipeline, scenario: list[Step]) -> None:
-    expected = run_reference(SCHEMA, build, scenario)
-    actual = run_streaming(session, SCHEMA, build, scenario)
-    for i, (got, want) in enumerate(zip(actual, expected, strict=True)):
-        try:
-            assert_same_rows(got, want)
-        except AssertionError as exc:
-            raise AssertionError(f"after step {i} of {scenario!r}:\n{exc}") from None
-    all_rows = [dict(r) for s in scenario if isinstance(s, Send) for r in s.rows]
-    assert_same_rows(
-        run_bounded(session, SCHEMA, build, all_rows), run_reference_bounded(SCHEMA, build, all_rows)
-    )
+    assert_lowerings_agree(session, SCHEMA, build, scenario)
 
 
 @pytest.mark.parametrize("keyed", [True, False], ids=["keyed", "unkeyed"])

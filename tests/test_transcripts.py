@@ -9,7 +9,7 @@ once), and all must agree.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -20,10 +20,7 @@ from krishiv_py.testing import (
     Close,
     Send,
     Step,
-    assert_same_rows,
-    run_bounded,
-    run_reference,
-    run_reference_bounded,
+    assert_lowerings_agree,
     run_streaming,
 )
 
@@ -178,22 +175,10 @@ TRANSCRIPTS: dict[str, tuple[str, Pipeline, list[Step]]] = {
 }
 
 
-def _all_rows(steps: Sequence[Step]) -> list[dict[str, object]]:
-    return [dict(r) for s in steps if isinstance(s, Send) for r in s.rows]
-
-
 @pytest.mark.parametrize("name", sorted(TRANSCRIPTS))
 def test_reference_native_and_bounded_agree(session: kp.Session, name: str) -> None:
     schema, pipeline, steps = TRANSCRIPTS[name]
-    expected = run_reference(schema, pipeline, steps)
-    actual = run_streaming(session, schema, pipeline, steps)
-    for i, (got, want) in enumerate(zip(actual, expected, strict=True)):
-        try:
-            assert_same_rows(got, want)
-        except AssertionError as exc:
-            raise AssertionError(f"{name}: results differ after step {i} ({steps[i]!r}):\n{exc}") from None
-    bounded_expected = run_reference_bounded(schema, pipeline, _all_rows(steps))
-    assert_same_rows(run_bounded(session, schema, pipeline, _all_rows(steps)), bounded_expected)
+    assert_lowerings_agree(session, schema, pipeline, steps)
 
 
 def test_very_late_transcript_really_drops(session: kp.Session) -> None:

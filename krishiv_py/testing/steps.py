@@ -24,6 +24,7 @@ import attrs
 
 from krishiv_py.errors import PlanError
 from krishiv_py.plan import nodes as n
+from krishiv_py.testing.compare import assert_same_rows
 from krishiv_py.testing.reference import AggSpec, ReferenceModel
 from krishiv_py.types import to_schema
 
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AdvanceWatermark",
     "Close",
+    "assert_lowerings_agree",
     "Send",
     "Step",
     "reference_model_for",
@@ -150,3 +152,26 @@ def run_bounded(
     """Results of the bounded lowering over ``rows`` (``from_records`` + ``collect``)."""
     stream = session.from_records(list(rows), schema)
     return pipeline(stream).collect().to_pylist()
+
+
+def assert_lowerings_agree(session: Session, schema: Any, pipeline: Pipeline, steps: Sequence[Step]) -> None:
+    """Run ``steps`` on the reference model, native streaming and bounded Spark; all must agree.
+
+    Streaming results are compared with the model after every step (so firing
+    times are checked); the bounded run gets all rows at once and is compared
+    with the model's one-step run.
+    """
+    expected = run_reference(schema, pipeline, steps)
+    actual = run_streaming(session, schema, pipeline, steps)
+    for i, (got, want) in enumerate(zip(actual, expected, strict=True)):
+        try:
+            assert_same_rows(got, want)
+        except AssertionError as exc:
+            raise AssertionError(f"streaming differs after step {i} ({steps[i]!r}):\n{exc}") from None
+    rows = [dict(r) for s in steps if isinstance(s, Send) for r in s.rows]
+    try:
+        assert_same_rows(
+            run_bounded(session, schema, pipeline, rows), run_reference_bounded(schema, pipeline, rows)
+        )
+    except AssertionError as exc:
+        raise AssertionError(f"bounded run differs:\n{exc}") from None
