@@ -183,9 +183,8 @@ class StreamingJob(Job):
 
     def stop(self) -> None:
         if self._query.isActive:
-            self._refresh()
             spark_call("stopping the job", self._query.stop)
-        self._refresh()
+        self._refresh()  # a stopped query still reports its progress
 
     @property
     def is_active(self) -> bool:
