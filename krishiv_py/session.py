@@ -200,22 +200,46 @@ class Session:
         return Stream(self, n.RecordsSource(name=self._register(name), schema=parsed, data=table))
 
     def read_parquet(
-        self, path: str, schema: Any = None, *, streaming: bool = False, name: str | None = None
+        self,
+        path: str,
+        schema: Any = None,
+        *,
+        streaming: bool = False,
+        name: str | None = None,
+        max_files_per_trigger: int | None = None,
     ) -> Stream:
-        """Parquet files: bounded, or an unbounded directory source with ``streaming=True``."""
-        return self._files("parquet", path, schema, streaming, name, ())
+        """Parquet files: bounded, or an unbounded directory source with ``streaming=True``.
+
+        ``max_files_per_trigger`` (streaming only) caps how many new files one
+        micro-batch reads; files are taken oldest modification time first, so
+        with ``1`` each file is one batch and the watermark advances between
+        files. Default: every file present when a batch starts.
+        """
+        return self._files("parquet", path, schema, streaming, name, (), max_files_per_trigger)
 
     def read_csv(
-        self, path: str, schema: Any = None, *, streaming: bool = False, name: str | None = None
+        self,
+        path: str,
+        schema: Any = None,
+        *,
+        streaming: bool = False,
+        name: str | None = None,
+        max_files_per_trigger: int | None = None,
     ) -> Stream:
         """CSV files with a header row (bounded, or a directory with ``streaming=True``)."""
-        return self._files("csv", path, schema, streaming, name, (("header", "true"),))
+        return self._files("csv", path, schema, streaming, name, (("header", "true"),), max_files_per_trigger)
 
     def read_json(
-        self, path: str, schema: Any = None, *, streaming: bool = False, name: str | None = None
+        self,
+        path: str,
+        schema: Any = None,
+        *,
+        streaming: bool = False,
+        name: str | None = None,
+        max_files_per_trigger: int | None = None,
     ) -> Stream:
         """JSON-lines files (bounded, or a directory with ``streaming=True``)."""
-        return self._files("json", path, schema, streaming, name, ())
+        return self._files("json", path, schema, streaming, name, (), max_files_per_trigger)
 
     def _files(
         self,
@@ -225,9 +249,22 @@ class Session:
         streaming: bool,
         name: str | None,
         options: tuple[tuple[str, str], ...],
+        max_files_per_trigger: int | None,
     ) -> Stream:
         from krishiv_py.api.stream import Stream
 
+        if max_files_per_trigger is not None:
+            if (
+                isinstance(max_files_per_trigger, bool)
+                or not isinstance(max_files_per_trigger, int)
+                or max_files_per_trigger < 1
+            ):
+                raise PlanError(
+                    f"max_files_per_trigger must be a positive integer, got {max_files_per_trigger!r}"
+                )
+            if not streaming:
+                raise PlanError("max_files_per_trigger applies to streaming=True file sources only")
+            options = (*options, ("maxFilesPerTrigger", str(max_files_per_trigger)))
         path = os.path.abspath(path)
         parsed = to_schema(schema) if schema is not None else _infer_schema(fmt, path)
         node = n.FileSource(

@@ -284,6 +284,45 @@ def test_streaming_parquet_directory_source(session: kp.Session, tmp_path: Path)
     job.stop()
 
 
+def test_streaming_files_one_per_micro_batch(session: kp.Session, tmp_path: Path) -> None:
+    """With max_files_per_trigger=1 the watermark moves between files, so a late event is dropped."""
+    src = tmp_path / "in"
+    src.mkdir()
+    schema = kp.Schema.parse(SCHEMA).to_arrow()
+    # The event at 2 s comes in the file after the watermark passed 125 s: it is late,
+    # even though the next micro-batch follows at once (no empty batch in between).
+    files = [[ev("a", 1), ev("a", 130)], [ev("a", 2), ev("a", 131)]]
+    for i, rows in enumerate(files):
+        path = src / f"part-{i}.parquet"
+        pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
+        os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))
+    job = per_minute(session.read_parquet(str(src), streaming=True, max_files_per_trigger=1)).start()
+    job.process_all_available()
+    assert [r["events"] for r in job.results().to_pylist()] == [1]  # the late event is not counted
+    assert job.metrics().batches >= 2
+    job.stop()
+    # Read all at once (the default), nothing is late: the minute holds both events.
+    job = per_minute(session.read_parquet(str(src), streaming=True)).start()
+    job.process_all_available()
+    assert [r["events"] for r in job.results().to_pylist()] == [2]
+    job.stop()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"streaming": True, "max_files_per_trigger": 0}, "positive integer, got 0"),
+        ({"streaming": True, "max_files_per_trigger": "1"}, "positive integer, got '1'"),
+        ({"max_files_per_trigger": 1}, "streaming=True"),
+    ],
+)
+def test_max_files_per_trigger_is_checked(
+    session: kp.Session, tmp_path: Path, kwargs: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(kp.PlanError, match=message):
+        session.read_parquet(str(tmp_path), SCHEMA, **kwargs)
+
+
 def test_schema_inference_needs_files(session: kp.Session, tmp_path: Path) -> None:
     with pytest.raises(kp.SchemaError, match="pass schema="):
         session.read_json(str(tmp_path))

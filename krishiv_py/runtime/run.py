@@ -47,10 +47,35 @@ def start_streaming(
         writer = writer.format("console").option("numRows", sink.num_rows).option("truncate", sink.truncate)
     else:
         writer = writer.foreachBatch(_foreach(sink, recipe))
-    query = spark_call("starting the streaming query", writer.start)
+    query = spark_call("starting the streaming query", lambda: _start_single_watermark(spark, writer))
     return StreamingJob(
         spark=spark, query=query, recipe=recipe, sink=sink, memory_table=memory_table, senders=senders
     )
+
+
+SINGLE_WATERMARK_CONF = "spark.sql.streaming.statefulOperator.allowMultiple"
+
+
+def _start_single_watermark(spark: SparkSession, writer: Any) -> Any:
+    """Start ``writer`` with Spark's single-watermark mode, then restore the session setting.
+
+    By default (since Spark 3.4) a stateful operator drops late rows by the
+    watermark of the batch *before* the one it evicts state with, so an
+    event behind the watermark can still join a window that closes in the
+    same micro-batch (it happens when micro-batches follow each other with no
+    empty batch in between). Our plans have one stateful operator, so the
+    single-watermark mode, where both use the current watermark, is exactly
+    the specified semantics. A query reads the setting when it starts.
+    """
+    previous = spark.conf.get(SINGLE_WATERMARK_CONF, None)
+    spark.conf.set(SINGLE_WATERMARK_CONF, "false")
+    try:
+        return writer.start()
+    finally:
+        if previous is None:
+            spark.conf.unset(SINGLE_WATERMARK_CONF)
+        else:
+            spark.conf.set(SINGLE_WATERMARK_CONF, previous)
 
 
 def _foreach(sink: ForeachBatchSink, recipe: SparkRecipe) -> Any:
