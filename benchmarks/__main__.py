@@ -1,179 +1,262 @@
-"""``python -m benchmarks [--quick]``: 1-minute tumbling count+sum per key.
+"""``python -m benchmarks [--quick]``: krishiv_py against the alternatives, in one run.
 
-Runners, all on the same generated events in the same Spark session:
-
-* ``krishiv-native``: ``memory_stream -> watermark -> key_by -> tumbling_window -> agg``.
-* ``pyspark-streaming``: the same query written by hand with Structured
-  Streaming (``withWatermark`` + ``window`` + ``groupBy().agg()``), reading the
-  same events from Parquet with the same Spark settings — the overhead baseline.
-* ``krishiv-bounded`` and ``pyspark-batch``: the same query as a batch job.
-
-Each runner is timed ``--repeat`` times, alternating; the median wall time
-gives events/s and the ratio to its hand-written baseline. Results go to
-``benchmarks/results/latest.json``. Absolute times drift on shared machines;
-compare the ratios.
+Generates (or reuses) the clickstream and Nexmark datasets, then runs every
+query with every runner, each runner in a process of its own (so its peak
+memory is its own), and writes ``latest.json``, ``latest.md`` and
+``latest.png`` to ``benchmarks/results/`` (or ``--out-dir``). Also measures
+``Session.embedded()`` start-up, send-to-result latency and scaling with the
+number of keys. See docs/performance.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import random
 import statistics
-import tempfile
-import time
-from collections.abc import Callable
+import sys
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+from benchmarks import data, report
+from benchmarks.driver import RunOutput, python_for_flink, run_process, timed
+from benchmarks.queries import QUERIES
+from benchmarks.spark_runner import BOUNDED_RUNNERS, STREAMING_RUNNERS
 
-import krishiv_py as kp
-
-SCHEMA = "user_id string, event_time timestamp, amount double"
-T0_US = 1_704_067_200_000_000  # 2024-01-01T00:00:00Z
-
-
-def clickstream(n: int, keys: int, seed: int = 1) -> pa.Table:
-    """``n`` events over ``n`` ms of event time, out of order by up to 2 s, skewed keys."""
-    rng = random.Random(seed)
-    users = [f"user-{min(int(rng.paretovariate(1.2)), keys - 1)}" for _ in range(n)]
-    times = [T0_US + (i - rng.randint(0, 2_000)) * 1_000 for i in range(n)]
-    amounts = [float(rng.randint(0, 50)) for _ in range(n)]
-    return pa.table(
-        {
-            "user_id": users,
-            "event_time": pa.array(times, pa.timestamp("us", tz="UTC")),
-            "amount": amounts,
-        }
-    )
-
-
-def krishiv_native(stream: kp.Stream) -> float:
-    t = time.perf_counter()
-    job = query(stream).start()
-    job.process_all_available()
-    job.stop()
-    elapsed = time.perf_counter() - t
-    assert job.results().num_rows > 0
-    return elapsed
+BASELINE = "pyspark-streaming"
+MODEL = "reference-model"
+ALL_RUNNERS = (*STREAMING_RUNNERS, MODEL, *BOUNDED_RUNNERS, "duckdb", "pyflink")
+# Which runner's result each runner must reproduce exactly. Spark with its
+# default settings drops late rows by the previous micro-batch's watermark, so
+# pyspark-default has no reference; PyFlink drops late events by its own
+# watermark timing (compared with nothing, reported as is).
+REFERENCE = {
+    "krishiv-native": MODEL,
+    "pyspark-streaming": MODEL,
+    MODEL: MODEL,
+    "krishiv-bounded": "pyspark-batch",
+    "duckdb": "pyspark-batch",
+    "pyspark-batch": "pyspark-batch",
+}
+GROUP = {
+    **dict.fromkeys(STREAMING_RUNNERS, "streaming"),
+    MODEL: "streaming",
+    **dict.fromkeys(BOUNDED_RUNNERS, "bounded"),
+    "duckdb": "bounded",
+    "pyflink": "peer (streaming)",
+}
 
 
-def query(stream: kp.Stream) -> kp.Stream:
-    return (
-        stream.watermark("event_time", 5_000)
-        .key_by("user_id")
-        .tumbling_window(60_000)
-        .agg(kp.count(kp.col("*")), kp.sum(kp.col("amount")))
-    )
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    p.add_argument("--quick", action="store_true", help="small inputs; a few minutes")
+    p.add_argument("--events", type=int, help="events per dataset (default 1,000,000; quick 50,000)")
+    p.add_argument("--files", type=int, help="files (micro-batches) per dataset (default 20; quick 5)")
+    p.add_argument("--repeat", type=int, help="timed runs per (query, runner) after one warm-up (3; quick 1)")
+    p.add_argument("--query", action="append", choices=sorted(QUERIES), help="only these queries")
+    p.add_argument("--runner", action="append", choices=ALL_RUNNERS, help="only these runners")
+    p.add_argument("--no-extras", action="store_true", help="skip start-up, latency and scaling")
+    p.add_argument("--flink-python", help="a Python interpreter with the 'flink' extra installed")
+    p.add_argument("--out-dir", default=str(Path(__file__).parent / "results"))
+    p.add_argument("--timeout", type=float, default=3600.0, help="seconds per runner process")
+    a = p.parse_args(argv)
+    a.events = a.events or (50_000 if a.quick else 1_000_000)
+    a.files = a.files or (5 if a.quick else 20)
+    a.repeat = a.repeat or (1 if a.quick else 3)
+    a.query = a.query or list(QUERIES)
+    a.runner = a.runner or list(ALL_RUNNERS)
+    # Full runs give every (query, runner) a fresh process, so memory figures
+    # are per query; quick runs share one process per runner.
+    a.isolate = not a.quick
+    return a
 
 
-def pyspark_streaming(session: kp.Session, path: str) -> float:
-    from pyspark.sql import functions as F
-
-    spark = session.spark
-    t = time.perf_counter()
-    df = spark.readStream.schema(SCHEMA).parquet(path).withWatermark("event_time", "5 seconds")
-    agg = df.groupBy("user_id", F.window("event_time", "60 seconds")).agg(
-        F.count(F.lit(1)).alias("count"), F.sum("amount").alias("sum_amount")
-    )
-    name = f"bench_{random.randrange(1 << 30)}"
-    q = (
-        agg.writeStream.format("memory")
-        .queryName(name)
-        .outputMode("append")
-        .option("checkpointLocation", tempfile.mkdtemp())
-        .start()
-    )
-    q.processAllAvailable()
-    q.stop()
-    elapsed = time.perf_counter() - t
-    assert spark.table(name).count() > 0
-    return elapsed
+SHARED_SESSION = ("krishiv-native", "pyspark-streaming", "krishiv-bounded", "pyspark-batch")
+# Spark's default 200 shuffle partitions make every stateful micro-batch slow:
+# one run without warm-up is plenty to measure it, and quick runs time it on
+# one query only.
+DEFAULT_CONFIG = "pyspark-default"
+QUICK_DEFAULT_QUERIES = ("tumbling",)
 
 
-def krishiv_bounded(session: kp.Session, table: pa.Table) -> float:
-    t = time.perf_counter()
-    out = query(session.from_records(table, SCHEMA)).collect()
-    assert out.num_rows > 0
-    return time.perf_counter() - t
+def _runner_cmd(
+    runners: list[str],
+    queries: list[str],
+    ds: dict[str, str],
+    repeat: int,
+    flink: str | None = None,
+    warmup: bool = True,
+) -> list[str]:
+    common = [*(x for q in queries for x in ("--query", q))]
+    common += ["--clickstream", ds["clickstream"], "--nexmark", ds["nexmark"], "--repeat", str(repeat)]
+    if not warmup:
+        common.append("--no-warmup")
+    if runners == ["duckdb"]:
+        return [sys.executable, "-m", "benchmarks.duckdb_runner", *common]
+    if runners == [MODEL]:
+        return [sys.executable, "-m", "benchmarks.model_runner", *common]
+    if runners == ["pyflink"]:
+        assert flink is not None
+        return [flink, "-m", "benchmarks.flink_runner", *common]
+    return [
+        sys.executable,
+        "-m",
+        "benchmarks.spark_runner",
+        *(x for r in runners for x in ("--runner", r)),
+        *common,
+    ]
 
 
-def pyspark_batch(session: kp.Session, table: pa.Table) -> float:
-    from pyspark.sql import functions as F
+def _throughput(a: argparse.Namespace, ds: dict[str, str]) -> list[dict[str, Any]]:
+    flink, flink_how = python_for_flink(a.flink_python)
+    raw: dict[tuple[str, str], dict[str, Any]] = {}
 
-    t = time.perf_counter()
-    df = session.spark.createDataFrame(table)
-    out = (
-        df.groupBy("user_id", F.window("event_time", "60 seconds"))
-        .agg(F.count(F.lit(1)).alias("count"), F.sum("amount").alias("sum_amount"))
-        .toArrow()
-    )
-    assert out.num_rows > 0
-    return time.perf_counter() - t
+    def collect(runners: list[str], queries: list[str]) -> None:
+        if runners == ["pyflink"] and flink is None:
+            for q in queries:
+                raw[q, "pyflink"] = {
+                    "query": q,
+                    "runner": "pyflink",
+                    "status": "skipped",
+                    "reason": flink_how,
+                }
+            return
+        default = runners == [DEFAULT_CONFIG]
+        if default and a.quick:
+            for q in queries:
+                if q not in QUICK_DEFAULT_QUERIES:
+                    raw[q, DEFAULT_CONFIG] = {
+                        "query": q,
+                        "runner": DEFAULT_CONFIG,
+                        "status": "skipped",
+                        "reason": "quick runs time the default-config runner on the tumbling query only",
+                    }
+            queries = [q for q in queries if q in QUICK_DEFAULT_QUERIES]
+            if not queries:
+                return
+        once = default or runners == [MODEL]  # slow, and not a target: one run, no warm-up
+        cmd = _runner_cmd(runners, queries, ds, 1 if once else a.repeat, flink, warmup=not once)
+        with timed(f"{', '.join(runners)}: {', '.join(queries)}"):
+            out: RunOutput = run_process(cmd, timeout_s=a.timeout)
+        for q in queries:
+            for runner in runners:
+                got = [r for r in out.results if r.get("query") == q and r.get("runner") == runner]
+                rec: dict[str, Any] = (
+                    got[0]
+                    if got
+                    else {
+                        "query": q,
+                        "runner": runner,
+                        "status": "failed",
+                        "reason": f"no result (exit code {out.returncode}): {out.log[-600:]}",
+                    }
+                )
+                rec["peak_rss_mb"] = round(out.peak_rss_mb.get(f"{runner} {q}", out.process_peak_rss_mb), 1)
+                raw[q, runner] = rec
+                if rec.get("status") == "failed":
+                    print(f"   {runner} / {q} failed: {rec.get('reason')}", file=sys.stderr)
+
+    if a.isolate:
+        for q in a.query:  # the runners of one query run back to back
+            for runner in a.runner:
+                collect([runner], [q])
+    else:
+        shared = [r for r in SHARED_SESSION if r in a.runner]
+        if shared:
+            collect(shared, list(a.query))
+        for runner in (r for r in a.runner if r not in SHARED_SESSION):
+            collect([runner], list(a.query))
+    return report.throughput_records(raw, a.query, a.runner, BASELINE, REFERENCE, GROUP)
+
+
+def _startup(repeat: int) -> list[dict[str, Any]]:
+    recs = []
+    for which, runner in (("krishiv", "krishiv Session.embedded()"), ("spark", "SparkSession.getOrCreate()")):
+        runs, peak = [], 0.0
+        for _ in range(repeat):
+            out = run_process([sys.executable, "-m", "benchmarks.startup", which], timeout_s=300)
+            runs += out.results
+            peak = max(peak, out.process_peak_rss_mb)
+        if not runs:
+            recs.append(report.record("startup", "start-up", runner, status="failed", reason="no result"))
+            continue
+        recs.append(
+            report.record(
+                "startup",
+                "start-up",
+                runner,
+                wall_s=statistics.median(r["startup_s"] for r in runs),
+                import_s=statistics.median(r["import_s"] for r in runs),
+                runs=[r["startup_s"] for r in runs],
+                peak_rss_mb=round(peak, 1),
+            )
+        )
+    return recs
+
+
+def _latency(steps: int, per_step: int) -> list[dict[str, Any]]:
+    recs = []
+    for runner in ("krishiv-native", "pyspark-streaming"):
+        out = run_process(
+            [sys.executable, "-m", "benchmarks.spark_runner", "--latency", runner, str(steps), str(per_step)],
+            timeout_s=900,
+        )
+        if not out.results:
+            recs.append(
+                report.record("latency", "send-to-result", runner, status="failed", reason=out.log[-600:])
+            )
+            continue
+        recs.append(
+            report.latency_record(runner, out.results[0]["latencies_s"], per_step, out.process_peak_rss_mb)
+        )
+    return report.with_latency_ratios(recs, BASELINE)
+
+
+def _scaling(a: argparse.Namespace, nexmark: str, keys: tuple[int, ...]) -> list[dict[str, Any]]:
+    recs: list[dict[str, Any]] = []
+    runners = ["krishiv-native", "pyspark-streaming"]
+    for k in keys:
+        ds = data.clickstream(data.ClickstreamSpec(events=a.events, keys=k, files=a.files))
+        paths = {"clickstream": str(ds.root), "nexmark": nexmark}
+        groups = [[r] for r in runners] if a.isolate else [runners]
+        for group in groups:
+            with timed(f"scaling {k} keys: {', '.join(group)}"):
+                out = run_process(_runner_cmd(group, ["tumbling"], paths, a.repeat), timeout_s=a.timeout)
+            for runner in group:
+                got = [r for r in out.results if r.get("runner") == runner]
+                res = got[0] if got else {"status": "failed", "reason": out.log[-600:]}
+                recs.append(
+                    report.scaling_record(runner, k, res, out.peak_rss_mb.get(f"{runner} tumbling", 0.0))
+                )
+    return report.with_scaling_ratios(recs, BASELINE)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks")
-    parser.add_argument("--quick", action="store_true", help="small input, finishes in about a minute")
-    parser.add_argument("--events", type=int, default=None)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "latest.json"))
-    args = parser.parse_args(argv)
-    n = args.events or (100_000 if args.quick else 1_000_000)
-    table = clickstream(n, keys=1_000)
-    workdir = tempfile.mkdtemp(prefix="krishiv-bench-")
-    path = os.path.join(workdir, "events")
-    os.makedirs(path)
-    pq.write_table(table, os.path.join(path, "part-0.parquet"))
-    t = time.perf_counter()
-    with kp.Session.embedded(app_name="krishiv-bench") as session:
-        startup = time.perf_counter() - t
-        # Feed every krishiv run's memory stream up front, as the hand-written
-        # runner's Parquet file is written up front: only the query is timed.
-        streams = []
-        for _ in range(args.repeat + 1):
-            stream, sender = session.memory_stream(SCHEMA)
-            sender.send(table)
-            streams.append(stream)
-        runners: dict[str, Callable[[], float]] = {
-            "krishiv-native": lambda: krishiv_native(streams.pop()),
-            "pyspark-streaming": lambda: pyspark_streaming(session, path),
-            "krishiv-bounded": lambda: krishiv_bounded(session, table),
-            "pyspark-batch": lambda: pyspark_batch(session, table),
-        }
-        for run in runners.values():  # warm-up: JIT and code generation
-            run()
-        times: dict[str, list[float]] = {k: [] for k in runners}
-        for _ in range(args.repeat):
-            for name, run in runners.items():
-                times[name].append(run())
-    baseline = {
-        "krishiv-native": "pyspark-streaming",
-        "pyspark-streaming": "pyspark-streaming",
-        "krishiv-bounded": "pyspark-batch",
-        "pyspark-batch": "pyspark-batch",
+    a = _args(argv)
+    with timed("datasets"):
+        click = data.clickstream(data.ClickstreamSpec(events=a.events, files=a.files))
+        nex = data.nexmark(data.NexmarkSpec(events=a.events, files=a.files))
+    ds = {"clickstream": str(click.root), "nexmark": str(nex.root)}
+    records = _throughput(a, ds)
+    if not a.no_extras:
+        with timed("start-up"):
+            records += _startup(1 if a.quick else 3)
+        with timed("latency"):
+            records += _latency(10 if a.quick else 50, 100)
+        with timed("scaling"):
+            records += _scaling(a, ds["nexmark"], (1_000, 100_000, 1_000_000))
+    meta = report.machine() | {
+        "mode": "quick" if a.quick else "full",
+        "events": a.events,
+        "files": a.files,
+        "repeat": a.repeat,
+        "isolated_processes": a.isolate,
+        "datasets": {k: Path(v).name for k, v in ds.items()},
     }
-    med = {k: statistics.median(v) for k, v in times.items()}
-    records: list[dict[str, Any]] = [
-        {
-            "query": "tumbling-1m-count-sum",
-            "runner": name,
-            "events": n,
-            "wall_s": round(med[name], 4),
-            "events_per_s": round(n / med[name]),
-            "ratio_vs_baseline": round(med[baseline[name]] / med[name], 3),
-        }
-        for name in runners
-    ]
-    records.append({"query": "session-startup", "runner": "Session.embedded", "wall_s": round(startup, 3)})
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(records, indent=2))
-    for r in records:
-        print(json.dumps(r))
-    return 0
+    paths = report.write(records, meta, Path(a.out_dir))
+    print(Path(paths["markdown"]).read_text())
+    for p in paths.values():
+        print(f"wrote {p}", file=sys.stderr)
+    failed = [r for r in records if r.get("status") == "failed"]
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

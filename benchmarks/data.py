@@ -1,0 +1,311 @@
+"""Deterministic benchmark inputs, generated once and cached as Parquet and CSV.
+
+Two generators, both vectorised (numpy) and seeded:
+
+* :func:`clickstream`: ``n`` events ``(user_id, event_time, amount)`` over
+  ``n`` ms of event time (1 event per ms in arrival order), ``keys`` users
+  drawn from a Zipf(1.1) distribution (a few hot users, a long tail),
+  out of order by up to ``disorder_ms``; a ``late_fraction`` of events is
+  delayed by a further 5-60 s, past the benchmark's 5 s watermark lag.
+* :func:`nexmark`: the Nexmark Person/Auction/Bid streams in the 1:3:46 mix
+  of the reference generator (event ``i`` is a person if ``i % 50 == 0``,
+  an auction if ``i % 50`` is 1-3, a bid otherwise), event time derived from
+  the event number (1 event per ms) with the same injected disorder and late
+  fraction (the reference generator is in order by default). Half of the
+  bids go to the newest "hot" auction and three quarters come from hot
+  bidders, as in the reference generator's default hot ratios.
+
+A dataset is a directory holding, for each table, ``parquet/part-NNNNN.parquet``
+and ``csv/part-NNNNN.csv`` (no header; columns in schema order; timestamps as
+``yyyy-MM-dd HH:mm:ss.SSS`` UTC) split in arrival order into ``files`` parts
+whose modification times increase with the part number, so a streaming file
+source reads them in arrival order, one micro-batch per file. ``meta.json``
+records the parameters, the schemas (Spark DDL) and row counts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as _pc
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+T0_MS = 1_704_067_200_000  # 2024-01-01T00:00:00Z
+pc: Any = _pc  # the stubs' overloads do not cover numpy-built arrays
+CACHE = Path(__file__).parent / ".cache"
+MAX_LATE_DELAY_MS = 60_000
+WATERMARK_LAG_MS = 5_000
+
+CLICKSTREAM_DDL = "user_id string, event_time timestamp, amount double"
+BID_DDL = "auction bigint, bidder bigint, price bigint, channel string, url string, date_time timestamp"
+PERSON_DDL = (
+    "id bigint, name string, email_address string, credit_card string, city string, "
+    "state string, date_time timestamp"
+)
+AUCTION_DDL = (
+    "id bigint, item_name string, description string, initial_bid bigint, reserve bigint, "
+    "date_time timestamp, expires timestamp, seller bigint, category bigint"
+)
+
+
+@dataclass(frozen=True)
+class ClickstreamSpec:
+    events: int
+    keys: int = 1_000
+    files: int = 20
+    disorder_ms: int = 2_000
+    late_fraction: float = 0.01
+    seed: int = 1
+
+    @property
+    def name(self) -> str:
+        return (
+            f"clickstream-n{self.events}-k{self.keys}-f{self.files}-d{self.disorder_ms}"
+            f"-l{self.late_fraction:g}-s{self.seed}"
+        )
+
+
+@dataclass(frozen=True)
+class NexmarkSpec:
+    events: int
+    files: int = 20
+    disorder_ms: int = 2_000
+    late_fraction: float = 0.01
+    seed: int = 1
+
+    @property
+    def name(self) -> str:
+        return (
+            f"nexmark-n{self.events}-f{self.files}-d{self.disorder_ms}-l{self.late_fraction:g}-s{self.seed}"
+        )
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A cached dataset: ``table_dir(t, fmt)`` is the directory of one table's files."""
+
+    root: Path
+    meta: dict[str, Any]
+
+    def table_dir(self, table: str, fmt: str = "parquet") -> str:
+        return str(self.root / table / fmt)
+
+    def rows(self, table: str) -> int:
+        return int(self.meta["tables"][table]["rows"])
+
+    def ddl(self, table: str) -> str:
+        return str(self.meta["tables"][table]["ddl"])
+
+
+def _event_times(rng: np.random.Generator, n: int, disorder_ms: int, late_fraction: float) -> np.ndarray:
+    """Arrival order ``i`` -> event time ms: ``T0 + i`` minus disorder, minus lateness for a few."""
+    et = T0_MS + np.arange(n, dtype=np.int64)
+    et -= rng.integers(0, disorder_ms + 1, size=n, dtype=np.int64)
+    late = rng.random(n) < late_fraction
+    et[late] -= rng.integers(
+        WATERMARK_LAG_MS + 1, MAX_LATE_DELAY_MS + 1, size=int(late.sum()), dtype=np.int64
+    )
+    return et
+
+
+def _zipf(rng: np.random.Generator, n: int, keys: int, s: float = 1.1) -> np.ndarray:
+    """``n`` draws from ranks 0..keys-1 with P(rank k) proportional to 1/(k+1)^s."""
+    cdf = np.cumsum(1.0 / np.arange(1, keys + 1, dtype=np.float64) ** s)
+    cdf /= cdf[-1]
+    return np.minimum(np.searchsorted(cdf, rng.random(n), side="right"), keys - 1)
+
+
+def _ts(ms: np.ndarray) -> Any:
+    return pa.array(ms * 1000, pa.timestamp("us", tz="UTC"))
+
+
+def _table(columns: dict[str, Any]) -> pa.Table:
+    return pa.table(columns)
+
+
+def clickstream_table(spec: ClickstreamSpec) -> pa.Table:
+    rng = np.random.default_rng(spec.seed)
+    n = spec.events
+    users = _zipf(rng, n, spec.keys)
+    et = _event_times(rng, n, spec.disorder_ms, spec.late_fraction)
+    amount = rng.integers(0, 51, size=n).astype(np.float64)
+    return _table(
+        {
+            "user_id": pc.binary_join_element_wise("u", pa.array(users).cast(pa.string()), ""),
+            "event_time": _ts(et),
+            "amount": amount,
+        }
+    )
+
+
+def nexmark_tables(spec: NexmarkSpec) -> dict[str, pa.Table]:
+    rng = np.random.default_rng(spec.seed)
+    n = spec.events
+    num = np.arange(n, dtype=np.int64)
+    et = _event_times(rng, n, spec.disorder_ms, spec.late_fraction)
+    slot = num % 50
+    epoch = num // 50
+    # Ids of the newest person / auction generated at or before each event.
+    last_person = 1_000 + epoch
+    last_auction = 1_000 + epoch * 3 + np.minimum(slot, 3) - 1
+    last_auction = np.maximum(last_auction, 1_000)
+
+    person = slot == 0
+    auction = (slot >= 1) & (slot <= 3)
+    bid = slot > 3
+
+    p_ids = last_person[person]
+    person_t = _table(
+        {
+            "id": p_ids,
+            "name": pc.binary_join_element_wise("person-", pa.array(p_ids).cast(pa.string()), ""),
+            "email_address": pc.binary_join_element_wise(
+                "p", pa.array(p_ids).cast(pa.string()), "@example.com"
+            ),
+            "credit_card": pa.array(rng.integers(10**15, 10**16, size=len(p_ids))).cast(pa.string()),
+            "city": pa.array(np.array(["Phoenix", "Portland", "Seattle", "Boise", "Reno"])[p_ids % 5]),
+            "state": pa.array(np.array(["AZ", "OR", "WA", "ID", "NV"])[p_ids % 5]),
+            "date_time": _ts(et[person]),
+        }
+    )
+
+    a_ids = 1_000 + epoch[auction] * 3 + slot[auction] - 1
+    a_et = et[auction]
+    initial = rng.integers(1, 1_000, size=len(a_ids))
+    auction_t = _table(
+        {
+            "id": a_ids,
+            "item_name": pc.binary_join_element_wise("item-", pa.array(a_ids).cast(pa.string()), ""),
+            "description": pa.array(np.full(len(a_ids), "a thing for sale")),
+            "initial_bid": initial,
+            "reserve": initial + rng.integers(0, 1_000, size=len(a_ids)),
+            "date_time": _ts(a_et),
+            "expires": _ts(a_et + rng.integers(10_000, 120_000, size=len(a_ids))),
+            "seller": np.maximum(last_person[auction] - rng.integers(0, 100, size=len(a_ids)), 1_000),
+            "category": 10 + rng.integers(0, 5, size=len(a_ids)),
+        }
+    )
+
+    nb = int(bid.sum())
+    newest = last_auction[bid]
+    hot_auction = rng.integers(0, 2, size=nb) > 0  # hot auction ratio 2
+    auction_id = np.where(
+        hot_auction,
+        np.maximum((newest // 100) * 100, 1_000),
+        np.maximum(newest - rng.integers(0, 100, size=nb), 1_000),
+    )
+    newest_person = last_person[bid]
+    hot_bidder = rng.integers(0, 4, size=nb) > 0  # hot bidder ratio 4
+    bidder = np.where(
+        hot_bidder,
+        np.maximum((newest_person // 100) * 100 + 1, 1_000),
+        np.maximum(newest_person - rng.integers(0, 1_000, size=nb), 1_000),
+    )
+    price = np.round(10.0 ** (rng.random(nb) * 6.0) * 100.0).astype(np.int64)
+    channels = np.array(["Google", "Facebook", "Baidu", "Apple"])
+    channel = channels[rng.integers(0, 4, size=nb)]
+    bid_t = _table(
+        {
+            "auction": auction_id,
+            "bidder": bidder,
+            "price": price,
+            "channel": pa.array(channel),
+            "url": pc.binary_join_element_wise(
+                "https://www.nexmark.com/item?a=", pa.array(auction_id).cast(pa.string()), ""
+            ),
+            "date_time": _ts(et[bid]),
+        }
+    )
+    return {"person": person_t, "auction": auction_t, "bid": bid_t}
+
+
+def _csv_table(table: pa.Table) -> pa.Table:
+    cols: list[Any] = []
+    for field, column in zip(table.schema, table.columns, strict=True):
+        if pa.types.is_timestamp(field.type):
+            column = pc.strftime(column.cast(pa.timestamp("ms", tz="UTC")), format="%Y-%m-%d %H:%M:%S")
+        cols.append(column)
+    return pa.table(cols, names=table.column_names)
+
+
+def _write_table(root: Path, name: str, table: pa.Table, files: int, ddl: str) -> dict[str, Any]:
+    n = table.num_rows
+    bounds = np.linspace(0, n, files + 1).astype(np.int64)
+    base_mtime = 1_700_000_000
+    for fmt in ("parquet", "csv"):
+        (root / name / fmt).mkdir(parents=True, exist_ok=True)
+    for i in range(files):
+        part = table.slice(int(bounds[i]), int(bounds[i + 1] - bounds[i]))
+        pq_path = root / name / "parquet" / f"part-{i:05d}.parquet"
+        csv_path = root / name / "csv" / f"part-{i:05d}.csv"
+        pq.write_table(part, pq_path, coerce_timestamps="us")
+        pacsv.write_csv(
+            _csv_table(part),
+            csv_path,
+            write_options=pacsv.WriteOptions(include_header=False, quoting_style="needed"),
+        )
+        for path in (pq_path, csv_path):
+            os.utime(path, (base_mtime + i, base_mtime + i))
+    return {"rows": n, "ddl": ddl, "columns": table.column_names}
+
+
+def _materialise(
+    root: Path, meta: dict[str, Any], tables: dict[str, tuple[pa.Table, str]], files: int
+) -> None:
+    tmp = root.with_name(root.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    meta = {**meta, "tables": {k: _write_table(tmp, k, t, files, ddl) for k, (t, ddl) in tables.items()}}
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
+    shutil.rmtree(root, ignore_errors=True)
+    os.replace(tmp, root)
+
+
+def _load(root: Path) -> Dataset | None:
+    meta_path = root / "meta.json"
+    if not meta_path.exists():
+        return None
+    return Dataset(root=root, meta=json.loads(meta_path.read_text()))
+
+
+def clickstream(spec: ClickstreamSpec, cache: Path = CACHE) -> Dataset:
+    """The cached clickstream dataset for ``spec`` (generated on first use)."""
+    root = cache / spec.name
+    found = _load(root)
+    if found is None:
+        table = clickstream_table(spec)
+        _materialise(
+            root,
+            {"generator": "clickstream", "params": asdict(spec), "t0_ms": T0_MS},
+            {"events": (table, CLICKSTREAM_DDL)},
+            spec.files,
+        )
+        found = _load(root)
+    assert found is not None
+    return found
+
+
+def nexmark(spec: NexmarkSpec, cache: Path = CACHE) -> Dataset:
+    """The cached Nexmark dataset (person, auction, bid tables) for ``spec``."""
+    root = cache / spec.name
+    found = _load(root)
+    if found is None:
+        tables = nexmark_tables(spec)
+        ddls = {"person": PERSON_DDL, "auction": AUCTION_DDL, "bid": BID_DDL}
+        _materialise(
+            root,
+            {"generator": "nexmark", "params": asdict(spec), "t0_ms": T0_MS},
+            {k: (tables[k], ddls[k]) for k in ("person", "auction", "bid")},
+            spec.files,
+        )
+        found = _load(root)
+    assert found is not None
+    return found

@@ -1,0 +1,58 @@
+"""The specification's pure-Python reference model as a streaming runner (``reference-model``).
+
+``python -m benchmarks.model_runner --query Q ... --clickstream DIR --nexmark DIR``
+plays each Parquet file of the query's table as one step
+(:class:`krishiv_py.testing.Send`), in file order, exactly as the streaming
+runners read them one file per micro-batch, and reports the windows the model
+has emitted after the last step. It is the correctness reference of the
+streaming group; its speed (plain Python, one row at a time) is reported
+but is not a target.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from benchmarks import protocol
+from benchmarks.queries import QUERIES, Query
+from benchmarks.spark_runner import hot_items, krishiv_query, rows_of
+from krishiv_py.testing import Send, run_reference
+
+RUNNER = "reference-model"
+
+
+def run_model(query: Query, path: str, ddl: str) -> pa.Table:
+    steps = [Send(pq.read_table(f).to_pylist()) for f in sorted(Path(path).glob("*.parquet"))]
+    rows = run_reference(ddl, functools.partial(krishiv_query, query), steps)[-1]
+    out = pa.Table.from_pylist(rows) if rows else None
+    if query.name == "nexmark-q5":
+        return hot_items(out) if out is not None else pa.table({c: [] for c in query.columns})
+    return out if out is not None else pa.table({c: [] for c in query.columns})
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = protocol.parser("python -m benchmarks.model_runner").parse_args(argv)
+    for name in args.query:
+        query = QUERIES[name]
+        root = Path(args.clickstream if query.dataset == "clickstream" else args.nexmark)
+        table = json.loads((root / "meta.json").read_text())["tables"][query.table]
+        path = str(root / query.table / "parquet")
+        protocol.measure(
+            RUNNER,
+            name,
+            int(table["rows"]),
+            functools.partial(run_model, query, path, table["ddl"]),
+            rows_of(query),
+            args.repeat,
+            warmup=args.warmup,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,104 @@
+"""How a runner process reports to the benchmark driver (standard library only).
+
+A runner is a separate process (so its peak memory is its own) started as
+``python -m benchmarks.<runner module> --query Q [--query Q ...] --clickstream DIR
+--nexmark DIR --repeat R``. For each query it prints, on stdout:
+
+* ``@@BENCH start <runner> <query>`` before its first (warm-up) run,
+* ``@@BENCH result {json}`` with ``query``, ``runner``, ``events`` (rows read),
+  ``walls`` (seconds of each timed run after one warm-up run, unless
+  ``--no-warmup``), ``rows`` and
+  ``digest`` (:func:`benchmarks.digest.digest` of the last run's result), or
+  ``status`` ``"skipped"``/``"failed"`` with a ``reason``,
+* ``@@BENCH end <runner> <query>``.
+
+The driver samples the process tree's resident memory between ``start`` and
+``end``. Anything else on stdout or stderr is kept for diagnostics only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from benchmarks.digest import digest
+
+PREFIX = "@@BENCH "
+
+Rows = list[Sequence[Any]]
+T = TypeVar("T")
+
+
+def emit(kind: str, payload: str) -> None:
+    sys.stdout.write(f"{PREFIX}{kind} {payload}\n")
+    sys.stdout.flush()
+
+
+def parser(prog: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog)
+    p.add_argument("--query", action="append", required=True)
+    p.add_argument("--clickstream", required=True, help="clickstream dataset directory")
+    p.add_argument("--nexmark", required=True, help="nexmark dataset directory")
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--no-warmup", dest="warmup", action="store_false", help="time the first run too")
+    return p
+
+
+def measure(
+    runner: str,
+    query: str,
+    events: int,
+    run: Callable[[], T],
+    rows_of: Callable[[T], Rows],
+    repeat: int,
+    *,
+    warmup: bool = True,
+) -> dict[str, Any]:
+    """One warm-up run (unless ``warmup=False``), then ``repeat`` timed runs of ``run``.
+
+    ``run`` must do all the work inside the call (reading, computing and
+    materialising the result, e.g. as an Arrow table); ``rows_of`` turns the
+    last result into rows for the digest, outside the timing.
+    """
+    emit("start", f"{runner} {query}")
+    try:
+        if warmup:
+            run()
+        walls: list[float] = []
+        rows: Any = None
+        for _ in range(repeat):
+            t = time.perf_counter()
+            rows = run()
+            walls.append(time.perf_counter() - t)
+        count, dig = digest(rows_of(rows))
+        record: dict[str, Any] = {
+            "query": query,
+            "runner": runner,
+            "events": events,
+            "walls": walls,
+            "rows": count,
+            "digest": dig,
+            "status": "ok",
+        }
+    except Exception as exc:  # noqa: BLE001 - reported, not raised: the other queries still run
+        traceback.print_exc()
+        record = {
+            "query": query,
+            "runner": runner,
+            "status": "failed",
+            "reason": f"{type(exc).__name__}: {exc}",
+        }
+    emit("result", json.dumps(record))
+    emit("end", f"{runner} {query}")
+    return record
+
+
+def skip(runner: str, query: str, reason: str) -> None:
+    emit("start", f"{runner} {query}")
+    emit("result", json.dumps({"query": query, "runner": runner, "status": "skipped", "reason": reason}))
+    emit("end", f"{runner} {query}")

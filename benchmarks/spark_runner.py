@@ -1,0 +1,365 @@
+"""Spark runners: krishiv_py (native streaming, bounded) and hand-written PySpark.
+
+``python -m benchmarks.spark_runner --runner R [--runner R ...] --query Q ...``
+runs each query with each runner (see :mod:`benchmarks.protocol`). Runners:
+
+``krishiv-native``
+    ``read_parquet(dir, streaming=True, max_files_per_trigger=1)`` ->
+    ``watermark`` -> ``key_by`` -> window -> ``agg`` -> ``start()`` (memory
+    sink), ``process_all_available()``, ``stop()``, ``results()``.
+``krishiv-bounded``
+    the same pipeline over ``read_parquet(dir)`` (bounded) and ``collect()``.
+``pyspark-streaming``
+    the same query written by hand with Structured Streaming
+    (``withWatermark`` + ``window``/``session_window`` + ``groupBy().agg()``,
+    memory sink) in a session with krishiv_py's settings: the overhead baseline.
+``pyspark-batch``
+    the hand-written query as a batch job in the same session.
+``pyspark-default``
+    the hand-written streaming query in ``SparkSession.builder.getOrCreate()``
+    with Spark's default configuration (200 shuffle partitions): what a
+    newcomer writes. Must run in a process of its own.
+
+Every runner reads the same Parquet files, streaming ones one file per
+micro-batch, and materialises its full result as an Arrow table inside the
+timing.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+import krishiv_py as kp
+from benchmarks import protocol
+from benchmarks.queries import QUERIES, WATERMARK_LAG_MS, Query
+from krishiv_py.runtime.run import SINGLE_WATERMARK_CONF
+
+STREAMING_RUNNERS = ("krishiv-native", "pyspark-streaming", "pyspark-default")
+BOUNDED_RUNNERS = ("krishiv-bounded", "pyspark-batch")
+RUNNERS = (*STREAMING_RUNNERS, *BOUNDED_RUNNERS)
+
+
+# --- krishiv_py -------------------------------------------------------------------------------------------
+
+
+def krishiv_query(query: Query, source: kp.Stream) -> kp.Stream:
+    """``query`` with the krishiv_py builder (Q5: its first stage, see :func:`hot_items`)."""
+    s = source.watermark(query.event_time, WATERMARK_LAG_MS)
+    count = kp.count(kp.col("*"))
+    amount = kp.sum(kp.col("amount"))
+    if query.name == "tumbling":
+        return s.key_by("user_id").tumbling_window(60_000).agg(count, amount)
+    if query.name == "sliding":
+        return s.key_by("user_id").sliding_window(60_000, 10_000).agg(count, amount)
+    if query.name == "session":
+        return s.key_by("user_id").session_window(30_000).agg(count, amount)
+    if query.name == "nexmark-q5":
+        return s.key_by("auction").sliding_window(10_000, 2_000).agg(count)
+    if query.name == "nexmark-q7":
+        return s.tumbling_window(10_000).agg(kp.max(kp.col("price")).alias("max_price"))
+    if query.name == "nexmark-q11":
+        return s.key_by("bidder").session_window(10_000).agg(count)
+    raise ValueError(f"unknown query {query.name!r}")
+
+
+def hot_items(counts: pa.Table) -> pa.Table:
+    """Q5's second stage on windowed bid counts: per window, the auctions with the most bids.
+
+    Exact on a streaming job's micro-batches too: a window's rows are all
+    emitted in the batch where the watermark passes its end.
+    """
+    win = ["window_start", "window_end"]
+    best = counts.group_by(win).aggregate([("count", "max")])
+    joined = counts.join(best, keys=win)
+    return joined.filter(pc.equal(joined["count"], joined["count_max"])).select(
+        ["auction", "window_start", "window_end", "count"]
+    )
+
+
+def run_krishiv_native(session: kp.Session, query: Query, path: str) -> pa.Table:
+    source = session.read_parquet(path, streaming=True, max_files_per_trigger=1)
+    stream = krishiv_query(query, source)
+    if query.name == "nexmark-q5":
+        parts: list[pa.Table] = []
+        job = stream.start(kp.ForeachBatchSink(lambda table, _batch: parts.append(hot_items(table))))
+        job.process_all_available()
+        job.stop()
+        return pa.concat_tables(parts) if parts else hot_items(_empty_counts())
+    job = stream.start()
+    job.process_all_available()
+    job.stop()
+    return job.results()
+
+
+def run_krishiv_bounded(session: kp.Session, query: Query, path: str) -> pa.Table:
+    out = krishiv_query(query, session.read_parquet(path)).collect()
+    return hot_items(out) if query.name == "nexmark-q5" else out
+
+
+# --- hand-written PySpark -----------------------------------------------------------------------------------
+
+
+def pyspark_query(query: Query, df: Any) -> Any:
+    """``query`` written by hand with the DataFrame API; works on streams and batches."""
+    from pyspark.sql import functions as F
+
+    df = df.withWatermark(query.event_time, f"{WATERMARK_LAG_MS // 1000} seconds")
+    et = query.event_time
+    count = F.count(F.lit(1)).alias("count")
+    amount = F.sum("amount").alias("sum_amount")
+    if query.name == "tumbling":
+        out = df.groupBy("user_id", F.window(et, "60 seconds")).agg(count, amount)
+    elif query.name == "sliding":
+        out = df.groupBy("user_id", F.window(et, "60 seconds", "10 seconds")).agg(count, amount)
+    elif query.name == "session":
+        out = df.groupBy("user_id", F.session_window(et, "30 seconds").alias("window")).agg(count, amount)
+    elif query.name == "nexmark-q7":
+        out = df.groupBy(F.window(et, "10 seconds")).agg(F.max("price").alias("max_price"))
+    elif query.name == "nexmark-q11":
+        out = df.groupBy("bidder", F.session_window(et, "10 seconds").alias("window")).agg(count)
+    elif query.name == "nexmark-q5":
+        # Stage 1 (bid counts per auction and hop window); the caller applies
+        # hot_items() per micro-batch, as a window's rows all come in one batch.
+        out = df.groupBy(F.window(et, "10 seconds", "2 seconds"), "auction").agg(count)
+        return out.select(
+            "auction",
+            F.col("window.start").alias("window_start"),
+            F.col("window.end").alias("window_end"),
+            "count",
+        )
+    else:
+        raise ValueError(f"unknown query {query.name!r}")
+    cols = list(query.columns)
+    keys, aggs = cols[: cols.index("window_start")], cols[cols.index("window_end") + 1 :]
+    return out.select(
+        *keys,
+        F.col("window.start").alias("window_start"),
+        F.col("window.end").alias("window_end"),
+        *aggs,
+    )
+
+
+def run_pyspark_streaming(spark: Any, query: Query, path: str, ddl: str) -> pa.Table:
+    df = spark.readStream.schema(ddl).option("maxFilesPerTrigger", 1).parquet(path)
+    writer = pyspark_query(query, df).writeStream.outputMode("append")
+    writer = writer.option("checkpointLocation", tempfile.mkdtemp(prefix="krishiv-bench-"))
+    if query.name == "nexmark-q5":
+        parts: list[pa.Table] = []
+        q = writer.foreachBatch(lambda batch, _id: parts.append(hot_items(batch.toArrow()))).start()
+        q.processAllAvailable()
+        q.stop()
+        return pa.concat_tables(parts) if parts else hot_items(_empty_counts())
+    name = f"bench_{uuid.uuid4().hex}"
+    q = writer.format("memory").queryName(name).start()
+    q.processAllAvailable()
+    q.stop()
+    out: pa.Table = spark.table(name).toArrow()
+    spark.catalog.dropTempView(name)
+    return out
+
+
+def _empty_counts() -> pa.Table:
+    ts = pa.timestamp("us", tz="UTC")
+    return pa.schema(
+        [("auction", pa.int64()), ("window_start", ts), ("window_end", ts), ("count", pa.int64())]
+    ).empty_table()
+
+
+def run_pyspark_batch(spark: Any, query: Query, path: str, ddl: str) -> pa.Table:
+    out: pa.Table = pyspark_query(query, spark.read.schema(ddl).parquet(path)).toArrow()
+    return hot_items(out) if query.name == "nexmark-q5" else out
+
+
+# --- process entry ------------------------------------------------------------------------------------------
+
+
+def rows_of(query: Query) -> Callable[[pa.Table], protocol.Rows]:
+    def rows(table: pa.Table) -> protocol.Rows:
+        cols = [table.column(c).to_pylist() for c in query.columns]
+        return list(zip(*cols, strict=True))
+
+    return rows
+
+
+def _dataset(query: Query, clickstream: str, nexmark: str) -> tuple[str, str, int]:
+    root = Path(clickstream if query.dataset == "clickstream" else nexmark)
+    meta = json.loads((root / "meta.json").read_text())
+    table = meta["tables"][query.table]
+    return str(root / query.table / "parquet"), table["ddl"], int(table["rows"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = protocol.parser("python -m benchmarks.spark_runner")
+    p.add_argument("--runner", action="append", required=True, choices=RUNNERS)
+    args = p.parse_args(argv)
+    if "pyspark-default" in args.runner and len(args.runner) > 1:
+        p.error("pyspark-default needs a process of its own (Spark's default configuration)")
+    if args.runner == ["pyspark-default"]:
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.builder.appName("krishiv-bench-default").getOrCreate()
+        spark.sparkContext.setLogLevel("ERROR")
+        for name in args.query:
+            query = QUERIES[name]
+            path, ddl, events = _dataset(query, args.clickstream, args.nexmark)
+            protocol.measure(
+                "pyspark-default",
+                name,
+                events,
+                functools.partial(run_pyspark_streaming, spark, query, path, ddl),
+                rows_of(query),
+                args.repeat,
+                warmup=args.warmup,
+            )
+        spark.stop()
+        return 0
+    with kp.Session.embedded(app_name="krishiv-bench") as session:
+        # Hand-written queries run tuned the way krishiv_py tunes Spark: the same
+        # session settings, plus the single-watermark mode krishiv_py starts its
+        # streaming queries with (see docs/lowering.md).
+        session.spark.conf.set(SINGLE_WATERMARK_CONF, "false")
+        for name in args.query:
+            query = QUERIES[name]
+            path, ddl, events = _dataset(query, args.clickstream, args.nexmark)
+            runs: dict[str, Callable[[], pa.Table]] = {
+                "krishiv-native": functools.partial(run_krishiv_native, session, query, path),
+                "krishiv-bounded": functools.partial(run_krishiv_bounded, session, query, path),
+                "pyspark-streaming": functools.partial(
+                    run_pyspark_streaming, session.spark, query, path, ddl
+                ),
+                "pyspark-batch": functools.partial(run_pyspark_batch, session.spark, query, path, ddl),
+            }
+            for runner in args.runner:
+                protocol.measure(
+                    runner, name, events, runs[runner], rows_of(query), args.repeat, warmup=args.warmup
+                )
+    return 0
+
+
+LATENCY_DDL = "k string, event_time timestamp, v double"
+LATENCY_WINDOW_MS = 10_000
+
+
+def latency_rows(step: int, per_step: int) -> pa.Table:
+    """Step ``step``: ``per_step`` events in window ``step``, plus one that moves the watermark past it."""
+    start_us = (1_704_067_200_000 + step * LATENCY_WINDOW_MS) * 1000
+    times = [start_us + i * (LATENCY_WINDOW_MS * 1000 // per_step) for i in range(per_step)]
+    times.append(start_us + (LATENCY_WINDOW_MS + WATERMARK_LAG_MS) * 1000)
+    n = len(times)
+    return pa.table(
+        {
+            "k": [f"k{i % 10}" for i in range(n)],
+            "event_time": pa.array(times, pa.timestamp("us", tz="UTC")),
+            "v": [1.0] * n,
+        }
+    )
+
+
+def latency_main(runner: str, steps: int, per_step: int) -> int:
+    """``--latency RUNNER STEPS``: time from sending a step's events to its window reaching the sink.
+
+    A step sends events of one 10 s window plus an event 5 s past its end, so
+    the watermark passes the window; the clock stops when the sink's callback
+    sees that window's result. Both runners use a foreach-batch sink, so the
+    figure includes Spark's batch that reads the events and the batch the new
+    watermark triggers.
+    """
+    import os
+    import threading
+
+    import pyarrow.parquet as pq
+
+    seen: dict[int, float] = {}
+    cond = threading.Condition()
+
+    def on_batch(starts: list[int]) -> None:
+        now = time.perf_counter()
+        with cond:
+            for ms in starts:
+                seen.setdefault(ms, now)
+            cond.notify_all()
+
+    def wait_for(window_ms: int, timeout: float = 60.0) -> float:
+        with cond:
+            if not cond.wait_for(lambda: window_ms in seen, timeout=timeout):
+                raise TimeoutError(f"window {window_ms} not seen in {timeout} s")
+            return seen[window_ms]
+
+    def starts_of(column: Any) -> list[int]:
+        return [
+            int(v) // 1000 for v in pc.cast(column, pa.timestamp("us", tz="UTC")).cast(pa.int64()).to_pylist()
+        ]
+
+    lat: list[float] = []
+    with kp.Session.embedded(app_name="krishiv-bench-latency") as session:
+        if runner == "krishiv-native":
+            stream, sender = session.memory_stream(LATENCY_DDL)
+            job = (
+                stream.watermark("event_time", WATERMARK_LAG_MS)
+                .key_by("k")
+                .tumbling_window(LATENCY_WINDOW_MS)
+                .agg(kp.count(kp.col("*")))
+                .start(kp.ForeachBatchSink(lambda t, _b: on_batch(starts_of(t.column("window_start")))))
+            )
+            send: Callable[[pa.Table], object] = sender.send
+            stop: Callable[[], None] = job.stop
+        else:
+            from pyspark.sql import functions as F
+
+            spark = session.spark
+            src = tempfile.mkdtemp(prefix="krishiv-bench-latency-")
+            staging = tempfile.mkdtemp(prefix="krishiv-bench-staging-")
+            counter = [0]
+
+            def write(table: pa.Table) -> None:
+                counter[0] += 1
+                tmp = os.path.join(staging, f"part-{counter[0]:06d}.parquet")
+                pq.write_table(table, tmp)
+                os.replace(tmp, os.path.join(src, f"part-{counter[0]:06d}.parquet"))
+
+            df = (
+                spark.readStream.schema(LATENCY_DDL)
+                .option("maxFilesPerTrigger", 1)
+                .parquet(src)
+                .withWatermark("event_time", f"{WATERMARK_LAG_MS // 1000} seconds")
+            )
+            agg = df.groupBy("k", F.window("event_time", f"{LATENCY_WINDOW_MS // 1000} seconds")).count()
+
+            def batch(frame: Any, _batch_id: int) -> None:
+                on_batch(starts_of(frame.select("window.start").toArrow().column(0)))
+
+            q = (
+                agg.writeStream.outputMode("append")
+                .option("checkpointLocation", tempfile.mkdtemp(prefix="krishiv-bench-"))
+                .foreachBatch(batch)
+                .start()
+            )
+            send, stop = write, q.stop
+        base = 1_704_067_200_000
+        for step in range(steps + 2):  # the first two steps warm up
+            rows = latency_rows(step, per_step)
+            t = time.perf_counter()
+            send(rows)
+            done = wait_for(base + step * LATENCY_WINDOW_MS)
+            if step >= 2:
+                lat.append(done - t)
+        stop()
+    protocol.emit("result", json.dumps({"runner": runner, "latencies_s": lat, "per_step": per_step}))
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 4 and sys.argv[1] == "--latency":
+        raise SystemExit(latency_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4])))
+    raise SystemExit(main())
