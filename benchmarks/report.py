@@ -312,7 +312,7 @@ def chart(records: list[dict[str, Any]], path: Path) -> None:
             if r:
                 xs.append(j + (i - (len(runners) - 1) / 2) * width)
                 ys.append(r["events_per_s"])
-        ax.bar(xs, ys, width=width, label=runner)
+        ax.bar(xs, ys, width=width, label=runner, color=f"C{i % 10}")
     ax.set_xticks(range(len(queries)), queries)
     ax.set_yscale("log")
     ax.set_ylabel("events/s (log scale)")
