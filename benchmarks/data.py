@@ -56,36 +56,34 @@ AUCTION_DDL = (
 )
 
 
-@dataclass(frozen=True)
-class ClickstreamSpec:
+@dataclass(frozen=True, kw_only=True)
+class _Spec:
+    """What both generators share: size, files, disorder, lateness, seed."""
+
     events: int
+    files: int = 20
+    disorder_ms: int = 2_000
+    late_fraction: float = 0.01
+    seed: int = 1
+
+    def _suffix(self) -> str:
+        return f"f{self.files}-d{self.disorder_ms}-l{self.late_fraction:g}-s{self.seed}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClickstreamSpec(_Spec):
     keys: int = 1_000
-    files: int = 20
-    disorder_ms: int = 2_000
-    late_fraction: float = 0.01
-    seed: int = 1
 
     @property
     def name(self) -> str:
-        return (
-            f"clickstream-n{self.events}-k{self.keys}-f{self.files}-d{self.disorder_ms}"
-            f"-l{self.late_fraction:g}-s{self.seed}"
-        )
+        return f"clickstream-n{self.events}-k{self.keys}-{self._suffix()}"
 
 
-@dataclass(frozen=True)
-class NexmarkSpec:
-    events: int
-    files: int = 20
-    disorder_ms: int = 2_000
-    late_fraction: float = 0.01
-    seed: int = 1
-
+@dataclass(frozen=True, kw_only=True)
+class NexmarkSpec(_Spec):
     @property
     def name(self) -> str:
-        return (
-            f"nexmark-n{self.events}-f{self.files}-d{self.disorder_ms}-l{self.late_fraction:g}-s{self.seed}"
-        )
+        return f"nexmark-n{self.events}-{self._suffix()}"
 
 
 @dataclass(frozen=True)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,7 +83,13 @@ def run_process(cmd: Sequence[str], *, timeout_s: float, env: dict[str, str] | N
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    killer = threading.Timer(timeout_s, proc.kill)
+    killed = threading.Event()
+
+    def kill() -> None:
+        killed.set()
+        proc.kill()
+
+    killer = threading.Timer(timeout_s, kill)
     killer.start()
     try:
         assert proc.stdout is not None
@@ -105,7 +112,7 @@ def run_process(cmd: Sequence[str], *, timeout_s: float, env: dict[str, str] | N
         stop.set()
         sampler.join()
     out.log = "".join(log[-200:])
-    if out.returncode != 0 and not killer.is_alive() and proc.returncode in (-9,):
+    if killed.is_set():
         out.log += f"\n(killed after {timeout_s:.0f} s)"
     return out
 
@@ -130,18 +137,10 @@ def python_for_flink(explicit: str | None) -> tuple[str | None, str]:
     )
 
 
-def timed(label: str) -> _Timer:
-    return _Timer(label)
-
-
-class _Timer:
-    def __init__(self, label: str) -> None:
-        self.label = label
-
-    def __enter__(self) -> _Timer:
-        self.t = time.perf_counter()
-        print(f"-- {self.label} ...", file=sys.stderr, flush=True)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        print(f"   {self.label}: {time.perf_counter() - self.t:.1f} s", file=sys.stderr, flush=True)
+@contextlib.contextmanager
+def timed(label: str) -> Iterator[None]:
+    """Print ``label`` and, when the block ends, how long it took (progress on stderr)."""
+    t = time.perf_counter()
+    print(f"-- {label} ...", file=sys.stderr, flush=True)
+    yield
+    print(f"   {label}: {time.perf_counter() - t:.1f} s", file=sys.stderr, flush=True)

@@ -37,15 +37,13 @@ equal timestamps share a session).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
 import duckdb
 import pyarrow as pa
 
 from benchmarks import protocol
+from benchmarks.arrow import rows_of
 from benchmarks.queries import QUERIES, Query
 
 RUNNER = "duckdb"
@@ -206,20 +204,6 @@ def query_sql(query: Query, path: str, panes: bool = True) -> str:
     return sql[query.name]()
 
 
-def rows_of(columns: tuple[str, ...]) -> Callable[[pa.Table], protocol.Rows]:
-    """Rows of a result table in ``columns`` order (window bounds as UTC datetimes)."""
-
-    def rows(table: pa.Table) -> protocol.Rows:
-        return list(zip(*(table.column(c).to_pylist() for c in columns), strict=True))
-
-    return rows
-
-
-def table_rows(dataset: str, table: str) -> int:
-    meta: dict[str, Any] = json.loads((Path(dataset) / "meta.json").read_text())
-    return int(meta["tables"][table]["rows"])
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = protocol.parser("python -m benchmarks.duckdb_runner")
     parser.add_argument(
@@ -236,16 +220,15 @@ def main(argv: list[str] | None = None) -> int:
         if query is None:
             protocol.skip(runner, name, "unknown query")
             continue
-        dataset = args.clickstream if query.dataset == "clickstream" else args.nexmark
-        path = str(Path(dataset) / query.table / "parquet" / "*.parquet")
-        sql = query_sql(query, path, panes=not args.no_panes)
+        info = protocol.table_info(query, args)
+        sql = query_sql(query, info.files() + "/*.parquet", panes=not args.no_panes)
 
         def run(sql: str = sql) -> pa.Table:
             result: pa.Table = con.sql(sql).to_arrow_table()
             return result
 
         protocol.measure(
-            runner, name, table_rows(dataset, query.table), run, rows_of(query.columns), args.repeat
+            runner, name, info.rows, run, rows_of(query.columns), args.repeat, warmup=args.warmup
         )
     return 0
 

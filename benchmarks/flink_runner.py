@@ -50,7 +50,6 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import functools
-import json
 import os
 import shutil
 import sys
@@ -207,10 +206,9 @@ def rows_of(result: SinkResult) -> protocol.Rows:
 class FlinkRunner:
     """One streaming TableEnvironment (one local mini-cluster) for every query of the process."""
 
-    def __init__(self, datasets: dict[str, str], parallelism: int, watermark_interval_ms: int = 0) -> None:
+    def __init__(self, parallelism: int, watermark_interval_ms: int = 0) -> None:
         from pyflink.table import EnvironmentSettings, TableEnvironment
 
-        self.datasets = datasets
         self.env: Any = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
         config = self.env.get_config()
         config.set("parallelism.default", str(parallelism))
@@ -225,28 +223,22 @@ class FlinkRunner:
     def close(self) -> None:
         self.tmp.cleanup()
 
-    def meta(self, dataset: str) -> dict[str, Any]:
-        meta: dict[str, Any] = json.loads((Path(self.datasets[dataset]) / "meta.json").read_text())
-        return meta
-
-    def prepare(self, query: Query) -> int:
-        """Register the query's source table (once per table); the number of rows it has."""
-        table = self.meta(query.dataset)["tables"][query.table]
+    def prepare(self, query: Query, info: protocol.TableInfo) -> None:
+        """Register the query's source table (once per table)."""
         if query.table not in self.sources:
-            self._register(query, table["ddl"])
-        return int(table["rows"])
+            self._register(query, info)
 
-    def _register(self, query: Query, ddl: str) -> None:
-        parts = sorted((Path(self.datasets[query.dataset]) / query.table / "csv").glob("part-*.csv"))
+    def _register(self, query: Query, info: protocol.TableInfo) -> None:
+        parts = sorted(Path(info.files("csv")).glob("part-*.csv"))
         if not parts:
-            raise FileNotFoundError(f"no CSV parts for table {query.table!r} of {query.dataset}")
+            raise FileNotFoundError(f"no CSV parts in {info.files('csv')}")
         ordered = Path(self.tmp.name) / "sources" / query.table
         ordered.mkdir(parents=True)
         with open(ordered / "data.csv", "wb") as out:
             for part in parts:
                 with open(part, "rb") as src:
                     shutil.copyfileobj(src, out)
-        self.env.execute_sql(source_ddl(query.table, ddl, query.event_time, ordered))
+        self.env.execute_sql(source_ddl(query.table, info.ddl, query.event_time, ordered))
         self.sources.add(query.table)
 
     def run(self, query: Query) -> SinkResult:
@@ -279,9 +271,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name in args.query:
             protocol.skip(RUNNER, name, "apache-flink is not installed in this interpreter")
         return 0
-    datasets = {"clickstream": args.clickstream, "nexmark": args.nexmark}
     try:
-        runner = FlinkRunner(datasets, args.parallelism, args.watermark_interval_ms)
+        runner = FlinkRunner(args.parallelism, args.watermark_interval_ms)
     except Exception as exc:  # noqa: BLE001 - no JVM, no mini-cluster: every query reports it
         for name in args.query:
             _failed(name, exc)
@@ -293,12 +284,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 protocol.skip(RUNNER, name, f"unknown query {name!r}")
                 continue
             try:
-                events = runner.prepare(query)
+                info = protocol.table_info(query, args)
+                runner.prepare(query, info)
             except Exception as exc:  # noqa: BLE001 - reported; the other queries still run
                 _failed(name, exc)
                 continue
             run = functools.partial(runner.run, query)
-            protocol.measure(RUNNER, name, events, run, rows_of, args.repeat, warmup=args.warmup)
+            protocol.measure(RUNNER, name, info.rows, run, rows_of, args.repeat, warmup=args.warmup)
     finally:
         runner.close()
     return 0
@@ -306,10 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _failed(query: str, exc: BaseException) -> None:
     traceback.print_exception(exc)
-    protocol.emit("start", f"{RUNNER} {query}")
-    record = {"query": query, "runner": RUNNER, "status": "failed", "reason": f"{type(exc).__name__}: {exc}"}
-    protocol.emit("result", json.dumps(record))
-    protocol.emit("end", f"{RUNNER} {query}")
+    protocol.report(RUNNER, query, "failed", f"{type(exc).__name__}: {exc}")
 
 
 if __name__ == "__main__":

@@ -12,15 +12,15 @@ but is not a target.
 from __future__ import annotations
 
 import functools
-import json
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from benchmarks import protocol
+from benchmarks.arrow import rows_of
 from benchmarks.queries import QUERIES, Query
-from benchmarks.spark_runner import hot_items, krishiv_query, rows_of
+from benchmarks.spark_runner import hot_items, krishiv_query
 from krishiv_py.testing import Send, run_reference
 
 RUNNER = "reference-model"
@@ -39,15 +39,13 @@ def main(argv: list[str] | None = None) -> int:
     args = protocol.parser("python -m benchmarks.model_runner").parse_args(argv)
     for name in args.query:
         query = QUERIES[name]
-        root = Path(args.clickstream if query.dataset == "clickstream" else args.nexmark)
-        table = json.loads((root / "meta.json").read_text())["tables"][query.table]
-        path = str(root / query.table / "parquet")
+        info = protocol.table_info(query, args)
         protocol.measure(
             RUNNER,
             name,
-            int(table["rows"]),
-            functools.partial(run_model, query, path, table["ddl"]),
-            rows_of(query),
+            info.rows,
+            functools.partial(run_model, query, info.files(), info.ddl),
+            rows_of(query.columns),
             args.repeat,
             warmup=args.warmup,
         )

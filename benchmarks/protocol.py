@@ -24,9 +24,12 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from benchmarks.digest import digest
+from benchmarks.queries import Query
 
 PREFIX = "@@BENCH "
 
@@ -47,6 +50,25 @@ def parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--no-warmup", dest="warmup", action="store_false", help="time the first run too")
     return p
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    """The table a query reads: its directory in the dataset, Spark DDL and row count."""
+
+    root: Path
+    ddl: str
+    rows: int
+
+    def files(self, fmt: str = "parquet") -> str:
+        return str(self.root / fmt)
+
+
+def table_info(query: Query, args: argparse.Namespace) -> TableInfo:
+    """The dataset table ``query`` reads, from the ``--clickstream`` / ``--nexmark`` directory."""
+    root = Path(args.clickstream if query.dataset == "clickstream" else args.nexmark)
+    table = json.loads((root / "meta.json").read_text())["tables"][query.table]
+    return TableInfo(root=root / query.table, ddl=str(table["ddl"]), rows=int(table["rows"]))
 
 
 def measure(
@@ -87,18 +109,22 @@ def measure(
         }
     except Exception as exc:  # noqa: BLE001 - reported, not raised: the other queries still run
         traceback.print_exc()
-        record = {
-            "query": query,
-            "runner": runner,
-            "status": "failed",
-            "reason": f"{type(exc).__name__}: {exc}",
-        }
+        record = _status(runner, query, "failed", f"{type(exc).__name__}: {exc}")
     emit("result", json.dumps(record))
     emit("end", f"{runner} {query}")
     return record
 
 
-def skip(runner: str, query: str, reason: str) -> None:
+def _status(runner: str, query: str, status: str, reason: str) -> dict[str, Any]:
+    return {"query": query, "runner": runner, "status": status, "reason": reason}
+
+
+def report(runner: str, query: str, status: str, reason: str) -> None:
+    """Report ``query`` as ``status`` (``"skipped"`` or ``"failed"``) without running it."""
     emit("start", f"{runner} {query}")
-    emit("result", json.dumps({"query": query, "runner": runner, "status": "skipped", "reason": reason}))
+    emit("result", json.dumps(_status(runner, query, status, reason)))
     emit("end", f"{runner} {query}")
+
+
+def skip(runner: str, query: str, reason: str) -> None:
+    report(runner, query, "skipped", reason)

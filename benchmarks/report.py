@@ -174,11 +174,12 @@ def machine() -> dict[str, Any]:
         info["java"] = (java.stderr or java.stdout).splitlines()[0]
     except (OSError, subprocess.SubprocessError, IndexError):
         info["java"] = None
-    for mod in ("duckdb",):
-        try:
-            info[mod] = __import__(mod).__version__
-        except ImportError:
-            info[mod] = None
+    try:
+        import duckdb
+
+        info["duckdb"] = duckdb.__version__
+    except ImportError:
+        info["duckdb"] = None
     return info
 
 

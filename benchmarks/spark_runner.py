@@ -34,7 +34,6 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -42,6 +41,7 @@ import pyarrow.compute as pc
 
 import krishiv_py as kp
 from benchmarks import protocol
+from benchmarks.arrow import rows_of
 from benchmarks.queries import QUERIES, WATERMARK_LAG_MS, Query
 from krishiv_py.runtime.run import SINGLE_WATERMARK_CONF
 
@@ -184,21 +184,6 @@ def run_pyspark_batch(spark: Any, query: Query, path: str, ddl: str) -> pa.Table
 # --- process entry ------------------------------------------------------------------------------------------
 
 
-def rows_of(query: Query) -> Callable[[pa.Table], protocol.Rows]:
-    def rows(table: pa.Table) -> protocol.Rows:
-        cols = [table.column(c).to_pylist() for c in query.columns]
-        return list(zip(*cols, strict=True))
-
-    return rows
-
-
-def _dataset(query: Query, clickstream: str, nexmark: str) -> tuple[str, str, int]:
-    root = Path(clickstream if query.dataset == "clickstream" else nexmark)
-    meta = json.loads((root / "meta.json").read_text())
-    table = meta["tables"][query.table]
-    return str(root / query.table / "parquet"), table["ddl"], int(table["rows"])
-
-
 def main(argv: list[str] | None = None) -> int:
     p = protocol.parser("python -m benchmarks.spark_runner")
     p.add_argument("--runner", action="append", required=True, choices=RUNNERS)
@@ -212,13 +197,13 @@ def main(argv: list[str] | None = None) -> int:
         spark.sparkContext.setLogLevel("ERROR")
         for name in args.query:
             query = QUERIES[name]
-            path, ddl, events = _dataset(query, args.clickstream, args.nexmark)
+            info = protocol.table_info(query, args)
             protocol.measure(
                 "pyspark-default",
                 name,
-                events,
-                functools.partial(run_pyspark_streaming, spark, query, path, ddl),
-                rows_of(query),
+                info.rows,
+                functools.partial(run_pyspark_streaming, spark, query, info.files(), info.ddl),
+                rows_of(query.columns),
                 args.repeat,
                 warmup=args.warmup,
             )
@@ -231,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
         session.spark.conf.set(SINGLE_WATERMARK_CONF, "false")
         for name in args.query:
             query = QUERIES[name]
-            path, ddl, events = _dataset(query, args.clickstream, args.nexmark)
+            info = protocol.table_info(query, args)
+            path, ddl = info.files(), info.ddl
             runs: dict[str, Callable[[], pa.Table]] = {
                 "krishiv-native": functools.partial(run_krishiv_native, session, query, path),
                 "krishiv-bounded": functools.partial(run_krishiv_bounded, session, query, path),
@@ -242,7 +228,13 @@ def main(argv: list[str] | None = None) -> int:
             }
             for runner in args.runner:
                 protocol.measure(
-                    runner, name, events, runs[runner], rows_of(query), args.repeat, warmup=args.warmup
+                    runner,
+                    name,
+                    info.rows,
+                    runs[runner],
+                    rows_of(query.columns),
+                    args.repeat,
+                    warmup=args.warmup,
                 )
     return 0
 

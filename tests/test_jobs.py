@@ -296,7 +296,10 @@ def test_streaming_files_one_per_micro_batch(session: kp.Session, tmp_path: Path
         path = src / f"part-{i}.parquet"
         pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
         os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))
+    key = "spark.sql.streaming.statefulOperator.allowMultiple"
+    before = session.spark.conf.get(key, None)
     job = per_minute(session.read_parquet(str(src), streaming=True, max_files_per_trigger=1)).start()
+    assert session.spark.conf.get(key, None) == before  # set for the job's start only
     job.process_all_available()
     assert [r["events"] for r in job.results().to_pylist()] == [1]  # the late event is not counted
     assert job.metrics().batches >= 2
