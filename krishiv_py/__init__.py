@@ -37,7 +37,9 @@ from krishiv_py.expr import (
     min,
     sum,
 )
+from krishiv_py.late import CountingLateEventHandler, LateEventHandler, SideOutputLateEventHandler
 from krishiv_py.metrics import JobMetrics
+from krishiv_py.plan.emission import Trigger
 from krishiv_py.plan.watermarks import END_OF_TIME_MS, WatermarkSpec
 from krishiv_py.runtime.job import Job, JobProgress
 from krishiv_py.sender import Sender
@@ -51,6 +53,7 @@ __all__ = [
     "END_OF_TIME_MS",
     "AggExpr",
     "ConsoleSink",
+    "CountingLateEventHandler",
     "Expr",
     "ForeachBatchSink",
     "Job",
@@ -59,6 +62,7 @@ __all__ = [
     "JobProgress",
     "KeyedStream",
     "KrishivError",
+    "LateEventHandler",
     "MemorySink",
     "ParquetSink",
     "PlanError",
@@ -67,8 +71,10 @@ __all__ = [
     "Sender",
     "Session",
     "SessionError",
+    "SideOutputLateEventHandler",
     "SourceClosedError",
     "Stream",
+    "Trigger",
     "WatermarkSpec",
     "WindowedStream",
     "__version__",

@@ -14,6 +14,7 @@ from krishiv_py.api.windowed import WindowAssigners, WindowedStream
 from krishiv_py.errors import PlanError
 from krishiv_py.expr import AggExpr, Alias, Column, Expr, col
 from krishiv_py.plan import nodes as n
+from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS
 from krishiv_py.plan.watermarks import WatermarkSpec
 from krishiv_py.plan.windows import WindowSpec
 from krishiv_py.sinks import MemorySink, Sink
@@ -82,19 +83,32 @@ class Stream(WindowAssigners):
 
     # --- event time -----------------------------------------------------------
 
-    def watermark(self, column: str, lag_ms: int) -> Stream:
+    def watermark(
+        self, column: str, lag_ms: int, *, future_tolerance_ms: int = DEFAULT_FUTURE_TOLERANCE_MS
+    ) -> Stream:
         """Declare ``column`` as event time, with ``lag_ms`` bounded out-of-orderness.
 
         The watermark is ``max(event time seen) - lag_ms``; it never goes back.
         ``column`` may be a timestamp or a bigint of epoch milliseconds.
+        Events more than ``future_tolerance_ms`` ahead of the watermark are
+        processed, counted as future events and warned about (likely clock skew).
         """
-        return self.with_watermark(WatermarkSpec.fixed_lag_ms(column, lag_ms))
+        return self.with_watermark(
+            WatermarkSpec.fixed_lag_ms(column, lag_ms, future_tolerance_ms=future_tolerance_ms)
+        )
 
     def with_watermark(self, spec: WatermarkSpec) -> Stream:
         """Declare event time with a :class:`WatermarkSpec`."""
         if not isinstance(spec, WatermarkSpec):
             raise PlanError(f"with_watermark() takes a WatermarkSpec, got {type(spec).__name__}")
-        return self._with(n.Watermark(input=self._plan, column=spec.column, lag_ms=spec.lag_ms))
+        return self._with(
+            n.Watermark(
+                input=self._plan,
+                column=spec.column,
+                lag_ms=spec.lag_ms,
+                future_tolerance_ms=spec.future_tolerance_ms,
+            )
+        )
 
     # --- stateless --------------------------------------------------------------
 
@@ -159,7 +173,7 @@ class Stream(WindowAssigners):
         if not isinstance(self._plan, n.WindowAggregate):
             raise PlanError("collect_with_aggs() needs a stream produced by .agg(...)")
         p = self._plan
-        windowed = WindowedStream(self._with(p.input), p.keys, p.window)
+        windowed = WindowedStream(self._with(p.input), p.keys, p.window, p.emission)
         return windowed.collect_with_aggs(aggs)
 
     def start(self, sink: Sink | None = None, *, checkpoint_dir: str | None = None) -> Job:

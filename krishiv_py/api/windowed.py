@@ -13,7 +13,9 @@ import attrs
 
 from krishiv_py.errors import PlanError
 from krishiv_py.expr import AggExpr
+from krishiv_py.late import LateEventHandler
 from krishiv_py.plan import nodes as n
+from krishiv_py.plan.emission import DEFAULT_ALLOWED_LATENESS_MS, Accumulation, Emission, Trigger
 from krishiv_py.plan.windows import SessionWindow, SlidingWindow, TumblingWindow, WindowSpec
 
 if TYPE_CHECKING:
@@ -62,11 +64,29 @@ class WindowAssigners:
 
 @attrs.frozen
 class WindowedStream:
-    """A stream with keys and an event-time window, waiting for ``agg``."""
+    """A stream with keys and an event-time window, waiting for ``agg``.
+
+    The emission options (:meth:`trigger`, :meth:`allowed_lateness`,
+    :meth:`accumulation`, :meth:`with_late_event_handler`) each return a new
+    ``WindowedStream``; any of them other than the defaults makes the plan
+    run on the stateful lowering.
+
+    Examples
+    --------
+        corrected = (
+            stream.watermark("event_time", 5_000)
+            .key_by("user_id")
+            .tumbling_window(60_000)
+            .allowed_lateness(60_000)                # late events re-fire their window
+            .accumulation("retracting")              # ... preceded by a retraction
+            .agg(kp.count(kp.col("*")))
+        )
+    """
 
     stream: Stream
     keys: tuple[str, ...]
     window: WindowSpec
+    emission: Emission = attrs.field(factory=Emission)
 
     def __attrs_post_init__(self) -> None:
         if n.event_time(self.stream.plan) is None:
@@ -74,6 +94,36 @@ class WindowedStream:
                 f"{self.window.kind} windows need event time: call "
                 ".watermark(column, lag_ms) on the stream before the window"
             )
+
+    def _emit(self, **changes: object) -> WindowedStream:
+        return attrs.evolve(self, emission=attrs.evolve(self.emission, **changes))
+
+    def trigger(self, trigger: Trigger) -> WindowedStream:
+        """When windows fire: ``Trigger.on_watermark()`` (default), ``on_every_element()``,
+        ``on_count(n)`` or ``on_interval(ms)``; early firings are followed by the final one.
+        """
+        if not isinstance(trigger, Trigger):
+            raise PlanError(
+                f"trigger() takes a Trigger such as kp.Trigger.on_count(10), got {trigger!r}"
+            )
+        return self._emit(trigger=trigger)
+
+    def allowed_lateness(self, ms: int = DEFAULT_ALLOWED_LATENESS_MS) -> WindowedStream:
+        """Keep windows ``ms`` past their end: late events re-fire them instead of being dropped."""
+        return self._emit(allowed_lateness_ms=ms)
+
+    def accumulation(self, mode: Accumulation) -> WindowedStream:
+        """What a firing carries: ``"accumulating"`` (default), ``"discarding"`` or ``"retracting"``."""
+        return self._emit(accumulation=mode)
+
+    def with_late_event_handler(self, handler: LateEventHandler) -> WindowedStream:
+        """Hand very late and invalid events to ``handler`` (see :mod:`krishiv_py.late`)."""
+        if not isinstance(handler, LateEventHandler):
+            raise PlanError(
+                "with_late_event_handler() takes an object with a handle(table) method, "
+                f"got {type(handler).__name__}"
+            )
+        return self._emit(late_handler=handler)
 
     def agg(self, *aggregates: AggExpr) -> Stream:
         """Aggregate each window (per key); returns a stream of window results.
@@ -91,6 +141,7 @@ class WindowedStream:
             keys=self.keys,
             window=self.window,
             aggregates=tuple(a.call for a in aggregates),
+            emission=self.emission,
         )
         return Stream(self.stream.session, plan)
 

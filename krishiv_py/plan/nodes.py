@@ -17,6 +17,7 @@ import attrs
 
 from krishiv_py.errors import PlanError
 from krishiv_py.expr import AggCall, Alias, Column, ExprNode, agg_type, dtype_of, output_name, render
+from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS, Emission
 from krishiv_py.plan.windows import SessionWindow, WindowSpec, check_ms
 from krishiv_py.types import HIDDEN_PREFIX, DataType, Field, Schema
 
@@ -81,9 +82,11 @@ class Watermark:
     input: PlanNode
     column: str
     lag_ms: int
+    future_tolerance_ms: int = DEFAULT_FUTURE_TOLERANCE_MS
 
     def __attrs_post_init__(self) -> None:
         check_ms("lag_ms", self.lag_ms, positive=False)
+        check_ms("future_tolerance_ms", self.future_tolerance_ms, positive=False)
         field = schema_of(self.input).field(self.column, role="event-time column")
         if not (field.dtype.is_timestamp or field.dtype.name in ("bigint", "int")):
             raise PlanError(
@@ -147,6 +150,7 @@ class WindowAggregate:
     keys: tuple[str, ...]
     window: WindowSpec
     aggregates: tuple[AggCall, ...]
+    emission: Emission = attrs.field(factory=Emission)
 
     def __attrs_post_init__(self) -> None:
         if event_time(self.input) is None:
@@ -171,6 +175,7 @@ class EventTime:
     column: str
     dtype: DataType
     lag_ms: int
+    future_tolerance_ms: int = DEFAULT_FUTURE_TOLERANCE_MS
 
 
 def children(node: PlanNode) -> tuple[PlanNode, ...]:
@@ -241,7 +246,7 @@ def event_time(node: PlanNode) -> EventTime | None:
     """The event time a window over ``node`` would use (None: no watermark)."""
     if isinstance(node, Watermark):
         dtype = schema_of(node.input).field(node.column).dtype
-        return EventTime(node.column, dtype, node.lag_ms)
+        return EventTime(node.column, dtype, node.lag_ms, node.future_tolerance_ms)
     if isinstance(node, (*SOURCE_TYPES, WindowAggregate)):
         return None
     if isinstance(node, Union):
@@ -287,13 +292,21 @@ def _describe(node: PlanNode) -> str:
             f"FileSource {n.name!r} {n.format} {n.path!r}"
             f"{' (streaming)' if n.streaming else ''} [{n.schema}]"
         ),
-        Watermark: lambda n: f"Watermark column={n.column} lag_ms={n.lag_ms}",
+        Watermark: lambda n: (
+            f"Watermark column={n.column} lag_ms={n.lag_ms}"
+            + (
+                f" future_tolerance_ms={n.future_tolerance_ms}"
+                if n.future_tolerance_ms != DEFAULT_FUTURE_TOLERANCE_MS
+                else ""
+            )
+        ),
         Filter: lambda n: f"Filter {render(n.predicate)}",
         Project: lambda n: f"Project {', '.join(render(e) for e in n.exprs)}",
         Union: lambda n: f"Union ({len(n.inputs)} inputs)",
         WindowAggregate: lambda n: (
             f"WindowAggregate keys=[{', '.join(n.keys)}] window={_window_text(n.window)} "
             f"aggs=[{', '.join(_agg_text(a) for a in n.aggregates)}]"
+            + ("" if n.emission.is_default else f" emission=[{n.emission.describe()}]")
         ),
     }
     text: str = detail[type(node)](node)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import attrs
 
+from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS
 from krishiv_py.plan.windows import check_ms
 
 __all__ = ["END_OF_TIME_MS", "MAX_EVENT_MS", "MIN_EVENT_MS", "WatermarkSpec"]
@@ -35,10 +36,14 @@ class WatermarkSpec:
 
     column: str
     lag_ms: int
+    future_tolerance_ms: int = attrs.field(default=DEFAULT_FUTURE_TOLERANCE_MS, repr=False)
 
     def __attrs_post_init__(self) -> None:
         check_ms("lag_ms", self.lag_ms, positive=False)
+        check_ms("future_tolerance_ms", self.future_tolerance_ms, positive=False)
 
     @classmethod
-    def fixed_lag_ms(cls, column: str, lag_ms: int) -> WatermarkSpec:
-        return cls(column=column, lag_ms=lag_ms)
+    def fixed_lag_ms(
+        cls, column: str, lag_ms: int, *, future_tolerance_ms: int = DEFAULT_FUTURE_TOLERANCE_MS
+    ) -> WatermarkSpec:
+        return cls(column=column, lag_ms=lag_ms, future_tolerance_ms=future_tolerance_ms)
