@@ -7,7 +7,7 @@ Every call validates its arguments and returns a new object.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -95,7 +95,7 @@ class WindowedStream:
                 ".watermark(column, lag_ms) on the stream before the window"
             )
 
-    def _emit(self, **changes: object) -> WindowedStream:
+    def _emit(self, **changes: Any) -> WindowedStream:
         return attrs.evolve(self, emission=attrs.evolve(self.emission, **changes))
 
     def trigger(self, trigger: Trigger) -> WindowedStream:
