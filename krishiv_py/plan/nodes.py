@@ -44,6 +44,9 @@ __all__ = [
 
 FileFormat: TypeAlias = Literal["parquet", "csv", "json"]
 
+#: The column ``accumulation("retracting")`` adds to window results: ``"emit"`` or ``"retract"``.
+KIND_COLUMN = "kind"
+
 
 @attrs.frozen(kw_only=True)
 class MemorySource:
@@ -223,6 +226,8 @@ def _window_schema(node: WindowAggregate) -> Schema:
     fields.append(Field("window_end", DataType("timestamp"), False))
     for call in node.aggregates:
         fields.append(Field(_output_name(call.name, "agg()"), agg_type(call, inp), True))
+    if node.emission.accumulation == "retracting":
+        fields.append(Field(KIND_COLUMN, DataType("string"), False))
     names = [f.name for f in fields]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
