@@ -1,10 +1,10 @@
-"""Apply a :class:`~krishiv_py.planner.spark.SparkRecipe` to a SparkSession."""
+"""Apply a :class:`~krishiv_py.planner.spark.recipe.SparkRecipe` to a SparkSession."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from krishiv_py.planner import spark as r
+from krishiv_py.planner.spark import recipe as r
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

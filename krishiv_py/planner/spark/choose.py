@@ -1,0 +1,227 @@
+"""Which lowering runs a plan: a table of what each lowering runs exactly.
+
+Every lowering declares, as one frozen :class:`Capabilities` record, the
+input it takes, the window kinds it runs and the emission options it runs
+exactly (Ibis's backends declare their unsupported operations the same
+way). :func:`choose` lists the features a plan uses and picks the first
+lowering of :data:`LOWERINGS` — bounded, native, stateful: the order of
+preference — whose record covers them all. When the preferred lowering for
+the plan's input cannot run a feature, the reason names that feature.
+
+============  =========  ===========================================  ===================================
+lowering      input      window kinds                                 emission options run exactly
+============  =========  ===========================================  ===================================
+``bounded``   finite     tumbling, sliding, session                   allowed lateness
+``native``    unbounded  tumbling, sliding, session                   (none: on-watermark, zero lateness)
+``stateful``  both       tumbling, sliding, session, capped_session   early triggers, allowed lateness,
+                                                                      non-accumulating, late handlers
+============  =========  ===========================================  ===================================
+
+A bounded run is one step with every row, then the end of input: no event
+can be late, so keeping windows past their end changes nothing and the
+bounded lowering runs ``allowed_lateness`` exactly. It cannot run early
+firings, the ``kind`` column of retracting results, or hand invalid events
+to a late-event handler. (Discarding alone would be exact in one step too;
+the table keeps every non-default accumulation as one feature.)
+
+Examples
+--------
+>>> from krishiv_py.plan.windows import SessionWindow
+>>> capabilities("native").covers("session")
+True
+>>> capabilities("native").covers("allowed_lateness")
+False
+>>> window_kind(SessionWindow(gap_ms=10, max_duration_ms=60))
+'capped_session'
+"""
+
+from __future__ import annotations
+
+from typing import Literal, TypeAlias, assert_never
+
+import attrs
+
+from krishiv_py._typing import Lowering, WindowKind
+from krishiv_py.errors import PlanError
+from krishiv_py.late import CountingLateEventHandler
+from krishiv_py.plan import nodes as n
+from krishiv_py.plan.emission import Emission
+from krishiv_py.plan.windows import SessionWindow, SlidingWindow, TumblingWindow, WindowSpec
+
+__all__ = [
+    "LOWERINGS",
+    "Capabilities",
+    "EmissionFeature",
+    "Feature",
+    "InputKind",
+    "capabilities",
+    "choose",
+    "features_of",
+    "force",
+    "window_kind",
+]
+
+InputKind: TypeAlias = Literal["bounded", "unbounded"]
+EmissionFeature: TypeAlias = Literal["early_trigger", "allowed_lateness", "non_accumulating", "late_handler"]
+FeatureName: TypeAlias = InputKind | WindowKind | EmissionFeature
+
+_ALL_WINDOWS: frozenset[WindowKind] = frozenset({"tumbling", "sliding", "session", "capped_session"})
+_SPARK_WINDOWS: frozenset[WindowKind] = _ALL_WINDOWS - {"capped_session"}
+
+
+@attrs.frozen(kw_only=True)
+class Capabilities:
+    """What one lowering runs exactly, and the reason given when it is chosen.
+
+    ``snapshot`` lowerings may be forced onto unbounded input: they read
+    what the sources hold now, as if they were closed after it (``collect()``).
+    """
+
+    lowering: Lowering
+    inputs: frozenset[InputKind]
+    window_kinds: frozenset[WindowKind]
+    emission: frozenset[EmissionFeature]
+    why: str
+    snapshot: str | None = None
+
+    def covers(self, feature: FeatureName, *, forced: bool = False) -> bool:
+        """True when this lowering runs ``feature`` exactly (``forced``: also by snapshot)."""
+        if feature == "unbounded" and forced and self.snapshot is not None:
+            return True
+        return feature in self.inputs or feature in self.window_kinds or feature in self.emission
+
+
+#: Every lowering, in order of preference.
+LOWERINGS: tuple[Capabilities, ...] = (
+    Capabilities(
+        lowering="bounded",
+        inputs=frozenset({"bounded"}),
+        window_kinds=_SPARK_WINDOWS,
+        emission=frozenset({"allowed_lateness"}),
+        why=(
+            "every source is finite, so one Spark batch job computes the final windows "
+            "(the same result as streaming the data in one step, then closing the sources)"
+        ),
+        snapshot=(
+            "collect() runs the batches sent so far as one Spark batch job, as if the "
+            "sources were closed after them"
+        ),
+    ),
+    Capabilities(
+        lowering="native",
+        inputs=frozenset({"unbounded"}),
+        window_kinds=_SPARK_WINDOWS,
+        emission=frozenset(),
+        why=(
+            "the plan uses event-time windows with on-watermark firing and no allowed lateness: "
+            "Spark's withWatermark + window/session_window + groupBy().agg() in append mode "
+            "fires each window once when the watermark reaches its end and drops an event only "
+            "when all of its windows have closed, exactly as specified; no Python runs per row"
+        ),
+    ),
+    Capabilities(
+        lowering="stateful",
+        inputs=frozenset({"bounded", "unbounded"}),
+        window_kinds=_ALL_WINDOWS,
+        emission=frozenset({"early_trigger", "allowed_lateness", "non_accumulating", "late_handler"}),
+        why="a custom Spark operator keeps the windows in state and fires them itself",
+    ),
+)
+
+
+@attrs.frozen
+class Feature:
+    """One thing a plan uses that its lowering must run; ``text`` names it in reasons."""
+
+    name: FeatureName
+    text: str
+
+
+def capabilities(lowering: Lowering) -> Capabilities:
+    """The table row of ``lowering``."""
+    return next(c for c in LOWERINGS if c.lowering == lowering)
+
+
+def choose(plan: n.PlanNode) -> tuple[Lowering, str]:
+    """Pick the lowering for ``plan`` and say why."""
+    features = features_of(plan)
+    blocked: tuple[Capabilities, list[Feature]] | None = None
+    for caps in LOWERINGS:
+        missing = [f for f in features if not caps.covers(f.name)]
+        if not missing:
+            if blocked is None:
+                return caps.lowering, caps.why
+            preferred, needs = blocked
+            return caps.lowering, (
+                f"the plan uses {_texts(needs)}, which the {preferred.lowering} lowering cannot run "
+                f"exactly, so it needs the {caps.lowering} lowering ({caps.why})"
+            )
+        if blocked is None and caps.covers(features[0].name):  # [0]: the input
+            blocked = (caps, missing)
+    raise PlanError(f"no lowering runs a plan that uses {_texts(features)}")
+
+
+def force(plan: n.PlanNode, lowering: Lowering, *, how: str) -> tuple[Lowering, str]:
+    """``lowering`` with its reason, or :class:`PlanError` if it cannot run ``plan`` exactly.
+
+    ``how`` names what asked for it in the error (``"lowering='native'"``).
+    """
+    chosen, reason = choose(plan)
+    if chosen == lowering:
+        return chosen, reason
+    caps = capabilities(lowering)
+    missing = [f for f in features_of(plan) if not caps.covers(f.name, forced=True)]
+    if missing:
+        raise PlanError(
+            f"{how} asks for the {lowering} lowering, which cannot run this plan exactly: "
+            f"the plan uses {_texts(missing)} (left to itself, the planner picks {chosen!r})"
+        )
+    if n.is_bounded(plan) or caps.snapshot is None:
+        return lowering, f"{how} asks for the {lowering} lowering: {caps.why}"
+    return lowering, caps.snapshot
+
+
+def features_of(plan: n.PlanNode) -> list[Feature]:
+    """The features ``plan`` uses: its input first, then per window its kind and emission options."""
+    out = [
+        Feature("bounded", "finite input") if n.is_bounded(plan) else Feature("unbounded", "unbounded input")
+    ]
+    for agg in n.window_aggregates(plan):
+        kind = window_kind(agg.window)
+        text = f"a {kind.replace('_', ' ')} window"
+        if isinstance(agg.window, SessionWindow) and agg.window.max_duration_ms is not None:
+            text += f" (max_duration_ms={agg.window.max_duration_ms})"
+        out.append(Feature(kind, text))
+        out += _emission_features(agg.emission)
+    return out
+
+
+def window_kind(window: WindowSpec) -> WindowKind:
+    """The kind of ``window``; a new window class must be added here."""
+    if isinstance(window, TumblingWindow):
+        return "tumbling"
+    if isinstance(window, SlidingWindow):
+        return "sliding"
+    if isinstance(window, SessionWindow):
+        return "session" if window.max_duration_ms is None else "capped_session"
+    assert_never(window)
+
+
+def _emission_features(emission: Emission) -> list[Feature]:
+    # The same options, named the same way, as Emission.stateful_features().
+    out = []
+    if emission.trigger.is_early:
+        out.append(Feature("early_trigger", f"trigger {emission.trigger.describe()}"))
+    if emission.allowed_lateness_ms:
+        out.append(Feature("allowed_lateness", f"allowed_lateness({emission.allowed_lateness_ms} ms)"))
+    if emission.accumulation != "accumulating":
+        out.append(Feature("non_accumulating", f"accumulation({emission.accumulation!r})"))
+    handler = emission.late_handler
+    if handler is not None and not isinstance(handler, CountingLateEventHandler):
+        out.append(Feature("late_handler", f"late-event handler {type(handler).__name__}"))
+    return out
+
+
+def _texts(features: list[Feature]) -> str:
+    texts = list(dict.fromkeys(f.text for f in features))
+    return texts[0] if len(texts) == 1 else ", ".join(texts[:-1]) + " and " + texts[-1]

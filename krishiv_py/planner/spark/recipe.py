@@ -1,0 +1,192 @@
+"""The recipe: what a lowering produces, as plain data.
+
+A recipe is a tree of a handful of DataFrame operations whose arguments are
+Spark SQL expression strings, so it can be printed by ``explain()`` and
+snapshot-tested without a JVM. :mod:`krishiv_py.runtime.build` applies it
+to a SparkSession; :meth:`SparkRecipe.render` prints it as PySpark-like
+code, one operation per line.
+
+Hidden columns
+    Every source carries ``__kp_kind`` (0 data, 1 watermark promise,
+    2 close), ``__kp_wm`` (the promised watermark) and ``__kp_seq`` (arrival
+    order). A watermark adds the event time ``__kp_et``; a window groups by
+    ``__kp_window``. None of them reaches a result.
+
+Examples
+--------
+>>> from krishiv_py.types import to_schema
+>>> read = ReadSource(name="s", kind="files", schema=to_schema("t bigint"), streaming=False)
+>>> lines: list[str] = []
+>>> _render(FilterExpr(child=read, condition="`t` > 0"), lines)
+'df_1'
+>>> print("\\n".join(lines))
+src_0 = spark.read.format('parquet').schema('`t` bigint').load(None)
+df_1 = src_0.filter('`t` > 0')
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypeAlias
+
+import attrs
+
+from krishiv_py._typing import Lowering
+from krishiv_py.types import Schema
+
+__all__ = [
+    "BASE_HIDDEN",
+    "ET",
+    "GLOBAL",
+    "KIND",
+    "OUT_OBSERVE",
+    "SEQ",
+    "WINDOW",
+    "WM",
+    "FilterExpr",
+    "GroupAgg",
+    "Observe",
+    "ReadSource",
+    "RecipeNode",
+    "SelectExprs",
+    "SparkRecipe",
+    "TrackedSource",
+    "UnionAll",
+    "WithWatermark",
+]
+
+#: Row kind: 0 data, 1 watermark promise, 2 close.
+KIND = "__kp_kind"
+#: The watermark a punctuation row promises.
+WM = "__kp_wm"
+#: Arrival order of a row (orders ``first``/``last`` among equal event times).
+SEQ = "__kp_seq"
+#: Event time in Spark, shifted by the recipe's ``time_shift_ms``.
+ET = "__kp_et"
+#: The ``window``/``session_window`` struct a window aggregation groups by.
+WINDOW = "__kp_window"
+#: The constant key of a session window without keys.
+GLOBAL = "__kp_global"
+#: The hidden columns every source carries.
+BASE_HIDDEN = (KIND, WM, SEQ)
+#: Observation name of the windows a job emits.
+OUT_OBSERVE = "kp_out"
+
+
+@attrs.frozen(kw_only=True)
+class ReadSource:
+    """Read one source; the result has the user columns plus ``__kp_kind/__kp_wm/__kp_seq``."""
+
+    name: str
+    kind: Literal["memory", "records", "files"]
+    schema: Schema
+    streaming: bool
+    format: str = "parquet"
+    path: str | None = None
+    options: tuple[tuple[str, str], ...] = ()
+    records: Any = attrs.field(default=None, eq=False, repr=False)
+
+
+@attrs.frozen(kw_only=True)
+class SelectExprs:
+    child: RecipeNode
+    exprs: tuple[str, ...]
+
+
+@attrs.frozen(kw_only=True)
+class FilterExpr:
+    child: RecipeNode
+    condition: str
+
+
+@attrs.frozen(kw_only=True)
+class WithWatermark:
+    child: RecipeNode
+    column: str
+    delay: str
+
+
+@attrs.frozen(kw_only=True)
+class Observe:
+    """Named per-batch metrics (Spark ``observe``): one per event-time source."""
+
+    child: RecipeNode
+    name: str
+    exprs: tuple[str, ...]
+
+
+@attrs.frozen(kw_only=True)
+class UnionAll:
+    children: tuple[RecipeNode, ...]
+
+
+@attrs.frozen(kw_only=True)
+class GroupAgg:
+    child: RecipeNode
+    keys: tuple[str, ...]
+    aggs: tuple[str, ...]
+
+
+RecipeNode: TypeAlias = ReadSource | SelectExprs | FilterExpr | WithWatermark | Observe | UnionAll | GroupAgg
+
+
+@attrs.frozen(kw_only=True)
+class TrackedSource:
+    """What the job needs to turn observed metrics into a per-source watermark."""
+
+    observe_name: str
+    source: str
+    lag_ms: int
+
+
+@attrs.frozen(kw_only=True)
+class SparkRecipe:
+    lowering: Lowering
+    reason: str
+    root: RecipeNode
+    output_mode: Literal["append"]
+    time_shift_ms: int
+    tracked: tuple[TrackedSource, ...]
+    windowed: bool
+    output_schema: Schema
+
+    def render(self) -> str:
+        """The recipe as PySpark-like code, one operation per line."""
+        lines: list[str] = []
+        final = _render(self.root, lines)
+        lines.append(f"result = {final}")
+        return "\n".join(lines)
+
+
+def _render(node: RecipeNode, lines: list[str]) -> str:
+    if isinstance(node, ReadSource):
+        var = f"src_{len(lines)}"
+        reader = "spark.readStream" if node.streaming else "spark.read"
+        if node.kind == "records":
+            lines.append(f"{var} = spark.createDataFrame(<{node.name}: Arrow table + hidden columns>)")
+        else:
+            opts = "".join(f".option({k!r}, {v!r})" for k, v in node.options)
+            ddl = node.schema.ddl() + (
+                ", __kp_kind tinyint, __kp_wm bigint, __kp_seq bigint" if node.kind == "memory" else ""
+            )
+            lines.append(
+                f"{var} = {reader}.format({node.format!r}).schema({ddl!r}){opts}.load({node.path!r})"
+            )
+        return var
+    if isinstance(node, UnionAll):
+        parts = [_render(c, lines) for c in node.children]
+        var = f"df_{len(lines)}"
+        lines.append(f"{var} = {parts[0]}" + "".join(f".unionByName({p})" for p in parts[1:]))
+        return var
+    inner = _render(node.child, lines)
+    var = f"df_{len(lines)}"
+    call = {
+        SelectExprs: lambda x: f".selectExpr({', '.join(repr(e) for e in x.exprs)})",
+        FilterExpr: lambda x: f".filter({x.condition!r})",
+        WithWatermark: lambda x: f".withWatermark({x.column!r}, {x.delay!r})",
+        Observe: lambda x: f".observe({x.name!r}, {', '.join(repr(e) for e in x.exprs)})",
+        GroupAgg: lambda x: (
+            f".groupBy({', '.join(repr(k) for k in x.keys)}).agg({', '.join(repr(a) for a in x.aggs)})"
+        ),
+    }[type(node)](node)
+    lines.append(f"{var} = {inner}{call}")
+    return var

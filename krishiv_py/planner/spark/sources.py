@@ -1,0 +1,193 @@
+"""Lower sources, filters, projections, unions and watermarks: the part every lowering shares.
+
+:class:`Lowerer` walks a plan bottom-up and returns, for each node, its
+recipe and the hidden columns it carries (see :mod:`.recipe`). A window
+aggregation is handed to the lowering's own window rule
+(:class:`WindowRule`), so a new lowering reuses everything here and only
+brings its window part.
+
+Punctuation rows
+    ``Sender.advance_watermark`` and ``Sender.close`` write a marker row
+    (``__kp_kind`` 1 or 2) carrying the target watermark in ``__kp_wm``. Its
+    event time is set to ``target + lag`` so Spark's ``max(event time) - lag``
+    becomes the target; the row is removed right after the watermark
+    operator, by a filter that mentions the event-time column so Spark's
+    optimizer cannot push it below the watermark. User filters let marker
+    rows through.
+Observed metrics
+    ``observe`` counts data rows, rows with no valid event time and the
+    maximum event time per source, so the job can report per-source
+    watermarks exactly.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import attrs
+
+from krishiv_py.expr import ExprNode, dtype_of, output_name
+from krishiv_py.plan import nodes as n
+from krishiv_py.plan.watermarks import MAX_EVENT_MS, MIN_EVENT_MS
+from krishiv_py.planner.spark.recipe import (
+    BASE_HIDDEN,
+    ET,
+    KIND,
+    SEQ,
+    WM,
+    FilterExpr,
+    Observe,
+    ReadSource,
+    RecipeNode,
+    SelectExprs,
+    TrackedSource,
+    UnionAll,
+    WithWatermark,
+)
+from krishiv_py.planner.sql import quote, to_sql
+from krishiv_py.types import Schema
+
+__all__ = ["Lowerer", "WindowRule"]
+
+Source = n.MemorySource | n.RecordsSource | n.FileSource
+
+
+class WindowRule(Protocol):
+    """How a lowering turns a window aggregation over ``child`` into a recipe."""
+
+    def __call__(
+        self, node: n.WindowAggregate, child: RecipeNode, *, streaming: bool, shift_ms: int
+    ) -> RecipeNode: ...
+
+
+@attrs.define
+class Lowerer:
+    """One lowering run: the options it lowers with and the sources it has tracked."""
+
+    streaming: bool
+    shift: int
+    window: WindowRule
+    tracked: list[TrackedSource] = attrs.field(factory=list)
+    inputs: int = 0
+
+    def lower(self, node: n.PlanNode, *, count_input: bool = True) -> tuple[RecipeNode, tuple[str, ...]]:
+        """Recipe for ``node`` and the hidden columns it carries.
+
+        ``count_input=False``: a watermark right above this source counts its
+        rows, saving Spark one per-row metrics operator.
+        """
+        if isinstance(node, n.MemorySource | n.RecordsSource | n.FileSource):
+            return self._source(node, count_input), BASE_HIDDEN
+        if isinstance(node, n.Union):
+            parts = [self.lower(i) for i in node.inputs]
+            return UnionAll(children=tuple(p[0] for p in parts)), parts[0][1]
+        direct = isinstance(node, n.Watermark) and isinstance(node.input, n.SOURCE_TYPES)
+        child, hidden = self.lower(node.input, count_input=not direct)
+        if isinstance(node, n.Filter):
+            cond = to_sql(node.predicate)
+            if KIND in hidden:
+                cond = f"({quote(KIND)} <> 0 OR {cond})"  # punctuation rows pass user filters
+            return FilterExpr(child=child, condition=cond), hidden
+        if isinstance(node, n.Project):
+            schema = n.schema_of(node.input)
+            exprs = tuple(_select_item(e, schema) for e in node.exprs) + tuple(quote(h) for h in hidden)
+            return SelectExprs(child=child, exprs=exprs), hidden
+        if isinstance(node, n.Watermark):
+            return self._watermark(node, child, count_input=direct), (*hidden, ET)
+        assert isinstance(node, n.WindowAggregate)
+        return self.window(node, child, streaming=self.streaming, shift_ms=self.shift), ()
+
+    def _source(self, node: Source, count_input: bool) -> RecipeNode:
+        self.inputs += 1
+        if not count_input:
+            return self._read(node)
+        name = f"kp_in_{self.inputs - 1}"
+        rows = (
+            "count(1) AS rows"
+            if not isinstance(node, n.MemorySource)
+            else f"count_if({quote(KIND)} = 0) AS rows"
+        )
+        return Observe(child=self._read(node), name=name, exprs=(rows,))
+
+    def _read(self, node: Source) -> RecipeNode:
+        if isinstance(node, n.MemorySource):
+            opts = (("maxFilesPerTrigger", "1"), ("maxFileAge", "36500d")) if self.streaming else ()
+            return ReadSource(
+                name=node.name,
+                kind="memory",
+                schema=node.schema,
+                streaming=self.streaming,
+                path=node.path,
+                options=opts,
+            )
+        if isinstance(node, n.RecordsSource):
+            return ReadSource(
+                name=node.name, kind="records", schema=node.schema, streaming=False, records=node.data
+            )
+        read = ReadSource(
+            name=node.name,
+            kind="files",
+            schema=node.schema,
+            streaming=node.streaming and self.streaming,
+            format=node.format,
+            path=node.path,
+            options=node.options,
+        )
+        hidden = (
+            f"CAST(0 AS TINYINT) AS {quote(KIND)}",
+            f"CAST(NULL AS BIGINT) AS {quote(WM)}",
+            f"CAST(0 AS BIGINT) AS {quote(SEQ)}",
+        )
+        return SelectExprs(child=read, exprs=("*", *hidden))
+
+    def _watermark(self, node: n.Watermark, child: RecipeNode, *, count_input: bool) -> RecipeNode:
+        et = n.event_time(node)
+        assert et is not None
+        shift_us = self.shift * 1000
+        col = quote(node.column)
+        raw = f"unix_micros(CAST({col} AS TIMESTAMP))" if et.dtype.is_timestamp else f"{col} * 1000L"
+        millis = f"unix_millis(CAST({col} AS TIMESTAMP))" if et.dtype.is_timestamp else col
+        micros = f"CASE WHEN {millis} BETWEEN {MIN_EVENT_MS}L AND {MAX_EVENT_MS}L THEN {raw} END"
+        data_et = f"timestamp_micros({micros} + {shift_us}L)"
+        # Files and records carry no punctuation rows: every row is data, so the
+        # per-row expressions skip the row-kind tests (a simpler plan that
+        # Spark re-optimises in less time every micro-batch).
+        plain = not any(isinstance(s, n.MemorySource) for s in n.sources_of(node))
+        if plain:
+            et_expr = f"{data_et} AS {quote(ET)}"
+        else:
+            punct_et = f"timestamp_micros(({quote(WM)} + {node.lag_ms + self.shift}L) * 1000L)"
+            et_expr = f"CASE WHEN {quote(KIND)} = 0 THEN {data_et} ELSE {punct_et} END AS {quote(ET)}"
+        out: RecipeNode = SelectExprs(child=child, exprs=("*", et_expr))
+        if self.streaming:
+            out = WithWatermark(child=out, column=ET, delay=f"{node.lag_ms} milliseconds")
+        name = f"kp_src_{len(self.tracked)}"
+        sources = ",".join(s.name for s in n.sources_of(node))
+        self.tracked.append(TrackedSource(observe_name=name, source=sources, lag_ms=node.lag_ms))
+        data_row = "" if plain else f"{quote(KIND)} = 0 AND "
+        out = Observe(
+            child=out,
+            name=name,
+            exprs=(
+                *(
+                    (("count(1) AS rows" if plain else f"count_if({quote(KIND)} = 0) AS rows"),)
+                    if count_input
+                    else ()
+                ),
+                f"count_if({data_row}{quote(ET)} IS NULL) AS invalid",
+                f"max(unix_micros({quote(ET)})) AS max_et_us",
+                f"max({quote(KIND)}) AS max_kind",
+            ),
+        )
+        if plain:
+            return out
+        # Mentions the event-time column, so it stays above the watermark operator.
+        return FilterExpr(child=out, condition=f"({quote(KIND)} = 0 OR {quote(ET)} IS NULL)")
+
+
+def _select_item(expr: ExprNode, schema: Schema) -> str:
+    name = output_name(expr)
+    if dtype_of(expr, schema).name == "void":  # a bare NULL: give it the plan's type
+        return f"CAST(NULL AS STRING) AS {quote(name)}"
+    sql = to_sql(expr)
+    return sql if sql.endswith(f" AS {quote(name)}") or sql == quote(name) else f"{sql} AS {quote(name)}"
