@@ -1,41 +1,75 @@
-"""A small pure-Python reference model of windowed aggregation (SPEC 3.2-3.4, 3.6).
+"""A small pure-Python reference model of windowed aggregation (SPEC 3.2-3.8).
 
-The model runs a pipeline ``watermark -> key_by -> window -> agg`` with the
-default ``on_watermark`` trigger and ``allowed_lateness = 0`` one *step* at a
+The model runs a pipeline ``watermark -> key_by -> window -> agg`` with its
+emission options (trigger, allowed lateness, accumulation) one *step* at a
 time, exactly as the tests reason about a Spark job: one ``send``,
-``advance_watermark`` or ``close`` call is one micro-batch. The Spark
-lowerings are checked against it row for row.
+``advance_watermark`` or ``close`` call is one micro-batch. It handles one
+event at a time and shares no code with the Spark lowerings, which are
+checked against it row for row.
 
 Steps
-    The rows of a step are classified against the overall watermark ``W``
-    that held *before* the step (Spark applies the watermark computed at the
-    end of the previous micro-batch). After the step the source's watermark
-    becomes ``max(previous, floor(max_event_us / 1000) - lag)``;
+    ``W`` is the overall watermark that held *before* the step (Spark applies
+    the watermark computed at the end of the previous micro-batch). The rows
+    of the step are handled one at a time, in arrival order, against ``W``.
+    Then the source's watermark becomes
+    ``max(previous, floor(max_event_us / 1000) - lag)``;
     ``advance_watermark(ts)`` makes it ``max(previous, ts)`` and ``close()``
-    makes it :data:`END_OF_TIME_MS`. The overall ``W`` is the minimum over
-    all declared sources, and ``None`` while any of them has none. Then every
-    window with ``end <= W`` fires once and its state is deleted.
+    makes it :data:`END_OF_TIME_MS`. The new overall watermark ``W'`` is the
+    minimum over all declared sources, and ``None`` while any of them has
+    none. Last, the windows are *swept* at ``W`` and, if it differs, at
+    ``W'`` (see Firing).
 
 Time
     Event times are ``int`` epoch milliseconds or ``datetime`` values (a naive
     datetime is UTC). They are kept in microseconds, so sub-millisecond
     datetimes are placed exactly; window bounds are whole milliseconds.
-    A row whose event time is ``None`` is invalid: counted, never windowed,
-    and it does not move the watermark.
 
-Lateness (``allowed_lateness = 0``)
-    A window is *retained* while ``W is None or W < window.end``. A tumbling
-    or sliding event goes into each of its retained windows; with none it is
-    very late (dropped, counted). A kept event with ``ts < W`` is mildly
-    late, otherwise on time. A session event is very late when its own
-    proto-window ``[ts, ts + gap)`` has ``end <= W`` (Spark's rule, checked
-    before merging). Events with ``ts > W + FUTURE_TOLERANCE_MS`` are also
-    counted as future events and processed normally.
+Lateness (``allowed_lateness_ms = L``)
+    A row whose event time is ``None`` or out of range is *invalid*: counted,
+    listed in :attr:`ReferenceModel.late_events`, never windowed, and it does
+    not move the watermark. A window is *retained* while
+    ``W is None or W < end + L``. A tumbling or sliding row joins each of its
+    retained windows. A session row's window is its proto-window
+    ``[ts, ts + gap)`` merged with every session of its key that it touches,
+    transitively (Flink's rule); the merge happens only if that merged
+    session is retained. A row with no retained window is *very late*:
+    dropped, counted and listed in ``late_events``. A row that joined a
+    window is *mildly late* when ``ts < W``, otherwise *on time*. A row with
+    ``ts > W + future_tolerance_ms`` is also counted as a *future* event and
+    handled normally.
+
+Firing
+    A window's *pending* rows are those added since its last firing; a merged
+    session takes over the pending rows of the sessions it absorbed. With
+    ``Trigger.on_every_element()`` or ``Trigger.on_count(n)`` a window fires
+    as soon as a row brings its pending count to ``1`` (``n``). A sweep at
+    ``X`` fires some windows, then deletes some:
+
+    a. a window with ``end <= X`` gets its final firing, once;
+    b. a window with ``end <= X`` that got rows after its final firing fires
+       again (a late firing);
+    c. with ``Trigger.on_interval(ms)``, a window with ``end > X`` and pending
+       rows fires, unless it fired less than ``ms`` ago by ``clock()`` (read
+       once per sweep);
+    d. then every window with ``X >= end + L`` is deleted.
+
+Accumulation
+    ``"accumulating"``: a firing carries the window's full result.
+    ``"discarding"``: a firing carries only its pending rows, and one with no
+    pending rows emits nothing (a session's bounds still span all its rows).
+    ``"retracting"``: like accumulating, and each row gets a last column
+    ``kind``: a firing of a window that emitted before is preceded by its
+    previous result with ``kind="retract"``. When a row merges sessions,
+    every absorbed session that emitted is retracted at once, and the merged
+    session has emitted nothing. A final firing always emits, except in
+    discarding mode; the other firings need pending rows.
 
 Output
-    One dict per (key, window): the key columns, ``window_start`` and
-    ``window_end`` (int epoch ms), then the aggregates. Within a step rows come
-    in ``(window_end, window_start, key)`` order, ``None`` keys first.
+    One dict per result row: the key columns, ``window_start`` and
+    ``window_end`` (int epoch ms), the aggregates, then ``kind`` in
+    retracting mode. Within a step, element firings and merge retractions
+    come first, in arrival order; then the sweeps' rows, in
+    ``(window_end, window_start, key)`` order with ``None`` keys first.
 
 Examples
 --------
@@ -46,6 +80,21 @@ Examples
 [{'window_start': 0, 'window_end': 10, 'n': 1}]
 >>> model.close()
 [{'window_start': 10, 'window_end': 20, 'n': 1}]
+
+With allowed lateness a late row corrects a window that already fired,
+and a row whose windows are all gone is listed as very late:
+
+>>> model = ReferenceModel(window=TumblingWindow(size_ms=10), event_time="ts", lag_ms=0,
+...                        aggregates=[AggSpec(name="n", func="count", column=None)],
+...                        allowed_lateness_ms=5, accumulation="retracting")
+>>> model.send([{"ts": 3}, {"ts": 12}])
+[{'window_start': 0, 'window_end': 10, 'n': 1, 'kind': 'emit'}]
+>>> for row in model.send([{"ts": 4}, {"ts": -1}]):
+...     print(row)
+{'window_start': 0, 'window_end': 10, 'n': 1, 'kind': 'retract'}
+{'window_start': 0, 'window_end': 10, 'n': 2, 'kind': 'emit'}
+>>> model.late_events
+[{'ts': -1, 'classification': 'very_late', 'watermark_ms': 12}]
 """
 
 from __future__ import annotations
@@ -53,14 +102,17 @@ from __future__ import annotations
 import functools
 import math
 import operator
+import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol, TypeAlias, get_args
+from typing import Any, Literal, Protocol, TypeAlias, get_args
 
 import attrs
 
 from krishiv_py.errors import PlanError, SchemaError, SourceClosedError
 from krishiv_py.expr import AggFunc
+from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS, Accumulation, Trigger
+from krishiv_py.plan.nodes import KIND_COLUMN
 from krishiv_py.plan.watermarks import END_OF_TIME_MS, MAX_EVENT_MS, MIN_EVENT_MS
 from krishiv_py.plan.windows import SessionWindow, SlidingWindow, TumblingWindow, check_ms
 
@@ -74,14 +126,17 @@ __all__ = [
     "event_time_us",
 ]
 
-FUTURE_TOLERANCE_MS = 60_000
-"""Events more than this far ahead of the watermark are counted as future events."""
+FUTURE_TOLERANCE_MS = DEFAULT_FUTURE_TOLERANCE_MS
+"""The default ``future_tolerance_ms``: events further ahead of the watermark are future events."""
 
 Row: TypeAlias = Mapping[str, object]
 Key: TypeAlias = tuple[object, ...]
 ModelWindow: TypeAlias = TumblingWindow | SlidingWindow | SessionWindow
+Result: TypeAlias = dict[str, object]
+LateClass: TypeAlias = Literal["invalid", "very_late"]
 
 _AGG_FUNCS: frozenset[str] = frozenset(get_args(AggFunc))
+_ON_WATERMARK = Trigger.on_watermark()
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_US = timedelta(microseconds=1)
 # One NaN object: containers compare items by identity first, so equal keys
@@ -124,8 +179,11 @@ class AggSpec:
 class ReferenceMetrics:
     """Counters of a :class:`ReferenceModel` (a snapshot).
 
-    ``input_rows`` counts every data row sent, invalid ones included;
-    ``future_events`` is counted in addition to the on-time/late split.
+    ``input_rows`` counts every data row sent, invalid ones included, so
+    ``input_rows = invalid_events + on_time_events + mildly_late_events +
+    very_late_events``; ``future_events`` is counted in addition to that
+    split. ``windows_emitted`` counts result rows, retract rows excepted;
+    ``retractions`` counts the retract rows.
     """
 
     input_rows: int
@@ -135,6 +193,7 @@ class ReferenceMetrics:
     very_late_events: int
     future_events: int
     windows_emitted: int
+    retractions: int
     watermark_advances: int
 
 
@@ -150,84 +209,103 @@ class _Entry:
     row: Row
 
 
-@attrs.frozen
+@attrs.define(eq=False)
 class _Pane:
-    """The events of one key in one window ``[start_us, end_us)``."""
+    """One key's window ``[start_us, end_us)``: its rows and its firing state."""
 
     start_us: int
     end_us: int
     key: Key
-    entries: list[_Entry]
+    entries: list[_Entry] = attrs.field(factory=list)
+    pending: list[_Entry] = attrs.field(factory=list)  # added since the last firing
+    emitted: Result | None = None  # the last result row emitted
+    final_fired: bool = False
+    fired_at_ms: float | None = None  # clock() at the last interval firing
+
+    def add(self, entry: _Entry) -> None:
+        self.entries.append(entry)
+        self.pending.append(entry)
 
 
 class _WindowState(Protocol):
-    def add(self, key: Key, entry: _Entry, w_ms: int | None) -> bool: ...
+    def add(self, key: Key, entry: _Entry, w_ms: int | None) -> tuple[list[_Pane], list[_Pane]]:
+        """The windows ``entry`` joined (none: very late) and the sessions it merged away."""
+        ...
 
-    def pop_fired(self, w_ms: int) -> list[_Pane]: ...
+    def panes(self) -> list[_Pane]: ...
+
+    def evict(self, x_ms: int) -> None:
+        """Delete every window with ``x_ms >= end + allowed lateness``."""
+        ...
 
 
 @attrs.define
 class _FixedWindows:
-    """State of tumbling and sliding windows: panes by (start, end, key)."""
+    """State of tumbling and sliding windows: panes by (start, end, key), in ms."""
 
     window: TumblingWindow | SlidingWindow
-    panes: dict[tuple[int, int, Key], list[_Entry]] = attrs.field(factory=dict)
+    lateness_ms: int
+    slots: dict[tuple[int, int, Key], _Pane] = attrs.field(factory=dict)
 
-    def add(self, key: Key, entry: _Entry, w_ms: int | None) -> bool:
-        """Add ``entry`` to its retained windows; ``False`` if there are none."""
-        kept = False
+    def add(self, key: Key, entry: _Entry, w_ms: int | None) -> tuple[list[_Pane], list[_Pane]]:
+        joined = []
         # Window bounds are whole ms, so flooring the µs time keeps membership exact.
         for start, end in self.window.assign(entry.ts_us // 1000):
-            if w_ms is None or w_ms < end:
-                self.panes.setdefault((start, end, key), []).append(entry)
-                kept = True
-        return kept
+            if w_ms is None or w_ms < end + self.lateness_ms:
+                slot = (start, end, key)
+                if slot not in self.slots:
+                    self.slots[slot] = _Pane(start * 1000, end * 1000, key)
+                self.slots[slot].add(entry)
+                joined.append(self.slots[slot])
+        return joined, []
 
-    def pop_fired(self, w_ms: int) -> list[_Pane]:
-        """Remove and return every pane with ``end <= w_ms``."""
-        done = [slot for slot in self.panes if slot[1] <= w_ms]
-        return [
-            _Pane(start_us=s * 1000, end_us=e * 1000, key=k, entries=self.panes.pop((s, e, k)))
-            for s, e, k in done
-        ]
+    def panes(self) -> list[_Pane]:
+        return list(self.slots.values())
+
+    def evict(self, x_ms: int) -> None:
+        for slot in [slot for slot in self.slots if x_ms >= slot[1] + self.lateness_ms]:
+            del self.slots[slot]
 
 
 @attrs.define
 class _Sessions:
-    """State of session windows: the open sessions of each key."""
+    """State of session windows: the sessions of each key, in µs."""
 
     gap_us: int
+    lateness_us: int
     sessions: dict[Key, list[_Pane]] = attrs.field(factory=dict)
 
-    def add(self, key: Key, entry: _Entry, w_ms: int | None) -> bool:
-        """Merge ``entry``'s proto-window into its key's sessions, unless very late."""
+    def add(self, key: Key, entry: _Entry, w_ms: int | None) -> tuple[list[_Pane], list[_Pane]]:
         start, end = entry.ts_us, entry.ts_us + self.gap_us
-        if w_ms is not None and end <= w_ms * 1000:
-            return False
-        entries, rest = [entry], []
-        # Open sessions of a key never touch each other, so one pass finds
-        # every session the merged one covers (merging is transitive already).
+        absorbed, rest = [], []
+        # Sessions of a key never touch each other, so one pass finds every
+        # session the merged one covers (merging is transitive already).
         for pane in self.sessions.get(key, []):
             if start <= pane.end_us and pane.start_us <= end:
                 start, end = min(start, pane.start_us), max(end, pane.end_us)
-                entries.extend(pane.entries)
+                absorbed.append(pane)
             else:
                 rest.append(pane)
-        rest.append(_Pane(start_us=start, end_us=end, key=key, entries=entries))
-        self.sessions[key] = rest
-        return True
+        if w_ms is not None and w_ms * 1000 >= end + self.lateness_us:
+            return [], []
+        merged = _Pane(start, end, key)
+        for pane in absorbed:
+            merged.entries += pane.entries
+            merged.pending += pane.pending
+        merged.add(entry)
+        self.sessions[key] = [*rest, merged]
+        return [merged], absorbed
 
-    def pop_fired(self, w_ms: int) -> list[_Pane]:
-        """Remove and return every session with ``end <= w_ms``."""
-        fired: list[_Pane] = []
+    def panes(self) -> list[_Pane]:
+        return [pane for panes in self.sessions.values() for pane in panes]
+
+    def evict(self, x_ms: int) -> None:
         for key, panes in list(self.sessions.items()):
-            fired.extend(p for p in panes if p.end_us <= w_ms * 1000)
-            kept = [p for p in panes if p.end_us > w_ms * 1000]
+            kept = [p for p in panes if x_ms * 1000 < p.end_us + self.lateness_us]
             if kept:
                 self.sessions[key] = kept
             else:
                 del self.sessions[key]
-        return fired
 
 
 class ReferenceModel:
@@ -247,6 +325,18 @@ class ReferenceModel:
         The output aggregates, in output order.
     sources
         Names of the sources whose watermarks make the overall one.
+    allowed_lateness_ms
+        How long after the watermark passes its end a window is kept for
+        late rows (``L`` in the module docstring).
+    trigger
+        When windows fire besides their final firing (:class:`Trigger`).
+    accumulation
+        ``"accumulating"``, ``"discarding"`` or ``"retracting"``.
+    future_tolerance_ms
+        Rows further than this ahead of the watermark count as future events.
+    clock
+        Processing time in ms, read by ``Trigger.on_interval``; default
+        ``time.monotonic() * 1000``.
 
     Examples
     --------
@@ -259,6 +349,17 @@ class ReferenceModel:
     ...     print(row)
     {'k': 'b', 'window_start': 1, 'window_end': 6, 'n': 1}
     {'k': 'a', 'window_start': 0, 'window_end': 10, 'n': 2}
+
+    An early trigger fires updated results before the final one:
+
+    >>> from krishiv_py.plan.emission import Trigger
+    >>> model = ReferenceModel(window=SessionWindow(gap_ms=5), event_time="ts", lag_ms=0,
+    ...                        aggregates=[AggSpec(name="n", func="count", column=None)],
+    ...                        trigger=Trigger.on_count(2), accumulation="discarding")
+    >>> model.send([{"ts": 0}, {"ts": 1}, {"ts": 2}])
+    [{'window_start': 0, 'window_end': 6, 'n': 2}]
+    >>> model.close()
+    [{'window_start': 0, 'window_end': 7, 'n': 1}]
     """
 
     def __init__(
@@ -270,19 +371,30 @@ class ReferenceModel:
         keys: Sequence[str] = (),
         aggregates: Sequence[AggSpec],
         sources: Sequence[str] = ("main",),
+        allowed_lateness_ms: int = 0,
+        trigger: Trigger = _ON_WATERMARK,
+        accumulation: Accumulation = "accumulating",
+        future_tolerance_ms: int = FUTURE_TOLERANCE_MS,
+        clock: Callable[[], float] | None = None,
     ) -> None:
-        self._state = _make_state(window)
+        lateness = check_ms("allowed_lateness_ms", allowed_lateness_ms, positive=False)
+        self._state = _make_state(window, lateness)
         self._event_time = event_time
         self._lag_ms = check_ms("lag_ms", lag_ms, positive=False)
         self._keys = tuple(keys)
         self._aggregates = tuple(aggregates)
         self._sources = _check_sources(sources)
-        _check_output_names(self._keys, self._aggregates)
+        self._trigger = _check_trigger(trigger)
+        self._accumulation = _check_accumulation(accumulation)
+        self._future_tolerance_ms = check_ms("future_tolerance_ms", future_tolerance_ms, positive=False)
+        self._clock = clock if clock is not None else _monotonic_ms
+        _check_output_names(self._keys, self._aggregates, retracting=accumulation == "retracting")
         self._watermarks: dict[str, int] = {}
         self._closed: set[str] = set()
         self._overall: int | None = None
         self._seq = 0
-        self._results: list[dict[str, object]] = []
+        self._results: list[Result] = []
+        self._late_events: list[Result] = []
         self._counts = dict.fromkeys(_METRIC_NAMES, 0)
 
     @classmethod
@@ -295,7 +407,11 @@ class ReferenceModel:
         lag_ms: int,
         keys: Sequence[str] = (),
         aggregates: Sequence[AggSpec],
-    ) -> list[dict[str, object]]:
+        allowed_lateness_ms: int = 0,
+        trigger: Trigger = _ON_WATERMARK,
+        accumulation: Accumulation = "accumulating",
+        future_tolerance_ms: int = FUTURE_TOLERANCE_MS,
+    ) -> list[Result]:
         """What a bounded (batch) run gives: one step with every row, then ``close()``.
 
         Examples
@@ -306,43 +422,66 @@ class ReferenceModel:
         ...                        aggregates=[AggSpec(name="n", func="count", column=None)])
         [{'window_start': 0, 'window_end': 10, 'n': 2}]
         """
-        model = cls(window=window, event_time=event_time, lag_ms=lag_ms, keys=keys, aggregates=aggregates)
+        model = cls(
+            window=window,
+            event_time=event_time,
+            lag_ms=lag_ms,
+            keys=keys,
+            aggregates=aggregates,
+            allowed_lateness_ms=allowed_lateness_ms,
+            trigger=trigger,
+            accumulation=accumulation,
+            future_tolerance_ms=future_tolerance_ms,
+        )
         model.send(rows)
         model.close()
         return model.results
 
-    def send(self, rows: Sequence[Row], *, source: str = "main") -> list[dict[str, object]]:
-        """Process ``rows`` as one step from ``source``; return the rows fired by it."""
+    def send(self, rows: Sequence[Row], *, source: str = "main") -> list[Result]:
+        """Process ``rows`` as one step from ``source``; return the rows emitted by it."""
         self._check_open(source)
         w_ms = self._overall
+        out: list[Result] = []
         max_us: int | None = None
         for row in rows:
-            ts_us = self._ingest(row, w_ms)
+            ts_us = self._ingest(row, w_ms, out)
             if ts_us is not None and (max_us is None or ts_us > max_us):
                 max_us = ts_us
         if max_us is not None:
             self._raise_source(source, max_us // 1000 - self._lag_ms)
-        return self._end_step()
+        return self._end_step(w_ms, out)
 
-    def advance_watermark(self, ts_ms: int, *, source: str = "main") -> list[dict[str, object]]:
+    def advance_watermark(self, ts_ms: int, *, source: str = "main") -> list[Result]:
         """Promise no event older than ``ts_ms`` follows from ``source`` (one step)."""
         self._check_open(source)
         if isinstance(ts_ms, bool) or not isinstance(ts_ms, int):
             raise PlanError(f"ts_ms must be an integer number of milliseconds, got {ts_ms!r}")
+        w_ms = self._overall
         self._raise_source(source, ts_ms)
-        return self._end_step()
+        return self._end_step(w_ms, [])
 
-    def close(self, *, source: str = "main") -> list[dict[str, object]]:
+    def close(self, *, source: str = "main") -> list[Result]:
         """End ``source``: its watermark becomes END_OF_TIME_MS (one step; idempotent)."""
         self._check_source(source)
+        w_ms = self._overall
         self._closed.add(source)
         self._raise_source(source, END_OF_TIME_MS)
-        return self._end_step()
+        return self._end_step(w_ms, [])
 
     @property
-    def results(self) -> list[dict[str, object]]:
+    def results(self) -> list[Result]:
         """Every row emitted so far, in emit order."""
         return list(self._results)
+
+    @property
+    def late_events(self) -> list[Result]:
+        """Every invalid and very late row so far, in arrival order.
+
+        Each is the input row plus ``classification`` (``"invalid"`` or
+        ``"very_late"``) and ``watermark_ms`` (the ``W`` it met; ``None``
+        before the first watermark).
+        """
+        return [dict(event) for event in self._late_events]
 
     @property
     def watermark_ms(self) -> int | None:
@@ -367,20 +506,34 @@ class ReferenceModel:
         if source in self._closed:
             raise SourceClosedError(f"source {source!r} is closed")
 
-    def _ingest(self, row: Row, w_ms: int | None) -> int | None:
-        """Classify and store one row; return its event time in µs (None if invalid)."""
+    def _ingest(self, row: Row, w_ms: int | None, out: list[Result]) -> int | None:
+        """Classify, store and maybe fire one row; return its event time in µs (None if invalid)."""
         self._counts["input_rows"] += 1
         ts_us = event_time_us(row.get(self._event_time))
         if ts_us is None:
-            self._counts["invalid_events"] += 1
+            self._late(row, "invalid", w_ms)
             return None
-        entry = _Entry(ts_us, self._seq, dict(row))
-        self._seq += 1
-        kept = self._state.add(self._key_of(row), entry, w_ms)
-        self._counts[_classify(ts_us, w_ms, kept=kept)] += 1
-        if w_ms is not None and ts_us > (w_ms + FUTURE_TOLERANCE_MS) * 1000:
+        if w_ms is not None and ts_us > (w_ms + self._future_tolerance_ms) * 1000:
             self._counts["future_events"] += 1
+        joined, absorbed = self._state.add(self._key_of(row), _Entry(ts_us, self._seq, dict(row)), w_ms)
+        self._seq += 1
+        if not joined:
+            self._late(row, "very_late", w_ms)
+            return ts_us
+        late = w_ms is not None and ts_us < w_ms * 1000
+        self._counts["mildly_late_events" if late else "on_time_events"] += 1
+        for pane in absorbed:
+            if pane.emitted is not None and self._accumulation == "retracting":
+                self._retract(pane, out)
+        every = self._trigger.element_count
+        for pane in joined:
+            if every and len(pane.pending) >= every:
+                self._fire(pane, out)
         return ts_us
+
+    def _late(self, row: Row, classification: LateClass, w_ms: int | None) -> None:
+        self._counts[f"{classification}_events"] += 1
+        self._late_events.append({**row, "classification": classification, "watermark_ms": w_ms})
 
     def _key_of(self, row: Row) -> Key:
         return tuple(_canonical(row.get(name)) for name in self._keys)
@@ -388,14 +541,13 @@ class ReferenceModel:
     def _raise_source(self, source: str, ts_ms: int) -> None:
         self._watermarks[source] = max(self._watermarks.get(source, ts_ms), ts_ms)
 
-    def _end_step(self) -> list[dict[str, object]]:
-        """Move the overall watermark and fire every window it passed."""
+    def _end_step(self, w_ms: int | None, out: list[Result]) -> list[Result]:
+        """Sweep at the old watermark, move it, sweep at the new one."""
+        if w_ms is not None:
+            self._sweep(w_ms, out)
         self._move_overall()
-        if self._overall is None:
-            return []
-        fired = sorted(self._state.pop_fired(self._overall), key=_emit_order)
-        out = [self._result_row(pane) for pane in fired]
-        self._counts["windows_emitted"] += len(out)
+        if self._overall is not None and self._overall != w_ms:
+            self._sweep(self._overall, out)
         self._results.extend(out)
         return out
 
@@ -407,23 +559,62 @@ class ReferenceModel:
             self._counts["watermark_advances"] += 1
             self._overall = new
 
-    def _result_row(self, pane: _Pane) -> dict[str, object]:
-        out: dict[str, object] = dict(zip(self._keys, pane.key, strict=True))
+    def _sweep(self, x_ms: int, out: list[Result]) -> None:
+        """Final, late and interval firings at watermark ``x_ms``, then eviction."""
+        now: float | None = None
+        for pane in sorted(self._state.panes(), key=_emit_order):
+            if pane.end_us <= x_ms * 1000:
+                if not pane.final_fired or pane.pending:
+                    pane.final_fired = True
+                    self._fire(pane, out)
+            elif self._trigger.kind == "interval" and pane.pending:
+                now = self._clock() if now is None else now
+                if pane.fired_at_ms is None or now - pane.fired_at_ms >= self._trigger.every:
+                    pane.fired_at_ms = now
+                    self._fire(pane, out)
+        self._state.evict(x_ms)
+
+    def _fire(self, pane: _Pane, out: list[Result]) -> None:
+        """Emit ``pane``'s result as its accumulation mode says, then clear its pending rows."""
+        rows = pane.pending if self._accumulation == "discarding" else pane.entries
+        pane.pending = []
+        if not rows:
+            return
+        result = self._result_row(pane, rows)
+        if self._accumulation == "retracting":
+            if pane.emitted is not None:
+                self._retract(pane, out)
+            result[KIND_COLUMN] = "emit"
+        pane.emitted = result
+        self._counts["windows_emitted"] += 1
+        out.append(result)
+
+    def _retract(self, pane: _Pane, out: list[Result]) -> None:
+        assert pane.emitted is not None
+        self._counts["retractions"] += 1
+        out.append({**pane.emitted, KIND_COLUMN: "retract"})
+
+    def _result_row(self, pane: _Pane, entries: Sequence[_Entry]) -> Result:
+        out: Result = dict(zip(self._keys, pane.key, strict=True))
         # Session bounds may fall between milliseconds; floor like Spark's unix_millis.
         out["window_start"] = pane.start_us // 1000
         out["window_end"] = pane.end_us // 1000
         for spec in self._aggregates:
-            out[spec.name] = _aggregate(spec, pane.entries)
+            out[spec.name] = _aggregate(spec, entries)
         return out
 
 
-def _make_state(window: ModelWindow) -> _WindowState:
+def _monotonic_ms() -> float:
+    return time.monotonic() * 1000
+
+
+def _make_state(window: ModelWindow, lateness_ms: int) -> _WindowState:
     if isinstance(window, SessionWindow):
         if window.max_duration_ms is not None:
             raise PlanError("capped sessions are not modelled yet")
-        return _Sessions(gap_us=window.gap_ms * 1000)
+        return _Sessions(gap_us=window.gap_ms * 1000, lateness_us=lateness_ms * 1000)
     if isinstance(window, TumblingWindow | SlidingWindow):
-        return _FixedWindows(window=window)
+        return _FixedWindows(window=window, lateness_ms=lateness_ms)
     raise PlanError(f"the reference model cannot run window {window!r}")
 
 
@@ -434,20 +625,25 @@ def _check_sources(sources: Sequence[str]) -> tuple[str, ...]:
     return names
 
 
-def _check_output_names(keys: tuple[str, ...], aggregates: tuple[AggSpec, ...]) -> None:
+def _check_trigger(trigger: object) -> Trigger:
+    if not isinstance(trigger, Trigger):
+        raise PlanError(f"trigger must be a Trigger (e.g. Trigger.on_count(10)), got {trigger!r}")
+    return trigger
+
+
+def _check_accumulation(accumulation: Accumulation) -> Accumulation:
+    valid = get_args(Accumulation)
+    if accumulation not in valid:
+        raise PlanError(f"accumulation must be one of {', '.join(valid)}; got {accumulation!r}")
+    return accumulation
+
+
+def _check_output_names(keys: tuple[str, ...], aggregates: tuple[AggSpec, ...], *, retracting: bool) -> None:
     names = [*keys, "window_start", "window_end", *(spec.name for spec in aggregates)]
+    names += [KIND_COLUMN] if retracting else []
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
         raise PlanError(f"duplicate output column names: {duplicates}")
-
-
-def _classify(ts_us: int, w_ms: int | None, *, kept: bool) -> str:
-    """The metric a stored (or dropped) event counts in."""
-    if not kept:
-        return "very_late_events"
-    if w_ms is not None and ts_us < w_ms * 1000:
-        return "mildly_late_events"
-    return "on_time_events"
 
 
 def _emit_order(pane: _Pane) -> tuple[int, int, tuple[tuple[bool, object], ...]]:

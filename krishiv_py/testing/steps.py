@@ -13,6 +13,14 @@ Examples
 >>> build = lambda s: s.watermark("t", 0).tumbling_window(10).agg(kp.count(kp.col("*")))
 >>> run_reference("t bigint", build, [Send([{"t": 3}, {"t": 12}]), Close()])[-1]
 [{'window_start': 0, 'window_end': 10, 'count': 1}, {'window_start': 10, 'window_end': 20, 'count': 1}]
+
+The rows the model dropped (very late) or could not window (invalid), after each step:
+
+>>> late = run_reference_late_events("t bigint", build, [Send([{"t": 12}]), Send([{"t": 3}, {"t": None}])])
+>>> for event in late[-1]:
+...     print(event)
+{'t': 3, 'classification': 'very_late', 'watermark_ms': 12}
+{'t': None, 'classification': 'invalid', 'watermark_ms': 12}
 """
 
 from __future__ import annotations
@@ -42,10 +50,12 @@ __all__ = [
     "run_bounded",
     "run_reference",
     "run_reference_bounded",
+    "run_reference_late_events",
     "run_streaming",
 ]
 
 Row: TypeAlias = Mapping[str, object]
+Result: TypeAlias = dict[str, object]
 Pipeline: TypeAlias = "Callable[[Stream], Stream]"
 
 
@@ -75,8 +85,13 @@ class Close:
 Step: TypeAlias = Send | AdvanceWatermark | Close
 
 
-def reference_model_for(stream: Stream) -> ReferenceModel:
-    """A :class:`ReferenceModel` for a ``source -> watermark -> window -> agg`` pipeline."""
+def reference_model_for(stream: Stream, *, clock: Callable[[], float] | None = None) -> ReferenceModel:
+    """A :class:`ReferenceModel` for a ``source -> watermark -> window -> agg`` pipeline.
+
+    The model gets the pipeline's emission options (trigger, allowed
+    lateness, accumulation) and the watermark's future tolerance; ``clock``
+    (processing time in ms) drives ``Trigger.on_interval``.
+    """
     plan = stream.plan
     if not isinstance(plan, n.WindowAggregate) or not isinstance(plan.input, n.Watermark):
         raise PlanError("the reference model covers source -> watermark -> [key_by] -> window -> agg")
@@ -89,6 +104,11 @@ def reference_model_for(stream: Stream) -> ReferenceModel:
         lag_ms=wm.lag_ms,
         keys=plan.keys,
         aggregates=[AggSpec(name=a.name, func=a.func, column=a.column) for a in plan.aggregates],
+        allowed_lateness_ms=plan.emission.allowed_lateness_ms,
+        trigger=plan.emission.trigger,
+        accumulation=plan.emission.accumulation,
+        future_tolerance_ms=wm.future_tolerance_ms,
+        clock=clock,
     )
 
 
@@ -99,8 +119,10 @@ def _placeholder(schema: Any) -> Stream:
     return Stream(cast("Session", None), source)
 
 
-def run_reference(schema: Any, pipeline: Pipeline, steps: Sequence[Step]) -> list[list[dict[str, object]]]:
-    """Cumulative reference results after each step."""
+def _play(
+    schema: Any, pipeline: Pipeline, steps: Sequence[Step], observe: Callable[[ReferenceModel], list[Result]]
+) -> list[list[Result]]:
+    """Play ``steps`` on the reference model; ``observe`` it after each step."""
     model = reference_model_for(pipeline(_placeholder(schema)))
     out = []
     for step in steps:
@@ -110,11 +132,25 @@ def run_reference(schema: Any, pipeline: Pipeline, steps: Sequence[Step]) -> lis
             model.advance_watermark(step.ts_ms)
         else:
             model.close()
-        out.append(list(model.results))
+        out.append(observe(model))
     return out
 
 
-def run_reference_bounded(schema: Any, pipeline: Pipeline, rows: Sequence[Row]) -> list[dict[str, object]]:
+def run_reference(schema: Any, pipeline: Pipeline, steps: Sequence[Step]) -> list[list[Result]]:
+    """Cumulative reference results after each step."""
+    return _play(schema, pipeline, steps, lambda model: model.results)
+
+
+def run_reference_late_events(schema: Any, pipeline: Pipeline, steps: Sequence[Step]) -> list[list[Result]]:
+    """Cumulative reference late events after each step (see :attr:`ReferenceModel.late_events`).
+
+    Each is an invalid or very late input row plus ``classification`` and
+    ``watermark_ms``, as a late-event handler receives them.
+    """
+    return _play(schema, pipeline, steps, lambda model: model.late_events)
+
+
+def run_reference_bounded(schema: Any, pipeline: Pipeline, rows: Sequence[Row]) -> list[Result]:
     """Reference results of a bounded run: all rows in one step, then end of input."""
     model = reference_model_for(pipeline(_placeholder(schema)))
     model.send(rows)
