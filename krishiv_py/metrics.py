@@ -25,6 +25,8 @@ _HELP = {
     "state_evictions": ("counter", "State entries evicted by TTL."),
     "watermark_ms": ("gauge", "Current overall watermark, epoch milliseconds."),
     "watermark_advances": ("counter", "Times the overall watermark advanced."),
+    "state_windows": ("gauge", "Windows held in state (open, or retained for late events)."),
+    "state_bytes": ("gauge", "Bytes of window state held by the stateful operator."),
 }
 
 
@@ -44,6 +46,8 @@ class JobMetrics:
     state_evictions: int | None
     watermark_ms: int | None
     watermark_advances: int
+    state_windows: int | None = None
+    state_bytes: int | None = None
 
     def to_prometheus(self, *, job: str | None = None) -> str:
         """Render as Prometheus text exposition (``krishiv_window_<name>[_total]``).

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pytest
 
 import krishiv_py as kp
+from krishiv_py._typing import Lowering
 from krishiv_py.api.stream import Stream
 from krishiv_py.plan import nodes as n
 from krishiv_py.planner.spark import SHIFT_BASE_MS, SparkRecipe
@@ -98,6 +99,22 @@ def bounded_records() -> Stream:
     )
 
 
+def lateness_retracting() -> Stream:
+    return (
+        events()
+        .watermark("event_time", 5_000)
+        .key_by("user_id")
+        .tumbling_window(60_000)
+        .allowed_lateness(60_000)
+        .accumulation("retracting")
+        .agg(kp.count(kp.col("*")), kp.max(kp.col("event_time")))
+    )
+
+
+def stateful_session() -> Stream:
+    return keyed_session()
+
+
 PIPELINES: dict[str, Callable[[], Stream]] = {
     "keyed_tumbling": keyed_tumbling,
     "sliding_epoch_ms": sliding_epoch_ms,
@@ -105,7 +122,11 @@ PIPELINES: dict[str, Callable[[], Stream]] = {
     "global_session": global_session,
     "filter_before_watermark": filter_before_watermark,
     "bounded_records": bounded_records,
+    "lateness_retracting": lateness_retracting,
+    "stateful_session": stateful_session,
 }
+#: Spark's own session operator, forced (the planner picks the stateful lowering for sessions).
+FORCED: dict[str, Lowering] = {"keyed_session": "native", "global_session": "native"}
 
 
 def snapshot_text(recipe: SparkRecipe) -> str:
@@ -123,7 +144,7 @@ def snapshot_text(recipe: SparkRecipe) -> str:
 
 @pytest.mark.parametrize("name", sorted(PIPELINES))
 def test_lowering_matches_snapshot(name: str) -> None:
-    actual = snapshot_text(PIPELINES[name]().lower())
+    actual = snapshot_text(PIPELINES[name]().lower(lowering=FORCED.get(name)))
     path = SNAPSHOTS / f"{name}.txt"
     if UPDATE:
         SNAPSHOTS.mkdir(exist_ok=True)
@@ -189,12 +210,12 @@ def test_bounded_lowering_has_no_watermark_and_no_shift() -> None:
 
 
 def test_streaming_count_distinct_avoids_distinct_aggregates() -> None:
-    text = keyed_session().lower().render()
+    text = keyed_session().lower(lowering="native").render()
     assert "size(collect_set(`amount`))" in text and "DISTINCT" not in text
 
 
 def test_global_session_groups_by_a_constant_key_that_is_not_output() -> None:
-    recipe = global_session().lower()
+    recipe = global_session().lower(lowering="native")
     (group,) = [line for line in recipe.render().splitlines() if ".groupBy(" in line]
     key = r"\.groupBy\('[^']+ AS `__kp_global`', "
     assert re.search(key + r"\"session_window\(`__kp_et`, '7000 milliseconds'\)", group)
@@ -214,3 +235,14 @@ def test_stateless_stream_drops_marker_rows_and_hidden_columns() -> None:
     assert last_lines[0].endswith(".filter('`__kp_kind` = 0')")
     assert last_lines[1].endswith(".selectExpr('`user_id`', '`event_time`', '`amount`')")
     assert not recipe.windowed and recipe.tracked == ()
+
+
+def test_stateful_recipe_keeps_invalid_rows_and_buckets_keys() -> None:
+    recipe = lateness_retracting().lower()
+    assert recipe.lowering == "stateful" and recipe.stateful is not None
+    text = recipe.render()
+    assert "IS NOT NULL" not in text  # rows without event time reach the operator (late-event handler)
+    assert "pmod(hash(`user_id`), 16)" in text
+    assert "applyInPandasWithState" in text and "'NoTimeout'" in text
+    assert "unix_micros(`event_time`)" in text  # timestamps travel as µs, never as pandas datetimes
+    assert recipe.output_schema.names[-1] == "kind"

@@ -83,8 +83,8 @@ def test_the_table_says_what_each_lowering_runs_exactly() -> None:
     rows = {c.lowering: (c.inputs, c.window_kinds, c.emission) for c in LOWERINGS}
     assert rows == {
         "bounded": ({"bounded"}, spark_windows, {"allowed_lateness"}),
-        "native": ({"unbounded"}, spark_windows, frozenset()),
-        "stateful": (frozenset(get_args(InputKind)), frozenset(get_args(WindowKind)), every_emission),
+        "native": ({"unbounded"}, {"tumbling", "sliding"}, frozenset()),
+        "stateful": (frozenset(get_args(InputKind)), spark_windows, every_emission),
     }
 
 
@@ -179,23 +179,35 @@ def test_the_reason_names_every_feature_the_preferred_lowering_lacks() -> None:
 
 
 @pytest.mark.parametrize("source", [unbounded, bounded])
-def test_capped_sessions_need_the_stateful_lowering(source: Callable[[], Stream]) -> None:
-    lowering, reason = choose(capped(source()))
+def test_no_lowering_runs_capped_sessions_yet(source: Callable[[], Stream]) -> None:
+    with raises_plan_error("no lowering runs", "a capped session window (max_duration_ms=100)"):
+        choose(capped(source()))
+
+
+def test_streaming_sessions_need_the_stateful_lowering() -> None:
+    sessions = unbounded().watermark("t", 0).session_window(10).agg(kp.count(kp.col("*")))
+    lowering, reason = choose(sessions.plan)
     assert lowering == "stateful"
-    assert "a capped session window (max_duration_ms=100)" in reason
+    assert "a session window, which the native lowering cannot run exactly" in reason
 
 
-# --- lower(): the stateful lowering is not built yet -------------------------------
+def test_sessions_can_be_forced_onto_spark_s_own_operator() -> None:
+    plan = unbounded().watermark("t", 0).session_window(10).agg(kp.count(kp.col("*"))).plan
+    assert lower(plan, lowering="native").lowering == "native"
 
 
-def test_lower_refuses_plans_that_need_the_stateful_lowering() -> None:
-    plan = windowed(unbounded(), EMISSION["allowed_lateness"][0])
-    with raises_plan_error("allowed_lateness(60000 ms)", "needs the stateful lowering", "does not have"):
-        lower(plan)
+# --- lower() ----------------------------------------------------------------------------
+
+
+def test_lower_runs_plans_that_need_the_stateful_lowering() -> None:
+    recipe = lower(windowed(unbounded(), EMISSION["allowed_lateness"][0]))
+    assert recipe.lowering == "stateful"
+    assert recipe.stateful is not None and recipe.stateful.streaming
+    assert "allowed_lateness(60000 ms)" in recipe.reason and "needs the stateful lowering" in recipe.reason
 
 
 def test_lower_refuses_capped_sessions() -> None:
-    with raises_plan_error("max_duration_ms", "needs the stateful lowering"):
+    with raises_plan_error("max_duration_ms", "no lowering runs"):
         lower(capped(unbounded()))
 
 
@@ -221,10 +233,12 @@ def test_force_bounded_reads_a_snapshot_even_with_allowed_lateness() -> None:
 
 
 @pytest.mark.parametrize("feature", ["early_trigger", "non_accumulating", "late_handler"])
-def test_force_bounded_refuses_options_a_batch_cannot_run(feature: EmissionFeature) -> None:
+def test_force_bounded_runs_the_stateful_operator_as_a_batch(feature: EmissionFeature) -> None:
     emit, text = EMISSION[feature]
-    with raises_plan_error("force_bounded=True", "bounded lowering", "cannot run this plan exactly", text):
-        lower(windowed(unbounded(), emit), force_bounded=True)
+    recipe = lower(windowed(unbounded(), emit), force_bounded=True)
+    assert recipe.lowering == "stateful" and recipe.stateful is not None
+    assert not recipe.stateful.streaming
+    assert text in recipe.reason and "one batch job" in recipe.reason
 
 
 def test_forcing_native_on_finite_input_is_refused() -> None:
@@ -240,13 +254,13 @@ def test_forcing_native_on_options_it_cannot_run_is_refused(feature: EmissionFea
 
 
 def test_forcing_native_on_capped_sessions_is_refused() -> None:
-    with raises_plan_error("lowering='native'", "max_duration_ms=100"):
+    with raises_plan_error("max_duration_ms=100"):
         lower(capped(unbounded()), lowering="native")
 
 
-def test_forcing_stateful_is_refused_while_it_is_not_built() -> None:
-    with raises_plan_error("lowering='stateful'", "does not have the stateful lowering"):
-        lower(windowed(unbounded()), lowering="stateful")
+def test_forcing_stateful_on_a_plan_native_runs() -> None:
+    recipe = lower(windowed(unbounded()), lowering="stateful")
+    assert recipe.lowering == "stateful" and "lowering='stateful'" in recipe.reason
 
 
 def test_force_bounded_and_another_lowering_contradict() -> None:

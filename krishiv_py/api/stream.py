@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
 
+    from krishiv_py._typing import Lowering
     from krishiv_py.planner.spark import SparkRecipe
     from krishiv_py.runtime.job import Job
     from krishiv_py.session import Session
@@ -151,11 +152,15 @@ class Stream(WindowAssigners):
 
     # --- running ---------------------------------------------------------------------
 
-    def lower(self, *, force_bounded: bool = False) -> SparkRecipe:
-        """The Spark recipe this stream lowers to (no JVM needed)."""
+    def lower(self, *, force_bounded: bool = False, lowering: Lowering | None = None) -> SparkRecipe:
+        """The Spark recipe this stream lowers to (no JVM needed).
+
+        ``lowering`` forces ``"native"``, ``"stateful"`` or ``"bounded"`` instead
+        of the planner's choice (:class:`PlanError` if it cannot run the plan exactly).
+        """
         from krishiv_py.planner.spark import lower
 
-        return lower(self._plan, force_bounded=force_bounded)
+        return lower(self._plan, force_bounded=force_bounded, lowering=lowering)
 
     def collect(self) -> pa.Table:
         """Run to completion on the input available now and return the rows.
@@ -176,7 +181,9 @@ class Stream(WindowAssigners):
         windowed = WindowedStream(self._with(p.input), p.keys, p.window, p.emission)
         return windowed.collect_with_aggs(aggs)
 
-    def start(self, sink: Sink | None = None, *, checkpoint_dir: str | None = None) -> Job:
+    def start(
+        self, sink: Sink | None = None, *, checkpoint_dir: str | None = None, lowering: Lowering | None = None
+    ) -> Job:
         """Start the pipeline; returns a :class:`~krishiv_py.Job`.
 
         Unbounded input starts a Spark streaming query (native lowering);
@@ -190,11 +197,15 @@ class Stream(WindowAssigners):
             Spark checkpoint location (default: a fresh directory in the
             session's state directory). Restarting with the same directory
             resumes from the last committed batch.
+        lowering
+            Force a lowering (``"native"``, ``"stateful"``, ``"bounded"``)
+            instead of the planner's choice; :class:`PlanError` if it cannot
+            run this plan exactly. For tests and benchmarks.
         """
         from krishiv_py.runtime.run import run_bounded, start_streaming
 
         sink = sink if sink is not None else MemorySink()
-        recipe = self.lower()
+        recipe = self.lower(lowering=lowering)
         if recipe.lowering == "bounded":
             return run_bounded(self._session.spark, recipe, sink=sink)
         senders = [
@@ -210,19 +221,24 @@ class Stream(WindowAssigners):
         )
         return self._session._track(job)
 
-    def to_spark(self) -> DataFrame:
-        """The pyspark DataFrame this stream lowers to (streaming when unbounded)."""
+    def to_spark(self, *, lowering: Lowering | None = None) -> DataFrame:
+        """The pyspark DataFrame this stream lowers to (streaming when unbounded).
+
+        Under the stateful lowering, the rows are the operator's encoded
+        per-bucket output (``__kp_bucket``, ``__kp_payload``), which the job
+        decodes on the driver.
+        """
         from krishiv_py.runtime.build import build_dataframe
         from krishiv_py.runtime.job import spark_call
 
-        recipe = self.lower()
+        recipe = self.lower(lowering=lowering)
         return spark_call("building the DataFrame", lambda: build_dataframe(self._session.spark, recipe))
 
-    def explain(self) -> str:
+    def explain(self, *, lowering: Lowering | None = None) -> str:
         """The logical plan, the chosen lowering and why, the recipe, and Spark's plan."""
         from krishiv_py.runtime.run import explain_spark
 
-        recipe = self.lower()
+        recipe = self.lower(lowering=lowering)
         return "\n".join(
             [
                 "== Logical plan ==",

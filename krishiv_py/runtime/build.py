@@ -13,28 +13,38 @@ __all__ = ["build_dataframe"]
 
 
 def build_dataframe(
-    spark: SparkSession, recipe: r.SparkRecipe, observations: dict[str, Any] | None = None
+    spark: SparkSession,
+    recipe: r.SparkRecipe,
+    observations: dict[str, Any] | None = None,
+    *,
+    ticks_path: str | None = None,
 ) -> DataFrame:
     """Build the DataFrame for ``recipe``.
 
     ``observations``, when given, receives one ``pyspark.sql.Observation`` per
     observed source (batch jobs read their metrics from these).
+    ``ticks_path`` is the stateful operator's tick source directory (a
+    temporary one when not given, e.g. for ``explain()``).
     """
-    return _build(spark, recipe.root, observations)
+    return _build(spark, recipe.root, observations, ticks_path)
 
 
-def _build(spark: SparkSession, node: r.RecipeNode, obs: dict[str, Any] | None) -> DataFrame:
+def _build(
+    spark: SparkSession, node: r.RecipeNode, obs: dict[str, Any] | None, ticks: str | None
+) -> DataFrame:
     from pyspark.sql import functions as F
 
     if isinstance(node, r.ReadSource):
         return _read(spark, node)
     if isinstance(node, r.UnionAll):
-        parts = [_build(spark, c, obs) for c in node.children]
+        parts = [_build(spark, c, obs, ticks) for c in node.children]
         out = parts[0]
         for p in parts[1:]:
             out = out.unionByName(p)
         return out
-    child = _build(spark, node.child, obs)
+    child = _build(spark, node.child, obs, ticks)
+    if isinstance(node, r.StatefulApply):
+        return _stateful(spark, node, child, ticks)
     if isinstance(node, r.SelectExprs):
         return child.selectExpr(*node.exprs)
     if isinstance(node, r.FilterExpr):
@@ -51,6 +61,45 @@ def _build(spark: SparkSession, node: r.RecipeNode, obs: dict[str, Any] | None) 
         return child.observe(obs[node.name], *exprs)
     assert isinstance(node, r.GroupAgg)
     return child.groupBy(*[F.expr(k) for k in node.keys]).agg(*[F.expr(a) for a in node.aggs])
+
+
+def _stateful(spark: SparkSession, node: r.StatefulApply, child: DataFrame, ticks: str | None) -> DataFrame:
+    """Group the encoded rows by key bucket and apply krishiv's operator."""
+    import tempfile
+
+    from krishiv_py.stateful import operator as op
+
+    spec = node.operator
+    if not node.streaming:
+
+        def bounded(key: Any, frame: Any) -> Any:
+            return op.run_bounded_bucket(spec, key, frame)
+
+        return child.groupBy(op.BUCKET).applyInPandas(bounded, op.OUTPUT_DDL)
+
+    def bucket(key: Any, frames: Any, state: Any) -> Any:
+        return op.run_bucket(spec, key, frames, state)
+
+    from pyspark.sql import functions as F
+
+    # Spark hands the operator the watermark only when an input column carries
+    # watermark metadata. The event-time column itself cannot go to pandas
+    # (shifted times are past pandas' year 2262), so an all-null column with
+    # that metadata stands in for it; the watermark operators upstream are unchanged.
+    marker = F.lit(None).cast("timestamp").alias(op.WATERMARK_MARKER, metadata={"spark.watermarkDelayMs": 0})
+    child = child.select("*", marker)
+
+    path = ticks or tempfile.mkdtemp(prefix="krishiv-ticks-")
+    tick_rows = (
+        spark.readStream.format("parquet")
+        .schema(f"{op.BUCKET} int")
+        .option("maxFilesPerTrigger", "1")
+        .option("maxFileAge", "36500d")
+        .load(path)
+        .selectExpr(*node.tick_exprs, f"CAST(NULL AS TIMESTAMP) AS {op.WATERMARK_MARKER}")
+    )
+    grouped = child.unionByName(tick_rows).groupBy(op.BUCKET)
+    return grouped.applyInPandasWithState(bucket, op.OUTPUT_DDL, op.STATE_DDL, "append", "NoTimeout")
 
 
 def _read(spark: SparkSession, node: r.ReadSource) -> DataFrame:

@@ -120,6 +120,16 @@ class Job:
     def progress(self) -> list[JobProgress]:
         raise NotImplementedError
 
+    def late_events(self) -> pa.Table:
+        """Very late and invalid events kept by a :class:`~krishiv_py.SideOutputLateEventHandler`.
+
+        Needs ``.with_late_event_handler(kp.SideOutputLateEventHandler())`` on
+        the window (memory or Parquet sink); other jobs raise :class:`PlanError`.
+        """
+        raise PlanError(
+            "late_events() needs .with_late_event_handler(kp.SideOutputLateEventHandler()) on the window"
+        )
+
     @property
     def is_active(self) -> bool:
         raise NotImplementedError

@@ -33,6 +33,8 @@ def start_streaming(
     senders: Sequence[Sender | None],
 ) -> StreamingJob:
     """Start ``recipe`` as a Structured Streaming query writing to ``sink``."""
+    if recipe.stateful is not None:
+        return _start_stateful(spark, recipe, sink=sink, checkpoint_dir=checkpoint_dir, senders=senders)
     df = spark_call("building the streaming query", lambda: build_dataframe(spark, recipe))
     name = f"krishiv_{uuid.uuid4().hex[:12]}"
     writer = df.writeStream.outputMode(recipe.output_mode).option("checkpointLocation", checkpoint_dir)
@@ -50,6 +52,43 @@ def start_streaming(
     query = spark_call("starting the streaming query", lambda: _start_single_watermark(spark, writer))
     return StreamingJob(
         spark=spark, query=query, recipe=recipe, sink=sink, memory_table=memory_table, senders=senders
+    )
+
+
+def _start_stateful(
+    spark: SparkSession,
+    recipe: SparkRecipe,
+    *,
+    sink: Sink,
+    checkpoint_dir: str,
+    senders: Sequence[Sender | None],
+) -> StreamingJob:
+    """Start krishiv's stateful operator; its output reaches the sink through ``foreachBatch``."""
+    from krishiv_py.runtime.stateful import BatchCollector, StatefulJob, TickWriter
+
+    assert recipe.stateful is not None
+    ticks = TickWriter(os.path.join(checkpoint_dir, "krishiv-ticks"))
+    df = spark_call(
+        "building the streaming query", lambda: build_dataframe(spark, recipe, ticks_path=ticks.path)
+    )
+    collector = BatchCollector(recipe, sink)
+    writer = (
+        df.writeStream.outputMode("append")
+        .option("checkpointLocation", checkpoint_dir)
+        .queryName(f"krishiv_{uuid.uuid4().hex[:12]}")
+        .foreachBatch(collector)
+    )
+    query = spark_call("starting the streaming query", lambda: _start_single_watermark(spark, writer))
+    return StatefulJob(
+        collector=collector,
+        ticks=ticks,
+        buckets=recipe.stateful.operator.buckets,
+        spark=spark,
+        query=query,
+        recipe=recipe,
+        sink=sink,
+        memory_table=None,
+        senders=senders,
     )
 
 
@@ -87,6 +126,11 @@ def _foreach(sink: ForeachBatchSink, recipe: SparkRecipe) -> Any:
 
 def run_bounded(spark: SparkSession, recipe: SparkRecipe, *, sink: Sink) -> BoundedJob:
     """Run ``recipe`` as one batch job; results are kept for memory/Parquet sinks."""
+    if recipe.stateful is not None:
+        from krishiv_py.runtime.stateful import run_stateful_bounded
+
+        job: BoundedJob = run_stateful_bounded(spark, recipe, sink=sink)
+        return job
     observations: dict[str, Any] = {}
     df = spark_call("building the batch job", lambda: build_dataframe(spark, recipe, observations))
     table: pa.Table | None = None

@@ -542,9 +542,8 @@ class ReferenceModel:
         self._watermarks[source] = max(self._watermarks.get(source, ts_ms), ts_ms)
 
     def _end_step(self, w_ms: int | None, out: list[Result]) -> list[Result]:
-        """Sweep at the old watermark, move it, sweep at the new one."""
-        if w_ms is not None:
-            self._sweep(w_ms, out)
+        """Sweep at the old watermark (only interval firings while there is none), move it, sweep again."""
+        self._sweep(w_ms, out)
         self._move_overall()
         if self._overall is not None and self._overall != w_ms:
             self._sweep(self._overall, out)
@@ -559,11 +558,11 @@ class ReferenceModel:
             self._counts["watermark_advances"] += 1
             self._overall = new
 
-    def _sweep(self, x_ms: int, out: list[Result]) -> None:
+    def _sweep(self, x_ms: int | None, out: list[Result]) -> None:
         """Final, late and interval firings at watermark ``x_ms``, then eviction."""
         now: float | None = None
         for pane in sorted(self._state.panes(), key=_emit_order):
-            if pane.end_us <= x_ms * 1000:
+            if x_ms is not None and pane.end_us <= x_ms * 1000:
                 if not pane.final_fired or pane.pending:
                     pane.final_fired = True
                     self._fire(pane, out)
@@ -572,7 +571,8 @@ class ReferenceModel:
                 if pane.fired_at_ms is None or now - pane.fired_at_ms >= self._trigger.every:
                     pane.fired_at_ms = now
                     self._fire(pane, out)
-        self._state.evict(x_ms)
+        if x_ms is not None:
+            self._state.evict(x_ms)
 
     def _fire(self, pane: _Pane, out: list[Result]) -> None:
         """Emit ``pane``'s result as its accumulation mode says, then clear its pending rows."""

@@ -18,15 +18,14 @@ Examples
 
 from __future__ import annotations
 
-from typing import NoReturn
-
 from krishiv_py._typing import Lowering
 from krishiv_py.errors import PlanError
 from krishiv_py.plan import nodes as n
-from krishiv_py.planner.spark.choose import choose, force
+from krishiv_py.planner.spark.choose import capabilities, choose, features_of, force
 from krishiv_py.planner.spark.native import lower_window, time_shift
 from krishiv_py.planner.spark.recipe import KIND, OUT_OBSERVE, FilterExpr, Observe, SelectExprs, SparkRecipe
 from krishiv_py.planner.spark.sources import Lowerer
+from krishiv_py.planner.spark.stateful import lower_stateful_window
 from krishiv_py.planner.sql import quote
 
 __all__ = ["lower"]
@@ -49,14 +48,15 @@ def lower(plan: n.PlanNode, *, force_bounded: bool = False, lowering: Lowering |
     """
     if force_bounded and lowering not in (None, "bounded"):
         raise PlanError(f"force_bounded=True asks for the bounded lowering, but lowering={lowering!r}")
-    if force_bounded:
-        chosen, reason = force(plan, "bounded", how="force_bounded=True (as collect() does)")
+    snapshot = force_bounded or lowering == "bounded"
+    if snapshot:
+        chosen, reason = _snapshot(plan)
     elif lowering is not None:
         chosen, reason = force(plan, lowering, how=f"lowering={lowering!r}")
     else:
         chosen, reason = choose(plan)
     if chosen == "stateful":
-        _stateful_lowering_missing(reason)
+        return _lower_stateful(plan, reason, streaming=not snapshot and not n.is_bounded(plan))
     streaming = chosen == "native"
     ctx = Lowerer(streaming=streaming, shift=time_shift(plan) if streaming else 0, window=lower_window)
     root, hidden = ctx.lower(plan)
@@ -80,9 +80,38 @@ def lower(plan: n.PlanNode, *, force_bounded: bool = False, lowering: Lowering |
     )
 
 
-def _stateful_lowering_missing(reason: str) -> NoReturn:
-    """The one place that refuses plans needing the stateful lowering, which is not built yet.
+def _snapshot(plan: n.PlanNode) -> tuple[Lowering, str]:
+    """Run the input available now as one batch job: bounded, or the stateful kernel as a batch."""
+    how = "force_bounded=True (as collect() does)"
+    if capabilities("bounded").covers_all(features_of(plan), forced=True):
+        return force(plan, "bounded", how=how)
+    chosen, reason = choose(plan)
+    if chosen != "stateful":
+        return force(plan, "bounded", how=how)  # raises, naming what the bounded lowering lacks
+    return "stateful", (
+        f"{reason}; the input available now runs as one batch job through the same operator, "
+        "as if the sources were closed after it"
+    )
 
-    When it lands, replace the call in :func:`lower` with it and delete this.
-    """
-    raise PlanError(f"cannot lower this plan: {reason}; this version does not have the stateful lowering yet")
+
+def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkRecipe:
+    if not isinstance(plan, n.WindowAggregate):
+        raise PlanError(
+            "the stateful lowering runs plans that end in the windowed aggregation; "
+            "filter or select before the window, or on the results"
+        )
+    shift = time_shift(plan) if streaming else 0
+    ctx = Lowerer(streaming=streaming, shift=shift, window=lower_stateful_window)
+    root, _ = ctx.lower(plan)
+    handler = plan.emission.late_handler
+    return SparkRecipe(
+        lowering="stateful",
+        reason=reason,
+        root=root,
+        output_mode="append",
+        time_shift_ms=shift,
+        tracked=tuple(ctx.tracked),
+        windowed=True,
+        output_schema=n.schema_of(plan),
+        late_handler=handler,
+    )

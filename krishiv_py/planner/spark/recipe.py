@@ -126,7 +126,23 @@ class GroupAgg:
     aggs: tuple[str, ...]
 
 
-RecipeNode: TypeAlias = ReadSource | SelectExprs | FilterExpr | WithWatermark | Observe | UnionAll | GroupAgg
+@attrs.frozen(kw_only=True)
+class StatefulApply:
+    """``groupBy(bucket)`` + krishiv's stateful operator over ``child`` (encoded rows).
+
+    ``operator`` is the operator's picklable spec; ``tick_exprs`` select the
+    encoded columns for the internal tick source (streaming only).
+    """
+
+    child: RecipeNode
+    operator: Any = attrs.field(eq=False, repr=False)
+    streaming: bool
+    tick_exprs: tuple[str, ...]
+
+
+RecipeNode: TypeAlias = (
+    ReadSource | SelectExprs | FilterExpr | WithWatermark | Observe | UnionAll | GroupAgg | StatefulApply
+)
 
 
 @attrs.frozen(kw_only=True)
@@ -148,6 +164,12 @@ class SparkRecipe:
     tracked: tuple[TrackedSource, ...]
     windowed: bool
     output_schema: Schema
+    late_handler: Any = attrs.field(default=None, eq=False, repr=False)
+
+    @property
+    def stateful(self) -> StatefulApply | None:
+        """The stateful operator node when the recipe ends in one."""
+        return self.root if isinstance(self.root, StatefulApply) else None
 
     def render(self) -> str:
         """The recipe as PySpark-like code, one operation per line."""
@@ -187,6 +209,24 @@ def _render(node: RecipeNode, lines: list[str]) -> str:
         GroupAgg: lambda x: (
             f".groupBy({', '.join(repr(k) for k in x.keys)}).agg({', '.join(repr(a) for a in x.aggs)})"
         ),
+        StatefulApply: _render_stateful,
     }[type(node)](node)
     lines.append(f"{var} = {inner}{call}")
     return var
+
+
+def _render_stateful(node: StatefulApply) -> str:
+    k = node.operator.kernel
+    what = (
+        f"<krishiv window operator: keys={list(k.keys)} window={k.window!r} trigger={k.trigger.describe()} "
+        f"allowed_lateness_ms={k.allowed_lateness_ms} accumulation={k.accumulation} "
+        f"buckets={node.operator.buckets}>"
+    )
+    if not node.streaming:
+        return f".groupBy('__kp_bucket').applyInPandas({what}, '__kp_bucket int, __kp_payload binary')"
+    tick_cols = ", ".join(repr(e) for e in node.tick_exprs)
+    ticks = f"spark.readStream.parquet(<tick source>).selectExpr({tick_cols})"
+    return (
+        f".unionByName({ticks}).groupBy('__kp_bucket').applyInPandasWithState({what}, "
+        "'__kp_bucket int, __kp_payload binary', '__kp_state binary', 'append', 'NoTimeout')"
+    )

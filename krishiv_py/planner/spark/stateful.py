@@ -1,0 +1,160 @@
+"""The stateful lowering's window rule: rows grouped by key bucket into krishiv's own operator.
+
+Spark's window operators fire once and drop late rows inside the JVM, so
+allowed lateness, re-firing, retractions, early triggers, late-event side
+output and the specified session rule run in an operator of krishiv's own
+(:mod:`krishiv_py.stateful`):
+
+1. every input row gets its key bucket ``pmod(hash(keys), buckets)`` (floats
+   made canonical first, so ``-0.0`` and ``0.0`` meet), its event time in
+   µs and its columns encoded so pandas keeps them exact
+   (:mod:`krishiv_py.stateful.operator`);
+2. unbounded input: ``groupBy(bucket).applyInPandasWithState(...)`` with no
+   timeout, unioned with an internal *tick* source through which the job
+   wakes the buckets holding state after the watermark moved; bounded input
+   (or a ``collect()`` snapshot): ``groupBy(bucket).applyInPandas(...)``,
+   every row in one step, then end of input;
+3. the operator emits one binary payload per bucket call; the job decodes
+   results, late rows and statistics on the driver.
+
+Rows without a valid event time are not filtered out: they reach the
+operator, which hands them to the late-event handler as ``invalid``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from krishiv_py.plan import nodes as n
+from krishiv_py.plan.windows import SessionWindow
+from krishiv_py.planner.spark.recipe import ET, SEQ, RecipeNode, SelectExprs, StatefulApply
+from krishiv_py.planner.sql import quote
+from krishiv_py.types import DataType, Schema
+
+__all__ = ["BUCKETS", "StatefulApply", "lower_stateful_window", "operator_spec"]
+
+#: Key buckets: a few per core of a small cluster; a checkpointed job keeps its number.
+BUCKETS = 16
+
+_FLAGGED = (
+    "tinyint",
+    "smallint",
+    "int",
+    "bigint",
+    "float",
+    "double",
+    "boolean",
+    "timestamp",
+    "timestamp_ntz",
+)
+
+
+def operator_spec(node: n.WindowAggregate, *, shift_ms: int) -> Any:
+    """The picklable :class:`~krishiv_py.stateful.operator.OperatorSpec` of ``node``."""
+    from krishiv_py.stateful.aggregates import AggSpec
+    from krishiv_py.stateful.kernel import KernelSpec
+    from krishiv_py.stateful.operator import InputColumn, OperatorSpec
+
+    schema = n.schema_of(node.input)
+    out = n.schema_of(node).to_arrow()
+    et = n.event_time(node.input)
+    assert et is not None
+    arrow = schema.to_arrow()
+    columns = tuple(
+        InputColumn(
+            name=f.name,
+            type=arrow.field(f.name).type,
+            encoding="flagged" if f.dtype.name in _FLAGGED else "object",
+            index=i,
+        )
+        for i, f in enumerate(schema)
+    )
+    aggs = tuple(
+        AggSpec(
+            name=a.name,
+            func=a.func,
+            column=a.column,
+            out_type=out.field(a.name).type,
+            in_type=arrow.field(a.column).type if a.column is not None else None,
+        )
+        for a in node.aggregates
+    )
+    window = node.window
+    if isinstance(window, SessionWindow) and window.max_duration_ms is not None:
+        raise ValueError("capped sessions are refused by the planner")
+    kernel = KernelSpec(
+        keys=node.keys,
+        window=window,
+        aggs=aggs,
+        trigger=node.emission.trigger,
+        allowed_lateness_ms=node.emission.allowed_lateness_ms,
+        accumulation=node.emission.accumulation,
+        future_tolerance_ms=et.future_tolerance_ms,
+    )
+    return OperatorSpec(kernel=kernel, columns=columns, shift_ms=shift_ms, buckets=BUCKETS)
+
+
+def lower_stateful_window(
+    node: n.WindowAggregate, child: RecipeNode, *, streaming: bool, shift_ms: int
+) -> RecipeNode:
+    """Encode the rows of ``child`` for the operator and apply it, grouped by key bucket."""
+    from krishiv_py.stateful.operator import BUCKET, TICK, TS_NULL, TS_VALUE
+
+    spec = operator_spec(node, shift_ms=shift_ms)
+    schema = n.schema_of(node.input)
+    exprs: list[str] = [f"{_bucket(node, schema)} AS {quote(BUCKET)}"]
+    ticks: list[str] = []
+    for c, f in zip(spec.columns, schema, strict=True):
+        if c.encoding == "flagged":
+            exprs += [f"coalesce({_flagged(f.name, f.dtype)}, {_zero(f.dtype)}) AS {quote(c.value)}"]
+            exprs += [f"{quote(f.name)} IS NULL AS {quote(c.null)}"]
+            ticks += [f"{_zero(f.dtype)} AS {quote(c.value)}", f"true AS {quote(c.null)}"]
+        else:
+            exprs.append(f"{quote(f.name)} AS {quote(c.value)}")
+            ticks.append(f"CAST(NULL AS {_sql_type(f.dtype)}) AS {quote(c.value)}")
+    shift_us = shift_ms * 1000
+    exprs += [
+        f"coalesce(unix_micros({quote(ET)}) - {shift_us}L, 0L) AS {quote(TS_VALUE)}",
+        f"{quote(ET)} IS NULL AS {quote(TS_NULL)}",
+        f"{quote(SEQ)} AS {quote(SEQ)}",
+        f"false AS {quote(TICK)}",
+    ]
+    ticks += [
+        f"0L AS {quote(TS_VALUE)}",
+        f"true AS {quote(TS_NULL)}",
+        f"0L AS {quote(SEQ)}",
+        f"true AS {quote(TICK)}",
+    ]
+    ticks.insert(0, f"{quote(BUCKET)}")
+    encoded = SelectExprs(child=child, exprs=tuple(exprs))
+    return StatefulApply(child=encoded, operator=spec, streaming=streaming, tick_exprs=tuple(ticks))
+
+
+def _bucket(node: n.WindowAggregate, schema: Schema) -> str:
+    if not node.keys:
+        return "0"
+    parts = []
+    for k in node.keys:
+        dtype = schema.field(k).dtype
+        parts.append(f"({quote(k)} + 0.0)" if dtype.name in ("float", "double") else quote(k))
+    return f"CAST(pmod(hash({', '.join(parts)}), {BUCKETS}) AS INT)"
+
+
+def _flagged(name: str, dtype: DataType) -> str:
+    if dtype.name == "timestamp":
+        return f"unix_micros({quote(name)})"
+    if dtype.name == "timestamp_ntz":
+        return f"unix_micros(CAST({quote(name)} AS TIMESTAMP))"
+    return quote(name)
+
+
+def _zero(dtype: DataType) -> str:
+    if dtype.name == "boolean":
+        return "false"
+    if dtype.name.startswith("timestamp"):
+        return "0L"
+    return f"CAST(0 AS {dtype.name.upper()})"
+
+
+def _sql_type(dtype: DataType) -> str:
+    return dtype.name.upper()

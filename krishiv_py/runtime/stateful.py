@@ -1,0 +1,353 @@
+"""Running the stateful lowering: the driver side of krishiv's operator.
+
+Every micro-batch's output reaches :class:`BatchCollector` through
+``foreachBatch``: the per-bucket payloads are decoded once, the result rows
+go to the job's sink, very late and invalid rows to the late-event handler,
+and the statistics (event classification, firings, state size) to the job's
+metrics. Everything is keyed by batch id, so a micro-batch that Spark runs
+again after a restart replaces what it wrote instead of adding to it.
+
+Ticks
+    Spark calls the operator only for buckets that have rows in a
+    micro-batch, and runs no micro-batch when only the watermark moved. So
+    after a micro-batch that advanced the watermark, :class:`StatefulJob`
+    writes one *tick* row per bucket that holds something the new watermark
+    makes due (a window to fire or evict) into an internal source; the next
+    micro-batch calls those buckets with the new watermark. The same
+    mechanism wakes buckets whose ``on_interval`` firing is due.
+    ``process_all_available()`` runs until no tick is needed, so one
+    ``send`` + ``process_all_available()`` is one step, as in the native
+    lowering; a background thread does the same for jobs left running.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from krishiv_py.late import SideOutputLateEventHandler
+from krishiv_py.metrics import JobMetrics
+from krishiv_py.runtime.job import BoundedJob, StreamingJob, spark_call
+from krishiv_py.sinks import ConsoleSink, ForeachBatchSink, MemorySink, ParquetSink, Sink
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
+
+    from krishiv_py.planner.spark.recipe import SparkRecipe
+    from krishiv_py.stateful.operator import Payloads
+
+__all__ = ["BatchCollector", "StatefulJob", "TickWriter"]
+
+log = logging.getLogger("krishiv_py")
+
+_COUNTS = ("on_time", "mildly_late", "very_late", "future", "invalid", "emitted", "retracted")
+
+
+@attrs.define
+class _Bucket:
+    state_windows: int = 0
+    state_bytes: int = 0
+    next_due_ms: int = -1
+    next_interval_ms: int = -1
+
+
+class BatchCollector:
+    """Receives each micro-batch's decoded output on the driver (``foreachBatch``)."""
+
+    def __init__(self, recipe: SparkRecipe, sink: Sink) -> None:
+        self._recipe = recipe
+        self._sink = sink
+        self._handler = recipe.late_handler
+        self._lock = threading.Lock()
+        self.results: dict[int, pa.Table] = {}
+        self.counts: dict[int, dict[str, int]] = {}
+        self.buckets: dict[int, _Bucket] = {}
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        from krishiv_py.stateful.operator import PAYLOAD, decode_payloads
+
+        table = batch.select(PAYLOAD).toArrow()
+        payloads = decode_payloads(table.column(PAYLOAD).to_pylist())
+        if payloads is not None:
+            self.accept(payloads, batch_id)
+
+    def accept(self, payloads: Payloads, batch_id: int) -> None:
+        """Route one micro-batch's results, late rows and statistics."""
+        from krishiv_py.stateful.operator import to_output
+
+        results = to_output(payloads.results, self._recipe.output_schema.to_arrow())
+        self._write(results, batch_id)
+        if payloads.late.num_rows:
+            self._hand_late(payloads.late, batch_id)
+        stats = payloads.stats.to_pydict()
+        totals = {name: int(sum(stats[name])) for name in _COUNTS}
+        with self._lock:
+            self.counts[batch_id] = totals
+            for i, b in enumerate(stats["bucket"]):
+                self.buckets[int(b)] = _Bucket(
+                    state_windows=int(stats["state_windows"][i]),
+                    state_bytes=int(stats["state_bytes"][i]),
+                    next_due_ms=int(stats["next_due_ms"][i]),
+                    next_interval_ms=int(stats["next_interval_ms"][i]),
+                )
+        if totals["future"]:
+            log.warning(
+                "batch %d: %d events more than the future tolerance ahead of the watermark (clock skew?)",
+                batch_id,
+                totals["future"],
+            )
+
+    def _write(self, results: pa.Table, batch_id: int) -> None:
+        sink = self._sink
+        if isinstance(sink, MemorySink):
+            with self._lock:
+                self.results[batch_id] = results
+        elif isinstance(sink, ParquetSink):
+            if results.num_rows:
+                _write_parquet(results, sink.path, f"part-{batch_id:012d}.parquet")
+        elif isinstance(sink, ConsoleSink):
+            print(f"-- batch {batch_id} --")
+            print(results.slice(0, sink.num_rows).to_pandas().to_string())
+        elif isinstance(sink, ForeachBatchSink):
+            sink.fn(results, batch_id)
+
+    def _hand_late(self, late: pa.Table, batch_id: int) -> None:
+        handler = self._handler
+        if handler is None:
+            return
+        if isinstance(handler, SideOutputLateEventHandler):
+            handler.handle_batch(late, batch_id)
+        else:
+            handler.handle(late)
+
+    def totals(self) -> dict[str, int]:
+        with self._lock:
+            return {name: sum(c[name] for c in self.counts.values()) for name in _COUNTS}
+
+    def result_table(self) -> pa.Table:
+        import pyarrow as pa
+
+        with self._lock:
+            tables = [self.results[k] for k in sorted(self.results)]
+        if not tables:
+            return self._recipe.output_schema.to_arrow().empty_table()
+        return pa.concat_tables(tables)
+
+
+def _write_parquet(table: pa.Table, path: str, name: str) -> None:
+    """Write ``table`` as ``path/name`` atomically (a rerun of the batch replaces the file)."""
+    import pyarrow.parquet as pq
+
+    os.makedirs(path, exist_ok=True)
+    tmp = os.path.join(path, f".{name}.tmp")
+    pq.write_table(table, tmp)
+    os.replace(tmp, os.path.join(path, name))
+
+
+class TickWriter:
+    """Writes tick rows (one per bucket to wake) into the operator's internal source."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        os.makedirs(path, exist_ok=True)
+        self._count = len([f for f in os.listdir(path) if f.endswith(".parquet")])
+        self._last_mtime_ns = 0
+
+    def write(self, buckets: Sequence[int]) -> None:
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from krishiv_py.stateful.operator import BUCKET
+
+        name = f"tick-{self._count:012d}.parquet"
+        self._count += 1
+        tmp = os.path.join(self.path, f".{name}.tmp")
+        pq.write_table(pa.table({BUCKET: pa.array(np.asarray(buckets, np.int32))}), tmp)
+        mtime = max(time.time_ns(), self._last_mtime_ns + 1_000_000)
+        self._last_mtime_ns = mtime
+        os.utime(tmp, ns=(mtime, mtime))
+        os.replace(tmp, os.path.join(self.path, name))
+
+
+class StatefulJob(StreamingJob):
+    """A streaming query running krishiv's stateful operator."""
+
+    def __init__(self, *, collector: BatchCollector, ticks: TickWriter, buckets: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._collector = collector
+        self._ticks = ticks
+        self._buckets = buckets
+        self._tick_lock = threading.Lock()
+        self._ticked_wm: int | None = None
+        self._ticks_written = 0
+        self._seen_batch = -1
+        self._ticker = threading.Thread(target=self._tick_loop, name="krishiv-ticks", daemon=True)
+        self._ticker.start()
+
+    # --- control -------------------------------------------------------------------
+
+    def process_all_available(self) -> None:
+        # Until a pass writes no tick, neither here nor in the background thread.
+        for _ in range(1000):
+            before = self._ticks_written
+            super().process_all_available()
+            self._maybe_tick()
+            if self._ticks_written == before:
+                return
+
+    def _maybe_tick(self) -> bool:
+        """Write a tick for the buckets the current watermark (or the clock) makes due."""
+        with self._tick_lock:
+            wm = self.watermark_ms
+            due: set[int] = set()
+            if wm is not None and (self._ticked_wm is None or wm > self._ticked_wm):
+                with self._collector._lock:
+                    known = dict(self._collector.buckets)
+                if self._ticked_wm is None and not known:
+                    due |= set(range(self._buckets))  # a restarted job knows nothing of its state yet
+                due |= {b for b, s in known.items() if s.state_windows and 0 <= s.next_due_ms <= wm}
+                self._ticked_wm = wm
+            now = int(time.time() * 1000)
+            with self._collector._lock:
+                due |= {b for b, s in self._collector.buckets.items() if 0 <= s.next_interval_ms <= now}
+                for b in due:  # woken: wait for its next report before waking it again
+                    if b in self._collector.buckets:
+                        self._collector.buckets[b].next_interval_ms = -1
+            if not due:
+                return False
+            self._ticks.write(sorted(due))
+            self._ticks_written += 1
+            return True
+
+    def _tick_loop(self) -> None:
+        while True:
+            time.sleep(0.2)
+            try:
+                if not self._query.isActive:
+                    return
+                progress = self._query.lastProgress
+                batch = int(progress["batchId"]) if progress else -1
+                interval_due = any(
+                    0 <= s.next_interval_ms <= time.time() * 1000
+                    for s in list(self._collector.buckets.values())
+                )
+                if batch != self._seen_batch or interval_due:
+                    self._seen_batch = batch
+                    self._maybe_tick()
+            except Exception:  # noqa: BLE001 - the query stopped or failed; its owner sees the error
+                return
+
+    # --- results and metrics --------------------------------------------------------------
+
+    def results(self) -> pa.Table:
+        if isinstance(self._sink, MemorySink):
+            self._check_failed()
+            return self._collector.result_table()
+        if isinstance(self._sink, ParquetSink):
+            from krishiv_py.runtime.job import read_parquet_results
+            from krishiv_py.runtime.results import conform
+
+            schema = self._recipe.output_schema
+            return conform(
+                read_parquet_results(self._spark, os.path.abspath(self._sink.path), schema), schema
+            )
+        return super().results()
+
+    def late_events(self) -> pa.Table:
+        return _late_table(self._recipe)
+
+    def metrics(self) -> JobMetrics:
+        base = super().metrics()
+        totals = self._collector.totals()
+        with self._collector._lock:
+            buckets = list(self._collector.buckets.values())
+        return attrs.evolve(
+            base,
+            invalid_events=totals["invalid"],
+            on_time_events=totals["on_time"],
+            mildly_late_events=totals["mildly_late"],
+            very_late_events=totals["very_late"],
+            future_events=totals["future"],
+            windows_emitted=totals["emitted"],
+            retractions=totals["retracted"],
+            state_windows=sum(b.state_windows for b in buckets),
+            state_bytes=sum(b.state_bytes for b in buckets),
+        )
+
+
+def _late_table(recipe: SparkRecipe) -> pa.Table:
+    from krishiv_py.errors import PlanError
+
+    handler = recipe.late_handler
+    if not isinstance(handler, SideOutputLateEventHandler):
+        raise PlanError(
+            "late_events() needs .with_late_event_handler(kp.SideOutputLateEventHandler()) on the window"
+        )
+    table = handler.table()
+    if table is not None:
+        return table
+    import pyarrow as pa
+
+    from krishiv_py.late import CLASSIFICATION_COLUMN, WATERMARK_COLUMN
+
+    fields = [
+        *recipe.stateful.operator.input_schema,  # type: ignore[union-attr]
+        pa.field(CLASSIFICATION_COLUMN, pa.string()),
+        pa.field(WATERMARK_COLUMN, pa.int64()),
+    ]
+    return pa.schema(fields).empty_table()
+
+
+def run_stateful_bounded(spark: Any, recipe: SparkRecipe, *, sink: Sink) -> Any:
+    """Run a stateful recipe over bounded input as one batch job; returns a finished job."""
+    from krishiv_py.runtime.build import build_dataframe
+    from krishiv_py.stateful.operator import PAYLOAD, decode_payloads
+
+    observations: dict[str, Any] = {}
+    df = spark_call("building the batch job", lambda: build_dataframe(spark, recipe, observations))
+    table = spark_call("running the batch job", lambda: df.select(PAYLOAD).toArrow())
+    collector = BatchCollector(recipe, sink if not isinstance(sink, MemorySink) else MemorySink())
+    payloads = decode_payloads(table.column(PAYLOAD).to_pylist())
+    if payloads is not None:
+        spark_call("handing over the results", lambda: collector.accept(payloads, 0))
+    observed = {k: dict(spark_call("reading metrics", lambda o=o: o.get)) for k, o in observations.items()}
+    result = collector.result_table() if isinstance(sink, MemorySink) else None
+    if isinstance(sink, ParquetSink):
+        from krishiv_py.runtime.job import read_parquet_results
+
+        result = read_parquet_results(spark, os.path.abspath(sink.path), recipe.output_schema)
+    return StatefulBoundedJob(recipe=recipe, table=result, sink=sink, observed=observed, collector=collector)
+
+
+class StatefulBoundedJob(BoundedJob):
+    """A bounded run of the stateful operator (already finished)."""
+
+    def __init__(self, *, collector: BatchCollector, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._collector = collector
+
+    def late_events(self) -> pa.Table:
+        return _late_table(self._recipe)
+
+    def metrics(self) -> JobMetrics:
+        totals = self._collector.totals()
+        return attrs.evolve(
+            super().metrics(),
+            invalid_events=totals["invalid"],
+            on_time_events=totals["on_time"],
+            mildly_late_events=totals["mildly_late"],
+            very_late_events=totals["very_late"],
+            future_events=totals["future"],
+            windows_emitted=totals["emitted"],
+            retractions=totals["retracted"],
+            state_windows=0,
+            state_bytes=0,
+        )

@@ -1,0 +1,240 @@
+"""Partial aggregates: per-row partials, merging by group, final values.
+
+A window's accumulator is a row of *partial* columns per aggregate; the
+partial of one input row is the row's own contribution, and partials of one
+group merge into one. Every operation is vectorized over all groups of a
+batch (Arrow hash aggregation, numpy), so the cost is per batch, not per row
+or per key.
+
+========================  ===============================  =======================
+aggregate                 partial columns                  merge
+========================  ===============================  =======================
+``count``                 ``c`` rows (non-null values)     sum
+``sum``                   ``s`` sum, ``c`` non-null count  sum, sum
+``avg``                   ``s`` double sum, ``c``          sum, sum
+``min`` / ``max``         ``v``; ``n`` NaN count (max)     min / max (NaN largest)
+``count_distinct``        ``d`` list of distinct values    union
+``first`` / ``last``      ``v`` value, ``t`` time, ``q``   the row with the least /
+                          arrival sequence                 greatest ``(t, q)``
+========================  ===============================  =======================
+
+Values follow Spark SQL: nulls are skipped, ``NaN`` is larger than every
+number (``max`` is NaN when any value is), ``sum`` of no values is null,
+``count_distinct`` counts one NaN and treats ``-0.0`` as ``0.0``.
+
+Examples
+--------
+>>> import numpy as np, pyarrow as pa
+>>> spec = AggSpec(name="n", func="count", column=None, out_type=pa.int64())
+>>> parts = row_partials([spec], pa.table({"x": [1, 2, 3]}), None, None)
+>>> merged = merge([spec], parts, np.array([0, 0, 1]), 2)
+>>> finalize([spec], merged)["n"].to_pylist()
+[2, 1]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from krishiv_py.stateful.grouping import canonical
+
+__all__ = ["AggSpec", "empty_partials", "finalize", "merge", "partial_schema", "reset", "row_partials"]
+
+_I64_MAX = np.iinfo(np.int64).max
+_I64_MIN = np.iinfo(np.int64).min
+
+
+@attrs.frozen(kw_only=True)
+class AggSpec:
+    """One aggregate as the kernel runs it: input column, its Arrow type, output type."""
+
+    name: str
+    func: str
+    column: str | None
+    out_type: pa.DataType
+    in_type: pa.DataType | None = None
+
+    def prefix(self, i: int) -> str:
+        return f"p{i}_"
+
+
+def _sum_type(t: pa.DataType) -> pa.DataType:
+    if pa.types.is_integer(t):
+        return pa.int64()
+    if pa.types.is_decimal(t):
+        return pa.decimal128(38, t.scale)
+    return pa.float64()
+
+
+def partial_schema(specs: Sequence[AggSpec]) -> list[pa.Field]:
+    """The partial columns of ``specs``, in order."""
+    fields: list[pa.Field] = []
+    for i, s in enumerate(specs):
+        p = s.prefix(i)
+        t = s.in_type or pa.null()
+        if s.func == "count":
+            fields.append(pa.field(p + "c", pa.int64()))
+        elif s.func in ("sum", "avg"):
+            st = pa.float64() if s.func == "avg" else _sum_type(t)
+            fields += [pa.field(p + "s", st), pa.field(p + "c", pa.int64())]
+        elif s.func in ("min", "max"):
+            fields += [pa.field(p + "v", t), pa.field(p + "n", pa.int64())]
+        elif s.func == "count_distinct":
+            fields.append(pa.field(p + "d", pa.list_(t)))
+        else:
+            fields += [pa.field(p + "v", t), pa.field(p + "t", pa.int64()), pa.field(p + "q", pa.int64())]
+    return fields
+
+
+def empty_partials(specs: Sequence[AggSpec], n: int) -> dict[str, pa.Array]:
+    """``n`` empty accumulators (no rows)."""
+    out: dict[str, pa.Array] = {}
+    for f in partial_schema(specs):
+        suffix = f.name.rsplit("_", 1)[1]
+        if suffix in ("c", "n"):
+            out[f.name] = pa.array(np.zeros(n, np.int64))
+        elif suffix == "d":
+            out[f.name] = pa.ListArray.from_arrays(
+                pa.array(np.zeros(n + 1, np.int32)), pa.nulls(0, f.type.value_type)
+            )
+        else:
+            out[f.name] = pa.nulls(n, f.type)
+    return out
+
+
+def row_partials(
+    specs: Sequence[AggSpec], rows: pa.Table, ts_us: np.ndarray | None, seq: np.ndarray | None
+) -> dict[str, pa.Array]:
+    """The partial of each row of ``rows`` on its own."""
+    n = rows.num_rows
+    out: dict[str, pa.Array] = {}
+    for i, s in enumerate(specs):
+        p = s.prefix(i)
+        if s.column is None:
+            out[p + "c"] = pa.array(np.ones(n, np.int64))
+            continue
+        col = rows.column(s.column).combine_chunks()
+        valid = pc.is_valid(col).to_numpy(zero_copy_only=False).astype(np.int64)
+        if s.func == "count":
+            out[p + "c"] = pa.array(valid)
+        elif s.func in ("sum", "avg"):
+            st = pa.float64() if s.func == "avg" else _sum_type(col.type)
+            out[p + "s"], out[p + "c"] = col.cast(st), pa.array(valid)
+        elif s.func in ("min", "max"):
+            out[p + "v"] = col
+            out[p + "n"] = pa.array(_nan_flags(col))
+        elif s.func == "count_distinct":
+            offsets = np.concatenate([[0], np.cumsum(valid)]).astype(np.int32)
+            values = canonical(col).filter(pc.is_valid(col))
+            out[p + "d"] = pa.ListArray.from_arrays(pa.array(offsets), values)
+        else:
+            assert ts_us is not None and seq is not None
+            out[p + "v"], out[p + "t"], out[p + "q"] = col, pa.array(ts_us), pa.array(seq)
+    return out
+
+
+def _nan_flags(col: pa.Array) -> np.ndarray:
+    if not pa.types.is_floating(col.type):
+        return np.zeros(len(col), np.int64)
+    return pc.fill_null(pc.is_nan(col), False).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def merge(
+    specs: Sequence[AggSpec], parts: dict[str, pa.Array], ids: np.ndarray, n_groups: int
+) -> dict[str, pa.Array]:
+    """Merge the partials of rows with equal ``ids`` into ``n_groups`` accumulators."""
+    simple: list[tuple[str, str]] = []
+    out: dict[str, pa.Array] = {}
+    for i, s in enumerate(specs):
+        p = s.prefix(i)
+        if s.func in ("count", "sum", "avg"):
+            simple += [(p + "c", "sum")] + ([(p + "s", "sum")] if s.func != "count" else [])
+        elif s.func in ("min", "max"):
+            simple += [(p + "v", s.func), (p + "n", "sum")]
+        elif s.func == "count_distinct":
+            out[p + "d"] = _merge_distinct(parts[p + "d"], ids, n_groups)
+        else:
+            out.update(_merge_pick(p, parts, ids, n_groups, last=s.func == "last"))
+    if simple:
+        table = pa.table({"g": ids, **{c: parts[c] for c, _ in simple}})
+        grouped = table.group_by("g", use_threads=False).aggregate(simple)
+        order = np.argsort(grouped.column("g").to_numpy())
+        grouped = grouped.take(order)
+        for c, how in simple:
+            merged = grouped.column(f"{c}_{how}").combine_chunks()
+            out[c] = merged.cast(parts[c].type) if merged.type != parts[c].type else merged
+    return out
+
+
+def _merge_pick(
+    p: str, parts: dict[str, pa.Array], ids: np.ndarray, n_groups: int, *, last: bool
+) -> dict[str, pa.Array]:
+    t = parts[p + "t"]
+    sentinel = _I64_MIN if last else _I64_MAX
+    tv = pc.fill_null(t, sentinel).to_numpy(zero_copy_only=False)
+    qv = pc.fill_null(parts[p + "q"], sentinel).to_numpy(zero_copy_only=False)
+    order = np.lexsort((qv, tv, ids))
+    sorted_ids = ids[order]
+    if last:
+        pick = order[np.concatenate([np.flatnonzero(np.diff(sorted_ids)), [len(order) - 1]])]
+    else:
+        pick = order[np.concatenate([[0], np.flatnonzero(np.diff(sorted_ids)) + 1])]
+    assert len(pick) == n_groups
+    idx = pa.array(pick)
+    return {p + "v": parts[p + "v"].take(idx), p + "t": t.take(idx), p + "q": parts[p + "q"].take(idx)}
+
+
+def _merge_distinct(lists: pa.Array, ids: np.ndarray, n_groups: int) -> pa.Array:
+    if isinstance(lists, pa.ChunkedArray):
+        lists = lists.combine_chunks()
+    values = pc.list_flatten(lists)
+    owner = ids[pc.list_parent_indices(lists).to_numpy()] if len(values) else np.zeros(0, np.int64)
+    pairs = pa.table({"g": owner, "v": values}).group_by(["g", "v"], use_threads=False).aggregate([])
+    g = pairs.column("g").to_numpy()
+    order = np.argsort(g, kind="stable")
+    counts = np.bincount(g, minlength=n_groups)
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    return pa.ListArray.from_arrays(
+        pa.array(offsets), pairs.column("v").combine_chunks().take(pa.array(order))
+    )
+
+
+def finalize(specs: Sequence[AggSpec], parts: dict[str, pa.Array]) -> dict[str, pa.Array]:
+    """The result value of each aggregate, typed as its output column."""
+    out: dict[str, pa.Array] = {}
+    for i, s in enumerate(specs):
+        p = s.prefix(i)
+        if s.func == "count":
+            value = parts[p + "c"]
+        elif s.func in ("sum", "avg"):
+            has = pc.greater(parts[p + "c"], 0)
+            total = parts[p + "s"]
+            if s.func == "avg":
+                total = pc.divide(total, pc.cast(parts[p + "c"], pa.float64()))
+            value = pc.if_else(has, total, pa.nulls(len(total), total.type))
+        elif s.func == "max" and pa.types.is_floating(parts[p + "v"].type):
+            v = parts[p + "v"]
+            value = pc.if_else(pc.greater(parts[p + "n"], 0), pa.scalar(float("nan"), v.type), v)
+        elif s.func == "count_distinct":
+            value = pc.fill_null(pc.list_value_length(parts[p + "d"]), 0)
+        else:
+            value = parts[p + "v"]
+        out[s.name] = value.cast(s.out_type) if value.type != s.out_type else value
+    return out
+
+
+def reset(specs: Sequence[AggSpec], parts: dict[str, pa.Array], mask: np.ndarray) -> dict[str, pa.Array]:
+    """``parts`` with the accumulators at ``mask`` emptied (discarding mode)."""
+    if not mask.any():
+        return parts
+    keep = pa.array(~mask)
+    empty = empty_partials(specs, len(mask))
+    out = {}
+    for name, arr in parts.items():
+        out[name] = pc.if_else(keep, arr, empty[name].cast(arr.type))
+    return out

@@ -1,0 +1,255 @@
+"""Element-count firings (``on_every_element``, ``on_count(n)``), vectorized.
+
+A window with ``p`` elements pending (added since its last firing) that
+receives ``m`` new elements in a batch fires after its ``j``-th new element
+whenever ``(p + j) % n == 0``, with the result as of that element:
+everything so far (accumulating, retracting) or everything since the
+previous firing (discarding).
+
+Computed for all windows of a batch at once as a *segmented scan* of the
+partial aggregates over the window's stored accumulator followed by its new
+rows in arrival order; a segment is the whole window (accumulating) or the
+stretch between two firings (discarding). Sums use grouped cumulative sums,
+``min``/``max``/``first``/``last`` grouped cumulative minima of rank codes
+(so NaN and nulls order as in Spark), ``count_distinct`` the first
+occurrence of each value.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import attrs
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from krishiv_py.stateful import aggregates as agg
+
+if TYPE_CHECKING:
+    from krishiv_py.stateful.kernel import KernelSpec
+
+__all__ = ["ElementPatch", "element_firings"]
+
+
+@attrs.frozen(kw_only=True)
+class ElementPatch:
+    """How element firings change the merged accumulators of the windows that fired.
+
+    Arrays are indexed by window (group id); only windows in ``fired`` change.
+    """
+
+    fired: np.ndarray
+    pending: np.ndarray
+    last_values: dict[str, pa.Array]
+    last_ws: pa.Array
+    last_we: pa.Array
+    open_partials: dict[str, pa.Array]
+
+
+def element_firings(
+    spec: KernelSpec, work: pa.Table, ids: np.ndarray, n_groups: int, is_new: np.ndarray
+) -> tuple[pa.Table, ElementPatch] | None:
+    """Element firings of the windows in ``work``; ``None`` when none fire.
+
+    ``work`` holds stored accumulators (``is_new`` False, at most one per
+    window) and new per-row partials in arrival order. Returns the result
+    rows (each preceded by a retraction in retracting mode) and the patch to
+    apply to the merged windows.
+    """
+    from krishiv_py.stateful.kernel import EMITTED, PENDING, WE, WS, _retract_rows, result_table
+
+    n = spec.trigger.element_count
+    order = np.lexsort((np.arange(len(ids)), is_new, ids))  # stored row first, then arrival order
+    g = ids[order]
+    new_sorted = is_new[order]
+    pending = work.column(PENDING).to_numpy()[order]
+    head = np.concatenate([[True], g[1:] != g[:-1]]) if len(g) else np.zeros(0, bool)
+    base = _segmented_cumsum(g, np.where(head & ~new_sorted, pending, 0))
+    position = _segmented_cumsum(g, new_sorted.astype(np.int64))
+    fires = new_sorted & ((base + position) % n == 0)
+    if not fires.any():
+        return None
+    seg = g if spec.accumulation != "discarding" else _discarding_segments(g, base, position, n, new_sorted)
+    rows = work.take(pa.array(order))
+    parts = {f.name: rows.column(f.name).combine_chunks() for f in agg.partial_schema(spec.aggs)}
+    scanned = _scan(spec, parts, seg)
+    fire_idx = np.flatnonzero(fires)
+    values = agg.finalize(spec.aggs, {k: v.take(pa.array(fire_idx)) for k, v in scanned.items()})
+    fired_rows = rows.take(pa.array(fire_idx))
+    emits = result_table(spec, fired_rows, fired_rows.column(WS), fired_rows.column(WE), values, "emit")
+    if not spec.retracting:
+        results = emits
+    else:
+        # Before each firing, retract the window's previous result: the stored one for
+        # its first firing in this batch, else the firing before it.
+        fire_g = g[fire_idx]
+        first = np.concatenate([[True], fire_g[1:] != fire_g[:-1]])
+        heads = np.flatnonzero(head)
+        stored = heads[np.searchsorted(heads, fire_idx[first], "right") - 1]
+        stored = stored[~new_sorted[stored]]
+        prior = rows.take(pa.array(stored, pa.int64()))
+        prior = prior.filter(prior.column(EMITTED))
+        prev = pa.array(np.flatnonzero(~first) - 1, pa.int64())
+        again = result_table(
+            spec,
+            fired_rows.take(prev),
+            fired_rows.column(WS).take(prev),
+            fired_rows.column(WE).take(prev),
+            {k: v.take(prev) for k, v in values.items()},
+            "retract",
+        )
+        results = pa.concat_tables([_retract_rows(spec, prior), again, emits])
+    return results, _patch(spec, g, fires, new_sorted, scanned, values, fired_rows, n_groups, order)
+
+
+def _segmented_cumsum(seg: np.ndarray, values: np.ndarray) -> np.ndarray:
+    return pd.Series(values).groupby(seg).cumsum().to_numpy()
+
+
+def _discarding_segments(
+    g: np.ndarray, base: np.ndarray, position: np.ndarray, n: int, is_new: np.ndarray
+) -> np.ndarray:
+    """Segment ids: (window, firings before the row); the stored row opens segment 0."""
+    k = np.where(is_new, (base + position - 1) // n, 0)
+    codes = pd.MultiIndex.from_arrays([g, k]).factorize()[0] if len(g) else np.zeros(0, np.int64)
+    return np.asarray(codes, np.int64)
+
+
+def _scan(spec: KernelSpec, parts: dict[str, pa.Array], seg: np.ndarray) -> dict[str, pa.Array]:
+    """The merge of every row with the rows before it in its segment."""
+    out: dict[str, pa.Array] = {}
+    for i, s in enumerate(spec.aggs):
+        p = s.prefix(i)
+        for suffix in ("c", "n"):
+            if p + suffix in parts:
+                out[p + suffix] = pa.array(_segmented_cumsum(seg, parts[p + suffix].to_numpy()))
+        if p + "s" in parts:
+            out[p + "s"] = _cum_sum(seg, parts[p + "s"])
+        if s.func in ("min", "max"):
+            out[p + "v"] = _cum_pick(seg, parts[p + "v"], parts[p + "v"], largest=s.func == "max")
+        elif s.func in ("first", "last"):
+            key = pa.StructArray.from_arrays([parts[p + "t"], parts[p + "q"]], ["t", "q"])
+            for suffix in ("v", "t", "q"):
+                out[p + suffix] = _cum_pick(seg, key, parts[p + suffix], largest=s.func == "last")
+        elif s.func == "count_distinct":
+            out[p + "d"] = _cum_distinct(seg, parts[p + "d"])
+    return out
+
+
+def _cum_sum(seg: np.ndarray, values: pa.Array) -> pa.Array:
+    if pa.types.is_decimal(values.type):
+        acc: dict[int, object] = {}
+        out = []
+        for s, v in zip(seg.tolist(), values.to_pylist(), strict=True):
+            if v is not None:
+                acc[s] = v if acc.get(s) is None else acc[s] + v  # type: ignore[operator]
+            out.append(acc.get(s))
+        return pa.array(out, values.type)
+    filled = pc.fill_null(values, 0).to_numpy(zero_copy_only=False)
+    if pa.types.is_integer(values.type):
+        return pa.array(_segmented_cumsum(seg, filled), values.type)
+    finite = np.isfinite(filled)
+    total = _segmented_cumsum(seg, np.where(finite, filled, 0.0))
+    nan = _segmented_cumsum(seg, np.isnan(filled).astype(np.int64))
+    pinf = _segmented_cumsum(seg, (filled == np.inf).astype(np.int64))
+    ninf = _segmented_cumsum(seg, (filled == -np.inf).astype(np.int64))
+    total = np.where(pinf > 0, np.inf, total)
+    total = np.where(ninf > 0, -np.inf, total)
+    total = np.where((nan > 0) | ((pinf > 0) & (ninf > 0)), np.nan, total)
+    return pa.array(total, values.type)
+
+
+def _cum_pick(seg: np.ndarray, key: pa.Array, values: pa.Array, *, largest: bool) -> pa.Array:
+    """At every row, ``values`` of the row with the least (greatest) ``key`` so far; nulls skipped."""
+    n = len(key)
+    if pa.types.is_struct(key.type):
+        t = key.field("t")
+        valid = pc.is_valid(t).to_numpy(zero_copy_only=False)
+        sort = pa.table({"t": t, "q": key.field("q"), "i": np.arange(n)}).sort_by(
+            [("t", "ascending"), ("q", "ascending")]
+        )
+        order = sort.column("i").to_numpy()
+        rank = np.empty(n, np.float64)
+        rank[order] = np.arange(n, dtype=np.float64)
+    else:
+        valid = pc.is_valid(key).to_numpy(zero_copy_only=False)
+        rank = pc.rank(key, sort_keys="ascending", tiebreaker="first").to_numpy().astype(np.float64)
+    rank[~valid] = np.nan
+    grouped = pd.Series(rank).groupby(seg)
+    best_so_far = grouped.cummax() if largest else grouped.cummin()
+    best = best_so_far.groupby(seg).ffill().to_numpy()  # a null row keeps the best before it
+    holder = np.full(n + 1, n, np.int64)  # rank -> row (index n: none yet)
+    ranks_valid = rank[valid].astype(np.int64)
+    holder[ranks_valid] = np.flatnonzero(valid)
+    pick = np.where(np.isnan(best), n, holder[np.nan_to_num(best, nan=n).astype(np.int64)])
+    padded = pa.concat_arrays(
+        [values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values, pa.nulls(1, values.type)]
+    )
+    return padded.take(pa.array(pick))
+
+
+def _cum_distinct(seg: np.ndarray, lists: pa.Array) -> pa.Array:
+    """Distinct values so far, as counts held in a list column of the right length."""
+    values = pc.list_flatten(lists)
+    owner = pc.list_parent_indices(lists).to_numpy()
+    n = len(lists)
+    firsts = np.zeros(n, np.int64)
+    if len(values):
+        pairs = pa.table({"s": seg[owner], "v": values, "o": owner})
+        first = (
+            pairs.group_by(["s", "v"], use_threads=False).aggregate([("o", "min")]).column("o_min").to_numpy()
+        )
+        firsts = np.bincount(first, minlength=n).astype(np.int64)
+    counts = _segmented_cumsum(seg, firsts)
+    # finalize() only reads the list lengths: a list of ``count`` nulls carries the count.
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.nulls(int(offsets[-1]), lists.type.value_type))
+
+
+def _patch(
+    spec: KernelSpec,
+    g: np.ndarray,
+    fires: np.ndarray,
+    new_sorted: np.ndarray,
+    scanned: dict[str, pa.Array],
+    values: dict[str, pa.Array],
+    fired_rows: pa.Table,
+    n_groups: int,
+    order: np.ndarray,
+) -> ElementPatch:
+    from krishiv_py.stateful.kernel import WE, WS
+
+    fire_idx = np.flatnonzero(fires)
+    fired = np.zeros(n_groups, bool)
+    fired[g[fire_idx]] = True
+    last_fire = np.full(n_groups, -1, np.int64)
+    np.maximum.at(last_fire, g[fire_idx], fire_idx)
+    pos = np.arange(len(g))
+    after = new_sorted & (pos > last_fire[g])
+    pending = np.bincount(g[after], minlength=n_groups).astype(np.int64)
+    # The last firing of each window, as an index into the firings.
+    which = np.full(n_groups, 0, np.int64)
+    which[g[fire_idx]] = np.arange(len(fire_idx))
+    last_values = {k: v.take(pa.array(which)) for k, v in values.items()}
+    last_ws = fired_rows.column(WS).take(pa.array(which))
+    last_we = fired_rows.column(WE).take(pa.array(which))
+    # Discarding: what stays in a fired window is its open segment, i.e. the scan at its last row
+    # when that row did not fire, else nothing.
+    last_row = np.full(n_groups, 0, np.int64)
+    np.maximum.at(last_row, g, pos)
+    open_partials: dict[str, pa.Array] = {}
+    if spec.accumulation == "discarding":
+        at_last = {k: v.take(pa.array(last_row)) for k, v in scanned.items()}
+        closed = fires[last_row]
+        open_partials = agg.reset(spec.aggs, at_last, closed)
+    del order
+    return ElementPatch(
+        fired=fired,
+        pending=pending,
+        last_values=last_values,
+        last_ws=last_ws.combine_chunks() if isinstance(last_ws, pa.ChunkedArray) else last_ws,
+        last_we=last_we.combine_chunks() if isinstance(last_we, pa.ChunkedArray) else last_we,
+        open_partials=open_partials,
+    )

@@ -1,0 +1,464 @@
+"""The stateful kernel: one micro-batch of one key bucket, vectorized.
+
+``step(spec, state, batch, watermark_ms, now_ms) -> (state, StepOutput)`` is
+a pure function. ``state`` is an Arrow table with one row per open window
+(or session) of the bucket: the key columns ``k0, k1, ...``, the bounds
+``__ws``/``__we`` (µs), the firing bookkeeping and the partial aggregates
+of :mod:`~krishiv_py.stateful.aggregates`. The batch is an Arrow table of
+input rows with ``__kp_ts`` (event time in µs; null when invalid) and
+``__kp_seq`` (arrival order).
+
+What one step does, with ``W`` the watermark that applies to the batch
+(SPEC 3.5-3.7; the rules are in :mod:`krishiv_py.plan.emission`):
+
+1. **Classify** every row: invalid (no valid event time), very late (no
+   retained window; for sessions, the session it would merge into is not
+   retained), mildly late (``ts < W``) or on time; future rows
+   (``ts > W + future_tolerance``) are counted as well.
+2. **Add** the kept rows to their windows: per-row partials merged into the
+   stored accumulators by (key, window) — sessions are merged by a sweep
+   over the key's stored sessions and new proto-windows sorted by start.
+3. **Fire** (:func:`phase`): element-count firings as rows arrive, then at
+   the end of the batch the final firing of every window with ``end <= W``,
+   a late firing of windows updated after it, and interval firings; then
+   **evict** windows with ``W >= end + allowed_lateness``.
+
+The Spark operator calls ``step`` once per bucket and micro-batch, and once
+more with an empty batch (a "tick") after a micro-batch moved the
+watermark, which is when windows whose end it passed fire.
+
+Examples
+--------
+>>> import pyarrow as pa
+>>> from krishiv_py.plan.windows import TumblingWindow
+>>> from krishiv_py.stateful.aggregates import AggSpec
+>>> spec = KernelSpec(keys=(), window=TumblingWindow(size_ms=10),
+...     aggs=(AggSpec(name="n", func="count", column=None, out_type=pa.int64()),))
+>>> batch = pa.table({"__kp_ts": [3_000, 12_000], "__kp_seq": [0, 1]})
+>>> state, out = step(spec, None, batch, None, 0)
+>>> state, out = step(spec, state, batch.slice(0, 0), 12, 0)
+>>> out.results.to_pylist()
+[{'window_start': 0, 'window_end': 10000, 'n': 1}]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS, Accumulation, Trigger
+from krishiv_py.plan.windows import SessionWindow, SlidingWindow, TumblingWindow
+from krishiv_py.stateful import aggregates as agg
+from krishiv_py.stateful.elements import ElementPatch, element_firings
+from krishiv_py.stateful.grouping import canonical, group_ids
+from krishiv_py.stateful.sessions import kept_session_rows, sweep_sessions
+
+__all__ = ["KernelSpec", "StepOutput", "phase", "step"]
+
+TS, SEQ = "__kp_ts", "__kp_seq"
+WS, WE, FIRED, PENDING, LAST, EMITTED = "__ws", "__we", "__fired", "__pending", "__last", "__emitted"
+NEW = "__new"  # rows added in this batch (sessions: a session with new rows is a new session)
+WINDOW_START, WINDOW_END, KIND = "window_start", "window_end", "kind"
+
+
+@attrs.frozen(kw_only=True)
+class KernelSpec:
+    """Everything the kernel needs to know about one windowed aggregation."""
+
+    keys: tuple[str, ...]
+    window: TumblingWindow | SlidingWindow | SessionWindow
+    aggs: tuple[agg.AggSpec, ...]
+    trigger: Trigger = attrs.field(factory=Trigger)
+    allowed_lateness_ms: int = 0
+    accumulation: Accumulation = "accumulating"
+    future_tolerance_ms: int = DEFAULT_FUTURE_TOLERANCE_MS
+
+    @property
+    def retracting(self) -> bool:
+        return self.accumulation == "retracting"
+
+    def key_names(self) -> list[str]:
+        return [f"k{i}" for i in range(len(self.keys))]
+
+
+@attrs.frozen(kw_only=True)
+class StepOutput:
+    """What one step emits: result rows, late/invalid row indices into the batch, counts."""
+
+    results: pa.Table
+    very_late: np.ndarray
+    invalid: np.ndarray
+    on_time: int = 0
+    mildly_late: int = 0
+    future: int = 0
+
+    @property
+    def emitted(self) -> int:
+        if KIND not in self.results.column_names:
+            return self.results.num_rows
+        return int(pc.sum(pc.equal(self.results.column(KIND), "emit")).as_py() or 0)
+
+    @property
+    def retracted(self) -> int:
+        return self.results.num_rows - self.emitted
+
+
+def step(
+    spec: KernelSpec, state: pa.Table | None, batch: pa.Table, watermark_ms: int | None, now_ms: int
+) -> tuple[pa.Table, StepOutput]:
+    """Add ``batch`` to ``state`` under watermark ``watermark_ms``, fire, evict."""
+    state = state if state is not None else empty_state(spec, batch)
+    ts_col = batch.column(TS).combine_chunks() if batch.num_rows else pa.array([], pa.int64())
+    valid = pc.is_valid(ts_col).to_numpy(zero_copy_only=False)
+    ts = pc.fill_null(ts_col, 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    seq = batch.column(SEQ).to_numpy().astype(np.int64) if batch.num_rows else np.zeros(0, np.int64)
+    w_us = None if watermark_ms is None else watermark_ms * 1000
+    early: list[pa.Table] = []
+    if isinstance(spec.window, SessionWindow):
+        state, kept, very_late = _add_sessions(spec, state, batch, ts, seq, valid, w_us, early)
+    else:
+        state, kept, very_late = _add_fixed(spec, state, batch, ts, seq, valid, w_us, early)
+    state, fired = phase(spec, state, watermark_ms, now_ms)
+    mild = kept & (w_us is not None) & (ts < (w_us or 0))
+    future = (
+        valid & (watermark_ms is not None) & (ts > ((watermark_ms or 0) + spec.future_tolerance_ms) * 1000)
+    )
+    results = pa.concat_tables([*early, fired]) if early else fired
+    return state, StepOutput(
+        results=results,
+        very_late=np.flatnonzero(very_late),
+        invalid=np.flatnonzero(~valid),
+        on_time=int((kept & ~mild).sum()),
+        mildly_late=int(mild.sum()),
+        future=int(future.sum()),
+    )
+
+
+# --- state layout -------------------------------------------------------------
+
+
+def state_fields(spec: KernelSpec, key_types: Sequence[pa.DataType]) -> list[pa.Field]:
+    fields = [pa.field(k, t) for k, t in zip(spec.key_names(), key_types, strict=True)]
+    fields += [
+        pa.field(WS, pa.int64()),
+        pa.field(WE, pa.int64()),
+        pa.field(FIRED, pa.bool_()),
+        pa.field(PENDING, pa.int64()),
+        pa.field(LAST, pa.int64()),
+        pa.field(EMITTED, pa.bool_()),
+    ]
+    fields += agg.partial_schema(spec.aggs)
+    if spec.retracting:
+        fields += [pa.field("__r_ws", pa.int64()), pa.field("__r_we", pa.int64())]
+        fields += [pa.field(f"__r_{i}", a.out_type) for i, a in enumerate(spec.aggs)]
+    return fields
+
+
+def empty_state(spec: KernelSpec, batch: pa.Table) -> pa.Table:
+    key_types = [batch.schema.field(k).type for k in spec.keys]
+    return pa.schema(state_fields(spec, key_types)).empty_table()
+
+
+def _new_windows(
+    spec: KernelSpec,
+    rows: pa.Table,
+    ts: np.ndarray,
+    seq: np.ndarray,
+    ws: np.ndarray,
+    we: np.ndarray,
+    schema: pa.Schema,
+) -> pa.Table:
+    """One state row per (kept row, window): its own partial, pending 1."""
+    n = rows.num_rows
+    cols: dict[str, pa.Array] = {
+        k: canonical(rows.column(name)) for k, name in zip(spec.key_names(), spec.keys, strict=True)
+    }
+    cols |= {
+        WS: pa.array(ws),
+        WE: pa.array(we),
+        FIRED: pa.array(np.zeros(n, bool)),
+        PENDING: pa.array(np.ones(n, np.int64)),
+        LAST: pa.array(np.full(n, -1, np.int64)),
+        EMITTED: pa.array(np.zeros(n, bool)),
+    }
+    cols |= agg.row_partials(spec.aggs, rows, ts, seq)
+    table = pa.table(cols)
+    for f in schema:
+        if f.name not in cols:
+            table = table.append_column(f, pa.nulls(n, f.type))
+    return table.select(schema.names).cast(schema)
+
+
+# --- tumbling and sliding windows ------------------------------------------------
+
+
+def assign_fixed(window: TumblingWindow | SlidingWindow, ts_ms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(row index, window start ms) for every window of every row, vectorized."""
+    size, slide = window.size_ms, window.slide_ms
+    if isinstance(window, TumblingWindow):
+        return np.arange(len(ts_ms)), ts_ms - ((ts_ms - window.offset_ms) % size)
+    k = -(-size // slide)
+    rows = np.repeat(np.arange(len(ts_ms)), k)
+    last = np.repeat(ts_ms - ts_ms % slide, k)
+    starts = last - np.tile(np.arange(k, dtype=np.int64), len(ts_ms)) * slide
+    inside = starts > np.repeat(ts_ms, k) - size
+    return rows[inside], starts[inside]
+
+
+def _add_fixed(
+    spec: KernelSpec,
+    state: pa.Table,
+    batch: pa.Table,
+    ts: np.ndarray,
+    seq: np.ndarray,
+    valid: np.ndarray,
+    w_us: int | None,
+    early: list[pa.Table],
+) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+    assert not isinstance(spec.window, SessionWindow)
+    idx = np.flatnonzero(valid)
+    rows, starts = assign_fixed(spec.window, np.floor_divide(ts[idx], 1000))
+    rows = idx[rows]
+    ends = starts + spec.window.size_ms
+    retained = np.ones(len(rows), bool) if w_us is None else (w_us < (ends + spec.allowed_lateness_ms) * 1000)
+    kept = np.zeros(len(ts), bool)
+    kept[rows[retained]] = True
+    rows, starts, ends = rows[retained], starts[retained], ends[retained]
+    if len(rows):
+        order = np.argsort(seq[rows], kind="stable")  # arrival order within each window
+        rows, starts, ends = rows[order], starts[order], ends[order]
+        new = _new_windows(
+            spec, batch.take(pa.array(rows)), ts[rows], seq[rows], starts * 1000, ends * 1000, state.schema
+        )
+        state, fired = _merge_new(spec, state, new, session=False)
+        if fired is not None:
+            early.append(fired)
+    return state, kept, valid & ~kept
+
+
+# --- session windows ---------------------------------------------------------------
+
+
+def _add_sessions(
+    spec: KernelSpec,
+    state: pa.Table,
+    batch: pa.Table,
+    ts: np.ndarray,
+    seq: np.ndarray,
+    valid: np.ndarray,
+    w_us: int | None,
+    early: list[pa.Table],
+) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+    assert isinstance(spec.window, SessionWindow)
+    gap = spec.window.gap_ms * 1000
+    kept = kept_session_rows(spec, state, batch, ts, seq, valid, w_us, gap)
+    rows = np.flatnonzero(kept)
+    if len(rows):
+        rows = rows[np.argsort(seq[rows], kind="stable")]
+        new = _new_windows(
+            spec, batch.take(pa.array(rows)), ts[rows], seq[rows], ts[rows], ts[rows] + gap, state.schema
+        )
+        state, fired = _merge_new(spec, state, new, session=True)
+        if fired is not None:
+            early.append(fired)
+    return state, kept, valid & ~kept
+
+
+# --- merging new rows into state -------------------------------------------------------
+
+
+def _merge_new(
+    spec: KernelSpec, state: pa.Table, new: pa.Table, *, session: bool
+) -> tuple[pa.Table, pa.Table | None]:
+    """Merge the new per-row windows into ``state``; returns element/merge firings too."""
+    key_names = spec.key_names()
+    n_state = state.num_rows
+    combined = pa.concat_tables([state, new])
+    is_new = np.concatenate([np.zeros(n_state, bool), np.ones(new.num_rows, bool)])
+    if key_names:
+        kid, _, _ = group_ids([combined.column(k).combine_chunks() for k in key_names])
+    else:
+        kid = np.zeros(combined.num_rows, np.int64)
+    # Only windows of keys in this batch take part; the rest of the state passes through.
+    touched_keys = np.zeros(int(kid.max()) + 1 if len(kid) else 0, bool)
+    touched_keys[kid[is_new]] = True
+    involved = touched_keys[kid]
+    passthrough = combined.filter(pa.array(~involved))
+    work = combined.filter(pa.array(involved))
+    work_new = is_new[involved]
+    work_kid = kid[involved]
+    ws = work.column(WS).to_numpy()
+    we = work.column(WE).to_numpy()
+    if session:
+        ids, n_groups = sweep_sessions(work_kid, ws, we, work_new)
+    else:
+        ids, n_groups, _ = group_ids([pa.array(work_kid), pa.array(ws)])
+    fired_parts: list[pa.Table] = []
+    patch = None
+    if spec.trigger.element_count and not session:
+        firing = element_firings(spec, work, ids, n_groups, work_new)
+        if firing is not None:
+            fired_parts.append(firing[0])
+            patch = firing[1]
+    merged, retracts = _merge_groups(spec, work, ids, n_groups, work_new, session=session)
+    if retracts is not None:
+        fired_parts.insert(0, retracts)
+    if patch is not None:
+        merged = _apply_patch(spec, merged, patch)
+    out = pa.concat_tables([passthrough, merged.select(state.schema.names).cast(state.schema)])
+    return out, (pa.concat_tables(fired_parts) if fired_parts else None)
+
+
+def _apply_patch(spec: KernelSpec, merged: pa.Table, patch: ElementPatch) -> pa.Table:
+    """Record element firings on the merged windows (pending, last result, open partials)."""
+    fired = pa.array(patch.fired)
+    merged = _set(merged, PENDING, pc.if_else(fired, pa.array(patch.pending), merged.column(PENDING)))
+    merged = _set(merged, EMITTED, pc.or_(merged.column(EMITTED), fired))
+    if spec.retracting:
+        merged = _set(merged, "__r_ws", pc.if_else(fired, patch.last_ws, merged.column("__r_ws")))
+        merged = _set(merged, "__r_we", pc.if_else(fired, patch.last_we, merged.column("__r_we")))
+        for i, a in enumerate(spec.aggs):
+            merged = _set(
+                merged, f"__r_{i}", pc.if_else(fired, patch.last_values[a.name], merged.column(f"__r_{i}"))
+            )
+    for name, arr in patch.open_partials.items():
+        merged = _set(merged, name, pc.if_else(fired, arr, merged.column(name)))
+    return merged
+
+
+def _merge_groups(
+    spec: KernelSpec, work: pa.Table, ids: np.ndarray, n_groups: int, is_new: np.ndarray, *, session: bool
+) -> tuple[pa.Table, pa.Table | None]:
+    names = work.column_names
+    parts = {f.name: work.column(f.name).combine_chunks() for f in agg.partial_schema(spec.aggs)}
+    merged = agg.merge(spec.aggs, parts, ids, n_groups)
+    meta_cols = [WS, WE, FIRED, PENDING, LAST, EMITTED]
+    extra = [c for c in names if c.startswith("__r_")]
+    table = pa.table(
+        {"g": ids, "__n": is_new.astype(np.int64), **{c: work.column(c) for c in [*meta_cols, *extra]}}
+    )
+    how = [
+        (WS, "min"),
+        (WE, "max"),
+        (FIRED, "any"),
+        (PENDING, "sum"),
+        (LAST, "max"),
+        (EMITTED, "any"),
+        ("__n", "sum"),
+    ] + [(c, "first") for c in extra]
+    g = table.group_by("g", use_threads=False).aggregate(how)
+    g = g.take(pa.array(np.argsort(g.column("g").to_numpy())))
+    first = np.full(n_groups, len(ids), np.int64)
+    np.minimum.at(first, ids, np.arange(len(ids), dtype=np.int64))
+    cols: dict[str, pa.Array] = {k: work.column(k).take(pa.array(first)) for k in spec.key_names()}
+    for c, h in how:
+        if c != "__n":
+            cols[c] = g.column(f"{c}_{h}").combine_chunks()
+    cols |= merged
+    retracts = None
+    if session:
+        grew = g.column("__n_sum").to_numpy() > 0
+        if spec.retracting:
+            absorbed = (~is_new) & grew[ids] & work.column(EMITTED).to_numpy(zero_copy_only=False)
+            if absorbed.any():
+                retracts = _retract_rows(spec, work.filter(pa.array(absorbed)))
+        # A session that took new rows is a new session: not fired, never emitted.
+        cols[FIRED] = pc.and_(cols[FIRED], pa.array(~grew))
+        cols[EMITTED] = pc.and_(cols[EMITTED], pa.array(~grew))
+        cols[LAST] = pc.if_else(pa.array(grew), -1, cols[LAST])
+    return pa.table(cols), retracts
+
+
+# --- firing ---------------------------------------------------------------------------------
+
+
+def phase(
+    spec: KernelSpec, state: pa.Table, watermark_ms: int | None, now_ms: int
+) -> tuple[pa.Table, pa.Table]:
+    """Fire what ``watermark_ms`` (and processing time ``now_ms``) makes due, then evict."""
+    n = state.num_rows
+    we = state.column(WE).to_numpy()
+    fired = state.column(FIRED).to_numpy(zero_copy_only=False)
+    pending = state.column(PENDING).to_numpy()
+    due = np.zeros(n, bool) if watermark_ms is None else we <= watermark_ms * 1000
+    final = due & ~fired
+    fire = final | (due & fired & (pending > 0))
+    if spec.trigger.kind == "interval":
+        last = state.column(LAST).to_numpy()
+        ready = (last < 0) | (now_ms - last >= spec.trigger.every)
+        fire |= ~due & (pending > 0) & ready
+    emit = fire & (pending > 0) if spec.accumulation == "discarding" else fire
+    results, state = _fire(spec, state, emit, now_ms)
+    if fire.any() or final.any():
+        state = _set(state, FIRED, pc.or_(state.column(FIRED), pa.array(final)))
+        state = _set(state, PENDING, pc.if_else(pa.array(fire), 0, state.column(PENDING)))
+    if watermark_ms is not None:
+        alive = watermark_ms * 1000 < we + spec.allowed_lateness_ms * 1000
+        if not alive.all():
+            state = state.filter(pa.array(alive))
+    return state, results
+
+
+def _fire(spec: KernelSpec, state: pa.Table, emit: np.ndarray, now_ms: int) -> tuple[pa.Table, pa.Table]:
+    idx = np.flatnonzero(emit)
+    rows = state.take(pa.array(idx))
+    parts = {f.name: rows.column(f.name).combine_chunks() for f in agg.partial_schema(spec.aggs)}
+    values = agg.finalize(spec.aggs, parts)
+    emits = result_table(spec, rows, rows.column(WS), rows.column(WE), values, "emit")
+    out = [emits]
+    if spec.retracting:
+        had = rows.column(EMITTED).to_numpy(zero_copy_only=False)
+        if had.any():
+            out.insert(0, _retract_rows(spec, rows.filter(pa.array(had))))
+        state = _set(state, "__r_ws", _put(state.column("__r_ws"), idx, rows.column(WS)))
+        state = _set(state, "__r_we", _put(state.column("__r_we"), idx, rows.column(WE)))
+        for i, a in enumerate(spec.aggs):
+            state = _set(state, f"__r_{i}", _put(state.column(f"__r_{i}"), idx, values[a.name]))
+    if len(idx):
+        state = _set(state, EMITTED, pc.or_(state.column(EMITTED), pa.array(emit)))
+        state = _set(state, LAST, pc.if_else(pa.array(emit), now_ms, state.column(LAST)))
+        if spec.accumulation == "discarding":
+            parts_all = {f.name: state.column(f.name).combine_chunks() for f in agg.partial_schema(spec.aggs)}
+            for name, arr in agg.reset(spec.aggs, parts_all, emit).items():
+                state = _set(state, name, arr)
+    return pa.concat_tables(out), state
+
+
+def _retract_rows(spec: KernelSpec, rows: pa.Table) -> pa.Table:
+    values = {a.name: rows.column(f"__r_{i}").combine_chunks() for i, a in enumerate(spec.aggs)}
+    return result_table(spec, rows, rows.column("__r_ws"), rows.column("__r_we"), values, "retract")
+
+
+def result_table(
+    spec: KernelSpec, rows: pa.Table, ws: pa.Array, we: pa.Array, values: dict[str, pa.Array], kind: str
+) -> pa.Table:
+    """Result rows: keys, ``window_start``/``window_end`` (µs), aggregates, ``kind`` if retracting."""
+    cols: dict[str, pa.Array] = {
+        name: rows.column(k) for name, k in zip(spec.keys, spec.key_names(), strict=True)
+    }
+    cols[WINDOW_START] = ws
+    cols[WINDOW_END] = we
+    cols |= {a.name: values[a.name] for a in spec.aggs}
+    if spec.retracting:
+        cols[KIND] = pa.array([kind] * rows.num_rows, pa.string())
+    return pa.table(cols)
+
+
+def _set(table: pa.Table, name: str, arr: pa.Array | pa.ChunkedArray) -> pa.Table:
+    i = table.schema.get_field_index(name)
+    return table.set_column(i, table.schema.field(i), arr)
+
+
+def _put(target: pa.ChunkedArray, idx: np.ndarray, values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """``target`` with ``values`` written at positions ``idx``."""
+    if not len(idx):
+        return target.combine_chunks()
+    mask = np.zeros(len(target), bool)
+    mask[idx] = True
+    positions = np.cumsum(mask) - 1
+    spread = values.take(pa.array(np.where(mask, positions, 0)))
+    return pc.if_else(pa.array(mask), spread, target)

@@ -1,0 +1,315 @@
+"""The thin glue between Spark and the kernel.
+
+Spark groups the rows of a micro-batch by *key bucket* (a hash of the key
+columns modulo a small number) and calls :func:`run_bucket` once per bucket
+that has rows, through ``applyInPandasWithState`` with no timeout; the
+watermark that applies to the micro-batch comes from
+``state.getCurrentWatermarkMs()``. The bucket's state is one Arrow IPC blob
+(every open window of every key in the bucket), so there is one state
+round-trip per bucket and micro-batch, never per key or row.
+
+Input encoding
+    pandas cannot hold a null in an integer column, so every numeric,
+    boolean and timestamp column arrives as a non-null value column plus a
+    null flag (timestamps as µs since the epoch, which also avoids pandas'
+    1677-2262 range limit); strings, binary, decimals and dates arrive as
+    Python objects. :func:`decode_input` rebuilds the exact Arrow columns.
+Output
+    One row per bucket call: a binary payload holding three Arrow IPC
+    streams — result rows, late/invalid rows, and a one-row statistics
+    table — decoded on the driver by :func:`decode_payloads`.
+Ticks
+    Rows with ``__kp_tick`` set carry only a bucket number. The job adds one
+    per bucket holding state after a micro-batch moved the watermark, so the
+    bucket runs with the new watermark and fires what it passed.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+import time
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Literal
+
+import attrs
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from krishiv_py.stateful import kernel
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = [
+    "InputColumn",
+    "OperatorSpec",
+    "Payloads",
+    "decode_input",
+    "decode_payloads",
+    "run_bounded_bucket",
+    "run_bucket",
+]
+
+BUCKET, TICK = "__kp_bucket", "__kp_tick"
+TS_VALUE, TS_NULL, SEQ = "__kp_tsv", "__kp_tsn", "__kp_seq"
+PAYLOAD, STATE_BLOB = "__kp_payload", "__kp_state"
+WATERMARK_MARKER = "__kp_wmark"
+OUTPUT_DDL = f"{BUCKET} int, {PAYLOAD} binary"
+STATE_DDL = f"{STATE_BLOB} binary"
+CLASSIFICATION, WATERMARK = "classification", "watermark_ms"
+STAT_NAMES = (
+    "bucket",
+    "on_time",
+    "mildly_late",
+    "very_late",
+    "future",
+    "invalid",
+    "emitted",
+    "retracted",
+    "state_windows",
+    "state_bytes",
+    "next_due_ms",
+    "next_interval_ms",
+)
+
+
+@attrs.frozen(kw_only=True)
+class InputColumn:
+    """One input column of the window and how it travels to the operator."""
+
+    name: str
+    type: pa.DataType
+    encoding: Literal["flagged", "object"]
+    index: int
+
+    @property
+    def value(self) -> str:
+        return f"__kp_c{self.index}"
+
+    @property
+    def null(self) -> str:
+        return f"__kp_n{self.index}"
+
+
+@attrs.frozen(kw_only=True)
+class OperatorSpec:
+    """What every bucket call needs: the kernel spec, the input layout, the time shift."""
+
+    kernel: kernel.KernelSpec
+    columns: tuple[InputColumn, ...]
+    shift_ms: int
+    buckets: int
+
+    @property
+    def input_schema(self) -> pa.Schema:
+        return pa.schema([pa.field(c.name, c.type) for c in self.columns])
+
+
+# --- the Spark entry points -----------------------------------------------------------
+
+
+def run_bucket(
+    spec: OperatorSpec, key: tuple[Any, ...], frames: Iterable[pd.DataFrame], state: Any
+) -> Iterator[pd.DataFrame]:
+    """``applyInPandasWithState`` function: one micro-batch of one bucket."""
+    import pandas as pd
+
+    spark_wm = int(state.getCurrentWatermarkMs())
+    watermark = None if spark_wm <= 0 else spark_wm - spec.shift_ms
+    stored = _load_state(state.get[0]) if state.exists else None
+    batch = decode_input(spec, list(frames))
+    new_state, out = kernel.step(spec.kernel, stored, batch, watermark, int(time.time() * 1000))
+    blob = _dump_table(new_state) if new_state.num_rows else None
+    if blob is None:
+        if state.exists:
+            state.remove()
+    else:
+        state.update((blob,))
+    payload = encode_payload(spec, int(key[0]), batch, out, new_state, watermark, len(blob or b""))
+    yield pd.DataFrame({BUCKET: [int(key[0])], PAYLOAD: [payload]})
+
+
+def run_bounded_bucket(spec: OperatorSpec, key: tuple[Any, ...], frame: pd.DataFrame) -> pd.DataFrame:
+    """``applyInPandas`` function for bounded input: every row in one step, then end of input."""
+    import pandas as pd
+
+    from krishiv_py.plan.watermarks import END_OF_TIME_MS
+
+    batch = decode_input(spec, [frame])
+    now = int(time.time() * 1000)
+    state, first = kernel.step(spec.kernel, None, batch, None, now)
+    state, last = kernel.step(spec.kernel, state, batch.slice(0, 0), END_OF_TIME_MS, now)
+    merged = attrs.evolve(first, results=pa.concat_tables([first.results, last.results]))
+    payload = encode_payload(spec, int(key[0]), batch, merged, state, None, 0)
+    return pd.DataFrame({BUCKET: [int(key[0])], PAYLOAD: [payload]})
+
+
+# --- input ------------------------------------------------------------------------------------
+
+
+def decode_input(spec: OperatorSpec, frames: list[pd.DataFrame]) -> pa.Table:
+    """The exact Arrow rows of a bucket's input (tick rows dropped), plus ``__kp_ts``/``__kp_seq``."""
+    import pandas as pd
+
+    frames = [f for f in frames if len(f)]
+    frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else (frames[0] if frames else None)
+    if frame is None:
+        return _empty_input(spec)
+    data = ~frame[TICK].to_numpy(dtype=bool)
+    if not data.all():
+        frame = frame.loc[data].reset_index(drop=True)
+    cols: dict[str, pa.Array] = {c.name: _decode_column(c, frame) for c in spec.columns}
+    ts = frame[TS_VALUE].to_numpy(dtype=np.int64)
+    cols[kernel.TS] = pa.array(ts, mask=frame[TS_NULL].to_numpy(dtype=bool))
+    cols[kernel.SEQ] = pa.array(frame[SEQ].to_numpy(dtype=np.int64))
+    return pa.table(cols)
+
+
+def _decode_column(c: InputColumn, frame: pd.DataFrame) -> pa.Array:
+    if c.encoding == "object":
+        return pa.array(frame[c.value].tolist(), c.type, from_pandas=True)
+    mask = frame[c.null].to_numpy(dtype=bool)
+    if pa.types.is_timestamp(c.type):
+        return pa.array(frame[c.value].to_numpy(dtype=np.int64), mask=mask).cast(c.type)
+    values = frame[c.value].to_numpy()
+    return pa.array(values, mask=mask).cast(c.type)
+
+
+def _empty_input(spec: OperatorSpec) -> pa.Table:
+    fields = [*spec.input_schema, pa.field(kernel.TS, pa.int64()), pa.field(kernel.SEQ, pa.int64())]
+    return pa.schema(fields).empty_table()
+
+
+# --- output ------------------------------------------------------------------------------------
+
+
+def encode_payload(
+    spec: OperatorSpec,
+    bucket: int,
+    batch: pa.Table,
+    out: kernel.StepOutput,
+    state: pa.Table,
+    watermark: int | None,
+    state_bytes: int,
+) -> bytes:
+    late = _late_rows(spec, batch, out, watermark)
+    due, interval = _next_due(spec, state)
+    stats = pa.table(
+        {
+            name: pa.array([value], pa.int64())
+            for name, value in zip(
+                STAT_NAMES,
+                (
+                    bucket,
+                    out.on_time,
+                    out.mildly_late,
+                    len(out.very_late),
+                    out.future,
+                    len(out.invalid),
+                    out.emitted,
+                    out.retracted,
+                    state.num_rows,
+                    state_bytes,
+                    due,
+                    interval,
+                ),
+                strict=True,
+            )
+        }
+    )
+    parts = [_dump_table(t) for t in (out.results, late, stats)]
+    return b"".join(struct.pack("<Q", len(p)) + p for p in parts)
+
+
+def _late_rows(
+    spec: OperatorSpec, batch: pa.Table, out: kernel.StepOutput, watermark: int | None
+) -> pa.Table:
+    names = [c.name for c in spec.columns]
+    pieces = []
+    for label, idx in (("invalid", out.invalid), ("very_late", out.very_late)):
+        if len(idx):
+            rows = batch.select(names).take(pa.array(idx))
+            rows = rows.append_column(CLASSIFICATION, pa.array([label] * len(idx), pa.string()))
+            pieces.append(rows.append_column(WATERMARK, pa.array([watermark] * len(idx), pa.int64())))
+    if not pieces:
+        fields = [*spec.input_schema, pa.field(CLASSIFICATION, pa.string()), pa.field(WATERMARK, pa.int64())]
+        return pa.schema(fields).empty_table()
+    return pa.concat_tables(pieces)
+
+
+def _next_due(spec: OperatorSpec, state: pa.Table) -> tuple[int, int]:
+    """The least watermark at which something in ``state`` fires or is evicted; the next interval firing."""
+    if not state.num_rows:
+        return -1, -1
+    we = state.column(kernel.WE).to_numpy() // 1000
+    fired = state.column(kernel.FIRED).to_numpy(zero_copy_only=False)
+    due = np.where(fired, we + spec.kernel.allowed_lateness_ms, we)
+    interval = -1
+    if spec.kernel.trigger.kind == "interval":
+        pending = state.column(kernel.PENDING).to_numpy() > 0
+        last = state.column(kernel.LAST).to_numpy()
+        if pending.any():
+            interval = int(np.min(np.where(last[pending] < 0, 0, last[pending] + spec.kernel.trigger.every)))
+    return int(due.min()), interval
+
+
+@attrs.frozen(kw_only=True)
+class Payloads:
+    """The decoded output of one micro-batch: results, late rows, per-bucket statistics."""
+
+    results: pa.Table
+    late: pa.Table
+    stats: pa.Table
+
+
+def decode_payloads(blobs: Iterable[bytes]) -> Payloads | None:
+    """Concatenate the payloads of one micro-batch (``None`` when there are none)."""
+    results, late, stats = [], [], []
+    for blob in blobs:
+        tables = _split(blob)
+        results.append(tables[0])
+        late.append(tables[1])
+        stats.append(tables[2])
+    if not stats:
+        return None
+    return Payloads(
+        results=pa.concat_tables(results, promote_options="permissive"),
+        late=pa.concat_tables(late, promote_options="permissive"),
+        stats=pa.concat_tables(stats),
+    )
+
+
+def _split(blob: bytes) -> list[pa.Table]:
+    out, pos = [], 0
+    while pos < len(blob):
+        (size,) = struct.unpack_from("<Q", blob, pos)
+        pos += 8
+        out.append(_load_state(blob[pos : pos + size]))
+        pos += size
+    return out
+
+
+def _dump_table(table: pa.Table) -> bytes:
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue()
+
+
+def _load_state(blob: bytes) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(blob)).read_all()
+
+
+def to_output(results: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Result rows in the plan's output types (window bounds from µs to UTC timestamps)."""
+    cols = []
+    for field in schema:
+        col = results.column(field.name)
+        if field.name in (kernel.WINDOW_START, kernel.WINDOW_END):
+            col = pc.cast(col, pa.timestamp("us")).cast(field.type) if col.type != field.type else col
+        elif col.type != field.type:
+            col = col.cast(field.type)
+        cols.append(col)
+    return pa.table(cols, schema=schema)
