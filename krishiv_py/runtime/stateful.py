@@ -54,7 +54,7 @@ _COUNTS = ("on_time", "mildly_late", "very_late", "future", "invalid", "emitted"
 class _Bucket:
     state_windows: int = 0
     state_bytes: int = 0
-    next_due_ms: int = -1
+    next_due_ms: int = 0  # meaningful only while state_windows > 0
     next_interval_ms: int = -1
 
 
@@ -211,9 +211,10 @@ class StatefulJob(StreamingJob):
             if wm is not None and (self._ticked_wm is None or wm > self._ticked_wm):
                 with self._collector._lock:
                     known = dict(self._collector.buckets)
-                if self._ticked_wm is None and not known:
-                    due |= set(range(self._buckets))  # a restarted job knows nothing of its state yet
-                due |= {b for b, s in known.items() if s.state_windows and 0 <= s.next_due_ms <= wm}
+                # A bucket that has not reported since this job started (a restart from a
+                # checkpoint) may hold state: wake it until it reports.
+                due |= set(range(self._buckets)) - set(known)
+                due |= {b for b, s in known.items() if s.state_windows and s.next_due_ms <= wm}
                 self._ticked_wm = wm
             now = int(time.time() * 1000)
             with self._collector._lock:

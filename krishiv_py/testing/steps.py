@@ -37,6 +37,7 @@ from krishiv_py.testing.reference import AggSpec, ReferenceModel
 from krishiv_py.types import to_schema
 
 if TYPE_CHECKING:
+    from krishiv_py._typing import Lowering
     from krishiv_py.api.stream import Stream
     from krishiv_py.session import Session
 
@@ -159,11 +160,19 @@ def run_reference_bounded(schema: Any, pipeline: Pipeline, rows: Sequence[Row]) 
 
 
 def run_streaming(
-    session: Session, schema: Any, pipeline: Pipeline, steps: Sequence[Step]
+    session: Session,
+    schema: Any,
+    pipeline: Pipeline,
+    steps: Sequence[Step],
+    *,
+    lowering: Lowering | None = None,
 ) -> list[list[dict[str, object]]]:
-    """Cumulative results of the streaming job after each step (one step = send + process)."""
+    """Cumulative results of the streaming job after each step (one step = send + process).
+
+    ``lowering`` forces ``"native"`` or ``"stateful"`` instead of the planner's choice.
+    """
     stream, sender = session.memory_stream(schema)
-    job = pipeline(stream).start()
+    job = pipeline(stream).start(lowering=lowering)
     out = []
     try:
         for step in steps:
@@ -190,15 +199,24 @@ def run_bounded(
     return pipeline(stream).collect().to_pylist()
 
 
-def assert_lowerings_agree(session: Session, schema: Any, pipeline: Pipeline, steps: Sequence[Step]) -> None:
-    """Run ``steps`` on the reference model, native streaming and bounded Spark; all must agree.
+def assert_lowerings_agree(
+    session: Session,
+    schema: Any,
+    pipeline: Pipeline,
+    steps: Sequence[Step],
+    *,
+    lowering: Lowering | None = None,
+) -> None:
+    """Run ``steps`` on the reference model, streaming Spark and bounded Spark; all must agree.
+
+    The streaming job uses the planner's lowering, or ``lowering`` when given.
 
     Streaming results are compared with the model after every step (so firing
     times are checked); the bounded run gets all rows at once and is compared
     with the model's one-step run.
     """
     expected = run_reference(schema, pipeline, steps)
-    actual = run_streaming(session, schema, pipeline, steps)
+    actual = run_streaming(session, schema, pipeline, steps, lowering=lowering)
     for i, (got, want) in enumerate(zip(actual, expected, strict=True)):
         try:
             assert_same_rows(got, want)
