@@ -106,6 +106,11 @@ class WindowedStream:
             raise PlanError(
                 f"trigger() takes a Trigger such as kp.Trigger.on_count(10), got {trigger!r}"
             )
+        if trigger.element_count and isinstance(self.window, SessionWindow):
+            raise PlanError(
+                f"trigger {trigger.describe()} is not supported on session windows yet; "
+                "use Trigger.on_watermark() or Trigger.on_interval(ms)"
+            )
         return self._emit(trigger=trigger)
 
     def allowed_lateness(self, ms: int = DEFAULT_ALLOWED_LATENESS_MS) -> WindowedStream:
