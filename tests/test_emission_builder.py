@@ -34,7 +34,11 @@ def test_every_option_returns_a_new_windowed_stream() -> None:
         .with_late_event_handler(kp.SideOutputLateEventHandler())
     )
     e = plan_of(full.agg(kp.count(kp.col("*")))).emission
-    assert (e.trigger, e.allowed_lateness_ms, e.accumulation) == (kp.Trigger.on_count(3), 60_000, "retracting")
+    assert (e.trigger, e.allowed_lateness_ms, e.accumulation) == (
+        kp.Trigger.on_count(3),
+        60_000,
+        "retracting",
+    )
     assert isinstance(e.late_handler, kp.SideOutputLateEventHandler)
     assert base.emission == Emission()  # unchanged
 
@@ -58,7 +62,9 @@ def test_retracting_adds_the_kind_column() -> None:
         (lambda: windowed().with_late_event_handler(cast(Any, object())), "handle\\(table\\)"),
         (lambda: _placeholder("t bigint").watermark("t", 0, future_tolerance_ms=-1), "future_tolerance_ms"),
         (
-            lambda: _placeholder("t bigint").watermark("t", 0).session_window(5).trigger(kp.Trigger.on_count(2)),
+            lambda: (
+                _placeholder("t bigint").watermark("t", 0).session_window(5).trigger(kp.Trigger.on_count(2))
+            ),
             "not supported on session windows",
         ),
     ],
