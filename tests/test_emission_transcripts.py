@@ -135,7 +135,9 @@ def _step(raw: Mapping[str, Any], inputs: Sequence[str], where: str) -> Step:
     unknown = set(raw) - _STEP_KEYS
     actions = [key for key in ("send", "advance_watermark", "close") if key in raw]
     if unknown or len(actions) != 1 or "emits" not in raw:
-        raise ValueError(f"{where}: a step is one of send/advance_watermark/close with emits; got {sorted(raw)}")
+        raise ValueError(
+            f"{where}: a step is one of send/advance_watermark/close with emits; got {sorted(raw)}"
+        )
     if "send" in raw:
         return Send(_as_rows(inputs, raw["send"], where))
     if "advance_watermark" in raw:
@@ -158,6 +160,8 @@ def parse(raw: Mapping[str, Any]) -> Transcript:
     metrics = raw.get("metrics")
     if metrics is not None and set(metrics) != set(METRICS):
         raise ValueError(f"{name}: metrics must give exactly {list(METRICS)}")
+    if set(raw.get("xfail", {})) - {"model", "spark"}:
+        raise ValueError(f"{name}: xfail takes the engines 'model' and 'spark'")
     return Transcript(
         name=name,
         source=raw["source"],
