@@ -11,7 +11,7 @@ import datetime as dt
 import logging
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pytest
@@ -38,7 +38,13 @@ def ripple(handler: kp.LateEventHandler | None = None, mode: Any = "accumulating
     """The Ripple seed's example: 10 ms tumbling windows, lag 0, allowed lateness and future tolerance 60."""
 
     def build(s: kp.Stream) -> kp.Stream:
-        w = s.watermark("t", 0, future_tolerance_ms=60).key_by("k").tumbling_window(10).allowed_lateness(60).accumulation(mode)
+        w = (
+            s.watermark("t", 0, future_tolerance_ms=60)
+            .key_by("k")
+            .tumbling_window(10)
+            .allowed_lateness(60)
+            .accumulation(mode)
+        )
         if handler is not None:
             w = w.with_late_event_handler(handler)
         return w.agg(kp.count(kp.col("*")), kp.sum(kp.col("v")))
@@ -68,8 +74,12 @@ def test_ripple_example_through_the_public_api(session: kp.Session) -> None:
         # 195 is mildly late: [190, 200) is retained (200 < 200 + 60) and fires again, corrected.
         assert_same_rows(
             job.results(),
-            [row(190, 200, 1, 1, "emit"), row(190, 200, 1, 1, "retract"), row(190, 200, 2, 11, "emit"),
-             row(200, 210, 1, 2, "emit")],
+            [
+                row(190, 200, 1, 1, "emit"),
+                row(190, 200, 1, 1, "retract"),
+                row(190, 200, 2, 11, "emit"),
+                row(200, 210, 1, 2, "emit"),
+            ],
         )
         late = job.late_events().to_pylist()
         # 130 is very late: [130, 140) closed for good at 140 + 60 = 200.
@@ -84,7 +94,8 @@ def test_ripple_example_through_the_public_api(session: kp.Session) -> None:
         sender.close()
         assert job.await_termination(timeout_s=120)
         assert_same_rows(
-            [r for r in job.results().to_pylist() if r["window_start"] == at(280)], [row(280, 290, 1, 30, "emit")]
+            [r for r in job.results().to_pylist() if r["window_start"] == at(280)],
+            [row(280, 290, 1, 30, "emit")],
         )
     finally:
         job.stop()
@@ -161,7 +172,9 @@ def test_side_output_to_parquet_is_written_once_per_batch(session: kp.Session, t
         assert len([f for f in os.listdir(path) if f.endswith(".parquet")]) == 1
         sender.close()
         job.await_termination(timeout_s=120)
-        assert_same_rows(job.results(), [{"k": "a", "window_start": 100, "window_end": 110, "count": 1, "sum_v": 1}])
+        assert_same_rows(
+            job.results(), [{"k": "a", "window_start": 100, "window_end": 110, "count": 1, "sum_v": 1}]
+        )
     finally:
         job.stop()
 
@@ -201,10 +214,13 @@ def test_timestamps_outside_pandas_range(session: kp.Session) -> None:
         w = s.watermark("t", 0).key_by("k").tumbling_window(60_000).allowed_lateness(1_000)
         return w.agg(kp.count(kp.col("*")), kp.max(kp.col("w")), kp.first(kp.col("w")))
 
-    steps: list[Step] = [Send([{"k": "a", "t": early, "w": late}, {"k": "a", "t": late, "w": early}]), Close()]
+    steps: list[Step] = [
+        Send([{"k": "a", "t": early, "w": late}, {"k": "a", "t": late, "w": early}]),
+        Close(),
+    ]
     got = run_streaming(session, schema, build, steps)
     assert_same_rows(got[-1], run_reference(schema, build, steps)[-1])
-    assert {r["window_start"].year for r in got[-1]} == {1500, 2500}
+    assert {cast(dt.datetime, r["window_start"]).year for r in got[-1]} == {1500, 2500}
 
 
 def test_explain_names_the_feature_that_forced_the_stateful_lowering(session: kp.Session) -> None:
@@ -280,12 +296,20 @@ def pipeline(kind: str, size: int, lag: int, lateness: int, trigger: kp.Trigger,
     size=st.integers(5, 40),
     lag=st.integers(0, 20),
     lateness=st.sampled_from([0, 25]),
-    trigger=st.sampled_from([kp.Trigger.on_watermark(), kp.Trigger.on_count(2), kp.Trigger.on_every_element()]),
+    trigger=st.sampled_from(
+        [kp.Trigger.on_watermark(), kp.Trigger.on_count(2), kp.Trigger.on_every_element()]
+    ),
     mode=st.sampled_from(["accumulating", "discarding", "retracting"]),
     scenario=steps_st,
 )
 def test_three_way_parity(
-    session: kp.Session, kind: str, size: int, lag: int, lateness: int, trigger: kp.Trigger, mode: Any,
+    session: kp.Session,
+    kind: str,
+    size: int,
+    lag: int,
+    lateness: int,
+    trigger: kp.Trigger,
+    mode: Any,
     scenario: list[Step],
 ) -> None:
     if kind == "session" and trigger.element_count:
@@ -294,8 +318,15 @@ def test_three_way_parity(
 
 
 @settings(max_examples=int(os.environ.get("KRISHIV_SPARK_EXAMPLES", "3")))
-@given(kind=st.sampled_from(["tumbling", "sliding"]), size=st.integers(5, 40), lag=st.integers(0, 20), scenario=steps_st)
-def test_stateful_agrees_with_native(session: kp.Session, kind: str, size: int, lag: int, scenario: list[Step]) -> None:
+@given(
+    kind=st.sampled_from(["tumbling", "sliding"]),
+    size=st.integers(5, 40),
+    lag=st.integers(0, 20),
+    scenario=steps_st,
+)
+def test_stateful_agrees_with_native(
+    session: kp.Session, kind: str, size: int, lag: int, scenario: list[Step]
+) -> None:
     build = pipeline(kind, size, lag, 0, kp.Trigger.on_watermark(), "accumulating")
     native = run_streaming(session, SCHEMA, build, scenario, lowering="native")
     stateful = run_streaming(session, SCHEMA, build, scenario, lowering="stateful")

@@ -60,7 +60,7 @@ def run_kernel(
     for step in steps:
         target = watermark
         if isinstance(step, Send):
-            rows = [dict(r) for r in step.rows]
+            rows: list[dict[str, Any]] = [dict(r) for r in step.rows]
             batch = _batch(rows, seq)
             seq += len(rows)
             valid = [r["t"] for r in rows if r["t"] is not None and MIN_EVENT_MS <= r["t"] <= MAX_EVENT_MS]

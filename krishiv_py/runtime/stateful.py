@@ -27,7 +27,7 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 
@@ -74,7 +74,7 @@ class BatchCollector:
         from krishiv_py.stateful.operator import PAYLOAD, decode_payloads
 
         table = batch.select(PAYLOAD).toArrow()
-        payloads = decode_payloads(table.column(PAYLOAD).to_pylist())
+        payloads = decode_payloads(cast("list[bytes]", table.column(PAYLOAD).to_pylist()))
         if payloads is not None:
             self.accept(payloads, batch_id)
 
@@ -316,16 +316,20 @@ def run_stateful_bounded(spark: Any, recipe: SparkRecipe, *, sink: Sink) -> Any:
     df = spark_call("building the batch job", lambda: build_dataframe(spark, recipe, observations))
     table = spark_call("running the batch job", lambda: df.select(PAYLOAD).toArrow())
     collector = BatchCollector(recipe, sink if not isinstance(sink, MemorySink) else MemorySink())
-    payloads = decode_payloads(table.column(PAYLOAD).to_pylist())
+    payloads = decode_payloads(cast("list[bytes]", table.column(PAYLOAD).to_pylist()))
     if payloads is not None:
         spark_call("handing over the results", lambda: collector.accept(payloads, 0))
-    observed = {k: dict(spark_call("reading metrics", lambda o=o: o.get)) for k, o in observations.items()}
+    observed = {k: _observed(o) for k, o in observations.items()}
     result = collector.result_table() if isinstance(sink, MemorySink) else None
     if isinstance(sink, ParquetSink):
         from krishiv_py.runtime.job import read_parquet_results
 
         result = read_parquet_results(spark, os.path.abspath(sink.path), recipe.output_schema)
     return StatefulBoundedJob(recipe=recipe, table=result, sink=sink, observed=observed, collector=collector)
+
+
+def _observed(observation: Any) -> dict[str, Any]:
+    return dict(spark_call("reading metrics", lambda: observation.get))
 
 
 class StatefulBoundedJob(BoundedJob):

@@ -35,12 +35,15 @@ Examples
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, cast
 
 import attrs
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from krishiv_py.stateful._arrow import HashAggregation, arrow, list_array, table_of
 from krishiv_py.stateful.grouping import canonical
 
 __all__ = ["AggSpec", "empty_partials", "finalize", "merge", "partial_schema", "reset", "row_partials"]
@@ -71,9 +74,9 @@ def _sum_type(t: pa.DataType) -> pa.DataType:
     return pa.float64()
 
 
-def partial_schema(specs: Sequence[AggSpec]) -> list[pa.Field]:
+def partial_schema(specs: Sequence[AggSpec]) -> list[pa.Field[Any]]:
     """The partial columns of ``specs``, in order."""
-    fields: list[pa.Field] = []
+    fields: list[pa.Field[Any]] = []
     for i, s in enumerate(specs):
         p = s.prefix(i)
         t = s.in_type or pa.null()
@@ -91,28 +94,29 @@ def partial_schema(specs: Sequence[AggSpec]) -> list[pa.Field]:
     return fields
 
 
-def empty_partials(specs: Sequence[AggSpec], n: int) -> dict[str, pa.Array]:
+def empty_partials(specs: Sequence[AggSpec], n: int) -> dict[str, pa.Array[Any]]:
     """``n`` empty accumulators (no rows)."""
-    out: dict[str, pa.Array] = {}
+    out: dict[str, pa.Array[Any]] = {}
     for f in partial_schema(specs):
         suffix = f.name.rsplit("_", 1)[1]
         if suffix in ("c", "n"):
             out[f.name] = pa.array(np.zeros(n, np.int64))
         elif suffix == "d":
-            out[f.name] = pa.ListArray.from_arrays(
-                pa.array(np.zeros(n + 1, np.int32)), pa.nulls(0, f.type.value_type)
-            )
+            out[f.name] = list_array(np.zeros(n + 1, np.int32), pa.nulls(0, f.type.value_type))
         else:
             out[f.name] = pa.nulls(n, f.type)
     return out
 
 
 def row_partials(
-    specs: Sequence[AggSpec], rows: pa.Table, ts_us: np.ndarray | None, seq: np.ndarray | None
-) -> dict[str, pa.Array]:
+    specs: Sequence[AggSpec],
+    rows: pa.Table,
+    ts_us: npt.NDArray[np.int64] | None,
+    seq: npt.NDArray[np.int64] | None,
+) -> dict[str, pa.Array[Any]]:
     """The partial of each row of ``rows`` on its own."""
     n = rows.num_rows
-    out: dict[str, pa.Array] = {}
+    out: dict[str, pa.Array[Any]] = {}
     for i, s in enumerate(specs):
         p = s.prefix(i)
         if s.column is None:
@@ -131,37 +135,39 @@ def row_partials(
         elif s.func == "count_distinct":
             offsets = np.concatenate([[0], np.cumsum(valid)]).astype(np.int32)
             values = canonical(col).filter(pc.is_valid(col))
-            out[p + "d"] = pa.ListArray.from_arrays(pa.array(offsets), values)
+            out[p + "d"] = list_array(offsets, values)
         else:
             assert ts_us is not None and seq is not None
             out[p + "v"], out[p + "t"], out[p + "q"] = col, pa.array(ts_us), pa.array(seq)
     return out
 
 
-def _nan_flags(col: pa.Array) -> np.ndarray:
+def _nan_flags(col: pa.Array[Any]) -> npt.NDArray[np.int64]:
     if not pa.types.is_floating(col.type):
         return np.zeros(len(col), np.int64)
-    return pc.fill_null(pc.is_nan(col), False).to_numpy(zero_copy_only=False).astype(np.int64)
+    return pc.is_nan(col).fill_null(False).to_numpy(zero_copy_only=False).astype(np.int64)
 
 
 def merge(
-    specs: Sequence[AggSpec], parts: dict[str, pa.Array], ids: np.ndarray, n_groups: int
-) -> dict[str, pa.Array]:
+    specs: Sequence[AggSpec], parts: dict[str, pa.Array[Any]], ids: npt.NDArray[np.int64], n_groups: int
+) -> dict[str, pa.Array[Any]]:
     """Merge the partials of rows with equal ``ids`` into ``n_groups`` accumulators."""
-    simple: list[tuple[str, str]] = []
-    out: dict[str, pa.Array] = {}
+    simple: list[tuple[str, HashAggregation]] = []
+    out: dict[str, pa.Array[Any]] = {}
     for i, s in enumerate(specs):
         p = s.prefix(i)
         if s.func in ("count", "sum", "avg"):
-            simple += [(p + "c", "sum")] + ([(p + "s", "sum")] if s.func != "count" else [])
+            simple.append((p + "c", "sum"))
+            if s.func != "count":
+                simple.append((p + "s", "sum"))
         elif s.func in ("min", "max"):
-            simple += [(p + "v", s.func), (p + "n", "sum")]
+            simple += [(p + "v", cast(HashAggregation, s.func)), (p + "n", "sum")]
         elif s.func == "count_distinct":
             out[p + "d"] = _merge_distinct(parts[p + "d"], ids, n_groups)
         else:
             out.update(_merge_pick(p, parts, ids, n_groups, last=s.func == "last"))
     if simple:
-        table = pa.table({"g": ids, **{c: parts[c] for c, _ in simple}})
+        table = table_of({"g": ids, **{c: parts[c] for c, _ in simple}})
         grouped = table.group_by("g", use_threads=False).aggregate(simple)
         order = np.argsort(grouped.column("g").to_numpy())
         grouped = grouped.take(order)
@@ -172,12 +178,12 @@ def merge(
 
 
 def _merge_pick(
-    p: str, parts: dict[str, pa.Array], ids: np.ndarray, n_groups: int, *, last: bool
-) -> dict[str, pa.Array]:
+    p: str, parts: dict[str, pa.Array[Any]], ids: npt.NDArray[np.int64], n_groups: int, *, last: bool
+) -> dict[str, pa.Array[Any]]:
     t = parts[p + "t"]
     sentinel = _I64_MIN if last else _I64_MAX
-    tv = pc.fill_null(t, sentinel).to_numpy(zero_copy_only=False)
-    qv = pc.fill_null(parts[p + "q"], sentinel).to_numpy(zero_copy_only=False)
+    tv = t.fill_null(sentinel).to_numpy(zero_copy_only=False)
+    qv = parts[p + "q"].fill_null(sentinel).to_numpy(zero_copy_only=False)
     order = np.lexsort((qv, tv, ids))
     sorted_ids = ids[order]
     if last:
@@ -185,50 +191,50 @@ def _merge_pick(
     else:
         pick = order[np.concatenate([[0], np.flatnonzero(np.diff(sorted_ids)) + 1])]
     assert len(pick) == n_groups
-    idx = pa.array(pick)
+    idx = arrow(pick)
     return {p + "v": parts[p + "v"].take(idx), p + "t": t.take(idx), p + "q": parts[p + "q"].take(idx)}
 
 
-def _merge_distinct(lists: pa.Array, ids: np.ndarray, n_groups: int) -> pa.Array:
+def _merge_distinct(lists: pa.Array[Any], ids: npt.NDArray[np.int64], n_groups: int) -> pa.Array[Any]:
     if isinstance(lists, pa.ChunkedArray):
         lists = lists.combine_chunks()
     values = pc.list_flatten(lists)
     owner = ids[pc.list_parent_indices(lists).to_numpy()] if len(values) else np.zeros(0, np.int64)
-    pairs = pa.table({"g": owner, "v": values}).group_by(["g", "v"], use_threads=False).aggregate([])
+    pairs = table_of({"g": owner, "v": values}).group_by(["g", "v"], use_threads=False).aggregate([])
     g = pairs.column("g").to_numpy()
     order = np.argsort(g, kind="stable")
     counts = np.bincount(g, minlength=n_groups)
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
-    return pa.ListArray.from_arrays(
-        pa.array(offsets), pairs.column("v").combine_chunks().take(pa.array(order))
-    )
+    return list_array(offsets, pairs.column("v").combine_chunks().take(arrow(order)))
 
 
-def finalize(specs: Sequence[AggSpec], parts: dict[str, pa.Array]) -> dict[str, pa.Array]:
+def finalize(specs: Sequence[AggSpec], parts: dict[str, pa.Array[Any]]) -> dict[str, pa.Array[Any]]:
     """The result value of each aggregate, typed as its output column."""
-    out: dict[str, pa.Array] = {}
+    out: dict[str, pa.Array[Any]] = {}
     for i, s in enumerate(specs):
         p = s.prefix(i)
         if s.func == "count":
             value = parts[p + "c"]
         elif s.func in ("sum", "avg"):
-            has = pc.greater(parts[p + "c"], 0)
+            has = pc.greater(parts[p + "c"], pa.scalar(0))
             total = parts[p + "s"]
             if s.func == "avg":
                 total = pc.divide(total, pc.cast(parts[p + "c"], pa.float64()))
             value = pc.if_else(has, total, pa.nulls(len(total), total.type))
         elif s.func == "max" and pa.types.is_floating(parts[p + "v"].type):
             v = parts[p + "v"]
-            value = pc.if_else(pc.greater(parts[p + "n"], 0), pa.scalar(float("nan"), v.type), v)
+            value = pc.if_else(pc.greater(parts[p + "n"], pa.scalar(0)), pa.scalar(float("nan"), v.type), v)
         elif s.func == "count_distinct":
-            value = pc.fill_null(pc.list_value_length(parts[p + "d"]), 0)
+            value = pc.list_value_length(parts[p + "d"]).fill_null(0)
         else:
             value = parts[p + "v"]
         out[s.name] = value.cast(s.out_type) if value.type != s.out_type else value
     return out
 
 
-def reset(specs: Sequence[AggSpec], parts: dict[str, pa.Array], mask: np.ndarray) -> dict[str, pa.Array]:
+def reset(
+    specs: Sequence[AggSpec], parts: dict[str, pa.Array[Any]], mask: npt.NDArray[np.bool_]
+) -> dict[str, pa.Array[Any]]:
     """``parts`` with the accumulators at ``mask`` emptied (discarding mode)."""
     if not mask.any():
         return parts

@@ -17,7 +17,7 @@ occurrence of each value.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 import numpy as np
@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from krishiv_py.stateful import aggregates as agg
+from krishiv_py.stateful._arrow import arrow, list_array, table_of
 
 if TYPE_CHECKING:
     from krishiv_py.stateful.kernel import KernelSpec
@@ -42,10 +43,10 @@ class ElementPatch:
 
     fired: np.ndarray
     pending: np.ndarray
-    last_values: dict[str, pa.Array]
-    last_ws: pa.Array
-    last_we: pa.Array
-    open_partials: dict[str, pa.Array]
+    last_values: dict[str, pa.Array[Any]]
+    last_ws: pa.Array[Any]
+    last_we: pa.Array[Any]
+    open_partials: dict[str, pa.Array[Any]]
 
 
 def element_firings(
@@ -72,12 +73,12 @@ def element_firings(
     if not fires.any():
         return None
     seg = g if spec.accumulation != "discarding" else _discarding_segments(g, base, position, n, new_sorted)
-    rows = work.take(pa.array(order))
+    rows = work.take(arrow(order))
     parts = {f.name: rows.column(f.name).combine_chunks() for f in agg.partial_schema(spec.aggs)}
     scanned = _scan(spec, parts, seg)
     fire_idx = np.flatnonzero(fires)
-    values = agg.finalize(spec.aggs, {k: v.take(pa.array(fire_idx)) for k, v in scanned.items()})
-    fired_rows = rows.take(pa.array(fire_idx))
+    values = agg.finalize(spec.aggs, {k: v.take(arrow(fire_idx)) for k, v in scanned.items()})
+    fired_rows = rows.take(arrow(fire_idx))
     emits = result_table(spec, fired_rows, fired_rows.column(WS), fired_rows.column(WE), values, "emit")
     if not spec.retracting:
         results = emits
@@ -117,9 +118,9 @@ def _discarding_segments(
     return np.asarray(codes, np.int64)
 
 
-def _scan(spec: KernelSpec, parts: dict[str, pa.Array], seg: np.ndarray) -> dict[str, pa.Array]:
+def _scan(spec: KernelSpec, parts: dict[str, pa.Array[Any]], seg: np.ndarray) -> dict[str, pa.Array[Any]]:
     """The merge of every row with the rows before it in its segment."""
-    out: dict[str, pa.Array] = {}
+    out: dict[str, pa.Array[Any]] = {}
     for i, s in enumerate(spec.aggs):
         p = s.prefix(i)
         for suffix in ("c", "n"):
@@ -138,18 +139,18 @@ def _scan(spec: KernelSpec, parts: dict[str, pa.Array], seg: np.ndarray) -> dict
     return out
 
 
-def _cum_sum(seg: np.ndarray, values: pa.Array) -> pa.Array:
+def _cum_sum(seg: np.ndarray, values: pa.Array[Any]) -> pa.Array[Any]:
     if pa.types.is_decimal(values.type):
         acc: dict[int, object] = {}
         out = []
         for s, v in zip(seg.tolist(), values.to_pylist(), strict=True):
             if v is not None:
-                acc[s] = v if acc.get(s) is None else acc[s] + v  # type: ignore[operator]
+                acc[s] = v if acc.get(s) is None else acc[s] + v
             out.append(acc.get(s))
         return pa.array(out, values.type)
-    filled = pc.fill_null(values, 0).to_numpy(zero_copy_only=False)
+    filled = values.fill_null(0).to_numpy(zero_copy_only=False)
     if pa.types.is_integer(values.type):
-        return pa.array(_segmented_cumsum(seg, filled), values.type)
+        return arrow(_segmented_cumsum(seg, filled), values.type)
     finite = np.isfinite(filled)
     total = _segmented_cumsum(seg, np.where(finite, filled, 0.0))
     nan = _segmented_cumsum(seg, np.isnan(filled).astype(np.int64))
@@ -158,16 +159,17 @@ def _cum_sum(seg: np.ndarray, values: pa.Array) -> pa.Array:
     total = np.where(pinf > 0, np.inf, total)
     total = np.where(ninf > 0, -np.inf, total)
     total = np.where((nan > 0) | ((pinf > 0) & (ninf > 0)), np.nan, total)
-    return pa.array(total, values.type)
+    return arrow(total, values.type)
 
 
-def _cum_pick(seg: np.ndarray, key: pa.Array, values: pa.Array, *, largest: bool) -> pa.Array:
+def _cum_pick(seg: np.ndarray, key: pa.Array[Any], values: pa.Array[Any], *, largest: bool) -> pa.Array[Any]:
     """At every row, ``values`` of the row with the least (greatest) ``key`` so far; nulls skipped."""
     n = len(key)
     if pa.types.is_struct(key.type):
-        t = key.field("t")
+        struct = cast(pa.StructArray, key)
+        t = struct.field("t")
         valid = pc.is_valid(t).to_numpy(zero_copy_only=False)
-        sort = pa.table({"t": t, "q": key.field("q"), "i": np.arange(n)}).sort_by(
+        sort = table_of({"t": t, "q": struct.field("q"), "i": np.arange(n)}).sort_by(
             [("t", "ascending"), ("q", "ascending")]
         )
         order = sort.column("i").to_numpy()
@@ -184,20 +186,20 @@ def _cum_pick(seg: np.ndarray, key: pa.Array, values: pa.Array, *, largest: bool
     ranks_valid = rank[valid].astype(np.int64)
     holder[ranks_valid] = np.flatnonzero(valid)
     pick = np.where(np.isnan(best), n, holder[np.nan_to_num(best, nan=n).astype(np.int64)])
-    padded = pa.concat_arrays(
+    padded: pa.Array[Any] = pa.concat_arrays(
         [values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values, pa.nulls(1, values.type)]
     )
-    return padded.take(pa.array(pick))
+    return padded.take(arrow(pick))
 
 
-def _cum_distinct(seg: np.ndarray, lists: pa.Array) -> pa.Array:
+def _cum_distinct(seg: np.ndarray, lists: pa.Array[Any]) -> pa.Array[Any]:
     """Distinct values so far, as counts held in a list column of the right length."""
     values = pc.list_flatten(lists)
     owner = pc.list_parent_indices(lists).to_numpy()
     n = len(lists)
     firsts = np.zeros(n, np.int64)
     if len(values):
-        pairs = pa.table({"s": seg[owner], "v": values, "o": owner})
+        pairs = table_of({"s": seg[owner], "v": values, "o": owner})
         first = (
             pairs.group_by(["s", "v"], use_threads=False).aggregate([("o", "min")]).column("o_min").to_numpy()
         )
@@ -205,7 +207,7 @@ def _cum_distinct(seg: np.ndarray, lists: pa.Array) -> pa.Array:
     counts = _segmented_cumsum(seg, firsts)
     # finalize() only reads the list lengths: a list of ``count`` nulls carries the count.
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.nulls(int(offsets[-1]), lists.type.value_type))
+    return list_array(offsets, pa.nulls(int(offsets[-1]), lists.type.value_type))
 
 
 def _patch(
@@ -213,8 +215,8 @@ def _patch(
     g: np.ndarray,
     fires: np.ndarray,
     new_sorted: np.ndarray,
-    scanned: dict[str, pa.Array],
-    values: dict[str, pa.Array],
+    scanned: dict[str, pa.Array[Any]],
+    values: dict[str, pa.Array[Any]],
     fired_rows: pa.Table,
     n_groups: int,
     order: np.ndarray,
@@ -232,16 +234,16 @@ def _patch(
     # The last firing of each window, as an index into the firings.
     which = np.full(n_groups, 0, np.int64)
     which[g[fire_idx]] = np.arange(len(fire_idx))
-    last_values = {k: v.take(pa.array(which)) for k, v in values.items()}
-    last_ws = fired_rows.column(WS).take(pa.array(which))
-    last_we = fired_rows.column(WE).take(pa.array(which))
+    last_values = {k: v.take(arrow(which)) for k, v in values.items()}
+    last_ws = fired_rows.column(WS).take(arrow(which))
+    last_we = fired_rows.column(WE).take(arrow(which))
     # Discarding: what stays in a fired window is its open segment, i.e. the scan at its last row
     # when that row did not fire, else nothing.
     last_row = np.full(n_groups, 0, np.int64)
     np.maximum.at(last_row, g, pos)
-    open_partials: dict[str, pa.Array] = {}
+    open_partials: dict[str, pa.Array[Any]] = {}
     if spec.accumulation == "discarding":
-        at_last = {k: v.take(pa.array(last_row)) for k, v in scanned.items()}
+        at_last = {k: v.take(arrow(last_row)) for k, v in scanned.items()}
         closed = fires[last_row]
         open_partials = agg.reset(spec.aggs, at_last, closed)
     del order

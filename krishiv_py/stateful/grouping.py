@@ -15,26 +15,33 @@ Examples
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from krishiv_py.stateful._arrow import Column, table_of
 
 __all__ = ["canonical", "group_ids", "segment_starts"]
 
 _NAN = float("nan")
 
 
-def canonical(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
+def canonical(arr: Column) -> pa.Array[Any]:
     """``arr`` with one NaN and ``-0.0`` as ``0.0`` when it is a float column."""
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     if not pa.types.is_floating(arr.type):
         return arr
-    zeroed = pc.add(arr, pa.scalar(0.0, arr.type))  # -0.0 + 0.0 == +0.0
-    return pc.if_else(pc.is_nan(zeroed), pa.scalar(_NAN, arr.type), zeroed)
+    zero: pa.Scalar[Any] = pa.scalar(0.0, arr.type)
+    zeroed = pc.add(arr, zero)  # -0.0 + 0.0 == +0.0
+    out: pa.Array[Any] = pc.if_else(pc.is_nan(zeroed), pa.scalar(_NAN, arr.type), zeroed)
+    return out
 
 
-def group_ids(columns: list[pa.Array]) -> tuple[np.ndarray, int, np.ndarray]:
+def group_ids(columns: list[pa.Array[Any]]) -> tuple[npt.NDArray[np.int64], int, npt.NDArray[np.int64]]:
     """Per-row group id, the number of groups, and each group's first row.
 
     With no columns every row is in group 0.
@@ -45,9 +52,9 @@ def group_ids(columns: list[pa.Array]) -> tuple[np.ndarray, int, np.ndarray]:
     if n == 0:
         return np.zeros(0, np.int64), 0, np.zeros(0, np.int64)
     names = [f"c{i}" for i in range(len(columns))]
-    table = pa.table({**dict(zip(names, columns, strict=True)), "__i": np.arange(n, dtype=np.int64)})
+    table = table_of({**dict(zip(names, columns, strict=True)), "__i": np.arange(n, dtype=np.int64)})
     grouped = table.group_by(names, use_threads=False).aggregate([("__i", "list")])
-    lists = grouped.column("__i_list").combine_chunks()
+    lists = cast("pa.ListArray[Any]", grouped.column("__i_list").combine_chunks())
     flat = pc.list_flatten(lists).to_numpy()
     parent = pc.list_parent_indices(lists).to_numpy()
     ids = np.empty(n, np.int64)

@@ -44,6 +44,7 @@ Examples
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
 import numpy as np
@@ -53,6 +54,7 @@ import pyarrow.compute as pc
 from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS, Accumulation, Trigger
 from krishiv_py.plan.windows import SessionWindow, SlidingWindow, TumblingWindow
 from krishiv_py.stateful import aggregates as agg
+from krishiv_py.stateful._arrow import Column, HashAggregation, arrow, table_of
 from krishiv_py.stateful.elements import ElementPatch, element_firings
 from krishiv_py.stateful.grouping import canonical, group_ids
 from krishiv_py.stateful.sessions import kept_session_rows, sweep_sessions
@@ -100,7 +102,9 @@ class StepOutput:
     def emitted(self) -> int:
         if KIND not in self.results.column_names:
             return self.results.num_rows
-        return int(pc.sum(pc.equal(self.results.column(KIND), "emit")).as_py() or 0)
+        emits = pc.equal(self.results.column(KIND), pa.scalar("emit"))
+        # Arrow's sum counts the true values of a boolean array; the stubs take numbers only.
+        return int(pc.sum(emits).as_py() or 0)  # type: ignore[type-var]
 
     @property
     def retracted(self) -> int:
@@ -112,9 +116,9 @@ def step(
 ) -> tuple[pa.Table, StepOutput]:
     """Add ``batch`` to ``state`` under watermark ``watermark_ms``, fire, evict."""
     state = state if state is not None else empty_state(spec, batch)
-    ts_col = batch.column(TS).combine_chunks() if batch.num_rows else pa.array([], pa.int64())
+    ts_col: pa.Array[Any] = batch.column(TS).combine_chunks() if batch.num_rows else pa.array([], pa.int64())
     valid = pc.is_valid(ts_col).to_numpy(zero_copy_only=False)
-    ts = pc.fill_null(ts_col, 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    ts = ts_col.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
     seq = batch.column(SEQ).to_numpy().astype(np.int64) if batch.num_rows else np.zeros(0, np.int64)
     w_us = None if watermark_ms is None else watermark_ms * 1000
     early: list[pa.Table] = []
@@ -141,7 +145,7 @@ def step(
 # --- state layout -------------------------------------------------------------
 
 
-def state_fields(spec: KernelSpec, key_types: Sequence[pa.DataType]) -> list[pa.Field]:
+def state_fields(spec: KernelSpec, key_types: Sequence[pa.DataType]) -> list[pa.Field[Any]]:
     fields = [pa.field(k, t) for k, t in zip(spec.key_names(), key_types, strict=True)]
     fields += [
         pa.field(WS, pa.int64()),
@@ -174,7 +178,7 @@ def _new_windows(
 ) -> pa.Table:
     """One state row per (kept row, window): its own partial, pending 1."""
     n = rows.num_rows
-    cols: dict[str, pa.Array] = {
+    cols: dict[str, pa.Array[Any]] = {
         k: canonical(rows.column(name)) for k, name in zip(spec.key_names(), spec.keys, strict=True)
     }
     cols |= {
@@ -232,7 +236,7 @@ def _add_fixed(
         order = np.argsort(seq[rows], kind="stable")  # arrival order within each window
         rows, starts, ends = rows[order], starts[order], ends[order]
         new = _new_windows(
-            spec, batch.take(pa.array(rows)), ts[rows], seq[rows], starts * 1000, ends * 1000, state.schema
+            spec, batch.take(arrow(rows)), ts[rows], seq[rows], starts * 1000, ends * 1000, state.schema
         )
         state, fired = _merge_new(spec, state, new, session=False)
         if fired is not None:
@@ -260,7 +264,7 @@ def _add_sessions(
     if len(rows):
         rows = rows[np.argsort(seq[rows], kind="stable")]
         new = _new_windows(
-            spec, batch.take(pa.array(rows)), ts[rows], seq[rows], ts[rows], ts[rows] + gap, state.schema
+            spec, batch.take(arrow(rows)), ts[rows], seq[rows], ts[rows], ts[rows] + gap, state.schema
         )
         state, fired = _merge_new(spec, state, new, session=True)
         if fired is not None:
@@ -338,10 +342,10 @@ def _merge_groups(
     merged = agg.merge(spec.aggs, parts, ids, n_groups)
     meta_cols = [WS, WE, FIRED, PENDING, LAST, EMITTED]
     extra = [c for c in names if c.startswith("__r_")]
-    table = pa.table(
+    table = table_of(
         {"g": ids, "__n": is_new.astype(np.int64), **{c: work.column(c) for c in [*meta_cols, *extra]}}
     )
-    how = [
+    how: list[tuple[str, HashAggregation]] = [
         (WS, "min"),
         (WE, "max"),
         (FIRED, "any"),
@@ -349,12 +353,13 @@ def _merge_groups(
         (LAST, "max"),
         (EMITTED, "any"),
         ("__n", "sum"),
-    ] + [(c, "first") for c in extra]
+        *[(c, "first") for c in extra],
+    ]
     g = table.group_by("g", use_threads=False).aggregate(how)
-    g = g.take(pa.array(np.argsort(g.column("g").to_numpy())))
+    g = g.take(arrow(np.argsort(g.column("g").to_numpy())))
     first = np.full(n_groups, len(ids), np.int64)
     np.minimum.at(first, ids, np.arange(len(ids), dtype=np.int64))
-    cols: dict[str, pa.Array] = {k: work.column(k).take(pa.array(first)) for k in spec.key_names()}
+    cols: dict[str, Column] = {k: work.column(k).take(arrow(first)) for k in spec.key_names()}
     for c, h in how:
         if c != "__n":
             cols[c] = g.column(f"{c}_{h}").combine_chunks()
@@ -370,7 +375,7 @@ def _merge_groups(
         cols[FIRED] = pc.and_(cols[FIRED], pa.array(~grew))
         cols[EMITTED] = pc.and_(cols[EMITTED], pa.array(~grew))
         cols[LAST] = pc.if_else(pa.array(grew), -1, cols[LAST])
-    return pa.table(cols), retracts
+    return table_of(cols), retracts
 
 
 # --- firing ---------------------------------------------------------------------------------
@@ -405,7 +410,7 @@ def phase(
 
 def _fire(spec: KernelSpec, state: pa.Table, emit: np.ndarray, now_ms: int) -> tuple[pa.Table, pa.Table]:
     idx = np.flatnonzero(emit)
-    rows = state.take(pa.array(idx))
+    rows = state.take(arrow(idx))
     parts = {f.name: rows.column(f.name).combine_chunks() for f in agg.partial_schema(spec.aggs)}
     values = agg.finalize(spec.aggs, parts)
     emits = result_table(spec, rows, rows.column(WS), rows.column(WE), values, "emit")
@@ -434,10 +439,10 @@ def _retract_rows(spec: KernelSpec, rows: pa.Table) -> pa.Table:
 
 
 def result_table(
-    spec: KernelSpec, rows: pa.Table, ws: pa.Array, we: pa.Array, values: dict[str, pa.Array], kind: str
+    spec: KernelSpec, rows: pa.Table, ws: Column, we: Column, values: dict[str, pa.Array[Any]], kind: str
 ) -> pa.Table:
     """Result rows: keys, ``window_start``/``window_end`` (µs), aggregates, ``kind`` if retracting."""
-    cols: dict[str, pa.Array] = {
+    cols: dict[str, Column] = {
         name: rows.column(k) for name, k in zip(spec.keys, spec.key_names(), strict=True)
     }
     cols[WINDOW_START] = ws
@@ -445,20 +450,21 @@ def result_table(
     cols |= {a.name: values[a.name] for a in spec.aggs}
     if spec.retracting:
         cols[KIND] = pa.array([kind] * rows.num_rows, pa.string())
-    return pa.table(cols)
+    return table_of(cols)
 
 
-def _set(table: pa.Table, name: str, arr: pa.Array | pa.ChunkedArray) -> pa.Table:
+def _set(table: pa.Table, name: str, arr: Column) -> pa.Table:
     i = table.schema.get_field_index(name)
     return table.set_column(i, table.schema.field(i), arr)
 
 
-def _put(target: pa.ChunkedArray, idx: np.ndarray, values: pa.Array | pa.ChunkedArray) -> pa.Array:
+def _put(target: pa.ChunkedArray[Any], idx: np.ndarray, values: Column) -> Column:
     """``target`` with ``values`` written at positions ``idx``."""
     if not len(idx):
         return target.combine_chunks()
     mask = np.zeros(len(target), bool)
     mask[idx] = True
     positions = np.cumsum(mask) - 1
-    spread = values.take(pa.array(np.where(mask, positions, 0)))
-    return pc.if_else(pa.array(mask), spread, target)
+    spread = values.take(arrow(np.where(mask, positions, 0)))
+    out: Column = pc.if_else(pa.array(mask), spread, target)
+    return out

@@ -38,6 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from krishiv_py.stateful import kernel
+from krishiv_py.stateful._arrow import arrow
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -160,21 +161,21 @@ def decode_input(spec: OperatorSpec, frames: list[pd.DataFrame]) -> pa.Table:
     data = ~frame[TICK].to_numpy(dtype=bool)
     if not data.all():
         frame = frame.loc[data].reset_index(drop=True)
-    cols: dict[str, pa.Array] = {c.name: _decode_column(c, frame) for c in spec.columns}
+    cols: dict[str, pa.Array[Any]] = {c.name: _decode_column(c, frame) for c in spec.columns}
     ts = frame[TS_VALUE].to_numpy(dtype=np.int64)
     cols[kernel.TS] = pa.array(ts, mask=frame[TS_NULL].to_numpy(dtype=bool))
     cols[kernel.SEQ] = pa.array(frame[SEQ].to_numpy(dtype=np.int64))
     return pa.table(cols)
 
 
-def _decode_column(c: InputColumn, frame: pd.DataFrame) -> pa.Array:
+def _decode_column(c: InputColumn, frame: pd.DataFrame) -> pa.Array[Any]:
     if c.encoding == "object":
         return pa.array(frame[c.value].tolist(), c.type, from_pandas=True)
     mask = frame[c.null].to_numpy(dtype=bool)
     if pa.types.is_timestamp(c.type):
-        return pa.array(frame[c.value].to_numpy(dtype=np.int64), mask=mask).cast(c.type)
+        return arrow(frame[c.value].to_numpy(dtype=np.int64), mask=mask).cast(c.type)
     values = frame[c.value].to_numpy()
-    return pa.array(values, mask=mask).cast(c.type)
+    return arrow(values, mask=mask).cast(c.type)
 
 
 def _empty_input(spec: OperatorSpec) -> pa.Table:

@@ -85,10 +85,11 @@ def kept_session_rows(
 def _merged_end(starts: np.ndarray, ends: np.ndarray, ts: int) -> int:
     """End of the merged session that contains the proto-window starting at ``ts``."""
     order = np.argsort(starts, kind="stable")
-    lo, hi = None, None
+    lo: int | None = None
+    hi: int | None = None
     for s, e in zip(starts[order].tolist(), ends[order].tolist(), strict=True):
         if hi is None or s > hi:
-            if lo is not None and lo <= ts <= hi:
+            if lo is not None and hi is not None and lo <= ts <= hi:
                 return hi
             lo, hi = s, e
         else:

@@ -1,0 +1,50 @@
+"""Typed helpers where the kernels hand numpy arrays to Arrow.
+
+Each helper is the plain pyarrow call it wraps; it only states the types
+that pyarrow's stubs get wrong: they type ``pa.array`` of a numpy array as a
+boolean array, list offsets as a ``pa.Int32Array`` only, and the columns of
+``pa.table`` as neither numpy nor chunked arrays.
+
+Examples
+--------
+>>> import numpy as np
+>>> list_array(np.array([0, 2, 3], np.int32), arrow(np.array([1, 2, 3]))).to_pylist()
+[[1, 2], [3]]
+>>> table_of({"a": np.array([1, 2]), "b": arrow(np.array([3, 4]))}).num_rows
+2
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal, TypeAlias, cast
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+
+__all__ = ["Column", "HashAggregation", "arrow", "list_array", "table_of"]
+
+#: An Arrow column as the kernels receive it: a table's column or a plain array.
+Column: TypeAlias = "pa.Array[Any] | pa.ChunkedArray[Any]"
+
+#: The Arrow hash aggregations the kernels run (pyarrow's stubs take only literal names).
+HashAggregation: TypeAlias = Literal["any", "first", "list", "max", "min", "sum"]
+
+
+def arrow(
+    values: npt.NDArray[Any], dtype: pa.DataType | None = None, *, mask: npt.NDArray[np.bool_] | None = None
+) -> pa.Array[Any]:
+    """``pa.array(values, dtype, mask=mask)``."""
+    out: pa.Array[Any] = pa.array(values, dtype, mask=mask)
+    return out
+
+
+def list_array(offsets: npt.NDArray[np.int32], values: pa.Array[Any]) -> pa.ListArray[Any]:
+    """``pa.ListArray.from_arrays(pa.array(offsets), values)``."""
+    return pa.ListArray.from_arrays(cast(pa.Int32Array, pa.array(offsets)), values)
+
+
+def table_of(columns: Mapping[str, Column | npt.NDArray[Any]]) -> pa.Table:
+    """``pa.table(columns)``: a table of named columns, numpy arrays converted by Arrow."""
+    return pa.table(cast("Mapping[str, pa.Array[Any]]", columns))
