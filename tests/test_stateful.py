@@ -140,6 +140,17 @@ def test_invalid_rows_go_to_the_handler_and_nothing_is_lost(session: kp.Session)
         job.stop()
 
 
+def test_start_on_bounded_input_runs_the_operator_as_a_batch(session: kp.Session) -> None:
+    rows = [{"k": "a", "t": 1, "v": 1}, {"k": "a", "t": 2, "v": None}, {"k": "a", "t": None, "v": 5}]
+    handler = kp.SideOutputLateEventHandler()
+    job = ripple(handler, "retracting")(session.from_records(rows, SCHEMA)).start()
+    assert job.lowering == "stateful" and not job.is_active
+    assert_same_rows(job.results(), [row(0, 10, 2, 1, "emit")])
+    assert [r["classification"] for r in job.late_events().to_pylist()] == ["invalid"]
+    m = job.metrics()
+    assert (m.on_time_events, m.invalid_events, m.windows_emitted) == (2, 1, 1)
+
+
 def test_a_raising_handler_fails_the_job_naming_its_error(session: kp.Session) -> None:
     class Boom:
         def handle(self, late: pa.Table) -> None:

@@ -186,8 +186,9 @@ class Stream(WindowAssigners):
     ) -> Job:
         """Start the pipeline; returns a :class:`~krishiv_py.Job`.
 
-        Unbounded input starts a Spark streaming query (native lowering);
-        bounded input runs a batch job and returns it finished.
+        Unbounded input starts a Spark streaming query (the native or the
+        stateful lowering, see :meth:`explain`); bounded input runs a batch
+        job and returns it finished.
 
         Parameters
         ----------
@@ -206,7 +207,7 @@ class Stream(WindowAssigners):
 
         sink = sink if sink is not None else MemorySink()
         recipe = self.lower(lowering=lowering)
-        if recipe.lowering == "bounded":
+        if recipe.lowering == "bounded" or (recipe.stateful is not None and not recipe.stateful.streaming):
             return run_bounded(self._session.spark, recipe, sink=sink)
         senders = [
             self._session.sender_for(s.path) if isinstance(s, n.MemorySource) else None

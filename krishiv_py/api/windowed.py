@@ -50,15 +50,14 @@ class WindowAssigners:
     def session_window(self, gap_ms: int, *, max_duration_ms: int | None = None) -> WindowedStream:
         """Sessions that close after ``gap_ms`` without events.
 
-        ``max_duration_ms`` (capped sessions) needs the stateful lowering,
-        which is not available yet: passing it raises :class:`PlanError`.
+        On unbounded input sessions run on the stateful lowering, which
+        follows the specified merge and lateness rules exactly. Capped
+        sessions (``max_duration_ms``) are not supported yet: passing it
+        raises :class:`PlanError`.
         """
         window = SessionWindow(gap_ms=gap_ms, max_duration_ms=max_duration_ms)
         if max_duration_ms is not None:
-            raise PlanError(
-                "session_window(max_duration_ms=...) needs the stateful lowering, "
-                "which this release does not have yet"
-            )
+            raise PlanError("session_window(max_duration_ms=...) (capped sessions) is not supported yet")
         return self._windowed(window)
 
 
@@ -103,9 +102,7 @@ class WindowedStream:
         ``on_count(n)`` or ``on_interval(ms)``; early firings are followed by the final one.
         """
         if not isinstance(trigger, Trigger):
-            raise PlanError(
-                f"trigger() takes a Trigger such as kp.Trigger.on_count(10), got {trigger!r}"
-            )
+            raise PlanError(f"trigger() takes a Trigger such as kp.Trigger.on_count(10), got {trigger!r}")
         if trigger.element_count and isinstance(self.window, SessionWindow):
             raise PlanError(
                 f"trigger {trigger.describe()} is not supported on session windows yet; "

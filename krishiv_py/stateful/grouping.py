@@ -19,12 +19,13 @@ from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from krishiv_py.stateful._arrow import Column, table_of
+from krishiv_py.stateful._arrow import Column
 
-__all__ = ["canonical", "group_ids", "segment_starts"]
+__all__ = ["canonical", "first_rows", "group_ids", "segment_starts"]
 
 _NAN = float("nan")
 
@@ -42,26 +43,50 @@ def canonical(arr: Column) -> pa.Array[Any]:
 
 
 def group_ids(columns: list[pa.Array[Any]]) -> tuple[npt.NDArray[np.int64], int, npt.NDArray[np.int64]]:
-    """Per-row group id, the number of groups, and each group's first row.
+    """Per-row group id (numbered by first appearance), the number of groups, each group's first row.
 
-    With no columns every row is in group 0.
+    Each column is hash-encoded on its own (Arrow's dictionary encoding, nulls
+    as one value; pandas' factorize for plain integers); the per-column codes
+    are combined and factorized again. ``columns`` must not be empty.
     """
     if not columns:
         raise ValueError("group_ids needs at least one column")
     n = len(columns[0])
     if n == 0:
         return np.zeros(0, np.int64), 0, np.zeros(0, np.int64)
-    names = [f"c{i}" for i in range(len(columns))]
-    table = table_of({**dict(zip(names, columns, strict=True)), "__i": np.arange(n, dtype=np.int64)})
-    grouped = table.group_by(names, use_threads=False).aggregate([("__i", "list")])
-    lists = cast("pa.ListArray[Any]", grouped.column("__i_list").combine_chunks())
-    flat = pc.list_flatten(lists).to_numpy()
-    parent = pc.list_parent_indices(lists).to_numpy()
-    ids = np.empty(n, np.int64)
-    ids[flat] = parent
-    # Each list holds its group's rows in row order: the first is the group's first row.
-    first = flat[lists.offsets.to_numpy()[:-1]]
-    return ids, len(lists), first.astype(np.int64)
+    code: npt.NDArray[np.int64] | None = None
+    for column in columns:
+        codes, cardinality = _encode(column)
+        if code is None:
+            code = codes
+            continue
+        if int(code.max(initial=0)) + 1 > (2**62) // max(cardinality, 1):
+            code = _factorize(code)[0]  # keep the combined code inside int64
+        code = code * cardinality + codes
+    assert code is not None
+    ids, n_groups = _factorize(code)
+    return ids, n_groups, first_rows(ids, n_groups)
+
+
+def first_rows(ids: npt.NDArray[np.int64], n_groups: int) -> npt.NDArray[np.int64]:
+    """The first row of each group (a reversed fancy assignment: the earliest row writes last)."""
+    first = np.empty(n_groups, np.int64)
+    first[ids[::-1]] = np.arange(len(ids) - 1, -1, -1, dtype=np.int64)
+    return first
+
+
+def _encode(column: pa.Array[Any]) -> tuple[npt.NDArray[np.int64], int]:
+    if pa.types.is_integer(column.type) and column.null_count == 0:
+        codes, n = _factorize(column.to_numpy().astype(np.int64, copy=False))
+        return codes, n
+    encoded = cast("pa.DictionaryArray[Any, Any]", pc.dictionary_encode(column, null_encoding="encode"))
+    indices = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    return indices, len(encoded.dictionary)
+
+
+def _factorize(values: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], int]:
+    codes, uniques = pd.factorize(values)
+    return codes.astype(np.int64, copy=False), len(uniques)
 
 
 def segment_starts(sorted_ids: np.ndarray) -> np.ndarray:

@@ -56,7 +56,7 @@ from krishiv_py.plan.windows import SessionWindow, SlidingWindow, TumblingWindow
 from krishiv_py.stateful import aggregates as agg
 from krishiv_py.stateful._arrow import Column, HashAggregation, arrow, table_of
 from krishiv_py.stateful.elements import ElementPatch, element_firings
-from krishiv_py.stateful.grouping import canonical, group_ids
+from krishiv_py.stateful.grouping import canonical, first_rows, group_ids
 from krishiv_py.stateful.sessions import kept_session_rows, sweep_sessions
 
 __all__ = ["KernelSpec", "StepOutput", "phase", "step"]
@@ -303,7 +303,9 @@ def _merge_new(
         ids, n_groups, _ = group_ids([pa.array(work_kid), pa.array(ws)])
     fired_parts: list[pa.Table] = []
     patch = None
-    if spec.trigger.element_count and not session:
+    if spec.trigger.element_count and session:
+        raise ValueError("element-count triggers on session windows are refused when the plan is built")
+    if spec.trigger.element_count:
         firing = element_firings(spec, work, ids, n_groups, work_new)
         if firing is not None:
             fired_parts.append(firing[0])
@@ -357,8 +359,7 @@ def _merge_groups(
     ]
     g = table.group_by("g", use_threads=False).aggregate(how)
     g = g.take(arrow(np.argsort(g.column("g").to_numpy())))
-    first = np.full(n_groups, len(ids), np.int64)
-    np.minimum.at(first, ids, np.arange(len(ids), dtype=np.int64))
+    first = first_rows(ids, n_groups)
     cols: dict[str, Column] = {k: work.column(k).take(arrow(first)) for k in spec.key_names()}
     for c, h in how:
         if c != "__n":

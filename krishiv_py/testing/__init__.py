@@ -28,6 +28,7 @@ from krishiv_py.testing.steps import (
     run_bounded,
     run_reference,
     run_reference_bounded,
+    run_reference_late_events,
     run_streaming,
 )
 
@@ -46,5 +47,6 @@ __all__ = [
     "run_bounded",
     "run_reference",
     "run_reference_bounded",
+    "run_reference_late_events",
     "run_streaming",
 ]
