@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
+import time
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -241,6 +242,30 @@ def test_explain_names_the_feature_that_forced_the_stateful_lowering(session: kp
     assert "allowed_lateness(60 ms)" in text
     assert "applyInPandasWithState" in text
     assert "FlatMapGroupsInPandasWithState" in text  # Spark's own plan
+
+
+def test_interval_firings_are_woken_by_processing_time(session: kp.Session) -> None:
+    def build(s: kp.Stream) -> kp.Stream:
+        w = s.watermark("t", 0).tumbling_window(1_000_000).trigger(kp.Trigger.on_interval(1_500))
+        return w.agg(kp.count(kp.col("*")))
+
+    stream, sender = session.memory_stream(SCHEMA)
+    job = build(stream).start()
+    try:
+        sender.send([{"k": "a", "t": 1, "v": 1}])
+        job.process_all_available()
+        assert [r["count"] for r in job.results().to_pylist()] == [1]  # never fired: fires at once
+        sender.send([{"k": "a", "t": 2, "v": 1}])
+        job.process_all_available()
+        # Within 1.5 s of the first firing the window waits; the job wakes it when it is due,
+        # with no further input.
+        deadline = time.monotonic() + 60
+        while 2 not in [r["count"] for r in job.results().to_pylist()]:
+            assert time.monotonic() < deadline, job.results().to_pylist()
+            time.sleep(0.5)
+        assert job.metrics().windows_emitted == 2
+    finally:
+        job.stop()
 
 
 def test_future_events_are_counted_and_warned_about(session: kp.Session, caplog: Any) -> None:
