@@ -61,6 +61,12 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         action="append",
         help="key counts of the scaling runs (default 1,000, 100,000 and 1,000,000)",
     )
+    p.add_argument(
+        "--interleave",
+        action="store_true",
+        help="run krishiv-native, krishiv-stateful and pyspark-streaming in one process per query, "
+        "their timed runs taking turns (for shared machines; peak RSS is then the process's)",
+    )
     p.add_argument("--no-startup", action="store_true", help="skip the start-up measurement")
     p.add_argument("--no-latency", action="store_true", help="skip the latency measurement")
     p.add_argument("--flink-python", help="a Python interpreter with the 'flink' extra installed")
@@ -89,11 +95,14 @@ QUICK_DEFAULT_QUERIES = ("tumbling",)
 STATEFUL = "krishiv-stateful"
 QUICK_STATEFUL_QUERIES = ("tumbling", "session")
 # Scaling with the number of keys (tumbling query): full runs measure every
-# runner at every key count; quick runs leave the stateful runner out of the
-# largest one.
+# runner at every key count; quick runs time the stateful runner only at the
+# key count of its target.
 SCALING_KEYS = (1_000, 100_000, 1_000_000)
 SCALING_RUNNERS = ("krishiv-native", STATEFUL, "pyspark-streaming")
-QUICK_STATEFUL_MAX_KEYS = 100_000
+QUICK_STATEFUL_KEYS = (100_000,)
+# --interleave: these runners share one process per query (one Spark session)
+# and take turns, so load from elsewhere on a shared machine hits them alike.
+INTERLEAVED = ("krishiv-native", STATEFUL, "pyspark-streaming")
 
 
 def _runner_cmd(
@@ -103,11 +112,14 @@ def _runner_cmd(
     repeat: int,
     flink: str | None = None,
     warmup: bool = True,
+    interleave: bool = False,
 ) -> list[str]:
     common = [*(x for q in queries for x in ("--query", q))]
     common += ["--clickstream", ds["clickstream"], "--nexmark", ds["nexmark"], "--repeat", str(repeat)]
     if not warmup:
         common.append("--no-warmup")
+    if interleave:
+        common.append("--interleave")
     if runners == ["duckdb"]:
         return [sys.executable, "-m", "benchmarks.duckdb_runner", *common]
     if runners == [MODEL]:
@@ -128,7 +140,7 @@ def _throughput(a: argparse.Namespace, ds: dict[str, str]) -> list[dict[str, Any
     flink, flink_how = python_for_flink(a.flink_python)
     raw: dict[tuple[str, str], dict[str, Any]] = {}
 
-    def collect(runners: list[str], queries: list[str]) -> None:
+    def collect(runners: list[str], queries: list[str], interleave: bool = False) -> None:
         if runners == ["pyflink"] and flink is None:
             for q in queries:
                 raw[q, "pyflink"] = {
@@ -139,22 +151,19 @@ def _throughput(a: argparse.Namespace, ds: dict[str, str]) -> list[dict[str, Any
                 }
             return
         default = runners == [DEFAULT_CONFIG]
-        quick_only = {DEFAULT_CONFIG: QUICK_DEFAULT_QUERIES, STATEFUL: QUICK_STATEFUL_QUERIES}
-        if a.quick and len(runners) == 1 and runners[0] in quick_only:
-            runner, only = runners[0], quick_only[runners[0]]
-            for q in queries:
-                if q not in only:
-                    raw[q, runner] = {
-                        "query": q,
-                        "runner": runner,
-                        "status": "skipped",
-                        "reason": f"quick runs time {runner} on {' and '.join(only)} only",
-                    }
-            queries = [q for q in queries if q in only]
-            if not queries:
-                return
+        # Quick runs leave some (query, runner) pairs out; the callers pass either one
+        # runner or one query where that happens, so what is left is still a rectangle.
+        skip = {(q, r): why for q in queries for r in runners if (why := _quick_skip(a, r, q))}
+        for (q, r), why in skip.items():
+            raw[q, r] = {"query": q, "runner": r, "status": "skipped", "reason": why}
+        queries = [q for q in queries if any((q, r) not in skip for r in runners)]
+        runners = [r for r in runners if any((q, r) not in skip for q in queries)]
+        if not queries or not runners:
+            return
         once = default or runners == [MODEL]  # slow, and not a target: one run, no warm-up
-        cmd = _runner_cmd(runners, queries, ds, 1 if once else a.repeat, flink, warmup=not once)
+        cmd = _runner_cmd(
+            runners, queries, ds, 1 if once else a.repeat, flink, warmup=not once, interleave=interleave
+        )
         with timed(f"{', '.join(runners)}: {', '.join(queries)}"):
             out: RunOutput = run_process(cmd, timeout_s=a.timeout)
         for q in queries:
@@ -175,7 +184,14 @@ def _throughput(a: argparse.Namespace, ds: dict[str, str]) -> list[dict[str, Any
                 if rec.get("status") == "failed":
                     print(f"   {runner} / {q} failed: {rec.get('reason')}", file=sys.stderr)
 
-    if a.isolate:
+    if a.interleave:
+        together = [r for r in INTERLEAVED if r in a.runner]
+        for q in a.query:  # one process per query: the interleaved runners, then the others
+            if together:
+                collect(together, [q], interleave=len(together) > 1)
+            for runner in (r for r in a.runner if r not in together):
+                collect([runner], [q])
+    elif a.isolate:
         for q in a.query:  # the runners of one query run back to back
             for runner in a.runner:
                 collect([runner], [q])
@@ -186,6 +202,14 @@ def _throughput(a: argparse.Namespace, ds: dict[str, str]) -> list[dict[str, Any
         for runner in (r for r in a.runner if r not in SHARED_SESSION):
             collect([runner], list(a.query))
     return report.throughput_records(raw, a.query, a.runner, BASELINE, REFERENCE, GROUP)
+
+
+def _quick_skip(a: argparse.Namespace, runner: str, query: str) -> str | None:
+    """Why a quick run leaves ``runner`` out on ``query`` (``None``: it runs)."""
+    only = {DEFAULT_CONFIG: QUICK_DEFAULT_QUERIES, STATEFUL: QUICK_STATEFUL_QUERIES}.get(runner)
+    if not a.quick or only is None or query in only:
+        return None
+    return f"quick runs time {runner} on {' and '.join(only)} only"
 
 
 def _startup(repeat: int) -> list[dict[str, Any]]:
@@ -235,22 +259,24 @@ def _scaling(a: argparse.Namespace, nexmark: str, keys: tuple[int, ...]) -> list
     recs: list[dict[str, Any]] = []
     for k in keys:
         runners = [r for r in SCALING_RUNNERS if r in a.runner or r == BASELINE]
-        if a.quick and k > QUICK_STATEFUL_MAX_KEYS and STATEFUL in runners:
+        if a.quick and k not in QUICK_STATEFUL_KEYS and STATEFUL in runners:
             runners.remove(STATEFUL)
-            why = f"quick runs scale {STATEFUL} up to {QUICK_STATEFUL_MAX_KEYS:,} keys"
+            why = (
+                f"quick runs scale {STATEFUL} at {', '.join(f'{n:,}' for n in QUICK_STATEFUL_KEYS)} keys only"
+            )
             recs.append(report.scaling_record(STATEFUL, k, {"status": "skipped", "reason": why}, 0.0))
         ds = data.clickstream(data.ClickstreamSpec(events=a.events, keys=k, files=a.files))
         paths = {"clickstream": str(ds.root), "nexmark": nexmark}
-        groups = [[r] for r in runners] if a.isolate else [runners]
+        groups = [[r] for r in runners] if a.isolate and not a.interleave else [runners]
         for group in groups:
+            cmd = _runner_cmd(group, ["tumbling"], paths, a.repeat, interleave=a.interleave)
             with timed(f"scaling {k} keys: {', '.join(group)}"):
-                out = run_process(_runner_cmd(group, ["tumbling"], paths, a.repeat), timeout_s=a.timeout)
+                out = run_process(cmd, timeout_s=a.timeout)
             for runner in group:
                 got = [r for r in out.results if r.get("runner") == runner]
                 res = got[0] if got else {"status": "failed", "reason": out.log[-600:]}
-                recs.append(
-                    report.scaling_record(runner, k, res, out.peak_rss_mb.get(f"{runner} tumbling", 0.0))
-                )
+                rss = out.peak_rss_mb.get(f"{runner} tumbling", out.process_peak_rss_mb)
+                recs.append(report.scaling_record(runner, k, res, rss))
     return report.with_scaling_ratios(recs, BASELINE)
 
 

@@ -23,7 +23,7 @@ import json
 import sys
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -113,6 +113,71 @@ def measure(
     emit("result", json.dumps(record))
     emit("end", f"{runner} {query}")
     return record
+
+
+def measure_interleaved(
+    runs: Mapping[str, Callable[[], T]],
+    query: str,
+    events: int,
+    rows_of: Callable[[T], Rows],
+    repeat: int,
+    *,
+    warmup: bool = True,
+) -> list[dict[str, Any]]:
+    """:func:`measure` for several runners at once, their timed runs interleaved.
+
+    One warm-up run of each (unless ``warmup=False``), then ``repeat`` rounds
+    of one timed run per runner, in alternating order (A B, B A, ...), so
+    load from elsewhere on a shared machine hits every runner alike. The
+    memory phase covers all of them: ``<runner>+<runner> <query>``.
+    """
+    emit("start", f"{'+'.join(runs)} {query}")
+    walls: dict[str, list[float]] = {r: [] for r in runs}
+    last: dict[str, Any] = {}
+    failed: dict[str, str] = {}
+
+    def once(runner: str) -> float | None:
+        t = time.perf_counter()
+        try:
+            last[runner] = runs[runner]()
+        except Exception as exc:  # noqa: BLE001 - reported, not raised: the other runners still run
+            traceback.print_exc()
+            failed[runner] = f"{type(exc).__name__}: {exc}"
+            return None
+        return time.perf_counter() - t
+
+    if warmup:
+        for runner in runs:
+            once(runner)
+    names = list(runs)
+    for i in range(repeat):
+        for runner in names if i % 2 == 0 else names[::-1]:
+            if runner not in failed:
+                wall = once(runner)
+                if wall is not None:
+                    walls[runner].append(wall)
+    records = []
+    for runner in runs:
+        if runner in failed:
+            records.append(_status(runner, query, "failed", failed[runner]))
+            continue
+        count, dig = digest(rows_of(last[runner]))
+        records.append(
+            {
+                "query": query,
+                "runner": runner,
+                "events": events,
+                "walls": walls[runner],
+                "rows": count,
+                "digest": dig,
+                "status": "ok",
+                "interleaved": True,
+            }
+        )
+    for record in records:
+        emit("result", json.dumps(record))
+    emit("end", f"{'+'.join(runs)} {query}")
+    return records
 
 
 def _status(runner: str, query: str, status: str, reason: str) -> dict[str, Any]:

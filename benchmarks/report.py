@@ -136,6 +136,7 @@ def scaling_record(runner: str, keys: int, res: Mapping[str, Any], rss_mb: float
     rec.update(
         events=res["events"],
         wall_s=round(wall, 4),
+        walls=[round(w, 4) for w in res["walls"]],
         events_per_s=round(res["events"] / wall),
         peak_rss_mb=round(rss_mb, 1),
         result_rows=res["rows"],

@@ -215,7 +215,12 @@ def run_pyspark_batch(spark: Any, query: Query, path: str, ddl: str) -> pa.Table
 def main(argv: list[str] | None = None) -> int:
     p = protocol.parser("python -m benchmarks.spark_runner")
     p.add_argument("--runner", action="append", required=True, choices=RUNNERS)
+    p.add_argument(
+        "--interleave", action="store_true", help="interleave the runners' timed runs of each query"
+    )
     args = p.parse_args(argv)
+    if args.interleave and "pyspark-default" in args.runner:
+        p.error("pyspark-default cannot be interleaved (it needs a process of its own)")
     if "pyspark-default" in args.runner and len(args.runner) > 1:
         p.error("pyspark-default needs a process of its own (Spark's default configuration)")
     if args.runner == ["pyspark-default"]:
@@ -257,6 +262,12 @@ def main(argv: list[str] | None = None) -> int:
                 ),
                 "pyspark-batch": functools.partial(run_pyspark_batch, session.spark, query, path, ddl),
             }
+            if args.interleave:
+                chosen = {r: runs[r] for r in args.runner}
+                protocol.measure_interleaved(
+                    chosen, name, info.rows, rows_of(query.columns), args.repeat, warmup=args.warmup
+                )
+                continue
             for runner in args.runner:
                 protocol.measure(
                     runner,
