@@ -127,6 +127,24 @@ class BatchCollector:
         else:
             handler.handle(late)
 
+    def fold_into(self, metrics: JobMetrics) -> JobMetrics:
+        """``metrics`` with the operator's exact counts and state size."""
+        totals = self.totals()
+        with self._lock:
+            buckets = list(self.buckets.values())
+        return attrs.evolve(
+            metrics,
+            invalid_events=totals["invalid"],
+            on_time_events=totals["on_time"],
+            mildly_late_events=totals["mildly_late"],
+            very_late_events=totals["very_late"],
+            future_events=totals["future"],
+            windows_emitted=totals["emitted"],
+            retractions=totals["retracted"],
+            state_windows=sum(b.state_windows for b in buckets),
+            state_bytes=sum(b.state_bytes for b in buckets),
+        )
+
     def totals(self) -> dict[str, int]:
         with self._lock:
             return {name: sum(c[name] for c in self.counts.values()) for name in _COUNTS}
@@ -267,21 +285,7 @@ class StatefulJob(StreamingJob):
 
     def metrics(self) -> JobMetrics:
         base = super().metrics()
-        totals = self._collector.totals()
-        with self._collector._lock:
-            buckets = list(self._collector.buckets.values())
-        return attrs.evolve(
-            base,
-            invalid_events=totals["invalid"],
-            on_time_events=totals["on_time"],
-            mildly_late_events=totals["mildly_late"],
-            very_late_events=totals["very_late"],
-            future_events=totals["future"],
-            windows_emitted=totals["emitted"],
-            retractions=totals["retracted"],
-            state_windows=sum(b.state_windows for b in buckets),
-            state_bytes=sum(b.state_bytes for b in buckets),
-        )
+        return self._collector.fold_into(base)
 
 
 def _late_table(recipe: SparkRecipe) -> pa.Table:
@@ -343,16 +347,4 @@ class StatefulBoundedJob(BoundedJob):
         return _late_table(self._recipe)
 
     def metrics(self) -> JobMetrics:
-        totals = self._collector.totals()
-        return attrs.evolve(
-            super().metrics(),
-            invalid_events=totals["invalid"],
-            on_time_events=totals["on_time"],
-            mildly_late_events=totals["mildly_late"],
-            very_late_events=totals["very_late"],
-            future_events=totals["future"],
-            windows_emitted=totals["emitted"],
-            retractions=totals["retracted"],
-            state_windows=0,
-            state_bytes=0,
-        )
+        return self._collector.fold_into(super().metrics())
