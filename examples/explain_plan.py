@@ -31,15 +31,14 @@ def per_minute(stream: kp.Stream) -> kp.Stream:
 def main() -> None:
     with kp.Session.embedded(app_name="krishiv-explain") as session:
         stream, _sender = session.memory_stream(SCHEMA, name="events")
-        text = per_minute(stream).explain()
-        print(text)
+        text = per_minute(stream).explain()  # prints, like DataFrame.explain(), and returns the text
         for section in SECTIONS:
             assert section in text, section
         assert "== Lowering: native ==" in text
         assert ".withWatermark(" in text  # the recipe uses Spark's own watermark operator
 
         records = [{"user_id": "alice", "event_time": dt.datetime(2024, 1, 1), "amount": 1.0}]
-        bounded = per_minute(session.from_records(records, SCHEMA)).explain()
+        bounded = per_minute(session.from_records(records, SCHEMA)).explain(show=False)
         lowering = bounded.split("== Spark recipe ==")[0].split("== Lowering:")[1]
         print(f"\n== Lowering:{lowering.rstrip()}")
         assert lowering.startswith(" bounded ==")

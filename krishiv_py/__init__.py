@@ -17,7 +17,9 @@ from krishiv_py.api.stream import Stream
 from krishiv_py.api.windowed import WindowedStream
 from krishiv_py.errors import (
     JobError,
+    JobStoppedError,
     KrishivError,
+    NoResultsError,
     PlanError,
     SchemaError,
     SessionError,
@@ -60,10 +62,12 @@ __all__ = [
     "JobError",
     "JobMetrics",
     "JobProgress",
+    "JobStoppedError",
     "KeyedStream",
     "KrishivError",
     "LateEventHandler",
     "MemorySink",
+    "NoResultsError",
     "ParquetSink",
     "PlanError",
     "Schema",

@@ -12,8 +12,13 @@ working for code that does not know about krishiv_py::
     ├── SessionError (RuntimeError)     no usable Java, Spark failed to start,
     │                                   the session was already stopped
     ├── SourceClosedError (RuntimeError) data sent to a closed source
+    ├── MissingDependencyError (ImportError) an optional dependency is not
+    │                                   installed (the message names the extra)
     └── JobError (RuntimeError)         a running query failed; ``cause`` holds
-                                        the Spark error message
+        │                               the Spark error message
+        ├── JobStoppedError             the job was stopped by ``stop()`` (or
+        │                               Ctrl-C) before its input ended
+        └── NoResultsError              ``results()`` on a sink that keeps no rows
 
 Spark and Py4J exceptions are never shown raw: they are wrapped with
 ``raise ... from exc`` so the original trace stays reachable as
@@ -24,7 +29,10 @@ from __future__ import annotations
 
 __all__ = [
     "JobError",
+    "JobStoppedError",
     "KrishivError",
+    "MissingDependencyError",
+    "NoResultsError",
     "PlanError",
     "SchemaError",
     "SessionError",
@@ -52,6 +60,13 @@ class SourceClosedError(KrishivError, RuntimeError):
     """Data or a watermark was sent to a source after ``close()``."""
 
 
+class MissingDependencyError(KrishivError, ImportError):
+    """An optional dependency is missing, e.g. matplotlib for :mod:`krishiv_py.viz`.
+
+    The message names what to install (``pip install 'krishiv_py[viz]'``).
+    """
+
+
 class JobError(KrishivError, RuntimeError):
     """A running job failed.
 
@@ -67,3 +82,15 @@ class JobError(KrishivError, RuntimeError):
         full = message if not cause else f"{message}\nSpark cause: {cause}"
         super().__init__(full)
         self.cause = cause
+
+
+class JobStoppedError(JobError):
+    """The job was stopped (``stop()``, Ctrl-C) and processes nothing more.
+
+    Its results so far stay readable; start the pipeline again (with the
+    same ``checkpoint_dir`` to resume) to go on.
+    """
+
+
+class NoResultsError(JobError):
+    """``results()`` was called on a job whose sink keeps no rows (console, foreach-batch)."""

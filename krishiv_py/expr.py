@@ -75,6 +75,8 @@ class UnaryOp:
 class Cast:
     operand: ExprNode
     dtype: DataType
+    #: A tolerant cast: a value that cannot be converted becomes null instead of failing the job.
+    safe: bool = False
 
 
 @attrs.frozen
@@ -182,12 +184,25 @@ class Expr:
     def is_not_null(self) -> Expr:
         return Expr(UnaryOp("is_not_null", self.node))
 
-    def cast(self, dtype: str) -> Expr:
+    def cast(self, dtype: str, *, safe: bool = False) -> Expr:
+        """Convert to ``dtype`` (a Spark type name: ``"timestamp"``, ``"bigint"``, ...).
+
+        A strict cast fails the job on a value it cannot convert (Spark's
+        ANSI mode, e.g. ``CAST_INVALID_INPUT`` for ``'garbage'`` as a
+        timestamp). With ``safe=True`` — or :meth:`try_cast` — such a value
+        becomes null instead; a null event time is then counted as an
+        invalid event (``metrics().invalid_events``) and handed to the
+        late-event handler, and the job goes on.
+        """
         try:
             target = DataType.parse(dtype)
         except SchemaError as exc:
             raise PlanError(f"cast(): {exc}") from None
-        return Expr(Cast(self.node, target))
+        return Expr(Cast(self.node, target, safe=bool(safe)))
+
+    def try_cast(self, dtype: str) -> Expr:
+        """A tolerant :meth:`cast`: values that cannot be converted become null."""
+        return self.cast(dtype, safe=True)
 
     def alias(self, name: str) -> Expr:
         return Expr(Alias(self.node, _check_alias(name)))
@@ -414,5 +429,5 @@ def render(node: ExprNode) -> str:
     if isinstance(node, UnaryOp):
         return f"{node.op}({render(node.operand)})"
     if isinstance(node, Cast):
-        return f"cast({render(node.operand)} as {node.dtype})"
+        return f"{'try_cast' if node.safe else 'cast'}({render(node.operand)} as {node.dtype})"
     return f"{render(node.operand)} AS {node.name}"

@@ -107,7 +107,7 @@ class SideOutputLateEventHandler:
         elif isinstance(self.sink, ParquetSink):
             _write_atomic(late, self.sink.path, batch_id)
         elif isinstance(self.sink, ConsoleSink):
-            print(late.slice(0, self.sink.num_rows).to_pandas().to_string())
+            self.sink.show(late, batch_id, what="late events")
         else:
             self.sink.fn(late, batch_id)
 

@@ -30,9 +30,13 @@ _HELP = {
 }
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class JobMetrics:
-    """What a job has done so far. ``None`` means "this lowering cannot observe it"."""
+    """What a job has done so far. ``None`` means "this lowering cannot observe it".
+
+    ``watermark_ms`` is :data:`~krishiv_py.END_OF_TIME_MS` once every source
+    has ended (:attr:`end_of_input`); displays spell it "end of input".
+    """
 
     input_rows: int
     batches: int
@@ -48,6 +52,42 @@ class JobMetrics:
     watermark_advances: int
     state_windows: int | None = None
     state_bytes: int | None = None
+
+    @property
+    def end_of_input(self) -> bool:
+        """True once the watermark is at the end of time: every source has ended."""
+        from krishiv_py.plan.watermarks import END_OF_TIME_MS
+
+        return self.watermark_ms is not None and self.watermark_ms >= END_OF_TIME_MS
+
+    def _display_value(self, name: str) -> str:
+        from krishiv_py._display import fmt_ms
+
+        value = getattr(self, name)
+        if name == "watermark_ms":
+            return fmt_ms(value, missing="none yet")
+        return "n/a" if value is None else str(value)
+
+    def __repr__(self) -> str:
+        parts = []
+        for field in attrs.fields(JobMetrics):
+            value = getattr(self, field.name)
+            shown = str(value)
+            if field.name == "watermark_ms" and value is not None:
+                text = self._display_value(field.name)
+                shown = f"<{text}>" if self.end_of_input else f"{value} ({text})"
+            parts.append(f"{field.name}={shown}")
+        return f"JobMetrics({', '.join(parts)})"
+
+    def _repr_html_(self) -> str:
+        from krishiv_py._display import html_card
+
+        rows = [
+            (f.name, self._display_value(f.name))
+            for f in attrs.fields(JobMetrics)
+            if getattr(self, f.name) is not None or f.name == "watermark_ms"
+        ]
+        return html_card("krishiv_py JobMetrics", rows)
 
     def to_prometheus(self, *, job: str | None = None) -> str:
         """Render as Prometheus text exposition (``krishiv_window_<name>[_total]``).

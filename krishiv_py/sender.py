@@ -77,6 +77,21 @@ class Sender:
         """Number of batches written so far (data and marker batches)."""
         return self._next_seq
 
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<Sender {self._name!r} {state}, {self._next_seq} batches sent, {self._schema!r}>"
+
+    def _repr_html_(self) -> str:
+        from krishiv_py._display import html_card
+
+        rows = [
+            ("stream", self._name),
+            ("state", "closed (end of input)" if self._closed else "open"),
+            ("batches sent", str(self._next_seq)),
+            ("columns", ", ".join(f"{f.name} {f.dtype.name}" for f in self._schema)),
+        ]
+        return html_card("krishiv_py Sender", rows)
+
     def send(self, data: Any) -> int:
         """Validate and write one batch; returns its sequence number.
 

@@ -51,15 +51,26 @@ class Session:
         owns_spark: bool,
         state_dir: str | None,
         durability: Durability = "dev-local",
+        master: str = "local[*]",
+        log_path: str | None = None,
+        progress: bool | None = None,
     ) -> None:
+        from krishiv_py._display import register_ipython_formatters
+
         self._spark: SparkSession | None = spark
+        self.master = master
+        #: The file that receives Spark's own output (None: the terminal, or a JVM started elsewhere).
+        self.log_path = log_path
+        #: Show progress bars for long waits: True, False, or None (when interactive).
+        self.progress = progress
+        register_ipython_formatters()
         self._owns_spark = owns_spark
         self._temp_root = state_dir is None
         self._root = state_dir or tempfile.mkdtemp(prefix="krishiv-")
         os.makedirs(self._root, exist_ok=True)
         self.durability = durability
         self._senders: dict[str, Sender] = {}
-        self._names: set[str] = set()
+        self._names: dict[str, int] = {}
         self._lock = threading.Lock()
         self._counter = 0
         self._jobs: list[Job] = []
@@ -74,6 +85,8 @@ class Session:
         durability: Durability = "dev-local",
         state_dir: str | None = None,
         spark_conf: Mapping[str, str] | None = None,
+        verbose: bool | None = None,
+        progress: bool | None = None,
     ) -> Session:
         """Start a local Spark (``local[*]``) tuned for this machine.
 
@@ -90,6 +103,14 @@ class Session:
             temporary directory (not removed on stop).
         spark_conf
             Extra Spark settings, applied last.
+        verbose
+            Show Spark's own output (log lines, Java stack traces) in the
+            terminal. By default it goes to a log file, :attr:`log_path`
+            (default ``False``, or ``True`` when ``KRISHIV_VERBOSE=1``).
+        progress
+            Progress bars for long waits (bounded ``collect()``,
+            ``process_all_available()``): ``True``, ``False``, or ``None`` —
+            shown in terminals and notebooks, unless ``KRISHIV_PROGRESS=0``.
 
         Raises
         ------
@@ -97,12 +118,26 @@ class Session:
             No Java 17+ was found, or Spark failed to start.
         """
         from krishiv_py.runtime.spark_session import build_spark, local_conf
+        from krishiv_py.runtime.watch import verbose_default
 
         _check_durability(durability)
         cores = os.cpu_count() or 2
         conf = {**local_conf(cores), **dict(spark_conf or {})}
-        spark, owns = build_spark(master="local[*]", app_name=app_name, conf=conf, local=True)
-        return cls(spark, owns_spark=owns, state_dir=state_dir, durability=durability)
+        spark, owns, log_path = build_spark(
+            master="local[*]",
+            app_name=app_name,
+            conf=conf,
+            local=True,
+            verbose=verbose_default() if verbose is None else verbose,
+        )
+        return cls(
+            spark,
+            owns_spark=owns,
+            state_dir=state_dir,
+            durability=durability,
+            log_path=log_path,
+            progress=progress,
+        )
 
     @classmethod
     def connect(
@@ -112,13 +147,17 @@ class Session:
         app_name: str = "krishiv",
         state_dir: str | None = None,
         spark_conf: Mapping[str, str] | None = None,
+        verbose: bool | None = None,
+        progress: bool | None = None,
     ) -> Session:
         """Attach to an existing Spark cluster (``spark://host:port``, ``local[N]``).
 
         Memory streams and checkpoints live under ``state_dir``, which must be
         visible to every executor (a local path works for ``local[N]``).
+        ``verbose`` and ``progress`` are as for :meth:`embedded`.
         """
         from krishiv_py.runtime.spark_session import build_spark, local_conf
+        from krishiv_py.runtime.watch import verbose_default
 
         if not isinstance(master, str) or not re.match(
             r"^(spark://|local(\[[0-9*]+\])?$|yarn$|k8s://)", master
@@ -131,10 +170,16 @@ class Session:
             conf.pop("spark.sql.shuffle.partitions")
             conf.pop("spark.default.parallelism")
         conf.update(spark_conf or {})
-        spark, owns = build_spark(
-            master=master, app_name=app_name, conf=conf, local=master.startswith("local")
+        spark, owns, log_path = build_spark(
+            master=master,
+            app_name=app_name,
+            conf=conf,
+            local=master.startswith("local"),
+            verbose=verbose_default() if verbose is None else verbose,
         )
-        return cls(spark, owns_spark=owns, state_dir=state_dir)
+        return cls(
+            spark, owns_spark=owns, state_dir=state_dir, master=master, log_path=log_path, progress=progress
+        )
 
     # --- lifecycle --------------------------------------------------------------
 
@@ -165,6 +210,34 @@ class Session:
     def __enter__(self) -> Session:
         return self
 
+    def _display_rows(self) -> list[tuple[str, str]]:
+        from krishiv_py._display import safe
+
+        jobs = [j for j in self._jobs if getattr(j, "state", None) == "running"]
+        spark = self._spark
+        return [
+            ("state", "stopped" if spark is None else "active"),
+            ("master", self.master),
+            ("spark", safe(lambda: spark.version) if spark is not None else "—"),
+            ("durability", self.durability),
+            ("state dir", self._root + (" (temporary)" if self._temp_root else "")),
+            ("streams", ", ".join(sorted(self._names)) or "none"),
+            ("jobs", f"{len(self._jobs)} started, {len(jobs)} running"),
+            ("spark log", self.log_path or "terminal"),
+        ]
+
+    def __repr__(self) -> str:
+        rows = dict(self._display_rows())
+        return (
+            f"<Session {rows['state']} master={self.master} durability={self.durability} "
+            f"streams={len(self._names)} jobs={rows['jobs']!r}>"
+        )
+
+    def _repr_html_(self) -> str:
+        from krishiv_py._display import html_card
+
+        return html_card("krishiv_py Session", self._display_rows())
+
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
@@ -178,14 +251,18 @@ class Session:
         schema
             A Spark DDL string, a ``pyarrow.Schema`` or a Spark ``StructType``.
         name
-            The stream's name (used in metrics and, later, SQL). Must be a
-            valid identifier and unique in the session.
+            The stream's name (used in metrics and, later, SQL); a valid
+            identifier. Creating a stream under a name the session already
+            has *replaces* that registration with a new, empty stream — so a
+            notebook cell can be run again. Jobs started on the earlier
+            stream keep running on it, fed by its own sender.
         """
         from krishiv_py.api.stream import Stream
 
         parsed = to_schema(schema)
         name = self._register(name)
-        path = os.path.join(self._root, "sources", name)
+        generation = self._names[name]
+        path = os.path.join(self._root, "sources", name if generation == 1 else f"{name}.{generation}")
         sender = Sender(name=name, schema=parsed, path=path)
         node = n.MemorySource(name=name, schema=parsed, path=os.path.join(path, "data"))
         self._senders[node.path] = sender
@@ -265,7 +342,10 @@ class Session:
             if not streaming:
                 raise PlanError("max_files_per_trigger applies to streaming=True file sources only")
             options = (*options, ("maxFilesPerTrigger", str(max_files_per_trigger)))
+        if not isinstance(path, str | os.PathLike) or not str(path):
+            raise PlanError(f"read_{fmt}() takes a file or directory path, got {path!r}")
         path = os.path.abspath(path)
+        _check_exists(fmt, path)
         parsed = to_schema(schema) if schema is not None else _infer_schema(fmt, path)
         node = n.FileSource(
             name=self._register(name),
@@ -287,9 +367,8 @@ class Session:
                     name = f"stream_{self._counter}"
             if not isinstance(name, str) or not _NAME.match(name):
                 raise PlanError(f"stream name {name!r} must be an identifier (letters, digits, _)")
-            if name in self._names:
-                raise PlanError(f"a stream named {name!r} already exists in this session")
-            self._names.add(name)
+            # A name used again replaces the earlier registration (a re-run notebook cell).
+            self._names[name] = self._names.get(name, 0) + 1
             return name
 
     def _track(self, job: Job) -> Job:
@@ -312,6 +391,19 @@ def _check_durability(durability: str) -> None:
         raise SessionError(f"durability {durability!r} is not available in this release yet; use 'dev-local'")
 
 
+def _check_exists(fmt: str, path: str) -> None:
+    """A missing path fails at ``read_*`` time, not at the first Spark job."""
+    import glob
+
+    if glob.has_magic(path):
+        if not glob.glob(path):
+            raise PlanError(f"read_{fmt}(): no file matches {path!r}")
+    elif not os.path.exists(path):
+        parent = os.path.dirname(path)
+        hint = "" if os.path.isdir(parent) else f" (nor does its directory {parent!r})"
+        raise PlanError(f"read_{fmt}(): {path!r} does not exist{hint}")
+
+
 def _infer_schema(fmt: str, path: str) -> Schema:
     import pyarrow as pa
     import pyarrow.dataset as ds
@@ -329,7 +421,8 @@ def _infer_schema(fmt: str, path: str) -> Schema:
         else:
             arrow_schema = ds.dataset(path, format=fmt).schema  # type: ignore[call-overload]
     except (OSError, ValueError, pa.ArrowInvalid) as exc:
-        raise SchemaError(f"cannot infer the schema of {path!r} ({exc}); pass schema=") from None
+        reason = str(exc).replace(path, "").strip(" :'\"") or type(exc).__name__
+        raise SchemaError(f"cannot infer the schema of {path!r} ({reason}); pass schema=") from None
     if not arrow_schema.names:
         raise SchemaError(f"no files to infer the schema of {path!r} from; pass schema=")
     return Schema.from_arrow(arrow_schema)

@@ -7,7 +7,8 @@
     micro-batch is committed exactly once, also across restarts from the
     same checkpoint. ``job.results()`` reads the committed files back.
 ``ConsoleSink()``
-    Prints every micro-batch (for notebooks and debugging).
+    Prints each micro-batch that has rows (for notebooks and debugging),
+    timestamps in UTC with their zone; empty micro-batches print nothing.
 ``ForeachBatchSink(fn)``
     Calls ``fn(table, batch_id)`` on the driver with each micro-batch as a
     ``pyarrow.Table``. A function that raises fails the job with
@@ -41,10 +42,20 @@ class ParquetSink:
 
 @attrs.frozen(kw_only=True)
 class ConsoleSink:
-    """Print each micro-batch's results."""
+    """Print each micro-batch's results (``num_rows`` at most; empty batches are skipped)."""
 
     num_rows: int = 20
     truncate: bool = False
+
+    def show(self, table: pa.Table, batch_id: int | None, *, what: str = "results") -> None:
+        """Print ``table`` under a header naming the batch; nothing when it is empty."""
+        from krishiv_py._display import table_text
+
+        if table.num_rows == 0:
+            return
+        header = f"-- {what}" + (f", batch {batch_id}" if batch_id is not None else "") + " --"
+        print(header)
+        print(table_text(table, limit=self.num_rows, truncate=20 if self.truncate else None), flush=True)
 
 
 @attrs.frozen

@@ -169,7 +169,7 @@ class Field:
         return f"{quoted} {self.dtype.name}" + ("" if self.nullable else " NOT NULL")
 
 
-@attrs.frozen
+@attrs.frozen(repr=False)
 class Schema:
     """An ordered set of uniquely named fields.
 
@@ -200,8 +200,7 @@ class Schema:
             )
             if not m:
                 raise SchemaError(
-                    f"cannot parse column definition {part.strip()!r} in schema {ddl!r}: "
-                    "expected 'name type'"
+                    f"cannot parse column definition {part.strip()!r} in schema {ddl!r}: expected 'name type'"
                 )
             name = m.group(1).replace("``", "`") if m.group(1) is not None else m.group(2)
             type_text = m.group(3)
@@ -249,12 +248,25 @@ class Schema:
 
     @classmethod
     def from_arrow(cls, schema: pa.Schema) -> Schema:
-        return cls(
-            tuple(Field(f.name, DataType.from_arrow(f.type, f.name), f.nullable) for f in schema)
-        )
+        return cls(tuple(Field(f.name, DataType.from_arrow(f.type, f.name), f.nullable) for f in schema))
 
     def __str__(self) -> str:
         return self.ddl()
+
+    def __repr__(self) -> str:
+        cols = (
+            (f.name if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", f.name) else f"`{f.name}`")
+            + f" {f.dtype.name}"
+            + ("" if f.nullable else " not null")
+            for f in self.fields
+        )
+        return f"Schema({', '.join(cols)})"
+
+    def _repr_html_(self) -> str:
+        from krishiv_py._display import html_card
+
+        rows = [(f.name, f.dtype.name + ("" if f.nullable else " not null")) for f in self.fields]
+        return html_card(f"Schema ({len(self.fields)} columns)", rows)
 
 
 def _split_top_level(ddl: str) -> list[str]:

@@ -237,7 +237,7 @@ def test_timestamps_outside_pandas_range(session: kp.Session) -> None:
 
 def test_explain_names_the_feature_that_forced_the_stateful_lowering(session: kp.Session) -> None:
     stream, _ = session.memory_stream(SCHEMA)
-    text = ripple()(stream).explain()
+    text = ripple()(stream).explain(show=False)
     assert "== Lowering: stateful ==" in text
     assert "allowed_lateness(60 ms)" in text
     assert "applyInPandasWithState" in text

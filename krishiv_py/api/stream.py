@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from krishiv_py.api.keyed import KeyedStream
 from krishiv_py.api.windowed import WindowAssigners, WindowedStream
-from krishiv_py.errors import PlanError
+from krishiv_py.errors import KrishivError, PlanError
 from krishiv_py.expr import AggExpr, Alias, Column, Expr, col
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from krishiv_py._typing import Lowering
     from krishiv_py.planner.spark import SparkRecipe
-    from krishiv_py.runtime.job import Job
+    from krishiv_py.runtime.job import BoundedJob, Job
     from krishiv_py.session import Session
 
 __all__ = ["Stream"]
@@ -78,9 +78,27 @@ class Stream(WindowAssigners):
     def _with(self, plan: n.PlanNode) -> Stream:
         return Stream(self._session, plan)
 
+    def _lowering_text(self) -> str:
+        try:
+            recipe = self.lower()
+        except KrishivError as exc:
+            return f"none ({exc})"
+        return recipe.lowering
+
     def __repr__(self) -> str:
         kind = "bounded" if self.is_bounded else "unbounded"
-        return f"<Stream {kind} [{self.schema}]>"
+        plan = "\n".join("  " + line for line in n.render_plan(self._plan).splitlines())
+        return f"Stream ({kind}, lowering: {self._lowering_text()})\n{plan}\n  -> {self.schema!r}"
+
+    def _repr_html_(self) -> str:
+        from krishiv_py._display import html_card
+
+        rows = [
+            ("input", "bounded" if self.is_bounded else "unbounded"),
+            ("lowering", self._lowering_text()),
+            ("columns", ", ".join(f"{f.name} {f.dtype.name}" for f in self.schema)),
+        ]
+        return html_card("Stream", rows, pre=n.render_plan(self._plan))
 
     # --- event time -----------------------------------------------------------
 
@@ -168,10 +186,24 @@ class Stream(WindowAssigners):
         Bounded input runs as one Spark batch job. For a memory stream this
         is the batches sent so far, as if the source were closed after them.
         """
-        from krishiv_py.runtime.run import run_bounded
-
         recipe = self.lower(force_bounded=True)
-        return run_bounded(self._session.spark, recipe, sink=MemorySink()).results()
+        return self._run_bounded(recipe, MemorySink()).results()
+
+    def _run_bounded(self, recipe: SparkRecipe, sink: Sink) -> BoundedJob:
+        """Run a bounded recipe; Ctrl-C cancels its Spark jobs, long runs show progress."""
+        from krishiv_py.runtime.run import run_bounded
+        from krishiv_py.runtime.watch import progress_enabled, stage_progress, watching
+
+        spark = self._session.spark
+        with watching(
+            on_interrupt=spark.sparkContext.cancelAllJobs,
+            message="krishiv_py: interrupted; the Spark jobs were cancelled.",
+            progress=stage_progress(spark) if progress_enabled(self._session.progress) else None,
+            description="krishiv_py running",
+        ):
+            job = run_bounded(spark, recipe, sink=sink)
+        job.stream = self
+        return job
 
     def collect_with_aggs(self, aggs: list[AggExpr] | tuple[AggExpr, ...]) -> pa.Table:
         """Re-run this windowed aggregation with other aggregates and collect it."""
@@ -203,23 +235,22 @@ class Stream(WindowAssigners):
             instead of the planner's choice; :class:`PlanError` if it cannot
             run this plan exactly. For tests and benchmarks.
         """
-        from krishiv_py.runtime.run import run_bounded, start_streaming
+        from krishiv_py.runtime.run import start_streaming
 
         sink = sink if sink is not None else MemorySink()
         recipe = self.lower(lowering=lowering)
         if recipe.lowering == "bounded" or (recipe.stateful is not None and not recipe.stateful.streaming):
-            return run_bounded(self._session.spark, recipe, sink=sink)
+            return self._run_bounded(recipe, sink)
         senders = [
             self._session.sender_for(s.path) if isinstance(s, n.MemorySource) else None
             for s in n.sources_of(self._plan)
         ]
+        location = checkpoint_dir or self._session.checkpoint_dir()
         job = start_streaming(
-            self._session.spark,
-            recipe,
-            sink=sink,
-            checkpoint_dir=checkpoint_dir or self._session.checkpoint_dir(),
-            senders=senders,
+            self._session.spark, recipe, sink=sink, checkpoint_dir=location, senders=senders
         )
+        job.stream = self
+        job.checkpoint_dir = location
         return self._session._track(job)
 
     def to_spark(self, *, lowering: Lowering | None = None) -> DataFrame:
@@ -235,26 +266,49 @@ class Stream(WindowAssigners):
         recipe = self.lower(lowering=lowering)
         return spark_call("building the DataFrame", lambda: build_dataframe(self._session.spark, recipe))
 
-    def explain(self, *, lowering: Lowering | None = None) -> str:
-        """The logical plan, the chosen lowering and why, the recipe, and Spark's plan."""
+    def explain(self, *, lowering: Lowering | None = None, show: bool = True) -> Explanation:
+        """Print the logical plan, the chosen lowering and why, the recipe, and Spark's plan.
+
+        Prints like ``DataFrame.explain()`` and also returns the text, an
+        :class:`Explanation` (a ``str``), which a notebook does not display a
+        second time. ``show=False`` returns the text without printing it.
+        """
         from krishiv_py.runtime.run import explain_spark
 
         recipe = self.lower(lowering=lowering)
-        return "\n".join(
-            [
-                "== Logical plan ==",
-                n.render_plan(self._plan),
-                "",
-                f"== Lowering: {recipe.lowering} ==",
-                recipe.reason,
-                "",
-                "== Spark recipe ==",
-                recipe.render(),
-                "",
-                "== Spark plan ==",
-                explain_spark(self._session.spark, recipe),
-            ]
+        text = Explanation(
+            "\n".join(
+                [
+                    "== Logical plan ==",
+                    n.render_plan(self._plan),
+                    "",
+                    f"== Lowering: {recipe.lowering} ==",
+                    recipe.reason,
+                    "",
+                    "== Spark recipe ==",
+                    recipe.render(),
+                    "",
+                    "== Spark plan ==",
+                    explain_spark(self._session.spark, recipe),
+                ]
+            )
         )
+        if show:
+            print(text)
+        return text
+
+
+class Explanation(str):
+    """The text of :meth:`Stream.explain`: a ``str`` that notebooks do not echo twice."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        first = self.splitlines()[0] if self else ""
+        return f"<Explanation {first!r}... ({len(self.splitlines())} lines)>"
+
+    def _ipython_display_(self) -> None:
+        """Already printed by ``explain()``; nothing more to show."""
 
 
 def _expr(value: object, where: str) -> Any:

@@ -42,7 +42,7 @@ def to_sql(node: ExprNode) -> str:
             "is_not_null": f"({inner} IS NOT NULL)",
         }[node.op]
     if isinstance(node, Cast):
-        return f"CAST({to_sql(node.operand)} AS {node.dtype.name.upper()})"
+        return f"{'TRY_CAST' if node.safe else 'CAST'}({to_sql(node.operand)} AS {node.dtype.name.upper()})"
     assert isinstance(node, Alias)
     return f"{to_sql(node.operand)} AS {quote(node.name)}"
 

@@ -16,11 +16,11 @@ import re
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import attrs
 
-from krishiv_py.errors import JobError, KrishivError, PlanError
+from krishiv_py.errors import JobError, JobStoppedError, KrishivError, NoResultsError, PlanError
 from krishiv_py.metrics import JobMetrics
 from krishiv_py.planner.spark import OUT_OBSERVE, SparkRecipe
 from krishiv_py.sinks import MemorySink, ParquetSink, Sink
@@ -30,12 +30,16 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
+    from krishiv_py.api.stream import Stream
     from krishiv_py.sender import Sender
     from krishiv_py.types import Schema
 
-__all__ = ["BoundedJob", "Job", "JobProgress", "StreamingJob"]
+__all__ = ["BoundedJob", "Job", "JobProgress", "JobState", "StreamingJob"]
 
 T = TypeVar("T")
+#: ``running``; ``finished`` (its input ended and everything was processed);
+#: ``stopped`` (by ``stop()`` or Ctrl-C, before its input ended); ``failed``.
+JobState = Literal["running", "finished", "stopped", "failed"]
 
 
 def spark_call(what: str, fn: Callable[[], T]) -> T:
@@ -88,6 +92,10 @@ class Job:
     """A started pipeline. Returned by ``Stream.start()``."""
 
     lowering: str
+    #: The pipeline this job runs (set by ``Stream.start``).
+    stream: Stream | None = None
+    #: Spark checkpoint location of a streaming job; None for bounded jobs.
+    checkpoint_dir: str | None = None
 
     def process_all_available(self) -> None:
         """Block until every batch sent so far has been processed."""
@@ -130,15 +138,83 @@ class Job:
             "late_events() needs .with_late_event_handler(kp.SideOutputLateEventHandler()) on the window"
         )
 
+    def plot_timeline(self, *, ax: Any = None) -> Any:
+        """The watermark timeline of this job: a matplotlib ``Figure`` (see :func:`krishiv_py.viz.timeline`).
+
+        Needs matplotlib (``pip install 'krishiv_py[viz]'``).
+        """
+        from krishiv_py.viz import timeline
+
+        return timeline(self, ax=ax)
+
     @property
     def is_active(self) -> bool:
         raise NotImplementedError
+
+    @property
+    def state(self) -> JobState:
+        """``running``, ``finished``, ``stopped`` (by ``stop()``/Ctrl-C) or ``failed``."""
+        raise NotImplementedError
+
+    @property
+    def error(self) -> str | None:
+        """Why the job failed (Spark's message), None unless :attr:`state` is ``failed``."""
+        return None
+
+    # --- displays -----------------------------------------------------------------
+
+    def _display_rows(self) -> list[tuple[str, str]]:
+        from krishiv_py._display import fmt_ms, safe
+
+        rows: list[tuple[str, str]] = [
+            ("state", safe(lambda: self.state)),
+            ("lowering", self.lowering),
+        ]
+        try:
+            m: JobMetrics | None = self.metrics()
+        except Exception:  # noqa: BLE001 - a display never raises
+            m = None
+        try:
+            per_source = self.source_watermarks()
+        except Exception:  # noqa: BLE001
+            per_source = {}
+        rows.append(("watermark", fmt_ms(m.watermark_ms if m else None, missing="none yet")))
+        if len(per_source) > 1:
+            rows += [(f"  {src}", fmt_ms(wm)) for src, wm in sorted(per_source.items())]
+        if m is not None:
+            rows += [
+                ("batches", str(m.batches)),
+                ("rows in", str(m.input_rows)),
+                ("windows out", _opt(m.windows_emitted)),
+                ("late (mild / very)", f"{_opt(m.mildly_late_events)} / {_opt(m.very_late_events)}"),
+                ("invalid events", _opt(m.invalid_events)),
+            ]
+        if self.checkpoint_dir:
+            rows.append(("checkpoint", self.checkpoint_dir))
+        err = safe(lambda: self.error, default="")
+        if err:
+            rows.append(("error", err))
+        return rows
+
+    def __repr__(self) -> str:
+        from krishiv_py._display import text_card
+
+        return text_card(f"{type(self).__name__}", self._display_rows())
+
+    def _repr_html_(self) -> str:
+        from krishiv_py._display import html_card
+
+        return html_card(f"krishiv_py {type(self).__name__}", self._display_rows())
 
     def __enter__(self) -> Job:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _opt(value: int | None) -> str:
+    return "n/a" if value is None else str(value)
 
 
 class StreamingJob(Job):
@@ -163,42 +239,128 @@ class StreamingJob(Job):
         self._senders = list(senders)
         self._batches: dict[int, dict[str, Any]] = {}
         self._lock = threading.Lock()
+        self._ended: JobState | None = None  # set when krishiv_py ended the query
 
     # --- control ---------------------------------------------------------------
 
     def process_all_available(self) -> None:
-        self._check_failed()
+        """Block until every batch sent so far has been processed.
+
+        Raises :class:`JobStoppedError` when the job was stopped (before or
+        during the wait, also from another thread) and :class:`JobError`
+        when it failed.
+        """
+        self._check_usable()
+        with self._watch("processing"):
+            self._drain()
+        self._check_usable()
+
+    def _drain(self) -> None:
+        """Process everything available now (no checks, no Ctrl-C handling)."""
         spark_call("processing the available input", self._query.processAllAvailable)
         self._refresh()
 
     def await_termination(self, timeout_s: float | None = None) -> bool:
+        """Wait until the input has ended (every source closed) and all of it was processed.
+
+        Returns True when the job finished, False when ``timeout_s`` passed
+        first. Raises :class:`JobStoppedError` for a stopped job (it can no
+        longer finish) and :class:`JobError` for a failed one.
+        """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while True:
-            if not self._query.isActive:
-                self._check_failed()
-                return True
-            if self._all_sources_closed():
-                self.process_all_available()
-                self.stop()
-                return True
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                return False
-            step = 0.2 if remaining is None else max(0.001, min(0.2, remaining))
-            spark_call("awaiting termination", functools.partial(self._wait, step))
+        with self._watch("waiting for the end of input"):
+            while True:
+                if self._ended == "finished":
+                    return True
+                if not self._query.isActive:
+                    self._check_usable()
+                    return True
+                if self._all_sources_closed():
+                    self._drain()
+                    self._check_usable()
+                    self._finish()
+                    return True
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                step = 0.2 if remaining is None else max(0.001, min(0.2, remaining))
+                spark_call("awaiting termination", functools.partial(self._wait, step))
+
+    def _finish(self) -> None:
+        """All input ended and was processed: stop the query as finished."""
+        if self._ended is None:
+            self._ended = "finished"
+        if self._query.isActive:
+            spark_call("stopping the job", self._query.stop)
+        self._refresh()
+
+    def _watch(self, what: str) -> Any:
+        from krishiv_py.runtime.watch import progress_enabled, watching
+
+        session = self.stream.session if self.stream is not None else None
+        show = progress_enabled(session.progress if session is not None else None)
+        return watching(
+            on_interrupt=self._interrupted,
+            message="krishiv_py: interrupted; job stopped (state: stopped). Results so far: job.results().",
+            progress=self._batch_progress if show else None,
+            description=f"krishiv_py {what}",
+        )
+
+    def _interrupted(self) -> None:
+        self._ended = "stopped"
+        self._query.stop()
+
+    def _batch_progress(self) -> tuple[int, int | None, str]:
+        last = self._query.lastProgress
+        if not last:
+            return 0, None, ""
+        return int(last["batchId"]) + 1, None, f"batch {last['batchId']}, {last.get('numInputRows', 0)} rows"
+
+    def _check_usable(self) -> None:
+        self._check_failed()
+        if self._ended == "stopped" or (self._ended is None and not self._query.isActive):
+            self._ended = "stopped"
+            raise JobStoppedError(
+                "the job was stopped (stop() or Ctrl-C) and processes nothing more; its results so far "
+                "stay readable with results(). Start the pipeline again to go on (the same "
+                "checkpoint_dir resumes it)"
+            )
 
     def _wait(self, seconds: float) -> None:
         wait: Any = self._query.awaitTermination  # takes float seconds at run time
         wait(seconds)
 
     def stop(self) -> None:
+        """Stop the job. Its results so far stay readable; it processes nothing more."""
         if self._query.isActive:
+            if self._ended is None:
+                self._ended = "finished" if self._all_sources_closed() and self._caught_up() else "stopped"
             spark_call("stopping the job", self._query.stop)
         self._refresh()  # a stopped query still reports its progress
+
+    def _caught_up(self) -> bool:
+        """Every batch of the closed sources was processed (nothing left to read)."""
+        try:
+            return not bool(self._query.status["isDataAvailable"])
+        except Exception:  # noqa: BLE001 - unknown counts as not caught up
+            return False
 
     @property
     def is_active(self) -> bool:
         return bool(self._query.isActive)
+
+    @property
+    def state(self) -> JobState:
+        if self._query.exception() is not None:
+            return "failed"
+        if self._query.isActive:
+            return "running"
+        return self._ended or "stopped"
+
+    @property
+    def error(self) -> str | None:
+        exc = self._query.exception()
+        return None if exc is None else spark_cause(exc)
 
     @property
     def id(self) -> str:
@@ -224,9 +386,7 @@ class StreamingJob(Job):
         elif isinstance(self._sink, ParquetSink):
             table = read_parquet_results(self._spark, self._sink.path, self._recipe.output_schema)
         else:
-            raise PlanError(
-                f"results() needs MemorySink or ParquetSink; this job writes to {type(self._sink).__name__}"
-            )
+            raise NoResultsError(_no_results(self._sink))
         return conform(table, self._recipe.output_schema)
 
     # --- tracking ------------------------------------------------------------------
@@ -311,6 +471,13 @@ class StreamingJob(Job):
         ]
 
 
+def _no_results(sink: Sink) -> str:
+    return (
+        f"this job writes to {type(sink).__name__}, which keeps no rows for results(); "
+        "use MemorySink (the default) or ParquetSink(path) to read results back"
+    )
+
+
 def _sum_observed(observed: Sequence[dict[str, Any]]) -> dict[str, int]:
     """Totals of input rows, invalid rows and emitted windows over observations."""
     totals = {"rows": 0, "invalid": 0, "emitted": 0}
@@ -351,10 +518,12 @@ class BoundedJob(Job):
 
     def results(self) -> pa.Table:
         if self._table is None:
-            raise PlanError(
-                f"results() needs MemorySink or ParquetSink; this job wrote to {type(self._sink).__name__}"
-            )
+            raise NoResultsError(_no_results(self._sink))
         return self._table
+
+    @property
+    def state(self) -> JobState:
+        return "finished"
 
     @property
     def watermark_ms(self) -> int | None:
@@ -389,4 +558,3 @@ class BoundedJob(Job):
 
     def progress(self) -> list[JobProgress]:
         return []
-

@@ -46,7 +46,8 @@ def start_streaming(
     elif isinstance(sink, ParquetSink):
         writer = writer.format("parquet").option("path", os.path.abspath(sink.path))
     elif isinstance(sink, ConsoleSink):
-        writer = writer.format("console").option("numRows", sink.num_rows).option("truncate", sink.truncate)
+        # Printed from Python, not by Spark's console sink: the JVM's output goes to the log.
+        writer = writer.foreachBatch(_console(sink, recipe))
     else:
         writer = writer.foreachBatch(_foreach(sink, recipe))
     query = spark_call("starting the streaming query", lambda: _start_single_watermark(spark, writer))
@@ -124,6 +125,13 @@ def _foreach(sink: ForeachBatchSink, recipe: SparkRecipe) -> Any:
     return call
 
 
+def _console(sink: ConsoleSink, recipe: SparkRecipe) -> Any:
+    def call(batch: DataFrame, batch_id: int) -> None:
+        sink.show(conform(batch.toArrow(), recipe.output_schema), batch_id)
+
+    return call
+
+
 def run_bounded(spark: SparkSession, recipe: SparkRecipe, *, sink: Sink) -> BoundedJob:
     """Run ``recipe`` as one batch job; results are kept for memory/Parquet sinks."""
     if recipe.stateful is not None:
@@ -138,10 +146,13 @@ def run_bounded(spark: SparkSession, recipe: SparkRecipe, *, sink: Sink) -> Boun
         table = conform(spark_call("running the batch job", df.toArrow), recipe.output_schema)
     elif isinstance(sink, ParquetSink):
         spark_call("writing Parquet", lambda: df.write.mode("append").parquet(os.path.abspath(sink.path)))
-        table = conform(read_parquet_results(spark, os.path.abspath(sink.path), recipe.output_schema),
-                        recipe.output_schema)
+        table = conform(
+            read_parquet_results(spark, os.path.abspath(sink.path), recipe.output_schema),
+            recipe.output_schema,
+        )
     elif isinstance(sink, ConsoleSink):
-        spark_call("running the batch job", lambda: df.show(sink.num_rows, truncate=sink.truncate))
+        result = conform(spark_call("running the batch job", df.toArrow), recipe.output_schema)
+        sink.show(result, None)
     else:
         result = conform(spark_call("running the batch job", df.toArrow), recipe.output_schema)
         spark_call("calling the foreach-batch function", lambda: sink.fn(result, 0))

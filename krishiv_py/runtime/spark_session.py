@@ -6,7 +6,6 @@ when a session is created, so ``import krishiv_py`` stays JVM-free.
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import shutil
@@ -103,9 +102,13 @@ def local_conf(cores: int) -> dict[str, str]:
 
 
 def build_spark(
-    *, master: str, app_name: str, conf: dict[str, str], local: bool
-) -> tuple[SparkSession, bool]:
-    """Create or attach to a SparkSession; returns it and whether we created it."""
+    *, master: str, app_name: str, conf: dict[str, str], local: bool, verbose: bool = False
+) -> tuple[SparkSession, bool, str | None]:
+    """Create or attach to a SparkSession.
+
+    Returns it, whether we created it, and the log file that receives the
+    JVM's output (None when the JVM was already running, or ``verbose``).
+    """
     if local:
         check_java()
     if local:
@@ -116,17 +119,65 @@ def build_spark(
         from pyspark.sql import SparkSession
     except ImportError as exc:  # pragma: no cover - pyspark is a hard dependency
         raise SessionError(f"pyspark is not installed: {exc}") from exc
+    from krishiv_py.runtime.watch import quiet_python_loggers
+
+    quiet_python_loggers(verbose)
     existing = SparkSession.getActiveSession()
+    log_path = None if verbose else _launch_quiet_gateway(master, app_name, conf)
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in conf.items():
         builder = builder.config(key, value)
     try:
         spark = builder.getOrCreate()
     except Exception as exc:
-        raise SessionError(f"Spark failed to start ({master}): {_first_line(exc)}") from exc
+        raise SessionError(
+            f"Spark failed to start ({master}): {_first_line(exc)}" + _log_tail(log_path)
+        ) from exc
     spark.sparkContext.setLogLevel("ERROR")
-    logging.getLogger("py4j").setLevel(logging.WARNING)
-    return spark, existing is None
+    return spark, existing is None, log_path
+
+
+def _launch_quiet_gateway(master: str, app_name: str, conf: dict[str, str]) -> str | None:
+    """Start the JVM with its stdout/stderr in a log file, unless one is already running.
+
+    PySpark starts the JVM with the terminal's stdout/stderr: Spark's log
+    output, Java stack traces of failed queries and the JVM's start-up
+    warnings would all land in the user's terminal or notebook.
+    """
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    from krishiv_py.runtime.watch import new_log_path
+
+    if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return None
+    spark_conf = SparkConf(loadDefaults=False).setMaster(master).setAppName(app_name)
+    for key, value in conf.items():
+        spark_conf.set(key, value)
+    path = new_log_path(app_name)
+    with open(path, "ab") as log:
+        try:
+            gateway = launch_gateway(  # type: ignore[no-untyped-call]
+                spark_conf, popen_kwargs={"stdout": log, "stderr": subprocess.STDOUT}
+            )
+        except Exception as exc:
+            raise SessionError(
+                f"Spark failed to start ({master}): {_first_line(exc)}" + _log_tail(path)
+            ) from exc
+    SparkContext._ensure_initialized(gateway=gateway, conf=spark_conf)
+    return path
+
+
+def _log_tail(path: str | None, lines: int = 15) -> str:
+    """The last lines of the JVM's log, to show when Spark does not start."""
+    if not path:
+        return ""
+    try:
+        with open(path, errors="replace") as f:
+            tail = [ln.rstrip() for ln in f.readlines()[-lines:] if ln.strip()]
+    except OSError:
+        return ""
+    return f"\nSpark's log ({path}) ends with:\n" + "\n".join(tail) if tail else f"\n(Spark's log: {path})"
 
 
 def _first_line(exc: BaseException) -> str:

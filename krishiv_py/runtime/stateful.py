@@ -113,8 +113,7 @@ class BatchCollector:
             if results.num_rows:
                 _write_parquet(results, sink.path, f"part-{batch_id:012d}.parquet")
         elif isinstance(sink, ConsoleSink):
-            print(f"-- batch {batch_id} --")
-            print(results.slice(0, sink.num_rows).to_pandas().to_string())
+            sink.show(results, batch_id)
         elif isinstance(sink, ForeachBatchSink):
             sink.fn(results, batch_id)
 
@@ -212,11 +211,12 @@ class StatefulJob(StreamingJob):
 
     # --- control -------------------------------------------------------------------
 
-    def process_all_available(self) -> None:
+    def _drain(self) -> None:
         # Until a pass writes no tick, neither here nor in the background thread.
         for _ in range(1000):
             before = self._ticks_written
-            super().process_all_available()
+            super()._drain()
+            self._check_failed()
             self._maybe_tick()
             if self._ticks_written == before:
                 return
