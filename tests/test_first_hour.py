@@ -360,3 +360,58 @@ def test_failures_and_ctrl_c_are_quiet(tmp_path: Path) -> None:
     assert log_path.startswith(str(tmp_path / "logs"))
     log = Path(log_path).read_text()
     assert "DIVIDE_BY_ZERO" in log  # the Java trace went to the log instead
+
+
+# --- progress and Ctrl-C handling, without Spark ----------------------------------------------
+
+
+def test_progress_is_on_when_interactive_and_switchable(monkeypatch: pytest.MonkeyPatch) -> None:
+    from krishiv_py.runtime.watch import progress_enabled
+
+    monkeypatch.delenv("KRISHIV_PROGRESS", raising=False)
+    assert progress_enabled(None) is False  # pytest's stderr is not a terminal, no notebook
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert progress_enabled(None) is True
+    assert progress_enabled(False) is False  # the session's switch wins
+    monkeypatch.setenv("KRISHIV_PROGRESS", "0")
+    assert progress_enabled(None) is False
+    monkeypatch.setenv("KRISHIV_PROGRESS", "1")
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
+    assert progress_enabled(None) is True
+
+
+def test_long_waits_show_a_progress_bar(capsys: pytest.CaptureFixture[str]) -> None:
+    from krishiv_py.runtime.watch import watching
+
+    done = iter(range(1000))
+    with watching(
+        on_interrupt=lambda: None,
+        message="",
+        progress=lambda: (next(done), 100, "2 stages"),
+        description="krishiv_py running",
+    ):
+        time.sleep(1.6)  # bars appear after one second
+    err = capsys.readouterr().err
+    assert "krishiv_py running" in err and "/100" in err and "2 stages" in err
+    with watching(on_interrupt=lambda: None, message="", progress=None, description="quiet"):
+        time.sleep(0.1)
+    assert capsys.readouterr().err == ""
+
+
+def test_ctrl_c_runs_the_stop_action_off_the_main_thread(capsys: pytest.CaptureFixture[str]) -> None:
+    from krishiv_py.runtime.watch import interruptible
+
+    calls: list[str] = []
+    released = threading.Event()
+
+    def stop() -> None:
+        calls.append(threading.current_thread().name)
+        released.set()
+
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt), interruptible(stop, "stopped cleanly"):
+        signal.raise_signal(signal.SIGINT)
+        assert released.wait(10)  # the blocked call returns once the stop action ran
+    assert calls == ["krishiv-interrupt"]
+    assert capsys.readouterr().err == "stopped cleanly\n"
+    assert signal.getsignal(signal.SIGINT) is before  # the previous handler is back
