@@ -64,6 +64,12 @@ Accumulation
     session has emitted nothing. A final firing always emits, except in
     discarding mode; the other firings need pending rows.
 
+Log
+    With ``record=True`` the model also keeps :attr:`ReferenceModel.log`:
+    every step (its kind, rows and the watermarks after it), every row's
+    classification and every firing (early, final or late), each with the
+    index of its step. :func:`krishiv_py.viz.timeline` draws it.
+
 Output
     One dict per result row: the key columns, ``window_start`` and
     ``window_end`` (int epoch ms), the aggregates, then ``kind`` in
@@ -121,8 +127,14 @@ __all__ = [
     "FUTURE_TOLERANCE_MS",
     "AggFunc",
     "AggSpec",
+    "Classification",
+    "LoggedEvent",
+    "LoggedFiring",
+    "LoggedStep",
+    "ReferenceLog",
     "ReferenceMetrics",
     "ReferenceModel",
+    "StateWindow",
     "event_time_us",
 ]
 
@@ -134,6 +146,9 @@ Key: TypeAlias = tuple[object, ...]
 ModelWindow: TypeAlias = TumblingWindow | SlidingWindow | SessionWindow
 Result: TypeAlias = dict[str, object]
 LateClass: TypeAlias = Literal["invalid", "very_late"]
+Classification: TypeAlias = Literal["on_time", "mildly_late", "very_late", "invalid"]
+FiringKind: TypeAlias = Literal["early", "final", "late"]
+StepKind: TypeAlias = Literal["send", "advance_watermark", "close"]
 
 _AGG_FUNCS: frozenset[str] = frozenset(get_args(AggFunc))
 _ON_WATERMARK = Trigger.on_watermark()
@@ -148,7 +163,7 @@ _NAN = float("nan")
 class AggSpec:
     """One aggregate of the model's output, named ``name``.
 
-    Parameters
+    Attributes
     ----------
     name
         Output column name.
@@ -198,6 +213,63 @@ class ReferenceMetrics:
 
 
 _METRIC_NAMES: tuple[str, ...] = tuple(a.name for a in attrs.fields(ReferenceMetrics))
+
+
+@attrs.frozen(kw_only=True)
+class LoggedStep:
+    """One step of a recording model: what it was and the watermarks after it."""
+
+    kind: StepKind
+    source: str
+    rows: int  # data rows of a ``send``; 0 for the punctuations
+    watermark_ms: int | None  # the overall watermark after the step
+    source_watermarks: Mapping[str, int] = attrs.field(hash=False)  # after the step
+
+
+@attrs.frozen(kw_only=True)
+class LoggedEvent:
+    """One row as the model classified it; ``step`` is the index of its step, from 0."""
+
+    step: int
+    source: str
+    ts_us: int | None  # None: no valid event time
+    key: Key
+    classification: Classification
+    watermark_ms: int | None  # the watermark the row met
+
+
+@attrs.frozen(kw_only=True)
+class LoggedFiring:
+    """One firing of a window: ``early`` (before its final firing), ``final`` or ``late`` (after it).
+
+    A final firing in discarding mode with nothing new emits no row, but is
+    logged all the same.
+    """
+
+    step: int
+    key: Key
+    start_ms: int
+    end_ms: int
+    kind: FiringKind
+
+
+@attrs.define
+class ReferenceLog:
+    """What a model created with ``record=True`` saw and did, in order."""
+
+    steps: list[LoggedStep] = attrs.field(factory=list)
+    events: list[LoggedEvent] = attrs.field(factory=list)
+    firings: list[LoggedFiring] = attrs.field(factory=list)
+
+
+@attrs.frozen(kw_only=True)
+class StateWindow:
+    """A window held by the model: open, or fired and retained for late rows."""
+
+    key: Key
+    start_ms: int
+    end_ms: int
+    fired: bool  # had its final firing
 
 
 @attrs.frozen
@@ -337,6 +409,9 @@ class ReferenceModel:
     clock
         Processing time in ms, read by ``Trigger.on_interval``; default
         ``time.monotonic() * 1000``.
+    record
+        Keep :attr:`log`, every step, classification and firing (for
+        :mod:`krishiv_py.viz`); results are the same either way.
 
     Examples
     --------
@@ -376,6 +451,7 @@ class ReferenceModel:
         accumulation: Accumulation = "accumulating",
         future_tolerance_ms: int = FUTURE_TOLERANCE_MS,
         clock: Callable[[], float] | None = None,
+        record: bool = False,
     ) -> None:
         lateness = check_ms("allowed_lateness_ms", allowed_lateness_ms, positive=False)
         self._state = _make_state(window, lateness)
@@ -393,6 +469,8 @@ class ReferenceModel:
         self._closed: set[str] = set()
         self._overall: int | None = None
         self._seq = 0
+        self._step = 0
+        self._log = ReferenceLog() if record else None
         self._results: list[Result] = []
         self._late_events: list[Result] = []
         self._counts = dict.fromkeys(_METRIC_NAMES, 0)
@@ -444,12 +522,12 @@ class ReferenceModel:
         out: list[Result] = []
         max_us: int | None = None
         for row in rows:
-            ts_us = self._ingest(row, w_ms, out)
+            ts_us = self._ingest(row, w_ms, out, source)
             if ts_us is not None and (max_us is None or ts_us > max_us):
                 max_us = ts_us
         if max_us is not None:
             self._raise_source(source, max_us // 1000 - self._lag_ms)
-        return self._end_step(w_ms, out)
+        return self._end_step(w_ms, out, "send", source, len(rows))
 
     def advance_watermark(self, ts_ms: int, *, source: str = "main") -> list[Result]:
         """Promise no event older than ``ts_ms`` follows from ``source`` (one step)."""
@@ -458,7 +536,7 @@ class ReferenceModel:
             raise PlanError(f"ts_ms must be an integer number of milliseconds, got {ts_ms!r}")
         w_ms = self._overall
         self._raise_source(source, ts_ms)
-        return self._end_step(w_ms, [])
+        return self._end_step(w_ms, [], "advance_watermark", source)
 
     def close(self, *, source: str = "main") -> list[Result]:
         """End ``source``: its watermark becomes END_OF_TIME_MS (one step; idempotent)."""
@@ -466,7 +544,7 @@ class ReferenceModel:
         w_ms = self._overall
         self._closed.add(source)
         self._raise_source(source, END_OF_TIME_MS)
-        return self._end_step(w_ms, [])
+        return self._end_step(w_ms, [], "close", source)
 
     @property
     def results(self) -> list[Result]:
@@ -493,9 +571,26 @@ class ReferenceModel:
         return dict(self._watermarks)
 
     @property
+    def sources(self) -> tuple[str, ...]:
+        """The declared sources, in order."""
+        return self._sources
+
+    @property
     def metrics(self) -> ReferenceMetrics:
         """A snapshot of the counters."""
         return ReferenceMetrics(**self._counts)
+
+    @property
+    def log(self) -> ReferenceLog | None:
+        """Every step, classification and firing so far; ``None`` unless made with ``record=True``."""
+        return self._log
+
+    def state_windows(self) -> list[StateWindow]:
+        """The windows held now, in firing order: open, or fired and retained for late rows."""
+        return [
+            StateWindow(key=p.key, start_ms=p.start_us // 1000, end_ms=p.end_us // 1000, fired=p.final_fired)
+            for p in sorted(self._state.panes(), key=_emit_order)
+        ]
 
     def _check_source(self, source: str) -> None:
         if source not in self._sources:
@@ -506,12 +601,13 @@ class ReferenceModel:
         if source in self._closed:
             raise SourceClosedError(f"source {source!r} is closed")
 
-    def _ingest(self, row: Row, w_ms: int | None, out: list[Result]) -> int | None:
+    def _ingest(self, row: Row, w_ms: int | None, out: list[Result], source: str) -> int | None:
         """Classify, store and maybe fire one row; return its event time in µs (None if invalid)."""
         self._counts["input_rows"] += 1
         ts_us = event_time_us(row.get(self._event_time))
         if ts_us is None:
             self._late(row, "invalid", w_ms)
+            self._record(row, source, None, "invalid", w_ms)
             return None
         if w_ms is not None and ts_us > (w_ms + self._future_tolerance_ms) * 1000:
             self._counts["future_events"] += 1
@@ -519,21 +615,38 @@ class ReferenceModel:
         self._seq += 1
         if not joined:
             self._late(row, "very_late", w_ms)
+            self._record(row, source, ts_us, "very_late", w_ms)
             return ts_us
         late = w_ms is not None and ts_us < w_ms * 1000
         self._counts["mildly_late_events" if late else "on_time_events"] += 1
+        self._record(row, source, ts_us, "mildly_late" if late else "on_time", w_ms)
         for pane in absorbed:
             if pane.emitted is not None and self._accumulation == "retracting":
                 self._retract(pane, out)
         every = self._trigger.element_count
         for pane in joined:
             if every and len(pane.pending) >= every:
-                self._fire(pane, out)
+                self._fire(pane, out, "late" if pane.final_fired else "early")
         return ts_us
 
     def _late(self, row: Row, classification: LateClass, w_ms: int | None) -> None:
         self._counts[f"{classification}_events"] += 1
         self._late_events.append({**row, "classification": classification, "watermark_ms": w_ms})
+
+    def _record(
+        self, row: Row, source: str, ts_us: int | None, classification: Classification, w_ms: int | None
+    ) -> None:
+        if self._log is not None:
+            self._log.events.append(
+                LoggedEvent(
+                    step=self._step,
+                    source=source,
+                    ts_us=ts_us,
+                    key=self._key_of(row),
+                    classification=classification,
+                    watermark_ms=w_ms,
+                )
+            )
 
     def _key_of(self, row: Row) -> Key:
         return tuple(_canonical(row.get(name)) for name in self._keys)
@@ -541,13 +654,26 @@ class ReferenceModel:
     def _raise_source(self, source: str, ts_ms: int) -> None:
         self._watermarks[source] = max(self._watermarks.get(source, ts_ms), ts_ms)
 
-    def _end_step(self, w_ms: int | None, out: list[Result]) -> list[Result]:
+    def _end_step(
+        self, w_ms: int | None, out: list[Result], kind: StepKind, source: str, rows: int = 0
+    ) -> list[Result]:
         """Sweep at the old watermark (only interval firings while there is none), move it, sweep again."""
         self._sweep(w_ms, out)
         self._move_overall()
         if self._overall is not None and self._overall != w_ms:
             self._sweep(self._overall, out)
         self._results.extend(out)
+        if self._log is not None:
+            self._log.steps.append(
+                LoggedStep(
+                    kind=kind,
+                    source=source,
+                    rows=rows,
+                    watermark_ms=self._overall,
+                    source_watermarks=dict(self._watermarks),
+                )
+            )
+        self._step += 1
         return out
 
     def _move_overall(self) -> None:
@@ -564,18 +690,29 @@ class ReferenceModel:
         for pane in sorted(self._state.panes(), key=_emit_order):
             if x_ms is not None and pane.end_us <= x_ms * 1000:
                 if not pane.final_fired or pane.pending:
+                    kind: FiringKind = "late" if pane.final_fired else "final"
                     pane.final_fired = True
-                    self._fire(pane, out)
+                    self._fire(pane, out, kind)
             elif self._trigger.kind == "interval" and pane.pending:
                 now = self._clock() if now is None else now
                 if pane.fired_at_ms is None or now - pane.fired_at_ms >= self._trigger.every:
                     pane.fired_at_ms = now
-                    self._fire(pane, out)
+                    self._fire(pane, out, "early")
         if x_ms is not None:
             self._state.evict(x_ms)
 
-    def _fire(self, pane: _Pane, out: list[Result]) -> None:
+    def _fire(self, pane: _Pane, out: list[Result], kind: FiringKind) -> None:
         """Emit ``pane``'s result as its accumulation mode says, then clear its pending rows."""
+        if self._log is not None:
+            self._log.firings.append(
+                LoggedFiring(
+                    step=self._step,
+                    key=pane.key,
+                    start_ms=pane.start_us // 1000,
+                    end_ms=pane.end_us // 1000,
+                    kind=kind,
+                )
+            )
         rows = pane.pending if self._accumulation == "discarding" else pane.entries
         pane.pending = []
         if not rows:

@@ -86,12 +86,15 @@ class Close:
 Step: TypeAlias = Send | AdvanceWatermark | Close
 
 
-def reference_model_for(stream: Stream, *, clock: Callable[[], float] | None = None) -> ReferenceModel:
+def reference_model_for(
+    stream: Stream, *, clock: Callable[[], float] | None = None, record: bool = False
+) -> ReferenceModel:
     """A :class:`ReferenceModel` for a ``source -> watermark -> window -> agg`` pipeline.
 
     The model gets the pipeline's emission options (trigger, allowed
     lateness, accumulation) and the watermark's future tolerance; ``clock``
-    (processing time in ms) drives ``Trigger.on_interval``.
+    (processing time in ms) drives ``Trigger.on_interval``; ``record=True``
+    keeps the model's :attr:`~ReferenceModel.log`.
     """
     plan = stream.plan
     if not isinstance(plan, n.WindowAggregate) or not isinstance(plan.input, n.Watermark):
@@ -110,6 +113,7 @@ def reference_model_for(stream: Stream, *, clock: Callable[[], float] | None = N
         accumulation=plan.emission.accumulation,
         future_tolerance_ms=wm.future_tolerance_ms,
         clock=clock,
+        record=record,
     )
 
 
