@@ -46,8 +46,8 @@ def test_schema_displays_as_a_column_list() -> None:
     assert "Field(" not in repr(schema) and "DataType(" not in repr(schema)
 
 
-def test_metrics_spell_out_end_of_input() -> None:
-    fields = dict(
+def _metrics(watermark_ms: int | None) -> kp.JobMetrics:
+    return kp.JobMetrics(
         input_rows=3,
         batches=2,
         invalid_events=0,
@@ -58,14 +58,18 @@ def test_metrics_spell_out_end_of_input() -> None:
         windows_emitted=1,
         retractions=0,
         state_evictions=0,
+        watermark_ms=watermark_ms,
         watermark_advances=1,
     )
-    ended = kp.JobMetrics(watermark_ms=kp.END_OF_TIME_MS, **fields)
+
+
+def test_metrics_spell_out_end_of_input() -> None:
+    ended = _metrics(kp.END_OF_TIME_MS)
     assert ended.end_of_input
     assert "watermark_ms=<end of input>" in repr(ended)
     assert str(kp.END_OF_TIME_MS) not in repr(ended)
     assert "end of input" in ended._repr_html_()
-    running = kp.JobMetrics(watermark_ms=60_000, **fields)
+    running = _metrics(60_000)
     assert not running.end_of_input
     assert "watermark_ms=60000 (1970-01-01 00:01:00 UTC)" in repr(running)
     assert "n/a" not in running._repr_html_()  # unobservable figures are left out of the card
