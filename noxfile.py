@@ -1,4 +1,4 @@
-"""Developer tasks: ``nox -s tests lint typecheck examples bench``."""
+"""Developer tasks: ``nox -s tests lint typecheck examples docs bench``."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def tests(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff lint and format check."""
     session.install("ruff>=0.6")
-    session.run("ruff", "check", "krishiv_py", "tests", "benchmarks", "examples", "noxfile.py")
+    session.run("ruff", "check", "krishiv_py", "tests", "benchmarks", "examples", "docs", "noxfile.py")
 
 
 @nox.session(python=PYTHON)
@@ -38,6 +38,18 @@ def examples(session: nox.Session) -> None:
 
     for script in sorted(pathlib.Path("examples").glob("*.py")):
         session.run("python", str(script))
+
+
+@nox.session(python=PYTHON)
+def docs(session: nox.Session) -> None:
+    """The documentation site, built into ``site/`` by ``mkdocs build --strict`` (a warning fails it).
+
+    Building executes the notebooks in ``examples/notebooks/``, which start a
+    local Spark (Java 17+). ``-- --dirty`` and other mkdocs options pass through.
+    """
+    session.install("-e", ".[docs]")
+    # Material for MkDocs prints a notice about MkDocs 2.0 on every build; it is not a warning of ours.
+    session.run("mkdocs", "build", "--strict", *session.posargs, env={"NO_MKDOCS_2_WARNING": "1"})
 
 
 @nox.session(python=PYTHON)

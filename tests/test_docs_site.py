@@ -1,0 +1,81 @@
+"""The documentation site covers the public API and lists every page (no Spark, no mkdocs needed)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+import krishiv_py as kp
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+REFERENCE = DOCS / "reference"
+_DIRECTIVE = re.compile(r"^::: krishiv_py\.(\S+)\s*$", re.MULTILINE)
+#: Public modules with a reference page of their own, beside the names of krishiv_py.__all__.
+MODULES = {"testing"}
+
+
+def _config() -> dict[str, Any]:
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    assert isinstance(config, dict)
+    return config
+
+
+def _nav_paths(entry: object) -> list[str]:
+    """Every page path in a (nested) mkdocs nav entry."""
+    if isinstance(entry, str):
+        return [entry]
+    if isinstance(entry, list):
+        return [p for item in entry for p in _nav_paths(item)]
+    if isinstance(entry, dict):
+        return [p for value in entry.values() for p in _nav_paths(value)]
+    raise AssertionError(f"unexpected nav entry {entry!r}")
+
+
+def _nav() -> list[str]:
+    return _nav_paths(_config()["nav"])
+
+
+def _documented() -> list[str]:
+    """Names rendered by a ``::: krishiv_py.<name>`` block of the reference pages."""
+    return [name for page in sorted(REFERENCE.glob("*.md")) for name in _DIRECTIVE.findall(page.read_text())]
+
+
+def test_every_public_name_is_in_the_reference() -> None:
+    missing = sorted(set(kp.__all__) - set(_documented()))
+    assert not missing, f"add a '::: krishiv_py.<name>' block to a page of docs/reference/ for: {missing}"
+
+
+def test_the_reference_documents_only_public_names_once() -> None:
+    documented = _documented()
+    assert sorted(set(documented) - set(kp.__all__) - MODULES) == []
+    assert sorted({n for n in documented if documented.count(n) > 1}) == []
+
+
+def test_every_page_is_in_the_nav() -> None:
+    pages = {p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md")}
+    notebooks = {p.relative_to(ROOT).as_posix() for p in (ROOT / "examples" / "notebooks").glob("*.ipynb")}
+    missing = sorted((pages | notebooks) - set(_nav()))
+    assert not missing, f"add to the nav of mkdocs.yml: {missing}"
+
+
+@pytest.mark.parametrize("path", _nav())
+def test_every_nav_entry_exists(path: str) -> None:
+    # Pages come from docs/; docs/_hooks.py mounts files from outside it at their repository path.
+    assert (DOCS / path).is_file() or (ROOT / path).is_file(), path
+
+
+def test_the_build_is_strict_and_runs_the_notebooks() -> None:
+    config = _config()
+    assert config["docs_dir"] == "docs"
+    assert set(config["validation"].values()) == {"warn"}
+    plugins = {next(iter(p)) if isinstance(p, dict) else p: p for p in config["plugins"]}
+    jupyter = plugins["mkdocs-jupyter"]["mkdocs-jupyter"]
+    assert jupyter["execute"] is True
+    assert jupyter["allow_errors"] is False
+    python = plugins["mkdocstrings"]["mkdocstrings"]["handlers"]["python"]
+    assert python["options"]["docstring_style"] == "numpy"
