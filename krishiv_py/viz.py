@@ -668,9 +668,9 @@ def timeline(
     hatched grey while it waits for the watermark; the black step line is the
     watermark in force for each row, and an event left of it was late. A
     window fires in the step where the line passes its end: a window that
-    never fired has its end right of the line. In a notebook, assign the
-    result (``fig = job.plot_timeline()``) or end the line with ``;`` to see
-    the figure once.
+    never fired has its end right of the line. The figure is not kept
+    by pyplot: a notebook shows it once; elsewhere save it with
+    ``fig.savefig(path)``.
 
     Raises
     ------
@@ -682,8 +682,12 @@ def timeline(
         raise PlanError(f"max_events must be an integer >= 0, got {max_events!r}")
     data = _as_timeline(source)
     if ax is None:
-        fig: Figure = _pyplot().figure(figsize=(9, 5), dpi=100, layout="constrained")
+        plt = _pyplot()
+        fig: Figure = plt.figure(figsize=(9, 5), dpi=100, layout="constrained")
         _draw(data, fig.add_subplot(), max_events=max_events, outside_legend=True)
+        # Released from pyplot: a notebook shows the returned figure once (the inline
+        # backend would show a figure pyplot still holds a second time).
+        plt.close(fig)
         return fig
     _draw(data, ax, max_events=max_events, outside_legend=False)
     return ax.figure.figure  # the root figure, also for an axes in a subfigure

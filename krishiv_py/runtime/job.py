@@ -240,6 +240,7 @@ class StreamingJob(Job):
         self._batches: dict[int, dict[str, Any]] = {}
         self._lock = threading.Lock()
         self._ended: JobState | None = None  # set when krishiv_py ended the query
+        self._input_done = False  # every source closed, and all of it processed
 
     # --- control ---------------------------------------------------------------
 
@@ -257,8 +258,11 @@ class StreamingJob(Job):
 
     def _drain(self) -> None:
         """Process everything available now (no checks, no Ctrl-C handling)."""
+        closed = self._all_sources_closed()
         spark_call("processing the available input", self._query.processAllAvailable)
         self._refresh()
+        if closed:  # everything up to end of input was processed
+            self._input_done = True
 
     def await_termination(self, timeout_s: float | None = None) -> bool:
         """Wait until the input has ended (every source closed) and all of it was processed.
@@ -334,16 +338,9 @@ class StreamingJob(Job):
         """Stop the job. Its results so far stay readable; it processes nothing more."""
         if self._query.isActive:
             if self._ended is None:
-                self._ended = "finished" if self._all_sources_closed() and self._caught_up() else "stopped"
+                self._ended = "finished" if self._input_done else "stopped"
             spark_call("stopping the job", self._query.stop)
         self._refresh()  # a stopped query still reports its progress
-
-    def _caught_up(self) -> bool:
-        """Every batch of the closed sources was processed (nothing left to read)."""
-        try:
-            return not bool(self._query.status["isDataAvailable"])
-        except Exception:  # noqa: BLE001 - unknown counts as not caught up
-            return False
 
     @property
     def is_active(self) -> bool:

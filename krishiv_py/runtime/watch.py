@@ -17,8 +17,9 @@ Ctrl-C
 
 Progress
     Long waits show a progress bar (tqdm) after one second when stderr is a
-    terminal or the code runs in a Jupyter kernel; ``progress=False`` on the
-    session or ``KRISHIV_PROGRESS=0`` turns it off, ``KRISHIV_PROGRESS=1`` on.
+    terminal, or in a Jupyter kernel as a widget when ``ipywidgets`` is
+    installed; ``progress=False`` on the session or ``KRISHIV_PROGRESS=0``
+    turns it off, ``KRISHIV_PROGRESS=1`` on.
 """
 
 from __future__ import annotations
@@ -126,7 +127,8 @@ def progress_enabled(setting: bool | None) -> bool:
         tty = sys.stderr.isatty()
     except (AttributeError, ValueError):
         tty = False
-    return tty or in_notebook()
+    # In a notebook, bars are widgets; a text bar would land in the red stderr area.
+    return tty or (in_notebook() and importlib.util.find_spec("ipywidgets") is not None)
 
 
 class Interrupt:

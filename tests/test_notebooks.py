@@ -1,0 +1,79 @@
+"""The example notebooks run in a Jupyter kernel: rich displays, a timeline picture, no stack traces."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+NOTEBOOKS = Path(__file__).parent.parent / "examples" / "notebooks"
+#: What never belongs on a notebook's screen: Java and Py4J traces, Spark's log lines, JVM warnings.
+NOISE = ("\tat ", "at org.apache", "py4j", "Py4J", "WARNING: Using incubator", " ERROR ", "Traceback")
+
+
+def run(name: str, tmp_path: Path) -> Any:
+    notebook = nbformat.read(NOTEBOOKS / name, as_version=4)  # type: ignore[no-untyped-call]
+    env = {**os.environ, "KRISHIV_LOG_DIR": str(tmp_path / "logs")}
+    env.pop("KRISHIV_VERBOSE", None)
+    client = NotebookClient(
+        notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    )
+    client.execute(env=env)  # the kernel runs in a process of its own, with this environment
+    return notebook
+
+
+def outputs(notebook: Any) -> list[tuple[int, Any]]:
+    return [
+        (i, out) for i, cell in enumerate(notebook.cells) if cell.cell_type == "code" for out in cell.outputs
+    ]
+
+
+def assert_quiet(notebook: Any) -> None:
+    for i, out in outputs(notebook):
+        if out.output_type == "stream" and out.name == "stderr":
+            raise AssertionError(f"cell {i} wrote to stderr: {out.text[:500]}")
+        text = out.get("text", "") + str(out.get("data", {}).get("text/plain", ""))
+        bad = [n for n in NOISE if n in text]
+        assert not bad, f"cell {i} shows {bad}: {text[:500]}"
+
+
+@pytest.mark.spark
+def test_quickstart_notebook_shows_rich_displays_and_a_timeline(tmp_path: Path) -> None:
+    notebook = run("quickstart.ipynb", tmp_path)
+    assert_quiet(notebook)
+    html = "\n".join(
+        out.data["text/html"] for _, out in outputs(notebook) if "text/html" in out.get("data", {})
+    )
+    for title in (
+        "krishiv_py Session",
+        "Schema (3 columns)",
+        "WindowAggregate",
+        "krishiv_py StreamingJob",
+        "krishiv_py JobMetrics",
+    ):
+        assert title in html, title
+    assert "2024-01-01 00:01:00 UTC" in html  # result tables: window bounds as times
+    assert "finished" in html and "end of input" in html
+    pngs = [out for _, out in outputs(notebook) if "image/png" in out.get("data", {})]
+    assert len(pngs) == 1  # the timeline, shown once
+    printed = "".join(out.text for _, out in outputs(notebook) if out.output_type == "stream")
+    assert "== Lowering: native ==" in printed  # explain() prints
+
+
+@pytest.mark.spark
+def test_a_failing_job_cell_shows_krishivs_error_and_nothing_else(tmp_path: Path) -> None:
+    notebook = run("failing_job.ipynb", tmp_path)
+    assert_quiet(notebook)
+    errors = [(i, out) for i, out in outputs(notebook) if out.output_type == "error"]
+    assert [out.ename for _, out in errors] == ["JobError", "JobStoppedError"]
+    failing = notebook.cells[errors[0][0]]
+    assert len(failing.outputs) == 1  # the error and nothing else
+    assert "CAST_INVALID_INPUT" in errors[0][1].evalue
+    html = "\n".join(
+        out.data["text/html"] for _, out in outputs(notebook) if "text/html" in out.get("data", {})
+    )
+    assert "failed" in html and "invalid_events" in html
