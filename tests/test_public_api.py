@@ -29,6 +29,7 @@ EXPECTED_ALL = [
     "KrishivError",
     "LateEventHandler",
     "MemorySink",
+    "MissingDependencyError",
     "NoResultsError",
     "ParquetSink",
     "PlanError",
