@@ -19,15 +19,16 @@ def tests(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
     """ruff lint and format check."""
-    session.install("ruff>=0.6")
-    session.run("ruff", "check", "krishiv_py", "tests", "benchmarks", "examples", "docs", "noxfile.py")
+    session.install("ruff>=0.17.6,<0.18")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
 
 
 @nox.session(python=PYTHON)
 def typecheck(session: nox.Session) -> None:
     """mypy --strict on the package and the tests."""
     session.install("-e", ".[dev]")
-    session.run("mypy", "--strict", "krishiv_py", "tests", "examples", "benchmarks")
+    session.run("mypy", "--strict", "krishiv_py", "tests", "examples", "benchmarks", "noxfile.py")
 
 
 @nox.session(python=PYTHON)

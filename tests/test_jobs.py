@@ -394,8 +394,9 @@ def test_event_times_before_the_supported_range_are_counted_invalid(session: kp.
     stream, sender = session.memory_stream(SCHEMA)
     pipeline = per_minute(stream)
     job = pipeline.start()
-    sender.send([{"user_id": "a", "event_time": dt.datetime(1000, 1, 1, tzinfo=dt.UTC),
-                  "amount": 1.0}, ev("a", 1)])
+    sender.send(
+        [{"user_id": "a", "event_time": dt.datetime(1000, 1, 1, tzinfo=dt.UTC), "amount": 1.0}, ev("a", 1)]
+    )
     sender.close()
     assert job.await_termination(timeout_s=120)
     assert job.results().num_rows == 1
@@ -405,12 +406,15 @@ def test_event_times_before_the_supported_range_are_counted_invalid(session: kp.
 
 def test_huge_batch_is_one_step(session: kp.Session) -> None:
     n = 200_000
-    table = pa.table({
-        "user_id": pa.array([f"u{i % 100}" for i in range(n)]),
-        "event_time": pa.array([T0 + dt.timedelta(milliseconds=i) for i in range(n)],
-                               pa.timestamp("us", tz="UTC")),
-        "amount": pa.array([1.0] * n),
-    })
+    table = pa.table(
+        {
+            "user_id": pa.array([f"u{i % 100}" for i in range(n)]),
+            "event_time": pa.array(
+                [T0 + dt.timedelta(milliseconds=i) for i in range(n)], pa.timestamp("us", tz="UTC")
+            ),
+            "amount": pa.array([1.0] * n),
+        }
+    )
     stream, sender = session.memory_stream(SCHEMA)
     job = per_minute(stream).start()
     assert sender.send(table) == 0

@@ -130,16 +130,18 @@ FORCED: dict[str, Lowering] = {"keyed_session": "native", "global_session": "nat
 
 
 def snapshot_text(recipe: SparkRecipe) -> str:
-    return "\n".join([
-        f"lowering: {recipe.lowering}",
-        f"reason: {recipe.reason}",
-        f"output_mode: {recipe.output_mode}",
-        f"time_shift_ms: {recipe.time_shift_ms}",
-        f"output_schema: {recipe.output_schema}",
-        "",
-        recipe.render(),
-        "",
-    ])
+    return "\n".join(
+        [
+            f"lowering: {recipe.lowering}",
+            f"reason: {recipe.reason}",
+            f"output_mode: {recipe.output_mode}",
+            f"time_shift_ms: {recipe.time_shift_ms}",
+            f"output_schema: {recipe.output_schema}",
+            "",
+            recipe.render(),
+            "",
+        ]
+    )
 
 
 @pytest.mark.parametrize("name", sorted(PIPELINES))
@@ -165,9 +167,14 @@ def test_lowering_is_deterministic() -> None:
         assert build().lower().render() == build().lower().render()
 
 
-@pytest.mark.parametrize(("name", "period"), [
-    ("keyed_tumbling", 60_000), ("sliding_epoch_ms", 10_000), ("filter_before_watermark", 60_000),
-])
+@pytest.mark.parametrize(
+    ("name", "period"),
+    [
+        ("keyed_tumbling", 60_000),
+        ("sliding_epoch_ms", 10_000),
+        ("filter_before_watermark", 60_000),
+    ],
+)
 def test_time_shift_is_a_multiple_of_the_slide(name: str, period: int) -> None:
     recipe = PIPELINES[name]().lower()
     assert recipe.lowering == "native"

@@ -172,24 +172,47 @@ def test_default_aggregate_names_types_and_column_order() -> None:
         )
     )
     assert out.columns == (
-        "user_id", "name", "window_start", "window_end",
-        "count", "sum_amount", "avg_amount", "min_amount", "max_amount",
-        "count_distinct_x", "first_x", "last_x", "sum_x", "count_name",
+        "user_id",
+        "name",
+        "window_start",
+        "window_end",
+        "count",
+        "sum_amount",
+        "avg_amount",
+        "min_amount",
+        "max_amount",
+        "count_distinct_x",
+        "first_x",
+        "last_x",
+        "sum_x",
+        "count_name",
     )
     types = {f.name: f.dtype.name for f in out.schema}
     assert types == {
-        "user_id": "string", "name": "string", "window_start": "timestamp", "window_end": "timestamp",
-        "count": "bigint", "sum_amount": "double", "avg_amount": "double", "min_amount": "double",
-        "max_amount": "double", "count_distinct_x": "bigint", "first_x": "bigint", "last_x": "bigint",
-        "sum_x": "bigint", "count_name": "bigint",
+        "user_id": "string",
+        "name": "string",
+        "window_start": "timestamp",
+        "window_end": "timestamp",
+        "count": "bigint",
+        "sum_amount": "double",
+        "avg_amount": "double",
+        "min_amount": "double",
+        "max_amount": "double",
+        "count_distinct_x": "bigint",
+        "first_x": "bigint",
+        "last_x": "bigint",
+        "sum_x": "bigint",
+        "count_name": "bigint",
     }
     bounds = [f for f in out.schema if f.name.startswith("window_")]
     assert all(not f.nullable for f in bounds)
 
 
 def test_alias_overrides_the_default_name_and_keeps_the_order_given() -> None:
-    out = timed().tumbling_window(10).agg(
-        kp.sum(kp.col("amount")).alias("total"), kp.count(kp.col("*")).alias("events")
+    out = (
+        timed()
+        .tumbling_window(10)
+        .agg(kp.sum(kp.col("amount")).alias("total"), kp.count(kp.col("*")).alias("events"))
     )
     assert out.columns == ("window_start", "window_end", "total", "events")
     agg = kp.sum(kp.col("amount"))
@@ -198,8 +221,11 @@ def test_alias_overrides_the_default_name_and_keeps_the_order_given() -> None:
 
 def test_agg_over_a_decimal_and_an_int_column() -> None:
     src = n.MemorySource(name="d", schema=to_schema("t bigint, d decimal(10,2), i int"), path="/p")
-    out = stream(src).watermark("t", 0).tumbling_window(10).agg(
-        kp.sum(kp.col("d")), kp.avg(kp.col("i")), kp.sum(kp.col("i")), kp.min(kp.col("i"))
+    out = (
+        stream(src)
+        .watermark("t", 0)
+        .tumbling_window(10)
+        .agg(kp.sum(kp.col("d")), kp.avg(kp.col("i")), kp.sum(kp.col("i")), kp.min(kp.col("i")))
     )
     assert [f.dtype.name for f in out.schema][2:] == ["decimal(10,2)", "double", "bigint", "int"]
 
@@ -575,12 +601,14 @@ def test_schema_of_a_hand_built_window_aggregate() -> None:
         window=SessionWindow(gap_ms=5),
         aggregates=(AggCall("avg", "x", "mean"),),
     )
-    assert n.schema_of(plan) == Schema((
-        Field("name", DataType("string")),
-        Field("window_start", DataType("timestamp"), False),
-        Field("window_end", DataType("timestamp"), False),
-        Field("mean", DataType("double")),
-    ))
+    assert n.schema_of(plan) == Schema(
+        (
+            Field("name", DataType("string")),
+            Field("window_start", DataType("timestamp"), False),
+            Field("window_end", DataType("timestamp"), False),
+            Field("mean", DataType("double")),
+        )
+    )
 
 
 def test_watermark_on_window_output_is_refused() -> None:

@@ -65,12 +65,14 @@ def test_list_of_dicts_is_written_in_schema_order(tmp_path: Path) -> None:
 
 def test_pandas_input(tmp_path: Path) -> None:
     sender = make(tmp_path)
-    frame = pd.DataFrame({
-        "n": [1, 2],
-        "k": ["a", "b"],
-        "v": [0.5, float("nan")],
-        "t": pd.to_datetime(["2024-01-01 12:00:00.123456", "1969-12-31 23:59:59.999999"]),
-    })
+    frame = pd.DataFrame(
+        {
+            "n": [1, 2],
+            "k": ["a", "b"],
+            "v": [0.5, float("nan")],
+            "t": pd.to_datetime(["2024-01-01 12:00:00.123456", "1969-12-31 23:59:59.999999"]),
+        }
+    )
     assert sender.send(frame) == 0
     table = read(tmp_path, 0)
     assert table.column_names[:4] == ["k", "t", "v", "n"]
@@ -89,12 +91,14 @@ def test_nan_in_a_list_of_dicts_stays_nan(tmp_path: Path) -> None:
 
 def test_pyarrow_table_and_record_batch_input(tmp_path: Path) -> None:
     sender = make(tmp_path)
-    table = pa.table({
-        "v": pa.array([1, 2], pa.int32()),  # widened to double exactly
-        "n": pa.array([10, 20], pa.int64()),
-        "t": pa.array([T0, T0], pa.timestamp("us", tz="America/New_York")),
-        "k": pa.array(["a", None], pa.large_string()),
-    })
+    table = pa.table(
+        {
+            "v": pa.array([1, 2], pa.int32()),  # widened to double exactly
+            "n": pa.array([10, 20], pa.int64()),
+            "t": pa.array([T0, T0], pa.timestamp("us", tz="America/New_York")),
+            "k": pa.array(["a", None], pa.large_string()),
+        }
+    )
     assert sender.send(table) == 0
     assert sender.send(table.to_batches()[0]) == 1
     for seq in (0, 1):
@@ -239,8 +243,21 @@ def test_sequence_numbers_and_hidden_columns(tmp_path: Path) -> None:
 def test_empty_batch_is_written_and_numbered(tmp_path: Path) -> None:
     sender = make(tmp_path)
     assert sender.send([]) == 0
-    assert sender.send(pa.table({c: pa.array([], t) for c, t in zip(SCHEMA.names, [
-        pa.string(), pa.timestamp("us", tz="UTC"), pa.float64(), pa.int64()], strict=True)})) == 1
+    assert (
+        sender.send(
+            pa.table(
+                {
+                    c: pa.array([], t)
+                    for c, t in zip(
+                        SCHEMA.names,
+                        [pa.string(), pa.timestamp("us", tz="UTC"), pa.float64(), pa.int64()],
+                        strict=True,
+                    )
+                }
+            )
+        )
+        == 1
+    )
     for seq in (0, 1):
         table = read(tmp_path, seq)
         assert table.num_rows == 0 and table.column_names == ["k", "t", "v", "n", *HIDDEN]

@@ -145,19 +145,36 @@ TRANSCRIPTS: dict[str, tuple[str, Pipeline, list[Step]]] = {
         [Send(rows(None, 5)), Send(rows(None)), Close()],
     ),
     "far_future_event_time_fires_on_close": (
-        MS, tumbling(10, 0), [Send(rows(200_000_000_000_000, 253_402_300_799_980)), Close()],
+        MS,
+        tumbling(10, 0),
+        [Send(rows(200_000_000_000_000, 253_402_300_799_980)), Close()],
     ),
     "event_times_out_of_range_are_invalid": (
-        MS, tumbling(10, 0), [Send(rows(-(2**44) - 1, 253_402_300_800_000, -(2**44))), Close()],
+        MS,
+        tumbling(10, 0),
+        [Send(rows(-(2**44) - 1, 253_402_300_800_000, -(2**44))), Close()],
     ),
     "nan_amounts_follow_spark_ordering": (
         TS,
-        lambda s: s.watermark("t", 0).key_by("k").tumbling_window(10).agg(
-            kp.sum(kp.col("v")), kp.min(kp.col("v")), kp.max(kp.col("v")), kp.count_distinct(kp.col("v"))
+        lambda s: (
+            s.watermark("t", 0)
+            .key_by("k")
+            .tumbling_window(10)
+            .agg(
+                kp.sum(kp.col("v")), kp.min(kp.col("v")), kp.max(kp.col("v")), kp.count_distinct(kp.col("v"))
+            )
         ),
-        [Send([{"k": "a", "t": at(1), "v": float("nan")}, {"k": "a", "t": at(2), "v": 1.0},
-               {"k": "a", "t": at(3), "v": float("nan")}, {"k": "b", "t": at(4), "v": float("nan")}]),
-         Close()],
+        [
+            Send(
+                [
+                    {"k": "a", "t": at(1), "v": float("nan")},
+                    {"k": "a", "t": at(2), "v": 1.0},
+                    {"k": "a", "t": at(3), "v": float("nan")},
+                    {"k": "b", "t": at(4), "v": float("nan")},
+                ]
+            ),
+            Close(),
+        ],
     ),
     "timestamp_event_time_with_microseconds": (
         TS,

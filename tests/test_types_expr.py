@@ -37,10 +37,21 @@ def test_parse_basic_ddl() -> None:
 @pytest.mark.parametrize(
     ("text", "name"),
     [
-        ("long", "bigint"), ("LONG", "bigint"), ("integer", "int"), ("INT", "int"), ("short", "smallint"),
-        ("byte", "tinyint"), ("varchar", "string"), ("bool", "boolean"), ("real", "float"),
-        ("timestamp_ltz", "timestamp"), ("TIMESTAMP_NTZ", "timestamp_ntz"), ("decimal", "decimal(10,0)"),
-        ("DECIMAL( 10 , 2 )", "decimal(10,2)"), ("date", "date"), ("binary", "binary"),
+        ("long", "bigint"),
+        ("LONG", "bigint"),
+        ("integer", "int"),
+        ("INT", "int"),
+        ("short", "smallint"),
+        ("byte", "tinyint"),
+        ("varchar", "string"),
+        ("bool", "boolean"),
+        ("real", "float"),
+        ("timestamp_ltz", "timestamp"),
+        ("TIMESTAMP_NTZ", "timestamp_ntz"),
+        ("decimal", "decimal(10,0)"),
+        ("DECIMAL( 10 , 2 )", "decimal(10,2)"),
+        ("date", "date"),
+        ("binary", "binary"),
     ],
 )
 def test_type_aliases(text: str, name: str) -> None:
@@ -130,7 +141,10 @@ def test_from_arrow_accepts_other_units_and_large_types() -> None:
     ]
     arrow = pa.schema(fields)
     assert to_schema(arrow).fields == (
-        f("t", "timestamp"), f("n", "timestamp_ntz"), f("s", "string"), f("b", "binary")
+        f("t", "timestamp"),
+        f("n", "timestamp_ntz"),
+        f("s", "string"),
+        f("b", "binary"),
     )
 
 
@@ -184,9 +198,16 @@ def test_dtype_of_columns_literals_and_arithmetic() -> None:
 def test_dtype_of_boolean_expressions() -> None:
     col = kp.col
     for e in (
-        col("d") > 1, col("s") == "a", col("t") >= dt.datetime(2024, 1, 1), col("day") < col("t"),
-        col("s").is_null(), col("d").is_not_null(), (col("d") > 1) & col("ok"), ~col("ok") | kp.lit(None),
-        col("b") != 2.5, col("t") > "2024-01-01",
+        col("d") > 1,
+        col("s") == "a",
+        col("t") >= dt.datetime(2024, 1, 1),
+        col("day") < col("t"),
+        col("s").is_null(),
+        col("d").is_not_null(),
+        (col("d") > 1) & col("ok"),
+        ~col("ok") | kp.lit(None),
+        col("b") != 2.5,
+        col("t") > "2024-01-01",
     ):
         assert typ(e) == "boolean", render(e.node)
 

@@ -100,8 +100,7 @@ class Watermark:
             raise PlanError("this stream already has a watermark; declare it once, on the source side")
         if window_aggregates(self.input):
             raise PlanError(
-                "a watermark on the output of a windowed aggregation (chained windows) "
-                "is not supported yet"
+                "a watermark on the output of a windowed aggregation (chained windows) is not supported yet"
             )
 
 
@@ -135,9 +134,7 @@ class Union:
         first = schema_of(self.inputs[0])
         for other in self.inputs[1:]:
             if schema_of(other) != first:
-                raise PlanError(
-                    f"union needs identical schemas: [{first}] vs [{schema_of(other)}]"
-                )
+                raise PlanError(f"union needs identical schemas: [{first}] vs [{schema_of(other)}]")
         times = [event_time(i) for i in self.inputs]
         if any(t is None for t in times) and any(t is not None for t in times):
             raise PlanError("union inputs must all have a watermark, or none of them")
@@ -157,9 +154,7 @@ class WindowAggregate:
 
     def __attrs_post_init__(self) -> None:
         if event_time(self.input) is None:
-            raise PlanError(
-                "a window needs event time: call .watermark(column, lag_ms) before the window"
-            )
+            raise PlanError("a window needs event time: call .watermark(column, lag_ms) before the window")
         if not self.aggregates:
             raise PlanError("agg() needs at least one aggregate, e.g. kp.count(kp.col('*'))")
         schema_of(self)
@@ -294,8 +289,7 @@ def _describe(node: PlanNode) -> str:
         MemorySource: lambda n: f"MemorySource {n.name!r} [{n.schema}]",
         RecordsSource: lambda n: f"RecordsSource {n.name!r} ({n.data.num_rows} rows) [{n.schema}]",
         FileSource: lambda n: (
-            f"FileSource {n.name!r} {n.format} {n.path!r}"
-            f"{' (streaming)' if n.streaming else ''} [{n.schema}]"
+            f"FileSource {n.name!r} {n.format} {n.path!r}{' (streaming)' if n.streaming else ''} [{n.schema}]"
         ),
         Watermark: lambda n: (
             f"Watermark column={n.column} lag_ms={n.lag_ms}"
