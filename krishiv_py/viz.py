@@ -663,6 +663,8 @@ def timeline(
         then on-time ones evenly spaced in arrival order. The title says when
         some were left out; the timeline's data always has them all.
 
+    Notes
+    -----
     How to read it: each row is a step (later higher up); a window's band is
     green once it fired, orange when late events made it fire again and
     hatched grey while it waits for the watermark; the black step line is the
