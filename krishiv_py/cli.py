@@ -28,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     except KrishivError as exc:
         print(f"krishiv: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # the job was stopped and said so in one line
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover
