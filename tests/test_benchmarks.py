@@ -24,6 +24,7 @@ from benchmarks import data, protocol, report
 from benchmarks.__main__ import (
     ALL_RUNNERS,
     MODEL,
+    QUICK_SCALING_KEYS,
     QUICK_STATEFUL_KEYS,
     QUICK_STATEFUL_QUERIES,
     REFERENCE,
@@ -214,10 +215,10 @@ def _throughput(out: Path) -> dict[tuple[str, str], dict[str, Any]]:
 
 
 def _quick_only(q: str, runner: str) -> bool:
-    """Runs quick mode may skip: PyFlink; the default-config and stateful runners off their queries."""
+    """Runs quick mode may skip: PyFlink, the default-config runner, the stateful one off its queries."""
     return (
         runner == "pyflink"
-        or (runner == "pyspark-default" and q != "tumbling")
+        or runner == "pyspark-default"
         or (runner == STATEFUL and q not in QUICK_STATEFUL_QUERIES)
     )
 
@@ -247,7 +248,8 @@ def test_quick_mode_runs_and_writes_well_formed_results(quick_run: Path) -> None
     latency = [r for r in records if r["kind"] == "latency"]
     assert all(0 < r["p50_ms"] <= r["p95_ms"] for r in latency)
     scaling = [r for r in records if r["kind"] == "scaling"]
-    assert sorted({r["keys"] for r in scaling}) == sorted(SCALING_KEYS)
+    assert sorted({r["keys"] for r in scaling}) == sorted(QUICK_SCALING_KEYS)
+    assert set(QUICK_SCALING_KEYS) < set(SCALING_KEYS)  # full runs add the largest key count
     assert all(r["agrees_with_reference"] for r in scaling if r["status"] == "ok")
     md = (quick_run / "latest.md").read_text()
     assert "## Throughput" in md and "## Targets" in md and "## Latency" in md
@@ -269,7 +271,7 @@ def test_quick_mode_measures_the_stateful_lowering(quick_run: Path) -> None:
     # Scaling: the stateful runner at the key count of its target, agreeing with the hand-written
     # query's rows; skipped with a reason at the others.
     scaling = {r["keys"]: r for r in records if r["kind"] == "scaling" and r["runner"] == STATEFUL}
-    assert sorted(scaling) == sorted(SCALING_KEYS)
+    assert sorted(scaling) == sorted(QUICK_SCALING_KEYS)
     for keys, r in scaling.items():
         if keys in QUICK_STATEFUL_KEYS:
             assert r["status"] == "ok" and r["agrees_with_reference"] is True and r["result_rows"] > 0, r
