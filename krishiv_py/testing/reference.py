@@ -390,7 +390,8 @@ class ReferenceModel:
     event_time
         Name of the event-time column (int epoch ms or ``datetime``).
     lag_ms
-        Watermark lag (bounded out-of-orderness), ``>= 0``.
+        Watermark lag (bounded out-of-orderness), ``>= 0``: one for every
+        source, or a mapping from each source name to its own lag.
     keys
         Key columns; empty for one global group.
     aggregates
@@ -442,7 +443,7 @@ class ReferenceModel:
         *,
         window: ModelWindow,
         event_time: str,
-        lag_ms: int,
+        lag_ms: int | Mapping[str, int],
         keys: Sequence[str] = (),
         aggregates: Sequence[AggSpec],
         sources: Sequence[str] = ("main",),
@@ -456,10 +457,10 @@ class ReferenceModel:
         lateness = check_ms("allowed_lateness_ms", allowed_lateness_ms, positive=False)
         self._state = _make_state(window, lateness)
         self._event_time = event_time
-        self._lag_ms = check_ms("lag_ms", lag_ms, positive=False)
         self._keys = tuple(keys)
         self._aggregates = tuple(aggregates)
         self._sources = _check_sources(sources)
+        self._lags = _check_lags(lag_ms, self._sources)
         self._trigger = _check_trigger(trigger)
         self._accumulation = _check_accumulation(accumulation)
         self._future_tolerance_ms = check_ms("future_tolerance_ms", future_tolerance_ms, positive=False)
@@ -526,7 +527,7 @@ class ReferenceModel:
             if ts_us is not None and (max_us is None or ts_us > max_us):
                 max_us = ts_us
         if max_us is not None:
-            self._raise_source(source, max_us // 1000 - self._lag_ms)
+            self._raise_source(source, max_us // 1000 - self._lags[source])
         return self._end_step(w_ms, out, "send", source, len(rows))
 
     def advance_watermark(self, ts_ms: int, *, source: str = "main") -> list[Result]:
@@ -760,6 +761,15 @@ def _check_sources(sources: Sequence[str]) -> tuple[str, ...]:
     if not names or len(set(names)) != len(names):
         raise PlanError(f"sources must be non-empty and distinct, got {names!r}")
     return names
+
+
+def _check_lags(lag_ms: int | Mapping[str, int], sources: tuple[str, ...]) -> dict[str, int]:
+    if isinstance(lag_ms, Mapping):
+        if set(lag_ms) != set(sources):
+            raise PlanError(f"lag_ms names sources {sorted(lag_ms)}; declared sources: {list(sources)}")
+        return {s: check_ms(f"lag_ms[{s!r}]", lag_ms[s], positive=False) for s in sources}
+    lag = check_ms("lag_ms", lag_ms, positive=False)
+    return dict.fromkeys(sources, lag)
 
 
 def _check_trigger(trigger: object) -> Trigger:

@@ -57,7 +57,8 @@ __all__ = [
 
 Row: TypeAlias = Mapping[str, object]
 Result: TypeAlias = dict[str, object]
-Pipeline: TypeAlias = "Callable[[Stream], Stream]"
+#: A function from the source stream(s) to the result stream: one argument per source.
+Pipeline: TypeAlias = "Callable[..., Stream]"
 
 
 def _as_rows(rows: Iterable[Row]) -> tuple[Row, ...]:
@@ -66,21 +67,25 @@ def _as_rows(rows: Iterable[Row]) -> tuple[Row, ...]:
 
 @attrs.frozen
 class Send:
-    """One ``sender.send(rows)``: one step."""
+    """One ``sender.send(rows)``: one step (``source``: which sender; default the first)."""
 
     rows: tuple[Row, ...] = attrs.field(converter=_as_rows)
+    source: str | None = None
 
 
 @attrs.frozen
 class AdvanceWatermark:
-    """One ``sender.advance_watermark(ts_ms)``."""
+    """One ``sender.advance_watermark(ts_ms)`` (``source``: which sender; default the first)."""
 
     ts_ms: int
+    source: str | None = None
 
 
 @attrs.frozen
 class Close:
-    """``sender.close()``: end of input."""
+    """``sender.close()``: end of input of one source (``source``; default the first)."""
+
+    source: str | None = None
 
 
 Step: TypeAlias = Send | AdvanceWatermark | Close
@@ -91,23 +96,38 @@ def reference_model_for(
 ) -> ReferenceModel:
     """A :class:`ReferenceModel` for a ``source -> watermark -> window -> agg`` pipeline.
 
-    The model gets the pipeline's emission options (trigger, allowed
-    lateness, accumulation) and the watermark's future tolerance; ``clock``
-    (processing time in ms) drives ``Trigger.on_interval``; ``record=True``
-    keeps the model's :attr:`~ReferenceModel.log`.
+    Several sources are modelled when the window's input is a union of
+    watermarked sources (``a.watermark(...).union(b.watermark(...))``, one
+    event-time column, a lag per source); the model's sources are the
+    streams' names. The model gets the pipeline's emission options (trigger,
+    allowed lateness, accumulation) and the watermark's future tolerance;
+    ``clock`` (processing time in ms) drives ``Trigger.on_interval``;
+    ``record=True`` keeps the model's :attr:`~ReferenceModel.log`.
     """
     plan = stream.plan
-    if not isinstance(plan, n.WindowAggregate) or not isinstance(plan.input, n.Watermark):
+    if not isinstance(plan, n.WindowAggregate):
         raise PlanError("the reference model covers source -> watermark -> [key_by] -> window -> agg")
-    wm = plan.input
-    if not isinstance(wm.input, n.MemorySource | n.RecordsSource | n.FileSource):
-        raise PlanError("the reference model covers pipelines without stateless steps before the window")
+    inputs = plan.input.inputs if isinstance(plan.input, n.Union) else (plan.input,)
+    marks: list[n.Watermark] = []
+    for node in inputs:
+        if not isinstance(node, n.Watermark):
+            raise PlanError("the reference model covers source -> watermark -> [key_by] -> window -> agg")
+        if not isinstance(node.input, n.MemorySource | n.RecordsSource | n.FileSource):
+            raise PlanError("the reference model covers pipelines without stateless steps before the window")
+        marks.append(node)
+    if len({m.column for m in marks}) > 1 or len({m.future_tolerance_ms for m in marks}) > 1:
+        raise PlanError(
+            "the reference model needs one event-time column and future tolerance for all sources"
+        )
+    wm = marks[0]
+    names = [cast("n.MemorySource", m.input).name for m in marks]
     return ReferenceModel(
         window=plan.window,
         event_time=wm.column,
-        lag_ms=wm.lag_ms,
+        lag_ms=dict(zip(names, (m.lag_ms for m in marks), strict=True)) if len(marks) > 1 else wm.lag_ms,
         keys=plan.keys,
         aggregates=[AggSpec(name=a.name, func=a.func, column=a.column) for a in plan.aggregates],
+        sources=names if len(marks) > 1 else ("main",),
         allowed_lateness_ms=plan.emission.allowed_lateness_ms,
         trigger=plan.emission.trigger,
         accumulation=plan.emission.accumulation,
@@ -117,42 +137,68 @@ def reference_model_for(
     )
 
 
-def _placeholder(schema: Any) -> Stream:
+def _placeholder(schema: Any, name: str = "input") -> Stream:
     from krishiv_py.api.stream import Stream
 
-    source = n.MemorySource(name="input", schema=to_schema(schema), path="")
+    source = n.MemorySource(name=name, schema=to_schema(schema), path="")
     return Stream(cast("Session", None), source)
 
 
+def _model_source(step: Step, sources: Sequence[str]) -> str:
+    """The model's name of the source a step addresses."""
+    if len(sources) == 1:
+        if step.source not in (None, sources[0]):
+            raise PlanError(f"step {step!r} names a source, but the scenario has one source")
+        return "main"
+    if step.source is None:
+        return sources[0]
+    if step.source not in sources:
+        raise PlanError(f"step {step!r}: unknown source; the scenario's sources are {list(sources)}")
+    return step.source
+
+
 def _play(
-    schema: Any, pipeline: Pipeline, steps: Sequence[Step], observe: Callable[[ReferenceModel], list[Result]]
+    schema: Any,
+    pipeline: Pipeline,
+    steps: Sequence[Step],
+    observe: Callable[[ReferenceModel], list[Result]],
+    sources: Sequence[str],
 ) -> list[list[Result]]:
     """Play ``steps`` on the reference model; ``observe`` it after each step."""
-    model = reference_model_for(pipeline(_placeholder(schema)))
+    model = reference_model_for(pipeline(*(_placeholder(schema, name) for name in sources)))
     out = []
     for step in steps:
+        source = _model_source(step, sources)
         if isinstance(step, Send):
-            model.send(step.rows)
+            model.send(step.rows, source=source)
         elif isinstance(step, AdvanceWatermark):
-            model.advance_watermark(step.ts_ms)
+            model.advance_watermark(step.ts_ms, source=source)
         else:
-            model.close()
+            model.close(source=source)
         out.append(observe(model))
     return out
 
 
-def run_reference(schema: Any, pipeline: Pipeline, steps: Sequence[Step]) -> list[list[Result]]:
-    """Cumulative reference results after each step."""
-    return _play(schema, pipeline, steps, lambda model: model.results)
+def run_reference(
+    schema: Any, pipeline: Pipeline, steps: Sequence[Step], *, sources: Sequence[str] = ("input",)
+) -> list[list[Result]]:
+    """Cumulative reference results after each step.
+
+    With several ``sources``, ``pipeline`` takes one stream per source, in
+    order, and each step names its source (default: the first).
+    """
+    return _play(schema, pipeline, steps, lambda model: model.results, sources)
 
 
-def run_reference_late_events(schema: Any, pipeline: Pipeline, steps: Sequence[Step]) -> list[list[Result]]:
+def run_reference_late_events(
+    schema: Any, pipeline: Pipeline, steps: Sequence[Step], *, sources: Sequence[str] = ("input",)
+) -> list[list[Result]]:
     """Cumulative reference late events after each step (see :attr:`ReferenceModel.late_events`).
 
     Each is an invalid or very late input row plus ``classification`` and
     ``watermark_ms``, as a late-event handler receives them.
     """
-    return _play(schema, pipeline, steps, lambda model: model.late_events)
+    return _play(schema, pipeline, steps, lambda model: model.late_events, sources)
 
 
 def run_reference_bounded(schema: Any, pipeline: Pipeline, rows: Sequence[Row]) -> list[Result]:
@@ -170,16 +216,22 @@ def run_streaming(
     steps: Sequence[Step],
     *,
     lowering: Lowering | None = None,
+    sources: Sequence[str] = ("input",),
 ) -> list[list[dict[str, object]]]:
     """Cumulative results of the streaming job after each step (one step = send + process).
 
-    ``lowering`` forces ``"native"`` or ``"stateful"`` instead of the planner's choice.
+    ``lowering`` forces ``"native"`` or ``"stateful"`` instead of the planner's
+    choice. With several ``sources`` there is one memory stream and sender
+    per source; ``pipeline`` takes the streams in order.
     """
-    stream, sender = session.memory_stream(schema)
-    job = pipeline(stream).start(lowering=lowering)
+    pairs = [session.memory_stream(schema) for _ in sources]
+    senders = {name: sender for name, (_, sender) in zip(sources, pairs, strict=True)}
+    job = pipeline(*(stream for stream, _ in pairs)).start(lowering=lowering)
     out = []
     try:
         for step in steps:
+            source = _model_source(step, sources)
+            sender = senders[sources[0] if source == "main" else source]
             if isinstance(step, Send):
                 sender.send(list(step.rows))
             elif isinstance(step, AdvanceWatermark):
@@ -188,7 +240,7 @@ def run_streaming(
                 sender.close()
             job.process_all_available()
             out.append(job.results().to_pylist())
-        if sender.closed and not job.await_termination(timeout_s=120):
+        if all(s.closed for s in senders.values()) and not job.await_termination(timeout_s=120):
             raise AssertionError("the job did not finish after close()")
     finally:
         job.stop()
@@ -210,26 +262,42 @@ def assert_lowerings_agree(
     steps: Sequence[Step],
     *,
     lowering: Lowering | None = None,
+    sources: Sequence[str] = ("input",),
 ) -> None:
     """Run ``steps`` on the reference model, streaming Spark and bounded Spark; all must agree.
 
     The streaming job uses the planner's lowering, or ``lowering`` when given.
 
     Streaming results are compared with the model after every step (so firing
-    times are checked); the bounded run gets all rows at once and is compared
-    with the model's one-step run.
+    times are checked); the bounded run gets all rows at once (one
+    ``from_records`` stream per source) and is compared with the model given
+    all rows in one step per source, then end of input.
     """
-    expected = run_reference(schema, pipeline, steps)
-    actual = run_streaming(session, schema, pipeline, steps, lowering=lowering)
+    expected = run_reference(schema, pipeline, steps, sources=sources)
+    actual = run_streaming(session, schema, pipeline, steps, lowering=lowering, sources=sources)
     for i, (got, want) in enumerate(zip(actual, expected, strict=True)):
         try:
             assert_same_rows(got, want)
         except AssertionError as exc:
             raise AssertionError(f"streaming differs after step {i} ({steps[i]!r}):\n{exc}") from None
-    rows = [dict(r) for s in steps if isinstance(s, Send) for r in s.rows]
-    try:
-        assert_same_rows(
-            run_bounded(session, schema, pipeline, rows), run_reference_bounded(schema, pipeline, rows)
+    by_source: dict[str, list[Row]] = {name: [] for name in sources}
+    for step in steps:
+        if isinstance(step, Send):
+            source = _model_source(step, sources)
+            by_source[sources[0] if source == "main" else source] += [dict(r) for r in step.rows]
+    if len(sources) == 1:
+        rows = by_source[sources[0]]
+        got, want = (
+            run_bounded(session, schema, pipeline, rows),
+            run_reference_bounded(schema, pipeline, rows),
         )
+    else:
+        streams = [session.from_records(by_source[name], schema) for name in sources]
+        got = pipeline(*streams).collect().to_pylist()
+        bounded_steps: list[Step] = [Send(by_source[name], source=name) for name in sources]
+        bounded_steps += [Close(source=name) for name in sources]
+        want = run_reference(schema, pipeline, bounded_steps, sources=sources)[-1]
+    try:
+        assert_same_rows(got, want)
     except AssertionError as exc:
         raise AssertionError(f"bounded run differs:\n{exc}") from None
