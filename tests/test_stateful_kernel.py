@@ -262,3 +262,13 @@ def test_ripple_example_on_the_kernel() -> None:
             Close(),
         ],
     )
+
+
+def test_discarding_count_distinct_keeps_the_open_values_across_batches() -> None:
+    """An element firing that spans two batches counts a value seen in both once."""
+    scenario: list[Step] = [
+        Send([{"k": "a", "t": -1, "v": None}, {"k": "a", "t": -1, "v": None}, {"k": "a", "t": -1, "v": 0}]),
+        Send([{"k": "a", "t": 0, "v": None}, {"k": "a", "t": 0, "v": None}, {"k": "a", "t": -1, "v": 0}]),
+        Close(),
+    ]
+    check(pipeline("tumbling", 5, 5, 0, False, 0, kp.Trigger.on_count(2), "discarding"), scenario)

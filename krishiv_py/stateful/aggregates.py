@@ -163,7 +163,7 @@ def merge(
         elif s.func in ("min", "max"):
             simple += [(p + "v", cast(HashAggregation, s.func)), (p + "n", "sum")]
         elif s.func == "count_distinct":
-            out[p + "d"] = _merge_distinct(parts[p + "d"], ids, n_groups)
+            out[p + "d"] = merge_distinct(parts[p + "d"], ids, n_groups)
         else:
             out.update(_merge_pick(p, parts, ids, n_groups, last=s.func == "last"))
     if simple:
@@ -195,7 +195,7 @@ def _merge_pick(
     return {p + "v": parts[p + "v"].take(idx), p + "t": t.take(idx), p + "q": parts[p + "q"].take(idx)}
 
 
-def _merge_distinct(lists: pa.Array[Any], ids: npt.NDArray[np.int64], n_groups: int) -> pa.Array[Any]:
+def merge_distinct(lists: pa.Array[Any], ids: npt.NDArray[np.int64], n_groups: int) -> pa.Array[Any]:
     if isinstance(lists, pa.ChunkedArray):
         lists = lists.combine_chunks()
     values = pc.list_flatten(lists)

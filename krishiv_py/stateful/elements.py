@@ -102,7 +102,8 @@ def element_firings(
             "retract",
         )
         results = pa.concat_tables([_retract_rows(spec, prior), again, emits])
-    return results, _patch(spec, g, fires, new_sorted, scanned, values, fired_rows, n_groups, order)
+    patch = _patch(spec, g, fires, new_sorted, scanned, values, fired_rows, n_groups, order, parts, seg)
+    return results, patch
 
 
 def _segmented_cumsum(seg: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -220,6 +221,8 @@ def _patch(
     fired_rows: pa.Table,
     n_groups: int,
     order: np.ndarray,
+    parts: dict[str, pa.Array[Any]],
+    seg: np.ndarray,
 ) -> ElementPatch:
     from krishiv_py.stateful.kernel import WE, WS
 
@@ -244,6 +247,14 @@ def _patch(
     open_partials: dict[str, pa.Array[Any]] = {}
     if spec.accumulation == "discarding":
         at_last = {k: v.take(arrow(last_row)) for k, v in scanned.items()}
+        # The scan of count_distinct carries only counts; the open segment keeps its values,
+        # so that a later batch's rows are told apart from them.
+        in_open = seg == seg[last_row][g]
+        for i, s in enumerate(spec.aggs):
+            if s.func == "count_distinct":
+                name = s.prefix(i) + "d"
+                lists = parts[name].filter(pa.array(in_open))
+                at_last[name] = agg.merge_distinct(lists, g[in_open], n_groups)
         closed = fires[last_row]
         open_partials = agg.reset(spec.aggs, at_last, closed)
     del order
