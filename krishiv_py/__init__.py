@@ -43,7 +43,7 @@ from krishiv_py.expr import (
 from krishiv_py.late import CountingLateEventHandler, LateEventHandler, SideOutputLateEventHandler
 from krishiv_py.metrics import JobMetrics
 from krishiv_py.plan.emission import Trigger
-from krishiv_py.plan.watermarks import END_OF_TIME_MS, WatermarkSpec
+from krishiv_py.plan.watermarks import END_OF_TIME_MS, MultiSourceWatermarkSpec, WatermarkSpec
 from krishiv_py.runtime.job import Job, JobProgress
 from krishiv_py.sender import Sender
 from krishiv_py.session import Session
@@ -69,6 +69,7 @@ __all__ = [
     "LateEventHandler",
     "MemorySink",
     "MissingDependencyError",
+    "MultiSourceWatermarkSpec",
     "NoResultsError",
     "ParquetSink",
     "PlanError",

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from krishiv_py.api.keyed import KeyedStream
 from krishiv_py.api.windowed import WindowAssigners, WindowedStream
 from krishiv_py.errors import KrishivError, PlanError
 from krishiv_py.expr import AggExpr, Alias, Column, Expr, col
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS
-from krishiv_py.plan.watermarks import WatermarkSpec
-from krishiv_py.plan.windows import WindowSpec
+from krishiv_py.plan.watermarks import MultiSourceWatermarkSpec, WatermarkSpec
+from krishiv_py.plan.windows import WindowSpec, check_ms
 from krishiv_py.sinks import MemorySink, Sink
 from krishiv_py.types import Schema
 
@@ -103,7 +105,12 @@ class Stream(WindowAssigners):
     # --- event time -----------------------------------------------------------
 
     def watermark(
-        self, column: str, lag_ms: int, *, future_tolerance_ms: int = DEFAULT_FUTURE_TOLERANCE_MS
+        self,
+        column: str,
+        lag_ms: int,
+        *,
+        future_tolerance_ms: int = DEFAULT_FUTURE_TOLERANCE_MS,
+        idle_timeout_ms: int | None = None,
     ) -> Stream:
         """Declare ``column`` as event time, with ``lag_ms`` bounded out-of-orderness.
 
@@ -111,15 +118,31 @@ class Stream(WindowAssigners):
         ``column`` may be a timestamp or a bigint of epoch milliseconds.
         Events more than ``future_tolerance_ms`` ahead of the watermark are
         processed, counted as future events and warned about (likely clock skew).
+        ``idle_timeout_ms``: after that much processing time without input,
+        this source is left out of the overall watermark of a union (see
+        :meth:`idle_timeout_ms`).
         """
-        return self.with_watermark(
+        out = self.with_watermark(
             WatermarkSpec.fixed_lag_ms(column, lag_ms, future_tolerance_ms=future_tolerance_ms)
         )
+        return out if idle_timeout_ms is None else out.idle_timeout_ms(idle_timeout_ms)
 
-    def with_watermark(self, spec: WatermarkSpec) -> Stream:
-        """Declare event time with a :class:`WatermarkSpec`."""
+    def with_watermark(self, spec: WatermarkSpec | MultiSourceWatermarkSpec) -> Stream:
+        """Declare event time with a :class:`WatermarkSpec`, or one per stream of a union.
+
+        A :class:`MultiSourceWatermarkSpec` names every stream of this
+        (union) stream — memory streams, file sources, records — by its
+        ``name`` and gives each its own watermark, directly on that source;
+        the job's watermark is the minimum over them (without idle sources
+        when the spec has an idle timeout).
+        """
+        if isinstance(spec, MultiSourceWatermarkSpec):
+            return self._with(_per_source_watermarks(self._plan, spec))
         if not isinstance(spec, WatermarkSpec):
-            raise PlanError(f"with_watermark() takes a WatermarkSpec, got {type(spec).__name__}")
+            raise PlanError(
+                "with_watermark() takes a WatermarkSpec or MultiSourceWatermarkSpec, "
+                f"got {type(spec).__name__}"
+            )
         return self._with(
             n.Watermark(
                 input=self._plan,
@@ -128,6 +151,30 @@ class Stream(WindowAssigners):
                 future_tolerance_ms=spec.future_tolerance_ms,
             )
         )
+
+    def idle_timeout_ms(self, timeout_ms: int) -> Stream:
+        """Let every watermarked source of this stream go idle after ``timeout_ms`` without input.
+
+        An idle source is left out of the overall watermark (the minimum
+        over the sources), so windows fire on the others; when it sends
+        again it rejoins without pulling the overall watermark back, and its
+        rows behind it are late by the usual rules. Processing time, checked
+        between micro-batches. Use after the watermarks, e.g.
+        ``a.watermark("t", 0).union(b.watermark("t", 0)).idle_timeout_ms(30_000)``.
+        """
+        check_ms("idle_timeout_ms", timeout_ms)
+        if not n.watermarks_of(self._plan):
+            raise PlanError(
+                "idle_timeout_ms() needs a watermark: call .watermark(column, lag_ms) on the sources first"
+            )
+
+        def apply(node: n.PlanNode) -> n.PlanNode:
+            new = n.with_children(node, tuple(apply(c) for c in n.children(node)))
+            if isinstance(new, n.Watermark):
+                return attrs.evolve(new, idle_timeout_ms=timeout_ms)
+            return new
+
+        return self._with(apply(self._plan))
 
     # --- stateless --------------------------------------------------------------
 
@@ -309,6 +356,42 @@ class Explanation(str):
 
     def _ipython_display_(self) -> None:
         """Already printed by ``explain()``; nothing more to show."""
+
+
+def _per_source_watermarks(plan: n.PlanNode, spec: MultiSourceWatermarkSpec) -> n.PlanNode:
+    """``plan`` with a watermark directly on each source that ``spec`` names."""
+    if not spec.names:
+        raise PlanError("this MultiSourceWatermarkSpec names no source; add them with .source(name, spec)")
+    if n.watermarks_of(plan):
+        raise PlanError("this stream already has a watermark; declare it once, on the source side")
+    in_plan = [s.name for s in n.sources_of(plan)]
+    unknown = [name for name in spec.names if name not in in_plan]
+    if unknown:
+        raise PlanError(
+            f"MultiSourceWatermarkSpec names {', '.join(map(repr, unknown))}, which "
+            f"{'is' if len(unknown) == 1 else 'are'} not in this stream; its streams are: "
+            f"{', '.join(map(repr, dict.fromkeys(in_plan)))}"
+        )
+    missing = [name for name in dict.fromkeys(in_plan) if name not in spec.names]
+    if missing:
+        raise PlanError(
+            f"stream {missing[0]!r} has no watermark in the MultiSourceWatermarkSpec; "
+            f"add .source({missing[0]!r}, WatermarkSpec.fixed_lag_ms(...))"
+        )
+
+    def apply(node: n.PlanNode) -> n.PlanNode:
+        if isinstance(node, n.SOURCE_TYPES):
+            w = spec.specs[node.name]
+            return n.Watermark(
+                input=node,
+                column=w.column,
+                lag_ms=w.lag_ms,
+                future_tolerance_ms=w.future_tolerance_ms,
+                idle_timeout_ms=spec.timeout_ms,
+            )
+        return n.with_children(node, tuple(apply(c) for c in n.children(node)))
+
+    return apply(plan)
 
 
 def _expr(value: object, where: str) -> Any:

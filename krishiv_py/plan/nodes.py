@@ -40,6 +40,8 @@ __all__ = [
     "render_plan",
     "schema_of",
     "sources_of",
+    "watermarks_of",
+    "with_children",
 ]
 
 FileFormat: TypeAlias = Literal["parquet", "csv", "json"]
@@ -86,10 +88,15 @@ class Watermark:
     column: str
     lag_ms: int
     future_tolerance_ms: int = DEFAULT_FUTURE_TOLERANCE_MS
+    #: Processing time without input after which the source is idle (left out
+    #: of the overall minimum); None: never idle.
+    idle_timeout_ms: int | None = None
 
     def __attrs_post_init__(self) -> None:
         check_ms("lag_ms", self.lag_ms, positive=False)
         check_ms("future_tolerance_ms", self.future_tolerance_ms, positive=False)
+        if self.idle_timeout_ms is not None:
+            check_ms("idle_timeout_ms", self.idle_timeout_ms)
         field = schema_of(self.input).field(self.column, role="event-time column")
         if not (field.dtype.is_timestamp or field.dtype.name in ("bigint", "int")):
             raise PlanError(
@@ -174,6 +181,16 @@ class EventTime:
     dtype: DataType
     lag_ms: int
     future_tolerance_ms: int = DEFAULT_FUTURE_TOLERANCE_MS
+
+
+def with_children(node: PlanNode, new: tuple[PlanNode, ...]) -> PlanNode:
+    """``node`` over ``new`` children (validated again); ``node`` itself when they are the same."""
+    if new == children(node):
+        return node
+    if isinstance(node, Union):
+        return attrs.evolve(node, inputs=new)
+    assert not isinstance(node, SOURCE_TYPES)
+    return attrs.evolve(node, input=new[0])
 
 
 def children(node: PlanNode) -> tuple[PlanNode, ...]:
@@ -266,6 +283,10 @@ def sources_of(node: PlanNode) -> list[MemorySource | RecordsSource | FileSource
     return [n for n in walk(node) if isinstance(n, SOURCE_TYPES)]
 
 
+def watermarks_of(node: PlanNode) -> list[Watermark]:
+    return [n for n in walk(node) if isinstance(n, Watermark)]
+
+
 def walk(node: PlanNode) -> Iterator[PlanNode]:
     yield node
     for child in children(node):
@@ -298,6 +319,7 @@ def _describe(node: PlanNode) -> str:
                 if n.future_tolerance_ms != DEFAULT_FUTURE_TOLERANCE_MS
                 else ""
             )
+            + (f" idle_timeout_ms={n.idle_timeout_ms}" if n.idle_timeout_ms is not None else "")
         ),
         Filter: lambda n: f"Filter {render(n.predicate)}",
         Project: lambda n: f"Project {', '.join(render(e) for e in n.exprs)}",

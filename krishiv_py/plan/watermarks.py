@@ -3,17 +3,22 @@
 A source's watermark is ``W = max(max event time seen - lag, highest
 advance_watermark)``; it never moves backwards. The overall watermark of a
 job is the minimum over its sources; a closed source counts as
-:data:`END_OF_TIME_MS` ("+infinity").
+:data:`END_OF_TIME_MS` ("+infinity"). A source with an idle timeout that
+has sent nothing for that long (processing time) is left out of the
+minimum until it sends again; the overall watermark never goes back.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import attrs
 
+from krishiv_py.errors import PlanError
 from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS
 from krishiv_py.plan.windows import check_ms
 
-__all__ = ["END_OF_TIME_MS", "MAX_EVENT_MS", "MIN_EVENT_MS", "WatermarkSpec"]
+__all__ = ["END_OF_TIME_MS", "MAX_EVENT_MS", "MIN_EVENT_MS", "MultiSourceWatermarkSpec", "WatermarkSpec"]
 
 #: The watermark of a closed source: later than the end of every window of a
 #: supported event time (~year 144,000).
@@ -47,3 +52,80 @@ class WatermarkSpec:
         cls, column: str, lag_ms: int, *, future_tolerance_ms: int = DEFAULT_FUTURE_TOLERANCE_MS
     ) -> WatermarkSpec:
         return cls(column=column, lag_ms=lag_ms, future_tolerance_ms=future_tolerance_ms)
+
+
+@attrs.frozen(repr=False)
+class MultiSourceWatermarkSpec:
+    """One :class:`WatermarkSpec` per named stream of a union, and an optional idle timeout.
+
+    Apply it with ``Stream.with_watermark`` to a union of streams that have
+    no watermark yet; each stream (memory stream, file source or records,
+    by its ``name``) gets its own watermark, and the job's watermark is the
+    minimum over them. With ``idle_timeout_ms(n)``, a stream that has sent
+    nothing for ``n`` ms of processing time is left out of that minimum, so
+    a quiet source cannot hold every window back; when it sends again it
+    rejoins without pulling the overall watermark back.
+
+    Immutable: every method returns a new spec.
+
+    Examples
+    --------
+    >>> spec = (
+    ...     MultiSourceWatermarkSpec()
+    ...     .source("clicks", WatermarkSpec.fixed_lag_ms("event_time", 5_000))
+    ...     .source("orders", WatermarkSpec.fixed_lag_ms("event_time", 30_000))
+    ...     .idle_timeout_ms(60_000)
+    ... )
+    >>> spec
+    MultiSourceWatermarkSpec(clicks: lag_ms=5000, orders: lag_ms=30000; idle_timeout_ms=60000)
+    >>> spec.names
+    ('clicks', 'orders')
+    """
+
+    _sources: tuple[tuple[str, WatermarkSpec], ...] = ()
+    _idle_timeout_ms: int | None = None
+
+    @classmethod
+    def new(cls) -> MultiSourceWatermarkSpec:
+        """An empty spec (the same as ``MultiSourceWatermarkSpec()``)."""
+        return cls()
+
+    def source(self, name: str, spec: WatermarkSpec) -> MultiSourceWatermarkSpec:
+        """This spec plus the watermark of the stream called ``name``."""
+        if not isinstance(name, str) or not name:
+            raise PlanError(f"source() needs a stream name (a non-empty str), got {name!r}")
+        if not isinstance(spec, WatermarkSpec):
+            raise PlanError(
+                f"source({name!r}, ...) takes a WatermarkSpec, e.g. "
+                f"WatermarkSpec.fixed_lag_ms('event_time', 5_000); got {type(spec).__name__}"
+            )
+        if name in self.names:
+            raise PlanError(
+                f"source {name!r} is already in this MultiSourceWatermarkSpec; name each stream once"
+            )
+        return attrs.evolve(self, sources=(*self._sources, (name, spec)))
+
+    def idle_timeout_ms(self, timeout_ms: int) -> MultiSourceWatermarkSpec:
+        """Leave a stream out of the minimum after ``timeout_ms`` of processing time without input."""
+        check_ms("idle_timeout_ms", timeout_ms)
+        return attrs.evolve(self, idle_timeout_ms=timeout_ms)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The stream names, in the order they were added."""
+        return tuple(name for name, _ in self._sources)
+
+    @property
+    def specs(self) -> Mapping[str, WatermarkSpec]:
+        """Each stream's :class:`WatermarkSpec`, by name."""
+        return dict(self._sources)
+
+    @property
+    def timeout_ms(self) -> int | None:
+        """The idle timeout, None when sources are never idle."""
+        return self._idle_timeout_ms
+
+    def __repr__(self) -> str:
+        parts = ", ".join(f"{name}: lag_ms={spec.lag_ms}" for name, spec in self._sources)
+        idle = f"; idle_timeout_ms={self._idle_timeout_ms}" if self._idle_timeout_ms is not None else ""
+        return f"MultiSourceWatermarkSpec({parts}{idle})"
