@@ -8,6 +8,8 @@ not events), so those counts are ``None`` there.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import attrs
 
 __all__ = ["JobMetrics"]
@@ -52,6 +54,10 @@ class JobMetrics:
     watermark_advances: int
     state_windows: int | None = None
     state_bytes: int | None = None
+    #: Each source's own watermark (without idle markers), by stream name.
+    source_watermarks: Mapping[str, int] = attrs.field(factory=dict, hash=False)
+    #: The sources idle now (left out of the overall watermark).
+    idle_sources: frozenset[str] = frozenset()
 
     @property
     def end_of_input(self) -> bool:
@@ -66,12 +72,23 @@ class JobMetrics:
         value = getattr(self, name)
         if name == "watermark_ms":
             return fmt_ms(value, missing="none yet")
+        if name == "source_watermarks":
+            idle = self.idle_sources
+            return ", ".join(
+                f"{s}: {fmt_ms(w)}{' (idle)' if s in idle else ''}" for s, w in sorted(value.items())
+            )
+        if name == "idle_sources":
+            return ", ".join(sorted(value))
         return "n/a" if value is None else str(value)
 
     def __repr__(self) -> str:
         parts = []
         for field in attrs.fields(JobMetrics):
             value = getattr(self, field.name)
+            if field.name in _PER_SOURCE:
+                if value:
+                    parts.append(f"{field.name}={dict(value) if isinstance(value, Mapping) else set(value)}")
+                continue
             shown = str(value)
             if field.name == "watermark_ms" and value is not None:
                 text = self._display_value(field.name)
@@ -85,7 +102,8 @@ class JobMetrics:
         rows = [
             (f.name, self._display_value(f.name))
             for f in attrs.fields(JobMetrics)
-            if getattr(self, f.name) is not None or f.name == "watermark_ms"
+            if (getattr(self, f.name) is not None or f.name == "watermark_ms")
+            and not (f.name in _PER_SOURCE and not getattr(self, f.name))
         ]
         return html_card("krishiv_py JobMetrics", rows)
 
@@ -98,9 +116,36 @@ class JobMetrics:
         lines = []
         for field in attrs.fields(JobMetrics):
             value = getattr(self, field.name)
-            if value is None:
+            if value is None or field.name in _PER_SOURCE:
                 continue
             kind, text = _HELP[field.name]
             metric = f"krishiv_window_{field.name}" + ("_total" if kind == "counter" else "")
             lines += [f"# HELP {metric} {text}", f"# TYPE {metric} {kind}", f"{metric}{label} {value}"]
+        if self.source_watermarks:
+            for metric, text, values in (
+                (
+                    "source_watermark_ms",
+                    "Watermark of each source, epoch milliseconds.",
+                    self.source_watermarks,
+                ),
+                (
+                    "source_idle",
+                    "1 while the source is idle (left out of the overall watermark), else 0.",
+                    {s: int(s in self.idle_sources) for s in self.source_watermarks},
+                ),
+            ):
+                name = f"krishiv_window_{metric}"
+                lines += [f"# HELP {name} {text}", f"# TYPE {name} gauge"]
+                for source, value in sorted(values.items()):
+                    labels = ([f'job="{_escape(job)}"'] if job else []) + [f'source="{_escape(source)}"']
+                    lines.append(f"{name}{{{','.join(labels)}}} {value}")
         return "\n".join(lines) + "\n"
+
+
+#: Per-source figures: shown and exported with a ``source`` label, not as one value.
+_PER_SOURCE = ("source_watermarks", "idle_sources")
+
+
+def _escape(label: str) -> str:
+    """A Prometheus label value: backslash, double quote and newline escaped."""
+    return label.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")

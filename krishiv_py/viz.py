@@ -80,7 +80,7 @@ __all__ = [
 
 WindowStatus: TypeAlias = Literal["fired", "refired", "open"]
 #: ``bounded``: a bounded job's one step, every row and then the end of input.
-StepKind: TypeAlias = Literal["send", "advance_watermark", "close", "bounded"]
+StepKind: TypeAlias = Literal["send", "advance_watermark", "close", "processing_time", "bounded"]
 Key: TypeAlias = tuple[object, ...]
 
 #: At most this many events are drawn (all late and invalid ones first, then

@@ -18,33 +18,45 @@ def build_dataframe(
     observations: dict[str, Any] | None = None,
     *,
     ticks_path: str | None = None,
+    markers_path: str | None = None,
 ) -> DataFrame:
     """Build the DataFrame for ``recipe``.
 
     ``observations``, when given, receives one ``pyspark.sql.Observation`` per
     observed source (batch jobs read their metrics from these).
-    ``ticks_path`` is the stateful operator's tick source directory (a
-    temporary one when not given, e.g. for ``explain()``).
+    ``ticks_path`` is the stateful operator's tick source directory and
+    ``markers_path`` the directory of idle-source markers (temporary ones
+    when not given, e.g. for ``explain()``).
     """
-    return _build(spark, recipe.root, observations, ticks_path)
+    import tempfile
+
+    paths = _Paths(
+        ticks=ticks_path,
+        markers=markers_path or (tempfile.mkdtemp(prefix="krishiv-idle-") if recipe.idle else None),
+    )
+    return _build(spark, recipe.root, observations, paths)
 
 
-def _build(
-    spark: SparkSession, node: r.RecipeNode, obs: dict[str, Any] | None, ticks: str | None
-) -> DataFrame:
+class _Paths:
+    def __init__(self, *, ticks: str | None, markers: str | None) -> None:
+        self.ticks = ticks
+        self.markers = markers
+
+
+def _build(spark: SparkSession, node: r.RecipeNode, obs: dict[str, Any] | None, paths: _Paths) -> DataFrame:
     from pyspark.sql import functions as F
 
     if isinstance(node, r.ReadSource):
-        return _read(spark, node)
+        return _read(spark, node, paths)
     if isinstance(node, r.UnionAll):
-        parts = [_build(spark, c, obs, ticks) for c in node.children]
+        parts = [_build(spark, c, obs, paths) for c in node.children]
         out = parts[0]
         for p in parts[1:]:
             out = out.unionByName(p)
         return out
-    child = _build(spark, node.child, obs, ticks)
+    child = _build(spark, node.child, obs, paths)
     if isinstance(node, r.StatefulApply):
-        return _stateful(spark, node, child, ticks)
+        return _stateful(spark, node, child, paths.ticks)
     if isinstance(node, r.SelectExprs):
         return child.selectExpr(*node.exprs)
     if isinstance(node, r.FilterExpr):
@@ -102,9 +114,19 @@ def _stateful(spark: SparkSession, node: r.StatefulApply, child: DataFrame, tick
     return grouped.applyInPandasWithState(bucket, op.OUTPUT_DDL, op.STATE_DDL, "append", "NoTimeout")
 
 
-def _read(spark: SparkSession, node: r.ReadSource) -> DataFrame:
+def _read(spark: SparkSession, node: r.ReadSource, paths: _Paths) -> DataFrame:
+    import os
+
     if node.kind == "records":
         return spark.createDataFrame(_with_hidden(node.records))
+    if node.kind == "markers":
+        assert paths.markers is not None and node.path is not None
+        path = os.path.join(paths.markers, node.path)
+        os.makedirs(path, exist_ok=True)
+        markers = spark.readStream.format("parquet").schema("`__kp_wm` bigint")
+        for key, value in node.options:
+            markers = markers.option(key, value)
+        return markers.load(path)
     ddl = node.schema.ddl()
     if node.kind == "memory":
         ddl += ", `__kp_kind` tinyint, `__kp_wm` bigint, `__kp_seq` bigint"

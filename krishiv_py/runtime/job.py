@@ -6,6 +6,9 @@ watermark marker rows of ``advance_watermark``/``close``), so
 ``job.watermark_ms`` and ``job.source_watermarks()`` report exactly what
 Spark applies: per source ``max(event time) - lag``, monotone; overall the
 minimum over the sources that have a watermark (Spark's ``min`` policy).
+A source with an idle timeout also has idle markers
+(:mod:`krishiv_py.runtime.idle`): they lift its watermark operator, and so
+the overall minimum, but not the source's own reported watermark.
 """
 
 from __future__ import annotations
@@ -122,6 +125,10 @@ class Job:
         """Watermark per source (sources without one are left out)."""
         raise NotImplementedError
 
+    def idle_sources(self) -> frozenset[str]:
+        """The sources left out of the overall watermark now, being idle (see ``idle_timeout_ms``)."""
+        return frozenset()
+
     def metrics(self) -> JobMetrics:
         raise NotImplementedError
 
@@ -179,8 +186,12 @@ class Job:
         except Exception:  # noqa: BLE001
             per_source = {}
         rows.append(("watermark", fmt_ms(m.watermark_ms if m else None, missing="none yet")))
-        if len(per_source) > 1:
-            rows += [(f"  {src}", fmt_ms(wm)) for src, wm in sorted(per_source.items())]
+        idle = m.idle_sources if m is not None else frozenset()
+        if len(per_source) > 1 or idle:
+            rows += [
+                (f"  {src}", fmt_ms(wm) + (" (idle)" if src in idle else ""))
+                for src, wm in sorted(per_source.items())
+            ]
         if m is not None:
             rows += [
                 ("batches", str(m.batches)),
@@ -229,7 +240,10 @@ class StreamingJob(Job):
         sink: Sink,
         memory_table: str | None,
         senders: Sequence[Sender | None],
+        markers_dir: str | None = None,
     ) -> None:
+        from krishiv_py.runtime.idle import IdleTracker
+
         self.lowering = recipe.lowering
         self._spark = spark
         self._query = query
@@ -241,6 +255,63 @@ class StreamingJob(Job):
         self._lock = threading.Lock()
         self._ended: JobState | None = None  # set when krishiv_py ended the query
         self._input_done = False  # every source closed, and all of it processed
+        self._writes = 0  # files written into the query's internal inputs (markers, ticks)
+        self._idle = (
+            IdleTracker(tracked=recipe.tracked, markers_dir=markers_dir)
+            if recipe.idle and markers_dir is not None
+            else None
+        )
+        self._background: threading.Thread | None = None
+
+    def _start_background(self) -> None:
+        """Start the thread that keeps a running job's internal inputs current (if it needs one)."""
+        interval = self._background_interval_s()
+        if interval is None or self._background is not None:
+            return
+        self._background = threading.Thread(
+            target=self._background_loop, args=(interval,), name="krishiv-job", daemon=True
+        )
+        self._background.start()
+
+    def _background_interval_s(self) -> float | None:
+        if self._idle is None:
+            return None
+        shortest = min(t.idle_timeout_ms or 0 for t in self._recipe.idle)
+        return min(1.0, max(0.05, shortest / 4000))
+
+    def _background_loop(self, interval: float) -> None:
+        while True:
+            time.sleep(interval)
+            try:
+                if not self._query.isActive:
+                    return
+                self._background_step()
+            except Exception:  # noqa: BLE001 - the query stopped or failed; its owner sees the error
+                return
+
+    def _background_step(self) -> None:
+        self._refresh()
+        self._idle_step()
+
+    def _note_write(self) -> None:
+        with self._lock:
+            self._writes += 1
+
+    def _idle_step(self) -> None:
+        """Write the idle markers now due (see :mod:`krishiv_py.runtime.idle`)."""
+        if self._idle is None:
+            return
+        with self._lock:
+            batches = [(k, b.get("observedMetrics") or {}) for k, b in sorted(self._batches.items())]
+        if self._idle.step(batches, self._effective_watermarks()):
+            self._note_write()
+
+    def _pump(self) -> None:
+        """After a ``processAllAvailable`` pass: write what the query needs next (markers, ticks)."""
+        self._idle_step()
+
+    def idle_sources(self) -> frozenset[str]:
+        return self._idle.idle_sources() if self._idle is not None else frozenset()
 
     # --- control ---------------------------------------------------------------
 
@@ -257,12 +328,22 @@ class StreamingJob(Job):
         self._check_usable()
 
     def _drain(self) -> None:
-        """Process everything available now (no checks, no Ctrl-C handling)."""
-        closed = self._all_sources_closed()
-        spark_call("processing the available input", self._query.processAllAvailable)
-        self._refresh()
-        if closed:  # everything up to end of input was processed
-            self._input_done = True
+        """Process everything available now (no checks, no Ctrl-C handling).
+
+        Passes repeat until one writes nothing into the query's internal
+        inputs (idle markers, ticks), here or in the background thread, so a
+        watermark they move has fired its windows when this returns.
+        """
+        for _ in range(1000):
+            before = self._writes
+            closed = self._all_sources_closed()
+            spark_call("processing the available input", self._query.processAllAvailable)
+            self._refresh()
+            if closed:  # everything up to end of input was processed
+                self._input_done = True
+            self._pump()
+            if self._writes == before:
+                return
 
     def await_termination(self, timeout_s: float | None = None) -> bool:
         """Wait until the input has ended (every source closed) and all of it was processed.
@@ -405,22 +486,39 @@ class StreamingJob(Job):
 
     def _watermarks(self) -> tuple[dict[str, int], list[int | None]]:
         """Per-source watermarks now, and the overall watermark after each batch."""
+        per_source, _, history = self._track(self._ordered())
+        return per_source, history
+
+    def _effective_watermarks(self) -> dict[str, int]:
+        """Each source's watermark operator (own rows and idle markers), by observe name."""
+        with self._lock:
+            batches = [self._batches[k] for k in sorted(self._batches)]
+        return self._track(batches)[1]
+
+    def _track(
+        self, batches: Sequence[dict[str, Any]]
+    ) -> tuple[dict[str, int], dict[str, int], list[int | None]]:
         shift = self._recipe.time_shift_ms
         per_source: dict[str, int] = {}
+        effective: dict[str, int] = {}
         history: list[int | None] = []
-        for batch in self._ordered():
+        tracked = self._recipe.tracked
+        for batch in batches:
             observed = batch.get("observedMetrics") or {}
-            for t in self._recipe.tracked:
+            for t in tracked:
                 m = observed.get(t.observe_name) or {}
                 max_us = m.get("max_et_us")
-                if max_us is None:
-                    continue
-                w = int(max_us) // 1000 - t.lag_ms - shift
-                per_source[t.source] = max(per_source.get(t.source, w), w)
+                if max_us is not None:
+                    w = int(max_us) // 1000 - t.lag_ms - shift
+                    per_source[t.source] = max(per_source.get(t.source, w), w)
+                    effective[t.observe_name] = max(effective.get(t.observe_name, w), w)
+                marker = m.get("idle_wm")
+                if marker is not None:
+                    effective[t.observe_name] = max(effective.get(t.observe_name, int(marker)), int(marker))
             # Spark's minimum counts a source without data as "no watermark yet".
-            complete = len(per_source) == len({t.source for t in self._recipe.tracked})
-            history.append(min(per_source.values()) if per_source and complete else None)
-        return per_source, history
+            complete = len(effective) == len(tracked)
+            history.append(min(effective.values()) if effective and complete else None)
+        return per_source, effective, history
 
     @property
     def watermark_ms(self) -> int | None:
@@ -433,7 +531,7 @@ class StreamingJob(Job):
     def metrics(self) -> JobMetrics:
         batches = self._ordered()
         totals = _sum_observed([b.get("observedMetrics") or {} for b in batches])
-        _, history = self._watermarks()
+        per_source, _, history = self._track(batches)
         advances = sum(
             1
             for prev, cur in zip([None, *history], history, strict=False)
@@ -452,6 +550,8 @@ class StreamingJob(Job):
             state_evictions=0,
             watermark_ms=history[-1] if history else None,
             watermark_advances=advances,
+            source_watermarks=per_source,
+            idle_sources=self.idle_sources(),
         )
 
     def progress(self) -> list[JobProgress]:
@@ -551,6 +651,7 @@ class BoundedJob(Job):
             state_evictions=0,
             watermark_ms=self.watermark_ms,
             watermark_advances=1 if tracked else 0,
+            source_watermarks=self.source_watermarks(),
         )
 
     def progress(self) -> list[JobProgress]:

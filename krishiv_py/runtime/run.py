@@ -35,7 +35,10 @@ def start_streaming(
     """Start ``recipe`` as a Structured Streaming query writing to ``sink``."""
     if recipe.stateful is not None:
         return _start_stateful(spark, recipe, sink=sink, checkpoint_dir=checkpoint_dir, senders=senders)
-    df = spark_call("building the streaming query", lambda: build_dataframe(spark, recipe))
+    markers = os.path.join(checkpoint_dir, "krishiv-idle")
+    df = spark_call(
+        "building the streaming query", lambda: build_dataframe(spark, recipe, markers_path=markers)
+    )
     name = f"krishiv_{uuid.uuid4().hex[:12]}"
     writer = df.writeStream.outputMode(recipe.output_mode).option("checkpointLocation", checkpoint_dir)
     writer = writer.queryName(name)
@@ -51,9 +54,17 @@ def start_streaming(
     else:
         writer = writer.foreachBatch(_foreach(sink, recipe))
     query = spark_call("starting the streaming query", lambda: _start_single_watermark(spark, writer))
-    return StreamingJob(
-        spark=spark, query=query, recipe=recipe, sink=sink, memory_table=memory_table, senders=senders
+    job = StreamingJob(
+        spark=spark,
+        query=query,
+        recipe=recipe,
+        sink=sink,
+        memory_table=memory_table,
+        senders=senders,
+        markers_dir=markers,
     )
+    job._start_background()
+    return job
 
 
 def _start_stateful(
@@ -69,8 +80,10 @@ def _start_stateful(
 
     assert recipe.stateful is not None
     ticks = TickWriter(os.path.join(checkpoint_dir, "krishiv-ticks"))
+    markers = os.path.join(checkpoint_dir, "krishiv-idle")
     df = spark_call(
-        "building the streaming query", lambda: build_dataframe(spark, recipe, ticks_path=ticks.path)
+        "building the streaming query",
+        lambda: build_dataframe(spark, recipe, ticks_path=ticks.path, markers_path=markers),
     )
     collector = BatchCollector(recipe, sink)
     writer = (
@@ -80,7 +93,7 @@ def _start_stateful(
         .foreachBatch(collector)
     )
     query = spark_call("starting the streaming query", lambda: _start_single_watermark(spark, writer))
-    return StatefulJob(
+    job = StatefulJob(
         collector=collector,
         ticks=ticks,
         buckets=recipe.stateful.operator.buckets,
@@ -90,7 +103,10 @@ def _start_stateful(
         sink=sink,
         memory_table=None,
         senders=senders,
+        markers_dir=markers,
     )
+    job._start_background()
+    return job
 
 
 SINGLE_WATERMARK_CONF = "spark.sql.streaming.statefulOperator.allowMultiple"

@@ -33,6 +33,7 @@ import attrs
 
 from krishiv_py.late import SideOutputLateEventHandler
 from krishiv_py.metrics import JobMetrics
+from krishiv_py.runtime.idle import FileFeed
 from krishiv_py.runtime.job import BoundedJob, StreamingJob, spark_call
 from krishiv_py.sinks import ConsoleSink, ForeachBatchSink, MemorySink, ParquetSink, Sink
 
@@ -168,30 +169,18 @@ def _write_parquet(table: pa.Table, path: str, name: str) -> None:
     os.replace(tmp, os.path.join(path, name))
 
 
-class TickWriter:
+class TickWriter(FileFeed):
     """Writes tick rows (one per bucket to wake) into the operator's internal source."""
 
     def __init__(self, path: str) -> None:
-        self.path = path
-        os.makedirs(path, exist_ok=True)
-        self._count = len([f for f in os.listdir(path) if f.endswith(".parquet")])
-        self._last_mtime_ns = 0
+        super().__init__(path, "tick")
 
     def write(self, buckets: Sequence[int]) -> None:
         import numpy as np
-        import pyarrow as pa
-        import pyarrow.parquet as pq
 
         from krishiv_py.stateful.operator import BUCKET
 
-        name = f"tick-{self._count:012d}.parquet"
-        self._count += 1
-        tmp = os.path.join(self.path, f".{name}.tmp")
-        pq.write_table(pa.table({BUCKET: pa.array(np.asarray(buckets, np.int32))}), tmp)
-        mtime = max(time.time_ns(), self._last_mtime_ns + 1_000_000)
-        self._last_mtime_ns = mtime
-        os.utime(tmp, ns=(mtime, mtime))
-        os.replace(tmp, os.path.join(self.path, name))
+        self.write_column(BUCKET, list(buckets), np.int32)
 
 
 class StatefulJob(StreamingJob):
@@ -204,22 +193,14 @@ class StatefulJob(StreamingJob):
         self._buckets = buckets
         self._tick_lock = threading.Lock()
         self._ticked_wm: int | None = None
-        self._ticks_written = 0
         self._seen_batch = -1
-        self._ticker = threading.Thread(target=self._tick_loop, name="krishiv-ticks", daemon=True)
-        self._ticker.start()
 
     # --- control -------------------------------------------------------------------
 
-    def _drain(self) -> None:
-        # Until a pass writes no tick, neither here nor in the background thread.
-        for _ in range(1000):
-            before = self._ticks_written
-            super()._drain()
-            self._check_failed()
-            self._maybe_tick()
-            if self._ticks_written == before:
-                return
+    def _pump(self) -> None:
+        super()._pump()
+        self._check_failed()
+        self._maybe_tick()
 
     def _maybe_tick(self) -> bool:
         """Write a tick for the buckets the current watermark (or the clock) makes due."""
@@ -243,26 +224,24 @@ class StatefulJob(StreamingJob):
             if not due:
                 return False
             self._ticks.write(sorted(due))
-            self._ticks_written += 1
+            self._note_write()
             return True
 
-    def _tick_loop(self) -> None:
-        while True:
-            time.sleep(0.2)
-            try:
-                if not self._query.isActive:
-                    return
-                progress = self._query.lastProgress
-                batch = int(progress["batchId"]) if progress else -1
-                interval_due = any(
-                    0 <= s.next_interval_ms <= time.time() * 1000
-                    for s in list(self._collector.buckets.values())
-                )
-                if batch != self._seen_batch or interval_due:
-                    self._seen_batch = batch
-                    self._maybe_tick()
-            except Exception:  # noqa: BLE001 - the query stopped or failed; its owner sees the error
-                return
+    def _background_interval_s(self) -> float | None:
+        base = super()._background_interval_s()
+        return 0.2 if base is None else min(base, 0.2)
+
+    def _background_step(self) -> None:
+        progress = self._query.lastProgress
+        batch = int(progress["batchId"]) if progress else -1
+        interval_due = any(
+            0 <= s.next_interval_ms <= time.time() * 1000 for s in list(self._collector.buckets.values())
+        )
+        if self._idle is not None:
+            super()._background_step()
+        if batch != self._seen_batch or interval_due:
+            self._seen_batch = batch
+            self._maybe_tick()
 
     # --- results and metrics --------------------------------------------------------------
 

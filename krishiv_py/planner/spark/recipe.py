@@ -54,7 +54,7 @@ __all__ = [
     "WithWatermark",
 ]
 
-#: Row kind: 0 data, 1 watermark promise, 2 close.
+#: Row kind: 0 data, 1 watermark promise, 2 close, 3 idle-source marker.
 KIND = "__kp_kind"
 #: The watermark a punctuation row promises.
 WM = "__kp_wm"
@@ -77,7 +77,7 @@ class ReadSource:
     """Read one source; the result has the user columns plus ``__kp_kind/__kp_wm/__kp_seq``."""
 
     name: str
-    kind: Literal["memory", "records", "files"]
+    kind: Literal["memory", "records", "files", "markers"]
     schema: Schema
     streaming: bool
     format: str = "parquet"
@@ -152,6 +152,10 @@ class TrackedSource:
     observe_name: str
     source: str
     lag_ms: int
+    #: Processing time without input after which the source is idle; None: never.
+    #: Such a source gets idle-marker rows (``__kp_kind`` 3) from the job's
+    #: marker directory ``<markers>/<observe_name>``.
+    idle_timeout_ms: int | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -165,6 +169,11 @@ class SparkRecipe:
     windowed: bool
     output_schema: Schema
     late_handler: Any = attrs.field(default=None, eq=False, repr=False)
+
+    @property
+    def idle(self) -> tuple[TrackedSource, ...]:
+        """The sources with an idle timeout (their markers need a directory)."""
+        return tuple(t for t in self.tracked if t.idle_timeout_ms is not None)
 
     @property
     def stateful(self) -> StatefulApply | None:
@@ -185,6 +194,9 @@ def _render(node: RecipeNode, lines: list[str]) -> str:
         reader = "spark.readStream" if node.streaming else "spark.read"
         if node.kind == "records":
             lines.append(f"{var} = spark.createDataFrame(<{node.name}: Arrow table + hidden columns>)")
+        elif node.kind == "markers":
+            where = f"<idle markers of {node.name}>"
+            lines.append(f"{var} = {reader}.format('parquet').schema('__kp_wm bigint').load({where})")
         else:
             opts = "".join(f".option({k!r}, {v!r})" for k, v in node.options)
             ddl = node.schema.ddl() + (

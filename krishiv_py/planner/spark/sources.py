@@ -14,10 +14,18 @@ Punctuation rows
     operator, by a filter that mentions the event-time column so Spark's
     optimizer cannot push it below the watermark. User filters let marker
     rows through.
+Idle markers
+    A source with an idle timeout gets a second input, unioned in right
+    below its watermark: the job's private marker directory. When the
+    source has been idle for its timeout, the job writes a marker row there
+    (``__kp_kind`` 3, target in ``__kp_wm``) that moves the source's watermark
+    operator up to the minimum of the active sources' watermarks, so Spark's
+    overall minimum no longer waits for it (see :mod:`krishiv_py.runtime.idle`).
 Observed metrics
     ``observe`` counts data rows, rows with no valid event time and the
     maximum event time per source, so the job can report per-source
-    watermarks exactly.
+    watermarks exactly; idle markers are observed apart from the source's
+    own rows.
 """
 
 from __future__ import annotations
@@ -143,6 +151,10 @@ class Lowerer:
     def _watermark(self, node: n.Watermark, child: RecipeNode, *, count_input: bool) -> RecipeNode:
         et = n.event_time(node)
         assert et is not None
+        name = f"kp_src_{len(self.tracked)}"
+        idle = self.streaming and node.idle_timeout_ms is not None
+        if idle:
+            child = UnionAll(children=(child, _markers(name, n.schema_of(node.input))))
         shift_us = self.shift * 1000
         col = quote(node.column)
         raw = f"unix_micros(CAST({col} AS TIMESTAMP))" if et.dtype.is_timestamp else f"{col} * 1000L"
@@ -152,7 +164,7 @@ class Lowerer:
         # Files and records carry no punctuation rows: every row is data, so the
         # per-row expressions skip the row-kind tests (a simpler plan that
         # Spark re-optimises in less time every micro-batch).
-        plain = not any(isinstance(s, n.MemorySource) for s in n.sources_of(node))
+        plain = not idle and not any(isinstance(s, n.MemorySource) for s in n.sources_of(node))
         if plain:
             et_expr = f"{data_et} AS {quote(ET)}"
         else:
@@ -161,28 +173,58 @@ class Lowerer:
         out: RecipeNode = SelectExprs(child=child, exprs=("*", et_expr))
         if self.streaming:
             out = WithWatermark(child=out, column=ET, delay=f"{node.lag_ms} milliseconds")
-        name = f"kp_src_{len(self.tracked)}"
         sources = ",".join(s.name for s in n.sources_of(node))
-        self.tracked.append(TrackedSource(observe_name=name, source=sources, lag_ms=node.lag_ms))
+        self.tracked.append(
+            TrackedSource(
+                observe_name=name,
+                source=sources,
+                lag_ms=node.lag_ms,
+                idle_timeout_ms=node.idle_timeout_ms if idle else None,
+            )
+        )
         data_row = "" if plain else f"{quote(KIND)} = 0 AND "
+        kind = quote(KIND)
+        own = (
+            (
+                f"max(CASE WHEN {kind} < 3 THEN unix_micros({quote(ET)}) END) AS max_et_us",
+                f"count_if({kind} < 3) AS active",
+                f"max(CASE WHEN {kind} = 3 THEN {quote(WM)} END) AS idle_wm",
+            )
+            if idle
+            else (f"max(unix_micros({quote(ET)})) AS max_et_us",)
+        )
         out = Observe(
             child=out,
             name=name,
             exprs=(
                 *(
-                    (("count(1) AS rows" if plain else f"count_if({quote(KIND)} = 0) AS rows"),)
+                    (("count(1) AS rows" if plain else f"count_if({kind} = 0) AS rows"),)
                     if count_input
                     else ()
                 ),
                 f"count_if({data_row}{quote(ET)} IS NULL) AS invalid",
-                f"max(unix_micros({quote(ET)})) AS max_et_us",
-                f"max({quote(KIND)}) AS max_kind",
+                *own,
             ),
         )
         if plain:
             return out
         # Mentions the event-time column, so it stays above the watermark operator.
         return FilterExpr(child=out, condition=f"({quote(KIND)} = 0 OR {quote(ET)} IS NULL)")
+
+
+def _markers(name: str, schema: Schema) -> RecipeNode:
+    """The idle-marker input of one source: rows shaped like the source's, all user columns null."""
+    read = ReadSource(
+        name=name,
+        kind="markers",
+        schema=Schema(()),
+        streaming=True,
+        path=name,
+        options=(("maxFileAge", "36500d"),),
+    )
+    exprs = tuple(f"CAST(NULL AS {f.dtype.name}) AS {quote(f.name)}" for f in schema)
+    hidden = (f"CAST(3 AS TINYINT) AS {quote(KIND)}", quote(WM), f"CAST(0 AS BIGINT) AS {quote(SEQ)}")
+    return SelectExprs(child=read, exprs=(*exprs, *hidden))
 
 
 def _select_item(expr: ExprNode, schema: Schema) -> str:
