@@ -19,8 +19,10 @@ from __future__ import annotations
 from krishiv_py.testing.compare import assert_same_rows, normalize_rows
 from krishiv_py.testing.reference import AggSpec, ReferenceMetrics, ReferenceModel
 from krishiv_py.testing.steps import (
+    AdvanceProcessingTime,
     AdvanceWatermark,
     Close,
+    ManualClock,
     Send,
     Step,
     assert_lowerings_agree,
@@ -33,9 +35,11 @@ from krishiv_py.testing.steps import (
 )
 
 __all__ = [
+    "AdvanceProcessingTime",
     "AdvanceWatermark",
     "AggSpec",
     "Close",
+    "ManualClock",
     "ReferenceMetrics",
     "ReferenceModel",
     "Send",

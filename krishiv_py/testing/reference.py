@@ -15,9 +15,20 @@ Steps
     ``max(previous, floor(max_event_us / 1000) - lag)``;
     ``advance_watermark(ts)`` makes it ``max(previous, ts)`` and ``close()``
     makes it :data:`END_OF_TIME_MS`. The new overall watermark ``W'`` is the
-    minimum over all declared sources, and ``None`` while any of them has
-    none. Last, the windows are *swept* at ``W`` and, if it differs, at
-    ``W'`` (see Firing).
+    minimum over the sources that are not idle, and ``None`` while any of
+    them has none; it never goes back (``W' >= W``). Last, the windows are
+    *swept* at ``W`` and, if it differs, at ``W'`` (see Firing).
+
+Idleness
+    A source with an idle timeout ``T`` that has not sent (rows,
+    ``advance_watermark``) for ``T`` ms of processing time — ``clock()``
+    plus every :meth:`ReferenceModel.advance_processing_time` — is *idle*
+    and left out of the minimum (a closed source is never idle). While every
+    source is idle, the overall watermark stays. A source is active again at
+    its next ``send``; its rows meet the overall watermark as usual, and
+    since ``W`` never goes back, a returning source behind it cannot move it
+    back. Processing time starts when the model is made (the job's start);
+    ``advance_processing_time(ms)`` is a step of its own, with no input.
 
 Time
     Event times are ``int`` epoch milliseconds or ``datetime`` values (a naive
@@ -148,7 +159,7 @@ Result: TypeAlias = dict[str, object]
 LateClass: TypeAlias = Literal["invalid", "very_late"]
 Classification: TypeAlias = Literal["on_time", "mildly_late", "very_late", "invalid"]
 FiringKind: TypeAlias = Literal["early", "final", "late"]
-StepKind: TypeAlias = Literal["send", "advance_watermark", "close"]
+StepKind: TypeAlias = Literal["send", "advance_watermark", "close", "processing_time"]
 
 _AGG_FUNCS: frozenset[str] = frozenset(get_args(AggFunc))
 _ON_WATERMARK = Trigger.on_watermark()
@@ -407,9 +418,13 @@ class ReferenceModel:
         ``"accumulating"``, ``"discarding"`` or ``"retracting"``.
     future_tolerance_ms
         Rows further than this ahead of the watermark count as future events.
+    idle_timeout_ms
+        Processing time without input after which a source is idle: one
+        for every source, a mapping from source name to its timeout
+        (``None``: never idle), or ``None`` (default: no source is idle).
     clock
-        Processing time in ms, read by ``Trigger.on_interval``; default
-        ``time.monotonic() * 1000``.
+        Processing time in ms, read by ``Trigger.on_interval`` and for
+        idleness; default ``time.monotonic() * 1000``.
     record
         Keep :attr:`log`, every step, classification and firing (for
         :mod:`krishiv_py.viz`); results are the same either way.
@@ -451,6 +466,7 @@ class ReferenceModel:
         trigger: Trigger = _ON_WATERMARK,
         accumulation: Accumulation = "accumulating",
         future_tolerance_ms: int = FUTURE_TOLERANCE_MS,
+        idle_timeout_ms: int | Mapping[str, int | None] | None = None,
         clock: Callable[[], float] | None = None,
         record: bool = False,
     ) -> None:
@@ -465,6 +481,9 @@ class ReferenceModel:
         self._accumulation = _check_accumulation(accumulation)
         self._future_tolerance_ms = check_ms("future_tolerance_ms", future_tolerance_ms, positive=False)
         self._clock = clock if clock is not None else _monotonic_ms
+        self._idle_timeouts = _check_idle(idle_timeout_ms, self._sources)
+        self._pt_offset_ms = 0.0
+        self._last_active = dict.fromkeys(self._sources, self._now())
         _check_output_names(self._keys, self._aggregates, retracting=accumulation == "retracting")
         self._watermarks: dict[str, int] = {}
         self._closed: set[str] = set()
@@ -526,6 +545,8 @@ class ReferenceModel:
             ts_us = self._ingest(row, w_ms, out, source)
             if ts_us is not None and (max_us is None or ts_us > max_us):
                 max_us = ts_us
+        if rows:
+            self._last_active[source] = self._now()
         if max_us is not None:
             self._raise_source(source, max_us // 1000 - self._lags[source])
         return self._end_step(w_ms, out, "send", source, len(rows))
@@ -536,8 +557,29 @@ class ReferenceModel:
         if isinstance(ts_ms, bool) or not isinstance(ts_ms, int):
             raise PlanError(f"ts_ms must be an integer number of milliseconds, got {ts_ms!r}")
         w_ms = self._overall
+        self._last_active[source] = self._now()
         self._raise_source(source, ts_ms)
         return self._end_step(w_ms, [], "advance_watermark", source)
+
+    def advance_processing_time(self, ms: float) -> list[Result]:
+        """Let ``ms`` of processing time pass with no input (one step): sources may go idle.
+
+        Interval firings that became due fire, and if idleness moved the
+        overall watermark, the windows it passed fire.
+        """
+        if isinstance(ms, bool) or not isinstance(ms, int | float) or ms < 0:
+            raise PlanError(f"advance_processing_time() takes milliseconds >= 0, got {ms!r}")
+        self._pt_offset_ms += ms
+        return self._end_step(self._overall, [], "processing_time", "")
+
+    def idle_sources(self) -> frozenset[str]:
+        """The sources idle now (left out of the overall watermark)."""
+        now = self._now()
+        return frozenset(
+            s
+            for s, timeout in self._idle_timeouts.items()
+            if timeout is not None and s not in self._closed and now - self._last_active[s] >= timeout
+        )
 
     def close(self, *, source: str = "main") -> list[Result]:
         """End ``source``: its watermark becomes END_OF_TIME_MS (one step; idempotent)."""
@@ -677,10 +719,15 @@ class ReferenceModel:
         self._step += 1
         return out
 
+    def _now(self) -> float:
+        return self._clock() + self._pt_offset_ms
+
     def _move_overall(self) -> None:
-        if any(source not in self._watermarks for source in self._sources):
+        idle = self.idle_sources()
+        counted = [s for s in self._sources if s not in idle]
+        if not counted or any(source not in self._watermarks for source in counted):
             return
-        new = min(self._watermarks[source] for source in self._sources)
+        new = min(self._watermarks[source] for source in counted)
         if self._overall is None or new > self._overall:
             self._counts["watermark_advances"] += 1
             self._overall = new
@@ -761,6 +808,23 @@ def _check_sources(sources: Sequence[str]) -> tuple[str, ...]:
     if not names or len(set(names)) != len(names):
         raise PlanError(f"sources must be non-empty and distinct, got {names!r}")
     return names
+
+
+def _check_idle(
+    timeout: int | Mapping[str, int | None] | None, sources: tuple[str, ...]
+) -> dict[str, int | None]:
+    if timeout is None:
+        return dict.fromkeys(sources)
+    if isinstance(timeout, Mapping):
+        if set(timeout) != set(sources):
+            raise PlanError(
+                f"idle_timeout_ms names sources {sorted(timeout)}; declared sources: {list(sources)}"
+            )
+        return {
+            s: None if timeout[s] is None else check_ms(f"idle_timeout_ms[{s!r}]", timeout[s])
+            for s in sources
+        }
+    return dict.fromkeys(sources, check_ms("idle_timeout_ms", timeout))
 
 
 def _check_lags(lag_ms: int | Mapping[str, int], sources: tuple[str, ...]) -> dict[str, int]:

@@ -2,9 +2,14 @@
 
 A scenario is what a transcript test says: the input schema, a pipeline
 (a function from the source stream to the result stream) and the steps
-(:class:`Send`, :class:`AdvanceWatermark`, :class:`Close`). Each runner
-returns the cumulative results after every step, so firing times are
-compared, not only final results.
+(:class:`Send`, :class:`AdvanceWatermark`, :class:`Close`,
+:class:`AdvanceProcessingTime`). Each runner returns the cumulative results
+after every step, so firing times are compared, not only final results.
+
+Processing time is part of the scenario: the model and the streaming job
+both read a clock that starts at 0 when the job starts and moves only with
+:class:`AdvanceProcessingTime` steps, so idle timeouts behave the same on
+every machine.
 
 Examples
 --------
@@ -39,10 +44,13 @@ from krishiv_py.types import to_schema
 if TYPE_CHECKING:
     from krishiv_py._typing import Lowering
     from krishiv_py.api.stream import Stream
+    from krishiv_py.runtime.job import Job
     from krishiv_py.session import Session
 
 __all__ = [
+    "AdvanceProcessingTime",
     "AdvanceWatermark",
+    "ManualClock",
     "Close",
     "assert_lowerings_agree",
     "Send",
@@ -88,7 +96,34 @@ class Close:
     source: str | None = None
 
 
-Step: TypeAlias = Send | AdvanceWatermark | Close
+@attrs.frozen
+class AdvanceProcessingTime:
+    """``ms`` of processing time pass with no input (one step; sources may go idle)."""
+
+    ms: int
+    source: None = None
+
+
+Step: TypeAlias = Send | AdvanceWatermark | Close | AdvanceProcessingTime
+
+
+class ManualClock:
+    """A processing-time clock in ms that moves only when told to (for scenarios).
+
+    >>> clock = ManualClock()
+    >>> clock.advance(1_500)
+    >>> clock()
+    1500.0
+    """
+
+    def __init__(self) -> None:
+        self._ms = 0.0
+
+    def __call__(self) -> float:
+        return self._ms
+
+    def advance(self, ms: float) -> None:
+        self._ms += ms
 
 
 def reference_model_for(
@@ -101,7 +136,8 @@ def reference_model_for(
     event-time column, a lag per source); the model's sources are the
     streams' names. The model gets the pipeline's emission options (trigger,
     allowed lateness, accumulation) and the watermark's future tolerance;
-    ``clock`` (processing time in ms) drives ``Trigger.on_interval``;
+    ``clock`` (processing time in ms) drives ``Trigger.on_interval`` and
+    idle timeouts (``idle_timeout_ms`` of the watermarks);
     ``record=True`` keeps the model's :attr:`~ReferenceModel.log`.
     """
     plan = stream.plan
@@ -121,6 +157,9 @@ def reference_model_for(
         )
     wm = marks[0]
     names = [cast("n.MemorySource", m.input).name for m in marks]
+    idle: int | dict[str, int | None] | None = wm.idle_timeout_ms
+    if len(marks) > 1:
+        idle = dict(zip(names, (m.idle_timeout_ms for m in marks), strict=True))
     return ReferenceModel(
         window=plan.window,
         event_time=wm.column,
@@ -132,6 +171,7 @@ def reference_model_for(
         trigger=plan.emission.trigger,
         accumulation=plan.emission.accumulation,
         future_tolerance_ms=wm.future_tolerance_ms,
+        idle_timeout_ms=idle,
         clock=clock,
         record=record,
     )
@@ -146,6 +186,8 @@ def _placeholder(schema: Any, name: str = "input") -> Stream:
 
 def _model_source(step: Step, sources: Sequence[str]) -> str:
     """The model's name of the source a step addresses."""
+    if isinstance(step, AdvanceProcessingTime):
+        return ""
     if len(sources) == 1:
         if step.source not in (None, sources[0]):
             raise PlanError(f"step {step!r} names a source, but the scenario has one source")
@@ -165,11 +207,15 @@ def _play(
     sources: Sequence[str],
 ) -> list[list[Result]]:
     """Play ``steps`` on the reference model; ``observe`` it after each step."""
-    model = reference_model_for(pipeline(*(_placeholder(schema, name) for name in sources)))
+    model = reference_model_for(
+        pipeline(*(_placeholder(schema, name) for name in sources)), clock=_scenario_clock(steps)
+    )
     out = []
     for step in steps:
         source = _model_source(step, sources)
-        if isinstance(step, Send):
+        if isinstance(step, AdvanceProcessingTime):
+            model.advance_processing_time(step.ms)
+        elif isinstance(step, Send):
             model.send(step.rows, source=source)
         elif isinstance(step, AdvanceWatermark):
             model.advance_watermark(step.ts_ms, source=source)
@@ -177,6 +223,11 @@ def _play(
             model.close(source=source)
         out.append(observe(model))
     return out
+
+
+def _scenario_clock(steps: Sequence[Step]) -> ManualClock | None:
+    """The scenario's processing-time clock: a manual one when steps move processing time."""
+    return ManualClock() if any(isinstance(s, AdvanceProcessingTime) for s in steps) else None
 
 
 def run_reference(
@@ -222,17 +273,25 @@ def run_streaming(
 
     ``lowering`` forces ``"native"`` or ``"stateful"`` instead of the planner's
     choice. With several ``sources`` there is one memory stream and sender
-    per source; ``pipeline`` takes the streams in order.
+    per source, named like the sources; ``pipeline`` takes the streams in
+    order. When steps move processing time, the job's idle-source clock is
+    the scenario's (see the module docstring).
     """
-    pairs = [session.memory_stream(schema) for _ in sources]
+    pairs = [session.memory_stream(schema, name=name if len(sources) > 1 else None) for name in sources]
     senders = {name: sender for name, (_, sender) in zip(sources, pairs, strict=True)}
     job = pipeline(*(stream for stream, _ in pairs)).start(lowering=lowering)
+    clock = _scenario_clock(steps)
+    if clock is not None:
+        _use_clock(job, clock)
     out = []
     try:
         for step in steps:
             source = _model_source(step, sources)
-            sender = senders[sources[0] if source == "main" else source]
-            if isinstance(step, Send):
+            sender = senders[sources[0] if source in ("main", "") else source]
+            if isinstance(step, AdvanceProcessingTime):
+                assert clock is not None
+                clock.advance(step.ms)
+            elif isinstance(step, Send):
                 sender.send(list(step.rows))
             elif isinstance(step, AdvanceWatermark):
                 sender.advance_watermark(step.ts_ms)
@@ -245,6 +304,14 @@ def run_streaming(
     finally:
         job.stop()
     return out
+
+
+def _use_clock(job: Job, clock: ManualClock) -> None:
+    from krishiv_py.runtime.job import StreamingJob
+
+    idle = job._idle if isinstance(job, StreamingJob) else None
+    if idle is not None:
+        idle.restart_clock(clock)
 
 
 def run_bounded(
@@ -292,7 +359,7 @@ def assert_lowerings_agree(
             run_reference_bounded(schema, pipeline, rows),
         )
     else:
-        streams = [session.from_records(by_source[name], schema) for name in sources]
+        streams = [session.from_records(by_source[name], schema, name=name) for name in sources]
         got = pipeline(*streams).collect().to_pylist()
         bounded_steps: list[Step] = [Send(by_source[name], source=name) for name in sources]
         bounded_steps += [Close(source=name) for name in sources]
