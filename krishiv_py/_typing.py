@@ -9,7 +9,7 @@ Examples
 >>> get_args(Lowering)
 ('native', 'stateful', 'bounded')
 >>> get_args(WindowKind)
-('tumbling', 'sliding', 'session', 'capped_session')
+('tumbling', 'sliding', 'session', 'capped_session', 'time_interval')
 """
 
 from __future__ import annotations
@@ -21,5 +21,6 @@ __all__ = ["Lowering", "WindowKind"]
 #: How a plan runs on Spark (see :mod:`krishiv_py.planner.spark.choose`).
 Lowering: TypeAlias = Literal["native", "stateful", "bounded"]
 
-#: The kinds of event-time window; ``capped_session`` is a session with ``max_duration_ms``.
-WindowKind: TypeAlias = Literal["tumbling", "sliding", "session", "capped_session"]
+#: The kinds of event-time window; ``capped_session`` is a session with ``max_duration_ms``,
+#: ``time_interval`` the panes of SPL's timeInterval window.
+WindowKind: TypeAlias = Literal["tumbling", "sliding", "session", "capped_session", "time_interval"]

@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -43,7 +44,11 @@ class Clock:
 
 
 def run_kernel(
-    pipeline: Pipeline, steps: list[Step], clock: Clock, skip_ticks: list[bool] | None = None
+    pipeline: Pipeline,
+    steps: list[Step],
+    clock: Clock,
+    skip_ticks: list[bool] | None = None,
+    on_step: Callable[[kernel.StepOutput], None] = lambda _: None,
 ) -> tuple[list[list[dict[str, Any]]], list[list[dict[str, Any]]]]:
     """Cumulative results and late rows after each step, driving the kernel like the operator."""
     plan = pipeline(_placeholder(SCHEMA)).plan
@@ -70,12 +75,14 @@ def run_kernel(
             batch = _batch([], seq)
             target = step.ts_ms if isinstance(step, AdvanceWatermark) else END_OF_TIME_MS
         state, result = kernel.step(spec, state, batch, watermark, int(clock()))
+        on_step(result)
         results += _rows(result.results)
         late += _late(batch, result, watermark)
         if target is not None and (watermark is None or target > watermark):
             watermark = target
             if not (skip_ticks and skip_ticks[i]):  # a skipped tick: the next batch comes first
                 state, result = kernel.step(spec, state, _batch([], seq), watermark, int(clock()))
+                on_step(result)
                 results += _rows(result.results)
         out.append(list(results))
         out_late.append(list(late))
@@ -101,6 +108,7 @@ def _batch(rows: list[dict[str, Any]], seq0: int) -> pa.Table:
 def _rows(table: pa.Table) -> list[dict[str, Any]]:
     rows = table.to_pylist()
     for r in rows:
+        r.pop(kernel.FIRST, None)  # pane events' bookkeeping, not a result column
         r[kernel.WINDOW_START] = r[kernel.WINDOW_START] // 1000
         r[kernel.WINDOW_END] = r[kernel.WINDOW_END] // 1000
     return rows
@@ -272,3 +280,70 @@ def test_discarding_count_distinct_keeps_the_open_values_across_batches() -> Non
         Close(),
     ]
     check(pipeline("tumbling", 5, 5, 0, False, 0, kp.Trigger.on_count(2), "discarding"), scenario)
+
+
+def time_interval(
+    interval: int, period: int, discard: int, lag: int, keyed: bool
+) -> tuple[Pipeline, list[Any]]:
+    """A time-interval pipeline whose callbacks append to the returned list."""
+    events: list[Any] = []
+
+    def build(s: kp.Stream) -> kp.Stream:
+        w: Any = s.watermark("t", lag)
+        if keyed:
+            w = w.key_by("k")
+        panes = w.time_interval_window(interval, period, discard)
+        panes = panes.on_initial_full(events.append).on_trigger(events.append).on_close(events.append)
+        return panes.agg(*AGGS)  # type: ignore[no-any-return]
+
+    return build, events
+
+
+@settings(max_examples=int(os.environ.get("KERNEL_EXAMPLES", "150")))
+@given(
+    data=st.data(),
+    lag=st.integers(0, 40),
+    discard=st.sampled_from([0, 5, 15, 60]),
+    keyed=st.booleans(),
+    scenario=steps,
+)
+def test_time_interval_panes_and_their_events_match_the_model(
+    data: Any, lag: int, discard: int, keyed: bool, scenario: list[Step]
+) -> None:
+    from krishiv_py.runtime.stateful import call_pane_events
+    from krishiv_py.stateful.operator import Payloads
+
+    interval = data.draw(st.integers(5, 60))
+    period = data.draw(st.integers(1, interval))
+    build, _ = time_interval(interval, period, discard, lag, keyed)
+    check(build, scenario)
+
+    plan = build(_placeholder(SCHEMA)).plan
+    assert isinstance(plan, n.WindowAggregate)
+    callbacks = plan.emission.panes
+    keys = ["k"] if keyed else []
+    got: list[Any] = []
+    recording = attrs.evolve(
+        callbacks, on_initial_full=got.append, on_trigger=got.append, on_close=got.append
+    )
+
+    def events_of(out: kernel.StepOutput) -> None:
+        empty = pa.table({"x": pa.array([], pa.int64())})
+        call_pane_events(
+            recording, keys, Payloads(results=out.results, late=empty, stats=empty, closed=out.closed)
+        )
+
+    run_kernel(build, scenario, Clock(), on_step=events_of)
+    model = reference_model_for(build(_placeholder(SCHEMA)), clock=Clock())
+    for step in scenario:
+        if isinstance(step, Send):
+            model.send(step.rows)
+        elif isinstance(step, AdvanceWatermark):
+            model.advance_watermark(step.ts_ms)
+        else:
+            model.close()
+    assert [_event(e) for e in got] == [_event(e) for e in model.pane_events]
+
+
+def _event(e: kp.PaneEvent) -> tuple[Any, ...]:
+    return (e.kind, e.key, e.window_start_ms, e.window_end_ms, e.values["count"], e.values["sum_v"])

@@ -14,9 +14,16 @@ import attrs
 from krishiv_py.errors import PlanError
 from krishiv_py.expr import AggExpr
 from krishiv_py.late import LateEventHandler
+from krishiv_py.panes import PaneCallback
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.emission import DEFAULT_ALLOWED_LATENESS_MS, Accumulation, Emission, Trigger
-from krishiv_py.plan.windows import SessionWindow, SlidingWindow, TumblingWindow, WindowSpec
+from krishiv_py.plan.windows import (
+    SessionWindow,
+    SlidingWindow,
+    TimeIntervalWindow,
+    TumblingWindow,
+    WindowSpec,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -59,6 +66,29 @@ class WindowAssigners:
         if max_duration_ms is not None:
             raise PlanError("session_window(max_duration_ms=...) (capped sessions) is not supported yet")
         return self._windowed(window)
+
+    def time_interval_window(
+        self, interval_ms: int, creation_period_ms: int, discard_age_ms: int
+    ) -> WindowedStream:
+        """IBM Streams SPL time-interval panes ``[k * creation_period_ms, ... + interval_ms)``.
+
+        A pane fires when the watermark reaches its end, fires again on a
+        later watermark only if rows were inserted since its last firing
+        (only the keys that changed), and is deleted when the watermark
+        reaches ``end + discard_age_ms``; rows for a deleted pane are very
+        late. Pane events are observable with :meth:`WindowedStream.on_initial_full`,
+        :meth:`WindowedStream.on_trigger` and :meth:`WindowedStream.on_close`.
+        Runs on the stateful lowering.
+
+        Examples
+        --------
+            panes = stream.watermark("t", 0).time_interval_window(10_000, 5_000, 15_000)
+        """
+        window = TimeIntervalWindow(
+            interval_ms=interval_ms, creation_period_ms=creation_period_ms, discard_age_ms=discard_age_ms
+        )
+        windowed = self._windowed(window)
+        return windowed._emit(allowed_lateness_ms=window.discard_age_ms)
 
 
 @attrs.frozen
@@ -103,6 +133,11 @@ class WindowedStream:
         """
         if not isinstance(trigger, Trigger):
             raise PlanError(f"trigger() takes a Trigger such as kp.Trigger.on_count(10), got {trigger!r}")
+        if isinstance(self.window, TimeIntervalWindow) and trigger.is_early:
+            raise PlanError(
+                f"trigger {trigger.describe()} does not apply to time-interval panes: they fire when "
+                "the watermark reaches their end and again on later watermarks after new rows"
+            )
         if trigger.element_count and isinstance(self.window, SessionWindow):
             raise PlanError(
                 f"trigger {trigger.describe()} is not supported on session windows yet; "
@@ -112,11 +147,48 @@ class WindowedStream:
 
     def allowed_lateness(self, ms: int = DEFAULT_ALLOWED_LATENESS_MS) -> WindowedStream:
         """Keep windows ``ms`` past their end: late events re-fire them instead of being dropped."""
+        if isinstance(self.window, TimeIntervalWindow):
+            raise PlanError(
+                "allowed_lateness() does not apply to time-interval panes: their discard_age_ms "
+                f"({self.window.discard_age_ms}) is how long they are kept after their end"
+            )
         return self._emit(allowed_lateness_ms=ms)
 
     def accumulation(self, mode: Accumulation) -> WindowedStream:
         """What a firing carries: ``"accumulating"`` (default), ``"discarding"`` or ``"retracting"``."""
+        if isinstance(self.window, TimeIntervalWindow) and mode != "accumulating":
+            raise PlanError(
+                f"accumulation({mode!r}) does not apply to time-interval panes: every firing "
+                "carries the whole pane"
+            )
         return self._emit(accumulation=mode)
+
+    def on_initial_full(self, callback: PaneCallback) -> WindowedStream:
+        """Call ``callback(PaneEvent)`` when the watermark first reaches a pane's end (time-interval panes).
+
+        Called on the driver just before the pane's first ``on_trigger``; see
+        :mod:`krishiv_py.panes` for the order of events.
+        """
+        return self._pane_callback("on_initial_full", callback)
+
+    def on_trigger(self, callback: PaneCallback) -> WindowedStream:
+        """Call ``callback(PaneEvent)`` every time a pane fires (time-interval panes)."""
+        return self._pane_callback("on_trigger", callback)
+
+    def on_close(self, callback: PaneCallback) -> WindowedStream:
+        """Call ``callback(PaneEvent)`` when a pane is deleted, with its final aggregates.
+
+        Time-interval panes only; the pane's last ``on_trigger`` comes first.
+        """
+        return self._pane_callback("on_close", callback)
+
+    def _pane_callback(self, name: str, callback: PaneCallback) -> WindowedStream:
+        if not isinstance(self.window, TimeIntervalWindow):
+            raise PlanError(
+                f"{name}() observes the panes of time_interval_window(...); "
+                f"this stream has {self.window.kind} windows"
+            )
+        return self._emit(panes=attrs.evolve(self.emission.panes, **{name: callback}))
 
     def with_late_event_handler(self, handler: LateEventHandler) -> WindowedStream:
         """Hand very late and invalid events to ``handler`` (see :mod:`krishiv_py.late`)."""

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias, get_args
 import attrs
 
 from krishiv_py.errors import PlanError
+from krishiv_py.panes import PaneCallbacks
 from krishiv_py.plan.windows import check_ms
 
 if TYPE_CHECKING:
@@ -150,6 +151,8 @@ class Emission:
     allowed_lateness_ms: int = attrs.field(default=0, validator=_check_lateness)
     accumulation: Accumulation = attrs.field(default="accumulating", validator=_check_accumulation)
     late_handler: LateEventHandler | None = attrs.field(default=None, eq=False)
+    #: Pane-event callbacks (time-interval windows only).
+    panes: PaneCallbacks = attrs.field(factory=PaneCallbacks)
 
     @property
     def is_default(self) -> bool:
@@ -174,6 +177,8 @@ class Emission:
         parts.append(f"accumulation={self.accumulation}")
         if self.late_handler is not None:
             parts.append(f"late_handler={type(self.late_handler).__name__}")
+        if self.panes.any:
+            parts.append(f"pane_callbacks={','.join(self.panes.names())}")
         return " ".join(parts)
 
 

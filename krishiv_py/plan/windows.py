@@ -22,6 +22,16 @@ Session windows
     ``max_duration_ms = M`` a session is also closed when adding an event
     would make ``last_ts - first_ts >= M``.
 
+Time-interval panes (IBM Streams SPL ``timeInterval``)
+    Panes ``[k * creation_period, k * creation_period + interval)``, aligned
+    to the epoch; an event is in every pane that contains it (T(7) with
+    interval 10 and period 5 is in ``[0, 10)`` and ``[5, 15)``; T(10) is not
+    in ``[0, 10)``). A pane fires when the watermark reaches its end, fires
+    again on a later watermark only if rows were inserted since its last
+    firing, and is deleted once the watermark reaches ``end + discard_age``;
+    rows for a deleted pane are very late. ``creation_period > interval`` is
+    refused (gaps between panes).
+
 These classes are configuration only (frozen, validated at construction);
 the engines that run them live in ``krishiv_py.planner`` and
 ``krishiv_py.testing``.
@@ -38,6 +48,7 @@ from krishiv_py.errors import PlanError
 __all__ = [
     "SessionWindow",
     "SlidingWindow",
+    "TimeIntervalWindow",
     "TumblingWindow",
     "WindowSpec",
 ]
@@ -156,4 +167,51 @@ class SessionWindow:
         return (ts, ts + self.gap_ms)
 
 
-WindowSpec: TypeAlias = TumblingWindow | SlidingWindow | SessionWindow
+@attrs.frozen(kw_only=True)
+class TimeIntervalWindow:
+    """SPL time-interval panes: ``[k * creation_period_ms, ... + interval_ms)``, kept ``discard_age_ms``.
+
+    Examples
+    --------
+    >>> panes = TimeIntervalWindow(interval_ms=10, creation_period_ms=5, discard_age_ms=15)
+    >>> panes.assign(7)
+    ((0, 10), (5, 15))
+    >>> panes.assign(10)
+    ((5, 15), (10, 20))
+    """
+
+    interval_ms: int
+    creation_period_ms: int
+    discard_age_ms: int
+
+    def __attrs_post_init__(self) -> None:
+        check_ms("interval_ms", self.interval_ms)
+        check_ms("creation_period_ms", self.creation_period_ms)
+        check_ms("discard_age_ms", self.discard_age_ms, positive=False)
+        if self.creation_period_ms > self.interval_ms:
+            raise PlanError(
+                f"creation_period_ms ({self.creation_period_ms}) must be <= interval_ms "
+                f"({self.interval_ms}); a longer period leaves gaps between panes"
+            )
+
+    @property
+    def size_ms(self) -> int:
+        return self.interval_ms
+
+    @property
+    def slide_ms(self) -> int:
+        return self.creation_period_ms
+
+    @property
+    def offset_ms(self) -> int:
+        return 0
+
+    @property
+    def kind(self) -> str:
+        return "time_interval"
+
+    def assign(self, ts: int) -> tuple[tuple[int, int], ...]:
+        return SlidingWindow(size_ms=self.interval_ms, slide_ms=self.creation_period_ms).assign(ts)
+
+
+WindowSpec: TypeAlias = TumblingWindow | SlidingWindow | SessionWindow | TimeIntervalWindow

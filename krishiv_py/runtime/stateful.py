@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
 
+    from krishiv_py.panes import PaneCallbacks
     from krishiv_py.planner.spark.recipe import SparkRecipe
     from krishiv_py.stateful.operator import Payloads
 
@@ -66,6 +67,7 @@ class BatchCollector:
         self._recipe = recipe
         self._sink = sink
         self._handler = recipe.late_handler
+        self._keys = list(recipe.stateful.operator.kernel.keys) if recipe.stateful is not None else []
         self._lock = threading.Lock()
         self.results: dict[int, pa.Table] = {}
         self.counts: dict[int, dict[str, int]] = {}
@@ -85,6 +87,8 @@ class BatchCollector:
 
         results = to_output(payloads.results, self._recipe.output_schema.to_arrow())
         self._write(results, batch_id)
+        if self._recipe.pane_callbacks is not None:
+            call_pane_events(self._recipe.pane_callbacks, self._keys, payloads)
         if payloads.late.num_rows:
             self._hand_late(payloads.late, batch_id)
         stats = payloads.stats.to_pydict()
@@ -157,6 +161,40 @@ class BatchCollector:
         if not tables:
             return self._recipe.output_schema.to_arrow().empty_table()
         return pa.concat_tables(tables)
+
+
+def call_pane_events(callbacks: PaneCallbacks, keys: Sequence[str], payloads: Payloads) -> None:
+    """Hand one micro-batch's pane events to the callbacks, in the order of :mod:`krishiv_py.panes`."""
+    from krishiv_py.panes import PaneEvent
+    from krishiv_py.stateful.kernel import FIRST, WINDOW_END, WINDOW_START
+
+    def rows(table: pa.Table | None) -> list[dict[str, Any]]:
+        if table is None or not table.num_rows:
+            return []
+        out = table.to_pylist()
+        # Keys order like the reference model's: null first, then by value.
+        return sorted(
+            out, key=lambda r: (r[WINDOW_END], r[WINDOW_START], *((r[k] is not None, r[k]) for k in keys))
+        )
+
+    def event(kind: Any, row: dict[str, Any]) -> PaneEvent:
+        skip = {*keys, WINDOW_START, WINDOW_END, FIRST}
+        return PaneEvent(
+            kind=kind,
+            key=tuple(row[k] for k in keys),
+            window_start_ms=int(row[WINDOW_START]) // 1000,
+            window_end_ms=int(row[WINDOW_END]) // 1000,
+            values={k: v for k, v in row.items() if k not in skip},
+        )
+
+    for row in rows(payloads.results):
+        if row.get(FIRST) and callbacks.on_initial_full is not None:
+            callbacks.on_initial_full(event("initial_full", row))
+        if callbacks.on_trigger is not None:
+            callbacks.on_trigger(event("trigger", row))
+    if callbacks.on_close is not None:
+        for row in rows(payloads.closed):
+            callbacks.on_close(event("close", row))
 
 
 def _write_parquet(table: pa.Table, path: str, name: str) -> None:

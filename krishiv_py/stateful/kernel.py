@@ -52,7 +52,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS, Accumulation, Trigger
-from krishiv_py.plan.windows import SessionWindow, SlidingWindow, TumblingWindow
+from krishiv_py.plan.windows import (
+    SessionWindow,
+    SlidingWindow,
+    TimeIntervalWindow,
+    TumblingWindow,
+    WindowSpec,
+)
 from krishiv_py.stateful import aggregates as agg
 from krishiv_py.stateful._arrow import Column, HashAggregation, arrow, table_of
 from krishiv_py.stateful.elements import ElementPatch, element_firings
@@ -64,6 +70,7 @@ __all__ = ["KernelSpec", "StepOutput", "phase", "step"]
 TS, SEQ = "__kp_ts", "__kp_seq"
 WS, WE, FIRED, PENDING, LAST, EMITTED = "__ws", "__we", "__fired", "__pending", "__last", "__emitted"
 NEW = "__new"  # rows added in this batch (sessions: a session with new rows is a new session)
+FIRST = "__first"  # with pane events: True on a result row that is its window's first firing
 WINDOW_START, WINDOW_END, KIND = "window_start", "window_end", "kind"
 
 
@@ -72,12 +79,15 @@ class KernelSpec:
     """Everything the kernel needs to know about one windowed aggregation."""
 
     keys: tuple[str, ...]
-    window: TumblingWindow | SlidingWindow | SessionWindow
+    window: WindowSpec
     aggs: tuple[agg.AggSpec, ...]
     trigger: Trigger = attrs.field(factory=Trigger)
     allowed_lateness_ms: int = 0
     accumulation: Accumulation = "accumulating"
     future_tolerance_ms: int = DEFAULT_FUTURE_TOLERANCE_MS
+    #: Report pane events: a ``__first`` column on results, and the windows evicted
+    #: (``StepOutput.closed``, result-shaped with their final aggregates).
+    pane_events: bool = False
 
     @property
     def retracting(self) -> bool:
@@ -97,6 +107,8 @@ class StepOutput:
     on_time: int = 0
     mildly_late: int = 0
     future: int = 0
+    #: With ``pane_events``: the windows this step evicted, with their final aggregates.
+    closed: pa.Table | None = None
 
     @property
     def emitted(self) -> int:
@@ -122,18 +134,19 @@ def step(
     seq = batch.column(SEQ).to_numpy().astype(np.int64) if batch.num_rows else np.zeros(0, np.int64)
     w_us = None if watermark_ms is None else watermark_ms * 1000
     early: list[pa.Table] = []
+    closed: list[pa.Table] | None = [] if spec.pane_events else None
     if watermark_ms is not None and state.num_rows:
         # What this watermark made due before the batch: normally a tick already fired it;
         # when micro-batches follow each other before the tick arrives, it fires here,
         # so late rows meet the state the specification says they meet.
-        state, due = phase(spec, state, watermark_ms, now_ms, interval=False)
+        state, due = phase(spec, state, watermark_ms, now_ms, interval=False, closed=closed)
         if due.num_rows:
             early.append(due)
     if isinstance(spec.window, SessionWindow):
         state, kept, very_late = _add_sessions(spec, state, batch, ts, seq, valid, w_us, early)
     else:
         state, kept, very_late = _add_fixed(spec, state, batch, ts, seq, valid, w_us, early)
-    state, fired = phase(spec, state, watermark_ms, now_ms)
+    state, fired = phase(spec, state, watermark_ms, now_ms, closed=closed)
     mild = kept & (w_us is not None) & (ts < (w_us or 0))
     future = (
         valid & (watermark_ms is not None) & (ts > ((watermark_ms or 0) + spec.future_tolerance_ms) * 1000)
@@ -146,6 +159,7 @@ def step(
         on_time=int((kept & ~mild).sum()),
         mildly_late=int(mild.sum()),
         future=int(future.sum()),
+        closed=None if closed is None else _closed_table(spec, state, closed),
     )
 
 
@@ -207,7 +221,9 @@ def _new_windows(
 # --- tumbling and sliding windows ------------------------------------------------
 
 
-def assign_fixed(window: TumblingWindow | SlidingWindow, ts_ms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def assign_fixed(
+    window: TumblingWindow | SlidingWindow | TimeIntervalWindow, ts_ms: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """(row index, window start ms) for every window of every row, vectorized."""
     size, slide = window.size_ms, window.slide_ms
     if isinstance(window, TumblingWindow):
@@ -390,11 +406,18 @@ def _merge_groups(
 
 
 def phase(
-    spec: KernelSpec, state: pa.Table, watermark_ms: int | None, now_ms: int, *, interval: bool = True
+    spec: KernelSpec,
+    state: pa.Table,
+    watermark_ms: int | None,
+    now_ms: int,
+    *,
+    interval: bool = True,
+    closed: list[pa.Table] | None = None,
 ) -> tuple[pa.Table, pa.Table]:
     """Fire what ``watermark_ms`` (and processing time ``now_ms``) makes due, then evict.
 
-    ``interval=False`` leaves ``on_interval`` firings out (only the watermark's work).
+    ``interval=False`` leaves ``on_interval`` firings out (only the watermark's work);
+    ``closed`` receives the evicted windows (result-shaped) when given.
     """
     n = state.num_rows
     we = state.column(WE).to_numpy()
@@ -409,14 +432,29 @@ def phase(
         fire |= ~due & (pending > 0) & ready
     emit = fire & (pending > 0) if spec.accumulation == "discarding" else fire
     results, state = _fire(spec, state, emit, now_ms)
+    if spec.pane_events:
+        results = results.append_column(FIRST, pa.array(final[emit]))
     if fire.any() or final.any():
         state = _set(state, FIRED, pc.or_(state.column(FIRED), pa.array(final)))
         state = _set(state, PENDING, pc.if_else(pa.array(fire), 0, state.column(PENDING)))
     if watermark_ms is not None:
         alive = watermark_ms * 1000 < we + spec.allowed_lateness_ms * 1000
         if not alive.all():
+            if closed is not None:
+                closed.append(_finals(spec, state.filter(pa.array(~alive))))
             state = state.filter(pa.array(alive))
     return state, results
+
+
+def _finals(spec: KernelSpec, rows: pa.Table) -> pa.Table:
+    """Result rows (keys, bounds, final aggregates) of the windows in ``rows``."""
+    parts = {f.name: rows.column(f.name).combine_chunks() for f in agg.partial_schema(spec.aggs)}
+    values = agg.finalize(spec.aggs, parts)
+    return result_table(spec, rows, rows.column(WS), rows.column(WE), values, "emit")
+
+
+def _closed_table(spec: KernelSpec, state: pa.Table, closed: list[pa.Table]) -> pa.Table:
+    return pa.concat_tables(closed) if closed else _finals(spec, state.slice(0, 0))
 
 
 def _fire(spec: KernelSpec, state: pa.Table, emit: np.ndarray, now_ms: int) -> tuple[pa.Table, pa.Table]:

@@ -142,7 +142,7 @@ def run_bounded_bucket(spec: OperatorSpec, key: tuple[Any, ...], frame: pd.DataF
     now = int(time.time() * 1000)
     state, first = kernel.step(spec.kernel, None, batch, None, now)
     state, last = kernel.step(spec.kernel, state, batch.slice(0, 0), END_OF_TIME_MS, now)
-    merged = attrs.evolve(first, results=pa.concat_tables([first.results, last.results]))
+    merged = attrs.evolve(first, results=pa.concat_tables([first.results, last.results]), closed=last.closed)
     payload = encode_payload(spec, int(key[0]), batch, merged, state, None, 0)
     return pd.DataFrame({BUCKET: [int(key[0])], PAYLOAD: [payload]})
 
@@ -220,7 +220,8 @@ def encode_payload(
             )
         }
     )
-    parts = [_dump_table(t) for t in (out.results, late, stats)]
+    tables = [out.results, late, stats] + ([out.closed] if out.closed is not None else [])
+    parts = [_dump_table(t) for t in tables]
     return b"".join(struct.pack("<Q", len(p)) + p for p in parts)
 
 
@@ -263,22 +264,26 @@ class Payloads:
     results: pa.Table
     late: pa.Table
     stats: pa.Table
+    #: With pane events: the windows evicted, with their final aggregates.
+    closed: pa.Table | None = None
 
 
 def decode_payloads(blobs: Iterable[bytes]) -> Payloads | None:
     """Concatenate the payloads of one micro-batch (``None`` when there are none)."""
-    results, late, stats = [], [], []
+    results, late, stats, closed = [], [], [], []
     for blob in blobs:
         tables = _split(blob)
         results.append(tables[0])
         late.append(tables[1])
         stats.append(tables[2])
+        closed += tables[3:]
     if not stats:
         return None
     return Payloads(
         results=pa.concat_tables(results, promote_options="permissive"),
         late=pa.concat_tables(late, promote_options="permissive"),
         stats=pa.concat_tables(stats),
+        closed=pa.concat_tables(closed, promote_options="permissive") if closed else None,
     )
 
 

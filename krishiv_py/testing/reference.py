@@ -128,10 +128,11 @@ import attrs
 
 from krishiv_py.errors import PlanError, SchemaError, SourceClosedError
 from krishiv_py.expr import AggFunc
+from krishiv_py.panes import PaneEvent, PaneEventKind
 from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS, Accumulation, Trigger
 from krishiv_py.plan.nodes import KIND_COLUMN
 from krishiv_py.plan.watermarks import END_OF_TIME_MS, MAX_EVENT_MS, MIN_EVENT_MS
-from krishiv_py.plan.windows import SessionWindow, SlidingWindow, TumblingWindow, check_ms
+from krishiv_py.plan.windows import SessionWindow, SlidingWindow, TimeIntervalWindow, TumblingWindow, check_ms
 
 __all__ = [
     "END_OF_TIME_MS",
@@ -154,7 +155,7 @@ FUTURE_TOLERANCE_MS = DEFAULT_FUTURE_TOLERANCE_MS
 
 Row: TypeAlias = Mapping[str, object]
 Key: TypeAlias = tuple[object, ...]
-ModelWindow: TypeAlias = TumblingWindow | SlidingWindow | SessionWindow
+ModelWindow: TypeAlias = TumblingWindow | SlidingWindow | SessionWindow | TimeIntervalWindow
 Result: TypeAlias = dict[str, object]
 LateClass: TypeAlias = Literal["invalid", "very_late"]
 Classification: TypeAlias = Literal["on_time", "mildly_late", "very_late", "invalid"]
@@ -326,7 +327,7 @@ class _WindowState(Protocol):
 class _FixedWindows:
     """State of tumbling and sliding windows: panes by (start, end, key), in ms."""
 
-    window: TumblingWindow | SlidingWindow
+    window: TumblingWindow | SlidingWindow | TimeIntervalWindow
     lateness_ms: int
     slots: dict[tuple[int, int, Key], _Pane] = attrs.field(factory=dict)
 
@@ -472,6 +473,8 @@ class ReferenceModel:
     ) -> None:
         lateness = check_ms("allowed_lateness_ms", allowed_lateness_ms, positive=False)
         self._state = _make_state(window, lateness)
+        self._lateness_ms = lateness
+        self._pane_events: list[PaneEvent] | None = [] if isinstance(window, TimeIntervalWindow) else None
         self._event_time = event_time
         self._keys = tuple(keys)
         self._aggregates = tuple(aggregates)
@@ -624,6 +627,11 @@ class ReferenceModel:
         return ReferenceMetrics(**self._counts)
 
     @property
+    def pane_events(self) -> list[PaneEvent]:
+        """Every pane event so far (time-interval windows; see :mod:`krishiv_py.panes`)."""
+        return list(self._pane_events or [])
+
+    @property
     def log(self) -> ReferenceLog | None:
         """Every step, classification and firing so far; ``None`` unless made with ``record=True``."""
         return self._log
@@ -740,6 +748,10 @@ class ReferenceModel:
                 if not pane.final_fired or pane.pending:
                     kind: FiringKind = "late" if pane.final_fired else "final"
                     pane.final_fired = True
+                    if self._pane_events is not None:
+                        if kind == "final":
+                            self._pane_event("initial_full", pane)
+                        self._pane_event("trigger", pane)
                     self._fire(pane, out, kind)
             elif self._trigger.kind == "interval" and pane.pending:
                 now = self._clock() if now is None else now
@@ -747,7 +759,24 @@ class ReferenceModel:
                     pane.fired_at_ms = now
                     self._fire(pane, out, "early")
         if x_ms is not None:
+            if self._pane_events is not None:
+                for pane in sorted(self._state.panes(), key=_emit_order):
+                    if x_ms * 1000 >= pane.end_us + self._lateness_ms * 1000:
+                        self._pane_event("close", pane)
             self._state.evict(x_ms)
+
+    def _pane_event(self, kind: PaneEventKind, pane: _Pane) -> None:
+        assert self._pane_events is not None
+        values = {spec.name: _aggregate(spec, pane.entries) for spec in self._aggregates}
+        self._pane_events.append(
+            PaneEvent(
+                kind=kind,
+                key=pane.key,
+                window_start_ms=pane.start_us // 1000,
+                window_end_ms=pane.end_us // 1000,
+                values=values,
+            )
+        )
 
     def _fire(self, pane: _Pane, out: list[Result], kind: FiringKind) -> None:
         """Emit ``pane``'s result as its accumulation mode says, then clear its pending rows."""
@@ -798,7 +827,7 @@ def _make_state(window: ModelWindow, lateness_ms: int) -> _WindowState:
         if window.max_duration_ms is not None:
             raise PlanError("capped sessions are not modelled yet")
         return _Sessions(gap_us=window.gap_ms * 1000, lateness_us=lateness_ms * 1000)
-    if isinstance(window, TumblingWindow | SlidingWindow):
+    if isinstance(window, TumblingWindow | SlidingWindow | TimeIntervalWindow):
         return _FixedWindows(window=window, lateness_ms=lateness_ms)
     raise PlanError(f"the reference model cannot run window {window!r}")
 

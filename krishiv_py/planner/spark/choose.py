@@ -13,7 +13,7 @@ lowering      input      window kinds                                 emission o
 ============  =========  ===========================================  ===================================
 ``bounded``   finite     tumbling, sliding, session                   allowed lateness
 ``native``    unbounded  tumbling, sliding                            (none: on-watermark, zero lateness)
-``stateful``  both       tumbling, sliding, session                   early triggers, allowed lateness,
+``stateful``  both       tumbling, sliding, session, time-interval    early triggers, allowed lateness,
                                                                       non-accumulating, late handlers
 ============  =========  ===========================================  ===================================
 
@@ -46,7 +46,13 @@ from krishiv_py.errors import PlanError
 from krishiv_py.late import CountingLateEventHandler
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.emission import Emission
-from krishiv_py.plan.windows import SessionWindow, SlidingWindow, TumblingWindow, WindowSpec
+from krishiv_py.plan.windows import (
+    SessionWindow,
+    SlidingWindow,
+    TimeIntervalWindow,
+    TumblingWindow,
+    WindowSpec,
+)
 
 __all__ = [
     "LOWERINGS",
@@ -65,8 +71,13 @@ InputKind: TypeAlias = Literal["bounded", "unbounded"]
 EmissionFeature: TypeAlias = Literal["early_trigger", "allowed_lateness", "non_accumulating", "late_handler"]
 FeatureName: TypeAlias = InputKind | WindowKind | EmissionFeature
 
-_ALL_WINDOWS: frozenset[WindowKind] = frozenset({"tumbling", "sliding", "session", "capped_session"})
-_SPARK_WINDOWS: frozenset[WindowKind] = _ALL_WINDOWS - {"capped_session"}
+_ALL_WINDOWS: frozenset[WindowKind] = frozenset(
+    {"tumbling", "sliding", "session", "capped_session", "time_interval"}
+)
+#: The kinds Spark's own window operators run.
+_SPARK_WINDOWS: frozenset[WindowKind] = frozenset({"tumbling", "sliding", "session"})
+#: The kinds krishiv's stateful operator runs.
+_STATEFUL_WINDOWS: frozenset[WindowKind] = _SPARK_WINDOWS | {"time_interval"}
 
 
 @attrs.frozen(kw_only=True)
@@ -134,7 +145,7 @@ LOWERINGS: tuple[Capabilities, ...] = (
     Capabilities(
         lowering="stateful",
         inputs=frozenset({"bounded", "unbounded"}),
-        window_kinds=_SPARK_WINDOWS,
+        window_kinds=_STATEFUL_WINDOWS,
         emission=frozenset({"early_trigger", "allowed_lateness", "non_accumulating", "late_handler"}),
         why="a custom Spark operator keeps the windows in state and fires them itself",
     ),
@@ -216,6 +227,8 @@ def window_kind(window: WindowSpec) -> WindowKind:
         return "sliding"
     if isinstance(window, SessionWindow):
         return "session" if window.max_duration_ms is None else "capped_session"
+    if isinstance(window, TimeIntervalWindow):
+        return "time_interval"
     assert_never(window)
 
 

@@ -114,4 +114,5 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
         windowed=True,
         output_schema=n.schema_of(plan),
         late_handler=handler,
+        pane_callbacks=plan.emission.panes if plan.emission.panes.any else None,
     )

@@ -169,6 +169,8 @@ class SparkRecipe:
     windowed: bool
     output_schema: Schema
     late_handler: Any = attrs.field(default=None, eq=False, repr=False)
+    #: Pane-event callbacks (:class:`~krishiv_py.panes.PaneCallbacks`), run on the driver.
+    pane_callbacks: Any = attrs.field(default=None, eq=False, repr=False)
 
     @property
     def idle(self) -> tuple[TrackedSource, ...]:

@@ -90,6 +90,7 @@ def operator_spec(node: n.WindowAggregate, *, shift_ms: int) -> Any:
         allowed_lateness_ms=node.emission.allowed_lateness_ms,
         accumulation=node.emission.accumulation,
         future_tolerance_ms=et.future_tolerance_ms,
+        pane_events=node.emission.panes.any,
     )
     return OperatorSpec(kernel=kernel, columns=columns, shift_ms=shift_ms, buckets=BUCKETS)
 
