@@ -417,9 +417,10 @@ def test_union_needs_an_other_stream() -> None:
         stream().union(cast(Any, 3))
 
 
-def test_capped_session_window_is_refused() -> None:
-    with raises_plan_error("max_duration_ms"):
-        timed().session_window(10, max_duration_ms=100)
+def test_capped_session_window_needs_a_positive_cap() -> None:
+    assert timed().session_window(10, max_duration_ms=100).window == SessionWindow(
+        gap_ms=10, max_duration_ms=100
+    )
     with raises_plan_error("max_duration_ms", "0"):
         timed().session_window(10, max_duration_ms=0)
 

@@ -18,7 +18,7 @@ from krishiv_py._typing import Lowering, WindowKind
 from krishiv_py.api.stream import Stream
 from krishiv_py.api.windowed import WindowedStream
 from krishiv_py.plan import nodes as n
-from krishiv_py.plan.windows import SessionWindow, SlidingWindow, TumblingWindow
+from krishiv_py.plan.windows import SessionWindow, SlidingWindow, TimeIntervalWindow, TumblingWindow
 from krishiv_py.planner.spark import LOWERINGS, choose, lower
 from krishiv_py.planner.spark.choose import EmissionFeature, InputKind, capabilities, features_of, window_kind
 from krishiv_py.types import to_schema
@@ -79,12 +79,12 @@ def test_the_table_has_one_row_per_lowering_in_order_of_preference() -> None:
 
 def test_the_table_says_what_each_lowering_runs_exactly() -> None:
     every_emission = frozenset(get_args(EmissionFeature))
-    spark_windows = frozenset(get_args(WindowKind)) - {"capped_session"}
+    spark_windows = frozenset({"tumbling", "sliding", "session"})
     rows = {c.lowering: (c.inputs, c.window_kinds, c.emission) for c in LOWERINGS}
     assert rows == {
         "bounded": ({"bounded"}, spark_windows, {"allowed_lateness"}),
         "native": ({"unbounded"}, {"tumbling", "sliding"}, frozenset()),
-        "stateful": (frozenset(get_args(InputKind)), spark_windows, every_emission),
+        "stateful": (frozenset(get_args(InputKind)), frozenset(get_args(WindowKind)), every_emission),
     }
 
 
@@ -101,6 +101,7 @@ def test_only_bounded_reads_unbounded_input_as_a_snapshot() -> None:
         (SlidingWindow(size_ms=10, slide_ms=5), "sliding"),
         (SessionWindow(gap_ms=10), "session"),
         (SessionWindow(gap_ms=10, max_duration_ms=100), "capped_session"),
+        (TimeIntervalWindow(interval_ms=10, creation_period_ms=5, discard_age_ms=0), "time_interval"),
     ],
 )
 def test_window_kind_agrees_with_the_window_itself(window: Any, kind: WindowKind) -> None:
@@ -179,9 +180,10 @@ def test_the_reason_names_every_feature_the_preferred_lowering_lacks() -> None:
 
 
 @pytest.mark.parametrize("source", [unbounded, bounded])
-def test_no_lowering_runs_capped_sessions_yet(source: Callable[[], Stream]) -> None:
-    with raises_plan_error("no lowering runs", "a capped session window (max_duration_ms=100)"):
-        choose(capped(source()))
+def test_capped_sessions_need_the_stateful_lowering(source: Callable[[], Stream]) -> None:
+    lowering, reason = choose(capped(source()))
+    assert lowering == "stateful"
+    assert "a capped session window (max_duration_ms=100)" in reason
 
 
 def test_streaming_sessions_need_the_stateful_lowering() -> None:
@@ -206,9 +208,10 @@ def test_lower_runs_plans_that_need_the_stateful_lowering() -> None:
     assert "allowed_lateness(60000 ms)" in recipe.reason and "needs the stateful lowering" in recipe.reason
 
 
-def test_lower_refuses_capped_sessions() -> None:
-    with raises_plan_error("max_duration_ms", "no lowering runs"):
-        lower(capped(unbounded()))
+def test_lower_runs_capped_sessions_on_the_stateful_operator() -> None:
+    recipe = lower(capped(unbounded()))
+    assert recipe.stateful is not None
+    assert recipe.stateful.operator.kernel.capped
 
 
 # --- forcing a lowering ------------------------------------------------------------

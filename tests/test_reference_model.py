@@ -355,9 +355,16 @@ def test_fired_session_state_is_gone() -> None:
     assert m2.results == [win(0, 10, n=1), win(10, 20, n=1)]
 
 
-def test_capped_sessions_are_not_modelled() -> None:
-    with pytest.raises(PlanError, match="capped sessions"):
-        model(SessionWindow(gap_ms=10, max_duration_ms=100))
+def test_capped_sessions_never_span_the_cap() -> None:
+    m = model(SessionWindow(gap_ms=10, max_duration_ms=30))
+    m.send([{"ts": t} for t in range(0, 100, 5)])  # a source that never pauses
+    m.close()
+    assert [(r["window_start"], r["window_end"], r["n"]) for r in m.results] == [
+        (0, 35, 6),  # 0..25: 30 would make the span 30
+        (30, 65, 6),
+        (60, 95, 6),
+        (90, 105, 2),
+    ]
 
 
 # --- aggregates ----------------------------------------------------------------------

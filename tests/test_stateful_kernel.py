@@ -183,6 +183,8 @@ def pipeline(
             windowed = w.tumbling_window(size)
         elif kind == "sliding":
             windowed = w.sliding_window(size, slide)
+        elif kind == "capped_session":
+            windowed = w.session_window(size, max_duration_ms=slide)  # the cap rides on `slide`
         else:
             windowed = w.session_window(size)
         windowed = windowed.allowed_lateness(lateness).trigger(trigger).accumulation(mode)
@@ -206,7 +208,7 @@ step = st.one_of(
 steps = st.lists(step, min_size=1, max_size=6).map(lambda s: [*s, Close()])
 
 
-@pytest.mark.parametrize("kind", ["tumbling", "sliding", "session"])
+@pytest.mark.parametrize("kind", ["tumbling", "sliding", "session", "capped_session"])
 @settings(max_examples=int(os.environ.get("KERNEL_EXAMPLES", "150")))
 @given(
     data=st.data(),
@@ -229,12 +231,14 @@ def test_kernel_matches_model(
 ) -> None:
     size = data.draw(st.integers(5, 60))
     slide = data.draw(st.integers(1, size)) if kind == "sliding" else size
-    if kind == "session" and trigger.element_count:
+    if kind == "capped_session":
+        slide = data.draw(st.integers(1, 3 * size))
+    if kind in ("session", "capped_session") and trigger.element_count:
         trigger = kp.Trigger.on_watermark()
     check(pipeline(kind, size, slide, lag, keyed, lateness, trigger, mode), scenario)
 
 
-@pytest.mark.parametrize("kind", ["tumbling", "sliding", "session"])
+@pytest.mark.parametrize("kind", ["tumbling", "sliding", "session", "capped_session"])
 @settings(max_examples=int(os.environ.get("KERNEL_EXAMPLES", "150")))
 @given(
     data=st.data(),

@@ -55,17 +55,17 @@ class WindowAssigners:
         return self._windowed(SlidingWindow(size_ms=size_ms, slide_ms=slide_ms))
 
     def session_window(self, gap_ms: int, *, max_duration_ms: int | None = None) -> WindowedStream:
-        """Sessions that close after ``gap_ms`` without events.
+        """Sessions that close after ``gap_ms`` without events, optionally capped.
 
         On unbounded input sessions run on the stateful lowering, which
-        follows the specified merge and lateness rules exactly. Capped
-        sessions (``max_duration_ms``) are not supported yet: passing it
-        raises :class:`PlanError`.
+        follows the specified merge and lateness rules exactly. With
+        ``max_duration_ms = M`` a session never spans ``M`` or more
+        (``last_ts - first_ts < M``): a row that would stretch it that far
+        closes it and starts a new session — the bound that keeps a source
+        that never pauses from growing one session forever (see
+        ``docs/windows.md`` for out-of-order rows).
         """
-        window = SessionWindow(gap_ms=gap_ms, max_duration_ms=max_duration_ms)
-        if max_duration_ms is not None:
-            raise PlanError("session_window(max_duration_ms=...) (capped sessions) is not supported yet")
-        return self._windowed(window)
+        return self._windowed(SessionWindow(gap_ms=gap_ms, max_duration_ms=max_duration_ms))
 
     def time_interval_window(
         self, interval_ms: int, creation_period_ms: int, discard_age_ms: int

@@ -63,7 +63,7 @@ from krishiv_py.stateful import aggregates as agg
 from krishiv_py.stateful._arrow import Column, HashAggregation, arrow, table_of
 from krishiv_py.stateful.elements import ElementPatch, element_firings
 from krishiv_py.stateful.grouping import canonical, first_rows, group_ids
-from krishiv_py.stateful.sessions import kept_session_rows, sweep_sessions
+from krishiv_py.stateful.sessions import capped_groups, kept_session_rows, key_ids, sweep_sessions
 
 __all__ = ["KernelSpec", "StepOutput", "phase", "step"]
 
@@ -71,6 +71,7 @@ TS, SEQ = "__kp_ts", "__kp_seq"
 WS, WE, FIRED, PENDING, LAST, EMITTED = "__ws", "__we", "__fired", "__pending", "__last", "__emitted"
 NEW = "__new"  # rows added in this batch (sessions: a session with new rows is a new session)
 FIRST = "__first"  # with pane events: True on a result row that is its window's first firing
+SEALED = "__sealed"  # capped sessions: a session that takes no more rows
 WINDOW_START, WINDOW_END, KIND = "window_start", "window_end", "kind"
 
 
@@ -92,6 +93,10 @@ class KernelSpec:
     @property
     def retracting(self) -> bool:
         return self.accumulation == "retracting"
+
+    @property
+    def capped(self) -> bool:
+        return isinstance(self.window, SessionWindow) and self.window.max_duration_ms is not None
 
     def key_names(self) -> list[str]:
         return [f"k{i}" for i in range(len(self.keys))]
@@ -177,6 +182,8 @@ def state_fields(spec: KernelSpec, key_types: Sequence[pa.DataType]) -> list[pa.
         pa.field(EMITTED, pa.bool_()),
     ]
     fields += agg.partial_schema(spec.aggs)
+    if spec.capped:
+        fields.append(pa.field(SEALED, pa.bool_()))
     if spec.retracting:
         fields += [pa.field("__r_ws", pa.int64()), pa.field("__r_we", pa.int64())]
         fields += [pa.field(f"__r_{i}", a.out_type) for i, a in enumerate(spec.aggs)]
@@ -282,7 +289,10 @@ def _add_sessions(
 ) -> tuple[pa.Table, np.ndarray, np.ndarray]:
     assert isinstance(spec.window, SessionWindow)
     gap = spec.window.gap_ms * 1000
-    kept = kept_session_rows(spec, state, batch, ts, seq, valid, w_us, gap)
+    if spec.capped:
+        kept = _kept_capped(spec, state, batch, ts, seq, valid, w_us)
+    else:
+        kept = kept_session_rows(spec, state, batch, ts, seq, valid, w_us, gap)
     rows = np.flatnonzero(kept)
     if len(rows):
         rows = rows[np.argsort(seq[rows], kind="stable")]
@@ -293,6 +303,44 @@ def _add_sessions(
         if fired is not None:
             early.append(fired)
     return state, kept, valid & ~kept
+
+
+def _kept_capped(
+    spec: KernelSpec,
+    state: pa.Table,
+    batch: pa.Table,
+    ts: np.ndarray,
+    seq: np.ndarray,
+    valid: np.ndarray,
+    w_us: int | None,
+) -> np.ndarray:
+    """Which rows join a capped session (see :func:`~krishiv_py.stateful.sessions.capped_groups`)."""
+    assert isinstance(spec.window, SessionWindow) and spec.window.max_duration_ms is not None
+    rows = np.flatnonzero(valid)
+    kid_state, kid_rows = key_ids(spec, state, batch.take(arrow(rows)))
+    gap = spec.window.gap_ms * 1000
+    n_state = state.num_rows
+    _, _, kept_items, _ = capped_groups(
+        np.concatenate([kid_state, kid_rows]),
+        np.concatenate([state.column(WS).to_numpy(), ts[rows]]),
+        np.concatenate([state.column(WE).to_numpy(), ts[rows] + gap]),
+        np.concatenate([np.zeros(n_state, bool), np.ones(len(rows), bool)]),
+        np.concatenate([_sealed(state), np.zeros(len(rows), bool)]),
+        np.concatenate([np.zeros(n_state, np.int64), seq[rows]]),
+        gap_us=gap,
+        cap_us=spec.window.max_duration_ms * 1000,
+        w_us=w_us,
+        lateness_us=spec.allowed_lateness_ms * 1000,
+    )
+    kept = np.zeros(len(ts), bool)
+    kept[rows[kept_items[n_state:]]] = True
+    return kept
+
+
+def _sealed(table: pa.Table) -> np.ndarray:
+    column = table.column(SEALED).combine_chunks()
+    filled: Any = pc.fill_null(column, pa.scalar(False))
+    return np.asarray(filled.to_numpy(zero_copy_only=False), bool)
 
 
 # --- merging new rows into state -------------------------------------------------------
@@ -320,7 +368,22 @@ def _merge_new(
     work_kid = kid[involved]
     ws = work.column(WS).to_numpy()
     we = work.column(WE).to_numpy()
-    if session:
+    sealed = None
+    if session and spec.capped:
+        assert isinstance(spec.window, SessionWindow) and spec.window.max_duration_ms is not None
+        ids, n_groups, _, sealed = capped_groups(
+            work_kid,
+            ws,
+            we,
+            work_new,
+            _sealed(work),
+            np.arange(len(ws)),  # new rows are in arrival order
+            gap_us=spec.window.gap_ms * 1000,
+            cap_us=spec.window.max_duration_ms * 1000,
+            w_us=None,  # the rows were kept already
+            lateness_us=0,
+        )
+    elif session:
         ids, n_groups = sweep_sessions(work_kid, ws, we, work_new)
     else:
         ids, n_groups, _ = group_ids([pa.array(work_kid), pa.array(ws)])
@@ -334,6 +397,8 @@ def _merge_new(
             fired_parts.append(firing[0])
             patch = firing[1]
     merged, retracts = _merge_groups(spec, work, ids, n_groups, work_new, session=session)
+    if sealed is not None:
+        merged = merged.append_column(SEALED, pa.array(sealed))
     if retracts is not None:
         fired_parts.insert(0, retracts)
     if patch is not None:

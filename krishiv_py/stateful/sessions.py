@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import attrs
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -33,7 +34,7 @@ from krishiv_py.stateful.grouping import canonical, group_ids
 if TYPE_CHECKING:
     from krishiv_py.stateful.kernel import KernelSpec
 
-__all__ = ["kept_session_rows", "sweep_sessions"]
+__all__ = ["capped_groups", "kept_session_rows", "key_ids", "sweep_sessions"]
 
 
 def sweep_sessions(
@@ -69,7 +70,7 @@ def kept_session_rows(
     doubtful = np.flatnonzero(valid & ~kept)
     if not len(doubtful):
         return kept
-    kid_state, kid_rows = _key_ids(spec, state, batch)
+    kid_state, kid_rows = key_ids(spec, state, batch)
     stored_ws = state.column("__ws").to_numpy()
     stored_we = state.column("__we").to_numpy()
     for i in doubtful[np.argsort(seq[doubtful], kind="stable")]:
@@ -98,7 +99,8 @@ def _merged_end(starts: np.ndarray, ends: np.ndarray, ts: int) -> int:
     return hi
 
 
-def _key_ids(spec: KernelSpec, state: pa.Table, batch: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+def key_ids(spec: KernelSpec, state: pa.Table, batch: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """Group ids of the keys of ``state`` rows and ``batch`` rows, in one numbering."""
     if not spec.keys:
         return np.zeros(state.num_rows, np.int64), np.zeros(batch.num_rows, np.int64)
     cols = [
@@ -107,3 +109,125 @@ def _key_ids(spec: KernelSpec, state: pa.Table, batch: pa.Table) -> tuple[np.nda
     ]
     ids, _, _ = group_ids(cols)
     return ids[: state.num_rows], ids[state.num_rows :]
+
+
+def capped_groups(
+    kid: np.ndarray,
+    ws: np.ndarray,
+    we: np.ndarray,
+    is_new: np.ndarray,
+    sealed: np.ndarray,
+    seq: np.ndarray,
+    *,
+    gap_us: int,
+    cap_us: int,
+    w_us: int | None,
+    lateness_us: int,
+) -> tuple[np.ndarray, int, np.ndarray, np.ndarray]:
+    """Capped sessions: the session of every item, which new rows are kept, which sessions are sealed.
+
+    Items are a key's stored sessions (``is_new`` False; ``sealed`` ones take
+    no more rows) and the batch's rows (proto-windows ``[ts, ts + gap)``).
+    Within a batch a key's rows are added in event-time order (ties in
+    arrival order ``seq``): a row merges with the open sessions it touches
+    when the merged session spans less than the cap, else it seals them and
+    starts its own; a row whose resulting session is not retained
+    (``W >= end + lateness``) is dropped and changes nothing.
+
+    Vectorized where the cap cannot matter: the items are grouped as
+    uncapped sessions first, and a group that spans less than the cap and
+    has no row in doubt about lateness is one session. Only the other groups
+    are resolved row by row.
+
+    Returns ``(ids, n_groups, kept, group_sealed)``: ``ids[i] = -1`` for a
+    dropped row; ``kept`` over the items (stored sessions are always kept).
+
+    Examples
+    --------
+    >>> ids, n, kept, sealed = capped_groups(
+    ...     np.zeros(4, np.int64), np.array([0, 2, 5, 7]), np.array([3, 5, 8, 10]),
+    ...     np.ones(4, bool), np.zeros(4, bool), np.arange(4), gap_us=3, cap_us=6, w_us=None,
+    ...     lateness_us=0)
+    >>> ids.tolist(), n, sealed.tolist()
+    ([0, 0, 0, 1], 2, [True, False])
+    """
+    n = len(kid)
+    ids = np.full(n, -1, np.int64)
+    kept = np.ones(n, bool)
+    sealed_of: list[bool] = []
+    # Sealed stored sessions stay as they are.
+    for i in np.flatnonzero(sealed):
+        ids[i] = len(sealed_of)
+        sealed_of.append(True)
+    open_idx = np.flatnonzero(~sealed)
+    if not len(open_idx):
+        return ids, len(sealed_of), kept, np.asarray(sealed_of, bool)
+    cand, n_cand = sweep_sessions(kid[open_idx], ws[open_idx], we[open_idx], is_new[open_idx])
+    first = np.full(n_cand, np.iinfo(np.int64).max)
+    np.minimum.at(first, cand, ws[open_idx])
+    last = np.full(n_cand, np.iinfo(np.int64).min)
+    np.maximum.at(last, cand, we[open_idx] - gap_us)
+    doubt = np.zeros(n, bool)
+    if w_us is not None:
+        doubt = is_new & (ws + gap_us + lateness_us <= w_us)
+    in_doubt = np.zeros(n_cand, bool)
+    np.logical_or.at(in_doubt, cand, doubt[open_idx])
+    resolve = (last - first >= cap_us) | in_doubt
+    # Groups the cap and lateness cannot split: one session each.
+    simple = ~resolve[cand]
+    base = len(sealed_of)
+    renumber = np.cumsum(~resolve) - 1 + base
+    ids[open_idx[simple]] = renumber[cand[simple]]
+    sealed_of += [False] * int((~resolve).sum())
+    for c in np.flatnonzero(resolve):
+        members = open_idx[cand == c]
+        limits = (gap_us, cap_us, w_us, lateness_us)
+        for session, is_sealed in _resolve_capped(members, ws, we, is_new, seq, kept, limits):
+            ids[session] = len(sealed_of)
+            sealed_of.append(is_sealed)
+    return ids, len(sealed_of), kept, np.asarray(sealed_of, bool)
+
+
+@attrs.define
+class _Capped:
+    first: int
+    last: int
+    items: list[int]
+    sealed: bool = False
+
+
+def _resolve_capped(
+    members: np.ndarray,
+    ws: np.ndarray,
+    we: np.ndarray,
+    is_new: np.ndarray,
+    seq: np.ndarray,
+    kept: np.ndarray,
+    limits: tuple[int, int, int | None, int],
+) -> list[tuple[list[int], bool]]:
+    """One uncapped group, row by row: its sessions (item indices) and whether each is sealed.
+
+    ``limits`` is ``(gap_us, cap_us, w_us, lateness_us)``.
+    """
+    gap_us, cap_us, w_us, lateness_us = limits
+    sessions = [_Capped(int(ws[i]), int(we[i]) - gap_us, [int(i)]) for i in members if not is_new[i]]
+    rows = sorted((int(i) for i in members if is_new[i]), key=lambda i: (int(ws[i]), int(seq[i])))
+    for r in rows:
+        ts = int(ws[r])
+        touched = [s for s in sessions if not s.sealed and ts <= s.last + gap_us and s.first <= ts + gap_us]
+        lo = min([ts, *(s.first for s in touched)])
+        hi = max([ts, *(s.last for s in touched)])
+        merge = hi - lo < cap_us
+        end = (hi if merge else ts) + gap_us
+        if w_us is not None and w_us >= end + lateness_us:
+            kept[r] = False
+            continue
+        if merge:
+            items = [r, *(i for s in touched for i in s.items)]
+            sessions = [s for s in sessions if not any(s is t for t in touched)]
+            sessions.append(_Capped(lo, hi, items))
+        else:
+            for s in touched:
+                s.sealed = True
+            sessions.append(_Capped(ts, ts, [r]))
+    return [(s.items, s.sealed) for s in sessions]

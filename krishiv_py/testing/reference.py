@@ -305,6 +305,7 @@ class _Pane:
     emitted: Result | None = None  # the last result row emitted
     final_fired: bool = False
     fired_at_ms: float | None = None  # clock() at the last interval firing
+    sealed: bool = False  # a capped session that takes no more rows
 
     def add(self, entry: _Entry) -> None:
         self.entries.append(entry)
@@ -379,6 +380,55 @@ class _Sessions:
         merged.add(entry)
         self.sessions[key] = [*rest, merged]
         return [merged], absorbed
+
+    def panes(self) -> list[_Pane]:
+        return [pane for panes in self.sessions.values() for pane in panes]
+
+    def evict(self, x_ms: int) -> None:
+        for key, panes in list(self.sessions.items()):
+            kept = [p for p in panes if x_ms * 1000 < p.end_us + self.lateness_us]
+            if kept:
+                self.sessions[key] = kept
+            else:
+                del self.sessions[key]
+
+
+@attrs.define
+class _CappedSessions:
+    """State of capped sessions (``max_duration_ms``): sessions of each key, some sealed, in µs.
+
+    A row merges with the open sessions its proto-window touches when the
+    merged session would span less than the cap (``last - first < cap``);
+    otherwise those sessions are sealed — they take no more rows and merge
+    with nothing — and the row starts a session of its own. A row whose
+    resulting session is not retained is very late and changes nothing.
+    """
+
+    gap_us: int
+    cap_us: int
+    lateness_us: int
+    sessions: dict[Key, list[_Pane]] = attrs.field(factory=dict)
+
+    def add(self, key: Key, entry: _Entry, w_ms: int | None) -> tuple[list[_Pane], list[_Pane]]:
+        ts, gap = entry.ts_us, self.gap_us
+        panes = self.sessions.get(key, [])
+        touched = [p for p in panes if not p.sealed and ts <= p.end_us and p.start_us <= ts + gap]
+        first = min([ts, *(p.start_us for p in touched)])
+        last = max([ts, *(p.end_us - gap for p in touched)])
+        merge = last - first < self.cap_us
+        start, end = (first, last + gap) if merge else (ts, ts + gap)
+        if w_ms is not None and w_ms * 1000 >= end + self.lateness_us:
+            return [], []
+        new = _Pane(start, end, key)
+        absorbed = touched if merge else []
+        for pane in absorbed:
+            new.entries += pane.entries
+            new.pending += pane.pending
+        for pane in touched if not merge else []:
+            pane.sealed = True
+        new.add(entry)
+        self.sessions[key] = [p for p in panes if p not in absorbed] + [new]
+        return [new], absorbed
 
     def panes(self) -> list[_Pane]:
         return [pane for panes in self.sessions.values() for pane in panes]
@@ -544,10 +594,15 @@ class ReferenceModel:
         w_ms = self._overall
         out: list[Result] = []
         max_us: int | None = None
-        for row in rows:
-            ts_us = self._ingest(row, w_ms, out, source)
+        order: list[int] = list(range(len(rows)))
+        if isinstance(self._state, _CappedSessions):  # a step's rows join capped sessions in event-time order
+            order = sorted(order, key=lambda i: (event_time_us(rows[i].get(self._event_time)) or 0, i))
+        base = self._seq
+        for i in order:
+            ts_us = self._ingest(rows[i], w_ms, out, source, seq=base + i)
             if ts_us is not None and (max_us is None or ts_us > max_us):
                 max_us = ts_us
+        self._seq = base + len(rows)
         if rows:
             self._last_active[source] = self._now()
         if max_us is not None:
@@ -652,8 +707,11 @@ class ReferenceModel:
         if source in self._closed:
             raise SourceClosedError(f"source {source!r} is closed")
 
-    def _ingest(self, row: Row, w_ms: int | None, out: list[Result], source: str) -> int | None:
-        """Classify, store and maybe fire one row; return its event time in µs (None if invalid)."""
+    def _ingest(self, row: Row, w_ms: int | None, out: list[Result], source: str, *, seq: int) -> int | None:
+        """Classify, store and maybe fire one row; return its event time in µs (None if invalid).
+
+        ``seq`` is the row's arrival order (orders ``first``/``last`` among equal times).
+        """
         self._counts["input_rows"] += 1
         ts_us = event_time_us(row.get(self._event_time))
         if ts_us is None:
@@ -662,8 +720,7 @@ class ReferenceModel:
             return None
         if w_ms is not None and ts_us > (w_ms + self._future_tolerance_ms) * 1000:
             self._counts["future_events"] += 1
-        joined, absorbed = self._state.add(self._key_of(row), _Entry(ts_us, self._seq, dict(row)), w_ms)
-        self._seq += 1
+        joined, absorbed = self._state.add(self._key_of(row), _Entry(ts_us, seq, dict(row)), w_ms)
         if not joined:
             self._late(row, "very_late", w_ms)
             self._record(row, source, ts_us, "very_late", w_ms)
@@ -825,7 +882,11 @@ def _monotonic_ms() -> float:
 def _make_state(window: ModelWindow, lateness_ms: int) -> _WindowState:
     if isinstance(window, SessionWindow):
         if window.max_duration_ms is not None:
-            raise PlanError("capped sessions are not modelled yet")
+            return _CappedSessions(
+                gap_us=window.gap_ms * 1000,
+                cap_us=window.max_duration_ms * 1000,
+                lateness_us=lateness_ms * 1000,
+            )
         return _Sessions(gap_us=window.gap_ms * 1000, lateness_us=lateness_ms * 1000)
     if isinstance(window, TumblingWindow | SlidingWindow | TimeIntervalWindow):
         return _FixedWindows(window=window, lateness_ms=lateness_ms)

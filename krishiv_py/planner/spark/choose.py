@@ -13,8 +13,8 @@ lowering      input      window kinds                                 emission o
 ============  =========  ===========================================  ===================================
 ``bounded``   finite     tumbling, sliding, session                   allowed lateness
 ``native``    unbounded  tumbling, sliding                            (none: on-watermark, zero lateness)
-``stateful``  both       tumbling, sliding, session, time-interval    early triggers, allowed lateness,
-                                                                      non-accumulating, late handlers
+``stateful``  both       tumbling, sliding, session, capped session,  early triggers, allowed lateness,
+                         time-interval                                non-accumulating, late handlers
 ============  =========  ===========================================  ===================================
 
 A bounded run is one step with every row, then the end of input: no event
@@ -77,7 +77,7 @@ _ALL_WINDOWS: frozenset[WindowKind] = frozenset(
 #: The kinds Spark's own window operators run.
 _SPARK_WINDOWS: frozenset[WindowKind] = frozenset({"tumbling", "sliding", "session"})
 #: The kinds krishiv's stateful operator runs.
-_STATEFUL_WINDOWS: frozenset[WindowKind] = _SPARK_WINDOWS | {"time_interval"}
+_STATEFUL_WINDOWS: frozenset[WindowKind] = _SPARK_WINDOWS | {"capped_session", "time_interval"}
 
 
 @attrs.frozen(kw_only=True)

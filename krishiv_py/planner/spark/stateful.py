@@ -26,7 +26,6 @@ from __future__ import annotations
 from typing import Any
 
 from krishiv_py.plan import nodes as n
-from krishiv_py.plan.windows import SessionWindow
 from krishiv_py.planner.spark.recipe import ET, SEQ, RecipeNode, SelectExprs, StatefulApply
 from krishiv_py.planner.sql import quote
 from krishiv_py.types import DataType, Schema
@@ -80,8 +79,6 @@ def operator_spec(node: n.WindowAggregate, *, shift_ms: int) -> Any:
         for a in node.aggregates
     )
     window = node.window
-    if isinstance(window, SessionWindow) and window.max_duration_ms is not None:
-        raise ValueError("capped sessions are refused by the planner")
     kernel = KernelSpec(
         keys=node.keys,
         window=window,
