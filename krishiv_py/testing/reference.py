@@ -394,7 +394,7 @@ class _Sessions:
 
 
 @attrs.define
-class _CappedSessions:
+class _CappedSessions(_Sessions):
     """State of capped sessions (``max_duration_ms``): sessions of each key, some sealed, in µs.
 
     A row merges with the open sessions its proto-window touches when the
@@ -404,10 +404,7 @@ class _CappedSessions:
     resulting session is not retained is very late and changes nothing.
     """
 
-    gap_us: int
-    cap_us: int
-    lateness_us: int
-    sessions: dict[Key, list[_Pane]] = attrs.field(factory=dict)
+    cap_us: int = 0
 
     def add(self, key: Key, entry: _Entry, w_ms: int | None) -> tuple[list[_Pane], list[_Pane]]:
         ts, gap = entry.ts_us, self.gap_us
@@ -429,17 +426,6 @@ class _CappedSessions:
         new.add(entry)
         self.sessions[key] = [p for p in panes if p not in absorbed] + [new]
         return [new], absorbed
-
-    def panes(self) -> list[_Pane]:
-        return [pane for panes in self.sessions.values() for pane in panes]
-
-    def evict(self, x_ms: int) -> None:
-        for key, panes in list(self.sessions.items()):
-            kept = [p for p in panes if x_ms * 1000 < p.end_us + self.lateness_us]
-            if kept:
-                self.sessions[key] = kept
-            else:
-                del self.sessions[key]
 
 
 class ReferenceModel:
