@@ -9,7 +9,7 @@ Examples
 >>> get_args(Lowering)
 ('native', 'stateful', 'bounded')
 >>> get_args(WindowKind)
-('tumbling', 'sliding', 'session', 'capped_session', 'time_interval')
+('tumbling', 'sliding', 'session', 'capped_session', 'time_interval', 'event_sliding')
 """
 
 from __future__ import annotations
@@ -22,5 +22,7 @@ __all__ = ["Lowering", "WindowKind"]
 Lowering: TypeAlias = Literal["native", "stateful", "bounded"]
 
 #: The kinds of event-time window; ``capped_session`` is a session with ``max_duration_ms``,
-#: ``time_interval`` the panes of SPL's timeInterval window.
-WindowKind: TypeAlias = Literal["tumbling", "sliding", "session", "capped_session", "time_interval"]
+#: ``time_interval`` the panes of SPL's timeInterval window, ``event_sliding`` Kafka's KIP-450 windows.
+WindowKind: TypeAlias = Literal[
+    "tumbling", "sliding", "session", "capped_session", "time_interval", "event_sliding"
+]

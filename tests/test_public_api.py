@@ -188,7 +188,6 @@ SPEC_SURFACE: list[tuple[str, str]] = [
 NOT_YET: list[tuple[str, str]] = [
     ("Session", "remote"),
     ("Session", "sql"),
-    ("Stream", "event_sliding_window"),
     ("WindowedStream", "with_state_ttl"),
     ("krishiv_py", "StateTtlConfig"),
 ]

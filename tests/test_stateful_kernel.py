@@ -351,3 +351,27 @@ def test_time_interval_panes_and_their_events_match_the_model(
 
 def _event(e: kp.PaneEvent) -> tuple[Any, ...]:
     return (e.kind, e.key, e.window_start_ms, e.window_end_ms, e.values["count"], e.values["sum_v"])
+
+
+@settings(max_examples=int(os.environ.get("KERNEL_EXAMPLES", "150")))
+@given(
+    size=st.integers(1, 40),
+    grace=st.sampled_from([0, 0, 5, 30]),
+    lag=st.integers(0, 30),
+    keyed=st.booleans(),
+    every=st.booleans(),
+    scenario=steps,
+)
+def test_event_sliding_windows_match_the_model(
+    size: int, grace: int, lag: int, keyed: bool, every: bool, scenario: list[Step]
+) -> None:
+    def build(s: kp.Stream) -> kp.Stream:
+        w: Any = s.watermark("t", lag)
+        if keyed:
+            w = w.key_by("k")
+        windowed = w.event_sliding_window(size, grace_ms=grace)
+        if every:
+            windowed = windowed.trigger(kp.Trigger.on_every_element())
+        return windowed.agg(*AGGS)  # type: ignore[no-any-return]
+
+    check(build, scenario)

@@ -18,6 +18,7 @@ from krishiv_py.panes import PaneCallback
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.emission import DEFAULT_ALLOWED_LATENESS_MS, Accumulation, Emission, Trigger
 from krishiv_py.plan.windows import (
+    EventSlidingWindow,
     SessionWindow,
     SlidingWindow,
     TimeIntervalWindow,
@@ -66,6 +67,29 @@ class WindowAssigners:
         ``docs/windows.md`` for out-of-order rows).
         """
         return self._windowed(SessionWindow(gap_ms=gap_ms, max_duration_ms=max_duration_ms))
+
+    def event_sliding_window(self, size_ms: int, *, grace_ms: int = 0) -> WindowedStream:
+        """Kafka Streams' sliding windows (KIP-450): one window per distinct set of rows within ``size_ms``.
+
+        Windows are closed at both ends, ``[t - size_ms, t]``; a row at ``t``
+        has its left window and, once a later row falls within ``size_ms``,
+        its right window ``[t + 1, t + 1 + size_ms]``; rows at
+        ``0 <= t < size_ms`` share ``[0, size_ms]`` (rows before the epoch are
+        invalid). A window closes when the watermark passes
+        ``end + grace_ms``; out-of-order rows update the open windows, and
+        rows whose windows have all closed are very late. Results report
+        ``window_end`` as the inclusive end ``start + size_ms``, as Kafka does.
+        ``Trigger.on_watermark()`` (default) emits each window once when it
+        closes (Kafka's ``EmitStrategy.onWindowClose()``, nothing at the end of
+        input for windows still open is the difference: krishiv fires them);
+        ``Trigger.on_every_element()`` emits every update (``onWindowUpdate()``).
+        Runs on the stateful lowering.
+
+        Examples
+        --------
+            near = stream.watermark("t", 0).key_by("user").event_sliding_window(30_000, grace_ms=5_000)
+        """
+        return self._windowed(EventSlidingWindow(size_ms=size_ms, grace_ms=grace_ms))
 
     def time_interval_window(
         self, interval_ms: int, creation_period_ms: int, discard_age_ms: int
@@ -133,6 +157,11 @@ class WindowedStream:
         """
         if not isinstance(trigger, Trigger):
             raise PlanError(f"trigger() takes a Trigger such as kp.Trigger.on_count(10), got {trigger!r}")
+        if isinstance(self.window, EventSlidingWindow) and trigger.kind not in ("watermark", "element"):
+            raise PlanError(
+                f"trigger {trigger.describe()} is not supported on per-event sliding windows; use "
+                "Trigger.on_watermark() (emit on close) or Trigger.on_every_element() (every update)"
+            )
         if isinstance(self.window, TimeIntervalWindow) and trigger.is_early:
             raise PlanError(
                 f"trigger {trigger.describe()} does not apply to time-interval panes: they fire when "
@@ -147,6 +176,11 @@ class WindowedStream:
 
     def allowed_lateness(self, ms: int = DEFAULT_ALLOWED_LATENESS_MS) -> WindowedStream:
         """Keep windows ``ms`` past their end: late events re-fire them instead of being dropped."""
+        if isinstance(self.window, EventSlidingWindow):
+            raise PlanError(
+                "allowed_lateness() does not apply to per-event sliding windows: their grace_ms "
+                f"({self.window.grace_ms}) is how long they stay open after their end"
+            )
         if isinstance(self.window, TimeIntervalWindow):
             raise PlanError(
                 "allowed_lateness() does not apply to time-interval panes: their discard_age_ms "
@@ -156,7 +190,7 @@ class WindowedStream:
 
     def accumulation(self, mode: Accumulation) -> WindowedStream:
         """What a firing carries: ``"accumulating"`` (default), ``"discarding"`` or ``"retracting"``."""
-        if isinstance(self.window, TimeIntervalWindow) and mode != "accumulating":
+        if isinstance(self.window, TimeIntervalWindow | EventSlidingWindow) and mode != "accumulating":
             raise PlanError(
                 f"accumulation({mode!r}) does not apply to time-interval panes: every firing "
                 "carries the whole pane"

@@ -18,7 +18,13 @@ import attrs
 from krishiv_py.errors import PlanError
 from krishiv_py.expr import AggCall, Alias, Column, ExprNode, agg_type, dtype_of, output_name, render
 from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS, Emission
-from krishiv_py.plan.windows import SessionWindow, TimeIntervalWindow, WindowSpec, check_ms
+from krishiv_py.plan.windows import (
+    EventSlidingWindow,
+    SessionWindow,
+    TimeIntervalWindow,
+    WindowSpec,
+    check_ms,
+)
 from krishiv_py.types import HIDDEN_PREFIX, DataType, Field, Schema
 
 if TYPE_CHECKING:
@@ -342,6 +348,8 @@ def _window_text(window: WindowSpec) -> str:
     if isinstance(window, SessionWindow):
         cap = f", max_duration_ms={window.max_duration_ms}" if window.max_duration_ms else ""
         return f"session(gap_ms={window.gap_ms}{cap})"
+    if isinstance(window, EventSlidingWindow):
+        return f"event_sliding(size_ms={window.size_ms}, grace_ms={window.grace_ms})"
     if isinstance(window, TimeIntervalWindow):
         return (
             f"time_interval(interval_ms={window.interval_ms}, "

@@ -32,6 +32,14 @@ Time-interval panes (IBM Streams SPL ``timeInterval``)
     rows for a deleted pane are very late. ``creation_period > interval`` is
     refused (gaps between panes).
 
+Per-event sliding windows (Kafka Streams ``SlidingWindows``, KIP-450)
+    Windows closed at both ends, ``[start, start + size]``, one per distinct
+    set of rows within ``size`` of each other: a row at ``t`` has its left
+    window ``[t - size, t]`` and, once a later row falls within ``size`` of
+    it, its right window ``[t + 1, t + 1 + size]``; rows at ``0 <= t < size``
+    share the window ``[0, size]``. A window closes once the watermark passes
+    ``end + grace``; rows for closed windows only are very late.
+
 These classes are configuration only (frozen, validated at construction);
 the engines that run them live in ``krishiv_py.planner`` and
 ``krishiv_py.testing``.
@@ -48,6 +56,7 @@ from krishiv_py.errors import PlanError
 __all__ = [
     "SessionWindow",
     "SlidingWindow",
+    "EventSlidingWindow",
     "TimeIntervalWindow",
     "TumblingWindow",
     "WindowSpec",
@@ -214,4 +223,37 @@ class TimeIntervalWindow:
         return SlidingWindow(size_ms=self.interval_ms, slide_ms=self.creation_period_ms).assign(ts)
 
 
-WindowSpec: TypeAlias = TumblingWindow | SlidingWindow | SessionWindow | TimeIntervalWindow
+@attrs.frozen(kw_only=True)
+class EventSlidingWindow:
+    """Kafka Streams' per-event sliding windows: ``[t - size_ms, t]``, closing ``grace_ms`` after their end.
+
+    Examples
+    --------
+    >>> w = EventSlidingWindow(size_ms=10, grace_ms=5)
+    >>> w.left_window(25), w.right_window(25), w.left_window(4)
+    ((15, 25), (26, 36), (0, 10))
+    """
+
+    size_ms: int
+    grace_ms: int = 0
+
+    def __attrs_post_init__(self) -> None:
+        check_ms("size_ms", self.size_ms)
+        check_ms("grace_ms", self.grace_ms, positive=False)
+
+    @property
+    def kind(self) -> str:
+        return "event_sliding"
+
+    def left_window(self, ts: int) -> tuple[int, int]:
+        """The window ``[start, end]`` (both inclusive) a row at ``ts`` ends, or ``[0, size]`` if early."""
+        start = max(0, ts - self.size_ms)
+        return (start, start + self.size_ms)
+
+    def right_window(self, ts: int) -> tuple[int, int]:
+        return (ts + 1, ts + 1 + self.size_ms)
+
+
+WindowSpec: TypeAlias = (
+    TumblingWindow | SlidingWindow | SessionWindow | TimeIntervalWindow | EventSlidingWindow
+)

@@ -53,6 +53,7 @@ import pyarrow.compute as pc
 
 from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS, Accumulation, Trigger
 from krishiv_py.plan.windows import (
+    EventSlidingWindow,
     SessionWindow,
     SlidingWindow,
     TimeIntervalWindow,
@@ -62,6 +63,7 @@ from krishiv_py.plan.windows import (
 from krishiv_py.stateful import aggregates as agg
 from krishiv_py.stateful._arrow import Column, HashAggregation, arrow, table_of
 from krishiv_py.stateful.elements import ElementPatch, element_firings
+from krishiv_py.stateful.event_sliding import MAXTS, add_event_sliding, lookup_horizon_ms
 from krishiv_py.stateful.grouping import canonical, first_rows, group_ids
 from krishiv_py.stateful.sessions import capped_groups, kept_session_rows, key_ids, sweep_sessions
 
@@ -147,7 +149,11 @@ def step(
         state, due = phase(spec, state, watermark_ms, now_ms, interval=False, closed=closed)
         if due.num_rows:
             early.append(due)
-    if isinstance(spec.window, SessionWindow):
+    if isinstance(spec.window, EventSlidingWindow):
+        valid &= ts >= 0  # no windows before the epoch (Kafka's rule)
+        state, kept = add_event_sliding(spec, state, batch, ts, seq, valid, w_us)
+        very_late = valid & ~kept
+    elif isinstance(spec.window, SessionWindow):
         state, kept, very_late = _add_sessions(spec, state, batch, ts, seq, valid, w_us, early)
     else:
         state, kept, very_late = _add_fixed(spec, state, batch, ts, seq, valid, w_us, early)
@@ -184,6 +190,8 @@ def state_fields(spec: KernelSpec, key_types: Sequence[pa.DataType]) -> list[pa.
     fields += agg.partial_schema(spec.aggs)
     if spec.capped:
         fields.append(pa.field(SEALED, pa.bool_()))
+    if isinstance(spec.window, EventSlidingWindow):
+        fields.append(pa.field(MAXTS, pa.int64()))
     if spec.retracting:
         fields += [pa.field("__r_ws", pa.int64()), pa.field("__r_we", pa.int64())]
         fields += [pa.field(f"__r_{i}", a.out_type) for i, a in enumerate(spec.aggs)]
@@ -253,7 +261,7 @@ def _add_fixed(
     w_us: int | None,
     early: list[pa.Table],
 ) -> tuple[pa.Table, np.ndarray, np.ndarray]:
-    assert not isinstance(spec.window, SessionWindow)
+    assert not isinstance(spec.window, SessionWindow | EventSlidingWindow)
     idx = np.flatnonzero(valid)
     rows, starts = assign_fixed(spec.window, np.floor_divide(ts[idx], 1000))
     rows = idx[rows]
@@ -495,6 +503,9 @@ def phase(
         last = state.column(LAST).to_numpy()
         ready = (last < 0) | (now_ms - last >= spec.trigger.every)
         fire |= ~due & (pending > 0) & ready
+    sliding = spec.window if isinstance(spec.window, EventSlidingWindow) else None
+    if sliding is not None and spec.trigger.kind == "element":
+        fire |= ~due & (pending > 0)  # every updated window, once per micro-batch
     emit = fire & (pending > 0) if spec.accumulation == "discarding" else fire
     results, state = _fire(spec, state, emit, now_ms)
     if spec.pane_events:
@@ -504,6 +515,8 @@ def phase(
         state = _set(state, PENDING, pc.if_else(pa.array(fire), 0, state.column(PENDING)))
     if watermark_ms is not None:
         alive = watermark_ms * 1000 < we + spec.allowed_lateness_ms * 1000
+        if sliding is not None:  # closed windows stay while a row could still look them up
+            alive = state.column(WS).to_numpy() >= lookup_horizon_ms(sliding, watermark_ms) * 1000
         if not alive.all():
             if closed is not None:
                 closed.append(_finals(spec, state.filter(pa.array(~alive))))
@@ -515,7 +528,7 @@ def _finals(spec: KernelSpec, rows: pa.Table) -> pa.Table:
     """Result rows (keys, bounds, final aggregates) of the windows in ``rows``."""
     parts = {f.name: rows.column(f.name).combine_chunks() for f in agg.partial_schema(spec.aggs)}
     values = agg.finalize(spec.aggs, parts)
-    return result_table(spec, rows, rows.column(WS), rows.column(WE), values, "emit")
+    return result_table(spec, rows, rows.column(WS), shown_end(spec, rows), values, "emit")
 
 
 def _closed_table(spec: KernelSpec, state: pa.Table, closed: list[pa.Table]) -> pa.Table:
@@ -527,7 +540,7 @@ def _fire(spec: KernelSpec, state: pa.Table, emit: np.ndarray, now_ms: int) -> t
     rows = state.take(arrow(idx))
     parts = {f.name: rows.column(f.name).combine_chunks() for f in agg.partial_schema(spec.aggs)}
     values = agg.finalize(spec.aggs, parts)
-    emits = result_table(spec, rows, rows.column(WS), rows.column(WE), values, "emit")
+    emits = result_table(spec, rows, rows.column(WS), shown_end(spec, rows), values, "emit")
     out = [emits]
     if spec.retracting:
         had = rows.column(EMITTED).to_numpy(zero_copy_only=False)
@@ -545,6 +558,14 @@ def _fire(spec: KernelSpec, state: pa.Table, emit: np.ndarray, now_ms: int) -> t
             for name, arr in agg.reset(spec.aggs, parts_all, emit).items():
                 state = _set(state, name, arr)
     return pa.concat_tables(out), state
+
+
+def shown_end(spec: KernelSpec, rows: pa.Table) -> Column:
+    """The reported ``window_end`` (µs): the firing bound, or Kafka's inclusive end for sliding windows."""
+    if isinstance(spec.window, EventSlidingWindow):
+        out: Column = pc.add(rows.column(WS), pa.scalar(spec.window.size_ms * 1000))
+        return out
+    return rows.column(WE)
 
 
 def _retract_rows(spec: KernelSpec, rows: pa.Table) -> pa.Table:

@@ -37,6 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from krishiv_py.plan.windows import EventSlidingWindow
 from krishiv_py.stateful import kernel
 from krishiv_py.stateful._arrow import arrow
 
@@ -248,6 +249,10 @@ def _next_due(spec: OperatorSpec, state: pa.Table) -> tuple[int, int]:
     we = state.column(kernel.WE).to_numpy() // 1000
     fired = state.column(kernel.FIRED).to_numpy(zero_copy_only=False)
     due = np.where(fired, we + spec.kernel.allowed_lateness_ms, we)
+    window = spec.kernel.window
+    if isinstance(window, EventSlidingWindow):  # a closed window goes once no row can look it up
+        starts = state.column(kernel.WS).to_numpy() // 1000
+        due = np.where(fired, starts + window.grace_ms + 3 * window.size_ms + 1, we)
     interval = -1
     if spec.kernel.trigger.kind == "interval":
         pending = state.column(kernel.PENDING).to_numpy() > 0

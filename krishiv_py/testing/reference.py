@@ -132,7 +132,14 @@ from krishiv_py.panes import PaneEvent, PaneEventKind
 from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS, Accumulation, Trigger
 from krishiv_py.plan.nodes import KIND_COLUMN
 from krishiv_py.plan.watermarks import END_OF_TIME_MS, MAX_EVENT_MS, MIN_EVENT_MS
-from krishiv_py.plan.windows import SessionWindow, SlidingWindow, TimeIntervalWindow, TumblingWindow, check_ms
+from krishiv_py.plan.windows import (
+    EventSlidingWindow,
+    SessionWindow,
+    SlidingWindow,
+    TimeIntervalWindow,
+    TumblingWindow,
+    check_ms,
+)
 
 __all__ = [
     "END_OF_TIME_MS",
@@ -155,7 +162,9 @@ FUTURE_TOLERANCE_MS = DEFAULT_FUTURE_TOLERANCE_MS
 
 Row: TypeAlias = Mapping[str, object]
 Key: TypeAlias = tuple[object, ...]
-ModelWindow: TypeAlias = TumblingWindow | SlidingWindow | SessionWindow | TimeIntervalWindow
+ModelWindow: TypeAlias = (
+    TumblingWindow | SlidingWindow | SessionWindow | TimeIntervalWindow | EventSlidingWindow
+)
 Result: TypeAlias = dict[str, object]
 LateClass: TypeAlias = Literal["invalid", "very_late"]
 Classification: TypeAlias = Literal["on_time", "mildly_late", "very_late", "invalid"]
@@ -306,6 +315,7 @@ class _Pane:
     final_fired: bool = False
     fired_at_ms: float | None = None  # clock() at the last interval firing
     sealed: bool = False  # a capped session that takes no more rows
+    shown_end_us: int | None = None  # the reported end when it differs from the firing bound
 
     def add(self, entry: _Entry) -> None:
         self.entries.append(entry)
@@ -426,6 +436,151 @@ class _CappedSessions(_Sessions):
         new.add(entry)
         self.sessions[key] = [p for p in panes if p not in absorbed] + [new]
         return [new], absorbed
+
+
+@attrs.define
+class _EventSliding:
+    """Kafka Streams' sliding windows (KIP-450), row by row as ``KStreamSlidingWindowAggregate`` does.
+
+    A window ``[s, s + size]`` (both ends inclusive) is a pane whose firing
+    bound is ``s + size + 1 + grace``: it fires once the watermark passes
+    ``end + grace``, when it *closes*. ``close = W - grace`` for the step.
+    A row with ``t + size < close`` is very late. Otherwise, for one key:
+
+    - ``t < size`` (early): the row updates every window with
+      ``0 < start <= t``, creates its right window ``[t + 1, t + 1 + size]``
+      as a copy of the newest such window (or of ``[0, size]``) holding rows
+      after ``t``, creates the previous row's right window, and last updates
+      (or creates) ``[0, size]``;
+    - otherwise the windows with start in ``[t - 2 size, t + 1]`` are visited
+      newest first: ``start == t + 1`` marks the right window as existing;
+      ``end > t`` windows are updated (the first one is kept, before the
+      update, as the copy for the right window); ``end == t`` is the row's
+      left window: updated, and if it already held a row at ``t`` nothing
+      else is created; the first window with ``end < t`` gives the previous
+      row's time and its contents. Then, in order: the previous row's right
+      window ``[prev + 1, prev + 1 + size]`` if it does not exist and reaches
+      ``t``; the left window ``[t - size, t]`` (from the previous contents
+      when ``t - size <= prev``); the row's own right window, a copy.
+
+    Only open windows (``end >= close``) are updated or created (the right
+    copy always is). Windows stay in state for lookups until their start is
+    more than ``grace + 3 size`` behind the watermark.
+    """
+
+    size: int
+    grace: int
+    windows: dict[Key, dict[int, _Pane]] = attrs.field(factory=dict)
+
+    def add(self, key: Key, entry: _Entry, w_ms: int | None) -> tuple[list[_Pane], list[_Pane]]:
+        t, size = entry.ts_us // 1000, self.size
+        close = None if w_ms is None else w_ms - self.grace
+        if close is not None and t + size < close:
+            return [], []
+        wins = self.windows.setdefault(key, {})
+        joined: list[_Pane] = []
+
+        def update(start: int) -> None:
+            """Add the row to the stored window ``start`` (if it is open)."""
+            if close is None or start + size >= close:
+                wins[start].add(entry)
+                joined.append(wins[start])
+
+        def create(start: int, base: list[_Entry] | None = None) -> None:
+            """(Re)create window ``start`` as ``base`` plus the row (if it is open)."""
+            if close is None or start + size >= close:
+                pane = wins[start] = self._pane(key, start, list(base or []))
+                pane.add(entry)
+                joined.append(pane)
+
+        def copy(start: int, source: list[_Entry]) -> None:
+            """Create window ``start`` as a copy of ``source`` (without the row, which it does not hold)."""
+            wins[start] = self._pane(key, start, list(source))
+
+        if t < size:
+            self._early(t, wins, update, create, copy)
+        else:
+            self._regular(t, wins, update, create, copy)
+        return joined, []
+
+    def _pane(self, key: Key, start: int, entries: list[_Entry]) -> _Pane:
+        end = start + self.size
+        pane = _Pane((start) * 1000, (end + 1 + self.grace) * 1000, key, shown_end_us=end * 1000)
+        pane.entries = entries
+        pane.pending = list(entries)
+        return pane
+
+    def _regular(self, t: int, wins: dict[int, _Pane], update: Any, create: Any, copy: Any) -> None:
+        size = self.size
+        right_copy: list[_Entry] | None = None
+        right_max = 0
+        left_exists = right_exists = False
+        prev: int | None = None
+        left_base: list[_Entry] = []
+        starts = sorted((s for s in wins if max(0, t - 2 * size) <= s <= t + 1), reverse=True)
+        for s in starts:
+            pane, end = wins[s], s + size
+            newest = _max_ms(pane)
+            if s == t + 1:
+                right_exists = True
+            elif end > t:
+                if right_copy is None:
+                    right_copy, right_max = list(pane.entries), newest
+                update(s)
+            elif end == t:
+                left_exists = True
+                update(s)
+                if newest < t:
+                    prev = newest
+                else:
+                    return  # a row at t was here already: no new window
+            else:
+                left_base, prev = list(pane.entries), newest
+                break
+        if prev is not None and prev + 1 not in starts and prev + 1 + size >= t:
+            create(prev + 1)
+        if not left_exists:
+            create(t - size, left_base if prev is not None and t - size <= prev else None)
+        if not right_exists and right_copy is not None and right_max > t:
+            copy(t + 1, right_copy)
+
+    def _early(self, t: int, wins: dict[int, _Pane], update: Any, create: Any, copy: Any) -> None:
+        combined = wins.get(0)
+        prev = None if combined is None or _max_ms(combined) >= t else _max_ms(combined)
+        copied: tuple[list[_Entry], int] | None = None
+        right_exists = False
+        for s in sorted(s for s in wins if 0 < s <= t + 1):
+            if s == t + 1:
+                right_exists = True
+            else:
+                copied = (list(wins[s].entries), _max_ms(wins[s]))  # before this row joins it
+                update(s)
+        if copied is None and combined is not None and _max_ms(combined) > t:
+            copied = (list(combined.entries), _max_ms(combined))
+        if not right_exists and copied is not None and copied[1] > t:
+            copy(t + 1, copied[0])
+        if prev is not None and prev + 1 not in wins:
+            create(prev + 1)
+        if combined is None:
+            create(0)
+        else:
+            update(0)
+
+    def panes(self) -> list[_Pane]:
+        return [pane for wins in self.windows.values() for pane in wins.values()]
+
+    def evict(self, x_ms: int) -> None:
+        horizon = x_ms - self.grace - 3 * self.size
+        for key, wins in list(self.windows.items()):
+            for s in [s for s in wins if s < horizon]:
+                del wins[s]
+            if not wins:
+                del self.windows[key]
+
+
+def _max_ms(pane: _Pane) -> int:
+    """The largest event time (ms) in a window: Kafka's window timestamp."""
+    return max(e.ts_us for e in pane.entries) // 1000
 
 
 class ReferenceModel:
@@ -700,6 +855,12 @@ class ReferenceModel:
         """
         self._counts["input_rows"] += 1
         ts_us = event_time_us(row.get(self._event_time))
+        if ts_us is not None and ts_us < 0 and isinstance(self._state, _EventSliding):
+            # Kafka's sliding windows have no windows before the epoch: such a row is
+            # invalid, though its (valid) event time still moves the watermark.
+            self._late(row, "invalid", w_ms)
+            self._record(row, source, None, "invalid", w_ms)
+            return ts_us
         if ts_us is None:
             self._late(row, "invalid", w_ms)
             self._record(row, source, None, "invalid", w_ms)
@@ -717,7 +878,9 @@ class ReferenceModel:
         for pane in absorbed:
             if pane.emitted is not None and self._accumulation == "retracting":
                 self._retract(pane, out)
-        every = self._trigger.element_count
+        # Per-event sliding windows collapse element firings per step (at the sweep), like
+        # Kafka Streams' record cache flushed at every commit.
+        every = 0 if isinstance(self._state, _EventSliding) else self._trigger.element_count
         for pane in joined:
             if every and len(pane.pending) >= every:
                 self._fire(pane, out, "late" if pane.final_fired else "early")
@@ -796,6 +959,8 @@ class ReferenceModel:
                             self._pane_event("initial_full", pane)
                         self._pane_event("trigger", pane)
                     self._fire(pane, out, kind)
+            elif self._trigger.kind == "element" and isinstance(self._state, _EventSliding) and pane.pending:
+                self._fire(pane, out, "early")
             elif self._trigger.kind == "interval" and pane.pending:
                 now = self._clock() if now is None else now
                 if pane.fired_at_ms is None or now - pane.fired_at_ms >= self._trigger.every:
@@ -855,7 +1020,7 @@ class ReferenceModel:
         out: Result = dict(zip(self._keys, pane.key, strict=True))
         # Session bounds may fall between milliseconds; floor like Spark's unix_millis.
         out["window_start"] = pane.start_us // 1000
-        out["window_end"] = pane.end_us // 1000
+        out["window_end"] = (pane.end_us if pane.shown_end_us is None else pane.shown_end_us) // 1000
         for spec in self._aggregates:
             out[spec.name] = _aggregate(spec, entries)
         return out
@@ -876,6 +1041,8 @@ def _make_state(window: ModelWindow, lateness_ms: int) -> _WindowState:
         return _Sessions(gap_us=window.gap_ms * 1000, lateness_us=lateness_ms * 1000)
     if isinstance(window, TumblingWindow | SlidingWindow | TimeIntervalWindow):
         return _FixedWindows(window=window, lateness_ms=lateness_ms)
+    if isinstance(window, EventSlidingWindow):
+        return _EventSliding(size=window.size_ms, grace=window.grace_ms)
     raise PlanError(f"the reference model cannot run window {window!r}")
 
 

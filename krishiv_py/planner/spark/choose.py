@@ -14,7 +14,7 @@ lowering      input      window kinds                                 emission o
 ``bounded``   finite     tumbling, sliding, session                   allowed lateness
 ``native``    unbounded  tumbling, sliding                            (none: on-watermark, zero lateness)
 ``stateful``  both       tumbling, sliding, session, capped session,  early triggers, allowed lateness,
-                         time-interval                                non-accumulating, late handlers
+                         time-interval, event sliding (KIP-450)       non-accumulating, late handlers
 ============  =========  ===========================================  ===================================
 
 A bounded run is one step with every row, then the end of input: no event
@@ -47,6 +47,7 @@ from krishiv_py.late import CountingLateEventHandler
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.emission import Emission
 from krishiv_py.plan.windows import (
+    EventSlidingWindow,
     SessionWindow,
     SlidingWindow,
     TimeIntervalWindow,
@@ -72,12 +73,12 @@ EmissionFeature: TypeAlias = Literal["early_trigger", "allowed_lateness", "non_a
 FeatureName: TypeAlias = InputKind | WindowKind | EmissionFeature
 
 _ALL_WINDOWS: frozenset[WindowKind] = frozenset(
-    {"tumbling", "sliding", "session", "capped_session", "time_interval"}
+    {"tumbling", "sliding", "session", "capped_session", "time_interval", "event_sliding"}
 )
 #: The kinds Spark's own window operators run.
 _SPARK_WINDOWS: frozenset[WindowKind] = frozenset({"tumbling", "sliding", "session"})
 #: The kinds krishiv's stateful operator runs.
-_STATEFUL_WINDOWS: frozenset[WindowKind] = _SPARK_WINDOWS | {"capped_session", "time_interval"}
+_STATEFUL_WINDOWS: frozenset[WindowKind] = _ALL_WINDOWS
 
 
 @attrs.frozen(kw_only=True)
@@ -211,7 +212,8 @@ def features_of(plan: n.PlanNode) -> list[Feature]:
     ]
     for agg in n.window_aggregates(plan):
         kind = window_kind(agg.window)
-        text = f"a {kind.replace('_', ' ')} window"
+        name = kind.replace("_", " ")
+        text = f"{'an' if name[0] in 'aeiou' else 'a'} {name} window"
         if isinstance(agg.window, SessionWindow) and agg.window.max_duration_ms is not None:
             text += f" (max_duration_ms={agg.window.max_duration_ms})"
         out.append(Feature(kind, text))
@@ -229,6 +231,8 @@ def window_kind(window: WindowSpec) -> WindowKind:
         return "session" if window.max_duration_ms is None else "capped_session"
     if isinstance(window, TimeIntervalWindow):
         return "time_interval"
+    if isinstance(window, EventSlidingWindow):
+        return "event_sliding"
     assert_never(window)
 
 

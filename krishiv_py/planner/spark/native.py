@@ -30,9 +30,10 @@ from __future__ import annotations
 
 import math
 
+from krishiv_py.errors import PlanError
 from krishiv_py.expr import AggCall, agg_type
 from krishiv_py.plan import nodes as n
-from krishiv_py.plan.windows import SessionWindow, WindowSpec
+from krishiv_py.plan.windows import EventSlidingWindow, SessionWindow, WindowSpec
 from krishiv_py.planner.spark.recipe import (
     ET,
     GLOBAL,
@@ -57,7 +58,7 @@ def time_shift(plan: n.PlanNode) -> int:
     """A shift of about SHIFT_BASE_MS that is a multiple of every window slide."""
     period = 1
     for agg in n.window_aggregates(plan):
-        if not isinstance(agg.window, SessionWindow):
+        if not isinstance(agg.window, SessionWindow | EventSlidingWindow):
             period = math.lcm(period, agg.window.slide_ms)
     return -(-SHIFT_BASE_MS // period) * period
 
@@ -90,6 +91,8 @@ def _window_sql(window: WindowSpec) -> str:
     et = quote(ET)
     if isinstance(window, SessionWindow):
         return f"session_window({et}, '{window.gap_ms} milliseconds')"
+    if isinstance(window, EventSlidingWindow):
+        raise PlanError("per-event sliding windows run on the stateful lowering only")
     return (
         f"window({et}, '{window.size_ms} milliseconds', '{window.slide_ms} milliseconds', "
         f"'{window.offset_ms} milliseconds')"
