@@ -72,6 +72,13 @@ def bench(session: nox.Session) -> None:
     session.run("python", "-m", "benchmarks", *args)
 
 
+@nox.session(python=PYTHON)
+def kernel_bench(session: nox.Session) -> None:
+    """The stateful kernel alone per window kind, rows/s and the ratio to tumbling (no Spark)."""
+    session.install("-e", ".")
+    session.run("python", "-m", "benchmarks.kernel", *session.posargs)
+
+
 def _flink_env(session: nox.Session) -> str | None:
     import pathlib
     import subprocess

@@ -284,3 +284,14 @@ def test_quick_mode_measures_the_stateful_lowering(quick_run: Path) -> None:
     md = (quick_run / "latest.md").read_text()
     assert all(f"| {q} | {STATEFUL} | streaming |" in md for q in QUICK_STATEFUL_QUERIES)
     assert f"| {report.STATEFUL_TARGET} | tumbling, 100,000 keys |" in md
+
+
+def test_kernel_benchmark_checks_every_window_kind_against_the_model() -> None:
+    from benchmarks import kernel as kb
+
+    records = kb.measure(rows=3_000, keys=[50], batch=1_000, check_rows=600)
+    assert [r["kind"] for r in records] == list(kb.KINDS)
+    assert all(r["agrees"] for r in records), records
+    assert all(r["rows_per_s"] > 0 for r in records)
+    assert records[0]["vs_tumbling"] == 1.0
+    assert "| 50 | event_sliding |" in kb.markdown(records)
