@@ -1,6 +1,6 @@
 """Per-event sliding windows (SPEC 3.3, Kafka Streams ``SlidingWindows``, KIP-450).
 
-``tests/transcripts/kafka_sliding_windows.json`` holds the inputs and
+``tests/transcripts/kafka/sliding_windows.json`` holds the inputs and
 expected outputs of Kafka's own tests of ``SlidingWindows``
 (``KStreamSlidingWindowAggregateTest``, ``SlidingWindowedKStreamImplTest``,
 ``SlidingWindowedCogroupedKStreamImplTest``, ``KGroupedStreamImplTest``,
@@ -31,7 +31,7 @@ from krishiv_py.testing import AdvanceWatermark, Close, Send, Step, assert_lower
 from krishiv_py.testing.steps import _placeholder, reference_model_for
 
 CASES: list[dict[str, Any]] = json.loads(
-    (Path(__file__).parent / "transcripts" / "kafka_sliding_windows.json").read_text()
+    (Path(__file__).parent / "transcripts" / "kafka" / "sliding_windows.json").read_text()
 )["transcripts"]
 SCHEMA = "key string, value string, ts bigint, code bigint, len bigint"
 
