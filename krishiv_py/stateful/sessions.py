@@ -179,13 +179,52 @@ def capped_groups(
     renumber = np.cumsum(~resolve) - 1 + base
     ids[open_idx[simple]] = renumber[cand[simple]]
     sealed_of += [False] * int((~resolve).sum())
-    for c in np.flatnonzero(resolve):
-        members = open_idx[cand == c]
-        limits = (gap_us, cap_us, w_us, lateness_us)
-        for session, is_sealed in _resolve_capped(members, ws, we, is_new, seq, kept, limits):
+    # The groups to resolve, each as a slice of the open items sorted by (group, start, arrival).
+    order = np.lexsort((seq[open_idx], ws[open_idx], cand))
+    sorted_items, sorted_groups = open_idx[order], cand[order]
+    bounds = np.searchsorted(sorted_groups, np.arange(n_cand + 1))
+    limits = (gap_us, cap_us, w_us, lateness_us)
+    for c in np.flatnonzero(resolve).tolist():
+        members = sorted_items[bounds[c] : bounds[c + 1]]
+        split = None if in_doubt[c] else _split_in_order(members, ws, we, is_new, gap_us, cap_us)
+        for session, is_sealed in split or _resolve_capped(members, ws, we, is_new, seq, kept, limits):
             ids[session] = len(sealed_of)
             sealed_of.append(is_sealed)
     return ids, len(sealed_of), kept, np.asarray(sealed_of, bool)
+
+
+def _split_in_order(
+    members: np.ndarray, ws: np.ndarray, we: np.ndarray, is_new: np.ndarray, gap_us: int, cap_us: int
+) -> list[tuple[list[int], bool]] | None:
+    """The common case without a row-by-row replay: rows after (at most) one stored session.
+
+    ``members`` are sorted by start. When every row comes at or after the
+    stored session's last row, no row can meet a session other than the
+    current one, so the group is cut wherever a row would make the current
+    session span the cap: one ``searchsorted`` per session, not per row.
+    Returns None when the group is not of this shape.
+    """
+    new = is_new[members]
+    stored = members[~new]
+    rows = members[new]
+    if len(stored) > 1 or not len(rows):
+        return None
+    ts = ws[rows]
+    if len(stored) and int(we[stored[0]]) - gap_us > int(ts[0]):
+        return None
+    out: list[tuple[list[int], bool]] = []
+    items: list[int] = [int(stored[0])] if len(stored) else []
+    first = int(ws[stored[0]]) if len(stored) else int(ts[0])
+    i = 0
+    while i < len(rows):
+        j = int(np.searchsorted(ts, first + cap_us, side="left"))
+        items += rows[i:j].tolist()
+        if j >= len(rows):
+            out.append((items, False))
+            break
+        out.append((items, True))  # row j touches it (one uncapped group) but would reach the cap
+        items, first, i = [], int(ts[j]), j
+    return out
 
 
 @attrs.define
