@@ -14,10 +14,11 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any
 
 from krishiv_py.errors import PlanError, SchemaError, SessionError
 from krishiv_py.plan import nodes as n
+from krishiv_py.runtime.durability import Durability, check_location, is_uri, profile
 from krishiv_py.sender import Sender, to_arrow_batch
 from krishiv_py.types import Schema, to_schema
 
@@ -29,8 +30,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Durability", "Session"]
 
-Durability: TypeAlias = Literal["dev-local", "single-node-durable", "distributed-durable"]
-_DURABILITY = ("dev-local", "single-node-durable", "distributed-durable")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -65,10 +64,14 @@ class Session:
         self.progress = progress
         register_ipython_formatters()
         self._owns_spark = owns_spark
+        self.durability = durability
+        #: The durability profile: state store and where checkpoints live.
+        self.profile = profile(durability)
+        state_dir = check_location(durability, state_dir, master=master)
         self._temp_root = state_dir is None
         self._root = state_dir or tempfile.mkdtemp(prefix="krishiv-")
-        os.makedirs(self._root, exist_ok=True)
-        self.durability = durability
+        if not is_uri(self._root):
+            os.makedirs(self._root, exist_ok=True)
         self._senders: dict[str, Sender] = {}
         self._names: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -95,9 +98,15 @@ class Session:
         app_name
             Spark application name.
         durability
-            ``"dev-local"`` (Spark's default state store; checkpoints and
-            memory-stream batches in a temporary directory removed by
-            :meth:`stop`). The durable profiles come in a later release.
+            ``"dev-local"`` (default: Spark's default state store;
+            checkpoints and memory-stream batches in a temporary directory
+            removed by :meth:`stop`), ``"single-node-durable"`` (RocksDB
+            state store with changelog checkpointing; everything under
+            ``state_dir``, default ``~/.krishiv/state`` or
+            ``$KRISHIV_STATE_DIR``, never removed) or
+            ``"distributed-durable"`` (RocksDB; ``state_dir`` a URI every node
+            sees — with this local master a local path is accepted). See
+            :mod:`krishiv_py.runtime.durability`.
         state_dir
             Keep checkpoints and memory-stream batches here instead of a
             temporary directory (not removed on stop).
@@ -120,7 +129,7 @@ class Session:
         from krishiv_py.runtime.spark_session import build_spark, local_conf
         from krishiv_py.runtime.watch import verbose_default
 
-        _check_durability(durability)
+        check_location(durability, state_dir, master="local[*]")  # before starting Spark
         cores = os.cpu_count() or 2
         conf = {**local_conf(cores), **dict(spark_conf or {})}
         spark, owns, log_path = build_spark(
@@ -146,6 +155,7 @@ class Session:
         *,
         app_name: str = "krishiv",
         state_dir: str | None = None,
+        durability: Durability = "dev-local",
         spark_conf: Mapping[str, str] | None = None,
         verbose: bool | None = None,
         progress: bool | None = None,
@@ -154,7 +164,9 @@ class Session:
 
         Memory streams and checkpoints live under ``state_dir``, which must be
         visible to every executor (a local path works for ``local[N]``).
-        ``verbose`` and ``progress`` are as for :meth:`embedded`.
+        ``durability``, ``verbose`` and ``progress`` are as for :meth:`embedded`;
+        ``"distributed-durable"`` refuses a local ``state_dir`` unless the
+        master is local.
         """
         from krishiv_py.runtime.spark_session import build_spark, local_conf
         from krishiv_py.runtime.watch import verbose_default
@@ -165,6 +177,7 @@ class Session:
             raise SessionError(
                 f"unsupported master {master!r}: use spark://host:port, local[N], yarn or k8s://..."
             )
+        check_location(durability, state_dir, master=master)  # before connecting
         conf = {k: v for k, v in local_conf(os.cpu_count() or 2).items() if not k.startswith("spark.driver.")}
         if not master.startswith("local"):
             conf.pop("spark.sql.shuffle.partitions")
@@ -178,7 +191,13 @@ class Session:
             verbose=verbose_default() if verbose is None else verbose,
         )
         return cls(
-            spark, owns_spark=owns, state_dir=state_dir, master=master, log_path=log_path, progress=progress
+            spark,
+            owns_spark=owns,
+            state_dir=state_dir,
+            durability=durability,
+            master=master,
+            log_path=log_path,
+            progress=progress,
         )
 
     # --- lifecycle --------------------------------------------------------------
@@ -259,6 +278,11 @@ class Session:
         """
         from krishiv_py.api.stream import Stream
 
+        if is_uri(self._root):
+            raise SessionError(
+                f"memory streams keep their batches in a local (or mounted) state_dir; this session's is "
+                f"{self._root!r}. Read the data from files (read_parquet(..., streaming=True)) instead"
+            )
         parsed = to_schema(schema)
         name = self._register(name)
         generation = self._names[name]
@@ -378,17 +402,11 @@ class Session:
     def sender_for(self, path: str) -> Sender | None:
         return self._senders.get(path)
 
-    def checkpoint_dir(self) -> str:
+    def checkpoint_dir(self, name: str | None = None) -> str:
+        """Where a job's checkpoint goes: ``checkpoints/<name>`` (a fresh one when no name)."""
         import uuid
 
-        return os.path.join(self._root, "checkpoints", uuid.uuid4().hex)
-
-
-def _check_durability(durability: str) -> None:
-    if durability not in _DURABILITY:
-        raise SessionError(f"unknown durability {durability!r}; choose one of {', '.join(_DURABILITY)}")
-    if durability != "dev-local":
-        raise SessionError(f"durability {durability!r} is not available in this release yet; use 'dev-local'")
+        return os.path.join(self._root, "checkpoints", name or uuid.uuid4().hex)
 
 
 def _check_exists(fmt: str, path: str) -> None:

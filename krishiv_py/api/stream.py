@@ -7,6 +7,7 @@ or :meth:`Stream.to_spark`.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 
     from krishiv_py._typing import Lowering
     from krishiv_py.planner.spark import SparkRecipe
+    from krishiv_py.runtime.durability import Durability
     from krishiv_py.runtime.job import BoundedJob, Job
     from krishiv_py.session import Session
 
@@ -261,7 +263,13 @@ class Stream(WindowAssigners):
         return windowed.collect_with_aggs(aggs)
 
     def start(
-        self, sink: Sink | None = None, *, checkpoint_dir: str | None = None, lowering: Lowering | None = None
+        self,
+        sink: Sink | None = None,
+        *,
+        checkpoint_dir: str | None = None,
+        name: str | None = None,
+        durability: Durability | None = None,
+        lowering: Lowering | None = None,
     ) -> Job:
         """Start the pipeline; returns a :class:`~krishiv_py.Job`.
 
@@ -277,14 +285,27 @@ class Stream(WindowAssigners):
             Spark checkpoint location (default: a fresh directory in the
             session's state directory). Restarting with the same directory
             resumes from the last committed batch.
+        name
+            Name the job: its checkpoint is ``<state_dir>/checkpoints/<name>``,
+            so starting the same pipeline under the same name (in a later
+            process with the same ``state_dir``) resumes it.
+        durability
+            This job's durability profile (default: the session's), see
+            :mod:`krishiv_py.runtime.durability`.
         lowering
             Force a lowering (``"native"``, ``"stateful"``, ``"bounded"``)
             instead of the planner's choice; :class:`PlanError` if it cannot
             run this plan exactly. For tests and benchmarks.
         """
+        from krishiv_py.runtime.durability import profile
         from krishiv_py.runtime.run import start_streaming
 
         sink = sink if sink is not None else MemorySink()
+        prof = self._session.profile if durability is None else profile(durability)
+        if name is not None and checkpoint_dir is not None:
+            raise PlanError("start() takes a name or a checkpoint_dir, not both")
+        if name is not None and not re.match(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$", name):
+            raise PlanError(f"job name {name!r} must be letters, digits, '_', '-' or '.'")
         recipe = self.lower(lowering=lowering)
         if recipe.lowering == "bounded" or (recipe.stateful is not None and not recipe.stateful.streaming):
             return self._run_bounded(recipe, sink)
@@ -292,12 +313,18 @@ class Stream(WindowAssigners):
             self._session.sender_for(s.path) if isinstance(s, n.MemorySource) else None
             for s in n.sources_of(self._plan)
         ]
-        location = checkpoint_dir or self._session.checkpoint_dir()
+        location = checkpoint_dir or self._session.checkpoint_dir(name)
         job = start_streaming(
-            self._session.spark, recipe, sink=sink, checkpoint_dir=location, senders=senders
+            self._session.spark,
+            recipe,
+            sink=sink,
+            checkpoint_dir=location,
+            senders=senders,
+            conf=prof.query_conf,
         )
         job.stream = self
         job.checkpoint_dir = location
+        job.durability = prof.name
         return self._session._track(job)
 
     def to_spark(self, *, lowering: Lowering | None = None) -> DataFrame:
@@ -332,6 +359,9 @@ class Stream(WindowAssigners):
                     f"== Lowering: {recipe.lowering} ==",
                     recipe.reason,
                     "",
+                    "== Durability ==",
+                    self._durability_text(recipe.lowering),
+                    "",
                     "== Spark recipe ==",
                     recipe.render(),
                     "",
@@ -343,6 +373,15 @@ class Stream(WindowAssigners):
         if show:
             print(text)
         return text
+
+    def _durability_text(self, lowering: str) -> str:
+        import os
+
+        if lowering == "bounded" or self.is_bounded:
+            return "a bounded run: one Spark batch job, no checkpoint"
+        session = self._session
+        where = os.path.join(session.state_dir, "checkpoints", "<job name or a fresh id>")
+        return f"{session.profile.describe()}; checkpoint: {where}"
 
 
 class Explanation(str):

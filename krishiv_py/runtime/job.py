@@ -99,6 +99,8 @@ class Job:
     stream: Stream | None = None
     #: Spark checkpoint location of a streaming job; None for bounded jobs.
     checkpoint_dir: str | None = None
+    #: The durability profile a streaming job started with (None for bounded jobs).
+    durability: str | None = None
 
     def process_all_available(self) -> None:
         """Block until every batch sent so far has been processed."""
@@ -202,6 +204,8 @@ class Job:
             ]
         if self.checkpoint_dir:
             rows.append(("checkpoint", self.checkpoint_dir))
+        if self.durability:
+            rows.append(("durability", self.durability))
         err = safe(lambda: self.error, default="")
         if err:
             rows.append(("error", err))

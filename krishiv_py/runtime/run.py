@@ -6,7 +6,7 @@ import contextlib
 import io
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from krishiv_py.planner.spark import SparkRecipe
@@ -31,10 +31,13 @@ def start_streaming(
     sink: Sink,
     checkpoint_dir: str,
     senders: Sequence[Sender | None],
+    conf: Mapping[str, str] | None = None,
 ) -> StreamingJob:
-    """Start ``recipe`` as a Structured Streaming query writing to ``sink``."""
+    """Start ``recipe`` as a Structured Streaming query writing to ``sink`` (``conf``: its state store)."""
     if recipe.stateful is not None:
-        return _start_stateful(spark, recipe, sink=sink, checkpoint_dir=checkpoint_dir, senders=senders)
+        return _start_stateful(
+            spark, recipe, sink=sink, checkpoint_dir=checkpoint_dir, senders=senders, conf=conf
+        )
     markers = os.path.join(checkpoint_dir, "krishiv-idle")
     df = spark_call(
         "building the streaming query", lambda: build_dataframe(spark, recipe, markers_path=markers)
@@ -44,6 +47,14 @@ def start_streaming(
     writer = writer.queryName(name)
     memory_table = None
     if isinstance(sink, MemorySink):
+        if _has_offsets(checkpoint_dir):
+            from krishiv_py.errors import JobError
+
+            raise JobError(
+                f"this pipeline's checkpoint ({checkpoint_dir}) holds a run already, and Spark's in-memory "
+                "sink cannot resume one; resume with ParquetSink(path) (exactly once across restarts) "
+                "or a ForeachBatchSink, or start without that name/checkpoint_dir for a fresh run"
+            )
         writer = writer.format("memory")
         memory_table = name
     elif isinstance(sink, ParquetSink):
@@ -53,7 +64,7 @@ def start_streaming(
         writer = writer.foreachBatch(_console(sink, recipe))
     else:
         writer = writer.foreachBatch(_foreach(sink, recipe))
-    query = spark_call("starting the streaming query", lambda: _start_single_watermark(spark, writer))
+    query = spark_call("starting the streaming query", lambda: _start_single_watermark(spark, writer, conf))
     job = StreamingJob(
         spark=spark,
         query=query,
@@ -74,6 +85,7 @@ def _start_stateful(
     sink: Sink,
     checkpoint_dir: str,
     senders: Sequence[Sender | None],
+    conf: Mapping[str, str] | None = None,
 ) -> StreamingJob:
     """Start krishiv's stateful operator; its output reaches the sink through ``foreachBatch``."""
     from krishiv_py.runtime.stateful import BatchCollector, StatefulJob, TickWriter
@@ -92,7 +104,7 @@ def _start_stateful(
         .queryName(f"krishiv_{uuid.uuid4().hex[:12]}")
         .foreachBatch(collector)
     )
-    query = spark_call("starting the streaming query", lambda: _start_single_watermark(spark, writer))
+    query = spark_call("starting the streaming query", lambda: _start_single_watermark(spark, writer, conf))
     job = StatefulJob(
         collector=collector,
         ticks=ticks,
@@ -112,8 +124,8 @@ def _start_stateful(
 SINGLE_WATERMARK_CONF = "spark.sql.streaming.statefulOperator.allowMultiple"
 
 
-def _start_single_watermark(spark: SparkSession, writer: Any) -> Any:
-    """Start ``writer`` with Spark's single-watermark mode, then restore the session setting.
+def _start_single_watermark(spark: SparkSession, writer: Any, conf: Mapping[str, str] | None = None) -> Any:
+    """Start ``writer`` with Spark's single-watermark mode and ``conf``, then restore the session settings.
 
     By default (since Spark 3.4) a stateful operator drops late rows by the
     watermark of the batch *before* the one it evicts state with, so an
@@ -121,17 +133,27 @@ def _start_single_watermark(spark: SparkSession, writer: Any) -> Any:
     same micro-batch (it happens when micro-batches follow each other with no
     empty batch in between). Our plans have one stateful operator, so the
     single-watermark mode, where both use the current watermark, is exactly
-    the specified semantics. A query reads the setting when it starts.
+    the specified semantics. ``conf`` is the job's durability profile (its
+    state store). A query reads these settings when it starts, and records
+    them in its checkpoint.
     """
-    previous = spark.conf.get(SINGLE_WATERMARK_CONF, None)
-    spark.conf.set(SINGLE_WATERMARK_CONF, "false")
+    settings = {SINGLE_WATERMARK_CONF: "false", **dict(conf or {})}
+    previous = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
     try:
         return writer.start()
     finally:
-        if previous is None:
-            spark.conf.unset(SINGLE_WATERMARK_CONF)
-        else:
-            spark.conf.set(SINGLE_WATERMARK_CONF, previous)
+        for key, old in previous.items():
+            if old is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, old)
+
+
+def _has_offsets(checkpoint_dir: str) -> bool:
+    offsets = os.path.join(checkpoint_dir, "offsets")
+    return os.path.isdir(offsets) and any(name.isdigit() for name in os.listdir(offsets))
 
 
 def _foreach(sink: ForeachBatchSink, recipe: SparkRecipe) -> Any:

@@ -1,0 +1,133 @@
+"""Durability profiles (SPEC 3.9): the state store, where checkpoints live, resuming a named job."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+import krishiv_py as kp
+from krishiv_py.errors import PlanError, SessionError
+from krishiv_py.runtime.durability import DEFAULT_STATE_DIR, check_location, profile
+
+SCHEMA = "k string, t bigint"
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+def durable(
+    shared: kp.Session, state_dir: Path | str | None, name: str = "single-node-durable"
+) -> kp.Session:
+    """A session of profile ``name`` on the shared Spark (a restarted process would make its own)."""
+    return kp.Session(
+        shared.spark,
+        owns_spark=False,
+        state_dir=None if state_dir is None else str(state_dir),
+        durability=name,  # type: ignore[arg-type]
+        master="local[*]",
+    )
+
+
+def test_profiles_name_their_state_store() -> None:
+    assert profile("dev-local").query_conf == {}
+    rocks = profile("single-node-durable").query_conf
+    assert rocks["spark.sql.streaming.stateStore.providerClass"] == ROCKSDB
+    assert rocks["spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"] == "true"
+    assert profile("distributed-durable").query_conf == rocks
+    with pytest.raises(SessionError, match="unknown durability 'durable'; choose one of dev-local"):
+        profile("durable")
+
+
+def test_where_each_profile_keeps_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert check_location("dev-local", None, master="local[*]") is None
+    monkeypatch.delenv("KRISHIV_STATE_DIR", raising=False)
+    default = check_location("single-node-durable", None, master="local[*]")
+    assert default == os.path.abspath(os.path.expanduser(DEFAULT_STATE_DIR))
+    monkeypatch.setenv("KRISHIV_STATE_DIR", str(tmp_path / "env"))
+    assert check_location("single-node-durable", None, master="local[*]") == str(tmp_path / "env")
+    with pytest.raises(SessionError, match="keeps state in a local directory; got 's3a://bucket/k'"):
+        check_location("single-node-durable", "s3a://bucket/k", master="local[*]")
+    assert (
+        check_location("distributed-durable", "hdfs://nn:8020/k", master="spark://h:7077")
+        == "hdfs://nn:8020/k"
+    )
+    assert check_location("distributed-durable", str(tmp_path), master="local[2]") == str(tmp_path)
+    with pytest.raises(SessionError, match="needs state_dir: a URI every node of the cluster sees"):
+        check_location("distributed-durable", None, master="spark://h:7077")
+
+
+def test_distributed_durable_refuses_a_local_path_before_connecting(tmp_path: Path) -> None:
+    # Nothing listens on this port: the error must come before any connection attempt.
+    with pytest.raises(SessionError, match=r"is a local path and the master is 'spark://127.0.0.1:9'"):
+        kp.Session.connect("spark://127.0.0.1:9", durability="distributed-durable", state_dir=str(tmp_path))
+
+
+def test_a_uri_state_dir_has_no_memory_streams(session: kp.Session) -> None:
+    remote = durable(session, "hdfs://namenode:8020/krishiv", "distributed-durable")
+    with pytest.raises(SessionError, match="memory streams keep their batches in a local"):
+        remote.memory_stream(SCHEMA)
+
+
+def test_a_durable_job_runs_on_rocksdb_and_resumes_by_name(session: kp.Session, tmp_path: Path) -> None:
+    def per_10(stream: kp.Stream) -> kp.Stream:
+        return stream.watermark("t", 0).key_by("k").tumbling_window(10).agg(kp.count(kp.col("*")).alias("n"))
+
+    out = tmp_path / "out"
+    first = durable(session, tmp_path)
+    stream, sender = first.memory_stream(SCHEMA, name="clicks")
+    job = per_10(stream).start(kp.ParquetSink(str(out)), name="per-10")
+    assert job.durability == "single-node-durable"
+    assert job.checkpoint_dir == str(tmp_path / "checkpoints" / "per-10")
+    sender.send([{"k": "a", "t": 1}, {"k": "a", "t": 2}])
+    sender.send([{"k": "a", "t": 15}])  # [0, 10) fires
+    job.process_all_available()
+    assert job.results().to_pylist()[0]["n"] == 2
+    job.stop()
+    offsets = sorted(glob.glob(str(tmp_path / "checkpoints" / "per-10" / "offsets" / "[0-9]*")))
+    metadata = json.loads(Path(offsets[-1]).read_text().splitlines()[1])
+    assert metadata["conf"]["spark.sql.streaming.stateStore.providerClass"] == ROCKSDB
+    first.stop()
+    assert (tmp_path / "sources" / "clicks" / "data").is_dir()  # a durable session keeps its state
+
+    # A new process: the same state_dir, stream name and job name pick up where it stopped.
+    again = durable(session, tmp_path)
+    stream, sender = again.memory_stream(SCHEMA, name="clicks")
+    assert sender.batches_sent == 2
+    sender.send([{"k": "a", "t": 16}, {"k": "a", "t": 17}])
+    sender.close()
+    with pytest.raises(kp.JobError, match="in-memory sink cannot resume"):
+        per_10(stream).start(name="per-10")
+    job = per_10(stream).start(kp.ParquetSink(str(out)), name="per-10")
+    try:
+        assert job.await_termination(timeout_s=120)
+        rows = sorted((r["window_start"].timestamp() * 1000, r["n"]) for r in job.results().to_pylist())
+        assert rows == [(0.0, 2), (10.0, 3)]  # state restored: [10, 20) holds 15 from the first run
+    finally:
+        job.stop()
+        again.stop()
+
+
+def test_start_names_and_profiles_are_checked(session: kp.Session) -> None:
+    stream, _ = session.memory_stream(SCHEMA)
+    windowed = stream.watermark("t", 0).tumbling_window(10).agg(kp.count(kp.col("*")))
+    with pytest.raises(PlanError, match="a name or a checkpoint_dir, not both"):
+        windowed.start(name="x", checkpoint_dir="/tmp/x")
+    with pytest.raises(PlanError, match="job name 'a/b' must be letters"):
+        windowed.start(name="a/b")
+    with pytest.raises(SessionError, match="unknown durability"):
+        windowed.start(durability="safe")  # type: ignore[arg-type]
+
+
+def test_explain_shows_the_profile_and_where_checkpoints_go(session: kp.Session, tmp_path: Path) -> None:
+    durable_session = durable(session, tmp_path)
+    stream, _ = durable_session.memory_stream(SCHEMA)
+    text = stream.watermark("t", 0).tumbling_window(10).agg(kp.count(kp.col("*"))).explain(show=False)
+    assert "== Durability ==" in text
+    assert "single-node-durable: RocksDB state store, changelog checkpointing; checkpoints kept" in text
+    assert str(tmp_path / "checkpoints") in text
+    bounded = session.from_records([{"k": "a", "t": 1}], SCHEMA)
+    assert "a bounded run: one Spark batch job, no checkpoint" in (
+        bounded.watermark("t", 0).tumbling_window(10).agg(kp.count(kp.col("*"))).explain(show=False)
+    )
