@@ -6,6 +6,7 @@ import glob
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -131,3 +132,31 @@ def test_explain_shows_the_profile_and_where_checkpoints_go(session: kp.Session,
     assert "a bounded run: one Spark batch job, no checkpoint" in (
         bounded.watermark("t", 0).tumbling_window(10).agg(kp.count(kp.col("*"))).explain(show=False)
     )
+
+
+def test_a_changed_pipeline_cannot_resume_a_checkpoint(session: kp.Session, tmp_path: Path) -> None:
+    def windows(size: int) -> Any:
+        def build(stream: kp.Stream) -> kp.Stream:
+            return stream.watermark("t", 0).tumbling_window(size).agg(kp.count(kp.col("*")).alias("n"))
+
+        return build
+
+    durable_session = durable(session, tmp_path)
+    stream, sender = durable_session.memory_stream(SCHEMA, name="events")
+    out = kp.ParquetSink(str(tmp_path / "out"))
+    job = windows(10)(stream).start(out, name="counts")
+    sender.send([{"k": "a", "t": 1}])
+    job.process_all_available()
+    job.stop()
+    before = sorted(os.listdir(tmp_path / "checkpoints" / "counts" / "offsets"))
+    changed = r"written by another pipeline.*tumbling\(size_ms=10\).*tumbling\(size_ms=20\)"
+    with pytest.raises(kp.JobError, match=changed):
+        windows(20)(stream).start(out, name="counts")
+    assert sorted(os.listdir(tmp_path / "checkpoints" / "counts" / "offsets")) == before  # left intact
+    job = windows(10)(stream).start(out, name="counts")  # the original pipeline resumes
+    try:
+        sender.send([{"k": "a", "t": 25}])
+        job.process_all_available()
+        assert [r["n"] for r in job.results().to_pylist()] == [1]  # [0, 10) fired once
+    finally:
+        job.stop()

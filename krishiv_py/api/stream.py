@@ -314,6 +314,7 @@ class Stream(WindowAssigners):
             for s in n.sources_of(self._plan)
         ]
         location = checkpoint_dir or self._session.checkpoint_dir(name)
+        _check_plan(location, f"lowering: {recipe.lowering}\n{n.render_plan(self._plan)}\n")
         job = start_streaming(
             self._session.spark,
             recipe,
@@ -395,6 +396,48 @@ class Explanation(str):
 
     def _ipython_display_(self) -> None:
         """Already printed by ``explain()``; nothing more to show."""
+
+
+PLAN_FILE = "krishiv-plan.txt"
+
+
+def _check_plan(checkpoint_dir: str, plan_text: str) -> None:
+    """Refuse to resume a checkpoint written by another pipeline; record the plan of a new one.
+
+    A checkpoint holds state laid out for one plan and lowering (window,
+    keys, aggregates, watermarks); resuming it with another gives wrong
+    results or a Spark error deep in a micro-batch. The checkpoint is left
+    as it is.
+    """
+    import os
+
+    from krishiv_py.errors import JobError
+    from krishiv_py.runtime.durability import is_uri
+
+    if is_uri(checkpoint_dir):
+        return  # not readable from here; Spark checks what it can
+    path = os.path.join(checkpoint_dir, PLAN_FILE)
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            recorded = f.read()
+        if recorded != plan_text:
+            old, new = recorded.splitlines(), plan_text.splitlines()
+            first = next(
+                (i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), min(len(old), len(new))
+            )
+            was = old[first].strip() if first < len(old) else "(nothing)"
+            now = new[first].strip() if first < len(new) else "(nothing)"
+            raise JobError(
+                f"the checkpoint {checkpoint_dir} was written by another pipeline, so this one cannot "
+                f"resume it (left intact): it had `{was}`, this pipeline has `{now}`. Start the original "
+                "pipeline to resume it, or this one under another name / checkpoint_dir"
+            )
+        return
+    os.makedirs(checkpoint_dir, exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(plan_text)
+    os.replace(tmp, path)
 
 
 def _per_source_watermarks(plan: n.PlanNode, spec: MultiSourceWatermarkSpec) -> n.PlanNode:
