@@ -6,7 +6,7 @@ import glob
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -158,5 +158,46 @@ def test_a_changed_pipeline_cannot_resume_a_checkpoint(session: kp.Session, tmp_
         sender.send([{"k": "a", "t": 25}])
         job.process_all_available()
         assert [r["n"] for r in job.results().to_pylist()] == [1]  # [0, 10) fired once
+    finally:
+        job.stop()
+
+
+class Flaky:
+    """A late-event handler that fails while ``broken`` (a bug fixed between two runs)."""
+
+    broken = True
+    seen: ClassVar[list[int]] = []
+
+    def handle(self, late: Any) -> None:
+        if Flaky.broken:
+            raise RuntimeError("handler bug")
+        Flaky.seen += late.column("t").to_pylist()
+
+
+def test_a_failed_job_resumes_from_its_last_committed_batch(session: kp.Session, tmp_path: Path) -> None:
+    durable_session = durable(session, tmp_path)
+    stream, sender = durable_session.memory_stream(SCHEMA, name="events")
+    pipeline = (
+        stream.watermark("t", 0)
+        .tumbling_window(10)
+        .with_late_event_handler(Flaky())
+        .agg(kp.count(kp.col("*")).alias("n"))
+    )
+    out = kp.ParquetSink(str(tmp_path / "out"))
+    job = pipeline.start(out, name="with-handler")
+    sender.send([{"k": "a", "t": 1}, {"k": "a", "t": 15}])  # [0, 10) fires
+    job.process_all_available()
+    sender.send([{"k": "a", "t": 2}])  # very late: the handler raises, the job fails
+    with pytest.raises(kp.JobError, match="handler bug"):
+        job.process_all_available()
+    assert job.state == "failed"
+    Flaky.broken = False  # the fix
+    job = pipeline.start(out, name="with-handler")
+    try:
+        sender.close()
+        assert job.await_termination(timeout_s=120)
+        assert Flaky.seen == [2]  # the failed batch ran again, once
+        rows = sorted((r["window_start"].timestamp() * 1000, r["n"]) for r in job.results().to_pylist())
+        assert rows == [(0.0, 1), (10.0, 1)]  # nothing lost, nothing twice
     finally:
         job.stop()
