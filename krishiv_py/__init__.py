@@ -43,7 +43,7 @@ from krishiv_py.expr import (
 from krishiv_py.late import CountingLateEventHandler, LateEventHandler, SideOutputLateEventHandler
 from krishiv_py.metrics import JobMetrics
 from krishiv_py.panes import PaneEvent
-from krishiv_py.plan.emission import Trigger
+from krishiv_py.plan.emission import StateTtlConfig, Trigger
 from krishiv_py.plan.watermarks import END_OF_TIME_MS, MultiSourceWatermarkSpec, WatermarkSpec
 from krishiv_py.runtime.job import Job, JobProgress
 from krishiv_py.sender import Sender
@@ -82,6 +82,7 @@ __all__ = [
     "SessionError",
     "SideOutputLateEventHandler",
     "SourceClosedError",
+    "StateTtlConfig",
     "Stream",
     "Trigger",
     "WatermarkSpec",

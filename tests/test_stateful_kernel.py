@@ -375,3 +375,30 @@ def test_event_sliding_windows_match_the_model(
         return windowed.agg(*AGGS)  # type: ignore[no-any-return]
 
     check(build, scenario)
+
+
+@pytest.mark.parametrize("kind", ["tumbling", "session", "capped_session"])
+@settings(max_examples=int(os.environ.get("KERNEL_EXAMPLES", "150")))
+@given(
+    data=st.data(),
+    lag=st.integers(0, 40),
+    lateness=st.sampled_from([0, 60, 200]),
+    ttl=st.integers(1, 120),
+    trigger=st.sampled_from([kp.Trigger.on_watermark(), kp.Trigger.on_interval(1)]),
+    scenario=steps,
+)
+def test_state_ttl_matches_the_model(
+    kind: str, data: Any, lag: int, lateness: int, ttl: int, trigger: kp.Trigger, scenario: list[Step]
+) -> None:
+    size = data.draw(st.integers(5, 60))
+    base = pipeline(kind, size, size, lag, True, lateness, trigger, "accumulating")
+
+    def build(s: kp.Stream) -> kp.Stream:
+        plan = base(s).plan
+        assert isinstance(plan, n.WindowAggregate)
+        windowed = kp.WindowedStream(
+            s.__class__(s.session, plan.input), plan.keys, plan.window, plan.emission
+        ).with_state_ttl(kp.StateTtlConfig(ttl_ms=ttl))
+        return windowed.agg(*AGGS)
+
+    check(build, scenario)

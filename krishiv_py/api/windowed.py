@@ -16,7 +16,13 @@ from krishiv_py.expr import AggExpr
 from krishiv_py.late import LateEventHandler
 from krishiv_py.panes import PaneCallback
 from krishiv_py.plan import nodes as n
-from krishiv_py.plan.emission import DEFAULT_ALLOWED_LATENESS_MS, Accumulation, Emission, Trigger
+from krishiv_py.plan.emission import (
+    DEFAULT_ALLOWED_LATENESS_MS,
+    Accumulation,
+    Emission,
+    StateTtlConfig,
+    Trigger,
+)
 from krishiv_py.plan.windows import (
     EventSlidingWindow,
     SessionWindow,
@@ -196,6 +202,23 @@ class WindowedStream:
                 "carries the whole pane"
             )
         return self._emit(accumulation=mode)
+
+    def with_state_ttl(self, config: StateTtlConfig) -> WindowedStream:
+        """Expire windows whose newest row is ``config.ttl_ms`` behind the watermark.
+
+        An expired window that has not fired fires now, then leaves state
+        (later rows for it are very late); expirations count in
+        ``JobMetrics.state_evictions``. For sessions with long gaps and
+        windows kept long by ``allowed_lateness``. Runs on the stateful lowering.
+        """
+        if not isinstance(config, StateTtlConfig):
+            raise PlanError(f"with_state_ttl() takes a StateTtlConfig(ttl_ms=...), got {config!r}")
+        if isinstance(self.window, TimeIntervalWindow | EventSlidingWindow):
+            raise PlanError(
+                f"with_state_ttl() does not apply to {self.window.kind.replace('_', '-')} windows, which "
+                "keep their state for a fixed time after their end already"
+            )
+        return self._emit(state_ttl=config)
 
     def on_initial_full(self, callback: PaneCallback) -> WindowedStream:
         """Call ``callback(PaneEvent)`` when the watermark first reaches a pane's end (time-interval panes).

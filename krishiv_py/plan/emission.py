@@ -57,6 +57,7 @@ __all__ = [
     "DEFAULT_FUTURE_TOLERANCE_MS",
     "Accumulation",
     "Emission",
+    "StateTtlConfig",
     "Trigger",
     "TriggerKind",
 ]
@@ -130,6 +131,37 @@ class Trigger:
         }[self.kind]
 
 
+@attrs.frozen(kw_only=True)
+class StateTtlConfig:
+    """Drop window state that has not been updated for ``ttl_ms`` of event time.
+
+    A window whose newest row is ``ttl_ms`` or more behind the watermark
+    expires: if it has not fired yet, it fires now (its final firing), and
+    it is removed from state either way — later rows for it are very late.
+    Bounds the state of sessions with long gaps and of windows kept long
+    for allowed lateness; each removal counts in ``JobMetrics.state_evictions``.
+    Only ``time="event"`` is available in this release.
+
+    Examples
+    --------
+    >>> StateTtlConfig(ttl_ms=3_600_000)
+    StateTtlConfig(ttl_ms=3600000, time='event')
+    """
+
+    ttl_ms: int
+    time: str = "event"
+
+    def __attrs_post_init__(self) -> None:
+        check_ms("StateTtlConfig(ttl_ms)", self.ttl_ms)
+        if self.time not in ("event", "processing"):
+            raise PlanError(f"StateTtlConfig(time=...) is 'event' or 'processing', got {self.time!r}")
+        if self.time == "processing":
+            raise PlanError(
+                "StateTtlConfig(time='processing') is not available in this release; use time='event' "
+                "(state not updated for ttl_ms of event time, judged by the watermark)"
+            )
+
+
 def _check_accumulation(_: object, __: object, value: object) -> None:
     if value not in get_args(Accumulation):
         raise PlanError(f"accumulation must be one of {', '.join(get_args(Accumulation))}; got {value!r}")
@@ -153,6 +185,8 @@ class Emission:
     late_handler: LateEventHandler | None = attrs.field(default=None, eq=False)
     #: Pane-event callbacks (time-interval windows only).
     panes: PaneCallbacks = attrs.field(factory=PaneCallbacks)
+    #: Event-time state TTL (None: windows live until their own retention ends).
+    state_ttl: StateTtlConfig | None = None
 
     @property
     def is_default(self) -> bool:
@@ -170,6 +204,8 @@ class Emission:
             out.append(f"accumulation({self.accumulation!r})")
         if self.late_handler is not None and not _is_counting(self.late_handler):
             out.append(f"late-event handler {type(self.late_handler).__name__}")
+        if self.state_ttl is not None:
+            out.append(f"state TTL ({self.state_ttl.ttl_ms} ms of event time)")
         return out
 
     def describe(self) -> str:
@@ -179,6 +215,8 @@ class Emission:
             parts.append(f"late_handler={type(self.late_handler).__name__}")
         if self.panes.any:
             parts.append(f"pane_callbacks={','.join(self.panes.names())}")
+        if self.state_ttl is not None:
+            parts.append(f"state_ttl_ms={self.state_ttl.ttl_ms}")
         return " ".join(parts)
 
 

@@ -49,7 +49,7 @@ __all__ = ["BatchCollector", "StatefulJob", "TickWriter"]
 
 log = logging.getLogger("krishiv_py")
 
-_COUNTS = ("on_time", "mildly_late", "very_late", "future", "invalid", "emitted", "retracted")
+_COUNTS = ("on_time", "mildly_late", "very_late", "future", "invalid", "emitted", "retracted", "expired")
 
 
 @attrs.define
@@ -145,6 +145,7 @@ class BatchCollector:
             future_events=totals["future"],
             windows_emitted=totals["emitted"],
             retractions=totals["retracted"],
+            state_evictions=totals["expired"],
             state_windows=sum(b.state_windows for b in buckets),
             state_bytes=sum(b.state_bytes for b in buckets),
         )

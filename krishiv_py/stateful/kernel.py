@@ -74,6 +74,7 @@ WS, WE, FIRED, PENDING, LAST, EMITTED = "__ws", "__we", "__fired", "__pending", 
 NEW = "__new"  # rows added in this batch (sessions: a session with new rows is a new session)
 FIRST = "__first"  # with pane events: True on a result row that is its window's first firing
 SEALED = "__sealed"  # capped sessions: a session that takes no more rows
+NEWEST = "__newest"  # with a state TTL: the newest event time (µs) in the window
 WINDOW_START, WINDOW_END, KIND = "window_start", "window_end", "kind"
 
 
@@ -91,6 +92,9 @@ class KernelSpec:
     #: Report pane events: a ``__first`` column on results, and the windows evicted
     #: (``StepOutput.closed``, result-shaped with their final aggregates).
     pane_events: bool = False
+    #: Event-time state TTL: a window whose newest row is this far behind the
+    #: watermark fires (if it never did) and leaves state.
+    ttl_ms: int | None = None
 
     @property
     def retracting(self) -> bool:
@@ -116,6 +120,8 @@ class StepOutput:
     future: int = 0
     #: With ``pane_events``: the windows this step evicted, with their final aggregates.
     closed: pa.Table | None = None
+    #: Windows removed by the state TTL.
+    expired: int = 0
 
     @property
     def emitted(self) -> int:
@@ -142,22 +148,29 @@ def step(
     w_us = None if watermark_ms is None else watermark_ms * 1000
     early: list[pa.Table] = []
     closed: list[pa.Table] | None = [] if spec.pane_events else None
+    expired: list[int] = []
     if watermark_ms is not None and state.num_rows:
         # What this watermark made due before the batch: normally a tick already fired it;
         # when micro-batches follow each other before the tick arrives, it fires here,
         # so late rows meet the state the specification says they meet.
-        state, due = phase(spec, state, watermark_ms, now_ms, interval=False, closed=closed)
+        state, due = phase(spec, state, watermark_ms, now_ms, interval=False, closed=closed, expired=expired)
         if due.num_rows:
             early.append(due)
     if isinstance(spec.window, EventSlidingWindow):
         valid &= ts >= 0  # no windows before the epoch (Kafka's rule)
         state, kept = add_event_sliding(spec, state, batch, ts, seq, valid, w_us)
         very_late = valid & ~kept
-    elif isinstance(spec.window, SessionWindow):
-        state, kept, very_late = _add_sessions(spec, state, batch, ts, seq, valid, w_us, early)
     else:
-        state, kept, very_late = _add_fixed(spec, state, batch, ts, seq, valid, w_us, early)
-    state, fired = phase(spec, state, watermark_ms, now_ms, closed=closed)
+        # With a state TTL, a row already ``ttl`` behind the watermark would expire at once: very late.
+        fresh = valid
+        if spec.ttl_ms is not None and watermark_ms is not None:
+            fresh = valid & (ts > (watermark_ms - spec.ttl_ms) * 1000)
+        if isinstance(spec.window, SessionWindow):
+            state, kept, _ = _add_sessions(spec, state, batch, ts, seq, fresh, w_us, early)
+        else:
+            state, kept, _ = _add_fixed(spec, state, batch, ts, seq, fresh, w_us, early)
+        very_late = valid & ~kept
+    state, fired = phase(spec, state, watermark_ms, now_ms, closed=closed, expired=expired)
     mild = kept & (w_us is not None) & (ts < (w_us or 0))
     future = (
         valid & (watermark_ms is not None) & (ts > ((watermark_ms or 0) + spec.future_tolerance_ms) * 1000)
@@ -171,6 +184,7 @@ def step(
         mildly_late=int(mild.sum()),
         future=int(future.sum()),
         closed=None if closed is None else _closed_table(spec, state, closed),
+        expired=sum(expired),
     )
 
 
@@ -190,6 +204,8 @@ def state_fields(spec: KernelSpec, key_types: Sequence[pa.DataType]) -> list[pa.
     fields += agg.partial_schema(spec.aggs)
     if spec.capped:
         fields.append(pa.field(SEALED, pa.bool_()))
+    if spec.ttl_ms is not None:
+        fields.append(pa.field(NEWEST, pa.int64()))
     if isinstance(spec.window, EventSlidingWindow):
         fields.append(pa.field(MAXTS, pa.int64()))
     if spec.retracting:
@@ -225,6 +241,8 @@ def _new_windows(
         LAST: pa.array(np.full(n, -1, np.int64)),
         EMITTED: pa.array(np.zeros(n, bool)),
     }
+    if spec.ttl_ms is not None:
+        cols[NEWEST] = pa.array(np.asarray(ts, np.int64))
     cols |= agg.row_partials(spec.aggs, rows, ts, seq)
     table = pa.table(cols)
     for f in schema:
@@ -439,6 +457,8 @@ def _merge_groups(
     parts = {f.name: work.column(f.name).combine_chunks() for f in agg.partial_schema(spec.aggs)}
     merged = agg.merge(spec.aggs, parts, ids, n_groups)
     meta_cols = [WS, WE, FIRED, PENDING, LAST, EMITTED]
+    if spec.ttl_ms is not None:
+        meta_cols.append(NEWEST)
     extra = [c for c in names if c.startswith("__r_")]
     table = table_of(
         {"g": ids, "__n": is_new.astype(np.int64), **{c: work.column(c) for c in [*meta_cols, *extra]}}
@@ -453,6 +473,8 @@ def _merge_groups(
         ("__n", "sum"),
         *[(c, "first") for c in extra],
     ]
+    if spec.ttl_ms is not None:
+        how.append((NEWEST, "max"))
     g = table.group_by("g", use_threads=False).aggregate(how)
     g = g.take(arrow(np.argsort(g.column("g").to_numpy())))
     first = first_rows(ids, n_groups)
@@ -486,6 +508,7 @@ def phase(
     *,
     interval: bool = True,
     closed: list[pa.Table] | None = None,
+    expired: list[int] | None = None,
 ) -> tuple[pa.Table, pa.Table]:
     """Fire what ``watermark_ms`` (and processing time ``now_ms``) makes due, then evict.
 
@@ -497,6 +520,11 @@ def phase(
     fired = state.column(FIRED).to_numpy(zero_copy_only=False)
     pending = state.column(PENDING).to_numpy()
     due = np.zeros(n, bool) if watermark_ms is None else we <= watermark_ms * 1000
+    stale = np.zeros(n, bool)
+    if spec.ttl_ms is not None and watermark_ms is not None:
+        newest = state.column(NEWEST).to_numpy(zero_copy_only=False)
+        stale = watermark_ms * 1000 - newest >= spec.ttl_ms * 1000
+        due |= stale  # an expired window that never fired fires now
     final = due & ~fired
     fire = final | (due & fired & (pending > 0))
     if interval and spec.trigger.kind == "interval":
@@ -517,6 +545,10 @@ def phase(
         alive = watermark_ms * 1000 < we + spec.allowed_lateness_ms * 1000
         if sliding is not None:  # closed windows stay while a row could still look them up
             alive = state.column(WS).to_numpy() >= lookup_horizon_ms(sliding, watermark_ms) * 1000
+        if stale.any():
+            if expired is not None:
+                expired.append(int((stale & alive).sum()))
+            alive &= ~stale
         if not alive.all():
             if closed is not None:
                 closed.append(_finals(spec, state.filter(pa.array(~alive))))

@@ -74,6 +74,7 @@ STAT_NAMES = (
     "state_bytes",
     "next_due_ms",
     "next_interval_ms",
+    "expired",
 )
 
 
@@ -216,6 +217,7 @@ def encode_payload(
                     state_bytes,
                     due,
                     interval,
+                    out.expired,
                 ),
                 strict=True,
             )
@@ -253,6 +255,8 @@ def _next_due(spec: OperatorSpec, state: pa.Table) -> tuple[int, int]:
     if isinstance(window, EventSlidingWindow):  # a closed window goes once no row can look it up
         starts = state.column(kernel.WS).to_numpy() // 1000
         due = np.where(fired, starts + window.grace_ms + 3 * window.size_ms + 1, we)
+    if spec.kernel.ttl_ms is not None:  # a window expires once its newest row is ttl behind
+        due = np.minimum(due, state.column(kernel.NEWEST).to_numpy() // 1000 + spec.kernel.ttl_ms)
     interval = -1
     if spec.kernel.trigger.kind == "interval":
         pending = state.column(kernel.PENDING).to_numpy() > 0

@@ -231,6 +231,7 @@ class ReferenceMetrics:
     windows_emitted: int
     retractions: int
     watermark_advances: int
+    state_evictions: int = 0  # windows removed by the state TTL
 
 
 _METRIC_NAMES: tuple[str, ...] = tuple(a.name for a in attrs.fields(ReferenceMetrics))
@@ -333,6 +334,10 @@ class _WindowState(Protocol):
         """Delete every window with ``x_ms >= end + allowed lateness``."""
         ...
 
+    def remove(self, panes: Sequence[_Pane]) -> None:
+        """Delete these windows (the state TTL)."""
+        ...
+
 
 @attrs.define
 class _FixedWindows:
@@ -356,6 +361,10 @@ class _FixedWindows:
 
     def panes(self) -> list[_Pane]:
         return list(self.slots.values())
+
+    def remove(self, panes: Sequence[_Pane]) -> None:
+        gone = {id(p) for p in panes}
+        self.slots = {slot: p for slot, p in self.slots.items() if id(p) not in gone}
 
     def evict(self, x_ms: int) -> None:
         for slot in [slot for slot in self.slots if x_ms >= slot[1] + self.lateness_ms]:
@@ -393,6 +402,14 @@ class _Sessions:
 
     def panes(self) -> list[_Pane]:
         return [pane for panes in self.sessions.values() for pane in panes]
+
+    def remove(self, panes: Sequence[_Pane]) -> None:
+        gone = {id(p) for p in panes}
+        for key, kept in [(k, [p for p in v if id(p) not in gone]) for k, v in self.sessions.items()]:
+            if kept:
+                self.sessions[key] = kept
+            else:
+                del self.sessions[key]
 
     def evict(self, x_ms: int) -> None:
         for key, panes in list(self.sessions.items()):
@@ -569,6 +586,12 @@ class _EventSliding:
     def panes(self) -> list[_Pane]:
         return [pane for wins in self.windows.values() for pane in wins.values()]
 
+    def remove(self, panes: Sequence[_Pane]) -> None:
+        gone = {id(p) for p in panes}
+        for wins in self.windows.values():
+            for start in [s for s, p in wins.items() if id(p) in gone]:
+                del wins[start]
+
     def evict(self, x_ms: int) -> None:
         horizon = x_ms - self.grace - 3 * self.size
         for key, wins in list(self.windows.items()):
@@ -610,6 +633,10 @@ class ReferenceModel:
         ``"accumulating"``, ``"discarding"`` or ``"retracting"``.
     future_tolerance_ms
         Rows further than this ahead of the watermark count as future events.
+    state_ttl_ms
+        Event-time state TTL: a window whose newest row is this far behind
+        the watermark fires (if it never did) and is removed, counted in
+        ``state_evictions`` when its own retention would have kept it.
     idle_timeout_ms
         Processing time without input after which a source is idle: one
         for every source, a mapping from source name to its timeout
@@ -659,12 +686,14 @@ class ReferenceModel:
         accumulation: Accumulation = "accumulating",
         future_tolerance_ms: int = FUTURE_TOLERANCE_MS,
         idle_timeout_ms: int | Mapping[str, int | None] | None = None,
+        state_ttl_ms: int | None = None,
         clock: Callable[[], float] | None = None,
         record: bool = False,
     ) -> None:
         lateness = check_ms("allowed_lateness_ms", allowed_lateness_ms, positive=False)
         self._state = _make_state(window, lateness)
         self._lateness_ms = lateness
+        self._ttl_ms = None if state_ttl_ms is None else check_ms("state_ttl_ms", state_ttl_ms)
         self._pane_events: list[PaneEvent] | None = [] if isinstance(window, TimeIntervalWindow) else None
         self._event_time = event_time
         self._keys = tuple(keys)
@@ -867,7 +896,11 @@ class ReferenceModel:
             return None
         if w_ms is not None and ts_us > (w_ms + self._future_tolerance_ms) * 1000:
             self._counts["future_events"] += 1
-        joined, absorbed = self._state.add(self._key_of(row), _Entry(ts_us, seq, dict(row)), w_ms)
+        if self._ttl_ms is not None and w_ms is not None and ts_us <= (w_ms - self._ttl_ms) * 1000:
+            joined: list[_Pane] = []  # already past the state TTL: it would expire at once
+            absorbed: list[_Pane] = []
+        else:
+            joined, absorbed = self._state.add(self._key_of(row), _Entry(ts_us, seq, dict(row)), w_ms)
         if not joined:
             self._late(row, "very_late", w_ms)
             self._record(row, source, ts_us, "very_late", w_ms)
@@ -947,10 +980,15 @@ class ReferenceModel:
             self._overall = new
 
     def _sweep(self, x_ms: int | None, out: list[Result]) -> None:
-        """Final, late and interval firings at watermark ``x_ms``, then eviction."""
+        """Final, late and interval firings at watermark ``x_ms``, then eviction.
+
+        With a state TTL, a window whose newest row is ``ttl`` behind ``x_ms``
+        is *stale*: it fires as if its end had passed, then leaves state.
+        """
         now: float | None = None
+        stale = self._stale(x_ms)
         for pane in sorted(self._state.panes(), key=_emit_order):
-            if x_ms is not None and pane.end_us <= x_ms * 1000:
+            if x_ms is not None and (pane.end_us <= x_ms * 1000 or id(pane) in stale):
                 if not pane.final_fired or pane.pending:
                     kind: FiringKind = "late" if pane.final_fired else "final"
                     pane.final_fired = True
@@ -966,12 +1004,26 @@ class ReferenceModel:
                 if pane.fired_at_ms is None or now - pane.fired_at_ms >= self._trigger.every:
                     pane.fired_at_ms = now
                     self._fire(pane, out, "early")
+        if x_ms is not None and stale:
+            panes = [p for p in self._state.panes() if id(p) in stale]
+            # Counted when its own retention would have kept it.
+            self._counts["state_evictions"] += sum(
+                x_ms * 1000 < p.end_us + self._lateness_ms * 1000 for p in panes
+            )
+            self._state.remove(panes)
         if x_ms is not None:
             if self._pane_events is not None:
                 for pane in sorted(self._state.panes(), key=_emit_order):
                     if x_ms * 1000 >= pane.end_us + self._lateness_ms * 1000:
                         self._pane_event("close", pane)
             self._state.evict(x_ms)
+
+    def _stale(self, x_ms: int | None) -> set[int]:
+        """``id()`` of the windows the state TTL expires at ``x_ms``."""
+        if x_ms is None or self._ttl_ms is None:
+            return set()
+        horizon_us = (x_ms - self._ttl_ms) * 1000
+        return {id(p) for p in self._state.panes() if max(e.ts_us for e in p.entries) <= horizon_us}
 
     def _pane_event(self, kind: PaneEventKind, pane: _Pane) -> None:
         assert self._pane_events is not None

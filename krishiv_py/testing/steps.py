@@ -172,6 +172,7 @@ def reference_model_for(
         accumulation=plan.emission.accumulation,
         future_tolerance_ms=wm.future_tolerance_ms,
         idle_timeout_ms=idle,
+        state_ttl_ms=None if plan.emission.state_ttl is None else plan.emission.state_ttl.ttl_ms,
         clock=clock,
         record=record,
     )

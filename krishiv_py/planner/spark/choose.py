@@ -69,7 +69,9 @@ __all__ = [
 ]
 
 InputKind: TypeAlias = Literal["bounded", "unbounded"]
-EmissionFeature: TypeAlias = Literal["early_trigger", "allowed_lateness", "non_accumulating", "late_handler"]
+EmissionFeature: TypeAlias = Literal[
+    "early_trigger", "allowed_lateness", "non_accumulating", "late_handler", "state_ttl"
+]
 FeatureName: TypeAlias = InputKind | WindowKind | EmissionFeature
 
 _ALL_WINDOWS: frozenset[WindowKind] = frozenset(
@@ -147,7 +149,9 @@ LOWERINGS: tuple[Capabilities, ...] = (
         lowering="stateful",
         inputs=frozenset({"bounded", "unbounded"}),
         window_kinds=_STATEFUL_WINDOWS,
-        emission=frozenset({"early_trigger", "allowed_lateness", "non_accumulating", "late_handler"}),
+        emission=frozenset(
+            {"early_trigger", "allowed_lateness", "non_accumulating", "late_handler", "state_ttl"}
+        ),
         why="a custom Spark operator keeps the windows in state and fires them itself",
     ),
 )
@@ -248,6 +252,8 @@ def _emission_features(emission: Emission) -> list[Feature]:
     handler = emission.late_handler
     if handler is not None and not isinstance(handler, CountingLateEventHandler):
         out.append(Feature("late_handler", f"late-event handler {type(handler).__name__}"))
+    if emission.state_ttl is not None:
+        out.append(Feature("state_ttl", f"state TTL ({emission.state_ttl.ttl_ms} ms of event time)"))
     return out
 
 

@@ -88,6 +88,7 @@ def operator_spec(node: n.WindowAggregate, *, shift_ms: int) -> Any:
         accumulation=node.emission.accumulation,
         future_tolerance_ms=et.future_tolerance_ms,
         pane_events=node.emission.panes.any,
+        ttl_ms=None if node.emission.state_ttl is None else node.emission.state_ttl.ttl_ms,
     )
     return OperatorSpec(kernel=kernel, columns=columns, shift_ms=shift_ms, buckets=BUCKETS)
 
