@@ -73,6 +73,13 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def chaos(session: nox.Session) -> None:
+    """SIGKILL durable streaming jobs at random points and check their sinks (``-- --runs N --kills K``)."""
+    session.install("-e", ".")
+    session.run("python", "-m", "benchmarks.chaos", *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def kernel_bench(session: nox.Session) -> None:
     """The stateful kernel alone per window kind, rows/s and the ratio to tumbling (no Spark)."""
     session.install("-e", ".")

@@ -225,7 +225,7 @@ rows = st.lists(
 )
 
 
-@settings(max_examples=3, deadline=None)
+@settings(max_examples=2, deadline=None)
 @given(batches=st.lists(rows, min_size=1, max_size=3), grace=st.sampled_from([0, 10]))
 def test_model_streaming_and_bounded_agree(
     session: kp.Session, batches: list[list[dict[str, Any]]], grace: int

@@ -1,0 +1,247 @@
+"""Crash recovery under SIGKILL: nothing lost, nothing counted twice.
+
+A *child* process runs a real streaming job — a memory stream, a durable
+session (``single-node-durable``), a named job writing to ``ParquetSink`` —
+and feeds it a fixed, seeded input one batch at a time, resuming where the
+stream's spool says it stopped (``sender.batches_sent``). The *parent*
+starts the child, kills it with SIGKILL after a random delay, and starts it
+again, until a child finishes the input. The sink then holds every window
+exactly once: the parent compares it with the reference model's results for
+the same batches.
+
+    python -m benchmarks.chaos --runs 10 --kills 5 --seed 1      # the long run (nox -s chaos)
+
+Reports runs, kills, the kill times and the outcome of each run; exits 1
+when a window was lost, duplicated or wrong, or a restart failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+import attrs
+
+SCHEMA = "user string, t bigint, amount bigint"
+LOWERINGS = ("native", "stateful")
+
+
+def batches(seed: int, count: int, size: int) -> list[list[dict[str, Any]]]:
+    """The input: ``count`` batches of ``size`` rows, a few users, time moving forward, some disorder."""
+    rng = random.Random(seed)
+    out = []
+    t = 0
+    for _ in range(count):
+        batch = []
+        for _ in range(size):
+            t += rng.randint(0, 40)
+            batch.append(
+                {"user": f"u{rng.randint(0, 4)}", "t": t - rng.randint(0, 30), "amount": rng.randint(1, 9)}
+            )
+        out.append(batch)
+    return out
+
+
+def pipeline(stream: Any) -> Any:
+    import krishiv_py as kp
+
+    return (
+        stream.watermark("t", 20)
+        .key_by("user")
+        .tumbling_window(100)
+        .agg(kp.count(kp.col("*")).alias("n"), kp.sum(kp.col("amount")).alias("total"))
+    )
+
+
+def child(state_dir: str, seed: int, count: int, size: int, lowering: str) -> int:
+    """Run (or resume) the job and feed the rest of the input; exit 0 once the input ended."""
+    import krishiv_py as kp
+
+    with kp.Session.embedded(durability="single-node-durable", state_dir=state_dir) as session:
+        stream, sender = session.memory_stream(SCHEMA, name="input")
+        job = pipeline(stream).start(
+            kp.ParquetSink(os.path.join(state_dir, "out")),
+            name="chaos",
+            lowering=lowering,
+        )
+        data = batches(seed, count, size)
+        for batch in data[sender.batches_sent :]:
+            sender.send(batch)
+            job.process_all_available()
+        if not sender.closed:
+            sender.close()
+        if not job.await_termination(timeout_s=300):
+            return 2
+    return 0
+
+
+def expected(seed: int, count: int, size: int) -> list[dict[str, Any]]:
+    """The reference model's windows for the same batches (one step each, then the end of input)."""
+    from krishiv_py.testing.steps import _placeholder, reference_model_for
+
+    model = reference_model_for(pipeline(_placeholder(SCHEMA)))
+    for batch in batches(seed, count, size):
+        model.send(batch)
+    model.close()
+    return model.results
+
+
+@attrs.define
+class Run:
+    lowering: str
+    kills: list[float] = attrs.field(factory=list)
+    restarts_failed: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    wrong: int = 0
+    finished: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.finished and not (self.restarts_failed or self.lost or self.duplicated or self.wrong)
+
+
+def run_once(
+    *, seed: int, kills: int, count: int, size: int, lowering: str, max_delay_s: float, log: Any = print
+) -> Run:
+    """One run: start, SIGKILL ``kills`` times at random moments, finish, compare with the model."""
+    rng = random.Random(seed)
+    run = Run(lowering=lowering)
+    with tempfile.TemporaryDirectory(prefix="krishiv-chaos-") as state_dir:
+        cmd = [
+            sys.executable,
+            "-m",
+            "benchmarks.chaos",
+            "child",
+            state_dir,
+            str(seed),
+            str(count),
+            str(size),
+            lowering,
+        ]
+        for attempt in range(kills + 1):
+            # A process group of its own: the kill takes the child's JVM down with it, like a crash.
+            proc = subprocess.Popen(
+                cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+            )
+            if attempt < kills:
+                delay = rng.uniform(1.0, max_delay_s)
+                try:
+                    proc.wait(timeout=delay)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                    run.kills.append(round(delay, 2))
+                    continue
+            else:
+                proc.wait(timeout=600)
+            if proc.returncode != 0:
+                run.restarts_failed += 1
+                err = proc.stderr.read().decode(errors="replace")[-2000:] if proc.stderr else ""
+                log(f"  child exited {proc.returncode}: {err}")
+            else:
+                run.finished = True
+                break
+        if run.finished:
+            compare(run, os.path.join(state_dir, "out"), expected(seed, count, size))
+    return run
+
+
+def compare(run: Run, out: str, want: list[dict[str, Any]]) -> None:
+    import pyarrow.parquet as pq
+
+    got: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
+    table_rows = [r for path in committed_files(out) for r in pq.read_table(path).to_pylist()]
+    for row in table_rows:
+        key = (row["user"], int(row["window_start"].timestamp() * 1000))
+        got.setdefault(key, []).append((row["n"], row["total"]))
+    wanted = {(r["user"], r["window_start"]): (r["n"], r["total"]) for r in want}
+    for key, value in wanted.items():
+        found = got.get(key, [])
+        if not found:
+            run.lost += 1
+        elif len(found) > 1:
+            run.duplicated += 1
+        elif found[0] != value:
+            run.wrong += 1
+    run.wrong += len(set(got) - set(wanted))
+
+
+def committed_files(out: str) -> list[str]:
+    """The sink's result files: those Spark's file-sink log committed (native), or every part file.
+
+    A micro-batch killed while writing can leave files that its log never
+    committed; Spark's readers skip them, and so does this.
+    """
+    log_dir = os.path.join(out, "_spark_metadata")
+    if not os.path.isdir(log_dir):
+        return sorted(os.path.join(out, f) for f in os.listdir(out) if f.endswith(".parquet"))
+    paths: set[str] = set()
+    entries = sorted(
+        (f for f in os.listdir(log_dir) if f.split(".")[0].isdigit()), key=lambda f: int(f.split(".")[0])
+    )
+    for name in entries:  # a .compact file holds every earlier entry; later ones add to it
+        with open(os.path.join(log_dir, name), encoding="utf-8") as f:
+            lines = f.read().splitlines()[1:]
+        if name.endswith(".compact"):
+            paths = set()
+        for line in lines:
+            entry = json.loads(line)
+            if entry.get("action") == "add":
+                paths.add(entry["path"].removeprefix("file:"))
+            elif entry.get("action") == "delete":
+                paths.discard(entry["path"].removeprefix("file:"))
+    return sorted(paths)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "child":
+        _, state_dir, seed, count, size, lowering = argv
+        return child(state_dir, int(seed), int(count), int(size), lowering)
+    p = argparse.ArgumentParser(
+        description="SIGKILL a durable streaming job at random points; compare its sink"
+    )
+    p.add_argument("--runs", type=int, default=10, help="runs, alternating the native and stateful lowerings")
+    p.add_argument("--kills", type=int, default=5, help="SIGKILLs per run")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--batches", type=int, default=30)
+    p.add_argument("--rows", type=int, default=40, help="rows per batch")
+    p.add_argument("--max-delay", type=float, default=25.0, help="latest kill, seconds after a (re)start")
+    a = p.parse_args(argv)
+    runs = []
+    for i in range(a.runs):
+        lowering = LOWERINGS[i % len(LOWERINGS)]
+        run = run_once(
+            seed=a.seed + i,
+            kills=a.kills,
+            count=a.batches,
+            size=a.rows,
+            lowering=lowering,
+            max_delay_s=a.max_delay,
+        )
+        runs.append(run)
+        print(json.dumps(attrs.asdict(run) | {"ok": run.ok}))
+    kills = sum(len(r.kills) for r in runs)
+    bad = [r for r in runs if not r.ok]
+    print(
+        f"{len(runs)} runs, {kills} SIGKILLs: lost {sum(r.lost for r in runs)}, duplicated "
+        f"{sum(r.duplicated for r in runs)}, wrong {sum(r.wrong for r in runs)}, failed restarts "
+        f"{sum(r.restarts_failed for r in runs)}, unfinished {sum(not r.finished for r in runs)}"
+    )
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    t0 = time.monotonic()
+    code = main()
+    print(f"{time.monotonic() - t0:.0f} s", file=sys.stderr)
+    raise SystemExit(code)
