@@ -133,7 +133,7 @@ def test_no_session_reaches_the_cap(
     assert total <= sum(len(b) for b in batches)
 
 
-@settings(max_examples=2, deadline=None)
+@settings(max_examples=1, deadline=None)
 @given(
     batches=st.lists(rows, min_size=1, max_size=3),
     marks=st.lists(st.integers(0, 130), min_size=3, max_size=3),

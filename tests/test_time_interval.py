@@ -244,7 +244,7 @@ def _ms(value: Any) -> int:
 times = st.lists(st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 60)), min_size=1, max_size=12)
 
 
-@settings(max_examples=2, deadline=None)
+@settings(max_examples=1, deadline=None)
 @given(
     batches=st.lists(times, min_size=1, max_size=4),
     marks=st.lists(st.integers(0, 80), min_size=4, max_size=4),
