@@ -1,12 +1,21 @@
-"""Event-time state TTL (SPEC 3.9): ``with_state_ttl(StateTtlConfig(ttl_ms=...))``."""
+"""State TTL (SPEC 3.9): ``with_state_ttl(StateTtlConfig(ttl_ms=..., time=...))``."""
 
 from __future__ import annotations
+
+import time
 
 import pytest
 
 import krishiv_py as kp
 from krishiv_py.errors import PlanError
-from krishiv_py.testing import AdvanceWatermark, Send, Step, assert_lowerings_agree, assert_same_rows
+from krishiv_py.testing import (
+    AdvanceWatermark,
+    ManualClock,
+    Send,
+    Step,
+    assert_lowerings_agree,
+    assert_same_rows,
+)
 from krishiv_py.testing.steps import _placeholder, reference_model_for
 
 SCHEMA = "k string, t bigint"
@@ -61,6 +70,59 @@ def test_an_expired_window_that_never_fired_fires_first() -> None:
     assert model.metrics.state_evictions == 1 and model.state_windows() == []
 
 
+def quiet_sessions(stream: kp.Stream, ttl_ms: int) -> kp.Stream:
+    """Hour-long session gaps: only the processing-time TTL ends a session here."""
+    return (
+        stream.watermark("t", 0)
+        .key_by("k")
+        .session_window(3_600_000)
+        .with_state_ttl(kp.StateTtlConfig(ttl_ms=ttl_ms, time="processing"))
+        .agg(kp.count(kp.col("*")).alias("n"))
+    )
+
+
+def test_processing_time_ttl_in_the_model() -> None:
+    clock = ManualClock()
+    model = reference_model_for(quiet_sessions(_placeholder(SCHEMA), 1_000), clock=clock)
+    model.send([{"k": "a", "t": 0}, {"k": "b", "t": 5}])
+    model.advance_processing_time(600)
+    model.send([{"k": "b", "t": 10}])  # b was updated 600 ms after a
+    model.advance_processing_time(400)  # a: 1 s without a row -> fires, leaves state
+    assert_same_rows(model.results, [{"k": "a", "window_start": 0, "window_end": 3_600_000, "n": 1}])
+    assert [w.key for w in model.state_windows()] == [("b",)]
+    assert model.metrics.state_evictions == 1
+    model.send([{"k": "a", "t": 20}])  # not late: a new session for a
+    assert model.late_events == []
+    model.advance_processing_time(1_000)
+    assert sorted((r["k"], r["n"]) for r in model.results) == [("a", 1), ("a", 1), ("b", 2)]
+    assert model.metrics.state_evictions == 3 and model.state_windows() == []
+
+
+def test_processing_time_ttl_on_spark(session: kp.Session) -> None:
+    stream, sender = session.memory_stream(SCHEMA)
+    job = quiet_sessions(stream, 1_500).start()
+    try:
+        sender.send([{"k": "a", "t": 0}, {"k": "a", "t": 10}])
+        job.process_all_available()
+        deadline = time.monotonic() + 60
+        while job.metrics().state_evictions == 0 and time.monotonic() < deadline:
+            time.sleep(0.3)  # the job wakes the key's bucket when its window expires
+            job.process_all_available()
+        m = job.metrics()
+        assert (m.state_evictions, m.state_windows) == (1, 0)
+        assert_same_rows(
+            job.results().to_pylist(), [{"k": "a", "window_start": 0, "window_end": 3_600_010, "n": 2}]
+        )
+        sender.send([{"k": "a", "t": 5}])  # behind the watermark, but its session is gone: a new one
+        job.process_all_available()
+        m = job.metrics()
+        assert (m.very_late_events, m.mildly_late_events) == (0, 1)
+        # Held as a new window, unless a slow machine let it expire again already.
+        assert (m.state_windows, m.state_evictions) in ((1, 1), (0, 2))
+    finally:
+        job.stop()
+
+
 def test_ttl_on_spark_counts_evictions(session: kp.Session) -> None:
     stream, sender = session.memory_stream(SCHEMA)
     job = kept_long(stream).start()
@@ -90,8 +152,8 @@ def test_state_ttl_rules(session: kp.Session) -> None:
     timed = stream.watermark("t", 0)
     with pytest.raises(PlanError, match="ttl_ms\\) must be > 0"):
         kp.StateTtlConfig(ttl_ms=0)
-    with pytest.raises(PlanError, match="time='processing'\\) is not available"):
-        kp.StateTtlConfig(ttl_ms=10, time="processing")
+    with pytest.raises(PlanError, match="is 'event' or 'processing', got 'wall'"):
+        kp.StateTtlConfig(ttl_ms=10, time="wall")  # type: ignore[arg-type]
     with pytest.raises(PlanError, match="takes a StateTtlConfig"):
         timed.tumbling_window(10).with_state_ttl(50)  # type: ignore[arg-type]
     with pytest.raises(PlanError, match="does not apply to event-sliding windows"):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 import numpy as np
@@ -377,7 +377,10 @@ def test_event_sliding_windows_match_the_model(
     check(build, scenario)
 
 
-@pytest.mark.parametrize("kind", ["tumbling", "session", "capped_session"])
+@pytest.mark.parametrize(
+    ("kind", "time"),
+    [(k, t) for t in ("event", "processing") for k in ("tumbling", "session", "capped_session")],
+)
 @settings(max_examples=int(os.environ.get("KERNEL_EXAMPLES", "150")))
 @given(
     data=st.data(),
@@ -388,8 +391,18 @@ def test_event_sliding_windows_match_the_model(
     scenario=steps,
 )
 def test_state_ttl_matches_the_model(
-    kind: str, data: Any, lag: int, lateness: int, ttl: int, trigger: kp.Trigger, scenario: list[Step]
+    kind: str,
+    time: Literal["event", "processing"],
+    data: Any,
+    lag: int,
+    lateness: int,
+    ttl: int,
+    trigger: kp.Trigger,
+    scenario: list[Step],
 ) -> None:
+    """Event time: ``ttl`` of watermark; processing time: the test clock moves 1 s per step."""
+    if time == "processing":
+        ttl *= 50  # 50 ms to 6 s: expiring after 1 to 6 steps
     size = data.draw(st.integers(5, 60))
     base = pipeline(kind, size, size, lag, True, lateness, trigger, "accumulating")
 
@@ -398,7 +411,7 @@ def test_state_ttl_matches_the_model(
         assert isinstance(plan, n.WindowAggregate)
         windowed = kp.WindowedStream(
             s.__class__(s.session, plan.input), plan.keys, plan.window, plan.emission
-        ).with_state_ttl(kp.StateTtlConfig(ttl_ms=ttl))
+        ).with_state_ttl(kp.StateTtlConfig(ttl_ms=ttl, time=time))
         return windowed.agg(*AGGS)
 
     check(build, scenario)

@@ -204,12 +204,16 @@ class WindowedStream:
         return self._emit(accumulation=mode)
 
     def with_state_ttl(self, config: StateTtlConfig) -> WindowedStream:
-        """Expire windows whose newest row is ``config.ttl_ms`` behind the watermark.
+        """Expire windows not updated for ``config.ttl_ms`` (event time by default, or processing time).
 
-        An expired window that has not fired fires now, then leaves state
-        (later rows for it are very late); expirations count in
-        ``JobMetrics.state_evictions``. For sessions with long gaps and
-        windows kept long by ``allowed_lateness``. Runs on the stateful lowering.
+        With ``time="event"`` a window expires when its newest row is
+        ``ttl_ms`` behind the watermark (later rows for it are very late);
+        with ``time="processing"`` when no row has joined it for ``ttl_ms``
+        of wall-clock time (a later row starts it again). An expired window
+        that has not fired fires now, then leaves state; expirations count
+        in ``JobMetrics.state_evictions``. For sessions with long gaps,
+        windows kept long by ``allowed_lateness`` and keys that go quiet.
+        Runs on the stateful lowering.
         """
         if not isinstance(config, StateTtlConfig):
             raise PlanError(f"with_state_ttl() takes a StateTtlConfig(ttl_ms=...), got {config!r}")

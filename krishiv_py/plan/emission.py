@@ -133,33 +133,36 @@ class Trigger:
 
 @attrs.frozen(kw_only=True)
 class StateTtlConfig:
-    """Drop window state that has not been updated for ``ttl_ms`` of event time.
+    """Drop window state that has not been updated for ``ttl_ms``.
 
-    A window whose newest row is ``ttl_ms`` or more behind the watermark
-    expires: if it has not fired yet, it fires now (its final firing), and
-    it is removed from state either way — later rows for it are very late.
-    Bounds the state of sessions with long gaps and of windows kept long
-    for allowed lateness; each removal counts in ``JobMetrics.state_evictions``.
-    Only ``time="event"`` is available in this release.
+    ``time="event"`` (the default) measures in event time: a window whose
+    newest row is ``ttl_ms`` or more behind the watermark expires, and a row
+    already that far behind is very late. ``time="processing"`` measures in
+    processing time, as Spark's state TTL does: a window no row has joined
+    for ``ttl_ms`` of wall-clock time expires, and a later row for it starts
+    it again. Either way an expired window that has not fired yet fires now
+    (its final firing) and leaves state. Bounds the state of sessions with
+    long gaps, of windows kept long for allowed lateness and of keys that go
+    quiet; each removal counts in ``JobMetrics.state_evictions``.
 
     Examples
     --------
     >>> StateTtlConfig(ttl_ms=3_600_000)
     StateTtlConfig(ttl_ms=3600000, time='event')
+    >>> StateTtlConfig(ttl_ms=60_000, time="processing").describe()
+    '60000 ms of processing time'
     """
 
     ttl_ms: int
-    time: str = "event"
+    time: Literal["event", "processing"] = "event"
 
     def __attrs_post_init__(self) -> None:
         check_ms("StateTtlConfig(ttl_ms)", self.ttl_ms)
         if self.time not in ("event", "processing"):
             raise PlanError(f"StateTtlConfig(time=...) is 'event' or 'processing', got {self.time!r}")
-        if self.time == "processing":
-            raise PlanError(
-                "StateTtlConfig(time='processing') is not available in this release; use time='event' "
-                "(state not updated for ttl_ms of event time, judged by the watermark)"
-            )
+
+    def describe(self) -> str:
+        return f"{self.ttl_ms} ms of {self.time} time"
 
 
 def _check_accumulation(_: object, __: object, value: object) -> None:
@@ -205,7 +208,7 @@ class Emission:
         if self.late_handler is not None and not _is_counting(self.late_handler):
             out.append(f"late-event handler {type(self.late_handler).__name__}")
         if self.state_ttl is not None:
-            out.append(f"state TTL ({self.state_ttl.ttl_ms} ms of event time)")
+            out.append(f"state TTL ({self.state_ttl.describe()})")
         return out
 
     def describe(self) -> str:

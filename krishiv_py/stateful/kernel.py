@@ -44,7 +44,7 @@ Examples
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 import numpy as np
@@ -74,7 +74,7 @@ WS, WE, FIRED, PENDING, LAST, EMITTED = "__ws", "__we", "__fired", "__pending", 
 NEW = "__new"  # rows added in this batch (sessions: a session with new rows is a new session)
 FIRST = "__first"  # with pane events: True on a result row that is its window's first firing
 SEALED = "__sealed"  # capped sessions: a session that takes no more rows
-NEWEST = "__newest"  # with a state TTL: the newest event time (µs) in the window
+NEWEST = "__newest"  # with a state TTL: the window's last update (µs; event or processing time)
 WINDOW_START, WINDOW_END, KIND = "window_start", "window_end", "kind"
 
 
@@ -92,9 +92,12 @@ class KernelSpec:
     #: Report pane events: a ``__first`` column on results, and the windows evicted
     #: (``StepOutput.closed``, result-shaped with their final aggregates).
     pane_events: bool = False
-    #: Event-time state TTL: a window whose newest row is this far behind the
-    #: watermark fires (if it never did) and leaves state.
+    #: State TTL: a window not updated for this long fires (if it never did) and
+    #: leaves state.
     ttl_ms: int | None = None
+    #: What the TTL measures: ``"event"`` — the window's newest row behind the
+    #: watermark; ``"processing"`` — processing time since a row last joined it.
+    ttl_time: Literal["event", "processing"] = "event"
 
     @property
     def retracting(self) -> bool:
@@ -141,6 +144,9 @@ def step(
 ) -> tuple[pa.Table, StepOutput]:
     """Add ``batch`` to ``state`` under watermark ``watermark_ms``, fire, evict."""
     state = state if state is not None else empty_state(spec, batch)
+    if spec.ttl_ms is not None and spec.ttl_time == "processing":
+        # A window's last update is the processing time of the step that added a row to it.
+        batch = batch.append_column(NEWEST, pa.array(np.full(batch.num_rows, now_ms * 1000, np.int64)))
     ts_col: pa.Array[Any] = batch.column(TS).combine_chunks() if batch.num_rows else pa.array([], pa.int64())
     valid = pc.is_valid(ts_col).to_numpy(zero_copy_only=False)
     ts = ts_col.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
@@ -149,10 +155,10 @@ def step(
     early: list[pa.Table] = []
     closed: list[pa.Table] | None = [] if spec.pane_events else None
     expired: list[int] = []
-    if watermark_ms is not None and state.num_rows:
-        # What this watermark made due before the batch: normally a tick already fired it;
-        # when micro-batches follow each other before the tick arrives, it fires here,
-        # so late rows meet the state the specification says they meet.
+    if (watermark_ms is not None or spec.ttl_ms is not None) and state.num_rows:
+        # What this watermark (or a processing-time TTL) made due before the batch: normally
+        # a tick already fired it; when micro-batches follow each other before the tick
+        # arrives, it fires here, so late rows meet the state the specification says they meet.
         state, due = phase(spec, state, watermark_ms, now_ms, interval=False, closed=closed, expired=expired)
         if due.num_rows:
             early.append(due)
@@ -163,7 +169,7 @@ def step(
     else:
         # With a state TTL, a row already ``ttl`` behind the watermark would expire at once: very late.
         fresh = valid
-        if spec.ttl_ms is not None and watermark_ms is not None:
+        if spec.ttl_ms is not None and spec.ttl_time == "event" and watermark_ms is not None:
             fresh = valid & (ts > (watermark_ms - spec.ttl_ms) * 1000)
         if isinstance(spec.window, SessionWindow):
             state, kept, _ = _add_sessions(spec, state, batch, ts, seq, fresh, w_us, early)
@@ -242,7 +248,8 @@ def _new_windows(
         EMITTED: pa.array(np.zeros(n, bool)),
     }
     if spec.ttl_ms is not None:
-        cols[NEWEST] = pa.array(np.asarray(ts, np.int64))
+        stamp = rows.column(NEWEST) if NEWEST in rows.column_names else None
+        cols[NEWEST] = pa.array(np.asarray(ts, np.int64)) if stamp is None else stamp.combine_chunks()
     cols |= agg.row_partials(spec.aggs, rows, ts, seq)
     table = pa.table(cols)
     for f in schema:
@@ -521,9 +528,10 @@ def phase(
     pending = state.column(PENDING).to_numpy()
     due = np.zeros(n, bool) if watermark_ms is None else we <= watermark_ms * 1000
     stale = np.zeros(n, bool)
-    if spec.ttl_ms is not None and watermark_ms is not None:
+    ttl_clock = watermark_ms if spec.ttl_time == "event" else now_ms
+    if spec.ttl_ms is not None and ttl_clock is not None:
         newest = state.column(NEWEST).to_numpy(zero_copy_only=False)
-        stale = watermark_ms * 1000 - newest >= spec.ttl_ms * 1000
+        stale = ttl_clock * 1000 - newest >= spec.ttl_ms * 1000
         due |= stale  # an expired window that never fired fires now
     final = due & ~fired
     fire = final | (due & fired & (pending > 0))
@@ -541,9 +549,13 @@ def phase(
     if fire.any() or final.any():
         state = _set(state, FIRED, pc.or_(state.column(FIRED), pa.array(final)))
         state = _set(state, PENDING, pc.if_else(pa.array(fire), 0, state.column(PENDING)))
-    if watermark_ms is not None:
-        alive = watermark_ms * 1000 < we + spec.allowed_lateness_ms * 1000
-        if sliding is not None:  # closed windows stay while a row could still look them up
+    if watermark_ms is not None or stale.any():
+        alive = np.ones(n, bool)
+        if watermark_ms is not None:
+            alive = watermark_ms * 1000 < we + spec.allowed_lateness_ms * 1000
+        if (
+            sliding is not None and watermark_ms is not None
+        ):  # closed windows stay while a row could look them up
             alive = state.column(WS).to_numpy() >= lookup_horizon_ms(sliding, watermark_ms) * 1000
         if stale.any():
             if expired is not None:

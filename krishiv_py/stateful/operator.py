@@ -255,7 +255,7 @@ def _next_due(spec: OperatorSpec, state: pa.Table) -> tuple[int, int]:
     if isinstance(window, EventSlidingWindow):  # a closed window goes once no row can look it up
         starts = state.column(kernel.WS).to_numpy() // 1000
         due = np.where(fired, starts + window.grace_ms + 3 * window.size_ms + 1, we)
-    if spec.kernel.ttl_ms is not None:  # a window expires once its newest row is ttl behind
+    if spec.kernel.ttl_ms is not None and spec.kernel.ttl_time == "event":  # newest row ttl behind
         due = np.minimum(due, state.column(kernel.NEWEST).to_numpy() // 1000 + spec.kernel.ttl_ms)
     interval = -1
     if spec.kernel.trigger.kind == "interval":
@@ -263,6 +263,10 @@ def _next_due(spec: OperatorSpec, state: pa.Table) -> tuple[int, int]:
         last = state.column(kernel.LAST).to_numpy()
         if pending.any():
             interval = int(np.min(np.where(last[pending] < 0, 0, last[pending] + spec.kernel.trigger.every)))
+    if spec.kernel.ttl_ms is not None and spec.kernel.ttl_time == "processing":
+        # The bucket is woken (like an interval firing) when its oldest window expires.
+        expires = int(state.column(kernel.NEWEST).to_numpy().min() // 1000 + spec.kernel.ttl_ms)
+        interval = expires if interval < 0 else min(interval, expires)
     return int(due.min()), interval
 
 

@@ -317,6 +317,7 @@ class _Pane:
     fired_at_ms: float | None = None  # clock() at the last interval firing
     sealed: bool = False  # a capped session that takes no more rows
     shown_end_us: int | None = None  # the reported end when it differs from the firing bound
+    touched_ms: float | None = None  # processing time a row last joined it
 
     def add(self, entry: _Entry) -> None:
         self.entries.append(entry)
@@ -634,9 +635,14 @@ class ReferenceModel:
     future_tolerance_ms
         Rows further than this ahead of the watermark count as future events.
     state_ttl_ms
-        Event-time state TTL: a window whose newest row is this far behind
-        the watermark fires (if it never did) and is removed, counted in
-        ``state_evictions`` when its own retention would have kept it.
+        State TTL: a window not updated for this long fires (if it never
+        did) and is removed, counted in ``state_evictions`` when its own
+        retention would have kept it.
+    state_ttl_time
+        What the TTL measures: ``"event"`` (default) — the window's newest
+        row behind the watermark (a row already that far behind is very
+        late); ``"processing"`` — processing time since a row last joined it,
+        checked at every step before its rows are added.
     idle_timeout_ms
         Processing time without input after which a source is idle: one
         for every source, a mapping from source name to its timeout
@@ -687,6 +693,7 @@ class ReferenceModel:
         future_tolerance_ms: int = FUTURE_TOLERANCE_MS,
         idle_timeout_ms: int | Mapping[str, int | None] | None = None,
         state_ttl_ms: int | None = None,
+        state_ttl_time: Literal["event", "processing"] = "event",
         clock: Callable[[], float] | None = None,
         record: bool = False,
     ) -> None:
@@ -694,6 +701,9 @@ class ReferenceModel:
         self._state = _make_state(window, lateness)
         self._lateness_ms = lateness
         self._ttl_ms = None if state_ttl_ms is None else check_ms("state_ttl_ms", state_ttl_ms)
+        if state_ttl_time not in ("event", "processing"):
+            raise PlanError(f"state_ttl_time is 'event' or 'processing', got {state_ttl_time!r}")
+        self._ttl_time = state_ttl_time
         self._pane_events: list[PaneEvent] | None = [] if isinstance(window, TimeIntervalWindow) else None
         self._event_time = event_time
         self._keys = tuple(keys)
@@ -768,6 +778,8 @@ class ReferenceModel:
         if isinstance(self._state, _CappedSessions):  # a step's rows join capped sessions in event-time order
             order = sorted(order, key=lambda i: (event_time_us(rows[i].get(self._event_time)) or 0, i))
         base = self._seq
+        if self._ttl_ms is not None and self._ttl_time == "processing":
+            self._sweep(w_ms, out, interval=False)  # windows that expired before these rows came
         for i in order:
             ts_us = self._ingest(rows[i], w_ms, out, source, seq=base + i)
             if ts_us is not None and (max_us is None or ts_us > max_us):
@@ -896,7 +908,12 @@ class ReferenceModel:
             return None
         if w_ms is not None and ts_us > (w_ms + self._future_tolerance_ms) * 1000:
             self._counts["future_events"] += 1
-        if self._ttl_ms is not None and w_ms is not None and ts_us <= (w_ms - self._ttl_ms) * 1000:
+        if (
+            self._ttl_ms is not None
+            and self._ttl_time == "event"
+            and w_ms is not None
+            and ts_us <= (w_ms - self._ttl_ms) * 1000
+        ):
             joined: list[_Pane] = []  # already past the state TTL: it would expire at once
             absorbed: list[_Pane] = []
         else:
@@ -908,6 +925,9 @@ class ReferenceModel:
         late = w_ms is not None and ts_us < w_ms * 1000
         self._counts["mildly_late_events" if late else "on_time_events"] += 1
         self._record(row, source, ts_us, "mildly_late" if late else "on_time", w_ms)
+        now = self._now()
+        for pane in joined:
+            pane.touched_ms = now
         for pane in absorbed:
             if pane.emitted is not None and self._accumulation == "retracting":
                 self._retract(pane, out)
@@ -979,16 +999,18 @@ class ReferenceModel:
             self._counts["watermark_advances"] += 1
             self._overall = new
 
-    def _sweep(self, x_ms: int | None, out: list[Result]) -> None:
+    def _sweep(self, x_ms: int | None, out: list[Result], *, interval: bool = True) -> None:
         """Final, late and interval firings at watermark ``x_ms``, then eviction.
 
-        With a state TTL, a window whose newest row is ``ttl`` behind ``x_ms``
-        is *stale*: it fires as if its end had passed, then leaves state.
+        With a state TTL, a window not updated for ``ttl`` (its newest row
+        that far behind ``x_ms``, or no row for that long by the clock) is
+        *stale*: it fires as if its end had passed, then leaves state.
+        ``interval=False`` leaves interval and element firings out.
         """
         now: float | None = None
         stale = self._stale(x_ms)
         for pane in sorted(self._state.panes(), key=_emit_order):
-            if x_ms is not None and (pane.end_us <= x_ms * 1000 or id(pane) in stale):
+            if (x_ms is not None and pane.end_us <= x_ms * 1000) or id(pane) in stale:
                 if not pane.final_fired or pane.pending:
                     kind: FiringKind = "late" if pane.final_fired else "final"
                     pane.final_fired = True
@@ -997,6 +1019,8 @@ class ReferenceModel:
                             self._pane_event("initial_full", pane)
                         self._pane_event("trigger", pane)
                     self._fire(pane, out, kind)
+            elif not interval:
+                continue
             elif self._trigger.kind == "element" and isinstance(self._state, _EventSliding) and pane.pending:
                 self._fire(pane, out, "early")
             elif self._trigger.kind == "interval" and pane.pending:
@@ -1004,11 +1028,11 @@ class ReferenceModel:
                 if pane.fired_at_ms is None or now - pane.fired_at_ms >= self._trigger.every:
                     pane.fired_at_ms = now
                     self._fire(pane, out, "early")
-        if x_ms is not None and stale:
+        if stale:
             panes = [p for p in self._state.panes() if id(p) in stale]
             # Counted when its own retention would have kept it.
             self._counts["state_evictions"] += sum(
-                x_ms * 1000 < p.end_us + self._lateness_ms * 1000 for p in panes
+                x_ms is None or x_ms * 1000 < p.end_us + self._lateness_ms * 1000 for p in panes
             )
             self._state.remove(panes)
         if x_ms is not None:
@@ -1019,8 +1043,17 @@ class ReferenceModel:
             self._state.evict(x_ms)
 
     def _stale(self, x_ms: int | None) -> set[int]:
-        """``id()`` of the windows the state TTL expires at ``x_ms``."""
-        if x_ms is None or self._ttl_ms is None:
+        """``id()`` of the windows the state TTL expires at ``x_ms`` (or now, in processing time)."""
+        if self._ttl_ms is None:
+            return set()
+        if self._ttl_time == "processing":
+            now = self._now()
+            return {
+                id(p)
+                for p in self._state.panes()
+                if p.touched_ms is not None and now - p.touched_ms >= self._ttl_ms
+            }
+        if x_ms is None:
             return set()
         horizon_us = (x_ms - self._ttl_ms) * 1000
         return {id(p) for p in self._state.panes() if max(e.ts_us for e in p.entries) <= horizon_us}

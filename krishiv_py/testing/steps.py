@@ -173,6 +173,7 @@ def reference_model_for(
         future_tolerance_ms=wm.future_tolerance_ms,
         idle_timeout_ms=idle,
         state_ttl_ms=None if plan.emission.state_ttl is None else plan.emission.state_ttl.ttl_ms,
+        state_ttl_time="event" if plan.emission.state_ttl is None else plan.emission.state_ttl.time,
         clock=clock,
         record=record,
     )

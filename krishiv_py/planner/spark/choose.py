@@ -253,7 +253,7 @@ def _emission_features(emission: Emission) -> list[Feature]:
     if handler is not None and not isinstance(handler, CountingLateEventHandler):
         out.append(Feature("late_handler", f"late-event handler {type(handler).__name__}"))
     if emission.state_ttl is not None:
-        out.append(Feature("state_ttl", f"state TTL ({emission.state_ttl.ttl_ms} ms of event time)"))
+        out.append(Feature("state_ttl", f"state TTL ({emission.state_ttl.describe()})"))
     return out
 
 

@@ -89,6 +89,7 @@ def operator_spec(node: n.WindowAggregate, *, shift_ms: int) -> Any:
         future_tolerance_ms=et.future_tolerance_ms,
         pane_events=node.emission.panes.any,
         ttl_ms=None if node.emission.state_ttl is None else node.emission.state_ttl.ttl_ms,
+        ttl_time="event" if node.emission.state_ttl is None else node.emission.state_ttl.time,
     )
     return OperatorSpec(kernel=kernel, columns=columns, shift_ms=shift_ms, buckets=BUCKETS)
 
