@@ -162,6 +162,25 @@ def test_a_changed_pipeline_cannot_resume_a_checkpoint(session: kp.Session, tmp_
         job.stop()
 
 
+def test_a_checkpoint_records_what_shapes_state_not_callbacks() -> None:
+    from krishiv_py.plan.nodes import checkpoint_identity
+    from krishiv_py.testing.steps import _placeholder
+
+    def plan(handler: Any = None, ttl: kp.StateTtlConfig | None = None) -> Any:
+        windowed = _placeholder(SCHEMA).watermark("t", 0).tumbling_window(10).allowed_lateness(50)
+        if handler is not None:
+            windowed = windowed.with_late_event_handler(handler)
+        if ttl is not None:
+            windowed = windowed.with_state_ttl(ttl)
+        return checkpoint_identity(windowed.agg(kp.count(kp.col("*")).alias("n")).plan)
+
+    # A replaced (or fixed) late-event handler can resume the checkpoint ...
+    assert plan(Flaky()) == plan(kp.SideOutputLateEventHandler()) == plan()
+    # ... a changed state TTL cannot: the state it kept means something else.
+    event, processing = kp.StateTtlConfig(ttl_ms=100), kp.StateTtlConfig(ttl_ms=100, time="processing")
+    assert len({plan(), plan(ttl=event), plan(ttl=processing)}) == 3
+
+
 class Flaky:
     """A late-event handler that fails while ``broken`` (a bug fixed between two runs)."""
 

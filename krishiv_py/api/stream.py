@@ -314,7 +314,7 @@ class Stream(WindowAssigners):
             for s in n.sources_of(self._plan)
         ]
         location = checkpoint_dir or self._session.checkpoint_dir(name)
-        _check_plan(location, f"lowering: {recipe.lowering}\n{n.render_plan(self._plan)}\n")
+        _check_plan(location, f"lowering: {recipe.lowering}\n{n.checkpoint_identity(self._plan)}\n")
         job = start_streaming(
             self._session.spark,
             recipe,

@@ -220,6 +220,8 @@ class Emission:
             parts.append(f"pane_callbacks={','.join(self.panes.names())}")
         if self.state_ttl is not None:
             parts.append(f"state_ttl_ms={self.state_ttl.ttl_ms}")
+            if self.state_ttl.time != "event":
+                parts.append(f"state_ttl_time={self.state_ttl.time}")
         return " ".join(parts)
 
 

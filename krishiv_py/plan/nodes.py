@@ -311,6 +311,24 @@ def render_plan(node: PlanNode, indent: int = 0) -> str:
     return "\n".join(lines)
 
 
+def checkpoint_identity(node: PlanNode) -> str:
+    """The plan as a checkpoint records it: everything that shapes state and results.
+
+    Callbacks are left out — late-event handlers and pane callbacks run on
+    the driver and keep nothing in the checkpoint — so a job that failed in
+    one can be restarted with it fixed or replaced.
+    """
+
+    def strip(x: PlanNode) -> PlanNode:
+        x = with_children(x, tuple(strip(c) for c in children(x)))
+        if isinstance(x, WindowAggregate) and (x.emission.late_handler is not None or x.emission.panes.any):
+            emission = attrs.evolve(x.emission, late_handler=None, panes=type(x.emission.panes)())
+            x = attrs.evolve(x, emission=emission)
+        return x
+
+    return render_plan(strip(node))
+
+
 def _describe(node: PlanNode) -> str:
     detail: dict[type[Any], Any] = {
         MemorySource: lambda n: f"MemorySource {n.name!r} [{n.schema}]",
