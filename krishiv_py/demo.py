@@ -50,13 +50,27 @@ def _event(rng: random.Random, users: int, ms: int) -> dict[str, Any]:
     }
 
 
-def run_demo(echo: Callable[[str], None] = print) -> int:
-    """Run the demo; returns a process exit code."""
+def run_demo(
+    echo: Callable[[str], None] = print, *, master: str | None = None, remote: str | None = None
+) -> int:
+    """Run the demo; returns a process exit code.
+
+    By default on an embedded local Spark; ``master`` (``spark://host:port``)
+    drives a standalone cluster from this process, ``remote``
+    (``sc://host:port``) runs it on a Spark Connect server.
+    """
     import krishiv_py as kp
 
     t0 = time.perf_counter()
-    with kp.Session.embedded(app_name="krishiv-demo") as session:
-        echo(f"Spark started in {time.perf_counter() - t0:.1f} s")
+    if remote is not None:
+        opened = kp.Session.remote(remote, app_name="krishiv-demo")
+    elif master is not None:
+        opened = kp.Session.connect(master, app_name="krishiv-demo")
+    else:
+        opened = kp.Session.embedded(app_name="krishiv-demo")
+    with opened as session:
+        where = remote or master or "local"
+        echo(f"Spark ({where}) started in {time.perf_counter() - t0:.1f} s")
         stream, sender = session.memory_stream(SCHEMA, name="clicks")
         per_minute = (
             stream.watermark("event_time", 5_000)

@@ -1,8 +1,10 @@
 """The entry point: a Spark session plus krishiv_py's sources.
 
 ``Session.embedded()`` starts a local Spark tuned for one machine;
-``Session.connect(master)`` attaches to an existing cluster. Creating a
-session is the only thing that starts a JVM — ``import krishiv_py`` does not.
+``Session.connect(master)`` drives an existing cluster from this process;
+``Session.remote(url)`` reaches a Spark Connect server. Creating a session
+is the only thing that starts a JVM — ``import krishiv_py`` does not. Where
+each part runs: :mod:`krishiv_py.runtime.remote`.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import contextlib
 import os
 import re
 import shutil
+import sys
 import tempfile
 import threading
 from collections.abc import Mapping
@@ -77,6 +80,7 @@ class Session:
         self._lock = threading.Lock()
         self._counter = 0
         self._jobs: list[Job] = []
+        self._visible = master.startswith("local")  # proven for other masters by a probe
 
     # --- construction ---------------------------------------------------------
 
@@ -160,14 +164,26 @@ class Session:
         verbose: bool | None = None,
         progress: bool | None = None,
     ) -> Session:
-        """Attach to an existing Spark cluster (``spark://host:port``, ``local[N]``).
+        """Drive an existing Spark cluster from this process (``spark://host:port``, ``local[N]``, ...).
 
+        This process is Spark's driver (client mode): executors run on the
+        cluster with this process's Python (``PYSPARK_PYTHON``, default
+        ``sys.executable`` — the same path must exist on the workers).
         Memory streams and checkpoints live under ``state_dir``, which must be
-        visible to every executor (a local path works for ``local[N]``).
-        ``durability``, ``verbose`` and ``progress`` are as for :meth:`embedded`;
-        ``"distributed-durable"`` refuses a local ``state_dir`` unless the
-        master is local.
+        visible to every executor at the same path (any path when the cluster
+        runs on this machine, a shared mount otherwise); the first memory
+        stream proves it with a probe file. Shuffle partitions follow the
+        cluster's cores when it is reached (``spark_conf`` overrides).
+        ``durability``, ``verbose`` and ``progress`` are as for
+        :meth:`embedded`; ``"distributed-durable"`` refuses a local
+        ``state_dir`` unless the master is local.
+
+        Raises
+        ------
+        SessionError
+            An unsupported or unreachable master, or Spark failed to start.
         """
+        from krishiv_py.runtime.remote import check_reachable, is_loopback, parse_master_url
         from krishiv_py.runtime.spark_session import build_spark, local_conf
         from krishiv_py.runtime.watch import verbose_default
 
@@ -178,10 +194,17 @@ class Session:
                 f"unsupported master {master!r}: use spark://host:port, local[N], yarn or k8s://..."
             )
         check_location(durability, state_dir, master=master)  # before connecting
+        standalone = parse_master_url(master)
+        if standalone is not None:
+            check_reachable(*standalone, "Spark master")
         conf = {k: v for k, v in local_conf(os.cpu_count() or 2).items() if not k.startswith("spark.driver.")}
         if not master.startswith("local"):
             conf.pop("spark.sql.shuffle.partitions")
             conf.pop("spark.default.parallelism")
+            conf["spark.executorEnv.PYSPARK_PYTHON"] = os.environ.get("PYSPARK_PYTHON", sys.executable)
+        if standalone is not None and is_loopback(standalone[0]):
+            # A cluster on this machine reaches the driver on loopback too.
+            conf["spark.driver.host"] = conf["spark.driver.bindAddress"] = "127.0.0.1"
         conf.update(spark_conf or {})
         spark, owns, log_path = build_spark(
             master=master,
@@ -190,6 +213,8 @@ class Session:
             local=master.startswith("local"),
             verbose=verbose_default() if verbose is None else verbose,
         )
+        if not master.startswith("local") and "spark.sql.shuffle.partitions" not in conf:
+            spark.conf.set("spark.sql.shuffle.partitions", str(max(2, spark.sparkContext.defaultParallelism)))
         return cls(
             spark,
             owns_spark=owns,
@@ -199,6 +224,74 @@ class Session:
             log_path=log_path,
             progress=progress,
         )
+
+    @classmethod
+    def remote(
+        cls,
+        url: str,
+        *,
+        app_name: str = "krishiv",
+        state_dir: str | None = None,
+        durability: Durability = "dev-local",
+        spark_conf: Mapping[str, str] | None = None,
+        verbose: bool | None = None,
+        progress: bool | None = None,
+    ) -> Session:
+        """Reach a Spark Connect server (``sc://host:port``); needs ``krishiv_py[connect]``.
+
+        The server is Spark's driver: this process sends it plans. Memory
+        streams and checkpoints live under ``state_dir``, which the server
+        and its executors must see at the same path (any path for a server
+        on this machine; the first memory stream proves it with a probe).
+        ``foreachBatch`` functions (``ForeachBatchSink``) run in a Python
+        process on the server's host. Session settings (UTC time zone,
+        shuffle partitions) are set on the Connect session; ``spark_conf``
+        adds more. ``durability``, ``verbose`` and ``progress`` are as for
+        :meth:`embedded`.
+
+        Raises
+        ------
+        SessionError
+            A malformed URL, missing Connect client packages, an unreachable
+            server, or a server of another Spark version.
+        """
+        from krishiv_py.runtime.remote import build_remote, on_this_machine, parse_connect_url
+        from krishiv_py.runtime.watch import quiet_python_loggers, verbose_default
+
+        parse_connect_url(url)
+        local = on_this_machine(url)
+        check_location(durability, state_dir, master=url)  # before connecting
+        quiet_python_loggers(verbose_default() if verbose is None else verbose)
+        conf = {
+            "spark.sql.session.timeZone": "UTC",
+            "spark.sql.shuffle.partitions": str(max(2, os.cpu_count() or 2)) if local else "8",
+            "spark.sql.execution.arrow.pyspark.enabled": "true",
+            **dict(spark_conf or {}),
+        }
+        spark = build_remote(url, app_name=app_name, conf=conf)
+        return cls(
+            spark,
+            owns_spark=True,
+            state_dir=state_dir,
+            durability=durability,
+            master=url,
+            progress=progress,
+        )
+
+    @property
+    def is_remote(self) -> bool:
+        """True when Spark is reached over Spark Connect (:meth:`remote`)."""
+        from krishiv_py.runtime.remote import is_remote
+
+        return self._spark is not None and is_remote(self._spark)
+
+    def cancel_spark_jobs(self) -> None:
+        """Cancel the Spark jobs this session is running (Ctrl-C during a bounded run)."""
+        spark = self.spark
+        if self.is_remote:
+            spark.interruptAll()
+        else:
+            spark.sparkContext.cancelAllJobs()
 
     # --- lifecycle --------------------------------------------------------------
 
@@ -284,6 +377,11 @@ class Session:
                 f"{self._root!r}. Read the data from files (read_parquet(..., streaming=True)) instead"
             )
         parsed = to_schema(schema)
+        if not self._visible:
+            from krishiv_py.runtime.remote import check_visible
+
+            check_visible(self.spark, os.path.join(self._root, "sources"), self.master)
+            self._visible = True
         name = self._register(name)
         generation = self._names[name]
         path = os.path.join(self._root, "sources", name if generation == 1 else f"{name}.{generation}")

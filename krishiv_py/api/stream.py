@@ -244,10 +244,11 @@ class Stream(WindowAssigners):
         from krishiv_py.runtime.watch import progress_enabled, stage_progress, watching
 
         spark = self._session.spark
+        show = progress_enabled(self._session.progress) and not self._session.is_remote
         with watching(
-            on_interrupt=spark.sparkContext.cancelAllJobs,
+            on_interrupt=self._session.cancel_spark_jobs,
             message="krishiv_py: interrupted; the Spark jobs were cancelled.",
-            progress=stage_progress(spark) if progress_enabled(self._session.progress) else None,
+            progress=stage_progress(spark) if show else None,
             description="krishiv_py running",
         ):
             job = run_bounded(spark, recipe, sink=sink)

@@ -26,6 +26,7 @@ import attrs
 from krishiv_py.errors import JobError, JobStoppedError, KrishivError, NoResultsError, PlanError
 from krishiv_py.metrics import JobMetrics
 from krishiv_py.planner.spark import OUT_OBSERVE, SparkRecipe
+from krishiv_py.runtime.remote import named_metrics
 from krishiv_py.sinks import MemorySink, ParquetSink, Sink
 
 if TYPE_CHECKING:
@@ -478,6 +479,8 @@ class StreamingJob(Job):
         with self._lock:
             for p in recent:
                 raw = json.loads(p.json) if hasattr(p, "json") else dict(p)
+                if raw.get("observedMetrics"):  # Spark Connect's form -> named fields
+                    raw["observedMetrics"] = named_metrics(raw["observedMetrics"])
                 # Spark also posts "idle" progress (no observed metrics) under the
                 # id of the batch it waits to run; only executed batches count.
                 if raw.get("observedMetrics"):

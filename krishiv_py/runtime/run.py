@@ -34,6 +34,8 @@ def start_streaming(
     conf: Mapping[str, str] | None = None,
 ) -> StreamingJob:
     """Start ``recipe`` as a Structured Streaming query writing to ``sink`` (``conf``: its state store)."""
+    from krishiv_py.runtime.remote import is_remote
+
     if recipe.stateful is not None:
         return _start_stateful(
             spark, recipe, sink=sink, checkpoint_dir=checkpoint_dir, senders=senders, conf=conf
@@ -60,6 +62,13 @@ def start_streaming(
     elif isinstance(sink, ParquetSink):
         writer = writer.format("parquet").option("path", os.path.abspath(sink.path))
     elif isinstance(sink, ConsoleSink):
+        if is_remote(spark):
+            from krishiv_py.errors import JobError
+
+            raise JobError(
+                "ConsoleSink prints from Spark's driver, which over Spark Connect is the server, so "
+                "nothing would show here; use MemorySink and job.results(), or ParquetSink"
+            )
         # Printed from Python, not by Spark's console sink: the JVM's output goes to the log.
         writer = writer.foreachBatch(_console(sink, recipe))
     else:
@@ -88,7 +97,8 @@ def _start_stateful(
     conf: Mapping[str, str] | None = None,
 ) -> StreamingJob:
     """Start krishiv's stateful operator; its output reaches the sink through ``foreachBatch``."""
-    from krishiv_py.runtime.stateful import BatchCollector, StatefulJob, TickWriter
+    from krishiv_py.runtime.remote import is_remote
+    from krishiv_py.runtime.stateful import HANDOFF_CONF, BatchCollector, StatefulJob, TickWriter
 
     assert recipe.stateful is not None
     ticks = TickWriter(os.path.join(checkpoint_dir, "krishiv-ticks"))
@@ -98,17 +108,24 @@ def _start_stateful(
         lambda: build_dataframe(spark, recipe, ticks_path=ticks.path, markers_path=markers),
     )
     collector = BatchCollector(recipe, sink)
+    # Over Spark Connect foreachBatch runs on the server: the payloads come back as files.
+    handoff = os.path.join(checkpoint_dir, "krishiv-handoff") if is_remote(spark) else None
     writer = (
         df.writeStream.outputMode("append")
         .option("checkpointLocation", checkpoint_dir)
         .queryName(f"krishiv_{uuid.uuid4().hex[:12]}")
-        .foreachBatch(collector)
     )
+    if handoff is None:
+        writer = writer.foreachBatch(collector)
+    else:
+        writer = writer.format("parquet").option("path", handoff)
+        conf = {**HANDOFF_CONF, **dict(conf or {})}
     query = spark_call("starting the streaming query", lambda: _start_single_watermark(spark, writer, conf))
     job = StatefulJob(
         collector=collector,
         ticks=ticks,
         buckets=recipe.stateful.operator.buckets,
+        handoff=handoff,
         spark=spark,
         query=query,
         recipe=recipe,
@@ -157,15 +174,19 @@ def _has_offsets(checkpoint_dir: str) -> bool:
 
 
 def _foreach(sink: ForeachBatchSink, recipe: SparkRecipe) -> Any:
+    schema = recipe.output_schema  # only what the function needs: over Connect it is pickled
+
     def call(batch: DataFrame, batch_id: int) -> None:
-        sink.fn(conform(batch.toArrow(), recipe.output_schema), batch_id)
+        sink.fn(conform(batch.toArrow(), schema), batch_id)
 
     return call
 
 
 def _console(sink: ConsoleSink, recipe: SparkRecipe) -> Any:
+    schema = recipe.output_schema
+
     def call(batch: DataFrame, batch_id: int) -> None:
-        sink.show(conform(batch.toArrow(), recipe.output_schema), batch_id)
+        sink.show(conform(batch.toArrow(), schema), batch_id)
 
     return call
 

@@ -18,6 +18,16 @@ Ticks
     ``process_all_available()`` runs until no tick is needed, so one
     ``send`` + ``process_all_available()`` is one step, as in the native
     lowering; a background thread does the same for jobs left running.
+
+Over Spark Connect
+    ``foreachBatch`` functions run on the server, not in this process, so
+    the operator's payloads go to Spark's own Parquet file sink under the
+    checkpoint (``krishiv-handoff/``, exactly once per batch, its metadata
+    log naming each batch's files) and the job routes them to its collector
+    here in batch order (:func:`take_handoff`), deleting each file once
+    routed. Files left by a process that died (or by a handler that raised)
+    are routed when the job starts again; routing is keyed by batch id, so a
+    batch is never counted twice.
 """
 
 from __future__ import annotations
@@ -31,10 +41,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 
+from krishiv_py.errors import JobError
 from krishiv_py.late import SideOutputLateEventHandler
 from krishiv_py.metrics import JobMetrics
 from krishiv_py.runtime.idle import FileFeed
-from krishiv_py.runtime.job import BoundedJob, StreamingJob, spark_call
+from krishiv_py.runtime.job import BoundedJob, JobState, StreamingJob, spark_call
 from krishiv_py.sinks import ConsoleSink, ForeachBatchSink, MemorySink, ParquetSink, Sink
 
 if TYPE_CHECKING:
@@ -45,7 +56,7 @@ if TYPE_CHECKING:
     from krishiv_py.planner.spark.recipe import SparkRecipe
     from krishiv_py.stateful.operator import Payloads
 
-__all__ = ["BatchCollector", "StatefulJob", "TickWriter"]
+__all__ = ["HANDOFF_CONF", "BatchCollector", "StatefulJob", "TickWriter", "take_handoff"]
 
 log = logging.getLogger("krishiv_py")
 
@@ -208,6 +219,44 @@ def _write_parquet(table: pa.Table, path: str, name: str) -> None:
     os.replace(tmp, os.path.join(path, name))
 
 
+#: Spark's file sink writes one metadata file per micro-batch with this (never compacts).
+HANDOFF_CONF = {"spark.sql.streaming.fileSink.log.compactInterval": str(2**31 - 1)}
+
+
+def take_handoff(path: str, collector: BatchCollector, after: int) -> int:
+    """Route the payloads of batches after ``after`` that Spark's file sink left under ``path``.
+
+    Each batch's Parquet files (listed in the sink's ``_spark_metadata/<batch id>``)
+    go to ``collector`` in batch order and are deleted once routed. Returns the
+    last batch id routed.
+    """
+    import json
+    from urllib.parse import unquote, urlparse
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from krishiv_py.stateful.operator import PAYLOAD, decode_payloads
+
+    log_dir = os.path.join(path, "_spark_metadata")
+    if not os.path.isdir(log_dir):
+        return after
+    for batch_id in sorted(int(f) for f in os.listdir(log_dir) if f.isdigit() and int(f) > after):
+        with open(os.path.join(log_dir, str(batch_id)), encoding="utf-8") as f:
+            entries = [json.loads(line) for line in f.read().splitlines()[1:] if line.strip()]
+        files = [unquote(urlparse(e["path"]).path) for e in entries if e.get("action", "add") == "add"]
+        files = [f for f in files if os.path.exists(f)]  # routed (and deleted) by an earlier run
+        if files:
+            table = pa.concat_tables([pq.read_table(f, columns=[PAYLOAD]) for f in files])
+            payloads = decode_payloads(cast("list[bytes]", table.column(PAYLOAD).to_pylist()))
+            if payloads is not None:
+                collector.accept(payloads, batch_id)
+            for name in files:
+                os.remove(name)
+        after = batch_id
+    return after
+
+
 class TickWriter(FileFeed):
     """Writes tick rows (one per bucket to wake) into the operator's internal source."""
 
@@ -225,7 +274,15 @@ class TickWriter(FileFeed):
 class StatefulJob(StreamingJob):
     """A streaming query running krishiv's stateful operator."""
 
-    def __init__(self, *, collector: BatchCollector, ticks: TickWriter, buckets: int, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        collector: BatchCollector,
+        ticks: TickWriter,
+        buckets: int,
+        handoff: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self._collector = collector
         self._ticks = ticks
@@ -233,12 +290,46 @@ class StatefulJob(StreamingJob):
         self._tick_lock = threading.Lock()
         self._ticked_wm: int | None = None
         self._seen_batch = -1
+        #: Over Spark Connect: where the server leaves each batch's payloads.
+        self._handoff = handoff
+        self._handoff_lock = threading.Lock()
+        self._handoff_error: BaseException | None = None
+        self._handed_off = -1
+
+    def _take_handoff(self) -> None:
+        """Route the payloads the server left (Spark Connect); a routing failure fails the job."""
+        if self._handoff is None or self._handoff_error is not None:
+            return
+        with self._handoff_lock:
+            try:
+                self._handed_off = take_handoff(self._handoff, self._collector, self._handed_off)
+            except Exception as exc:
+                self._handoff_error = exc
+                if self._query.isActive:
+                    self._query.stop()  # the file stays: routed when the job starts again
+                raise JobError("the job failed", cause=f"{type(exc).__name__}: {exc}") from exc
+
+    def _check_failed(self) -> None:
+        if self._handoff_error is not None:
+            exc = self._handoff_error
+            raise JobError("the job failed", cause=f"{type(exc).__name__}: {exc}")
+        super()._check_failed()
+
+    @property
+    def state(self) -> JobState:
+        return "failed" if self._handoff_error is not None else super().state
+
+    @property
+    def error(self) -> str | None:
+        exc = self._handoff_error
+        return f"{type(exc).__name__}: {exc}" if exc is not None else super().error
 
     # --- control -------------------------------------------------------------------
 
     def _pump(self) -> None:
         super()._pump()
         self._check_failed()
+        self._take_handoff()
         self._maybe_tick()
 
     def _maybe_tick(self) -> bool:
@@ -278,6 +369,7 @@ class StatefulJob(StreamingJob):
         )
         if self._idle is not None:
             super()._background_step()
+        self._take_handoff()
         if batch != self._seen_batch or interval_due:
             self._seen_batch = batch
             self._maybe_tick()
@@ -287,6 +379,7 @@ class StatefulJob(StreamingJob):
     def results(self) -> pa.Table:
         if isinstance(self._sink, MemorySink):
             self._check_failed()
+            self._take_handoff()
             return self._collector.result_table()
         if isinstance(self._sink, ParquetSink):
             from krishiv_py.runtime.job import read_parquet_results
@@ -302,6 +395,8 @@ class StatefulJob(StreamingJob):
         return _late_table(self._recipe)
 
     def metrics(self) -> JobMetrics:
+        if self._handoff_error is None:
+            self._take_handoff()
         base = super().metrics()
         return self._collector.fold_into(base)
 
