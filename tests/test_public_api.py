@@ -120,6 +120,7 @@ SPEC_SURFACE: list[tuple[str, str]] = [
         for a in (
             "embedded",
             "connect",
+            "remote",
             "memory_stream",
             "from_records",
             "read_parquet",
@@ -187,7 +188,6 @@ SPEC_SURFACE: list[tuple[str, str]] = [
     ],
 ]
 NOT_YET: list[tuple[str, str]] = [
-    ("Session", "remote"),
     ("Session", "sql"),
 ]
 
