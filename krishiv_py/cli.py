@@ -1,35 +1,180 @@
-"""The ``krishiv`` command: ``krishiv demo`` runs the embedded end-to-end demo."""
+"""The ``krishiv`` command.
+
+``krishiv demo`` runs the embedded end-to-end demo; ``krishiv cluster
+start|status|stop`` and ``krishiv connect-server start|status|stop`` run a
+Spark standalone cluster or a Spark Connect server on this machine
+(:mod:`krishiv_py.runtime.cluster`), detached from the terminal.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from krishiv_py.errors import KrishivError
 
+if TYPE_CHECKING:
+    from krishiv_py.runtime.cluster import ConnectServer, LocalCluster
+
 __all__ = ["main"]
+
+Handler = Callable[[argparse.Namespace], int]
+#: State file names (under ``$KRISHIV_STATE_DIR`` or ``~/.krishiv``) of the two server kinds.
+CLUSTER, CONNECT = "cluster", "connect-server"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="krishiv", description="krishiv_py command line")
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("demo", help="run the embedded streaming demo on local Spark")
-    sub.add_parser("version", help="print the version")
-    args = parser.parse_args(argv)
-    if args.command == "version":
-        from krishiv_py import __version__
-
-        print(__version__)
-        return 0
-    from krishiv_py.demo import run_demo
-
+    args = build_parser().parse_args(argv)
+    handler: Handler = args.handler
     try:
-        return run_demo()
+        return handler(args)
     except KrishivError as exc:
         print(f"krishiv: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # the job was stopped and said so in one line
         return 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser; each command's parser sets ``handler``, the function that runs it."""
+    parser = argparse.ArgumentParser(prog="krishiv", description="krishiv_py command line")
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help="run the embedded streaming demo on local Spark")
+    demo.set_defaults(handler=_demo)
+    version = sub.add_parser("version", help="print the version")
+    version.set_defaults(handler=_version)
+
+    start = _add_server_commands(sub, CLUSTER, "a Spark standalone cluster", "a master and workers")
+    start.add_argument("--workers", type=int, default=1, help="number of workers (default 1)")
+    start.add_argument("--cores", type=int, default=1, help="cores per worker (default 1)")
+    start.add_argument("--memory", default="1g", help="memory per worker (default 1g)")
+    start.set_defaults(handler=_cluster_start)
+    start = _add_server_commands(sub, CONNECT, "a Spark Connect server", "a Spark Connect server")
+    start.add_argument("--master", default="local[2]", help="the server's Spark master (default local[2])")
+    start.set_defaults(handler=_connect_start)
+    return parser
+
+
+def _add_server_commands(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str, what: str, starts: str
+) -> argparse.ArgumentParser:
+    """``krishiv <name> start|status|stop``; returns the ``start`` parser, for options of its own."""
+    group = sub.add_parser(name, help=f"{what} on this machine (127.0.0.1)")
+    actions = group.add_subparsers(dest="action", required=True)
+    start = actions.add_parser("start", help=f"start {starts}, detached; print the URL and the log directory")
+    start.add_argument("--log-dir", help="directory of the log files (default: a new temporary directory)")
+    start.add_argument(
+        "--timeout", type=float, default=180.0, help="seconds to wait for the servers (default 180)"
+    )
+    actions.add_parser("status", help=f"show the recorded {name}").set_defaults(
+        handler=lambda _: _status(name)
+    )
+    actions.add_parser("stop", help=f"stop the recorded {name}").set_defaults(handler=lambda _: _stop(name))
+    return start
+
+
+def _version(args: argparse.Namespace) -> int:
+    from krishiv_py import __version__
+
+    print(__version__)
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from krishiv_py.demo import run_demo
+
+    return run_demo()
+
+
+def _cluster_start(args: argparse.Namespace) -> int:
+    from krishiv_py.runtime.cluster import LocalCluster
+
+    try:
+        servers = LocalCluster(
+            workers=args.workers, cores_per_worker=args.cores, memory=args.memory, log_dir=args.log_dir
+        )
+    except ValueError as exc:
+        print(f"krishiv: {exc}", file=sys.stderr)
+        return 2
+    noun = "worker" if args.workers == 1 else "workers"
+    return _start(CLUSTER, servers, f"a Spark master and {args.workers} {noun}", args.timeout)
+
+
+def _connect_start(args: argparse.Namespace) -> int:
+    from krishiv_py.runtime.cluster import ConnectServer
+
+    servers = ConnectServer(master=args.master, log_dir=args.log_dir)
+    return _start(CONNECT, servers, f"a Spark Connect server ({args.master})", args.timeout)
+
+
+def _start(name: str, servers: LocalCluster | ConnectServer, what: str, timeout_s: float) -> int:
+    from krishiv_py.runtime.cluster import read_state, recorded_processes, write_state
+
+    running = read_state(name)
+    if running is not None and any(p.alive() for p in recorded_processes(running)):
+        print(
+            f"krishiv: {name} already running at {running.get('url')}; `krishiv {name} stop` first",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"starting {what} (logs in {servers.log_dir}) ...", file=sys.stderr)
+    servers.start(timeout_s=timeout_s)
+    state = servers.detach()
+    path = write_state(name, state)
+    print(f"url:     {state['url']}")
+    if "web_ui" in state:
+        print(f"web UI:  {state['web_ui']}")
+    print(f"logs:    {state['log_dir']}")
+    print(f"state:   {path}")
+    print(f"started in {servers.startup_s or 0.0:.1f} s; stop with `krishiv {name} stop`")
+    return 0
+
+
+def _status(name: str) -> int:
+    from krishiv_py.runtime.cluster import read_state, recorded_processes, state_path
+
+    state = read_state(name)
+    if state is None:
+        print(f"no {name} recorded in {state_path(name)}")
+        return 1
+    procs = recorded_processes(state)
+    alive = {p.name: p.alive() for p in procs}
+    print(f"url:     {state.get('url')}")
+    if "web_ui" in state:
+        print(f"web UI:  {state['web_ui']}")
+    print(f"logs:    {state.get('log_dir')}")
+    for p in procs:
+        print(f"{p.name}: pid {p.pid}, {'running' if alive[p.name] else 'not running'}, log {p.log}")
+    extra = _cluster_detail(state) if name == CLUSTER and all(alive.values()) else ""
+    if extra:
+        print(extra)
+    return 0 if alive and all(alive.values()) else 1
+
+
+def _cluster_detail(state: dict[str, Any]) -> str:
+    from urllib.parse import urlsplit
+
+    from krishiv_py.runtime.cluster import master_status
+
+    port = urlsplit(str(state.get("web_ui", ""))).port
+    status = master_status(port) if port else {}
+    if not status:
+        return "the master's web UI does not answer"
+    workers, cores = status.get("aliveworkers"), status.get("cores")
+    return f"master {status.get('status')}, {workers} worker(s) alive, {cores} cores"
+
+
+def _stop(name: str) -> int:
+    from krishiv_py.runtime.cluster import state_path, stop_recorded
+
+    state = stop_recorded(name)
+    if state is None:
+        print(f"no {name} recorded in {state_path(name)}: nothing to stop")
+        return 0
+    print(f"stopped {name} {state.get('url')} (logs in {state.get('log_dir')})")
+    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

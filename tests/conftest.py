@@ -1,14 +1,16 @@
-"""Shared fixtures: one SparkSession for the whole test run."""
+"""Shared fixtures: one SparkSession for the whole test run, and Spark servers on 127.0.0.1."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import TypeVar
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 import krishiv_py as kp
+from krishiv_py.runtime.cluster import ConnectServer, LocalCluster
 
 settings.register_profile(
     "krishiv",
@@ -25,3 +27,46 @@ def session() -> Iterator[kp.Session]:
     s = kp.Session.embedded(app_name="krishiv-tests")
     yield s
     s.stop()
+
+
+Servers = TypeVar("Servers", LocalCluster, ConnectServer)
+
+
+def _serve(servers: Servers) -> Iterator[Servers]:
+    """Start ``servers``, yield them, stop them; a start-up failure fails the test with the log's end."""
+    try:
+        servers.start(timeout_s=300)
+    except kp.SessionError as exc:
+        pytest.fail(f"{type(servers).__name__} did not start: {exc}", pytrace=False)
+    try:
+        yield servers
+    finally:
+        servers.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A Spark standalone cluster on 127.0.0.1: a master and one worker of 2 cores and 1 GiB.
+
+    Started on first use, stopped at the end of the run; its logs are in the
+    test run's temporary directory (``spark_cluster.log_dir``). A classic
+    driver cannot share this process with the ``session`` fixture's JVM: run
+    it in a subprocess, with ``spark.driver.host`` and ``spark.driver.bindAddress``
+    set to 127.0.0.1 and the environment of ``krishiv_py.runtime.cluster.server_env()``.
+    """
+    yield from _serve(
+        LocalCluster(
+            workers=1, cores_per_worker=2, memory="1g", log_dir=tmp_path_factory.mktemp("spark-cluster")
+        )
+    )
+
+
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
+    """A Spark Connect server on 127.0.0.1 with master ``local[2]`` (``connect_server.url``).
+
+    Started on first use, stopped at the end of the run. Talk to it with
+    ``krishiv_py.runtime.cluster.connect_client(url)``, which can take turns with
+    the ``session`` fixture's classic session in this process.
+    """
+    yield from _serve(ConnectServer(master="local[2]", log_dir=tmp_path_factory.mktemp("connect-server")))

@@ -1,0 +1,159 @@
+"""krishiv_py.runtime.cluster, the ``krishiv cluster``/``connect-server`` commands and their fixtures.
+
+Real Spark servers on 127.0.0.1: the ``spark_cluster`` and ``connect_server``
+fixtures, one cluster started and stopped through the command line, and two
+start-ups that fail on purpose.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from krishiv_py.errors import SessionError
+from krishiv_py.runtime.cluster import (
+    QUICK_START_JVM,
+    ConnectServer,
+    LocalCluster,
+    connect_client,
+    server_env,
+)
+
+pytestmark = pytest.mark.spark
+
+
+def _running(pids: list[int]) -> list[int]:
+    """The processes, among ``pids`` and the members of their process groups, that still run."""
+    alive = []
+    for proc in psutil.process_iter(["pid", "status"]):
+        try:
+            in_group = os.getpgid(proc.pid) in pids
+        except OSError:
+            continue
+        if (proc.pid in pids or in_group) and proc.info["status"] != psutil.STATUS_ZOMBIE:
+            alive.append(proc.pid)
+    return alive
+
+
+def _krishiv(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "krishiv_py.cli", *args]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400, check=False)
+
+
+def test_cli_cluster_start_status_stop_leaves_no_process(tmp_path: Path) -> None:
+    env = {**os.environ, "KRISHIV_STATE_DIR": str(tmp_path / "state")}
+    state_file = tmp_path / "state" / "cluster.json"
+    started = _krishiv(env, "cluster", "start", "--log-dir", str(tmp_path / "logs"))
+    try:
+        assert started.returncode == 0, started.stderr
+        assert re.search(r"^url: +spark://127\.0\.0\.1:\d+$", started.stdout, re.MULTILINE), started.stdout
+        assert f"logs:    {tmp_path / 'logs'}" in started.stdout
+        state = json.loads(state_file.read_text())
+        assert [p["name"] for p in state["processes"]] == ["master", "worker-1"]
+        pids = [p["pid"] for p in state["processes"]]
+        assert set(pids) <= set(_running(pids))  # they outlive the command that started them
+        assert {p.name for p in (tmp_path / "logs").iterdir()} >= {"master.log", "worker-1.log"}
+
+        status = _krishiv(env, "cluster", "status")
+        assert status.returncode == 0, status.stdout + status.stderr
+        assert "master ALIVE, 1 worker(s) alive, 1 cores" in status.stdout
+        again = _krishiv(env, "cluster", "start")
+        assert again.returncode == 1 and "already running" in again.stderr
+    finally:
+        stopped = _krishiv(env, "cluster", "stop")
+    assert stopped.returncode == 0, stopped.stderr
+    assert _running(pids) == []
+    assert not state_file.exists()
+    assert _krishiv(env, "cluster", "status").returncode == 1
+    assert "nothing to stop" in _krishiv(env, "cluster", "stop").stdout
+
+
+def test_a_server_that_exits_is_a_session_error_with_the_end_of_its_log(tmp_path: Path) -> None:
+    server = ConnectServer(master="bogus://nowhere", log_dir=tmp_path)
+    with pytest.raises(SessionError, match="the connect-server process exited with code") as info:
+        server.start(timeout_s=120)
+    message = str(info.value)
+    assert str(tmp_path / "connect-server.log") in message
+    assert "Master must either be yarn or start with spark, k8s, or local" in message
+    assert not server.running
+
+
+def test_a_start_up_timeout_is_a_session_error_and_leaves_no_process(tmp_path: Path) -> None:
+    cluster = LocalCluster(log_dir=tmp_path)
+    with pytest.raises(
+        SessionError, match=r"the Spark master did not start: not ready within 0\.5 s"
+    ) as info:
+        cluster.start(timeout_s=0.5)
+    assert str(tmp_path / "master.log") in str(info.value)
+    assert [p.name for p in cluster.processes] == ["master"]  # no worker is started before the master
+    assert _running([p.pid for p in cluster.processes]) == []
+
+
+def test_arguments_are_checked_before_anything_starts() -> None:
+    with pytest.raises(ValueError, match="memory must be a Spark size"):
+        LocalCluster(memory="lots")
+    with pytest.raises(ValueError, match="workers and cores_per_worker must be >= 1"):
+        LocalCluster(workers=0)
+    with pytest.raises(SessionError, match="not started"):
+        _ = LocalCluster().master_url
+
+
+def test_the_connect_server_answers_a_remote_session(connect_server: ConnectServer) -> None:
+    from pyspark.sql.utils import is_remote
+
+    assert re.fullmatch(r"sc://127\.0\.0\.1:\d+", connect_server.url)
+    with connect_client(connect_server.url) as spark:
+        assert spark.range(3).count() == 3
+        assert spark.conf.get("spark.sql.session.timeZone") == "UTC"
+        assert spark.conf.get("spark.sql.shuffle.partitions") == "4"
+    # The client is gone and this process is back in classic mode.
+    assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ
+    assert not is_remote()
+    assert connect_server.running
+
+
+_DRIVER = """
+import sys
+from pyspark.sql import SparkSession
+
+spark = (
+    SparkSession.builder.master(sys.argv[1])
+    .appName("krishiv-cluster-check")
+    .config("spark.driver.host", "127.0.0.1")
+    .config("spark.driver.bindAddress", "127.0.0.1")
+    .config("spark.ui.enabled", "false")
+    .config("spark.executor.memory", "512m")
+    .config("spark.executor.extraJavaOptions", sys.argv[2])
+    .getOrCreate()
+)
+sc = spark.sparkContext
+# A Python task on the worker's executor: it runs this interpreter (PYSPARK_PYTHON), not the system's.
+print("executor python", sc.parallelize([0], 1).map(lambda _: __import__("sys").executable).first())
+spark.stop()
+"""
+
+
+def test_a_classic_driver_runs_a_job_on_the_cluster(spark_cluster: LocalCluster) -> None:
+    assert re.fullmatch(r"spark://127\.0\.0\.1:\d+", spark_cluster.master_url)
+    assert spark_cluster.alive_workers() == 1
+    # This process already has (or will have) the `session` fixture's JVM: the driver runs in another.
+    env = server_env()
+    # Driver and executor JVMs with the servers' quick start-up flags: a test job is short.
+    env["PYSPARK_SUBMIT_ARGS"] = f'--driver-java-options "{QUICK_START_JVM}" pyspark-shell'
+    run = subprocess.run(
+        [sys.executable, "-c", _DRIVER, spark_cluster.master_url, QUICK_START_JVM],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert f"executor python {sys.executable}" in run.stdout.splitlines()
