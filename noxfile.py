@@ -86,6 +86,16 @@ def kernel_bench(session: nox.Session) -> None:
     session.run("python", "-m", "benchmarks.kernel", *session.posargs)
 
 
+@nox.session(python=PYTHON)
+def durability_bench(session: nox.Session) -> None:
+    """RocksDB vs Spark's default state store (events/s, ratio) and state size with/without TTL (1M keys).
+
+    ``-- --quick`` for small inputs (200k events, 100k keys), ``-- --help`` for the rest.
+    """
+    session.install("-e", ".")
+    session.run("python", "-m", "benchmarks.durability", *session.posargs)
+
+
 def _flink_env(session: nox.Session) -> str | None:
     import pathlib
     import subprocess
