@@ -41,7 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser; each command's parser sets ``handler``, the function that runs it."""
     parser = argparse.ArgumentParser(prog="krishiv", description="krishiv_py command line")
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="run the embedded streaming demo on local Spark")
+    demo = sub.add_parser("demo", help="run the streaming demo (on local Spark unless told otherwise)")
+    where = demo.add_mutually_exclusive_group()
+    where.add_argument("--master", help="drive a standalone cluster from here: spark://host:port")
+    where.add_argument("--remote", help="run on a Spark Connect server: sc://host:port")
     demo.set_defaults(handler=_demo)
     version = sub.add_parser("version", help="print the version")
     version.set_defaults(handler=_version)
@@ -85,7 +88,7 @@ def _version(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from krishiv_py.demo import run_demo
 
-    return run_demo()
+    return run_demo(master=args.master, remote=args.remote)
 
 
 def _cluster_start(args: argparse.Namespace) -> int:

@@ -81,6 +81,8 @@ class Session:
         self._counter = 0
         self._jobs: list[Job] = []
         self._visible = master.startswith("local")  # proven for other masters by a probe
+        #: A remote session: (pyspark's Connect-mode switch before it started,); None otherwise.
+        self._connect_mode_before: tuple[str | None] | None = None
 
     # --- construction ---------------------------------------------------------
 
@@ -255,7 +257,12 @@ class Session:
             A malformed URL, missing Connect client packages, an unreachable
             server, or a server of another Spark version.
         """
-        from krishiv_py.runtime.remote import build_remote, on_this_machine, parse_connect_url
+        from krishiv_py.runtime.remote import (
+            CONNECT_MODE_ENV,
+            build_remote,
+            on_this_machine,
+            parse_connect_url,
+        )
         from krishiv_py.runtime.watch import quiet_python_loggers, verbose_default
 
         parse_connect_url(url)
@@ -268,8 +275,9 @@ class Session:
             "spark.sql.execution.arrow.pyspark.enabled": "true",
             **dict(spark_conf or {}),
         }
+        before = os.environ.get(CONNECT_MODE_ENV)
         spark = build_remote(url, app_name=app_name, conf=conf)
-        return cls(
+        session = cls(
             spark,
             owns_spark=True,
             state_dir=state_dir,
@@ -277,6 +285,8 @@ class Session:
             master=url,
             progress=progress,
         )
+        session._connect_mode_before = (before,)
+        return session
 
     @property
     def is_remote(self) -> bool:
@@ -316,6 +326,10 @@ class Session:
                 job.stop()
         if self._owns_spark:
             spark.stop()
+        if self._connect_mode_before is not None:  # a remote session: local sessions work again
+            from krishiv_py.runtime.remote import restore_mode
+
+            restore_mode(self._connect_mode_before[0])
         if self._temp_root:
             shutil.rmtree(self._root, ignore_errors=True)
 

@@ -21,10 +21,23 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "krishiv"))
 
 
+#: Run the tests that use ``session`` on a standalone cluster / over Spark Connect instead.
+MASTER_ENV, REMOTE_ENV = "KRISHIV_TEST_MASTER", "KRISHIV_TEST_REMOTE"
+
+
 @pytest.fixture(scope="session")
 def session() -> Iterator[kp.Session]:
-    """The test run's one embedded Spark session (started on first use)."""
-    s = kp.Session.embedded(app_name="krishiv-tests")
+    """The test run's one Spark session (started on first use).
+
+    Embedded by default; ``Session.connect($KRISHIV_TEST_MASTER)`` or
+    ``Session.remote($KRISHIV_TEST_REMOTE)`` when set (docs/deployment.md).
+    """
+    if os.environ.get(MASTER_ENV):
+        s = kp.Session.connect(os.environ[MASTER_ENV], app_name="krishiv-tests")
+    elif os.environ.get(REMOTE_ENV):
+        s = kp.Session.remote(os.environ[REMOTE_ENV], app_name="krishiv-tests")
+    else:
+        s = kp.Session.embedded(app_name="krishiv-tests")
     yield s
     s.stop()
 

@@ -19,11 +19,8 @@ import pytest
 
 from krishiv_py.errors import SessionError
 from krishiv_py.runtime.cluster import (
-    QUICK_START_JVM,
     ConnectServer,
     LocalCluster,
-    connect_client,
-    server_env,
 )
 
 pytestmark = pytest.mark.spark
@@ -103,57 +100,3 @@ def test_arguments_are_checked_before_anything_starts() -> None:
         LocalCluster(workers=0)
     with pytest.raises(SessionError, match="not started"):
         _ = LocalCluster().master_url
-
-
-def test_the_connect_server_answers_a_remote_session(connect_server: ConnectServer) -> None:
-    from pyspark.sql.utils import is_remote
-
-    assert re.fullmatch(r"sc://127\.0\.0\.1:\d+", connect_server.url)
-    with connect_client(connect_server.url) as spark:
-        assert spark.range(3).count() == 3
-        assert spark.conf.get("spark.sql.session.timeZone") == "UTC"
-        assert spark.conf.get("spark.sql.shuffle.partitions") == "4"
-    # The client is gone and this process is back in classic mode.
-    assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ
-    assert not is_remote()
-    assert connect_server.running
-
-
-_DRIVER = """
-import sys
-from pyspark.sql import SparkSession
-
-spark = (
-    SparkSession.builder.master(sys.argv[1])
-    .appName("krishiv-cluster-check")
-    .config("spark.driver.host", "127.0.0.1")
-    .config("spark.driver.bindAddress", "127.0.0.1")
-    .config("spark.ui.enabled", "false")
-    .config("spark.executor.memory", "512m")
-    .config("spark.executor.extraJavaOptions", sys.argv[2])
-    .getOrCreate()
-)
-sc = spark.sparkContext
-# A Python task on the worker's executor: it runs this interpreter (PYSPARK_PYTHON), not the system's.
-print("executor python", sc.parallelize([0], 1).map(lambda _: __import__("sys").executable).first())
-spark.stop()
-"""
-
-
-def test_a_classic_driver_runs_a_job_on_the_cluster(spark_cluster: LocalCluster) -> None:
-    assert re.fullmatch(r"spark://127\.0\.0\.1:\d+", spark_cluster.master_url)
-    assert spark_cluster.alive_workers() == 1
-    # This process already has (or will have) the `session` fixture's JVM: the driver runs in another.
-    env = server_env()
-    # Driver and executor JVMs with the servers' quick start-up flags: a test job is short.
-    env["PYSPARK_SUBMIT_ARGS"] = f'--driver-java-options "{QUICK_START_JVM}" pyspark-shell'
-    run = subprocess.run(
-        [sys.executable, "-c", _DRIVER, spark_cluster.master_url, QUICK_START_JVM],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert f"executor python {sys.executable}" in run.stdout.splitlines()

@@ -9,6 +9,7 @@ bounded lowering (all rows at once) must give the same rows.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -65,18 +66,23 @@ step = st.one_of(
 steps = st.lists(step, min_size=1, max_size=4).map(lambda s: [*s, Close()])
 
 
+#: Random scenarios per test through real Spark (each is a streaming and a batch run); the
+#: stateful kernel's tests cover many more without Spark. KRISHIV_PARITY_EXAMPLES=30 digs deeper.
+EXAMPLES = int(os.environ.get("KRISHIV_PARITY_EXAMPLES", "4"))
+
+
 def check(session: kp.Session, build: Pipeline, scenario: list[Step]) -> None:
     assert_lowerings_agree(session, SCHEMA, build, scenario)
 
 
 @pytest.mark.parametrize("keyed", [True, False], ids=["keyed", "unkeyed"])
-@settings(max_examples=6)
+@settings(max_examples=EXAMPLES)
 @given(size=st.integers(5, 60), lag=st.integers(0, 40), scenario=steps)
 def test_tumbling(session: kp.Session, keyed: bool, size: int, lag: int, scenario: list[Step]) -> None:
     check(session, pipeline("tumbling", size, size, lag, keyed), scenario)
 
 
-@settings(max_examples=8)
+@settings(max_examples=EXAMPLES + 2)
 @given(data=st.data(), lag=st.integers(0, 40), scenario=steps, keyed=st.booleans())
 def test_sliding(
     session: kp.Session, data: st.DataObject, lag: int, scenario: list[Step], keyed: bool
@@ -87,7 +93,7 @@ def test_sliding(
 
 
 @pytest.mark.parametrize("keyed", [True, False], ids=["keyed", "unkeyed"])
-@settings(max_examples=6)
+@settings(max_examples=EXAMPLES)
 @given(gap=st.integers(1, 40), lag=st.integers(0, 40), scenario=steps)
 def test_session(session: kp.Session, keyed: bool, gap: int, lag: int, scenario: list[Step]) -> None:
     check(session, pipeline("session", gap, gap, lag, keyed), scenario)

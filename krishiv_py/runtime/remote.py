@@ -107,13 +107,18 @@ def build_remote(url: str, *, app_name: str, conf: dict[str, str]) -> SparkSessi
     from pyspark.sql import SparkSession
 
     check_reachable(host, port, "Spark Connect server")
+    before = os.environ.get(CONNECT_MODE_ENV)
     try:
-        # create(), not getOrCreate(): a Connect session and a local one may live side by side.
+        # create(), not getOrCreate(), which refuses while a local session exists. It sets
+        # CONNECT_MODE_ENV, which makes pyspark build Connect columns everywhere in this
+        # process: a local session here is unusable until the remote one stops and
+        # restore_mode() puts the variable back.
         spark = SparkSession.builder.remote(url).appName(app_name).create()
         for key, value in conf.items():
             spark.conf.set(key, value)
         version = spark.version
     except Exception as exc:
+        restore_mode(before)
         from krishiv_py.runtime.job import spark_cause
 
         raise SessionError(f"Spark Connect at {url} did not answer: {spark_cause(exc)}") from exc
@@ -121,11 +126,23 @@ def build_remote(url: str, *, app_name: str, conf: dict[str, str]) -> SparkSessi
 
     if version.split(".")[:2] != pyspark.__version__.split(".")[:2]:
         spark.stop()
+        restore_mode(before)
         raise SessionError(
             f"the Spark Connect server runs Spark {version}, this process has pyspark "
             f"{pyspark.__version__}: use a client of the server's major.minor version"
         )
     return spark
+
+
+CONNECT_MODE_ENV = "SPARK_CONNECT_MODE_ENABLED"
+
+
+def restore_mode(before: str | None) -> None:
+    """Put pyspark's Connect-mode switch back as it was before a remote session started."""
+    if before is None:
+        os.environ.pop(CONNECT_MODE_ENV, None)
+    else:
+        os.environ[CONNECT_MODE_ENV] = before
 
 
 def is_remote(spark: Any) -> bool:
