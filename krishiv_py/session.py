@@ -23,6 +23,7 @@ from krishiv_py.errors import PlanError, SchemaError, SessionError
 from krishiv_py.plan import nodes as n
 from krishiv_py.runtime.durability import Durability, check_location, is_uri, profile
 from krishiv_py.sender import Sender, to_arrow_batch
+from krishiv_py.sql.catalog import SqlCatalog
 from krishiv_py.types import Schema, to_schema
 
 if TYPE_CHECKING:
@@ -76,6 +77,8 @@ class Session:
         if not is_uri(self._root):
             os.makedirs(self._root, exist_ok=True)
         self._senders: dict[str, Sender] = {}
+        #: The streams SQL reads, by name, and the SET settings waiting for the next query.
+        self._sql = SqlCatalog()
         self._names: dict[str, int] = {}
         self._lock = threading.Lock()
         self._counter = 0
@@ -402,6 +405,7 @@ class Session:
         sender = Sender(name=name, schema=parsed, path=path)
         node = n.MemorySource(name=name, schema=parsed, path=os.path.join(path, "data"))
         self._senders[node.path] = sender
+        self._sql.register(name, node)
         return Stream(self, node), sender
 
     def from_records(self, records: Any, schema: Any, *, name: str | None = None) -> Stream:
@@ -410,7 +414,9 @@ class Session:
 
         parsed = to_schema(schema)
         table = to_arrow_batch(records, parsed)
-        return Stream(self, n.RecordsSource(name=self._register(name), schema=parsed, data=table))
+        node = n.RecordsSource(name=self._register(name), schema=parsed, data=table)
+        self._sql.register(node.name, node)
+        return Stream(self, node)
 
     def read_parquet(
         self,
@@ -491,7 +497,47 @@ class Session:
             streaming=streaming,
             options=options,
         )
+        self._sql.register(node.name, node)
         return Stream(self, node)
+
+    # --- SQL --------------------------------------------------------------------
+
+    def sql(self, text: str) -> Stream | None:
+        """Run Krishiv's window SQL over the streams of this session; see docs/sql.md.
+
+        ``text`` is a ``SELECT`` query, ``SET key = value`` statements, or
+        both (separated by ``;``). A query reads streams by name — every
+        source is registered under its ``name``, any stream with
+        :meth:`Stream.register` — and returns a :class:`Stream` with the
+        same logical plan as the equivalent builder pipeline, to collect,
+        start or explain like any other. ``SET`` settings (``watermark.lag``,
+        ``watermark.column``, ``window.*``) apply to the next query only;
+        with no query, ``sql()`` returns None.
+
+        Raises
+        ------
+        PlanError
+            Invalid or unsupported SQL (a join, ``ORDER BY``, an unknown
+            function, column or stream...), naming the construct and its
+            line and column.
+
+        Examples
+        --------
+            stream, sender = session.memory_stream(
+                "user_id string, event_time timestamp, amount double", name="events")
+            session.sql("SET watermark.lag = INTERVAL '5' SECOND")
+            per_minute = session.sql('''
+                SELECT user_id,
+                       tumble_start(event_time, INTERVAL '1' MINUTE) AS window_start,
+                       tumble_end(event_time, INTERVAL '1' MINUTE) AS window_end,
+                       COUNT(*) AS events, SUM(amount) AS total
+                FROM events
+                GROUP BY user_id, tumble_start(event_time, INTERVAL '1' MINUTE)
+            ''')
+        """
+        from krishiv_py.sql import execute
+
+        return execute(self._sql, text, self)
 
     def _register(self, name: str | None) -> str:
         with self._lock:

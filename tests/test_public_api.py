@@ -126,6 +126,7 @@ SPEC_SURFACE: list[tuple[str, str]] = [
             "read_parquet",
             "read_csv",
             "read_json",
+            "sql",
             "stop",
         )
     ],
@@ -187,9 +188,7 @@ SPEC_SURFACE: list[tuple[str, str]] = [
         )
     ],
 ]
-NOT_YET: list[tuple[str, str]] = [
-    ("Session", "sql"),
-]
+NOT_YET: list[tuple[str, str]] = []
 
 
 def _owner(name: str) -> object:

@@ -49,11 +49,13 @@ class Stream(WindowAssigners):
         )
     """
 
-    __slots__ = ("_plan", "_session")
+    __slots__ = ("_plan", "_session", "_sql")
 
-    def __init__(self, session: Session, plan: n.PlanNode) -> None:
+    def __init__(self, session: Session, plan: n.PlanNode, *, sql: str | None = None) -> None:
         self._session = session
         self._plan = plan
+        #: The SQL this stream was made from (``session.sql``), shown by :meth:`explain`.
+        self._sql = sql
 
     # --- facts -------------------------------------------------------------------
 
@@ -81,6 +83,23 @@ class Stream(WindowAssigners):
 
     def _with(self, plan: n.PlanNode) -> Stream:
         return Stream(self._session, plan)
+
+    def register(self, name: str) -> Stream:
+        """Make this stream readable by ``session.sql`` as ``name``; returns this stream.
+
+        Sources register under their own name when they are made; this
+        names any stream, e.g. one with a watermark or a filter already.
+        A name registered again now means this stream.
+
+        Examples
+        --------
+            stream.filter(kp.col("amount") > 0).register("paid")
+            session.sql("SELECT * FROM paid WHERE amount > 100")
+        """
+        from krishiv_py.sql import check_name
+
+        self._session._sql.register(check_name(name), self._plan)
+        return self
 
     def _lowering_text(self) -> str:
         try:
@@ -345,6 +364,9 @@ class Stream(WindowAssigners):
     def explain(self, *, lowering: Lowering | None = None, show: bool = True) -> Explanation:
         """Print the logical plan, the chosen lowering and why, the recipe, and Spark's plan.
 
+        A stream made by ``session.sql`` shows its SQL first (with the ``SET``
+        statements it took).
+
         Prints like ``DataFrame.explain()`` and also returns the text, an
         :class:`Explanation` (a ``str``), which a notebook does not display a
         second time. ``show=False`` returns the text without printing it.
@@ -352,9 +374,11 @@ class Stream(WindowAssigners):
         from krishiv_py.runtime.run import explain_spark
 
         recipe = self.lower(lowering=lowering)
+        sql = ["== SQL ==", self._sql, ""] if self._sql is not None else []
         text = Explanation(
             "\n".join(
                 [
+                    *sql,
                     "== Logical plan ==",
                     n.render_plan(self._plan),
                     "",

@@ -1,0 +1,88 @@
+"""Run the statements of one ``session.sql()`` call.
+
+``SET`` statements add to the settings waiting in the session's catalog;
+the query (at most one per call) takes them all and returns its stream.
+Settings a failed query would have taken stay waiting.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from krishiv_py.errors import PlanError
+from krishiv_py.sql.query import Context, translate
+from krishiv_py.sql.settings import SqlSettings, parse_set
+from krishiv_py.sql.source import SqlText, Statement
+from krishiv_py.sql.windows import helper_of
+
+if TYPE_CHECKING:
+    from sqlglot import exp
+
+    from krishiv_py.api.stream import Stream
+    from krishiv_py.session import Session
+    from krishiv_py.sql.catalog import SqlCatalog
+
+__all__ = ["execute"]
+
+
+def execute(catalog: SqlCatalog, text: str, session: Session) -> Stream | None:
+    """Run ``text``: its ``SET`` statements and at most one query (None when there is no query)."""
+    from sqlglot import exp
+
+    sql = SqlText.tokenize(text)
+    statements = sql.statements()
+    if not statements:
+        raise PlanError("sql() got no statement; write a SELECT query or SET key = value")
+    settings = catalog.pending
+    result: Stream | None = None
+    for statement in statements:
+        if isinstance(statement.node, exp.Set):
+            settings = parse_set(statement.node, statement.text, sql, settings)
+            continue
+        if result is not None:
+            raise sql.error(statement.node, "sql() runs one query per call; call it again for the next query")
+        result = _query(statement, sql, catalog, settings, session)
+        settings = SqlSettings()
+    catalog.pending = settings
+    return result
+
+
+def _query(
+    statement: Statement, sql: SqlText, catalog: SqlCatalog, settings: SqlSettings, session: Session
+) -> Stream:
+    from krishiv_py.api.stream import Stream
+
+    column, needs = _event_time(statement.node, sql, settings)
+    ctx = Context(
+        sql=sql,
+        catalog=catalog,
+        session=session,
+        settings=settings,
+        time_column=column,
+        needs_watermark=needs,
+    )
+    stream = translate(statement.node, ctx)
+    if settings.window_keys and not ctx.windows:
+        raise sql.error(
+            statement.node,
+            f"SET {', '.join(settings.window_keys)} applies to a windowed query (GROUP BY a window "
+            "helper); this query has no window",
+        )
+    shown = "\n".join((*(f"{s.rstrip(';')};" for s in settings.statements), statement.text))
+    return Stream(session, stream.plan, sql=shown)
+
+
+def _event_time(node: exp.Expression, sql: SqlText, settings: SqlSettings) -> tuple[str | None, bool]:
+    """The sources' event-time column (None: each one's timestamp column), and whether they need one."""
+    from sqlglot import exp
+
+    calls = [x for x in node.walk() if isinstance(x, exp.Anonymous) and helper_of(x)]
+    helpers = sorted(calls, key=lambda x: sql.offset(x) or 0)
+    needs = bool(helpers) or bool(settings.watermark_keys)
+    if settings.column is not None:
+        return settings.column, needs
+    for helper in helpers[:1]:
+        ts = helper.expressions[0] if helper.expressions else None
+        if isinstance(ts, exp.Column):
+            return str(ts.name), needs
+    return None, needs

@@ -1,0 +1,643 @@
+"""Translate one query into a stream, through the builder's own methods.
+
+Every clause becomes the builder call that means the same, so a query and
+its builder twin make equal plans (and so run the same way everywhere):
+
+- ``FROM name`` is the registered stream; without a watermark of its own it
+  gets ``.watermark(column, lag)`` right on it when the query windows (or
+  ``SET watermark.*`` asks for one). The column is ``SET watermark.column``,
+  else the window helper's time column, else the stream's one timestamp
+  column; the lag is ``SET watermark.lag`` (0 ms when not set).
+  ``FROM (subquery)``, ``WITH name AS (subquery)`` and ``UNION ALL`` compose.
+- ``WHERE`` is ``.filter(...)``.
+- Without ``GROUP BY`` (nor aggregates), ``SELECT`` is ``.select(...)``
+  (nothing for ``SELECT *``).
+- ``GROUP BY keys, helper(...)`` is ``.key_by(*keys)`` and the helper's
+  window (:mod:`krishiv_py.sql.windows`), with the ``window.*`` settings,
+  then ``.agg(...)`` of the aggregates of ``SELECT``. Keys come in the
+  order ``SELECT`` shows them, then the other ``GROUP BY`` columns.
+  ``HAVING`` is a ``.filter(...)`` on the results, and a ``SELECT`` that
+  is not the results as they come (keys, ``window_start``,
+  ``window_end``, aggregates) is a ``.select(...)`` after it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from krishiv_py import expr as kx
+from krishiv_py.errors import PlanError
+from krishiv_py.expr import AggExpr, Column, Expr, ExprNode
+from krishiv_py.plan import nodes as n
+from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS, StateTtlConfig
+from krishiv_py.sql.expressions import Resolver, aggregate, alias_of, is_aggregate, scalar
+from krishiv_py.sql.source import DIALECT
+from krishiv_py.sql.windows import WindowCall, helper_of, window_call
+
+if TYPE_CHECKING:
+    from sqlglot import exp
+
+    from krishiv_py.api.stream import Stream
+    from krishiv_py.api.windowed import WindowedStream
+    from krishiv_py.session import Session
+    from krishiv_py.sql.catalog import SqlCatalog
+    from krishiv_py.sql.settings import SqlSettings
+    from krishiv_py.sql.source import SqlText
+
+__all__ = ["Context", "translate"]
+
+#: Clauses of a SELECT that a stream query may use (sqlglot's argument names, old and new).
+_ALLOWED = {"expressions", "from", "from_", "where", "group", "having", "with", "with_"}
+_CLAUSES: dict[str, tuple[str, str, str]] = {
+    # argument: (what it is, its keyword token, why not)
+    "joins": (
+        "JOIN",
+        "JOIN",
+        "a query reads one stream (or a UNION ALL of streams); joins are not built yet",
+    ),
+    "order": ("ORDER BY", "ORDER_BY", "a stream has no order; sort the collected results instead"),
+    "sort": ("SORT BY", "SORT_BY", "a stream has no order; sort the collected results instead"),
+    "limit": ("LIMIT", "LIMIT", "a stream has no end to count to; slice the collected results instead"),
+    "offset": ("OFFSET", "OFFSET", "a stream has no order to skip rows by"),
+    "distinct": ("SELECT DISTINCT", "DISTINCT", "use GROUP BY with a window helper and an aggregate"),
+    "laterals": ("LATERAL VIEW", "LATERAL", "nested values are not supported"),
+    "windows": ("WINDOW", "WINDOW", "window functions are not supported; use a window helper in GROUP BY"),
+    "qualify": ("QUALIFY", "QUALIFY", "window functions are not supported"),
+}
+
+
+@attrs.frozen(kw_only=True)
+class Context:
+    """What one query is translated with."""
+
+    sql: SqlText
+    catalog: SqlCatalog
+    session: Session
+    settings: SqlSettings
+    #: The event-time column chosen for the sources (None: each source's one timestamp column).
+    time_column: str | None
+    #: Whether sources without a watermark get one.
+    needs_watermark: bool
+    ctes: dict[str, Stream] = attrs.field(factory=dict)
+    #: The windows built (shared by the subqueries: SET window.* needs one).
+    windows: list[WindowCall] = attrs.field(factory=list)
+
+
+@attrs.frozen
+class Relation:
+    """A ``FROM`` input: its stream, the names that qualify its columns, and how errors call it."""
+
+    stream: Stream
+    qualifiers: frozenset[str]
+    label: str
+
+
+def translate(node: exp.Expression, ctx: Context) -> Stream:
+    """The stream of a query (``SELECT``, ``UNION ALL`` or a parenthesised query)."""
+    from sqlglot import exp
+
+    if isinstance(node, exp.Subquery) and not node.alias:
+        return translate(node.this, ctx)
+    if isinstance(node, exp.Select):
+        return _select(node, ctx)
+    if isinstance(node, exp.Union):
+        return _union(node, _with_ctes(node, ctx))
+    if isinstance(node, exp.SetOperation):
+        word = "EXCEPT" if isinstance(node, exp.Except) else "INTERSECT"
+        raise ctx.sql.error(node, f"{word} is not supported on streams")
+    raise ctx.sql.error(node, f"{type(node).__name__.upper()} is not a query; sql() runs SELECT and SET")
+
+
+@contextmanager
+def _at(ctx: Context, node: exp.Expression, what: str = "") -> Iterator[None]:
+    """Re-raise a builder's :class:`PlanError` with ``node``'s position."""
+    try:
+        yield
+    except PlanError as exc:
+        raise ctx.sql.error(node, f"{what}{exc}") from None
+
+
+def _arg(node: exp.Expression, name: str) -> Any:
+    """A clause of ``node`` under its sqlglot name (``from_`` in newer sqlglot, ``from`` in older)."""
+    return node.args.get(f"{name}_") or node.args.get(name)
+
+
+# --- queries -------------------------------------------------------------------------
+
+
+def _select(node: exp.Select, ctx: Context) -> Stream:
+    _refuse_clauses(node, ctx)
+    ctx = _with_ctes(node, ctx)
+    source = _arg(node, "from")
+    if source is None:
+        raise ctx.sql.error(node, "a query reads a stream: add FROM <stream name>")
+    rel = _relation(source.this, ctx)
+    stream = rel.stream
+    where = node.args.get("where")
+    if where is not None:
+        predicate = scalar(where.this, ctx.sql, _resolver(rel, ctx), _no_helpers(ctx, "WHERE"), "WHERE")
+        with _at(ctx, where.this, "WHERE: "):
+            stream = stream.filter(Expr(predicate))
+        rel = attrs.evolve(rel, stream=stream)
+    if _is_grouped(node):
+        return _windowed(node, rel, ctx)
+    return _project(node, rel, ctx)
+
+
+def _refuse_clauses(node: exp.Expression, ctx: Context, allowed: set[str] = _ALLOWED) -> None:
+    """A :class:`PlanError` for the first clause of ``node`` a stream query cannot have."""
+    for key, value in node.args.items():
+        if not value or key in allowed:
+            continue
+        what, token, why = _CLAUSES.get(key, (key.upper(), "", "it is not supported on streams"))
+        clause = value[0] if isinstance(value, list) else value
+        near = node.expressions[0] if key == "distinct" else clause  # DISTINCT has no located token
+        at = ctx.sql.keyword(token, near) if token else None
+        raise ctx.sql.error(clause, f"{what} is not supported: {why}", at=at)
+
+
+def _with_ctes(node: exp.Expression, ctx: Context) -> Context:
+    with_ = _arg(node, "with")
+    if with_ is None:
+        return ctx
+    if with_.args.get("recursive"):
+        raise ctx.sql.error(with_, "WITH RECURSIVE is not supported")
+    ctes = dict(ctx.ctes)
+    for cte in with_.expressions:
+        inner = attrs.evolve(ctx, ctes=ctes)
+        ctes[str(cte.alias).lower()] = translate(cte.this, inner)
+    return attrs.evolve(ctx, ctes=ctes)
+
+
+def _union(node: exp.Union, ctx: Context) -> Stream:
+    from sqlglot import exp
+
+    parts: list[exp.Expression] = []
+
+    def flatten(x: exp.Expression) -> None:
+        if isinstance(x, exp.Union):
+            if x.args.get("distinct"):
+                raise ctx.sql.error(x, "UNION (distinct) is not supported on streams; use UNION ALL")
+            _refuse_clauses(x, ctx, {"this", "expression", "distinct", "with", "with_"})
+            flatten(x.this)
+            flatten(x.expression)
+        else:
+            parts.append(x)
+
+    flatten(node)
+    streams = [translate(p, ctx) for p in parts]
+    with _at(ctx, node, "UNION ALL: "):
+        return streams[0].union(*streams[1:])
+
+
+def _relation(node: exp.Expression, ctx: Context) -> Relation:
+    from sqlglot import exp
+
+    if isinstance(node, exp.Table) and isinstance(node.this, exp.Identifier):
+        _refuse_clauses(node, ctx, {"this", "alias", "db", "catalog"})
+        return _scan(node, ctx)
+    if isinstance(node, exp.Subquery):
+        _refuse_clauses(node, ctx, {"this", "alias"})
+        if node.alias_column_names:
+            raise ctx.sql.error(node, "column names after a subquery's alias are not supported; use AS in it")
+        alias = str(node.alias)
+        return Relation(translate(node.this, ctx), frozenset({alias.lower()} - {""}), "the subquery")
+    raise ctx.sql.error(
+        node, f"FROM {type(node).__name__.upper()} is not supported; FROM takes a stream name or a subquery"
+    )
+
+
+def _scan(table: exp.Table, ctx: Context) -> Relation:
+    from krishiv_py.api.stream import Stream
+
+    if table.args.get("db") or table.args.get("catalog"):
+        raise ctx.sql.error(table, "streams have one-part names; there are no databases")
+    name = str(table.name)
+    qualifiers = frozenset({(str(table.alias) or name).lower()})
+    if name.lower() in ctx.ctes:
+        return Relation(ctx.ctes[name.lower()], qualifiers, f"the subquery {name!r}")
+    plan = ctx.catalog.lookup(name)
+    if plan is None:
+        known = ", ".join(ctx.catalog.names) or "none yet"
+        raise ctx.sql.error(
+            table,
+            f"unknown stream {name!r}; the registered streams are: {known} (name a stream when you make "
+            "it, or call stream.register(name))",
+        )
+    label = f"stream {name!r}"
+    stream = Stream(ctx.session, plan)
+    has_time = n.event_time(plan) is not None
+    if not has_time and ctx.needs_watermark:
+        stream = _watermark(stream, table, label, ctx)
+    elif has_time and ctx.settings.watermark_keys:
+        et = n.event_time(plan)
+        assert et is not None
+        raise ctx.sql.error(
+            table,
+            f"{label} already has a watermark (column {et.column}, lag {et.lag_ms} ms); "
+            f"SET {', '.join(ctx.settings.watermark_keys)} is for streams without one",
+        )
+    return Relation(stream, qualifiers, label)
+
+
+def _watermark(stream: Stream, table: exp.Table, label: str, ctx: Context) -> Stream:
+    s = ctx.settings
+    column = ctx.time_column
+    if column is None:
+        stamps = [f.name for f in stream.schema if f.dtype.is_timestamp]
+        if len(stamps) != 1:
+            found = f"has {len(stamps)} ({', '.join(stamps)})" if stamps else "has none"
+            raise ctx.sql.error(
+                table,
+                f"which column of {label} is event time? It needs one timestamp column and {found}; "
+                "name it with SET watermark.column = <column>",
+            )
+        column = stamps[0]
+    else:
+        same = [c for c in stream.columns if c == column] or [
+            c for c in stream.columns if c.lower() == column.lower()
+        ]
+        if len(same) != 1:
+            raise ctx.sql.error(
+                table,
+                f"the event-time column {column!r} is not a column of {label} (its columns: "
+                f"{', '.join(stream.columns)}); the watermark goes on the stream, so its time column must be "
+                "one of the stream's own (SET watermark.column = <column> names it)",
+            )
+        column = same[0]
+    with _at(ctx, table, f"the watermark of {label}: "):
+        return stream.watermark(
+            column,
+            s.lag_ms or 0,
+            future_tolerance_ms=(
+                DEFAULT_FUTURE_TOLERANCE_MS if s.future_tolerance_ms is None else s.future_tolerance_ms
+            ),
+            idle_timeout_ms=s.idle_timeout_ms,
+        )
+
+
+def _resolver(rel: Relation, ctx: Context) -> Resolver:
+    def resolve(column: exp.Column) -> str:
+        if column.args.get("db") or column.args.get("catalog"):
+            raise ctx.sql.error(column, "column names have at most two parts: <stream or alias>.<column>")
+        table = str(column.table)
+        if table and table.lower() not in rel.qualifiers:
+            raise ctx.sql.error(column, f"unknown stream or alias {table!r}; this query reads {rel.label}")
+        name, names = str(column.name), rel.stream.columns
+        if name in names:
+            return name
+        same = [c for c in names if c.lower() == name.lower()]
+        if len(same) == 1:
+            return same[0]
+        raise ctx.sql.error(
+            column, f"unknown column {name!r}; the columns of {rel.label} are: {', '.join(names)}"
+        )
+
+    return resolve
+
+
+def _no_helpers(ctx: Context, clause: str) -> Callable[[exp.Expression], ExprNode | None]:
+    def special(node: exp.Expression) -> ExprNode | None:
+        if helper_of(node):
+            raise ctx.sql.error(
+                node, f"window helpers are not allowed in {clause}; use them in GROUP BY and SELECT"
+            )
+        if is_aggregate(node) and clause == "WHERE":
+            raise ctx.sql.error(
+                node, "an aggregate is not allowed in WHERE; filter on aggregates with HAVING"
+            )
+        return None
+
+    return special
+
+
+# --- SELECT without GROUP BY ------------------------------------------------------------
+
+
+def _unalias(item: exp.Expression) -> tuple[exp.Expression, str | None]:
+    from sqlglot import exp
+
+    if isinstance(item, exp.Alias):
+        return item.this, str(item.alias)
+    return item, None
+
+
+def _is_star(node: exp.Expression) -> bool:
+    from sqlglot import exp
+
+    return isinstance(node, exp.Star) or (isinstance(node, exp.Column) and isinstance(node.this, exp.Star))
+
+
+def _project(node: exp.Select, rel: Relation, ctx: Context) -> Stream:
+    items = node.expressions
+    if len(items) == 1 and _is_star(items[0]):
+        _check_star(items[0], rel, ctx)
+        return rel.stream
+    resolve = _resolver(rel, ctx)
+    exprs: list[ExprNode] = []
+    for item in items:
+        if _is_star(item):
+            _check_star(item, rel, ctx)
+            exprs += [Column(c) for c in rel.stream.columns]
+            continue
+        inner, alias = _unalias(item)
+        value = scalar(inner, ctx.sql, resolve, _no_helpers(ctx, "SELECT"), "SELECT")
+        if alias is not None:
+            exprs.append(alias_of(value, alias))
+        elif isinstance(value, Column):
+            exprs.append(value)
+        else:
+            raise ctx.sql.error(item, "name this SELECT expression with AS, e.g. <expression> AS name")
+    with _at(ctx, node, "SELECT: "):
+        return rel.stream.select(*(Expr(e) for e in exprs))
+
+
+def _check_star(item: exp.Expression, rel: Relation, ctx: Context) -> None:
+    from sqlglot import exp
+
+    if isinstance(item, exp.Column) and item.table and str(item.table).lower() not in rel.qualifiers:
+        raise ctx.sql.error(item, f"unknown stream or alias {item.table!r}; this query reads {rel.label}")
+
+
+# --- GROUP BY: windows -----------------------------------------------------------------
+
+
+def _is_grouped(node: exp.Select) -> bool:
+    if node.args.get("group") or node.args.get("having"):
+        return True
+    return any(is_aggregate(x) or helper_of(x) is not None for item in node.expressions for x in item.walk())
+
+
+@attrs.frozen
+class _Output:
+    """One column of the query's result: its name and the column of the window results it shows."""
+
+    name: str
+    source: str
+    node: exp.Expression = attrs.field(eq=False)
+
+
+def _windowed(node: exp.Select, rel: Relation, ctx: Context) -> Stream:
+    resolve = _resolver(rel, ctx)
+    keys, window = _group_by(node, rel, ctx, resolve)
+    outputs, aggs, shown_keys = _select_list(node, keys, window, ctx, resolve)
+    if n.window_aggregates(rel.stream.plan):
+        raise ctx.sql.error(
+            window.node, "a window over the results of a window (chained windows) is not supported"
+        )
+    _check_time(window, rel, ctx)
+    ordered = list(dict.fromkeys([*shown_keys, *keys]))
+    with _at(ctx, window.node):
+        windowed = window.assign(rel.stream.key_by(*ordered) if ordered else rel.stream)
+    ctx.windows.append(window)
+    windowed = _emission(windowed, ctx)
+    if not aggs:
+        raise ctx.sql.error(node, "a windowed query needs at least one aggregate, e.g. COUNT(*)")
+    with _at(ctx, node, "SELECT: "):
+        out = windowed.agg(*aggs)
+    having = node.args.get("having")
+    if having is not None:
+        out = _having(having.this, out, outputs, aggs, window, ctx, resolve)
+    natural = [c for c in out.columns if c != n.KIND_COLUMN]
+    if [(o.name, o.source) for o in outputs] == [(c, c) for c in natural]:
+        return out
+    exprs = [alias_of(Column(o.source), o.name) for o in outputs]
+    if n.KIND_COLUMN in out.columns:
+        exprs.append(Column(n.KIND_COLUMN))
+    with _at(ctx, node, "SELECT: "):
+        return out.select(*(Expr(e) for e in exprs))
+
+
+def _group_by(
+    node: exp.Select, rel: Relation, ctx: Context, resolve: Resolver
+) -> tuple[list[str], WindowCall]:
+    from sqlglot import exp
+
+    group = node.args.get("group")
+    items: list[exp.Expression] = list(group.expressions) if group is not None else []
+    if group is not None:
+        for key in ("rollup", "cube", "grouping_sets", "totals"):
+            if group.args.get(key):
+                raise ctx.sql.error(group, f"GROUP BY {key.upper().replace('_', ' ')} is not supported")
+    keys: list[str] = []
+    calls: list[WindowCall] = []
+    for item in items:
+        target = _group_target(item, node, rel, ctx)
+        if helper_of(target):
+            calls.append(_call(target, ctx, resolve))
+        elif isinstance(target, exp.Column) and not isinstance(target.this, exp.Star):
+            keys.append(resolve(target))
+        else:
+            raise ctx.sql.error(
+                item, "GROUP BY takes columns and a window helper such as tumble_start(ts, INTERVAL ...)"
+            )
+    if not calls:
+        where = group if group is not None else node
+        raise ctx.sql.error(
+            where,
+            "an aggregate over a stream needs an event-time window: GROUP BY tumble_start(ts, size), "
+            "hop_start(ts, slide, size) or session_start(ts, gap)",
+        )
+    for other in calls[1:]:
+        if other.window != calls[0].window:
+            raise ctx.sql.error(other.node, "GROUP BY names two different windows; a query has one window")
+    return list(dict.fromkeys(keys)), calls[0]
+
+
+def _group_target(item: exp.Expression, node: exp.Select, rel: Relation, ctx: Context) -> exp.Expression:
+    """What a GROUP BY item means: itself, the SELECT item at an ordinal, or a SELECT alias's expression."""
+    from sqlglot import exp
+
+    if isinstance(item, exp.Literal) and item.is_int:
+        index = int(str(item.this))
+        if not 1 <= index <= len(node.expressions):
+            raise ctx.sql.error(item, f"GROUP BY {index}: the SELECT list has {len(node.expressions)} items")
+        return _unalias(node.expressions[index - 1])[0]
+    if isinstance(item, exp.Column) and not item.table and not isinstance(item.this, exp.Star):
+        name = str(item.name).lower()
+        if name not in {c.lower() for c in rel.stream.columns}:
+            for select_item in node.expressions:
+                inner, alias = _unalias(select_item)
+                if alias is not None and alias.lower() == name:
+                    return inner
+    return item
+
+
+def _call(node: exp.Expression, ctx: Context, resolve: Resolver) -> WindowCall:
+    from sqlglot import exp
+
+    call = window_call(node, ctx.sql)
+    ts = node.expressions[0]
+    assert isinstance(ts, exp.Column)
+    return attrs.evolve(call, column=resolve(ts))
+
+
+def _select_list(
+    node: exp.Select, keys: list[str], window: WindowCall, ctx: Context, resolve: Resolver
+) -> tuple[list[_Output], list[AggExpr], list[str]]:
+    from sqlglot import exp
+
+    outputs: list[_Output] = []
+    aggs: list[AggExpr] = []
+    shown_keys: list[str] = []
+    for item in node.expressions:
+        inner, alias = _unalias(item)
+        if _is_star(inner):
+            raise ctx.sql.error(
+                item, "SELECT * cannot be windowed; list the keys, window helpers and aggregates"
+            )
+        if helper_of(inner):
+            call = _call(inner, ctx, resolve)
+            if call.window != window.window:
+                raise ctx.sql.error(
+                    inner,
+                    f"this window helper's arguments differ from GROUP BY's "
+                    f"({window.node.sql(dialect=DIALECT)}); a query has one window, so SELECT and GROUP BY "
+                    "must name it the same way",
+                )
+            outputs.append(_Output(alias or call.output, call.output, item))
+        elif is_aggregate(inner):
+            agg = _aggregate(inner, alias, ctx, resolve)
+            aggs.append(agg)
+            outputs.append(_Output(agg.name, agg.name, item))
+        elif isinstance(inner, exp.Column):
+            key = resolve(inner)
+            if key not in keys:
+                raise ctx.sql.error(inner, f"column {key!r} must be in GROUP BY or inside an aggregate")
+            shown_keys.append(key)
+            outputs.append(_Output(alias or key, key, item))
+        else:
+            raise ctx.sql.error(
+                item,
+                "a windowed SELECT lists GROUP BY columns, window helpers and aggregates over one column "
+                "(compute expressions in a subquery in FROM)",
+            )
+    seen: set[str] = set()
+    for out in outputs:
+        if out.name in seen:
+            raise ctx.sql.error(
+                out.node, f"the result has two columns called {out.name!r}; rename one with AS"
+            )
+        seen.add(out.name)
+    return outputs, aggs, shown_keys
+
+
+_AGG_BUILDERS: dict[str, Callable[[Expr], AggExpr]] = {
+    "count": kx.count,
+    "sum": kx.sum,
+    "avg": kx.avg,
+    "min": kx.min,
+    "max": kx.max,
+    "count_distinct": kx.count_distinct,
+    "first": kx.first,
+    "last": kx.last,
+}
+
+
+def _aggregate(node: exp.Expression, alias: str | None, ctx: Context, resolve: Resolver) -> AggExpr:
+    func, column = aggregate(node, ctx.sql, resolve)
+    agg = _AGG_BUILDERS[func](kx.col(column or "*"))
+    return agg.alias(alias) if alias is not None else agg
+
+
+def _check_time(window: WindowCall, rel: Relation, ctx: Context) -> None:
+    """The helper's time column must be the event-time column, arriving unchanged from the watermark."""
+    et = n.event_time(rel.stream.plan)
+    if et is None:
+        raise ctx.sql.error(window.node, f"{rel.label} has no event time; SET watermark.column names it")
+    if _time_source(rel.stream.plan, window.column) is None:
+        raise ctx.sql.error(
+            window.node,
+            f"the window's time column {window.column!r} is not the event-time column of {rel.label} "
+            f"(its watermark is on {et.column!r})",
+        )
+
+
+def _time_source(plan: n.PlanNode, column: str) -> n.Watermark | None:
+    """The watermark whose column ``column`` of ``plan`` is, passed on unchanged; None if it is not one."""
+    if isinstance(plan, n.Watermark):
+        return plan if plan.column == column else None
+    if isinstance(plan, n.Filter):
+        return _time_source(plan.input, column)
+    if isinstance(plan, n.Union):
+        found = [_time_source(i, column) for i in plan.inputs]
+        return found[0] if all(f is not None for f in found) else None
+    if isinstance(plan, n.Project):
+        for e in plan.exprs:
+            inner = e.operand if isinstance(e, kx.Alias) else e
+            if kx.output_name(e) == column:
+                return _time_source(plan.input, inner.name) if isinstance(inner, Column) else None
+    return None
+
+
+def _emission(windowed: WindowedStream, ctx: Context) -> WindowedStream:
+    """Apply the ``window.*`` settings through the builder's emission methods."""
+    s = ctx.settings
+    if s.state_ttl_time is not None and s.state_ttl_ms is None:
+        raise PlanError("SET window.state_ttl_time needs SET window.state_ttl = INTERVAL ...")
+    options: list[tuple[str, Callable[[WindowedStream], WindowedStream]]] = []
+    if s.trigger is not None:
+        trigger = s.trigger
+        options.append(("window.trigger", lambda w: w.trigger(trigger)))
+    if s.allowed_lateness_ms is not None:
+        lateness = s.allowed_lateness_ms
+        options.append(("window.allowed_lateness", lambda w: w.allowed_lateness(lateness)))
+    if s.accumulation is not None:
+        mode = s.accumulation
+        options.append(("window.accumulation", lambda w: w.accumulation(mode)))
+    if s.state_ttl_ms is not None:
+        ttl = StateTtlConfig(
+            ttl_ms=s.state_ttl_ms, time="processing" if s.state_ttl_time == "processing" else "event"
+        )
+        options.append(("window.state_ttl", lambda w: w.with_state_ttl(ttl)))
+    for key, apply in options:
+        try:
+            windowed = apply(windowed)
+        except PlanError as exc:
+            raise PlanError(f"SET {key}: {exc}") from None
+    return windowed
+
+
+def _having(
+    node: exp.Expression,
+    out: Stream,
+    outputs: list[_Output],
+    aggs: list[AggExpr],
+    window: WindowCall,
+    ctx: Context,
+    resolve_input: Resolver,
+) -> Stream:
+    """``HAVING``: a filter on the window results, before the SELECT list renames or drops columns."""
+
+    def resolve(column: exp.Column) -> str:
+        name = str(column.name)
+        for o in outputs:
+            if o.name.lower() == name.lower():
+                return o.source
+        same = [c for c in out.columns if c.lower() == name.lower()]
+        if len(same) == 1:
+            return same[0]
+        shown = ", ".join(o.name for o in outputs)
+        raise ctx.sql.error(column, f"HAVING can use the columns of the result ({shown}) and its aggregates")
+
+    def special(x: exp.Expression) -> ExprNode | None:
+        if helper_of(x):
+            call = _call(x, ctx, resolve_input)
+            if call.window != window.window:
+                raise ctx.sql.error(x, "this window helper's arguments differ from GROUP BY's")
+            return Column(call.output)
+        if is_aggregate(x):
+            func, column = aggregate(x, ctx.sql, resolve_input)
+            for agg in aggs:
+                if (agg.call.func, agg.call.column) == (func, column):
+                    return Column(agg.name)
+            raise ctx.sql.error(x, "HAVING can use the aggregates of the SELECT list; add this one there")
+        return None
+
+    predicate = scalar(node, ctx.sql, resolve, special, "HAVING")
+    with _at(ctx, node, "HAVING: "):
+        return out.filter(Expr(predicate))

@@ -1,0 +1,144 @@
+"""The SQL text of one ``session.sql()`` call: its statements and where things are in it.
+
+sqlglot tokenizes the whole text once; the statements are the runs of
+tokens between semicolons, each parsed on its own, so every statement keeps
+its exact source text (shown by ``explain()``) and every node keeps its
+offset in the whole text. Errors name the construct and its place as
+``line L, column C`` (1-based, the construct's first character).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import attrs
+
+from krishiv_py.errors import PlanError
+
+if TYPE_CHECKING:
+    from sqlglot import exp
+    from sqlglot.tokenizer_core import Token
+
+__all__ = ["DIALECT", "SqlText", "Statement"]
+
+#: The dialect sqlglot reads: Spark SQL, the words (and back-quoted names) Spark users write.
+DIALECT = "spark"
+
+
+@attrs.frozen
+class Statement:
+    """One parsed statement and its text, exactly as written."""
+
+    node: exp.Expression
+    text: str
+
+
+@attrs.frozen(eq=False)
+class SqlText:
+    """The text given to ``sql()``, tokenized; makes :class:`PlanError` s that say where."""
+
+    text: str
+    tokens: tuple[Token, ...]
+
+    @classmethod
+    def tokenize(cls, text: str) -> SqlText:
+        from sqlglot.dialects.dialect import Dialect
+        from sqlglot.errors import TokenError
+
+        if not isinstance(text, str):
+            raise PlanError(f"sql() takes the SQL text as a str, got {type(text).__name__}")
+        try:
+            tokens = Dialect.get_or_raise(DIALECT).tokenize(text)
+        except TokenError as exc:
+            detail = exc.__context__ or exc  # sqlglot's Python tokenizer puts the position there
+            raise PlanError(f"SQL syntax error: {detail}") from None
+        return cls(text, tuple(tokens))
+
+    def statements(self) -> list[Statement]:
+        """The statements, in order (empty ones between two semicolons left out)."""
+        chunks: list[list[Token]] = [[]]
+        for token in self.tokens:
+            if token.token_type.name == "SEMICOLON":
+                chunks.append([])
+            else:
+                chunks[-1].append(token)
+        return [self._parse(chunk) for chunk in chunks if chunk]
+
+    def _parse(self, tokens: list[Token]) -> Statement:
+        from sqlglot.dialects.dialect import Dialect
+        from sqlglot.errors import ParseError
+
+        try:
+            nodes = Dialect.get_or_raise(DIALECT).parser().parse(tokens, self.text)
+        except ParseError as exc:
+            first = exc.errors[0] if exc.errors else {}
+            where = f" at line {first['line']}, column {first['col']}" if "line" in first else ""
+            reason = str(first.get("description") or str(exc).splitlines()[0])
+            if reason.startswith("Required keyword"):  # e.g. "... missing for <class '...Where'>"
+                clause = reason.rsplit(".", 1)[-1].strip("'>")
+                reason = f"{clause.upper()} is incomplete"
+            raise PlanError(f"SQL syntax error{where}: {reason}") from None
+        from sqlglot import exp
+
+        node = nodes[0]
+        assert isinstance(node, exp.Expression)
+        return Statement(node, self.text[tokens[0].start : tokens[-1].end + 1])
+
+    # --- positions ----------------------------------------------------------------
+
+    def offset(self, node: exp.Expression) -> int | None:
+        """Where ``node`` starts in the text: its first token that sqlglot located.
+
+        A construct that starts with a keyword sqlglot does not locate
+        (``INTERVAL '5' SECOND``, a ``SELECT``, a clause) starts at that keyword.
+        """
+        from sqlglot import exp
+
+        first = self._first(node)
+        leading = {
+            exp.Interval: "INTERVAL",
+            exp.Select: "SELECT",
+            exp.Group: "GROUP_BY",
+            exp.Having: "HAVING",
+            exp.Where: "WHERE",
+        }
+        kind = leading.get(type(node))
+        return first if kind is None else self.keyword(kind, before=first)
+
+    def _first(self, node: exp.Expression) -> int | None:
+        starts = [x.meta["start"] for x in node.walk() if "start" in x.meta]
+        return min(starts) if starts else None
+
+    def keyword(
+        self, kind: str, near: exp.Expression | None = None, *, before: int | None = None
+    ) -> int | None:
+        """Where the keyword ``kind`` is: the last one before ``near``, or the first in the text.
+
+        ``kind`` is a sqlglot token type name, such as ``"ORDER_BY"``.
+        """
+        if near is not None:
+            before = self._first(near)
+        found = [t.start for t in self.tokens if t.token_type.name == kind]
+        if before is not None:
+            found = [s for s in found if s < before] or found
+            return found[-1] if found else None
+        return found[0] if found else None
+
+    def where(self, offset: int | None) -> str:
+        """``"line L, column C"`` of ``offset``."""
+        if offset is None:
+            return "unknown position"
+        line = self.text.count("\n", 0, offset) + 1
+        column = offset - (self.text.rfind("\n", 0, offset) + 1) + 1
+        return f"line {line}, column {column}"
+
+    def error(self, node: exp.Expression | None, message: str, *, at: int | None = None) -> PlanError:
+        """A :class:`PlanError`: ``message``, then the construct's text and position."""
+        offset = at if at is not None else (self.offset(node) if node is not None else None)
+        shown = f" `{_snippet(node)}`" if node is not None else ""
+        return PlanError(f"{message} ({self.where(offset)}{':' if shown else ''}{shown})")
+
+
+def _snippet(node: exp.Expression, limit: int = 60) -> str:
+    text = " ".join(node.sql(dialect=DIALECT).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
