@@ -174,6 +174,7 @@ def test_every_aggregate_with_default_names_and_aliases() -> None:
     )
     same_plan(text, twin)
     assert sql(text).columns[2:5] == ("count", "count_amount", "count_distinct_region")
+    assert sql(text.replace("COUNT(*)", "COUNT(1)")).plan == twin.plan
 
 
 def test_where_filters_before_the_window() -> None:
@@ -649,6 +650,9 @@ class Query:
     items: tuple[tuple[str, Any, str | None], ...]
     predicate: int | None
     lag_ms: int | None
+    #: SET window.allowed_lateness and window.accumulation (None: not set).
+    lateness_ms: int | None
+    accumulation: str | None
     style: int
 
     def helper(self, part: str) -> str:
@@ -666,8 +670,12 @@ class Query:
             select.append(text + (f" AS {alias}" if alias else ""))
         group = [*self.group_keys, self.helper("start" if self.style % 2 else "end")]
         where = f" WHERE {PREDICATES[self.predicate][0]}" if self.predicate is not None else ""
-        lag = f"SET watermark.lag = {interval(self.lag_ms, self.style)};\n" if self.lag_ms else ""
-        return f"{lag}SELECT {', '.join(select)}\nFROM events{where}\nGROUP BY {', '.join(group)}"
+        sets = [f"SET watermark.lag = {interval(self.lag_ms, self.style)};\n"] if self.lag_ms else []
+        if self.lateness_ms is not None:
+            sets.append(f"SET window.allowed_lateness = {interval(self.lateness_ms, self.style)};\n")
+        if self.accumulation is not None:
+            sets.append(f"SET window.accumulation = '{self.accumulation}';\n")
+        return f"{''.join(sets)}SELECT {', '.join(select)}\nFROM events{where}\nGROUP BY {', '.join(group)}"
 
     def to_builder(self) -> Stream:
         s = timed(self.lag_ms or 0)
@@ -682,6 +690,10 @@ class Query:
             "hop": lambda: base.sliding_window(d[1], d[0]),
             "session": lambda: base.session_window(d[0]),
         }[self.kind]()
+        if self.lateness_ms is not None:
+            windowed = windowed.allowed_lateness(self.lateness_ms)
+        if self.accumulation is not None:
+            windowed = windowed.accumulation(cast(Any, self.accumulation))
         aggs = []
         outputs = []
         for what, value, alias in self.items:
@@ -695,9 +707,10 @@ class Query:
                 source = value if what == "key" else f"window_{value}"
                 outputs.append((alias or source, source))
         out = windowed.agg(*aggs)
-        if outputs == [(c, c) for c in out.columns]:
+        if outputs == [(c, c) for c in out.columns if c != "kind"]:
             return out
-        return out.select(*(kp.col(src) if name == src else kp.col(src).alias(name) for name, src in outputs))
+        shown_columns = [kp.col(src) if name == src else kp.col(src).alias(name) for name, src in outputs]
+        return out.select(*shown_columns, *(["kind"] if "kind" in out.columns else []))
 
 
 def _agg_sql(func: str, column: str | None) -> str:
@@ -729,7 +742,19 @@ def queries(draw: st.DrawFn) -> Query:
     ]
     predicate = draw(st.none() | st.integers(0, len(PREDICATES) - 1))
     lag = draw(st.none() | st.sampled_from([500, 1_000, 5_000]))
-    return Query(kind, durations, group_keys, tuple(items), predicate, lag, draw(st.integers(0, 5)))
+    lateness = draw(st.none() | st.sampled_from([0, 1_000, 60_000]))
+    accumulation = draw(st.none() | st.sampled_from(["accumulating", "discarding", "retracting"]))
+    return Query(
+        kind,
+        durations,
+        group_keys,
+        tuple(items),
+        predicate,
+        lag,
+        lateness,
+        accumulation,
+        draw(st.integers(0, 5)),
+    )
 
 
 ROWS_SCHEMA = "user_id string, event_time timestamp, amount double, region string, ts_ms bigint"

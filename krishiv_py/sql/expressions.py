@@ -20,7 +20,7 @@ SQL                                builder
 =================================  ==========================================
 
 Column names match exactly, or else ignoring case when that names one
-column. Aggregates: ``COUNT(*)``, ``COUNT(x)``, ``COUNT(DISTINCT x)``,
+column. Aggregates: ``COUNT(*)`` (also ``COUNT(1)``), ``COUNT(x)``, ``COUNT(DISTINCT x)``,
 ``SUM``, ``AVG``, ``MIN``, ``MAX``, ``FIRST`` and ``LAST`` (the builder's
 ``first``/``last``: the value of the earliest/latest row by event time), each
 over one column.
@@ -200,6 +200,8 @@ def aggregate(node: exp.Expression, sql: SqlText, resolve: Resolver) -> tuple[Ag
         if func != "count" or len(arg.expressions) != 1:
             raise sql.error(node, "DISTINCT is supported as COUNT(DISTINCT column), over one column")
         func, arg = "count_distinct", arg.expressions[0]
+    if func == "count" and isinstance(arg, exp.Literal | exp.Boolean):
+        arg = exp.Star()  # COUNT(1) counts rows, as COUNT(*) does
     if isinstance(arg, exp.Star):
         if func != "count":
             raise sql.error(node, f"{func.upper()}(*) is not defined; COUNT(*) counts rows")
