@@ -809,9 +809,9 @@ def _rebase(stream: Stream, source: Stream) -> Stream:
 
 def test_the_seed_example_on_a_memory_stream_streaming_and_collected(session: kp.Session) -> None:
     rows = seed_rows(5, 30, 61, 20, 90, 130)
-    _, sender = session.memory_stream(SEED_DDL, name="events")
+    source, sender = session.memory_stream(SEED_DDL, name="events")
     stream = session.sql(SEED)
-    assert stream is not None and not stream.is_bounded
+    assert stream is not None and stream.plan == seed_builder(source).plan
     job = stream.start()
     try:
         sender.send(rows)
@@ -832,9 +832,10 @@ def test_the_seed_example_on_a_parquet_source_bounded_and_streaming(
     bounded = session.sql(SEED)
     assert bounded is not None and bounded.plan == seed_builder(files).plan
     assert_same_rows(bounded.collect(), run_reference_bounded(SEED_DDL, seed_builder, rows))
-    session.read_parquet(str(tmp_path), name="events", streaming=True)
+    directory = session.read_parquet(str(tmp_path), name="events", streaming=True)
     streaming = session.sql(SEED)
-    assert streaming is not None and not streaming.is_bounded
+    assert streaming is not None and streaming.plan == seed_builder(directory).plan
+    assert not streaming.is_bounded
     job = streaming.start()
     try:
         job.process_all_available()
