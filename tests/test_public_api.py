@@ -188,7 +188,6 @@ SPEC_SURFACE: list[tuple[str, str]] = [
         )
     ],
 ]
-NOT_YET: list[tuple[str, str]] = []
 
 
 def _owner(name: str) -> object:
@@ -198,12 +197,6 @@ def _owner(name: str) -> object:
 @pytest.mark.parametrize(("owner", "attr"), SPEC_SURFACE, ids=[f"{o}.{a}" for o, a in SPEC_SURFACE])
 def test_spec_surface_exists(owner: str, attr: str) -> None:
     assert hasattr(_owner(owner), attr), f"SPEC section 2 promises {owner}.{attr}"
-
-
-@pytest.mark.xfail(strict=True, reason="built in a later release")
-@pytest.mark.parametrize(("owner", "attr"), NOT_YET, ids=[f"{o}.{a}" for o, a in NOT_YET])
-def test_spec_surface_not_built_yet(owner: str, attr: str) -> None:
-    assert hasattr(_owner(owner), attr)
 
 
 def test_job_metrics_has_the_spec_fields() -> None:
