@@ -96,6 +96,17 @@ def durability_bench(session: nox.Session) -> None:
     session.run("python", "-m", "benchmarks.durability", *session.posargs)
 
 
+@nox.session(python=PYTHON)
+def cluster_bench(session: nox.Session) -> None:
+    """Local Spark vs a standalone cluster on this machine: the tumbling query's events/s and the ratio.
+
+    ``-- --quick`` for small inputs; ``-- --runner krishiv-native --runner pyspark-streaming`` adds
+    the hand-written baseline; ``-- --help`` for the rest.
+    """
+    session.install("-e", ".[bench]")
+    session.run("python", "-m", "benchmarks.cluster", *session.posargs)
+
+
 def _flink_env(session: nox.Session) -> str | None:
     import pathlib
     import subprocess

@@ -5,7 +5,10 @@ query with every runner, each runner in a process of its own (so its peak
 memory is its own), and writes ``latest.json``, ``latest.md`` and
 ``latest.png`` to ``benchmarks/results/`` (or ``--out-dir``). Also measures
 ``Session.embedded()`` start-up, send-to-result latency and scaling with the
-number of keys (``--keys`` to choose the key counts). See docs/performance.md.
+number of keys (``--keys`` to choose the key counts). ``--master
+spark://host:port`` runs the Spark runners' queries on a standalone cluster
+(``Session.connect``) instead of ``local[*]``; start-up and latency stay
+local. See docs/performance.md.
 """
 
 from __future__ import annotations
@@ -69,6 +72,11 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--no-startup", action="store_true", help="skip the start-up measurement")
     p.add_argument("--no-latency", action="store_true", help="skip the latency measurement")
+    p.add_argument(
+        "--master",
+        help="run the Spark runners (throughput and scaling) on this standalone cluster, spark://host:port, "
+        "instead of local[*]; its executors must see the dataset directory at the same path",
+    )
     p.add_argument("--flink-python", help="a Python interpreter with the 'flink' extra installed")
     p.add_argument("--out-dir", default=str(Path(__file__).parent / "results"))
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per runner process")
@@ -114,6 +122,7 @@ def _runner_cmd(
     flink: str | None = None,
     warmup: bool = True,
     interleave: bool = False,
+    master: str | None = None,
 ) -> list[str]:
     common = [*(x for q in queries for x in ("--query", q))]
     common += ["--clickstream", ds["clickstream"], "--nexmark", ds["nexmark"], "--repeat", str(repeat)]
@@ -134,6 +143,7 @@ def _runner_cmd(
         "benchmarks.spark_runner",
         *(x for r in runners for x in ("--runner", r)),
         *common,
+        *(["--master", master] if master else []),
     ]
 
 
@@ -163,7 +173,14 @@ def _throughput(a: argparse.Namespace, ds: dict[str, str]) -> list[dict[str, Any
             return
         once = default or runners == [MODEL]  # slow, and not a target: one run, no warm-up
         cmd = _runner_cmd(
-            runners, queries, ds, 1 if once else a.repeat, flink, warmup=not once, interleave=interleave
+            runners,
+            queries,
+            ds,
+            1 if once else a.repeat,
+            flink,
+            warmup=not once,
+            interleave=interleave,
+            master=a.master,
         )
         with timed(f"{', '.join(runners)}: {', '.join(queries)}"):
             out: RunOutput = run_process(cmd, timeout_s=a.timeout)
@@ -272,7 +289,7 @@ def _scaling(a: argparse.Namespace, nexmark: str, keys: tuple[int, ...]) -> list
         paths = {"clickstream": str(ds.root), "nexmark": nexmark}
         groups = [[r] for r in runners] if a.isolate and not a.interleave else [runners]
         for group in groups:
-            cmd = _runner_cmd(group, ["tumbling"], paths, a.repeat, interleave=a.interleave)
+            cmd = _runner_cmd(group, ["tumbling"], paths, a.repeat, interleave=a.interleave, master=a.master)
             with timed(f"scaling {k} keys: {', '.join(group)}"):
                 out = run_process(cmd, timeout_s=a.timeout)
             for runner in group:
@@ -307,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         "files": a.files,
         "repeat": a.repeat,
         "isolated_processes": a.isolate,
+        "master": a.master or "local[*]",
         "datasets": {k: Path(v).name for k, v in ds.items()},
     }
     paths = report.write(records, meta, Path(a.out_dir))

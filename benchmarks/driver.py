@@ -27,6 +27,8 @@ class RunOutput:
     """What one runner process reported, with the peak memory of each query phase."""
 
     results: list[dict[str, Any]] = field(default_factory=list)
+    #: The ``detail`` lines, in the order reported.
+    details: list[dict[str, Any]] = field(default_factory=list)
     peak_rss_mb: dict[str, float] = field(default_factory=dict)
     process_peak_rss_mb: float = 0.0
     returncode: int = 0
@@ -106,6 +108,8 @@ def run_process(cmd: Sequence[str], *, timeout_s: float, env: dict[str, str] | N
                     phase[0] = None
                 elif kind == "result":
                     out.results.append(json.loads(payload))
+                elif kind == "detail":
+                    out.details.append(json.loads(payload))
         out.returncode = proc.wait()
     finally:
         killer.cancel()

@@ -10,7 +10,9 @@ A runner is a separate process (so its peak memory is its own) started as
   ``--no-warmup``), ``rows`` and
   ``digest`` (:func:`benchmarks.digest.digest` of the last run's result), or
   ``status`` ``"skipped"``/``"failed"`` with a ``reason``,
-* ``@@BENCH end <runner> <query>``.
+* ``@@BENCH end <runner> <query>``,
+* optionally ``@@BENCH detail {json}``: anything else a runner measured (the
+  Spark runner's ``--phases``: where each run's time went), collected as is.
 
 The driver samples the process tree's resident memory between ``start`` and
 ``end``. Anything else on stdout or stderr is kept for diagnostics only.
@@ -40,6 +42,11 @@ T = TypeVar("T")
 def emit(kind: str, payload: str) -> None:
     sys.stdout.write(f"{PREFIX}{kind} {payload}\n")
     sys.stdout.flush()
+
+
+def detail(payload: Mapping[str, Any]) -> None:
+    """Report ``payload`` (JSON-serialisable) as a ``detail`` line for the driver to keep."""
+    emit("detail", json.dumps(payload))
 
 
 def parser(prog: str) -> argparse.ArgumentParser:

@@ -240,6 +240,14 @@ def markdown(records: list[dict[str, Any]], meta: Mapping[str, Any]) -> str:
         f"Inputs: {meta['events']:,} events per dataset in {meta['files']} files "
         f"({', '.join(meta['datasets'].values())}); {meta['repeat']} timed run(s) after one warm-up, "
         f"median reported; {processes}.",
+        *(
+            [
+                f"Spark runners on the cluster {meta['master']} (their peak RSS is the driver's process "
+                "tree only, without the executors)."
+            ]
+            if meta.get("master", "local[*]") != "local[*]"
+            else []
+        ),
         "",
         "## Throughput",
         "",

@@ -29,6 +29,16 @@ runs each query with each runner (see :mod:`benchmarks.protocol`). Runners:
 Every runner reads the same Parquet files, streaming ones one file per
 micro-batch, and materialises its full result as an Arrow table inside the
 timing.
+
+``--master spark://host:port`` runs the krishiv runners and the hand-written
+ones that share their session on a standalone cluster, through
+``kp.Session.connect(master)`` instead of ``kp.Session.embedded()`` (this
+process is the driver; ``pyspark-default`` gets ``.master(master)``). The
+executors read the dataset's files by the paths given here, so on a cluster
+of several machines the dataset directories must be shared at the same path.
+``--phases`` also reports, for every run (warm-up included), where its time
+went: Spark's ``durationMs`` per phase summed over the run's micro-batches,
+and the task metrics of the Spark stages it submitted (see :class:`Phases`).
 """
 
 from __future__ import annotations
@@ -111,9 +121,16 @@ def hot_items_of_batches(parts: list[pa.Table]) -> pa.Table:
 
 
 def run_krishiv_streaming(
-    session: kp.Session, query: Query, path: str, lowering: StreamingLowering
+    session: kp.Session,
+    query: Query,
+    path: str,
+    lowering: StreamingLowering,
+    handles: list[Any] | None = None,
 ) -> pa.Table:
-    """``krishiv-native`` / ``krishiv-stateful``: the streaming query under the forced ``lowering``."""
+    """``krishiv-native`` / ``krishiv-stateful``: the streaming query under the forced ``lowering``.
+
+    The finished job is appended to ``handles`` when given (for :class:`Phases`).
+    """
     source = session.read_parquet(path, streaming=True, max_files_per_trigger=1)
     stream = krishiv_query(query, source)
     if query.name == "nexmark-q5":
@@ -123,14 +140,20 @@ def run_krishiv_streaming(
         )
         job.process_all_available()
         job.stop()
+        if handles is not None:
+            handles.append(job)
         return hot_items_of_batches(parts)
     job = stream.start(lowering=lowering)
     job.process_all_available()
     job.stop()
+    if handles is not None:
+        handles.append(job)
     return job.results()
 
 
-def run_krishiv_bounded(session: kp.Session, query: Query, path: str) -> pa.Table:
+def run_krishiv_bounded(
+    session: kp.Session, query: Query, path: str, handles: list[Any] | None = None
+) -> pa.Table:
     out = krishiv_query(query, session.read_parquet(path)).collect()
     return hot_items(out) if query.name == "nexmark-q5" else out
 
@@ -178,7 +201,10 @@ def pyspark_query(query: Query, df: Any) -> Any:
     )
 
 
-def run_pyspark_streaming(spark: Any, query: Query, path: str, ddl: str) -> pa.Table:
+def run_pyspark_streaming(
+    spark: Any, query: Query, path: str, ddl: str, handles: list[Any] | None = None
+) -> pa.Table:
+    """The hand-written streaming query; the finished query is appended to ``handles`` when given."""
     df = spark.readStream.schema(ddl).option("maxFilesPerTrigger", 1).parquet(path)
     writer = pyspark_query(query, df).writeStream.outputMode("append")
     writer = writer.option("checkpointLocation", tempfile.mkdtemp(prefix="krishiv-bench-"))
@@ -187,11 +213,15 @@ def run_pyspark_streaming(spark: Any, query: Query, path: str, ddl: str) -> pa.T
         q = writer.foreachBatch(lambda batch, _id: parts.append(hot_items(batch.toArrow()))).start()
         q.processAllAvailable()
         q.stop()
+        if handles is not None:
+            handles.append(q)
         return hot_items_of_batches(parts)
     name = f"bench_{uuid.uuid4().hex}"
     q = writer.format("memory").queryName(name).start()
     q.processAllAvailable()
     q.stop()
+    if handles is not None:
+        handles.append(q)
     out: pa.Table = spark.table(name).toArrow()
     spark.catalog.dropTempView(name)
     return out
@@ -204,9 +234,171 @@ def _empty_counts() -> pa.Table:
     ).empty_table()
 
 
-def run_pyspark_batch(spark: Any, query: Query, path: str, ddl: str) -> pa.Table:
+def run_pyspark_batch(
+    spark: Any, query: Query, path: str, ddl: str, handles: list[Any] | None = None
+) -> pa.Table:
     out: pa.Table = pyspark_query(query, spark.read.schema(ddl).parquet(path)).toArrow()
     return hot_items(out) if query.name == "nexmark-q5" else out
+
+
+# --- where the time goes (--phases) -------------------------------------------------------------------------
+
+# Spark's StreamingQueryProgress.durationMs keys, summed over a run's micro-batches.
+PROGRESS_PHASES = (
+    "triggerExecution",
+    "addBatch",
+    "queryPlanning",
+    "getBatch",
+    "latestOffset",
+    "walCommit",
+    "commitOffsets",
+)
+# Spark's per-stage task metrics (milliseconds unless named otherwise), summed over a run's stages.
+STAGE_METRICS = (
+    "numTasks",
+    "executorDeserializeTime",
+    "executorRunTime",
+    "executorCpuTime",  # nanoseconds
+    "jvmGcTime",
+    "resultSerializationTime",
+    "resultSize",  # bytes
+    "shuffleFetchWaitTime",
+    "shuffleWriteTime",  # nanoseconds
+)
+
+
+class Phases:
+    """Where each run's time went, read back from Spark after the timed runs.
+
+    :meth:`wrap` records each call's wall-clock window and the streaming
+    query it ran; :meth:`emit`, called once a query's runs are over (outside
+    every timing), reports one ``detail`` per run: ``durationMs`` per phase
+    summed over the query's micro-batches (``recentProgress``), and for the
+    Spark stages submitted within the run's window (the driver's status
+    store, which Spark keeps whether or not its UI runs): how many, their
+    wall time from submission to completion, the delay from submission to
+    the first task's launch, and their tasks' summed metrics
+    (:data:`STAGE_METRICS`). With ``--interleave`` the window of a run holds
+    only its own stages: runs do not overlap.
+    """
+
+    def __init__(self, session: kp.Session, master: str, session_start_s: float, *, warmup: bool) -> None:
+        self._spark = session.spark
+        self._master = master
+        self._warmup = warmup
+        self._runs: list[dict[str, Any]] = []
+        self._counts: dict[tuple[str, str], int] = {}
+        self.session_start_s = session_start_s
+
+    def wrap(self, runner: str, query: str, run: Callable[..., pa.Table]) -> Callable[[], pa.Table]:
+        """``run`` (taking ``handles=``), recording each call for :meth:`emit`."""
+
+        def call() -> pa.Table:
+            handles: list[Any] = []
+            index = self._counts.get((runner, query), 0)
+            self._counts[runner, query] = index + 1
+            t0 = time.time()
+            try:
+                return run(handles=handles)
+            finally:
+                self._runs.append(
+                    {
+                        "runner": runner,
+                        "query": query,
+                        "index": index,
+                        "t0": t0,
+                        "t1": time.time(),
+                        "h": handles,
+                    }
+                )
+
+        return call
+
+    def _store_json(self, what: str) -> Any:
+        """A list from Spark's status store as JSON (one call: serialised by Spark's Jackson)."""
+        sc = self._spark.sparkContext
+        jvm: Any = sc._jvm
+        store = sc._jsc.sc().statusStore()
+        mapper = jvm.com.fasterxml.jackson.databind.ObjectMapper()
+        mapper.registerModule(jvm.com.fasterxml.jackson.module.scala.DefaultScalaModule())
+        if what == "stages":
+            seq = store.stageList(None, False, False, getattr(store, "stageList$default$4")(), None)
+        elif what == "jobs":
+            seq = store.jobsList(None)
+        else:
+            seq = store.executorList(True)
+        return json.loads(mapper.writeValueAsString(seq))
+
+    def session_detail(self) -> dict[str, Any]:
+        """Fixed costs: the session's start, and when each executor joined after the application started."""
+        app_start_ms = int(self._spark.sparkContext.startTime)
+        executors = [
+            {
+                "id": e["id"],
+                "cores": e["totalCores"],
+                "max_memory_mb": round(e["maxMemory"] / 2**20),
+                "joined_after_s": round((e["addTime"] - app_start_ms) / 1000, 3),
+            }
+            for e in self._store_json("executors")
+        ]
+        return {
+            "kind": "session",
+            "master": self._master,
+            "session_start_s": round(self.session_start_s, 3),
+            "executors": executors,
+        }
+
+    def emit(self) -> None:
+        """Report the recorded runs (one ``detail`` each) and forget them."""
+        try:
+            stages, jobs = self._store_json("stages"), self._store_json("jobs")
+        except Exception as exc:  # noqa: BLE001 - a diagnostic: the measured runs stand without it
+            protocol.detail(
+                {"kind": "phases", "master": self._master, "error": f"{type(exc).__name__}: {exc}"}
+            )
+            stages, jobs = [], []
+        for run in self._runs:
+            lo, hi = run["t0"] * 1000, run["t1"] * 1000
+            mine = [s for s in stages if s.get("submissionTime") and lo <= s["submissionTime"] <= hi]
+            done = [s for s in mine if s.get("completionTime")]
+            own_jobs = [j for j in jobs if j.get("submissionTime") and lo <= j["submissionTime"] <= hi]
+            progress = [p for h in run["h"] for p in _progress_of(h)]
+            executed = [p for p in progress if "addBatch" in (p.get("durationMs") or {})]
+            protocol.detail(
+                {
+                    "kind": "phases",
+                    "master": self._master,
+                    "runner": run["runner"],
+                    "query": run["query"],
+                    "index": run["index"],
+                    "warmup": self._warmup and run["index"] == 0,
+                    "wall_s": round(run["t1"] - run["t0"], 3),
+                    "started_at": run["t0"],
+                    "ended_at": run["t1"],
+                    "micro_batches": len(executed),
+                    "duration_ms": {
+                        k: sum(int((p.get("durationMs") or {}).get(k) or 0) for p in executed)
+                        for k in PROGRESS_PHASES
+                    },
+                    "jobs": len(own_jobs),
+                    "stages": len(mine),
+                    "stage_wall_ms": sum(s["completionTime"] - s["submissionTime"] for s in done),
+                    "first_launch_delay_ms": sum(
+                        s["firstTaskLaunchedTime"] - s["submissionTime"]
+                        for s in done
+                        if s.get("firstTaskLaunchedTime")
+                    ),
+                    "tasks": {k: sum(int(s.get(k) or 0) for s in mine) for k in STAGE_METRICS},
+                }
+            )
+        self._runs.clear()
+
+
+def _progress_of(handle: Any) -> list[dict[str, Any]]:
+    """The progress reports of a finished krishiv job or Spark streaming query."""
+    if isinstance(handle, kp.Job):
+        return [p.raw for p in handle.progress()]
+    return [json.loads(p.json) for p in handle.recentProgress]
 
 
 # --- process entry ------------------------------------------------------------------------------------------
@@ -218,6 +410,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--interleave", action="store_true", help="interleave the runners' timed runs of each query"
     )
+    p.add_argument(
+        "--master",
+        help="a Spark standalone master (spark://host:port) to run on instead of local[*]; "
+        "its executors must see the dataset directories at the same paths",
+    )
+    p.add_argument(
+        "--phases",
+        action="store_true",
+        help="also report where each run's time went (Spark progress per phase, stage task metrics)",
+    )
     args = p.parse_args(argv)
     if args.interleave and "pyspark-default" in args.runner:
         p.error("pyspark-default cannot be interleaved (it needs a process of its own)")
@@ -226,7 +428,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.runner == ["pyspark-default"]:
         from pyspark.sql import SparkSession
 
-        spark = SparkSession.builder.appName("krishiv-bench-default").getOrCreate()
+        builder = SparkSession.builder.appName("krishiv-bench-default")
+        spark = (builder.master(args.master) if args.master else builder).getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
         for name in args.query:
             query = QUERIES[name]
@@ -242,7 +445,14 @@ def main(argv: list[str] | None = None) -> int:
             )
         spark.stop()
         return 0
-    with kp.Session.embedded(app_name="krishiv-bench") as session:
+    t = time.perf_counter()
+    if args.master:
+        session = kp.Session.connect(args.master, app_name="krishiv-bench")
+    else:
+        session = kp.Session.embedded(app_name="krishiv-bench")
+    start_s = time.perf_counter() - t
+    phases = Phases(session, args.master or "local[*]", start_s, warmup=args.warmup) if args.phases else None
+    with session:
         # Hand-written queries run tuned the way krishiv_py tunes Spark: the same
         # session settings, plus the single-watermark mode krishiv_py starts its
         # streaming queries with (see docs/lowering.md).
@@ -251,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
             query = QUERIES[name]
             info = protocol.table_info(query, args)
             path, ddl = info.files(), info.ddl
-            runs: dict[str, Callable[[], pa.Table]] = {
+            runs: dict[str, Callable[..., pa.Table]] = {
                 "krishiv-native": functools.partial(run_krishiv_streaming, session, query, path, "native"),
                 "krishiv-stateful": functools.partial(
                     run_krishiv_streaming, session, query, path, "stateful"
@@ -262,22 +472,26 @@ def main(argv: list[str] | None = None) -> int:
                 ),
                 "pyspark-batch": functools.partial(run_pyspark_batch, session.spark, query, path, ddl),
             }
+            chosen = {r: phases.wrap(r, name, runs[r]) if phases else runs[r] for r in args.runner}
             if args.interleave:
-                chosen = {r: runs[r] for r in args.runner}
                 protocol.measure_interleaved(
                     chosen, name, info.rows, rows_of(query.columns), args.repeat, warmup=args.warmup
                 )
-                continue
-            for runner in args.runner:
-                protocol.measure(
-                    runner,
-                    name,
-                    info.rows,
-                    runs[runner],
-                    rows_of(query.columns),
-                    args.repeat,
-                    warmup=args.warmup,
-                )
+            else:
+                for runner in args.runner:
+                    protocol.measure(
+                        runner,
+                        name,
+                        info.rows,
+                        chosen[runner],
+                        rows_of(query.columns),
+                        args.repeat,
+                        warmup=args.warmup,
+                    )
+            if phases is not None:
+                phases.emit()
+        if phases is not None:  # at the end: the executors have joined by now
+            protocol.detail(phases.session_detail())
     return 0
 
 
