@@ -133,27 +133,30 @@ def _role(cmd: list[str]) -> str | None:
     return None
 
 
-def _threads(pid: int, names: dict[int, str]) -> dict[int, tuple[str, int, int]]:
-    """Per thread of ``pid``: its name and nanoseconds on a CPU and waiting in the run queue for one.
+def _threads(pid: int) -> dict[tuple[int, int, int], tuple[str, int, int]]:
+    """The threads of ``pid``: ``(pid, tid, start time)`` -> (name, ns on a CPU, ns waiting for one).
 
-    From Linux's ``/proc/<pid>/task/<tid>/schedstat``; ``names`` caches thread names by id.
+    From Linux's ``/proc/<pid>/task/<tid>/stat`` (name, start time: thread
+    ids are reused) and ``schedstat`` (time on a CPU, time runnable in the
+    run queue).
     """
     out = {}
     with contextlib.suppress(OSError):
         for entry in os.listdir(f"/proc/{pid}/task"):
-            tid = int(entry)
             with contextlib.suppress(OSError, ValueError, IndexError):
-                if tid not in names:
-                    with open(f"/proc/{pid}/task/{tid}/comm") as f:
-                        names[tid] = _THREAD_NUMBER.sub("", f.read().strip())
-                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                    fields = f.read().split()
-                out[tid] = (names[tid], int(fields[0]), int(fields[1]))
+                with open(f"/proc/{pid}/task/{entry}/stat") as f:
+                    stat = f.read()
+                with open(f"/proc/{pid}/task/{entry}/schedstat") as f:
+                    on_cpu, waiting = f.read().split()[:2]
+                name = _THREAD_NUMBER.sub("", stat[stat.index("(") + 1 : stat.rindex(")")])
+                started = int(stat[stat.rindex(")") + 2 :].split()[19])
+                out[pid, int(entry), started] = (name, int(on_cpu), int(waiting))
     return out
 
 
 _THREAD_NUMBER = re.compile(r"([#\-\s]*\d+)+$")  # "GC Thread#1" -> "GC Thread"
-Threads = dict[int, tuple[str, str, int, int]]  # thread id -> (role, thread name, ns on CPU, ns waiting)
+# (pid, thread id, thread start time) -> (role, thread name, ns on a CPU, ns waiting for one)
+Threads = dict[tuple[int, int, int], tuple[str, str, int, int]]
 
 
 class ProcessWatch:
@@ -172,12 +175,11 @@ class ProcessWatch:
 
     def __init__(self) -> None:
         self.samples: list[tuple[float, Threads]] = []
-        self.executor_flags: dict[int, list[str]] = {}
+        self.executor_flags: dict[str, list[str]] = {}  # by application id
         self.python_under_worker: dict[int, str] = {}
         #: CPU seconds the sampling thread used (its cost on the machine, in both modes).
         self.sampling_cpu_s = 0.0
         self._procs: dict[int, str] = {}  # pid -> role
-        self._names: dict[int, str] = {}
         self._stop = threading.Event()
 
     def _lookup(self) -> None:
@@ -195,8 +197,8 @@ class ProcessWatch:
             if role is None:
                 continue
             roles[proc.pid] = role
-            if role == "executor":
-                self.executor_flags[proc.pid] = [c for c in cmd if c.startswith("-X")]
+            if role == "executor" and "--app-id" in cmd[:-1]:  # (a child forked by it shows its command too)
+                self.executor_flags[cmd[cmd.index("--app-id") + 1]] = [c for c in cmd if c.startswith("-X")]
         for pid, role in roles.items():
             if role == "python-worker":
                 with contextlib.suppress(psutil.Error):
@@ -209,8 +211,8 @@ class ProcessWatch:
             self._lookup()
         now: Threads = {}
         for pid, role in self._procs.items():
-            for tid, (name, on_cpu, waiting) in _threads(pid, self._names).items():
-                now[tid] = (role, name, on_cpu, waiting)
+            for key, (name, on_cpu, waiting) in _threads(pid).items():
+                now[key] = (role, name, on_cpu, waiting)
         self.samples.append((time.time(), now))
 
     @contextlib.contextmanager
@@ -244,11 +246,11 @@ class ProcessWatch:
         first: Threads = {}
         last: Threads = {}
         for _, threads in inside:
-            for tid, value in threads.items():
-                first.setdefault(tid, value)
-                last[tid] = value
-        for tid, (role, name, on_cpu, waiting) in last.items():
-            _, _, on0, wait0 = first[tid]
+            for key, value in threads.items():
+                first.setdefault(key, value)
+                last[key] = value
+        for key, (role, name, on_cpu, waiting) in last.items():
+            _, _, on0, wait0 = first[key]
             acc = out.setdefault(role, {"cpu_s": 0.0, "waiting_s": 0.0, "threads": {}})
             acc["cpu_s"] += (on_cpu - on0) / 1e9
             acc["waiting_s"] += (waiting - wait0) / 1e9
