@@ -194,7 +194,20 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``python -m benchmarks --quick`` end to end, once for the tests below; its output directory."""
     out = tmp_path_factory.mktemp("bench")
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--quick", "--out-dir", str(out)],
+        # Smaller than a quick run's default inputs: this checks the suite runs end to end and
+        # writes well-formed, reference-checked results; nothing here is a measurement.
+        [
+            sys.executable,
+            "-m",
+            "benchmarks",
+            "--quick",
+            "--events",
+            "20000",
+            "--files",
+            "3",
+            "--out-dir",
+            str(out),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
