@@ -202,7 +202,12 @@ class Session:
         standalone = parse_master_url(master)
         if standalone is not None:
             check_reachable(*standalone, "Spark master")
-        conf = {k: v for k, v in local_conf(os.cpu_count() or 2).items() if not k.startswith("spark.driver.")}
+        # This process is the driver: keep its JVM options (UTC, quiet logging), not its sizing.
+        conf = {
+            k: v
+            for k, v in local_conf(os.cpu_count() or 2).items()
+            if not k.startswith("spark.driver.") or k == "spark.driver.extraJavaOptions"
+        }
         if not master.startswith("local"):
             conf.pop("spark.sql.shuffle.partitions")
             conf.pop("spark.default.parallelism")
