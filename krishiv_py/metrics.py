@@ -29,6 +29,13 @@ _HELP = {
     "watermark_advances": ("counter", "Times the overall watermark advanced."),
     "state_windows": ("gauge", "Windows held in state (open, or retained for late events)."),
     "state_bytes": ("gauge", "Bytes of window state held by the stateful operator."),
+    "arithmetic_errors": (
+        "counter",
+        "Values that became null because arithmetic had no defined result "
+        "(integer overflow, division or remainder by zero, a value a cast cannot convert).",
+    ),
+    "quarantined_batches": ("counter", "Micro-batches set aside to the quarantine directory."),
+    "quarantined_rows": ("counter", "Rows set aside to the quarantine directory."),
 }
 
 
@@ -54,6 +61,13 @@ class JobMetrics:
     watermark_advances: int
     state_windows: int | None = None
     state_bytes: int | None = None
+    #: Values that became null because arithmetic had no defined result
+    #: (docs/expressions.md "When arithmetic has no result").
+    arithmetic_errors: int | None = None
+    #: Micro-batches whose rows were set aside to the job's quarantine directory.
+    quarantined_batches: int | None = None
+    #: Rows set aside to the quarantine directory.
+    quarantined_rows: int | None = None
     #: Each source's own watermark (without idle markers), by stream name.
     source_watermarks: Mapping[str, int] = attrs.field(factory=dict, hash=False)
     #: The sources idle now (left out of the overall watermark).
