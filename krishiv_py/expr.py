@@ -117,7 +117,9 @@ class Expr:
 
     def _bin(self, op: str, other: object, *, swap: bool = False) -> Expr:
         left, right = (_wrap(other), self.node) if swap else (self.node, _wrap(other))
-        return Expr(BinaryOp(op, left, right))
+        node = BinaryOp(op, left, right)
+        _check_divisor(node)
+        return Expr(node)
 
     def __add__(self, other: object) -> Expr:
         return self._bin("+", other)
@@ -187,12 +189,12 @@ class Expr:
     def cast(self, dtype: str, *, safe: bool = False) -> Expr:
         """Convert to ``dtype`` (a Spark type name: ``"timestamp"``, ``"bigint"``, ...).
 
-        A strict cast fails the job on a value it cannot convert (Spark's
-        ANSI mode, e.g. ``CAST_INVALID_INPUT`` for ``'garbage'`` as a
-        timestamp). With ``safe=True`` — or :meth:`try_cast` — such a value
-        becomes null instead; a null event time is then counted as an
-        invalid event (``metrics().invalid_events``) and handed to the
-        late-event handler, and the job goes on.
+        A value the cast cannot convert (``'garbage'`` as a timestamp, 300 as
+        a tinyint) becomes null and is counted in
+        ``metrics().arithmetic_errors``; the job goes on. A null event time
+        is then also counted as an invalid event and handed to the
+        late-event handler. ``safe=True`` and :meth:`try_cast` give the same
+        result and say in the plan that nulls are expected.
         """
         try:
             target = DataType.parse(dtype)
@@ -348,12 +350,26 @@ def _binary_type(node: BinaryOp, schema: Schema) -> DataType:
         return DataType("boolean")
     for side in (left, right):
         _require_numeric(side, node)
+    _check_divisor(node)
     if node.op == "/":
         return DataType("double")
     order = ["void", "tinyint", "smallint", "int", "bigint", "float", "double"]
     if left.is_decimal or right.is_decimal:
         return DataType("double")
     return left if order.index(left.name) >= order.index(right.name) else right
+
+
+def _check_divisor(node: BinaryOp) -> None:
+    """A literal zero divisor has no result on any row: refuse it when the plan is built."""
+    divisor = node.right
+    if node.op in ("/", "%") and isinstance(divisor, Literal):
+        value = divisor.value
+        if isinstance(value, int | float) and not isinstance(value, bool) and value == 0:
+            what = "division" if node.op == "/" else "remainder"
+            raise PlanError(
+                f"{render(node)}: {what} by the constant {value!r} has no value on any row; "
+                "divide by a non-zero constant or a column"
+            )
 
 
 def _comparable(left: DataType, right: DataType) -> bool:

@@ -72,8 +72,8 @@ def test_a_failing_job_cell_shows_krishivs_error_and_nothing_else(tmp_path: Path
     assert [out.ename for _, out in errors] == ["JobError", "JobStoppedError"]
     failing = notebook.cells[errors[0][0]]
     assert len(failing.outputs) == 1  # the error and nothing else
-    assert "CAST_INVALID_INPUT" in errors[0][1].evalue
+    assert "warehouse unreachable" in errors[0][1].evalue
     html = "\n".join(
         out.data["text/html"] for _, out in outputs(notebook) if "text/html" in out.get("data", {})
     )
-    assert "failed" in html and "invalid_events" in html
+    assert "failed" in html and "invalid_events" in html and "arithmetic_errors" in html

@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import krishiv_py as kp
@@ -117,15 +119,19 @@ def test_a_stateful_job_over_connect_routes_results_metrics_and_late_rows_here(r
         job.stop()
 
 
-def test_bounded_runs_explain_and_errors_over_connect(remote: kp.Session) -> None:
+def test_bounded_runs_explain_and_errors_over_connect(remote: kp.Session, tmp_path: Path) -> None:
     records = remote.from_records([{"k": "a", "t": 1, "v": 4}, {"k": "a", "t": 12, "v": 0}], SCHEMA)
     counts = records.watermark("t", 0).tumbling_window(10).agg(kp.sum(kp.col("v")).alias("s"))
     assert [r["s"] for r in counts.collect().to_pylist()] == [4, 0]
     text = counts.explain(show=False)
     assert "== Lowering: bounded ==" in text and "== Spark plan ==" in text
-    broken = records.select(kp.col("k"), (kp.lit(1) / kp.col("v")).alias("inv"))
-    with pytest.raises(JobError, match="DIVIDE_BY_ZERO"):
-        broken.collect()
+    inverse = records.select(kp.col("k"), (kp.lit(1) / kp.col("v")).alias("inv")).start()
+    assert [r["inv"] for r in inverse.results().to_pylist()] == [0.25, None]
+    assert inverse.metrics().arithmetic_errors == 1  # Connect's observed metrics, read by name
+    pq.write_table(pa.table({"k": ["a"]}), tmp_path / "good.parquet")
+    (tmp_path / "torn.parquet").write_bytes(b"PAR1 not a parquet file")
+    with pytest.raises(JobError, match=r"torn\.parquet"):
+        remote.read_parquet(str(tmp_path), "k string").collect()
     stream, _ = remote.memory_stream(SCHEMA)
     with pytest.raises(JobError, match="ConsoleSink prints from Spark's driver"):
         stream.watermark("t", 0).tumbling_window(10).agg(kp.count(kp.col("*"))).start(kp.ConsoleSink())

@@ -4,17 +4,47 @@ The lowering keeps expressions as SQL text so a recipe can be printed,
 snapshot-tested and applied with ``selectExpr``/``expr`` without a JVM at
 planning time. Identifiers are always back-quoted and literals rendered in
 a form Spark parses back to the same value and type.
+
+Arithmetic never fails a job (docs/expressions.md, "When arithmetic has no
+result"): ``+ - *`` and negation become Spark's ``try_add``,
+``try_subtract``, ``try_multiply``; ``/`` and ``%`` become ``try_divide`` and
+``try_mod``; every cast is a ``TRY_CAST``. Each gives null where Spark's ANSI
+mode would raise (an overflow, a zero divisor, a value the cast cannot
+convert). :func:`failure_checks` gives, per such operation, a condition that
+is true exactly when it produced a null from non-null operands; the lowering
+counts them (``JobMetrics.arithmetic_errors``).
+
+Examples
+--------
+>>> from krishiv_py.expr import col, lit
+>>> to_sql((col("a") + 1).node)
+'try_add(`a`, 1)'
+>>> failure_checks((col("a") / col("b")).node, None)
+['(`a` IS NOT NULL AND `b` IS NOT NULL AND try_divide(CAST(`a` AS DOUBLE), `b`) IS NULL)']
+>>> failure_checks((col("a") / 2).node, None)
+[]
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Sequence
 
-from krishiv_py.expr import Alias, BinaryOp, Cast, Column, ExprNode, Literal, UnaryOp
+from krishiv_py.errors import PlanError
+from krishiv_py.expr import Alias, BinaryOp, Cast, Column, ExprNode, Literal, UnaryOp, dtype_of
+from krishiv_py.types import DataType, Schema
 
-__all__ = ["quote", "to_sql"]
+__all__ = ["failure_checks", "quote", "to_sql"]
 
 _OPS = {"==": "=", "!=": "<>", "and": "AND", "or": "OR"}
+_TRY = {"+": "try_add", "-": "try_subtract", "*": "try_multiply", "%": "try_mod"}
+_WIDENING = {
+    "tinyint": ("smallint", "int", "bigint", "float", "double"),
+    "smallint": ("int", "bigint", "float", "double"),
+    "int": ("bigint", "float", "double"),
+    "bigint": ("float", "double"),
+    "float": ("double",),
+}
 
 
 def quote(name: str) -> str:
@@ -22,29 +52,138 @@ def quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def to_sql(node: ExprNode) -> str:
-    """Spark SQL text for ``node``."""
+def to_sql(node: ExprNode, schema: Schema | None = None) -> str:
+    """Spark SQL text for ``node`` (``schema``: the input's, to type negation exactly)."""
     if isinstance(node, Column):
         return quote(node.name)
     if isinstance(node, Literal):
         return _literal(node.value)
     if isinstance(node, BinaryOp):
+        left, right = to_sql(node.left, schema), to_sql(node.right, schema)
         if node.op == "/":
             # Spark's `/` is already double division; force it so int/int matches Python.
-            return f"(CAST({to_sql(node.left)} AS DOUBLE) / {to_sql(node.right)})"
-        return f"({to_sql(node.left)} {_OPS.get(node.op, node.op)} {to_sql(node.right)})"
+            return f"try_divide(CAST({left} AS DOUBLE), {right})"
+        if node.op in _TRY:
+            return f"{_TRY[node.op]}({left}, {right})"
+        target = _string_time_target(node, schema)
+        if target is not None:  # Spark would cast the string side, failing on a malformed one
+            if _type(node.left, schema) == DataType("string"):
+                left = f"TRY_CAST({left} AS {target})"
+            else:
+                right = f"TRY_CAST({right} AS {target})"
+        return f"({left} {_OPS.get(node.op, node.op)} {right})"
     if isinstance(node, UnaryOp):
-        inner = to_sql(node.operand)
+        inner = to_sql(node.operand, schema)
+        if node.op == "neg":
+            dtype = _type(node.operand, schema)
+            if dtype is not None and dtype.is_integral:
+                # -(-2**63) has no bigint value: null, as the other operators.
+                return f"try_subtract(CAST(0 AS {dtype.name.upper()}), {inner})"
+            return f"(- {inner})"
         return {
             "not": f"(NOT {inner})",
-            "neg": f"(- {inner})",
             "is_null": f"({inner} IS NULL)",
             "is_not_null": f"({inner} IS NOT NULL)",
         }[node.op]
     if isinstance(node, Cast):
-        return f"{'TRY_CAST' if node.safe else 'CAST'}({to_sql(node.operand)} AS {node.dtype.name.upper()})"
+        return f"TRY_CAST({to_sql(node.operand, schema)} AS {node.dtype.name.upper()})"
     assert isinstance(node, Alias)
-    return f"{to_sql(node.operand)} AS {quote(node.name)}"
+    return f"{to_sql(node.operand, schema)} AS {quote(node.name)}"
+
+
+def failure_checks(node: ExprNode, schema: Schema | None) -> list[str]:
+    """One SQL condition per operation in ``node`` that can lack a result.
+
+    Each is true on a row exactly when that operation gave null although its
+    operands were not null; an operation whose operand is such a null is not
+    counted again. With ``schema`` (the input's), operations that cannot fail
+    on their types — floating-point ``+ - *``, widening casts — are left out.
+    """
+    out: list[str] = []
+    _checks(node, schema, out)
+    return out
+
+
+def _checks(node: ExprNode, schema: Schema | None, out: list[str]) -> None:
+    if isinstance(node, Column | Literal):
+        return
+    if isinstance(node, BinaryOp):
+        _checks(node.left, schema, out)
+        _checks(node.right, schema, out)
+        if _can_fail_binary(node, schema):
+            operands = [o for o in (node.left, node.right) if not isinstance(o, Literal)]
+            out.append(_check(operands, node, schema))
+        elif _string_time_target(node, schema) is not None:
+            side = node.left if _type(node.left, schema) == DataType("string") else node.right
+            target = _string_time_target(node, schema)
+            text = to_sql(side, schema)
+            out.append(f"({text} IS NOT NULL AND TRY_CAST({text} AS {target}) IS NULL)")
+        return
+    if isinstance(node, UnaryOp | Alias):
+        _checks(node.operand, schema, out)
+        if isinstance(node, UnaryOp) and node.op == "neg":
+            dtype = _type(node.operand, schema)
+            if dtype is not None and dtype.is_integral:
+                out.append(_check([node.operand], node, schema))
+        return
+    _checks(node.operand, schema, out)
+    if _can_fail_cast(node, schema):
+        out.append(_check([node.operand], node, schema))
+
+
+def _check(operands: Sequence[ExprNode], node: ExprNode, schema: Schema | None) -> str:
+    parts = [f"{to_sql(o, schema)} IS NOT NULL" for o in operands]
+    return "(" + " AND ".join([*parts, f"{to_sql(node, schema)} IS NULL"]) + ")"
+
+
+def _string_time_target(node: BinaryOp, schema: Schema | None) -> str | None:
+    """For a comparison of a string with a timestamp or date: the type the string is cast to."""
+    if node.op not in ("==", "!=", "<", "<=", ">", ">="):
+        return None
+    types = [_type(o, schema) for o in (node.left, node.right)]
+    others = [t for t in types if t is not None and t != DataType("string")]
+    if None in types or len(others) != 1:
+        return None
+    other = others[0]
+    if other.name == "date":
+        return "DATE"
+    return other.name.upper() if other.is_timestamp else None
+
+
+def _can_fail_binary(node: BinaryOp, schema: Schema | None) -> bool:
+    if any(isinstance(o, Literal) and o.value is None for o in (node.left, node.right)):
+        return False
+    if node.op in ("/", "%"):
+        return not (isinstance(node.right, Literal) and _nonzero_number(node.right.value))
+    if node.op not in ("+", "-", "*"):
+        return False
+    if schema is None:
+        return True
+    types = [_type(o, schema) for o in (node.left, node.right)]
+    return not any(t is not None and t.name in ("float", "double") for t in types)
+
+
+def _can_fail_cast(node: Cast, schema: Schema | None) -> bool:
+    source = _type(node.operand, schema)
+    if source is None:
+        return not (isinstance(node.operand, Literal) and node.operand.value is None)
+    target = node.dtype
+    if source.name == "void" or target.name == "string" or source == target:
+        return False
+    return target.name not in _WIDENING.get(source.name, ())
+
+
+def _nonzero_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value != 0
+
+
+def _type(node: ExprNode, schema: Schema | None) -> DataType | None:
+    if schema is None:
+        return None
+    try:
+        return dtype_of(node, schema)
+    except PlanError:
+        return None
 
 
 def _literal(value: object) -> str:

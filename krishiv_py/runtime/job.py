@@ -26,6 +26,7 @@ import attrs
 from krishiv_py.errors import JobError, JobStoppedError, KrishivError, NoResultsError, PlanError
 from krishiv_py.metrics import JobMetrics
 from krishiv_py.planner.spark import OUT_OBSERVE, SparkRecipe
+from krishiv_py.planner.spark.recipe import ARITH
 from krishiv_py.runtime.remote import named_metrics
 from krishiv_py.sinks import MemorySink, ParquetSink, Sink
 
@@ -555,6 +556,7 @@ class StreamingJob(Job):
             windows_emitted=totals["emitted"] if self._recipe.windowed else None,
             retractions=0,
             state_evictions=0,
+            arithmetic_errors=totals["arith"],
             watermark_ms=history[-1] if history else None,
             watermark_advances=advances,
             source_watermarks=per_source,
@@ -583,10 +585,11 @@ def _no_results(sink: Sink) -> str:
 
 
 def _sum_observed(observed: Sequence[dict[str, Any]]) -> dict[str, int]:
-    """Totals of input rows, invalid rows and emitted windows over observations."""
-    totals = {"rows": 0, "invalid": 0, "emitted": 0}
+    """Totals of input rows, invalid rows, emitted windows and arithmetic errors over observations."""
+    totals = {"rows": 0, "invalid": 0, "emitted": 0, "arith": 0}
     for obs in observed:
         for name, m in obs.items():
+            totals["arith"] += sum(int(v or 0) for k, v in m.items() if k.startswith(ARITH))
             if name.startswith(("kp_in_", "kp_src_")):
                 totals["rows"] += int(m.get("rows") or 0)
                 totals["invalid"] += int(m.get("invalid") or 0)
@@ -656,6 +659,7 @@ class BoundedJob(Job):
             windows_emitted=totals["emitted"] if self._recipe.windowed else None,
             retractions=0,
             state_evictions=0,
+            arithmetic_errors=totals["arith"],
             watermark_ms=self.watermark_ms,
             watermark_advances=1 if tracked else 0,
             source_watermarks=self.source_watermarks(),

@@ -60,7 +60,17 @@ __all__ = ["HANDOFF_CONF", "BatchCollector", "StatefulJob", "TickWriter", "take_
 
 log = logging.getLogger("krishiv_py")
 
-_COUNTS = ("on_time", "mildly_late", "very_late", "future", "invalid", "emitted", "retracted", "expired")
+_COUNTS = (
+    "on_time",
+    "mildly_late",
+    "very_late",
+    "future",
+    "invalid",
+    "emitted",
+    "retracted",
+    "expired",
+    "arith",
+)
 
 
 @attrs.define
@@ -157,6 +167,8 @@ class BatchCollector:
             windows_emitted=totals["emitted"],
             retractions=totals["retracted"],
             state_evictions=totals["expired"],
+            # Expressions before the window are counted by Spark, its sums here.
+            arithmetic_errors=(metrics.arithmetic_errors or 0) + totals["arith"],
             state_windows=sum(b.state_windows for b in buckets),
             state_bytes=sum(b.state_bytes for b in buckets),
         )

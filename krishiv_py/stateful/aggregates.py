@@ -11,6 +11,8 @@ aggregate                 partial columns                  merge
 ========================  ===============================  =======================
 ``count``                 ``c`` rows (non-null values)     sum
 ``sum``                   ``s`` sum, ``c`` non-null count  sum, sum
+``sum`` of integers       ``s`` sum of the low 32 bits,    sum, sum, sum
+                          ``h`` of the high 32 bits, ``c``
 ``avg``                   ``s`` double sum, ``c``          sum, sum
 ``min`` / ``max``         ``v``; ``n`` NaN count (max)     min / max (NaN largest)
 ``count_distinct``        ``d`` list of distinct values    union
@@ -20,7 +22,10 @@ aggregate                 partial columns                  merge
 
 Values follow Spark SQL: nulls are skipped, ``NaN`` is larger than every
 number (``max`` is NaN when any value is), ``sum`` of no values is null,
-``count_distinct`` counts one NaN and treats ``-0.0`` as ``0.0``.
+``count_distinct`` counts one NaN and treats ``-0.0`` as ``0.0``. A ``sum``
+of integers is exact: its two halves cannot overflow (fewer than 2**31 rows
+per window), and the result is null when the exact sum does not fit in a
+bigint (:func:`overflows` counts those).
 
 Examples
 --------
@@ -46,10 +51,20 @@ import pyarrow.compute as pc
 from krishiv_py.stateful._arrow import HashAggregation, arrow, list_array, table_of
 from krishiv_py.stateful.grouping import canonical
 
-__all__ = ["AggSpec", "empty_partials", "finalize", "merge", "partial_schema", "reset", "row_partials"]
+__all__ = [
+    "AggSpec",
+    "empty_partials",
+    "finalize",
+    "merge",
+    "overflows",
+    "partial_schema",
+    "reset",
+    "row_partials",
+]
 
 _I64_MAX = np.iinfo(np.int64).max
 _I64_MIN = np.iinfo(np.int64).min
+_LOW = np.int64(0xFFFFFFFF)
 
 
 @attrs.frozen(kw_only=True)
@@ -63,6 +78,10 @@ class AggSpec:
     in_type: pa.DataType | None = None
 
     def prefix(self, i: int) -> str:
+        return self.prefix_of(i)
+
+    @staticmethod
+    def prefix_of(i: int) -> str:
         return f"p{i}_"
 
 
@@ -85,6 +104,8 @@ def partial_schema(specs: Sequence[AggSpec]) -> list[pa.Field[Any]]:
         elif s.func in ("sum", "avg"):
             st = pa.float64() if s.func == "avg" else _sum_type(t)
             fields += [pa.field(p + "s", st), pa.field(p + "c", pa.int64())]
+            if _split(s, t):
+                fields.append(pa.field(p + "h", pa.int64()))
         elif s.func in ("min", "max"):
             fields += [pa.field(p + "v", t), pa.field(p + "n", pa.int64())]
         elif s.func == "count_distinct":
@@ -129,6 +150,11 @@ def row_partials(
         elif s.func in ("sum", "avg"):
             st = pa.float64() if s.func == "avg" else _sum_type(col.type)
             out[p + "s"], out[p + "c"] = col.cast(st), pa.array(valid)
+            if _split(s, col.type):
+                v = col.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False)
+                missing = pc.is_null(col)
+                out[p + "s"] = _nulls_where(missing, v & _LOW)
+                out[p + "h"] = _nulls_where(missing, v >> 32)
         elif s.func in ("min", "max"):
             out[p + "v"] = col
             out[p + "n"] = pa.array(_nan_flags(col))
@@ -160,6 +186,8 @@ def merge(
             simple.append((p + "c", "sum"))
             if s.func != "count":
                 simple.append((p + "s", "sum"))
+            if p + "h" in parts:
+                simple.append((p + "h", "sum"))
         elif s.func in ("min", "max"):
             simple += [(p + "v", cast(HashAggregation, s.func)), (p + "n", "sum")]
         elif s.func == "count_distinct":
@@ -215,6 +243,10 @@ def finalize(specs: Sequence[AggSpec], parts: dict[str, pa.Array[Any]]) -> dict[
         p = s.prefix(i)
         if s.func == "count":
             value = parts[p + "c"]
+        elif p + "h" in parts:
+            total, fits = _exact_sum(parts[p + "s"], parts[p + "h"])
+            has = pc.and_(pc.greater(parts[p + "c"], pa.scalar(0)), pa.array(fits))
+            value = pc.if_else(has, total, pa.nulls(len(total), pa.int64()))
         elif s.func in ("sum", "avg"):
             has = pc.greater(parts[p + "c"], pa.scalar(0))
             total = parts[p + "s"]
@@ -230,6 +262,38 @@ def finalize(specs: Sequence[AggSpec], parts: dict[str, pa.Array[Any]]) -> dict[
             value = parts[p + "v"]
         out[s.name] = value.cast(s.out_type) if value.type != s.out_type else value
     return out
+
+
+def overflows(specs: Sequence[AggSpec], parts: dict[str, pa.Array[Any]]) -> npt.NDArray[np.int64]:
+    """Per accumulator, how many of its integer sums have no bigint value (finalize gives null)."""
+    n = len(next(iter(parts.values()))) if parts else 0
+    out = np.zeros(n, np.int64)
+    for i, _ in enumerate(specs):
+        p = AggSpec.prefix_of(i)
+        if p + "h" in parts:
+            _, fits = _exact_sum(parts[p + "s"], parts[p + "h"])
+            has = parts[p + "c"].to_numpy(zero_copy_only=False) > 0
+            out += has & ~fits
+    return out
+
+
+def _split(spec: AggSpec, in_type: pa.DataType) -> bool:
+    """An integer ``sum`` is kept as two 32-bit halves, so it is exact and never wraps."""
+    return spec.func == "sum" and pa.types.is_integer(in_type)
+
+
+def _nulls_where(missing: pa.Array[Any], values: npt.NDArray[np.int64]) -> pa.Array[Any]:
+    out: pa.Array[Any] = pc.if_else(missing, pa.scalar(None, pa.int64()), pa.array(values))
+    return out
+
+
+def _exact_sum(low: pa.Array[Any], high: pa.Array[Any]) -> tuple[pa.Array[Any], npt.NDArray[np.bool_]]:
+    """``high * 2**32 + low`` where it fits in a bigint, and where it does."""
+    lo = low.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    hi = high.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64) + (lo >> 32)
+    fits = (hi >= -(2**31)) & (hi < 2**31)
+    total = np.where(fits, (hi << 32) | (lo & _LOW), 0)
+    return pa.array(total, pa.int64()), fits
 
 
 def reset(

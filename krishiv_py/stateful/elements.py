@@ -77,9 +77,18 @@ def element_firings(
     parts = {f.name: rows.column(f.name).combine_chunks() for f in agg.partial_schema(spec.aggs)}
     scanned = _scan(spec, parts, seg)
     fire_idx = np.flatnonzero(fires)
-    values = agg.finalize(spec.aggs, {k: v.take(arrow(fire_idx)) for k, v in scanned.items()})
+    fired_parts = {k: v.take(arrow(fire_idx)) for k, v in scanned.items()}
+    values = agg.finalize(spec.aggs, fired_parts)
     fired_rows = rows.take(arrow(fire_idx))
-    emits = result_table(spec, fired_rows, fired_rows.column(WS), fired_rows.column(WE), values, "emit")
+    emits = result_table(
+        spec,
+        fired_rows,
+        fired_rows.column(WS),
+        fired_rows.column(WE),
+        values,
+        "emit",
+        errors=agg.overflows(spec.aggs, fired_parts),
+    )
     if not spec.retracting:
         results = emits
     else:
@@ -127,8 +136,9 @@ def _scan(spec: KernelSpec, parts: dict[str, pa.Array[Any]], seg: np.ndarray) ->
         for suffix in ("c", "n"):
             if p + suffix in parts:
                 out[p + suffix] = pa.array(_segmented_cumsum(seg, parts[p + suffix].to_numpy()))
-        if p + "s" in parts:
-            out[p + "s"] = _cum_sum(seg, parts[p + "s"])
+        for suffix in ("s", "h"):  # "h": the high halves of an integer sum
+            if p + suffix in parts:
+                out[p + suffix] = _cum_sum(seg, parts[p + suffix])
         if s.func in ("min", "max"):
             out[p + "v"] = _cum_pick(seg, parts[p + "v"], parts[p + "v"], largest=s.func == "max")
         elif s.func in ("first", "last"):

@@ -74,6 +74,7 @@ WS, WE, FIRED, PENDING, LAST, EMITTED = "__ws", "__we", "__fired", "__pending", 
 NEW = "__new"  # rows added in this batch (sessions: a session with new rows is a new session)
 FIRST = "__first"  # with pane events: True on a result row that is its window's first firing
 SEALED = "__sealed"  # capped sessions: a session that takes no more rows
+ARITH = "__arith"  # result rows: aggregates without a value (dropped before results leave step())
 NEWEST = "__newest"  # with a state TTL: the window's last update (µs; event or processing time)
 WINDOW_START, WINDOW_END, KIND = "window_start", "window_end", "kind"
 
@@ -125,6 +126,8 @@ class StepOutput:
     closed: pa.Table | None = None
     #: Windows removed by the state TTL.
     expired: int = 0
+    #: Emitted aggregates without a value (an integer sum beyond a bigint).
+    arithmetic_errors: int = 0
 
     @property
     def emitted(self) -> int:
@@ -181,9 +184,10 @@ def step(
     future = (
         valid & (watermark_ms is not None) & (ts > ((watermark_ms or 0) + spec.future_tolerance_ms) * 1000)
     )
-    results = pa.concat_tables([*early, fired]) if early else fired
+    results, errors = _without_errors(pa.concat_tables([*early, fired]) if early else fired)
     return state, StepOutput(
         results=results,
+        arithmetic_errors=errors,
         very_late=np.flatnonzero(very_late),
         invalid=np.flatnonzero(~valid),
         on_time=int((kept & ~mild).sum()),
@@ -576,7 +580,8 @@ def _finals(spec: KernelSpec, rows: pa.Table) -> pa.Table:
 
 
 def _closed_table(spec: KernelSpec, state: pa.Table, closed: list[pa.Table]) -> pa.Table:
-    return pa.concat_tables(closed) if closed else _finals(spec, state.slice(0, 0))
+    table = pa.concat_tables(closed) if closed else _finals(spec, state.slice(0, 0))
+    return _without_errors(table)[0]
 
 
 def _fire(spec: KernelSpec, state: pa.Table, emit: np.ndarray, now_ms: int) -> tuple[pa.Table, pa.Table]:
@@ -584,7 +589,8 @@ def _fire(spec: KernelSpec, state: pa.Table, emit: np.ndarray, now_ms: int) -> t
     rows = state.take(arrow(idx))
     parts = {f.name: rows.column(f.name).combine_chunks() for f in agg.partial_schema(spec.aggs)}
     values = agg.finalize(spec.aggs, parts)
-    emits = result_table(spec, rows, rows.column(WS), shown_end(spec, rows), values, "emit")
+    errors = agg.overflows(spec.aggs, parts)
+    emits = result_table(spec, rows, rows.column(WS), shown_end(spec, rows), values, "emit", errors=errors)
     out = [emits]
     if spec.retracting:
         had = rows.column(EMITTED).to_numpy(zero_copy_only=False)
@@ -618,9 +624,20 @@ def _retract_rows(spec: KernelSpec, rows: pa.Table) -> pa.Table:
 
 
 def result_table(
-    spec: KernelSpec, rows: pa.Table, ws: Column, we: Column, values: dict[str, pa.Array[Any]], kind: str
+    spec: KernelSpec,
+    rows: pa.Table,
+    ws: Column,
+    we: Column,
+    values: dict[str, pa.Array[Any]],
+    kind: str,
+    *,
+    errors: np.ndarray | None = None,
 ) -> pa.Table:
-    """Result rows: keys, ``window_start``/``window_end`` (µs), aggregates, ``kind`` if retracting."""
+    """Result rows: keys, ``window_start``/``window_end`` (µs), aggregates, ``kind`` if retracting.
+
+    The last column, :data:`ARITH`, holds each row's count of aggregates without a
+    value (an integer sum beyond a bigint); :func:`step` sums and drops it.
+    """
     cols: dict[str, Column] = {
         name: rows.column(k) for name, k in zip(spec.keys, spec.key_names(), strict=True)
     }
@@ -629,7 +646,17 @@ def result_table(
     cols |= {a.name: values[a.name] for a in spec.aggs}
     if spec.retracting:
         cols[KIND] = pa.array([kind] * rows.num_rows, pa.string())
+    cols[ARITH] = pa.array(errors if errors is not None else np.zeros(rows.num_rows, np.int64), pa.int64())
     return table_of(cols)
+
+
+def _without_errors(table: pa.Table) -> tuple[pa.Table, int]:
+    """``table`` without the :data:`ARITH` column, and that column's total."""
+    i = table.schema.get_field_index(ARITH)
+    if i < 0:
+        return table, 0
+    total = int(pc.sum(table.column(i)).as_py() or 0)
+    return table.remove_column(i), total
 
 
 def _set(table: pa.Table, name: str, arr: Column) -> pa.Table:

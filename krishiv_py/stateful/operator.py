@@ -75,6 +75,7 @@ STAT_NAMES = (
     "next_due_ms",
     "next_interval_ms",
     "expired",
+    "arith",
 )
 
 
@@ -144,7 +145,12 @@ def run_bounded_bucket(spec: OperatorSpec, key: tuple[Any, ...], frame: pd.DataF
     now = int(time.time() * 1000)
     state, first = kernel.step(spec.kernel, None, batch, None, now)
     state, last = kernel.step(spec.kernel, state, batch.slice(0, 0), END_OF_TIME_MS, now)
-    merged = attrs.evolve(first, results=pa.concat_tables([first.results, last.results]), closed=last.closed)
+    merged = attrs.evolve(
+        first,
+        results=pa.concat_tables([first.results, last.results]),
+        closed=last.closed,
+        arithmetic_errors=first.arithmetic_errors + last.arithmetic_errors,
+    )
     payload = encode_payload(spec, int(key[0]), batch, merged, state, None, 0)
     return pd.DataFrame({BUCKET: [int(key[0])], PAYLOAD: [payload]})
 
@@ -218,6 +224,7 @@ def encode_payload(
                     due,
                     interval,
                     out.expired,
+                    out.arithmetic_errors,
                 ),
                 strict=True,
             )

@@ -232,6 +232,8 @@ class ReferenceMetrics:
     retractions: int
     watermark_advances: int
     state_evictions: int = 0  # windows removed by the state TTL
+    #: Emitted aggregates without a value: an integer sum beyond a bigint is null.
+    arithmetic_errors: int = 0
 
 
 _METRIC_NAMES: tuple[str, ...] = tuple(a.name for a in attrs.fields(ReferenceMetrics))
@@ -1060,7 +1062,7 @@ class ReferenceModel:
 
     def _pane_event(self, kind: PaneEventKind, pane: _Pane) -> None:
         assert self._pane_events is not None
-        values = {spec.name: _aggregate(spec, pane.entries) for spec in self._aggregates}
+        values = {spec.name: _value(spec, pane.entries) for spec in self._aggregates}
         self._pane_events.append(
             PaneEvent(
                 kind=kind,
@@ -1108,6 +1110,9 @@ class ReferenceModel:
         out["window_end"] = (pane.end_us if pane.shown_end_us is None else pane.shown_end_us) // 1000
         for spec in self._aggregates:
             out[spec.name] = _aggregate(spec, entries)
+            if out[spec.name] is _NO_VALUE:
+                out[spec.name] = None
+                self._counts["arithmetic_errors"] += 1
         return out
 
 
@@ -1222,6 +1227,11 @@ def _canonical(value: object) -> object:
     return value
 
 
+def _value(spec: AggSpec, entries: Sequence[_Entry]) -> object:
+    value = _aggregate(spec, entries)
+    return None if value is _NO_VALUE else value
+
+
 def _aggregate(spec: AggSpec, entries: Sequence[_Entry]) -> object:
     """The value of ``spec`` over the events of one pane, as Spark SQL computes it."""
     if spec.column is None:
@@ -1234,9 +1244,16 @@ def _aggregate(spec: AggSpec, entries: Sequence[_Entry]) -> object:
     return _VALUE_AGGS[spec.func](values)
 
 
+#: An aggregate with no value: an integer sum beyond a bigint (null, and counted).
+_NO_VALUE = object()
+
+
 def _sum(values: list[Any]) -> object:
     # reduce, not sum(): sum() starts at int 0, which turns a lone -0.0 into 0.0.
-    return functools.reduce(operator.add, values) if values else None
+    total = functools.reduce(operator.add, values) if values else None
+    if isinstance(total, int) and not isinstance(total, bool) and not -(2**63) <= total < 2**63:
+        return _NO_VALUE
+    return total
 
 
 def _avg(values: list[Any]) -> float | None:

@@ -35,6 +35,7 @@ from krishiv_py.expr import AggCall, agg_type
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.windows import EventSlidingWindow, SessionWindow, WindowSpec
 from krishiv_py.planner.spark.recipe import (
+    ARITH,
     ET,
     GLOBAL,
     KIND,
@@ -42,6 +43,7 @@ from krishiv_py.planner.spark.recipe import (
     WINDOW,
     FilterExpr,
     GroupAgg,
+    Observe,
     RecipeNode,
     SelectExprs,
 )
@@ -72,7 +74,14 @@ def lower_window(node: n.WindowAggregate, child: RecipeNode, *, streaming: bool,
         # that is 0 on every data row (a literal would be optimised away).
         keys = (f"{quote(KIND)} AS {quote(GLOBAL)}",)
     keys += (f"{_window_sql(node.window)} AS {quote(WINDOW)}",)
-    aggs = tuple(_agg_sql(a, schema, streaming=streaming) for a in node.aggregates)
+    split = [i for i, a in enumerate(node.aggregates) if _exact_sum(a, schema)]
+    aggs = tuple(
+        part
+        for i, a in enumerate(node.aggregates)
+        for part in (
+            _split_sum_sql(a, i, schema) if i in split else (_agg_sql(a, schema, streaming=streaming),)
+        )
+    )
     grouped = GroupAgg(
         child=FilterExpr(child=child, condition=f"{quote(ET)} IS NOT NULL"), keys=keys, aggs=aggs
     )
@@ -81,10 +90,67 @@ def lower_window(node: n.WindowAggregate, child: RecipeNode, *, streaming: bool,
         f"timestamp_micros(unix_micros({quote(WINDOW)}.{part}) - {shift_us}L) AS {quote(name)}"
         for part, name in (("start", "window_start"), ("end", "window_end"))
     )
-    return SelectExprs(
-        child=grouped,
-        exprs=(*(quote(k) for k in node.keys), *bounds, *(quote(a.name) for a in node.aggregates)),
+    names = (*(quote(k) for k in node.keys), *bounds)
+    values = tuple(
+        f"{_joined_sum(i, a, schema)} AS {quote(a.name)}" if i in split else quote(a.name)
+        for i, a in enumerate(node.aggregates)
     )
+    if not split:
+        return SelectExprs(child=grouped, exprs=(*names, *values))
+    # A sum beyond its type is null; count those windows, then drop the flags.
+    flags = tuple(f"{_overflowed(i, node.aggregates[i], schema)} AS `{_FLAG}{i}`" for i in split)
+    flagged = SelectExprs(child=grouped, exprs=(*names, *values, *flags))
+    observed = Observe(
+        child=flagged,
+        name="kp_arith_sums",
+        exprs=tuple(f"count_if(`{_FLAG}{i}`) AS {ARITH}sum_{i}" for i in split),
+    )
+    outputs = (*(quote(k) for k in node.keys), "`window_start`", "`window_end`")
+    return SelectExprs(child=observed, exprs=(*outputs, *(quote(a.name) for a in node.aggregates)))
+
+
+_HIGH, _LOW, _FLAG = "__kp_sum_high_", "__kp_sum_low_", "__kp_sum_overflow_"
+
+
+def _exact_sum(call: AggCall, schema: Schema) -> bool:
+    """A ``sum`` of a bigint or decimal column: Spark's own would fail the job on overflow."""
+    if call.func != "sum" or call.column is None:
+        return False
+    dtype = schema.field(call.column).dtype
+    return dtype.name == "bigint" or dtype.is_decimal
+
+
+def _split_sum_sql(call: AggCall, i: int, schema: Schema) -> tuple[str, str]:
+    """Bigint: the sums of the high and the low 32 bits (exact, they cannot overflow).
+
+    Decimal: Spark's ``try_sum`` and the count of values (the flag needs it).
+    """
+    assert call.column is not None
+    v = quote(call.column)
+    if schema.field(call.column).dtype.is_decimal:
+        return (f"count({v}) AS `{_HIGH}{i}`", f"try_sum({v}) AS `{_LOW}{i}`")
+    return (f"sum(shiftright({v}, 32)) AS `{_HIGH}{i}`", f"sum({v} & 4294967295L) AS `{_LOW}{i}`")
+
+
+def _joined_sum(i: int, call: AggCall, schema: Schema) -> str:
+    """The exact sum from its halves: null when it does not fit in its type."""
+    low = f"`{_LOW}{i}`"
+    if call.column is not None and schema.field(call.column).dtype.is_decimal:
+        dtype = agg_type(call, schema)
+        return f"CASE WHEN `{_HIGH}{i}` > 0 THEN TRY_CAST({low} AS {dtype.name.upper()}) END"
+    high = f"(`{_HIGH}{i}` + shiftright({low}, 32))"
+    return (
+        f"CASE WHEN {high} BETWEEN -2147483648L AND 2147483647L "
+        f"THEN shiftleft({high}, 32) | ({low} & 4294967295L) END"
+    )
+
+
+def _overflowed(i: int, call: AggCall, schema: Schema) -> str:
+    """True on a window whose sum had values but has no result."""
+    present = f"`{_HIGH}{i}` IS NOT NULL"
+    if call.column is not None and schema.field(call.column).dtype.is_decimal:
+        present = f"`{_HIGH}{i}` > 0"
+    return f"({present} AND {_joined_sum(i, call, schema)} IS NULL)"
 
 
 def _window_sql(window: WindowSpec) -> str:

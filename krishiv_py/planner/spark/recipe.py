@@ -34,6 +34,7 @@ from krishiv_py._typing import Lowering
 from krishiv_py.types import Schema
 
 __all__ = [
+    "ARITH",
     "BASE_HIDDEN",
     "ET",
     "GLOBAL",
@@ -70,6 +71,9 @@ GLOBAL = "__kp_global"
 BASE_HIDDEN = (KIND, WM, SEQ)
 #: Observation name of the windows a job emits.
 OUT_OBSERVE = "kp_out"
+#: Prefix of observed metrics that count values arithmetic gave no result for
+#: (``JobMetrics.arithmetic_errors`` sums them over every observation).
+ARITH = "arith_"
 
 
 @attrs.frozen(kw_only=True)

@@ -30,6 +30,7 @@ Observed metrics
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 import attrs
@@ -38,6 +39,7 @@ from krishiv_py.expr import ExprNode, dtype_of, output_name
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.watermarks import MAX_EVENT_MS, MIN_EVENT_MS
 from krishiv_py.planner.spark.recipe import (
+    ARITH,
     BASE_HIDDEN,
     ET,
     KIND,
@@ -52,7 +54,7 @@ from krishiv_py.planner.spark.recipe import (
     UnionAll,
     WithWatermark,
 )
-from krishiv_py.planner.sql import quote, to_sql
+from krishiv_py.planner.sql import failure_checks, quote, to_sql
 from krishiv_py.types import Schema
 
 __all__ = ["Lowerer", "WindowRule"]
@@ -77,6 +79,8 @@ class Lowerer:
     window: WindowRule
     tracked: list[TrackedSource] = attrs.field(factory=list)
     inputs: int = 0
+    #: Observations of arithmetic without a result (``kp_arith_<i>``) made so far.
+    arithmetic: int = 0
 
     def lower(self, node: n.PlanNode, *, count_input: bool = True) -> tuple[RecipeNode, tuple[str, ...]]:
         """Recipe for ``node`` and the hidden columns it carries.
@@ -92,18 +96,30 @@ class Lowerer:
         direct = isinstance(node, n.Watermark) and isinstance(node.input, n.SOURCE_TYPES)
         child, hidden = self.lower(node.input, count_input=not direct)
         if isinstance(node, n.Filter):
-            cond = to_sql(node.predicate)
+            schema = n.schema_of(node.input)
+            cond = to_sql(node.predicate, schema)
             if KIND in hidden:
                 cond = f"({quote(KIND)} <> 0 OR {cond})"  # punctuation rows pass user filters
+            child = self._count_failures(child, [node.predicate], schema)
             return FilterExpr(child=child, condition=cond), hidden
         if isinstance(node, n.Project):
             schema = n.schema_of(node.input)
             exprs = tuple(_select_item(e, schema) for e in node.exprs) + tuple(quote(h) for h in hidden)
+            child = self._count_failures(child, node.exprs, schema)
             return SelectExprs(child=child, exprs=exprs), hidden
         if isinstance(node, n.Watermark):
             return self._watermark(node, child, count_input=direct), (*hidden, ET)
         assert isinstance(node, n.WindowAggregate)
         return self.window(node, child, streaming=self.streaming, shift_ms=self.shift), ()
+
+    def _count_failures(self, child: RecipeNode, exprs: Sequence[ExprNode], schema: Schema) -> RecipeNode:
+        """Observe, over the rows ``exprs`` are computed on, how often arithmetic gave no result."""
+        checks = [c for e in exprs for c in failure_checks(e, schema)]
+        if not checks:
+            return child
+        self.arithmetic += 1
+        counts = tuple(f"count_if({c}) AS {ARITH}{i}" for i, c in enumerate(checks))
+        return Observe(child=child, name=f"kp_arith_{self.arithmetic - 1}", exprs=counts)
 
     def _source(self, node: Source, count_input: bool) -> RecipeNode:
         self.inputs += 1
@@ -231,5 +247,5 @@ def _select_item(expr: ExprNode, schema: Schema) -> str:
     name = output_name(expr)
     if dtype_of(expr, schema).name == "void":  # a bare NULL: give it the plan's type
         return f"CAST(NULL AS STRING) AS {quote(name)}"
-    sql = to_sql(expr)
+    sql = to_sql(expr, schema)
     return sql if sql.endswith(f" AS {quote(name)}") or sql == quote(name) else f"{sql} AS {quote(name)}"
