@@ -10,6 +10,7 @@ defines, the same as the reference model, and counts it in
 from __future__ import annotations
 
 import random
+from decimal import Decimal
 
 import numpy as np
 import pyarrow as pa
@@ -89,6 +90,28 @@ def test_a_sum_beyond_a_bigint_is_null_and_counted_in_a_bounded_run(session: kp.
     job = sums(session.from_records(ROWS, SCHEMA)).start()
     assert_same_rows(job.results(), EXPECTED)
     assert job.metrics().arithmetic_errors == 1
+
+
+DECIMAL_ROWS = [
+    {"k": "a", "t": 1, "d": Decimal("999.99")},
+    {"k": "a", "t": 2, "d": Decimal("1.00")},
+    {"k": "b", "t": 3, "d": Decimal("-5.50")},
+]
+
+
+@pytest.mark.parametrize("lowering", ["native", "stateful"])
+def test_a_decimal_sum_beyond_its_type_is_null_and_counted(session: kp.Session, lowering: str) -> None:
+    stream, sender = session.memory_stream("k string, t bigint, d decimal(5,2)")
+    windows = stream.watermark("t", 0).key_by("k").tumbling_window(10)
+    job = windows.agg(kp.sum(kp.col("d")).alias("s")).start(lowering=lowering)  # type: ignore[arg-type]
+    try:
+        sender.send(DECIMAL_ROWS)
+        sender.close()
+        assert job.await_termination(timeout_s=180)
+        assert {r["k"]: r["s"] for r in job.results().to_pylist()} == {"a": None, "b": Decimal("-5.50")}
+        assert job.metrics().arithmetic_errors == 1
+    finally:
+        job.stop()
 
 
 EXPR_SCHEMA = "k string, t bigint, a bigint, b bigint, i int, x double, y double, txt string"

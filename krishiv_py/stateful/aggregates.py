@@ -40,6 +40,7 @@ Examples
 from __future__ import annotations
 
 from collections.abc import Sequence
+from decimal import Decimal
 from typing import Any, cast
 
 import attrs
@@ -250,6 +251,8 @@ def finalize(specs: Sequence[AggSpec], parts: dict[str, pa.Array[Any]]) -> dict[
         elif s.func in ("sum", "avg"):
             has = pc.greater(parts[p + "c"], pa.scalar(0))
             total = parts[p + "s"]
+            if s.func == "sum" and pa.types.is_decimal(s.out_type):
+                has = pc.and_(has, pa.array(_fits_decimal(total, s.out_type)))
             if s.func == "avg":
                 total = pc.divide(total, pc.cast(parts[p + "c"], pa.float64()))
             value = pc.if_else(has, total, pa.nulls(len(total), total.type))
@@ -265,16 +268,28 @@ def finalize(specs: Sequence[AggSpec], parts: dict[str, pa.Array[Any]]) -> dict[
 
 
 def overflows(specs: Sequence[AggSpec], parts: dict[str, pa.Array[Any]]) -> npt.NDArray[np.int64]:
-    """Per accumulator, how many of its integer sums have no bigint value (finalize gives null)."""
+    """Per accumulator, how many of its sums have no value in their type (finalize gives null)."""
     n = len(next(iter(parts.values()))) if parts else 0
     out = np.zeros(n, np.int64)
-    for i, _ in enumerate(specs):
+    for i, spec in enumerate(specs):
         p = AggSpec.prefix_of(i)
+        if p + "c" not in parts:
+            continue
+        has = parts[p + "c"].to_numpy(zero_copy_only=False) > 0
         if p + "h" in parts:
             _, fits = _exact_sum(parts[p + "s"], parts[p + "h"])
-            has = parts[p + "c"].to_numpy(zero_copy_only=False) > 0
             out += has & ~fits
+        elif spec.func == "sum" and pa.types.is_decimal(spec.out_type):
+            out += has & ~_fits_decimal(parts[p + "s"], spec.out_type)
     return out
+
+
+def _fits_decimal(total: pa.Array[Any], out_type: pa.DataType) -> npt.NDArray[np.bool_]:
+    """Where a decimal sum fits its result type (Spark's sum of a ``decimal(p, s)`` is cast back to it)."""
+    digits = out_type.precision - out_type.scale  # type: ignore[attr-defined]
+    bound = pa.scalar(Decimal(10) ** digits, pa.decimal128(38, out_type.scale))  # type: ignore[attr-defined]
+    within = pc.less(pc.abs(total.cast(bound.type)), bound).fill_null(True)
+    return np.asarray(within.to_numpy(zero_copy_only=False), bool)
 
 
 def _split(spec: AggSpec, in_type: pa.DataType) -> bool:
