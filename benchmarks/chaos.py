@@ -34,18 +34,25 @@ SCHEMA = "user string, t bigint, amount bigint"
 LOWERINGS = ("native", "stateful")
 
 
+#: Every third batch also carries three rows whose window sum has no bigint value (3 * 2**62):
+#: the window's total is null and counted, and no restart may fail on them.
+POISON = 2**62
+
+
 def batches(seed: int, count: int, size: int) -> list[list[dict[str, Any]]]:
     """The input: ``count`` batches of ``size`` rows, a few users, time moving forward, some disorder."""
     rng = random.Random(seed)
     out = []
     t = 0
-    for _ in range(count):
+    for i in range(count):
         batch = []
         for _ in range(size):
             t += rng.randint(0, 40)
             batch.append(
                 {"user": f"u{rng.randint(0, 4)}", "t": t - rng.randint(0, 30), "amount": rng.randint(1, 9)}
             )
+        if i % 3 == 1:
+            batch += [{"user": "poison", "t": t, "amount": POISON} for _ in range(3)]
         out.append(batch)
     return out
 
