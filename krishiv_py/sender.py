@@ -16,16 +16,18 @@ window.
 from __future__ import annotations
 
 import datetime as _dt
+import decimal as _decimal
 import os
 import re
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from krishiv_py.errors import SchemaError, SourceClosedError
 from krishiv_py.plan.watermarks import END_OF_TIME_MS, MIN_EVENT_MS
-from krishiv_py.types import DataType, Schema
+from krishiv_py.types import DataType, Schema, is_valid_text
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -213,12 +215,7 @@ def to_arrow_batch(data: Any, schema: Schema) -> pa.Table:
     if isinstance(data, pa.Table):
         return _from_arrow(data, schema)
     if type(data).__module__.startswith("pandas") and hasattr(data, "columns"):
-        _check_unique(list(data.columns))
-        try:
-            table = pa.Table.from_pandas(data, preserve_index=False)
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-            raise SchemaError(f"cannot convert the pandas DataFrame: {exc}") from None
-        return _from_arrow(table, schema)
+        return _from_pandas(data, schema)
     if isinstance(data, Sequence) and not isinstance(data, str | bytes):
         return _from_rows(data, schema)
     raise SchemaError(
@@ -247,24 +244,26 @@ def _from_rows(rows: Sequence[Any], schema: Schema) -> pa.Table:
 def _column(name: str, dtype: DataType, nullable: bool, values: list[Any]) -> pa.Array[Any]:
     import pyarrow as pa
 
-    for i, v in enumerate(values):
-        if v is None:
+    plain = [_plain(v) for v in values]
+    for i, (v, p) in enumerate(zip(values, plain, strict=True)):
+        if p is None:
             if not nullable:
                 raise SchemaError(f"column {name!r}, row {i}: null in a NOT NULL column")
-        elif not _accepts(dtype, v):
-            hint = " (it has nanoseconds; timestamps keep microseconds)" if _has_nanos(v) else ""
+        elif not _accepts(dtype, p):
             raise SchemaError(
-                f"column {name!r}, row {i}: {v!r} ({type(v).__name__}) is not a valid {dtype} value{hint}"
+                f"column {name!r}, row {i}: {v!r} ({type(v).__name__}) is not a valid {dtype} value"
+                + _hint(dtype, v)
             )
     try:
-        return pa.array(values, type=dtype.to_arrow())
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError) as exc:
-        for i, v in enumerate(values):
-            try:
-                pa.array([v], type=dtype.to_arrow())
-            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
-                raise SchemaError(f"column {name!r}, row {i}: {v!r} is not a valid {dtype} value") from None
-        raise SchemaError(f"column {name!r}: {exc}") from None
+        return pa.array(plain, type=dtype.to_arrow())
+    except _conversion_errors() as exc:
+        bad = _first_bad_value(plain, dtype.to_arrow())
+        if bad is None:
+            raise SchemaError(f"column {name!r}: {_reason(exc)}") from None
+        i, why = bad
+        raise SchemaError(
+            f"column {name!r}, row {i}: {values[i]!r} is not a valid {dtype} value: {why}"
+        ) from None
 
 
 def _accepts(dtype: DataType, value: object) -> bool:
@@ -280,15 +279,126 @@ def _accepts(dtype: DataType, value: object) -> bool:
     if dtype.name in ("double", "float"):
         return isinstance(value, int | float) and not isinstance(value, bool)
     if dtype.name == "string":
-        return isinstance(value, str)
+        return isinstance(value, str) and is_valid_text(value)
     if dtype.name == "binary":
         return isinstance(value, bytes | bytearray)
-    return True  # decimal: let Arrow decide
+    # decimal: Arrow checks precision and scale
+    if isinstance(value, _decimal.Decimal):
+        return value.is_finite()
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _plain(value: object) -> object:
+    """The Python value of a numpy scalar, so that a dict row treats both alike.
+
+    A ``datetime64`` with a time unit becomes a naive (UTC) ``datetime``, one
+    with a day unit a ``date``; ``NaT`` is a null. A value with no exact
+    Python counterpart (sub-microsecond, out of range, other calendar units,
+    ``timedelta64``, complex) is returned unchanged, to be refused.
+    """
+    import numpy as np
+
+    if not isinstance(value, np.generic):
+        return value
+    if isinstance(value, np.datetime64):
+        return _plain_datetime64(value)
+    if isinstance(value, np.timedelta64):  # a np.signedinteger, but not a number of anything
+        return value
+    if isinstance(value, np.integer | np.floating | np.bool_ | np.str_ | np.bytes_):
+        return value.item()
+    return value
+
+
+#: Microseconds per ``datetime64`` time unit; days per date unit.
+_MICROS = {
+    "h": Fraction(3_600_000_000),
+    "m": Fraction(60_000_000),
+    "s": Fraction(1_000_000),
+    "ms": Fraction(1_000),
+    "us": Fraction(1),
+    "ns": Fraction(1, 10**3),
+    "ps": Fraction(1, 10**6),
+    "fs": Fraction(1, 10**9),
+    "as": Fraction(1, 10**12),
+}
+_DAYS = {"D": 1, "W": 7}
+
+
+def _plain_datetime64(value: Any) -> object:
+    import numpy as np
+
+    if np.isnat(value):
+        return None
+    unit, ticks = _datetime64_ticks(value)
+    try:
+        if unit in _DAYS:
+            return _dt.date(1970, 1, 1) + _dt.timedelta(days=ticks * _DAYS[unit])
+        micros = ticks * _MICROS[unit] if unit in _MICROS else None
+        if micros is not None and micros.denominator == 1:
+            return _dt.datetime(1970, 1, 1) + _dt.timedelta(microseconds=int(micros))
+    except OverflowError:
+        pass  # beyond Python's year 1..9999
+    return value
+
+
+def _datetime64_ticks(value: Any) -> tuple[str, int]:
+    """The unit of a ``datetime64`` and its value as a count of that unit."""
+    import numpy as np
+
+    unit, count = np.datetime_data(value.dtype)
+    return unit, int(value.astype(np.int64)) * count
+
+
+def _hint(dtype: DataType, value: object) -> str:
+    import numpy as np
+
+    if isinstance(value, np.datetime64):
+        unit, ticks = _datetime64_ticks(value)
+        if unit in _MICROS and (ticks * _MICROS[unit]).denominator != 1:
+            return " (it has nanoseconds; timestamps keep microseconds)"
+        return " (a date needs a day unit, a timestamp a time unit, both within years 1 to 9999)"
+    if _has_nanos(value):
+        return " (it has nanoseconds; timestamps keep microseconds)"
+    if dtype.name == "string" and isinstance(value, str) and not is_valid_text(value):
+        return " (it holds a lone surrogate, which is not valid UTF-8 text)"
+    return ""
 
 
 def _has_nanos(value: object) -> bool:
     """pandas Timestamps carry nanoseconds that Arrow would silently truncate."""
     return bool(getattr(value, "nanosecond", 0))
+
+
+def _conversion_errors() -> tuple[type[Exception], ...]:
+    """What pyarrow raises for a value it cannot convert (pyarrow is imported on first use)."""
+    import pyarrow as pa
+
+    return (
+        pa.ArrowInvalid,
+        pa.ArrowTypeError,
+        pa.ArrowNotImplementedError,
+        OverflowError,
+        TypeError,
+        ValueError,
+    )
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, UnicodeError):
+        return "it holds a lone surrogate, which is not valid UTF-8 text"
+    return str(exc.args[0]) if exc.args else type(exc).__name__
+
+
+def _first_bad_value(values: Sequence[Any], target: pa.DataType) -> tuple[int, str] | None:
+    """The first value Arrow cannot convert to ``target`` on its own, and why."""
+    import pyarrow as pa
+
+    for i, v in enumerate(values):
+        try:
+            pa.array([v], type=target, from_pandas=True)
+        except _conversion_errors() as exc:
+            return i, _reason(exc)
+    return None
 
 
 def _check_unique(columns: Sequence[Any]) -> None:
@@ -299,19 +409,68 @@ def _check_unique(columns: Sequence[Any]) -> None:
         seen.add(c)
 
 
+def _check_columns(columns: Sequence[Any], schema: Schema) -> None:
+    """A batch's columns are the schema's, each once, in any order."""
+    names = schema.names
+    _check_unique(columns)
+    extra = [c for c in columns if c not in names]
+    if extra:
+        raise SchemaError(f"unknown column {extra[0]!r}; schema columns: {', '.join(names)}")
+    missing = [c for c in names if c not in columns]
+    if missing:
+        raise SchemaError(f"missing column {missing[0]!r}")
+
+
 def _from_arrow(table: pa.Table, schema: Schema) -> pa.Table:
     import pyarrow as pa
 
-    names = schema.names
-    _check_unique(table.column_names)
-    extra = [c for c in table.column_names if c not in names]
-    if extra:
-        raise SchemaError(f"unknown column {extra[0]!r}; schema columns: {', '.join(names)}")
-    missing = [c for c in names if c not in table.column_names]
-    if missing:
-        raise SchemaError(f"missing column {missing[0]!r}")
+    _check_columns(table.column_names, schema)
     arrays = [_cast(f.name, f.dtype, f.nullable, table.column(f.name)) for f in schema]
     return pa.Table.from_arrays(arrays, schema=_nullable(schema.to_arrow()))
+
+
+def _from_pandas(frame: Any, schema: Schema) -> pa.Table:
+    """Convert a DataFrame column by column, so that a failure names its column and row.
+
+    Labels that are not strings are read as ``str(label)``, as Arrow does. An
+    ``object`` column holds Python values and is checked value by value like
+    a dict row (Arrow's type inference would read ``[1.5, True]`` as doubles);
+    pandas' missing values (``None``, ``NaN``, ``NaT``, ``NA``) are nulls in
+    every column, as in Arrow's ``from_pandas``.
+    """
+    import pyarrow as pa
+
+    labels = [c if isinstance(c, str) else str(c) for c in frame.columns]
+    _check_columns(labels, schema)
+    arrays: list[pa.Array[Any] | pa.ChunkedArray[Any]] = []
+    for f in schema:
+        series = frame.iloc[:, labels.index(f.name)]
+        if series.dtype == object:
+            values = [None if _is_missing(v) else v for v in series]
+            arrays.append(_column(f.name, f.dtype, f.nullable, values))
+        else:
+            arrays.append(_cast(f.name, f.dtype, f.nullable, _pandas_column(f.name, f.dtype, series)))
+    return pa.Table.from_arrays(arrays, schema=_nullable(schema.to_arrow()))
+
+
+def _pandas_column(name: str, dtype: DataType, series: Any) -> pa.ChunkedArray[Any]:
+    import pyarrow as pa
+
+    try:
+        return pa.Table.from_pandas(series.to_frame(), preserve_index=False).column(0)
+    except _conversion_errors() as exc:
+        bad = _first_bad_value(list(series), dtype.to_arrow())
+        where = f", row {bad[0]}" if bad else ""
+        why = bad[1] if bad else _reason(exc)
+        raise SchemaError(
+            f"column {name!r}{where}: pandas dtype {series.dtype} cannot be read as {dtype}: {why}"
+        ) from None
+
+
+def _is_missing(value: object) -> bool:
+    import pandas as pd
+
+    return value is None or value is pd.NA or value is pd.NaT or (isinstance(value, float) and value != value)
 
 
 def _cast(name: str, dtype: DataType, nullable: bool, column: pa.ChunkedArray[Any]) -> pa.ChunkedArray[Any]:
@@ -320,6 +479,8 @@ def _cast(name: str, dtype: DataType, nullable: bool, column: pa.ChunkedArray[An
     import pyarrow.types as pat
 
     target = dtype.to_arrow()
+    given = column.type
+    column = _decoded(column)
     source = column.type
     compatible = (
         source == target
@@ -337,19 +498,37 @@ def _cast(name: str, dtype: DataType, nullable: bool, column: pa.ChunkedArray[An
     if not compatible:
         first = pc.index(pc.is_valid(column), True).as_py()
         where = f", row {first}" if first >= 0 else ""
-        raise SchemaError(f"column {name!r}{where}: expected {dtype}, got Arrow type {source}")
+        raise SchemaError(f"column {name!r}{where}: expected {dtype}, got Arrow type {given}")
     try:
         out = column.cast(target, safe=True)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         row = _first_bad_cast(column, target)
         where = f", row {row}" if row is not None else ""
         raise SchemaError(
-            f"column {name!r}{where}: cannot convert {source} to {dtype} exactly: {exc}"
+            f"column {name!r}{where}: cannot convert {given} to {dtype} exactly: {exc}"
         ) from None
     if not nullable and out.null_count:
         row = pc.index(pc.is_null(out), True).as_py()
         raise SchemaError(f"column {name!r}, row {row}: null in a NOT NULL column")
     return out
+
+
+def _decoded(column: pa.ChunkedArray[Any]) -> pa.ChunkedArray[Any]:
+    """A dictionary-encoded column as its values; string and binary views as plain arrays.
+
+    Then a pandas categorical or an Arrow dictionary column is checked like
+    the values it stands for.
+    """
+    import pyarrow as pa
+    import pyarrow.types as pat
+
+    while pat.is_dictionary(column.type):
+        column = column.cast(column.type.value_type)
+    if pat.is_string_view(column.type):
+        column = column.cast(pa.large_string())
+    elif pat.is_binary_view(column.type):
+        column = column.cast(pa.large_binary())
+    return column
 
 
 def _first_bad_cast(column: pa.ChunkedArray[Any], target: pa.DataType) -> int | None:

@@ -186,6 +186,8 @@ class Schema:
         for f in self.fields:
             if f.name in seen:
                 raise SchemaError(f"duplicate column name {f.name!r}")
+            if not is_valid_text(f.name):
+                raise SchemaError(f"column {f.name!r}: a name must be valid UTF-8 text (no lone surrogates)")
             seen.add(f.name)
 
     @classmethod
@@ -267,6 +269,21 @@ class Schema:
 
         rows = [(f.name, f.dtype.name + ("" if f.nullable else " not null")) for f in self.fields]
         return html_card(f"Schema ({len(self.fields)} columns)", rows)
+
+
+def is_valid_text(text: str) -> bool:
+    """Whether ``text`` can be written as UTF-8 (Arrow, Parquet and Spark need that).
+
+    Python strings may hold lone surrogates (``"\\ud800"``), which have no UTF-8 form.
+
+    >>> is_valid_text("naïve"), is_valid_text("\\ud800")
+    (True, False)
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _split_top_level(ddl: str) -> list[str]:

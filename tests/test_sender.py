@@ -10,6 +10,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -191,7 +192,9 @@ def test_arrow_and_pandas_column_errors(tmp_path: Path) -> None:
     assert_refused(sender, tmp_path, pa.table({**base, "x": [1, 2]}), "unknown column 'x'")
     without_v = pa.table({k: v for k, v in base.items() if k != "v"})
     assert_refused(sender, tmp_path, without_v, "missing column 'v'")
-    assert_refused(sender, tmp_path, pd.DataFrame({**base, "v": ["1", "2"]}), "column 'v'", "string", "row 0")
+    assert_refused(
+        sender, tmp_path, pd.DataFrame({**base, "v": ["1", "2"]}), "column 'v'", "'1' (str)", "row 0"
+    )
     assert_refused(sender, tmp_path, pd.DataFrame({**base, "n": [1.0, 2.5]}), "column 'n'", "double", "row 0")
     inexact = pa.table({**base, "v": pa.array([1, 2**60 + 1], pa.int64())})
     assert_refused(sender, tmp_path, inexact, "column 'v'", "row 1")
@@ -213,6 +216,102 @@ def test_other_inputs_are_refused(tmp_path: Path) -> None:
     assert_refused(sender, tmp_path, row(), "list of dicts")
     assert_refused(sender, tmp_path, "k,t,v,n", "str")
     assert_refused(sender, tmp_path, 5, "int")
+    assert_refused(sender, tmp_path, {"k": ["a"], "t": [T0], "v": [1.0], "n": [1]}, "list of dicts", "dict")
+
+
+def frame(**columns: Any) -> pd.DataFrame:
+    """A two-row batch of SCHEMA as a DataFrame, with some columns replaced."""
+    base: dict[str, Any] = {"k": ["a", "b"], "t": [T0, T0], "v": [1.0, 2.0], "n": [1, 2]}
+    return pd.DataFrame({**base, **columns})
+
+
+def test_lone_surrogates_are_a_schema_error_in_every_format(tmp_path: Path) -> None:
+    sender = make(tmp_path)
+    bad = "b\ud800"
+    assert_refused(sender, tmp_path, [row(), row(k=bad)], "column 'k', row 1", "lone surrogate")
+    assert_refused(sender, tmp_path, frame(k=["a", bad]), "column 'k', row 1", "lone surrogate")
+    as_string = pd.array(["a", bad], dtype="string")
+    assert_refused(sender, tmp_path, frame(k=as_string), "column 'k', row 1", "lone surrogate")
+    assert_refused(sender, tmp_path, frame(k=pd.Categorical(["a", bad])), "column 'k', row 1")
+    assert_refused(sender, tmp_path, [{**row(), bad: 1}], "row 0", f"unknown column {bad!r}")
+    named = frame().rename(columns={"k": bad})
+    assert_refused(sender, tmp_path, named, f"unknown column {bad!r}")
+    with pytest.raises(kp.SchemaError, match="valid UTF-8"):
+        to_schema(f"`{bad}` string")
+
+
+def test_unsupported_pandas_dtypes_are_a_schema_error(tmp_path: Path) -> None:
+    sender = make(tmp_path)
+    assert_refused(sender, tmp_path, frame(v=np.array([1.0, 1 + 2j])), "column 'v'", "complex128")
+    assert_refused(sender, tmp_path, frame(n=pd.to_timedelta([1, 2], unit="s")), "column 'n'", "duration")
+    assert_refused(sender, tmp_path, frame(k=[b"a", b"b"]), "column 'k', row 0", "bytes")
+    assert_refused(sender, tmp_path, frame(k=["a", object()]), "column 'k', row 1", "object")
+    sparse = pd.arrays.SparseArray([1.0, 0.0])
+    assert_refused(sender, tmp_path, frame(v=sparse), "column 'v'", "Sparse")
+    # An object column is checked value by value, as dict rows are: no bool read as 1.0, no int as a time.
+    assert_refused(sender, tmp_path, frame(v=[1.5, True]), "column 'v', row 1", "True")
+    assert_refused(sender, tmp_path, frame(t=[T0, 5]), "column 't', row 1")
+
+
+def test_numpy_scalars_in_dict_rows_count_as_their_python_values(tmp_path: Path) -> None:
+    sender = make(tmp_path, "i int, n bigint, f float, d double, b boolean, s string, t timestamp, day date")
+    values = {
+        "i": np.int32(-5),
+        "n": np.int64(2**62),
+        "f": np.float32(0.5),
+        "d": np.float64(2.5),
+        "b": np.bool_(True),
+        "s": np.str_("x"),
+        "t": np.datetime64("2024-01-01T12:00:00.123456"),
+        "day": np.datetime64("2024-02-29"),
+    }
+    sender.send([values, dict.fromkeys(values, np.datetime64("NaT"))])
+    assert user_rows(read(tmp_path, 0)) == [
+        {
+            "i": -5,
+            "n": 2**62,
+            "f": 0.5,
+            "d": 2.5,
+            "b": True,
+            "s": "x",
+            "t": dt.datetime(2024, 1, 1, 12, 0, 0, 123456, tzinfo=UTC),
+            "day": dt.date(2024, 2, 29),
+        },
+        dict.fromkeys(values),
+    ]
+    for column, bad, words in [
+        ("n", np.uint64(2**63), "column 'n', row 0"),
+        ("i", np.int64(2**31), "column 'i', row 0"),
+        ("n", np.float64(1.0), "float64"),
+        ("b", np.int64(1), "int64"),
+        ("t", np.datetime64("2024-01-01T00:00:00.000000001"), "nanoseconds"),
+        ("t", np.datetime64("2024-01-01"), "time unit"),
+        ("day", np.datetime64("2024-01-01T00:00"), "day unit"),
+        ("t", np.datetime64(10**17, "s"), "years 1 to 9999"),
+        ("n", np.timedelta64(5, "s"), "timedelta64"),
+    ]:
+        assert_refused(sender, tmp_path, [{**values, column: bad}], words)
+
+
+def test_dictionary_and_view_strings_are_read_as_their_values(tmp_path: Path) -> None:
+    sender = make(tmp_path)
+    base: dict[str, Any] = {"t": [T0, T0], "v": [1.0, 2.0], "n": pa.array([1, 2]).dictionary_encode()}
+    encoded = [pa.array(["a", None]).dictionary_encode(), pa.array(["a", None], pa.string_view())]
+    for seq, k in enumerate(encoded):
+        sender.send(pa.table({"k": k, **base}))
+        assert read(tmp_path, seq).column("k").to_pylist() == ["a", None]
+    sender.send(frame(k=pd.Categorical(["a", None]), n=pd.Categorical([3, 4])))
+    assert user_rows(read(tmp_path, 2))[1] == {"k": None, "t": T0, "v": 2.0, "n": 4}
+    numbers_as_text = pa.table({**base, "k": ["a", "b"], "n": pa.array(["1", "2"]).dictionary_encode()})
+    assert_refused(sender, tmp_path, numbers_as_text, "column 'n'", "dictionary<values=string")
+
+
+def test_decimal_values_must_be_finite_numbers(tmp_path: Path) -> None:
+    from decimal import Decimal
+
+    sender = make(tmp_path, "d decimal(10,2)")
+    for bad in (Decimal("NaN"), Decimal("Infinity"), "1.5", 1.5, True):
+        assert_refused(sender, tmp_path, [{"d": Decimal("1")}, {"d": bad}], "column 'd', row 1")
 
 
 def test_decimal_and_date_columns(tmp_path: Path) -> None:
