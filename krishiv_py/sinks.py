@@ -12,7 +12,9 @@
 ``ForeachBatchSink(fn)``
     Calls ``fn(table, batch_id)`` on the driver with each micro-batch as a
     ``pyarrow.Table``. A function that raises fails the job with
-    :class:`~krishiv_py.errors.JobError`.
+    :class:`~krishiv_py.errors.JobError`, unless the job was started with
+    ``quarantine_dir=``: then that batch's rows are set aside there
+    (:mod:`krishiv_py.runtime.quarantine`) and the job goes on.
 """
 
 from __future__ import annotations

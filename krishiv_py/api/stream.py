@@ -290,6 +290,7 @@ class Stream(WindowAssigners):
         name: str | None = None,
         durability: Durability | None = None,
         lowering: Lowering | None = None,
+        quarantine_dir: str | None = None,
     ) -> Job:
         """Start the pipeline; returns a :class:`~krishiv_py.Job`.
 
@@ -316,8 +317,25 @@ class Stream(WindowAssigners):
             Force a lowering (``"native"``, ``"stateful"``, ``"bounded"``)
             instead of the planner's choice; :class:`PlanError` if it cannot
             run this plan exactly. For tests and benchmarks.
+        quarantine_dir
+            A local directory (one per job) where the rows of a user-code
+            call that raises (a :class:`~krishiv_py.ForeachBatchSink`
+            function, :class:`~krishiv_py.ConsoleSink`, a late-event handler
+            or pane callback) are set aside as Parquet with the error,
+            instead of failing the job; counted in
+            ``JobMetrics.quarantined_batches``/``quarantined_rows``. Start a
+            job that fails on one batch every time again under its name with
+            this to get past that batch (docs/durability.md). Streaming jobs
+            only: a bounded run has no checkpoint to go on from, so it is a
+            :class:`PlanError` there.
+
+        Examples
+        --------
+        >>> job = stream.start(kp.ForeachBatchSink(deliver), name="per-minute",  # doctest: +SKIP
+        ...                    quarantine_dir="/var/lib/clicks/quarantine")
         """
         from krishiv_py.runtime.durability import profile
+        from krishiv_py.runtime.quarantine import Quarantine
         from krishiv_py.runtime.run import start_streaming
 
         sink = sink if sink is not None else MemorySink()
@@ -326,8 +344,14 @@ class Stream(WindowAssigners):
             raise PlanError("start() takes a name or a checkpoint_dir, not both")
         if name is not None and not re.match(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$", name):
             raise PlanError(f"job name {name!r} must be letters, digits, '_', '-' or '.'")
+        quarantine = None if quarantine_dir is None else Quarantine(_quarantine_path(quarantine_dir))
         recipe = self.lower(lowering=lowering)
         if recipe.lowering == "bounded" or (recipe.stateful is not None and not recipe.stateful.streaming):
+            if quarantine is not None:
+                raise PlanError(
+                    "quarantine_dir= is for streaming jobs: this input is bounded and runs as one batch "
+                    "job, with no checkpoint to restart past a failed batch from; leave it out"
+                )
             return self._run_bounded(recipe, sink)
         senders = [
             self._session.sender_for(s.path) if isinstance(s, n.MemorySource) else None
@@ -342,6 +366,7 @@ class Stream(WindowAssigners):
             checkpoint_dir=location,
             senders=senders,
             conf=prof.query_conf,
+            quarantine=quarantine,
         )
         job.stream = self
         job.checkpoint_dir = location
@@ -463,6 +488,19 @@ def _check_plan(checkpoint_dir: str, plan_text: str) -> None:
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(plan_text)
     os.replace(tmp, path)
+
+
+def _quarantine_path(value: object) -> str:
+    """The absolute path of ``start(quarantine_dir=...)``: a non-empty local path string."""
+    import os
+
+    if not isinstance(value, str) or not value.strip():
+        raise PlanError(f"quarantine_dir must be a directory path (a non-empty str), got {value!r}")
+    if "://" in value:
+        raise PlanError(
+            f"quarantine_dir must be a local directory (or a mount every Spark driver sees), got {value!r}"
+        )
+    return os.path.abspath(os.path.expanduser(value))
 
 
 def _per_source_watermarks(plan: n.PlanNode, spec: MultiSourceWatermarkSpec) -> n.PlanNode:

@@ -27,6 +27,7 @@ from krishiv_py.errors import JobError, JobStoppedError, KrishivError, NoResults
 from krishiv_py.metrics import JobMetrics
 from krishiv_py.planner.spark import OUT_OBSERVE, SparkRecipe
 from krishiv_py.planner.spark.recipe import ARITH
+from krishiv_py.runtime.quarantine import Quarantine, quarantine_counts, restart_hint
 from krishiv_py.runtime.remote import named_metrics
 from krishiv_py.sinks import MemorySink, ParquetSink, Sink
 
@@ -54,7 +55,8 @@ def spark_call(what: str, fn: Callable[[], T]) -> T:
     except KrishivError:
         raise
     except Exception as exc:
-        raise JobError(f"{what} failed", cause=spark_cause(exc)) from exc
+        cause = spark_cause(exc)
+        raise JobError(f"{what} failed{restart_hint(cause)}", cause=cause) from exc
 
 
 def spark_cause(exc: BaseException) -> str:
@@ -204,6 +206,8 @@ class Job:
                 ("late (mild / very)", f"{_opt(m.mildly_late_events)} / {_opt(m.very_late_events)}"),
                 ("invalid events", _opt(m.invalid_events)),
             ]
+            if m.quarantined_batches:
+                rows.append(("quarantined", f"{m.quarantined_batches} batches, {m.quarantined_rows} rows"))
         if self.checkpoint_dir:
             rows.append(("checkpoint", self.checkpoint_dir))
         if self.durability:
@@ -247,6 +251,7 @@ class StreamingJob(Job):
         memory_table: str | None,
         senders: Sequence[Sender | None],
         markers_dir: str | None = None,
+        quarantine: Quarantine | None = None,
     ) -> None:
         from krishiv_py.runtime.idle import IdleTracker
 
@@ -257,6 +262,8 @@ class StreamingJob(Job):
         self._sink = sink
         self._memory_table = memory_table
         self._senders = list(senders)
+        #: Where rows of user-code calls that raised go (``start(quarantine_dir=...)``).
+        self.quarantine = quarantine
         self._batches: dict[int, dict[str, Any]] = {}
         self._lock = threading.Lock()
         self._ended: JobState | None = None  # set when krishiv_py ended the query
@@ -456,7 +463,8 @@ class StreamingJob(Job):
     def _check_failed(self) -> None:
         exc = self._query.exception()
         if exc is not None:
-            raise JobError("the job failed", cause=spark_cause(exc))
+            cause = spark_cause(exc)
+            raise JobError(f"the job failed{restart_hint(cause)}", cause=cause)
 
     # --- results -----------------------------------------------------------------
 
@@ -545,6 +553,7 @@ class StreamingJob(Job):
             for prev, cur in zip([None, *history], history, strict=False)
             if cur is not None and (prev is None or cur > prev)
         )
+        quarantined = quarantine_counts(self.quarantine.path) if self.quarantine is not None else (0, 0)
         return JobMetrics(
             input_rows=totals["rows"],
             batches=len(batches),
@@ -557,6 +566,8 @@ class StreamingJob(Job):
             retractions=0,
             state_evictions=0,
             arithmetic_errors=totals["arith"],
+            quarantined_batches=quarantined[0],
+            quarantined_rows=quarantined[1],
             watermark_ms=history[-1] if history else None,
             watermark_advances=advances,
             source_watermarks=per_source,

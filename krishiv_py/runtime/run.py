@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from krishiv_py.planner.spark import SparkRecipe
 from krishiv_py.runtime.build import build_dataframe
 from krishiv_py.runtime.job import BoundedJob, StreamingJob, read_parquet_results, spark_call
+from krishiv_py.runtime.quarantine import Quarantine, guarded
 from krishiv_py.runtime.results import conform
 from krishiv_py.sinks import ConsoleSink, ForeachBatchSink, MemorySink, ParquetSink, Sink
 
@@ -32,13 +33,25 @@ def start_streaming(
     checkpoint_dir: str,
     senders: Sequence[Sender | None],
     conf: Mapping[str, str] | None = None,
+    quarantine: Quarantine | None = None,
 ) -> StreamingJob:
-    """Start ``recipe`` as a Structured Streaming query writing to ``sink`` (``conf``: its state store)."""
+    """Start ``recipe`` as a Structured Streaming query writing to ``sink``.
+
+    ``conf`` is its state store; with ``quarantine``, the rows of a sink or
+    callback call that raises are set aside there instead of failing the job
+    (:mod:`krishiv_py.runtime.quarantine`).
+    """
     from krishiv_py.runtime.remote import is_remote
 
     if recipe.stateful is not None:
         return _start_stateful(
-            spark, recipe, sink=sink, checkpoint_dir=checkpoint_dir, senders=senders, conf=conf
+            spark,
+            recipe,
+            sink=sink,
+            checkpoint_dir=checkpoint_dir,
+            senders=senders,
+            conf=conf,
+            quarantine=quarantine,
         )
     markers = os.path.join(checkpoint_dir, "krishiv-idle")
     df = spark_call(
@@ -70,9 +83,9 @@ def start_streaming(
                 "nothing would show here; use MemorySink and job.results(), or ParquetSink"
             )
         # Printed from Python, not by Spark's console sink: the JVM's output goes to the log.
-        writer = writer.foreachBatch(_console(sink, recipe))
+        writer = writer.foreachBatch(_console(sink, recipe, quarantine))
     else:
-        writer = writer.foreachBatch(_foreach(sink, recipe))
+        writer = writer.foreachBatch(_foreach(sink, recipe, quarantine))
     query = spark_call("starting the streaming query", lambda: _start_single_watermark(spark, writer, conf))
     job = StreamingJob(
         spark=spark,
@@ -82,6 +95,7 @@ def start_streaming(
         memory_table=memory_table,
         senders=senders,
         markers_dir=markers,
+        quarantine=quarantine,
     )
     job._start_background()
     return job
@@ -95,6 +109,7 @@ def _start_stateful(
     checkpoint_dir: str,
     senders: Sequence[Sender | None],
     conf: Mapping[str, str] | None = None,
+    quarantine: Quarantine | None = None,
 ) -> StreamingJob:
     """Start krishiv's stateful operator; its output reaches the sink through ``foreachBatch``."""
     from krishiv_py.runtime.remote import is_remote
@@ -107,7 +122,7 @@ def _start_stateful(
         "building the streaming query",
         lambda: build_dataframe(spark, recipe, ticks_path=ticks.path, markers_path=markers),
     )
-    collector = BatchCollector(recipe, sink)
+    collector = BatchCollector(recipe, sink, quarantine=quarantine)
     # Over Spark Connect foreachBatch runs on the server: the payloads come back as files.
     handoff = os.path.join(checkpoint_dir, "krishiv-handoff") if is_remote(spark) else None
     writer = (
@@ -133,6 +148,7 @@ def _start_stateful(
         memory_table=None,
         senders=senders,
         markers_dir=markers,
+        quarantine=quarantine,
     )
     job._start_background()
     return job
@@ -173,20 +189,29 @@ def _has_offsets(checkpoint_dir: str) -> bool:
     return os.path.isdir(offsets) and any(name.isdigit() for name in os.listdir(offsets))
 
 
-def _foreach(sink: ForeachBatchSink, recipe: SparkRecipe) -> Any:
+def _foreach(sink: ForeachBatchSink, recipe: SparkRecipe, quarantine: Quarantine | None) -> Any:
     schema = recipe.output_schema  # only what the function needs: over Connect it is pickled
 
     def call(batch: DataFrame, batch_id: int) -> None:
-        sink.fn(conform(batch.toArrow(), schema), batch_id)
+        table = conform(batch.toArrow(), schema)
+        guarded(
+            quarantine,
+            "sink",
+            batch_id,
+            table,
+            lambda: sink.fn(table, batch_id),
+            caller="the ForeachBatchSink function",
+        )
 
     return call
 
 
-def _console(sink: ConsoleSink, recipe: SparkRecipe) -> Any:
+def _console(sink: ConsoleSink, recipe: SparkRecipe, quarantine: Quarantine | None) -> Any:
     schema = recipe.output_schema
 
     def call(batch: DataFrame, batch_id: int) -> None:
-        sink.show(conform(batch.toArrow(), schema), batch_id)
+        table = conform(batch.toArrow(), schema)
+        guarded(quarantine, "sink", batch_id, table, lambda: sink.show(table, batch_id), caller="ConsoleSink")
 
     return call
 

@@ -32,6 +32,7 @@ Over Spark Connect
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -46,6 +47,7 @@ from krishiv_py.late import SideOutputLateEventHandler
 from krishiv_py.metrics import JobMetrics
 from krishiv_py.runtime.idle import FileFeed
 from krishiv_py.runtime.job import BoundedJob, JobState, StreamingJob, spark_call
+from krishiv_py.runtime.quarantine import Quarantine, guarded, restart_hint
 from krishiv_py.sinks import ConsoleSink, ForeachBatchSink, MemorySink, ParquetSink, Sink
 
 if TYPE_CHECKING:
@@ -84,9 +86,10 @@ class _Bucket:
 class BatchCollector:
     """Receives each micro-batch's decoded output on the driver (``foreachBatch``)."""
 
-    def __init__(self, recipe: SparkRecipe, sink: Sink) -> None:
+    def __init__(self, recipe: SparkRecipe, sink: Sink, *, quarantine: Quarantine | None = None) -> None:
         self._recipe = recipe
         self._sink = sink
+        self._quarantine = quarantine
         self._handler = recipe.late_handler
         self._keys = list(recipe.stateful.operator.kernel.keys) if recipe.stateful is not None else []
         self._lock = threading.Lock()
@@ -109,7 +112,15 @@ class BatchCollector:
         results = to_output(payloads.results, self._recipe.output_schema.to_arrow())
         self._write(results, batch_id)
         if self._recipe.pane_callbacks is not None:
-            call_pane_events(self._recipe.pane_callbacks, self._keys, payloads)
+            callbacks = self._recipe.pane_callbacks
+            guarded(
+                self._quarantine,
+                "panes",
+                batch_id,
+                lambda: _pane_rows(callbacks, payloads, self._recipe.output_schema.to_arrow()),
+                lambda: call_pane_events(callbacks, self._keys, payloads),
+                caller="a pane callback",
+            )
         if payloads.late.num_rows:
             self._hand_late(payloads.late, batch_id)
         stats = payloads.stats.to_pydict()
@@ -139,18 +150,35 @@ class BatchCollector:
             if results.num_rows:
                 _write_parquet(results, sink.path, f"part-{batch_id:012d}.parquet")
         elif isinstance(sink, ConsoleSink):
-            sink.show(results, batch_id)
+            show = sink.show
+            guarded(
+                self._quarantine,
+                "sink",
+                batch_id,
+                results,
+                lambda: show(results, batch_id),
+                caller="ConsoleSink",
+            )
         elif isinstance(sink, ForeachBatchSink):
-            sink.fn(results, batch_id)
+            fn = sink.fn
+            guarded(
+                self._quarantine,
+                "sink",
+                batch_id,
+                results,
+                lambda: fn(results, batch_id),
+                caller="the ForeachBatchSink function",
+            )
 
     def _hand_late(self, late: pa.Table, batch_id: int) -> None:
         handler = self._handler
         if handler is None:
             return
         if isinstance(handler, SideOutputLateEventHandler):
-            handler.handle_batch(late, batch_id)
+            call = functools.partial(handler.handle_batch, late, batch_id)
         else:
-            handler.handle(late)
+            call = functools.partial(handler.handle, late)
+        guarded(self._quarantine, "late-events", batch_id, late, call, caller="the late-event handler")
 
     def fold_into(self, metrics: JobMetrics) -> JobMetrics:
         """``metrics`` with the operator's exact counts and state size."""
@@ -219,6 +247,24 @@ def call_pane_events(callbacks: PaneCallbacks, keys: Sequence[str], payloads: Pa
     if callbacks.on_close is not None:
         for row in rows(payloads.closed):
             callbacks.on_close(event("close", row))
+
+
+def _pane_rows(callbacks: PaneCallbacks, payloads: Payloads, schema: pa.Schema) -> pa.Table:
+    """The rows pane callbacks were handed in one micro-batch, ``__kp_pane`` saying fired or closed."""
+    import pyarrow as pa
+
+    from krishiv_py.stateful.operator import to_output
+
+    parts = []
+    if callbacks.on_initial_full is not None or callbacks.on_trigger is not None:
+        parts.append((to_output(payloads.results, schema), "fired"))
+    if callbacks.on_close is not None and payloads.closed is not None:
+        present = pa.schema([f for f in schema if f.name in payloads.closed.column_names])
+        parts.append((to_output(payloads.closed, present), "closed"))
+    tables = [t.append_column("__kp_pane", pa.array([kind] * t.num_rows, pa.string())) for t, kind in parts]
+    if not tables:  # pragma: no cover - a pane callback raised, so one is registered
+        return schema.empty_table()
+    return pa.concat_tables(tables, promote_options="permissive")
 
 
 def _write_parquet(table: pa.Table, path: str, name: str) -> None:
@@ -319,12 +365,14 @@ class StatefulJob(StreamingJob):
                 self._handoff_error = exc
                 if self._query.isActive:
                     self._query.stop()  # the file stays: routed when the job starts again
-                raise JobError("the job failed", cause=f"{type(exc).__name__}: {exc}") from exc
+                cause = f"{type(exc).__name__}: {exc}"
+                raise JobError(f"the job failed{restart_hint(cause)}", cause=cause) from exc
 
     def _check_failed(self) -> None:
         if self._handoff_error is not None:
             exc = self._handoff_error
-            raise JobError("the job failed", cause=f"{type(exc).__name__}: {exc}")
+            cause = f"{type(exc).__name__}: {exc}"
+            raise JobError(f"the job failed{restart_hint(cause)}", cause=cause)
         super()._check_failed()
 
     @property
