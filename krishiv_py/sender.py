@@ -32,6 +32,8 @@ from krishiv_py.types import DataType, Schema, is_valid_text
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from krishiv_py.runtime.spool import Retention
+
 __all__ = ["Sender"]
 
 KIND_DATA, KIND_WATERMARK, KIND_CLOSE = 0, 1, 2
@@ -51,7 +53,9 @@ class Sender:
         sender.send([{"k": "a", "t": dt.datetime(2024, 1, 1)}])  # -> 0, its sequence number
     """
 
-    def __init__(self, *, name: str, schema: Schema, path: str) -> None:
+    def __init__(self, *, name: str, schema: Schema, path: str, retention: Retention = "all") -> None:
+        from krishiv_py.runtime.spool import Spool
+
         self._name = name
         self._schema = schema
         self._data_dir = os.path.join(path, "data")
@@ -60,6 +64,8 @@ class Sender:
         os.makedirs(self._staging, exist_ok=True)
         self._lock = threading.Lock()
         self._last_mtime_ns = 0
+        #: Which batches stay on disk (see :mod:`krishiv_py.runtime.spool`).
+        self._spool = Spool(path, retention)
         self._next_seq, self._closed = self._scan()
 
     @property
@@ -76,8 +82,13 @@ class Sender:
 
     @property
     def batches_sent(self) -> int:
-        """Number of batches written so far (data and marker batches)."""
+        """Number of batches written so far (data and marker batches), deleted ones included."""
         return self._next_seq
+
+    @property
+    def retention(self) -> Retention:
+        """``"all"`` (keep every batch) or ``"committed"`` (delete once every reading job committed it)."""
+        return self._spool.retention
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
@@ -135,7 +146,9 @@ class Sender:
     # --- internals -------------------------------------------------------------
 
     def _scan(self) -> tuple[int, bool]:
-        seqs, closed = [-1], False
+        # Retention may have deleted every file: the manifest keeps the counters.
+        manifest = self._spool.manifest()
+        seqs, closed = [manifest.batches_sent - 1], manifest.closed
         for fname in os.listdir(self._data_dir):
             m = _FILE.match(fname)
             if m:
@@ -176,7 +189,8 @@ class Sender:
             self._commit(staged, os.path.join(self._data_dir, fname))
             self._next_seq = seq + 1
             self._closed = kind == KIND_CLOSE
-            return seq
+        self._spool.maybe_clean()  # retention: drop what every reading job has committed
+        return seq
 
     def _commit(self, staged: str, final: str) -> None:
         fd = os.open(staged, os.O_RDONLY)

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
     from krishiv_py.api.stream import Stream
     from krishiv_py.runtime.job import Job
+    from krishiv_py.runtime.spool import Retention
 
 __all__ = ["Durability", "Session"]
 
@@ -377,8 +378,15 @@ class Session:
 
     # --- sources ----------------------------------------------------------------
 
-    def memory_stream(self, schema: Any, *, name: str | None = None) -> tuple[Stream, Sender]:
+    def memory_stream(
+        self, schema: Any, *, name: str | None = None, retention: Retention = "all"
+    ) -> tuple[Stream, Sender]:
         """An unbounded stream fed by the returned :class:`Sender`.
+
+        Its batches are kept on disk under ``<state_dir>/sources/<name>``; a
+        new process with the same ``state_dir`` and ``name`` re-attaches to
+        them (``sender.batches_sent`` and ``sender.closed`` say where the
+        producer left off; see docs/durability.md).
 
         Parameters
         ----------
@@ -390,8 +398,24 @@ class Session:
             has *replaces* that registration with a new, empty stream — so a
             notebook cell can be run again. Jobs started on the earlier
             stream keep running on it, fed by its own sender.
+        retention
+            ``"all"`` (default) keeps every batch, so a later job or
+            ``collect()`` reads the stream from its start. ``"committed"``
+            deletes a batch once at least one job reads the stream and every
+            job reading it (running, or named and resumable later) has
+            committed it: disk use stays bounded, and a job started later or
+            a ``collect()`` is refused with :class:`JobError` once batches
+            are gone. See :mod:`krishiv_py.runtime.spool`.
+
+        Examples
+        --------
+            clicks, sender = session.memory_stream(
+                "user string, t timestamp", name="clicks", retention="committed")
         """
         from krishiv_py.api.stream import Stream
+        from krishiv_py.runtime.spool import check_retention
+
+        check_retention(retention)
 
         if is_uri(self._root):
             raise SessionError(
@@ -407,7 +431,7 @@ class Session:
         name = self._register(name)
         generation = self._names[name]
         path = os.path.join(self._root, "sources", name if generation == 1 else f"{name}.{generation}")
-        sender = Sender(name=name, schema=parsed, path=path)
+        sender = Sender(name=name, schema=parsed, path=path, retention=retention)
         node = n.MemorySource(name=name, schema=parsed, path=os.path.join(path, "data"))
         self._senders[node.path] = sender
         self._sql.register(name, node)

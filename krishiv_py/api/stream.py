@@ -337,6 +337,7 @@ class Stream(WindowAssigners):
         from krishiv_py.runtime.durability import profile
         from krishiv_py.runtime.quarantine import Quarantine
         from krishiv_py.runtime.run import start_streaming
+        from krishiv_py.runtime.spool import readers as spool_readers
 
         sink = sink if sink is not None else MemorySink()
         prof = self._session.profile if durability is None else profile(durability)
@@ -359,15 +360,19 @@ class Stream(WindowAssigners):
         ]
         location = checkpoint_dir or self._session.checkpoint_dir(name)
         _check_plan(location, f"lowering: {recipe.lowering}\n{n.checkpoint_identity(self._plan)}\n")
-        job = start_streaming(
-            self._session.spark,
-            recipe,
-            sink=sink,
-            checkpoint_dir=location,
-            senders=senders,
-            conf=prof.query_conf,
-            quarantine=quarantine,
-        )
+        # A reader of its memory streams from now on, so retention keeps what it has not committed.
+        resumable = name is not None or checkpoint_dir is not None
+        with spool_readers(senders, location, resumable=resumable) as checked_in:
+            job = start_streaming(
+                self._session.spark,
+                recipe,
+                sink=sink,
+                checkpoint_dir=location,
+                senders=senders,
+                conf=prof.query_conf,
+                quarantine=quarantine,
+            )
+            checked_in(job)
         job.stream = self
         job.checkpoint_dir = location
         job.durability = prof.name

@@ -130,6 +130,10 @@ def _read(spark: SparkSession, node: r.ReadSource, paths: _Paths) -> DataFrame:
     ddl = node.schema.ddl()
     if node.kind == "memory":
         ddl += ", `__kp_kind` tinyint, `__kp_wm` bigint, `__kp_seq` bigint"
+        if not node.streaming and node.path is not None:
+            from krishiv_py.runtime.spool import check_complete
+
+            check_complete(node.path, "a bounded run (collect())")
     reader: Any = spark.readStream if node.streaming else spark.read
     reader = reader.format(node.format).schema(ddl)
     for key, value in node.options:

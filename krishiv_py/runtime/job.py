@@ -356,7 +356,14 @@ class StreamingJob(Job):
                 self._input_done = True
             self._pump()
             if self._writes == before:
+                self._trim_spools()
                 return
+
+    def _trim_spools(self) -> None:
+        """Retention: delete the memory-stream batches that every job reading them has committed."""
+        for sender in self._senders:
+            if sender is not None:
+                sender._spool.maybe_clean(throttle=False)
 
     def await_termination(self, timeout_s: float | None = None) -> bool:
         """Wait until the input has ended (every source closed) and all of it was processed.
