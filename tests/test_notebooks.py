@@ -1,13 +1,20 @@
-"""The example notebooks run in a Jupyter kernel: rich displays, a timeline picture, no stack traces."""
+"""The example notebooks run in a Jupyter kernel: rich displays, a timeline picture, no stack traces.
+
+Both notebooks run in one kernel, one after the other, so the suite starts one
+kernel and one JVM for them: the first notebook's ``Session.embedded()``
+starts Spark quietly, the second's starts a new SparkContext on that JVM.
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import nbformat
 import pytest
+from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
 NOTEBOOKS = Path(__file__).parent.parent / "examples" / "notebooks"
@@ -15,15 +22,28 @@ NOTEBOOKS = Path(__file__).parent.parent / "examples" / "notebooks"
 NOISE = ("\tat ", "at org.apache", "py4j", "Py4J", "WARNING: Using incubator", " ERROR ", "Traceback")
 
 
-def run(name: str, tmp_path: Path) -> Any:
-    notebook = nbformat.read(NOTEBOOKS / name, as_version=4)  # type: ignore[no-untyped-call]
+Run = Callable[[str], Any]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    """Execute a notebook in the module's kernel (started by the first call) and return it."""
+    tmp_path = tmp_path_factory.mktemp("notebooks")
     env = {**os.environ, "KRISHIV_LOG_DIR": str(tmp_path / "logs")}
     env.pop("KRISHIV_VERBOSE", None)
-    client = NotebookClient(
-        notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
-    )
-    client.execute(env=env)  # the kernel runs in a process of its own, with this environment
-    return notebook
+    kernel = KernelManager(kernel_name="python3")
+
+    def execute(name: str) -> Any:
+        notebook = nbformat.read(NOTEBOOKS / name, as_version=4)  # type: ignore[no-untyped-call]
+        client = NotebookClient(
+            notebook, timeout=600, km=kernel, resources={"metadata": {"path": str(tmp_path)}}
+        )
+        client.execute(env=env)  # the kernel runs in a process of its own, with this environment
+        return notebook
+
+    yield execute
+    if kernel.has_kernel:
+        kernel.shutdown_kernel(now=True)
 
 
 def outputs(notebook: Any) -> list[tuple[int, Any]]:
@@ -42,8 +62,8 @@ def assert_quiet(notebook: Any) -> None:
 
 
 @pytest.mark.spark
-def test_quickstart_notebook_shows_rich_displays_and_a_timeline(tmp_path: Path) -> None:
-    notebook = run("quickstart.ipynb", tmp_path)
+def test_quickstart_notebook_shows_rich_displays_and_a_timeline(run: Run) -> None:
+    notebook = run("quickstart.ipynb")
     assert_quiet(notebook)
     html = "\n".join(
         out.data["text/html"] for _, out in outputs(notebook) if "text/html" in out.get("data", {})
@@ -65,8 +85,8 @@ def test_quickstart_notebook_shows_rich_displays_and_a_timeline(tmp_path: Path) 
 
 
 @pytest.mark.spark
-def test_a_failing_job_cell_shows_krishivs_error_and_nothing_else(tmp_path: Path) -> None:
-    notebook = run("failing_job.ipynb", tmp_path)
+def test_a_failing_job_cell_shows_krishivs_error_and_nothing_else(run: Run) -> None:
+    notebook = run("failing_job.ipynb")
     assert_quiet(notebook)
     errors = [(i, out) for i, out in outputs(notebook) if out.output_type == "error"]
     assert [out.ename for _, out in errors] == ["JobError", "JobStoppedError"]
