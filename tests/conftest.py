@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 import krishiv_py as kp
-from krishiv_py.runtime.cluster import ConnectServer, LocalCluster
+from krishiv_py.runtime.cluster import QUICK_START_JVM, ConnectServer, LocalCluster
 
 settings.register_profile(
     "krishiv",
@@ -19,6 +19,14 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "krishiv"))
+
+# Every driver JVM spark-submit starts for the tests (the shared session's, and those of the
+# child processes: notebooks, benchmark and chaos runs, the remote checks), and spark-submit's
+# own launcher JVM, start with QUICK_START_JVM (C1 JIT only, serial GC): the tests run short
+# queries, where start-up and compilation dominate. Options already set come later and win.
+for _name in ("SPARK_SUBMIT_OPTS", "SPARK_LAUNCHER_OPTS"):
+    if QUICK_START_JVM not in os.environ.get(_name, ""):
+        os.environ[_name] = f"{QUICK_START_JVM} {os.environ.get(_name, '')}".strip()
 
 
 #: Run the tests that use ``session`` on a standalone cluster / over Spark Connect instead.
