@@ -196,6 +196,7 @@ def query_sql(query: Query, path: str, panes: bool = True) -> str:
     sql: dict[str, Callable[[], str]] = {
         "tumbling": lambda: tumbling_sql(src, "user_id", t, 60_000, COUNT_SUM),
         "sliding": lambda: sliding_sql(src, "user_id", t, 60_000, 10_000, COUNT_SUM, panes),
+        "sliding-10m": lambda: sliding_sql(src, "user_id", t, 600_000, 10_000, COUNT_SUM, panes),
         "session": lambda: session_sql(src, "user_id", t, 30_000, COUNT_SUM, panes),
         "nexmark-q5": lambda: hot_items_sql(src, "auction", t, 10_000, 2_000, panes),
         "nexmark-q7": lambda: tumbling_sql(src, "", t, 10_000, MAX_PRICE),

@@ -149,10 +149,11 @@ def query_sql(query: Query) -> str:
             f"FROM TABLE(TUMBLE(TABLE {t}, DESCRIPTOR({et}), {interval(60_000)}))\n"
             "GROUP BY user_id, window_start, window_end"
         )
-    if query.name == "sliding":
+    if query.name in ("sliding", "sliding-10m"):
+        size = 60_000 if query.name == "sliding" else 600_000
         return (
             f"SELECT user_id, window_start, window_end, {count_sum}\n"
-            f"FROM TABLE(HOP(TABLE {t}, DESCRIPTOR({et}), {interval(10_000)}, {interval(60_000)}))\n"
+            f"FROM TABLE(HOP(TABLE {t}, DESCRIPTOR({et}), {interval(10_000)}, {interval(size)}))\n"
             "GROUP BY user_id, window_start, window_end"
         )
     if query.name == "session":

@@ -26,6 +26,9 @@ Queries
 ``sliding``
     clickstream: per ``user_id``, 60 s windows sliding by 10 s, count and sum.
     Columns: user_id, window_start, window_end, count, sum_amount.
+``sliding-10m``
+    clickstream: per ``user_id``, 10 min windows sliding by 10 s (60 windows
+    per event), count and sum. Columns as ``sliding``.
 ``session``
     clickstream: per ``user_id``, sessions with a 30 s gap, count and sum.
     Columns: user_id, window_start, window_end, count, sum_amount.
@@ -74,6 +77,14 @@ QUERIES: dict[str, Query] = {
             "event_time",
             ("user_id", "window_start", "window_end", "count", "sum_amount"),
             "60 s / 10 s sliding count+sum per user",
+        ),
+        Query(
+            "sliding-10m",
+            "clickstream",
+            "events",
+            "event_time",
+            ("user_id", "window_start", "window_end", "count", "sum_amount"),
+            "10 min / 10 s sliding count+sum per user",
         ),
         Query(
             "session",

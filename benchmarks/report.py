@@ -26,6 +26,8 @@ TARGETS: tuple[tuple[str, str, str, float, tuple[str, ...] | None], ...] = (
     ("krishiv native >= 0.95x tuned PySpark streaming", "krishiv-native", "pyspark-streaming", 0.95, None),
     ("krishiv native >= 1.5x default-config PySpark", "krishiv-native", "pyspark-default", 1.5, None),
     ("krishiv bounded >= 0.95x hand-written Spark batch", "krishiv-bounded", "pyspark-batch", 0.95, None),
+    ("krishiv bounded >= 1.5x Spark window() batch", "krishiv-bounded", "pyspark-batch", 1.5, ("sliding",)),
+    ("krishiv bounded >= 3x Spark window() batch", "krishiv-bounded", "pyspark-batch", 3.0, ("sliding-10m",)),
     (STATEFUL_TARGET, "krishiv-stateful", "krishiv-native", 0.5, ("tumbling", "session")),
 )
 SCALING_TARGETS: tuple[tuple[str, str, str, float, tuple[int, ...]], ...] = (

@@ -79,6 +79,8 @@ def krishiv_query(query: Query, source: kp.Stream) -> kp.Stream:
         return s.key_by("user_id").tumbling_window(60_000).agg(count, amount)
     if query.name == "sliding":
         return s.key_by("user_id").sliding_window(60_000, 10_000).agg(count, amount)
+    if query.name == "sliding-10m":
+        return s.key_by("user_id").sliding_window(600_000, 10_000).agg(count, amount)
     if query.name == "session":
         return s.key_by("user_id").session_window(30_000).agg(count, amount)
     if query.name == "nexmark-q5":
@@ -173,6 +175,8 @@ def pyspark_query(query: Query, df: Any) -> Any:
         out = df.groupBy("user_id", F.window(et, "60 seconds")).agg(count, amount)
     elif query.name == "sliding":
         out = df.groupBy("user_id", F.window(et, "60 seconds", "10 seconds")).agg(count, amount)
+    elif query.name == "sliding-10m":
+        out = df.groupBy("user_id", F.window(et, "600 seconds", "10 seconds")).agg(count, amount)
     elif query.name == "session":
         out = df.groupBy("user_id", F.session_window(et, "30 seconds").alias("window")).agg(count, amount)
     elif query.name == "nexmark-q7":

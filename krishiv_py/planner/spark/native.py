@@ -47,6 +47,7 @@ from krishiv_py.planner.spark.recipe import (
     RecipeNode,
     SelectExprs,
 )
+from krishiv_py.planner.spark.sliding import lower_sliding_panes, pane_choice
 from krishiv_py.planner.sql import quote
 from krishiv_py.types import Schema
 
@@ -68,6 +69,8 @@ def time_shift(plan: n.PlanNode) -> int:
 def lower_window(node: n.WindowAggregate, child: RecipeNode, *, streaming: bool, shift_ms: int) -> RecipeNode:
     """Group ``child`` by the keys and the window, then select the result columns."""
     schema = n.schema_of(node.input)
+    if not streaming and pane_choice(node.window, node.aggregates, schema)[0]:
+        return lower_sliding_panes(node, child)
     keys = tuple(quote(k) for k in node.keys)
     if not keys and isinstance(node.window, SessionWindow):
         # Spark refuses global session windows on streams. Group by a column

@@ -1,0 +1,201 @@
+"""Sliding windows from pane aggregates: the bounded lowering's plan for sliding windows.
+
+Spark's ``window(ts, size, slide)`` copies every event into each of its
+``size / slide`` windows before aggregating (60 copies for 10 min / 10 s).
+Here each event is aggregated once, into its *pane* — the slide-sized
+interval ``[p, p + slide)`` it falls in — and each pane's partial aggregate
+is copied into the ``size / slide`` windows that contain it, where the
+partials are combined. A window ``[w, w + size)`` holds exactly the panes
+``p`` with ``w <= p < w + size`` when ``slide`` divides ``size``, so the
+windows, their rows and their values are those of ``window()`` (sums of
+doubles may round differently, as any change of summation order does).
+
+Every aggregate but ``count_distinct`` combines from partials: ``count``
+and ``sum`` add up, ``avg`` divides a summed sum by a summed count, ``min``
+and ``max`` take the extreme, ``first``/``last`` the value of the
+earliest/latest ``(event time, arrival)``. A bigint ``sum`` travels as the
+sums of its 32-bit halves (exact, see :mod:`.native`). A plan with
+``count_distinct``, a decimal ``sum``/``avg`` or a slide that does not
+divide the size keeps ``window()``; :func:`pane_choice` says which and why,
+and ``explain()`` shows it.
+
+Examples
+--------
+>>> from krishiv_py.plan.windows import SlidingWindow
+>>> from krishiv_py.types import to_schema
+>>> from krishiv_py.expr import AggCall
+>>> schema = to_schema("k string, t timestamp, v double")
+>>> minute = SlidingWindow(size_ms=60_000, slide_ms=10_000)
+>>> pane_choice(minute, (AggCall("sum", "v", "s"),), schema)[0]
+True
+>>> pane_choice(minute, (AggCall("count_distinct", "v", "d"),), schema)
+(False, 'count_distinct does not combine from partial aggregates: every event is copied into its 6 windows')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from krishiv_py.expr import AggCall, agg_type
+from krishiv_py.plan import nodes as n
+from krishiv_py.plan.windows import SlidingWindow, WindowSpec
+from krishiv_py.planner.spark.recipe import (
+    ARITH,
+    ET,
+    SEQ,
+    FilterExpr,
+    GroupAgg,
+    Observe,
+    RecipeNode,
+    SelectExprs,
+)
+from krishiv_py.planner.sql import quote
+from krishiv_py.types import Schema
+
+__all__ = ["lower_sliding_panes", "pane_choice"]
+
+_PANE, _START = "__kp_pane", "__kp_window_start"
+#: Fewest windows per event (size / slide) for which panes are used.
+MIN_COPIES = 2
+
+
+def pane_choice(window: WindowSpec, aggregates: Sequence[AggCall], schema: Schema) -> tuple[bool, str]:
+    """Whether a bounded sliding-window aggregation runs from panes, and why (or why not)."""
+    if not isinstance(window, SlidingWindow) or window.slide_ms == window.size_ms:
+        return False, "not a sliding window"
+    copies = window.size_ms // window.slide_ms
+    if copies < MIN_COPIES:
+        return False, f"{copies} windows per event: Spark's window() copies each event into them"
+    if window.size_ms % window.slide_ms:
+        return False, (
+            f"the slide ({window.slide_ms} ms) does not divide the size ({window.size_ms} ms): "
+            "every event is copied into each of its windows"
+        )
+    for call in aggregates:
+        if call.func == "count_distinct":
+            return False, (
+                f"count_distinct does not combine from partial aggregates: every event is copied into "
+                f"its {copies} windows"
+            )
+        if (
+            call.func in ("sum", "avg")
+            and call.column is not None
+            and schema.field(call.column).dtype.is_decimal
+        ):
+            return (
+                False,
+                f"a decimal {call.func} keeps Spark's window(): "
+                f"every event is copied into its {copies} windows",
+            )
+    return True, (
+        f"sliding windows combined from {window.slide_ms} ms pane aggregates: each event is aggregated "
+        f"once, each pane copied into its {copies} windows"
+    )
+
+
+def lower_sliding_panes(node: n.WindowAggregate, child: RecipeNode) -> RecipeNode:
+    """Aggregate per key and pane, copy each pane into its windows, combine per key and window."""
+    window = node.window
+    assert isinstance(window, SlidingWindow)
+    schema = n.schema_of(node.input)
+    slide_us, size_us = window.slide_ms * 1000, window.size_ms * 1000
+    et_us = f"unix_micros({quote(ET)})"
+    keys = tuple(quote(k) for k in node.keys)
+    partials = tuple(p for i, a in enumerate(node.aggregates) for p in _partials(a, i, schema))
+    panes = GroupAgg(
+        child=FilterExpr(child=child, condition=f"{quote(ET)} IS NOT NULL"),
+        keys=(*keys, f"{et_us} - pmod({et_us}, {slide_us}L) AS {quote(_PANE)}"),
+        aggs=tuple(f"{expr} AS `{name}`" for name, expr, _ in partials),
+    )
+    starts = f"explode(sequence({quote(_PANE)} - {size_us - slide_us}L, {quote(_PANE)}, {slide_us}L))"
+    copied = SelectExprs(
+        child=panes, exprs=(*keys, f"{starts} AS {quote(_START)}", *(f"`{name}`" for name, _, _ in partials))
+    )
+    windows = GroupAgg(
+        child=copied,
+        keys=(*keys, quote(_START)),
+        aggs=tuple(f"{combine.format(f'`{name}`')} AS `{name}`" for name, _, combine in partials),
+    )
+    bounds = (
+        f"timestamp_micros({quote(_START)}) AS `window_start`",
+        f"timestamp_micros({quote(_START)} + {size_us}L) AS `window_end`",
+    )
+    values = tuple(_final(a, i, schema) for i, a in enumerate(node.aggregates))
+    flags = tuple(
+        f"(`{_name(i, 'h')}` IS NOT NULL AND {_joined(i)} IS NULL) AS `__kp_sum_overflow_{i}`"
+        for i, a in enumerate(node.aggregates)
+        if _split(a, schema)
+    )
+    out = SelectExprs(child=windows, exprs=(*keys, *bounds, *values, *flags))
+    if not flags:
+        return out
+    observed = Observe(
+        child=out,
+        name="kp_arith_sums",
+        exprs=tuple(
+            f"count_if(`__kp_sum_overflow_{i}`) AS {ARITH}sum_{i}"
+            for i, a in enumerate(node.aggregates)
+            if _split(a, schema)
+        ),
+    )
+    names = (*keys, "`window_start`", "`window_end`", *(quote(a.name) for a in node.aggregates))
+    return SelectExprs(child=observed, exprs=names)
+
+
+def _name(i: int, part: str) -> str:
+    return f"__kp_part_{i}_{part}"
+
+
+def _split(call: AggCall, schema: Schema) -> bool:
+    return call.func == "sum" and call.column is not None and schema.field(call.column).dtype.name == "bigint"
+
+
+def _partials(call: AggCall, i: int, schema: Schema) -> list[tuple[str, str, str]]:
+    """``(column, pane expression, window combination)`` of each partial of ``call``."""
+    x = quote(call.column) if call.column is not None else "1"
+    order = f"{quote(ET)}, {quote(SEQ)}"
+    if call.func == "count":
+        return [(_name(i, "n"), f"count({x})", "sum({})")]
+    if _split(call, schema):
+        return [
+            (_name(i, "h"), f"sum(shiftright({x}, 32))", "sum({})"),
+            (_name(i, "l"), f"sum({x} & 4294967295L)", "sum({})"),
+        ]
+    if call.func == "sum":
+        return [(_name(i, "s"), f"sum({x})", "sum({})")]
+    if call.func == "avg":
+        return [
+            (_name(i, "s"), f"sum(CAST({x} AS DOUBLE))", "sum({})"),
+            (_name(i, "n"), f"count({x})", "sum({})"),
+        ]
+    if call.func in ("min", "max"):
+        return [(_name(i, "v"), f"{call.func}({x})", call.func + "({})")]
+    # first/last: the value of the earliest/latest (event time, arrival) row, carried with its order.
+    pick = "min" if call.func == "first" else "max"
+    return [(_name(i, "r"), f"{pick}(struct({order}, {x} AS v))", pick + "({})")]
+
+
+def _joined(i: int) -> str:
+    low = f"`{_name(i, 'l')}`"
+    high = f"(`{_name(i, 'h')}` + shiftright({low}, 32))"
+    return (
+        f"CASE WHEN {high} BETWEEN -2147483648L AND 2147483647L "
+        f"THEN shiftleft({high}, 32) | ({low} & 4294967295L) END"
+    )
+
+
+def _final(call: AggCall, i: int, schema: Schema) -> str:
+    dtype = agg_type(call, schema).name.upper()
+    if call.func == "count":
+        value = f"`{_name(i, 'n')}`"
+    elif _split(call, schema):
+        value = _joined(i)
+    elif call.func == "sum":
+        value = f"`{_name(i, 's')}`"
+    elif call.func == "avg":
+        value = f"try_divide(`{_name(i, 's')}`, `{_name(i, 'n')}`)"  # no values: null, as avg()
+    elif call.func in ("min", "max"):
+        value = f"`{_name(i, 'v')}`"
+    else:
+        value = f"`{_name(i, 'r')}`.v"
+    return f"CAST({value} AS {dtype}) AS {quote(call.name)}"
