@@ -23,10 +23,10 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "krishiv"))
 # Every driver JVM spark-submit starts for the tests (the shared session's, and those of the
 # child processes: notebooks, benchmark and chaos runs, the remote checks), and spark-submit's
 # own launcher JVM, start with QUICK_START_JVM (C1 JIT only, serial GC): the tests run short
-# queries, where start-up and compilation dominate. Options already set come later and win.
+# queries, where start-up and compilation dominate. Options set in the environment are kept
+# as they are (a second garbage collector would stop the JVM from starting).
 for _name in ("SPARK_SUBMIT_OPTS", "SPARK_LAUNCHER_OPTS"):
-    if QUICK_START_JVM not in os.environ.get(_name, ""):
-        os.environ[_name] = f"{QUICK_START_JVM} {os.environ.get(_name, '')}".strip()
+    os.environ.setdefault(_name, QUICK_START_JVM)
 
 
 #: Run the tests that use ``session`` on a standalone cluster / over Spark Connect instead.
