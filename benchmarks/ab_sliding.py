@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python benchmarks/ab_sliding.py sliding sliding-10m
 
-For each query: 5 rounds of ``collect()`` on the 1 M-event clickstream, the
+For each query: 5 rounds of ``collect()`` on its 1 M-event dataset, the
 two plans alternating (and swapping order every round), the first round
 dropped; prints the median seconds of each and the speed-up. Both plans
 must return the same number of rows.
@@ -22,11 +22,14 @@ from krishiv_py.planner.spark import sliding
 
 
 def main(queries: list[str]) -> None:
-    ds = data.clickstream(data.ClickstreamSpec(events=1_000_000, files=20))
-    path = ds.table_dir("events")
+    datasets = {
+        "clickstream": data.clickstream(data.ClickstreamSpec(events=1_000_000, files=20)),
+        "nexmark": data.nexmark(data.NexmarkSpec(events=1_000_000, files=20)),
+    }
     with kp.Session.embedded(progress=False) as session:
         for name in queries:
             query = QUERIES[name]
+            path = datasets[query.dataset].table_dir(query.table)
             times: dict[str, list[float]] = {"panes": [], "window()": []}
             rows: dict[str, int] = {}
             for rnd in range(5):
