@@ -67,6 +67,8 @@ def spark_cause(exc: BaseException) -> str:
     if not lines:
         return type(exc).__name__
     roots = [ln for ln in lines[1:] if _ERROR_LINE.match(ln)]
+    if roots and "Traceback (most recent call last)" in lines[0]:
+        return roots[-1]  # Python code called back from the JVM raised: its exception says it all
     if roots and roots[-1] not in lines[0]:
         return f"{lines[0]}\n{roots[-1]}"
     return lines[0]
