@@ -87,6 +87,13 @@ def kernel_bench(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def overhead_bench(session: nox.Session) -> None:
+    """Per-micro-batch overhead (ms per tiny batch): krishiv_py's native job vs hand-written PySpark."""
+    session.install("-e", ".")
+    session.run("python", "-m", "benchmarks.overhead", *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def durability_bench(session: nox.Session) -> None:
     """RocksDB vs Spark's default state store (events/s, ratio) and state size with/without TTL (1M keys).
 
