@@ -34,7 +34,7 @@ from krishiv_py.errors import PlanError
 from krishiv_py.expr import Alias, BinaryOp, Cast, Column, ExprNode, Literal, UnaryOp, dtype_of
 from krishiv_py.types import DataType, Schema
 
-__all__ = ["failure_checks", "quote", "to_sql"]
+__all__ = ["failure_checks", "joined_sum", "quote", "sum_halves", "to_sql"]
 
 _OPS = {"==": "=", "!=": "<>", "and": "AND", "or": "OR"}
 _TRY = {"+": "try_add", "-": "try_subtract", "*": "try_multiply", "%": "try_mod"}
@@ -89,6 +89,24 @@ def to_sql(node: ExprNode, schema: Schema | None = None) -> str:
         return f"TRY_CAST({to_sql(node.operand, schema)} AS {node.dtype.name.upper()})"
     assert isinstance(node, Alias)
     return f"{to_sql(node.operand, schema)} AS {quote(node.name)}"
+
+
+def sum_halves(value: str) -> tuple[str, str]:
+    """The sums of a bigint's high and low 32 bits: exact, they cannot overflow (< 2**31 rows).
+
+    >>> sum_halves("`v`")
+    ('sum(shiftright(`v`, 32))', 'sum(`v` & 4294967295L)')
+    """
+    return f"sum(shiftright({value}, 32))", f"sum({value} & 4294967295L)"
+
+
+def joined_sum(high: str, low: str) -> str:
+    """The exact sum from the columns of :func:`sum_halves`: null when it does not fit a bigint."""
+    carried = f"({high} + shiftright({low}, 32))"
+    return (
+        f"CASE WHEN {carried} BETWEEN -2147483648L AND 2147483647L "
+        f"THEN shiftleft({carried}, 32) | ({low} & 4294967295L) END"
+    )
 
 
 def failure_checks(node: ExprNode, schema: Schema | None) -> list[str]:

@@ -62,18 +62,6 @@ __all__ = ["HANDOFF_CONF", "BatchCollector", "StatefulJob", "TickWriter", "take_
 
 log = logging.getLogger("krishiv_py")
 
-_COUNTS = (
-    "on_time",
-    "mildly_late",
-    "very_late",
-    "future",
-    "invalid",
-    "emitted",
-    "retracted",
-    "expired",
-    "arith",
-)
-
 
 @attrs.define
 class _Bucket:
@@ -107,7 +95,7 @@ class BatchCollector:
 
     def accept(self, payloads: Payloads, batch_id: int) -> None:
         """Route one micro-batch's results, late rows and statistics."""
-        from krishiv_py.stateful.operator import to_output
+        from krishiv_py.stateful.operator import COUNTER_NAMES, to_output
 
         results = to_output(payloads.results, self._recipe.output_schema.to_arrow())
         self._write(results, batch_id)
@@ -124,7 +112,7 @@ class BatchCollector:
         if payloads.late.num_rows:
             self._hand_late(payloads.late, batch_id)
         stats = payloads.stats.to_pydict()
-        totals = {name: int(sum(stats[name])) for name in _COUNTS}
+        totals = {name: int(sum(stats[name])) for name in COUNTER_NAMES}
         with self._lock:
             self.counts[batch_id] = totals
             for i, b in enumerate(stats["bucket"]):
@@ -202,8 +190,10 @@ class BatchCollector:
         )
 
     def totals(self) -> dict[str, int]:
+        from krishiv_py.stateful.operator import COUNTER_NAMES
+
         with self._lock:
-            return {name: sum(c[name] for c in self.counts.values()) for name in _COUNTS}
+            return {name: sum(c[name] for c in self.counts.values()) for name in COUNTER_NAMES}
 
     def result_table(self) -> pa.Table:
         import pyarrow as pa

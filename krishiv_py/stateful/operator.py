@@ -77,6 +77,12 @@ STAT_NAMES = (
     "expired",
     "arith",
 )
+#: The statistics that count something per micro-batch (the job sums them over batches).
+COUNTER_NAMES = tuple(
+    n
+    for n in STAT_NAMES
+    if n not in ("bucket", "state_windows", "state_bytes", "next_due_ms", "next_interval_ms")
+)
 
 
 @attrs.frozen(kw_only=True)

@@ -48,7 +48,7 @@ from krishiv_py.planner.spark.recipe import (
     SelectExprs,
 )
 from krishiv_py.planner.spark.sliding import lower_sliding_panes, pane_choice
-from krishiv_py.planner.sql import quote
+from krishiv_py.planner.sql import joined_sum, quote, sum_halves
 from krishiv_py.types import Schema
 
 __all__ = ["SHIFT_BASE_MS", "lower_window", "time_shift"]
@@ -132,7 +132,8 @@ def _split_sum_sql(call: AggCall, i: int, schema: Schema) -> tuple[str, str]:
     v = quote(call.column)
     if schema.field(call.column).dtype.is_decimal:
         return (f"count({v}) AS `{_HIGH}{i}`", f"try_sum({v}) AS `{_LOW}{i}`")
-    return (f"sum(shiftright({v}, 32)) AS `{_HIGH}{i}`", f"sum({v} & 4294967295L) AS `{_LOW}{i}`")
+    high, low = sum_halves(v)
+    return (f"{high} AS `{_HIGH}{i}`", f"{low} AS `{_LOW}{i}`")
 
 
 def _joined_sum(i: int, call: AggCall, schema: Schema) -> str:
@@ -141,11 +142,7 @@ def _joined_sum(i: int, call: AggCall, schema: Schema) -> str:
     if call.column is not None and schema.field(call.column).dtype.is_decimal:
         dtype = agg_type(call, schema)
         return f"CASE WHEN `{_HIGH}{i}` > 0 THEN TRY_CAST({low} AS {dtype.name.upper()}) END"
-    high = f"(`{_HIGH}{i}` + shiftright({low}, 32))"
-    return (
-        f"CASE WHEN {high} BETWEEN -2147483648L AND 2147483647L "
-        f"THEN shiftleft({high}, 32) | ({low} & 4294967295L) END"
-    )
+    return joined_sum(f"`{_HIGH}{i}`", low)
 
 
 def _overflowed(i: int, call: AggCall, schema: Schema) -> str:

@@ -49,7 +49,7 @@ from krishiv_py.planner.spark.recipe import (
     RecipeNode,
     SelectExprs,
 )
-from krishiv_py.planner.sql import quote
+from krishiv_py.planner.sql import joined_sum, quote, sum_halves
 from krishiv_py.types import Schema
 
 __all__ = ["lower_sliding_panes", "pane_choice"]
@@ -157,10 +157,8 @@ def _partials(call: AggCall, i: int, schema: Schema) -> list[tuple[str, str, str
     if call.func == "count":
         return [(_name(i, "n"), f"count({x})", "sum({})")]
     if _split(call, schema):
-        return [
-            (_name(i, "h"), f"sum(shiftright({x}, 32))", "sum({})"),
-            (_name(i, "l"), f"sum({x} & 4294967295L)", "sum({})"),
-        ]
+        high, low = sum_halves(x)
+        return [(_name(i, "h"), high, "sum({})"), (_name(i, "l"), low, "sum({})")]
     if call.func == "sum":
         return [(_name(i, "s"), f"sum({x})", "sum({})")]
     if call.func == "avg":
@@ -176,12 +174,7 @@ def _partials(call: AggCall, i: int, schema: Schema) -> list[tuple[str, str, str
 
 
 def _joined(i: int) -> str:
-    low = f"`{_name(i, 'l')}`"
-    high = f"(`{_name(i, 'h')}` + shiftright({low}, 32))"
-    return (
-        f"CASE WHEN {high} BETWEEN -2147483648L AND 2147483647L "
-        f"THEN shiftleft({high}, 32) | ({low} & 4294967295L) END"
-    )
+    return joined_sum(f"`{_name(i, 'h')}`", f"`{_name(i, 'l')}`")
 
 
 def _final(call: AggCall, i: int, schema: Schema) -> str:
