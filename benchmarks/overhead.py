@@ -55,10 +55,26 @@ def batch(i: int, rows: int) -> list[dict[str, Any]]:
     ]
 
 
-def run_krishiv(session: kp.Session, batches: list[list[dict[str, Any]]]) -> tuple[list[float], int]:
+def phases(query: Any, skip: int) -> dict[str, float]:
+    """Spark's ``durationMs`` per phase, summed over the query's batches after the first ``skip``."""
+    totals: dict[str, float] = {}
+    count = 0
+    for p in query.recentProgress:
+        if int(p.batchId) < skip or not p.durationMs.get("triggerExecution"):
+            continue
+        count += 1
+        for phase, ms in p.durationMs.items():
+            totals[phase] = totals.get(phase, 0.0) + float(ms)
+    totals["batches"] = count
+    return totals
+
+
+def run_krishiv(
+    session: kp.Session, batches: list[list[dict[str, Any]]]
+) -> tuple[list[float], int, dict[str, float]]:
     stream, sender = session.memory_stream(DDL, name=f"overhead_{uuid.uuid4().hex[:8]}")
     windows = stream.watermark("event_time", 5_000).key_by("user_id").tumbling_window(60_000)
-    job = windows.agg(kp.count(kp.col("*")), kp.sum(kp.col("amount"))).start()
+    job: Any = windows.agg(kp.count(kp.col("*")), kp.sum(kp.col("amount"))).start()
     times = []
     try:
         for rows in batches:
@@ -66,12 +82,12 @@ def run_krishiv(session: kp.Session, batches: list[list[dict[str, Any]]]) -> tup
             sender.send(rows)
             job.process_all_available()
             times.append(time.perf_counter() - t)
-        return times, job.results().num_rows
+        return times, job.results().num_rows, phases(job._query, 2)
     finally:
         job.stop()
 
 
-def run_pyspark(spark: Any, batches: list[list[dict[str, Any]]]) -> tuple[list[float], int]:
+def run_pyspark(spark: Any, batches: list[list[dict[str, Any]]]) -> tuple[list[float], int, dict[str, float]]:
     from pyspark.sql import functions as F
 
     src = tempfile.mkdtemp(prefix="krishiv-overhead-")
@@ -99,7 +115,7 @@ def run_pyspark(spark: Any, batches: list[list[dict[str, Any]]]) -> tuple[list[f
             os.rename(staged, os.path.join(src, f"part-{i:06d}.parquet"))
             query.processAllAvailable()
             times.append(time.perf_counter() - t)
-        return times, spark.table(name).count()
+        return times, spark.table(name).count(), phases(query, 2)
     finally:
         query.stop()
         spark.catalog.dropTempView(name)
@@ -113,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     batches = [batch(i, args.rows) for i in range(args.batches)]
     per: dict[str, list[float]] = {"krishiv-native": [], "pyspark-streaming": []}
+    phase_ms: dict[str, dict[str, float]] = {"krishiv-native": {}, "pyspark-streaming": {}}
     with kp.Session.embedded(app_name="krishiv-overhead", progress=False) as session:
         # The hand-written query runs tuned as krishiv_py's: its session, single-watermark mode.
         session.spark.conf.set(SINGLE_WATERMARK_CONF, "false")
@@ -125,16 +142,25 @@ def main(argv: list[str] | None = None) -> int:
             rows: dict[str, int] = {}
             for runner in order:
                 if runner == "krishiv-native":
-                    times, rows[runner] = run_krishiv(session, batches)
+                    times, rows[runner], spent = run_krishiv(session, batches)
                 else:
-                    times, rows[runner] = run_pyspark(session.spark, batches)
+                    times, rows[runner], spent = run_pyspark(session.spark, batches)
                 per[runner] += times[1:]
+                for phase, ms in spent.items():
+                    phase_ms[runner][phase] = phase_ms[runner].get(phase, 0.0) + ms
             assert rows["krishiv-native"] == rows["pyspark-streaming"], rows
             print(f"round {rnd + 1}: {rows['krishiv-native']} windows each", flush=True)
     med = {r: statistics.median(v) * 1000 for r, v in per.items()}
     for runner, ms in med.items():
         print(f"{runner:18s} {ms:8.1f} ms per micro-batch (median of {len(per[runner])})")
     print(f"krishiv ÷ hand-written: {med['krishiv-native'] / med['pyspark-streaming']:.2f} (target <= 0.8)")
+    sends = args.rounds * (args.batches - 1)
+    names = sorted({k for v in phase_ms.values() for k in v if k != "batches"})
+    print(f"Spark's durationMs per send (mean over {sends} sends; batches = Spark micro-batches per send):")
+    print(f"{'phase':24s} {'krishiv-native':>15s} {'pyspark-streaming':>18s}")
+    for phase in ["batches", *names]:
+        k, h = (phase_ms[r].get(phase, 0.0) / sends for r in ("krishiv-native", "pyspark-streaming"))
+        print(f"{phase:24s} {k:15.2f} {h:18.2f}")
     return 0
 
 

@@ -267,7 +267,9 @@ class StreamingJob(Job):
         #: Where rows of user-code calls that raised go (``start(quarantine_dir=...)``).
         self.quarantine = quarantine
         self._batches: dict[int, dict[str, Any]] = {}
+        self._last_progress: tuple[Any, Any, Any] | None = None  # newest progress report read
         self._lock = threading.Lock()
+        self._progress_lock = threading.Lock()
         self._ended: JobState | None = None  # set when krishiv_py ended the query
         self._input_done = False  # every source closed, and all of it processed
         self._writes = 0  # files written into the query's internal inputs (markers, ticks)
@@ -493,16 +495,41 @@ class StreamingJob(Job):
     # --- tracking ------------------------------------------------------------------
 
     def _refresh(self) -> None:
-        recent = spark_call("reading progress", lambda: list(self._query.recentProgress))
+        with self._progress_lock:  # the background thread refreshes too
+            recent = spark_call("reading progress", self._new_progress)
         with self._lock:
-            for p in recent:
-                raw = json.loads(p.json) if hasattr(p, "json") else dict(p)
+            for raw in recent:
                 if raw.get("observedMetrics"):  # Spark Connect's form -> named fields
                     raw["observedMetrics"] = named_metrics(raw["observedMetrics"])
                 # Spark also posts "idle" progress (no observed metrics) under the
                 # id of the batch it waits to run; only executed batches count.
                 if raw.get("observedMetrics"):
                     self._batches[int(raw["batchId"])] = raw
+
+    def _new_progress(self) -> list[dict[str, Any]]:
+        """The progress reports Spark posted since the last call, oldest first.
+
+        Spark keeps the last ``numRecentProgressUpdates`` reports; reading
+        them all (``recentProgress``) costs two Py4J calls and a JSON parse
+        each, every batch. Here the JVM's list is read from its newest end
+        back to the newest report already seen, so a batch costs a few calls
+        however long the job has run. (Spark Connect sends them all at once.)
+        """
+        jsq = getattr(self._query, "_jsq", None)
+        if jsq is None:
+            return [json.loads(p.json) if hasattr(p, "json") else dict(p) for p in self._query.recentProgress]
+        reports = jsq.recentProgress()
+        fresh: list[dict[str, Any]] = []
+        for i in range(len(reports) - 1, -1, -1):
+            raw = json.loads(reports[i].json())
+            key = (raw.get("batchId"), raw.get("timestamp"), raw.get("runId"))
+            if key == self._last_progress:
+                break
+            fresh.append(raw)
+        if fresh:
+            self._last_progress = (fresh[0].get("batchId"), fresh[0].get("timestamp"), fresh[0].get("runId"))
+        fresh.reverse()
+        return fresh
 
     def _ordered(self) -> list[dict[str, Any]]:
         self._refresh()
