@@ -255,9 +255,9 @@ class Stream(WindowAssigners):
         is the batches sent so far, as if the source were closed after them.
         """
         recipe = self.lower(force_bounded=True)
-        return self._run_bounded(recipe, MemorySink()).results()
+        return self._run_bounded(recipe, MemorySink(), metrics=False).results()
 
-    def _run_bounded(self, recipe: SparkRecipe, sink: Sink) -> BoundedJob:
+    def _run_bounded(self, recipe: SparkRecipe, sink: Sink, *, metrics: bool = True) -> BoundedJob:
         """Run a bounded recipe; Ctrl-C cancels its Spark jobs, long runs show progress."""
         from krishiv_py.runtime.run import run_bounded
         from krishiv_py.runtime.watch import progress_enabled, stage_progress, watching
@@ -270,7 +270,7 @@ class Stream(WindowAssigners):
             progress=stage_progress(spark) if show else None,
             description="krishiv_py running",
         ):
-            job = run_bounded(spark, recipe, sink=sink)
+            job = run_bounded(spark, recipe, sink=sink, metrics=metrics)
         job.stream = self
         return job
 

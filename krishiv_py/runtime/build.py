@@ -19,6 +19,7 @@ def build_dataframe(
     *,
     ticks_path: str | None = None,
     markers_path: str | None = None,
+    observe: bool = True,
 ) -> DataFrame:
     """Build the DataFrame for ``recipe``.
 
@@ -26,21 +27,25 @@ def build_dataframe(
     observed source (batch jobs read their metrics from these).
     ``ticks_path`` is the stateful operator's tick source directory and
     ``markers_path`` the directory of idle-source markers (temporary ones
-    when not given, e.g. for ``explain()``).
+    when not given, e.g. for ``explain()``). ``observe=False`` leaves the
+    recipe's observed metrics out (a bounded run whose metrics nobody can
+    read: Spark computes them row by row, outside generated code).
     """
     import tempfile
 
     paths = _Paths(
         ticks=ticks_path,
         markers=markers_path or (tempfile.mkdtemp(prefix="krishiv-idle-") if recipe.idle else None),
+        observe=observe,
     )
     return _build(spark, recipe.root, observations, paths)
 
 
 class _Paths:
-    def __init__(self, *, ticks: str | None, markers: str | None) -> None:
+    def __init__(self, *, ticks: str | None, markers: str | None, observe: bool = True) -> None:
         self.ticks = ticks
         self.markers = markers
+        self.observe = observe
 
 
 def _build(spark: SparkSession, node: r.RecipeNode, obs: dict[str, Any] | None, paths: _Paths) -> DataFrame:
@@ -64,6 +69,8 @@ def _build(spark: SparkSession, node: r.RecipeNode, obs: dict[str, Any] | None, 
     if isinstance(node, r.WithWatermark):
         return child.withWatermark(node.column, node.delay)
     if isinstance(node, r.Observe):
+        if not paths.observe:
+            return child
         exprs = [F.expr(e) for e in node.exprs]
         if obs is None:
             return child.observe(node.name, *exprs)

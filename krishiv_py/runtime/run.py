@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -86,7 +87,9 @@ def start_streaming(
         writer = writer.foreachBatch(_console(sink, recipe, quarantine))
     else:
         writer = writer.foreachBatch(_foreach(sink, recipe, quarantine))
-    query = spark_call("starting the streaming query", lambda: _start_single_watermark(spark, writer, conf))
+    query = spark_call(
+        "starting the streaming query", lambda: _start_single_watermark(spark, writer, conf, checkpoint_dir)
+    )
     job = StreamingJob(
         spark=spark,
         query=query,
@@ -135,7 +138,9 @@ def _start_stateful(
     else:
         writer = writer.format("parquet").option("path", handoff)
         conf = {**HANDOFF_CONF, **dict(conf or {})}
-    query = spark_call("starting the streaming query", lambda: _start_single_watermark(spark, writer, conf))
+    query = spark_call(
+        "starting the streaming query", lambda: _start_single_watermark(spark, writer, conf, checkpoint_dir)
+    )
     job = StatefulJob(
         collector=collector,
         ticks=ticks,
@@ -156,8 +161,34 @@ def _start_stateful(
 
 SINGLE_WATERMARK_CONF = "spark.sql.streaming.statefulOperator.allowMultiple"
 
+#: Spark's checkpoint file manager on the plain FileSystem API. Its default,
+#: the FileContext one, checks every renamed file's link status, which the
+#: local file system of the Hadoop client Spark ships answers by starting a
+#: ``readlink`` process: several process starts per micro-batch (offset log,
+#: commit log, file-source log, each state-store file). The FileSystem API
+#: renames a local file with one ``rename(2)``, just as atomic on a local disk.
+CHECKPOINT_MANAGER_CONF = "spark.sql.streaming.checkpointFileManagerClass"
+FILESYSTEM_CHECKPOINT_MANAGER = (
+    "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+)
 
-def _start_single_watermark(spark: SparkSession, writer: Any, conf: Mapping[str, str] | None = None) -> Any:
+
+def local_checkpoint_conf(checkpoint_dir: str | None) -> dict[str, str]:
+    """Settings for a query whose checkpoint is on a local disk (none for other file systems)."""
+    if checkpoint_dir is None:
+        return {}
+    scheme = checkpoint_dir.split(":", 1)[0] if re.match(r"^[A-Za-z][A-Za-z0-9+.-]+:", checkpoint_dir) else ""
+    if scheme not in ("", "file"):
+        return {}
+    return {CHECKPOINT_MANAGER_CONF: FILESYSTEM_CHECKPOINT_MANAGER}
+
+
+def _start_single_watermark(
+    spark: SparkSession,
+    writer: Any,
+    conf: Mapping[str, str] | None = None,
+    checkpoint_dir: str | None = None,
+) -> Any:
     """Start ``writer`` with Spark's single-watermark mode and ``conf``, then restore the session settings.
 
     By default (since Spark 3.4) a stateful operator drops late rows by the
@@ -167,10 +198,12 @@ def _start_single_watermark(spark: SparkSession, writer: Any, conf: Mapping[str,
     empty batch in between). Our plans have one stateful operator, so the
     single-watermark mode, where both use the current watermark, is exactly
     the specified semantics. ``conf`` is the job's durability profile (its
-    state store). A query reads these settings when it starts, and records
-    them in its checkpoint.
+    state store); a checkpoint on a local disk gets
+    :func:`local_checkpoint_conf`. A query reads these settings when it
+    starts (its own copy of the session), and records the SQL ones in its
+    checkpoint.
     """
-    settings = {SINGLE_WATERMARK_CONF: "false", **dict(conf or {})}
+    settings = {SINGLE_WATERMARK_CONF: "false", **local_checkpoint_conf(checkpoint_dir), **dict(conf or {})}
     previous = {key: spark.conf.get(key, None) for key in settings}
     for key, value in settings.items():
         spark.conf.set(key, value)
@@ -216,15 +249,21 @@ def _console(sink: ConsoleSink, recipe: SparkRecipe, quarantine: Quarantine | No
     return call
 
 
-def run_bounded(spark: SparkSession, recipe: SparkRecipe, *, sink: Sink) -> BoundedJob:
-    """Run ``recipe`` as one batch job; results are kept for memory/Parquet sinks."""
+def run_bounded(spark: SparkSession, recipe: SparkRecipe, *, sink: Sink, metrics: bool = True) -> BoundedJob:
+    """Run ``recipe`` as one batch job; results are kept for memory/Parquet sinks.
+
+    ``metrics=False`` (``collect()``, which returns only the rows) skips
+    computing the job's metrics.
+    """
     if recipe.stateful is not None:
         from krishiv_py.runtime.stateful import run_stateful_bounded
 
         job: BoundedJob = run_stateful_bounded(spark, recipe, sink=sink)
         return job
     observations: dict[str, Any] = {}
-    df = spark_call("building the batch job", lambda: build_dataframe(spark, recipe, observations))
+    df = spark_call(
+        "building the batch job", lambda: build_dataframe(spark, recipe, observations, observe=metrics)
+    )
     table: pa.Table | None = None
     if isinstance(sink, MemorySink):
         table = conform(spark_call("running the batch job", df.toArrow), recipe.output_schema)

@@ -1,0 +1,117 @@
+"""What a job does per micro-batch and per bounded run, and what it leaves out (real local Spark)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import krishiv_py as kp
+from krishiv_py.runtime.build import build_dataframe
+from krishiv_py.runtime.run import (
+    CHECKPOINT_MANAGER_CONF,
+    FILESYSTEM_CHECKPOINT_MANAGER,
+    local_checkpoint_conf,
+)
+from krishiv_py.types import to_schema
+
+SCHEMA = "user_id string, event_time timestamp, amount double"
+T0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+
+
+def ev(user: str, sec: float, amount: float = 1.0) -> dict[str, Any]:
+    return {"user_id": user, "event_time": T0 + dt.timedelta(seconds=sec), "amount": amount}
+
+
+def per_minute(stream: kp.Stream) -> kp.Stream:
+    return (
+        stream.watermark("event_time", 0)
+        .key_by("user_id")
+        .tumbling_window(60_000)
+        .agg(kp.count(kp.col("*")).alias("events"), kp.sum(kp.col("amount")).alias("total"))
+    )
+
+
+@pytest.mark.parametrize(
+    ("path", "local"),
+    [
+        ("/tmp/ckpt", True),
+        ("relative/ckpt", True),
+        ("file:///tmp/ckpt", True),
+        ("hdfs://namenode:8020/ckpt", False),
+        ("s3a://bucket/ckpt", False),
+        ("C:/ckpt", True),  # a drive letter is not a scheme
+    ],
+)
+def test_local_checkpoints_use_the_filesystem_manager(path: str, local: bool) -> None:
+    expected = {CHECKPOINT_MANAGER_CONF: FILESYSTEM_CHECKPOINT_MANAGER} if local else {}
+    assert local_checkpoint_conf(path) == expected
+
+
+def test_job_runs_with_the_local_checkpoint_manager_and_leaves_the_session_alone(session: kp.Session) -> None:
+    spark = session.spark
+    before = spark.conf.get(CHECKPOINT_MANAGER_CONF, None)
+    stream, sender = session.memory_stream(SCHEMA)
+    job: Any = per_minute(stream).start()
+    try:
+        assert spark.conf.get(CHECKPOINT_MANAGER_CONF, None) == before  # restored after start
+        # The query's offset log writes through the FileSystem-based manager.
+        offsets = job._query._jsq.streamingQuery().offsetLog()
+        assert offsets.fileManager().getClass().getName() == FILESYSTEM_CHECKPOINT_MANAGER
+        sender.send([ev("a", 1), ev("a", 2, 2.0)])
+        sender.send([ev("a", 61)])
+        job.process_all_available()
+        assert job.results().to_pylist() == [
+            {
+                "user_id": "a",
+                "window_start": T0,
+                "window_end": T0 + dt.timedelta(minutes=1),
+                "events": 2,
+                "total": 3.0,
+            }
+        ]
+    finally:
+        job.stop()
+
+
+def test_progress_is_read_once_per_report(session: kp.Session) -> None:
+    stream, sender = session.memory_stream(SCHEMA)
+    job: Any = per_minute(stream).start()
+    try:
+        for i in range(4):
+            sender.send([ev("a", 60 * i + 1)])
+            job.process_all_available()
+        assert job._new_progress() == []
+        everything = [int(p["batchId"]) for p in job._query.recentProgress]
+        read = sorted(job._batches)
+        # Every executed batch Spark reported (idle reports repeat a batch id) was recorded.
+        assert read == sorted({b for b in everything if b in read}) and set(read) <= set(everything)
+        assert len(read) >= 4
+        m = job.metrics()
+        assert m.input_rows == 4 and m.windows_emitted == 3
+        sender.send([ev("b", 300)])
+        job.process_all_available()
+        assert job.metrics().input_rows == 5
+    finally:
+        job.stop()
+
+
+def test_collect_leaves_the_metrics_out_and_start_keeps_them(session: kp.Session, tmp_path: Path) -> None:
+    rows = [ev("a", 1), ev("a", 2), ev("b", 70), {"user_id": "c", "event_time": None, "amount": 1.0}]
+    pq.write_table(pa.Table.from_pylist(rows, to_schema(SCHEMA).to_arrow()), tmp_path / "part-0.parquet")
+    pipeline = per_minute(session.read_parquet(str(tmp_path), schema=SCHEMA))
+    recipe = pipeline.lower(force_bounded=True)
+    with_metrics = build_dataframe(session.spark, recipe, {})
+    without = build_dataframe(session.spark, recipe, {}, observe=False)
+    assert "CollectMetrics" in with_metrics._jdf.queryExecution().optimizedPlan().toString()
+    assert "CollectMetrics" not in without._jdf.queryExecution().optimizedPlan().toString()
+    collected = pipeline.collect()
+    job = pipeline.start()
+    assert job.lowering == "bounded"
+    assert job.results().equals(collected) and collected.num_rows == 2
+    m = job.metrics()
+    assert (m.input_rows, m.invalid_events, m.windows_emitted) == (4, 1, 2)
