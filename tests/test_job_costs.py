@@ -115,3 +115,33 @@ def test_collect_leaves_the_metrics_out_and_start_keeps_them(session: kp.Session
     assert job.results().equals(collected) and collected.num_rows == 2
     m = job.metrics()
     assert (m.input_rows, m.invalid_events, m.windows_emitted) == (4, 1, 2)
+
+
+def test_collect_is_one_sql_query_and_falls_back_without_group_by_ordinals(
+    session: kp.Session, tmp_path: Path
+) -> None:
+    rows = [ev("a", 1), ev("a", 2), ev("b", 70), ev("a", 95, 4.0)]
+    pq.write_table(pa.Table.from_pylist(rows, to_schema(SCHEMA).to_arrow()), tmp_path / "part-0.parquet")
+    source = session.read_parquet(str(tmp_path), schema=SCHEMA)
+    pipeline = (
+        source.watermark("event_time", 0)
+        .key_by("user_id")
+        .sliding_window(60_000, 30_000)
+        .agg(kp.count(kp.col("*")).alias("events"), kp.max(kp.col("amount")).alias("top"))
+    )
+    recipe = pipeline.lower(force_bounded=True)
+    one_query = build_dataframe(session.spark, recipe, {}, observe=False)
+    # One spark.sql call: the parsed plan is SQL's (subquery aliases), not a chain of DataFrame steps.
+    assert "__kp_t" in one_query._jdf.queryExecution().logical().toString()
+    # the sources' temporary views are gone
+    assert not [t for t in session.spark.catalog.listTables() if t.name.startswith("__kp_src_")]
+    expected = sorted(pipeline.start().results().to_pylist(), key=str)  # DataFrame calls, metrics on
+    assert sorted(pipeline.collect().to_pylist(), key=str) == expected
+    session.spark.conf.set("spark.sql.groupByOrdinal", "false")
+    try:
+        fallback = build_dataframe(session.spark, recipe, {}, observe=False)
+        assert "__kp_t" not in fallback._jdf.queryExecution().logical().toString()
+        assert sorted(pipeline.collect().to_pylist(), key=str) == expected
+    finally:
+        session.spark.conf.unset("spark.sql.groupByOrdinal")
+    assert len(expected) == 6  # a: 2 + 2 windows, b: 2
