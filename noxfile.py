@@ -87,6 +87,13 @@ def kernel_bench(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def breakdown_bench(session: nox.Session) -> None:
+    """Spark's durationMs per phase per micro-batch: krishiv_py native vs hand-written (``-- --tree DIR``)."""
+    session.install("-e", ".[bench]")
+    session.run("python", "-m", "benchmarks.breakdown", *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def overhead_bench(session: nox.Session) -> None:
     """Per-micro-batch overhead (ms per tiny batch): krishiv_py's native job vs hand-written PySpark."""
     session.install("-e", ".")
