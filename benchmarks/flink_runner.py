@@ -96,10 +96,16 @@ _RESULT_COLUMNS: dict[str, tuple[str, Callable[[str], Any]]] = {
 
 
 def interval(ms: int) -> str:
-    """A Flink SQL day-time interval literal of ``ms`` milliseconds."""
-    if ms % 1000 == 0:
-        return f"INTERVAL '{ms // 1000}' SECOND"
-    return f"INTERVAL '{ms // 1000}.{ms % 1000:03d}' SECOND"
+    """A Flink SQL day-time interval literal of ``ms`` milliseconds.
+
+    Written ``DAY TO SECOND``: a plain ``SECOND`` literal takes at most two
+    digits (``INTERVAL '600' SECOND`` is refused).
+    """
+    days, rest = divmod(ms, 86_400_000)
+    hours, rest = divmod(rest, 3_600_000)
+    minutes, rest = divmod(rest, 60_000)
+    seconds, millis = divmod(rest, 1000)
+    return f"INTERVAL '{days} {hours:02d}:{minutes:02d}:{seconds:02d}.{millis:03d}' DAY TO SECOND(3)"
 
 
 def flink_columns(ddl: str) -> list[tuple[str, str]]:
