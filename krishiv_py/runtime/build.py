@@ -38,9 +38,16 @@ def build_dataframe(
         markers=markers_path or (tempfile.mkdtemp(prefix="krishiv-idle-") if recipe.idle else None),
         observe=observe,
     )
-    if not observe and _as_one_query(recipe.root) and _ordinals(spark):
+    if not observe and _as_one_query(recipe.root) and _ordinals(spark) and not is_remote(spark):
         return _build_sql(spark, recipe.root, paths)
     return _build(spark, recipe.root, observations, paths)
+
+
+def is_remote(spark: SparkSession) -> bool:
+    """Spark Connect analyses a plan lazily, after the temporary views would be gone: step by step there."""
+    from krishiv_py.runtime.remote import is_remote as remote
+
+    return remote(spark)
 
 
 def _ordinals(spark: SparkSession) -> bool:
