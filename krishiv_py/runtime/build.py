@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from krishiv_py.planner.spark import recipe as r
+from krishiv_py.runtime.remote import is_remote
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -39,15 +40,9 @@ def build_dataframe(
         observe=observe,
     )
     if not observe and _as_one_query(recipe.root) and _ordinals(spark) and not is_remote(spark):
+        # (Spark Connect analyses a plan when it runs, after the temporary views are gone.)
         return _build_sql(spark, recipe.root, paths)
     return _build(spark, recipe.root, observations, paths)
-
-
-def is_remote(spark: SparkSession) -> bool:
-    """Spark Connect analyses a plan lazily, after the temporary views would be gone: step by step there."""
-    from krishiv_py.runtime.remote import is_remote as remote
-
-    return remote(spark)
 
 
 def _ordinals(spark: SparkSession) -> bool:
