@@ -119,6 +119,8 @@ def _build(spark: SparkSession, node: r.RecipeNode, obs: dict[str, Any] | None, 
     child = _build(spark, node.child, obs, paths)
     if isinstance(node, r.StatefulApply):
         return _stateful(spark, node, child, paths.ticks)
+    if isinstance(node, r.MapArrow):
+        return child.mapInArrow(node.function, node.schema)
     if isinstance(node, r.SelectExprs):
         return child.selectExpr(*node.exprs)
     if isinstance(node, r.FilterExpr):

@@ -25,7 +25,7 @@ from krishiv_py.plan.windows import SlidingWindow
 from krishiv_py.planner.spark.choose import capabilities, choose, features_of, force
 from krishiv_py.planner.spark.native import lower_window, time_shift
 from krishiv_py.planner.spark.recipe import KIND, OUT_OBSERVE, FilterExpr, Observe, SelectExprs, SparkRecipe
-from krishiv_py.planner.spark.sliding import pane_choice
+from krishiv_py.planner.spark.sliding import pane_choice, stream_pane_choice
 from krishiv_py.planner.spark.sources import Lowerer
 from krishiv_py.planner.spark.stateful import lower_stateful_window
 from krishiv_py.planner.sql import quote
@@ -60,8 +60,7 @@ def lower(plan: n.PlanNode, *, force_bounded: bool = False, lowering: Lowering |
     if chosen == "stateful":
         return _lower_stateful(plan, reason, streaming=not snapshot and not n.is_bounded(plan))
     streaming = chosen == "native"
-    if not streaming:
-        reason += "".join(f"; {why}" for why in _sliding_choices(plan))
+    reason += "".join(f"; {why}" for why in _sliding_choices(plan, streaming=streaming))
     ctx = Lowerer(streaming=streaming, shift=time_shift(plan) if streaming else 0, window=lower_window)
     root, hidden = ctx.lower(plan)
     user = [quote(c) for c in n.schema_of(plan).names]
@@ -84,10 +83,12 @@ def lower(plan: n.PlanNode, *, force_bounded: bool = False, lowering: Lowering |
     )
 
 
-def _sliding_choices(plan: n.PlanNode) -> list[str]:
-    """How a batch job computes each sliding-window aggregation (from panes, or with window())."""
+def _sliding_choices(plan: n.PlanNode, *, streaming: bool) -> list[str]:
+    """How each sliding-window aggregation is computed (from panes, or with window())."""
     return [
-        pane_choice(agg.window, agg.aggregates, n.schema_of(agg.input))[1]
+        stream_pane_choice(agg)[1]
+        if streaming
+        else pane_choice(agg.window, agg.aggregates, n.schema_of(agg.input))[1]
         for agg in n.window_aggregates(plan)
         if isinstance(agg.window, SlidingWindow) and agg.window.slide_ms != agg.window.size_ms
     ]

@@ -47,7 +47,12 @@ from krishiv_py.planner.spark.recipe import (
     RecipeNode,
     SelectExprs,
 )
-from krishiv_py.planner.spark.sliding import lower_sliding_panes, pane_choice
+from krishiv_py.planner.spark.sliding import (
+    lower_sliding_panes,
+    lower_stream_panes,
+    pane_choice,
+    stream_pane_choice,
+)
 from krishiv_py.planner.sql import joined_sum, quote, sum_halves
 from krishiv_py.types import Schema
 
@@ -71,6 +76,8 @@ def lower_window(node: n.WindowAggregate, child: RecipeNode, *, streaming: bool,
     schema = n.schema_of(node.input)
     if not streaming and pane_choice(node.window, node.aggregates, schema)[0]:
         return lower_sliding_panes(node, child)
+    if streaming and stream_pane_choice(node)[0]:
+        return lower_stream_panes(node, child, shift_ms=shift_ms)
     keys = tuple(quote(k) for k in node.keys)
     if not keys and isinstance(node.window, SessionWindow):
         # Spark refuses global session windows on streams. Group by a column

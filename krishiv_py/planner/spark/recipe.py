@@ -45,6 +45,7 @@ __all__ = [
     "WM",
     "FilterExpr",
     "GroupAgg",
+    "MapArrow",
     "Observe",
     "ReadSource",
     "RecipeNode",
@@ -131,6 +132,19 @@ class GroupAgg:
 
 
 @attrs.frozen(kw_only=True)
+class MapArrow:
+    """``mapInArrow(function, schema)``: a vectorized Python step per partition (no state).
+
+    ``label`` is how ``explain()`` names the function.
+    """
+
+    child: RecipeNode
+    function: Any = attrs.field(eq=False, repr=False)
+    schema: str
+    label: str
+
+
+@attrs.frozen(kw_only=True)
 class StatefulApply:
     """``groupBy(bucket)`` + krishiv's stateful operator over ``child`` (encoded rows).
 
@@ -145,7 +159,15 @@ class StatefulApply:
 
 
 RecipeNode: TypeAlias = (
-    ReadSource | SelectExprs | FilterExpr | WithWatermark | Observe | UnionAll | GroupAgg | StatefulApply
+    ReadSource
+    | SelectExprs
+    | FilterExpr
+    | WithWatermark
+    | Observe
+    | UnionAll
+    | GroupAgg
+    | MapArrow
+    | StatefulApply
 )
 
 
@@ -227,6 +249,7 @@ def _render(node: RecipeNode, lines: list[str]) -> str:
         GroupAgg: lambda x: (
             f".groupBy({', '.join(repr(k) for k in x.keys)}).agg({', '.join(repr(a) for a in x.aggs)})"
         ),
+        MapArrow: lambda x: f".mapInArrow(<{x.label}>, {x.schema!r})",
         StatefulApply: _render_stateful,
     }[type(node)](node)
     lines.append(f"{var} = {inner}{call}")
