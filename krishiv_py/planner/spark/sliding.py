@@ -19,6 +19,14 @@ sums of its 32-bit halves (exact, see :mod:`.native`). A plan with
 divide the size keeps ``window()``; :func:`pane_choice` says which and why,
 and ``explain()`` shows it.
 
+Streaming (:func:`lower_stream_panes`): two chained streaming aggregations
+would fire late and drop an event once its pane closed, so the panes are
+built per micro-batch instead, by a stateless vectorized step before the
+watermark operator (:mod:`.pane_partials`); Spark's ``window()`` copies each
+pane row into its windows and keeps the windows' state, deciding lateness
+per window. :func:`stream_pane_choice` says when (from
+``MIN_STREAM_COPIES`` windows per event) and why not.
+
 Examples
 --------
 >>> from krishiv_py.plan.windows import SlidingWindow
