@@ -98,6 +98,7 @@ def test_count_distinct_keeps_spark_window_and_says_why(session: kp.Session) -> 
 
 STREAM_AGGS = (
     kp.count(kp.col("*")).alias("n"),
+    kp.count(kp.col("*")).alias("rows"),  # a second row count (one Arrow count_all each)
     kp.count(kp.col("v")).alias("nv"),
     kp.sum(kp.col("v")).alias("sv"),
     kp.sum(kp.col("x")).alias("sx"),

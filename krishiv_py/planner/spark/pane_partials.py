@@ -87,12 +87,12 @@ class PanePartials:
         aggs: list[tuple[Any, str]] = [(ET, "max")]
         for i, (_, op, column) in enumerate(self.parts):
             name = f"__kp_in_{i}"
-            if op == "count_all":
-                aggs.append(([], "count_all"))
-                continue
-            assert column is not None
-            inputs[name] = _input(data.column(column), op)
-            aggs.append((name, "count" if op == "count" else _ARROW_OP[op]))
+            if op == "count_all":  # rows: a count of a column without nulls
+                inputs[name] = pa.array(np.ones(data.num_rows, np.int8))
+            else:
+                assert column is not None
+                inputs[name] = _input(data.column(column), op)
+            aggs.append((name, _ARROW_OP[op]))
         by = pa.table(inputs).group_by([*self.keys, _PANE], use_threads=False)
         grouped = by.aggregate(aggs)  # type: ignore[arg-type]  # the stubs list literal names only
         n = grouped.num_rows
@@ -101,11 +101,7 @@ class PanePartials:
         cols[WM] = pa.nulls(n, pa.int64())
         cols[ET] = grouped.column(f"{ET}_max")
         for i, (out_name, op, _) in enumerate(self.parts):
-            if op == "count_all":
-                cols[out_name] = grouped.column("count_all")
-            else:
-                agg_name = "count" if op == "count" else _ARROW_OP[op]
-                cols[out_name] = grouped.column(f"__kp_in_{i}_{agg_name}")
+            cols[out_name] = grouped.column(f"__kp_in_{i}_{_ARROW_OP[op]}")
         return pa.table(cols)
 
     def _passed(self, rows: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -118,6 +114,8 @@ class PanePartials:
 
 
 _ARROW_OP = {
+    "count": "count",
+    "count_all": "count",
     "sum": "sum",
     "sum_double": "sum",
     "sum_high": "sum",
