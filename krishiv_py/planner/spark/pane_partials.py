@@ -41,9 +41,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from krishiv_py.planner.spark.recipe import ET, KIND, WM
+
 __all__ = ["PanePartials", "PartialOp"]
 
-KIND, WM, ET = "__kp_kind", "__kp_wm", "__kp_et"
 _PANE = "__kp_pane"
 
 #: ``count`` (valid values), ``count_all`` (rows), ``sum`` (64-bit integers or doubles),
