@@ -466,7 +466,7 @@ def _bounded_rows(
 
 def _spark_read(stream: Stream, source: n.FileSource, paths: Sequence[str]) -> pa.Table:
     """Read files as the job's source reads them (format, schema, options), with Spark."""
-    from krishiv_py.runtime.job import spark_call
+    from krishiv_py.runtime.spark_errors import spark_call
 
     options = {k: v for k, v in source.options if k not in _STREAM_ONLY_OPTIONS}
     spark = stream.session.spark

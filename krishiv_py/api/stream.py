@@ -386,7 +386,7 @@ class Stream(WindowAssigners):
         decodes on the driver.
         """
         from krishiv_py.runtime.build import build_dataframe
-        from krishiv_py.runtime.job import spark_call
+        from krishiv_py.runtime.spark_errors import spark_call
 
         recipe = self.lower(lowering=lowering)
         return spark_call("building the DataFrame", lambda: build_dataframe(self._session.spark, recipe))

@@ -15,20 +15,20 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 import threading
 import time
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
-from krishiv_py.errors import JobError, JobStoppedError, KrishivError, NoResultsError, PlanError
+from krishiv_py.errors import JobError, JobStoppedError, NoResultsError, PlanError
 from krishiv_py.metrics import JobMetrics
 from krishiv_py.planner.spark import OUT_OBSERVE, SparkRecipe
 from krishiv_py.planner.spark.recipe import ARITH
 from krishiv_py.runtime.quarantine import Quarantine, quarantine_counts, restart_hint
 from krishiv_py.runtime.remote import named_metrics
+from krishiv_py.runtime.spark_errors import spark_call, spark_cause
 from krishiv_py.sinks import MemorySink, ParquetSink, Sink
 
 if TYPE_CHECKING:
@@ -42,39 +42,9 @@ if TYPE_CHECKING:
 
 __all__ = ["BoundedJob", "Job", "JobProgress", "JobState", "StreamingJob"]
 
-T = TypeVar("T")
 #: ``running``; ``finished`` (its input ended and everything was processed);
 #: ``stopped`` (by ``stop()`` or Ctrl-C, before its input ended); ``failed``.
 JobState = Literal["running", "finished", "stopped", "failed"]
-
-
-def spark_call(what: str, fn: Callable[[], T]) -> T:
-    """Run a Spark call, turning any Spark/Py4J failure into a JobError."""
-    try:
-        return fn()
-    except KrishivError:
-        raise
-    except Exception as exc:
-        cause = spark_cause(exc)
-        raise JobError(f"{what} failed{restart_hint(cause)}", cause=cause) from exc
-
-
-def spark_cause(exc: BaseException) -> str:
-    """The informative part of a Spark/Py4J error: its first line and the root error line."""
-    text = str(getattr(exc, "desc", None) or exc).strip()
-    text = text.split("=== Streaming Query ===")[0]
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("at ")]
-    if not lines:
-        return type(exc).__name__
-    roots = [ln for ln in lines[1:] if _ERROR_LINE.match(ln)]
-    if roots and "Traceback (most recent call last)" in lines[0]:
-        return roots[-1]  # Python code called back from the JVM raised: its exception says it all
-    if roots and roots[-1] not in lines[0]:
-        return f"{lines[0]}\n{roots[-1]}"
-    return lines[0]
-
-
-_ERROR_LINE = re.compile(r"^[A-Za-z_][\w.$]*(Error|Exception)(\[[^\]]*\])?: ")
 
 
 def read_parquet_results(spark: SparkSession, path: str, schema: Schema) -> pa.Table:

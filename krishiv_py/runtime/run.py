@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from krishiv_py.planner.spark import SparkRecipe
 from krishiv_py.runtime.build import build_dataframe
-from krishiv_py.runtime.job import BoundedJob, StreamingJob, read_parquet_results, spark_call
+from krishiv_py.runtime.job import BoundedJob, StreamingJob, read_parquet_results
 from krishiv_py.runtime.quarantine import Quarantine, guarded
 from krishiv_py.runtime.results import conform
+from krishiv_py.runtime.spark_errors import spark_call
 from krishiv_py.sinks import ConsoleSink, ForeachBatchSink, MemorySink, ParquetSink, Sink
 
 if TYPE_CHECKING:

@@ -46,8 +46,9 @@ from krishiv_py.errors import JobError
 from krishiv_py.late import SideOutputLateEventHandler
 from krishiv_py.metrics import JobMetrics
 from krishiv_py.runtime.idle import FileFeed
-from krishiv_py.runtime.job import BoundedJob, JobState, StreamingJob, spark_call
+from krishiv_py.runtime.job import BoundedJob, JobState, StreamingJob
 from krishiv_py.runtime.quarantine import Quarantine, guarded, restart_hint
+from krishiv_py.runtime.spark_errors import spark_call
 from krishiv_py.sinks import ConsoleSink, ForeachBatchSink, MemorySink, ParquetSink, Sink
 
 if TYPE_CHECKING:
