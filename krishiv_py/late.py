@@ -24,6 +24,11 @@ Handlers
     default in-memory sink, ``job.late_events()`` returns them.
     Any object with a ``handle(late: pyarrow.Table) -> None`` method is a
     handler; one that raises fails the job with :class:`~krishiv_py.JobError`.
+    A handler that also has ``open(context) -> writer`` (a
+    :class:`~krishiv_py.sinks.Sink`'s method, as
+    :class:`SideOutputLateEventHandler` has) is opened once per job, and
+    its writer gets each micro-batch's late events with the batch id
+    instead of ``handle``.
 
 Examples
 --------
@@ -36,12 +41,11 @@ Examples
 
 from __future__ import annotations
 
-import os
 import threading
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from krishiv_py.errors import PlanError
-from krishiv_py.sinks import ConsoleSink, ForeachBatchSink, MemorySink, ParquetSink, Sink
+from krishiv_py.sinks import MemorySink, Sink, SinkContext, SinkWriter
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -78,68 +82,51 @@ class CountingLateEventHandler:
 class SideOutputLateEventHandler:
     """Write late and invalid events to ``sink`` (default: in memory, see ``job.late_events()``).
 
-    With :class:`~krishiv_py.ParquetSink` each micro-batch's late events are
-    one Parquet file named after the batch, written atomically, so a batch
-    that Spark runs again after a restart replaces its file instead of
-    adding rows twice.
+    ``sink`` is any :class:`~krishiv_py.sinks.Sink`. A job opens it once
+    (its output is ``"late events"``) and writes each micro-batch's late
+    events with the batch id, so a batch that Spark runs again after a
+    restart replaces what it wrote: with :class:`~krishiv_py.ParquetSink`
+    each micro-batch's late events are one Parquet file named after the
+    batch, written atomically. The handler itself is configuration: what a
+    job wrote is read with ``job.late_events()``; :meth:`handle` and
+    :meth:`table` serve calls made outside a job.
     """
 
     def __init__(self, sink: Sink | None = None) -> None:
         sink = sink if sink is not None else MemorySink()
-        if not isinstance(sink, MemorySink | ParquetSink | ConsoleSink | ForeachBatchSink):
-            raise PlanError(f"SideOutputLateEventHandler takes a krishiv sink, got {type(sink).__name__}")
+        if not isinstance(sink, Sink):
+            raise PlanError(
+                "SideOutputLateEventHandler takes a sink (an object with open(context), such as "
+                f"kp.MemorySink() or kp.ParquetSink(path)), got {type(sink).__name__}"
+            )
         self.sink = sink
-        self._tables: dict[int, pa.Table] = {}
         self._lock = threading.Lock()
         self._calls = 0
+        self._writer: SinkWriter | None = None
+
+    def open(self, context: SinkContext) -> SinkWriter:
+        """Open the sink for one job's late events (``context.output`` is ``"late events"``)."""
+        return self.sink.open(context)
 
     def handle(self, late: pa.Table) -> None:
+        from krishiv_py.types import Schema
+
         with self._lock:
             self._calls += 1
             batch = -self._calls  # not from a job: a fresh slot per call
-        self.handle_batch(late, batch)
-
-    def handle_batch(self, late: pa.Table, batch_id: int) -> None:
-        """Write ``late`` as micro-batch ``batch_id`` (idempotent per batch id)."""
-        if isinstance(self.sink, MemorySink):
-            with self._lock:
-                self._tables[batch_id] = late
-        elif isinstance(self.sink, ParquetSink):
-            _write_atomic(late, self.sink.path, batch_id)
-        elif isinstance(self.sink, ConsoleSink):
-            self.sink.show(late, batch_id, what="late events")
-        else:
-            self.sink.fn(late, batch_id)
+            if self._writer is None:
+                context = SinkContext(schema=Schema.from_arrow(late.schema), output="late events")
+                self._writer = self.sink.open(context)
+            writer = self._writer
+        writer.write(late, batch)
 
     def table(self) -> pa.Table | None:
-        """Every late event written so far (memory and Parquet sinks), None if none yet."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        if isinstance(self.sink, ParquetSink):
-            if not os.path.isdir(self.sink.path):
-                return None
-            files = sorted(f for f in os.listdir(self.sink.path) if f.endswith(".parquet"))
-            if not files:
-                return None
-            return pa.concat_tables([pq.read_table(os.path.join(self.sink.path, f)) for f in files])
-        with self._lock:
-            tables = [self._tables[k] for k in sorted(self._tables, key=_batch_order)]
-        return pa.concat_tables(tables) if tables else None
+        """Every late event handed to :meth:`handle` so far (memory and Parquet sinks), None if none."""
+        read = getattr(self._writer, "results", None)
+        if read is None:
+            return None
+        table: pa.Table = read()
+        return table if table.num_rows else None
 
     def __repr__(self) -> str:
         return f"SideOutputLateEventHandler({self.sink!r})"
-
-
-def _batch_order(batch_id: int) -> tuple[bool, int]:
-    return (batch_id < 0, abs(batch_id))
-
-
-def _write_atomic(table: pa.Table, path: str, batch_id: int) -> None:
-    import pyarrow.parquet as pq
-
-    os.makedirs(path, exist_ok=True)
-    name = f"late-{'m' if batch_id < 0 else 'b'}{abs(batch_id):012d}.parquet"
-    tmp = os.path.join(path, f".{name}.tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, os.path.join(path, name))

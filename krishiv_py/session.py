@@ -27,11 +27,14 @@ from krishiv_py.sql.catalog import SqlCatalog
 from krishiv_py.types import Schema, to_schema
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from krishiv_py.api.stream import Stream
-    from krishiv_py.runtime.job import Job
+    from krishiv_py.planner.spark import SparkRecipe
+    from krishiv_py.runtime.engine import StartOptions
+    from krishiv_py.runtime.job import BoundedJob, Job
     from krishiv_py.runtime.spool import Retention
+    from krishiv_py.sinks import Sink
 
 __all__ = ["Durability", "Session"]
 
@@ -40,6 +43,11 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 class Session:
     """A Spark session for krishiv_py pipelines. Use as a context manager.
+
+    A session is the :class:`~krishiv_py.runtime.engine.Engine` of the
+    streams made from its sources: ``Stream.collect()``, ``start()``,
+    ``explain()`` and ``to_spark()`` hand their plan and recipe to it, and it
+    runs them on its Spark (:mod:`krishiv_py.runtime.launch`).
 
     Examples
     --------
@@ -582,9 +590,74 @@ class Session:
             self._names[name] = self._names.get(name, 0) + 1
             return name
 
-    def _track(self, job: Job) -> Job:
+    # --- the engine of its streams ---------------------------------------------------
+
+    def run_bounded(
+        self, plan: n.PlanNode, recipe: SparkRecipe, sink: Sink, *, metrics: bool = True
+    ) -> BoundedJob:
+        """Run a bounded recipe as one batch job on this session's Spark; returns the finished job."""
+        from krishiv_py.runtime import launch
+
+        return launch.run_bounded(
+            self.spark,
+            plan,
+            recipe,
+            sink,
+            metrics=metrics,
+            progress=self.progress,
+            remote=self.is_remote,
+            on_interrupt=self.cancel_spark_jobs,
+        )
+
+    def start_job(self, plan: n.PlanNode, recipe: SparkRecipe, options: StartOptions) -> Job:
+        """Start a recipe: a streaming query, or for bounded input a batch job returned finished."""
+        from krishiv_py.runtime import launch
+
+        if launch.is_batch(recipe):
+            launch.refuse_quarantine_for_batch(options)
+            return self.run_bounded(plan, recipe, options.sink)
+        senders = [
+            self.sender_for(s.path) if isinstance(s, n.MemorySource) else None for s in n.sources_of(plan)
+        ]
+        job = launch.start_streaming_job(
+            self.spark,
+            plan,
+            recipe,
+            options,
+            checkpoint_dir=options.checkpoint_dir or self.checkpoint_dir(options.name),
+            profile=self.profile if options.durability is None else profile(options.durability),
+            senders=senders,
+            progress=self.progress,
+        )
         self._jobs.append(job)
         return job
+
+    def spark_dataframe(self, recipe: SparkRecipe) -> DataFrame:
+        """The DataFrame of ``recipe`` on this session's Spark (streaming when the recipe is)."""
+        from krishiv_py.runtime.build import build_dataframe
+        from krishiv_py.runtime.spark_errors import spark_call
+
+        spark = self.spark
+        return spark_call("building the DataFrame", lambda: build_dataframe(spark, recipe))
+
+    def explain_spark(self, recipe: SparkRecipe) -> str:
+        """Spark's extended plan of ``recipe`` (parsed, analyzed, optimized, physical)."""
+        from krishiv_py.runtime.run import explain_spark
+
+        return explain_spark(self.spark, recipe)
+
+    def durability_text(self, *, bounded: bool) -> str:
+        """Where a job's state and checkpoint go, for ``explain()``."""
+        if bounded:
+            return "a bounded run: one Spark batch job, no checkpoint"
+        where = os.path.join(self.state_dir, "checkpoints", "<job name or a fresh id>")
+        return f"{self.profile.describe()}; checkpoint: {where}"
+
+    def register_stream(self, name: str, plan: n.PlanNode) -> None:
+        """Make ``plan`` readable by :meth:`sql` as ``name`` (a name registered again means this plan)."""
+        from krishiv_py.sql import check_name
+
+        self._sql.register(check_name(name), plan)
 
     def sender_for(self, path: str) -> Sender | None:
         return self._senders.get(path)

@@ -1,5 +1,40 @@
-"""Where a job's results go. Configuration only; the runtime applies them.
+"""Where a job's rows go: the sink protocol and krishiv_py's own sinks.
 
+A sink is one class. The runtime calls it, and knows nothing else of it:
+
+``open(context) -> writer``
+    Once per job (and once for a late-event side output), with a
+    :class:`SinkContext`: the schema of the rows, the job's checkpoint
+    (``None`` for a bounded run), which output of the job it receives.
+``writer.write(table, batch_id)``
+    Each micro-batch's rows as a ``pyarrow.Table``, with Spark's batch id.
+    A batch that Spark runs again after a restart comes again with the same
+    id: a writer that keys what it writes by batch id (replaces, or skips a
+    batch it has committed) is exactly once. A bounded run is one call
+    with batch id 0.
+``writer.results()`` (optional)
+    The rows written so far, for ``job.results()``; without it
+    ``job.results()`` raises :class:`~krishiv_py.NoResultsError`.
+
+Two more optional methods let Spark itself write the rows, with no
+round trip through this process: ``spark_stream(writer)`` configures a
+``DataStreamWriter`` (used by queries on the native lowering) and
+``spark_batch(df)`` writes a bounded run's DataFrame. A writer's
+``user_code`` attribute names the user code that ``write`` runs (for
+errors, and for ``start(quarantine_dir=...)``, which sets a failed batch's
+rows aside instead of failing the job); ``None`` marks krishiv's own
+writers, whose failures fail the job. A writer without the attribute is
+user code.
+
+Where ``write`` runs
+    On the driver, in this process, for the stateful lowering, bounded runs
+    and late events. A query on the native lowering calls it from Spark's
+    ``foreachBatch``: in this process for a local or cluster session, in a
+    Python process on the server over Spark Connect
+    (``context.write_on_server``), where the writer arrives pickled.
+
+The sinks
+---------
 ``MemorySink`` (the default)
     Results stay in memory on the driver; read them with ``job.results()``.
 ``ParquetSink(path)``
@@ -15,24 +50,105 @@
     :class:`~krishiv_py.errors.JobError`, unless the job was started with
     ``quarantine_dir=``: then that batch's rows are set aside there
     (:mod:`krishiv_py.runtime.quarantine`) and the job goes on.
+
+Examples
+--------
+A sink of one's own keeps the last batch of each id:
+
+>>> import pyarrow as pa
+>>> class LastBatch:
+...     def open(self, context):
+...         self.batches = {}
+...         return self
+...     def write(self, table, batch_id):
+...         self.batches[batch_id] = table
+>>> sink = LastBatch()
+>>> writer = sink.open(SinkContext(schema=Schema.from_arrow(pa.schema([("n", pa.int64())]))))
+>>> writer.write(pa.table({"n": [1, 2]}), 0)
+>>> sink.batches[0].num_rows
+2
 """
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 import attrs
+
+from krishiv_py.errors import JobError
+from krishiv_py.types import Schema
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["ConsoleSink", "ForeachBatchSink", "MemorySink", "ParquetSink", "Sink"]
+__all__ = [
+    "ConsoleSink",
+    "ForeachBatchSink",
+    "MemorySink",
+    "ParquetSink",
+    "Sink",
+    "SinkContext",
+    "SinkWriter",
+]
+
+#: Which output of a job a sink receives: its results, or a late-event side output.
+SinkOutput = Literal["results", "late events"]
+
+
+@attrs.frozen(kw_only=True)
+class SinkContext:
+    """What a sink is opened with: the rows it will receive, and the job they come from."""
+
+    #: The schema of every table ``write`` receives.
+    schema: Schema
+    #: ``"results"`` (the job's rows) or ``"late events"`` (a late-event side output).
+    output: SinkOutput = "results"
+    #: The job's checkpoint directory; ``None`` for a bounded run (one batch, no restart).
+    checkpoint_dir: str | None = None
+    #: The Spark query's name (unique per streaming job), ``None`` for a bounded run.
+    query_name: str | None = None
+    #: ``write`` is called on the Spark Connect server, not in this process.
+    write_on_server: bool = False
+    #: The SparkSession running the job (``None`` outside a job).
+    spark: Any = attrs.field(default=None, repr=False, eq=False)
+
+    @property
+    def bounded(self) -> bool:
+        """True for a bounded run: one batch, no checkpoint."""
+        return self.checkpoint_dir is None
+
+
+@runtime_checkable
+class SinkWriter(Protocol):
+    """Writes one job's micro-batches (see the module docstring for the optional methods)."""
+
+    def write(self, table: pa.Table, batch_id: int) -> None: ...
+
+
+@runtime_checkable
+class Sink(Protocol):
+    """Where a job's rows go: any object with ``open(context) -> writer``."""
+
+    def open(self, context: SinkContext) -> SinkWriter: ...
+
+
+def user_code(writer: object) -> str | None:
+    """The user code ``writer.write`` runs (None: krishiv's own writer), for errors and quarantine."""
+    return getattr(writer, "user_code", f"the sink writer {type(writer).__name__}")
+
+
+# --- the sinks ------------------------------------------------------------------------------
 
 
 @attrs.frozen
 class MemorySink:
     """Keep results in memory (the default sink)."""
+
+    def open(self, context: SinkContext) -> _MemoryWriter:
+        return _MemoryWriter(context)
 
 
 @attrs.frozen
@@ -41,6 +157,9 @@ class ParquetSink:
 
     path: str
 
+    def open(self, context: SinkContext) -> _ParquetWriter:
+        return _ParquetWriter(os.path.abspath(self.path), context)
+
 
 @attrs.frozen(kw_only=True)
 class ConsoleSink:
@@ -48,6 +167,16 @@ class ConsoleSink:
 
     num_rows: int = 20
     truncate: bool = False
+
+    def open(self, context: SinkContext) -> _ConsoleWriter:
+        if context.write_on_server:
+            raise JobError(
+                "ConsoleSink prints from Spark's driver, which over Spark Connect is the server, so "
+                "nothing would show here; use MemorySink and job.results(), or ParquetSink"
+            )
+        return _ConsoleWriter(
+            self, "results" if context.output == "results" else "late events", context.bounded
+        )
 
     def show(self, table: pa.Table, batch_id: int | None, *, what: str = "results") -> None:
         """Print ``table`` under a header naming the batch; nothing when it is empty."""
@@ -66,5 +195,144 @@ class ForeachBatchSink:
 
     fn: Callable[[pa.Table, int], None]
 
+    def open(self, context: SinkContext) -> _ForeachWriter:
+        return _ForeachWriter(self.fn)
 
-Sink: TypeAlias = MemorySink | ParquetSink | ConsoleSink | ForeachBatchSink
+
+# --- their writers --------------------------------------------------------------------------
+
+
+class _MemoryWriter:
+    """Tables by batch id in this process; on the native lowering, Spark's in-memory table."""
+
+    user_code = None
+
+    def __init__(self, context: SinkContext) -> None:
+        self._context = context
+        self._tables: dict[int, pa.Table] = {}
+        self._lock = threading.Lock()
+        self._spark_table: str | None = None
+
+    def spark_stream(self, writer: Any) -> Any:
+        """Spark's memory sink, a table named after the query."""
+        checkpoint, name = self._context.checkpoint_dir, self._context.query_name
+        assert checkpoint is not None and name is not None
+        if _has_offsets(checkpoint):
+            raise JobError(
+                f"this pipeline's checkpoint ({checkpoint}) holds a run already, and Spark's in-memory "
+                "sink cannot resume one; resume with ParquetSink(path) (exactly once across restarts) "
+                "or a ForeachBatchSink, or start without that name/checkpoint_dir for a fresh run"
+            )
+        self._spark_table = name
+        return writer.format("memory")
+
+    def write(self, table: pa.Table, batch_id: int) -> None:
+        with self._lock:
+            self._tables[batch_id] = table
+
+    def results(self) -> pa.Table:
+        import pyarrow as pa
+
+        from krishiv_py.runtime.results import conform
+        from krishiv_py.runtime.spark_errors import spark_call
+
+        name, schema = self._spark_table, self._context.schema
+        if name is not None:
+            spark = self._context.spark
+            return conform(spark_call("reading results", lambda: spark.table(name).toArrow()), schema)
+        with self._lock:
+            tables = [self._tables[k] for k in sorted(self._tables, key=_batch_order)]
+        return pa.concat_tables(tables) if tables else schema.to_arrow().empty_table()
+
+
+class _ParquetWriter:
+    """Spark's file sink on the native lowering; elsewhere one file per batch, replaced on a rerun."""
+
+    user_code = None
+
+    def __init__(self, path: str, context: SinkContext) -> None:
+        self.path = path
+        self._context = context
+
+    def spark_stream(self, writer: Any) -> Any:
+        return writer.format("parquet").option("path", self.path)
+
+    def spark_batch(self, df: Any) -> None:
+        from krishiv_py.runtime.spark_errors import spark_call
+
+        spark_call("writing Parquet", lambda: df.write.mode("append").parquet(self.path))
+
+    def write(self, table: pa.Table, batch_id: int) -> None:
+        if self._context.output == "results":
+            if table.num_rows:
+                _write_atomic(table, self.path, f"part-{batch_id:012d}.parquet")
+        else:
+            _write_atomic(
+                table, self.path, f"late-{'m' if batch_id < 0 else 'b'}{abs(batch_id):012d}.parquet"
+            )
+
+    def results(self) -> pa.Table:
+        if self._context.output == "results":
+            return read_parquet_results(self._context.spark, self.path, self._context.schema)
+        return _read_late_files(self.path, self._context.schema)
+
+
+class _ConsoleWriter:
+    user_code = "ConsoleSink"
+
+    def __init__(self, sink: ConsoleSink, what: str, bounded: bool) -> None:
+        self._sink, self._what, self._bounded = sink, what, bounded
+
+    def write(self, table: pa.Table, batch_id: int) -> None:
+        self._sink.show(table, None if self._bounded else batch_id, what=self._what)
+
+
+class _ForeachWriter:
+    user_code = "the ForeachBatchSink function"
+
+    def __init__(self, fn: Callable[[pa.Table, int], None]) -> None:
+        self._fn = fn
+
+    def write(self, table: pa.Table, batch_id: int) -> None:
+        self._fn(table, batch_id)
+
+
+def read_parquet_results(spark: Any, path: str, schema: Schema) -> pa.Table:
+    """The committed rows under a ParquetSink path (empty before the first commit)."""
+    from krishiv_py.runtime.results import conform
+    from krishiv_py.runtime.spark_errors import spark_call
+
+    if not os.path.isdir(path) or not any(f.endswith(".parquet") for _, _, fs in os.walk(path) for f in fs):
+        return schema.to_arrow().empty_table()
+    table = spark_call("reading results", lambda: spark.read.schema(schema.ddl()).parquet(path).toArrow())
+    return conform(table, schema)
+
+
+def _read_late_files(path: str, schema: Schema) -> pa.Table:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    files = sorted(f for f in os.listdir(path) if f.endswith(".parquet")) if os.path.isdir(path) else []
+    if not files:
+        return schema.to_arrow().empty_table()
+    return pa.concat_tables([pq.read_table(os.path.join(path, f)) for f in files])
+
+
+def _batch_order(batch_id: int) -> tuple[bool, int]:
+    """Batches of a job first, then rows handed over outside one (negative ids), each in order."""
+    return (batch_id < 0, abs(batch_id))
+
+
+def _write_atomic(table: pa.Table, path: str, name: str) -> None:
+    """Write ``table`` as ``path/name`` atomically (a rerun of the batch replaces the file)."""
+    import pyarrow.parquet as pq
+
+    os.makedirs(path, exist_ok=True)
+    tmp = os.path.join(path, f".{name}.tmp")
+    pq.write_table(table, tmp)
+    os.replace(tmp, os.path.join(path, name))
+
+
+def _has_offsets(checkpoint_dir: str) -> bool:
+    offsets = os.path.join(checkpoint_dir, "offsets")
+    return os.path.isdir(offsets) and any(name.isdigit() for name in os.listdir(offsets))

@@ -257,7 +257,7 @@ class Timeline:
                 model.close()
             else:
                 raise PlanError(f"a step is Send, AdvanceWatermark or Close, got {step!r}")
-        source = _single_source(stream)
+        source = _single_source(stream.plan)
         return _from_model(model, step_of=None, steps=None, origin="reference model", rename=source.name)
 
     @classmethod
@@ -281,8 +281,7 @@ class Timeline:
         return _from_job(job)
 
 
-def _single_source(stream: Stream) -> n.MemorySource | n.RecordsSource | n.FileSource:
-    plan = stream.plan
+def _single_source(plan: n.PlanNode) -> n.MemorySource | n.RecordsSource | n.FileSource:
     if isinstance(plan, n.WindowAggregate) and isinstance(plan.input, n.Watermark):
         source = plan.input.input
         if isinstance(source, n.MemorySource | n.RecordsSource | n.FileSource):
@@ -399,17 +398,15 @@ _STREAM_ONLY_OPTIONS = frozenset({"maxFilesPerTrigger", "maxFileAge", "latestFir
 def _from_job(job: Job) -> Timeline:
     from krishiv_py.testing.steps import reference_model_for
 
-    stream: Stream | None = getattr(job, "stream", None)
-    if stream is None:
-        raise PlanError("this job does not know its pipeline; start it with Stream.start()")
-    source = _single_source(stream)
+    plan, spark = job.plan, job.spark
+    source = _single_source(plan)
     # A constant clock: on_interval early firings depend on processing time and are left out.
-    model = reference_model_for(stream, clock=lambda: 0.0, record=True)
-    interval = _interval_trigger(stream)
+    model = reference_model_for(plan, clock=lambda: 0.0, record=True)
+    interval = _interval_trigger(plan)
     origin = f"job, {job.lowering} lowering, input replayed on the reference model"
     checkpoint = getattr(job, "checkpoint_dir", None)
     if checkpoint is None:  # a bounded job: all rows in one step, then the end of input
-        rows = _bounded_rows(stream, source)
+        rows = _bounded_rows(spark, source)
         model.send(rows)
         model.close()
         steps = [TimelineStep(kind="bounded", source=source.name, rows=len(rows))]
@@ -427,7 +424,7 @@ def _from_job(job: Job) -> Timeline:
     steps = []
     job_wms: list[int | None] = []
     for log_batch, uris in batches:
-        kind, rows, wm = _read_batch(stream, source, uris)
+        kind, rows, wm = _read_batch(spark, source, uris)
         if kind == "send":
             model.send(rows)
         elif kind == "advance_watermark":
@@ -449,29 +446,28 @@ def _from_job(job: Job) -> Timeline:
     )
 
 
-def _interval_trigger(stream: Stream) -> bool:
-    plan = stream.plan
+def _interval_trigger(plan: n.PlanNode) -> bool:
     return isinstance(plan, n.WindowAggregate) and plan.emission.trigger.kind == "interval"
 
 
 def _bounded_rows(
-    stream: Stream, source: n.MemorySource | n.RecordsSource | n.FileSource
+    spark: Any, source: n.MemorySource | n.RecordsSource | n.FileSource
 ) -> list[dict[str, Any]]:
     if isinstance(source, n.RecordsSource):
         return source.data.to_pylist()
     if isinstance(source, n.FileSource):
-        return _spark_read(stream, source, [source.path]).to_pylist()
+        return _spark_read(spark, source, [source.path]).to_pylist()
     raise PlanError(f"cannot read the input of a bounded job over {type(source).__name__}")
 
 
-def _spark_read(stream: Stream, source: n.FileSource, paths: Sequence[str]) -> pa.Table:
+def _spark_read(spark: Any, source: n.FileSource, paths: Sequence[str]) -> pa.Table:
     """Read files as the job's source reads them (format, schema, options), with Spark."""
     from krishiv_py.runtime.spark_errors import spark_call
 
     options = {k: v for k, v in source.options if k not in _STREAM_ONLY_OPTIONS}
-    spark = stream.session.spark
     reader = spark.read.format(source.format).schema(source.schema.ddl()).options(**options)
-    return spark_call("reading the job's input", lambda: reader.load(list(paths)).toArrow())
+    table: pa.Table = spark_call("reading the job's input", lambda: reader.load(list(paths)).toArrow())
+    return table
 
 
 def _read_log(directory: str) -> dict[int, dict[str, int]]:
@@ -576,11 +572,11 @@ def _reported(job: Job, index: int | None) -> dict[int, tuple[int | None, int | 
 
 
 def _read_batch(
-    stream: Stream, source: n.MemorySource | n.RecordsSource | n.FileSource, uris: Sequence[str]
+    spark: Any, source: n.MemorySource | n.RecordsSource | n.FileSource, uris: Sequence[str]
 ) -> tuple[Literal["send", "advance_watermark", "close"], list[dict[str, Any]], int | None]:
     """One micro-batch's input: what step it is, its data rows, the promised watermark."""
     if isinstance(source, n.FileSource):
-        return "send", _spark_read(stream, source, uris).to_pylist(), None
+        return "send", _spark_read(spark, source, uris).to_pylist(), None
     import pyarrow.parquet as pq
 
     if len(uris) != 1:

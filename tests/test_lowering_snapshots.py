@@ -13,7 +13,6 @@ import os
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
 
 import pyarrow as pa
 import pytest
@@ -31,18 +30,18 @@ UPDATE = os.environ.get("KRISHIV_UPDATE_SNAPSHOTS") == "1"
 
 def events() -> Stream:
     schema = to_schema("user_id string, event_time timestamp, amount double")
-    return Stream(cast(Any, None), n.MemorySource(name="events", schema=schema, path="/data/events"))
+    return Stream(None, n.MemorySource(name="events", schema=schema, path="/data/events"))
 
 
 def clicks() -> Stream:
     schema = to_schema("page string, ts bigint, n bigint")
-    return Stream(cast(Any, None), n.MemorySource(name="clicks", schema=schema, path="/data/clicks"))
+    return Stream(None, n.MemorySource(name="clicks", schema=schema, path="/data/clicks"))
 
 
 def records() -> Stream:
     data = pa.table({"k": ["a", "b"], "t": pa.array([1, 12], pa.int64()), "v": [1.0, 2.0]})
     schema = to_schema("k string, t bigint, v double")
-    return Stream(cast(Any, None), n.RecordsSource(name="recs", schema=schema, data=data))
+    return Stream(None, n.RecordsSource(name="recs", schema=schema, data=data))
 
 
 def keyed_tumbling() -> Stream:

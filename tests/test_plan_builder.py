@@ -26,7 +26,7 @@ SRC = n.MemorySource(name="events", schema=SCHEMA, path="/data/events")
 
 
 def stream(source: n.PlanNode = SRC) -> Stream:
-    return Stream(cast(Any, None), source)
+    return Stream(None, source)
 
 
 def timed() -> Stream:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any, cast, get_args
+from typing import Any, get_args
 
 import attrs
 import pyarrow as pa
@@ -35,12 +35,12 @@ class KeepLate:
 
 
 def unbounded() -> Stream:
-    return Stream(cast(Any, None), n.MemorySource(name="in", schema=SCHEMA, path="/data/in"))
+    return Stream(None, n.MemorySource(name="in", schema=SCHEMA, path="/data/in"))
 
 
 def bounded() -> Stream:
     data = pa.table({"k": ["a"], "t": pa.array([1], pa.int64()), "v": pa.array([2], pa.int64())})
-    return Stream(cast(Any, None), n.RecordsSource(name="recs", schema=SCHEMA, data=data))
+    return Stream(None, n.RecordsSource(name="recs", schema=SCHEMA, data=data))
 
 
 def windowed(source: Stream, emit: Windowed = lambda w: w) -> n.PlanNode:

@@ -7,19 +7,19 @@ or :meth:`Stream.to_spark`.
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from krishiv_py.api.keyed import KeyedStream
 from krishiv_py.api.windowed import WindowAssigners, WindowedStream
-from krishiv_py.errors import KrishivError, PlanError
+from krishiv_py.errors import KrishivError, PlanError, SessionError
 from krishiv_py.expr import AggExpr, Alias, Column, Expr, col
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS
 from krishiv_py.plan.watermarks import MultiSourceWatermarkSpec, WatermarkSpec
 from krishiv_py.plan.windows import WindowSpec, check_ms
+from krishiv_py.runtime.engine import Engine, StartOptions
 from krishiv_py.sinks import MemorySink, Sink
 from krishiv_py.types import Schema
 
@@ -30,8 +30,7 @@ if TYPE_CHECKING:
     from krishiv_py._typing import Lowering
     from krishiv_py.planner.spark import SparkRecipe
     from krishiv_py.runtime.durability import Durability
-    from krishiv_py.runtime.job import BoundedJob, Job
-    from krishiv_py.session import Session
+    from krishiv_py.runtime.job import Job
 
 __all__ = ["Stream"]
 
@@ -49,10 +48,11 @@ class Stream(WindowAssigners):
         )
     """
 
-    __slots__ = ("_plan", "_session", "_sql")
+    __slots__ = ("_engine", "_plan", "_sql")
 
-    def __init__(self, session: Session, plan: n.PlanNode, *, sql: str | None = None) -> None:
-        self._session = session
+    def __init__(self, engine: Engine | None, plan: n.PlanNode, *, sql: str | None = None) -> None:
+        #: What runs this stream (its sources' :class:`~krishiv_py.Session`); None: a plan only.
+        self._engine = engine
         self._plan = plan
         #: The SQL this stream was made from (``session.sql``), shown by :meth:`explain`.
         self._sql = sql
@@ -65,8 +65,17 @@ class Stream(WindowAssigners):
         return self._plan
 
     @property
-    def session(self) -> Session:
-        return self._session
+    def session(self) -> Engine | None:
+        """The engine this stream runs on: the :class:`~krishiv_py.Session` of its sources."""
+        return self._engine
+
+    def _running_engine(self) -> Engine:
+        if self._engine is None:
+            raise SessionError(
+                "this stream is a plan without an engine, so it cannot run; build it from a "
+                "Session's source (session.memory_stream, read_parquet, from_records, ...)"
+            )
+        return self._engine
 
     @property
     def schema(self) -> Schema:
@@ -82,7 +91,7 @@ class Stream(WindowAssigners):
         return n.is_bounded(self._plan)
 
     def _with(self, plan: n.PlanNode) -> Stream:
-        return Stream(self._session, plan)
+        return Stream(self._engine, plan)
 
     def register(self, name: str) -> Stream:
         """Make this stream readable by ``session.sql`` as ``name``; returns this stream.
@@ -96,9 +105,7 @@ class Stream(WindowAssigners):
             stream.filter(kp.col("amount") > 0).register("paid")
             session.sql("SELECT * FROM paid WHERE amount > 100")
         """
-        from krishiv_py.sql import check_name
-
-        self._session._sql.register(check_name(name), self._plan)
+        self._running_engine().register_stream(name, self._plan)
         return self
 
     def _lowering_text(self) -> str:
@@ -223,7 +230,7 @@ class Stream(WindowAssigners):
         for o in others:
             if not isinstance(o, Stream):
                 raise PlanError(f"union() takes streams, got {type(o).__name__}")
-            if o.session is not self._session:
+            if o.session is not self._engine:
                 raise PlanError("union() needs streams of the same session")
         return self._with(n.Union(inputs=(self._plan, *(o.plan for o in others))))
 
@@ -254,25 +261,9 @@ class Stream(WindowAssigners):
         Bounded input runs as one Spark batch job. For a memory stream this
         is the batches sent so far, as if the source were closed after them.
         """
+        engine = self._running_engine()
         recipe = self.lower(force_bounded=True)
-        return self._run_bounded(recipe, MemorySink(), metrics=False).results()
-
-    def _run_bounded(self, recipe: SparkRecipe, sink: Sink, *, metrics: bool = True) -> BoundedJob:
-        """Run a bounded recipe; Ctrl-C cancels its Spark jobs, long runs show progress."""
-        from krishiv_py.runtime.run import run_bounded
-        from krishiv_py.runtime.watch import progress_enabled, stage_progress, watching
-
-        spark = self._session.spark
-        show = progress_enabled(self._session.progress) and not self._session.is_remote
-        with watching(
-            on_interrupt=self._session.cancel_spark_jobs,
-            message="krishiv_py: interrupted; the Spark jobs were cancelled.",
-            progress=stage_progress(spark) if show else None,
-            description="krishiv_py running",
-        ):
-            job = run_bounded(spark, recipe, sink=sink, metrics=metrics)
-        job.stream = self
-        return job
+        return engine.run_bounded(self._plan, recipe, MemorySink(), metrics=False).results()
 
     def collect_with_aggs(self, aggs: list[AggExpr] | tuple[AggExpr, ...]) -> pa.Table:
         """Re-run this windowed aggregation with other aggregates and collect it."""
@@ -334,49 +325,15 @@ class Stream(WindowAssigners):
         >>> job = stream.start(kp.ForeachBatchSink(deliver), name="per-minute",  # doctest: +SKIP
         ...                    quarantine_dir="/var/lib/clicks/quarantine")
         """
-        from krishiv_py.runtime.durability import profile
-        from krishiv_py.runtime.quarantine import Quarantine
-        from krishiv_py.runtime.run import start_streaming
-        from krishiv_py.runtime.spool import readers as spool_readers
-
-        sink = sink if sink is not None else MemorySink()
-        prof = self._session.profile if durability is None else profile(durability)
-        if name is not None and checkpoint_dir is not None:
-            raise PlanError("start() takes a name or a checkpoint_dir, not both")
-        if name is not None and not re.match(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$", name):
-            raise PlanError(f"job name {name!r} must be letters, digits, '_', '-' or '.'")
-        quarantine = None if quarantine_dir is None else Quarantine(_quarantine_path(quarantine_dir))
-        recipe = self.lower(lowering=lowering)
-        if recipe.lowering == "bounded" or (recipe.stateful is not None and not recipe.stateful.streaming):
-            if quarantine is not None:
-                raise PlanError(
-                    "quarantine_dir= is for streaming jobs: this input is bounded and runs as one batch "
-                    "job, with no checkpoint to restart past a failed batch from; leave it out"
-                )
-            return self._run_bounded(recipe, sink)
-        senders = [
-            self._session.sender_for(s.path) if isinstance(s, n.MemorySource) else None
-            for s in n.sources_of(self._plan)
-        ]
-        location = checkpoint_dir or self._session.checkpoint_dir(name)
-        _check_plan(location, f"lowering: {recipe.lowering}\n{n.checkpoint_identity(self._plan)}\n")
-        # A reader of its memory streams from now on, so retention keeps what it has not committed.
-        resumable = name is not None or checkpoint_dir is not None
-        with spool_readers(senders, location, resumable=resumable) as checked_in:
-            job = start_streaming(
-                self._session.spark,
-                recipe,
-                sink=sink,
-                checkpoint_dir=location,
-                senders=senders,
-                conf=prof.query_conf,
-                quarantine=quarantine,
-            )
-            checked_in(job)
-        job.stream = self
-        job.checkpoint_dir = location
-        job.durability = prof.name
-        return self._session._track(job)
+        engine = self._running_engine()
+        options = StartOptions(
+            sink=sink if sink is not None else MemorySink(),
+            checkpoint_dir=checkpoint_dir,
+            name=name,
+            durability=durability,
+            quarantine_dir=quarantine_dir,
+        )
+        return engine.start_job(self._plan, self.lower(lowering=lowering), options)
 
     def to_spark(self, *, lowering: Lowering | None = None) -> DataFrame:
         """The pyspark DataFrame this stream lowers to (streaming when unbounded).
@@ -385,11 +342,8 @@ class Stream(WindowAssigners):
         per-bucket output (``__kp_bucket``, ``__kp_payload``), which the job
         decodes on the driver.
         """
-        from krishiv_py.runtime.build import build_dataframe
-        from krishiv_py.runtime.spark_errors import spark_call
-
-        recipe = self.lower(lowering=lowering)
-        return spark_call("building the DataFrame", lambda: build_dataframe(self._session.spark, recipe))
+        engine = self._running_engine()
+        return engine.spark_dataframe(self.lower(lowering=lowering))
 
     def explain(self, *, lowering: Lowering | None = None, show: bool = True) -> Explanation:
         """Print the logical plan, the chosen lowering and why, the recipe, and Spark's plan.
@@ -401,8 +355,7 @@ class Stream(WindowAssigners):
         :class:`Explanation` (a ``str``), which a notebook does not display a
         second time. ``show=False`` returns the text without printing it.
         """
-        from krishiv_py.runtime.run import explain_spark
-
+        engine = self._running_engine()
         recipe = self.lower(lowering=lowering)
         sql = ["== SQL ==", self._sql, ""] if self._sql is not None else []
         text = Explanation(
@@ -416,28 +369,19 @@ class Stream(WindowAssigners):
                     recipe.reason,
                     "",
                     "== Durability ==",
-                    self._durability_text(recipe.lowering),
+                    engine.durability_text(bounded=recipe.lowering == "bounded" or self.is_bounded),
                     "",
                     "== Spark recipe ==",
                     recipe.render(),
                     "",
                     "== Spark plan ==",
-                    explain_spark(self._session.spark, recipe),
+                    engine.explain_spark(recipe),
                 ]
             )
         )
         if show:
             print(text)
         return text
-
-    def _durability_text(self, lowering: str) -> str:
-        import os
-
-        if lowering == "bounded" or self.is_bounded:
-            return "a bounded run: one Spark batch job, no checkpoint"
-        session = self._session
-        where = os.path.join(session.state_dir, "checkpoints", "<job name or a fresh id>")
-        return f"{session.profile.describe()}; checkpoint: {where}"
 
 
 class Explanation(str):
@@ -451,61 +395,6 @@ class Explanation(str):
 
     def _ipython_display_(self) -> None:
         """Already printed by ``explain()``; nothing more to show."""
-
-
-PLAN_FILE = "krishiv-plan.txt"
-
-
-def _check_plan(checkpoint_dir: str, plan_text: str) -> None:
-    """Refuse to resume a checkpoint written by another pipeline; record the plan of a new one.
-
-    A checkpoint holds state laid out for one plan and lowering (window,
-    keys, aggregates, watermarks); resuming it with another gives wrong
-    results or a Spark error deep in a micro-batch. The checkpoint is left
-    as it is.
-    """
-    import os
-
-    from krishiv_py.errors import JobError
-    from krishiv_py.runtime.durability import is_uri
-
-    if is_uri(checkpoint_dir):
-        return  # not readable from here; Spark checks what it can
-    path = os.path.join(checkpoint_dir, PLAN_FILE)
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            recorded = f.read()
-        if recorded != plan_text:
-            old, new = recorded.splitlines(), plan_text.splitlines()
-            first = next(
-                (i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), min(len(old), len(new))
-            )
-            was = old[first].strip() if first < len(old) else "(nothing)"
-            now = new[first].strip() if first < len(new) else "(nothing)"
-            raise JobError(
-                f"the checkpoint {checkpoint_dir} was written by another pipeline, so this one cannot "
-                f"resume it (left intact): it had `{was}`, this pipeline has `{now}`. Start the original "
-                "pipeline to resume it, or this one under another name / checkpoint_dir"
-            )
-        return
-    os.makedirs(checkpoint_dir, exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(plan_text)
-    os.replace(tmp, path)
-
-
-def _quarantine_path(value: object) -> str:
-    """The absolute path of ``start(quarantine_dir=...)``: a non-empty local path string."""
-    import os
-
-    if not isinstance(value, str) or not value.strip():
-        raise PlanError(f"quarantine_dir must be a directory path (a non-empty str), got {value!r}")
-    if "://" in value:
-        raise PlanError(
-            f"quarantine_dir must be a local directory (or a mount every Spark driver sees), got {value!r}"
-        )
-    return os.path.abspath(os.path.expanduser(value))
 
 
 def _per_source_watermarks(plan: n.PlanNode, spec: MultiSourceWatermarkSpec) -> n.PlanNode:

@@ -29,31 +29,21 @@ from krishiv_py.planner.spark.recipe import ARITH
 from krishiv_py.runtime.quarantine import Quarantine, quarantine_counts, restart_hint
 from krishiv_py.runtime.remote import named_metrics
 from krishiv_py.runtime.spark_errors import spark_call, spark_cause
-from krishiv_py.sinks import MemorySink, ParquetSink, Sink
+from krishiv_py.sinks import Sink, SinkWriter
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
-    from krishiv_py.api.stream import Stream
+    from krishiv_py.plan.nodes import PlanNode
     from krishiv_py.sender import Sender
-    from krishiv_py.types import Schema
 
-__all__ = ["BoundedJob", "Job", "JobProgress", "JobState", "StreamingJob"]
+__all__ = ["BoundedJob", "Job", "JobProgress", "JobSetup", "JobState", "StreamingJob"]
 
 #: ``running``; ``finished`` (its input ended and everything was processed);
 #: ``stopped`` (by ``stop()`` or Ctrl-C, before its input ended); ``failed``.
 JobState = Literal["running", "finished", "stopped", "failed"]
-
-
-def read_parquet_results(spark: SparkSession, path: str, schema: Schema) -> pa.Table:
-    """The committed rows under a ParquetSink path (empty before the first commit)."""
-    import os
-
-    if not os.path.isdir(path) or not any(f.endswith(".parquet") for _, _, fs in os.walk(path) for f in fs):
-        return schema.to_arrow().empty_table()
-    return spark_call("reading results", lambda: spark.read.schema(schema.ddl()).parquet(path).toArrow())
 
 
 @attrs.frozen(kw_only=True)
@@ -67,16 +57,55 @@ class JobProgress:
     raw: dict[str, Any] = attrs.field(repr=False)
 
 
+@attrs.frozen(kw_only=True)
+class JobSetup:
+    """What every job is built with: the plan, its recipe, Spark, and the sink's open writers."""
+
+    plan: PlanNode
+    recipe: SparkRecipe
+    spark: SparkSession = attrs.field(repr=False)
+    sink: Sink
+    writer: SinkWriter
+    late_writer: SinkWriter | None = None
+    #: The Spark query name the writers were opened with (streaming jobs).
+    query_name: str | None = None
+    #: Show progress bars for long waits (the session's setting).
+    progress: bool | None = None
+
+    def apply(self, job: Job) -> None:
+        job.lowering = self.recipe.lowering
+        job.plan = self.plan
+        job.spark = self.spark
+        job._recipe = self.recipe
+        job._sink = self.sink
+        job._writer = self.writer
+        job._late_writer = self.late_writer
+        job._progress = self.progress
+
+
 class Job:
-    """A started pipeline. Returned by ``Stream.start()``."""
+    """A started pipeline. Returned by ``Stream.start()``.
+
+    A job is built complete by the runtime: the logical plan it runs, its
+    recipe, the SparkSession and the sink's writer. It does not know the
+    ``Stream`` that described it.
+    """
 
     lowering: str
-    #: The pipeline this job runs (set by ``Stream.start``).
-    stream: Stream | None = None
+    #: The logical plan this job runs.
+    plan: PlanNode
+    #: The SparkSession running it.
+    spark: SparkSession
     #: Spark checkpoint location of a streaming job; None for bounded jobs.
     checkpoint_dir: str | None = None
     #: The durability profile a streaming job started with (None for bounded jobs).
     durability: str | None = None
+    _recipe: SparkRecipe
+    _sink: Sink
+    _writer: SinkWriter
+    #: The writer of a late-event side output (``SideOutputLateEventHandler``), if any.
+    _late_writer: SinkWriter | None = None
+    _progress: bool | None = None
 
     def process_all_available(self) -> None:
         """Block until every batch sent so far has been processed."""
@@ -91,8 +120,15 @@ class Job:
         raise NotImplementedError
 
     def results(self) -> pa.Table:
-        """All results so far (in-memory and Parquet sinks)."""
-        raise NotImplementedError
+        """All results so far (in-memory and Parquet sinks, any sink whose writer reads back)."""
+        read = getattr(self._writer, "results", None)
+        if read is None:
+            raise NoResultsError(
+                f"this job writes to {type(self._sink).__name__}, which keeps no rows for results(); "
+                "use MemorySink (the default) or ParquetSink(path) to read results back"
+            )
+        table: pa.Table = read()
+        return table
 
     @property
     def watermark_ms(self) -> int | None:
@@ -119,9 +155,17 @@ class Job:
         Needs ``.with_late_event_handler(kp.SideOutputLateEventHandler())`` on
         the window (memory or Parquet sink); other jobs raise :class:`PlanError`.
         """
-        raise PlanError(
-            "late_events() needs .with_late_event_handler(kp.SideOutputLateEventHandler()) on the window"
-        )
+        if self._late_writer is None:
+            raise PlanError(
+                "late_events() needs .with_late_event_handler(kp.SideOutputLateEventHandler()) on the window"
+            )
+        read = getattr(self._late_writer, "results", None)
+        if read is None:  # a sink that keeps nothing (console, foreach-batch): nothing to return
+            from krishiv_py.runtime.output import late_schema
+
+            return late_schema(self._recipe).empty_table()
+        table: pa.Table = read()
+        return table
 
     def plot_timeline(self, *, ax: Any = None) -> Any:
         """The watermark timeline of this job: a matplotlib ``Figure`` (see :func:`krishiv_py.viz.timeline`).
@@ -216,23 +260,21 @@ class StreamingJob(Job):
     def __init__(
         self,
         *,
-        spark: SparkSession,
+        setup: JobSetup,
         query: StreamingQuery,
-        recipe: SparkRecipe,
-        sink: Sink,
-        memory_table: str | None,
         senders: Sequence[Sender | None],
+        checkpoint_dir: str,
+        durability: str | None,
         markers_dir: str | None = None,
         quarantine: Quarantine | None = None,
     ) -> None:
         from krishiv_py.runtime.idle import IdleTracker
 
-        self.lowering = recipe.lowering
-        self._spark = spark
+        setup.apply(self)
+        recipe = setup.recipe
+        self.checkpoint_dir = checkpoint_dir
+        self.durability = durability
         self._query = query
-        self._recipe = recipe
-        self._sink = sink
-        self._memory_table = memory_table
         self._senders = list(senders)
         #: Where rows of user-code calls that raised go (``start(quarantine_dir=...)``).
         self.quarantine = quarantine
@@ -376,8 +418,7 @@ class StreamingJob(Job):
     def _watch(self, what: str) -> Any:
         from krishiv_py.runtime.watch import progress_enabled, watching
 
-        session = self.stream.session if self.stream is not None else None
-        show = progress_enabled(session.progress if session is not None else None)
+        show = progress_enabled(self._progress)
         return watching(
             on_interrupt=self._interrupted,
             message="krishiv_py: interrupted; job stopped (state: stopped). Results so far: job.results().",
@@ -446,21 +487,6 @@ class StreamingJob(Job):
         if exc is not None:
             cause = spark_cause(exc)
             raise JobError(f"the job failed{restart_hint(cause)}", cause=cause)
-
-    # --- results -----------------------------------------------------------------
-
-    def results(self) -> pa.Table:
-        from krishiv_py.runtime.results import conform
-
-        if isinstance(self._sink, MemorySink):
-            name = self._memory_table
-            assert name is not None
-            table = spark_call("reading results", lambda: self._spark.table(name).toArrow())
-        elif isinstance(self._sink, ParquetSink):
-            table = read_parquet_results(self._spark, self._sink.path, self._recipe.output_schema)
-        else:
-            raise NoResultsError(_no_results(self._sink))
-        return conform(table, self._recipe.output_schema)
 
     # --- tracking ------------------------------------------------------------------
 
@@ -594,13 +620,6 @@ class StreamingJob(Job):
         ]
 
 
-def _no_results(sink: Sink) -> str:
-    return (
-        f"this job writes to {type(sink).__name__}, which keeps no rows for results(); "
-        "use MemorySink (the default) or ParquetSink(path) to read results back"
-    )
-
-
 def _sum_observed(observed: Sequence[dict[str, Any]]) -> dict[str, int]:
     """Totals of input rows, invalid rows, emitted windows and arithmetic errors over observations."""
     totals = {"rows": 0, "invalid": 0, "emitted": 0, "arith": 0}
@@ -618,13 +637,8 @@ def _sum_observed(observed: Sequence[dict[str, Any]]) -> dict[str, int]:
 class BoundedJob(Job):
     """A bounded pipeline run as one Spark batch job (already finished)."""
 
-    def __init__(
-        self, *, recipe: SparkRecipe, table: pa.Table | None, sink: Sink, observed: dict[str, dict[str, Any]]
-    ) -> None:
-        self.lowering = recipe.lowering
-        self._recipe = recipe
-        self._table = table
-        self._sink = sink
+    def __init__(self, *, setup: JobSetup, observed: dict[str, dict[str, Any]]) -> None:
+        setup.apply(self)
         self._observed = observed
 
     def process_all_available(self) -> None:
@@ -639,11 +653,6 @@ class BoundedJob(Job):
     @property
     def is_active(self) -> bool:
         return False
-
-    def results(self) -> pa.Table:
-        if self._table is None:
-            raise NoResultsError(_no_results(self._sink))
-        return self._table
 
     @property
     def state(self) -> JobState:

@@ -12,14 +12,15 @@ from typing import TYPE_CHECKING, Any
 
 from krishiv_py.planner.spark import SparkRecipe
 from krishiv_py.runtime.build import build_dataframe
-from krishiv_py.runtime.job import BoundedJob, StreamingJob, read_parquet_results
-from krishiv_py.runtime.quarantine import Quarantine, guarded
+from krishiv_py.runtime.job import BoundedJob, JobSetup, StreamingJob
+from krishiv_py.runtime.output import deliver
+from krishiv_py.runtime.quarantine import Quarantine
+from krishiv_py.runtime.remote import is_remote
 from krishiv_py.runtime.results import conform
 from krishiv_py.runtime.spark_errors import spark_call
-from krishiv_py.sinks import ConsoleSink, ForeachBatchSink, MemorySink, ParquetSink, Sink
+from krishiv_py.sinks import SinkWriter, user_code
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
     from krishiv_py.sender import Sender
@@ -28,112 +29,87 @@ __all__ = ["explain_spark", "run_bounded", "start_streaming"]
 
 
 def start_streaming(
-    spark: SparkSession,
-    recipe: SparkRecipe,
+    setup: JobSetup,
     *,
-    sink: Sink,
     checkpoint_dir: str,
     senders: Sequence[Sender | None],
+    durability: str | None = None,
     conf: Mapping[str, str] | None = None,
     quarantine: Quarantine | None = None,
 ) -> StreamingJob:
-    """Start ``recipe`` as a Structured Streaming query writing to ``sink``.
+    """Start ``setup.recipe`` as a Structured Streaming query writing to ``setup.writer``.
 
     ``conf`` is its state store; with ``quarantine``, the rows of a sink or
     callback call that raises are set aside there instead of failing the job
-    (:mod:`krishiv_py.runtime.quarantine`).
+    (:mod:`krishiv_py.runtime.quarantine`). Both lowerings start the same
+    way: build the DataFrame, point Spark's writer at the output, start the
+    query, then the job's background thread.
     """
-    from krishiv_py.runtime.remote import is_remote
-
-    if recipe.stateful is not None:
-        return _start_stateful(
-            spark,
-            recipe,
-            sink=sink,
-            checkpoint_dir=checkpoint_dir,
-            senders=senders,
-            conf=conf,
-            quarantine=quarantine,
-        )
+    spark, recipe = setup.spark, setup.recipe
+    assert setup.query_name is not None, "a streaming job's writers are opened with its query name"
     markers = os.path.join(checkpoint_dir, "krishiv-idle")
+    ticks = None
+    if recipe.stateful is not None:
+        from krishiv_py.runtime.stateful import TickWriter
+
+        ticks = TickWriter(os.path.join(checkpoint_dir, "krishiv-ticks"))
     df = spark_call(
-        "building the streaming query", lambda: build_dataframe(spark, recipe, markers_path=markers)
+        "building the streaming query",
+        lambda: build_dataframe(
+            spark, recipe, markers_path=markers, ticks_path=ticks.path if ticks is not None else None
+        ),
     )
-    name = f"krishiv_{uuid.uuid4().hex[:12]}"
-    writer = df.writeStream.outputMode(recipe.output_mode).option("checkpointLocation", checkpoint_dir)
-    writer = writer.queryName(name)
-    memory_table = None
-    if isinstance(sink, MemorySink):
-        if _has_offsets(checkpoint_dir):
-            from krishiv_py.errors import JobError
-
-            raise JobError(
-                f"this pipeline's checkpoint ({checkpoint_dir}) holds a run already, and Spark's in-memory "
-                "sink cannot resume one; resume with ParquetSink(path) (exactly once across restarts) "
-                "or a ForeachBatchSink, or start without that name/checkpoint_dir for a fresh run"
-            )
-        writer = writer.format("memory")
-        memory_table = name
-    elif isinstance(sink, ParquetSink):
-        writer = writer.format("parquet").option("path", os.path.abspath(sink.path))
-    elif isinstance(sink, ConsoleSink):
-        if is_remote(spark):
-            from krishiv_py.errors import JobError
-
-            raise JobError(
-                "ConsoleSink prints from Spark's driver, which over Spark Connect is the server, so "
-                "nothing would show here; use MemorySink and job.results(), or ParquetSink"
-            )
-        # Printed from Python, not by Spark's console sink: the JVM's output goes to the log.
-        writer = writer.foreachBatch(_console(sink, recipe, quarantine))
-    else:
-        writer = writer.foreachBatch(_foreach(sink, recipe, quarantine))
+    writer = (
+        df.writeStream.outputMode("append" if ticks is not None else recipe.output_mode)
+        .option("checkpointLocation", checkpoint_dir)
+        .queryName(setup.query_name)
+    )
+    common: dict[str, Any] = {
+        "setup": setup,
+        "senders": senders,
+        "checkpoint_dir": checkpoint_dir,
+        "durability": durability,
+        "markers_dir": markers,
+        "quarantine": quarantine,
+    }
+    if ticks is not None:
+        return _start_stateful(writer, ticks, conf, common)
+    writer = _native_output(writer, setup, quarantine)
     query = spark_call(
         "starting the streaming query", lambda: _start_single_watermark(spark, writer, conf, checkpoint_dir)
     )
-    job = StreamingJob(
-        spark=spark,
-        query=query,
-        recipe=recipe,
-        sink=sink,
-        memory_table=memory_table,
-        senders=senders,
-        markers_dir=markers,
-        quarantine=quarantine,
-    )
+    job = StreamingJob(query=query, **common)
     job._start_background()
     return job
 
 
+def new_query_name() -> str:
+    """A fresh, unique Spark query name (a memory sink's table is named after it)."""
+    return f"krishiv_{uuid.uuid4().hex[:12]}"
+
+
+def _native_output(writer: Any, setup: JobSetup, quarantine: Quarantine | None) -> Any:
+    """Spark writes the rows itself where the sink can take them so, else ``foreachBatch`` hands them over."""
+    spark_stream = getattr(setup.writer, "spark_stream", None)
+    if spark_stream is not None:
+        return spark_stream(writer)
+    return writer.foreachBatch(_arrow_batches(setup.writer, setup.recipe, quarantine))
+
+
 def _start_stateful(
-    spark: SparkSession,
-    recipe: SparkRecipe,
-    *,
-    sink: Sink,
-    checkpoint_dir: str,
-    senders: Sequence[Sender | None],
-    conf: Mapping[str, str] | None = None,
-    quarantine: Quarantine | None = None,
+    writer: Any, ticks: Any, conf: Mapping[str, str] | None, common: dict[str, Any]
 ) -> StreamingJob:
     """Start krishiv's stateful operator; its output reaches the sink through ``foreachBatch``."""
-    from krishiv_py.runtime.remote import is_remote
-    from krishiv_py.runtime.stateful import HANDOFF_CONF, BatchCollector, StatefulJob, TickWriter
+    from krishiv_py.runtime.stateful import HANDOFF_CONF, BatchCollector, StatefulJob
 
+    setup: JobSetup = common["setup"]
+    spark, recipe, checkpoint_dir = setup.spark, setup.recipe, common["checkpoint_dir"]
     assert recipe.stateful is not None
-    ticks = TickWriter(os.path.join(checkpoint_dir, "krishiv-ticks"))
-    markers = os.path.join(checkpoint_dir, "krishiv-idle")
-    df = spark_call(
-        "building the streaming query",
-        lambda: build_dataframe(spark, recipe, ticks_path=ticks.path, markers_path=markers),
+    collector = BatchCollector(
+        recipe, setup.writer, late_writer=setup.late_writer, quarantine=common["quarantine"]
     )
-    collector = BatchCollector(recipe, sink, quarantine=quarantine)
     # Over Spark Connect foreachBatch runs on the server: the payloads come back as files.
     handoff = os.path.join(checkpoint_dir, "krishiv-handoff") if is_remote(spark) else None
-    writer = (
-        df.writeStream.outputMode("append")
-        .option("checkpointLocation", checkpoint_dir)
-        .queryName(f"krishiv_{uuid.uuid4().hex[:12]}")
-    )
     if handoff is None:
         writer = writer.foreachBatch(collector)
     else:
@@ -147,14 +123,8 @@ def _start_stateful(
         ticks=ticks,
         buckets=recipe.stateful.operator.buckets,
         handoff=handoff,
-        spark=spark,
         query=query,
-        recipe=recipe,
-        sink=sink,
-        memory_table=None,
-        senders=senders,
-        markers_dir=markers,
-        quarantine=quarantine,
+        **common,
     )
     job._start_background()
     return job
@@ -218,70 +188,40 @@ def _start_single_watermark(
                 spark.conf.set(key, old)
 
 
-def _has_offsets(checkpoint_dir: str) -> bool:
-    offsets = os.path.join(checkpoint_dir, "offsets")
-    return os.path.isdir(offsets) and any(name.isdigit() for name in os.listdir(offsets))
-
-
-def _foreach(sink: ForeachBatchSink, recipe: SparkRecipe, quarantine: Quarantine | None) -> Any:
+def _arrow_batches(writer: SinkWriter, recipe: SparkRecipe, quarantine: Quarantine | None) -> Any:
+    """A ``foreachBatch`` function handing each micro-batch to ``writer`` as a ``pyarrow.Table``."""
     schema = recipe.output_schema  # only what the function needs: over Connect it is pickled
 
     def call(batch: DataFrame, batch_id: int) -> None:
-        table = conform(batch.toArrow(), schema)
-        guarded(
-            quarantine,
-            "sink",
-            batch_id,
-            table,
-            lambda: sink.fn(table, batch_id),
-            caller="the ForeachBatchSink function",
-        )
+        deliver(writer, conform(batch.toArrow(), schema), batch_id, quarantine)
 
     return call
 
 
-def _console(sink: ConsoleSink, recipe: SparkRecipe, quarantine: Quarantine | None) -> Any:
-    schema = recipe.output_schema
-
-    def call(batch: DataFrame, batch_id: int) -> None:
-        table = conform(batch.toArrow(), schema)
-        guarded(quarantine, "sink", batch_id, table, lambda: sink.show(table, batch_id), caller="ConsoleSink")
-
-    return call
-
-
-def run_bounded(spark: SparkSession, recipe: SparkRecipe, *, sink: Sink, metrics: bool = True) -> BoundedJob:
-    """Run ``recipe`` as one batch job; results are kept for memory/Parquet sinks.
+def run_bounded(setup: JobSetup, *, metrics: bool = True) -> BoundedJob:
+    """Run ``setup.recipe`` as one batch job, its rows to ``setup.writer``.
 
     ``metrics=False`` (``collect()``, which returns only the rows) skips
     computing the job's metrics.
     """
+    spark, recipe, writer = setup.spark, setup.recipe, setup.writer
     if recipe.stateful is not None:
         from krishiv_py.runtime.stateful import run_stateful_bounded
 
-        job: BoundedJob = run_stateful_bounded(spark, recipe, sink=sink)
-        return job
+        return run_stateful_bounded(setup)
     observations: dict[str, Any] = {}
     df = spark_call(
         "building the batch job", lambda: build_dataframe(spark, recipe, observations, observe=metrics)
     )
-    table: pa.Table | None = None
-    if isinstance(sink, MemorySink):
-        table = conform(spark_call("running the batch job", df.toArrow), recipe.output_schema)
-    elif isinstance(sink, ParquetSink):
-        spark_call("writing Parquet", lambda: df.write.mode("append").parquet(os.path.abspath(sink.path)))
-        table = conform(
-            read_parquet_results(spark, os.path.abspath(sink.path), recipe.output_schema),
-            recipe.output_schema,
-        )
-    elif isinstance(sink, ConsoleSink):
-        result = conform(spark_call("running the batch job", df.toArrow), recipe.output_schema)
-        sink.show(result, None)
+    spark_batch = getattr(writer, "spark_batch", None)
+    if spark_batch is not None:
+        spark_batch(df)
     else:
-        result = conform(spark_call("running the batch job", df.toArrow), recipe.output_schema)
-        spark_call("calling the foreach-batch function", lambda: sink.fn(result, 0))
+        table = conform(spark_call("running the batch job", df.toArrow), recipe.output_schema)
+        caller = user_code(writer)
+        spark_call(f"calling {caller}" if caller else "writing the results", lambda: writer.write(table, 0))
     observed = {k: _observed(o) for k, o in observations.items()}
-    return BoundedJob(recipe=recipe, table=table, sink=sink, observed=observed)
+    return BoundedJob(setup=setup, observed=observed)
 
 
 def explain_spark(spark: SparkSession, recipe: SparkRecipe) -> str:

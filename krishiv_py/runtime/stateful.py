@@ -43,13 +43,12 @@ from typing import TYPE_CHECKING, Any, cast
 import attrs
 
 from krishiv_py.errors import JobError
-from krishiv_py.late import SideOutputLateEventHandler
 from krishiv_py.metrics import JobMetrics
 from krishiv_py.runtime.idle import FileFeed
-from krishiv_py.runtime.job import BoundedJob, JobState, StreamingJob
+from krishiv_py.runtime.job import BoundedJob, JobSetup, JobState, StreamingJob
+from krishiv_py.runtime.output import deliver
 from krishiv_py.runtime.quarantine import Quarantine, guarded, restart_hint
 from krishiv_py.runtime.spark_errors import spark_call
-from krishiv_py.sinks import ConsoleSink, ForeachBatchSink, MemorySink, ParquetSink, Sink
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -57,6 +56,7 @@ if TYPE_CHECKING:
 
     from krishiv_py.panes import PaneCallbacks
     from krishiv_py.planner.spark.recipe import SparkRecipe
+    from krishiv_py.sinks import SinkWriter
     from krishiv_py.stateful.operator import Payloads
 
 __all__ = ["HANDOFF_CONF", "BatchCollector", "StatefulJob", "TickWriter", "take_handoff"]
@@ -75,14 +75,21 @@ class _Bucket:
 class BatchCollector:
     """Receives each micro-batch's decoded output on the driver (``foreachBatch``)."""
 
-    def __init__(self, recipe: SparkRecipe, sink: Sink, *, quarantine: Quarantine | None = None) -> None:
+    def __init__(
+        self,
+        recipe: SparkRecipe,
+        writer: SinkWriter,
+        *,
+        late_writer: SinkWriter | None = None,
+        quarantine: Quarantine | None = None,
+    ) -> None:
         self._recipe = recipe
-        self._sink = sink
+        self._writer = writer
+        self._late_writer = late_writer
         self._quarantine = quarantine
         self._handler = recipe.late_handler
         self._keys = list(recipe.stateful.operator.kernel.keys) if recipe.stateful is not None else []
         self._lock = threading.Lock()
-        self.results: dict[int, pa.Table] = {}
         self.counts: dict[int, dict[str, int]] = {}
         self.buckets: dict[int, _Bucket] = {}
 
@@ -99,7 +106,7 @@ class BatchCollector:
         from krishiv_py.stateful.operator import COUNTER_NAMES, to_output
 
         results = to_output(payloads.results, self._recipe.output_schema.to_arrow())
-        self._write(results, batch_id)
+        deliver(self._writer, results, batch_id, self._quarantine)
         if self._recipe.pane_callbacks is not None:
             callbacks = self._recipe.pane_callbacks
             guarded(
@@ -130,43 +137,14 @@ class BatchCollector:
                 totals["future"],
             )
 
-    def _write(self, results: pa.Table, batch_id: int) -> None:
-        sink = self._sink
-        if isinstance(sink, MemorySink):
-            with self._lock:
-                self.results[batch_id] = results
-        elif isinstance(sink, ParquetSink):
-            if results.num_rows:
-                _write_parquet(results, sink.path, f"part-{batch_id:012d}.parquet")
-        elif isinstance(sink, ConsoleSink):
-            show = sink.show
-            guarded(
-                self._quarantine,
-                "sink",
-                batch_id,
-                results,
-                lambda: show(results, batch_id),
-                caller="ConsoleSink",
-            )
-        elif isinstance(sink, ForeachBatchSink):
-            fn = sink.fn
-            guarded(
-                self._quarantine,
-                "sink",
-                batch_id,
-                results,
-                lambda: fn(results, batch_id),
-                caller="the ForeachBatchSink function",
-            )
-
     def _hand_late(self, late: pa.Table, batch_id: int) -> None:
-        handler = self._handler
-        if handler is None:
-            return
-        if isinstance(handler, SideOutputLateEventHandler):
-            call = functools.partial(handler.handle_batch, late, batch_id)
-        else:
+        handler, writer = self._handler, self._late_writer
+        if writer is not None:
+            call = functools.partial(writer.write, late, batch_id)
+        elif handler is not None:
             call = functools.partial(handler.handle, late)
+        else:
+            return
         guarded(self._quarantine, "late-events", batch_id, late, call, caller="the late-event handler")
 
     def fold_into(self, metrics: JobMetrics) -> JobMetrics:
@@ -195,15 +173,6 @@ class BatchCollector:
 
         with self._lock:
             return {name: sum(c[name] for c in self.counts.values()) for name in COUNTER_NAMES}
-
-    def result_table(self) -> pa.Table:
-        import pyarrow as pa
-
-        with self._lock:
-            tables = [self.results[k] for k in sorted(self.results)]
-        if not tables:
-            return self._recipe.output_schema.to_arrow().empty_table()
-        return pa.concat_tables(tables)
 
 
 def call_pane_events(callbacks: PaneCallbacks, keys: Sequence[str], payloads: Payloads) -> None:
@@ -256,16 +225,6 @@ def _pane_rows(callbacks: PaneCallbacks, payloads: Payloads, schema: pa.Schema) 
     if not tables:  # pragma: no cover - a pane callback raised, so one is registered
         return schema.empty_table()
     return pa.concat_tables(tables, promote_options="permissive")
-
-
-def _write_parquet(table: pa.Table, path: str, name: str) -> None:
-    """Write ``table`` as ``path/name`` atomically (a rerun of the batch replaces the file)."""
-    import pyarrow.parquet as pq
-
-    os.makedirs(path, exist_ok=True)
-    tmp = os.path.join(path, f".{name}.tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, os.path.join(path, name))
 
 
 #: Spark's file sink writes one metadata file per micro-batch with this (never compacts).
@@ -428,22 +387,9 @@ class StatefulJob(StreamingJob):
     # --- results and metrics --------------------------------------------------------------
 
     def results(self) -> pa.Table:
-        if isinstance(self._sink, MemorySink):
-            self._check_failed()
-            self._take_handoff()
-            return self._collector.result_table()
-        if isinstance(self._sink, ParquetSink):
-            from krishiv_py.runtime.job import read_parquet_results
-            from krishiv_py.runtime.results import conform
-
-            schema = self._recipe.output_schema
-            return conform(
-                read_parquet_results(self._spark, os.path.abspath(self._sink.path), schema), schema
-            )
+        self._check_failed()
+        self._take_handoff()
         return super().results()
-
-    def late_events(self) -> pa.Table:
-        return _late_table(self._recipe)
 
     def metrics(self) -> JobMetrics:
         if self._handoff_error is None:
@@ -452,48 +398,21 @@ class StatefulJob(StreamingJob):
         return self._collector.fold_into(base)
 
 
-def _late_table(recipe: SparkRecipe) -> pa.Table:
-    from krishiv_py.errors import PlanError
-
-    handler = recipe.late_handler
-    if not isinstance(handler, SideOutputLateEventHandler):
-        raise PlanError(
-            "late_events() needs .with_late_event_handler(kp.SideOutputLateEventHandler()) on the window"
-        )
-    table = handler.table()
-    if table is not None:
-        return table
-    import pyarrow as pa
-
-    from krishiv_py.late import CLASSIFICATION_COLUMN, WATERMARK_COLUMN
-
-    fields = [
-        *recipe.stateful.operator.input_schema,  # type: ignore[union-attr]
-        pa.field(CLASSIFICATION_COLUMN, pa.string()),
-        pa.field(WATERMARK_COLUMN, pa.int64()),
-    ]
-    return pa.schema(fields).empty_table()
-
-
-def run_stateful_bounded(spark: Any, recipe: SparkRecipe, *, sink: Sink) -> Any:
+def run_stateful_bounded(setup: JobSetup) -> BoundedJob:
     """Run a stateful recipe over bounded input as one batch job; returns a finished job."""
     from krishiv_py.runtime.build import build_dataframe
     from krishiv_py.stateful.operator import PAYLOAD, decode_payloads
 
+    spark, recipe = setup.spark, setup.recipe
     observations: dict[str, Any] = {}
     df = spark_call("building the batch job", lambda: build_dataframe(spark, recipe, observations))
     table = spark_call("running the batch job", lambda: df.select(PAYLOAD).toArrow())
-    collector = BatchCollector(recipe, sink if not isinstance(sink, MemorySink) else MemorySink())
+    collector = BatchCollector(recipe, setup.writer, late_writer=setup.late_writer)
     payloads = decode_payloads(cast("list[bytes]", table.column(PAYLOAD).to_pylist()))
     if payloads is not None:
         spark_call("handing over the results", lambda: collector.accept(payloads, 0))
     observed = {k: _observed(o) for k, o in observations.items()}
-    result = collector.result_table() if isinstance(sink, MemorySink) else None
-    if isinstance(sink, ParquetSink):
-        from krishiv_py.runtime.job import read_parquet_results
-
-        result = read_parquet_results(spark, os.path.abspath(sink.path), recipe.output_schema)
-    return StatefulBoundedJob(recipe=recipe, table=result, sink=sink, observed=observed, collector=collector)
+    return StatefulBoundedJob(setup=setup, observed=observed, collector=collector)
 
 
 def _observed(observation: Any) -> dict[str, Any]:
@@ -506,9 +425,6 @@ class StatefulBoundedJob(BoundedJob):
     def __init__(self, *, collector: BatchCollector, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._collector = collector
-
-    def late_events(self) -> pa.Table:
-        return _late_table(self._recipe)
 
     def metrics(self) -> JobMetrics:
         return self._collector.fold_into(super().metrics())

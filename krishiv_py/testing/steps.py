@@ -127,7 +127,7 @@ class ManualClock:
 
 
 def reference_model_for(
-    stream: Stream, *, clock: Callable[[], float] | None = None, record: bool = False
+    stream: Stream | n.PlanNode, *, clock: Callable[[], float] | None = None, record: bool = False
 ) -> ReferenceModel:
     """A :class:`ReferenceModel` for a ``source -> watermark -> window -> agg`` pipeline.
 
@@ -139,8 +139,9 @@ def reference_model_for(
     ``clock`` (processing time in ms) drives ``Trigger.on_interval`` and
     idle timeouts (``idle_timeout_ms`` of the watermarks);
     ``record=True`` keeps the model's :attr:`~ReferenceModel.log`.
+    ``stream`` may also be the plan itself (a job's ``plan``).
     """
-    plan = stream.plan
+    plan = getattr(stream, "plan", stream)
     if not isinstance(plan, n.WindowAggregate):
         raise PlanError("the reference model covers source -> watermark -> [key_by] -> window -> agg")
     inputs = plan.input.inputs if isinstance(plan.input, n.Union) else (plan.input,)

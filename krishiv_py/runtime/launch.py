@@ -1,0 +1,191 @@
+"""Launching jobs: the checkpoint policy and the steps from a recipe to a running ``Job``.
+
+An engine (:class:`~krishiv_py.Session`) calls these with everything they
+need as plain values (the SparkSession, the durability profile, the
+checkpoint location, the senders of the plan's memory streams), so the
+runtime knows nothing of the builder or the session.
+
+Checkpoint policy
+    A checkpoint holds state laid out for one plan and lowering. The first
+    start records the plan's identity in ``krishiv-plan.txt`` inside the
+    checkpoint; a later start with another plan is refused with a
+    :class:`~krishiv_py.JobError` naming the first line that differs, and
+    the checkpoint is left as it is (:func:`check_plan`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from krishiv_py.errors import JobError, PlanError
+from krishiv_py.plan import nodes as n
+from krishiv_py.runtime.durability import DurabilityProfile, is_uri
+from krishiv_py.runtime.engine import StartOptions
+from krishiv_py.runtime.job import BoundedJob, Job, JobSetup
+from krishiv_py.runtime.output import open_writers
+from krishiv_py.sinks import Sink
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from krishiv_py.planner.spark import SparkRecipe
+    from krishiv_py.sender import Sender
+
+__all__ = [
+    "PLAN_FILE",
+    "check_plan",
+    "is_batch",
+    "refuse_quarantine_for_batch",
+    "run_bounded",
+    "start_streaming_job",
+]
+
+PLAN_FILE = "krishiv-plan.txt"
+
+
+def is_batch(recipe: SparkRecipe) -> bool:
+    """True when ``recipe`` runs as one Spark batch job (bounded input)."""
+    return recipe.lowering == "bounded" or (recipe.stateful is not None and not recipe.stateful.streaming)
+
+
+def run_bounded(
+    spark: SparkSession,
+    plan: n.PlanNode,
+    recipe: SparkRecipe,
+    sink: Sink,
+    *,
+    metrics: bool = True,
+    progress: bool | None = None,
+    remote: bool = False,
+    on_interrupt: Callable[[], None],
+) -> BoundedJob:
+    """Run a bounded recipe; Ctrl-C cancels its Spark jobs (``on_interrupt``), long runs show progress."""
+    from krishiv_py.runtime import run
+    from krishiv_py.runtime.watch import progress_enabled, stage_progress, watching
+
+    writer, late_writer = open_writers(sink, recipe, spark=spark)
+    setup = JobSetup(
+        plan=plan,
+        recipe=recipe,
+        spark=spark,
+        sink=sink,
+        writer=writer,
+        late_writer=late_writer,
+        progress=progress,
+    )
+    show = progress_enabled(progress) and not remote
+    with watching(
+        on_interrupt=on_interrupt,
+        message="krishiv_py: interrupted; the Spark jobs were cancelled.",
+        progress=stage_progress(spark) if show else None,
+        description="krishiv_py running",
+    ):
+        return run.run_bounded(setup, metrics=metrics)
+
+
+def start_streaming_job(
+    spark: SparkSession,
+    plan: n.PlanNode,
+    recipe: SparkRecipe,
+    options: StartOptions,
+    *,
+    checkpoint_dir: str,
+    profile: DurabilityProfile,
+    senders: Sequence[Sender | None],
+    progress: bool | None = None,
+) -> Job:
+    """Start a streaming recipe under ``checkpoint_dir`` with the ``profile``'s state store.
+
+    ``senders`` are the plan's sources' senders, in :func:`~krishiv_py.plan.nodes.sources_of`
+    order (None for a source that is not a memory stream): the job reads
+    them, and retention keeps what it has not committed.
+    """
+    from krishiv_py.runtime import run
+    from krishiv_py.runtime.quarantine import Quarantine
+    from krishiv_py.runtime.remote import is_remote
+    from krishiv_py.runtime.spool import readers as spool_readers
+
+    quarantine = None if options.quarantine_dir is None else Quarantine(options.quarantine_dir)
+    check_plan(checkpoint_dir, f"lowering: {recipe.lowering}\n{n.checkpoint_identity(plan)}\n")
+    query_name = run.new_query_name()
+    stateful = recipe.stateful is not None
+    writer, late_writer = open_writers(
+        options.sink,
+        recipe,
+        spark=spark,
+        checkpoint_dir=checkpoint_dir,
+        query_name=query_name,
+        # The stateful operator's output comes back to this process; native foreachBatch runs on the server.
+        write_on_server=is_remote(spark) and not stateful,
+    )
+    setup = JobSetup(
+        plan=plan,
+        recipe=recipe,
+        spark=spark,
+        sink=options.sink,
+        writer=writer,
+        late_writer=late_writer,
+        query_name=query_name,
+        progress=progress,
+    )
+    # A reader of its memory streams from now on, so retention keeps what it has not committed.
+    with spool_readers(senders, checkpoint_dir, resumable=options.resumable) as checked_in:
+        job = run.start_streaming(
+            setup,
+            checkpoint_dir=checkpoint_dir,
+            senders=senders,
+            durability=profile.name,
+            conf=profile.query_conf,
+            quarantine=quarantine,
+        )
+        checked_in(job)
+    return job
+
+
+def refuse_quarantine_for_batch(options: StartOptions) -> None:
+    """``quarantine_dir=`` has nothing to restart past in a bounded run: a :class:`PlanError`."""
+    if options.quarantine_dir is not None:
+        raise PlanError(
+            "quarantine_dir= is for streaming jobs: this input is bounded and runs as one batch "
+            "job, with no checkpoint to restart past a failed batch from; leave it out"
+        )
+
+
+def check_plan(checkpoint_dir: str, plan_text: str) -> None:
+    """Refuse to resume a checkpoint written by another pipeline; record the plan of a new one.
+
+    A checkpoint holds state laid out for one plan and lowering (window,
+    keys, aggregates, watermarks); resuming it with another gives wrong
+    results or a Spark error deep in a micro-batch. The checkpoint is left
+    as it is.
+    """
+    if is_uri(checkpoint_dir):
+        return  # not readable from here; Spark checks what it can
+    path = os.path.join(checkpoint_dir, PLAN_FILE)
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            recorded = f.read()
+        if recorded != plan_text:
+            raise JobError(_other_pipeline(checkpoint_dir, recorded, plan_text))
+        return
+    os.makedirs(checkpoint_dir, exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(plan_text)
+    os.replace(tmp, path)
+
+
+def _other_pipeline(checkpoint_dir: str, recorded: str, plan_text: str) -> str:
+    old, new = recorded.splitlines(), plan_text.splitlines()
+    first = next(
+        (i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), min(len(old), len(new))
+    )
+    was = old[first].strip() if first < len(old) else "(nothing)"
+    now = new[first].strip() if first < len(new) else "(nothing)"
+    return (
+        f"the checkpoint {checkpoint_dir} was written by another pipeline, so this one cannot "
+        f"resume it (left intact): it had `{was}`, this pipeline has `{now}`. Start the original "
+        "pipeline to resume it, or this one under another name / checkpoint_dir"
+    )

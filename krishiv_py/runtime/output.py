@@ -1,0 +1,82 @@
+"""Handing a job's rows to its sinks: open the writers, deliver each micro-batch.
+
+The runtime knows a sink only through :mod:`krishiv_py.sinks`' protocol:
+:func:`open_writers` opens the sink (and a late-event side output) once
+per job, :func:`deliver` hands over one micro-batch, guarded when the
+writer runs user code (:func:`krishiv_py.sinks.user_code`), so that with
+``start(quarantine_dir=...)`` a batch it fails on is set aside instead of
+failing the job.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from krishiv_py.late import CLASSIFICATION_COLUMN, WATERMARK_COLUMN
+from krishiv_py.runtime.quarantine import Quarantine, guarded
+from krishiv_py.sinks import Sink, SinkContext, SinkWriter, user_code
+from krishiv_py.types import Schema
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from krishiv_py.planner.spark import SparkRecipe
+
+__all__ = ["deliver", "late_schema", "open_writers"]
+
+
+def open_writers(
+    sink: Sink,
+    recipe: SparkRecipe,
+    *,
+    spark: Any,
+    checkpoint_dir: str | None = None,
+    query_name: str | None = None,
+    write_on_server: bool = False,
+) -> tuple[SinkWriter, SinkWriter | None]:
+    """Open ``sink`` for the recipe's results, and the late-event side output if it has one."""
+    writer = sink.open(
+        SinkContext(
+            schema=recipe.output_schema,
+            checkpoint_dir=checkpoint_dir,
+            query_name=query_name,
+            write_on_server=write_on_server,
+            spark=spark,
+        )
+    )
+    open_late = getattr(recipe.late_handler, "open", None)
+    if open_late is None:
+        return writer, None
+    late_writer: SinkWriter = open_late(
+        SinkContext(
+            schema=Schema.from_arrow(late_schema(recipe)),
+            output="late events",
+            checkpoint_dir=checkpoint_dir,
+            query_name=query_name,
+            spark=spark,
+        )
+    )
+    return writer, late_writer
+
+
+def late_schema(recipe: SparkRecipe) -> pa.Schema:
+    """The rows a late-event handler receives: the operator's input columns, classification, watermark."""
+    import pyarrow as pa
+
+    assert recipe.stateful is not None, "late events come from the stateful lowering"
+    return pa.schema(
+        [
+            *recipe.stateful.operator.input_schema,
+            pa.field(CLASSIFICATION_COLUMN, pa.string()),
+            pa.field(WATERMARK_COLUMN, pa.int64()),
+        ]
+    )
+
+
+def deliver(writer: SinkWriter, table: pa.Table, batch_id: int, quarantine: Quarantine | None) -> None:
+    """Hand one micro-batch to ``writer``; user code is guarded (quarantined, or a named error)."""
+    caller = user_code(writer)
+    if caller is None:
+        writer.write(table, batch_id)
+        return
+    guarded(quarantine, "sink", batch_id, table, lambda: writer.write(table, batch_id), caller=caller)
