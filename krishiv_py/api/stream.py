@@ -29,8 +29,7 @@ if TYPE_CHECKING:
 
     from krishiv_py._typing import Lowering
     from krishiv_py.planner.spark import SparkRecipe
-    from krishiv_py.runtime.durability import Durability
-    from krishiv_py.runtime.job import Job
+    from krishiv_py.runtime.engine import Durability, Job
 
 __all__ = ["Stream"]
 

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from krishiv_py.runtime.job import BoundedJob, Job
     from krishiv_py.sinks import Sink
 
-__all__ = ["Engine", "StartOptions"]
+__all__ = ["Durability", "Engine", "Job", "StartOptions"]
 
 _JOB_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 

@@ -1,0 +1,200 @@
+"""The layering (docs/architecture.md): who may import whom, and a sink that is one class.
+
+The import rules are read from the source with ``ast``: every import counts,
+at module level, under ``TYPE_CHECKING`` or inside a function.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import krishiv_py as kp
+from krishiv_py.api.stream import Stream
+from krishiv_py.plan import nodes as n
+from krishiv_py.sinks import SinkContext
+from krishiv_py.types import to_schema
+
+PACKAGE = Path(kp.__file__).parent
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every ``krishiv_py`` module ``path`` imports, wherever the import statement stands."""
+    own = "krishiv_py." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: resolve against this module's package
+                base = own.rsplit(".", node.level)[0]
+                module = f"{base}.{node.module}" if node.module else base
+            else:
+                module = node.module or ""
+            out.add(module)
+            out |= {f"{module}.{a.name}" for a in node.names if is_module(f"{module}.{a.name}")}
+    return {m for m in out if m == "krishiv_py" or m.startswith("krishiv_py.")}
+
+
+def is_module(name: str) -> bool:
+    """``name`` is a module or package of krishiv_py (``from pkg import module``), not a name in one."""
+    parts = name.split(".")[1:]
+    where = PACKAGE.joinpath(*parts) if parts else PACKAGE
+    return where.with_suffix(".py").is_file() or (where / "__init__.py").is_file()
+
+
+def edges(folder: str) -> dict[str, set[str]]:
+    return {
+        str(p.relative_to(PACKAGE)): imported_modules(p) for p in sorted((PACKAGE / folder).rglob("*.py"))
+    }
+
+
+def within(module: str, *prefixes: str) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def test_the_import_reader_sees_imports_inside_functions_and_type_checking(tmp_path: Path) -> None:
+    probe = PACKAGE / "runtime" / "engine.py"
+    seen = imported_modules(probe)
+    assert "krishiv_py.runtime.job" in seen  # under TYPE_CHECKING
+    run = imported_modules(PACKAGE / "runtime" / "run.py")
+    assert "krishiv_py.runtime.stateful" in run  # inside a function
+
+
+def test_runtime_imports_nothing_from_the_builder_the_session_or_sql() -> None:
+    bad = {
+        f: sorted(m for m in mods if within(m, "krishiv_py.api", "krishiv_py.session", "krishiv_py.sql"))
+        for f, mods in edges("runtime").items()
+    }
+    assert {f: m for f, m in bad.items() if m} == {}
+
+
+def test_the_builder_imports_only_the_engine_protocol_of_the_runtime() -> None:
+    bad = {
+        f: sorted(m for m in mods if within(m, "krishiv_py.runtime") and m != "krishiv_py.runtime.engine")
+        for f, mods in edges("api").items()
+    }
+    assert {f: m for f, m in bad.items() if m} == {}
+
+
+def test_the_plan_and_the_planner_import_no_runtime_builder_or_session() -> None:
+    for folder in ("plan", "planner", "stateful"):
+        bad = {
+            f: sorted(
+                m
+                for m in mods
+                if within(m, "krishiv_py.runtime", "krishiv_py.api", "krishiv_py.session", "krishiv_py.sql")
+            )
+            for f, mods in edges(folder).items()
+        }
+        assert {f: m for f, m in bad.items() if m} == {}, folder
+
+
+def test_a_stream_without_an_engine_is_a_plan_that_cannot_run() -> None:
+    schema = to_schema("k string, t bigint")
+    stream = Stream(None, n.MemorySource(name="in", schema=schema, path="/data/in"))
+    per_10 = stream.watermark("t", 0).key_by("k").tumbling_window(10).agg(kp.count(kp.col("*")))
+    assert per_10.lower().lowering == "native"  # planning needs no engine
+    for run in (per_10.collect, per_10.start, per_10.to_spark, per_10.explain):
+        with pytest.raises(kp.SessionError, match="plan without an engine"):
+            run()
+
+
+# --- a sink of one's own: one class, no edit in the runtime ---------------------------------
+
+
+class LatestPerBatch:
+    """A test-only sink: keeps each micro-batch's rows by batch id (a rerun replaces them)."""
+
+    def __init__(self) -> None:
+        self.contexts: list[SinkContext] = []
+        self.batches: dict[int, pa.Table] = {}
+
+    def open(self, context: SinkContext) -> LatestPerBatch:
+        self.contexts.append(context)
+        return self
+
+    def write(self, table: pa.Table, batch_id: int) -> None:
+        self.batches[batch_id] = table
+
+    def results(self) -> pa.Table:
+        return pa.concat_tables([self.batches[b] for b in sorted(self.batches)])
+
+
+class Refuses:
+    """A test-only sink whose writer raises on every batch that has rows."""
+
+    def open(self, context: SinkContext) -> Refuses:
+        return self
+
+    def write(self, table: pa.Table, batch_id: int) -> None:
+        if table.num_rows:
+            raise ConnectionError("the table is read-only")
+
+
+SCHEMA = "k string, t bigint, v bigint"
+
+
+def per_10(stream: kp.Stream) -> kp.Stream:
+    return stream.watermark("t", 0).key_by("k").tumbling_window(10).agg(kp.sum(kp.col("v")))
+
+
+def rows_of(table: pa.Table) -> list[tuple[Any, ...]]:
+    return sorted((r["k"], r["window_start"].timestamp(), r["sum_v"]) for r in table.to_pylist())
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("lowering", ["native", "stateful"])
+def test_a_sink_of_ones_own_gets_every_micro_batch(session: kp.Session, lowering: Any) -> None:
+    stream, sender = session.memory_stream(SCHEMA)
+    sink = LatestPerBatch()
+    job = per_10(stream).start(sink, lowering=lowering)
+    try:
+        sender.send([{"k": "a", "t": 1, "v": 1}, {"k": "a", "t": 5, "v": 2}, {"k": "b", "t": 12, "v": 4}])
+        job.process_all_available()
+        sender.send([{"k": "b", "t": 25, "v": 8}])
+        job.process_all_available()
+        [context] = sink.contexts
+        assert context.output == "results" and context.checkpoint_dir == job.checkpoint_dir
+        assert context.schema.names == ("k", "window_start", "window_end", "sum_v")
+        assert rows_of(job.results()) == [("a", 0.0, 3), ("b", 0.01, 4)]
+        assert job.results().num_rows == sum(t.num_rows for t in sink.batches.values())
+    finally:
+        job.stop()
+
+
+@pytest.mark.spark
+def test_a_sink_of_ones_own_in_a_bounded_run_is_one_batch(session: kp.Session) -> None:
+    sink = LatestPerBatch()
+    stream = session.from_records([{"k": "a", "t": 1, "v": 1}, {"k": "a", "t": 15, "v": 2}], SCHEMA)
+    job = per_10(stream).start(sink)
+    assert list(sink.batches) == [0] and sink.contexts[0].bounded
+    assert rows_of(job.results()) == [("a", 0.0, 1), ("a", 0.01, 2)]
+
+
+@pytest.mark.spark
+def test_a_sink_of_ones_own_is_user_code_failures_name_it_and_can_be_quarantined(
+    session: kp.Session, tmp_path: Path
+) -> None:
+    stream, sender = session.memory_stream(SCHEMA)
+    job = per_10(stream).start(Refuses())
+    sender.send([{"k": "a", "t": 1, "v": 1}, {"k": "a", "t": 15, "v": 2}])
+    with pytest.raises(kp.JobError, match="the sink writer Refuses raised on batch"):
+        job.process_all_available()
+    job.stop()
+
+    stream, sender = session.memory_stream(SCHEMA)
+    job = per_10(stream).start(Refuses(), quarantine_dir=str(tmp_path / "q"))
+    try:
+        sender.send([{"k": "a", "t": 1, "v": 1}, {"k": "a", "t": 15, "v": 2}])
+        job.process_all_available()
+        metrics = job.metrics()
+        assert (metrics.quarantined_batches, metrics.quarantined_rows) == (1, 1)
+        with pytest.raises(kp.NoResultsError, match="Refuses, which keeps no rows"):
+            job.results()
+    finally:
+        job.stop()
