@@ -48,7 +48,15 @@ from krishiv_py.plan.watermarks import END_OF_TIME_MS, MultiSourceWatermarkSpec,
 from krishiv_py.runtime.job import Job, JobProgress
 from krishiv_py.sender import Sender
 from krishiv_py.session import Session
-from krishiv_py.sinks import ConsoleSink, ForeachBatchSink, MemorySink, ParquetSink
+from krishiv_py.sinks import (
+    ConsoleSink,
+    ForeachBatchSink,
+    MemorySink,
+    ParquetSink,
+    Sink,
+    SinkContext,
+    SinkWriter,
+)
 from krishiv_py.types import Schema
 
 __version__ = "0.1.0"
@@ -81,6 +89,9 @@ __all__ = [
     "Session",
     "SessionError",
     "SideOutputLateEventHandler",
+    "Sink",
+    "SinkContext",
+    "SinkWriter",
     "SourceClosedError",
     "StateTtlConfig",
     "Stream",
