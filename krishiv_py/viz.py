@@ -398,7 +398,9 @@ _STREAM_ONLY_OPTIONS = frozenset({"maxFilesPerTrigger", "maxFileAge", "latestFir
 def _from_job(job: Job) -> Timeline:
     from krishiv_py.testing.steps import reference_model_for
 
-    plan, spark = job.plan, job.spark
+    plan, spark = getattr(job, "plan", None), getattr(job, "spark", None)
+    if plan is None or spark is None:  # a Job of one's own, not built by the runtime
+        raise PlanError("this job does not know its pipeline; start it with Stream.start()")
     source = _single_source(plan)
     # A constant clock: on_interval early firings depend on processing time and are left out.
     model = reference_model_for(plan, clock=lambda: 0.0, record=True)
