@@ -198,7 +198,7 @@ class Session:
             An unsupported or unreachable master, or Spark failed to start.
         """
         from krishiv_py.runtime.remote import check_reachable, is_loopback, parse_master_url
-        from krishiv_py.runtime.spark_session import build_spark, local_conf
+        from krishiv_py.runtime.spark_session import build_spark
         from krishiv_py.runtime.watch import verbose_default
 
         if not isinstance(master, str) or not re.match(
@@ -211,20 +211,8 @@ class Session:
         standalone = parse_master_url(master)
         if standalone is not None:
             check_reachable(*standalone, "Spark master")
-        # This process is the driver: keep its JVM options (UTC, quiet logging), not its sizing.
-        conf = {
-            k: v
-            for k, v in local_conf(os.cpu_count() or 2).items()
-            if not k.startswith("spark.driver.") or k == "spark.driver.extraJavaOptions"
-        }
-        if not master.startswith("local"):
-            conf.pop("spark.sql.shuffle.partitions")
-            conf.pop("spark.default.parallelism")
-            conf["spark.executorEnv.PYSPARK_PYTHON"] = os.environ.get("PYSPARK_PYTHON", sys.executable)
-        if standalone is not None and is_loopback(standalone[0]):
-            # A cluster on this machine reaches the driver on loopback too.
-            conf["spark.driver.host"] = conf["spark.driver.bindAddress"] = "127.0.0.1"
-        conf.update(spark_conf or {})
+        loopback = standalone is not None and is_loopback(standalone[0])
+        conf = {**_driver_conf(master, loopback=loopback), **dict(spark_conf or {})}
         spark, owns, log_path = build_spark(
             master=master,
             app_name=app_name,
@@ -667,6 +655,29 @@ class Session:
         import uuid
 
         return os.path.join(self._root, "checkpoints", name or uuid.uuid4().hex)
+
+
+def _driver_conf(master: str, *, loopback: bool) -> dict[str, str]:
+    """Spark settings for this process as the driver of ``master``.
+
+    It keeps the local JVM options (UTC, quiet logging) but not the local
+    sizing; executors elsewhere run this process's Python; a cluster on
+    this machine (``loopback``) reaches the driver on loopback too.
+    """
+    from krishiv_py.runtime.spark_session import local_conf
+
+    conf = {
+        k: v
+        for k, v in local_conf(os.cpu_count() or 2).items()
+        if not k.startswith("spark.driver.") or k == "spark.driver.extraJavaOptions"
+    }
+    if not master.startswith("local"):
+        conf.pop("spark.sql.shuffle.partitions")
+        conf.pop("spark.default.parallelism")
+        conf["spark.executorEnv.PYSPARK_PYTHON"] = os.environ.get("PYSPARK_PYTHON", sys.executable)
+    if loopback:
+        conf["spark.driver.host"] = conf["spark.driver.bindAddress"] = "127.0.0.1"
+    return conf
 
 
 def _check_exists(fmt: str, path: str) -> None:
