@@ -209,7 +209,7 @@ class BatchCollector:
 def call_pane_events(callbacks: PaneCallbacks, keys: Sequence[str], payloads: Payloads) -> None:
     """Hand one micro-batch's pane events to the callbacks, in the order of :mod:`krishiv_py.panes`."""
     from krishiv_py.panes import PaneEvent
-    from krishiv_py.stateful.kernel import FIRST, WINDOW_END, WINDOW_START
+    from krishiv_py.stateful.state import FIRST, WINDOW_END, WINDOW_START
 
     def rows(table: pa.Table | None) -> list[dict[str, Any]]:
         if table is None or not table.num_rows:

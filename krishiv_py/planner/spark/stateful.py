@@ -51,8 +51,8 @@ _FLAGGED = (
 def operator_spec(node: n.WindowAggregate, *, shift_ms: int) -> Any:
     """The picklable :class:`~krishiv_py.stateful.operator.OperatorSpec` of ``node``."""
     from krishiv_py.stateful.aggregates import AggSpec
-    from krishiv_py.stateful.kernel import KernelSpec
     from krishiv_py.stateful.operator import InputColumn, OperatorSpec
+    from krishiv_py.stateful.state import KernelSpec
 
     schema = n.schema_of(node.input)
     out = n.schema_of(node).to_arrow()
