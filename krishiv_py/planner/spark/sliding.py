@@ -22,10 +22,11 @@ and ``explain()`` shows it.
 Streaming (:func:`lower_stream_panes`): two chained streaming aggregations
 would fire late and drop an event once its pane closed, so the panes are
 built per micro-batch instead, by a stateless vectorized step before the
-watermark operator (:mod:`.pane_partials`); Spark's ``window()`` copies each
-pane row into its windows and keeps the windows' state, deciding lateness
-per window. :func:`stream_pane_choice` says when (from
-``MIN_STREAM_COPIES`` windows per event) and why not.
+watermark operator (:mod:`~krishiv_py.stateful.pane_partials`, run on the
+executors); Spark's ``window()`` copies each pane row into its windows and
+keeps the windows' state, deciding lateness per window.
+:func:`stream_pane_choice` says when (from ``MIN_STREAM_COPIES`` windows per
+event) and why not.
 
 Examples
 --------
@@ -69,7 +70,7 @@ from krishiv_py.planner.sql import joined_sum, quote, sum_halves
 from krishiv_py.types import Schema
 
 if TYPE_CHECKING:
-    from krishiv_py.planner.spark.pane_partials import PartialOp
+    from krishiv_py.stateful.pane_partials import PartialOp
 
 __all__ = ["lower_sliding_panes", "lower_stream_panes", "pane_choice", "stream_pane_choice"]
 
@@ -150,9 +151,9 @@ def lower_stream_panes(node: n.WindowAggregate, child: RecipeNode, *, shift_ms: 
 
     ``child`` is the watermark's recipe (``[filter](observe(withWatermark(rows)))``); the pane
     step goes below the watermark operator, after the metrics, so Spark's watermark and the
-    window columns keep their meaning (see :mod:`.pane_partials`).
+    window columns keep their meaning (see :mod:`~krishiv_py.stateful.pane_partials`).
     """
-    from krishiv_py.planner.spark.pane_partials import PanePartials
+    from krishiv_py.stateful.pane_partials import PanePartials
 
     window = node.window
     assert isinstance(window, SlidingWindow)
