@@ -23,10 +23,11 @@ import numpy as np
 import pyarrow as pa
 
 import krishiv_py as kp
+from krishiv_py.names import BATCH_TS, SEQ
 from krishiv_py.plan import nodes as n
 from krishiv_py.planner.spark.stateful import operator_spec
 from krishiv_py.stateful import kernel
-from krishiv_py.stateful.state import FIRST, SEQ, TS, KernelSpec
+from krishiv_py.stateful.state import FIRST, KernelSpec
 from krishiv_py.testing import assert_same_rows
 from krishiv_py.testing.steps import _placeholder, reference_model_for
 
@@ -91,7 +92,7 @@ def run_kernel(pipeline: Pipeline, data: pa.Table, batch: int) -> tuple[list[dic
         part = data.slice(lo, batch)
         ts = part.column("t").to_numpy()
         seq = np.arange(lo, lo + part.num_rows, dtype=np.int64)
-        table = part.append_column(TS, pa.array(ts * 1000)).append_column(SEQ, pa.array(seq))
+        table = part.append_column(BATCH_TS, pa.array(ts * 1000)).append_column(SEQ, pa.array(seq))
         b = bucket[lo : lo + part.num_rows]
         started = time.perf_counter()
         for k in range(BUCKETS):

@@ -45,6 +45,7 @@ import attrs
 from krishiv_py.errors import JobError
 from krishiv_py.late import SideOutputLateEventHandler
 from krishiv_py.metrics import JobMetrics
+from krishiv_py.names import BUCKET, PANE_EVENT, PAYLOAD
 from krishiv_py.runtime.idle import FileFeed
 from krishiv_py.runtime.job import BoundedJob, JobState, StreamingJob
 from krishiv_py.runtime.quarantine import Quarantine, guarded, restart_hint
@@ -87,7 +88,7 @@ class BatchCollector:
         self.buckets: dict[int, _Bucket] = {}
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        from krishiv_py.stateful.operator import PAYLOAD, decode_payloads
+        from krishiv_py.stateful.operator import decode_payloads
 
         table = batch.select(PAYLOAD).toArrow()
         payloads = decode_payloads(cast("list[bytes]", table.column(PAYLOAD).to_pylist()))
@@ -252,7 +253,7 @@ def _pane_rows(callbacks: PaneCallbacks, payloads: Payloads, schema: pa.Schema) 
     if callbacks.on_close is not None and payloads.closed is not None:
         present = pa.schema([f for f in schema if f.name in payloads.closed.column_names])
         parts.append((to_output(payloads.closed, present), "closed"))
-    tables = [t.append_column("__kp_pane", pa.array([kind] * t.num_rows, pa.string())) for t, kind in parts]
+    tables = [t.append_column(PANE_EVENT, pa.array([kind] * t.num_rows, pa.string())) for t, kind in parts]
     if not tables:  # pragma: no cover - a pane callback raised, so one is registered
         return schema.empty_table()
     return pa.concat_tables(tables, promote_options="permissive")
@@ -285,7 +286,7 @@ def take_handoff(path: str, collector: BatchCollector, after: int) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from krishiv_py.stateful.operator import PAYLOAD, decode_payloads
+    from krishiv_py.stateful.operator import decode_payloads
 
     log_dir = os.path.join(path, "_spark_metadata")
     if not os.path.isdir(log_dir):
@@ -314,8 +315,6 @@ class TickWriter(FileFeed):
 
     def write(self, buckets: Sequence[int]) -> None:
         import numpy as np
-
-        from krishiv_py.stateful.operator import BUCKET
 
         self.write_column(BUCKET, list(buckets), np.int32)
 
@@ -478,7 +477,7 @@ def _late_table(recipe: SparkRecipe) -> pa.Table:
 def run_stateful_bounded(spark: Any, recipe: SparkRecipe, *, sink: Sink) -> Any:
     """Run a stateful recipe over bounded input as one batch job; returns a finished job."""
     from krishiv_py.runtime.build import build_dataframe
-    from krishiv_py.stateful.operator import PAYLOAD, decode_payloads
+    from krishiv_py.stateful.operator import decode_payloads
 
     observations: dict[str, Any] = {}
     df = spark_call("building the batch job", lambda: build_dataframe(spark, recipe, observations))

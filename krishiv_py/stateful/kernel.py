@@ -51,6 +51,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from krishiv_py.names import BATCH_TS, RESULT_ARITH, RESULT_KIND, SEQ
 from krishiv_py.plan.windows import (
     EventSlidingWindow,
     SessionWindow,
@@ -65,18 +66,14 @@ from krishiv_py.stateful.event_sliding import add_event_sliding, lookup_horizon_
 from krishiv_py.stateful.grouping import canonical, first_rows, group_ids
 from krishiv_py.stateful.sessions import capped_groups, kept_session_rows, sweep_sessions
 from krishiv_py.stateful.state import (
-    ARITH,
     EMITTED,
     FIRED,
     FIRST,
-    KIND,
     LAST,
     MAXTS,
     NEWEST,
     PENDING,
     SEALED,
-    SEQ,
-    TS,
     WE,
     WS,
     KernelSpec,
@@ -107,9 +104,9 @@ class StepOutput:
 
     @property
     def emitted(self) -> int:
-        if KIND not in self.results.column_names:
+        if RESULT_KIND not in self.results.column_names:
             return self.results.num_rows
-        emits = pc.equal(self.results.column(KIND), pa.scalar("emit"))
+        emits = pc.equal(self.results.column(RESULT_KIND), pa.scalar("emit"))
         # Arrow's sum counts the true values of a boolean array; the stubs take numbers only.
         return int(pc.sum(emits).as_py() or 0)  # type: ignore[type-var]
 
@@ -126,7 +123,9 @@ def step(
     if spec.ttl_ms is not None and spec.ttl_time == "processing":
         # A window's last update is the processing time of the step that added a row to it.
         batch = batch.append_column(NEWEST, pa.array(np.full(batch.num_rows, now_ms * 1000, np.int64)))
-    ts_col: pa.Array[Any] = batch.column(TS).combine_chunks() if batch.num_rows else pa.array([], pa.int64())
+    ts_col: pa.Array[Any] = (
+        batch.column(BATCH_TS).combine_chunks() if batch.num_rows else pa.array([], pa.int64())
+    )
     valid = pc.is_valid(ts_col).to_numpy(zero_copy_only=False)
     ts = ts_col.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
     seq = batch.column(SEQ).to_numpy().astype(np.int64) if batch.num_rows else np.zeros(0, np.int64)
@@ -595,8 +594,8 @@ def shown_end(spec: KernelSpec, rows: pa.Table) -> Column:
 
 
 def _without_errors(table: pa.Table) -> tuple[pa.Table, int]:
-    """``table`` without the :data:`ARITH` column, and that column's total."""
-    i = table.schema.get_field_index(ARITH)
+    """``table`` without the :data:`~krishiv_py.names.RESULT_ARITH` column, and that column's total."""
+    i = table.schema.get_field_index(RESULT_ARITH)
     if i < 0:
         return table, 0
     total = int(pc.sum(table.column(i)).as_py() or 0)

@@ -37,6 +37,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from krishiv_py.names import (
+    BATCH_TS,
+    BUCKET,
+    PAYLOAD,
+    SEQ,
+    TICK,
+    TS_NULL,
+    TS_VALUE,
+    encoded_null,
+    encoded_value,
+)
 from krishiv_py.plan.windows import EventSlidingWindow
 from krishiv_py.stateful import kernel
 from krishiv_py.stateful._arrow import arrow
@@ -51,8 +62,6 @@ from krishiv_py.stateful.state import (
     WS,
     KernelSpec,
 )
-from krishiv_py.stateful.state import SEQ as BATCH_SEQ
-from krishiv_py.stateful.state import TS as BATCH_TS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -67,12 +76,6 @@ __all__ = [
     "run_bucket",
 ]
 
-BUCKET, TICK = "__kp_bucket", "__kp_tick"
-TS_VALUE, TS_NULL, SEQ = "__kp_tsv", "__kp_tsn", "__kp_seq"
-PAYLOAD, STATE_BLOB = "__kp_payload", "__kp_state"
-WATERMARK_MARKER = "__kp_wmark"
-OUTPUT_DDL = f"{BUCKET} int, {PAYLOAD} binary"
-STATE_DDL = f"{STATE_BLOB} binary"
 CLASSIFICATION, WATERMARK = "classification", "watermark_ms"
 STAT_NAMES = (
     "bucket",
@@ -109,11 +112,11 @@ class InputColumn:
 
     @property
     def value(self) -> str:
-        return f"__kp_c{self.index}"
+        return encoded_value(self.index)
 
     @property
     def null(self) -> str:
-        return f"__kp_n{self.index}"
+        return encoded_null(self.index)
 
 
 @attrs.frozen(kw_only=True)
@@ -191,7 +194,7 @@ def decode_input(spec: OperatorSpec, frames: list[pd.DataFrame]) -> pa.Table:
     cols: dict[str, pa.Array[Any]] = {c.name: _decode_column(c, frame) for c in spec.columns}
     ts = frame[TS_VALUE].to_numpy(dtype=np.int64)
     cols[BATCH_TS] = pa.array(ts, mask=frame[TS_NULL].to_numpy(dtype=bool))
-    cols[BATCH_SEQ] = pa.array(frame[SEQ].to_numpy(dtype=np.int64))
+    cols[SEQ] = pa.array(frame[SEQ].to_numpy(dtype=np.int64))
     return pa.table(cols)
 
 
@@ -206,7 +209,7 @@ def _decode_column(c: InputColumn, frame: pd.DataFrame) -> pa.Array[Any]:
 
 
 def _empty_input(spec: OperatorSpec) -> pa.Table:
-    fields = [*spec.input_schema, pa.field(BATCH_TS, pa.int64()), pa.field(BATCH_SEQ, pa.int64())]
+    fields = [*spec.input_schema, pa.field(BATCH_TS, pa.int64()), pa.field(SEQ, pa.int64())]
     return pa.schema(fields).empty_table()
 
 

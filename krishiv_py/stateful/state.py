@@ -7,10 +7,11 @@ table and build the same result rows. The definitions they share live here,
 below all of them, so none of them imports another to reach them:
 
 - :class:`KernelSpec`, everything the kernel knows about one aggregation;
-- the hidden column names of the batch (``TS``, ``SEQ``), of the state table
-  (``WS``, ``WE``, ``FIRED``, ``PENDING``, ``LAST``, ``EMITTED``, ``SEALED``,
-  ``NEWEST``, ``MAXTS``) and of result rows (``WINDOW_START``,
-  ``WINDOW_END``, ``KIND``, ``FIRST``, ``ARITH``);
+- the column names of the state table (``WS``, ``WE``, ``FIRED``, ``PENDING``,
+  ``LAST``, ``EMITTED``, ``SEALED``, ``NEWEST``, ``MAXTS``) and of result rows
+  (``WINDOW_START``, ``WINDOW_END``, ``FIRST``); the batch's columns and the
+  other result columns are in :mod:`krishiv_py.names` (``BATCH_TS``, ``SEQ``,
+  ``RESULT_KIND``, ``RESULT_ARITH``);
 - :func:`result_table` and :func:`retract_rows`, which build result rows;
 - :func:`key_ids`, one numbering of the keys of state rows and batch rows.
 """
@@ -23,6 +24,7 @@ import attrs
 import numpy as np
 import pyarrow as pa
 
+from krishiv_py.names import RESULT_ARITH, RESULT_KIND
 from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS, Accumulation, Trigger
 from krishiv_py.plan.windows import SessionWindow, WindowSpec
 from krishiv_py.stateful import aggregates as agg
@@ -30,19 +32,15 @@ from krishiv_py.stateful._arrow import Column, table_of
 from krishiv_py.stateful.grouping import canonical, group_ids
 
 __all__ = [
-    "ARITH",
     "EMITTED",
     "FIRED",
     "FIRST",
-    "KIND",
     "LAST",
     "MAXTS",
     "NEW",
     "NEWEST",
     "PENDING",
     "SEALED",
-    "SEQ",
-    "TS",
     "WE",
     "WINDOW_END",
     "WINDOW_START",
@@ -53,16 +51,14 @@ __all__ = [
     "retract_rows",
 ]
 
-TS, SEQ = "__kp_ts", "__kp_seq"
 WS, WE, FIRED, PENDING, LAST, EMITTED = "__ws", "__we", "__fired", "__pending", "__last", "__emitted"
 NEW = "__new"  # rows added in this batch (sessions: a session with new rows is a new session)
 FIRST = "__first"  # with pane events: True on a result row that is its window's first firing
 SEALED = "__sealed"  # capped sessions: a session that takes no more rows
-ARITH = "__arith"  # result rows: aggregates without a value (dropped before results leave step())
 NEWEST = "__newest"  # with a state TTL: the window's last update (µs; event or processing time)
 #: Per-event sliding windows: the largest event time (ms) in a window, Kafka's window timestamp.
 MAXTS = "__maxts"
-WINDOW_START, WINDOW_END, KIND = "window_start", "window_end", "kind"
+WINDOW_START, WINDOW_END = "window_start", "window_end"
 
 
 @attrs.frozen(kw_only=True)
@@ -128,9 +124,9 @@ def result_table(
 ) -> pa.Table:
     """Result rows: keys, ``window_start``/``window_end`` (µs), aggregates, ``kind`` if retracting.
 
-    The last column, :data:`ARITH`, holds each row's count of aggregates without a
-    value (an integer sum beyond a bigint); :func:`~krishiv_py.stateful.kernel.step`
-    sums and drops it.
+    The last column, :data:`~krishiv_py.names.RESULT_ARITH`, holds each row's
+    count of aggregates without a value (an integer sum beyond a bigint);
+    :func:`~krishiv_py.stateful.kernel.step` sums and drops it.
     """
     cols: dict[str, Column] = {
         name: rows.column(k) for name, k in zip(spec.keys, spec.key_names(), strict=True)
@@ -139,6 +135,8 @@ def result_table(
     cols[WINDOW_END] = we
     cols |= {a.name: values[a.name] for a in spec.aggs}
     if spec.retracting:
-        cols[KIND] = pa.array([kind] * rows.num_rows, pa.string())
-    cols[ARITH] = pa.array(errors if errors is not None else np.zeros(rows.num_rows, np.int64), pa.int64())
+        cols[RESULT_KIND] = pa.array([kind] * rows.num_rows, pa.string())
+    cols[RESULT_ARITH] = pa.array(
+        errors if errors is not None else np.zeros(rows.num_rows, np.int64), pa.int64()
+    )
     return table_of(cols)
