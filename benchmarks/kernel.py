@@ -23,9 +23,11 @@ import numpy as np
 import pyarrow as pa
 
 import krishiv_py as kp
+from krishiv_py.names import BATCH_TS, SEQ
 from krishiv_py.plan import nodes as n
 from krishiv_py.planner.spark.stateful import operator_spec
 from krishiv_py.stateful import kernel
+from krishiv_py.stateful.state import FIRST, KernelSpec
 from krishiv_py.testing import assert_same_rows
 from krishiv_py.testing.steps import _placeholder, reference_model_for
 
@@ -69,7 +71,7 @@ def clickstream(rows: int, keys: int, seed: int = 7) -> pa.Table:
     )
 
 
-def _spec(pipeline: Pipeline) -> tuple[kernel.KernelSpec, int]:
+def _spec(pipeline: Pipeline) -> tuple[KernelSpec, int]:
     plan = pipeline(_placeholder(SCHEMA)).plan
     assert isinstance(plan, n.WindowAggregate)
     et = n.event_time(plan.input)
@@ -90,7 +92,7 @@ def run_kernel(pipeline: Pipeline, data: pa.Table, batch: int) -> tuple[list[dic
         part = data.slice(lo, batch)
         ts = part.column("t").to_numpy()
         seq = np.arange(lo, lo + part.num_rows, dtype=np.int64)
-        table = part.append_column(kernel.TS, pa.array(ts * 1000)).append_column(kernel.SEQ, pa.array(seq))
+        table = part.append_column(BATCH_TS, pa.array(ts * 1000)).append_column(SEQ, pa.array(seq))
         b = bucket[lo : lo + part.num_rows]
         started = time.perf_counter()
         for k in range(BUCKETS):
@@ -112,7 +114,7 @@ def run_kernel(pipeline: Pipeline, data: pa.Table, batch: int) -> tuple[list[dic
             results.append(out.results)
     rows_out = [r for t in results for r in t.to_pylist()]
     for r in rows_out:
-        r.pop(kernel.FIRST, None)
+        r.pop(FIRST, None)
         r["window_start"] //= 1000
         r["window_end"] //= 1000
     return rows_out, spent

@@ -26,6 +26,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from krishiv_py.errors import SchemaError, SourceClosedError
+from krishiv_py.names import ROW_KIND, SEQ, WM
 from krishiv_py.plan.watermarks import END_OF_TIME_MS, MIN_EVENT_MS
 from krishiv_py.types import DataType, Schema, is_valid_text
 
@@ -177,11 +178,11 @@ class Sender:
             seq = self._next_seq
             n = table.num_rows
             table = (
-                table.append_column("__kp_kind", pa.array(np.full(n, kind, dtype=np.int8)))
+                table.append_column(ROW_KIND, pa.array(np.full(n, kind, dtype=np.int8)))
                 .append_column(
-                    "__kp_wm", pa.array([wm] * n, pa.int64()) if wm is not None else pa.nulls(n, pa.int64())
+                    WM, pa.array([wm] * n, pa.int64()) if wm is not None else pa.nulls(n, pa.int64())
                 )
-                .append_column("__kp_seq", pa.array(np.arange(n, dtype=np.int64) + (seq << _ROW_BITS)))
+                .append_column(SEQ, pa.array(np.arange(n, dtype=np.int64) + (seq << _ROW_BITS)))
             )
             fname = f"batch-{seq:012d}-{_KIND_NAMES[kind]}.parquet"
             staged = os.path.join(self._staging, fname)

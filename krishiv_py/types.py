@@ -19,14 +19,13 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from krishiv_py.errors import PlanError, SchemaError
+from krishiv_py.names import HIDDEN_PREFIX
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = ["DataType", "Field", "Schema", "to_schema"]
 
-#: Reserved prefix of the hidden columns the lowering adds.
-HIDDEN_PREFIX = "__kp_"
 
 _ALIASES = {
     "string": "string",

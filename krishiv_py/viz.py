@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 import attrs
 
 from krishiv_py.errors import MissingDependencyError, PlanError
+from krishiv_py.names import BASE_HIDDEN, ROW_KIND, SEQ, WM
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.watermarks import MAX_EVENT_MS, MIN_EVENT_MS
 from krishiv_py.testing.reference import Classification, ReferenceModel
@@ -391,7 +392,6 @@ def _windows(model: ReferenceModel, where: Sequence[int], *, early: bool) -> tup
 
 _LOG_FILE = re.compile(r"^\d+(\.compact)?$")
 _BATCH_FILE = re.compile(r"^\d+$")
-_HIDDEN = ("__kp_kind", "__kp_wm", "__kp_seq")
 _STREAM_ONLY_OPTIONS = frozenset({"maxFilesPerTrigger", "maxFileAge", "latestFirst", "cleanSource"})
 
 
@@ -586,12 +586,12 @@ def _read_batch(
     path = _local(uris[0])
     assert path is not None
     table = pq.read_table(path)
-    kinds = set(table.column("__kp_kind").to_pylist())
+    kinds = set(table.column(ROW_KIND).to_pylist())
     if kinds <= {0}:
-        table = table.sort_by("__kp_seq").drop_columns(list(_HIDDEN))
+        table = table.sort_by(SEQ).drop_columns(list(BASE_HIDDEN))
         return "send", table.to_pylist(), None
     if kinds == {1}:
-        return "advance_watermark", [], int(table.column("__kp_wm")[0].as_py())
+        return "advance_watermark", [], int(table.column(WM)[0].as_py())
     return "close", [], None
 
 

@@ -21,10 +21,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import krishiv_py as kp
+from krishiv_py.names import BATCH_TS, SEQ
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.watermarks import END_OF_TIME_MS, MAX_EVENT_MS, MIN_EVENT_MS
 from krishiv_py.planner.spark.stateful import operator_spec
 from krishiv_py.stateful import kernel
+from krishiv_py.stateful.state import FIRST, WINDOW_END, WINDOW_START
 from krishiv_py.testing import AdvanceWatermark, Close, Send, Step, assert_same_rows
 from krishiv_py.testing.reference import ReferenceModel
 from krishiv_py.testing.steps import _placeholder, reference_model_for
@@ -99,8 +101,8 @@ def _batch(rows: list[dict[str, Any]], seq0: int) -> pa.Table:
             "k": pa.array([r["k"] for r in rows], pa.string()),
             "t": pa.array([r["t"] for r in rows], pa.int64()),
             "v": pa.array([r["v"] for r in rows], pa.int64()),
-            kernel.TS: pa.array(ts, pa.int64()),
-            kernel.SEQ: pa.array(np.arange(seq0, seq0 + len(rows), dtype=np.int64)),
+            BATCH_TS: pa.array(ts, pa.int64()),
+            SEQ: pa.array(np.arange(seq0, seq0 + len(rows), dtype=np.int64)),
         }
     )
 
@@ -108,9 +110,9 @@ def _batch(rows: list[dict[str, Any]], seq0: int) -> pa.Table:
 def _rows(table: pa.Table) -> list[dict[str, Any]]:
     rows = table.to_pylist()
     for r in rows:
-        r.pop(kernel.FIRST, None)  # pane events' bookkeeping, not a result column
-        r[kernel.WINDOW_START] = r[kernel.WINDOW_START] // 1000
-        r[kernel.WINDOW_END] = r[kernel.WINDOW_END] // 1000
+        r.pop(FIRST, None)  # pane events' bookkeeping, not a result column
+        r[WINDOW_START] = r[WINDOW_START] // 1000
+        r[WINDOW_END] = r[WINDOW_END] // 1000
     return rows
 
 

@@ -17,6 +17,7 @@ import attrs
 
 from krishiv_py.errors import PlanError
 from krishiv_py.expr import AggCall, Alias, Column, ExprNode, agg_type, dtype_of, output_name, render
+from krishiv_py.names import HIDDEN_PREFIX, RESULT_KIND
 from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS, Emission
 from krishiv_py.plan.windows import (
     EventSlidingWindow,
@@ -25,7 +26,7 @@ from krishiv_py.plan.windows import (
     WindowSpec,
     check_ms,
 )
-from krishiv_py.types import HIDDEN_PREFIX, DataType, Field, Schema
+from krishiv_py.types import DataType, Field, Schema
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -53,7 +54,7 @@ __all__ = [
 FileFormat: TypeAlias = Literal["parquet", "csv", "json"]
 
 #: The column ``accumulation("retracting")`` adds to window results: ``"emit"`` or ``"retract"``.
-KIND_COLUMN = "kind"
+KIND_COLUMN = RESULT_KIND
 
 
 @attrs.frozen(kw_only=True)

@@ -4,6 +4,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from krishiv_py.names import (
+    BUCKET,
+    MARKER_DDL,
+    OUTPUT_DDL,
+    ROW_KIND,
+    SEQ,
+    SOURCE_HIDDEN_DDL,
+    STATE_DDL,
+    SUBQUERY,
+    WATERMARK_MARKER,
+    WM,
+    source_view,
+)
 from krishiv_py.planner.spark import recipe as r
 from krishiv_py.runtime.remote import is_remote
 
@@ -74,22 +87,22 @@ def _build_sql(spark: SparkSession, root: r.RecipeNode, paths: _Paths) -> DataFr
 
     def sql(node: r.RecipeNode) -> str:
         if isinstance(node, r.ReadSource):
-            name = f"__kp_src_{uuid.uuid4().hex}"
+            name = source_view(uuid.uuid4().hex)
             _read(spark, node, paths).createOrReplaceTempView(name)
             views.append(name)
             return f"SELECT * FROM `{name}`"
         if isinstance(node, r.WithWatermark | r.Observe):
             return sql(node.child)
         if isinstance(node, r.SelectExprs):
-            return f"SELECT {', '.join(node.exprs)} FROM ({sql(node.child)}) AS __kp_t"
+            return f"SELECT {', '.join(node.exprs)} FROM ({sql(node.child)}) AS {SUBQUERY}"
         if isinstance(node, r.FilterExpr):
-            return f"SELECT * FROM ({sql(node.child)}) AS __kp_t WHERE {node.condition}"
+            return f"SELECT * FROM ({sql(node.child)}) AS {SUBQUERY} WHERE {node.condition}"
         assert isinstance(node, r.GroupAgg)
         # GROUP BY ordinals: the keys may carry aliases, which GROUP BY does not take.
         by = ", ".join(str(i + 1) for i in range(len(node.keys)))
         group = f" GROUP BY {by}" if node.keys else ""
         items = ", ".join((*node.keys, *node.aggs))
-        return f"SELECT {items} FROM ({sql(node.child)}) AS __kp_t{group}"
+        return f"SELECT {items} FROM ({sql(node.child)}) AS {SUBQUERY}{group}"
 
     try:
         return spark.sql(sql(root))
@@ -153,7 +166,7 @@ def _stateful(spark: SparkSession, node: r.StatefulApply, child: DataFrame, tick
         def bounded(key: Any, frame: Any) -> Any:
             return op.run_bounded_bucket(spec, key, frame)
 
-        return child.groupBy(op.BUCKET).applyInPandas(bounded, op.OUTPUT_DDL)
+        return child.groupBy(BUCKET).applyInPandas(bounded, OUTPUT_DDL)
 
     def bucket(key: Any, frames: Any, state: Any) -> Any:
         return op.run_bucket(spec, key, frames, state)
@@ -164,20 +177,20 @@ def _stateful(spark: SparkSession, node: r.StatefulApply, child: DataFrame, tick
     # watermark metadata. The event-time column itself cannot go to pandas
     # (shifted times are past pandas' year 2262), so an all-null column with
     # that metadata stands in for it; the watermark operators upstream are unchanged.
-    marker = F.lit(None).cast("timestamp").alias(op.WATERMARK_MARKER, metadata={"spark.watermarkDelayMs": 0})
+    marker = F.lit(None).cast("timestamp").alias(WATERMARK_MARKER, metadata={"spark.watermarkDelayMs": 0})
     child = child.select("*", marker)
 
     path = ticks or tempfile.mkdtemp(prefix="krishiv-ticks-")
     tick_rows = (
         spark.readStream.format("parquet")
-        .schema(f"{op.BUCKET} int")
+        .schema(f"{BUCKET} int")
         .option("maxFilesPerTrigger", "1")
         .option("maxFileAge", "36500d")
         .load(path)
-        .selectExpr(*node.tick_exprs, f"CAST(NULL AS TIMESTAMP) AS {op.WATERMARK_MARKER}")
+        .selectExpr(*node.tick_exprs, f"CAST(NULL AS TIMESTAMP) AS {WATERMARK_MARKER}")
     )
-    grouped = child.unionByName(tick_rows).groupBy(op.BUCKET)
-    return grouped.applyInPandasWithState(bucket, op.OUTPUT_DDL, op.STATE_DDL, "append", "NoTimeout")
+    grouped = child.unionByName(tick_rows).groupBy(BUCKET)
+    return grouped.applyInPandasWithState(bucket, OUTPUT_DDL, STATE_DDL, "append", "NoTimeout")
 
 
 def _read(spark: SparkSession, node: r.ReadSource, paths: _Paths) -> DataFrame:
@@ -189,13 +202,13 @@ def _read(spark: SparkSession, node: r.ReadSource, paths: _Paths) -> DataFrame:
         assert paths.markers is not None and node.path is not None
         path = os.path.join(paths.markers, node.path)
         os.makedirs(path, exist_ok=True)
-        markers = spark.readStream.format("parquet").schema("`__kp_wm` bigint")
+        markers = spark.readStream.format("parquet").schema(MARKER_DDL)
         for key, value in node.options:
             markers = markers.option(key, value)
         return markers.load(path)
     ddl = node.schema.ddl()
     if node.kind == "memory":
-        ddl += ", `__kp_kind` tinyint, `__kp_wm` bigint, `__kp_seq` bigint"
+        ddl += f", {SOURCE_HIDDEN_DDL}"
         if not node.streaming and node.path is not None:
             from krishiv_py.runtime.spool import check_complete
 
@@ -214,7 +227,7 @@ def _with_hidden(table: Any) -> Any:
 
     n = table.num_rows
     return (
-        table.append_column("__kp_kind", pa.array(np.zeros(n, dtype=np.int8)))
-        .append_column("__kp_wm", pa.nulls(n, pa.int64()))
-        .append_column("__kp_seq", pa.array(np.arange(n, dtype=np.int64)))
+        table.append_column(ROW_KIND, pa.array(np.zeros(n, dtype=np.int8)))
+        .append_column(WM, pa.nulls(n, pa.int64()))
+        .append_column(SEQ, pa.array(np.arange(n, dtype=np.int64)))
     )

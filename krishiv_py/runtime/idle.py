@@ -38,6 +38,7 @@ from typing import Any, TypeAlias
 
 import attrs
 
+from krishiv_py.names import ACTIVE, WM
 from krishiv_py.plan.watermarks import END_OF_TIME_MS
 from krishiv_py.planner.spark.recipe import TrackedSource
 
@@ -126,7 +127,7 @@ class IdleTracker:
                 self._seen.add(batch_id)
                 for t in self.tracked:
                     m = observed.get(t.observe_name) or {}
-                    if int(m.get("active") or 0) > 0:
+                    if int(m.get(ACTIVE) or 0) > 0:
                         self.last_active_ms[t.observe_name] = now
             idle, targets = idle_targets(
                 now_ms=now,
@@ -136,7 +137,7 @@ class IdleTracker:
             )
             self.idle = idle
             for name, target in targets.items():
-                self._feeds[name].write_column("__kp_wm", [target])
+                self._feeds[name].write_column(WM, [target])
                 self.written += 1
             return bool(targets)
 

@@ -24,8 +24,8 @@ import attrs
 
 from krishiv_py.errors import JobError, JobStoppedError, NoResultsError, PlanError
 from krishiv_py.metrics import JobMetrics
-from krishiv_py.planner.spark import OUT_OBSERVE, SparkRecipe
-from krishiv_py.planner.spark.recipe import ARITH
+from krishiv_py.names import INVALID, OUT_OBSERVE, ROWS, counts_input, is_arithmetic_metric
+from krishiv_py.planner.spark import SparkRecipe
 from krishiv_py.runtime.quarantine import Quarantine, quarantine_counts, restart_hint
 from krishiv_py.runtime.remote import named_metrics
 from krishiv_py.runtime.spark_errors import spark_call, spark_cause
@@ -625,12 +625,12 @@ def _sum_observed(observed: Sequence[dict[str, Any]]) -> dict[str, int]:
     totals = {"rows": 0, "invalid": 0, "emitted": 0, "arith": 0}
     for obs in observed:
         for name, m in obs.items():
-            totals["arith"] += sum(int(v or 0) for k, v in m.items() if k.startswith(ARITH))
-            if name.startswith(("kp_in_", "kp_src_")):
-                totals["rows"] += int(m.get("rows") or 0)
-                totals["invalid"] += int(m.get("invalid") or 0)
+            totals["arith"] += sum(int(v or 0) for k, v in m.items() if is_arithmetic_metric(k))
+            if counts_input(name):
+                totals["rows"] += int(m.get(ROWS) or 0)
+                totals["invalid"] += int(m.get(INVALID) or 0)
             elif name == OUT_OBSERVE:
-                totals["emitted"] += int(m.get("rows") or 0)
+                totals["emitted"] += int(m.get(ROWS) or 0)
     return totals
 
 

@@ -44,6 +44,7 @@ import attrs
 
 from krishiv_py.errors import JobError
 from krishiv_py.metrics import JobMetrics
+from krishiv_py.names import BUCKET, PANE_EVENT, PAYLOAD
 from krishiv_py.runtime.idle import FileFeed
 from krishiv_py.runtime.job import BoundedJob, JobSetup, JobState, StreamingJob
 from krishiv_py.runtime.output import deliver
@@ -94,7 +95,7 @@ class BatchCollector:
         self.buckets: dict[int, _Bucket] = {}
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        from krishiv_py.stateful.operator import PAYLOAD, decode_payloads
+        from krishiv_py.stateful.operator import decode_payloads
 
         table = batch.select(PAYLOAD).toArrow()
         payloads = decode_payloads(cast("list[bytes]", table.column(PAYLOAD).to_pylist()))
@@ -178,7 +179,7 @@ class BatchCollector:
 def call_pane_events(callbacks: PaneCallbacks, keys: Sequence[str], payloads: Payloads) -> None:
     """Hand one micro-batch's pane events to the callbacks, in the order of :mod:`krishiv_py.panes`."""
     from krishiv_py.panes import PaneEvent
-    from krishiv_py.stateful.kernel import FIRST, WINDOW_END, WINDOW_START
+    from krishiv_py.stateful.state import FIRST, WINDOW_END, WINDOW_START
 
     def rows(table: pa.Table | None) -> list[dict[str, Any]]:
         if table is None or not table.num_rows:
@@ -221,7 +222,7 @@ def _pane_rows(callbacks: PaneCallbacks, payloads: Payloads, schema: pa.Schema) 
     if callbacks.on_close is not None and payloads.closed is not None:
         present = pa.schema([f for f in schema if f.name in payloads.closed.column_names])
         parts.append((to_output(payloads.closed, present), "closed"))
-    tables = [t.append_column("__kp_pane", pa.array([kind] * t.num_rows, pa.string())) for t, kind in parts]
+    tables = [t.append_column(PANE_EVENT, pa.array([kind] * t.num_rows, pa.string())) for t, kind in parts]
     if not tables:  # pragma: no cover - a pane callback raised, so one is registered
         return schema.empty_table()
     return pa.concat_tables(tables, promote_options="permissive")
@@ -244,7 +245,7 @@ def take_handoff(path: str, collector: BatchCollector, after: int) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from krishiv_py.stateful.operator import PAYLOAD, decode_payloads
+    from krishiv_py.stateful.operator import decode_payloads
 
     log_dir = os.path.join(path, "_spark_metadata")
     if not os.path.isdir(log_dir):
@@ -273,8 +274,6 @@ class TickWriter(FileFeed):
 
     def write(self, buckets: Sequence[int]) -> None:
         import numpy as np
-
-        from krishiv_py.stateful.operator import BUCKET
 
         self.write_column(BUCKET, list(buckets), np.int32)
 
@@ -401,7 +400,7 @@ class StatefulJob(StreamingJob):
 def run_stateful_bounded(setup: JobSetup) -> BoundedJob:
     """Run a stateful recipe over bounded input as one batch job; returns a finished job."""
     from krishiv_py.runtime.build import build_dataframe
-    from krishiv_py.stateful.operator import PAYLOAD, decode_payloads
+    from krishiv_py.stateful.operator import decode_payloads
 
     spark, recipe = setup.spark, setup.recipe
     observations: dict[str, Any] = {}

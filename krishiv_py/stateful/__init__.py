@@ -8,4 +8,8 @@ once, with no Python work per row on the hot path, and are tested without
 Spark. :mod:`~krishiv_py.stateful.operator` wraps them for Spark's
 ``applyInPandasWithState``; :mod:`~krishiv_py.stateful.codec` moves state
 and output as Arrow IPC bytes.
+
+:mod:`~krishiv_py.stateful.pane_partials` is the other executor-side kernel:
+the stateless ``mapInArrow`` step that the native lowering of streaming
+sliding windows runs before Spark's watermark operator.
 """

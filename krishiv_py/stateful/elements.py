@@ -17,7 +17,7 @@ occurrence of each value.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import attrs
 import numpy as np
@@ -27,9 +27,7 @@ import pyarrow.compute as pc
 
 from krishiv_py.stateful import aggregates as agg
 from krishiv_py.stateful._arrow import arrow, list_array, table_of
-
-if TYPE_CHECKING:
-    from krishiv_py.stateful.kernel import KernelSpec
+from krishiv_py.stateful.state import EMITTED, PENDING, WE, WS, KernelSpec, result_table, retract_rows
 
 __all__ = ["ElementPatch", "element_firings"]
 
@@ -59,8 +57,6 @@ def element_firings(
     rows (each preceded by a retraction in retracting mode) and the patch to
     apply to the merged windows.
     """
-    from krishiv_py.stateful.kernel import EMITTED, PENDING, WE, WS, _retract_rows, result_table
-
     n = spec.trigger.element_count
     order = np.lexsort((np.arange(len(ids)), is_new, ids))  # stored row first, then arrival order
     g = ids[order]
@@ -110,7 +106,7 @@ def element_firings(
             {k: v.take(prev) for k, v in values.items()},
             "retract",
         )
-        results = pa.concat_tables([_retract_rows(spec, prior), again, emits])
+        results = pa.concat_tables([retract_rows(spec, prior), again, emits])
     patch = _patch(spec, g, fires, new_sorted, scanned, values, fired_rows, n_groups, order, parts, seg)
     return results, patch
 
@@ -234,8 +230,6 @@ def _patch(
     parts: dict[str, pa.Array[Any]],
     seg: np.ndarray,
 ) -> ElementPatch:
-    from krishiv_py.stateful.kernel import WE, WS
-
     fire_idx = np.flatnonzero(fires)
     fired = np.zeros(n_groups, bool)
     fired[g[fire_idx]] = True

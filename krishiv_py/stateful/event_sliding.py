@@ -27,7 +27,7 @@ look them up (their start is within ``grace + 3 size`` of the watermark).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 import numpy as np
@@ -37,14 +37,19 @@ from krishiv_py.plan.windows import EventSlidingWindow
 from krishiv_py.stateful import aggregates as agg
 from krishiv_py.stateful._arrow import arrow
 from krishiv_py.stateful.grouping import canonical
+from krishiv_py.stateful.state import (
+    EMITTED,
+    FIRED,
+    LAST,
+    MAXTS,
+    PENDING,
+    WE,
+    WS,
+    KernelSpec,
+    key_ids,
+)
 
-if TYPE_CHECKING:
-    from krishiv_py.stateful.kernel import KernelSpec
-
-__all__ = ["MAXTS", "add_event_sliding", "lookup_horizon_ms"]
-
-#: The largest event time (ms) in a window: Kafka's window timestamp.
-MAXTS = "__maxts"
+__all__ = ["add_event_sliding", "lookup_horizon_ms"]
 
 
 @attrs.define
@@ -72,9 +77,6 @@ def add_event_sliding(
     w_us: int | None,
 ) -> tuple[pa.Table, np.ndarray]:
     """Add ``batch`` to the windows in ``state``; returns the new state and which rows joined a window."""
-    from krishiv_py.stateful import kernel as k
-    from krishiv_py.stateful.sessions import key_ids
-
     window = spec.window
     assert isinstance(window, EventSlidingWindow)
     size, grace = window.size_ms, window.grace_ms
@@ -85,7 +87,7 @@ def add_event_sliding(
         return state, kept
     t_ms = np.floor_divide(ts, 1000)
     kid_state, kid_rows = key_ids(spec, state, batch.take(arrow(rows)))
-    starts = state.column(k.WS).to_numpy() // 1000
+    starts = state.column(WS).to_numpy() // 1000
     maxts = state.column(MAXTS).to_numpy() // 1000 if state.num_rows else np.zeros(0, np.int64)
     by_key: dict[int, dict[int, _Content]] = {}
     originals: list[tuple[int, int, int, _Content]] = []  # state row, key, start, contents
@@ -215,8 +217,6 @@ def _rebuild(
     Contents refer to rows of the step's ``state``; ``rep`` maps a key id to a
     batch row of that key (where its key values come from).
     """
-    from krishiv_py.stateful import kernel as k
-
     window = spec.window
     assert isinstance(window, EventSlidingWindow)
     changed = [(key, start, c) for key, wins in by_key.items() for start, c in wins.items() if c.changed]
@@ -250,12 +250,12 @@ def _rebuild(
         for name, column in zip(spec.key_names(), spec.keys, strict=True)
     }
     starts_ms = np.asarray([s for _, s, _ in changed], np.int64)
-    cols[k.WS] = pa.array(starts_ms * 1000)
-    cols[k.WE] = pa.array((starts_ms + window.size_ms + 1 + window.grace_ms) * 1000)
-    cols[k.FIRED] = pa.array(np.zeros(n, bool))
-    cols[k.PENDING] = pa.array(np.ones(n, np.int64))
-    cols[k.LAST] = pa.array(np.full(n, -1, np.int64))
-    cols[k.EMITTED] = pa.array(np.zeros(n, bool))
+    cols[WS] = pa.array(starts_ms * 1000)
+    cols[WE] = pa.array((starts_ms + window.size_ms + 1 + window.grace_ms) * 1000)
+    cols[FIRED] = pa.array(np.zeros(n, bool))
+    cols[PENDING] = pa.array(np.ones(n, np.int64))
+    cols[LAST] = pa.array(np.full(n, -1, np.int64))
+    cols[EMITTED] = pa.array(np.zeros(n, bool))
     cols |= merged
     cols[MAXTS] = pa.array(np.asarray([c.maxts for _, _, c in changed], np.int64) * 1000)
     table = pa.table(cols)

@@ -44,72 +44,45 @@ Examples
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 import attrs
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS, Accumulation, Trigger
+from krishiv_py.names import BATCH_TS, RESULT_ARITH, RESULT_KIND, SEQ
 from krishiv_py.plan.windows import (
     EventSlidingWindow,
     SessionWindow,
     SlidingWindow,
     TimeIntervalWindow,
     TumblingWindow,
-    WindowSpec,
 )
 from krishiv_py.stateful import aggregates as agg
 from krishiv_py.stateful._arrow import Column, HashAggregation, arrow, table_of
 from krishiv_py.stateful.elements import ElementPatch, element_firings
-from krishiv_py.stateful.event_sliding import MAXTS, add_event_sliding, lookup_horizon_ms
+from krishiv_py.stateful.event_sliding import add_event_sliding, lookup_horizon_ms
 from krishiv_py.stateful.grouping import canonical, first_rows, group_ids
-from krishiv_py.stateful.sessions import capped_groups, kept_session_rows, key_ids, sweep_sessions
+from krishiv_py.stateful.sessions import capped_groups, kept_session_rows, sweep_sessions
+from krishiv_py.stateful.state import (
+    EMITTED,
+    FIRED,
+    FIRST,
+    LAST,
+    MAXTS,
+    NEWEST,
+    PENDING,
+    SEALED,
+    WE,
+    WS,
+    KernelSpec,
+    key_ids,
+    result_table,
+    retract_rows,
+)
 
 __all__ = ["KernelSpec", "StepOutput", "phase", "step"]
-
-TS, SEQ = "__kp_ts", "__kp_seq"
-WS, WE, FIRED, PENDING, LAST, EMITTED = "__ws", "__we", "__fired", "__pending", "__last", "__emitted"
-NEW = "__new"  # rows added in this batch (sessions: a session with new rows is a new session)
-FIRST = "__first"  # with pane events: True on a result row that is its window's first firing
-SEALED = "__sealed"  # capped sessions: a session that takes no more rows
-ARITH = "__arith"  # result rows: aggregates without a value (dropped before results leave step())
-NEWEST = "__newest"  # with a state TTL: the window's last update (µs; event or processing time)
-WINDOW_START, WINDOW_END, KIND = "window_start", "window_end", "kind"
-
-
-@attrs.frozen(kw_only=True)
-class KernelSpec:
-    """Everything the kernel needs to know about one windowed aggregation."""
-
-    keys: tuple[str, ...]
-    window: WindowSpec
-    aggs: tuple[agg.AggSpec, ...]
-    trigger: Trigger = attrs.field(factory=Trigger)
-    allowed_lateness_ms: int = 0
-    accumulation: Accumulation = "accumulating"
-    future_tolerance_ms: int = DEFAULT_FUTURE_TOLERANCE_MS
-    #: Report pane events: a ``__first`` column on results, and the windows evicted
-    #: (``StepOutput.closed``, result-shaped with their final aggregates).
-    pane_events: bool = False
-    #: State TTL: a window not updated for this long fires (if it never did) and
-    #: leaves state.
-    ttl_ms: int | None = None
-    #: What the TTL measures: ``"event"`` — the window's newest row behind the
-    #: watermark; ``"processing"`` — processing time since a row last joined it.
-    ttl_time: Literal["event", "processing"] = "event"
-
-    @property
-    def retracting(self) -> bool:
-        return self.accumulation == "retracting"
-
-    @property
-    def capped(self) -> bool:
-        return isinstance(self.window, SessionWindow) and self.window.max_duration_ms is not None
-
-    def key_names(self) -> list[str]:
-        return [f"k{i}" for i in range(len(self.keys))]
 
 
 @attrs.frozen(kw_only=True)
@@ -131,9 +104,9 @@ class StepOutput:
 
     @property
     def emitted(self) -> int:
-        if KIND not in self.results.column_names:
+        if RESULT_KIND not in self.results.column_names:
             return self.results.num_rows
-        emits = pc.equal(self.results.column(KIND), pa.scalar("emit"))
+        emits = pc.equal(self.results.column(RESULT_KIND), pa.scalar("emit"))
         # Arrow's sum counts the true values of a boolean array; the stubs take numbers only.
         return int(pc.sum(emits).as_py() or 0)  # type: ignore[type-var]
 
@@ -150,7 +123,9 @@ def step(
     if spec.ttl_ms is not None and spec.ttl_time == "processing":
         # A window's last update is the processing time of the step that added a row to it.
         batch = batch.append_column(NEWEST, pa.array(np.full(batch.num_rows, now_ms * 1000, np.int64)))
-    ts_col: pa.Array[Any] = batch.column(TS).combine_chunks() if batch.num_rows else pa.array([], pa.int64())
+    ts_col: pa.Array[Any] = (
+        batch.column(BATCH_TS).combine_chunks() if batch.num_rows else pa.array([], pa.int64())
+    )
     valid = pc.is_valid(ts_col).to_numpy(zero_copy_only=False)
     ts = ts_col.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
     seq = batch.column(SEQ).to_numpy().astype(np.int64) if batch.num_rows else np.zeros(0, np.int64)
@@ -500,7 +475,7 @@ def _merge_groups(
         if spec.retracting:
             absorbed = (~is_new) & grew[ids] & work.column(EMITTED).to_numpy(zero_copy_only=False)
             if absorbed.any():
-                retracts = _retract_rows(spec, work.filter(pa.array(absorbed)))
+                retracts = retract_rows(spec, work.filter(pa.array(absorbed)))
         # A session that took new rows is a new session: not fired, never emitted.
         cols[FIRED] = pc.and_(cols[FIRED], pa.array(~grew))
         cols[EMITTED] = pc.and_(cols[EMITTED], pa.array(~grew))
@@ -595,7 +570,7 @@ def _fire(spec: KernelSpec, state: pa.Table, emit: np.ndarray, now_ms: int) -> t
     if spec.retracting:
         had = rows.column(EMITTED).to_numpy(zero_copy_only=False)
         if had.any():
-            out.insert(0, _retract_rows(spec, rows.filter(pa.array(had))))
+            out.insert(0, retract_rows(spec, rows.filter(pa.array(had))))
         state = _set(state, "__r_ws", _put(state.column("__r_ws"), idx, rows.column(WS)))
         state = _set(state, "__r_we", _put(state.column("__r_we"), idx, rows.column(WE)))
         for i, a in enumerate(spec.aggs):
@@ -618,41 +593,9 @@ def shown_end(spec: KernelSpec, rows: pa.Table) -> Column:
     return rows.column(WE)
 
 
-def _retract_rows(spec: KernelSpec, rows: pa.Table) -> pa.Table:
-    values = {a.name: rows.column(f"__r_{i}").combine_chunks() for i, a in enumerate(spec.aggs)}
-    return result_table(spec, rows, rows.column("__r_ws"), rows.column("__r_we"), values, "retract")
-
-
-def result_table(
-    spec: KernelSpec,
-    rows: pa.Table,
-    ws: Column,
-    we: Column,
-    values: dict[str, pa.Array[Any]],
-    kind: str,
-    *,
-    errors: np.ndarray | None = None,
-) -> pa.Table:
-    """Result rows: keys, ``window_start``/``window_end`` (µs), aggregates, ``kind`` if retracting.
-
-    The last column, :data:`ARITH`, holds each row's count of aggregates without a
-    value (an integer sum beyond a bigint); :func:`step` sums and drops it.
-    """
-    cols: dict[str, Column] = {
-        name: rows.column(k) for name, k in zip(spec.keys, spec.key_names(), strict=True)
-    }
-    cols[WINDOW_START] = ws
-    cols[WINDOW_END] = we
-    cols |= {a.name: values[a.name] for a in spec.aggs}
-    if spec.retracting:
-        cols[KIND] = pa.array([kind] * rows.num_rows, pa.string())
-    cols[ARITH] = pa.array(errors if errors is not None else np.zeros(rows.num_rows, np.int64), pa.int64())
-    return table_of(cols)
-
-
 def _without_errors(table: pa.Table) -> tuple[pa.Table, int]:
-    """``table`` without the :data:`ARITH` column, and that column's total."""
-    i = table.schema.get_field_index(ARITH)
+    """``table`` without the :data:`~krishiv_py.names.RESULT_ARITH` column, and that column's total."""
+    i = table.schema.get_field_index(RESULT_ARITH)
     if i < 0:
         return table, 0
     total = int(pc.sum(table.column(i)).as_py() or 0)

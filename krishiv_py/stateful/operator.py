@@ -37,9 +37,31 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from krishiv_py.names import (
+    BATCH_TS,
+    BUCKET,
+    PAYLOAD,
+    SEQ,
+    TICK,
+    TS_NULL,
+    TS_VALUE,
+    encoded_null,
+    encoded_value,
+)
 from krishiv_py.plan.windows import EventSlidingWindow
 from krishiv_py.stateful import kernel
 from krishiv_py.stateful._arrow import arrow
+from krishiv_py.stateful.state import (
+    FIRED,
+    LAST,
+    NEWEST,
+    PENDING,
+    WE,
+    WINDOW_END,
+    WINDOW_START,
+    WS,
+    KernelSpec,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -54,12 +76,6 @@ __all__ = [
     "run_bucket",
 ]
 
-BUCKET, TICK = "__kp_bucket", "__kp_tick"
-TS_VALUE, TS_NULL, SEQ = "__kp_tsv", "__kp_tsn", "__kp_seq"
-PAYLOAD, STATE_BLOB = "__kp_payload", "__kp_state"
-WATERMARK_MARKER = "__kp_wmark"
-OUTPUT_DDL = f"{BUCKET} int, {PAYLOAD} binary"
-STATE_DDL = f"{STATE_BLOB} binary"
 CLASSIFICATION, WATERMARK = "classification", "watermark_ms"
 STAT_NAMES = (
     "bucket",
@@ -96,18 +112,18 @@ class InputColumn:
 
     @property
     def value(self) -> str:
-        return f"__kp_c{self.index}"
+        return encoded_value(self.index)
 
     @property
     def null(self) -> str:
-        return f"__kp_n{self.index}"
+        return encoded_null(self.index)
 
 
 @attrs.frozen(kw_only=True)
 class OperatorSpec:
     """What every bucket call needs: the kernel spec, the input layout, the time shift."""
 
-    kernel: kernel.KernelSpec
+    kernel: KernelSpec
     columns: tuple[InputColumn, ...]
     shift_ms: int
     buckets: int
@@ -177,8 +193,8 @@ def decode_input(spec: OperatorSpec, frames: list[pd.DataFrame]) -> pa.Table:
         frame = frame.loc[data].reset_index(drop=True)
     cols: dict[str, pa.Array[Any]] = {c.name: _decode_column(c, frame) for c in spec.columns}
     ts = frame[TS_VALUE].to_numpy(dtype=np.int64)
-    cols[kernel.TS] = pa.array(ts, mask=frame[TS_NULL].to_numpy(dtype=bool))
-    cols[kernel.SEQ] = pa.array(frame[SEQ].to_numpy(dtype=np.int64))
+    cols[BATCH_TS] = pa.array(ts, mask=frame[TS_NULL].to_numpy(dtype=bool))
+    cols[SEQ] = pa.array(frame[SEQ].to_numpy(dtype=np.int64))
     return pa.table(cols)
 
 
@@ -193,7 +209,7 @@ def _decode_column(c: InputColumn, frame: pd.DataFrame) -> pa.Array[Any]:
 
 
 def _empty_input(spec: OperatorSpec) -> pa.Table:
-    fields = [*spec.input_schema, pa.field(kernel.TS, pa.int64()), pa.field(kernel.SEQ, pa.int64())]
+    fields = [*spec.input_schema, pa.field(BATCH_TS, pa.int64()), pa.field(SEQ, pa.int64())]
     return pa.schema(fields).empty_table()
 
 
@@ -261,24 +277,24 @@ def _next_due(spec: OperatorSpec, state: pa.Table) -> tuple[int, int]:
     """The least watermark at which something in ``state`` fires or is evicted; the next interval firing."""
     if not state.num_rows:
         return -1, -1
-    we = state.column(kernel.WE).to_numpy() // 1000
-    fired = state.column(kernel.FIRED).to_numpy(zero_copy_only=False)
+    we = state.column(WE).to_numpy() // 1000
+    fired = state.column(FIRED).to_numpy(zero_copy_only=False)
     due = np.where(fired, we + spec.kernel.allowed_lateness_ms, we)
     window = spec.kernel.window
     if isinstance(window, EventSlidingWindow):  # a closed window goes once no row can look it up
-        starts = state.column(kernel.WS).to_numpy() // 1000
+        starts = state.column(WS).to_numpy() // 1000
         due = np.where(fired, starts + window.grace_ms + 3 * window.size_ms + 1, we)
     if spec.kernel.ttl_ms is not None and spec.kernel.ttl_time == "event":  # newest row ttl behind
-        due = np.minimum(due, state.column(kernel.NEWEST).to_numpy() // 1000 + spec.kernel.ttl_ms)
+        due = np.minimum(due, state.column(NEWEST).to_numpy() // 1000 + spec.kernel.ttl_ms)
     interval = -1
     if spec.kernel.trigger.kind == "interval":
-        pending = state.column(kernel.PENDING).to_numpy() > 0
-        last = state.column(kernel.LAST).to_numpy()
+        pending = state.column(PENDING).to_numpy() > 0
+        last = state.column(LAST).to_numpy()
         if pending.any():
             interval = int(np.min(np.where(last[pending] < 0, 0, last[pending] + spec.kernel.trigger.every)))
     if spec.kernel.ttl_ms is not None and spec.kernel.ttl_time == "processing":
         # The bucket is woken (like an interval firing) when its oldest window expires.
-        expires = int(state.column(kernel.NEWEST).to_numpy().min() // 1000 + spec.kernel.ttl_ms)
+        expires = int(state.column(NEWEST).to_numpy().min() // 1000 + spec.kernel.ttl_ms)
         interval = expires if interval < 0 else min(interval, expires)
     return int(due.min()), interval
 
@@ -339,7 +355,7 @@ def to_output(results: pa.Table, schema: pa.Schema) -> pa.Table:
     cols = []
     for field in schema:
         col = results.column(field.name)
-        if field.name in (kernel.WINDOW_START, kernel.WINDOW_END):
+        if field.name in (WINDOW_START, WINDOW_END):
             col = pc.cast(col, pa.timestamp("us")).cast(field.type) if col.type != field.type else col
         elif col.type != field.type:
             col = col.cast(field.type)

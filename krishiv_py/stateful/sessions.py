@@ -22,19 +22,14 @@ Examples
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import attrs
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from krishiv_py.stateful.grouping import canonical, group_ids
+from krishiv_py.stateful.state import WE, WS, KernelSpec, key_ids
 
-if TYPE_CHECKING:
-    from krishiv_py.stateful.kernel import KernelSpec
-
-__all__ = ["capped_groups", "kept_session_rows", "key_ids", "sweep_sessions"]
+__all__ = ["capped_groups", "kept_session_rows", "sweep_sessions"]
 
 
 def sweep_sessions(
@@ -71,8 +66,8 @@ def kept_session_rows(
     if not len(doubtful):
         return kept
     kid_state, kid_rows = key_ids(spec, state, batch)
-    stored_ws = state.column("__ws").to_numpy()
-    stored_we = state.column("__we").to_numpy()
+    stored_ws = state.column(WS).to_numpy()
+    stored_we = state.column(WE).to_numpy()
     for i in doubtful[np.argsort(seq[doubtful], kind="stable")]:
         mine = kid_state == kid_rows[i]
         earlier = kept & (kid_rows == kid_rows[i]) & (seq < seq[i])
@@ -97,18 +92,6 @@ def _merged_end(starts: np.ndarray, ends: np.ndarray, ts: int) -> int:
             hi = max(hi, e)
     assert hi is not None
     return hi
-
-
-def key_ids(spec: KernelSpec, state: pa.Table, batch: pa.Table) -> tuple[np.ndarray, np.ndarray]:
-    """Group ids of the keys of ``state`` rows and ``batch`` rows, in one numbering."""
-    if not spec.keys:
-        return np.zeros(state.num_rows, np.int64), np.zeros(batch.num_rows, np.int64)
-    cols = [
-        pa.concat_arrays([state.column(k).combine_chunks(), canonical(batch.column(name))])
-        for k, name in zip(spec.key_names(), spec.keys, strict=True)
-    ]
-    ids, _, _ = group_ids(cols)
-    return ids[: state.num_rows], ids[state.num_rows :]
 
 
 def capped_groups(

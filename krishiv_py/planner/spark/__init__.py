@@ -7,7 +7,8 @@ snapshot-tested without a JVM. :mod:`krishiv_py.runtime.build` applies it.
 One module per part:
 
 :mod:`.recipe`
-    The recipe nodes, :class:`SparkRecipe` and the hidden-column names.
+    The recipe nodes and :class:`SparkRecipe`; it re-exports the hidden-column
+    names, which are defined in :mod:`krishiv_py.names`.
 :mod:`.choose`
     The table of what each lowering runs exactly, and :func:`choose`.
 :mod:`.sources`

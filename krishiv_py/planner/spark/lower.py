@@ -20,11 +20,12 @@ from __future__ import annotations
 
 from krishiv_py._typing import Lowering
 from krishiv_py.errors import PlanError
+from krishiv_py.names import OUT_OBSERVE, ROW_KIND, ROWS
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.windows import SlidingWindow
 from krishiv_py.planner.spark.choose import capabilities, choose, features_of, force
 from krishiv_py.planner.spark.native import lower_window, time_shift
-from krishiv_py.planner.spark.recipe import KIND, OUT_OBSERVE, FilterExpr, Observe, SelectExprs, SparkRecipe
+from krishiv_py.planner.spark.recipe import FilterExpr, Observe, SelectExprs, SparkRecipe
 from krishiv_py.planner.spark.sliding import pane_choice, stream_pane_choice
 from krishiv_py.planner.spark.sources import Lowerer
 from krishiv_py.planner.spark.stateful import lower_stateful_window
@@ -64,13 +65,13 @@ def lower(plan: n.PlanNode, *, force_bounded: bool = False, lowering: Lowering |
     ctx = Lowerer(streaming=streaming, shift=time_shift(plan) if streaming else 0, window=lower_window)
     root, hidden = ctx.lower(plan)
     user = [quote(c) for c in n.schema_of(plan).names]
-    if KIND in hidden:  # no watermark removed the marker rows: drop them here
-        root = FilterExpr(child=root, condition=f"{quote(KIND)} = 0")
+    if ROW_KIND in hidden:  # no watermark removed the marker rows: drop them here
+        root = FilterExpr(child=root, condition=f"{quote(ROW_KIND)} = 0")
     if hidden:
         root = SelectExprs(child=root, exprs=tuple(user))
     windowed = bool(n.window_aggregates(plan))
     if windowed:
-        root = Observe(child=root, name=OUT_OBSERVE, exprs=("count(1) AS rows",))
+        root = Observe(child=root, name=OUT_OBSERVE, exprs=(f"count(1) AS {ROWS}",))
     return SparkRecipe(
         lowering=chosen,
         reason=reason,

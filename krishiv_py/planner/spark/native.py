@@ -32,15 +32,21 @@ import math
 
 from krishiv_py.errors import PlanError
 from krishiv_py.expr import AggCall, agg_type
+from krishiv_py.names import (
+    ARITH_SUMS_OBSERVATION,
+    ET,
+    GLOBAL,
+    ROW_KIND,
+    SEQ,
+    WINDOW,
+    arithmetic_sum_metric,
+    sum_high,
+    sum_low,
+    sum_overflow,
+)
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.windows import EventSlidingWindow, SessionWindow, WindowSpec
 from krishiv_py.planner.spark.recipe import (
-    ARITH,
-    ET,
-    GLOBAL,
-    KIND,
-    SEQ,
-    WINDOW,
     FilterExpr,
     GroupAgg,
     Observe,
@@ -82,7 +88,7 @@ def lower_window(node: n.WindowAggregate, child: RecipeNode, *, streaming: bool,
     if not keys and isinstance(node.window, SessionWindow):
         # Spark refuses global session windows on streams. Group by a column
         # that is 0 on every data row (a literal would be optimised away).
-        keys = (f"{quote(KIND)} AS {quote(GLOBAL)}",)
+        keys = (f"{quote(ROW_KIND)} AS {quote(GLOBAL)}",)
     keys += (f"{_window_sql(node.window)} AS {quote(WINDOW)}",)
     split = [i for i, a in enumerate(node.aggregates) if _exact_sum(a, schema)]
     aggs = tuple(
@@ -108,18 +114,15 @@ def lower_window(node: n.WindowAggregate, child: RecipeNode, *, streaming: bool,
     if not split:
         return SelectExprs(child=grouped, exprs=(*names, *values))
     # A sum beyond its type is null; count those windows, then drop the flags.
-    flags = tuple(f"{_overflowed(i, node.aggregates[i], schema)} AS `{_FLAG}{i}`" for i in split)
+    flags = tuple(f"{_overflowed(i, node.aggregates[i], schema)} AS `{sum_overflow(i)}`" for i in split)
     flagged = SelectExprs(child=grouped, exprs=(*names, *values, *flags))
     observed = Observe(
         child=flagged,
-        name="kp_arith_sums",
-        exprs=tuple(f"count_if(`{_FLAG}{i}`) AS {ARITH}sum_{i}" for i in split),
+        name=ARITH_SUMS_OBSERVATION,
+        exprs=tuple(f"count_if(`{sum_overflow(i)}`) AS {arithmetic_sum_metric(i)}" for i in split),
     )
     outputs = (*(quote(k) for k in node.keys), "`window_start`", "`window_end`")
     return SelectExprs(child=observed, exprs=(*outputs, *(quote(a.name) for a in node.aggregates)))
-
-
-_HIGH, _LOW, _FLAG = "__kp_sum_high_", "__kp_sum_low_", "__kp_sum_overflow_"
 
 
 def _exact_sum(call: AggCall, schema: Schema) -> bool:
@@ -138,25 +141,25 @@ def _split_sum_sql(call: AggCall, i: int, schema: Schema) -> tuple[str, str]:
     assert call.column is not None
     v = quote(call.column)
     if schema.field(call.column).dtype.is_decimal:
-        return (f"count({v}) AS `{_HIGH}{i}`", f"try_sum({v}) AS `{_LOW}{i}`")
+        return (f"count({v}) AS `{sum_high(i)}`", f"try_sum({v}) AS `{sum_low(i)}`")
     high, low = sum_halves(v)
-    return (f"{high} AS `{_HIGH}{i}`", f"{low} AS `{_LOW}{i}`")
+    return (f"{high} AS `{sum_high(i)}`", f"{low} AS `{sum_low(i)}`")
 
 
 def _joined_sum(i: int, call: AggCall, schema: Schema) -> str:
     """The exact sum from its halves: null when it does not fit in its type."""
-    low = f"`{_LOW}{i}`"
+    low = f"`{sum_low(i)}`"
     if call.column is not None and schema.field(call.column).dtype.is_decimal:
         dtype = agg_type(call, schema)
-        return f"CASE WHEN `{_HIGH}{i}` > 0 THEN TRY_CAST({low} AS {dtype.name.upper()}) END"
-    return joined_sum(f"`{_HIGH}{i}`", low)
+        return f"CASE WHEN `{sum_high(i)}` > 0 THEN TRY_CAST({low} AS {dtype.name.upper()}) END"
+    return joined_sum(f"`{sum_high(i)}`", low)
 
 
 def _overflowed(i: int, call: AggCall, schema: Schema) -> str:
     """True on a window whose sum had values but has no result."""
-    present = f"`{_HIGH}{i}` IS NOT NULL"
+    present = f"`{sum_high(i)}` IS NOT NULL"
     if call.column is not None and schema.field(call.column).dtype.is_decimal:
-        present = f"`{_HIGH}{i}` > 0"
+        present = f"`{sum_high(i)}` > 0"
     return f"({present} AND {_joined_sum(i, call, schema)} IS NULL)"
 
 

@@ -10,7 +10,8 @@ Hidden columns
     Every source carries ``__kp_kind`` (0 data, 1 watermark promise,
     2 close), ``__kp_wm`` (the promised watermark) and ``__kp_seq`` (arrival
     order). A watermark adds the event time ``__kp_et``; a window groups by
-    ``__kp_window``. None of them reaches a result.
+    ``__kp_window``. None of them reaches a result. The names are defined in
+    :mod:`krishiv_py.names`; this module keeps its short names for them.
 
 Examples
 --------
@@ -31,6 +32,20 @@ from typing import Any, Literal, TypeAlias
 import attrs
 
 from krishiv_py._typing import Lowering
+from krishiv_py.names import (
+    ARITH_METRIC_PREFIX,
+    BASE_HIDDEN,
+    ET,
+    GLOBAL,
+    OUT_OBSERVE,
+    OUTPUT_DDL,
+    ROW_KIND,
+    SEQ,
+    STATE_DDL,
+    WINDOW,
+    WM,
+)
+from krishiv_py.names import BUCKET as _BUCKET
 from krishiv_py.types import Schema
 
 __all__ = [
@@ -56,25 +71,12 @@ __all__ = [
     "WithWatermark",
 ]
 
-#: Row kind: 0 data, 1 watermark promise, 2 close, 3 idle-source marker.
-KIND = "__kp_kind"
-#: The watermark a punctuation row promises.
-WM = "__kp_wm"
-#: Arrival order of a row (orders ``first``/``last`` among equal event times).
-SEQ = "__kp_seq"
-#: Event time in Spark, shifted by the recipe's ``time_shift_ms``.
-ET = "__kp_et"
-#: The ``window``/``session_window`` struct a window aggregation groups by.
-WINDOW = "__kp_window"
-#: The constant key of a session window without keys.
-GLOBAL = "__kp_global"
-#: The hidden columns every source carries.
-BASE_HIDDEN = (KIND, WM, SEQ)
-#: Observation name of the windows a job emits.
-OUT_OBSERVE = "kp_out"
-#: Prefix of observed metrics that count values arithmetic gave no result for
-#: (``JobMetrics.arithmetic_errors`` sums them over every observation).
-ARITH = "arith_"
+#: Row kind (:data:`krishiv_py.names.ROW_KIND`): 0 data, 1 watermark promise, 2 close,
+#: 3 idle-source marker.
+KIND = ROW_KIND
+#: Start of the observed metrics that count values arithmetic gave no result for
+#: (:data:`krishiv_py.names.ARITH_METRIC_PREFIX`).
+ARITH = ARITH_METRIC_PREFIX
 
 
 @attrs.frozen(kw_only=True)
@@ -224,11 +226,11 @@ def _render(node: RecipeNode, lines: list[str]) -> str:
             lines.append(f"{var} = spark.createDataFrame(<{node.name}: Arrow table + hidden columns>)")
         elif node.kind == "markers":
             where = f"<idle markers of {node.name}>"
-            lines.append(f"{var} = {reader}.format('parquet').schema('__kp_wm bigint').load({where})")
+            lines.append(f"{var} = {reader}.format('parquet').schema('{WM} bigint').load({where})")
         else:
             opts = "".join(f".option({k!r}, {v!r})" for k, v in node.options)
             ddl = node.schema.ddl() + (
-                ", __kp_kind tinyint, __kp_wm bigint, __kp_seq bigint" if node.kind == "memory" else ""
+                f", {ROW_KIND} tinyint, {WM} bigint, {SEQ} bigint" if node.kind == "memory" else ""
             )
             lines.append(
                 f"{var} = {reader}.format({node.format!r}).schema({ddl!r}){opts}.load({node.path!r})"
@@ -264,10 +266,10 @@ def _render_stateful(node: StatefulApply) -> str:
         f"buckets={node.operator.buckets}>"
     )
     if not node.streaming:
-        return f".groupBy('__kp_bucket').applyInPandas({what}, '__kp_bucket int, __kp_payload binary')"
+        return f".groupBy('{_BUCKET}').applyInPandas({what}, '{OUTPUT_DDL}')"
     tick_cols = ", ".join(repr(e) for e in node.tick_exprs)
     ticks = f"spark.readStream.parquet(<tick source>).selectExpr({tick_cols})"
     return (
-        f".unionByName({ticks}).groupBy('__kp_bucket').applyInPandasWithState({what}, "
-        "'__kp_bucket int, __kp_payload binary', '__kp_state binary', 'append', 'NoTimeout')"
+        f".unionByName({ticks}).groupBy('{_BUCKET}').applyInPandasWithState({what}, "
+        f"'{OUTPUT_DDL}', '{STATE_DDL}', 'append', 'NoTimeout')"
     )

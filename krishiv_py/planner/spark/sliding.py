@@ -22,10 +22,11 @@ and ``explain()`` shows it.
 Streaming (:func:`lower_stream_panes`): two chained streaming aggregations
 would fire late and drop an event once its pane closed, so the panes are
 built per micro-batch instead, by a stateless vectorized step before the
-watermark operator (:mod:`.pane_partials`); Spark's ``window()`` copies each
-pane row into its windows and keeps the windows' state, deciding lateness
-per window. :func:`stream_pane_choice` says when (from
-``MIN_STREAM_COPIES`` windows per event) and why not.
+watermark operator (:mod:`~krishiv_py.stateful.pane_partials`, run on the
+executors); Spark's ``window()`` copies each pane row into its windows and
+keeps the windows' state, deciding lateness per window.
+:func:`stream_pane_choice` says when (from ``MIN_STREAM_COPIES`` windows per
+event) and why not.
 
 Examples
 --------
@@ -48,15 +49,22 @@ from typing import TYPE_CHECKING
 import attrs
 
 from krishiv_py.expr import AggCall, agg_type
-from krishiv_py.plan import nodes as n
-from krishiv_py.plan.windows import SlidingWindow, WindowSpec
-from krishiv_py.planner.spark.recipe import (
-    ARITH,
+from krishiv_py.names import (
+    ARITH_SUMS_OBSERVATION,
     ET,
-    KIND,
+    PANE,
+    PANE_WINDOW_START,
+    ROW_KIND,
     SEQ,
     WINDOW,
     WM,
+    arithmetic_sum_metric,
+    pane_part,
+    sum_overflow,
+)
+from krishiv_py.plan import nodes as n
+from krishiv_py.plan.windows import SlidingWindow, WindowSpec
+from krishiv_py.planner.spark.recipe import (
     FilterExpr,
     GroupAgg,
     MapArrow,
@@ -69,11 +77,10 @@ from krishiv_py.planner.sql import joined_sum, quote, sum_halves
 from krishiv_py.types import Schema
 
 if TYPE_CHECKING:
-    from krishiv_py.planner.spark.pane_partials import PartialOp
+    from krishiv_py.stateful.pane_partials import PartialOp
 
 __all__ = ["lower_sliding_panes", "lower_stream_panes", "pane_choice", "stream_pane_choice"]
 
-_PANE, _START = "__kp_pane", "__kp_window_start"
 #: Fewest windows per event (size / slide) for which panes are used.
 MIN_COPIES = 2
 #: Fewest windows per event for which a streaming query pre-aggregates panes: at 6 (60 s
@@ -150,9 +157,9 @@ def lower_stream_panes(node: n.WindowAggregate, child: RecipeNode, *, shift_ms: 
 
     ``child`` is the watermark's recipe (``[filter](observe(withWatermark(rows)))``); the pane
     step goes below the watermark operator, after the metrics, so Spark's watermark and the
-    window columns keep their meaning (see :mod:`.pane_partials`).
+    window columns keep their meaning (see :mod:`~krishiv_py.stateful.pane_partials`).
     """
-    from krishiv_py.planner.spark.pane_partials import PanePartials
+    from krishiv_py.stateful.pane_partials import PanePartials
 
     window = node.window
     assert isinstance(window, SlidingWindow)
@@ -165,7 +172,7 @@ def lower_stream_panes(node: n.WindowAggregate, child: RecipeNode, *, shift_ms: 
     ddl = ", ".join(
         (
             *(schema.field(k).ddl() for k in node.keys),
-            f"{quote(KIND)} tinyint",
+            f"{quote(ROW_KIND)} tinyint",
             f"{quote(WM)} bigint",
             f"{quote(ET)} timestamp",
             *(f"`{name}` {dtype}" for name, _, _, dtype in parts),
@@ -201,17 +208,17 @@ def _stream_parts(call: AggCall, i: int, schema: Schema) -> list[tuple[str, Part
     """``(column, pane operation, input column, Spark type)`` of each partial of ``call``."""
     x = call.column
     if call.func == "count":
-        return [(_name(i, "n"), "count" if x is not None else "count_all", x, "bigint")]
+        return [(pane_part(i, "n"), "count" if x is not None else "count_all", x, "bigint")]
     assert x is not None
     dtype = schema.field(x).dtype
     if _split(call, schema):
-        return [(_name(i, "h"), "sum_high", x, "bigint"), (_name(i, "l"), "sum_low", x, "bigint")]
+        return [(pane_part(i, "h"), "sum_high", x, "bigint"), (pane_part(i, "l"), "sum_low", x, "bigint")]
     if call.func == "sum":
-        return [(_name(i, "s"), "sum", x, "bigint" if dtype.is_integral else "double")]
+        return [(pane_part(i, "s"), "sum", x, "bigint" if dtype.is_integral else "double")]
     if call.func == "avg":
-        return [(_name(i, "s"), "sum_double", x, "double"), (_name(i, "n"), "count", x, "bigint")]
+        return [(pane_part(i, "s"), "sum_double", x, "double"), (pane_part(i, "n"), "count", x, "bigint")]
     assert call.func in ("min", "max")
-    return [(_name(i, "v"), call.func, x, dtype.name)]
+    return [(pane_part(i, "v"), call.func, x, dtype.name)]
 
 
 def lower_sliding_panes(node: n.WindowAggregate, child: RecipeNode) -> RecipeNode:
@@ -225,21 +232,22 @@ def lower_sliding_panes(node: n.WindowAggregate, child: RecipeNode) -> RecipeNod
     partials = tuple(p for i, a in enumerate(node.aggregates) for p in _partials(a, i, schema))
     panes = GroupAgg(
         child=FilterExpr(child=child, condition=f"{quote(ET)} IS NOT NULL"),
-        keys=(*keys, f"{et_us} - pmod({et_us}, {slide_us}L) AS {quote(_PANE)}"),
+        keys=(*keys, f"{et_us} - pmod({et_us}, {slide_us}L) AS {quote(PANE)}"),
         aggs=tuple(f"{expr} AS `{name}`" for name, expr, _ in partials),
     )
-    starts = f"explode(sequence({quote(_PANE)} - {size_us - slide_us}L, {quote(_PANE)}, {slide_us}L))"
+    starts = f"explode(sequence({quote(PANE)} - {size_us - slide_us}L, {quote(PANE)}, {slide_us}L))"
     copied = SelectExprs(
-        child=panes, exprs=(*keys, f"{starts} AS {quote(_START)}", *(f"`{name}`" for name, _, _ in partials))
+        child=panes,
+        exprs=(*keys, f"{starts} AS {quote(PANE_WINDOW_START)}", *(f"`{name}`" for name, _, _ in partials)),
     )
     windows = GroupAgg(
         child=copied,
-        keys=(*keys, quote(_START)),
+        keys=(*keys, quote(PANE_WINDOW_START)),
         aggs=tuple(f"{combine.format(f'`{name}`')} AS `{name}`" for name, _, combine in partials),
     )
     bounds = (
-        f"timestamp_micros({quote(_START)}) AS `window_start`",
-        f"timestamp_micros({quote(_START)} + {size_us}L) AS `window_end`",
+        f"timestamp_micros({quote(PANE_WINDOW_START)}) AS `window_start`",
+        f"timestamp_micros({quote(PANE_WINDOW_START)} + {size_us}L) AS `window_end`",
     )
     return _finish(node, windows, bounds)
 
@@ -250,7 +258,7 @@ def _finish(node: n.WindowAggregate, windows: RecipeNode, bounds: tuple[str, str
     keys = tuple(quote(k) for k in node.keys)
     values = tuple(_final(a, i, schema) for i, a in enumerate(node.aggregates))
     flags = tuple(
-        f"(`{_name(i, 'h')}` IS NOT NULL AND {_joined(i)} IS NULL) AS `__kp_sum_overflow_{i}`"
+        f"(`{pane_part(i, 'h')}` IS NOT NULL AND {_joined(i)} IS NULL) AS `{sum_overflow(i)}`"
         for i, a in enumerate(node.aggregates)
         if _split(a, schema)
     )
@@ -259,19 +267,15 @@ def _finish(node: n.WindowAggregate, windows: RecipeNode, bounds: tuple[str, str
         return out
     observed = Observe(
         child=out,
-        name="kp_arith_sums",
+        name=ARITH_SUMS_OBSERVATION,
         exprs=tuple(
-            f"count_if(`__kp_sum_overflow_{i}`) AS {ARITH}sum_{i}"
+            f"count_if(`{sum_overflow(i)}`) AS {arithmetic_sum_metric(i)}"
             for i, a in enumerate(node.aggregates)
             if _split(a, schema)
         ),
     )
     names = (*keys, "`window_start`", "`window_end`", *(quote(a.name) for a in node.aggregates))
     return SelectExprs(child=observed, exprs=names)
-
-
-def _name(i: int, part: str) -> str:
-    return f"__kp_part_{i}_{part}"
 
 
 def _split(call: AggCall, schema: Schema) -> bool:
@@ -283,40 +287,40 @@ def _partials(call: AggCall, i: int, schema: Schema) -> list[tuple[str, str, str
     x = quote(call.column) if call.column is not None else "1"
     order = f"{quote(ET)}, {quote(SEQ)}"
     if call.func == "count":
-        return [(_name(i, "n"), f"count({x})", "sum({})")]
+        return [(pane_part(i, "n"), f"count({x})", "sum({})")]
     if _split(call, schema):
         high, low = sum_halves(x)
-        return [(_name(i, "h"), high, "sum({})"), (_name(i, "l"), low, "sum({})")]
+        return [(pane_part(i, "h"), high, "sum({})"), (pane_part(i, "l"), low, "sum({})")]
     if call.func == "sum":
-        return [(_name(i, "s"), f"sum({x})", "sum({})")]
+        return [(pane_part(i, "s"), f"sum({x})", "sum({})")]
     if call.func == "avg":
         return [
-            (_name(i, "s"), f"sum(CAST({x} AS DOUBLE))", "sum({})"),
-            (_name(i, "n"), f"count({x})", "sum({})"),
+            (pane_part(i, "s"), f"sum(CAST({x} AS DOUBLE))", "sum({})"),
+            (pane_part(i, "n"), f"count({x})", "sum({})"),
         ]
     if call.func in ("min", "max"):
-        return [(_name(i, "v"), f"{call.func}({x})", call.func + "({})")]
+        return [(pane_part(i, "v"), f"{call.func}({x})", call.func + "({})")]
     # first/last: the value of the earliest/latest (event time, arrival) row, carried with its order.
     pick = "min" if call.func == "first" else "max"
-    return [(_name(i, "r"), f"{pick}(struct({order}, {x} AS v))", pick + "({})")]
+    return [(pane_part(i, "r"), f"{pick}(struct({order}, {x} AS v))", pick + "({})")]
 
 
 def _joined(i: int) -> str:
-    return joined_sum(f"`{_name(i, 'h')}`", f"`{_name(i, 'l')}`")
+    return joined_sum(f"`{pane_part(i, 'h')}`", f"`{pane_part(i, 'l')}`")
 
 
 def _final(call: AggCall, i: int, schema: Schema) -> str:
     dtype = agg_type(call, schema).name.upper()
     if call.func == "count":
-        value = f"`{_name(i, 'n')}`"
+        value = f"`{pane_part(i, 'n')}`"
     elif _split(call, schema):
         value = _joined(i)
     elif call.func == "sum":
-        value = f"`{_name(i, 's')}`"
+        value = f"`{pane_part(i, 's')}`"
     elif call.func == "avg":
-        value = f"try_divide(`{_name(i, 's')}`, `{_name(i, 'n')}`)"  # no values: null, as avg()
+        value = f"try_divide(`{pane_part(i, 's')}`, `{pane_part(i, 'n')}`)"  # no values: null, as avg()
     elif call.func in ("min", "max"):
-        value = f"`{_name(i, 'v')}`"
+        value = f"`{pane_part(i, 'v')}`"
     else:
-        value = f"`{_name(i, 'r')}`.v"
+        value = f"`{pane_part(i, 'r')}`.v"
     return f"CAST({value} AS {dtype}) AS {quote(call.name)}"

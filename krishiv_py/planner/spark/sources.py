@@ -36,15 +36,25 @@ from typing import Protocol
 import attrs
 
 from krishiv_py.expr import ExprNode, dtype_of, output_name
+from krishiv_py.names import (
+    ACTIVE,
+    BASE_HIDDEN,
+    ET,
+    IDLE_WM,
+    INVALID,
+    MAX_ET_US,
+    ROW_KIND,
+    ROWS,
+    SEQ,
+    WM,
+    arithmetic_metric,
+    arithmetic_observation,
+    input_observation,
+    source_observation,
+)
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.watermarks import MAX_EVENT_MS, MIN_EVENT_MS
 from krishiv_py.planner.spark.recipe import (
-    ARITH,
-    BASE_HIDDEN,
-    ET,
-    KIND,
-    SEQ,
-    WM,
     FilterExpr,
     Observe,
     ReadSource,
@@ -79,7 +89,8 @@ class Lowerer:
     window: WindowRule
     tracked: list[TrackedSource] = attrs.field(factory=list)
     inputs: int = 0
-    #: Observations of arithmetic without a result (``kp_arith_<i>``) made so far.
+    #: Observations of arithmetic without a result (:func:`~krishiv_py.names.arithmetic_observation`)
+    #: made so far.
     arithmetic: int = 0
 
     def lower(self, node: n.PlanNode, *, count_input: bool = True) -> tuple[RecipeNode, tuple[str, ...]]:
@@ -98,8 +109,8 @@ class Lowerer:
         if isinstance(node, n.Filter):
             schema = n.schema_of(node.input)
             cond = to_sql(node.predicate, schema)
-            if KIND in hidden:
-                cond = f"({quote(KIND)} <> 0 OR {cond})"  # punctuation rows pass user filters
+            if ROW_KIND in hidden:
+                cond = f"({quote(ROW_KIND)} <> 0 OR {cond})"  # punctuation rows pass user filters
             child = self._count_failures(child, [node.predicate], schema)
             return FilterExpr(child=child, condition=cond), hidden
         if isinstance(node, n.Project):
@@ -118,18 +129,18 @@ class Lowerer:
         if not checks:
             return child
         self.arithmetic += 1
-        counts = tuple(f"count_if({c}) AS {ARITH}{i}" for i, c in enumerate(checks))
-        return Observe(child=child, name=f"kp_arith_{self.arithmetic - 1}", exprs=counts)
+        counts = tuple(f"count_if({c}) AS {arithmetic_metric(i)}" for i, c in enumerate(checks))
+        return Observe(child=child, name=arithmetic_observation(self.arithmetic - 1), exprs=counts)
 
     def _source(self, node: Source, count_input: bool) -> RecipeNode:
         self.inputs += 1
         if not count_input:
             return self._read(node)
-        name = f"kp_in_{self.inputs - 1}"
+        name = input_observation(self.inputs - 1)
         rows = (
-            "count(1) AS rows"
+            f"count(1) AS {ROWS}"
             if not isinstance(node, n.MemorySource)
-            else f"count_if({quote(KIND)} = 0) AS rows"
+            else f"count_if({quote(ROW_KIND)} = 0) AS {ROWS}"
         )
         return Observe(child=self._read(node), name=name, exprs=(rows,))
 
@@ -158,7 +169,7 @@ class Lowerer:
             options=node.options,
         )
         hidden = (
-            f"CAST(0 AS TINYINT) AS {quote(KIND)}",
+            f"CAST(0 AS TINYINT) AS {quote(ROW_KIND)}",
             f"CAST(NULL AS BIGINT) AS {quote(WM)}",
             f"CAST(0 AS BIGINT) AS {quote(SEQ)}",
         )
@@ -167,7 +178,7 @@ class Lowerer:
     def _watermark(self, node: n.Watermark, child: RecipeNode, *, count_input: bool) -> RecipeNode:
         et = n.event_time(node)
         assert et is not None
-        name = f"kp_src_{len(self.tracked)}"
+        name = source_observation(len(self.tracked))
         idle = self.streaming and node.idle_timeout_ms is not None
         if idle:
             child = UnionAll(children=(child, _markers(name, n.schema_of(node.input))))
@@ -185,7 +196,7 @@ class Lowerer:
             et_expr = f"{data_et} AS {quote(ET)}"
         else:
             punct_et = f"timestamp_micros(({quote(WM)} + {node.lag_ms + self.shift}L) * 1000L)"
-            et_expr = f"CASE WHEN {quote(KIND)} = 0 THEN {data_et} ELSE {punct_et} END AS {quote(ET)}"
+            et_expr = f"CASE WHEN {quote(ROW_KIND)} = 0 THEN {data_et} ELSE {punct_et} END AS {quote(ET)}"
         out: RecipeNode = SelectExprs(child=child, exprs=("*", et_expr))
         if self.streaming:
             out = WithWatermark(child=out, column=ET, delay=f"{node.lag_ms} milliseconds")
@@ -198,34 +209,34 @@ class Lowerer:
                 idle_timeout_ms=node.idle_timeout_ms if idle else None,
             )
         )
-        data_row = "" if plain else f"{quote(KIND)} = 0 AND "
-        kind = quote(KIND)
+        data_row = "" if plain else f"{quote(ROW_KIND)} = 0 AND "
+        kind = quote(ROW_KIND)
         own = (
             (
-                f"max(CASE WHEN {kind} < 3 THEN unix_micros({quote(ET)}) END) AS max_et_us",
-                f"count_if({kind} < 3) AS active",
-                f"max(CASE WHEN {kind} = 3 THEN {quote(WM)} END) AS idle_wm",
+                f"max(CASE WHEN {kind} < 3 THEN unix_micros({quote(ET)}) END) AS {MAX_ET_US}",
+                f"count_if({kind} < 3) AS {ACTIVE}",
+                f"max(CASE WHEN {kind} = 3 THEN {quote(WM)} END) AS {IDLE_WM}",
             )
             if idle
-            else (f"max(unix_micros({quote(ET)})) AS max_et_us",)
+            else (f"max(unix_micros({quote(ET)})) AS {MAX_ET_US}",)
         )
         out = Observe(
             child=out,
             name=name,
             exprs=(
                 *(
-                    (("count(1) AS rows" if plain else f"count_if({kind} = 0) AS rows"),)
+                    ((f"count(1) AS {ROWS}" if plain else f"count_if({kind} = 0) AS {ROWS}"),)
                     if count_input
                     else ()
                 ),
-                f"count_if({data_row}{quote(ET)} IS NULL) AS invalid",
+                f"count_if({data_row}{quote(ET)} IS NULL) AS {INVALID}",
                 *own,
             ),
         )
         if plain:
             return out
         # Mentions the event-time column, so it stays above the watermark operator.
-        return FilterExpr(child=out, condition=f"({quote(KIND)} = 0 OR {quote(ET)} IS NULL)")
+        return FilterExpr(child=out, condition=f"({quote(ROW_KIND)} = 0 OR {quote(ET)} IS NULL)")
 
 
 def _markers(name: str, schema: Schema) -> RecipeNode:
@@ -239,7 +250,7 @@ def _markers(name: str, schema: Schema) -> RecipeNode:
         options=(("maxFileAge", "36500d"),),
     )
     exprs = tuple(f"CAST(NULL AS {f.dtype.name}) AS {quote(f.name)}" for f in schema)
-    hidden = (f"CAST(3 AS TINYINT) AS {quote(KIND)}", quote(WM), f"CAST(0 AS BIGINT) AS {quote(SEQ)}")
+    hidden = (f"CAST(3 AS TINYINT) AS {quote(ROW_KIND)}", quote(WM), f"CAST(0 AS BIGINT) AS {quote(SEQ)}")
     return SelectExprs(child=read, exprs=(*exprs, *hidden))
 
 

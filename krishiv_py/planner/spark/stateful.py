@@ -25,8 +25,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from krishiv_py.names import BUCKET, ET, SEQ, TICK, TS_NULL, TS_VALUE
 from krishiv_py.plan import nodes as n
-from krishiv_py.planner.spark.recipe import ET, SEQ, RecipeNode, SelectExprs, StatefulApply
+from krishiv_py.planner.spark.recipe import RecipeNode, SelectExprs, StatefulApply
 from krishiv_py.planner.sql import quote
 from krishiv_py.types import DataType, Schema
 
@@ -51,8 +52,8 @@ _FLAGGED = (
 def operator_spec(node: n.WindowAggregate, *, shift_ms: int) -> Any:
     """The picklable :class:`~krishiv_py.stateful.operator.OperatorSpec` of ``node``."""
     from krishiv_py.stateful.aggregates import AggSpec
-    from krishiv_py.stateful.kernel import KernelSpec
     from krishiv_py.stateful.operator import InputColumn, OperatorSpec
+    from krishiv_py.stateful.state import KernelSpec
 
     schema = n.schema_of(node.input)
     out = n.schema_of(node).to_arrow()
@@ -98,8 +99,6 @@ def lower_stateful_window(
     node: n.WindowAggregate, child: RecipeNode, *, streaming: bool, shift_ms: int
 ) -> RecipeNode:
     """Encode the rows of ``child`` for the operator and apply it, grouped by key bucket."""
-    from krishiv_py.stateful.operator import BUCKET, TICK, TS_NULL, TS_VALUE
-
     spec = operator_spec(node, shift_ms=shift_ms)
     schema = n.schema_of(node.input)
     exprs: list[str] = [f"{_bucket(node, schema)} AS {quote(BUCKET)}"]

@@ -41,11 +41,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from krishiv_py.planner.spark.recipe import ET, KIND, WM
+from krishiv_py.names import ET, PANE, ROW_KIND, WM, pane_input
 
 __all__ = ["PanePartials", "PartialOp"]
-
-_PANE = "__kp_pane"
 
 #: ``count`` (valid values), ``count_all`` (rows), ``sum`` (64-bit integers or doubles),
 #: ``sum_double`` (as doubles), ``sum_high``/``sum_low`` (the sums of a bigint's high and
@@ -71,7 +69,7 @@ class PanePartials:
         if not got:
             return
         table = pa.Table.from_batches(got)
-        kind = table.column(KIND).to_numpy(zero_copy_only=False)
+        kind = table.column(ROW_KIND).to_numpy(zero_copy_only=False)
         data = (kind == 0) & pc.is_valid(table.column(ET)).to_numpy(zero_copy_only=False)
         other = table.filter(pa.array(kind != 0))
         out = [self._groups(table.filter(pa.array(data)))]
@@ -83,32 +81,32 @@ class PanePartials:
         et = data.column(ET)
         micros = pc.cast(et, pa.int64()).to_numpy(zero_copy_only=False)
         inputs: dict[str, Any] = {k: data.column(k) for k in self.keys}
-        inputs[_PANE] = pa.array(micros - np.mod(micros, self.slide_us))
+        inputs[PANE] = pa.array(micros - np.mod(micros, self.slide_us))
         inputs[ET] = et
         aggs: list[tuple[Any, str]] = [(ET, "max")]
         for i, (_, op, column) in enumerate(self.parts):
-            name = f"__kp_in_{i}"
+            name = pane_input(i)
             if op == "count_all":  # rows: a count of a column without nulls
                 inputs[name] = pa.array(np.ones(data.num_rows, np.int8))
             else:
                 assert column is not None
                 inputs[name] = _input(data.column(column), op)
             aggs.append((name, _ARROW_OP[op]))
-        by = pa.table(inputs).group_by([*self.keys, _PANE], use_threads=False)
+        by = pa.table(inputs).group_by([*self.keys, PANE], use_threads=False)
         grouped = by.aggregate(aggs)  # type: ignore[arg-type]  # the stubs list literal names only
         n = grouped.num_rows
         cols: dict[str, Any] = {k: grouped.column(k) for k in self.keys}
-        cols[KIND] = pa.array(np.zeros(n, np.int8))
+        cols[ROW_KIND] = pa.array(np.zeros(n, np.int8))
         cols[WM] = pa.nulls(n, pa.int64())
         cols[ET] = grouped.column(f"{ET}_max")
         for i, (out_name, op, _) in enumerate(self.parts):
-            cols[out_name] = grouped.column(f"__kp_in_{i}_{_ARROW_OP[op]}")
+            cols[out_name] = grouped.column(f"{pane_input(i)}_{_ARROW_OP[op]}")
         return pa.table(cols)
 
     def _passed(self, rows: pa.Table, schema: pa.Schema) -> pa.Table:
         n = rows.num_rows
         cols = [
-            rows.column(f.name) if f.name in (*self.keys, KIND, WM, ET) else pa.nulls(n, f.type)
+            rows.column(f.name) if f.name in (*self.keys, ROW_KIND, WM, ET) else pa.nulls(n, f.type)
             for f in schema
         ]
         return pa.table(cols, schema=schema)

@@ -1,0 +1,228 @@
+"""Hidden names: the columns, observations and metrics krishiv_py adds to a query.
+
+Every name a user does not choose lives here, so the parts of the package
+that write a name and the parts that read it cannot disagree, and two names
+cannot collide unnoticed. The values are fixed: they are written into memory
+streams' batch files, streaming checkpoints and operator state, and Spark
+reports observed metrics under them.
+
+This module imports nothing from krishiv_py, so every layer can use it.
+
+Examples
+--------
+>>> input_observation(0), source_observation(2), counts_input("kp_src_2"), counts_input(OUT_OBSERVE)
+('kp_in_0', 'kp_src_2', True, False)
+>>> arithmetic_metric(1), arithmetic_sum_metric(0), is_arithmetic_metric("arith_sum_0")
+('arith_1', 'arith_sum_0', True)
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ACTIVE",
+    "ARITH_METRIC_PREFIX",
+    "ARITH_SUMS_OBSERVATION",
+    "BASE_HIDDEN",
+    "BATCH_TS",
+    "BUCKET",
+    "ET",
+    "GLOBAL",
+    "HIDDEN_PREFIX",
+    "IDLE_WM",
+    "INVALID",
+    "MARKER_DDL",
+    "MAX_ET_US",
+    "OUTPUT_DDL",
+    "OUT_OBSERVE",
+    "PANE",
+    "PANE_EVENT",
+    "PANE_WINDOW_START",
+    "PAYLOAD",
+    "RESULT_ARITH",
+    "RESULT_KIND",
+    "ROWS",
+    "ROW_KIND",
+    "SEQ",
+    "SOURCE_HIDDEN_DDL",
+    "STATE_BLOB",
+    "STATE_DDL",
+    "SUBQUERY",
+    "TICK",
+    "TS_NULL",
+    "TS_VALUE",
+    "WATERMARK_MARKER",
+    "WINDOW",
+    "WM",
+    "arithmetic_metric",
+    "arithmetic_observation",
+    "arithmetic_sum_metric",
+    "counts_input",
+    "encoded_null",
+    "encoded_value",
+    "input_observation",
+    "is_arithmetic_metric",
+    "pane_input",
+    "pane_part",
+    "source_observation",
+    "source_view",
+    "sum_high",
+    "sum_low",
+    "sum_overflow",
+]
+
+#: Reserved prefix of the hidden columns: no user column may start with it.
+HIDDEN_PREFIX = "__kp_"
+
+# --- the columns every source carries -------------------------------------------------
+
+#: Row kind: 0 data, 1 watermark promise, 2 close, 3 idle-source marker.
+ROW_KIND = "__kp_kind"
+#: The watermark a punctuation row promises.
+WM = "__kp_wm"
+#: Arrival order of a row (orders ``first``/``last`` among equal event times).
+SEQ = "__kp_seq"
+#: The hidden columns every source carries.
+BASE_HIDDEN = (ROW_KIND, WM, SEQ)
+#: Their Spark DDL, as a memory stream's files are read.
+SOURCE_HIDDEN_DDL = f"`{ROW_KIND}` tinyint, `{WM}` bigint, `{SEQ}` bigint"
+#: The Spark DDL of an idle-marker file (a promised watermark only).
+MARKER_DDL = f"`{WM}` bigint"
+
+# --- the columns of a lowered query ------------------------------------------------------
+
+#: Event time in Spark, shifted by the recipe's ``time_shift_ms``.
+ET = "__kp_et"
+#: The ``window``/``session_window`` struct a window aggregation groups by.
+WINDOW = "__kp_window"
+#: The constant key of a session window without keys.
+GLOBAL = "__kp_global"
+#: Sliding windows from panes: the start (µs) of the slide-sized pane a row falls in.
+PANE = "__kp_pane"
+#: Sliding windows from panes: the start (µs) of a window a pane is copied into.
+PANE_WINDOW_START = "__kp_window_start"
+#: The alias of a subquery in a bounded job's SQL.
+SUBQUERY = "__kp_t"
+
+
+def source_view(token: str) -> str:
+    """The temporary view a bounded job reads a source through."""
+    return f"__kp_src_{token}"
+
+
+def sum_high(i: int) -> str:
+    """Aggregate ``i``'s sum of the high 32 bits of a bigint."""
+    return f"__kp_sum_high_{i}"
+
+
+def sum_low(i: int) -> str:
+    """Aggregate ``i``'s sum of the low 32 bits of a bigint."""
+    return f"__kp_sum_low_{i}"
+
+
+def sum_overflow(i: int) -> str:
+    """Whether aggregate ``i``'s sum went beyond its type (the window's value is null)."""
+    return f"__kp_sum_overflow_{i}"
+
+
+def pane_input(i: int) -> str:
+    """The pane partials step's input column of its ``i``-th partial aggregate."""
+    return f"__kp_in_{i}"
+
+
+def pane_part(i: int, part: str) -> str:
+    """Sliding windows from panes: ``part`` of aggregate ``i``'s partial aggregate."""
+    return f"__kp_part_{i}_{part}"
+
+
+# --- the stateful operator's rows ----------------------------------------------------------
+
+#: The key bucket a row is grouped by.
+BUCKET = "__kp_bucket"
+#: True on the rows of the tick source (a bucket number only).
+TICK = "__kp_tick"
+#: Event time (µs, unshifted) as a non-null value, and whether it is null.
+TS_VALUE, TS_NULL = "__kp_tsv", "__kp_tsn"
+#: One bucket call's output (Arrow IPC streams) and a bucket's state blob.
+PAYLOAD, STATE_BLOB = "__kp_payload", "__kp_state"
+#: The all-null column that carries Spark's watermark metadata to the operator.
+WATERMARK_MARKER = "__kp_wmark"
+OUTPUT_DDL = f"{BUCKET} int, {PAYLOAD} binary"
+STATE_DDL = f"{STATE_BLOB} binary"
+
+
+def encoded_value(i: int) -> str:
+    """The operator's input column ``i``: its values (null-free for flagged columns)."""
+    return f"__kp_c{i}"
+
+
+def encoded_null(i: int) -> str:
+    """The operator's input column ``i``: whether a value is null (flagged columns only)."""
+    return f"__kp_n{i}"
+
+
+#: The kernel's batches: event time in µs (null when invalid); arrival order is :data:`SEQ`.
+BATCH_TS = "__kp_ts"
+#: The kernel's result rows: each row's count of aggregates without a value (an
+#: integer sum beyond a bigint), dropped before the results leave the kernel.
+RESULT_ARITH = "__arith"
+#: The column ``accumulation("retracting")`` adds to window results: ``"emit"`` or ``"retract"``.
+#: Not hidden (users see it); here so that it is not mistaken for :data:`ROW_KIND`.
+RESULT_KIND = "kind"
+#: Pane events: the rows handed to pane callbacks, saying ``"fired"`` or ``"closed"``.
+PANE_EVENT = "__kp_pane"
+
+# --- observations (Spark ``observe``) and their metrics ------------------------------------
+
+#: The observation of the windows a job emits.
+OUT_OBSERVE = "kp_out"
+#: The observation of the integer sums that went beyond their type.
+ARITH_SUMS_OBSERVATION = "kp_arith_sums"
+#: Metrics: rows; rows without a valid event time; the largest event time (µs).
+ROWS, INVALID, MAX_ET_US = "rows", "invalid", "max_et_us"
+#: Metrics of a source with an idle timeout: its own rows; the watermark of its idle markers.
+ACTIVE, IDLE_WM = "active", "idle_wm"
+#: Start of the metrics that count values arithmetic gave no result for.
+ARITH_METRIC_PREFIX = "arith_"
+
+_INPUT, _SOURCE, _ARITHMETIC = "kp_in_", "kp_src_", "kp_arith_"
+
+
+def input_observation(i: int) -> str:
+    """The observation counting the rows of the ``i``-th source read without a watermark above it."""
+    return f"{_INPUT}{i}"
+
+
+def source_observation(i: int) -> str:
+    """The observation of the ``i``-th watermarked source: rows, invalid rows, largest event time."""
+    return f"{_SOURCE}{i}"
+
+
+def arithmetic_observation(i: int) -> str:
+    """The ``i``-th observation of filters and projections whose arithmetic gave no result."""
+    return f"{_ARITHMETIC}{i}"
+
+
+def arithmetic_metric(i: int) -> str:
+    """The metric of an arithmetic observation's ``i``-th expression."""
+    return f"{ARITH_METRIC_PREFIX}{i}"
+
+
+def arithmetic_sum_metric(i: int) -> str:
+    """The metric of :data:`ARITH_SUMS_OBSERVATION` for aggregate ``i``."""
+    return f"{ARITH_METRIC_PREFIX}sum_{i}"
+
+
+def counts_input(observation: str) -> bool:
+    """Whether ``observation`` counts a source's input rows (an input or a source observation)."""
+    return _numbered(observation, _INPUT) or _numbered(observation, _SOURCE)
+
+
+def is_arithmetic_metric(metric: str) -> bool:
+    """Whether ``metric`` counts values arithmetic gave no result for."""
+    return _numbered(metric, ARITH_METRIC_PREFIX) or _numbered(metric, f"{ARITH_METRIC_PREFIX}sum_")
+
+
+def _numbered(name: str, stem: str) -> bool:
+    """Whether ``name`` is ``stem`` followed by a number, as the functions above make them."""
+    head, number = name[: len(stem)], name[len(stem) :]
+    return head == stem and number.isascii() and number.isdigit()
