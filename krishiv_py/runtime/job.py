@@ -24,7 +24,15 @@ import attrs
 
 from krishiv_py.errors import JobError, JobStoppedError, NoResultsError, PlanError
 from krishiv_py.metrics import JobMetrics
-from krishiv_py.names import INVALID, OUT_OBSERVE, ROWS, counts_input, is_arithmetic_metric
+from krishiv_py.names import (
+    IDLE_WM,
+    INVALID,
+    MAX_ET_US,
+    OUT_OBSERVE,
+    ROWS,
+    counts_input,
+    is_arithmetic_metric,
+)
 from krishiv_py.planner.spark import SparkRecipe
 from krishiv_py.runtime.quarantine import Quarantine, quarantine_counts, restart_hint
 from krishiv_py.runtime.remote import named_metrics
@@ -555,12 +563,12 @@ class StreamingJob(Job):
             observed = batch.get("observedMetrics") or {}
             for t in tracked:
                 m = observed.get(t.observe_name) or {}
-                max_us = m.get("max_et_us")
+                max_us = m.get(MAX_ET_US)
                 if max_us is not None:
                     w = int(max_us) // 1000 - t.lag_ms - shift
                     per_source[t.source] = max(per_source.get(t.source, w), w)
                     effective[t.observe_name] = max(effective.get(t.observe_name, w), w)
-                marker = m.get("idle_wm")
+                marker = m.get(IDLE_WM)
                 if marker is not None:
                     effective[t.observe_name] = max(effective.get(t.observe_name, int(marker)), int(marker))
             # Spark's minimum counts a source without data as "no watermark yet".
