@@ -6,19 +6,15 @@ from typing import TYPE_CHECKING, Any
 
 from krishiv_py.names import (
     BUCKET,
-    MARKER_DDL,
     OUTPUT_DDL,
-    ROW_KIND,
-    SEQ,
-    SOURCE_HIDDEN_DDL,
     STATE_DDL,
     SUBQUERY,
     WATERMARK_MARKER,
-    WM,
     source_view,
 )
 from krishiv_py.planner.spark import recipe as r
 from krishiv_py.runtime.remote import is_remote
+from krishiv_py.runtime.sources import ReadPaths, reader_for
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -47,7 +43,7 @@ def build_dataframe(
     """
     import tempfile
 
-    paths = _Paths(
+    paths = ReadPaths(
         ticks=ticks_path,
         markers=markers_path or (tempfile.mkdtemp(prefix="krishiv-idle-") if recipe.idle else None),
         observe=observe,
@@ -66,13 +62,13 @@ def _ordinals(spark: SparkSession) -> bool:
 def _as_one_query(node: r.RecipeNode) -> bool:
     """Whether ``node`` is a batch plan :func:`_build_sql` writes as one SQL query."""
     if isinstance(node, r.ReadSource):
-        return not node.streaming and node.kind in ("memory", "files", "records")
+        return not node.streaming and reader_for(node.kind).batch_sql
     if isinstance(node, r.SelectExprs | r.FilterExpr | r.WithWatermark | r.Observe | r.GroupAgg):
         return _as_one_query(node.child)
     return False  # unions (by name) and the stateful operator keep the DataFrame calls
 
 
-def _build_sql(spark: SparkSession, root: r.RecipeNode, paths: _Paths) -> DataFrame:
+def _build_sql(spark: SparkSession, root: r.RecipeNode, paths: ReadPaths) -> DataFrame:
     """Build a batch plan with one ``spark.sql`` call instead of a DataFrame call per step.
 
     Each DataFrame call is a Py4J round trip and an analysis of the whole
@@ -88,7 +84,7 @@ def _build_sql(spark: SparkSession, root: r.RecipeNode, paths: _Paths) -> DataFr
     def sql(node: r.RecipeNode) -> str:
         if isinstance(node, r.ReadSource):
             name = source_view(uuid.uuid4().hex)
-            _read(spark, node, paths).createOrReplaceTempView(name)
+            reader_for(node.kind).read(spark, node, paths).createOrReplaceTempView(name)
             views.append(name)
             return f"SELECT * FROM `{name}`"
         if isinstance(node, r.WithWatermark | r.Observe):
@@ -111,18 +107,13 @@ def _build_sql(spark: SparkSession, root: r.RecipeNode, paths: _Paths) -> DataFr
             spark.catalog.dropTempView(name)
 
 
-class _Paths:
-    def __init__(self, *, ticks: str | None, markers: str | None, observe: bool = True) -> None:
-        self.ticks = ticks
-        self.markers = markers
-        self.observe = observe
-
-
-def _build(spark: SparkSession, node: r.RecipeNode, obs: dict[str, Any] | None, paths: _Paths) -> DataFrame:
+def _build(
+    spark: SparkSession, node: r.RecipeNode, obs: dict[str, Any] | None, paths: ReadPaths
+) -> DataFrame:
     from pyspark.sql import functions as F
 
     if isinstance(node, r.ReadSource):
-        return _read(spark, node, paths)
+        return reader_for(node.kind).read(spark, node, paths)
     if isinstance(node, r.UnionAll):
         parts = [_build(spark, c, obs, paths) for c in node.children]
         out = parts[0]
@@ -191,43 +182,3 @@ def _stateful(spark: SparkSession, node: r.StatefulApply, child: DataFrame, tick
     )
     grouped = child.unionByName(tick_rows).groupBy(BUCKET)
     return grouped.applyInPandasWithState(bucket, OUTPUT_DDL, STATE_DDL, "append", "NoTimeout")
-
-
-def _read(spark: SparkSession, node: r.ReadSource, paths: _Paths) -> DataFrame:
-    import os
-
-    if node.kind == "records":
-        return spark.createDataFrame(_with_hidden(node.records))
-    if node.kind == "markers":
-        assert paths.markers is not None and node.path is not None
-        path = os.path.join(paths.markers, node.path)
-        os.makedirs(path, exist_ok=True)
-        markers = spark.readStream.format("parquet").schema(MARKER_DDL)
-        for key, value in node.options:
-            markers = markers.option(key, value)
-        return markers.load(path)
-    ddl = node.schema.ddl()
-    if node.kind == "memory":
-        ddl += f", {SOURCE_HIDDEN_DDL}"
-        if not node.streaming and node.path is not None:
-            from krishiv_py.runtime.spool import check_complete
-
-            check_complete(node.path, "a bounded run (collect())")
-    reader: Any = spark.readStream if node.streaming else spark.read
-    reader = reader.format(node.format).schema(ddl)
-    for key, value in node.options:
-        reader = reader.option(key, value)
-    return reader.load(node.path)  # type: ignore[no-any-return]
-
-
-def _with_hidden(table: Any) -> Any:
-    """Add the hidden columns a source carries: data rows, arrival order = row order."""
-    import numpy as np
-    import pyarrow as pa
-
-    n = table.num_rows
-    return (
-        table.append_column(ROW_KIND, pa.array(np.zeros(n, dtype=np.int8)))
-        .append_column(WM, pa.nulls(n, pa.int64()))
-        .append_column(SEQ, pa.array(np.arange(n, dtype=np.int64)))
-    )

@@ -81,10 +81,15 @@ ARITH = ARITH_METRIC_PREFIX
 
 @attrs.frozen(kw_only=True)
 class ReadSource:
-    """Read one source; the result has the user columns plus ``__kp_kind/__kp_wm/__kp_seq``."""
+    """Read one source; the result has the user columns plus ``__kp_kind/__kp_wm/__kp_seq``.
+
+    ``kind`` names the runtime's reader (:mod:`krishiv_py.runtime.sources`):
+    ``"memory"``, ``"records"``, ``"files"``, ``"markers"``, or a kind
+    registered there.
+    """
 
     name: str
-    kind: Literal["memory", "records", "files", "markers"]
+    kind: str
     schema: Schema
     streaming: bool
     format: str = "parquet"
