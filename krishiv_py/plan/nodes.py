@@ -355,7 +355,8 @@ def _describe(node: PlanNode) -> str:
             + ("" if n.emission.is_default else f" emission=[{n.emission.describe()}]")
         ),
     }
-    text: str = detail[type(node)](node)
+    kind = next(t for t in type(node).__mro__ if t in detail)  # a source of one's own: its base's line
+    text: str = detail[kind](node)
     return text
 
 

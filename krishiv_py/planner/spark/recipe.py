@@ -232,6 +232,9 @@ def _render(node: RecipeNode, lines: list[str]) -> str:
         elif node.kind == "markers":
             where = f"<idle markers of {node.name}>"
             lines.append(f"{var} = {reader}.format('parquet').schema('{WM} bigint').load({where})")
+        elif node.kind not in ("memory", "files"):  # a kind registered by its own reader
+            opts = "".join(f".option({k!r}, {v!r})" for k, v in node.options)
+            lines.append(f"{var} = <{node.kind} source {node.name!r}, {node.schema.ddl()!r}>{opts}")
         else:
             opts = "".join(f".option({k!r}, {v!r})" for k, v in node.options)
             ddl = node.schema.ddl() + (

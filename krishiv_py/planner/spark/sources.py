@@ -31,10 +31,11 @@ Observed metrics
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import attrs
 
+from krishiv_py.errors import PlanError
 from krishiv_py.expr import ExprNode, dtype_of, output_name
 from krishiv_py.names import (
     ACTIVE,
@@ -67,7 +68,7 @@ from krishiv_py.planner.spark.recipe import (
 from krishiv_py.planner.sql import failure_checks, quote, to_sql
 from krishiv_py.types import Schema
 
-__all__ = ["Lowerer", "WindowRule"]
+__all__ = ["Lowerer", "ReadRule", "WindowRule", "read_rule", "register_read_rule"]
 
 Source = n.MemorySource | n.RecordsSource | n.FileSource
 
@@ -99,7 +100,7 @@ class Lowerer:
         ``count_input=False``: a watermark right above this source counts its
         rows, saving Spark one per-row metrics operator.
         """
-        if isinstance(node, n.MemorySource | n.RecordsSource | n.FileSource):
+        if isinstance(node, n.SOURCE_TYPES):
             return self._source(node, count_input), BASE_HIDDEN
         if isinstance(node, n.Union):
             parts = [self.lower(i) for i in node.inputs]
@@ -134,46 +135,13 @@ class Lowerer:
 
     def _source(self, node: Source, count_input: bool) -> RecipeNode:
         self.inputs += 1
+        rule = read_rule(node)
+        read = rule.read(node, streaming=self.streaming)
         if not count_input:
-            return self._read(node)
+            return read
         name = input_observation(self.inputs - 1)
-        rows = (
-            f"count(1) AS {ROWS}"
-            if not isinstance(node, n.MemorySource)
-            else f"count_if({quote(ROW_KIND)} = 0) AS {ROWS}"
-        )
-        return Observe(child=self._read(node), name=name, exprs=(rows,))
-
-    def _read(self, node: Source) -> RecipeNode:
-        if isinstance(node, n.MemorySource):
-            opts = (("maxFilesPerTrigger", "1"), ("maxFileAge", "36500d")) if self.streaming else ()
-            return ReadSource(
-                name=node.name,
-                kind="memory",
-                schema=node.schema,
-                streaming=self.streaming,
-                path=node.path,
-                options=opts,
-            )
-        if isinstance(node, n.RecordsSource):
-            return ReadSource(
-                name=node.name, kind="records", schema=node.schema, streaming=False, records=node.data
-            )
-        read = ReadSource(
-            name=node.name,
-            kind="files",
-            schema=node.schema,
-            streaming=node.streaming and self.streaming,
-            format=node.format,
-            path=node.path,
-            options=node.options,
-        )
-        hidden = (
-            f"CAST(0 AS TINYINT) AS {quote(ROW_KIND)}",
-            f"CAST(NULL AS BIGINT) AS {quote(WM)}",
-            f"CAST(0 AS BIGINT) AS {quote(SEQ)}",
-        )
-        return SelectExprs(child=read, exprs=("*", *hidden))
+        rows = f"count_if({quote(ROW_KIND)} = 0) AS {ROWS}" if rule.punctuated else f"count(1) AS {ROWS}"
+        return Observe(child=read, name=name, exprs=(rows,))
 
     def _watermark(self, node: n.Watermark, child: RecipeNode, *, count_input: bool) -> RecipeNode:
         et = n.event_time(node)
@@ -260,3 +228,90 @@ def _select_item(expr: ExprNode, schema: Schema) -> str:
         return f"CAST(NULL AS STRING) AS {quote(name)}"
     sql = to_sql(expr, schema)
     return sql if sql.endswith(f" AS {quote(name)}") or sql == quote(name) else f"{sql} AS {quote(name)}"
+
+
+# --- reading each kind of source -----------------------------------------------------------
+
+
+class ReadRule(Protocol):
+    """How one kind of source node becomes the recipe's read (user columns plus ``BASE_HIDDEN``).
+
+    The recipe's :class:`ReadSource` names the runtime reader by ``kind``
+    (:mod:`krishiv_py.runtime.sources`).
+    """
+
+    #: Its rows include punctuation (watermark promises, end of input), not only data.
+    punctuated: bool
+
+    def read(self, node: Any, *, streaming: bool) -> RecipeNode: ...
+
+
+class MemoryRule:
+    """A memory stream: its spooled files, one per micro-batch, hidden columns written by the sender."""
+
+    punctuated = True
+
+    def read(self, node: n.MemorySource, *, streaming: bool) -> RecipeNode:
+        opts = (("maxFilesPerTrigger", "1"), ("maxFileAge", "36500d")) if streaming else ()
+        return ReadSource(
+            name=node.name,
+            kind="memory",
+            schema=node.schema,
+            streaming=streaming,
+            path=node.path,
+            options=opts,
+        )
+
+
+class RecordsRule:
+    """In-memory records: always bounded."""
+
+    punctuated = False
+
+    def read(self, node: n.RecordsSource, *, streaming: bool) -> RecipeNode:
+        return ReadSource(
+            name=node.name, kind="records", schema=node.schema, streaming=False, records=node.data
+        )
+
+
+class FilesRule:
+    """Files Spark reads; the hidden columns are added as constants (data rows only)."""
+
+    punctuated = False
+
+    def read(self, node: n.FileSource, *, streaming: bool) -> RecipeNode:
+        read = ReadSource(
+            name=node.name,
+            kind="files",
+            schema=node.schema,
+            streaming=node.streaming and streaming,
+            format=node.format,
+            path=node.path,
+            options=node.options,
+        )
+        hidden = (
+            f"CAST(0 AS TINYINT) AS {quote(ROW_KIND)}",
+            f"CAST(NULL AS BIGINT) AS {quote(WM)}",
+            f"CAST(0 AS BIGINT) AS {quote(SEQ)}",
+        )
+        return SelectExprs(child=read, exprs=("*", *hidden))
+
+
+_READ_RULES: dict[type, ReadRule] = {
+    n.MemorySource: MemoryRule(),
+    n.RecordsSource: RecordsRule(),
+    n.FileSource: FilesRule(),
+}
+
+
+def register_read_rule(node_type: type, rule: ReadRule) -> None:
+    """Lower source nodes of ``node_type`` with ``rule`` (a type registered again is replaced)."""
+    _READ_RULES[node_type] = rule
+
+
+def read_rule(node: object) -> ReadRule:
+    """The read rule of a source node's type."""
+    try:
+        return _READ_RULES[type(node)]
+    except KeyError:
+        raise PlanError(f"no read rule for sources of type {type(node).__name__}") from None
