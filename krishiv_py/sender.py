@@ -33,7 +33,7 @@ from krishiv_py.types import DataType, Schema, is_valid_text
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from krishiv_py.runtime.spool import Retention
+    from krishiv_py.runtime.spool import Retention, Spool
 
 __all__ = ["Sender"]
 
@@ -80,6 +80,11 @@ class Sender:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def spool(self) -> Spool:
+        """Where the batches live on disk (what a job reading this stream checks in with)."""
+        return self._spool
 
     @property
     def batches_sent(self) -> int:

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
 
     from krishiv_py.plan.nodes import PlanNode
-    from krishiv_py.sender import Sender
+    from krishiv_py.runtime.spool import Feed
 
 __all__ = ["BoundedJob", "Job", "JobProgress", "JobSetup", "JobState", "StreamingJob"]
 
@@ -270,7 +270,7 @@ class StreamingJob(Job):
         *,
         setup: JobSetup,
         query: StreamingQuery,
-        senders: Sequence[Sender | None],
+        senders: Sequence[Feed | None],
         checkpoint_dir: str,
         durability: str | None,
         markers_dir: str | None = None,
@@ -387,7 +387,7 @@ class StreamingJob(Job):
         """Retention: delete the memory-stream batches that every job reading them has committed."""
         for sender in self._senders:
             if sender is not None:
-                sender._spool.maybe_clean(throttle=False)
+                sender.spool.maybe_clean(throttle=False)
 
     def await_termination(self, timeout_s: float | None = None) -> bool:
         """Wait until the input has ended (every source closed) and all of it was processed.

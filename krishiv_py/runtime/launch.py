@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from krishiv_py.planner.spark import SparkRecipe
-    from krishiv_py.sender import Sender
+    from krishiv_py.runtime.spool import Feed
 
 __all__ = [
     "PLAN_FILE",
@@ -93,7 +93,7 @@ def start_streaming_job(
     *,
     checkpoint_dir: str,
     profile: DurabilityProfile,
-    senders: Sequence[Sender | None],
+    senders: Sequence[Feed | None],
     progress: bool | None = None,
 ) -> Job:
     """Start a streaming recipe under ``checkpoint_dir`` with the ``profile``'s state store.

@@ -23,7 +23,7 @@ from krishiv_py.sinks import SinkWriter, user_code
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from krishiv_py.sender import Sender
+    from krishiv_py.runtime.spool import Feed
 
 __all__ = ["explain_spark", "run_bounded", "start_streaming"]
 
@@ -32,7 +32,7 @@ def start_streaming(
     setup: JobSetup,
     *,
     checkpoint_dir: str,
-    senders: Sequence[Sender | None],
+    senders: Sequence[Feed | None],
     durability: str | None = None,
     conf: Mapping[str, str] | None = None,
     quarantine: Quarantine | None = None,

@@ -54,7 +54,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias, get_args
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, get_args
 from urllib.parse import unquote, urlparse
 
 import attrs
@@ -63,9 +63,17 @@ from krishiv_py.errors import JobError, PlanError
 
 if TYPE_CHECKING:
     from krishiv_py.runtime.job import Job
-    from krishiv_py.sender import Sender
 
-__all__ = ["Manifest", "Retention", "Spool", "check_complete", "committed_seq", "read_manifest", "readers"]
+__all__ = [
+    "Feed",
+    "Manifest",
+    "Retention",
+    "Spool",
+    "check_complete",
+    "committed_seq",
+    "read_manifest",
+    "readers",
+]
 
 #: What a memory stream keeps: every batch, or the batches some reader has not committed yet.
 Retention: TypeAlias = Literal["all", "committed"]
@@ -351,8 +359,22 @@ def _alive(pid: int) -> bool:
 # --- checking a job in ------------------------------------------------------------
 
 
+class Feed(Protocol):
+    """What a job knows of a memory stream's producer (a :class:`~krishiv_py.Sender`)."""
+
+    @property
+    def closed(self) -> bool:
+        """The producer closed the stream (end of input)."""
+        ...
+
+    @property
+    def spool(self) -> Spool:
+        """The stream's batches on disk."""
+        ...
+
+
 @contextlib.contextmanager
-def readers(senders: Sequence[Sender | None], checkpoint_dir: str, *, resumable: bool) -> Iterator[Any]:
+def readers(senders: Sequence[Feed | None], checkpoint_dir: str, *, resumable: bool) -> Iterator[Any]:
     """Check a job in as a reader of its memory streams before its query starts.
 
     Raises :class:`JobError` when a stream deleted batches that the job's
@@ -361,7 +383,7 @@ def readers(senders: Sequence[Sender | None], checkpoint_dir: str, *, resumable:
     """
     registered: list[str] = []  # new registrations, withdrawn if the start fails
     running: list[str] = []  # registrations that last while the job runs
-    spools = {s._spool.path: s._spool for s in senders if s is not None}
+    spools = {s.spool.path: s.spool for s in senders if s is not None}
     try:
         for spool in spools.values():
             with spool.locked():
