@@ -42,9 +42,10 @@ Examples
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING
 
 from krishiv_py.errors import PlanError
+from krishiv_py.plan.emission import LateEventHandler
 from krishiv_py.sinks import MemorySink, Sink, SinkContext, SinkWriter
 
 if TYPE_CHECKING:
@@ -62,15 +63,11 @@ CLASSIFICATION_COLUMN = "classification"
 WATERMARK_COLUMN = "watermark_ms"
 
 
-@runtime_checkable
-class LateEventHandler(Protocol):
-    """Receives the very late and invalid events of one micro-batch."""
-
-    def handle(self, late: pa.Table) -> None: ...
-
-
 class CountingLateEventHandler:
     """The default: late events are counted in the job's metrics, nothing else."""
+
+    #: Only counts (so ``explain()`` and the planner treat it as no handler at all).
+    counts_only = True
 
     def handle(self, late: pa.Table) -> None:
         return None

@@ -41,7 +41,7 @@ False
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias, get_args
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, get_args, runtime_checkable
 
 import attrs
 
@@ -50,9 +50,11 @@ from krishiv_py.panes import PaneCallbacks
 from krishiv_py.plan.windows import check_ms
 
 if TYPE_CHECKING:
-    from krishiv_py.late import LateEventHandler
+    import pyarrow as pa
 
 __all__ = [
+    "LateEventHandler",
+    "counts_only",
     "DEFAULT_ALLOWED_LATENESS_MS",
     "DEFAULT_FUTURE_TOLERANCE_MS",
     "Accumulation",
@@ -64,6 +66,14 @@ __all__ = [
 
 Accumulation: TypeAlias = Literal["accumulating", "discarding", "retracting"]
 TriggerKind: TypeAlias = Literal["watermark", "element", "count", "interval"]
+
+
+@runtime_checkable
+class LateEventHandler(Protocol):
+    """Receives the very late and invalid events of one micro-batch (see :mod:`krishiv_py.late`)."""
+
+    def handle(self, late: pa.Table) -> None: ...
+
 
 #: ``allowed_lateness()`` without an argument: the Ripple default, 60 s.
 DEFAULT_ALLOWED_LATENESS_MS = 60_000
@@ -205,7 +215,7 @@ class Emission:
             out.append(f"allowed_lateness({self.allowed_lateness_ms} ms)")
         if self.accumulation != "accumulating":
             out.append(f"accumulation({self.accumulation!r})")
-        if self.late_handler is not None and not _is_counting(self.late_handler):
+        if self.late_handler is not None and not counts_only(self.late_handler):
             out.append(f"late-event handler {type(self.late_handler).__name__}")
         if self.state_ttl is not None:
             out.append(f"state TTL ({self.state_ttl.describe()})")
@@ -225,7 +235,6 @@ class Emission:
         return " ".join(parts)
 
 
-def _is_counting(handler: Any) -> bool:
-    from krishiv_py.late import CountingLateEventHandler
-
-    return isinstance(handler, CountingLateEventHandler)
+def counts_only(handler: Any) -> bool:
+    """True for a handler that only counts late events (the default, ``CountingLateEventHandler``)."""
+    return getattr(handler, "counts_only", False) is True

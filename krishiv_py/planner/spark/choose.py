@@ -43,9 +43,8 @@ import attrs
 
 from krishiv_py._typing import Lowering, WindowKind
 from krishiv_py.errors import PlanError
-from krishiv_py.late import CountingLateEventHandler
 from krishiv_py.plan import nodes as n
-from krishiv_py.plan.emission import Emission
+from krishiv_py.plan.emission import Emission, counts_only
 from krishiv_py.plan.windows import (
     EventSlidingWindow,
     SessionWindow,
@@ -250,7 +249,7 @@ def _emission_features(emission: Emission) -> list[Feature]:
     if emission.accumulation != "accumulating":
         out.append(Feature("non_accumulating", f"accumulation({emission.accumulation!r})"))
     handler = emission.late_handler
-    if handler is not None and not isinstance(handler, CountingLateEventHandler):
+    if handler is not None and not counts_only(handler):
         out.append(Feature("late_handler", f"late-event handler {type(handler).__name__}"))
     if emission.state_ttl is not None:
         out.append(Feature("state_ttl", f"state TTL ({emission.state_ttl.describe()})"))
