@@ -93,7 +93,7 @@ class SideOutputLateEventHandler:
         sink = sink if sink is not None else MemorySink()
         if not isinstance(sink, Sink):
             raise PlanError(
-                "SideOutputLateEventHandler takes a sink (an object with open(context), such as "
+                "SideOutputLateEventHandler takes a krishiv sink (an object with open(context), such as "
                 f"kp.MemorySink() or kp.ParquetSink(path)), got {type(sink).__name__}"
             )
         self.sink = sink
