@@ -44,9 +44,7 @@ Examples
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
-import re
 import types
 import urllib.parse
 import urllib.request
@@ -58,6 +56,7 @@ import attrs
 from krishiv_py.errors import MissingDependencyError, PlanError
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.watermarks import MAX_EVENT_MS, MIN_EVENT_MS
+from krishiv_py.runtime.checkpoint_log import committed_batch, file_source_log, log_offset, source_offsets
 from krishiv_py.testing.reference import Classification, ReferenceModel
 from krishiv_py.testing.steps import AdvanceWatermark, Close, Send, Step
 
@@ -390,8 +389,6 @@ def _windows(model: ReferenceModel, where: Sequence[int], *, early: bool) -> tup
 
 # --- a job's input, read back --------------------------------------------------------
 
-_LOG_FILE = re.compile(r"^\d+(\.compact)?$")
-_BATCH_FILE = re.compile(r"^\d+$")
 _HIDDEN = ("__kp_kind", "__kp_wm", "__kp_seq")
 _STREAM_ONLY_OPTIONS = frozenset({"maxFilesPerTrigger", "maxFileAge", "latestFirst", "cleanSource"})
 
@@ -477,17 +474,8 @@ def _spark_read(stream: Stream, source: n.FileSource, paths: Sequence[str]) -> p
 def _read_log(directory: str) -> dict[int, dict[str, int]]:
     """Spark's file-source log: log batch id -> {file URI: modification time}, compacted files included."""
     entries: dict[int, dict[str, int]] = {}
-    for name in os.listdir(directory):
-        if not _LOG_FILE.match(name):
-            continue  # temporary and checksum files
-        with open(os.path.join(directory, name), encoding="utf-8") as f:
-            lines = f.read().splitlines()
-        if not lines or lines[0] != "v1":
-            raise PlanError(f"unknown Spark file-source log format in {os.path.join(directory, name)}")
-        for line in lines[1:]:
-            if line.strip():
-                entry = json.loads(line)
-                entries.setdefault(int(entry["batchId"]), {})[str(entry["path"])] = int(entry["timestamp"])
+    for entry in file_source_log(directory):
+        entries.setdefault(entry.batch_id, {})[entry.path] = entry.timestamp
     return entries
 
 
@@ -533,26 +521,13 @@ def _source_batches(
 
 def _committed_offset(checkpoint: str, index: int) -> int | None:
     """The file-source log offset of source ``index`` in the last committed micro-batch."""
-    commits = os.path.join(checkpoint, "commits")
-    done = [int(f) for f in os.listdir(commits) if _BATCH_FILE.match(f)] if os.path.isdir(commits) else []
-    if not done:
+    last = committed_batch(checkpoint)
+    if last < 0:
         return None
-    with open(os.path.join(checkpoint, "offsets", str(max(done))), encoding="utf-8") as f:
-        lines = f.read().splitlines()
-    # "v1", the batch metadata, then one offset per source ("-": none yet).
-    if len(lines) < 3 + index or lines[0] != "v1":
-        raise PlanError(f"unknown Spark offset log format in {checkpoint}/offsets/{max(done)}")
-    return _log_offset(lines[2 + index])
-
-
-def _log_offset(value: object) -> int | None:
-    if isinstance(value, str):
-        if value.strip() in ("", "-"):
-            return None
-        value = json.loads(value)
-    if isinstance(value, dict) and "logOffset" in value:
-        return int(value["logOffset"])
-    return None
+    offsets = source_offsets(checkpoint, last)
+    if index >= len(offsets):
+        raise PlanError(f"unknown Spark offset log format in {checkpoint}/offsets/{last}")
+    return log_offset(offsets[index])
 
 
 def _reported(job: Job, index: int | None) -> dict[int, tuple[int | None, int | None]]:
@@ -564,8 +539,8 @@ def _reported(job: Job, index: int | None) -> dict[int, tuple[int | None, int | 
         sources = p.raw.get("sources") or []
         if index >= len(sources):
             continue
-        start = _log_offset(sources[index].get("startOffset"))
-        end = _log_offset(sources[index].get("endOffset"))
+        start = log_offset(sources[index].get("startOffset"))
+        end = log_offset(sources[index].get("endOffset"))
         if end is None:
             continue
         batch_id = out.get(end, (None, None))[0]
