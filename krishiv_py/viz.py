@@ -802,17 +802,27 @@ def _step_label(i: int, step: TimelineStep) -> str:
 
 
 def _draw(data: Timeline, ax: Axes, *, max_events: int, outside_legend: bool) -> None:
-    import matplotlib.dates as mdates
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-    from matplotlib.ticker import MaxNLocator
-    from matplotlib.transforms import blended_transform_factory
-
+    """Window bands, firing bars, watermark lines and events on ``ax``, then its axes and the legend."""
     lo, hi = _x_range(data)
-    count = len(data.steps)
     handles: list[Any] = []
+    handles += _draw_windows(data, ax)
+    handles += _draw_firings(data, ax)
+    handles += _draw_watermarks(data, ax, lo, hi)
+    drawn, events = _draw_events(data, ax, max_events)
+    handles += events
+    _draw_axes(data, ax, lo, hi, drawn)
+    figure = ax.get_figure()
+    if outside_legend and figure is not None:
+        figure.legend(handles=handles, loc="outside lower center", ncols=5, fontsize="small", frameon=False)
+    else:
+        ax.legend(handles=handles, loc="best", fontsize="x-small")
 
-    # Windows: one band per distinct bounds and status (keys with the same window share it).
+
+def _draw_windows(data: Timeline, ax: Axes) -> list[Any]:
+    """One band per distinct bounds and status (keys with the same window share it); legend handles."""
+    from matplotlib.patches import Patch
+
+    handles: list[Any] = []
     for status in ("fired", "refired", "open"):
         bounds = sorted({(w.start_ms, w.end_ms) for w in data.windows if w.status == status})
         style = dict(_STATUS_STYLE[status])
@@ -823,8 +833,14 @@ def _draw(data: Timeline, ax: Axes, *, max_events: int, outside_legend: bool) ->
             )
         if bounds:
             handles.append(Patch(alpha=0.35, label=label, **style))
+    return handles
 
-    # Firings: a bar over the window where its step ends (where the watermark moves).
+
+def _draw_firings(data: Timeline, ax: Axes) -> list[Any]:
+    """A bar over each window where the step of its firing ends (where the watermark moves)."""
+    from matplotlib.lines import Line2D
+
+    handles: list[Any] = []
     bars: dict[str, set[tuple[int, int, int]]] = {"final": set(), "refire": set(), "early": set()}
     for w in data.windows:
         if w.fired_step is not None:
@@ -846,8 +862,14 @@ def _draw(data: Timeline, ax: Axes, *, max_events: int, outside_legend: bool) ->
             **style,
         )
         handles.append(Line2D([], [], label=label, **style))
+    return handles
 
-    # Watermarks.
+
+def _draw_watermarks(data: Timeline, ax: Axes, lo: int, hi: int) -> list[Any]:
+    """The step lines: per source (when several), overall, the job's when it disagrees; the end of input."""
+    from matplotlib.transforms import blended_transform_factory
+
+    handles: list[Any] = []
     several = len(data.source_watermarks) > 1
     if several:
         for i, (name, series) in enumerate(data.source_watermarks.items()):
@@ -882,7 +904,7 @@ def _draw(data: Timeline, ax: Axes, *, max_events: int, outside_legend: bool) ->
     if final is not None and final > MAX_EVENT_MS:
         ax.annotate(
             "end of input",
-            xy=(1.0, count + 0.75),
+            xy=(1.0, len(data.steps) + 0.75),
             xycoords=blended_transform_factory(ax.transAxes, ax.transData),
             xytext=(-4, 0),
             textcoords="offset points",
@@ -890,8 +912,14 @@ def _draw(data: Timeline, ax: Axes, *, max_events: int, outside_legend: bool) ->
             va="center",
             fontsize="small",
         )
+    return handles
 
-    # Events.
+
+def _draw_events(data: Timeline, ax: Axes, max_events: int) -> tuple[int, list[Any]]:
+    """Dots per classification (invalid ones at the left edge); how many were drawn, legend handles."""
+    from matplotlib.transforms import blended_transform_factory
+
+    handles: list[Any] = []
     rows = _event_rows(data)
     drawn = _sample(data, max_events)
     at_edge = blended_transform_factory(ax.transAxes, ax.transData)
@@ -915,8 +943,15 @@ def _draw(data: Timeline, ax: Axes, *, max_events: int, outside_legend: bool) ->
             xs = [_num(t) for t in (data.events[i].time_ms for i in picked) if t is not None]
             points = ax.scatter(xs, ys, zorder=4, gid=f"events-{cls}", linewidths=0.6, **style)
         handles.append(points)
+    return len(drawn), handles
 
-    # Axes.
+
+def _draw_axes(data: Timeline, ax: Axes, lo: int, hi: int, drawn: int) -> None:
+    """Limits, the UTC date axis, a labelled row per step (up to 25), the grid and the title."""
+    import matplotlib.dates as mdates
+    from matplotlib.ticker import MaxNLocator
+
+    count = len(data.steps)
     ax.set_xlim(_num(lo), _num(hi))
     ax.set_ylim(0.5, count + 1.0)
     locator = mdates.AutoDateLocator(tz=dt.UTC)  # type: ignore[no-untyped-call]
@@ -932,12 +967,7 @@ def _draw(data: Timeline, ax: Axes, *, max_events: int, outside_legend: bool) ->
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(axis="y", color="#E0E0E0", linewidth=0.6, zorder=-1)
     ax.set_axisbelow(True)
-    ax.set_title(_title(data, len(drawn)), loc="left", fontsize="medium")
-    figure = ax.get_figure()
-    if outside_legend and figure is not None:
-        figure.legend(handles=handles, loc="outside lower center", ncols=5, fontsize="small", frameon=False)
-    else:
-        ax.legend(handles=handles, loc="best", fontsize="x-small")
+    ax.set_title(_title(data, drawn), loc="left", fontsize="medium")
 
 
 def _title(data: Timeline, drawn: int) -> str:
