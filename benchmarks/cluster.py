@@ -1,6 +1,6 @@
 """Local Spark against a standalone cluster on this machine: the tumbling query both ways, in one run.
 
-``python -m benchmarks.cluster`` starts a :class:`~krishiv_py.runtime.cluster.LocalCluster`
+``python -m benchmarks.cluster`` starts a :class:`~krishiv_py.devtools.LocalCluster`
 (1 worker with 2 cores and 1 GiB, as the test suite's ``spark_cluster``
 fixture), then runs the benchmark's ``tumbling`` query (per user, 1-minute
 windows, count and sum) over the cached clickstream of :mod:`benchmarks.data`
@@ -70,7 +70,7 @@ import psutil
 from benchmarks import data
 from benchmarks.driver import run_process, timed
 from benchmarks.report import machine
-from krishiv_py.runtime.cluster import LocalCluster
+from krishiv_py.devtools import LocalCluster
 
 RESULTS = Path(__file__).parent / "results" / "cluster-latest.json"
 QUERY = "tumbling"

@@ -3,7 +3,7 @@
 ``krishiv demo`` runs the embedded end-to-end demo; ``krishiv cluster
 start|status|stop`` and ``krishiv connect-server start|status|stop`` run a
 Spark standalone cluster or a Spark Connect server on this machine
-(:mod:`krishiv_py.runtime.cluster`), detached from the terminal.
+(:mod:`krishiv_py.devtools`), detached from the terminal.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from krishiv_py.errors import KrishivError
 
 if TYPE_CHECKING:
-    from krishiv_py.runtime.cluster import ConnectServer, LocalCluster
+    from krishiv_py.devtools import ConnectServer, LocalCluster
 
 __all__ = ["main"]
 
@@ -92,7 +92,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _cluster_start(args: argparse.Namespace) -> int:
-    from krishiv_py.runtime.cluster import LocalCluster
+    from krishiv_py.devtools import LocalCluster
 
     try:
         servers = LocalCluster(
@@ -106,14 +106,14 @@ def _cluster_start(args: argparse.Namespace) -> int:
 
 
 def _connect_start(args: argparse.Namespace) -> int:
-    from krishiv_py.runtime.cluster import ConnectServer
+    from krishiv_py.devtools import ConnectServer
 
     servers = ConnectServer(master=args.master, log_dir=args.log_dir)
     return _start(CONNECT, servers, f"a Spark Connect server ({args.master})", args.timeout)
 
 
 def _start(name: str, servers: LocalCluster | ConnectServer, what: str, timeout_s: float) -> int:
-    from krishiv_py.runtime.cluster import read_state, recorded_processes, write_state
+    from krishiv_py.devtools import read_state, recorded_processes, write_state
 
     running = read_state(name)
     if running is not None and any(p.alive() for p in recorded_processes(running)):
@@ -136,7 +136,7 @@ def _start(name: str, servers: LocalCluster | ConnectServer, what: str, timeout_
 
 
 def _status(name: str) -> int:
-    from krishiv_py.runtime.cluster import read_state, recorded_processes, state_path
+    from krishiv_py.devtools import read_state, recorded_processes, state_path
 
     state = read_state(name)
     if state is None:
@@ -159,7 +159,7 @@ def _status(name: str) -> int:
 def _cluster_detail(state: dict[str, Any]) -> str:
     from urllib.parse import urlsplit
 
-    from krishiv_py.runtime.cluster import master_status
+    from krishiv_py.devtools import master_status
 
     port = urlsplit(str(state.get("web_ui", ""))).port
     status = master_status(port) if port else {}
@@ -170,7 +170,7 @@ def _cluster_detail(state: dict[str, Any]) -> str:
 
 
 def _stop(name: str) -> int:
-    from krishiv_py.runtime.cluster import state_path, stop_recorded
+    from krishiv_py.devtools import state_path, stop_recorded
 
     state = stop_recorded(name)
     if state is None:

@@ -44,9 +44,7 @@ Examples
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
-import re
 import types
 import urllib.parse
 import urllib.request
@@ -59,6 +57,7 @@ from krishiv_py.errors import MissingDependencyError, PlanError
 from krishiv_py.names import BASE_HIDDEN, ROW_KIND, SEQ, WM
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.watermarks import MAX_EVENT_MS, MIN_EVENT_MS
+from krishiv_py.runtime.checkpoint_log import committed_batch, file_source_log, log_offset, source_offsets
 from krishiv_py.testing.reference import Classification, ReferenceModel
 from krishiv_py.testing.steps import AdvanceWatermark, Close, Send, Step
 
@@ -390,8 +389,6 @@ def _windows(model: ReferenceModel, where: Sequence[int], *, early: bool) -> tup
 
 # --- a job's input, read back --------------------------------------------------------
 
-_LOG_FILE = re.compile(r"^\d+(\.compact)?$")
-_BATCH_FILE = re.compile(r"^\d+$")
 _STREAM_ONLY_OPTIONS = frozenset({"maxFilesPerTrigger", "maxFileAge", "latestFirst", "cleanSource"})
 
 
@@ -475,17 +472,8 @@ def _spark_read(spark: Any, source: n.FileSource, paths: Sequence[str]) -> pa.Ta
 def _read_log(directory: str) -> dict[int, dict[str, int]]:
     """Spark's file-source log: log batch id -> {file URI: modification time}, compacted files included."""
     entries: dict[int, dict[str, int]] = {}
-    for name in os.listdir(directory):
-        if not _LOG_FILE.match(name):
-            continue  # temporary and checksum files
-        with open(os.path.join(directory, name), encoding="utf-8") as f:
-            lines = f.read().splitlines()
-        if not lines or lines[0] != "v1":
-            raise PlanError(f"unknown Spark file-source log format in {os.path.join(directory, name)}")
-        for line in lines[1:]:
-            if line.strip():
-                entry = json.loads(line)
-                entries.setdefault(int(entry["batchId"]), {})[str(entry["path"])] = int(entry["timestamp"])
+    for entry in file_source_log(directory):
+        entries.setdefault(entry.batch_id, {})[entry.path] = entry.timestamp
     return entries
 
 
@@ -531,26 +519,13 @@ def _source_batches(
 
 def _committed_offset(checkpoint: str, index: int) -> int | None:
     """The file-source log offset of source ``index`` in the last committed micro-batch."""
-    commits = os.path.join(checkpoint, "commits")
-    done = [int(f) for f in os.listdir(commits) if _BATCH_FILE.match(f)] if os.path.isdir(commits) else []
-    if not done:
+    last = committed_batch(checkpoint)
+    if last < 0:
         return None
-    with open(os.path.join(checkpoint, "offsets", str(max(done))), encoding="utf-8") as f:
-        lines = f.read().splitlines()
-    # "v1", the batch metadata, then one offset per source ("-": none yet).
-    if len(lines) < 3 + index or lines[0] != "v1":
-        raise PlanError(f"unknown Spark offset log format in {checkpoint}/offsets/{max(done)}")
-    return _log_offset(lines[2 + index])
-
-
-def _log_offset(value: object) -> int | None:
-    if isinstance(value, str):
-        if value.strip() in ("", "-"):
-            return None
-        value = json.loads(value)
-    if isinstance(value, dict) and "logOffset" in value:
-        return int(value["logOffset"])
-    return None
+    offsets = source_offsets(checkpoint, last)
+    if index >= len(offsets):
+        raise PlanError(f"unknown Spark offset log format in {checkpoint}/offsets/{last}")
+    return log_offset(offsets[index])
 
 
 def _reported(job: Job, index: int | None) -> dict[int, tuple[int | None, int | None]]:
@@ -562,8 +537,8 @@ def _reported(job: Job, index: int | None) -> dict[int, tuple[int | None, int | 
         sources = p.raw.get("sources") or []
         if index >= len(sources):
             continue
-        start = _log_offset(sources[index].get("startOffset"))
-        end = _log_offset(sources[index].get("endOffset"))
+        start = log_offset(sources[index].get("startOffset"))
+        end = log_offset(sources[index].get("endOffset"))
         if end is None:
             continue
         batch_id = out.get(end, (None, None))[0]
@@ -825,17 +800,27 @@ def _step_label(i: int, step: TimelineStep) -> str:
 
 
 def _draw(data: Timeline, ax: Axes, *, max_events: int, outside_legend: bool) -> None:
-    import matplotlib.dates as mdates
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-    from matplotlib.ticker import MaxNLocator
-    from matplotlib.transforms import blended_transform_factory
-
+    """Window bands, firing bars, watermark lines and events on ``ax``, then its axes and the legend."""
     lo, hi = _x_range(data)
-    count = len(data.steps)
     handles: list[Any] = []
+    handles += _draw_windows(data, ax)
+    handles += _draw_firings(data, ax)
+    handles += _draw_watermarks(data, ax, lo, hi)
+    drawn, events = _draw_events(data, ax, max_events)
+    handles += events
+    _draw_axes(data, ax, lo, hi, drawn)
+    figure = ax.get_figure()
+    if outside_legend and figure is not None:
+        figure.legend(handles=handles, loc="outside lower center", ncols=5, fontsize="small", frameon=False)
+    else:
+        ax.legend(handles=handles, loc="best", fontsize="x-small")
 
-    # Windows: one band per distinct bounds and status (keys with the same window share it).
+
+def _draw_windows(data: Timeline, ax: Axes) -> list[Any]:
+    """One band per distinct bounds and status (keys with the same window share it); legend handles."""
+    from matplotlib.patches import Patch
+
+    handles: list[Any] = []
     for status in ("fired", "refired", "open"):
         bounds = sorted({(w.start_ms, w.end_ms) for w in data.windows if w.status == status})
         style = dict(_STATUS_STYLE[status])
@@ -846,8 +831,14 @@ def _draw(data: Timeline, ax: Axes, *, max_events: int, outside_legend: bool) ->
             )
         if bounds:
             handles.append(Patch(alpha=0.35, label=label, **style))
+    return handles
 
-    # Firings: a bar over the window where its step ends (where the watermark moves).
+
+def _draw_firings(data: Timeline, ax: Axes) -> list[Any]:
+    """A bar over each window where the step of its firing ends (where the watermark moves)."""
+    from matplotlib.lines import Line2D
+
+    handles: list[Any] = []
     bars: dict[str, set[tuple[int, int, int]]] = {"final": set(), "refire": set(), "early": set()}
     for w in data.windows:
         if w.fired_step is not None:
@@ -869,8 +860,14 @@ def _draw(data: Timeline, ax: Axes, *, max_events: int, outside_legend: bool) ->
             **style,
         )
         handles.append(Line2D([], [], label=label, **style))
+    return handles
 
-    # Watermarks.
+
+def _draw_watermarks(data: Timeline, ax: Axes, lo: int, hi: int) -> list[Any]:
+    """The step lines: per source (when several), overall, the job's when it disagrees; the end of input."""
+    from matplotlib.transforms import blended_transform_factory
+
+    handles: list[Any] = []
     several = len(data.source_watermarks) > 1
     if several:
         for i, (name, series) in enumerate(data.source_watermarks.items()):
@@ -905,7 +902,7 @@ def _draw(data: Timeline, ax: Axes, *, max_events: int, outside_legend: bool) ->
     if final is not None and final > MAX_EVENT_MS:
         ax.annotate(
             "end of input",
-            xy=(1.0, count + 0.75),
+            xy=(1.0, len(data.steps) + 0.75),
             xycoords=blended_transform_factory(ax.transAxes, ax.transData),
             xytext=(-4, 0),
             textcoords="offset points",
@@ -913,8 +910,14 @@ def _draw(data: Timeline, ax: Axes, *, max_events: int, outside_legend: bool) ->
             va="center",
             fontsize="small",
         )
+    return handles
 
-    # Events.
+
+def _draw_events(data: Timeline, ax: Axes, max_events: int) -> tuple[int, list[Any]]:
+    """Dots per classification (invalid ones at the left edge); how many were drawn, legend handles."""
+    from matplotlib.transforms import blended_transform_factory
+
+    handles: list[Any] = []
     rows = _event_rows(data)
     drawn = _sample(data, max_events)
     at_edge = blended_transform_factory(ax.transAxes, ax.transData)
@@ -938,8 +941,15 @@ def _draw(data: Timeline, ax: Axes, *, max_events: int, outside_legend: bool) ->
             xs = [_num(t) for t in (data.events[i].time_ms for i in picked) if t is not None]
             points = ax.scatter(xs, ys, zorder=4, gid=f"events-{cls}", linewidths=0.6, **style)
         handles.append(points)
+    return len(drawn), handles
 
-    # Axes.
+
+def _draw_axes(data: Timeline, ax: Axes, lo: int, hi: int, drawn: int) -> None:
+    """Limits, the UTC date axis, a labelled row per step (up to 25), the grid and the title."""
+    import matplotlib.dates as mdates
+    from matplotlib.ticker import MaxNLocator
+
+    count = len(data.steps)
     ax.set_xlim(_num(lo), _num(hi))
     ax.set_ylim(0.5, count + 1.0)
     locator = mdates.AutoDateLocator(tz=dt.UTC)  # type: ignore[no-untyped-call]
@@ -955,12 +965,7 @@ def _draw(data: Timeline, ax: Axes, *, max_events: int, outside_legend: bool) ->
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(axis="y", color="#E0E0E0", linewidth=0.6, zorder=-1)
     ax.set_axisbelow(True)
-    ax.set_title(_title(data, len(drawn)), loc="left", fontsize="medium")
-    figure = ax.get_figure()
-    if outside_legend and figure is not None:
-        figure.legend(handles=handles, loc="outside lower center", ncols=5, fontsize="small", frameon=False)
-    else:
-        ax.legend(handles=handles, loc="best", fontsize="x-small")
+    ax.set_title(_title(data, drawn), loc="left", fontsize="medium")
 
 
 def _title(data: Timeline, drawn: int) -> str:

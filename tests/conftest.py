@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 import krishiv_py as kp
-from krishiv_py.runtime.cluster import QUICK_START_JVM, ConnectServer, LocalCluster
+from krishiv_py.devtools import QUICK_START_JVM, ConnectServer, LocalCluster
 
 settings.register_profile(
     "krishiv",
@@ -73,7 +73,7 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
     test run's temporary directory (``spark_cluster.log_dir``). A classic
     driver cannot share this process with the ``session`` fixture's JVM: run
     it in a subprocess, with ``spark.driver.host`` and ``spark.driver.bindAddress``
-    set to 127.0.0.1 and the environment of ``krishiv_py.runtime.cluster.server_env()``.
+    set to 127.0.0.1 and the environment of ``krishiv_py.devtools.server_env()``.
     """
     yield from _serve(
         LocalCluster(
@@ -87,7 +87,7 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Connect
     """A Spark Connect server on 127.0.0.1 with master ``local[2]`` (``connect_server.url``).
 
     Started on first use, stopped at the end of the run. Talk to it with
-    ``krishiv_py.runtime.cluster.connect_client(url)``, which can take turns with
+    ``krishiv_py.devtools.connect_client(url)``, which can take turns with
     the ``session`` fixture's classic session in this process.
     """
     yield from _serve(ConnectServer(master="local[2]", log_dir=tmp_path_factory.mktemp("connect-server")))

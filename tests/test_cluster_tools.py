@@ -1,4 +1,4 @@
-"""krishiv_py.runtime.cluster, the ``krishiv cluster``/``connect-server`` commands and their fixtures.
+"""krishiv_py.devtools, the ``krishiv cluster``/``connect-server`` commands and their fixtures.
 
 Real Spark servers on 127.0.0.1: the ``spark_cluster`` and ``connect_server``
 fixtures, one cluster started and stopped through the command line, and two
@@ -17,11 +17,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from krishiv_py.errors import SessionError
-from krishiv_py.runtime.cluster import (
+from krishiv_py.devtools import (
     ConnectServer,
     LocalCluster,
 )
+from krishiv_py.errors import SessionError
 
 pytestmark = pytest.mark.spark
 

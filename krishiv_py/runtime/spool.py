@@ -60,6 +60,7 @@ from urllib.parse import unquote, urlparse
 import attrs
 
 from krishiv_py.errors import JobError, PlanError
+from krishiv_py.runtime.checkpoint_log import committed_batch, file_source_log, log_offset, source_offsets
 
 if TYPE_CHECKING:
     from krishiv_py.runtime.job import Job
@@ -79,7 +80,6 @@ __all__ = [
 Retention: TypeAlias = Literal["all", "committed"]
 
 _FILE = re.compile(r"^batch-(\d{12})-(data|watermark|close)\.parquet$")
-_LOG_FILE = re.compile(r"^(\d+)(\.compact)?$")
 MANIFEST, READERS, LOCK = "manifest.json", "readers", ".lock"
 #: A sender looks for batches to delete at most this often (a job: after each ``process_all_available``).
 CLEAN_INTERVAL_S = 0.25
@@ -150,23 +150,28 @@ def spool_files(data_dir: str) -> dict[int, str]:
 
 # --- a reader's progress, from its Spark checkpoint ----------------------------------
 
-_parsed: dict[tuple[str, int, int], list[tuple[int, str]]] = {}
-_parsed_lock = threading.Lock()
-
 
 def committed_seq(checkpoint_dir: str, data_dir: str) -> int:
     """The newest batch of ``data_dir`` that the job at ``checkpoint_dir`` has committed (-1: none).
 
     The newest ``commits/<n>`` is the last committed micro-batch; ``offsets/<n>``
     holds each source's offset after it (line ``2 + i`` for ``sources/<i>``),
-    which for a file source is an index into that source's log.
+    which for a file source is an index into that source's log
+    (:mod:`krishiv_py.runtime.checkpoint_log` reads them). A log in a format
+    other than Spark's ``v1`` holds everything rather than guess (-1).
     """
-    last = _newest_batch(os.path.join(checkpoint_dir, "commits"))
+    try:
+        return _committed_seq(checkpoint_dir, data_dir)
+    except PlanError:
+        return -1
+
+
+def _committed_seq(checkpoint_dir: str, data_dir: str) -> int:
+    last = committed_batch(checkpoint_dir)
     if last < 0:
         return -1
     try:
-        with open(os.path.join(checkpoint_dir, "offsets", str(last)), encoding="utf-8") as f:
-            offsets = f.read().splitlines()[2:]
+        offsets = source_offsets(checkpoint_dir, last)
     except FileNotFoundError:
         return -1
     sources = os.path.join(checkpoint_dir, "sources")
@@ -175,58 +180,18 @@ def committed_seq(checkpoint_dir: str, data_dir: str) -> int:
     wanted = {os.path.normpath(data_dir), os.path.realpath(data_dir)}
     per_source = []  # a stream read twice in one query: the slower read counts
     for i, line in enumerate(offsets):
-        done = json.loads(line).get("logOffset") if line.startswith("{") else None
+        done = log_offset(line)
         reads, best = False, -1
-        log_dir = os.path.join(sources, str(i))
-        for fname in os.listdir(log_dir) if os.path.isdir(log_dir) else ():
-            if not _LOG_FILE.match(fname):
-                continue
-            for log_offset, path in _log_entries(os.path.join(log_dir, fname)):
-                local = unquote(urlparse(path).path)
-                m = _FILE.match(os.path.basename(local))
-                if m and os.path.dirname(local) in wanted:
-                    reads = True
-                    if isinstance(done, int) and log_offset <= done:
-                        best = max(best, int(m.group(1)))
+        for entry in file_source_log(os.path.join(sources, str(i))):
+            local = unquote(urlparse(entry.path).path)
+            m = _FILE.match(os.path.basename(local))
+            if m and os.path.dirname(local) in wanted:
+                reads = True
+                if done is not None and entry.batch_id <= done:
+                    best = max(best, int(m.group(1)))
         if reads:
             per_source.append(best)
     return min(per_source, default=-1)
-
-
-def _newest_batch(directory: str) -> int:
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return -1
-    return max((int(name) for name in names if name.isdigit()), default=-1)
-
-
-def _log_entries(path: str) -> list[tuple[int, str]]:
-    """``(batchId, path)`` of one file-source log file (a compact file lists every earlier batch)."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:  # removed by Spark's log compaction meanwhile
-        return []
-    key = (path, st.st_mtime_ns, st.st_size)
-    with _parsed_lock:
-        cached = _parsed.get(key)
-    if cached is not None:
-        return cached
-    entries: list[tuple[int, str]] = []
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except FileNotFoundError:
-        return []
-    for line in lines[1:]:  # the first line is the log's version, "v1"
-        if line.strip():
-            raw = json.loads(line)
-            entries.append((int(raw["batchId"]), str(raw["path"])))
-    with _parsed_lock:
-        if len(_parsed) > 512:
-            _parsed.clear()
-        _parsed[key] = entries
-    return entries
 
 
 # --- readers -------------------------------------------------------------------------

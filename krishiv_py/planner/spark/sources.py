@@ -144,30 +144,54 @@ class Lowerer:
         return Observe(child=read, name=name, exprs=(rows,))
 
     def _watermark(self, node: n.Watermark, child: RecipeNode, *, count_input: bool) -> RecipeNode:
-        et = n.event_time(node)
-        assert et is not None
+        """The event-time column over ``child``, Spark's watermark on it, its metrics observed.
+
+        Streaming, an idle timeout unions the source's idle markers in first;
+        unless every row is data, punctuation rows are dropped after the
+        watermark operator has seen them.
+        """
         name = source_observation(len(self.tracked))
         idle = self.streaming and node.idle_timeout_ms is not None
         if idle:
             child = UnionAll(children=(child, _markers(name, n.schema_of(node.input))))
+        # Files and records carry no punctuation rows: every row is data, so the
+        # per-row expressions skip the row-kind tests (a simpler plan that
+        # Spark re-optimises in less time every micro-batch).
+        plain = not idle and not any(isinstance(s, n.MemorySource) for s in n.sources_of(node))
+        out: RecipeNode = SelectExprs(child=child, exprs=("*", self._event_time(node, plain=plain)))
+        if self.streaming:
+            out = WithWatermark(child=out, column=ET, delay=f"{node.lag_ms} milliseconds")
+        self._track(node, name, idle=idle)
+        metrics = _source_metrics(plain=plain, idle=idle, count_input=count_input)
+        out = Observe(child=out, name=name, exprs=metrics)
+        if plain:
+            return out
+        # Mentions the event-time column, so it stays above the watermark operator.
+        return FilterExpr(child=out, condition=f"({quote(ROW_KIND)} = 0 OR {quote(ET)} IS NULL)")
+
+    def _event_time(self, node: n.Watermark, *, plain: bool) -> str:
+        """The select item of the event-time column.
+
+        A data row's event time, shifted by the lowering's time shift (``NULL``
+        outside the supported range); unless ``plain``, a punctuation row's is
+        its target watermark plus the lag, so the watermark operator reaches
+        the target.
+        """
+        et = n.event_time(node)
+        assert et is not None
         shift_us = self.shift * 1000
         col = quote(node.column)
         raw = f"unix_micros(CAST({col} AS TIMESTAMP))" if et.dtype.is_timestamp else f"{col} * 1000L"
         millis = f"unix_millis(CAST({col} AS TIMESTAMP))" if et.dtype.is_timestamp else col
         micros = f"CASE WHEN {millis} BETWEEN {MIN_EVENT_MS}L AND {MAX_EVENT_MS}L THEN {raw} END"
         data_et = f"timestamp_micros({micros} + {shift_us}L)"
-        # Files and records carry no punctuation rows: every row is data, so the
-        # per-row expressions skip the row-kind tests (a simpler plan that
-        # Spark re-optimises in less time every micro-batch).
-        plain = not idle and not any(isinstance(s, n.MemorySource) for s in n.sources_of(node))
         if plain:
-            et_expr = f"{data_et} AS {quote(ET)}"
-        else:
-            punct_et = f"timestamp_micros(({quote(WM)} + {node.lag_ms + self.shift}L) * 1000L)"
-            et_expr = f"CASE WHEN {quote(ROW_KIND)} = 0 THEN {data_et} ELSE {punct_et} END AS {quote(ET)}"
-        out: RecipeNode = SelectExprs(child=child, exprs=("*", et_expr))
-        if self.streaming:
-            out = WithWatermark(child=out, column=ET, delay=f"{node.lag_ms} milliseconds")
+            return f"{data_et} AS {quote(ET)}"
+        punct_et = f"timestamp_micros(({quote(WM)} + {node.lag_ms + self.shift}L) * 1000L)"
+        return f"CASE WHEN {quote(ROW_KIND)} = 0 THEN {data_et} ELSE {punct_et} END AS {quote(ET)}"
+
+    def _track(self, node: n.Watermark, name: str, *, idle: bool) -> None:
+        """Record the sources of ``node`` as observed by ``name``, for the job's per-source watermarks."""
         sources = ",".join(s.name for s in n.sources_of(node))
         self.tracked.append(
             TrackedSource(
@@ -177,34 +201,32 @@ class Lowerer:
                 idle_timeout_ms=node.idle_timeout_ms if idle else None,
             )
         )
-        data_row = "" if plain else f"{quote(ROW_KIND)} = 0 AND "
-        kind = quote(ROW_KIND)
-        own = (
-            (
-                f"max(CASE WHEN {kind} < 3 THEN unix_micros({quote(ET)}) END) AS {MAX_ET_US}",
-                f"count_if({kind} < 3) AS {ACTIVE}",
-                f"max(CASE WHEN {kind} = 3 THEN {quote(WM)} END) AS {IDLE_WM}",
-            )
-            if idle
-            else (f"max(unix_micros({quote(ET)})) AS {MAX_ET_US}",)
+
+
+def _source_metrics(*, plain: bool, idle: bool, count_input: bool) -> tuple[str, ...]:
+    """The metrics a watermark observes of its input.
+
+    Data rows (when ``count_input``), rows without a valid event time and the
+    maximum event time; with ``idle`` markers unioned in, the maximum and the
+    count of the source's own rows apart from the markers' target watermark.
+    """
+    kind = quote(ROW_KIND)
+    data_row = "" if plain else f"{kind} = 0 AND "
+    own = (
+        (
+            f"max(CASE WHEN {kind} < 3 THEN unix_micros({quote(ET)}) END) AS {MAX_ET_US}",
+            f"count_if({kind} < 3) AS {ACTIVE}",
+            f"max(CASE WHEN {kind} = 3 THEN {quote(WM)} END) AS {IDLE_WM}",
         )
-        out = Observe(
-            child=out,
-            name=name,
-            exprs=(
-                *(
-                    ((f"count(1) AS {ROWS}" if plain else f"count_if({kind} = 0) AS {ROWS}"),)
-                    if count_input
-                    else ()
-                ),
-                f"count_if({data_row}{quote(ET)} IS NULL) AS {INVALID}",
-                *own,
-            ),
-        )
-        if plain:
-            return out
-        # Mentions the event-time column, so it stays above the watermark operator.
-        return FilterExpr(child=out, condition=f"({quote(ROW_KIND)} = 0 OR {quote(ET)} IS NULL)")
+        if idle
+        else (f"max(unix_micros({quote(ET)})) AS {MAX_ET_US}",)
+    )
+    rows = f"count(1) AS {ROWS}" if plain else f"count_if({kind} = 0) AS {ROWS}"
+    return (
+        *((rows,) if count_input else ()),
+        f"count_if({data_row}{quote(ET)} IS NULL) AS {INVALID}",
+        *own,
+    )
 
 
 def _markers(name: str, schema: Schema) -> RecipeNode:

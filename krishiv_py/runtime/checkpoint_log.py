@@ -1,0 +1,133 @@
+"""Spark's streaming checkpoint logs, read from a checkpoint directory on this machine.
+
+A streaming query's checkpoint holds metadata logs of one file per
+micro-batch, each a version line, ``v1``, then its entries::
+
+    commits/<batch>            the micro-batches that completed
+    offsets/<batch>            a line of batch metadata, then each source's offset
+                               after the micro-batch (line ``i`` for ``sources/<i>``, ``-``: none)
+    sources/<i>/<batch>        a file source's log: the files each micro-batch read,
+    sources/<i>/<batch>.compact  one JSON line each ({"path", "timestamp", "batchId"});
+                               a compact file lists every batch up to its own
+
+A file source's offset is ``{"logOffset": <batch>}``, an index into its log.
+A log file whose first line is not ``v1`` is a format this module does not
+know: reading it raises :class:`~krishiv_py.errors.PlanError`.
+
+The memory stream's spool (:mod:`krishiv_py.runtime.spool`) reads these logs
+to know what its readers committed; the watermark timeline
+(:mod:`krishiv_py.viz`) reads them to replay a job's input.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from typing import NamedTuple
+
+from krishiv_py.errors import PlanError
+
+__all__ = ["FileEntry", "committed_batch", "file_source_log", "log_offset", "source_offsets"]
+
+# Log files of a file source: <batch> and <batch>.compact (not temporary or checksum files).
+_LOG_FILE = re.compile(r"^\d+(\.compact)?$")
+_BATCH_FILE = re.compile(r"^\d+$")
+_VERSION = "v1"
+
+
+class FileEntry(NamedTuple):
+    """One line of a file source's log: a file one micro-batch read."""
+
+    batch_id: int  # the log's batch id (the source's logOffset), not necessarily the micro-batch's
+    path: str  # the file's URI
+    timestamp: int  # its modification time, epoch ms
+
+
+def _entries(path: str, what: str) -> list[str]:
+    """The lines after the version line of log file ``path``; PlanError unless it is ``v1``."""
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    if not lines or lines[0] != _VERSION:
+        raise PlanError(f"unknown Spark {what} log format in {path}")
+    return lines[1:]
+
+
+def committed_batch(checkpoint_dir: str) -> int:
+    """The last committed micro-batch, the newest ``commits/<batch>`` (-1: none yet)."""
+    commits = os.path.join(checkpoint_dir, "commits")
+    try:
+        names = os.listdir(commits)
+    except FileNotFoundError:
+        return -1
+    return max((int(name) for name in names if _BATCH_FILE.match(name)), default=-1)
+
+
+def source_offsets(checkpoint_dir: str, batch_id: int) -> list[str]:
+    """Each source's offset after micro-batch ``batch_id`` (``offsets/<batch_id>``), one line per source.
+
+    ``-`` stands for no offset yet. Raises :class:`FileNotFoundError` when the
+    file is missing, :class:`~krishiv_py.errors.PlanError` when it is not ``v1``.
+    """
+    path = os.path.join(checkpoint_dir, "offsets", str(batch_id))
+    return _entries(path, "offset")[1:]  # the first entry is the batch's metadata
+
+
+def log_offset(value: object) -> int | None:
+    """A file source's offset, its ``logOffset``: from an offset log line or a progress report's value.
+
+    None for no offset (``-``, empty) and for offsets of other sources.
+    """
+    if isinstance(value, str):
+        if value.strip() in ("", "-"):
+            return None
+        value = json.loads(value)
+    if isinstance(value, dict) and "logOffset" in value:
+        return int(value["logOffset"])
+    return None
+
+
+# Parsed log files by (path, mtime, size): a spool reads the same files after every send.
+_parsed: dict[tuple[str, int, int], list[FileEntry]] = {}
+_parsed_lock = threading.Lock()
+
+
+def file_source_log(directory: str) -> list[FileEntry]:
+    """Every entry of a file source's log ``sources/<i>``, compact files included ([] if there is none).
+
+    An entry of a batch that a compact file and the batch's own file both list
+    appears twice. A file removed meanwhile (by Spark's log compaction, into a
+    compact file) is skipped.
+    """
+    out: list[FileEntry] = []
+    for name in os.listdir(directory) if os.path.isdir(directory) else ():
+        if _LOG_FILE.match(name):
+            out += _log_file(os.path.join(directory, name))
+    return out
+
+
+def _log_file(path: str) -> list[FileEntry]:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return []
+    key = (path, st.st_mtime_ns, st.st_size)
+    with _parsed_lock:
+        cached = _parsed.get(key)
+    if cached is not None:
+        return cached
+    try:
+        lines = _entries(path, "file-source")
+    except FileNotFoundError:
+        return []
+    entries = []
+    for line in lines:
+        if line.strip():
+            raw = json.loads(line)
+            entries.append(FileEntry(int(raw["batchId"]), str(raw["path"]), int(raw["timestamp"])))
+    with _parsed_lock:
+        if len(_parsed) > 512:
+            _parsed.clear()
+        _parsed[key] = entries
+    return entries
