@@ -64,21 +64,41 @@ def start_streaming(
         .option("checkpointLocation", checkpoint_dir)
         .queryName(setup.query_name)
     )
+    collector, handoff = None, None
+    if ticks is None:
+        writer = _native_output(writer, setup, quarantine)
+    else:
+        from krishiv_py.runtime.stateful import HANDOFF_CONF, BatchCollector
+
+        collector = BatchCollector(recipe, setup.writer, late_writer=setup.late_writer, quarantine=quarantine)
+        # Over Spark Connect foreachBatch runs on the server: the payloads come back as files.
+        handoff = os.path.join(checkpoint_dir, "krishiv-handoff") if is_remote(spark) else None
+        if handoff is None:
+            writer = writer.foreachBatch(collector)
+        else:
+            writer = writer.format("parquet").option("path", handoff)
+            conf = {**HANDOFF_CONF, **dict(conf or {})}
+    query = spark_call(
+        "starting the streaming query", lambda: _start_single_watermark(spark, writer, conf, checkpoint_dir)
+    )
     common: dict[str, Any] = {
         "setup": setup,
+        "query": query,
         "senders": senders,
         "checkpoint_dir": checkpoint_dir,
         "durability": durability,
         "markers_dir": markers,
         "quarantine": quarantine,
     }
-    if ticks is not None:
-        return _start_stateful(writer, ticks, conf, common)
-    writer = _native_output(writer, setup, quarantine)
-    query = spark_call(
-        "starting the streaming query", lambda: _start_single_watermark(spark, writer, conf, checkpoint_dir)
-    )
-    job = StreamingJob(query=query, **common)
+    job: StreamingJob
+    if collector is None:
+        job = StreamingJob(**common)
+    else:
+        from krishiv_py.runtime.stateful import StatefulJob
+
+        assert ticks is not None and recipe.stateful is not None
+        buckets = recipe.stateful.operator.buckets
+        job = StatefulJob(collector=collector, ticks=ticks, buckets=buckets, handoff=handoff, **common)
     job._start_background()
     return job
 
@@ -94,40 +114,6 @@ def _native_output(writer: Any, setup: JobSetup, quarantine: Quarantine | None) 
     if spark_stream is not None:
         return spark_stream(writer)
     return writer.foreachBatch(_arrow_batches(setup.writer, setup.recipe, quarantine))
-
-
-def _start_stateful(
-    writer: Any, ticks: Any, conf: Mapping[str, str] | None, common: dict[str, Any]
-) -> StreamingJob:
-    """Start krishiv's stateful operator; its output reaches the sink through ``foreachBatch``."""
-    from krishiv_py.runtime.stateful import HANDOFF_CONF, BatchCollector, StatefulJob
-
-    setup: JobSetup = common["setup"]
-    spark, recipe, checkpoint_dir = setup.spark, setup.recipe, common["checkpoint_dir"]
-    assert recipe.stateful is not None
-    collector = BatchCollector(
-        recipe, setup.writer, late_writer=setup.late_writer, quarantine=common["quarantine"]
-    )
-    # Over Spark Connect foreachBatch runs on the server: the payloads come back as files.
-    handoff = os.path.join(checkpoint_dir, "krishiv-handoff") if is_remote(spark) else None
-    if handoff is None:
-        writer = writer.foreachBatch(collector)
-    else:
-        writer = writer.format("parquet").option("path", handoff)
-        conf = {**HANDOFF_CONF, **dict(conf or {})}
-    query = spark_call(
-        "starting the streaming query", lambda: _start_single_watermark(spark, writer, conf, checkpoint_dir)
-    )
-    job = StatefulJob(
-        collector=collector,
-        ticks=ticks,
-        buckets=recipe.stateful.operator.buckets,
-        handoff=handoff,
-        query=query,
-        **common,
-    )
-    job._start_background()
-    return job
 
 
 SINGLE_WATERMARK_CONF = "spark.sql.streaming.statefulOperator.allowMultiple"
