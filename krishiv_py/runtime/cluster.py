@@ -12,25 +12,8 @@ from __future__ import annotations
 
 import warnings
 
-from krishiv_py.devtools import (
-    QUICK_START_JVM,
-    ConnectServer,
-    LocalCluster,
-    ServerProcess,
-    connect_client,
-    end_processes,
-    free_ports,
-    master_status,
-    read_state,
-    recorded_processes,
-    server_conf,
-    server_env,
-    spark_home,
-    state_dir,
-    state_path,
-    stop_recorded,
-    write_state,
-)
+from krishiv_py import devtools as _devtools
+from krishiv_py.devtools import *  # noqa: F403 - the names it had, from their new home
 
 # Constants it had besides __all__ (the redundant aliases mark them as re-exported).
 from krishiv_py.devtools.cluster import MASTER_CLASS as MASTER_CLASS
@@ -39,25 +22,7 @@ from krishiv_py.devtools.connect import CONNECT_CLASS as CONNECT_CLASS
 from krishiv_py.devtools.servers import DEFAULT_TIMEOUT_S as DEFAULT_TIMEOUT_S
 from krishiv_py.devtools.servers import HOST as HOST
 
-__all__ = [
-    "QUICK_START_JVM",
-    "ConnectServer",
-    "LocalCluster",
-    "ServerProcess",
-    "connect_client",
-    "end_processes",
-    "free_ports",
-    "master_status",
-    "read_state",
-    "recorded_processes",
-    "server_conf",
-    "server_env",
-    "spark_home",
-    "state_dir",
-    "state_path",
-    "stop_recorded",
-    "write_state",
-]
+__all__ = list(_devtools.__all__)
 
 warnings.warn(
     "krishiv_py.runtime.cluster has moved to krishiv_py.devtools; import LocalCluster, ConnectServer, "
