@@ -37,7 +37,6 @@ __all__ = [
     "FIRST",
     "LAST",
     "MAXTS",
-    "NEW",
     "NEWEST",
     "PENDING",
     "SEALED",
@@ -52,7 +51,6 @@ __all__ = [
 ]
 
 WS, WE, FIRED, PENDING, LAST, EMITTED = "__ws", "__we", "__fired", "__pending", "__last", "__emitted"
-NEW = "__new"  # rows added in this batch (sessions: a session with new rows is a new session)
 FIRST = "__first"  # with pane events: True on a result row that is its window's first firing
 SEALED = "__sealed"  # capped sessions: a session that takes no more rows
 NEWEST = "__newest"  # with a state TTL: the window's last update (µs; event or processing time)
