@@ -30,6 +30,10 @@ __all__ = [
     "HIDDEN_PREFIX",
     "IDLE_WM",
     "INVALID",
+    "KAFKA_COLUMNS",
+    "KAFKA_CORRUPT",
+    "KAFKA_DDL",
+    "KAFKA_PARSED",
     "MARKER_DDL",
     "MAX_ET_US",
     "OUTPUT_DDL",
@@ -87,6 +91,27 @@ BASE_HIDDEN = (ROW_KIND, WM, SEQ)
 SOURCE_HIDDEN_DDL = f"`{ROW_KIND}` tinyint, `{WM}` bigint, `{SEQ}` bigint"
 #: The Spark DDL of an idle-marker file (a promised watermark only).
 MARKER_DDL = f"`{WM}` bigint"
+
+# --- the columns a Kafka source adds after the value's fields (user-visible) ---------------
+
+#: Key, topic, partition, offset and timestamp of each record, and ``kafka_value``: the raw
+#: bytes of a record whose value did not decode (null for every other record).
+KAFKA_COLUMNS = (
+    "kafka_key",
+    "kafka_topic",
+    "kafka_partition",
+    "kafka_offset",
+    "kafka_timestamp",
+    "kafka_value",
+)
+#: Their Spark DDL, ``kafka_key`` as a string (``key_format="raw"``: binary).
+KAFKA_DDL = (
+    "kafka_key string, kafka_topic string, kafka_partition int, kafka_offset bigint, "
+    "kafka_timestamp timestamp, kafka_value binary"
+)
+
+#: Spark's Kafka connector: the parsed value struct, and its field holding a record that did not parse.
+KAFKA_PARSED, KAFKA_CORRUPT = "__kp_kafka_value", "__kp_corrupt"
 
 # --- the columns of a lowered query ------------------------------------------------------
 

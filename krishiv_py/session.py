@@ -525,6 +525,117 @@ class Session:
         self._sql.register(node.name, node)
         return Stream(self, node)
 
+    def from_spark(self, df: DataFrame, *, name: str | None = None) -> Stream:
+        """Any Spark DataFrame of this session as a source: streaming or batch, whatever produced it.
+
+        Spark's own Kafka connector, Delta, Kinesis, the ``rate`` source, a
+        table: the schema is read from the DataFrame, and the stream follows
+        the same rules as every other source (watermark, lateness, every
+        lowering). A streaming DataFrame gives an unbounded stream, a batch
+        DataFrame a bounded one. Its rows are data only: no punctuation, so
+        an idle timeout or the end of a bounded input moves its watermark.
+
+        Examples
+        --------
+            rate = session.spark.readStream.format("rate").option("rowsPerSecond", 100).load()
+            ticks = session.from_spark(rate, name="ticks")
+            per_second = ticks.watermark("timestamp", 1_000).tumbling_window(1_000).agg(kp.count(kp.col("*")))
+        """
+        from krishiv_py.api.stream import Stream
+
+        if not (hasattr(df, "schema") and hasattr(df, "isStreaming") and hasattr(df, "sparkSession")):
+            raise PlanError(f"from_spark() takes a Spark DataFrame, got {type(df).__name__}")
+        if df.sparkSession is not self.spark and not self.is_remote:
+            raise PlanError(
+                "from_spark(): the DataFrame belongs to another SparkSession; build it from session.spark"
+            )
+        parsed = to_schema(df.schema)
+        node = n.SparkSource(name=self._register(name), schema=parsed, frame=df, streaming=df.isStreaming)
+        self._sql.register(node.name, node)
+        return Stream(self, node)
+
+    def read_kafka(
+        self,
+        bootstrap_servers: str,
+        topic: str,
+        *,
+        schema: Any = None,
+        value_format: str = "json",
+        key_format: str = "string",
+        event_time: str | None = None,
+        starting_offsets: Any = "earliest",
+        max_records_per_batch: int | None = None,
+        consumer_config: Mapping[str, Any] | None = None,
+        name: str | None = None,
+        connector: str = "auto",
+        watermark_per_partition: bool = False,
+    ) -> Stream:
+        """A Kafka topic as an unbounded stream; see docs/kafka.md.
+
+        Columns: the value's fields (``schema``, for ``value_format="json"``;
+        ``value binary`` for ``"raw"``), then ``kafka_key``, ``kafka_topic``,
+        ``kafka_partition``, ``kafka_offset``, ``kafka_timestamp`` and
+        ``kafka_value`` (the raw bytes of a record whose value did not
+        decode; such a record's fields are null, so its event time is null
+        and it is counted and handed to the late-event handler as invalid).
+
+        Parameters
+        ----------
+        bootstrap_servers, topic
+            Where to read (``"host:port[,host:port]"``).
+        schema
+            The JSON value's fields: a DDL string, ``pyarrow.Schema`` or
+            ``StructType``. Timestamps are ISO-8601 strings; epoch
+            milliseconds are a ``bigint`` field.
+        event_time
+            The event-time column, when it is ``"kafka_timestamp"``: then a
+            record that does not decode has a null ``kafka_timestamp`` too.
+        starting_offsets
+            ``"earliest"`` (default), ``"latest"``, or ``{partition: offset}``
+            (other partitions from their earliest). Used by a new job only; a
+            restarted one goes on from its checkpoint.
+        max_records_per_batch
+            At most this many records per micro-batch (shared across
+            partitions by backlog).
+        consumer_config
+            Further librdkafka settings (security, ``group.id`` for the
+            committed offsets lag tools read, ...).
+        connector
+            ``"python"``: krishiv's data source (needs ``confluent-kafka``);
+            ``"spark"``: Spark's ``format("kafka")`` (its jar on the
+            classpath); ``"auto"``: Spark's when this Spark can load it.
+        watermark_per_partition
+            Give each partition a watermark of its own: ``.watermark(...)``
+            right on this stream applies per partition, the job's watermark
+            is their minimum, and an idle timeout leaves idle partitions out.
+
+        Examples
+        --------
+            events = session.read_kafka("127.0.0.1:9092", "events",
+                                        schema="user_id string, event_time timestamp, amount double")
+        """
+        from krishiv_py.api.stream import Stream
+        from krishiv_py.kafka.source import kafka_source
+
+        node = kafka_source(
+            name=self._register(name),
+            bootstrap_servers=bootstrap_servers,
+            topic=topic,
+            schema=schema,
+            value_format=value_format,
+            key_format=key_format,
+            event_time=event_time,
+            starting_offsets=starting_offsets,
+            max_records_per_batch=max_records_per_batch,
+            consumer_config=consumer_config,
+            connector=connector,
+            watermark_per_partition=watermark_per_partition,
+            spark=self.spark if connector != "python" else None,
+            remote=self.is_remote,
+        )
+        self._sql.register(node.name, node)
+        return Stream(self, node)
+
     # --- SQL --------------------------------------------------------------------
 
     def sql(self, text: str) -> Stream | None:

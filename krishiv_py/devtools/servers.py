@@ -230,6 +230,8 @@ class _Servers:
     """Processes started together, stopped together (the base of the two server kinds)."""
 
     kind = "servers"
+    #: Whether the processes are JVMs (``start`` checks for Java first).
+    needs_java = True
 
     def __init__(self, log_dir: str | os.PathLike[str] | None) -> None:
         self._log_dir = os.fspath(log_dir) if log_dir is not None else None
@@ -260,7 +262,8 @@ class _Servers:
         """
         if self.running:
             return self
-        check_java()
+        if self.needs_java:
+            check_java()
         os.makedirs(self.log_dir, exist_ok=True)
         self.processes = []
         if not self._registered:

@@ -35,10 +35,12 @@ __all__ = [
     "EventTime",
     "FileSource",
     "Filter",
+    "KafkaSource",
     "MemorySource",
     "PlanNode",
     "Project",
     "RecordsSource",
+    "SparkSource",
     "Union",
     "Watermark",
     "WindowAggregate",
@@ -85,6 +87,58 @@ class FileSource:
     path: str
     streaming: bool = False
     options: tuple[tuple[str, str], ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class SparkSource:
+    """Any Spark DataFrame (``session.from_spark``): unbounded when the DataFrame is streaming."""
+
+    name: str
+    schema: Schema
+    frame: Any = attrs.field(eq=False, repr=False)
+    streaming: bool
+
+
+#: How a Kafka source is read: Spark's own connector, or krishiv's Python data source.
+KafkaConnector: TypeAlias = Literal["spark", "python"]
+KafkaValueFormat: TypeAlias = Literal["json", "raw"]
+KafkaKeyFormat: TypeAlias = Literal["string", "raw"]
+
+
+@attrs.frozen(kw_only=True)
+class KafkaSource:
+    """A Kafka topic, always unbounded (:mod:`krishiv_py.kafka`).
+
+    ``schema`` is the value's fields followed by the Kafka columns
+    (:data:`krishiv_py.kafka.METADATA_COLUMNS`). With
+    ``per_partition`` the lowering reads each of ``partitions`` as a source
+    of its own, each with its own watermark; ``partitions`` is the topic's
+    partition count when the stream was built (``None``: not asked).
+    """
+
+    name: str
+    schema: Schema
+    bootstrap_servers: str
+    topic: str
+    connector: KafkaConnector
+    value_format: KafkaValueFormat = "json"
+    key_format: KafkaKeyFormat = "string"
+    event_time: str | None = None
+    #: ``"earliest"``, ``"latest"`` or partition -> offset.
+    starting_offsets: str | tuple[tuple[int, int], ...] = "earliest"
+    max_records_per_batch: int | None = None
+    consumer_config: tuple[tuple[str, str], ...] = ()
+    per_partition: bool = False
+    partitions: int | None = None
+    #: The partitions this node reads (``None``: every partition, new ones too).
+    only_partitions: tuple[int, ...] | None = None
+
+    @property
+    def value_fields(self) -> Schema:
+        """The fields decoded from each record's value (the schema without the Kafka columns)."""
+        from krishiv_py.names import KAFKA_COLUMNS
+
+        return Schema(tuple(f for f in self.schema if f.name not in KAFKA_COLUMNS))
 
 
 @attrs.frozen(kw_only=True)
@@ -174,10 +228,9 @@ class WindowAggregate:
         schema_of(self)
 
 
-PlanNode: TypeAlias = (
-    MemorySource | RecordsSource | FileSource | Watermark | Filter | Project | Union | WindowAggregate
-)
-SOURCE_TYPES = (MemorySource, RecordsSource, FileSource)
+SourceNode: TypeAlias = MemorySource | RecordsSource | FileSource | SparkSource | KafkaSource
+PlanNode: TypeAlias = SourceNode | Watermark | Filter | Project | Union | WindowAggregate
+SOURCE_TYPES = (MemorySource, RecordsSource, FileSource, SparkSource, KafkaSource)
 
 
 @attrs.frozen
@@ -281,12 +334,12 @@ def event_time(node: PlanNode) -> EventTime | None:
 def is_bounded(node: PlanNode) -> bool:
     """True when every source of ``node`` is finite."""
     return all(
-        isinstance(s, RecordsSource) or (isinstance(s, FileSource) and not s.streaming)
+        isinstance(s, RecordsSource) or (isinstance(s, FileSource | SparkSource) and not s.streaming)
         for s in sources_of(node)
     )
 
 
-def sources_of(node: PlanNode) -> list[MemorySource | RecordsSource | FileSource]:
+def sources_of(node: PlanNode) -> list[SourceNode]:
     return [n for n in walk(node) if isinstance(n, SOURCE_TYPES)]
 
 
@@ -337,6 +390,8 @@ def _describe(node: PlanNode) -> str:
         FileSource: lambda n: (
             f"FileSource {n.name!r} {n.format} {n.path!r}{' (streaming)' if n.streaming else ''} [{n.schema}]"
         ),
+        SparkSource: lambda n: f"SparkSource {n.name!r}{' (streaming)' if n.streaming else ''} [{n.schema}]",
+        KafkaSource: _kafka_text,
         Watermark: lambda n: (
             f"Watermark column={n.column} lag_ms={n.lag_ms}"
             + (
@@ -358,6 +413,16 @@ def _describe(node: PlanNode) -> str:
     kind = next(t for t in type(node).__mro__ if t in detail)  # a source of one's own: its base's line
     text: str = detail[kind](node)
     return text
+
+
+def _kafka_text(node: KafkaSource) -> str:
+    parts = f" partitions={list(node.only_partitions)}" if node.only_partitions is not None else ""
+    if node.per_partition and node.only_partitions is None:
+        parts = f" watermark per partition ({node.partitions} partitions)"
+    return (
+        f"KafkaSource {node.name!r} topic={node.topic!r} at {node.bootstrap_servers} "
+        f"connector={node.connector} value={node.value_format}{parts} [{node.schema}]"
+    )
 
 
 def _agg_text(call: AggCall) -> str:

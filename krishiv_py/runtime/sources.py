@@ -101,11 +101,48 @@ class MarkersReader:
         return markers.load(path)
 
 
+class SparkFrameReader:
+    """A user's Spark DataFrame (``from_spark``), as it is: the read rule adds the hidden columns."""
+
+    batch_sql = True
+
+    def read(self, spark: SparkSession, node: ReadSource, paths: ReadPaths) -> DataFrame:
+        return node.records  # type: ignore[no-any-return]
+
+
+class KafkaReader:
+    """A Kafka topic through krishiv's Python data source (:mod:`krishiv_py.kafka.datasource`)."""
+
+    batch_sql = False
+
+    def read(self, spark: SparkSession, node: ReadSource, paths: ReadPaths) -> DataFrame:
+        from krishiv_py.kafka.client import require_client
+
+        require_client()
+        from krishiv_py.kafka.datasource import SOURCE_NAME, KafkaDataSource
+
+        spark.dataSource.register(KafkaDataSource)
+        reader = spark.readStream.format(SOURCE_NAME).schema(node.schema.ddl())
+        return reader.options(**dict(node.options)).load()
+
+
+class SparkKafkaReader:
+    """A Kafka topic through Spark's own connector (``format("kafka")``; its schema is fixed)."""
+
+    batch_sql = False
+
+    def read(self, spark: SparkSession, node: ReadSource, paths: ReadPaths) -> DataFrame:
+        return spark.readStream.format(node.format).options(**dict(node.options)).load()
+
+
 _READERS: dict[str, SourceReader] = {
     "records": RecordsReader(),
     "files": FilesReader(),
     "memory": MemoryReader(),
     "markers": MarkersReader(),
+    "spark": SparkFrameReader(),
+    "kafka": KafkaReader(),
+    "kafka-spark": SparkKafkaReader(),
 }
 
 

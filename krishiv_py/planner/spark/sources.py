@@ -70,7 +70,7 @@ from krishiv_py.types import Schema
 
 __all__ = ["Lowerer", "ReadRule", "WindowRule", "read_rule", "register_read_rule"]
 
-Source = n.MemorySource | n.RecordsSource | n.FileSource
+Source = n.SourceNode
 
 
 class WindowRule(Protocol):
@@ -101,7 +101,10 @@ class Lowerer:
         rows, saving Spark one per-row metrics operator.
         """
         if isinstance(node, n.SOURCE_TYPES):
+            _check_partitioned(node)
             return self._source(node, count_input), BASE_HIDDEN
+        if isinstance(node, n.Watermark) and _partitioned(node.input):
+            return self._per_partition(node), (*BASE_HIDDEN, ET)
         if isinstance(node, n.Union):
             parts = [self.lower(i) for i in node.inputs]
             return UnionAll(children=tuple(p[0] for p in parts)), parts[0][1]
@@ -123,6 +126,22 @@ class Lowerer:
             return self._watermark(node, child, count_input=direct), (*hidden, ET)
         assert isinstance(node, n.WindowAggregate)
         return self.window(node, child, streaming=self.streaming, shift_ms=self.shift), ()
+
+    def _per_partition(self, node: n.Watermark) -> RecipeNode:
+        """A Kafka source with a watermark per partition: one read, watermark and tracker each.
+
+        Spark's overall watermark is the minimum of its watermark operators,
+        so each partition's own operator makes the partitions sources of
+        their own, idle markers included.
+        """
+        source = node.input
+        assert isinstance(source, n.KafkaSource) and source.partitions is not None
+        parts = []
+        for p in range(source.partitions):
+            one = attrs.evolve(source, name=f"{source.name}[{p}]", only_partitions=(p,))
+            child = self._source(one, count_input=False)
+            parts.append(self._watermark(attrs.evolve(node, input=one), child, count_input=True))
+        return parts[0] if len(parts) == 1 else UnionAll(children=tuple(parts))
 
     def _count_failures(self, child: RecipeNode, exprs: Sequence[ExprNode], schema: Schema) -> RecipeNode:
         """Observe, over the rows ``exprs`` are computed on, how often arithmetic gave no result."""
@@ -200,6 +219,19 @@ class Lowerer:
                 lag_ms=node.lag_ms,
                 idle_timeout_ms=node.idle_timeout_ms if idle else None,
             )
+        )
+
+
+def _partitioned(node: n.PlanNode) -> bool:
+    return isinstance(node, n.KafkaSource) and node.per_partition and node.only_partitions is None
+
+
+def _check_partitioned(node: n.PlanNode) -> None:
+    if _partitioned(node):
+        raise PlanError(
+            f"Kafka source {node.name!r} has watermark_per_partition=True: call .watermark(column, lag_ms) "  # type: ignore[union-attr]
+            "right on the stream read_kafka returns (before any filter or select), so each partition "
+            "gets its own watermark"
         )
 
 
@@ -311,18 +343,48 @@ class FilesRule:
             path=node.path,
             options=node.options,
         )
-        hidden = (
-            f"CAST(0 AS TINYINT) AS {quote(ROW_KIND)}",
-            f"CAST(NULL AS BIGINT) AS {quote(WM)}",
-            f"CAST(0 AS BIGINT) AS {quote(SEQ)}",
+        return _data_rows(read)
+
+
+def _data_rows(read: RecipeNode) -> SelectExprs:
+    """``read`` with the hidden columns of a source whose rows are all data, added as constants."""
+    hidden = (
+        f"CAST(0 AS TINYINT) AS {quote(ROW_KIND)}",
+        f"CAST(NULL AS BIGINT) AS {quote(WM)}",
+        f"CAST(0 AS BIGINT) AS {quote(SEQ)}",
+    )
+    return SelectExprs(child=read, exprs=("*", *hidden))
+
+
+class SparkFrameRule:
+    """Any Spark DataFrame (``from_spark``): its rows are data; the runtime reads the frame itself."""
+
+    punctuated = False
+
+    def read(self, node: n.SparkSource, *, streaming: bool) -> RecipeNode:
+        read = ReadSource(
+            name=node.name, kind="spark", schema=node.schema, streaming=node.streaming, records=node.frame
         )
-        return SelectExprs(child=read, exprs=("*", *hidden))
+        return _data_rows(read)
+
+
+class KafkaRule:
+    """A Kafka topic: krishiv's Python data source, or Spark's ``kafka`` format (:mod:`.kafka`)."""
+
+    punctuated = False
+
+    def read(self, node: n.KafkaSource, *, streaming: bool) -> RecipeNode:
+        from krishiv_py.planner.spark.kafka import kafka_read
+
+        return _data_rows(kafka_read(node))
 
 
 _READ_RULES: dict[type, ReadRule] = {
     n.MemorySource: MemoryRule(),
     n.RecordsSource: RecordsRule(),
     n.FileSource: FilesRule(),
+    n.SparkSource: SparkFrameRule(),
+    n.KafkaSource: KafkaRule(),
 }
 
 

@@ -1,0 +1,282 @@
+"""The Python connector: a Kafka topic as a Spark streaming data source (``pyspark.sql.datasource``).
+
+Offsets
+    An offset is ``{"<partition>": next offset, ...}``. Spark records each
+    micro-batch's end offsets in the query's checkpoint before it runs the
+    batch, so a restarted query reads exactly the range that was not
+    committed — exactly once into an exactly-once sink, whatever the
+    consumer group says. After Spark commits a batch, :meth:`commit` commits
+    the same offsets to the consumer group (``group.id`` of
+    ``consumer_config``, default ``krishiv-<stream name>``) so that lag
+    tools see the job's progress; nothing reads them back.
+Partitions
+    One Spark input partition per Kafka partition with records in the
+    batch's range, read in an executor task with an assigned consumer and
+    decoded into Arrow batches (:mod:`krishiv_py.kafka.decode`). Partitions
+    that appear while the job runs are read from their first offset.
+Batch size
+    ``max_records_per_batch`` caps the records of one micro-batch, shared
+    across partitions in proportion to their backlog (Spark's admission
+    control, ``ReadMaxRows``; ``Trigger.AvailableNow`` reads everything).
+Errors
+    A topic that does not exist (or was deleted), a broker that does not
+    answer, or a start offset the broker no longer holds (retention deleted
+    records before the job read them) raise :class:`KafkaReadError` naming
+    the topic and partition; the job fails with it as its cause.
+
+The class runs in Spark's Python workers (the driver's, for offsets, and the
+executors', for reading): confluent-kafka must be installed where they run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+from krishiv_py.kafka.client import (
+    REQUEST_TIMEOUT_S,
+    KafkaReadError,
+    consumer,
+    end_offsets,
+    partition_ids,
+    require_client,
+)
+
+__all__ = ["KafkaDataSource", "KafkaRange", "SOURCE_NAME"]
+
+#: The name the data source is registered under (``spark.readStream.format(SOURCE_NAME)``).
+SOURCE_NAME = "krishiv_kafka"
+#: Records one consumer call returns at most; also the largest Arrow batch a task yields.
+_CHUNK = 50_000
+
+
+class KafkaRange(InputPartition):
+    """The records of one Kafka partition a task reads: offsets ``[start, end)``."""
+
+    def __init__(self, partition: int, start: int, end: int) -> None:
+        super().__init__((partition, start, end))
+        self.partition, self.start, self.end = partition, start, end
+
+
+class KafkaDataSource(DataSource):
+    """``spark.readStream.format("krishiv_kafka").schema(ddl).options(...).load()``.
+
+    Options (all strings): ``bootstrap.servers``, ``topic``, ``partitions``
+    (comma-separated; empty: all), ``value.schema`` (the value fields' DDL),
+    ``value.format`` (``json``/``raw``), ``key.format`` (``string``/``raw``),
+    ``null.time.when.bad`` (``true``: a bad record's ``kafka_timestamp`` is
+    null), ``starting.offsets`` (``earliest``, ``latest`` or a JSON object of
+    partition -> offset), ``max.records`` and ``consumer.config`` (JSON).
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> str:
+        raise KafkaReadError("the krishiv_kafka source needs a schema: .schema(ddl)")
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return KafkaStreamReader(dict(self.options), schema)
+
+
+class KafkaStreamReader(DataSourceStreamReader):
+    def __init__(self, options: Mapping[str, str], schema: Any) -> None:
+        self.options = dict(options)
+        self.topic = options["topic"]
+        self.servers = options["bootstrap.servers"]
+        only = options.get("partitions", "")
+        self.only = [int(p) for p in only.split(",")] if only else None
+        self.config: dict[str, str] = json.loads(options.get("consumer.config") or "{}")
+        self.max_records = int(options["max.records"]) if options.get("max.records") else None
+        self._client: Any = None
+        self._committer: Any = None
+        self._last: dict[str, int] | None = None
+
+    # --- the driver's side: offsets ----------------------------------------------------
+
+    def _consumer(self) -> Any:
+        if self._client is None:
+            self._client = consumer(self.servers, {k: v for k, v in self.config.items() if k != "group.id"})
+        return self._client
+
+    def _bounds(self) -> dict[int, tuple[int, int]]:
+        client = self._consumer()
+        parts = partition_ids(client, self.topic, self.servers)
+        if self.only is not None:
+            missing = sorted(set(self.only) - set(parts))
+            if missing:
+                raise KafkaReadError(
+                    f"Kafka topic {self.topic!r} has no partition {missing[0]} (it has {len(parts)}); a "
+                    "stream with watermark_per_partition=True reads the partitions it was built with"
+                )
+            parts = self.only
+        return end_offsets(client, self.topic, parts)
+
+    def initialOffset(self) -> dict[str, int]:
+        start = self.options.get("starting.offsets", "earliest")
+        bounds = self._bounds()
+        if start == "earliest":
+            return {str(p): low for p, (low, _) in bounds.items()}
+        if start == "latest":
+            return {str(p): end for p, (_, end) in bounds.items()}
+        given = {int(p): int(o) for p, o in json.loads(start).items()}
+        return {str(p): given.get(p, low) for p, (low, _) in bounds.items()}
+
+    def latestOffset(self, start: dict[str, int] | None = None, limit: Any = None) -> dict[str, int]:
+        # Spark 4.0/4.1 call latestOffset() without arguments; 4.2+ pass the start and a read limit.
+        start = start if start is not None else (self._last or self.initialOffset())
+        bounds = self._bounds()
+        begin = {p: int(start.get(str(p), low)) for p, (low, _) in bounds.items()}
+        ends = {p: max(begin[p], end) for p, (_, end) in bounds.items()}
+        cap = _max_rows(limit, self.max_records)
+        if cap is not None:
+            ends = _admit(begin, ends, cap)
+        self._last = {str(p): o for p, o in ends.items()}
+        return dict(self._last)
+
+    def getDefaultReadLimit(self) -> Any:
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+        return ReadMaxRows(self.max_records) if self.max_records else ReadAllAvailable()
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[KafkaRange]:
+        return [
+            KafkaRange(int(p), int(start.get(p, 0)), int(o))
+            for p, o in sorted(end.items(), key=lambda kv: int(kv[0]))
+            if int(o) > int(start.get(p, 0))
+        ]
+
+    def commit(self, end: dict[str, int]) -> None:
+        """Mirror Spark's committed offsets in the consumer group (for lag tools; best effort)."""
+        ck = require_client()
+        group = self.config.get("group.id") or self.options.get("group.id")
+        if not group or not end:
+            return
+        if self._committer is None:
+            self._committer = consumer(self.servers, {**self.config, "group.id": group})
+        offsets = [ck.TopicPartition(self.topic, int(p), int(o)) for p, o in end.items()]
+        # The group's offsets are informational: Spark's checkpoint is what a restart reads.
+        with contextlib.suppress(ck.KafkaException):
+            self._committer.commit(offsets=offsets, asynchronous=False)
+
+    def stop(self) -> None:
+        for c in (self._client, self._committer):
+            if c is not None:
+                c.close()
+        self._client = self._committer = None
+
+    # --- the executors' side: records ------------------------------------------------------
+
+    def read(self, partition: KafkaRange) -> Iterator[Any]:  # type: ignore[override]
+        from krishiv_py.kafka.decode import records_to_batch
+        from krishiv_py.types import Schema
+
+        value_schema = Schema.parse(self.options["value.schema"]).to_arrow()
+        fmt = self.options.get("value.format", "json")
+        key_fmt = self.options.get("key.format", "string")
+        null_time = self.options.get("null.time.when.bad") == "true"
+        for chunk in _records(self.servers, self.config, self.topic, partition):
+            values, keys, offsets, stamps = chunk
+            yield records_to_batch(
+                values=values,
+                keys=keys,
+                topic=self.topic,
+                partitions=[partition.partition] * len(values),
+                offsets=offsets,
+                timestamps_ms=stamps,
+                value_schema=value_schema,
+                value_format=fmt,  # type: ignore[arg-type]
+                key_format=key_fmt,  # type: ignore[arg-type]
+                null_time_when_bad=null_time,
+            )
+
+
+def _records(
+    servers: str, config: Mapping[str, str], topic: str, part: KafkaRange
+) -> Iterator[tuple[list[bytes | None], list[bytes | None], list[int], list[int | None]]]:
+    """The records of ``part`` in chunks: values, keys, offsets, timestamps (ms)."""
+    ck = require_client()
+    client = consumer(servers, {k: v for k, v in config.items() if k != "group.id"})
+    try:
+        client.assign([ck.TopicPartition(topic, part.partition, part.start)])
+        position, quiet_since = part.start, time.monotonic()
+        while position < part.end:
+            values: list[bytes | None] = []
+            keys: list[bytes | None] = []
+            offsets: list[int] = []
+            stamps: list[int | None] = []
+            for msg in client.consume(num_messages=min(_CHUNK, part.end - position), timeout=1.0):
+                err = msg.error()
+                if err is not None:
+                    if err.code() == ck.KafkaError._PARTITION_EOF:
+                        continue
+                    raise _read_error(topic, part, err)
+                offset = msg.offset()
+                if offset >= part.end:
+                    continue
+                values.append(msg.value())
+                keys.append(msg.key())
+                offsets.append(offset)
+                kind, stamp = msg.timestamp()
+                stamps.append(stamp if kind != ck.TIMESTAMP_NOT_AVAILABLE else None)
+            if offsets:
+                position, quiet_since = offsets[-1] + 1, time.monotonic()
+                yield values, keys, offsets, stamps
+                continue
+            # Nothing new: transaction markers and aborted records take offsets without a record.
+            (pos,) = client.position([ck.TopicPartition(topic, part.partition)])
+            if pos.offset >= part.end:
+                return
+            if time.monotonic() - quiet_since > REQUEST_TIMEOUT_S:
+                raise KafkaReadError(
+                    f"Kafka topic {topic!r} partition {part.partition}: offsets {position}..{part.end - 1} "
+                    f"did not arrive within {REQUEST_TIMEOUT_S:g} s from {servers}; is the broker up?"
+                )
+    finally:
+        client.close()
+
+
+def _read_error(topic: str, part: KafkaRange, err: Any) -> KafkaReadError:
+    ck = require_client()
+    where = f"Kafka topic {topic!r} partition {part.partition}"
+    if err.code() == ck.KafkaError._AUTO_OFFSET_RESET or "out of range" in err.str().lower():
+        return KafkaReadError(
+            f"{where}: offset {part.start} is out of range (records were deleted, e.g. by retention, before "
+            "the job read them); start the job under a new name with starting_offsets='earliest' to go on "
+            "from the oldest record held"
+        )
+    if err.code() in (ck.KafkaError.UNKNOWN_TOPIC_OR_PART, ck.KafkaError._UNKNOWN_TOPIC):
+        return KafkaReadError(f"{where} does not exist (was the topic deleted?); restart once it is back")
+    return KafkaReadError(f"{where}: {err.str()}")
+
+
+def _max_rows(limit: Any, default: int | None) -> int | None:
+    """The row cap of Spark's read ``limit`` (None: read all available)."""
+    if limit is None:
+        return default
+    rows = getattr(limit, "max_rows", None)
+    return int(rows) if rows is not None else None
+
+
+def _admit(begin: Mapping[int, int], ends: Mapping[int, int], cap: int) -> dict[int, int]:
+    """End offsets that admit at most about ``cap`` records, shared in proportion to each backlog.
+
+    Every partition with a backlog moves by at least one record, so a small
+    cap still makes progress everywhere.
+
+    >>> _admit({0: 0, 1: 0}, {0: 300, 1: 100}, 100)
+    {0: 75, 1: 25}
+    >>> _admit({0: 5}, {0: 7}, 100)
+    {0: 7}
+    """
+    backlog = {p: ends[p] - begin[p] for p in ends}
+    total = sum(backlog.values())
+    if total <= cap:
+        return dict(ends)
+    return {p: begin[p] + (max(1, backlog[p] * cap // total) if backlog[p] else 0) for p in ends}

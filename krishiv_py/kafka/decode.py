@@ -1,0 +1,158 @@
+"""Kafka records to Arrow: the decoding kernel, pure functions with no Kafka client and no Spark.
+
+A batch of records arrives as parallel lists (values, keys, partitions,
+offsets, timestamps in ms); :func:`records_to_batch` turns it into one
+``pyarrow.RecordBatch`` of the source's columns: the value's fields, then
+the Kafka columns (:data:`krishiv_py.names.KAFKA_COLUMNS`).
+
+JSON values are decoded for the whole batch at once by ``pyarrow.json``
+against the value's schema (fields not in the schema are ignored, missing
+fields are null). A record that does not decode — not JSON, not an object,
+a field of the wrong type, a null or empty value — becomes an *invalid
+row*: its value fields are null, its raw bytes are in ``kafka_value``, and
+with ``event_time="kafka_timestamp"`` its timestamp is null too, so the
+row's event time is null and the job counts it and hands it to the
+late-event handler (SPEC §5). Only a batch that holds a bad record is
+decoded again, in halves, until each bad record stands alone: a batch of
+``n`` records with ``b`` bad ones costs ``O(b log n)`` extra parses.
+
+Examples
+--------
+>>> import pyarrow as pa
+>>> schema = pa.schema([("user", pa.string()), ("n", pa.int64())])
+>>> values = [b'{"user": "a", "n": 1}', b"not json", b'{"user": "b", "n": "x"}', b'{"n": 4}']
+>>> table, bad = decode_json(values, schema)
+>>> table.to_pylist()
+[{'user': 'a', 'n': 1}, {'user': None, 'n': None}, {'user': None, 'n': None}, {'user': None, 'n': 4}]
+>>> bad.tolist()
+[False, True, True, False]
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from krishiv_py.names import KAFKA_COLUMNS
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pyarrow as pa
+
+__all__ = ["decode_json", "records_to_batch"]
+
+# Raw newlines in a JSON text are whitespace (inside a string they must be escaped), so
+# they become spaces and a newline can separate the records of a batch.
+_TO_SPACE = bytes.maketrans(b"\n\r", b"  ")
+
+
+def decode_json(values: Sequence[bytes | None], schema: pa.Schema) -> tuple[pa.Table, np.ndarray]:
+    """Decode JSON ``values`` against ``schema``: the rows (null where bad) and a mask of bad ones."""
+    import numpy as np
+    import pyarrow as pa
+
+    bad = np.fromiter((not v or not v.strip() for v in values), dtype=bool, count=len(values))
+    good = np.flatnonzero(~bad)
+    parsed: list[tuple[np.ndarray, pa.Table]] = []
+    _decode_range([values[int(i)] for i in good], good, schema, parsed, bad)
+    if not parsed:
+        return _nulls(schema, len(values)), bad
+    rows = pa.concat_tables([t for _, t in parsed])
+    where = np.concatenate([idx for idx, _ in parsed])
+    if len(where) == len(values):  # every record decoded: the common case, no scatter
+        return rows, bad
+    # Scatter the decoded rows to their places; bad records get a null row.
+    take = np.full(len(values), -1, dtype=np.int64)
+    take[where] = np.arange(len(where))
+    indices = pa.array(take, type=pa.int64(), mask=take < 0)
+    return rows.take(indices), bad
+
+
+def _decode_range(
+    values: list[bytes | None],
+    where: np.ndarray,
+    schema: pa.Schema,
+    out: list[tuple[np.ndarray, pa.Table]],
+    bad: np.ndarray,
+) -> None:
+    """Decode ``values`` (records ``where`` of the batch); on a failure split in halves."""
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    if not values:
+        return
+    text = b"\n".join(v.translate(_TO_SPACE) for v in values if v is not None)
+    try:
+        table = pj.read_json(
+            io.BytesIO(text),
+            read_options=pj.ReadOptions(block_size=max(1 << 20, len(text) + 1)),
+            parse_options=pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"),
+        )
+        ok = table.num_rows == len(values)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        ok = False
+    if ok:
+        out.append((where, table.select(schema.names).cast(schema)))
+    elif len(values) == 1:
+        bad[where[0]] = True
+    else:
+        half = len(values) // 2
+        _decode_range(values[:half], where[:half], schema, out, bad)
+        _decode_range(values[half:], where[half:], schema, out, bad)
+
+
+def _nulls(schema: pa.Schema, n: int) -> pa.Table:
+    import pyarrow as pa
+
+    return pa.table({f.name: pa.nulls(n, f.type) for f in schema}, schema=schema)
+
+
+def records_to_batch(
+    *,
+    values: Sequence[bytes | None],
+    keys: Sequence[bytes | None],
+    topic: str,
+    partitions: Sequence[int],
+    offsets: Sequence[int],
+    timestamps_ms: Sequence[int | None],
+    value_schema: pa.Schema,
+    value_format: Literal["json", "raw"],
+    key_format: Literal["string", "raw"],
+    null_time_when_bad: bool,
+) -> pa.RecordBatch:
+    """One batch of records as the source's columns (value fields, then the Kafka columns)."""
+    import numpy as np
+    import pyarrow as pa
+
+    n = len(values)
+    if value_format == "json":
+        decoded, bad = decode_json(values, value_schema)
+        columns = [c.combine_chunks() for c in decoded.columns]
+    else:
+        bad = np.zeros(n, dtype=bool)
+        columns = [pa.array(values, type=pa.binary())]
+    ts = np.fromiter((-1 if t is None or t < 0 else t for t in timestamps_ms), dtype=np.int64, count=n)
+    ts_mask = (ts < 0) | bad if null_time_when_bad else ts < 0
+    columns += [
+        _keys(keys, key_format),
+        pa.array(np.full(n, topic, dtype=object), type=pa.string()),
+        pa.array(np.asarray(partitions, dtype=np.int32)),
+        pa.array(np.asarray(offsets, dtype=np.int64)),
+        pa.array(ts * 1000, type=pa.timestamp("us", tz="UTC"), mask=ts_mask),
+        pa.array(values, type=pa.binary(), mask=~bad),  # raw bytes of the bad records only
+    ]
+    names = [*value_schema.names, *KAFKA_COLUMNS]
+    return pa.RecordBatch.from_arrays(columns, names=names)
+
+
+def _keys(keys: Sequence[bytes | None], key_format: Literal["string", "raw"]) -> pa.Array[Any]:
+    import pyarrow as pa
+
+    raw = pa.array(keys, type=pa.binary())
+    if key_format == "raw":
+        return raw
+    try:
+        return raw.cast(pa.string())
+    except pa.ArrowInvalid:  # not UTF-8: decode each key, replacing what is not
+        return pa.array([None if k is None else k.decode("utf-8", "replace") for k in keys], pa.string())
