@@ -40,6 +40,7 @@ from krishiv_py.expr import (
     min,
     sum,
 )
+from krishiv_py.kafka.sink import KafkaSink
 from krishiv_py.late import CountingLateEventHandler, LateEventHandler, SideOutputLateEventHandler
 from krishiv_py.metrics import JobMetrics
 from krishiv_py.panes import PaneEvent
@@ -73,6 +74,7 @@ __all__ = [
     "JobMetrics",
     "JobProgress",
     "JobStoppedError",
+    "KafkaSink",
     "KeyedStream",
     "KrishivError",
     "LateEventHandler",

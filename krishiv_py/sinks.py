@@ -120,6 +120,19 @@ class SinkContext:
         """True for a bounded run: one batch, no checkpoint."""
         return self.checkpoint_dir is None
 
+    @property
+    def primary_key(self) -> tuple[str, ...] | None:
+        """The columns that identify a window result: key columns, ``window_start``, ``window_end``.
+
+        Window results put the key columns first, then the window's bounds
+        (SPEC "Result shape"); None for rows that are not window results.
+        """
+        names = self.schema.names
+        if self.output != "results" or "window_start" not in names or "window_end" not in names:
+            return None
+        end = names.index("window_end")
+        return names[: end + 1] if names.index("window_start") == end - 1 else None
+
 
 @runtime_checkable
 class SinkWriter(Protocol):

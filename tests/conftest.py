@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 import krishiv_py as kp
-from krishiv_py.devtools import QUICK_START_JVM, ConnectServer, LocalCluster
+from krishiv_py.devtools import QUICK_START_JVM, ConnectServer, KafkaBroker, LocalCluster
 
 settings.register_profile(
     "krishiv",
@@ -50,7 +50,7 @@ def session() -> Iterator[kp.Session]:
     s.stop()
 
 
-Servers = TypeVar("Servers", LocalCluster, ConnectServer)
+Servers = TypeVar("Servers", LocalCluster, ConnectServer, KafkaBroker)
 
 
 def _serve(servers: Servers) -> Iterator[Servers]:
@@ -91,3 +91,13 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Connect
     the ``session`` fixture's classic session in this process.
     """
     yield from _serve(ConnectServer(master="local[2]", log_dir=tmp_path_factory.mktemp("connect-server")))
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """A Kafka-protocol broker (Tansu, memory storage) on 127.0.0.1 and a free port.
+
+    Started on first use, stopped at the end of the run; a start-up failure
+    fails the test with the end of its log. Tests create topics of their own.
+    """
+    yield from _serve(KafkaBroker(log_dir=tmp_path_factory.mktemp("kafka-broker")))

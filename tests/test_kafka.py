@@ -1,0 +1,452 @@
+"""Kafka in and out: the decoding kernel, read_kafka's arguments, and jobs on a real broker.
+
+The broker is the ``kafka_broker`` fixture (Tansu on 127.0.0.1, one per test
+run); every test makes topics of its own. Spark's own Kafka connector cannot
+run here (its jar comes from Maven): its lowering is pinned by the snapshots
+in ``tests/snapshots/kafka_*.txt`` instead.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import krishiv_py as kp
+from krishiv_py.devtools import KafkaBroker
+from krishiv_py.kafka.decode import decode_json, records_to_batch
+from krishiv_py.plan import nodes as n
+from krishiv_py.sinks import SinkContext
+from krishiv_py.testing import ManualClock, Send, assert_same_rows, run_reference
+from krishiv_py.types import Schema
+
+SCHEMA = "user_id string, event_time timestamp, amount double"
+T0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+T0_MS = int(T0.timestamp() * 1000)
+
+
+def event(user: str, at_s: float, amount: float = 1.0) -> dict[str, Any]:
+    return {"user_id": user, "event_time": T0 + dt.timedelta(seconds=at_s), "amount": amount}
+
+
+def as_json(row: dict[str, Any]) -> bytes:
+    return json.dumps({**row, "event_time": row["event_time"].isoformat()}).encode()
+
+
+def produce(broker: KafkaBroker, topic: str, rows: Sequence[dict[str, Any]], partition: int) -> None:
+    """The rows of one step to one partition, keyed by user, Kafka timestamp = event time.
+
+    One partition per step: Kafka makes a write visible atomically within a
+    partition only (a transaction's commit markers reach partitions one by
+    one), and a test step must be one micro-batch to compare with the model.
+    """
+    broker.produce(
+        topic,
+        [
+            (
+                partition,
+                r["user_id"].encode(),
+                as_json(r),
+                int(r["event_time"].timestamp() * 1000),
+            )
+            for r in rows
+        ],
+    )
+
+
+def new_topic(broker: KafkaBroker, partitions: int) -> str:
+    topic = f"t{uuid.uuid4().hex[:10]}"
+    broker.create_topic(topic, partitions=partitions)
+    return topic
+
+
+def seed_pipeline(stream: kp.Stream) -> kp.Stream:
+    """The Krishiv seed's stream example: per user and minute, events and total amount."""
+    return (
+        stream.watermark("event_time", 5_000)
+        .key_by("user_id")
+        .tumbling_window(60_000)
+        .agg(kp.count(kp.col("*")).alias("events"), kp.sum(kp.col("amount")).alias("total"))
+    )
+
+
+def corrected_pipeline(stream: kp.Stream) -> kp.Stream:
+    return (
+        stream.watermark("event_time", 5_000)
+        .key_by("user_id")
+        .tumbling_window(60_000)
+        .allowed_lateness(60_000)
+        .accumulation("retracting")
+        .agg(kp.sum(kp.col("amount")).alias("total"))
+    )
+
+
+STEPS = [
+    [event("alice", 5), event("bob", 30), event("carol", 42, 2.0), event("alice", 70, 3.0)],
+    [event("bob", 50, 4.0), event("alice", 75), event("carol", 130, 5.0), event("dave", 1, 9.0)],
+    [event("alice", 200), event("bob", 65, 2.5)],
+]
+
+
+# --- the decoding kernel (no Spark, no broker) -----------------------------------------------
+
+
+def test_json_values_decode_in_one_pass_and_bad_records_stand_alone() -> None:
+    schema = Schema.parse("user string, at timestamp, n bigint").to_arrow()
+    values: list[bytes | None] = [
+        b'{"user": "a",\n "at": "2024-01-01T00:00:05Z", "n": 1, "extra": true}',  # newline, extra field
+        b'{"user": "b"}',  # missing fields are null
+        b"{not json",
+        None,  # a tombstone
+        b"   ",
+        b'{"user": "c", "n": "seven"}',  # a field of the wrong type
+        b'["an", "array"]',
+        b'{"user": "d", "n": 4}',
+    ]
+    table, bad = decode_json(values, schema)
+    assert bad.tolist() == [False, False, True, True, True, True, True, False]
+    assert table.schema == schema
+    assert table.column("user").to_pylist() == ["a", "b", None, None, None, None, None, "d"]
+    assert table.column("n").to_pylist() == [1, None, None, None, None, None, None, 4]
+    assert table.column("at")[0].as_py() == T0 + dt.timedelta(seconds=5)
+
+
+def test_a_batch_of_records_has_the_kafka_columns_and_marks_bad_ones() -> None:
+    value_schema = Schema.parse("user string, n bigint").to_arrow()
+    batch = records_to_batch(
+        values=[b'{"user": "a", "n": 1}', b"oops"],
+        keys=[b"a", None],
+        topic="events",
+        partitions=[2, 2],
+        offsets=[10, 11],
+        timestamps_ms=[T0_MS, T0_MS + 1],
+        value_schema=value_schema,
+        value_format="json",
+        key_format="string",
+        null_time_when_bad=True,
+    )
+    assert batch.schema.names == [
+        "user",
+        "n",
+        "kafka_key",
+        "kafka_topic",
+        "kafka_partition",
+        "kafka_offset",
+        "kafka_timestamp",
+        "kafka_value",
+    ]
+    rows = batch.to_pylist()
+    assert rows[0]["kafka_value"] is None and rows[0]["kafka_timestamp"] == T0
+    assert rows[1] == {
+        "user": None,
+        "n": None,
+        "kafka_key": None,
+        "kafka_topic": "events",
+        "kafka_partition": 2,
+        "kafka_offset": 11,
+        "kafka_timestamp": None,  # event_time="kafka_timestamp": a bad record has no event time
+        "kafka_value": b"oops",
+    }
+
+
+def test_the_sink_keys_each_window_and_turns_a_retraction_into_a_tombstone() -> None:
+    schema = Schema.parse(
+        "user_id string, window_start timestamp, window_end timestamp, total double, kind string"
+    )
+    context = SinkContext(schema=schema, checkpoint_dir="/cp", query_name="q")
+    assert context.primary_key == ("user_id", "window_start", "window_end")
+    writer = kp.KafkaSink("127.0.0.1:1", "out").open(context)
+    end = T0 + dt.timedelta(minutes=1)
+    rows = pa.table(
+        {
+            "user_id": ["a", "a"],
+            "window_start": [T0, T0],
+            "window_end": [end, end],
+            "total": [1.0, 2.0],
+            "kind": ["retract", "emit"],
+        }
+    )
+    key = b'{"user_id":"a","window_start":"2024-01-01T00:00:00Z","window_end":"2024-01-01T00:01:00Z"}'
+    value = key[:-1] + b',"total":2.0}'
+    assert writer.records(rows) == [(key, None), (key, value)]
+    late = SinkContext(schema=Schema.parse("user_id string, n bigint"), output="late events")
+    assert late.primary_key is None
+
+
+def test_bad_read_kafka_and_sink_arguments_are_plan_errors(session: kp.Session) -> None:
+    def read(**kwargs: Any) -> None:
+        args: dict[str, Any] = {"schema": SCHEMA, "connector": "python", **kwargs}
+        session.read_kafka(args.pop("servers", "127.0.0.1:9"), args.pop("topic", "t"), **args)
+
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"servers": ""}, "bootstrap_servers must be a non-empty string"),
+        ({"topic": None}, "topic must be a non-empty string"),
+        ({"schema": None}, "value_format='json' needs the value's schema"),
+        ({"value_format": "avro"}, "value_format must be one of 'json', 'raw', got 'avro'"),
+        ({"value_format": "raw"}, "leave schema out"),
+        ({"key_format": "int"}, "key_format must be one of"),
+        ({"schema": "kafka_offset bigint"}, "value field 'kafka_offset' is a name the Kafka columns use"),
+        ({"event_time": "nope"}, "nope"),
+        ({"event_time": "user_id"}, "event_time column 'user_id' is string"),
+        ({"starting_offsets": "now"}, "starting_offsets must be 'earliest', 'latest' or"),
+        ({"starting_offsets": {0: -1}}, "starting offset of partition 0 must be an offset >= 0"),
+        ({"max_records_per_batch": 0}, "max_records_per_batch must be a positive integer"),
+        ({"consumer_config": {"enable.auto.commit": True}}, "may not set 'enable.auto.commit'"),
+        ({"connector": "jvm"}, "connector must be one of"),
+        ({"name": "not a name"}, "must be an identifier"),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(kp.PlanError, match=message.replace("(", r"\(").replace("[", r"\[")):
+            read(**kwargs)
+    with pytest.raises(kp.PlanError, match="KafkaSink: delivery must be"):
+        kp.KafkaSink("127.0.0.1:9", "t", delivery="twice")  # type: ignore[arg-type]
+    with pytest.raises(kp.PlanError, match="key column 'nope' is not a result column"):
+        kp.KafkaSink("127.0.0.1:9", "t", key=["nope"]).open(SinkContext(schema=Schema.parse("a int")))
+
+
+@pytest.mark.spark
+def test_auto_uses_the_python_connector_where_spark_cannot_load_its_own(session: kp.Session) -> None:
+    stream = session.read_kafka("127.0.0.1:9", "t", schema=SCHEMA)
+    assert isinstance(stream.plan, n.KafkaSource) and stream.plan.connector == "python"
+    assert "connector=python" in stream.explain(show=False)
+    with pytest.raises(kp.SessionError, match=r"spark\.jars\.packages.*spark-sql-kafka-0-10_2\.13"):
+        session.read_kafka("127.0.0.1:9", "t", schema=SCHEMA, connector="spark")
+
+
+# --- jobs on the broker ------------------------------------------------------------------------
+
+
+def run_steps(
+    broker: KafkaBroker,
+    session: kp.Session,
+    pipeline: Callable[[kp.Stream], kp.Stream],
+    steps: Sequence[Sequence[dict[str, Any]]],
+    *,
+    partitions: int = 3,
+    sink: Any = None,
+) -> tuple[kp.Job, list[pa.Table]]:
+    topic = new_topic(broker, partitions)
+    stream = session.read_kafka(broker.bootstrap_servers, topic, schema=SCHEMA)
+    job = pipeline(stream).start(sink)
+    seen = []
+    try:
+        for i, rows in enumerate(steps):
+            produce(broker, topic, rows, i % partitions)  # the steps go round the partitions
+            job.process_all_available()
+            seen.append(job.results())
+    finally:
+        job.stop()
+    return job, seen
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("pipeline", [seed_pipeline, corrected_pipeline], ids=["native", "stateful"])
+def test_a_three_partition_topic_gives_the_reference_windows(
+    kafka_broker: KafkaBroker, session: kp.Session, pipeline: Callable[[kp.Stream], kp.Stream]
+) -> None:
+    job, seen = run_steps(kafka_broker, session, pipeline, STEPS)
+    want = run_reference(SCHEMA, pipeline, [Send(rows) for rows in STEPS])
+    assert job.lowering == ("native" if pipeline is seed_pipeline else "stateful")
+    for got, expected in zip(seen, want, strict=True):
+        assert_same_rows(got, expected)
+    assert job.metrics().input_rows == sum(len(s) for s in STEPS)
+
+
+@pytest.mark.spark
+def test_bad_records_are_counted_and_handed_to_the_handler(
+    kafka_broker: KafkaBroker, session: kp.Session
+) -> None:
+    topic = new_topic(kafka_broker, 2)
+    good = [event("alice", s) for s in (1, 2, 3, 61)] + [event("bob", 4)]
+    bad = [b"{broken", b'{"user_id": "eve", "event_time": "2024-01-01T00:00:09Z", "amount": "lots"}', None]
+    records = [(1, None, as_json(r), None) for r in good] + [(1, b"k", v, None) for v in bad]
+    kafka_broker.produce(topic, records)  # one partition: one micro-batch
+    handler = kp.SideOutputLateEventHandler()
+    stream = session.read_kafka(kafka_broker.bootstrap_servers, topic, schema=SCHEMA)
+    windows = (
+        stream.watermark("event_time", 0)
+        .key_by("user_id")
+        .tumbling_window(60_000)
+        .with_late_event_handler(handler)
+        .agg(kp.count(kp.col("*")).alias("n"))
+    )
+    job = windows.start()
+    try:
+        job.process_all_available()
+        results, late = job.results(), job.late_events()
+        metrics = job.metrics()
+    finally:
+        job.stop()
+    assert sorted((r["user_id"], r["n"]) for r in results.to_pylist()) == [("alice", 3), ("bob", 1)]
+    assert metrics.invalid_events == 3
+    assert late.column("classification").to_pylist() == ["invalid"] * 3
+    assert sorted(late.column("kafka_value").to_pylist(), key=str) == sorted(
+        [b"{broken", bad[1], None], key=str
+    )
+    # Nothing else lost: every record is in a window (fired or still open), or was handed over.
+    open_window = 1  # alice's [00:01, 00:02) waits for the watermark
+    assert len(good) + len(bad) == sum(int(n or 0) for n in results.column("n").to_pylist()) + open_window + late.num_rows
+
+
+@pytest.mark.spark
+def test_a_lagging_partition_holds_windows_back_until_it_goes_idle(
+    kafka_broker: KafkaBroker, session: kp.Session
+) -> None:
+    topic = new_topic(kafka_broker, 2)
+    stream = session.read_kafka(
+        kafka_broker.bootstrap_servers, topic, schema=SCHEMA, watermark_per_partition=True, name="clicks"
+    )
+    counts = (
+        stream.watermark("event_time", 0, idle_timeout_ms=1_500)
+        .key_by("user_id")
+        .tumbling_window(60_000)
+        .agg(kp.count(kp.col("*")).alias("n"))
+    )
+    assert "clicks[0]" in counts.explain(show=False) and "clicks[1]" in counts.explain(show=False)
+
+    def send(partition: int, user: str, at_s: int) -> None:
+        row = event(user, at_s)
+        kafka_broker.produce(topic, [(partition, user.encode(), as_json(row), None)])
+
+    job = counts.start()
+    clock = ManualClock()  # processing time moves only when the test says so
+    job._idle.restart_clock(clock)  # type: ignore[attr-defined]
+    try:
+        send(0, "a", 10)
+        send(1, "b", 20)
+        job.process_all_available()
+        send(0, "a", 130)  # partition 0 is at 130 s; partition 1 lags at 20 s
+        job.process_all_available()
+        assert job.results().num_rows == 0  # the lagging partition holds [00:00, 00:01) back
+        assert job.source_watermarks() == {"clicks[0]": T0_MS + 130_000, "clicks[1]": T0_MS + 20_000}
+        clock.advance(2_000)  # partition 1 sends nothing for longer than the idle timeout ...
+        send(0, "a", 140)  # ... while partition 0 goes on
+        job.process_all_available()
+        assert job.idle_sources() == {"clicks[1]"}
+        fired = sorted((r["user_id"], r["n"]) for r in job.results().to_pylist())
+        assert fired == [("a", 1), ("b", 1)]  # [00:00, 00:01) fired without waiting for partition 1
+        send(1, "b", 30)  # back from idle, behind the overall watermark: late by the usual rules
+        job.process_all_available()
+        assert "clicks[1]" not in job.idle_sources()
+        assert sorted((r["user_id"], r["n"]) for r in job.results().to_pylist()) == fired
+        assert job.metrics().input_rows == 5
+    finally:
+        job.stop()
+
+
+@pytest.mark.spark
+def test_kafka_sink_holds_the_latest_result_of_every_window(
+    kafka_broker: KafkaBroker, session: kp.Session
+) -> None:
+    out = new_topic(kafka_broker, 2)
+    sink = kp.KafkaSink(kafka_broker.bootstrap_servers, out)
+    job, _ = run_steps(kafka_broker, session, corrected_pipeline, STEPS, sink=sink)
+    want = run_reference(SCHEMA, corrected_pipeline, [Send(rows) for rows in STEPS])[-1]
+    # The latest value per key: emit rows net of their retractions.
+    final: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for row in want:
+        key = (row["user_id"], row["window_start"], row["window_end"])
+        if row["kind"] == "emit":
+            final[key] = {k: v for k, v in row.items() if k != "kind"}
+        else:
+            final.pop(key, None)
+    assert_same_rows(job.results(), list(final.values()))
+    assert any(r["kind"] == "retract" for r in want)  # a correction happened, and was applied
+
+
+@pytest.mark.spark
+def test_a_batch_written_again_after_a_restart_is_written_once(kafka_broker: KafkaBroker) -> None:
+    out = new_topic(kafka_broker, 1)
+    schema = Schema.parse("user_id string, window_start timestamp, window_end timestamp, n bigint")
+    context = SinkContext(schema=schema, checkpoint_dir=f"/checkpoints/{out}", query_name="q")
+    end = T0 + dt.timedelta(minutes=1)
+    rows = pa.table({"user_id": ["a"], "window_start": [T0], "window_end": [end], "n": [3]})
+    kp.KafkaSink(kafka_broker.bootstrap_servers, out).open(context).write(rows, 0)
+    again = kp.KafkaSink(kafka_broker.bootstrap_servers, out).open(context)  # the restarted job's writer
+    again.write(rows, 0)  # Spark runs batch 0 again: already committed, skipped
+    again.write(rows.set_column(3, "n", pa.array([4])), 1)
+    from krishiv_py.kafka.client import read_topic
+
+    assert [json.loads(v or b"")["n"] for _, v in read_topic(kafka_broker.bootstrap_servers, out)] == [3, 4]
+    assert again.transactional is True
+
+
+@pytest.mark.spark
+def test_a_topic_that_does_not_exist_fails_the_job_naming_it(
+    kafka_broker: KafkaBroker, session: kp.Session
+) -> None:
+    stream = session.read_kafka(kafka_broker.bootstrap_servers, "no_such_topic", schema=SCHEMA)
+    job = seed_pipeline(stream).start()
+    try:
+        with pytest.raises(kp.JobError, match="Kafka topic 'no_such_topic' does not exist"):
+            job.process_all_available()
+    finally:
+        job.stop()
+
+
+# --- any Spark DataFrame -------------------------------------------------------------------------
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("lowering", ["native", "stateful"])
+def test_from_spark_runs_a_streaming_file_source_built_by_hand(
+    session: kp.Session, tmp_path: Path, lowering: str
+) -> None:
+    import pyarrow.parquet as pq
+
+    from krishiv_py.types import to_schema
+
+    rows = [event("a", 5), event("b", 30), event("a", 70, 3.0), event("a", 200)]
+    pq.write_table(
+        pa.Table.from_pylist(rows, schema=to_schema(SCHEMA).to_arrow()), tmp_path / "part-0.parquet"
+    )
+    df = session.spark.readStream.schema(SCHEMA).parquet(str(tmp_path))
+    stream = session.from_spark(df, name="by_hand")
+    assert not stream.is_bounded and stream.columns == ("user_id", "event_time", "amount")
+    windows = seed_pipeline(stream)
+    assert "SparkSource 'by_hand' (streaming)" in windows.explain(show=False)
+    job = windows.start(lowering=lowering)  # type: ignore[arg-type]
+    try:
+        job.process_all_available()
+        got = job.results()
+    finally:
+        job.stop()
+    want = run_reference(SCHEMA, seed_pipeline, [Send(rows)])[-1]
+    assert_same_rows(got, want)
+    # A batch DataFrame is a bounded source: collect() runs the bounded lowering.
+    bounded = seed_pipeline(session.from_spark(session.spark.read.schema(SCHEMA).parquet(str(tmp_path))))
+    assert bounded.is_bounded
+    assert bounded.collect().num_rows == 4  # every window fires at the end of bounded input
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("lowering", ["native", "stateful"])
+def test_from_spark_reads_sparks_rate_source(session: kp.Session, lowering: str) -> None:
+    rate = session.spark.readStream.format("rate").option("rowsPerSecond", 200).load()
+    ticks = session.from_spark(rate.selectExpr("timestamp", "value", "value % 2 AS parity"))
+    per_second = (
+        ticks.watermark("timestamp", 0)
+        .key_by("parity")
+        .tumbling_window(1_000)
+        .agg(kp.count(kp.col("*")).alias("n"), kp.min(kp.col("value")).alias("first"))
+    )
+    job = per_second.start(lowering=lowering)  # type: ignore[arg-type]
+    try:
+        deadline = time.monotonic() + 60
+        while job.results().num_rows < 2 and time.monotonic() < deadline:
+            job.process_all_available()
+            time.sleep(0.5)
+        rows = job.results().to_pylist()
+    finally:
+        job.stop()
+    assert rows, "no window of the rate source fired within 60 s"
+    for row in rows:
+        assert row["window_end"] - row["window_start"] == dt.timedelta(seconds=1)
+        assert row["first"] % 2 == row["parity"] and row["n"] >= 1
