@@ -90,14 +90,53 @@ def child(state_dir: str, seed: int, count: int, size: int, lowering: str) -> in
     return 0
 
 
-def expected(seed: int, count: int, size: int) -> list[dict[str, Any]]:
+def child_kafka(
+    state_dir: str, servers: str, topic: str, seed: int, count: int, size: int, lowering: str
+) -> int:
+    """The same job over a Kafka topic: produce the steps not yet in the topic, one step per batch.
+
+    Each step goes to one partition (step ``i`` to partition ``i % 3``) in
+    one transaction, so it is visible whole or not at all, and the next is
+    produced only after the job processed it: a micro-batch is one step, as
+    in the reference model. A restarted child counts the records in the
+    topic to find where the producer stopped.
+    """
+    from confluent_kafka import Producer
+
+    import krishiv_py as kp
+    from krishiv_py.kafka.client import read_topic
+
+    data = batches(seed, count, size)
+    with kp.Session.embedded(durability="single-node-durable", state_dir=state_dir) as session:
+        stream = session.read_kafka(servers, topic, schema=SCHEMA, name="input")
+        job = pipeline(stream).start(
+            kp.ParquetSink(os.path.join(state_dir, "out")), name="chaos", lowering=lowering
+        )
+        job.process_all_available()
+        written, done = len(read_topic(servers, topic)), 0
+        while done < len(data) and written >= sum(len(b) for b in data[: done + 1]):
+            done += 1
+        producer = Producer({"bootstrap.servers": servers, "transactional.id": f"chaos-{topic}"})
+        producer.init_transactions(30)
+        for i, batch in enumerate(data[done:], start=done):
+            producer.begin_transaction()
+            for row in batch:
+                producer.produce(topic, value=json.dumps(row).encode(), partition=i % 3)
+            producer.commit_transaction(30)
+            job.process_all_available()
+        job.stop()
+    return 0
+
+
+def expected(seed: int, count: int, size: int, *, kafka: bool = False) -> list[dict[str, Any]]:
     """The reference model's windows for the same batches (one step each, then the end of input)."""
     from krishiv_py.testing.steps import _placeholder, reference_model_for
 
     model = reference_model_for(pipeline(_placeholder(SCHEMA)))
     for batch in batches(seed, count, size):
         model.send(batch)
-    model.close()
+    if not kafka:
+        model.close()  # a Kafka topic has no end: the windows its watermark has not passed stay open
     return model.results
 
 
@@ -117,23 +156,26 @@ class Run:
 
 
 def run_once(
-    *, seed: int, kills: int, count: int, size: int, lowering: str, max_delay_s: float, log: Any = print
+    *,
+    seed: int,
+    kills: int,
+    count: int,
+    size: int,
+    lowering: str,
+    max_delay_s: float,
+    log: Any = print,
+    kafka: tuple[str, str] | None = None,
 ) -> Run:
-    """One run: start, SIGKILL ``kills`` times at random moments, finish, compare with the model."""
+    """One run: start, SIGKILL ``kills`` times at random moments, finish, compare with the model.
+
+    ``kafka``: ``(bootstrap servers, topic)`` of an empty 3-partition topic to
+    read the input from, instead of a memory stream.
+    """
     rng = random.Random(seed)
     run = Run(lowering=lowering)
     with tempfile.TemporaryDirectory(prefix="krishiv-chaos-") as state_dir:
-        cmd = [
-            sys.executable,
-            "-m",
-            "benchmarks.chaos",
-            "child",
-            state_dir,
-            str(seed),
-            str(count),
-            str(size),
-            lowering,
-        ]
+        where = ["child-kafka", state_dir, *kafka] if kafka else ["child", state_dir]
+        cmd = [sys.executable, "-m", "benchmarks.chaos", *where, str(seed), str(count), str(size), lowering]
         for attempt in range(kills + 1):
             # A process group of its own: the kill takes the child's JVM down with it, like a crash.
             proc = subprocess.Popen(
@@ -158,7 +200,8 @@ def run_once(
                 run.finished = True
                 break
         if run.finished:
-            compare(run, os.path.join(state_dir, "out"), expected(seed, count, size))
+            want = expected(seed, count, size, kafka=kafka is not None)
+            compare(run, os.path.join(state_dir, "out"), want)
     return run
 
 
@@ -214,6 +257,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "child":
         _, state_dir, seed, count, size, lowering = argv
         return child(state_dir, int(seed), int(count), int(size), lowering)
+    if argv and argv[0] == "child-kafka":
+        _, state_dir, servers, topic, seed, count, size, lowering = argv
+        return child_kafka(state_dir, servers, topic, int(seed), int(count), int(size), lowering)
     p = argparse.ArgumentParser(
         description="SIGKILL a durable streaming job at random points; compare its sink"
     )

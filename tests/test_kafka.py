@@ -292,7 +292,10 @@ def test_bad_records_are_counted_and_handed_to_the_handler(
     )
     # Nothing else lost: every record is in a window (fired or still open), or was handed over.
     open_window = 1  # alice's [00:01, 00:02) waits for the watermark
-    assert len(good) + len(bad) == sum(int(n or 0) for n in results.column("n").to_pylist()) + open_window + late.num_rows
+    assert (
+        len(good) + len(bad)
+        == sum(int(n or 0) for n in results.column("n").to_pylist()) + open_window + late.num_rows
+    )
 
 
 @pytest.mark.spark
