@@ -1,8 +1,9 @@
 """The ``krishiv`` command.
 
 ``krishiv demo`` runs the embedded end-to-end demo; ``krishiv cluster
-start|status|stop`` and ``krishiv connect-server start|status|stop`` run a
-Spark standalone cluster or a Spark Connect server on this machine
+start|status|stop``, ``krishiv connect-server start|status|stop`` and
+``krishiv kafka start|status|stop`` run a Spark standalone cluster, a Spark
+Connect server or a Kafka-protocol broker on this machine
 (:mod:`krishiv_py.devtools`), detached from the terminal.
 """
 
@@ -16,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 from krishiv_py.errors import KrishivError
 
 if TYPE_CHECKING:
-    from krishiv_py.devtools import ConnectServer, LocalCluster
+    from krishiv_py.devtools import ConnectServer, KafkaBroker, LocalCluster
 
 __all__ = ["main"]
 
 Handler = Callable[[argparse.Namespace], int]
 #: State file names (under ``$KRISHIV_STATE_DIR`` or ``~/.krishiv``) of the two server kinds.
-CLUSTER, CONNECT = "cluster", "connect-server"
+CLUSTER, CONNECT, KAFKA = "cluster", "connect-server", "kafka"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,6 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     start = _add_server_commands(sub, CONNECT, "a Spark Connect server", "a Spark Connect server")
     start.add_argument("--master", default="local[2]", help="the server's Spark master (default local[2])")
     start.set_defaults(handler=_connect_start)
+    start = _add_server_commands(sub, KAFKA, "a Kafka-protocol broker (Tansu)", "a Kafka broker")
+    start.set_defaults(handler=_kafka_start)
     return parser
 
 
@@ -112,7 +115,15 @@ def _connect_start(args: argparse.Namespace) -> int:
     return _start(CONNECT, servers, f"a Spark Connect server ({args.master})", args.timeout)
 
 
-def _start(name: str, servers: LocalCluster | ConnectServer, what: str, timeout_s: float) -> int:
+def _kafka_start(args: argparse.Namespace) -> int:
+    from krishiv_py.devtools import KafkaBroker
+
+    return _start(KAFKA, KafkaBroker(log_dir=args.log_dir), "a Kafka broker (memory storage)", args.timeout)
+
+
+def _start(
+    name: str, servers: LocalCluster | ConnectServer | KafkaBroker, what: str, timeout_s: float
+) -> int:
     from krishiv_py.devtools import read_state, recorded_processes, write_state
 
     running = read_state(name)

@@ -453,3 +453,27 @@ def test_from_spark_reads_sparks_rate_source(session: kp.Session, lowering: str)
     for row in rows:
         assert row["window_end"] - row["window_start"] == dt.timedelta(seconds=1)
         assert row["first"] % 2 == row["parity"] and row["n"] >= 1
+
+
+def test_krishiv_kafka_starts_reports_and_stops_a_broker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from krishiv_py.cli import main
+    from krishiv_py.devtools import read_state, recorded_processes
+
+    monkeypatch.setenv("KRISHIV_STATE_DIR", str(tmp_path))
+    assert main(["kafka", "start", "--log-dir", str(tmp_path / "logs")]) == 0
+    state = read_state("kafka")
+    assert state is not None
+    procs = recorded_processes(state)
+    try:
+        assert main(["kafka", "status"]) == 0
+        assert f"url:     {state['url']}" in capsys.readouterr().out
+        broker_is_up = KafkaBroker._answers  # the same check start() waited on, against the recorded port
+        probe = KafkaBroker()
+        probe._port = int(str(state["url"]).rsplit(":", 1)[1])
+        assert broker_is_up(probe)
+    finally:
+        assert main(["kafka", "stop"]) == 0
+    assert not any(p.alive() for p in procs)
+    assert main(["kafka", "status"]) == 1

@@ -160,4 +160,4 @@ class KafkaBroker(_Servers):
         return count
 
     def state(self) -> dict[str, Any]:
-        return {**super().state(), "bootstrap_servers": self.bootstrap_servers}
+        return {**super().state(), "url": self.bootstrap_servers, "bootstrap_servers": self.bootstrap_servers}

@@ -188,11 +188,13 @@ def _command_line(pid: int) -> str:
     return out.stdout
 
 
+#: What the command line of a server process of ours holds (Spark's JVMs and workers, the broker).
+_OURS = ("org.apache.spark", "pyspark", "tansu")
+
+
 def _is_spark_group(pgid: int) -> bool:
-    """Whether group ``pgid`` still runs Spark (a recorded pid may have been reused since)."""
-    return any(
-        "org.apache.spark" in cmd or "pyspark" in cmd for cmd in map(_command_line, _group_members(pgid))
-    )
+    """Whether group ``pgid`` still runs one of our servers (a recorded pid may have been reused since)."""
+    return any(mark in cmd for cmd in map(_command_line, _group_members(pgid)) for mark in _OURS)
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
