@@ -477,3 +477,25 @@ def test_krishiv_kafka_starts_reports_and_stops_a_broker(
         assert main(["kafka", "stop"]) == 0
     assert not any(p.alive() for p in procs)
     assert main(["kafka", "status"]) == 1
+
+
+def test_a_per_partition_stream_refuses_a_topic_whose_partitions_changed(kafka_broker: KafkaBroker) -> None:
+    """The test broker cannot add partitions (no CreatePartitions): a reader built for another count."""
+    from krishiv_py.kafka.client import KafkaReadError
+    from krishiv_py.kafka.datasource import KafkaStreamReader
+
+    topic = new_topic(kafka_broker, 1)
+    options = {"bootstrap.servers": kafka_broker.bootstrap_servers, "topic": topic, "partitions": "0"}
+    reader = KafkaStreamReader({**options, "expected.partitions": "2"}, None)
+    try:
+        with pytest.raises(
+            KafkaReadError, match=f"Kafka topic '{topic}' has 1 partitions now; this stream reads 2"
+        ):
+            reader.latestOffset({"0": 0}, None)
+    finally:
+        reader.stop()
+    same = KafkaStreamReader({**options, "expected.partitions": "1"}, None)
+    try:
+        assert same.latestOffset({"0": 0}, None) == {"0": 0}  # an empty partition: nothing to read
+    finally:
+        same.stop()

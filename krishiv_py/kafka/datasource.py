@@ -92,6 +92,8 @@ class KafkaStreamReader(DataSourceStreamReader):
         self.servers = options["bootstrap.servers"]
         only = options.get("partitions", "")
         self.only = [int(p) for p in only.split(",")] if only else None
+        expected = options.get("expected.partitions", "")
+        self.expected = int(expected) if expected else None
         self.config: dict[str, str] = json.loads(options.get("consumer.config") or "{}")
         self.max_records = int(options["max.records"]) if options.get("max.records") else None
         self._client: Any = None
@@ -108,6 +110,12 @@ class KafkaStreamReader(DataSourceStreamReader):
     def _bounds(self) -> dict[int, tuple[int, int]]:
         client = self._consumer()
         parts = partition_ids(client, self.topic, self.servers)
+        if self.expected is not None and len(parts) != self.expected:
+            raise KafkaReadError(
+                f"Kafka topic {self.topic!r} has {len(parts)} partitions now; this stream reads "
+                f"{self.expected} with a watermark each (watermark_per_partition=True). Build the stream "
+                "again with read_kafka and start it under a new name to read every partition"
+            )
         if self.only is not None:
             missing = sorted(set(self.only) - set(parts))
             if missing:

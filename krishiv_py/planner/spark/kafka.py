@@ -39,6 +39,7 @@ def _python_read(node: n.KafkaSource) -> ReadSource:
         "bootstrap.servers": node.bootstrap_servers,
         "topic": node.topic,
         "partitions": ",".join(map(str, node.only_partitions or ())),
+        "expected.partitions": str(node.partitions or "") if node.per_partition else "",
         "value.schema": node.value_fields.ddl(),
         "value.format": node.value_format,
         "key.format": node.key_format,
