@@ -499,3 +499,33 @@ def test_a_per_partition_stream_refuses_a_topic_whose_partitions_changed(kafka_b
         assert same.latestOffset({"0": 0}, None) == {"0": 0}  # an empty partition: nothing to read
     finally:
         same.stop()
+
+
+@pytest.mark.spark
+def test_max_records_per_batch_caps_each_micro_batch(kafka_broker: KafkaBroker, session: kp.Session) -> None:
+    topic = new_topic(kafka_broker, 2)
+    rows = [event("a", s) for s in range(0, 60, 10)]  # 6 records, 3 per partition
+    kafka_broker.produce(topic, [(i % 2, None, as_json(r), None) for i, r in enumerate(rows)])
+    stream = session.read_kafka(kafka_broker.bootstrap_servers, topic, schema=SCHEMA, max_records_per_batch=2)
+    job = stream.select("user_id", "kafka_partition").start()
+    try:
+        job.process_all_available()
+        sizes = [p.input_rows for p in job.progress() if p.input_rows]
+        partitions = sorted(int(p or 0) for p in job.results().column("kafka_partition").to_pylist())
+    finally:
+        job.stop()
+    assert sizes == [2, 2, 2]  # one record of each partition's backlog per batch
+    assert partitions == [0, 0, 0, 1, 1, 1]
+
+
+@pytest.mark.spark
+def test_bounded_runs_into_one_topic_are_each_written(kafka_broker: KafkaBroker, session: kp.Session) -> None:
+    """A bounded run has no checkpoint: its batch 0 is never mistaken for another run's."""
+    from krishiv_py.kafka.client import read_topic
+
+    out = new_topic(kafka_broker, 1)
+    windows = seed_pipeline(session.from_records(STEPS[0], SCHEMA))
+    for _ in range(2):
+        windows.start(kp.KafkaSink(kafka_broker.bootstrap_servers, out))
+    written = read_topic(kafka_broker.bootstrap_servers, out)
+    assert len(written) == 2 * windows.collect().num_rows

@@ -32,6 +32,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import uuid
 import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
@@ -127,28 +128,36 @@ class KafkaWriter:
         self.columns = tuple(c for c in context.schema.names if c != RESULT_KIND)
         self.retracting = RESULT_KIND in context.schema.names and context.output == "results"
         self.schema = context.schema
-        origin = f"{context.checkpoint_dir or context.query_name or 'bounded'}|{sink.topic}|{context.output}"
+        #: A streaming job's batches can come again after a restart; a bounded run's cannot.
+        self.resumable = context.checkpoint_dir is not None
+        origin = f"{context.checkpoint_dir or uuid.uuid4().hex}|{sink.topic}|{context.output}"
         self.id = hashlib.sha256(origin.encode()).hexdigest()[:16]
+        #: The next batch id to write, once read from the broker (None: not read yet).
+        self._next: int | None = None
         self.transactional: bool | None = {"exactly-once": True, "at-least-once": False}.get(sink.delivery)
         self._producer: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_producer": None}
+        return {**self.__dict__, "_producer": None, "_next": None}
 
     # --- writing -------------------------------------------------------------------------
 
     def write(self, table: pa.Table, batch_id: int) -> None:
         producer = self._ready()
-        if self.transactional and batch_id >= 0 and batch_id < self._committed_batches():
+        marked = self.transactional and self.resumable and batch_id >= 0
+        if marked and batch_id < self._committed_batches():
             return  # written and committed before a restart: Spark runs the batch again
         records = list(self.records(table))
         if self.transactional:
             producer.begin_transaction()
         try:
             self._produce(producer, records)
-            if self.transactional:
+            if marked:
                 self._mark(producer, batch_id)
+            if self.transactional:
                 producer.commit_transaction(_TIMEOUT_S)
+            if marked:
+                self._next = batch_id + 1
         except Exception as exc:
             if self.transactional:
                 producer.abort_transaction(_TIMEOUT_S)
@@ -222,7 +231,14 @@ class KafkaWriter:
         return f"krishiv-sink-{self.id}"
 
     def _committed_batches(self) -> int:
-        """How many batches are committed: the next batch id to write."""
+        """How many batches are committed: the next batch id to write (asked once, then known).
+
+        Only this writer's transactional id commits them, and a restarted
+        job's producer fences the one before, so after the first answer
+        the count changes only here.
+        """
+        if self._next is not None:
+            return self._next
         from krishiv_py.kafka.client import consumer, require_client
 
         ck = require_client()
@@ -233,13 +249,13 @@ class KafkaWriter:
             (tp,) = client.committed([ck.TopicPartition(self.sink.topic, 0)], timeout=_TIMEOUT_S)
         finally:
             client.close()
-        return max(0, int(tp.offset))
+        self._next = max(0, int(tp.offset))
+        return self._next
 
     def _mark(self, producer: Any, batch_id: int) -> None:
+        """Commit ``batch_id + 1`` as the group's offset, in the open transaction."""
         from krishiv_py.kafka.client import consumer, require_client
 
-        if batch_id < 0:
-            return  # rows handed over outside a micro-batch carry no id to record
         ck = require_client()
         client = consumer(self.sink.bootstrap_servers, {"group.id": self.group})
         try:

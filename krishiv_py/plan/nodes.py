@@ -17,7 +17,7 @@ import attrs
 
 from krishiv_py.errors import PlanError
 from krishiv_py.expr import AggCall, Alias, Column, ExprNode, agg_type, dtype_of, output_name, render
-from krishiv_py.names import HIDDEN_PREFIX, RESULT_KIND
+from krishiv_py.names import HIDDEN_PREFIX, KAFKA_COLUMNS, RESULT_KIND
 from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS, Emission
 from krishiv_py.plan.windows import (
     EventSlidingWindow,
@@ -136,8 +136,6 @@ class KafkaSource:
     @property
     def value_fields(self) -> Schema:
         """The fields decoded from each record's value (the schema without the Kafka columns)."""
-        from krishiv_py.names import KAFKA_COLUMNS
-
         return Schema(tuple(f for f in self.schema if f.name not in KAFKA_COLUMNS))
 
 

@@ -149,7 +149,7 @@ def reference_model_for(
     for node in inputs:
         if not isinstance(node, n.Watermark):
             raise PlanError("the reference model covers source -> watermark -> [key_by] -> window -> agg")
-        if not isinstance(node.input, n.MemorySource | n.RecordsSource | n.FileSource):
+        if not isinstance(node.input, n.SOURCE_TYPES):
             raise PlanError("the reference model covers pipelines without stateless steps before the window")
         marks.append(node)
     if len({m.column for m in marks}) > 1 or len({m.future_tolerance_ms for m in marks}) > 1:

@@ -142,6 +142,8 @@ def stream_pane_choice(node: n.WindowAggregate) -> tuple[bool, str]:
             return False, f"{plain} ({call.func} of a floating-point column: NaN orders as in Spark there)"
     if not (isinstance(node.input, n.Watermark) and isinstance(node.input.input, n.SOURCE_TYPES)):
         return False, f"{plain} (a step between the watermark and the window: panes need the source rows)"
+    if isinstance(node.input.input, n.KafkaSource) and node.input.input.per_partition:
+        return False, f"{plain} (a watermark per Kafka partition: the partitions are unioned above theirs)"
     for key in node.keys:
         if schema.field(key).dtype.name.split("<")[0] in ("array", "map", "struct"):
             return False, f"{plain} (key {key!r} is a nested type)"
