@@ -124,7 +124,7 @@ def test_a_batch_of_records_has_the_kafka_columns_and_marks_bad_ones() -> None:
         values=[b'{"user": "a", "n": 1}', b"oops"],
         keys=[b"a", None],
         topic="events",
-        partitions=[2, 2],
+        partition=2,
         offsets=[10, 11],
         timestamps_ms=[T0_MS, T0_MS + 1],
         value_schema=value_schema,

@@ -195,7 +195,7 @@ class KafkaStreamReader(DataSourceStreamReader):
                 values=values,
                 keys=keys,
                 topic=self.topic,
-                partitions=[partition.partition] * len(values),
+                partition=partition.partition,
                 offsets=offsets,
                 timestamps_ms=stamps,
                 value_schema=value_schema,

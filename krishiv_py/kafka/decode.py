@@ -1,6 +1,6 @@
 """Kafka records to Arrow: the decoding kernel, pure functions with no Kafka client and no Spark.
 
-A batch of records arrives as parallel lists (values, keys, partitions,
+A batch of records of one partition arrives as parallel lists (values, keys,
 offsets, timestamps in ms); :func:`records_to_batch` turns it into one
 ``pyarrow.RecordBatch`` of the source's columns: the value's fields, then
 the Kafka columns (:data:`krishiv_py.names.KAFKA_COLUMNS`).
@@ -113,7 +113,7 @@ def records_to_batch(
     values: Sequence[bytes | None],
     keys: Sequence[bytes | None],
     topic: str,
-    partitions: Sequence[int],
+    partition: int,
     offsets: Sequence[int],
     timestamps_ms: Sequence[int | None],
     value_schema: pa.Schema,
@@ -136,8 +136,8 @@ def records_to_batch(
     ts_mask = (ts < 0) | bad if null_time_when_bad else ts < 0
     columns += [
         _keys(keys, key_format),
-        pa.array(np.full(n, topic, dtype=object), type=pa.string()),
-        pa.array(np.asarray(partitions, dtype=np.int32)),
+        pa.array([topic] * n, type=pa.string()),
+        pa.array(np.full(n, partition, dtype=np.int32)),
         pa.array(np.asarray(offsets, dtype=np.int64)),
         pa.array(ts * 1000, type=pa.timestamp("us", tz="UTC"), mask=ts_mask),
         pa.array(values, type=pa.binary(), mask=~bad),  # raw bytes of the bad records only
