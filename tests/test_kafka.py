@@ -529,3 +529,48 @@ def test_bounded_runs_into_one_topic_are_each_written(kafka_broker: KafkaBroker,
         windows.start(kp.KafkaSink(kafka_broker.bootstrap_servers, out))
     written = read_topic(kafka_broker.bootstrap_servers, out)
     assert len(written) == 2 * windows.collect().num_rows
+
+
+def test_a_task_reads_its_ranges_in_order_with_one_pooled_consumer(kafka_broker: KafkaBroker) -> None:
+    """Ranges shared among fewer tasks than partitions; a worker's consumer serves task after task."""
+    from confluent_kafka import Producer
+
+    from krishiv_py.kafka import datasource as ds
+
+    topic = new_topic(kafka_broker, 3)
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap_servers})
+    for i in range(30):
+        producer.produce(topic, value=json.dumps({"user": "u", "n": i}).encode(), partition=i % 3)
+    producer.flush(10)
+    reader = ds.KafkaStreamReader(
+        {
+            "bootstrap.servers": kafka_broker.bootstrap_servers,
+            "topic": topic,
+            "value.schema": "user string, n bigint",
+            "tasks": "2",
+        },
+        None,
+    )
+    try:
+        end = reader.latestOffset({"0": 0, "1": 0, "2": 0}, None)
+        tasks = reader.partitions({"0": 2, "1": 0, "2": 5}, end)
+    finally:
+        reader.stop()
+    assert end == {"0": 10, "1": 10, "2": 10}
+    # 8, 10 and 5 records: the largest range alone, the other two together, each task in partition order.
+    assert [t.ranges for t in tasks] == [
+        (ds.KafkaRange(1, 0, 10),),
+        (ds.KafkaRange(0, 2, 10), ds.KafkaRange(2, 5, 10)),
+    ]
+    ds._close_pool()
+    first = [b for t in tasks for b in reader.read(t)]
+    again = [b for t in tasks for b in reader.read(t)]  # the pooled consumer, assigned anew
+    order = [(1, o) for o in range(10)] + [(0, o) for o in range(2, 10)] + [(2, o) for o in range(5, 10)]
+    for batches in (first, again):
+        parts = [p for b in batches for p in b["kafka_partition"].to_pylist()]
+        offsets = [o for b in batches for o in b["kafka_offset"].to_pylist()]
+        assert list(zip(parts, offsets, strict=True)) == order
+        assert [n for b in batches for n in b["n"].to_pylist()] == [3 * o + p for p, o in order]
+    assert sum(len(v) for v in ds._POOL.values()) == 1  # one consumer served every range
+    ds._close_pool()
+    assert ds._POOL == {}

@@ -63,6 +63,9 @@ def consumer(bootstrap_servers: str, config: Mapping[str, str] | None = None) ->
         # A fetch at the end of a partition returns at once: reads stop at known end offsets,
         # and finding an end offset is a fetch that reaches it.
         "fetch.wait.max.ms": 10,
+        "fetch.queue.backoff.ms": 10,
+        "fetch.error.backoff.ms": 10,
+        "max.partition.fetch.bytes": 16 << 20,
         **dict(config or {}),
         "bootstrap.servers": bootstrap_servers,
     }
@@ -109,7 +112,8 @@ def end_offsets(client: Any, topic: str, partitions: Sequence[int]) -> dict[int,
     deadline = time.monotonic() + REQUEST_TIMEOUT_S
     try:
         while waiting and time.monotonic() < deadline:
-            for msg in client.consume(num_messages=10_000, timeout=0.05):
+            # A short wait: a batch consume returns at its count or its timeout, never at the end.
+            for msg in client.consume(num_messages=10_000, timeout=0.005):
                 err = msg.error()
                 if err is None:
                     continue
@@ -141,7 +145,8 @@ def read_topic(bootstrap_servers: str, topic: str) -> list[tuple[bytes | None, b
         out: list[tuple[bytes | None, bytes | None]] = []
         deadline = time.monotonic() + REQUEST_TIMEOUT_S
         while todo and time.monotonic() < deadline:
-            for msg in client.consume(num_messages=10_000, timeout=0.05):
+            # A short wait: a batch consume returns at its count or its timeout, never at the end.
+            for msg in client.consume(num_messages=10_000, timeout=0.005):
                 err = msg.error()
                 if err is not None and err.code() == ck.KafkaError._PARTITION_EOF:
                     todo.discard(msg.partition())

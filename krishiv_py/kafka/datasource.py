@@ -10,10 +10,17 @@ Offsets
     ``consumer_config``, default ``krishiv-<stream name>``) so that lag
     tools see the job's progress; nothing reads them back.
 Partitions
-    One Spark input partition per Kafka partition with records in the
-    batch's range, read in an executor task with an assigned consumer and
-    decoded into Arrow batches (:mod:`krishiv_py.kafka.decode`). Partitions
-    that appear while the job runs are read from their first offset.
+    A micro-batch reads the Kafka partitions with records in its range in
+    at most ``tasks`` Spark tasks (the option; the runtime passes Spark's
+    default parallelism, so one wave of tasks on the cluster's cores): the
+    ranges are shared among the tasks by record count, and a task reads its
+    ranges one after the other with an assigned consumer, decoding them
+    into Arrow batches (:mod:`krishiv_py.kafka.decode`). A Python worker
+    keeps its consumer from task to task (as Spark's own Kafka connector
+    pools its consumers): a task assigns its ranges and unassigns them when
+    done, so no connection is set up per task and nothing is fetched past
+    a range. Partitions that appear while the job runs are read from their
+    first offset.
 Batch size
     ``max_records_per_batch`` caps the records of one micro-batch, shared
     across partitions in proportion to their backlog (Spark's admission
@@ -30,10 +37,12 @@ executors', for reading): confluent-kafka must be installed where they run.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
+import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -47,7 +56,7 @@ from krishiv_py.kafka.client import (
     require_client,
 )
 
-__all__ = ["KafkaDataSource", "KafkaRange", "SOURCE_NAME"]
+__all__ = ["KafkaDataSource", "KafkaRange", "KafkaRanges", "SOURCE_NAME", "share"]
 
 #: The name the data source is registered under (``spark.readStream.format(SOURCE_NAME)``).
 SOURCE_NAME = "krishiv_kafka"
@@ -55,12 +64,57 @@ SOURCE_NAME = "krishiv_kafka"
 _CHUNK = 50_000
 
 
-class KafkaRange(InputPartition):
-    """The records of one Kafka partition a task reads: offsets ``[start, end)``."""
+class KafkaRange:
+    """The records of one Kafka partition: offsets ``[start, end)``."""
 
     def __init__(self, partition: int, start: int, end: int) -> None:
-        super().__init__((partition, start, end))
         self.partition, self.start, self.end = partition, start, end
+
+    def __repr__(self) -> str:
+        return f"KafkaRange({self.partition}, {self.start}, {self.end})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, KafkaRange) and (self.partition, self.start, self.end) == (
+            other.partition,
+            other.start,
+            other.end,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.partition, self.start, self.end))
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+class KafkaRanges(InputPartition):
+    """What one Spark task reads: ranges of Kafka partitions, one after the other."""
+
+    def __init__(self, ranges: Sequence[KafkaRange]) -> None:
+        super().__init__(tuple((r.partition, r.start, r.end) for r in ranges))
+        self.ranges = tuple(ranges)
+
+
+def share(ranges: Sequence[KafkaRange], tasks: int | None) -> list[KafkaRanges]:
+    """``ranges`` shared among at most ``tasks`` tasks by record count (largest first, to the lightest).
+
+    Each task's ranges stay in partition order; ``None`` gives a task per range.
+
+    >>> [t.ranges for t in share([KafkaRange(0, 0, 10), KafkaRange(1, 0, 30), KafkaRange(2, 0, 20)], 2)]
+    [(KafkaRange(1, 0, 30),), (KafkaRange(0, 0, 10), KafkaRange(2, 0, 20))]
+    >>> len(share([KafkaRange(0, 0, 1)], 4))
+    1
+    """
+    if tasks is None or tasks >= len(ranges):
+        return [KafkaRanges([r]) for r in ranges]
+    groups: list[list[KafkaRange]] = [[] for _ in range(max(1, tasks))]
+    load = [0] * len(groups)
+    for r in sorted(ranges, key=lambda r: (-r.size, r.partition)):
+        i = load.index(min(load))
+        groups[i].append(r)
+        load[i] += r.size
+    return [KafkaRanges(sorted(g, key=lambda r: r.partition)) for g in groups if g]
 
 
 class KafkaDataSource(DataSource):
@@ -96,6 +150,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         self.expected = int(expected) if expected else None
         self.config: dict[str, str] = json.loads(options.get("consumer.config") or "{}")
         self.max_records = int(options["max.records"]) if options.get("max.records") else None
+        self.tasks = int(options["tasks"]) if options.get("tasks") else None
         self._client: Any = None
         self._committer: Any = None
         self._last: dict[str, int] | None = None
@@ -153,12 +208,13 @@ class KafkaStreamReader(DataSourceStreamReader):
 
         return ReadMaxRows(self.max_records) if self.max_records else ReadAllAvailable()
 
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[KafkaRange]:
-        return [
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[KafkaRanges]:
+        ranges = [
             KafkaRange(int(p), int(start.get(p, 0)), int(o))
             for p, o in sorted(end.items(), key=lambda kv: int(kv[0]))
             if int(o) > int(start.get(p, 0))
         ]
+        return share(ranges, self.tasks)
 
     def commit(self, end: dict[str, int]) -> None:
         """Mirror Spark's committed offsets in the consumer group (for lag tools; best effort)."""
@@ -181,7 +237,7 @@ class KafkaStreamReader(DataSourceStreamReader):
 
     # --- the executors' side: records ------------------------------------------------------
 
-    def read(self, partition: KafkaRange) -> Iterator[Any]:  # type: ignore[override]
+    def read(self, partition: KafkaRanges) -> Iterator[Any]:  # type: ignore[override]
         from krishiv_py.kafka.decode import records_to_batch
         from krishiv_py.types import Schema
 
@@ -189,13 +245,14 @@ class KafkaStreamReader(DataSourceStreamReader):
         fmt = self.options.get("value.format", "json")
         key_fmt = self.options.get("key.format", "string")
         null_time = self.options.get("null.time.when.bad") == "true"
-        for chunk in _records(self.servers, self.config, self.topic, partition):
-            values, keys, offsets, stamps = chunk
+        for part, (values, keys, offsets, stamps) in _records(
+            self.servers, self.config, self.topic, partition
+        ):
             yield records_to_batch(
                 values=values,
                 keys=keys,
                 topic=self.topic,
-                partition=partition.partition,
+                partition=part,
                 offsets=offsets,
                 timestamps_ms=stamps,
                 value_schema=value_schema,
@@ -205,12 +262,22 @@ class KafkaStreamReader(DataSourceStreamReader):
             )
 
 
+Chunk = tuple[list[bytes | None], list[bytes | None], list[int], list[int | None]]
+
+
 def _records(
-    servers: str, config: Mapping[str, str], topic: str, part: KafkaRange
-) -> Iterator[tuple[list[bytes | None], list[bytes | None], list[int], list[int | None]]]:
-    """The records of ``part`` in chunks: values, keys, offsets, timestamps (ms)."""
+    servers: str, config: Mapping[str, str], topic: str, task: KafkaRanges
+) -> Iterator[tuple[int, Chunk]]:
+    """The records of ``task``'s ranges in chunks: the partition and values, keys, offsets, timestamps."""
+    with _pooled(servers, {k: v for k, v in config.items() if k != "group.id"}) as client:
+        for part in task.ranges:
+            for chunk in _range(client, servers, topic, part):
+                yield part.partition, chunk
+
+
+def _range(client: Any, servers: str, topic: str, part: KafkaRange) -> Iterator[Chunk]:
+    """The records of one range, read with ``client`` (assigned here, unassigned when done)."""
     ck = require_client()
-    client = consumer(servers, {k: v for k, v in config.items() if k != "group.id"})
     try:
         client.assign([ck.TopicPartition(topic, part.partition, part.start)])
         position, quiet_since = part.start, time.monotonic()
@@ -223,6 +290,9 @@ def _records(
                 for err in failed:
                     if err.code() != ck.KafkaError._PARTITION_EOF:
                         raise _read_error(topic, part, err)
+            if msgs and (msgs[0].partition() != part.partition or msgs[0].offset() < position):
+                # A pooled consumer's earlier assignment: never expected, but never read twice either.
+                msgs = [m for m in msgs if m.partition() == part.partition and m.offset() >= position]
             if msgs and msgs[-1].offset() >= part.end:
                 msgs = [m for m in msgs if m.offset() < part.end]
             # One list comprehension per column: the client's per-record calls, and nothing more.
@@ -244,7 +314,48 @@ def _records(
                     f"did not arrive within {REQUEST_TIMEOUT_S:g} s from {servers}; is the broker up?"
                 )
     finally:
-        client.close()
+        client.unassign()  # stops the prefetch past the range
+
+
+# A Python worker's idle consumers, by servers and settings: a task takes one (or makes one) and
+# puts it back when it ends well; one idle longer than _IDLE_S is closed when the pool is next used.
+_POOL: dict[tuple[str, str], list[tuple[float, Any]]] = {}
+_POOL_LOCK = threading.Lock()
+_IDLE_S = 60.0
+
+
+@contextlib.contextmanager
+def _pooled(servers: str, config: Mapping[str, str]) -> Iterator[Any]:
+    key = (servers, json.dumps(dict(config), sort_keys=True))
+    with _POOL_LOCK:
+        idle = _POOL.get(key) or []
+        client = idle.pop()[1] if idle else None
+    if client is None:
+        client = consumer(servers, config)
+    try:
+        yield client
+    except BaseException:
+        client.close()  # its state is unknown after an error: never reused
+        raise
+    else:
+        now = time.monotonic()
+        with _POOL_LOCK:
+            stale = [c for entries in _POOL.values() for t, c in entries if now - t > _IDLE_S]
+            for k in list(_POOL):
+                _POOL[k] = [(t, c) for t, c in _POOL[k] if now - t <= _IDLE_S]
+            _POOL.setdefault(key, []).append((now, client))
+        for c in stale:
+            c.close()
+
+
+@atexit.register
+def _close_pool() -> None:
+    with _POOL_LOCK:
+        clients = [c for entries in _POOL.values() for _, c in entries]
+        _POOL.clear()
+    for c in clients:
+        with contextlib.suppress(Exception):
+            c.close()
 
 
 def _read_error(topic: str, part: KafkaRange, err: Any) -> KafkaReadError:

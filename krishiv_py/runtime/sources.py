@@ -123,7 +123,11 @@ class KafkaReader:
 
         spark.dataSource.register(KafkaDataSource)
         reader = spark.readStream.format(SOURCE_NAME).schema(node.schema.ddl())
-        return reader.options(**dict(node.options)).load()
+        options = dict(node.options)
+        cores = _parallelism(spark)
+        if cores and not options.get("tasks"):
+            options["tasks"] = str(cores)  # one wave of read tasks per micro-batch
+        return reader.options(**options).load()
 
 
 class SparkKafkaReader:
@@ -133,6 +137,14 @@ class SparkKafkaReader:
 
     def read(self, spark: SparkSession, node: ReadSource, paths: ReadPaths) -> DataFrame:
         return spark.readStream.format(node.format).options(**dict(node.options)).load()
+
+
+def _parallelism(spark: SparkSession) -> int | None:
+    """Spark's default parallelism (the cores tasks run on), None where this process cannot ask."""
+    try:
+        return int(spark.sparkContext.defaultParallelism)
+    except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext here
+        return None
 
 
 _READERS: dict[str, SourceReader] = {
