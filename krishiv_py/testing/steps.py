@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from krishiv_py.api.stream import Stream
     from krishiv_py.runtime.job import Job
     from krishiv_py.session import Session
+    from krishiv_py.sinks import Sink
 
 __all__ = [
     "AdvanceProcessingTime",
@@ -271,18 +272,22 @@ def run_streaming(
     *,
     lowering: Lowering | None = None,
     sources: Sequence[str] = ("input",),
+    sink: Sink | None = None,
 ) -> list[list[dict[str, object]]]:
     """Cumulative results of the streaming job after each step (one step = send + process).
 
     ``lowering`` forces ``"native"`` or ``"stateful"`` instead of the planner's
-    choice. With several ``sources`` there is one memory stream and sender
-    per source, named like the sources; ``pipeline`` takes the streams in
-    order. When steps move processing time, the job's idle-source clock is
-    the scenario's (see the module docstring).
+    choice. ``sink`` (default: in memory) is where the job writes; the
+    results after a step are what its ``job.results()`` reads back (a table
+    sink in upsert mode: the current result of every window). With several
+    ``sources`` there is one memory stream and sender per source, named
+    like the sources; ``pipeline`` takes the streams in order. When steps
+    move processing time, the job's idle-source clock is the scenario's
+    (see the module docstring).
     """
     pairs = [session.memory_stream(schema, name=name if len(sources) > 1 else None) for name in sources]
     senders = {name: sender for name, (_, sender) in zip(sources, pairs, strict=True)}
-    job = pipeline(*(stream for stream, _ in pairs)).start(lowering=lowering)
+    job = pipeline(*(stream for stream, _ in pairs)).start(sink, lowering=lowering)
     clock = _scenario_clock(steps)
     if clock is not None:
         _use_clock(job, clock)

@@ -1,0 +1,158 @@
+"""The changelog contract of table sinks: what a micro-batch does to a table that holds the answer.
+
+Primary key
+    A windowed result row is identified by its key columns, ``window_start``
+    and ``window_end`` (:attr:`krishiv_py.sinks.SinkContext.primary_key`).
+    A merged session has new bounds, so it is a new row; the sessions it
+    absorbed are retracted under their old bounds.
+Upsert (``mode="upsert"``)
+    Within a micro-batch, the *last* row of each primary key decides: an
+    ``emit`` is an insert-or-replace of the stored row, a ``retract`` a
+    delete. A retraction followed by the corrected emit in the same batch is
+    therefore one replace; an emit followed by its retraction (a session
+    merged away in the batch it fired) is a delete. After each committed
+    micro-batch the table holds exactly the current result of every window
+    that fired, one row per window, without the ``kind`` column.
+Append (``mode="append"``)
+    The changelog itself: every row as it came, with ``kind`` (``"emit"``
+    or ``"retract"``; ``"emit"`` for results without retractions) and the
+    micro-batch's ``batch_id``, for audit.
+``discarding`` accumulation
+    A discarding firing carries only what arrived since the window's
+    previous firing, so replacing the stored row with it would lose the
+    earlier part. Table sinks refuse it in upsert mode (a
+    :class:`~krishiv_py.errors.PlanError` when the job starts) and take it in
+    append mode, where each firing is a row.
+Exactly once
+    Each sink records, in the same transaction as the rows, the last batch
+    id it committed for the job (``sink_id``: from the job's checkpoint and
+    the target); a batch Spark runs again after a restart, with an id at
+    or below it, writes nothing. A bounded run has no checkpoint: it gets a
+    sink id of its own, so two bounded runs into one table both write.
+
+Examples
+--------
+>>> import pyarrow as pa
+>>> batch = pa.table({
+...     "user": ["a", "a", "b", "c", "c"],
+...     "window_start": [0, 0, 0, 0, 0],
+...     "window_end": [60, 60, 60, 60, 60],
+...     "total": [10, 17, 4, 5, 5],
+...     "kind": ["retract", "emit", "emit", "emit", "retract"],
+... })
+>>> changes = net_changes(batch, ("user", "window_start", "window_end"))
+>>> changes.upserts.column("total").to_pylist(), changes.upserts.column("user").to_pylist()
+([17, 4], ['a', 'b'])
+>>> changes.deletes.to_pylist()
+[{'user': 'c', 'window_start': 0, 'window_end': 60}]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal
+
+import attrs
+
+from krishiv_py.errors import PlanError
+from krishiv_py.names import RESULT_KIND
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from krishiv_py.sinks import SinkContext
+
+__all__ = ["BATCH_ID", "Changes", "Mode", "Target", "changelog_rows", "net_changes", "target_for"]
+
+Mode = Literal["upsert", "append"]
+#: The column append mode adds: the micro-batch a changelog row came in.
+BATCH_ID = "batch_id"
+_ROW = "__krishiv_row"
+
+
+@attrs.frozen
+class Changes:
+    """A micro-batch's net effect on an upsert table: rows to insert or replace, keys to delete."""
+
+    upserts: pa.Table
+    deletes: pa.Table
+
+    @property
+    def keys(self) -> pa.Table:
+        """Every primary key the batch touches (the deletes' and the upserts')."""
+        import pyarrow as pa
+
+        names = self.deletes.column_names
+        return pa.concat_tables([self.deletes, self.upserts.select(names)])
+
+
+def net_changes(table: pa.Table, key: Sequence[str]) -> Changes:
+    """The last row of each primary key in ``table``: emits to upsert (no ``kind``), retractions to delete."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    numbered = table.append_column(_ROW, pa.array(np.arange(table.num_rows, dtype=np.int64)))
+    last = numbered.group_by(list(key), use_threads=False).aggregate([(_ROW, "max")])
+    rows = table.take(np.sort(last[f"{_ROW}_max"].to_numpy()))  # in arrival order
+    if RESULT_KIND not in rows.column_names:
+        return Changes(upserts=rows, deletes=rows.select(list(key)).slice(0, 0))
+    retract = pc.equal(rows[RESULT_KIND], pa.scalar("retract"))
+    emitted = rows.filter(pc.invert(retract)).drop_columns([RESULT_KIND])
+    return Changes(upserts=emitted, deletes=rows.filter(retract).select(list(key)))
+
+
+def changelog_rows(table: pa.Table, batch_id: int) -> pa.Table:
+    """``table`` as append-mode rows: every column, ``kind`` (``"emit"`` when absent) and ``batch_id``."""
+    import pyarrow as pa
+
+    n = table.num_rows
+    if RESULT_KIND not in table.column_names:
+        table = table.append_column(RESULT_KIND, pa.array(["emit"] * n, pa.string()))
+    return table.append_column(BATCH_ID, pa.array([batch_id] * n, pa.int64()))
+
+
+@attrs.frozen(kw_only=True)
+class Target:
+    """What a table sink's writer needs of its job: the mode it runs in, the key, its id."""
+
+    #: ``"upsert"`` or ``"append"`` (a late-event side output is always appended).
+    mode: Mode
+    #: The primary key (upsert mode), else ().
+    key: tuple[str, ...]
+    #: Names the job's rows in the sink's commit record (the last batch id written).
+    sink_id: str
+    #: A streaming job's batches can come again after a restart; a bounded run's cannot.
+    resumable: bool
+
+
+def target_for(sink: str, mode: str, context: SinkContext, where: str) -> Target:
+    """Check ``mode`` against the job's rows and derive the writer's :class:`Target`.
+
+    ``sink`` names the sink in errors; ``where`` is its table or path (part
+    of the sink id, so that two tables of one job keep separate records).
+    """
+    if mode not in ("upsert", "append"):
+        raise PlanError(f"{sink}: mode must be 'upsert' or 'append', got {mode!r}")
+    origin = f"{context.checkpoint_dir or uuid.uuid4().hex}|{where}|{context.output}"
+    sink_id = hashlib.sha256(origin.encode()).hexdigest()[:16]
+    resumable = context.checkpoint_dir is not None
+    if mode == "append" or context.output != "results":
+        return Target(mode="append", key=(), sink_id=sink_id, resumable=resumable)
+    key = context.primary_key
+    if key is None:
+        raise PlanError(
+            f"{sink}(mode='upsert') needs window results (key columns, window_start, window_end) to "
+            f"key its rows, and these rows have none ({', '.join(context.schema.names)}); use "
+            "mode='append'"
+        )
+    if context.accumulation == "discarding":
+        raise PlanError(
+            f"{sink}(mode='upsert'): accumulation('discarding') fires only what arrived since a window's "
+            "previous firing, so an upsert would replace the window's result with a part of it; use "
+            "accumulation('accumulating') or ('retracting') with an upsert table, or mode='append' to "
+            "keep every firing"
+        )
+    return Target(mode="upsert", key=key, sink_id=sink_id, resumable=resumable)
