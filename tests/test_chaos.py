@@ -40,3 +40,20 @@ def test_sigkilled_kafka_job_keeps_every_window_exactly_once(kafka_broker: Kafka
     assert len(run.kills) == 1
     assert run.finished and run.restarts_failed == 0
     assert (run.lost, run.duplicated, run.wrong) == (0, 0, 0)
+
+
+@pytest.mark.spark
+def test_sigkilled_job_writes_its_changelog_to_a_table_exactly_once() -> None:
+    """Allowed lateness and retractions into a DuckDB table in append mode: every row once, none twice."""
+    run = chaos.run_once(
+        seed=7,
+        kills=2,
+        count=6,
+        size=10,
+        lowering="stateful",
+        max_delay_s=12.0,
+        target=chaos.Target("duckdb", "append"),
+    )
+    assert len(run.kills) == 2
+    assert run.finished and run.restarts_failed == 0
+    assert (run.lost, run.duplicated, run.wrong) == (0, 0, 0)
