@@ -271,16 +271,20 @@ def compare(run: Run, out: str, want: list[dict[str, Any]]) -> None:
     for row in table_rows:
         key = (row["user"], int(row["window_start"].timestamp() * 1000))
         got.setdefault(key, []).append((row["n"], row["total"]))
-    wanted = {(r["user"], r["window_start"]): (r["n"], r["total"]) for r in want}
+    tally(run, got, {(r["user"], r["window_start"]): (r["n"], r["total"]) for r in want})
+
+
+def tally(run: Run, held: dict[Any, list[Any]], wanted: dict[Any, Any]) -> None:
+    """Count, window by window, what ``held`` lost, holds twice or holds wrong against ``wanted``."""
     for key, value in wanted.items():
-        found = got.get(key, [])
+        found = held.get(key, [])
         if not found:
             run.lost += 1
         elif len(found) > 1:
             run.duplicated += 1
         elif found[0] != value:
             run.wrong += 1
-    run.wrong += len(set(got) - set(wanted))
+    run.wrong += len(set(held) - set(wanted))
 
 
 def table_rows(target: Target, state_dir: str) -> list[dict[str, Any]]:
@@ -317,15 +321,7 @@ def compare_table(run: Run, rows: list[dict[str, Any]], want: list[dict[str, Any
     held: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
     for r in rows:
         held.setdefault(key(r), []).append((r["n"], r["total"]))
-    for k, value in current.items():
-        found = held.get(k, [])
-        if not found:
-            run.lost += 1
-        elif len(found) > 1:
-            run.duplicated += 1
-        elif found[0] != value:
-            run.wrong += 1
-    run.wrong += len(set(held) - set(current))
+    tally(run, held, current)
 
 
 def committed_files(out: str) -> list[str]:

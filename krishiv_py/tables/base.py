@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from krishiv_py.sinks import SinkContext
 
-__all__ = ["COMMITS_TABLE", "TableWriter", "misfit", "table_schema"]
+__all__ = ["COMMITS_TABLE", "TableWriter", "misfit", "quote", "table_schema"]
 
 #: The table DuckDB and PostgreSQL sinks record their last committed batch id in, per sink id.
 COMMITS_TABLE = "krishiv_commits"
@@ -38,6 +38,11 @@ def table_schema(context: SinkContext, target: Target) -> pa.Schema:
     if RESULT_KIND not in schema.names:
         schema = schema.append(pa.field(RESULT_KIND, pa.string()))
     return schema.append(pa.field(BATCH_ID, pa.int64()))
+
+
+def quote(name: str) -> str:
+    """``name`` as a SQL identifier (DuckDB, PostgreSQL and delta-rs's SQL quote alike)."""
+    return '"' + name.replace('"', '""') + '"'
 
 
 def misfit(what: str, have: list[tuple[str, str]], want: list[tuple[str, str]], fix: str) -> PlanError:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from krishiv_py.errors import JobError, MissingDependencyError, PlanError
-from krishiv_py.tables.base import COMMITS_TABLE, TableWriter, misfit
+from krishiv_py.tables.base import COMMITS_TABLE, TableWriter, misfit, quote
 from krishiv_py.tables.changelog import Changes, Mode, target_for
 
 if TYPE_CHECKING:
@@ -37,11 +37,6 @@ def _require() -> Any:
             "DuckDBSink needs the duckdb package: pip install 'krishiv_py[duckdb]'"
         ) from None
     return duckdb
-
-
-def quote(name: str) -> str:
-    """``name`` as a SQL identifier (DuckDB and PostgreSQL quote alike)."""
-    return '"' + name.replace('"', '""') + '"'
 
 
 @attrs.frozen

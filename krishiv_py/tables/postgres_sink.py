@@ -31,9 +31,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from krishiv_py.errors import JobError, MissingDependencyError, PlanError
-from krishiv_py.tables.base import COMMITS_TABLE, TableWriter, misfit
+from krishiv_py.tables.base import COMMITS_TABLE, TableWriter, misfit, quote
 from krishiv_py.tables.changelog import Changes, Mode, Target, target_for
-from krishiv_py.tables.duckdb_sink import quote
 
 if TYPE_CHECKING:
     import pyarrow as pa
