@@ -313,3 +313,17 @@ def test_a_read_only_delta_path_fails_the_batch_and_keeps_the_table(
     read_only_dir(False)
     writer.write(_window_table([row | {"count": 2, "kind": "emit"}]).drop_columns(["kind"]), 1)  # the rerun
     assert [r["count"] for r in writer.results().to_pylist()] == [2]
+
+
+@pytest.mark.spark
+def test_a_bounded_run_writes_its_windows_once(session: kp.Session, make_sink: SinkFactory) -> None:
+    """Bounded input started into a table sink: one batch, the final windows, one row each."""
+    rows = [r for step in SEED_STEPS if isinstance(step, Send) for r in step.rows]
+    want = current(run_reference(SCHEMA, seed, [Send(rows), Close()])[-1])
+    sink = make_sink("upsert")
+    job = seed(session.from_records(rows, SCHEMA)).start(sink)
+    job.await_termination()
+    assert_same_rows(job.results(), want)
+    again = seed(session.from_records(rows, SCHEMA)).start(sink)  # a second bounded run writes again
+    again.await_termination()
+    assert_same_rows(again.results(), want)  # the same windows, replaced: still one row each
