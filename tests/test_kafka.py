@@ -154,6 +154,22 @@ def test_a_batch_of_records_has_the_kafka_columns_and_marks_bad_ones() -> None:
         "kafka_timestamp": None,  # event_time="kafka_timestamp": a bad record has no event time
         "kafka_value": b"oops",
     }
+    # Consecutive offsets come as a range; a record without a timestamp has none.
+    again = records_to_batch(
+        values=[b'{"user": "a",\r\n "n": 1}', b'{"n": 2}'],
+        keys=[None, None],
+        topic="events",
+        partition=0,
+        offsets=range(7, 9),
+        timestamps_ms=[None, -1],
+        value_schema=value_schema,
+        value_format="json",
+        key_format="string",
+        null_time_when_bad=False,
+    )
+    assert again.column("kafka_offset").to_pylist() == [7, 8]
+    assert again.column("kafka_timestamp").to_pylist() == [None, None]
+    assert again.column("n").to_pylist() == [1, 2] and again.column("kafka_value").null_count == 2
 
 
 def test_the_sink_keys_each_window_and_turns_a_retraction_into_a_tombstone() -> None:

@@ -262,7 +262,7 @@ class KafkaStreamReader(DataSourceStreamReader):
             )
 
 
-Chunk = tuple[list[bytes | None], list[bytes | None], list[int], list[int | None]]
+Chunk = tuple[list[bytes | None], list[bytes | None], Sequence[int], list[int | None]]
 
 
 def _records(
@@ -298,10 +298,14 @@ def _range(client: Any, servers: str, topic: str, part: KafkaRange) -> Iterator[
             # One list comprehension per column: the client's per-record calls, and nothing more.
             values: list[bytes | None] = [m.value() for m in msgs]
             keys: list[bytes | None] = [m.key() for m in msgs]
-            offsets: list[int] = [m.offset() for m in msgs]
             stamps: list[int | None] = [m.timestamp()[1] for m in msgs]  # -1 when not available
-            if offsets:
-                position, quiet_since = offsets[-1] + 1, time.monotonic()
+            if msgs:
+                first, last = msgs[0].offset(), msgs[-1].offset()
+                # Consecutive offsets (no transaction markers, nothing compacted away): a range.
+                offsets = (
+                    range(first, last + 1) if last - first + 1 == len(msgs) else [m.offset() for m in msgs]
+                )
+                position, quiet_since = last + 1, time.monotonic()
                 yield values, keys, offsets, stamps
                 continue
             # Nothing new: transaction markers and aborted records take offsets without a record.
