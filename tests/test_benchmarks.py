@@ -43,6 +43,11 @@ ROOT = Path(__file__).resolve().parent.parent
 # krishiv-stateful must agree on every query.
 SESSION_QUERIES = ("session", "nexmark-q11")
 QUICK_QUERIES = [q for q in QUERIES if q not in FULL_RUN_QUERIES]
+# The end-to-end run below: the stateful runner's queries and one with panes
+# (nox -s bench runs every query; here the point is that the suite runs and
+# its results are well formed and checked).
+E2E_QUERIES = ["tumbling", "sliding", "session"]
+assert set(E2E_QUERIES) <= set(QUICK_QUERIES)
 NATIVE_SPARK = ("krishiv-native", "pyspark-streaming")
 
 
@@ -207,6 +212,7 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "20000",
             "--files",
             "3",
+            *(arg for q in E2E_QUERIES for arg in ("--query", q)),
             "--out-dir",
             str(out),
         ],
@@ -247,7 +253,7 @@ def test_quick_mode_runs_and_writes_well_formed_results(quick_run: Path) -> None
         if r["status"] == "ok":
             assert r["wall_s"] > 0 and r["peak_rss_mb"] > 0, r
     throughput = _throughput(quick_run)
-    assert set(throughput) == {(q, run) for q in QUICK_QUERIES for run in ALL_RUNNERS}
+    assert set(throughput) == {(q, run) for q in E2E_QUERIES for run in ALL_RUNNERS}
     for (q, runner), r in throughput.items():
         if _quick_only(q, runner):
             assert r["status"] in ("ok", "skipped") and (r["status"] == "ok" or r["reason"]), r
@@ -257,7 +263,7 @@ def test_quick_mode_runs_and_writes_well_formed_results(quick_run: Path) -> None
         assert r["events_per_s"] == pytest.approx(r["events"] / r["wall_s"], rel=0.01)
         if runner in REFERENCE and not (q in SESSION_QUERIES and runner in NATIVE_SPARK):
             assert r["agrees_with_reference"] is True, r  # streaming: the spec's model; bounded: Spark batch
-    assert all(throughput[q, "pyspark-streaming"]["ratio_vs_baseline"] == 1.0 for q in QUICK_QUERIES)
+    assert all(throughput[q, "pyspark-streaming"]["ratio_vs_baseline"] == 1.0 for q in E2E_QUERIES)
     kinds = {r["kind"] for r in records}
     assert kinds == {"throughput", "startup", "latency", "scaling"}
     latency = [r for r in records if r["kind"] == "latency"]
@@ -268,7 +274,7 @@ def test_quick_mode_runs_and_writes_well_formed_results(quick_run: Path) -> None
     assert all(r["agrees_with_reference"] for r in scaling if r["status"] == "ok")
     md = (quick_run / "latest.md").read_text()
     assert "## Throughput" in md and "## Targets" in md and "## Latency" in md
-    assert all(f"| {q} | krishiv-native |" in md for q in QUICK_QUERIES)
+    assert all(f"| {q} | krishiv-native |" in md for q in E2E_QUERIES)
     assert (quick_run / "latest.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
