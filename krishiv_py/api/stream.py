@@ -14,7 +14,7 @@ import attrs
 from krishiv_py.api.keyed import KeyedStream
 from krishiv_py.api.windowed import WindowAssigners, WindowedStream
 from krishiv_py.errors import KrishivError, PlanError, SessionError
-from krishiv_py.expr import AggExpr, Alias, Column, Expr, col
+from krishiv_py.expr import AggExpr, Alias, Column, Expr, col, output_name
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS
 from krishiv_py.plan.watermarks import MultiSourceWatermarkSpec, WatermarkSpec
@@ -210,8 +210,15 @@ class Stream(WindowAssigners):
         return self._with(n.Filter(input=self._plan, predicate=_expr(condition, "filter")))
 
     def select(self, *columns: str | Expr) -> Stream:
-        """Project to the given columns or named expressions (``expr.alias(name)``)."""
+        """Project to the given columns or named expressions (``expr.alias(name)``).
+
+        On the results of ``accumulation("retracting")`` the ``kind`` column
+        stays, last, when not selected: it says whether a row is an emit or
+        a retraction, like the row kind of a Flink changelog.
+        """
         exprs = tuple(_expr(col(c) if isinstance(c, str) else c, "select") for c in columns)
+        if _retracting(self._plan) and n.KIND_COLUMN not in [output_name(e) for e in exprs]:
+            exprs += (Column(n.KIND_COLUMN),)
         return self._with(n.Project(input=self._plan, exprs=exprs))
 
     def with_column(self, name: str, expr: Expr) -> Stream:
@@ -394,6 +401,13 @@ class Explanation(str):
 
     def _ipython_display_(self) -> None:
         """Already printed by ``explain()``; nothing more to show."""
+
+
+def _retracting(plan: n.PlanNode) -> bool:
+    """Whether ``plan``'s rows are a changelog of emits and retractions (a ``kind`` column)."""
+    return n.KIND_COLUMN in n.schema_of(plan).names and any(
+        a.emission.accumulation == "retracting" for a in n.window_aggregates(plan)
+    )
 
 
 def _per_source_watermarks(plan: n.PlanNode, spec: MultiSourceWatermarkSpec) -> n.PlanNode:

@@ -19,7 +19,7 @@ from krishiv_py.runtime.sources import ReadPaths, reader_for
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["build_dataframe"]
+__all__ = ["build_after", "build_dataframe"]
 
 
 def build_dataframe(
@@ -52,6 +52,17 @@ def build_dataframe(
         # (Spark Connect analyses a plan when it runs, after the temporary views are gone.)
         return _build_sql(spark, recipe.root, paths)
     return _build(spark, recipe.root, observations, paths)
+
+
+def build_after(
+    spark: SparkSession, after: r.AfterWindow, results: DataFrame, observations: dict[str, Any]
+) -> DataFrame:
+    """The stages of ``after`` over ``results`` (one micro-batch's window results).
+
+    ``observations`` receives the stages' observed arithmetic failures.
+    """
+    paths = ReadPaths(ticks=None, markers=None, observe=True)
+    return _build(spark, after.root, observations, paths, results=results)
 
 
 def _ordinals(spark: SparkSession) -> bool:
@@ -108,19 +119,27 @@ def _build_sql(spark: SparkSession, root: r.RecipeNode, paths: ReadPaths) -> Dat
 
 
 def _build(
-    spark: SparkSession, node: r.RecipeNode, obs: dict[str, Any] | None, paths: ReadPaths
+    spark: SparkSession,
+    node: r.RecipeNode,
+    obs: dict[str, Any] | None,
+    paths: ReadPaths,
+    *,
+    results: DataFrame | None = None,
 ) -> DataFrame:
     from pyspark.sql import functions as F
 
     if isinstance(node, r.ReadSource):
+        if node.kind == "results":
+            assert results is not None, "stages after the window run over a micro-batch's results"
+            return results
         return reader_for(node.kind).read(spark, node, paths)
     if isinstance(node, r.UnionAll):
-        parts = [_build(spark, c, obs, paths) for c in node.children]
+        parts = [_build(spark, c, obs, paths, results=results) for c in node.children]
         out = parts[0]
         for p in parts[1:]:
             out = out.unionByName(p)
         return out
-    child = _build(spark, node.child, obs, paths)
+    child = _build(spark, node.child, obs, paths, results=results)
     if isinstance(node, r.StatefulApply):
         return _stateful(spark, node, child, paths.ticks)
     if isinstance(node, r.MapArrow):

@@ -70,7 +70,9 @@ def start_streaming(
     else:
         from krishiv_py.runtime.stateful import HANDOFF_CONF, BatchCollector
 
-        collector = BatchCollector(recipe, setup.writer, late_writer=setup.late_writer, quarantine=quarantine)
+        collector = BatchCollector(
+            recipe, setup.writer, late_writer=setup.late_writer, quarantine=quarantine, spark=spark
+        )
         # Over Spark Connect foreachBatch runs on the server: the payloads come back as files.
         handoff = os.path.join(checkpoint_dir, "krishiv-handoff") if is_remote(spark) else None
         if handoff is None:

@@ -53,7 +53,7 @@ from krishiv_py.runtime.spark_errors import spark_call
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
     from krishiv_py.panes import PaneCallbacks
     from krishiv_py.planner.spark.recipe import SparkRecipe
@@ -83,8 +83,13 @@ class BatchCollector:
         *,
         late_writer: SinkWriter | None = None,
         quarantine: Quarantine | None = None,
+        spark: SparkSession | None = None,
     ) -> None:
         self._recipe = recipe
+        self._spark = spark
+        after = recipe.after
+        #: The operator's own result columns (before any stage after the window).
+        self._window_schema = (recipe.output_schema if after is None else after.window_schema).to_arrow()
         self._writer = writer
         self._late_writer = late_writer
         self._quarantine = quarantine
@@ -106,7 +111,10 @@ class BatchCollector:
         """Route one micro-batch's results, late rows and statistics."""
         from krishiv_py.stateful.operator import COUNTER_NAMES, to_output
 
-        results = to_output(payloads.results, self._recipe.output_schema.to_arrow())
+        results = to_output(payloads.results, self._window_schema)
+        failures = 0
+        if self._recipe.after is not None:
+            results, failures = self._after(results)
         deliver(self._writer, results, batch_id, self._quarantine)
         if self._recipe.pane_callbacks is not None:
             callbacks = self._recipe.pane_callbacks
@@ -114,7 +122,7 @@ class BatchCollector:
                 self._quarantine,
                 "panes",
                 batch_id,
-                lambda: _pane_rows(callbacks, payloads, self._recipe.output_schema.to_arrow()),
+                lambda: _pane_rows(callbacks, payloads, self._window_schema),
                 lambda: call_pane_events(callbacks, self._keys, payloads),
                 caller="a pane callback",
             )
@@ -122,6 +130,7 @@ class BatchCollector:
             self._hand_late(payloads.late, batch_id)
         stats = payloads.stats.to_pydict()
         totals = {name: int(sum(stats[name])) for name in COUNTER_NAMES}
+        totals["arith"] += failures
         with self._lock:
             self.counts[batch_id] = totals
             for i, b in enumerate(stats["bucket"]):
@@ -137,6 +146,28 @@ class BatchCollector:
                 batch_id,
                 totals["future"],
             )
+
+    def _after(self, results: pa.Table) -> tuple[pa.Table, int]:
+        """The stages after the window over one micro-batch's results, and their arithmetic failures.
+
+        They run as a small Spark batch job on the results, so every
+        expression means what it means in the other lowerings.
+        """
+        from krishiv_py.runtime.build import build_after
+        from krishiv_py.runtime.results import conform
+
+        after = self._recipe.after
+        assert after is not None
+        if not results.num_rows:
+            return conform(after.schema.to_arrow().empty_table(), after.schema), 0
+        spark = self._spark
+        if spark is None:
+            raise JobError("stages after the window need the job's SparkSession")
+        observations: dict[str, Any] = {}
+        frame = spark.createDataFrame(results)
+        table = build_after(spark, after, frame, observations).toArrow()
+        failures = sum(int(v or 0) for o in observations.values() for v in o.get.values())
+        return conform(table, after.schema), failures
 
     def _hand_late(self, late: pa.Table, batch_id: int) -> None:
         handler, writer = self._handler, self._late_writer
@@ -406,7 +437,7 @@ def run_stateful_bounded(setup: JobSetup) -> BoundedJob:
     observations: dict[str, Any] = {}
     df = spark_call("building the batch job", lambda: build_dataframe(spark, recipe, observations))
     table = spark_call("running the batch job", lambda: df.select(PAYLOAD).toArrow())
-    collector = BatchCollector(recipe, setup.writer, late_writer=setup.late_writer)
+    collector = BatchCollector(recipe, setup.writer, late_writer=setup.late_writer, spark=spark)
     payloads = decode_payloads(cast("list[bytes]", table.column(PAYLOAD).to_pylist()))
     if payloads is not None:
         spark_call("handing over the results", lambda: collector.accept(payloads, 0))

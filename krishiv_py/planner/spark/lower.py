@@ -25,11 +25,19 @@ from krishiv_py.plan import nodes as n
 from krishiv_py.plan.windows import SlidingWindow
 from krishiv_py.planner.spark.choose import capabilities, choose, features_of, force
 from krishiv_py.planner.spark.native import lower_window, time_shift
-from krishiv_py.planner.spark.recipe import FilterExpr, Observe, SelectExprs, SparkRecipe
+from krishiv_py.planner.spark.recipe import (
+    AfterWindow,
+    FilterExpr,
+    Observe,
+    ReadSource,
+    RecipeNode,
+    SelectExprs,
+    SparkRecipe,
+)
 from krishiv_py.planner.spark.sliding import pane_choice, stream_pane_choice
-from krishiv_py.planner.spark.sources import Lowerer
+from krishiv_py.planner.spark.sources import Lowerer, select_item
 from krishiv_py.planner.spark.stateful import lower_stateful_window
-from krishiv_py.planner.sql import quote
+from krishiv_py.planner.sql import quote, to_sql
 
 __all__ = ["lower"]
 
@@ -110,15 +118,17 @@ def _snapshot(plan: n.PlanNode) -> tuple[Lowering, str]:
 
 
 def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkRecipe:
-    if not isinstance(plan, n.WindowAggregate):
-        raise PlanError(
-            "the stateful lowering runs plans that end in the windowed aggregation; "
-            "filter or select before the window, or on the results"
-        )
-    shift = time_shift(plan) if streaming else 0
+    agg, after = _split_after(plan)
+    shift = time_shift(agg) if streaming else 0
     ctx = Lowerer(streaming=streaming, shift=shift, window=lower_stateful_window)
-    root, _ = ctx.lower(plan)
-    handler = plan.emission.late_handler
+    root, _ = ctx.lower(agg)
+    handler = agg.emission.late_handler
+    if after is not None:
+        reason += (
+            "; the stages after the window (filter, select, with_column) run on each micro-batch's "
+            "results as a Spark batch job on the driver, so a retraction passes a filter exactly when "
+            "the emit it withdraws did"
+        )
     return SparkRecipe(
         lowering="stateful",
         reason=reason,
@@ -129,5 +139,40 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
         windowed=True,
         output_schema=n.schema_of(plan),
         late_handler=handler,
-        pane_callbacks=plan.emission.panes if plan.emission.panes.any else None,
+        pane_callbacks=agg.emission.panes if agg.emission.panes.any else None,
+        after=after,
     )
+
+
+def _split_after(plan: n.PlanNode) -> tuple[n.WindowAggregate, AfterWindow | None]:
+    """The windowed aggregation the stateful operator runs, and the stages on its results.
+
+    Filters and projections after the window run on each micro-batch's
+    results (:class:`AfterWindow`); a plan may hold one windowed aggregation.
+    """
+    chain: list[n.Filter | n.Project] = []
+    node = plan
+    while isinstance(node, n.Filter | n.Project) and n.window_aggregates(node):
+        chain.append(node)
+        node = node.input
+    if not isinstance(node, n.WindowAggregate) or len(n.window_aggregates(plan)) != 1:
+        what = "a union of windowed results" if isinstance(node, n.Union) else "this plan"
+        raise PlanError(
+            f"the stateful lowering runs one windowed aggregation, optionally followed by filter, "
+            f"select and with_column; {what} needs more than that (a union of windowed results, "
+            "or a window over window results, is not supported on this lowering yet)"
+        )
+    if not chain:
+        return node, None
+    ctx = Lowerer(streaming=False, shift=0, window=lower_stateful_window)
+    window_schema = n.schema_of(node)
+    out: RecipeNode = ReadSource(name="window results", kind="results", schema=window_schema, streaming=False)
+    for stage in reversed(chain):
+        schema = n.schema_of(stage.input)
+        if isinstance(stage, n.Filter):
+            out = ctx.count_failures(out, [stage.predicate], schema)
+            out = FilterExpr(child=out, condition=to_sql(stage.predicate, schema))
+        else:
+            out = ctx.count_failures(out, stage.exprs, schema)
+            out = SelectExprs(child=out, exprs=tuple(select_item(e, schema) for e in stage.exprs))
+    return node, AfterWindow(root=out, window_schema=window_schema, schema=n.schema_of(plan))

@@ -50,6 +50,7 @@ from krishiv_py.types import Schema
 
 __all__ = [
     "ARITH",
+    "AfterWindow",
     "BASE_HIDDEN",
     "ET",
     "GLOBAL",
@@ -192,6 +193,29 @@ class TrackedSource:
 
 
 @attrs.frozen(kw_only=True)
+class AfterWindow:
+    """Stateless stages on the stateful operator's results (``filter``/``select``/``with_column``).
+
+    The operator's results reach the driver once per micro-batch; ``root``
+    runs on them there as a small Spark batch job, whose leaf is the
+    :class:`ReadSource` of kind ``"results"`` (that micro-batch's rows, in
+    ``window_schema``), so the expressions mean exactly what they mean in
+    the other lowerings. ``schema`` is what comes out.
+    """
+
+    root: RecipeNode
+    window_schema: Schema
+    schema: Schema
+
+    def render(self) -> str:
+        """The stages as PySpark-like code over ``results``, one per line."""
+        lines: list[str] = []
+        final = _render(self.root, lines)
+        lines.append(f"result = {final}")
+        return "\n".join(lines)
+
+
+@attrs.frozen(kw_only=True)
 class SparkRecipe:
     lowering: Lowering
     reason: str
@@ -204,6 +228,8 @@ class SparkRecipe:
     late_handler: Any = attrs.field(default=None, eq=False, repr=False)
     #: Pane-event callbacks (:class:`~krishiv_py.panes.PaneCallbacks`), run on the driver.
     pane_callbacks: Any = attrs.field(default=None, eq=False, repr=False)
+    #: Stages after the stateful operator, run on each micro-batch's results.
+    after: AfterWindow | None = None
 
     @property
     def idle(self) -> tuple[TrackedSource, ...]:
@@ -220,6 +246,9 @@ class SparkRecipe:
         lines: list[str] = []
         final = _render(self.root, lines)
         lines.append(f"result = {final}")
+        if self.after is not None:
+            lines.append("# then, on the driver, on each micro-batch's results:")
+            lines.append(self.after.render())
         return "\n".join(lines)
 
 
@@ -227,7 +256,9 @@ def _render(node: RecipeNode, lines: list[str]) -> str:
     if isinstance(node, ReadSource):
         var = f"src_{len(lines)}"
         reader = "spark.readStream" if node.streaming else "spark.read"
-        if node.kind == "records":
+        if node.kind == "results":
+            lines.append(f"{var} = spark.createDataFrame(<this micro-batch's window results>)")
+        elif node.kind == "records":
             lines.append(f"{var} = spark.createDataFrame(<{node.name}: Arrow table + hidden columns>)")
         elif node.kind == "markers":
             where = f"<idle markers of {node.name}>"

@@ -68,7 +68,7 @@ from krishiv_py.planner.spark.recipe import (
 from krishiv_py.planner.sql import failure_checks, quote, to_sql
 from krishiv_py.types import Schema
 
-__all__ = ["Lowerer", "ReadRule", "WindowRule", "read_rule", "register_read_rule"]
+__all__ = ["Lowerer", "ReadRule", "WindowRule", "read_rule", "register_read_rule", "select_item"]
 
 Source = n.SourceNode
 
@@ -115,12 +115,12 @@ class Lowerer:
             cond = to_sql(node.predicate, schema)
             if ROW_KIND in hidden:
                 cond = f"({quote(ROW_KIND)} <> 0 OR {cond})"  # punctuation rows pass user filters
-            child = self._count_failures(child, [node.predicate], schema)
+            child = self.count_failures(child, [node.predicate], schema)
             return FilterExpr(child=child, condition=cond), hidden
         if isinstance(node, n.Project):
             schema = n.schema_of(node.input)
-            exprs = tuple(_select_item(e, schema) for e in node.exprs) + tuple(quote(h) for h in hidden)
-            child = self._count_failures(child, node.exprs, schema)
+            exprs = tuple(select_item(e, schema) for e in node.exprs) + tuple(quote(h) for h in hidden)
+            child = self.count_failures(child, node.exprs, schema)
             return SelectExprs(child=child, exprs=exprs), hidden
         if isinstance(node, n.Watermark):
             return self._watermark(node, child, count_input=direct), (*hidden, ET)
@@ -143,7 +143,7 @@ class Lowerer:
             parts.append(self._watermark(attrs.evolve(node, input=one), child, count_input=True))
         return parts[0] if len(parts) == 1 else UnionAll(children=tuple(parts))
 
-    def _count_failures(self, child: RecipeNode, exprs: Sequence[ExprNode], schema: Schema) -> RecipeNode:
+    def count_failures(self, child: RecipeNode, exprs: Sequence[ExprNode], schema: Schema) -> RecipeNode:
         """Observe, over the rows ``exprs`` are computed on, how often arithmetic gave no result."""
         checks = [c for e in exprs for c in failure_checks(e, schema)]
         if not checks:
@@ -276,7 +276,8 @@ def _markers(name: str, schema: Schema) -> RecipeNode:
     return SelectExprs(child=read, exprs=(*exprs, *hidden))
 
 
-def _select_item(expr: ExprNode, schema: Schema) -> str:
+def select_item(expr: ExprNode, schema: Schema) -> str:
+    """The ``selectExpr`` item of one ``select()`` expression over ``schema``."""
     name = output_name(expr)
     if dtype_of(expr, schema).name == "void":  # a bare NULL: give it the plan's type
         return f"CAST(NULL AS STRING) AS {quote(name)}"
