@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pytest
@@ -532,6 +532,24 @@ def test_max_records_per_batch_caps_each_micro_batch(kafka_broker: KafkaBroker, 
         job.stop()
     assert sizes == [2, 2, 2]  # one record of each partition's backlog per batch
     assert partitions == [0, 0, 0, 1, 1, 1]
+    # The consumer group mirrors what Spark committed, so lag tools see the job's progress.
+    import confluent_kafka as ck
+
+    from krishiv_py.kafka.client import consumer
+
+    name = cast(n.KafkaSource, stream.plan).name
+    group = consumer(kafka_broker.bootstrap_servers, {"group.id": f"krishiv-{name}"})
+    try:
+        wanted = [ck.TopicPartition(topic, p) for p in (0, 1)]
+        deadline = time.monotonic() + 10
+        while [tp.offset for tp in group.committed(wanted, timeout=5)] != [
+            3,
+            3,
+        ] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert [tp.offset for tp in group.committed(wanted, timeout=5)] == [3, 3]
+    finally:
+        group.close()
 
 
 @pytest.mark.spark
@@ -580,13 +598,26 @@ def test_a_task_reads_its_ranges_in_order_with_one_pooled_consumer(kafka_broker:
     ]
     ds._close_pool()
     first = [b for t in tasks for b in reader.read(t)]
-    again = [b for t in tasks for b in reader.read(t)]  # the pooled consumer, assigned anew
+    again = [b for t in tasks for b in reader.read(t)]  # the pooled consumers, assigned anew
     order = [(1, o) for o in range(10)] + [(0, o) for o in range(2, 10)] + [(2, o) for o in range(5, 10)]
     for batches in (first, again):
         parts = [p for b in batches for p in b["kafka_partition"].to_pylist()]
         offsets = [o for b in batches for o in b["kafka_offset"].to_pylist()]
         assert list(zip(parts, offsets, strict=True)) == order
         assert [n for b in batches for n in b["n"].to_pylist()] == [3 * o + p for p, o in order]
-    assert sum(len(v) for v in ds._POOL.values()) == 1  # one consumer served every range
+    # One consumer per partition, left assigned at the end of its range.
+    assert sorted(k[3] for k in ds._POOL) == [0, 1, 2]
+    assert [r.position for _, r in ds._POOL.values()] == [10, 10, 10]
+    # The next micro-batch reads on from there with the same consumers, which fetched ahead.
+    for i in range(30, 36):
+        producer.produce(topic, value=json.dumps({"user": "u", "n": i}).encode(), partition=i % 3)
+    producer.flush(10)
+    before = {k: r.client for k, (_, r) in ds._POOL.items()}
+    task = ds.KafkaRanges([ds.KafkaRange(p, 10, 12) for p in range(3)])
+    batches = list(reader.read(task))
+    columns = ("kafka_partition", "kafka_offset", "n")
+    rows = [row for b in batches for row in zip(*(b[c].to_pylist() for c in columns), strict=True)]
+    assert rows == [(p, o, 3 * o + p) for p in range(3) for o in (10, 11)]
+    assert {k: r.client for k, (_, r) in ds._POOL.items()} == before
     ds._close_pool()
     assert ds._POOL == {}

@@ -16,10 +16,11 @@ Partitions
     ranges are shared among the tasks by record count, and a task reads its
     ranges one after the other with an assigned consumer, decoding them
     into Arrow batches (:mod:`krishiv_py.kafka.decode`). A Python worker
-    keeps its consumer from task to task (as Spark's own Kafka connector
-    pools its consumers): a task assigns its ranges and unassigns them when
-    done, so no connection is set up per task and nothing is fetched past
-    a range. Partitions that appear while the job runs are read from their
+    keeps a consumer per partition from task to task (as Spark's own Kafka
+    connector caches its consumers): it stays assigned at the end of the
+    range it read, so it fetches the next micro-batch's records while Spark
+    works on this one, and a task that reads on from there finds them
+    waiting. Partitions that appear while the job runs are read from their
     first offset.
 Batch size
     ``max_records_per_batch`` caps the records of one micro-batch, shared
@@ -225,9 +226,11 @@ class KafkaStreamReader(DataSourceStreamReader):
         if self._committer is None:
             self._committer = consumer(self.servers, {**self.config, "group.id": group})
         offsets = [ck.TopicPartition(self.topic, int(p), int(o)) for p, o in end.items()]
-        # The group's offsets are informational: Spark's checkpoint is what a restart reads.
+        # The group's offsets are informational: Spark's checkpoint is what a restart reads. So the
+        # commit is sent without waiting for the broker's answer (the next micro-batch goes on).
         with contextlib.suppress(ck.KafkaException):
-            self._committer.commit(offsets=offsets, asynchronous=False)
+            self._committer.commit(offsets=offsets, asynchronous=True)
+            self._committer.poll(0)  # serve the answers of earlier commits
 
     def stop(self) -> None:
         for c in (self._client, self._committer):
@@ -269,97 +272,120 @@ def _records(
     servers: str, config: Mapping[str, str], topic: str, task: KafkaRanges
 ) -> Iterator[tuple[int, Chunk]]:
     """The records of ``task``'s ranges in chunks: the partition and values, keys, offsets, timestamps."""
-    with _pooled(servers, {k: v for k, v in config.items() if k != "group.id"}) as client:
-        for part in task.ranges:
-            for chunk in _range(client, servers, topic, part):
+    settings = {k: v for k, v in config.items() if k != "group.id"}
+    for part in task.ranges:
+        with _pooled(servers, settings, topic, part) as reading:
+            for chunk in _range(reading, servers, topic, part):
                 yield part.partition, chunk
 
 
-def _range(client: Any, servers: str, topic: str, part: KafkaRange) -> Iterator[Chunk]:
-    """The records of one range, read with ``client`` (assigned here, unassigned when done)."""
+class _Reading:
+    """A pooled consumer of one partition and where it stands (``None``: not known, assign again)."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.position: int | None = None
+
+
+def _range(reading: _Reading, servers: str, topic: str, part: KafkaRange) -> Iterator[Chunk]:
+    """The records of one range, read with ``reading``'s consumer.
+
+    A consumer already at the range's start (it read the range before, and
+    has fetched on since) is used as it stands; otherwise it is assigned
+    the partition at the start. It stays assigned afterwards, at the end of
+    the range, so it prefetches the next micro-batch's records.
+    """
     ck = require_client()
-    try:
+    client = reading.client
+    if reading.position != part.start:
         client.assign([ck.TopicPartition(topic, part.partition, part.start)])
-        position, quiet_since = part.start, time.monotonic()
-        while position < part.end:
-            # A short wait: a range that ends in a transaction marker never fills the count.
-            msgs = client.consume(num_messages=min(_CHUNK, part.end - position), timeout=0.1)
-            failed = [m.error() for m in msgs if m.error() is not None]
-            if failed:
-                msgs = [m for m in msgs if m.error() is None]
-                for err in failed:
-                    if err.code() != ck.KafkaError._PARTITION_EOF:
-                        raise _read_error(topic, part, err)
-            if msgs and (msgs[0].partition() != part.partition or msgs[0].offset() < position):
-                # A pooled consumer's earlier assignment: never expected, but never read twice either.
-                msgs = [m for m in msgs if m.partition() == part.partition and m.offset() >= position]
-            if msgs and msgs[-1].offset() >= part.end:
-                msgs = [m for m in msgs if m.offset() < part.end]
-            # One list comprehension per column: the client's per-record calls, and nothing more.
-            values: list[bytes | None] = [m.value() for m in msgs]
-            keys: list[bytes | None] = [m.key() for m in msgs]
-            stamps: list[int | None] = [m.timestamp()[1] for m in msgs]  # -1 when not available
-            if msgs:
-                first, last = msgs[0].offset(), msgs[-1].offset()
-                # Consecutive offsets (no transaction markers, nothing compacted away): a range.
-                offsets = (
-                    range(first, last + 1) if last - first + 1 == len(msgs) else [m.offset() for m in msgs]
-                )
-                position, quiet_since = last + 1, time.monotonic()
-                yield values, keys, offsets, stamps
-                continue
-            # Nothing new: transaction markers and aborted records take offsets without a record.
-            (pos,) = client.position([ck.TopicPartition(topic, part.partition)])
-            if pos.offset >= part.end:
-                return
-            if time.monotonic() - quiet_since > REQUEST_TIMEOUT_S:
-                raise KafkaReadError(
-                    f"Kafka topic {topic!r} partition {part.partition}: offsets {position}..{part.end - 1} "
-                    f"did not arrive within {REQUEST_TIMEOUT_S:g} s from {servers}; is the broker up?"
-                )
-    finally:
-        client.unassign()  # stops the prefetch past the range
+    reading.position = None
+    position, quiet_since = part.start, time.monotonic()
+    while position < part.end:
+        # A short wait: a range that ends in a transaction marker never fills the count.
+        msgs = client.consume(num_messages=min(_CHUNK, part.end - position), timeout=0.1)
+        failed = [m.error() for m in msgs if m.error() is not None]
+        if failed:
+            msgs = [m for m in msgs if m.error() is None]
+            for err in failed:
+                if err.code() != ck.KafkaError._PARTITION_EOF:
+                    raise _read_error(topic, part, err)
+        if msgs and (msgs[0].partition() != part.partition or msgs[0].offset() < position):
+            # Never expected from a consumer of this partition, but never read twice either.
+            msgs = [m for m in msgs if m.partition() == part.partition and m.offset() >= position]
+        if msgs and msgs[-1].offset() >= part.end:
+            msgs = [m for m in msgs if m.offset() < part.end]
+            reading.position = -1  # read past the range: assign again next time
+        # One list comprehension per column: the client's per-record calls, and nothing more.
+        values: list[bytes | None] = [m.value() for m in msgs]
+        keys: list[bytes | None] = [m.key() for m in msgs]
+        stamps: list[int | None] = [m.timestamp()[1] for m in msgs]  # -1 when not available
+        if msgs:
+            first, last = msgs[0].offset(), msgs[-1].offset()
+            # Consecutive offsets (no transaction markers, nothing compacted away): a range.
+            offsets = range(first, last + 1) if last - first + 1 == len(msgs) else [m.offset() for m in msgs]
+            position, quiet_since = last + 1, time.monotonic()
+            yield values, keys, offsets, stamps
+            continue
+        # Nothing new: transaction markers and aborted records take offsets without a record.
+        (pos,) = client.position([ck.TopicPartition(topic, part.partition)])
+        if pos.offset >= part.end:
+            reading.position = pos.offset if reading.position is None else -1
+            return
+        if time.monotonic() - quiet_since > REQUEST_TIMEOUT_S:
+            raise KafkaReadError(
+                f"Kafka topic {topic!r} partition {part.partition}: offsets {position}..{part.end - 1} "
+                f"did not arrive within {REQUEST_TIMEOUT_S:g} s from {servers}; is the broker up?"
+            )
+    if reading.position is None:
+        reading.position = part.end
 
 
-# A Python worker's idle consumers, by servers and settings: a task takes one (or makes one) and
-# puts it back when it ends well; one idle longer than _IDLE_S is closed when the pool is next used.
-_POOL: dict[tuple[str, str], list[tuple[float, Any]]] = {}
+# A Python worker's consumers, one per partition it has read (by servers, settings, topic and
+# partition): a task takes the one of each of its ranges (or makes one) and puts it back, still
+# assigned, when it ends well. One idle longer than _IDLE_S, and the least recently used beyond
+# _MAX_POOLED, are closed when the pool is next used (Spark's Kafka connector caches consumers
+# per partition the same way, 64 per executor by default).
+_POOL: dict[tuple[str, str, str, int], tuple[float, _Reading]] = {}
 _POOL_LOCK = threading.Lock()
 _IDLE_S = 60.0
+_MAX_POOLED = 32
 
 
 @contextlib.contextmanager
-def _pooled(servers: str, config: Mapping[str, str]) -> Iterator[Any]:
-    key = (servers, json.dumps(dict(config), sort_keys=True))
+def _pooled(servers: str, config: Mapping[str, str], topic: str, part: KafkaRange) -> Iterator[_Reading]:
+    key = (servers, json.dumps(dict(config), sort_keys=True), topic, part.partition)
     with _POOL_LOCK:
-        idle = _POOL.get(key) or []
-        client = idle.pop()[1] if idle else None
-    if client is None:
-        client = consumer(servers, config)
+        entry = _POOL.pop(key, None)
+    reading = entry[1] if entry is not None else _Reading(consumer(servers, config))
     try:
-        yield client
+        yield reading
     except BaseException:
-        client.close()  # its state is unknown after an error: never reused
+        reading.client.close()  # its state is unknown after an error: never reused
         raise
     else:
         now = time.monotonic()
         with _POOL_LOCK:
-            stale = [c for entries in _POOL.values() for t, c in entries if now - t > _IDLE_S]
-            for k in list(_POOL):
-                _POOL[k] = [(t, c) for t, c in _POOL[k] if now - t <= _IDLE_S]
-            _POOL.setdefault(key, []).append((now, client))
-        for c in stale:
-            c.close()
+            _POOL[key] = (now, reading)
+            by_age = sorted(_POOL, key=lambda k: _POOL[k][0])
+            stale = [
+                k
+                for i, k in enumerate(by_age)
+                if now - _POOL[k][0] > _IDLE_S or i < len(by_age) - _MAX_POOLED
+            ]
+            closing = [_POOL.pop(k)[1] for k in stale]
+        for r in closing:
+            r.client.close()
 
 
 @atexit.register
 def _close_pool() -> None:
     with _POOL_LOCK:
-        clients = [c for entries in _POOL.values() for _, c in entries]
+        readings = [r for _, r in _POOL.values()]
         _POOL.clear()
-    for c in clients:
+    for r in readings:
         with contextlib.suppress(Exception):
-            c.close()
+            r.client.close()
 
 
 def _read_error(topic: str, part: KafkaRange, err: Any) -> KafkaReadError:
