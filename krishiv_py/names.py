@@ -42,6 +42,7 @@ __all__ = [
     "PANE_EVENT",
     "PANE_WINDOW_START",
     "PAYLOAD",
+    "RANK",
     "RESULT_ARITH",
     "RESULT_KIND",
     "ROWS",
@@ -117,6 +118,8 @@ KAFKA_PARSED, KAFKA_CORRUPT = "__kp_kafka_value", "__kp_corrupt"
 
 #: Event time in Spark, shifted by the recipe's ``time_shift_ms``.
 ET = "__kp_et"
+#: A row's rank within its window, for ``top_n``.
+RANK = "__kp_rank"
 #: The ``window``/``session_window`` struct a window aggregation groups by.
 WINDOW = "__kp_window"
 #: The constant key of a session window without keys.

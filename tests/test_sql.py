@@ -886,3 +886,64 @@ def test_a_keyed_query_with_where_a_subquery_and_having_gives_the_builders_rows(
     )
     assert got.num_rows > 0
     assert_same_rows(got, want)
+
+
+def test_qualify_rank_is_window_top_n_before_the_select_list() -> None:
+    text = f"""SELECT region, {START} AS ws, COUNT(*) AS n, SUM(amount) AS spent FROM events
+               GROUP BY region, {START}
+               QUALIFY RANK() OVER (PARTITION BY ws, window_end ORDER BY n DESC, SUM(amount) DESC) <= 3"""
+    twin = (
+        timed()
+        .key_by("region")
+        .tumbling_window(60_000)
+        .agg(COUNT.alias("n"), kp.sum(kp.col("amount")).alias("spent"))
+        .top_n(3, by=["n", "spent"], ties="all")
+        .select("region", kp.col("window_start").alias("ws"), "n", "spent")
+    )
+    same_plan(text, twin)
+
+
+def test_qualify_row_number_with_keys_ascending_and_less_than() -> None:
+    text = f"""SELECT region, user_id, {START}, MIN(amount) AS low FROM events
+               GROUP BY region, user_id, {START}
+               QUALIFY ROW_NUMBER() OVER (
+                   PARTITION BY window_start, window_end, region ORDER BY low ASC NULLS LAST) < 3"""
+    twin = (
+        timed()
+        .key_by("region", "user_id")
+        .tumbling_window(60_000)
+        .agg(kp.min(kp.col("amount")).alias("low"))
+        .top_n(2, by=["low"], keys=["region"], ties="first", ascending=True)
+        .select("region", "user_id", "window_start", "low")
+    )
+    same_plan(text, twin)
+
+
+@pytest.mark.parametrize(
+    ("clause", "words"),
+    [
+        ("QUALIFY n > 1", ["QUALIFY takes window top-N"]),
+        ("QUALIFY SUM(n) OVER (PARTITION BY window_start, window_end) <= 1", ["QUALIFY takes window top-N"]),
+        ("QUALIFY RANK() OVER (PARTITION BY region ORDER BY n DESC) <= 1", ["starts with the window"]),
+        ("QUALIFY RANK() OVER (PARTITION BY window_start, window_end) <= 1", ["ORDER BY says what ranks"]),
+        ("QUALIFY RANK() OVER (PARTITION BY window_start, window_end ORDER BY n) <= 1", ["NULLS LAST"]),
+        (
+            "QUALIFY RANK() OVER (PARTITION BY window_start, window_end ORDER BY n DESC) <= 'x'",
+            ["whole number"],
+        ),
+        (
+            "QUALIFY RANK() OVER (PARTITION BY window_start, window_end ORDER BY MAX(amount) DESC) <= 1",
+            ["add this"],
+        ),
+        ("QUALIFY RANK() OVER (PARTITION BY window_start, window_end ORDER BY n DESC) <= 0", ["n >= 1"]),
+    ],
+)
+def test_qualify_that_is_not_window_top_n_is_refused(clause: str, words: list[str]) -> None:
+    text = f"SELECT region, {START}, COUNT(*) AS n FROM events GROUP BY region, {START} {clause}"
+    with plan_error(*words):
+        sql(text)
+
+
+def test_qualify_without_a_window_is_refused() -> None:
+    with plan_error("QUALIFY is not supported here", "GROUP BY and a window helper", "line 1"):
+        sql("SELECT * FROM events QUALIFY ROW_NUMBER() OVER (ORDER BY amount) <= 1")

@@ -7,7 +7,8 @@ or :meth:`Stream.to_spark`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
@@ -228,6 +229,46 @@ class Stream(WindowAssigners):
         if name not in self.columns:
             exprs.append(new)
         return self._with(n.Project(input=self._plan, exprs=tuple(exprs)))
+
+    def top_n(
+        self,
+        n: int,
+        by: str | Sequence[str],
+        *,
+        per: Literal["window"] = "window",
+        keys: Sequence[str] = (),
+        ties: Literal["all", "first"] = "all",
+        ascending: bool = False,
+    ) -> Stream:
+        """Window top-N: the ``n`` result rows of each window that rank first by ``by``.
+
+        Call it on the results of a window (after ``.agg(...)``). Rows of one
+        window (``window_start``, ``window_end``, and ``keys`` when given)
+        rank by ``by``, largest first unless ``ascending``; a null ranks
+        last. ``ties="all"`` keeps every row tied with the ``n``-th (SQL
+        ``RANK() <= n``, so there may be more than ``n``); ``"first"`` keeps
+        exactly ``n``, the other columns breaking ties in order. Runs on the
+        bounded and native lowerings (every window fires once, complete);
+        after a window that re-fires it is a :class:`PlanError` for now.
+
+        Examples
+        --------
+            hottest = (
+                bids.watermark("date_time", 0)
+                .key_by("auction")
+                .sliding_window(10_000, 2_000)
+                .agg(kp.count(kp.col("*")).alias("bids"))
+                .top_n(1, by="bids")
+            )
+        """
+        if per != "window":
+            raise PlanError(f"top_n(per=...) ranks per 'window' only, got {per!r}")
+        from krishiv_py.plan.nodes import TopN  # (``n`` is the count here)
+
+        columns = (by,) if isinstance(by, str) else tuple(by)
+        return self._with(
+            TopN(input=self._plan, n=n, by=columns, ascending=bool(ascending), keys=tuple(keys), ties=ties)
+        )
 
     def union(self, *others: Stream) -> Stream:
         """Rows of this stream and ``others`` (identical schemas; each keeps its watermark)."""

@@ -41,6 +41,7 @@ __all__ = [
     "Project",
     "RecordsSource",
     "SparkSource",
+    "TopN",
     "Union",
     "Watermark",
     "WindowAggregate",
@@ -226,8 +227,51 @@ class WindowAggregate:
         schema_of(self)
 
 
+TopNTies: TypeAlias = Literal["all", "first"]
+
+
+@attrs.frozen(kw_only=True)
+class TopN:
+    """The ``n`` rows of each window (and ``keys``) that rank first by ``by``: window top-N.
+
+    ``input`` is a windowed result (it has ``window_start`` and
+    ``window_end``). Rows rank by ``by`` (descending unless ``ascending``);
+    ``ties="all"`` keeps every row tied with the ``n``-th (SQL ``RANK() <= n``),
+    ``"first"`` exactly ``n``, ties broken by the remaining columns in order.
+    """
+
+    input: PlanNode
+    n: int
+    by: tuple[str, ...]
+    ascending: bool = False
+    keys: tuple[str, ...] = ()
+    ties: TopNTies = "all"
+
+    def __attrs_post_init__(self) -> None:
+        if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
+            raise PlanError(f"top_n() needs n >= 1, got {self.n!r}")
+        if self.ties not in ("all", "first"):
+            raise PlanError(f"top_n(ties=...) is 'all' or 'first', got {self.ties!r}")
+        if not self.by:
+            raise PlanError("top_n() needs by=: the column(s) to rank the rows of a window by")
+        schema = schema_of(self.input)
+        if not window_aggregates(self.input) or not {"window_start", "window_end"} <= set(schema.names):
+            raise PlanError(
+                "top_n() ranks the results of a window: call it after .agg(...), keeping "
+                "window_start and window_end"
+            )
+        for c in (*self.by, *self.keys):
+            schema.field(c, role="top_n() column")
+        if RESULT_KIND in schema.names and any(
+            a.emission.accumulation == "retracting" for a in window_aggregates(self.input)
+        ):
+            raise PlanError(
+                "top_n() over retracting results (accumulation('retracting')) is not supported yet"
+            )
+
+
 SourceNode: TypeAlias = MemorySource | RecordsSource | FileSource | SparkSource | KafkaSource
-PlanNode: TypeAlias = SourceNode | Watermark | Filter | Project | Union | WindowAggregate
+PlanNode: TypeAlias = SourceNode | Watermark | Filter | Project | Union | WindowAggregate | TopN
 SOURCE_TYPES = (MemorySource, RecordsSource, FileSource, SparkSource, KafkaSource)
 
 
@@ -263,7 +307,7 @@ def schema_of(node: PlanNode) -> Schema:
     """The output schema of ``node``."""
     if isinstance(node, SOURCE_TYPES):
         return node.schema
-    if isinstance(node, Watermark | Filter):
+    if isinstance(node, Watermark | Filter | TopN):
         return schema_of(node.input)
     if isinstance(node, Union):
         return schema_of(node.inputs[0])
@@ -322,7 +366,7 @@ def event_time(node: PlanNode) -> EventTime | None:
     if isinstance(node, Watermark):
         dtype = schema_of(node.input).field(node.column).dtype
         return EventTime(node.column, dtype, node.lag_ms, node.future_tolerance_ms)
-    if isinstance(node, (*SOURCE_TYPES, WindowAggregate)):
+    if isinstance(node, (*SOURCE_TYPES, WindowAggregate, TopN)):
         return None
     if isinstance(node, Union):
         return event_time(node.inputs[0])
@@ -402,6 +446,10 @@ def _describe(node: PlanNode) -> str:
         Filter: lambda n: f"Filter {render(n.predicate)}",
         Project: lambda n: f"Project {', '.join(render(e) for e in n.exprs)}",
         Union: lambda n: f"Union ({len(n.inputs)} inputs)",
+        TopN: lambda n: (
+            f"TopN n={n.n} by=[{', '.join(n.by)}] {'ascending' if n.ascending else 'descending'} "
+            f"per=[window_start, window_end{''.join(', ' + k for k in n.keys)}] ties={n.ties}"
+        ),
         WindowAggregate: lambda n: (
             f"WindowAggregate keys=[{', '.join(n.keys)}] window={_window_text(n.window)} "
             f"aggs=[{', '.join(_agg_text(a) for a in n.aggregates)}]"

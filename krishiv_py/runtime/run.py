@@ -113,7 +113,7 @@ def new_query_name() -> str:
 def _native_output(writer: Any, setup: JobSetup, quarantine: Quarantine | None) -> Any:
     """Spark writes the rows itself where the sink can take them so, else ``foreachBatch`` hands them over."""
     spark_stream = getattr(setup.writer, "spark_stream", None)
-    if spark_stream is not None:
+    if spark_stream is not None and setup.recipe.after is None:
         return spark_stream(writer)
     return writer.foreachBatch(_arrow_batches(setup.writer, setup.recipe, quarantine))
 
@@ -179,8 +179,13 @@ def _start_single_watermark(
 def _arrow_batches(writer: SinkWriter, recipe: SparkRecipe, quarantine: Quarantine | None) -> Any:
     """A ``foreachBatch`` function handing each micro-batch to ``writer`` as a ``pyarrow.Table``."""
     schema = recipe.output_schema  # only what the function needs: over Connect it is pickled
+    after = recipe.after
 
     def call(batch: DataFrame, batch_id: int) -> None:
+        if after is not None:  # the stages that rank each micro-batch (top_n) and what follows them
+            from krishiv_py.runtime.build import build_after
+
+            batch = build_after(batch.sparkSession, after, batch, {})
         deliver(writer, conform(batch.toArrow(), schema), batch_id, quarantine)
 
     return call

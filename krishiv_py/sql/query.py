@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 __all__ = ["Context", "translate"]
 
 #: Clauses of a SELECT that a stream query may use (sqlglot's argument names, old and new).
-_ALLOWED = {"expressions", "from", "from_", "where", "group", "having", "with", "with_"}
+_ALLOWED = {"expressions", "from", "from_", "where", "group", "having", "qualify", "with", "with_"}
 _CLAUSES: dict[str, tuple[str, str, str]] = {
     # argument: (what it is, its keyword token, why not)
     "joins": (
@@ -66,7 +66,6 @@ _CLAUSES: dict[str, tuple[str, str, str]] = {
     "distinct": ("SELECT DISTINCT", "DISTINCT", "use GROUP BY with a window helper and an aggregate"),
     "laterals": ("LATERAL VIEW", "LATERAL", "nested values are not supported"),
     "windows": ("WINDOW", "WINDOW", "window functions are not supported; use a window helper in GROUP BY"),
-    "qualify": ("QUALIFY", "QUALIFY", "window functions are not supported"),
 }
 
 
@@ -145,6 +144,14 @@ def _select(node: exp.Select, ctx: Context) -> Stream:
         rel = attrs.evolve(rel, stream=stream)
     if _is_grouped(node):
         return _windowed(node, rel, ctx)
+    qualify = node.args.get("qualify")
+    if qualify is not None:
+        raise ctx.sql.error(
+            qualify,
+            "QUALIFY is not supported here: it ranks window results (window top-N), in a query "
+            "with GROUP BY and a window helper",
+            at=ctx.sql.keyword("QUALIFY", qualify),
+        )
     return _project(node, rel, ctx)
 
 
@@ -402,6 +409,9 @@ def _windowed(node: exp.Select, rel: Relation, ctx: Context) -> Stream:
     having = node.args.get("having")
     if having is not None:
         out = _having(having.this, out, outputs, aggs, window, ctx, resolve)
+    qualify = node.args.get("qualify")
+    if qualify is not None:
+        out = _qualify(qualify.this, out, outputs, aggs, window, ctx, resolve)
     natural = [c for c in out.columns if c != n.KIND_COLUMN]
     if [(o.name, o.source) for o in outputs] == [(c, c) for c in natural]:
         return out
@@ -600,6 +610,82 @@ def _emission(windowed: WindowedStream, ctx: Context) -> WindowedStream:
         except PlanError as exc:
             raise PlanError(f"SET {key}: {exc}") from None
     return windowed
+
+
+def _qualify(
+    node: exp.Expression,
+    out: Stream,
+    outputs: list[_Output],
+    aggs: list[AggExpr],
+    window: WindowCall,
+    ctx: Context,
+    resolve_input: Resolver,
+) -> Stream:
+    """``QUALIFY RANK() OVER (PARTITION BY window_start, window_end[, keys] ORDER BY ...) <= n``.
+
+    (or ``ROW_NUMBER()``.) Window top-N on the results, before the SELECT
+    list renames or drops columns: ``RANK()`` keeps ties (``ties="all"``), ``ROW_NUMBER()`` exactly
+    ``n`` (``ties="first"``). ``< n`` is ``<= n - 1``.
+    """
+    from sqlglot import exp
+
+    form = (
+        "QUALIFY takes window top-N: RANK() or ROW_NUMBER() OVER (PARTITION BY window_start, "
+        "window_end[, keys] ORDER BY <columns or aggregates> [DESC]) <= n"
+    )
+    if not isinstance(node, exp.LTE | exp.LT) or not isinstance(node.this, exp.Window):
+        raise ctx.sql.error(node, form)
+    over, bound = node.this, node.expression
+    if not isinstance(over.this, exp.Rank | exp.RowNumber):
+        raise ctx.sql.error(over.this, form)
+    if not isinstance(bound, exp.Literal) or bound.is_string or not str(bound.this).isdigit():
+        raise ctx.sql.error(bound, "QUALIFY compares the rank with a whole number, e.g. <= 3")
+    limit = int(str(bound.this)) - (1 if isinstance(node, exp.LT) else 0)
+
+    def column_of(x: exp.Expression, where: str) -> str:
+        if is_aggregate(x):
+            func, col = aggregate(x, ctx.sql, resolve_input)
+            for agg in aggs:
+                if (agg.call.func, agg.call.column) == (func, col):
+                    return agg.name
+            raise ctx.sql.error(x, f"{where} can use the aggregates of the SELECT list; add this one there")
+        if helper_of(x):
+            call = _call(x, ctx, resolve_input)
+            if call.window != window.window:
+                raise ctx.sql.error(x, "this window helper's arguments differ from GROUP BY's")
+            return call.output
+        if isinstance(x, exp.Column):
+            name = str(x.name)
+            for o in outputs:
+                if o.name.lower() == name.lower():
+                    return o.source
+            same = [c for c in out.columns if c.lower() == name.lower()]
+            if len(same) == 1:
+                return same[0]
+        shown = ", ".join(o.name for o in outputs)
+        raise ctx.sql.error(x, f"{where} takes the columns of the result ({shown}) and its aggregates")
+
+    parts = [column_of(x, "PARTITION BY") for x in over.args.get("partition_by") or []]
+    if parts[:2] not in (["window_start", "window_end"], ["window_end", "window_start"]):
+        raise ctx.sql.error(
+            over, f"{form}: the partition starts with the window, window_start and window_end"
+        )
+    order = over.args.get("order")
+    items = order.expressions if order is not None else []
+    if not items:
+        raise ctx.sql.error(over, f"{form}: ORDER BY says what ranks first")
+    if len({bool(i.args.get("desc")) for i in items}) > 1:
+        raise ctx.sql.error(order, "QUALIFY's ORDER BY ranks all columns the same way (all DESC, or all ASC)")
+    if any(i.args.get("nulls_first") for i in items):
+        raise ctx.sql.error(
+            order, "QUALIFY ranks nulls last: write NULLS LAST (an ASC column has NULLS FIRST)"
+        )
+    by = [column_of(i.this, "ORDER BY") for i in items]
+    ascending = not items[0].args.get("desc")
+    with _at(ctx, node, "QUALIFY: "):
+        if isinstance(over.this, exp.Rank):
+            return out.top_n(limit, by=by, keys=parts[2:], ties="all", ascending=ascending)
+        return out.top_n(limit, by=by, keys=parts[2:], ties="first", ascending=ascending)
 
 
 def _having(

@@ -17,6 +17,7 @@ after every step::
 from __future__ import annotations
 
 from krishiv_py.testing.compare import assert_same_rows, normalize_rows
+from krishiv_py.testing.ranking import top_n_rows
 from krishiv_py.testing.reference import AggSpec, ReferenceMetrics, ReferenceModel
 from krishiv_py.testing.steps import (
     AdvanceProcessingTime,
@@ -53,4 +54,5 @@ __all__ = [
     "run_reference_bounded",
     "run_reference_late_events",
     "run_streaming",
+    "top_n_rows",
 ]

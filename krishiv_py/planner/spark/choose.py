@@ -24,6 +24,12 @@ firings, the ``kind`` column of retracting results, or hand invalid events
 to a late-event handler. (Discarding alone would be exact in one step too;
 the table keeps every non-default accumulation as one feature.)
 
+Window top-N (``top_n``) runs on the bounded and native lowerings, where
+every window fires once and all its keys fire in the same micro-batch, so
+ranking each micro-batch's results is exact. The stateful operator may
+re-fire a window, or fire its keys in different micro-batches, so there
+top-N needs state of its own: not supported yet.
+
 Examples
 --------
 >>> from krishiv_py.plan.windows import SessionWindow
@@ -60,6 +66,7 @@ __all__ = [
     "EmissionFeature",
     "Feature",
     "InputKind",
+    "StageFeature",
     "capabilities",
     "choose",
     "features_of",
@@ -71,7 +78,9 @@ InputKind: TypeAlias = Literal["bounded", "unbounded"]
 EmissionFeature: TypeAlias = Literal[
     "early_trigger", "allowed_lateness", "non_accumulating", "late_handler", "state_ttl"
 ]
-FeatureName: TypeAlias = InputKind | WindowKind | EmissionFeature
+#: Stages after the window that a lowering may lack.
+StageFeature: TypeAlias = Literal["top_n"]
+FeatureName: TypeAlias = InputKind | WindowKind | EmissionFeature | StageFeature
 
 _ALL_WINDOWS: frozenset[WindowKind] = frozenset(
     {"tumbling", "sliding", "session", "capped_session", "time_interval", "event_sliding"}
@@ -99,6 +108,7 @@ class Capabilities:
     why: str
     snapshot: str | None = None
     forced_only: frozenset[WindowKind] = frozenset()
+    stages: frozenset[StageFeature] = frozenset()
 
     def covers_all(self, features: list[Feature], *, forced: bool = False) -> bool:
         """True when this lowering runs every one of ``features`` exactly."""
@@ -110,7 +120,12 @@ class Capabilities:
             return True
         if forced and feature in self.forced_only:
             return True
-        return feature in self.inputs or feature in self.window_kinds or feature in self.emission
+        return (
+            feature in self.inputs
+            or feature in self.window_kinds
+            or feature in self.emission
+            or feature in self.stages
+        )
 
 
 #: Every lowering, in order of preference.
@@ -120,6 +135,7 @@ LOWERINGS: tuple[Capabilities, ...] = (
         inputs=frozenset({"bounded"}),
         window_kinds=_SPARK_WINDOWS,
         emission=frozenset({"allowed_lateness"}),
+        stages=frozenset({"top_n"}),
         why=(
             "every source is finite, so one Spark batch job computes the final windows "
             "(the same result as streaming the data in one step, then closing the sources)"
@@ -137,6 +153,8 @@ LOWERINGS: tuple[Capabilities, ...] = (
         window_kinds=frozenset({"tumbling", "sliding"}),
         emission=frozenset(),
         forced_only=frozenset({"session"}),
+        # Each window fires once, every key in the same micro-batch: ranked per micro-batch.
+        stages=frozenset({"top_n"}),
         why=(
             "the plan uses event-time windows with on-watermark firing and no allowed lateness: "
             "Spark's withWatermark + window/session_window + groupBy().agg() in append mode "
@@ -221,6 +239,8 @@ def features_of(plan: n.PlanNode) -> list[Feature]:
             text += f" (max_duration_ms={agg.window.max_duration_ms})"
         out.append(Feature(kind, text))
         out += _emission_features(agg.emission)
+    if any(isinstance(node, n.TopN) for node in n.walk(plan)):
+        out.append(Feature("top_n", "window top-N (top_n)"))
     return out
 
 

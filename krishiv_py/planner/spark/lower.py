@@ -35,7 +35,7 @@ from krishiv_py.planner.spark.recipe import (
     SparkRecipe,
 )
 from krishiv_py.planner.spark.sliding import pane_choice, stream_pane_choice
-from krishiv_py.planner.spark.sources import Lowerer, select_item
+from krishiv_py.planner.spark.sources import Lowerer, select_item, top_n
 from krishiv_py.planner.spark.stateful import lower_stateful_window
 from krishiv_py.planner.sql import quote, to_sql
 
@@ -70,9 +70,18 @@ def lower(plan: n.PlanNode, *, force_bounded: bool = False, lowering: Lowering |
         return _lower_stateful(plan, reason, streaming=not snapshot and not n.is_bounded(plan))
     streaming = chosen == "native"
     reason += "".join(f"; {why}" for why in _sliding_choices(plan, streaming=streaming))
+    after = None
+    query = plan
+    if streaming and any(isinstance(x, n.TopN) for x in n.walk(plan)):
+        query, chain = _per_batch_chain(plan)
+        after = _after_window(query, chain)
+        reason += (
+            "; top_n ranks each micro-batch's results (foreachBatch), which is exact here: every "
+            "window fires once, all its keys in the same micro-batch"
+        )
     ctx = Lowerer(streaming=streaming, shift=time_shift(plan) if streaming else 0, window=lower_window)
-    root, hidden = ctx.lower(plan)
-    user = [quote(c) for c in n.schema_of(plan).names]
+    root, hidden = ctx.lower(query)
+    user = [quote(c) for c in n.schema_of(query).names]
     if ROW_KIND in hidden:  # no watermark removed the marker rows: drop them here
         root = FilterExpr(child=root, condition=f"{quote(ROW_KIND)} = 0")
     if hidden:
@@ -89,7 +98,25 @@ def lower(plan: n.PlanNode, *, force_bounded: bool = False, lowering: Lowering |
         tracked=tuple(ctx.tracked),
         windowed=windowed,
         output_schema=n.schema_of(plan),
+        after=after,
     )
+
+
+def _per_batch_chain(plan: n.PlanNode) -> tuple[n.PlanNode, list[n.Filter | n.Project | n.TopN]]:
+    """Split off the stages from the first ``top_n`` up: the streaming query, then those stages."""
+    chain: list[n.Filter | n.Project | n.TopN] = []
+    node = plan
+    while isinstance(node, n.Filter | n.Project | n.TopN) and any(
+        isinstance(x, n.TopN) for x in n.walk(node)
+    ):
+        chain.append(node)
+        node = node.input
+    if any(isinstance(x, n.TopN) for x in n.walk(node)):
+        raise PlanError(
+            "top_n() must come after the last window and union of a streaming plan (only filter, "
+            "select and with_column may follow it)"
+        )
+    return node, chain
 
 
 def _sliding_choices(plan: n.PlanNode, *, streaming: bool) -> list[str]:
@@ -150,7 +177,7 @@ def _split_after(plan: n.PlanNode) -> tuple[n.WindowAggregate, AfterWindow | Non
     Filters and projections after the window run on each micro-batch's
     results (:class:`AfterWindow`); a plan may hold one windowed aggregation.
     """
-    chain: list[n.Filter | n.Project] = []
+    chain: list[n.Filter | n.Project | n.TopN] = []
     node = plan
     while isinstance(node, n.Filter | n.Project) and n.window_aggregates(node):
         chain.append(node)
@@ -162,17 +189,23 @@ def _split_after(plan: n.PlanNode) -> tuple[n.WindowAggregate, AfterWindow | Non
             f"select and with_column; {what} needs more than that (a union of windowed results, "
             "or a window over window results, is not supported on this lowering yet)"
         )
-    if not chain:
-        return node, None
+    return node, (_after_window(node, chain) if chain else None)
+
+
+def _after_window(below: n.PlanNode, chain: list[n.Filter | n.Project | n.TopN]) -> AfterWindow:
+    """``chain`` (top first) as stages over one micro-batch's rows of ``below``."""
     ctx = Lowerer(streaming=False, shift=0, window=lower_stateful_window)
-    window_schema = n.schema_of(node)
+    window_schema = n.schema_of(below)
     out: RecipeNode = ReadSource(name="window results", kind="results", schema=window_schema, streaming=False)
     for stage in reversed(chain):
         schema = n.schema_of(stage.input)
         if isinstance(stage, n.Filter):
             out = ctx.count_failures(out, [stage.predicate], schema)
             out = FilterExpr(child=out, condition=to_sql(stage.predicate, schema))
-        else:
+        elif isinstance(stage, n.Project):
             out = ctx.count_failures(out, stage.exprs, schema)
             out = SelectExprs(child=out, exprs=tuple(select_item(e, schema) for e in stage.exprs))
-    return node, AfterWindow(root=out, window_schema=window_schema, schema=n.schema_of(plan))
+        else:
+            out = top_n(stage, out)
+    schema = n.schema_of(chain[0]) if chain else window_schema
+    return AfterWindow(root=out, window_schema=window_schema, schema=schema)

@@ -44,6 +44,7 @@ from krishiv_py.names import (
     IDLE_WM,
     INVALID,
     MAX_ET_US,
+    RANK,
     ROW_KIND,
     ROWS,
     SEQ,
@@ -68,7 +69,7 @@ from krishiv_py.planner.spark.recipe import (
 from krishiv_py.planner.sql import failure_checks, quote, to_sql
 from krishiv_py.types import Schema
 
-__all__ = ["Lowerer", "ReadRule", "WindowRule", "read_rule", "register_read_rule", "select_item"]
+__all__ = ["Lowerer", "ReadRule", "WindowRule", "read_rule", "register_read_rule", "select_item", "top_n"]
 
 Source = n.SourceNode
 
@@ -124,6 +125,11 @@ class Lowerer:
             return SelectExprs(child=child, exprs=exprs), hidden
         if isinstance(node, n.Watermark):
             return self._watermark(node, child, count_input=direct), (*hidden, ET)
+        if isinstance(node, n.TopN):
+            # A batch plan; a streaming query ranks each micro-batch instead (the planner's
+            # stages after the window), since Spark ranks no unbounded input.
+            assert not self.streaming, "top_n in a streaming query runs on each micro-batch"
+            return top_n(node, child), hidden
         assert isinstance(node, n.WindowAggregate)
         return self.window(node, child, streaming=self.streaming, shift_ms=self.shift), ()
 
@@ -274,6 +280,27 @@ def _markers(name: str, schema: Schema) -> RecipeNode:
     exprs = tuple(f"CAST(NULL AS {f.dtype.name}) AS {quote(f.name)}" for f in schema)
     hidden = (f"CAST(3 AS TINYINT) AS {quote(ROW_KIND)}", quote(WM), f"CAST(0 AS BIGINT) AS {quote(SEQ)}")
     return SelectExprs(child=read, exprs=(*exprs, *hidden))
+
+
+def top_n(node: n.TopN, child: RecipeNode) -> RecipeNode:
+    """The rows of ``child`` that rank within ``node.n`` in their window (and keys).
+
+    ``ties="all"`` is ``rank()``, ``"first"`` ``row_number()`` with the
+    other columns breaking ties in order; nulls of ``by`` rank last.
+    """
+    schema = n.schema_of(node.input)
+    way = "ASC" if node.ascending else "DESC"
+    order = [f"{quote(c)} {way} NULLS LAST" for c in node.by]
+    if node.ties == "first":
+        order += [f"{quote(c)} ASC NULLS FIRST" for c in schema.names if c not in node.by]
+    part = ", ".join(quote(c) for c in ("window_start", "window_end", *node.keys))
+    fn = "rank" if node.ties == "all" else "row_number"
+    ranked = SelectExprs(
+        child=child,
+        exprs=("*", f"{fn}() OVER (PARTITION BY {part} ORDER BY {', '.join(order)}) AS {quote(RANK)}"),
+    )
+    kept = FilterExpr(child=ranked, condition=f"{quote(RANK)} <= {node.n}")
+    return SelectExprs(child=kept, exprs=tuple(quote(c) for c in schema.names))
 
 
 def select_item(expr: ExprNode, schema: Schema) -> str:
