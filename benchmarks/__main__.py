@@ -55,6 +55,12 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--events", type=int, help="events per dataset (default 1,000,000; quick 50,000)")
     p.add_argument("--files", type=int, help="files (micro-batches) per dataset (default 20; quick 5)")
     p.add_argument("--repeat", type=int, help="timed runs per (query, runner) after one warm-up (3; quick 1)")
+    p.add_argument(
+        "--no-warmup",
+        dest="warmup",
+        action="store_false",
+        help="no warm-up run: time the first (a smoke run of the suite, not a measurement)",
+    )
     p.add_argument("--query", action="append", choices=sorted(QUERIES), help="only these queries")
     p.add_argument("--runner", action="append", choices=ALL_RUNNERS, help="only these runners")
     p.add_argument("--no-extras", action="store_true", help="skip start-up, latency and scaling")
@@ -181,7 +187,7 @@ def _throughput(a: argparse.Namespace, ds: dict[str, str]) -> list[dict[str, Any
             ds,
             1 if once else a.repeat,
             flink,
-            warmup=not once,
+            warmup=not once and a.warmup,
             interleave=interleave,
             master=a.master,
         )
@@ -292,7 +298,15 @@ def _scaling(a: argparse.Namespace, nexmark: str, keys: tuple[int, ...]) -> list
         paths = {"clickstream": str(ds.root), "nexmark": nexmark}
         groups = [[r] for r in runners] if a.isolate and not a.interleave else [runners]
         for group in groups:
-            cmd = _runner_cmd(group, ["tumbling"], paths, a.repeat, interleave=a.interleave, master=a.master)
+            cmd = _runner_cmd(
+                group,
+                ["tumbling"],
+                paths,
+                a.repeat,
+                warmup=a.warmup,
+                interleave=a.interleave,
+                master=a.master,
+            )
             with timed(f"scaling {k} keys: {', '.join(group)}"):
                 out = run_process(cmd, timeout_s=a.timeout)
             for runner in group:

@@ -213,6 +213,7 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "--files",
             "3",
             *(arg for q in E2E_QUERIES for arg in ("--query", q)),
+            "--no-warmup",
             "--out-dir",
             str(out),
         ],
