@@ -23,6 +23,7 @@ its builder twin make equal plans (and so run the same way everywhere):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -612,6 +613,55 @@ def _emission(windowed: WindowedStream, ctx: Context) -> WindowedStream:
     return windowed
 
 
+@attrs.frozen
+class _ResultNames:
+    """How ``HAVING`` and ``QUALIFY`` name what they use: the window result's columns.
+
+    A name is a ``SELECT`` output (its source column) or a result column;
+    an aggregate is the ``SELECT`` list's, and a window helper GROUP BY's.
+    """
+
+    out: Stream
+    outputs: list[_Output]
+    aggs: list[AggExpr]
+    window: WindowCall
+    ctx: Context
+    resolve_input: Resolver
+
+    @property
+    def shown(self) -> str:
+        return ", ".join(o.name for o in self.outputs)
+
+    def column(self, column: exp.Column, where: str) -> str:
+        name = str(column.name)
+        for o in self.outputs:
+            if o.name.lower() == name.lower():
+                return o.source
+        same = [c for c in self.out.columns if c.lower() == name.lower()]
+        if len(same) == 1:
+            return same[0]
+        raise self.ctx.sql.error(
+            column, f"{where} can use the columns of the result ({self.shown}) and its aggregates"
+        )
+
+    def special(self, x: exp.Expression, where: str) -> ExprNode | None:
+        """The result column of a window helper or an aggregate; None for anything else."""
+        if helper_of(x):
+            call = _call(x, self.ctx, self.resolve_input)
+            if call.window != self.window.window:
+                raise self.ctx.sql.error(x, "this window helper's arguments differ from GROUP BY's")
+            return Column(call.output)
+        if is_aggregate(x):
+            func, column = aggregate(x, self.ctx.sql, self.resolve_input)
+            for agg in self.aggs:
+                if (agg.call.func, agg.call.column) == (func, column):
+                    return Column(agg.name)
+            raise self.ctx.sql.error(
+                x, f"{where} can use the aggregates of the SELECT list; add this one there"
+            )
+        return None
+
+
 def _qualify(
     node: exp.Expression,
     out: Stream,
@@ -642,28 +692,15 @@ def _qualify(
         raise ctx.sql.error(bound, "QUALIFY compares the rank with a whole number, e.g. <= 3")
     limit = int(str(bound.this)) - (1 if isinstance(node, exp.LT) else 0)
 
+    names = _ResultNames(out, outputs, aggs, window, ctx, resolve_input)
+
     def column_of(x: exp.Expression, where: str) -> str:
-        if is_aggregate(x):
-            func, col = aggregate(x, ctx.sql, resolve_input)
-            for agg in aggs:
-                if (agg.call.func, agg.call.column) == (func, col):
-                    return agg.name
-            raise ctx.sql.error(x, f"{where} can use the aggregates of the SELECT list; add this one there")
-        if helper_of(x):
-            call = _call(x, ctx, resolve_input)
-            if call.window != window.window:
-                raise ctx.sql.error(x, "this window helper's arguments differ from GROUP BY's")
-            return call.output
+        found = names.special(x, where)
+        if isinstance(found, Column):
+            return found.name
         if isinstance(x, exp.Column):
-            name = str(x.name)
-            for o in outputs:
-                if o.name.lower() == name.lower():
-                    return o.source
-            same = [c for c in out.columns if c.lower() == name.lower()]
-            if len(same) == 1:
-                return same[0]
-        shown = ", ".join(o.name for o in outputs)
-        raise ctx.sql.error(x, f"{where} takes the columns of the result ({shown}) and its aggregates")
+            return names.column(x, where)
+        raise ctx.sql.error(x, f"{where} takes the columns of the result ({names.shown}) and its aggregates")
 
     parts = [column_of(x, "PARTITION BY") for x in over.args.get("partition_by") or []]
     if parts[:2] not in (["window_start", "window_end"], ["window_end", "window_start"]):
@@ -698,32 +735,9 @@ def _having(
     resolve_input: Resolver,
 ) -> Stream:
     """``HAVING``: a filter on the window results, before the SELECT list renames or drops columns."""
-
-    def resolve(column: exp.Column) -> str:
-        name = str(column.name)
-        for o in outputs:
-            if o.name.lower() == name.lower():
-                return o.source
-        same = [c for c in out.columns if c.lower() == name.lower()]
-        if len(same) == 1:
-            return same[0]
-        shown = ", ".join(o.name for o in outputs)
-        raise ctx.sql.error(column, f"HAVING can use the columns of the result ({shown}) and its aggregates")
-
-    def special(x: exp.Expression) -> ExprNode | None:
-        if helper_of(x):
-            call = _call(x, ctx, resolve_input)
-            if call.window != window.window:
-                raise ctx.sql.error(x, "this window helper's arguments differ from GROUP BY's")
-            return Column(call.output)
-        if is_aggregate(x):
-            func, column = aggregate(x, ctx.sql, resolve_input)
-            for agg in aggs:
-                if (agg.call.func, agg.call.column) == (func, column):
-                    return Column(agg.name)
-            raise ctx.sql.error(x, "HAVING can use the aggregates of the SELECT list; add this one there")
-        return None
-
+    names = _ResultNames(out, outputs, aggs, window, ctx, resolve_input)
+    resolve = functools.partial(names.column, where="HAVING")
+    special = functools.partial(names.special, where="HAVING")
     predicate = scalar(node, ctx.sql, resolve, special, "HAVING")
     with _at(ctx, node, "HAVING: "):
         return out.filter(Expr(predicate))
