@@ -45,6 +45,7 @@ __all__ = [
     "RANK",
     "RESULT_ARITH",
     "RESULT_KIND",
+    "RESULT_ROW",
     "ROWS",
     "ROW_KIND",
     "SEQ",
@@ -120,6 +121,8 @@ KAFKA_PARSED, KAFKA_CORRUPT = "__kp_kafka_value", "__kp_corrupt"
 ET = "__kp_et"
 #: A row's rank within its window, for ``top_n``.
 RANK = "__kp_rank"
+#: A cascade's stages between its windows: the row's index in the micro-batch's results.
+RESULT_ROW = "__kp_result_row"
 #: The ``window``/``session_window`` struct a window aggregation groups by.
 WINDOW = "__kp_window"
 #: The constant key of a session window without keys.

@@ -149,6 +149,8 @@ class WindowedStream:
 
     def __attrs_post_init__(self) -> None:
         if n.event_time(self.stream.plan) is None:
+            if n.window_aggregates(self.stream.plan):
+                raise PlanError(n.NO_RESULT_TIME)
             raise PlanError(
                 f"{self.window.kind} windows need event time: call "
                 ".watermark(column, lag_ms) on the stream before the window"

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = [
+    "Cascade",
     "EventTime",
     "FileSource",
     "Filter",
@@ -45,6 +46,8 @@ __all__ = [
     "Union",
     "Watermark",
     "WindowAggregate",
+    "cascade_lateness_ms",
+    "cascade_of",
     "event_time",
     "is_bounded",
     "render_plan",
@@ -163,12 +166,14 @@ class Watermark:
                 f"event-time column {self.column!r} is {field.dtype}; it must be a timestamp "
                 "or a bigint of epoch milliseconds"
             )
-        if event_time(self.input) is not None:
-            raise PlanError("this stream already has a watermark; declare it once, on the source side")
         if window_aggregates(self.input):
             raise PlanError(
-                "a watermark on the output of a windowed aggregation (chained windows) is not supported yet"
+                "a windowed result carries its event time (window_end - 1 ms) and its watermark (the "
+                "upstream one) already: window it again without .watermark(), e.g. "
+                ".key_by(...).tumbling_window(3_600_000).agg(...)"
             )
+        if event_time(self.input) is not None:
+            raise PlanError("this stream already has a watermark; declare it once, on the source side")
 
 
 @attrs.frozen(kw_only=True)
@@ -221,11 +226,26 @@ class WindowAggregate:
 
     def __attrs_post_init__(self) -> None:
         if event_time(self.input) is None:
-            raise PlanError("a window needs event time: call .watermark(column, lag_ms) before the window")
+            raise PlanError(
+                NO_RESULT_TIME
+                if window_aggregates(self.input)
+                else "a window needs event time: call .watermark(column, lag_ms) before the window"
+            )
         if not self.aggregates:
             raise PlanError("agg() needs at least one aggregate, e.g. kp.count(kp.col('*'))")
         schema_of(self)
+        if cascade_of(self) is not None:
+            _check_cascade(self)
+        elif window_aggregates(self.input):
+            raise PlanError("a window over a union of windowed results is not supported yet")
 
+
+#: Why a window over windowed results has no event time.
+NO_RESULT_TIME = (
+    "a window over windowed results needs their window_end column (their event time is "
+    "window_end - 1 ms): keep window_end, unchanged, in every select() between the two windows, "
+    "and put top_n() after the last window"
+)
 
 TopNTies: TypeAlias = Literal["all", "first"]
 
@@ -283,6 +303,8 @@ class EventTime:
     dtype: DataType
     lag_ms: int
     future_tolerance_ms: int = DEFAULT_FUTURE_TOLERANCE_MS
+    #: The stream is a window's results: a row's event time is ``window_end`` - 1 ms.
+    from_window: bool = False
 
 
 def with_children(node: PlanNode, new: tuple[PlanNode, ...]) -> PlanNode:
@@ -366,11 +388,84 @@ def event_time(node: PlanNode) -> EventTime | None:
     if isinstance(node, Watermark):
         dtype = schema_of(node.input).field(node.column).dtype
         return EventTime(node.column, dtype, node.lag_ms, node.future_tolerance_ms)
-    if isinstance(node, (*SOURCE_TYPES, WindowAggregate, TopN)):
+    if isinstance(node, WindowAggregate):
+        return EventTime("window_end", DataType("timestamp"), 0, from_window=True)
+    if isinstance(node, (*SOURCE_TYPES, TopN)):
         return None
     if isinstance(node, Union):
         return event_time(node.inputs[0])
-    return event_time(node.input)
+    et = event_time(node.input)
+    if et is not None and et.from_window and isinstance(node, Project) and not _keeps_window_end(node):
+        return None
+    return et
+
+
+def _keeps_window_end(node: Project) -> bool:
+    return any(isinstance(e, Column) and e.name == "window_end" for e in node.exprs)
+
+
+@attrs.frozen
+class Cascade:
+    """A window over windowed results: the upstream window and the stages between the two."""
+
+    upstream: WindowAggregate
+    #: Filters and projections between the two windows, top first.
+    between: tuple[Filter | Project, ...]
+
+
+def cascade_of(node: WindowAggregate) -> Cascade | None:
+    """The upstream window of ``node`` when its input is a window's results (else None)."""
+    between: list[Filter | Project] = []
+    x = node.input
+    while isinstance(x, Filter | Project):
+        between.append(x)
+        x = x.input
+    if isinstance(x, WindowAggregate):
+        return Cascade(upstream=x, between=tuple(between))
+    return None
+
+
+def cascade_lateness_ms(node: WindowAggregate) -> int:
+    """How long ``node`` keeps its windows for corrections: at least as long as its upstream window.
+
+    A cascade's upstream window can correct a result while its own allowed
+    lateness lasts; the downstream window stays open for those corrections.
+    """
+    cascade = cascade_of(node)
+    own = node.emission.allowed_lateness_ms
+    if cascade is None:
+        return own
+    return max(own, cascade_lateness_ms(cascade.upstream))
+
+
+def _check_cascade(node: WindowAggregate) -> None:
+    """What a window over windowed results supports now (clear errors for the rest)."""
+    cascade = cascade_of(node)
+    assert cascade is not None
+    up = cascade.upstream
+    if isinstance(node.window, EventSlidingWindow | TimeIntervalWindow) or (
+        isinstance(node.window, SessionWindow) and node.window.max_duration_ms is not None
+    ):
+        raise PlanError(
+            "a window over windowed results may be tumbling, sliding or session (without "
+            f"max_duration_ms); {type(node.window).__name__} there is not supported yet"
+        )
+    e = node.emission
+    if e.trigger.is_early or e.accumulation == "discarding" or e.late_handler is not None or e.state_ttl:
+        raise PlanError(
+            "a window over windowed results fires on the watermark, accumulating or retracting, "
+            "with no late-event handler or state TTL of its own (not supported there yet)"
+        )
+    if up.emission.accumulation == "discarding" or up.emission.trigger.is_early:
+        raise PlanError(
+            "a window over windowed results needs each upstream result to be the window's whole "
+            "value: early triggers and accumulation('discarding') upstream are not supported there yet"
+        )
+    if any(a.func in ("first", "last") for a in node.aggregates):
+        raise PlanError(
+            "first()/last() over windowed results is not supported: the results of one firing have "
+            "no order among themselves (use min/max)"
+        )
 
 
 def is_bounded(node: PlanNode) -> bool:
@@ -454,11 +549,22 @@ def _describe(node: PlanNode) -> str:
             f"WindowAggregate keys=[{', '.join(n.keys)}] window={_window_text(n.window)} "
             f"aggs=[{', '.join(_agg_text(a) for a in n.aggregates)}]"
             + ("" if n.emission.is_default else f" emission=[{n.emission.describe()}]")
+            + _cascade_text(n)
         ),
     }
     kind = next(t for t in type(node).__mro__ if t in detail)  # a source of one's own: its base's line
     text: str = detail[kind](node)
     return text
+
+
+def _cascade_text(node: WindowAggregate) -> str:
+    if cascade_of(node) is None:
+        return ""
+    text = " over window results (event time window_end - 1 ms, the upstream watermark"
+    lateness = cascade_lateness_ms(node)
+    if lateness != node.emission.allowed_lateness_ms:
+        text += f"; kept {lateness} ms for upstream corrections"
+    return text + ")"
 
 
 def _kafka_text(node: KafkaSource) -> str:

@@ -71,7 +71,12 @@ def start_streaming(
         from krishiv_py.runtime.stateful import HANDOFF_CONF, BatchCollector
 
         collector = BatchCollector(
-            recipe, setup.writer, late_writer=setup.late_writer, quarantine=quarantine, spark=spark
+            recipe,
+            setup.writer,
+            late_writer=setup.late_writer,
+            quarantine=quarantine,
+            spark=spark,
+            cascade_dir=os.path.join(checkpoint_dir, "krishiv-cascade"),
         )
         # Over Spark Connect foreachBatch runs on the server: the payloads come back as files.
         handoff = os.path.join(checkpoint_dir, "krishiv-handoff") if is_remote(spark) else None

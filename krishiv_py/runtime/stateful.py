@@ -44,7 +44,7 @@ import attrs
 
 from krishiv_py.errors import JobError
 from krishiv_py.metrics import JobMetrics
-from krishiv_py.names import BUCKET, PANE_EVENT, PAYLOAD
+from krishiv_py.names import BUCKET, PANE_EVENT, PAYLOAD, RESULT_KIND, RESULT_ROW
 from krishiv_py.runtime.idle import FileFeed
 from krishiv_py.runtime.job import BoundedJob, JobSetup, JobState, StreamingJob
 from krishiv_py.runtime.output import deliver
@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from krishiv_py.panes import PaneCallbacks
-    from krishiv_py.planner.spark.recipe import SparkRecipe
+    from krishiv_py.planner.spark.recipe import AfterWindow, CascadeStage, SparkRecipe
     from krishiv_py.sinks import SinkWriter
     from krishiv_py.stateful.operator import Payloads
 
@@ -84,12 +84,17 @@ class BatchCollector:
         late_writer: SinkWriter | None = None,
         quarantine: Quarantine | None = None,
         spark: SparkSession | None = None,
+        cascade_dir: str | None = None,
     ) -> None:
         self._recipe = recipe
         self._spark = spark
         after = recipe.after
         #: The operator's own result columns (before any stage after the window).
-        self._window_schema = (recipe.output_schema if after is None else after.window_schema).to_arrow()
+        if recipe.cascade is not None:
+            self._window_schema = recipe.cascade.upstream_schema.to_arrow()
+        else:
+            self._window_schema = (recipe.output_schema if after is None else after.window_schema).to_arrow()
+        self._cascade = _Cascade(recipe.cascade, cascade_dir) if recipe.cascade is not None else None
         self._writer = writer
         self._late_writer = late_writer
         self._quarantine = quarantine
@@ -109,12 +114,26 @@ class BatchCollector:
 
     def accept(self, payloads: Payloads, batch_id: int) -> None:
         """Route one micro-batch's results, late rows and statistics."""
-        from krishiv_py.stateful.operator import COUNTER_NAMES, to_output
+        from krishiv_py.stateful.operator import COUNTER_NAMES, NO_WATERMARK, to_output
 
         results = to_output(payloads.results, self._window_schema)
         failures = 0
+        cascade_counts: dict[str, int] = {}
+        if self._cascade is not None:
+            column: list[Any] = payloads.stats.column("watermark_ms").to_pylist()
+            marks = [int(w) for w in column if w is not None and w != NO_WATERMARK]
+            between_failures = 0
+            if self._recipe.cascade is not None and self._recipe.cascade.between is not None:
+                kept, between_failures = self._run_stages(self._recipe.cascade.between, results, carry=True)
+            else:
+                kept = None
+            results, cascade_counts = self._cascade.step(
+                results, kept, batch_id, max(marks) if marks else None
+            )
+            failures += between_failures
         if self._recipe.after is not None:
-            results, failures = self._after(results)
+            results, after_failures = self._after(results)
+            failures += after_failures
         deliver(self._writer, results, batch_id, self._quarantine)
         if self._recipe.pane_callbacks is not None:
             callbacks = self._recipe.pane_callbacks
@@ -131,6 +150,8 @@ class BatchCollector:
         stats = payloads.stats.to_pydict()
         totals = {name: int(sum(stats[name])) for name in COUNTER_NAMES}
         totals["arith"] += failures
+        if cascade_counts:  # the job's results are the second window's
+            totals["emitted"], totals["retracted"] = cascade_counts["emitted"], cascade_counts["retracted"]
         with self._lock:
             self.counts[batch_id] = totals
             for i, b in enumerate(stats["bucket"]):
@@ -153,21 +174,36 @@ class BatchCollector:
         They run as a small Spark batch job on the results, so every
         expression means what it means in the other lowerings.
         """
+        after = self._recipe.after
+        assert after is not None
+        return self._run_stages(after, results)
+
+    def _run_stages(
+        self, stages: AfterWindow, results: pa.Table, *, carry: bool = False
+    ) -> tuple[pa.Table, int]:
+        """``stages`` over ``results`` as a small Spark batch job; ``carry``: keep each row's index."""
+        import pyarrow as pa
+
         from krishiv_py.runtime.build import build_after
         from krishiv_py.runtime.results import conform
 
-        after = self._recipe.after
-        assert after is not None
+        if carry:
+            results = results.append_column(RESULT_ROW, pa.array(range(results.num_rows), pa.int64()))
         if not results.num_rows:
-            return conform(after.schema.to_arrow().empty_table(), after.schema), 0
+            return _empty(stages, carry), 0
         spark = self._spark
         if spark is None:
             raise JobError("stages after the window need the job's SparkSession")
         observations: dict[str, Any] = {}
         frame = spark.createDataFrame(results)
-        table = build_after(spark, after, frame, observations).toArrow()
+        table = build_after(spark, stages, frame, observations).toArrow()
         failures = sum(int(v or 0) for o in observations.values() for v in o.get.values())
-        return conform(table, after.schema), failures
+        if carry:
+            rows = table.column(RESULT_ROW)
+            return conform(table.drop_columns([RESULT_ROW]), stages.schema).append_column(
+                RESULT_ROW, rows
+            ), failures
+        return conform(table, stages.schema), failures
 
     def _hand_late(self, late: pa.Table, batch_id: int) -> None:
         handler, writer = self._handler, self._late_writer
@@ -178,6 +214,10 @@ class BatchCollector:
         else:
             return
         guarded(self._quarantine, "late-events", batch_id, late, call, caller="the late-event handler")
+
+    def next_due_ms(self) -> int | None:
+        """When the second window of a cascade has something to fire or delete (None: nothing)."""
+        return None if self._cascade is None else self._cascade.next_due_ms
 
     def fold_into(self, metrics: JobMetrics) -> JobMetrics:
         """``metrics`` with the operator's exact counts and state size."""
@@ -196,7 +236,8 @@ class BatchCollector:
             state_evictions=totals["expired"],
             # Expressions before the window are counted by Spark, its sums here.
             arithmetic_errors=(metrics.arithmetic_errors or 0) + totals["arith"],
-            state_windows=sum(b.state_windows for b in buckets),
+            state_windows=sum(b.state_windows for b in buckets)
+            + (self._cascade.held if self._cascade else 0),
             state_bytes=sum(b.state_bytes for b in buckets),
         )
 
@@ -205,6 +246,71 @@ class BatchCollector:
 
         with self._lock:
             return {name: sum(c[name] for c in self.counts.values()) for name in COUNTER_NAMES}
+
+
+def _empty(stages: AfterWindow, carry: bool) -> pa.Table:
+    import pyarrow as pa
+
+    from krishiv_py.runtime.results import conform
+
+    table = conform(stages.schema.to_arrow().empty_table(), stages.schema)
+    return table.append_column(RESULT_ROW, pa.array([], pa.int64())) if carry else table
+
+
+class _Cascade:
+    """The second window of a cascade on the driver: its state, kept per batch id in the checkpoint."""
+
+    def __init__(self, stage: CascadeStage, path: str | None) -> None:
+        from krishiv_py.stateful.cascade import CascadeStore
+
+        self._stage = stage
+        self._store = CascadeStore(path) if path is not None else None
+        self._state: Any = None
+        self._batch: int | None = None
+        self.next_due_ms: int | None = None
+        self.held = 0
+
+    def step(
+        self, results: pa.Table, kept: pa.Table | None, batch_id: int, watermark: int | None
+    ) -> tuple[pa.Table, dict[str, int]]:
+        import numpy as np
+
+        from krishiv_py.runtime.results import conform
+        from krishiv_py.stateful import cascade
+
+        stage = self._stage
+        if self._batch is None or self._batch != batch_id - 1:  # a restart, or a batch run again
+            self._state = self._store.load_before(batch_id) if self._store is not None else None
+        if kept is None:
+            names = [c for c in results.column_names if c != RESULT_KIND]
+            kept, rows = results.select(names), np.arange(results.num_rows, dtype=np.int64)
+        else:
+            rows = kept.column(RESULT_ROW).to_numpy().astype(np.int64)
+            kept = kept.drop_columns([RESULT_ROW])
+        changes = cascade.changes_of(
+            results, stage.identity, kept, rows, retracting=stage.upstream_retracting
+        )
+        state, out = cascade.step(stage.spec, self._state, changes, watermark)
+        if self._store is not None:
+            self._store.save(batch_id, state)
+        self._state, self._batch = state, batch_id
+        self.next_due_ms = out.next_due_ms if out.next_due_ms >= 0 else None
+        self.held = state.live.num_rows
+        table = _with_timestamps(out.results)
+        counts = {"emitted": out.emitted, "retracted": out.retracted, "very_late_results": out.very_late}
+        return conform(table, stage.schema), counts
+
+
+def _with_timestamps(results: pa.Table) -> pa.Table:
+    """``window_start``/``window_end`` from int ms to timestamps."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    for name in ("window_start", "window_end"):
+        i = results.schema.get_field_index(name)
+        us = pc.multiply(results.column(name), pa.scalar(1000, pa.int64()))
+        results = results.set_column(i, name, us.cast(pa.timestamp("us", "UTC")))
+    return results
 
 
 def call_pane_events(callbacks: PaneCallbacks, keys: Sequence[str], payloads: Payloads) -> None:
@@ -384,6 +490,9 @@ class StatefulJob(StreamingJob):
                 # checkpoint) may hold state: wake it until it reports.
                 due |= set(range(self._buckets)) - set(known)
                 due |= {b for b, s in known.items() if s.state_windows and s.next_due_ms <= wm}
+                cascade_due = self._collector.next_due_ms()
+                if cascade_due is not None and cascade_due <= wm:
+                    due.add(0)  # any bucket: its micro-batch runs the second window at wm
                 self._ticked_wm = wm
             now = int(time.time() * 1000)
             with self._collector._lock:

@@ -92,13 +92,16 @@ STAT_NAMES = (
     "next_interval_ms",
     "expired",
     "arith",
+    "watermark_ms",
 )
 #: The statistics that count something per micro-batch (the job sums them over batches).
 COUNTER_NAMES = tuple(
     n
     for n in STAT_NAMES
-    if n not in ("bucket", "state_windows", "state_bytes", "next_due_ms", "next_interval_ms")
+    if n not in ("bucket", "state_windows", "state_bytes", "next_due_ms", "next_interval_ms", "watermark_ms")
 )
+#: ``watermark_ms`` of a micro-batch that had no watermark yet.
+NO_WATERMARK = -(2**63)
 
 
 @attrs.frozen(kw_only=True)
@@ -153,7 +156,9 @@ def run_bucket(
             state.remove()
     else:
         state.update((blob,))
-    payload = encode_payload(spec, int(key[0]), batch, out, new_state, watermark, len(blob or b""))
+    payload = encode_payload(
+        spec, int(key[0]), batch, out, new_state, watermark, len(blob or b""), stat_watermark=watermark
+    )
     yield pd.DataFrame({BUCKET: [int(key[0])], PAYLOAD: [payload]})
 
 
@@ -173,7 +178,7 @@ def run_bounded_bucket(spec: OperatorSpec, key: tuple[Any, ...], frame: pd.DataF
         closed=last.closed,
         arithmetic_errors=first.arithmetic_errors + last.arithmetic_errors,
     )
-    payload = encode_payload(spec, int(key[0]), batch, merged, state, None, 0)
+    payload = encode_payload(spec, int(key[0]), batch, merged, state, None, 0, stat_watermark=END_OF_TIME_MS)
     return pd.DataFrame({BUCKET: [int(key[0])], PAYLOAD: [payload]})
 
 
@@ -224,6 +229,8 @@ def encode_payload(
     state: pa.Table,
     watermark: int | None,
     state_bytes: int,
+    *,
+    stat_watermark: int | None = None,
 ) -> bytes:
     late = _late_rows(spec, batch, out, watermark)
     due, interval = _next_due(spec, state)
@@ -247,6 +254,7 @@ def encode_payload(
                     interval,
                     out.expired,
                     out.arithmetic_errors,
+                    NO_WATERMARK if stat_watermark is None else stat_watermark,
                 ),
                 strict=True,
             )

@@ -16,6 +16,7 @@ after every step::
 
 from __future__ import annotations
 
+from krishiv_py.testing.cascade import CascadeModel
 from krishiv_py.testing.compare import assert_same_rows, normalize_rows
 from krishiv_py.testing.ranking import top_n_rows
 from krishiv_py.testing.reference import AggSpec, ReferenceMetrics, ReferenceModel
@@ -27,6 +28,7 @@ from krishiv_py.testing.steps import (
     Send,
     Step,
     assert_lowerings_agree,
+    model_for,
     reference_model_for,
     run_bounded,
     run_reference,
@@ -39,6 +41,7 @@ __all__ = [
     "AdvanceProcessingTime",
     "AdvanceWatermark",
     "AggSpec",
+    "CascadeModel",
     "Close",
     "ManualClock",
     "ReferenceMetrics",
@@ -47,6 +50,7 @@ __all__ = [
     "Step",
     "assert_lowerings_agree",
     "assert_same_rows",
+    "model_for",
     "normalize_rows",
     "reference_model_for",
     "run_bounded",

@@ -37,6 +37,8 @@ import attrs
 
 from krishiv_py.errors import PlanError
 from krishiv_py.plan import nodes as n
+from krishiv_py.plan.windows import SessionWindow, SlidingWindow, TumblingWindow
+from krishiv_py.testing.cascade import CascadeModel
 from krishiv_py.testing.compare import assert_same_rows
 from krishiv_py.testing.reference import AggSpec, ReferenceModel
 from krishiv_py.types import to_schema
@@ -56,6 +58,7 @@ __all__ = [
     "assert_lowerings_agree",
     "Send",
     "Step",
+    "model_for",
     "reference_model_for",
     "run_bounded",
     "run_reference",
@@ -145,6 +148,8 @@ def reference_model_for(
     plan = getattr(stream, "plan", stream)
     if not isinstance(plan, n.WindowAggregate):
         raise PlanError("the reference model covers source -> watermark -> [key_by] -> window -> agg")
+    if n.cascade_of(plan) is not None:
+        raise PlanError("a window over windowed results has its own model: use model_for()")
     inputs = plan.input.inputs if isinstance(plan.input, n.Union) else (plan.input,)
     marks: list[n.Watermark] = []
     for node in inputs:
@@ -181,6 +186,39 @@ def reference_model_for(
     )
 
 
+def model_for(
+    stream: Stream | n.PlanNode, *, clock: Callable[[], float] | None = None
+) -> ReferenceModel | CascadeModel:
+    """The model of a pipeline: :func:`reference_model_for`, or a :class:`CascadeModel`.
+
+    A window over windowed results (a cascade) is modelled when no stage
+    stands between the two windows (the model evaluates no expressions:
+    build a :class:`CascadeModel` with ``between=`` for those).
+    """
+    plan = getattr(stream, "plan", stream)
+    cascade = n.cascade_of(plan) if isinstance(plan, n.WindowAggregate) else None
+    if cascade is None:
+        return reference_model_for(plan, clock=clock)
+    assert isinstance(plan, n.WindowAggregate)
+    if cascade.between:
+        raise PlanError(
+            "the reference model runs no expressions between two windows: build a CascadeModel "
+            "with between= for that pipeline"
+        )
+    if n.cascade_of(cascade.upstream) is not None:
+        raise PlanError("the reference model covers two windows, not more")
+    window = plan.window
+    assert isinstance(window, TumblingWindow | SlidingWindow | SessionWindow)
+    return CascadeModel(
+        reference_model_for(cascade.upstream, clock=clock),
+        window=window,
+        keys=plan.keys,
+        aggregates=[AggSpec(name=a.name, func=a.func, column=a.column) for a in plan.aggregates],
+        allowed_lateness_ms=n.cascade_lateness_ms(plan),
+        accumulation=plan.emission.accumulation,
+    )
+
+
 def _placeholder(schema: Any, name: str = "input") -> Stream:
     from krishiv_py.api.stream import Stream
 
@@ -207,11 +245,11 @@ def _play(
     schema: Any,
     pipeline: Pipeline,
     steps: Sequence[Step],
-    observe: Callable[[ReferenceModel], list[Result]],
+    observe: Callable[[ReferenceModel | CascadeModel], list[Result]],
     sources: Sequence[str],
 ) -> list[list[Result]]:
     """Play ``steps`` on the reference model; ``observe`` it after each step."""
-    model = reference_model_for(
+    model = model_for(
         pipeline(*(_placeholder(schema, name) for name in sources)), clock=_scenario_clock(steps)
     )
     out = []
@@ -258,7 +296,7 @@ def run_reference_late_events(
 
 def run_reference_bounded(schema: Any, pipeline: Pipeline, rows: Sequence[Row]) -> list[Result]:
     """Reference results of a bounded run: all rows in one step, then end of input."""
-    model = reference_model_for(pipeline(_placeholder(schema)))
+    model = model_for(pipeline(_placeholder(schema)))
     model.send(rows)
     model.close()
     return list(model.results)

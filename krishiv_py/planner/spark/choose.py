@@ -24,6 +24,11 @@ firings, the ``kind`` column of retracting results, or hand invalid events
 to a late-event handler. (Discarding alone would be exact in one step too;
 the table keeps every non-default accumulation as one feature.)
 
+A window over windowed results (a cascade) runs on the bounded lowering
+(one Spark batch job, both windows in it) and on the stateful lowering,
+whose operator runs the first window and whose driver keeps the second
+over each micro-batch's results (:mod:`krishiv_py.stateful.cascade`).
+
 Window top-N (``top_n``) runs on the bounded and native lowerings, where
 every window fires once and all its keys fire in the same micro-batch, so
 ranking each micro-batch's results is exact. The stateful operator may
@@ -79,7 +84,7 @@ EmissionFeature: TypeAlias = Literal[
     "early_trigger", "allowed_lateness", "non_accumulating", "late_handler", "state_ttl"
 ]
 #: Stages after the window that a lowering may lack.
-StageFeature: TypeAlias = Literal["top_n"]
+StageFeature: TypeAlias = Literal["top_n", "cascade"]
 FeatureName: TypeAlias = InputKind | WindowKind | EmissionFeature | StageFeature
 
 _ALL_WINDOWS: frozenset[WindowKind] = frozenset(
@@ -135,7 +140,7 @@ LOWERINGS: tuple[Capabilities, ...] = (
         inputs=frozenset({"bounded"}),
         window_kinds=_SPARK_WINDOWS,
         emission=frozenset({"allowed_lateness"}),
-        stages=frozenset({"top_n"}),
+        stages=frozenset({"top_n", "cascade"}),
         why=(
             "every source is finite, so one Spark batch job computes the final windows "
             "(the same result as streaming the data in one step, then closing the sources)"
@@ -169,6 +174,8 @@ LOWERINGS: tuple[Capabilities, ...] = (
         emission=frozenset(
             {"early_trigger", "allowed_lateness", "non_accumulating", "late_handler", "state_ttl"}
         ),
+        # The second window of a cascade runs on the driver over the operator's results.
+        stages=frozenset({"cascade"}),
         why="a custom Spark operator keeps the windows in state and fires them itself",
     ),
 )
@@ -241,6 +248,8 @@ def features_of(plan: n.PlanNode) -> list[Feature]:
         out += _emission_features(agg.emission)
     if any(isinstance(node, n.TopN) for node in n.walk(plan)):
         out.append(Feature("top_n", "window top-N (top_n)"))
+    if any(n.cascade_of(a) is not None for a in n.window_aggregates(plan)):
+        out.append(Feature("cascade", "a window over windowed results"))
     return out
 
 

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 from krishiv_py._typing import Lowering
 from krishiv_py.errors import PlanError
-from krishiv_py.names import OUT_OBSERVE, ROW_KIND, ROWS
+from krishiv_py.names import OUT_OBSERVE, RESULT_ROW, ROW_KIND, ROWS
 from krishiv_py.plan import nodes as n
-from krishiv_py.plan.windows import SlidingWindow
+from krishiv_py.plan.windows import EventSlidingWindow, SlidingWindow, TimeIntervalWindow
 from krishiv_py.planner.spark.choose import capabilities, choose, features_of, force
 from krishiv_py.planner.spark.native import lower_window, time_shift
 from krishiv_py.planner.spark.recipe import (
     AfterWindow,
+    CascadeStage,
     FilterExpr,
     Observe,
     ReadSource,
@@ -36,8 +37,9 @@ from krishiv_py.planner.spark.recipe import (
 )
 from krishiv_py.planner.spark.sliding import pane_choice, stream_pane_choice
 from krishiv_py.planner.spark.sources import Lowerer, select_item, top_n
-from krishiv_py.planner.spark.stateful import lower_stateful_window
+from krishiv_py.planner.spark.stateful import kernel_aggs, lower_stateful_window
 from krishiv_py.planner.sql import quote, to_sql
+from krishiv_py.types import DataType, Field, Schema
 
 __all__ = ["lower"]
 
@@ -146,6 +148,16 @@ def _snapshot(plan: n.PlanNode) -> tuple[Lowering, str]:
 
 def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkRecipe:
     agg, after = _split_after(plan)
+    cascade = None
+    cascaded = n.cascade_of(agg)
+    if cascaded is not None:
+        cascade = _cascade_stage(agg, cascaded)
+        agg = cascaded.upstream
+        reason += (
+            "; the second window runs on the driver over each micro-batch's results of the first "
+            "(event time window_end - 1 ms, the operator's watermark), where a corrected result "
+            "replaces the one it corrects"
+        )
     shift = time_shift(agg) if streaming else 0
     ctx = Lowerer(streaming=streaming, shift=shift, window=lower_stateful_window)
     root, _ = ctx.lower(agg)
@@ -168,6 +180,36 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
         late_handler=handler,
         pane_callbacks=agg.emission.panes if agg.emission.panes.any else None,
         after=after,
+        cascade=cascade,
+    )
+
+
+def _cascade_stage(node: n.WindowAggregate, cascade: n.Cascade) -> CascadeStage:
+    """The second window of ``node``'s cascade as the driver runs it."""
+    from krishiv_py.stateful.cascade import CascadeSpec
+
+    if n.cascade_of(cascade.upstream) is not None:
+        raise PlanError("the stateful lowering runs two windows in a cascade, not more (yet)")
+    up = cascade.upstream
+    between = _after_window(up, list(cascade.between), carry=RESULT_ROW) if cascade.between else None
+    aggs = kernel_aggs(node)
+    window = node.window
+    assert not isinstance(window, EventSlidingWindow | TimeIntervalWindow)
+    spec = CascadeSpec(
+        keys=node.keys,
+        window=window,
+        aggs=aggs,
+        lateness_ms=n.cascade_lateness_ms(node),
+        retracting=node.emission.accumulation == "retracting",
+        identity=len(up.keys) + 2,
+    )
+    return CascadeStage(
+        between=between,
+        upstream_schema=n.schema_of(up),
+        identity=(*up.keys, "window_start", "window_end"),
+        upstream_retracting=up.emission.accumulation == "retracting",
+        spec=spec,
+        schema=n.schema_of(node),
     )
 
 
@@ -182,21 +224,31 @@ def _split_after(plan: n.PlanNode) -> tuple[n.WindowAggregate, AfterWindow | Non
     while isinstance(node, n.Filter | n.Project) and n.window_aggregates(node):
         chain.append(node)
         node = node.input
-    if not isinstance(node, n.WindowAggregate) or len(n.window_aggregates(plan)) != 1:
+    cascade = n.cascade_of(node) if isinstance(node, n.WindowAggregate) else None
+    inner = cascade.upstream if cascade is not None else node
+    if not isinstance(node, n.WindowAggregate) or len(n.window_aggregates(inner)) != 1:
         what = "a union of windowed results" if isinstance(node, n.Union) else "this plan"
         raise PlanError(
-            f"the stateful lowering runs one windowed aggregation, optionally followed by filter, "
-            f"select and with_column; {what} needs more than that (a union of windowed results, "
-            "or a window over window results, is not supported on this lowering yet)"
+            f"the stateful lowering runs one windowed aggregation (or a window over its results), "
+            f"optionally followed by filter, select and with_column; {what} needs more than that "
+            "(a union of windowed results is not supported on this lowering yet)"
         )
     return node, (_after_window(node, chain) if chain else None)
 
 
-def _after_window(below: n.PlanNode, chain: list[n.Filter | n.Project | n.TopN]) -> AfterWindow:
-    """``chain`` (top first) as stages over one micro-batch's rows of ``below``."""
+def _after_window(
+    below: n.PlanNode, chain: list[n.Filter | n.Project | n.TopN], *, carry: str | None = None
+) -> AfterWindow:
+    """``chain`` (top first) as stages over one micro-batch's rows of ``below``.
+
+    ``carry``: a hidden column of the rows that every projection keeps.
+    """
     ctx = Lowerer(streaming=False, shift=0, window=lower_stateful_window)
     window_schema = n.schema_of(below)
-    out: RecipeNode = ReadSource(name="window results", kind="results", schema=window_schema, streaming=False)
+    read_schema = window_schema
+    if carry is not None:
+        read_schema = Schema((*window_schema, Field(carry, DataType("bigint"), False)))
+    out: RecipeNode = ReadSource(name="window results", kind="results", schema=read_schema, streaming=False)
     for stage in reversed(chain):
         schema = n.schema_of(stage.input)
         if isinstance(stage, n.Filter):
@@ -204,7 +256,8 @@ def _after_window(below: n.PlanNode, chain: list[n.Filter | n.Project | n.TopN])
             out = FilterExpr(child=out, condition=to_sql(stage.predicate, schema))
         elif isinstance(stage, n.Project):
             out = ctx.count_failures(out, stage.exprs, schema)
-            out = SelectExprs(child=out, exprs=tuple(select_item(e, schema) for e in stage.exprs))
+            kept = (quote(carry),) if carry is not None else ()
+            out = SelectExprs(child=out, exprs=tuple(select_item(e, schema) for e in stage.exprs) + kept)
         else:
             out = top_n(stage, out)
     schema = n.schema_of(chain[0]) if chain else window_schema

@@ -216,6 +216,39 @@ class AfterWindow:
 
 
 @attrs.frozen(kw_only=True)
+class CascadeStage:
+    """A window over the stateful operator's results, run on the driver (:mod:`krishiv_py.stateful.cascade`).
+
+    ``between`` are the stages between the two windows (their rows carry
+    :data:`~krishiv_py.names.RESULT_ROW`, the row's index in the micro-batch's
+    results); ``identity`` names the columns of an upstream result's
+    identity; ``spec`` is the second window's
+    :class:`~krishiv_py.stateful.cascade.CascadeSpec`; ``schema`` what comes out.
+    """
+
+    between: AfterWindow | None
+    upstream_schema: Schema
+    identity: tuple[str, ...]
+    upstream_retracting: bool
+    spec: Any = attrs.field(eq=False, repr=False)
+    schema: Schema
+
+    def render(self) -> str:
+        lines = []
+        if self.between is not None:
+            lines.append(self.between.render())
+        s = self.spec
+        lines.append(
+            f"# the second window, kept on the driver: keys={list(s.keys)} window={s.window!r} "
+            f"aggs=[{', '.join(f'{a.func}({a.column or chr(42)}) AS {a.name}' for a in s.aggs)}] "
+            f"allowed_lateness_ms={s.lateness_ms} "
+            f"accumulation={'retracting' if s.retracting else 'accumulating'}; each result's event time "
+            f"is window_end - 1 ms, its identity ({', '.join(self.identity)}) replaced by corrections"
+        )
+        return "\n".join(lines)
+
+
+@attrs.frozen(kw_only=True)
 class SparkRecipe:
     lowering: Lowering
     reason: str
@@ -230,6 +263,8 @@ class SparkRecipe:
     pane_callbacks: Any = attrs.field(default=None, eq=False, repr=False)
     #: Stages after the stateful operator, run on each micro-batch's results.
     after: AfterWindow | None = None
+    #: A second window over the stateful operator's results (before ``after``).
+    cascade: CascadeStage | None = None
 
     @property
     def idle(self) -> tuple[TrackedSource, ...]:
@@ -246,6 +281,9 @@ class SparkRecipe:
         lines: list[str] = []
         final = _render(self.root, lines)
         lines.append(f"result = {final}")
+        if self.cascade is not None:
+            lines.append("# then, on the driver, on each micro-batch's results:")
+            lines.append(self.cascade.render())
         if self.after is not None:
             lines.append("# then, on the driver, on each micro-batch's results:")
             lines.append(self.after.render())

@@ -131,6 +131,14 @@ class Lowerer:
             assert not self.streaming, "top_n in a streaming query runs on each micro-batch"
             return top_n(node, child), hidden
         assert isinstance(node, n.WindowAggregate)
+        if n.cascade_of(node) is not None:
+            # The rows are a window's results: event time window_end - 1 ms, one data row each.
+            assert not self.streaming, "a streaming cascade keeps its second window on the driver"
+            et = f"timestamp_micros(unix_micros({quote('window_end')}) - 1000L + {self.shift * 1000}L)"
+            child = SelectExprs(
+                child=child,
+                exprs=("*", f"{et} AS {quote(ET)}", f"0L AS {quote(SEQ)}", f"0 AS {quote(ROW_KIND)}"),
+            )
         return self.window(node, child, streaming=self.streaming, shift_ms=self.shift), ()
 
     def _per_partition(self, node: n.Watermark) -> RecipeNode:

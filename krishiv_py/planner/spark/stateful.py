@@ -51,12 +51,10 @@ _FLAGGED = (
 
 def operator_spec(node: n.WindowAggregate, *, shift_ms: int) -> Any:
     """The picklable :class:`~krishiv_py.stateful.operator.OperatorSpec` of ``node``."""
-    from krishiv_py.stateful.aggregates import AggSpec
     from krishiv_py.stateful.operator import InputColumn, OperatorSpec
     from krishiv_py.stateful.state import KernelSpec
 
     schema = n.schema_of(node.input)
-    out = n.schema_of(node).to_arrow()
     et = n.event_time(node.input)
     assert et is not None
     arrow = schema.to_arrow()
@@ -69,16 +67,7 @@ def operator_spec(node: n.WindowAggregate, *, shift_ms: int) -> Any:
         )
         for i, f in enumerate(schema)
     )
-    aggs = tuple(
-        AggSpec(
-            name=a.name,
-            func=a.func,
-            column=a.column,
-            out_type=out.field(a.name).type,
-            in_type=arrow.field(a.column).type if a.column is not None else None,
-        )
-        for a in node.aggregates
-    )
+    aggs = kernel_aggs(node)
     window = node.window
     kernel = KernelSpec(
         keys=node.keys,
@@ -93,6 +82,24 @@ def operator_spec(node: n.WindowAggregate, *, shift_ms: int) -> Any:
         ttl_time="event" if node.emission.state_ttl is None else node.emission.state_ttl.time,
     )
     return OperatorSpec(kernel=kernel, columns=columns, shift_ms=shift_ms, buckets=BUCKETS)
+
+
+def kernel_aggs(node: n.WindowAggregate) -> tuple[Any, ...]:
+    """The kernel's :class:`~krishiv_py.stateful.aggregates.AggSpec` of each aggregate of ``node``."""
+    from krishiv_py.stateful.aggregates import AggSpec
+
+    inp = n.schema_of(node.input).to_arrow()
+    out = n.schema_of(node).to_arrow()
+    return tuple(
+        AggSpec(
+            name=a.name,
+            func=a.func,
+            column=a.column,
+            out_type=out.field(a.name).type,
+            in_type=inp.field(a.column).type if a.column is not None else None,
+        )
+        for a in node.aggregates
+    )
 
 
 def lower_stateful_window(

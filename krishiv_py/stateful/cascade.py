@@ -1,0 +1,422 @@
+"""The second window of a cascade: a window over windowed results, as a pure Arrow step.
+
+The stateful operator runs the first window; each micro-batch's results
+reach the driver, where :func:`step` runs the second window over them. The
+rules are those of :mod:`krishiv_py.testing.cascade` (the reference model):
+each upstream result is the current *version* of its identity (the
+upstream keys, ``window_start`` and ``window_end``) with event time
+``window_end - 1`` ms; a retraction, or a version the stages between the
+windows filter out, removes it. Every step recomputes the windows from the
+versions held, fires the due ones that are new or changed (retracting the
+previous value in retracting mode), retracts fired windows that no longer
+exist, and deletes windows (and versions) past ``end + allowed lateness``.
+
+Everything is vectorized over the versions held (Arrow hash grouping,
+numpy); the aggregates are the operator's own partials
+(:mod:`krishiv_py.stateful.aggregates`), so values follow Spark SQL exactly
+as the first window's do.
+
+State
+    ``live``: one row per version — hidden identity columns, the event
+    time ``__kp_t`` (ms) and the columns the second window reads.
+    ``emitted``: one row per fired window — its keys, bounds (ms) and the
+    values it last emitted. Both are Arrow tables; the job writes them to
+    the checkpoint after every micro-batch (:class:`CascadeStore`), keyed by
+    batch id, so a micro-batch Spark runs again starts from the state
+    before it.
+
+Examples
+--------
+>>> import pyarrow as pa
+>>> from krishiv_py.plan.windows import TumblingWindow
+>>> from krishiv_py.stateful.aggregates import AggSpec
+>>> spec = CascadeSpec(keys=("k",), window=TumblingWindow(size_ms=20), lateness_ms=0, retracting=False,
+...                    aggs=(AggSpec(name="peak", func="max", column="n", out_type=pa.int64(),
+...                                  in_type=pa.int64()),), identity=1)
+>>> changes = pa.table({"__kp_id_0": ["a|0", "a|10"], "__kp_t": [9, 19], "__kp_del": [False, False],
+...                     "k": ["a", "a"], "n": [2, 5]})
+>>> state, out = step(spec, None, changes, 25)
+>>> out.results.to_pylist()
+[{'k': 'a', 'window_start': 0, 'window_end': 20, 'peak': 5}]
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from krishiv_py.plan.windows import SessionWindow, SlidingWindow, TumblingWindow
+from krishiv_py.stateful.aggregates import AggSpec, finalize, merge, row_partials
+from krishiv_py.stateful.grouping import group_ids
+
+__all__ = ["DELETE", "EVENT_TIME", "CascadeSpec", "CascadeState", "CascadeStore", "StepOutput", "step"]
+
+#: Columns of a change table: the identity columns are ``__kp_id_<i>``.
+EVENT_TIME, DELETE = "__kp_t", "__kp_del"
+_WS, _WE = "window_start", "window_end"
+_NO_DUE = -1
+
+
+def identity_column(i: int) -> str:
+    return f"__kp_id_{i}"
+
+
+@attrs.frozen(kw_only=True)
+class CascadeSpec:
+    """The second window: keys, window, aggregates, lateness, mode; ``identity`` columns to match."""
+
+    keys: tuple[str, ...]
+    window: TumblingWindow | SlidingWindow | SessionWindow
+    aggs: tuple[AggSpec, ...]
+    lateness_ms: int
+    retracting: bool
+    #: How many identity columns (``__kp_id_0`` ...) a change carries.
+    identity: int
+
+    @property
+    def identity_names(self) -> list[str]:
+        return [identity_column(i) for i in range(self.identity)]
+
+
+@attrs.frozen
+class CascadeState:
+    live: pa.Table
+    emitted: pa.Table
+    #: The watermark of the last step (None: none yet).
+    watermark_ms: int | None
+
+
+@attrs.frozen
+class StepOutput:
+    #: keys, window_start/window_end (int ms), the values, then ``kind`` in retracting mode.
+    results: pa.Table
+    very_late: int
+    emitted: int
+    retracted: int
+    #: The least watermark at which something fires or is deleted (-1: nothing held).
+    next_due_ms: int
+
+
+def step(
+    spec: CascadeSpec, state: CascadeState | None, changes: pa.Table, watermark_ms: int | None
+) -> tuple[CascadeState, StepOutput]:
+    """One micro-batch: apply ``changes`` (in arrival order), then fire and delete at ``watermark_ms``."""
+    before = None if state is None else state.watermark_ms
+    very_late = 0
+    if before is not None and changes.num_rows:
+        t = changes.column(EVENT_TIME).to_numpy()
+        late = _last_end(spec, t) + spec.lateness_ms <= before
+        very_late = int(late.sum())
+        if very_late:
+            changes = changes.filter(pa.array(~late))
+    live = _upsert(spec, None if state is None else state.live, changes)
+    emitted = state.emitted if state is not None else None
+    wm = watermark_ms if watermark_ms is not None else before
+    if wm is None:
+        empty = _result_schema(spec, live).empty_table()
+        return CascadeState(live, _emitted_or_empty(spec, live, emitted), None), StepOutput(
+            empty, very_late, 0, 0, _NO_DUE
+        )
+    current, members = _windows(spec, live)
+    if before is not None:  # deleted at an earlier step: never again (a version may live on)
+        kept = current.column(_WE).to_numpy() + spec.lateness_ms > before
+        if not kept.all():
+            current = current.filter(pa.array(kept))
+            members = _renumber(members, kept)
+    emitted = _emitted_or_empty(spec, live, emitted)
+    results, new_emitted, n_emit, n_retract = _diff(spec, current, emitted, wm)
+    ends = current.column(_WE).to_numpy()
+    due = np.where(ends > wm, ends, ends + spec.lateness_ms)
+    due = due[due > wm]
+    gone = ends + spec.lateness_ms <= wm
+    if gone.any():
+        new_emitted = new_emitted.filter(pa.array(new_emitted.column(_WE).to_numpy() + spec.lateness_ms > wm))
+        live = _forget(spec, live, members, gone, wm)
+    out = StepOutput(results, very_late, n_emit, n_retract, int(due.min()) if len(due) else _NO_DUE)
+    return CascadeState(live, new_emitted, wm), out
+
+
+# --- versions ------------------------------------------------------------------------------------
+
+
+def _last_end(spec: CascadeSpec, t: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """The end of the last window an event time falls in (a session: its proto-window's)."""
+    w = spec.window
+    if isinstance(w, SessionWindow):
+        return t + w.gap_ms
+    return t - np.mod(t - w.offset_ms, w.slide_ms) + w.size_ms
+
+
+def _upsert(spec: CascadeSpec, live: pa.Table | None, changes: pa.Table) -> pa.Table:
+    """The versions held after ``changes``: a later change of an identity replaces the earlier."""
+    value_names = [c for c in changes.column_names if c != DELETE]
+    if live is None:
+        live = changes.schema.empty_table().select(value_names)
+    if not changes.num_rows:
+        return live
+    # Within one batch a retraction precedes the emit that replaces it: deletes first.
+    dels = changes.column(DELETE).to_numpy(zero_copy_only=False).astype(bool)
+    order = np.concatenate([np.flatnonzero(dels), np.flatnonzero(~dels)])
+    changes = changes.take(pa.array(order))
+    dels = dels[order]
+    both = pa.concat_tables([live, changes.select(value_names)], promote_options="permissive")
+    flags = np.concatenate([np.zeros(live.num_rows, bool), dels])
+    ids, n_groups, _ = group_ids([both.column(c).combine_chunks() for c in spec.identity_names])
+    last = np.full(n_groups, -1, np.int64)
+    np.maximum.at(last, ids, np.arange(len(ids), dtype=np.int64))
+    keep = np.sort(last[~flags[last]])
+    return both.take(pa.array(keep))
+
+
+def _windows(spec: CascadeSpec, live: pa.Table) -> tuple[pa.Table, tuple[Any, Any]]:
+    """Every window of the versions held: keys, bounds, values; and (version, window) pairs."""
+    t = live.column(EVENT_TIME).to_numpy().astype(np.int64)
+    n = len(t)
+    key_cols = [live.column(k).combine_chunks() for k in spec.keys]
+    kid = group_ids(key_cols)[0] if key_cols and n else np.zeros(n, np.int64)
+    w = spec.window
+    if isinstance(w, SessionWindow):
+        order = np.lexsort((t, kid))
+        ts, ks = t[order], kid[order]
+        new = np.ones(n, bool)
+        if n:
+            new[1:] = (ks[1:] != ks[:-1]) | (ts[1:] - ts[:-1] >= w.gap_ms)
+        sid = np.cumsum(new) - 1
+        n_sessions = int(sid[-1]) + 1 if n else 0
+        starts = ts[new]
+        last = ts[np.append(new[1:], True)] if n else np.zeros(0, np.int64)  # sorted: a session's last
+        rows, win, n_win = order, sid, n_sessions
+        ws, we = starts, last + w.gap_ms
+        first = order[new]
+    else:
+        k = -(-w.size_ms // w.slide_ms)
+        base = t - np.mod(t - w.offset_ms, w.slide_ms)
+        rows = np.repeat(np.arange(n), k)
+        start = np.repeat(base, k) - np.tile(np.arange(k) * w.slide_ms, n)
+        ok = start + w.size_ms > np.repeat(t, k)
+        rows, start = rows[ok], start[ok]
+        packed = np.stack([kid[rows], start]).T
+        uniq, win = np.unique(packed, axis=0, return_inverse=True) if len(rows) else (packed, rows)
+        win = np.asarray(win).reshape(-1)
+        n_win = len(uniq)
+        ws = uniq[:, 1] if n_win else np.zeros(0, np.int64)
+        we = ws + w.size_ms
+        first = np.empty(n_win, np.int64)
+        first[win[::-1]] = rows[::-1]
+    values: dict[str, pa.Array[Any]] = {}
+    if spec.aggs:
+        picked = live.take(pa.array(rows, pa.int64()))
+        parts = row_partials(spec.aggs, picked, None, None)
+        values = finalize(spec.aggs, merge(spec.aggs, parts, np.asarray(win, np.int64), n_win))
+    firsts = pa.array(first, pa.int64())
+    cols: dict[str, Any] = {k: live.column(k).take(firsts) for k in spec.keys}
+    cols[_WS] = pa.array(np.asarray(ws, np.int64))
+    cols[_WE] = pa.array(np.asarray(we, np.int64))
+    cols.update(values)
+    return pa.table(cols), (np.asarray(rows), np.asarray(win))
+
+
+def _renumber(members: tuple[Any, Any], kept: npt.NDArray[np.bool_]) -> tuple[Any, Any]:
+    """The (version, window) pairs of the ``kept`` windows, windows numbered anew."""
+    rows, win = members
+    new_id = np.cumsum(kept) - 1
+    inside = kept[win]
+    return rows[inside], new_id[win[inside]]
+
+
+def _forget(
+    spec: CascadeSpec, live: pa.Table, members: tuple[Any, Any], gone: npt.NDArray[np.bool_], wm: int
+) -> pa.Table:
+    """Drop the versions whose windows are all deleted."""
+    rows, win = members
+    alive = np.zeros(live.num_rows, bool)
+    alive[rows[~gone[win]]] = True
+    return live.filter(pa.array(alive))
+
+
+# --- firing --------------------------------------------------------------------------------------
+
+
+def _emitted_or_empty(spec: CascadeSpec, live: pa.Table, emitted: pa.Table | None) -> pa.Table:
+    if emitted is not None:
+        return emitted
+    return _windows(spec, live.slice(0, 0))[0]
+
+
+def _diff(
+    spec: CascadeSpec, current: pa.Table, emitted: pa.Table, wm: int
+) -> tuple[pa.Table, pa.Table, int, int]:
+    """The rows to emit at ``wm``: new and changed due windows, retractions; the fired windows after."""
+    due = current.filter(pa.array(current.column(_WE).to_numpy() <= wm))
+    names = [*spec.keys, _WS, _WE]
+    both = pa.concat_tables([due.select(names), emitted.select(names)], promote_options="permissive")
+    ids, n_groups, _ = (
+        group_ids([both.column(c).combine_chunks() for c in names])
+        if both.num_rows
+        else (
+            np.zeros(0, np.int64),
+            0,
+            None,
+        )
+    )
+    due_ids, old_ids = ids[: due.num_rows], ids[due.num_rows :]
+    old_at = np.full(n_groups, -1, np.int64)
+    old_at[old_ids] = np.arange(len(old_ids))
+    match = old_at[due_ids]  # the fired row of each due window, or -1
+    had = match >= 0
+    same = np.zeros(due.num_rows, bool)
+    if had.any():
+        same[had] = _equal_values(spec, due.filter(pa.array(had)), emitted.take(match[had]))
+    fire = ~same
+    still = np.zeros(emitted.num_rows, bool)
+    still[match[had]] = True
+    retract = np.zeros(emitted.num_rows, bool)
+    if spec.retracting:
+        retract[match[had & fire]] = True
+        retract |= ~still
+    out_names = [*names, *(a.name for a in spec.aggs)]
+    parts = []
+    if retract.any():
+        parts.append(_kinded(emitted.filter(pa.array(retract)).select(out_names), "retract", spec))
+    if fire.any():
+        parts.append(_kinded(due.filter(pa.array(fire)).select(out_names), "emit", spec))
+    schema = _kinded(due.select(out_names).slice(0, 0), "emit", spec).schema
+    results = pa.concat_tables(parts) if parts else schema.empty_table()
+    return results, due.select(out_names), int(fire.sum()), int(retract.sum())
+
+
+def _kinded(table: pa.Table, kind: str, spec: CascadeSpec) -> pa.Table:
+    if not spec.retracting:
+        return table
+    return table.append_column("kind", pa.array([kind] * table.num_rows, pa.string()))
+
+
+def _equal_values(spec: CascadeSpec, a: pa.Table, b: pa.Table) -> npt.NDArray[np.bool_]:
+    same = np.ones(a.num_rows, bool)
+    for agg in spec.aggs:
+        x: Any = a.column(agg.name).combine_chunks()
+        y: Any = b.column(agg.name).combine_chunks()
+        eq: Any = pc.fill_null(pc.equal(x, y), False)
+        both_null = pc.and_(pc.is_null(x), pc.is_null(y))
+        eq = pc.or_(eq, both_null)
+        if pa.types.is_floating(x.type):
+            eq = pc.or_(eq, pc.and_(pc.is_nan(x).fill_null(False), pc.is_nan(y).fill_null(False)))
+        same &= eq.to_numpy(zero_copy_only=False).astype(bool)
+    return same
+
+
+def _result_schema(spec: CascadeSpec, live: pa.Table) -> pa.Schema:
+    table = _windows(spec, live.slice(0, 0))[0]
+    return _kinded(table.select([*spec.keys, _WS, _WE, *(a.name for a in spec.aggs)]), "emit", spec).schema
+
+
+# --- the state in the checkpoint ---------------------------------------------------------------
+
+
+class CascadeStore:
+    """The state after each micro-batch, as Arrow files under ``path`` named by batch id."""
+
+    KEEP = 3
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def load_before(self, batch_id: int) -> CascadeState | None:
+        """The state the last micro-batch before ``batch_id`` left (None: none yet)."""
+        if not os.path.isdir(self.path):
+            return None
+        ids = sorted(int(f.split(".")[0]) for f in os.listdir(self.path) if f.endswith(".live.arrow"))
+        ids = [i for i in ids if i < batch_id]
+        if not ids:
+            return None
+        live = _read(os.path.join(self.path, f"{ids[-1]}.live.arrow"))
+        emitted = _read(os.path.join(self.path, f"{ids[-1]}.emitted.arrow"))
+        raw = (live.schema.metadata or {}).get(b"watermark_ms", b"")
+        return CascadeState(live.replace_schema_metadata(None), emitted, int(raw) if raw else None)
+
+    def save(self, batch_id: int, state: CascadeState) -> None:
+        os.makedirs(self.path, exist_ok=True)
+        _write(os.path.join(self.path, f"{batch_id}.emitted.arrow"), state.emitted)
+        meta = {b"watermark_ms": b"" if state.watermark_ms is None else str(state.watermark_ms).encode()}
+        # The live file commits the batch: written last.
+        _write(os.path.join(self.path, f"{batch_id}.live.arrow"), state.live.replace_schema_metadata(meta))
+        for name in os.listdir(self.path):
+            head = name.split(".")[0]
+            if head.isdigit() and int(head) <= batch_id - self.KEEP:
+                os.remove(os.path.join(self.path, name))
+
+    def bytes_held(self) -> int:
+        if not os.path.isdir(self.path):
+            return 0
+        return sum(os.path.getsize(os.path.join(self.path, f)) for f in os.listdir(self.path))
+
+
+def _write(path: str, table: pa.Table) -> None:
+    tmp = path + ".tmp"
+    with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    os.replace(tmp, path)
+
+
+def _read(path: str) -> pa.Table:
+    with pa.memory_map(path) as source:
+        return pa.ipc.open_file(source).read_all()
+
+
+def changes_of(
+    results: pa.Table,
+    identity: Sequence[str],
+    kept: pa.Table,
+    rows: npt.NDArray[np.int64],
+    *,
+    retracting: bool,
+) -> pa.Table:
+    """The change table of one micro-batch's upstream ``results``.
+
+    ``kept`` are the rows the stages between the windows let through (all
+    of them when there are none), ``rows`` the index in ``results`` of each.
+    A retraction, and a version the stages dropped, removes its identity.
+    """
+    n = results.num_rows
+    ends = results.column(_WE).cast(pa.int64()).to_numpy(zero_copy_only=False)
+    t_all = ends // 1000 - 1
+    passed = np.zeros(n, bool)
+    if retracting:
+        is_emit = (
+            pc.equal(results.column("kind"), pa.scalar("emit")).to_numpy(zero_copy_only=False).astype(bool)
+        )
+    else:
+        is_emit = np.ones(n, bool)
+    passed[rows[is_emit[rows]]] = True
+    kept = kept.filter(pa.array(is_emit[rows]))
+    kept_rows = rows[is_emit[rows]]
+    gone = np.flatnonzero(~passed)
+    ids: dict[str, Any] = {identity_column(i): results.column(c) for i, c in enumerate(identity)}
+    upserts: dict[str, Any] = {k: v.take(pa.array(kept_rows, pa.int64())) for k, v in ids.items()}
+    deletes: dict[str, Any] = {k: v.take(pa.array(gone, pa.int64())) for k, v in ids.items()}
+    values: dict[str, Any] = {c: kept.column(c) for c in kept.column_names}
+    up = pa.table(
+        {
+            **upserts,
+            EVENT_TIME: pa.array(t_all[kept_rows]),
+            DELETE: pa.array(np.zeros(len(kept_rows), bool)),
+            **values,
+        }
+    )
+    down = pa.table(
+        {
+            **deletes,
+            EVENT_TIME: pa.array(t_all[gone]),
+            DELETE: pa.array(np.ones(len(gone), bool)),
+            **{c: pa.nulls(len(gone), kept.schema.field(c).type) for c in kept.column_names},
+        }
+    )
+    # Arrival order: what ``step`` applies (deletes before emits within one batch).
+    return pa.concat_tables([down, up])

@@ -1,0 +1,305 @@
+"""A window over windowed results (SPEC 3.11): minute counts into five-minute maxima, and more.
+
+The event time of a result is ``window_end - 1 ms`` and the watermark is
+the upstream one. Under the stateful lowering the second window runs on the
+driver over each micro-batch's results, where a corrected upstream result
+replaces the one it corrects; the bounded lowering runs both windows in one
+Spark batch job. Both are checked against :class:`CascadeModel`.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import krishiv_py as kp
+from krishiv_py.errors import PlanError
+from krishiv_py.testing import (
+    AggSpec,
+    CascadeModel,
+    Close,
+    ReferenceModel,
+    Send,
+    Step,
+    assert_lowerings_agree,
+    assert_same_rows,
+    model_for,
+    run_reference,
+    run_streaming,
+)
+
+SCHEMA = "user string, t bigint"
+MIN = 60_000
+
+
+def minute_peaks(s: kp.Stream) -> kp.Stream:
+    """Clicks per user and minute (kept a minute for corrections), then the busiest minute per 5 minutes."""
+    minutes = (
+        s.watermark("t", 0)
+        .key_by("user")
+        .tumbling_window(MIN)
+        .allowed_lateness(MIN)
+        .accumulation("retracting")
+        .agg(kp.count(kp.col("*")).alias("clicks"))
+    )
+    return (
+        minutes.key_by("user")
+        .tumbling_window(5 * MIN)
+        .accumulation("retracting")
+        .agg(kp.max(kp.col("clicks")).alias("peak"), kp.count(kp.col("*")).alias("minutes"))
+    )
+
+
+def clicks(*seconds: int, user: str = "u") -> Send:
+    return Send([{"user": user, "t": s * 1000} for s in seconds])
+
+
+# Minute [0, 1) gets 2 clicks, [1, 2) 1, [2, 3) 1, [4, 5) 1; the five-minute window fires at 5:10.
+# Then three mildly late clicks at 4:15-4:17 re-fire minute [4, 5) (1 -> 4 clicks), which
+# corrects the five-minute maximum (2 -> 4); a click at 1:40 comes after minute [1, 2) was
+# deleted (watermark 5:10 >= 2:00 + 1:00): very late, it reaches neither window.
+TRANSCRIPT: list[Step] = [
+    clicks(10, 20, 70, 130, 250),
+    clicks(310),
+    clicks(255, 256, 257, 100),
+    Close(),
+]
+
+
+def _peak(start: int, peak: int, minutes: int, kind: str) -> dict[str, Any]:
+    return {
+        "user": "u",
+        "window_start": start * MIN,
+        "window_end": (start + 5) * MIN,
+        "peak": peak,
+        "minutes": minutes,
+        "kind": kind,
+    }
+
+
+EXPECTED: list[list[dict[str, Any]]] = [
+    [],
+    [_peak(0, 2, 4, "emit")],
+    [_peak(0, 2, 4, "emit"), _peak(0, 2, 4, "retract"), _peak(0, 4, 4, "emit")],
+    [_peak(0, 2, 4, "emit"), _peak(0, 2, 4, "retract"), _peak(0, 4, 4, "emit"), _peak(5, 1, 1, "emit")],
+]
+
+
+def test_the_transcript_on_the_model() -> None:
+    assert run_reference(SCHEMA, minute_peaks, TRANSCRIPT) == EXPECTED
+    model = model_for(minute_peaks(_placeholder()))
+    assert isinstance(model, CascadeModel)
+    for step in TRANSCRIPT:
+        if isinstance(step, Send):
+            model.send(step.rows)
+        else:
+            model.close()
+    minute = [(r["window_start"], r["clicks"], r["kind"]) for r in model.upstream_results]
+    assert minute == [
+        (0, 2, "emit"),
+        (MIN, 1, "emit"),
+        (2 * MIN, 1, "emit"),
+        (4 * MIN, 1, "emit"),
+        (4 * MIN, 1, "retract"),
+        (4 * MIN, 4, "emit"),
+        (5 * MIN, 1, "emit"),
+    ]
+    assert [(e["t"], e["classification"]) for e in model.late_events] == [(100_000, "very_late")]
+
+
+def test_the_transcript_streams_on_the_stateful_lowering(session: kp.Session) -> None:
+    stream, _ = session.memory_stream(SCHEMA)
+    assert minute_peaks(stream).lower().lowering == "stateful"
+    got = run_streaming(session, SCHEMA, minute_peaks, TRANSCRIPT)
+    for i, (rows, want) in enumerate(zip(got, EXPECTED, strict=True)):
+        try:
+            assert_same_rows(rows, want)
+        except AssertionError as exc:
+            raise AssertionError(f"after step {i}: {exc}") from None
+
+
+def test_explain_shows_both_windows_and_where_each_runs(session: kp.Session) -> None:
+    stream, _ = session.memory_stream(SCHEMA)
+    text = minute_peaks(stream).explain(show=False)
+    assert "the second window runs on the driver over each micro-batch's results" in text
+    assert "over window results (event time window_end - 1 ms, the upstream watermark; kept 60000 ms" in text
+    assert "# the second window, kept on the driver: keys=['user']" in text
+    with pytest.raises(PlanError, match=r"native lowering.*a window over windowed results"):
+        minute_peaks(stream).lower(lowering="native")
+
+
+def _placeholder() -> kp.Stream:
+    from krishiv_py.testing.steps import _placeholder as make
+
+    return make(SCHEMA)
+
+
+def test_what_a_window_over_windowed_results_refuses() -> None:
+    minutes = _placeholder().watermark("t", 0).key_by("user").tumbling_window(MIN).agg(kp.count(kp.col("*")))
+    with pytest.raises(PlanError, match="keep window_end, unchanged"):
+        minutes.select("user", "count").key_by("user").tumbling_window(5 * MIN)
+    with pytest.raises(PlanError, match="tumbling, sliding or session"):
+        minutes.key_by("user").event_sliding_window(MIN, grace_ms=0).agg(kp.count(kp.col("*")))
+    with pytest.raises(PlanError, match="fires on the watermark"):
+        minutes.key_by("user").tumbling_window(5 * MIN).trigger(kp.Trigger.on_every_element()).agg(
+            kp.count(kp.col("*"))
+        )
+    with pytest.raises(PlanError, match="no order among themselves"):
+        minutes.key_by("user").tumbling_window(5 * MIN).agg(kp.first(kp.col("count")))
+    with pytest.raises(PlanError, match="union of windowed results"):
+        minutes.union(minutes).key_by("user").tumbling_window(5 * MIN).agg(kp.count(kp.col("*")))
+
+
+def _random_steps(rnd: random.Random, n_steps: int) -> list[Step]:
+    steps: list[Step] = []
+    t = 0
+    for _ in range(n_steps):
+        rows = []
+        for _ in range(rnd.randrange(2, 9)):
+            # Mostly around the front, some mildly late, a few very late.
+            back = rnd.choice([0, 0, 0, 2, 8, 20, 60])
+            rows.append({"user": rnd.choice("ab"), "t": max(0, t - back * 1000 + rnd.randrange(0, 3000))})
+        steps.append(Send(rows))
+        t += rnd.randrange(3_000, 25_000)
+    return [*steps, Close()]
+
+
+def sessions_of_minutes(s: kp.Stream) -> kp.Stream:
+    """Ten-second counts, corrected for 20 s, then sessions of busy stretches (30 s gap), retracting."""
+    tens = (
+        s.watermark("t", 1_000)
+        .key_by("user")
+        .tumbling_window(10_000)
+        .allowed_lateness(20_000)
+        .accumulation("retracting")
+        .agg(kp.count(kp.col("*")).alias("n"))
+    )
+    return (
+        tens.key_by("user")
+        .session_window(30_000)
+        .accumulation("retracting")
+        .agg(kp.sum(kp.col("n")).alias("clicks"), kp.max(kp.col("n")).alias("peak"))
+    )
+
+
+def sliding_totals(s: kp.Stream) -> kp.Stream:
+    """Ten-second counts, corrected for 15 s (accumulating), then 40 s / 20 s sliding totals for all users."""
+    tens = (
+        s.watermark("t", 0)
+        .key_by("user")
+        .tumbling_window(10_000)
+        .allowed_lateness(15_000)
+        .agg(kp.count(kp.col("*")).alias("n"))
+    )
+    return tens.sliding_window(40_000, 20_000).agg(kp.sum(kp.col("n")).alias("clicks"), kp.count(kp.col("*")))
+
+
+@pytest.mark.parametrize("pipeline", [sessions_of_minutes, sliding_totals], ids=["sessions", "sliding"])
+def test_cascades_agree_with_the_model_on_random_streams(session: kp.Session, pipeline: Any) -> None:
+    steps = _random_steps(random.Random(pipeline.__name__), 9)
+    assert_lowerings_agree(session, SCHEMA, pipeline, steps)
+
+
+def test_a_filter_between_the_windows_drops_a_corrected_result(session: kp.Session) -> None:
+    """A minute that fails the filter after a correction leaves the five-minute window (retract + emit)."""
+
+    def build(s: kp.Stream) -> kp.Stream:
+        minutes = (
+            s.watermark("t", 0)
+            .key_by("user")
+            .tumbling_window(MIN)
+            .allowed_lateness(2 * MIN)
+            .agg(kp.count(kp.col("*")).alias("clicks"), kp.min(kp.col("t")).alias("first_t"))
+        )
+        # Minutes whose first click came in their second half; their clicks doubled.
+        late_starters = minutes.filter(kp.col("first_t") % MIN >= 30_000).with_column(
+            "twice", kp.col("clicks") * 2
+        )
+        return (
+            late_starters.key_by("user")
+            .tumbling_window(5 * MIN)
+            .accumulation("retracting")
+            .agg(kp.sum(kp.col("twice")).alias("twice"), kp.count(kp.col("*")).alias("minutes"))
+        )
+
+    def between(row: dict[str, Any]) -> dict[str, Any] | None:
+        return {**row, "twice": 2 * row["clicks"]} if row["first_t"] % MIN >= 30_000 else None
+
+    upstream = ReferenceModel(
+        window=_tumbling(MIN),
+        event_time="t",
+        lag_ms=0,
+        keys=["user"],
+        aggregates=[
+            AggSpec(name="clicks", func="count", column=None),
+            AggSpec(name="first_t", func="min", column="t"),
+        ],
+        allowed_lateness_ms=2 * MIN,
+    )
+    model = CascadeModel(
+        upstream,
+        window=_tumbling(5 * MIN),
+        keys=["user"],
+        aggregates=[
+            AggSpec(name="twice", func="sum", column="twice"),
+            AggSpec(name="minutes", func="count", column=None),
+        ],
+        allowed_lateness_ms=2 * MIN,
+        accumulation="retracting",
+        between=between,
+    )
+    # Minutes [0, 1), [1, 2) and [4, 5) pass (first clicks at 0:40, 1:40, 4:40); at 5:05 the
+    # five-minute window fires: twice = 4 + 2 + 4. The late click at 4:05 moves minute [4, 5)'s
+    # first click into its first half: it leaves the five-minute window.
+    steps: list[Step] = [clicks(40, 50, 100, 280, 290), clicks(305), clicks(245), Close()]
+    want = []
+    for step in steps:
+        if isinstance(step, Send):
+            model.send(step.rows)
+        else:
+            model.close()
+        want.append(model.results)
+    five = {"user": "u", "window_start": 0, "window_end": 5 * MIN}
+    assert want[-1] == [
+        {**five, "twice": 10, "minutes": 3, "kind": "emit"},
+        {**five, "twice": 10, "minutes": 3, "kind": "retract"},
+        {**five, "twice": 6, "minutes": 2, "kind": "emit"},
+    ]
+    got = run_streaming(session, SCHEMA, build, steps)
+    for rows, expected in zip(got, want, strict=True):
+        assert_same_rows(rows, expected)
+
+
+def _tumbling(size: int) -> Any:
+    from krishiv_py.plan.windows import TumblingWindow
+
+    return TumblingWindow(size_ms=size)
+
+
+def test_a_restarted_cascade_keeps_its_second_window(session: kp.Session, tmp_path: Path) -> None:
+    checkpoint, out = str(tmp_path / "cp"), str(tmp_path / "out")
+    stream, sender = session.memory_stream(SCHEMA)
+    pipeline = minute_peaks(stream)
+    job = pipeline.start(kp.ParquetSink(out), checkpoint_dir=checkpoint)
+    try:
+        for step in TRANSCRIPT[:2]:
+            assert isinstance(step, Send)
+            sender.send(list(step.rows))
+            job.process_all_available()
+    finally:
+        job.stop()
+    third = TRANSCRIPT[2]
+    assert isinstance(third, Send)
+    sender.send(list(third.rows))
+    job = pipeline.start(kp.ParquetSink(out), checkpoint_dir=checkpoint)
+    try:
+        job.process_all_available()
+        sender.close()
+        assert job.await_termination(timeout_s=120)
+        assert_same_rows(job.results(), EXPECTED[-1])
+        assert job.metrics().retractions == 1
+    finally:
+        job.stop()
