@@ -129,6 +129,9 @@ def test_explain_shows_both_windows_and_where_each_runs(session: kp.Session) -> 
     assert "# the second window, kept on the driver: keys=['user']" in text
     with pytest.raises(PlanError, match=r"native lowering.*a window over windowed results"):
         minute_peaks(stream).lower(lowering="native")
+    bounded = sliding_totals(session.from_records([{"user": "a", "t": 1}], SCHEMA)).lower()
+    assert bounded.lowering == "bounded"
+    assert "'kp_arith_sums'" in bounded.render() and "'kp_arith_sums_2'" in bounded.render()
 
 
 def _placeholder() -> kp.Stream:
@@ -192,9 +195,12 @@ def sliding_totals(s: kp.Stream) -> kp.Stream:
         .key_by("user")
         .tumbling_window(10_000)
         .allowed_lateness(15_000)
-        .agg(kp.count(kp.col("*")).alias("n"))
+        .agg(kp.count(kp.col("*")).alias("n"), kp.sum(kp.col("t")).alias("st"))
     )
-    return tens.sliding_window(40_000, 20_000).agg(kp.sum(kp.col("n")).alias("clicks"), kp.count(kp.col("*")))
+    # Exact bigint sums on both levels: each window observes its own overflows.
+    return tens.sliding_window(40_000, 20_000).agg(
+        kp.sum(kp.col("n")).alias("clicks"), kp.count(kp.col("*")), kp.sum(kp.col("st")).alias("st")
+    )
 
 
 @pytest.mark.parametrize("pipeline", [sessions_of_minutes, sliding_totals], ids=["sessions", "sliding"])

@@ -33,7 +33,6 @@ import math
 from krishiv_py.errors import PlanError
 from krishiv_py.expr import AggCall, agg_type
 from krishiv_py.names import (
-    ARITH_SUMS_OBSERVATION,
     ET,
     GLOBAL,
     ROW_KIND,
@@ -58,6 +57,7 @@ from krishiv_py.planner.spark.sliding import (
     lower_stream_panes,
     pane_choice,
     stream_pane_choice,
+    sums_observation,
 )
 from krishiv_py.planner.sql import joined_sum, quote, sum_halves
 from krishiv_py.types import Schema
@@ -118,7 +118,7 @@ def lower_window(node: n.WindowAggregate, child: RecipeNode, *, streaming: bool,
     flagged = SelectExprs(child=grouped, exprs=(*names, *values, *flags))
     observed = Observe(
         child=flagged,
-        name=ARITH_SUMS_OBSERVATION,
+        name=sums_observation(node),
         exprs=tuple(f"count_if(`{sum_overflow(i)}`) AS {arithmetic_sum_metric(i)}" for i in split),
     )
     outputs = (*(quote(k) for k in node.keys), "`window_start`", "`window_end`")

@@ -88,6 +88,11 @@ MIN_COPIES = 2
 MIN_STREAM_COPIES = 10
 
 
+def sums_observation(node: n.WindowAggregate) -> str:
+    """The observation of a window's overflowed sums: a second window over results has its own."""
+    return ARITH_SUMS_OBSERVATION + ("_2" if n.cascade_of(node) is not None else "")
+
+
 def pane_choice(window: WindowSpec, aggregates: Sequence[AggCall], schema: Schema) -> tuple[bool, str]:
     """Whether a bounded sliding-window aggregation runs from panes, and why (or why not)."""
     if not isinstance(window, SlidingWindow) or window.slide_ms == window.size_ms:
@@ -269,7 +274,7 @@ def _finish(node: n.WindowAggregate, windows: RecipeNode, bounds: tuple[str, str
         return out
     observed = Observe(
         child=out,
-        name=ARITH_SUMS_OBSERVATION,
+        name=sums_observation(node),
         exprs=tuple(
             f"count_if(`{sum_overflow(i)}`) AS {arithmetic_sum_metric(i)}"
             for i, a in enumerate(node.aggregates)
