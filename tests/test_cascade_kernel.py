@@ -135,3 +135,58 @@ def test_the_driver_step_equals_the_model_on_random_streams(window: Any, mode: A
             )
             state, out = c.step(spec, state, changes, model.watermark_ms)
             assert_same_rows(out.results.to_pylist(), want)
+
+
+# --- window top-N over corrected results -------------------------------------------------------
+
+
+@pytest.mark.parametrize("ties", ["all", "first"])
+def test_the_driver_top_n_step_equals_the_model_on_random_streams(ties: Any) -> None:
+    from krishiv_py.stateful import topn
+    from krishiv_py.testing import TopNModel, top_n_rows
+
+    rnd = random.Random(ties)
+    for _ in range(30):
+        lateness = rnd.choice([10, 30])
+        upstream = ReferenceModel(
+            window=TumblingWindow(size_ms=10),
+            event_time="t",
+            lag_ms=0,
+            keys=["k"],
+            aggregates=[AggSpec(name="n", func="count", column=None)],
+            allowed_lateness_ms=lateness,
+            accumulation="retracting",
+        )
+        model = TopNModel(upstream, n=2, by=["n"], ties=ties, allowed_lateness_ms=lateness)
+        spec = topn.TopNSpec(
+            identity=("k", "window_start", "window_end"),
+            group=("window_start", "window_end"),
+            lateness_ms=lateness,
+        )
+
+        def rank(rows: pa.Table) -> pa.Table:
+            top = top_n_rows(rows.to_pylist(), 2, by=["n"], ties=ties)
+            return pa.Table.from_pylist(top, schema=rows.schema)
+
+        state = None
+        t = 0
+        for _ in range(rnd.randrange(3, 10)):
+            rows = [
+                {"k": rnd.choice("abcde"), "t": max(0, t + rnd.randrange(-25, 8))}
+                for _ in range(rnd.randrange(1, 9))
+            ]
+            t += rnd.randrange(0, 12)
+            before = len(upstream.results)
+            want = model.send(rows)
+            emitted = upstream.results[before:]
+            table = pa.table(
+                {
+                    "k": pa.array([r["k"] for r in emitted], pa.string()),
+                    "window_start": pa.array([r["window_start"] for r in emitted], pa.int64()),
+                    "window_end": pa.array([r["window_end"] for r in emitted], pa.int64()),
+                    "n": pa.array([r["n"] for r in emitted], pa.int64()),
+                    "kind": pa.array([r["kind"] for r in emitted], pa.string()),
+                }
+            )
+            state, out = topn.step(spec, state, table, model.watermark_ms, rank)
+            assert_same_rows(out.to_pylist(), want)

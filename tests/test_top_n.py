@@ -7,12 +7,22 @@ the reference model's windows (plain Python, independent of the lowerings).
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 
 import krishiv_py as kp
 from krishiv_py.errors import PlanError
-from krishiv_py.testing import Close, Send, Step, assert_same_rows, run_reference, run_streaming, top_n_rows
+from krishiv_py.testing import (
+    Close,
+    Send,
+    Step,
+    assert_lowerings_agree,
+    assert_same_rows,
+    run_reference,
+    run_streaming,
+    top_n_rows,
+)
 
 SCHEMA = "k string, cat string, t bigint, v bigint"
 
@@ -60,7 +70,7 @@ def test_top_n_is_checked_when_the_plan_is_built(session: kp.Session) -> None:
     with pytest.raises(PlanError, match=r"ties=\.\.\."):
         res.top_n(3, by="count", ties="some")  # type: ignore[arg-type]
     lateness = stream.watermark("t", 5).key_by("k").tumbling_window(10).allowed_lateness(20)
-    with pytest.raises(PlanError, match="window top-N"):
+    with pytest.raises(PlanError, match=r"needs \.accumulation\('retracting'\)"):
         lateness.agg(kp.count(kp.col("*"))).top_n(3, by="count").lower()
     ranked = res.top_n(3, by="count")
     with pytest.raises(PlanError, match="after the last window"):
@@ -105,3 +115,70 @@ def test_top_n_matches_the_model_streaming_and_bounded(
     assert_same_rows(got, want)
     rows = [r for step in steps if isinstance(step, Send) for r in step.rows]
     assert_same_rows(ranked(session.from_records(rows, SCHEMA)).collect(), want)
+
+
+# --- top-N over results that are corrected (the stateful lowering) ---------------------------------
+
+
+def corrected_top3(s: kp.Stream) -> kp.Stream:
+    """The three keys with the most rows per window, windows corrected for 30 ms."""
+    w = s.watermark("t", 0).key_by("k").tumbling_window(10).allowed_lateness(30).accumulation("retracting")
+    return w.agg(kp.count(kp.col("*")), kp.sum(kp.col("v"))).top_n(3, by="count")
+
+
+def test_a_correction_that_pushes_a_key_out_of_the_top_retracts_it(session: kp.Session) -> None:
+    """Window [0, 10): a 3, b 2, c 1, d 1 (ranks 1, 2, 3, 3: all four in the top 3).
+
+    Three late rows of e rank it first with a: c and d fall to rank 4 and are retracted.
+    """
+    rows = [("a", 1), ("a", 2), ("a", 3), ("b", 4), ("b", 5), ("c", 6), ("d", 7)]
+    steps: list[Step] = [
+        Send([{"k": k, "t": t, "v": 1, "cat": "x"} for k, t in rows]),
+        Send([{"k": "f", "t": 15, "v": 1, "cat": "x"}]),  # the watermark passes 10: [0, 10) fires
+        Send([{"k": "e", "t": t, "v": 1, "cat": "x"} for t in (8, 8, 9)]),  # mildly late
+        Close(),
+    ]
+    recipe = corrected_top3(session.memory_stream(SCHEMA)[0]).lower()
+    assert recipe.lowering == "stateful" and recipe.top_n is not None
+    assert "window top-N runs on the driver" in recipe.reason
+
+    def row(k: str, n: int, kind: str) -> dict[str, Any]:
+        return {"k": k, "window_start": 0, "window_end": 10, "count": n, "sum_v": n, "kind": kind}
+
+    first = [row("a", 3, "emit"), row("b", 2, "emit"), row("c", 1, "emit"), row("d", 1, "emit")]
+    corrected = [row("c", 1, "retract"), row("d", 1, "retract"), row("e", 3, "emit")]
+    want = run_reference(SCHEMA, corrected_top3, steps)
+    assert want[:3] == [[], first, first + corrected]
+    got = run_streaming(session, SCHEMA, corrected_top3, steps)
+    for rows_got, rows_want in zip(got, want, strict=True):
+        assert_same_rows(rows_got, rows_want)
+
+
+@pytest.mark.parametrize("ties", ["all", "first"])
+def test_top3_over_corrected_windows_equals_the_model_on_random_streams(
+    session: kp.Session, ties: Any
+) -> None:
+    def pipeline(s: kp.Stream) -> kp.Stream:
+        w = s.watermark("t", 0).key_by("k").tumbling_window(10).allowed_lateness(30)
+        return w.accumulation("retracting").agg(kp.count(kp.col("*"))).top_n(3, by="count", ties=ties)
+
+    rnd = random.Random(f"corrected-{ties}")
+    steps: list[Step] = []
+    t = 0
+    for _ in range(8):
+        batch = []
+        for _ in range(rnd.randrange(3, 10)):
+            batch.append(
+                {
+                    "k": rnd.choice("abcdef"),
+                    "t": max(0, t - rnd.choice([0, 0, 5, 15, 45])),
+                    "v": 1,
+                    "cat": "x",
+                }
+            )
+        steps.append(Send(batch))
+        t += rnd.randrange(2, 14)
+    steps.append(Close())
+    assert_lowerings_agree(session, SCHEMA, pipeline, steps)
+    final = run_reference(SCHEMA, pipeline, steps)[-1]
+    assert any(r["kind"] == "retract" for r in final), "the scenario should correct a top-3"

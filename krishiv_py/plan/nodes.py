@@ -282,12 +282,6 @@ class TopN:
             )
         for c in (*self.by, *self.keys):
             schema.field(c, role="top_n() column")
-        if RESULT_KIND in schema.names and any(
-            a.emission.accumulation == "retracting" for a in window_aggregates(self.input)
-        ):
-            raise PlanError(
-                "top_n() over retracting results (accumulation('retracting')) is not supported yet"
-            )
 
 
 SourceNode: TypeAlias = MemorySource | RecordsSource | FileSource | SparkSource | KafkaSource

@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from krishiv_py.panes import PaneCallbacks
-    from krishiv_py.planner.spark.recipe import AfterWindow, CascadeStage, SparkRecipe
+    from krishiv_py.planner.spark.recipe import AfterWindow, CascadeStage, SparkRecipe, TopNStage
     from krishiv_py.sinks import SinkWriter
     from krishiv_py.stateful.operator import Payloads
 
@@ -95,6 +95,8 @@ class BatchCollector:
         else:
             self._window_schema = (recipe.output_schema if after is None else after.window_schema).to_arrow()
         self._cascade = _Cascade(recipe.cascade, cascade_dir) if recipe.cascade is not None else None
+        top_dir = None if cascade_dir is None else os.path.join(os.path.dirname(cascade_dir), "krishiv-topn")
+        self._top_n = _TopN(recipe.top_n, top_dir, self._run_stages) if recipe.top_n is not None else None
         self._writer = writer
         self._late_writer = late_writer
         self._quarantine = quarantine
@@ -119,9 +121,9 @@ class BatchCollector:
         results = to_output(payloads.results, self._window_schema)
         failures = 0
         cascade_counts: dict[str, int] = {}
+        column: list[Any] = payloads.stats.column("watermark_ms").to_pylist()
+        marks = [int(w) for w in column if w is not None and w != NO_WATERMARK]
         if self._cascade is not None:
-            column: list[Any] = payloads.stats.column("watermark_ms").to_pylist()
-            marks = [int(w) for w in column if w is not None and w != NO_WATERMARK]
             between_failures = 0
             if self._recipe.cascade is not None and self._recipe.cascade.between is not None:
                 kept, between_failures = self._run_stages(self._recipe.cascade.between, results, carry=True)
@@ -131,6 +133,9 @@ class BatchCollector:
                 results, kept, batch_id, max(marks) if marks else None
             )
             failures += between_failures
+        if self._top_n is not None:
+            results, rank_failures = self._top_n.step(results, batch_id, max(marks) if marks else None)
+            failures += rank_failures
         if self._recipe.after is not None:
             results, after_failures = self._after(results)
             failures += after_failures
@@ -261,10 +266,10 @@ class _Cascade:
     """The second window of a cascade on the driver: its state, kept per batch id in the checkpoint."""
 
     def __init__(self, stage: CascadeStage, path: str | None) -> None:
-        from krishiv_py.stateful.cascade import CascadeStore
+        from krishiv_py.runtime.driver_state import DriverStateStore
 
         self._stage = stage
-        self._store = CascadeStore(path) if path is not None else None
+        self._store = DriverStateStore(path, ("emitted", "live")) if path is not None else None
         self._state: Any = None
         self._batch: int | None = None
         self.next_due_ms: int | None = None
@@ -280,7 +285,11 @@ class _Cascade:
 
         stage = self._stage
         if self._batch is None or self._batch != batch_id - 1:  # a restart, or a batch run again
-            self._state = self._store.load_before(batch_id) if self._store is not None else None
+            loaded = self._store.load_before(batch_id) if self._store is not None else None
+            self._state = None
+            if loaded is not None:
+                tables, mark = loaded
+                self._state = cascade.CascadeState(tables["live"], tables["emitted"], mark)
         if kept is None:
             names = [c for c in results.column_names if c != RESULT_KIND]
             kept, rows = results.select(names), np.arange(results.num_rows, dtype=np.int64)
@@ -292,13 +301,50 @@ class _Cascade:
         )
         state, out = cascade.step(stage.spec, self._state, changes, watermark)
         if self._store is not None:
-            self._store.save(batch_id, state)
+            self._store.save(batch_id, {"emitted": state.emitted, "live": state.live}, state.watermark_ms)
         self._state, self._batch = state, batch_id
         self.next_due_ms = out.next_due_ms if out.next_due_ms >= 0 else None
         self.held = state.live.num_rows
         table = _with_timestamps(out.results)
         counts = {"emitted": out.emitted, "retracted": out.retracted, "very_late_results": out.very_late}
         return conform(table, stage.schema), counts
+
+
+class _TopN:
+    """Window top-N on the driver: its state kept per batch id in the checkpoint."""
+
+    def __init__(self, stage: TopNStage, path: str | None, run: Any) -> None:
+        from krishiv_py.runtime.driver_state import DriverStateStore
+
+        self._stage = stage
+        self._run = run
+        self._store = DriverStateStore(path, ("shown", "live")) if path is not None else None
+        self._state: Any = None
+        self._batch: int | None = None
+        self.held = 0
+
+    def step(self, results: pa.Table, batch_id: int, watermark: int | None) -> tuple[pa.Table, int]:
+        from krishiv_py.runtime.results import conform
+        from krishiv_py.stateful import topn
+
+        stage = self._stage
+        if self._batch is None or self._batch != batch_id - 1:  # a restart, or a batch run again
+            loaded = self._store.load_before(batch_id) if self._store is not None else None
+            self._state = None if loaded is None else topn.TopNState(loaded[0]["live"], loaded[0]["shown"])
+        failures = 0
+
+        def rank(rows: pa.Table) -> pa.Table:
+            nonlocal failures
+            ranked, failed = self._run(stage.rank, rows)
+            failures += failed
+            return cast("pa.Table", ranked)
+
+        state, out = topn.step(stage.spec, self._state, results, watermark, rank)
+        if self._store is not None:
+            self._store.save(batch_id, {"shown": state.shown, "live": state.live}, watermark)
+        self._state, self._batch = state, batch_id
+        self.held = state.live.num_rows
+        return conform(out, stage.schema), failures
 
 
 def _with_timestamps(results: pa.Table) -> pa.Table:

@@ -21,7 +21,8 @@ State
     time ``__kp_t`` (ms) and the columns the second window reads.
     ``emitted``: one row per fired window — its keys, bounds (ms) and the
     values it last emitted. Both are Arrow tables; the job writes them to
-    the checkpoint after every micro-batch (:class:`CascadeStore`), keyed by
+    the checkpoint after every micro-batch
+    (:class:`~krishiv_py.runtime.driver_state.DriverStateStore`), keyed by
     batch id, so a micro-batch Spark runs again starts from the state
     before it.
 
@@ -42,7 +43,6 @@ Examples
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -56,7 +56,7 @@ from krishiv_py.plan.windows import SessionWindow, SlidingWindow, TumblingWindow
 from krishiv_py.stateful.aggregates import AggSpec, finalize, merge, row_partials
 from krishiv_py.stateful.grouping import group_ids
 
-__all__ = ["DELETE", "EVENT_TIME", "CascadeSpec", "CascadeState", "CascadeStore", "StepOutput", "step"]
+__all__ = ["DELETE", "EVENT_TIME", "CascadeSpec", "CascadeState", "StepOutput", "changes_of", "step"]
 
 #: Columns of a change table: the identity columns are ``__kp_id_<i>``.
 EVENT_TIME, DELETE = "__kp_t", "__kp_del"
@@ -315,59 +315,6 @@ def _equal_values(spec: CascadeSpec, a: pa.Table, b: pa.Table) -> npt.NDArray[np
 def _result_schema(spec: CascadeSpec, live: pa.Table) -> pa.Schema:
     table = _windows(spec, live.slice(0, 0))[0]
     return _kinded(table.select([*spec.keys, _WS, _WE, *(a.name for a in spec.aggs)]), "emit", spec).schema
-
-
-# --- the state in the checkpoint ---------------------------------------------------------------
-
-
-class CascadeStore:
-    """The state after each micro-batch, as Arrow files under ``path`` named by batch id."""
-
-    KEEP = 3
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def load_before(self, batch_id: int) -> CascadeState | None:
-        """The state the last micro-batch before ``batch_id`` left (None: none yet)."""
-        if not os.path.isdir(self.path):
-            return None
-        ids = sorted(int(f.split(".")[0]) for f in os.listdir(self.path) if f.endswith(".live.arrow"))
-        ids = [i for i in ids if i < batch_id]
-        if not ids:
-            return None
-        live = _read(os.path.join(self.path, f"{ids[-1]}.live.arrow"))
-        emitted = _read(os.path.join(self.path, f"{ids[-1]}.emitted.arrow"))
-        raw = (live.schema.metadata or {}).get(b"watermark_ms", b"")
-        return CascadeState(live.replace_schema_metadata(None), emitted, int(raw) if raw else None)
-
-    def save(self, batch_id: int, state: CascadeState) -> None:
-        os.makedirs(self.path, exist_ok=True)
-        _write(os.path.join(self.path, f"{batch_id}.emitted.arrow"), state.emitted)
-        meta = {b"watermark_ms": b"" if state.watermark_ms is None else str(state.watermark_ms).encode()}
-        # The live file commits the batch: written last.
-        _write(os.path.join(self.path, f"{batch_id}.live.arrow"), state.live.replace_schema_metadata(meta))
-        for name in os.listdir(self.path):
-            head = name.split(".")[0]
-            if head.isdigit() and int(head) <= batch_id - self.KEEP:
-                os.remove(os.path.join(self.path, name))
-
-    def bytes_held(self) -> int:
-        if not os.path.isdir(self.path):
-            return 0
-        return sum(os.path.getsize(os.path.join(self.path, f)) for f in os.listdir(self.path))
-
-
-def _write(path: str, table: pa.Table) -> None:
-    tmp = path + ".tmp"
-    with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-        writer.write_table(table)
-    os.replace(tmp, path)
-
-
-def _read(path: str) -> pa.Table:
-    with pa.memory_map(path) as source:
-        return pa.ipc.open_file(source).read_all()
 
 
 def changes_of(

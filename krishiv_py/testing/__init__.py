@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from krishiv_py.testing.cascade import CascadeModel
 from krishiv_py.testing.compare import assert_same_rows, normalize_rows
-from krishiv_py.testing.ranking import top_n_rows
+from krishiv_py.testing.ranking import TopNModel, top_n_rows
 from krishiv_py.testing.reference import AggSpec, ReferenceMetrics, ReferenceModel
 from krishiv_py.testing.steps import (
     AdvanceProcessingTime,
@@ -48,6 +48,7 @@ __all__ = [
     "ReferenceModel",
     "Send",
     "Step",
+    "TopNModel",
     "assert_lowerings_agree",
     "assert_same_rows",
     "model_for",

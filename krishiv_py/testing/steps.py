@@ -40,6 +40,7 @@ from krishiv_py.plan import nodes as n
 from krishiv_py.plan.windows import SessionWindow, SlidingWindow, TumblingWindow
 from krishiv_py.testing.cascade import CascadeModel
 from krishiv_py.testing.compare import assert_same_rows
+from krishiv_py.testing.ranking import TopNModel
 from krishiv_py.testing.reference import AggSpec, ReferenceModel
 from krishiv_py.types import to_schema
 
@@ -188,14 +189,28 @@ def reference_model_for(
 
 def model_for(
     stream: Stream | n.PlanNode, *, clock: Callable[[], float] | None = None
-) -> ReferenceModel | CascadeModel:
-    """The model of a pipeline: :func:`reference_model_for`, or a :class:`CascadeModel`.
+) -> ReferenceModel | CascadeModel | TopNModel:
+    """The model of a pipeline: :func:`reference_model_for`, a :class:`CascadeModel` or a :class:`TopNModel`.
+
+    Window top-N right after a window's ``agg`` is modelled as the results
+    fire and are corrected (``kind`` on every row); compare it with a
+    retracting pipeline.
 
     A window over windowed results (a cascade) is modelled when no stage
     stands between the two windows (the model evaluates no expressions:
     build a :class:`CascadeModel` with ``between=`` for those).
     """
     plan = getattr(stream, "plan", stream)
+    if isinstance(plan, n.TopN) and isinstance(plan.input, n.WindowAggregate):
+        return TopNModel(
+            model_for(plan.input, clock=clock),
+            n=plan.n,
+            by=plan.by,
+            keys=plan.keys,
+            ties=plan.ties,
+            ascending=plan.ascending,
+            allowed_lateness_ms=n.cascade_lateness_ms(plan.input),
+        )
     cascade = n.cascade_of(plan) if isinstance(plan, n.WindowAggregate) else None
     if cascade is None:
         return reference_model_for(plan, clock=clock)
@@ -245,7 +260,7 @@ def _play(
     schema: Any,
     pipeline: Pipeline,
     steps: Sequence[Step],
-    observe: Callable[[ReferenceModel | CascadeModel], list[Result]],
+    observe: Callable[[ReferenceModel | CascadeModel | TopNModel], list[Result]],
     sources: Sequence[str],
 ) -> list[list[Result]]:
     """Play ``steps`` on the reference model; ``observe`` it after each step."""

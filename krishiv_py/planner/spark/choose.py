@@ -32,8 +32,9 @@ over each micro-batch's results (:mod:`krishiv_py.stateful.cascade`).
 Window top-N (``top_n``) runs on the bounded and native lowerings, where
 every window fires once and all its keys fire in the same micro-batch, so
 ranking each micro-batch's results is exact. The stateful operator may
-re-fire a window, or fire its keys in different micro-batches, so there
-top-N needs state of its own: not supported yet.
+re-fire a window, or fire its keys in different micro-batches, so there the
+driver keeps each window's results and its shown top
+(:mod:`krishiv_py.stateful.topn`), retracting what a correction pushes out.
 
 Examples
 --------
@@ -174,8 +175,9 @@ LOWERINGS: tuple[Capabilities, ...] = (
         emission=frozenset(
             {"early_trigger", "allowed_lateness", "non_accumulating", "late_handler", "state_ttl"}
         ),
-        # The second window of a cascade runs on the driver over the operator's results.
-        stages=frozenset({"cascade"}),
+        # The second window of a cascade, and window top-N, run on the driver over the
+        # operator's results, corrections included.
+        stages=frozenset({"cascade", "top_n"}),
         why="a custom Spark operator keeps the windows in state and fires them itself",
     ),
 )

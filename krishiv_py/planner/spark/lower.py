@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from krishiv_py._typing import Lowering
 from krishiv_py.errors import PlanError
-from krishiv_py.names import OUT_OBSERVE, RESULT_ROW, ROW_KIND, ROWS
+from krishiv_py.names import OUT_OBSERVE, RESULT_KIND, RESULT_ROW, ROW_KIND, ROWS
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.windows import EventSlidingWindow, SlidingWindow, TimeIntervalWindow
 from krishiv_py.planner.spark.choose import capabilities, choose, features_of, force
@@ -34,6 +34,7 @@ from krishiv_py.planner.spark.recipe import (
     RecipeNode,
     SelectExprs,
     SparkRecipe,
+    TopNStage,
 )
 from krishiv_py.planner.spark.sliding import pane_choice, stream_pane_choice
 from krishiv_py.planner.spark.sources import Lowerer, select_item, top_n
@@ -148,6 +149,12 @@ def _snapshot(plan: n.PlanNode) -> tuple[Lowering, str]:
 
 def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkRecipe:
     agg, after = _split_after(plan)
+    ranked = _top_n_stage(plan, agg)
+    if ranked is not None:
+        reason += (
+            "; window top-N runs on the driver: the windows whose results a micro-batch changed are "
+            "ranked again and the difference is emitted (a key pushed out of the top is retracted)"
+        )
     cascade = None
     cascaded = n.cascade_of(agg)
     if cascaded is not None:
@@ -181,7 +188,34 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
         pane_callbacks=agg.emission.panes if agg.emission.panes.any else None,
         after=after,
         cascade=cascade,
+        top_n=ranked,
     )
+
+
+def _top_n_stage(plan: n.PlanNode, agg: n.WindowAggregate) -> TopNStage | None:
+    """The top-N of a stateful plan's window results, kept on the driver (None: the plan has none)."""
+    from krishiv_py.stateful.topn import TopNSpec
+
+    node = plan
+    while isinstance(node, n.Filter | n.Project):
+        node = node.input
+    if not isinstance(node, n.TopN):
+        return None
+    if agg.emission.accumulation != "retracting":
+        raise PlanError(
+            "top_n() on the stateful lowering needs .accumulation('retracting') on the window: a "
+            "window may fire again there (or its keys in different micro-batches), and a row pushed "
+            "out of the top must be withdrawn"
+        )
+    values = Schema(tuple(f for f in n.schema_of(agg) if f.name != RESULT_KIND))
+    read = ReadSource(name="window results", kind="results", schema=values, streaming=False)
+    rank = AfterWindow(root=top_n(node, read, schema=values), window_schema=values, schema=values)
+    spec = TopNSpec(
+        identity=(*agg.keys, "window_start", "window_end"),
+        group=("window_start", "window_end", *node.keys),
+        lateness_ms=n.cascade_lateness_ms(agg),
+    )
+    return TopNStage(rank=rank, spec=spec, schema=n.schema_of(node))
 
 
 def _cascade_stage(node: n.WindowAggregate, cascade: n.Cascade) -> CascadeStage:
@@ -223,6 +257,13 @@ def _split_after(plan: n.PlanNode) -> tuple[n.WindowAggregate, AfterWindow | Non
     node = plan
     while isinstance(node, n.Filter | n.Project) and n.window_aggregates(node):
         chain.append(node)
+        node = node.input
+    if isinstance(node, n.TopN):
+        if not isinstance(node.input, n.WindowAggregate):
+            raise PlanError(
+                "on the stateful lowering top_n() must come right after the window's agg() "
+                "(filter, select and with_column may follow it)"
+            )
         node = node.input
     cascade = n.cascade_of(node) if isinstance(node, n.WindowAggregate) else None
     inner = cascade.upstream if cascade is not None else node

@@ -249,6 +249,27 @@ class CascadeStage:
 
 
 @attrs.frozen(kw_only=True)
+class TopNStage:
+    """Window top-N over results that may be corrected, kept on the driver (:mod:`krishiv_py.stateful.topn`).
+
+    ``rank`` ranks the current results of the windows a micro-batch touched
+    (a Spark batch job over rows without ``kind``); ``spec`` is the
+    :class:`~krishiv_py.stateful.topn.TopNSpec`; ``schema`` the result
+    columns, ``kind`` last.
+    """
+
+    rank: AfterWindow
+    spec: Any = attrs.field(eq=False, repr=False)
+    schema: Schema
+
+    def render(self) -> str:
+        return (
+            "# window top-N, kept on the driver: the windows whose results changed are ranked again,\n"
+            "# rows that left the top retracted, rows that entered it emitted\n" + self.rank.render()
+        )
+
+
+@attrs.frozen(kw_only=True)
 class SparkRecipe:
     lowering: Lowering
     reason: str
@@ -265,6 +286,8 @@ class SparkRecipe:
     after: AfterWindow | None = None
     #: A second window over the stateful operator's results (before ``after``).
     cascade: CascadeStage | None = None
+    #: Window top-N over the (possibly corrected) results, after ``cascade``, before ``after``.
+    top_n: TopNStage | None = None
 
     @property
     def idle(self) -> tuple[TrackedSource, ...]:
@@ -284,6 +307,9 @@ class SparkRecipe:
         if self.cascade is not None:
             lines.append("# then, on the driver, on each micro-batch's results:")
             lines.append(self.cascade.render())
+        if self.top_n is not None:
+            lines.append("# then, on the driver, on each micro-batch's results:")
+            lines.append(self.top_n.render())
         if self.after is not None:
             lines.append("# then, on the driver, on each micro-batch's results:")
             lines.append(self.after.render())

@@ -290,13 +290,14 @@ def _markers(name: str, schema: Schema) -> RecipeNode:
     return SelectExprs(child=read, exprs=(*exprs, *hidden))
 
 
-def top_n(node: n.TopN, child: RecipeNode) -> RecipeNode:
+def top_n(node: n.TopN, child: RecipeNode, *, schema: Schema | None = None) -> RecipeNode:
     """The rows of ``child`` that rank within ``node.n`` in their window (and keys).
 
     ``ties="all"`` is ``rank()``, ``"first"`` ``row_number()`` with the
     other columns breaking ties in order; nulls of ``by`` rank last.
+    ``schema``: the columns of ``child`` (default: those of ``node``'s input).
     """
-    schema = n.schema_of(node.input)
+    schema = schema if schema is not None else n.schema_of(node.input)
     way = "ASC" if node.ascending else "DESC"
     order = [f"{quote(c)} {way} NULLS LAST" for c in node.by]
     if node.ties == "first":
