@@ -182,3 +182,47 @@ def test_top3_over_corrected_windows_equals_the_model_on_random_streams(
     assert_lowerings_agree(session, SCHEMA, pipeline, steps)
     final = run_reference(SCHEMA, pipeline, steps)[-1]
     assert any(r["kind"] == "retract" for r in final), "the scenario should correct a top-3"
+
+
+def test_the_arrow_ranking_equals_the_oracle_on_random_tables() -> None:
+    """What the bounded lowering runs on the driver for ``ties="all"``: ``rank() <= n`` in Arrow."""
+    import pyarrow as pa
+
+    from krishiv_py.stateful.ranking import rank_all, ranks_exactly
+
+    rnd = random.Random("arrow-rank")
+    assert not ranks_exactly([pa.float64()]) and ranks_exactly([pa.int64(), pa.string()])
+    for _ in range(200):
+        rows = [
+            {
+                "window_start": rnd.choice([0, 10]),
+                "window_end": 10,
+                "cat": rnd.choice(["x", "y", None]),
+                "a": rnd.choice([1, 2, 3, None]),
+                "b": rnd.choice(["p", "q", None]),
+            }
+            for _ in range(rnd.randrange(0, 25))
+        ]
+        n, keys = rnd.randrange(1, 4), rnd.choice([(), ("cat",)])
+        by, ascending = rnd.choice([["a"], ["a", "b"], ["b"]]), rnd.random() < 0.3
+        schema = pa.schema(
+            [
+                ("window_start", pa.int64()),
+                ("window_end", pa.int64()),
+                ("cat", pa.string()),
+                ("a", pa.int64()),
+                ("b", pa.string()),
+            ]
+        )
+        table = pa.Table.from_pylist(rows, schema=schema)
+        got = rank_all(table, n, by=by, group=("window_start", "window_end", *keys), ascending=ascending)
+        assert_same_rows(got, top_n_rows(rows, n, by=by, keys=keys, ascending=ascending))
+
+
+def test_the_bounded_lowering_ranks_on_the_driver_when_arrow_orders_as_spark(session: kp.Session) -> None:
+    stream = session.from_records([{"k": "a", "cat": "x", "t": 1, "v": 1}], SCHEMA)
+    plain = counts(stream).top_n(1, by="count").lower()
+    assert plain.driver_rank is not None and "in Arrow on the driver" in plain.render()
+    assert counts(stream).top_n(1, by="count", ties="first").lower().driver_rank is None
+    mean = stream.watermark("t", 0).tumbling_window(10).agg(kp.avg(kp.col("v")))
+    assert mean.top_n(1, by="avg_v").lower().driver_rank is None  # a double: Spark ranks NaN

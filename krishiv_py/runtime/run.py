@@ -212,10 +212,19 @@ def run_bounded(setup: JobSetup, *, metrics: bool = True) -> BoundedJob:
         "building the batch job", lambda: build_dataframe(spark, recipe, observations, observe=metrics)
     )
     spark_batch = getattr(writer, "spark_batch", None)
-    if spark_batch is not None:
+    rank = recipe.driver_rank
+    if spark_batch is not None and rank is None:
         spark_batch(df)
     else:
         table = conform(spark_call("running the batch job", df.toArrow), recipe.output_schema)
+        if rank is not None:
+            from krishiv_py.stateful.ranking import rank_all
+
+            table = rank_all(table, rank.n, by=rank.by, group=rank.group, ascending=rank.ascending)
+            if spark_batch is not None:
+                ranked = spark.createDataFrame(table, schema=df.schema)
+                spark_call("writing the results", lambda: spark_batch(ranked))
+                return BoundedJob(setup=setup, observed={k: _observed(o) for k, o in observations.items()})
         caller = user_code(writer)
         spark_call(f"calling {caller}" if caller else "writing the results", lambda: writer.write(table, 0))
     observed = {k: _observed(o) for k, o in observations.items()}

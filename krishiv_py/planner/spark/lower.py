@@ -28,6 +28,7 @@ from krishiv_py.planner.spark.native import lower_window, time_shift
 from krishiv_py.planner.spark.recipe import (
     AfterWindow,
     CascadeStage,
+    DriverRank,
     FilterExpr,
     Observe,
     ReadSource,
@@ -75,6 +76,16 @@ def lower(plan: n.PlanNode, *, force_bounded: bool = False, lowering: Lowering |
     reason += "".join(f"; {why}" for why in _sliding_choices(plan, streaming=streaming))
     after = None
     query = plan
+    driver_rank = None
+    if not streaming and isinstance(plan, n.TopN) and _ranks_on_driver(plan):
+        query = plan.input
+        driver_rank = DriverRank(
+            n=plan.n, by=plan.by, group=("window_start", "window_end", *plan.keys), ascending=plan.ascending
+        )
+        reason += (
+            "; top_n ranks the batch job's rows in Arrow on the driver (rank() with ties kept, an "
+            "exact order for these column types), which spares Spark a sort per window"
+        )
     if streaming and any(isinstance(x, n.TopN) for x in n.walk(plan)):
         query, chain = _per_batch_chain(plan)
         after = _after_window(query, chain)
@@ -102,7 +113,16 @@ def lower(plan: n.PlanNode, *, force_bounded: bool = False, lowering: Lowering |
         windowed=windowed,
         output_schema=n.schema_of(plan),
         after=after,
+        driver_rank=driver_rank,
     )
+
+
+def _ranks_on_driver(node: n.TopN) -> bool:
+    """Whether Arrow ranks ``node`` exactly as Spark's ``rank()`` does (ties kept, no float keys)."""
+    from krishiv_py.stateful.ranking import ranks_exactly
+
+    schema = n.schema_of(node.input).to_arrow()
+    return node.ties == "all" and ranks_exactly([schema.field(b).type for b in node.by])
 
 
 def _per_batch_chain(plan: n.PlanNode) -> tuple[n.PlanNode, list[n.Filter | n.Project | n.TopN]]:

@@ -270,6 +270,23 @@ class TopNStage:
 
 
 @attrs.frozen(kw_only=True)
+class DriverRank:
+    """``top_n`` with ``ties="all"`` over a batch job's results, ranked in Arrow on the driver."""
+
+    n: int
+    by: tuple[str, ...]
+    group: tuple[str, ...]
+    ascending: bool
+
+    def render(self) -> str:
+        way = "ASC" if self.ascending else "DESC"
+        return (
+            f"result = <rank() OVER (PARTITION BY {', '.join(self.group)} ORDER BY "
+            f"{', '.join(f'{b} {way} NULLS LAST' for b in self.by)}) <= {self.n}, in Arrow on the driver>"
+        )
+
+
+@attrs.frozen(kw_only=True)
 class SparkRecipe:
     lowering: Lowering
     reason: str
@@ -288,6 +305,8 @@ class SparkRecipe:
     cascade: CascadeStage | None = None
     #: Window top-N over the (possibly corrected) results, after ``cascade``, before ``after``.
     top_n: TopNStage | None = None
+    #: A bounded recipe's top-N, ranked in Arrow on the driver over the batch job's rows.
+    driver_rank: DriverRank | None = None
 
     @property
     def idle(self) -> tuple[TrackedSource, ...]:
@@ -307,6 +326,9 @@ class SparkRecipe:
         if self.cascade is not None:
             lines.append("# then, on the driver, on each micro-batch's results:")
             lines.append(self.cascade.render())
+        if self.driver_rank is not None:
+            lines.append("# then, on the driver, on the batch job's rows:")
+            lines.append(self.driver_rank.render())
         if self.top_n is not None:
             lines.append("# then, on the driver, on each micro-batch's results:")
             lines.append(self.top_n.render())
