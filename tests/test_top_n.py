@@ -205,15 +205,14 @@ def test_the_arrow_ranking_equals_the_oracle_on_random_tables() -> None:
         ]
         n, keys = rnd.randrange(1, 4), rnd.choice([(), ("cat",)])
         by, ascending = rnd.choice([["a"], ["a", "b"], ["b"]]), rnd.random() < 0.3
-        schema = pa.schema(
-            [
-                ("window_start", pa.int64()),
-                ("window_end", pa.int64()),
-                ("cat", pa.string()),
-                ("a", pa.int64()),
-                ("b", pa.string()),
-            ]
-        )
+        fields: list[pa.Field[Any]] = [
+            pa.field("window_start", pa.int64()),
+            pa.field("window_end", pa.int64()),
+            pa.field("cat", pa.string()),
+            pa.field("a", pa.int64()),
+            pa.field("b", pa.string()),
+        ]
+        schema = pa.schema(fields)
         table = pa.Table.from_pylist(rows, schema=schema)
         got = rank_all(table, n, by=by, group=("window_start", "window_end", *keys), ascending=ascending)
         assert_same_rows(got, top_n_rows(rows, n, by=by, keys=keys, ascending=ascending))
