@@ -118,7 +118,7 @@ def new_query_name() -> str:
 def _native_output(writer: Any, setup: JobSetup, quarantine: Quarantine | None) -> Any:
     """Spark writes the rows itself where the sink can take them so, else ``foreachBatch`` hands them over."""
     spark_stream = getattr(setup.writer, "spark_stream", None)
-    if spark_stream is not None and setup.recipe.after is None:
+    if spark_stream is not None and setup.recipe.after is None and setup.recipe.driver_rank is None:
         return spark_stream(writer)
     return writer.foreachBatch(_arrow_batches(setup.writer, setup.recipe, quarantine))
 
@@ -184,14 +184,19 @@ def _start_single_watermark(
 def _arrow_batches(writer: SinkWriter, recipe: SparkRecipe, quarantine: Quarantine | None) -> Any:
     """A ``foreachBatch`` function handing each micro-batch to ``writer`` as a ``pyarrow.Table``."""
     schema = recipe.output_schema  # only what the function needs: over Connect it is pickled
-    after = recipe.after
+    after, rank = recipe.after, recipe.driver_rank
 
     def call(batch: DataFrame, batch_id: int) -> None:
         if after is not None:  # the stages that rank each micro-batch (top_n) and what follows them
             from krishiv_py.runtime.build import build_after
 
             batch = build_after(batch.sparkSession, after, batch, {})
-        deliver(writer, conform(batch.toArrow(), schema), batch_id, quarantine)
+        table = conform(batch.toArrow(), schema)
+        if rank is not None:
+            from krishiv_py.stateful.ranking import rank_all
+
+            table = rank_all(table, rank.n, by=rank.by, group=rank.group, ascending=rank.ascending)
+        deliver(writer, table, batch_id, quarantine)
 
     return call
 

@@ -77,16 +77,22 @@ def lower(plan: n.PlanNode, *, force_bounded: bool = False, lowering: Lowering |
     after = None
     query = plan
     driver_rank = None
-    if not streaming and isinstance(plan, n.TopN) and _ranks_on_driver(plan):
+    if isinstance(plan, n.TopN) and _ranks_on_driver(plan):
         query = plan.input
         driver_rank = DriverRank(
             n=plan.n, by=plan.by, group=("window_start", "window_end", *plan.keys), ascending=plan.ascending
         )
+        rows = "each micro-batch's results (foreachBatch)" if streaming else "the batch job's rows"
         reason += (
-            "; top_n ranks the batch job's rows in Arrow on the driver (rank() with ties kept, an "
-            "exact order for these column types), which spares Spark a sort per window"
+            f"; top_n ranks {rows} in Arrow on the driver (rank() with ties kept, an exact order for "
+            "these column types)"
+            + (
+                ", which is exact here: every window fires once, all its keys in the same micro-batch"
+                if streaming
+                else ", which spares Spark a sort per window"
+            )
         )
-    if streaming and any(isinstance(x, n.TopN) for x in n.walk(plan)):
+    elif streaming and any(isinstance(x, n.TopN) for x in n.walk(plan)):
         query, chain = _per_batch_chain(plan)
         after = _after_window(query, chain)
         reason += (
