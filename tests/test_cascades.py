@@ -205,7 +205,7 @@ def sliding_totals(s: kp.Stream) -> kp.Stream:
 
 @pytest.mark.parametrize("pipeline", [sessions_of_minutes, sliding_totals], ids=["sessions", "sliding"])
 def test_cascades_agree_with_the_model_on_random_streams(session: kp.Session, pipeline: Any) -> None:
-    steps = _random_steps(random.Random(pipeline.__name__), 9)
+    steps = _random_steps(random.Random(pipeline.__name__), 6)
     assert_lowerings_agree(session, SCHEMA, pipeline, steps)
 
 

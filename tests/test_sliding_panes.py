@@ -136,7 +136,7 @@ stream_steps = st.lists(
 ).map(lambda s: [*s, Close()])
 
 
-@settings(max_examples=6, deadline=None)
+@settings(max_examples=4, deadline=None)
 @given(
     slide=st.integers(1, 6),
     copies=st.integers(10, 14),

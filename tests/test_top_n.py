@@ -162,10 +162,10 @@ def test_top3_over_corrected_windows_equals_the_model_on_random_streams(
         w = s.watermark("t", 0).key_by("k").tumbling_window(10).allowed_lateness(30)
         return w.accumulation("retracting").agg(kp.count(kp.col("*"))).top_n(3, by="count", ties=ties)
 
-    rnd = random.Random(f"corrected-{ties}")
+    rnd = random.Random(f"corrected-{ties}-c")
     steps: list[Step] = []
     t = 0
-    for _ in range(8):
+    for _ in range(6):
         batch = []
         for _ in range(rnd.randrange(3, 10)):
             batch.append(
