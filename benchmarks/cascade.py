@@ -1,4 +1,4 @@
-"""A two-level cascade — 10-second clicks per user, then each user's busiest 10 s per minute — against hand-written Spark.
+"""A two-level cascade (10 s clicks per user, then the busiest 10 s per minute) against hand-written Spark.
 
     PYTHONPATH=. python benchmarks/cascade.py [--events 1000000] [--files 20] [--rounds 3]
 
