@@ -47,6 +47,7 @@ from benchmarks.queries import WATERMARK_LAG_MS
 
 FIRST_MS, SECOND_MS = 10_000, 60_000
 COLUMNS = ("user_id", "window_start", "window_end", "peak", "busy")
+SCHEMA = "user_id string, event_time timestamp, amount double"
 
 
 def krishiv_pipeline(source: kp.Stream) -> kp.Stream:
@@ -109,11 +110,47 @@ def run(session: kp.Session, runner: str, path: str, ddl: str) -> pa.Table:
 RUNNERS = ("krishiv", "pyspark-chain", "krishiv-bounded", "pyspark-batch")
 
 
+def model_rows(path: str) -> set[tuple[Any, ...]]:
+    """The reference model's windows: one step per file, in order, like the streamed runs (no close)."""
+    import os
+
+    import pyarrow.parquet as pq
+
+    from krishiv_py.testing import model_for
+    from krishiv_py.testing.steps import _placeholder
+
+    model = model_for(krishiv_pipeline(_placeholder(SCHEMA)))
+    for name in sorted(f for f in os.listdir(path) if f.endswith(".parquet")):
+        table = pq.read_table(os.path.join(path, name), columns=["user_id", "event_time"])
+        model.send(table.to_pylist())
+    return {
+        (
+            r["user_id"],
+            int(str(r["window_start"])) * 1_000,
+            int(str(r["window_end"])) * 1_000,
+            r["peak"],
+            r["busy"],
+        )
+        for r in model.results
+    }
+
+
+def _micros(rows: set[tuple[Any, ...]]) -> set[tuple[Any, ...]]:
+    import datetime as dt
+
+    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+    return {
+        (u, (s - epoch) // dt.timedelta(microseconds=1), (e - epoch) // dt.timedelta(microseconds=1), p, b)
+        for u, s, e, p, b in rows
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--events", type=int, default=1_000_000)
     p.add_argument("--files", type=int, default=20)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--check", action="store_true", help="check krishiv's streamed windows against the model")
     a = p.parse_args(argv)
     clicks = data.clickstream(data.ClickstreamSpec(events=a.events, files=a.files))
     path, ddl = clicks.table_dir("events"), clicks.ddl("events")
@@ -137,7 +174,15 @@ def main(argv: list[str] | None = None) -> int:
     differ = len(rows["krishiv"] ^ rows["pyspark-chain"])
     print(f"bounded results equal: {same_bounded}")
     print(f"streamed results differing between krishiv and the hand-written chain: {differ} rows")
-    return 0 if same_bounded else 1
+    ok = same_bounded
+    if a.check:
+        want = model_rows(path)
+        got = _micros(rows["krishiv"])
+        ok = ok and got == want
+        print(f"krishiv's streamed windows equal the reference model's: {got == want} ({len(want)} windows)")
+        chain = len(_micros(rows["pyspark-chain"]) ^ want)
+        print(f"rows where the hand-written chain differs from the model: {chain}")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
