@@ -361,19 +361,24 @@ def _event(e: kp.PaneEvent) -> tuple[Any, ...]:
     grace=st.sampled_from([0, 0, 5, 30]),
     lag=st.integers(0, 30),
     keyed=st.booleans(),
-    every=st.booleans(),
+    trigger=st.sampled_from(
+        [
+            kp.Trigger.on_watermark(),
+            kp.Trigger.on_every_element(),
+            kp.Trigger.on_interval(1),
+            kp.Trigger.on_interval(2_500),
+        ]
+    ),
     scenario=steps,
 )
 def test_event_sliding_windows_match_the_model(
-    size: int, grace: int, lag: int, keyed: bool, every: bool, scenario: list[Step]
+    size: int, grace: int, lag: int, keyed: bool, trigger: kp.Trigger, scenario: list[Step]
 ) -> None:
     def build(s: kp.Stream) -> kp.Stream:
         w: Any = s.watermark("t", lag)
         if keyed:
             w = w.key_by("k")
-        windowed = w.event_sliding_window(size, grace_ms=grace)
-        if every:
-            windowed = windowed.trigger(kp.Trigger.on_every_element())
+        windowed = w.event_sliding_window(size, grace_ms=grace).trigger(trigger)
         return windowed.agg(*AGGS)  # type: ignore[no-any-return]
 
     check(build, scenario)

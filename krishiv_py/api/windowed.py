@@ -165,10 +165,15 @@ class WindowedStream:
         """
         if not isinstance(trigger, Trigger):
             raise PlanError(f"trigger() takes a Trigger such as kp.Trigger.on_count(10), got {trigger!r}")
-        if isinstance(self.window, EventSlidingWindow) and trigger.kind not in ("watermark", "element"):
+        if isinstance(self.window, EventSlidingWindow) and trigger.kind not in (
+            "watermark",
+            "element",
+            "interval",
+        ):
             raise PlanError(
                 f"trigger {trigger.describe()} is not supported on per-event sliding windows; use "
-                "Trigger.on_watermark() (emit on close) or Trigger.on_every_element() (every update)"
+                "Trigger.on_watermark() (emit on close), Trigger.on_every_element() (every update) "
+                "or Trigger.on_interval(ms) (updates at most every ms)"
             )
         if isinstance(self.window, TimeIntervalWindow) and trigger.is_early:
             raise PlanError(

@@ -108,9 +108,13 @@ def add_event_sliding(
         replay = _replay_early if t < size else _replay_regular
         kept[r] = replay(wins, r, t, size, lambda s: close is None or s + size >= close)
     keep = np.ones(state.num_rows, bool)
+    updated: set[int] = set()  # stored windows that took rows (not replaced): they keep their firing state
     for i, key, start, content in originals:  # a stored window that changed or was replaced is rebuilt
-        keep[i] = by_key[key].get(start) is content and not content.changed
-    return _rebuild(spec, state.filter(pa.array(keep)), state, batch, ts, seq, by_key, rep), kept
+        same = by_key[key].get(start) is content
+        keep[i] = same and not content.changed
+        if same and content.changed:
+            updated.add(id(content))
+    return _rebuild(spec, state.filter(pa.array(keep)), state, batch, ts, seq, by_key, rep, updated), kept
 
 
 def _add(content: _Content, r: int, t: int) -> None:
@@ -211,11 +215,14 @@ def _rebuild(
     seq: np.ndarray,
     by_key: dict[int, dict[int, _Content]],
     rep: dict[int, int],
+    updated: set[int],
 ) -> pa.Table:
     """``kept_state`` plus every changed window, its accumulator rebuilt in one merge.
 
     Contents refer to rows of the step's ``state``; ``rep`` maps a key id to a
-    batch row of that key (where its key values come from).
+    batch row of that key (where its key values come from). A stored window
+    that took rows (its content's id in ``updated``) keeps when it last fired
+    and whether it emitted; a new window (a copy included) starts afresh.
     """
     window = spec.window
     assert isinstance(window, EventSlidingWindow)
@@ -252,10 +259,22 @@ def _rebuild(
     starts_ms = np.asarray([s for _, s, _ in changed], np.int64)
     cols[WS] = pa.array(starts_ms * 1000)
     cols[WE] = pa.array((starts_ms + window.size_ms + 1 + window.grace_ms) * 1000)
-    cols[FIRED] = pa.array(np.zeros(n, bool))
+    same = np.asarray([id(c) in updated for _, _, c in changed], bool)
+    rows_of = np.asarray([c.base if id(c) in updated else 0 for _, _, c in changed], np.int64)
+    held = state.take(arrow(rows_of)) if state.num_rows else None
+
+    def carried(name: str, fresh: np.ndarray) -> pa.Array[Any]:
+        values = fresh
+        if held is not None and same.any():
+            old = np.asarray(held.column(name).combine_chunks().to_numpy(zero_copy_only=False))
+            values = np.where(same, old, fresh)
+        out: pa.Array[Any] = pa.array(values)
+        return out
+
+    cols[FIRED] = carried(FIRED, np.zeros(n, bool))
     cols[PENDING] = pa.array(np.ones(n, np.int64))
-    cols[LAST] = pa.array(np.full(n, -1, np.int64))
-    cols[EMITTED] = pa.array(np.zeros(n, bool))
+    cols[LAST] = carried(LAST, np.full(n, -1, np.int64))
+    cols[EMITTED] = carried(EMITTED, np.zeros(n, bool))
     cols |= merged
     cols[MAXTS] = pa.array(np.asarray([c.maxts for _, _, c in changed], np.int64) * 1000)
     table = pa.table(cols)
