@@ -116,7 +116,8 @@ def step(
         very_late = int(late.sum())
         if very_late:
             changes = changes.filter(pa.array(~late))
-    live = _upsert(spec, None if state is None else state.live, changes)
+    old_live = None if state is None else state.live
+    live = _upsert(spec, old_live, changes)
     emitted = state.emitted if state is not None else None
     wm = watermark_ms if watermark_ms is not None else before
     if wm is None:
@@ -124,23 +125,100 @@ def step(
         return CascadeState(live, _emitted_or_empty(spec, live, emitted), None), StepOutput(
             empty, very_late, 0, 0, _NO_DUE
         )
+    emitted = _emitted_or_empty(spec, live, emitted)
+    # Only keys whose versions changed, or whose windows fire or go at this watermark, are
+    # computed again: the cost of a step follows what it changes, not the state held.
+    in_live, in_emitted = _affected(spec, old_live, changes, live, emitted, before, wm)
+    rest, live = live.filter(pa.array(~in_live)), live.filter(pa.array(in_live))
+    emitted_rest, emitted = emitted.filter(pa.array(~in_emitted)), emitted.filter(pa.array(in_emitted))
     current, members = _windows(spec, live)
     if before is not None:  # deleted at an earlier step: never again (a version may live on)
         kept = current.column(_WE).to_numpy() + spec.lateness_ms > before
         if not kept.all():
             current = current.filter(pa.array(kept))
             members = _renumber(members, kept)
-    emitted = _emitted_or_empty(spec, live, emitted)
     results, new_emitted, n_emit, n_retract = _diff(spec, current, emitted, wm)
     ends = current.column(_WE).to_numpy()
-    due = np.where(ends > wm, ends, ends + spec.lateness_ms)
-    due = due[due > wm]
     gone = ends + spec.lateness_ms <= wm
     if gone.any():
         new_emitted = new_emitted.filter(pa.array(new_emitted.column(_WE).to_numpy() + spec.lateness_ms > wm))
         live = _forget(spec, live, members, gone, wm)
-    out = StepOutput(results, very_late, n_emit, n_retract, int(due.min()) if len(due) else _NO_DUE)
+    live = pa.concat_tables([rest, live])
+    new_emitted = pa.concat_tables([emitted_rest, new_emitted.cast(emitted_rest.schema)])
+    out = StepOutput(results, very_late, n_emit, n_retract, _next_due(spec, live, wm))
     return CascadeState(live, new_emitted, wm), out
+
+
+def _points(
+    spec: CascadeSpec, t: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Per version (row index) and point: the watermarks at which a window of a version fires or goes.
+
+    A session's candidates are every member's ``t + gap`` (its end is its last member's).
+    """
+    w, lateness = spec.window, spec.lateness_ms
+    if isinstance(w, SessionWindow):
+        ends, rows = t + w.gap_ms, np.arange(len(t))
+    else:
+        k = -(-w.size_ms // w.slide_ms)
+        rows = np.repeat(np.arange(len(t)), k)
+        start = np.repeat(t - np.mod(t - w.offset_ms, w.slide_ms), k) - np.tile(
+            np.arange(k) * w.slide_ms, len(t)
+        )
+        ok = start + w.size_ms > t[rows]
+        rows, ends = rows[ok], start[ok] + w.size_ms
+    return np.concatenate([rows, rows]), np.concatenate([ends, ends + lateness])
+
+
+def _next_due(spec: CascadeSpec, live: pa.Table, wm: int) -> int:
+    """The least watermark after ``wm`` at which a window of ``live`` fires or goes (-1: none)."""
+    if not live.num_rows:
+        return _NO_DUE
+    _, points = _points(spec, live.column(EVENT_TIME).to_numpy().astype(np.int64))
+    later = points[points > wm]
+    return int(later.min()) if len(later) else _NO_DUE
+
+
+def _affected(
+    spec: CascadeSpec,
+    old_live: pa.Table | None,
+    changes: pa.Table,
+    live: pa.Table,
+    emitted: pa.Table,
+    before: int | None,
+    wm: int,
+) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+    """Which versions held and which fired windows belong to keys this step must compute again."""
+    if before is None or not spec.keys:
+        return np.ones(live.num_rows, bool), np.ones(emitted.num_rows, bool)
+    old = old_live if old_live is not None else live.slice(0, 0)
+    upserts = changes.filter(pa.array(~changes.column(DELETE).to_numpy(zero_copy_only=False).astype(bool)))
+    # The key of a removed version is its old version's.
+    ids = group_ids(
+        [
+            pa.concat_arrays([old.column(c).combine_chunks(), changes.column(c).combine_chunks()])
+            for c in spec.identity_names
+        ]
+    )[0]
+    changed_ids = np.zeros(int(ids.max()) + 1 if len(ids) else 0, bool)
+    changed_ids[ids[old.num_rows :]] = True
+    old_changed = old.filter(pa.array(changed_ids[ids[: old.num_rows]])) if old.num_rows else old
+    parts = [old_changed, upserts, live, emitted]
+    keys = group_ids(
+        [
+            pa.concat_arrays([p.column(k).combine_chunks().cast(live.schema.field(k).type) for p in parts])
+            for k in spec.keys
+        ]
+    )[0]
+    sizes = np.cumsum([0, *(p.num_rows for p in parts)])
+    touched = np.zeros(int(keys.max()) + 1 if len(keys) else 0, bool)
+    touched[keys[: sizes[2]]] = True  # keys whose versions changed
+    rows, points = _points(spec, live.column(EVENT_TIME).to_numpy().astype(np.int64))
+    due = (points > before) & (points <= wm)
+    touched[keys[sizes[2] + rows[due]]] = True
+    ends = emitted.column(_WE).to_numpy().astype(np.int64) + spec.lateness_ms
+    touched[keys[sizes[3] :][(ends > before) & (ends <= wm)]] = True
+    return touched[keys[sizes[2] : sizes[3]]], touched[keys[sizes[3] :]]
 
 
 # --- versions ------------------------------------------------------------------------------------
