@@ -330,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
                 records += _startup(1 if a.quick else 3)
         if not a.no_latency:
             with timed("latency"):
-                records += _latency(5 if a.quick else 50, 100)
+                records += _latency(2 if a.quick else 50, 100)
         with timed("scaling"):
             records += _scaling(
                 a, ds["nexmark"], tuple(a.keys or (QUICK_SCALING_KEYS if a.quick else SCALING_KEYS))
