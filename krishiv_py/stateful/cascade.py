@@ -56,7 +56,16 @@ from krishiv_py.plan.windows import SessionWindow, SlidingWindow, TumblingWindow
 from krishiv_py.stateful.aggregates import AggSpec, finalize, merge, row_partials
 from krishiv_py.stateful.grouping import group_ids
 
-__all__ = ["DELETE", "EVENT_TIME", "CascadeSpec", "CascadeState", "StepOutput", "changes_of", "step"]
+__all__ = [
+    "DELETE",
+    "EVENT_TIME",
+    "CascadeSpec",
+    "CascadeState",
+    "StepOutput",
+    "changes_of",
+    "step",
+    "upsert_versions",
+]
 
 #: Columns of a change table: the identity columns are ``__kp_id_<i>``.
 EVENT_TIME, DELETE = "__kp_t", "__kp_del"
@@ -237,20 +246,29 @@ def _upsert(spec: CascadeSpec, live: pa.Table | None, changes: pa.Table) -> pa.T
     value_names = [c for c in changes.column_names if c != DELETE]
     if live is None:
         live = changes.schema.empty_table().select(value_names)
-    if not changes.num_rows:
-        return live
-    # Within one batch a retraction precedes the emit that replaces it: deletes first.
     dels = changes.column(DELETE).to_numpy(zero_copy_only=False).astype(bool)
-    order = np.concatenate([np.flatnonzero(dels), np.flatnonzero(~dels)])
-    changes = changes.take(pa.array(order))
-    dels = dels[order]
-    both = pa.concat_tables([live, changes.select(value_names)], promote_options="permissive")
-    flags = np.concatenate([np.zeros(live.num_rows, bool), dels])
-    ids, n_groups, _ = group_ids([both.column(c).combine_chunks() for c in spec.identity_names])
+    return upsert_versions(live, changes.select(value_names), dels, spec.identity_names)
+
+
+def upsert_versions(
+    live: pa.Table, values: pa.Table, removed: npt.NDArray[np.bool_], identity: Sequence[str]
+) -> pa.Table:
+    """``live`` after one micro-batch's ``values``: the last row of an identity is its version.
+
+    A row flagged in ``removed`` removes its identity. Within one batch a
+    retraction precedes the emit that replaces it, so removals apply first.
+    """
+    if not values.num_rows:
+        return live
+    order = np.concatenate([np.flatnonzero(removed), np.flatnonzero(~removed)])
+    values, removed = values.take(pa.array(order, pa.int64())), removed[order]
+    both = pa.concat_tables([live, values], promote_options="permissive")
+    flags = np.concatenate([np.zeros(live.num_rows, bool), removed])
+    ids, n_groups, _ = group_ids([both.column(c).combine_chunks() for c in identity])
     last = np.full(n_groups, -1, np.int64)
     np.maximum.at(last, ids, np.arange(len(ids), dtype=np.int64))
     keep = np.sort(last[~flags[last]])
-    return both.take(pa.array(keep))
+    return both.take(pa.array(keep, pa.int64()))
 
 
 def _windows(spec: CascadeSpec, live: pa.Table) -> tuple[pa.Table, tuple[Any, Any]]:

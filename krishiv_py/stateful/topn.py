@@ -35,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from krishiv_py.stateful.cascade import upsert_versions
 from krishiv_py.stateful.grouping import group_ids
 
 __all__ = ["TopNSpec", "TopNState", "step"]
@@ -74,7 +75,7 @@ def step(
     out = _kinded(values.slice(0, 0), "emit")
     if results.num_rows:
         retract = pc.equal(results.column(_KIND), pa.scalar("retract")).to_numpy(zero_copy_only=False)
-        live = _upsert(spec, live, values, np.asarray(retract, bool))
+        live = upsert_versions(live, values, np.asarray(retract, bool), spec.identity)
         touched_live = _in_groups(spec, live, values)
         touched_shown = _in_groups(spec, shown, values)
         top = rank(live.filter(pa.array(touched_live))).select(live.column_names).cast(live.schema)
@@ -88,20 +89,6 @@ def step(
         live = _open(spec, live, watermark_ms)
         shown = _open(spec, shown, watermark_ms)
     return TopNState(live, shown), out
-
-
-def _upsert(spec: TopNSpec, live: pa.Table, values: pa.Table, retract: np.ndarray) -> pa.Table:
-    """``live`` after ``values``: a later row of an identity replaces the earlier; a retraction removes it."""
-    # Within one batch a retraction precedes the emit that replaces it: apply retractions first.
-    order = np.concatenate([np.flatnonzero(retract), np.flatnonzero(~retract)])
-    values, retract = values.take(pa.array(order, pa.int64())), retract[order]
-    both = pa.concat_tables([live, values])
-    flags = np.concatenate([np.zeros(live.num_rows, bool), retract])
-    ids, n_groups, _ = group_ids([both.column(c).combine_chunks() for c in spec.identity])
-    last = np.full(n_groups, -1, np.int64)
-    np.maximum.at(last, ids, np.arange(len(ids), dtype=np.int64))
-    keep = np.sort(last[~flags[last]])
-    return both.take(pa.array(keep, pa.int64()))
 
 
 def _in_groups(spec: TopNSpec, table: pa.Table, changed: pa.Table) -> np.ndarray:
