@@ -61,12 +61,6 @@ def test_retracting_adds_the_kind_column() -> None:
         (lambda: windowed().trigger(cast(Any, "on_count")), "trigger\\(\\) takes a Trigger"),
         (lambda: windowed().with_late_event_handler(cast(Any, object())), "handle\\(table\\)"),
         (lambda: _placeholder("t bigint").watermark("t", 0, future_tolerance_ms=-1), "future_tolerance_ms"),
-        (
-            lambda: (
-                _placeholder("t bigint").watermark("t", 0).session_window(5).trigger(kp.Trigger.on_count(2))
-            ),
-            "not supported on session windows",
-        ),
     ],
 )
 def test_bad_arguments_are_plan_errors_naming_them(build: Any, message: str) -> None:

@@ -225,14 +225,15 @@ rows = st.lists(
 )
 
 
+@pytest.mark.parametrize("trigger", [kp.Trigger.on_watermark(), kp.Trigger.on_count(2)])
 @settings(max_examples=1, deadline=None)
 @given(batches=st.lists(rows, min_size=1, max_size=3), grace=st.sampled_from([0, 10]))
 def test_model_streaming_and_bounded_agree(
-    session: kp.Session, batches: list[list[dict[str, Any]]], grace: int
+    session: kp.Session, trigger: kp.Trigger, batches: list[list[dict[str, Any]]], grace: int
 ) -> None:
     def build(stream: kp.Stream) -> kp.Stream:
         windowed = stream.watermark("ts", 5).key_by("key").event_sliding_window(10, grace_ms=grace)
-        return windowed.agg(kp.count(kp.col("*")).alias("n"), kp.max(kp.col("ts")).alias("maxts"))
+        return windowed.trigger(trigger).agg(kp.count(kp.col("*")).alias("n"), kp.max(kp.col("ts")).alias("maxts"))
 
     steps: list[Step] = [Send([{**r, "code": 1, "len": 1} for r in b]) for b in batches]
     steps += [AdvanceWatermark(100), Close()]
@@ -249,8 +250,6 @@ def test_builder_rules(session: kp.Session) -> None:
         timed.event_sliding_window(10, grace_ms=-1)
     with pytest.raises(PlanError, match="allowed_lateness\\(\\) does not apply to per-event sliding windows"):
         windowed.allowed_lateness(5)
-    with pytest.raises(PlanError, match="not supported on per-event sliding windows"):
-        windowed.trigger(kp.Trigger.on_count(2))
     with pytest.raises(PlanError, match="accumulation\\('retracting'\\) does not apply"):
         windowed.accumulation("retracting")
     explained = windowed.agg(kp.count(kp.col("*"))).explain(show=False)

@@ -148,6 +148,9 @@ def test_session_windows_and_capped_sessions() -> None:
     same_plan(text, timed().key_by("user_id").session_window(30_000).agg(COUNT))
     capped = text.replace("INTERVAL '30' SECOND", "INTERVAL '30' SECOND, INTERVAL '2' MINUTE")
     same_plan(capped, timed().key_by("user_id").session_window(30_000, max_duration_ms=120_000).agg(COUNT))
+    counted = "SET window.trigger = on_count(2); " + capped
+    twin = timed().key_by("user_id").session_window(30_000, max_duration_ms=120_000)
+    same_plan(counted, twin.trigger(kp.Trigger.on_count(2)).agg(COUNT))
 
 
 def test_every_aggregate_with_default_names_and_aliases() -> None:
@@ -544,11 +547,6 @@ ERRORS = [
     (
         "SET window.trigger = on_every_element(); SELECT * FROM events",
         ["SET window.trigger applies to a windowed query"],
-    ),
-    (
-        "SET window.trigger = on_count(2); "
-        f"SELECT COUNT(*) FROM events GROUP BY session_start(event_time, {MINUTE})",
-        ["SET window.trigger", "not supported on session windows"],
     ),
     (
         "SET watermark.lag = INTERVAL '1' SECOND; SELECT user_id FROM twotimes",

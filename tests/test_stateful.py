@@ -348,8 +348,6 @@ def test_three_way_parity(
     mode: Any,
     scenario: list[Step],
 ) -> None:
-    if kind == "session" and trigger.element_count:
-        trigger = kp.Trigger.on_watermark()
     assert_lowerings_agree(session, SCHEMA, pipeline(kind, size, lag, lateness, trigger, mode), scenario)
 
 

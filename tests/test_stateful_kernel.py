@@ -235,8 +235,6 @@ def test_kernel_matches_model(
     slide = data.draw(st.integers(1, size)) if kind == "sliding" else size
     if kind == "capped_session":
         slide = data.draw(st.integers(1, 3 * size))
-    if kind in ("session", "capped_session") and trigger.element_count:
-        trigger = kp.Trigger.on_watermark()
     check(pipeline(kind, size, slide, lag, keyed, lateness, trigger, mode), scenario)
 
 
@@ -365,6 +363,8 @@ def _event(e: kp.PaneEvent) -> tuple[Any, ...]:
         [
             kp.Trigger.on_watermark(),
             kp.Trigger.on_every_element(),
+            kp.Trigger.on_count(2),
+            kp.Trigger.on_count(3),
             kp.Trigger.on_interval(1),
             kp.Trigger.on_interval(2_500),
         ]

@@ -165,25 +165,10 @@ class WindowedStream:
         """
         if not isinstance(trigger, Trigger):
             raise PlanError(f"trigger() takes a Trigger such as kp.Trigger.on_count(10), got {trigger!r}")
-        if isinstance(self.window, EventSlidingWindow) and trigger.kind not in (
-            "watermark",
-            "element",
-            "interval",
-        ):
-            raise PlanError(
-                f"trigger {trigger.describe()} is not supported on per-event sliding windows; use "
-                "Trigger.on_watermark() (emit on close), Trigger.on_every_element() (every update) "
-                "or Trigger.on_interval(ms) (updates at most every ms)"
-            )
         if isinstance(self.window, TimeIntervalWindow) and trigger.is_early:
             raise PlanError(
                 f"trigger {trigger.describe()} does not apply to time-interval panes: they fire when "
                 "the watermark reaches their end and again on later watermarks after new rows"
-            )
-        if trigger.element_count and isinstance(self.window, SessionWindow):
-            raise PlanError(
-                f"trigger {trigger.describe()} is not supported on session windows yet; "
-                "use Trigger.on_watermark() or Trigger.on_interval(ms)"
             )
         return self._emit(trigger=trigger)
 
@@ -204,9 +189,13 @@ class WindowedStream:
     def accumulation(self, mode: Accumulation) -> WindowedStream:
         """What a firing carries: ``"accumulating"`` (default), ``"discarding"`` or ``"retracting"``."""
         if isinstance(self.window, TimeIntervalWindow | EventSlidingWindow) and mode != "accumulating":
+            kind = (
+                "time-interval panes"
+                if isinstance(self.window, TimeIntervalWindow)
+                else "per-event sliding windows"
+            )
             raise PlanError(
-                f"accumulation({mode!r}) does not apply to time-interval panes: every firing "
-                "carries the whole pane"
+                f"accumulation({mode!r}) does not apply to {kind}: every firing carries the whole window"
             )
         return self._emit(accumulation=mode)
 

@@ -43,6 +43,7 @@ from krishiv_py.stateful.state import (
     LAST,
     MAXTS,
     PENDING,
+    ROWS,
     WE,
     WS,
     KernelSpec,
@@ -272,7 +273,19 @@ def _rebuild(
         return out
 
     cols[FIRED] = carried(FIRED, np.zeros(n, bool))
-    cols[PENDING] = pa.array(np.ones(n, np.int64))
+    added = np.asarray([len(c.rows) for _, _, c in changed], np.int64)
+    if ROWS in state.schema.names:
+        # Rows a window holds: a stored window's count plus its new rows; a new window
+        # (a copy included) holds its base's rows and the rows added to it. Pending: the
+        # rows since its last firing, all of them for a new window.
+        bases = np.asarray([-1 if c.base is None else c.base for _, _, c in changed], np.int64)
+        counts = state.column(ROWS).to_numpy() if state.num_rows else np.zeros(0, np.int64)
+        held_rows = np.where(bases >= 0, counts[np.maximum(bases, 0)] if len(counts) else 0, 0) + added
+        cols[ROWS] = pa.array(held_rows)
+        before = carried(PENDING, np.zeros(n, np.int64)).to_numpy(zero_copy_only=False)
+        cols[PENDING] = pa.array(np.where(same, before + added, held_rows))
+    else:
+        cols[PENDING] = pa.array(np.ones(n, np.int64))
     cols[LAST] = carried(LAST, np.full(n, -1, np.int64))
     cols[EMITTED] = carried(EMITTED, np.zeros(n, bool))
     cols |= merged

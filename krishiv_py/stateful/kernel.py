@@ -73,6 +73,7 @@ from krishiv_py.stateful.state import (
     MAXTS,
     NEWEST,
     PENDING,
+    ROWS,
     SEALED,
     WE,
     WS,
@@ -150,7 +151,7 @@ def step(
         if spec.ttl_ms is not None and spec.ttl_time == "event" and watermark_ms is not None:
             fresh = valid & (ts > (watermark_ms - spec.ttl_ms) * 1000)
         if isinstance(spec.window, SessionWindow):
-            state, kept, _ = _add_sessions(spec, state, batch, ts, seq, fresh, w_us, early)
+            state, kept, _ = _add_sessions(spec, state, batch, ts, seq, fresh, w_us, early, now_ms)
         else:
             state, kept, _ = _add_fixed(spec, state, batch, ts, seq, fresh, w_us, early)
         very_late = valid & ~kept
@@ -193,6 +194,8 @@ def state_fields(spec: KernelSpec, key_types: Sequence[pa.DataType]) -> list[pa.
         fields.append(pa.field(NEWEST, pa.int64()))
     if isinstance(spec.window, EventSlidingWindow):
         fields.append(pa.field(MAXTS, pa.int64()))
+        if spec.trigger.kind == "count":
+            fields.append(pa.field(ROWS, pa.int64()))
     if spec.retracting:
         fields += [pa.field("__r_ws", pa.int64()), pa.field("__r_we", pa.int64())]
         fields += [pa.field(f"__r_{i}", a.out_type) for i, a in enumerate(spec.aggs)]
@@ -298,6 +301,7 @@ def _add_sessions(
     valid: np.ndarray,
     w_us: int | None,
     early: list[pa.Table],
+    now_ms: int,
 ) -> tuple[pa.Table, np.ndarray, np.ndarray]:
     assert isinstance(spec.window, SessionWindow)
     gap = spec.window.gap_ms * 1000
@@ -311,10 +315,59 @@ def _add_sessions(
         new = _new_windows(
             spec, batch.take(arrow(rows)), ts[rows], seq[rows], ts[rows], ts[rows] + gap, state.schema
         )
-        state, fired = _merge_new(spec, state, new, session=True)
-        if fired is not None:
-            early.append(fired)
+        if spec.trigger.element_count:
+            state = _merge_sessions_by_element(spec, state, new, now_ms, early)
+        else:
+            state, fired = _merge_new(spec, state, new, session=True)
+            if fired is not None:
+                early.append(fired)
     return state, kept, valid & ~kept
+
+
+def _merge_sessions_by_element(
+    spec: KernelSpec, state: pa.Table, new: pa.Table, now_ms: int, early: list[pa.Table]
+) -> pa.Table:
+    """Merge new session rows (in arrival order) one *round* at a time, firing by element count.
+
+    Which session a row forms depends on the rows of its key that came before
+    it, so round ``r`` merges the ``r``-th new row of every key at once and
+    then fires each session whose pending count reached ``n``: one vectorized
+    pass per round, as many rounds as the most rows one key has in the batch.
+    Only the sessions of keys in the batch take part. A grown session has not
+    emitted (its absorbed sessions were retracted at the merge), so a firing
+    here never retracts; every stored session keeps fewer than ``n`` pending
+    rows between firings. Capped sessions take a batch's rows in event-time
+    order (then arrival order), as they do without element firings.
+    """
+    n = spec.trigger.element_count
+    if spec.capped:  # a step's rows join capped sessions in event-time order, then arrival order
+        new = new.take(arrow(np.argsort(new.column(WS).to_numpy(), kind="stable")))
+    if spec.keys:
+        both = pa.concat_tables([state.select(spec.key_names()), new.select(spec.key_names())])
+        ids, _, _ = group_ids([both.column(k).combine_chunks() for k in spec.key_names()])
+    else:
+        ids = np.zeros(state.num_rows + new.num_rows, np.int64)
+    kid_state, kid_new = ids[: state.num_rows], ids[state.num_rows :]
+    touched = np.zeros(int(max(kid_state.max(initial=-1), kid_new.max(initial=-1))) + 1, bool)
+    touched[kid_new] = True
+    involved = touched[kid_state]
+    rest = state.filter(pa.array(~involved))
+    work = state.filter(pa.array(involved))
+    order = np.argsort(kid_new, kind="stable")  # rows are in arrival order already
+    ranks = np.empty(len(kid_new), np.int64)
+    sorted_ids = kid_new[order]
+    starts = np.flatnonzero(np.concatenate([[True], sorted_ids[1:] != sorted_ids[:-1]]))
+    ranks[order] = np.arange(len(order)) - np.repeat(starts, np.diff(np.append(starts, len(order))))
+    for r in range(int(ranks.max(initial=-1)) + 1):
+        work, retracts = _merge_new(spec, work, new.filter(pa.array(ranks == r)), session=True)
+        if retracts is not None:
+            early.append(retracts)
+        due = work.column(PENDING).to_numpy() >= n
+        if due.any():
+            fired, work = _fire(spec, work, due, now_ms)
+            early.append(fired)
+            work = _set(work, PENDING, pc.if_else(pa.array(due), 0, work.column(PENDING)))
+    return pa.concat_tables([rest, work.select(rest.schema.names).cast(rest.schema)])
 
 
 def _kept_capped(
@@ -401,9 +454,7 @@ def _merge_new(
         ids, n_groups, _ = group_ids([pa.array(work_kid), pa.array(ws)])
     fired_parts: list[pa.Table] = []
     patch = None
-    if spec.trigger.element_count and session:
-        raise ValueError("element-count triggers on session windows are refused when the plan is built")
-    if spec.trigger.element_count:
+    if spec.trigger.element_count and not session:
         firing = element_firings(spec, work, ids, n_groups, work_new)
         if firing is not None:
             fired_parts.append(firing[0])
@@ -521,6 +572,8 @@ def phase(
     sliding = spec.window if isinstance(spec.window, EventSlidingWindow) else None
     if sliding is not None and spec.trigger.kind == "element":
         fire |= ~due & (pending > 0)  # every updated window, once per micro-batch
+    if sliding is not None and spec.trigger.kind == "count":
+        fire |= ~due & (pending >= spec.trigger.every)  # at most once per micro-batch, too
     emit = fire & (pending > 0) if spec.accumulation == "discarding" else fire
     results, state = _fire(spec, state, emit, now_ms)
     if spec.pane_events:

@@ -8,7 +8,7 @@ below all of them, so none of them imports another to reach them:
 
 - :class:`KernelSpec`, everything the kernel knows about one aggregation;
 - the column names of the state table (``WS``, ``WE``, ``FIRED``, ``PENDING``,
-  ``LAST``, ``EMITTED``, ``SEALED``, ``NEWEST``, ``MAXTS``) and of result rows
+  ``LAST``, ``EMITTED``, ``SEALED``, ``NEWEST``, ``MAXTS``, ``ROWS``) and of result rows
   (``WINDOW_START``, ``WINDOW_END``, ``FIRST``); the batch's columns and the
   other result columns are in :mod:`krishiv_py.names` (``BATCH_TS``, ``SEQ``,
   ``RESULT_KIND``, ``RESULT_ARITH``);
@@ -39,6 +39,7 @@ __all__ = [
     "MAXTS",
     "NEWEST",
     "PENDING",
+    "ROWS",
     "SEALED",
     "WE",
     "WINDOW_END",
@@ -56,6 +57,8 @@ SEALED = "__sealed"  # capped sessions: a session that takes no more rows
 NEWEST = "__newest"  # with a state TTL: the window's last update (µs; event or processing time)
 #: Per-event sliding windows: the largest event time (ms) in a window, Kafka's window timestamp.
 MAXTS = "__maxts"
+#: Per-event sliding windows under ``on_count(n)``: how many rows a window holds.
+ROWS = "__rows"
 WINDOW_START, WINDOW_END = "window_start", "window_end"
 
 

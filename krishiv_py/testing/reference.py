@@ -62,6 +62,11 @@ Firing
     c. with ``Trigger.on_interval(ms)``, a window with ``end > X`` and pending
        rows fires, unless it fired less than ``ms`` ago by ``clock()`` (read
        once per sweep);
+    c'. per-event sliding windows take their element firings here instead of
+       as rows arrive (Kafka's record cache): a window with ``end > X`` fires
+       when it has pending rows (``on_every_element()``) or at least ``n`` of
+       them (``on_count(n)``); a window a row creates holds its rows as
+       pending;
     d. then every window with ``X >= end + L`` is deleted.
 
 Accumulation
@@ -1023,8 +1028,10 @@ class ReferenceModel:
                     self._fire(pane, out, kind)
             elif not interval:
                 continue
-            elif self._trigger.kind == "element" and isinstance(self._state, _EventSliding) and pane.pending:
-                self._fire(pane, out, "early")
+            elif isinstance(self._state, _EventSliding) and self._trigger.element_count:
+                # on_every_element(): any pending row; on_count(n): n of them
+                if len(pane.pending) >= self._trigger.element_count:
+                    self._fire(pane, out, "early")
             elif self._trigger.kind == "interval" and pane.pending:
                 now = self._clock() if now is None else now
                 if pane.fired_at_ms is None or now - pane.fired_at_ms >= self._trigger.every:
