@@ -233,7 +233,9 @@ def test_model_streaming_and_bounded_agree(
 ) -> None:
     def build(stream: kp.Stream) -> kp.Stream:
         windowed = stream.watermark("ts", 5).key_by("key").event_sliding_window(10, grace_ms=grace)
-        return windowed.trigger(trigger).agg(kp.count(kp.col("*")).alias("n"), kp.max(kp.col("ts")).alias("maxts"))
+        return windowed.trigger(trigger).agg(
+            kp.count(kp.col("*")).alias("n"), kp.max(kp.col("ts")).alias("maxts")
+        )
 
     steps: list[Step] = [Send([{**r, "code": 1, "len": 1} for r in b]) for b in batches]
     steps += [AdvanceWatermark(100), Close()]

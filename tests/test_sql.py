@@ -917,6 +917,53 @@ def test_qualify_row_number_with_keys_ascending_and_less_than() -> None:
     same_plan(text, twin)
 
 
+FLINK_TOP_N = f"""SELECT region, window_start, window_end, n FROM (
+    SELECT *, ROW_NUMBER() OVER (PARTITION BY window_start, window_end ORDER BY n DESC) AS rownum
+    FROM (SELECT region, {START} AS window_start, {END} AS window_end, COUNT(*) AS n
+          FROM events GROUP BY region, {START})
+) WHERE rownum <= 3"""
+
+
+def test_flink_top_n_form_is_window_top_n() -> None:
+    twin = (
+        timed()
+        .key_by("region")
+        .tumbling_window(60_000)
+        .agg(COUNT.alias("n"))
+        .top_n(3, by=["n"], ties="first")
+        .select("region", "window_start", "window_end", "n")
+    )
+    same_plan(FLINK_TOP_N, twin)
+    for bound in ("rownum < 4", "3 >= rownum", "(rownum <= 3)"):
+        same_plan(FLINK_TOP_N.replace("rownum <= 3", bound), twin)
+    ranked = FLINK_TOP_N.replace("ROW_NUMBER()", "RANK()").replace("rownum <= 3", "rownum = 1")
+    counts = timed().key_by("region").tumbling_window(60_000).agg(COUNT.alias("n"))
+    same_plan(
+        ranked, counts.top_n(1, by=["n"], ties="all").select("region", "window_start", "window_end", "n")
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (
+            ("SELECT region, window_start", "SELECT *, window_start"),
+            ["rank 'rownum' is not a column", "list the columns"],
+        ),
+        (("window_end, n FROM (", "window_end, n, rownum FROM ("), ["rank 'rownum' is not a column"]),
+        (("WHERE rownum <= 3", "WHERE rownum <= 3 AND n > 1"), ["WHERE rownum <= n", "nothing else"]),
+        (("WHERE rownum <= 3", ""), ["WHERE rownum <= n"]),
+        (("WHERE rownum <= 3", "WHERE rownum >= 3"), ["WHERE rownum <= n"]),
+        (("PARTITION BY window_start, window_end", "PARTITION BY region"), ["starts with window_start"]),
+        (("ORDER BY n DESC", "ORDER BY nope DESC"), ["nope"]),
+    ],
+)
+def test_flink_top_n_form_errors_name_the_fix(change: tuple[str, str], words: list[str]) -> None:
+    assert change[0] in FLINK_TOP_N
+    with plan_error(*words):
+        sql(FLINK_TOP_N.replace(*change))
+
+
 @pytest.mark.parametrize(
     ("clause", "words"),
     [

@@ -247,9 +247,11 @@ class Stream(WindowAssigners):
         rank by ``by``, largest first unless ``ascending``; a null ranks
         last. ``ties="all"`` keeps every row tied with the ``n``-th (SQL
         ``RANK() <= n``, so there may be more than ``n``); ``"first"`` keeps
-        exactly ``n``, the other columns breaking ties in order. Runs on the
-        bounded and native lowerings (every window fires once, complete);
-        after a window that re-fires it is a :class:`PlanError` for now.
+        exactly ``n``, the other columns breaking ties in order. Runs on every
+        lowering; on the stateful lowering (a window that may fire again, or
+        fire its keys in different micro-batches) it needs
+        ``accumulation("retracting")``, and a correction that pushes a row out
+        of the top retracts it.
 
         Examples
         --------

@@ -135,6 +135,9 @@ def _select(node: exp.Select, ctx: Context) -> Stream:
     source = _arg(node, "from")
     if source is None:
         raise ctx.sql.error(node, "a query reads a stream: add FROM <stream name>")
+    ranked = _ranked_subquery(node, source.this, ctx)
+    if ranked is not None:
+        return ranked
     rel = _relation(source.this, ctx)
     stream = rel.stream
     where = node.args.get("where")
@@ -723,6 +726,126 @@ def _qualify(
         if isinstance(over.this, exp.Rank):
             return out.top_n(limit, by=by, keys=parts[2:], ties="all", ascending=ascending)
         return out.top_n(limit, by=by, keys=parts[2:], ties="first", ascending=ascending)
+
+
+_FLINK_TOP_N = (
+    "window top-N in Flink's form is SELECT <columns> FROM (SELECT <columns>, ROW_NUMBER() (or RANK()) "
+    "OVER (PARTITION BY window_start, window_end[, keys] ORDER BY ...) AS rownum FROM <window results>) "
+    "WHERE rownum <= n"
+)
+
+
+def _ranked_subquery(node: exp.Select, source: exp.Expression, ctx: Context) -> Stream | None:
+    """Flink's window top-N: a ranked subquery in ``FROM`` and ``WHERE rownum <= n`` outside.
+
+    ``None`` when ``source`` is not a subquery that ranks with ``ROW_NUMBER()``/``RANK()``.
+    The rank itself is not a column of the result (Flink's "no ranking number"
+    form): the outer ``SELECT`` lists the columns it keeps.
+    """
+    from sqlglot import exp
+
+    if not isinstance(source, exp.Subquery) or not isinstance(source.this, exp.Select):
+        return None
+    inner = source.this
+    items = [
+        (i, str(item.alias))
+        for i, item in enumerate(inner.expressions)
+        if isinstance(item, exp.Alias)
+        and isinstance(item.this, exp.Window)
+        and isinstance(item.this.this, exp.Rank | exp.RowNumber)
+    ]
+    if not items:
+        return None
+    position, rank_name = items[0]
+    rest = inner.copy()
+    rest.set("expressions", [e for i, e in enumerate(inner.expressions) if i != position])
+    if len(items) > 1 or _is_grouped(rest) or inner.args.get("qualify") is not None:
+        raise ctx.sql.error(inner, _FLINK_TOP_N)
+    over = inner.expressions[position].this
+    where = node.args.get("where")
+    bound = _rank_bound(where.this if where is not None else None, rank_name)
+    if bound is None:
+        raise ctx.sql.error(
+            where if where is not None else node, f"{_FLINK_TOP_N} (nothing else in that WHERE)"
+        )
+    for item in node.expressions:
+        refs = [c for c in item.find_all(exp.Column) if c.name.lower() == rank_name.lower()]
+        if _is_star(item) or refs:
+            raise ctx.sql.error(
+                item,
+                f"the rank {rank_name!r} is not a column of window top-N results; list the columns to keep "
+                "in the outer SELECT (Flink's form without the rank number)",
+            )
+    # The inner query without its rank column, ranked by QUALIFY-like rules on its input's columns.
+    _refuse_clauses(inner, ctx)
+    inner_source = _arg(inner, "from")
+    if inner_source is None:
+        raise ctx.sql.error(inner, "a query reads a stream: add FROM <stream name>")
+    rel = _relation(inner_source.this, ctx)
+    stream = rel.stream
+    inner_where = inner.args.get("where")
+    if inner_where is not None:
+        predicate = scalar(inner_where.this, ctx.sql, _resolver(rel, ctx), _no_helpers(ctx, "WHERE"), "WHERE")
+        with _at(ctx, inner_where.this, "WHERE: "):
+            stream = stream.filter(Expr(predicate))
+    resolve = _resolver(rel, ctx)
+
+    def column_of(x: exp.Expression, where: str) -> str:
+        if not isinstance(x, exp.Column):
+            raise ctx.sql.error(x, f"{where} in window top-N takes columns of {rel.label}")
+        return resolve(x)
+
+    parts = [column_of(x, "PARTITION BY") for x in over.args.get("partition_by") or []]
+    if sorted(parts[:2]) != ["window_end", "window_start"]:
+        raise ctx.sql.error(over, f"{_FLINK_TOP_N}: the partition starts with window_start and window_end")
+    order = over.args.get("order")
+    keys = order.expressions if order is not None else []
+    if not keys:
+        raise ctx.sql.error(over, f"{_FLINK_TOP_N}: ORDER BY says what ranks first")
+    if len({bool(k.args.get("desc")) for k in keys}) > 1:
+        raise ctx.sql.error(
+            order, "window top-N ranks all ORDER BY columns the same way (all DESC, or all ASC)"
+        )
+    if any(k.args.get("nulls_first") for k in keys):
+        raise ctx.sql.error(
+            order, "window top-N ranks nulls last: write NULLS LAST (an ASC column has NULLS FIRST)"
+        )
+    by = [column_of(k.this, "ORDER BY") for k in keys]
+    with _at(ctx, over, "window top-N: "):
+        stream = stream.top_n(
+            bound,
+            by=by,
+            keys=parts[2:],
+            ties="all" if isinstance(over.this, exp.Rank) else "first",
+            ascending=not keys[0].args.get("desc"),
+        )
+    rest.set("where", None)
+    ranked = _project(rest, attrs.evolve(rel, stream=stream), ctx)
+    outer = node.copy()
+    outer.set("where", None)
+    alias = str(source.alias)
+    return _project(outer, Relation(ranked, frozenset({alias.lower()} - {""}), "the subquery"), ctx)
+
+
+def _rank_bound(node: exp.Expression | None, rank_name: str) -> int | None:
+    """``n`` of ``rank <= n`` (``rank < n + 1``, ``n >= rank``); ``None`` for anything else."""
+    from sqlglot import exp
+
+    if node is None:
+        return None
+    if isinstance(node, exp.Paren):
+        return _rank_bound(node.this, rank_name)
+    left, right = node.args.get("this"), node.args.get("expression")
+    if isinstance(node, exp.GTE | exp.GT):  # n >= rank
+        left, right = right, left
+    if not isinstance(node, exp.LTE | exp.LT | exp.GTE | exp.GT | exp.EQ) or not isinstance(left, exp.Column):
+        return None
+    if left.name.lower() != rank_name.lower() or not isinstance(right, exp.Literal) or right.is_string:
+        return None
+    if not str(right.this).isdigit():
+        return None
+    n = int(str(right.this)) - (1 if isinstance(node, exp.LT | exp.GT) else 0)
+    return n if not isinstance(node, exp.EQ) or n == 1 else None
 
 
 def _having(
