@@ -138,14 +138,7 @@ def _select(node: exp.Select, ctx: Context) -> Stream:
     ranked = _ranked_subquery(node, source.this, ctx)
     if ranked is not None:
         return ranked
-    rel = _relation(source.this, ctx)
-    stream = rel.stream
-    where = node.args.get("where")
-    if where is not None:
-        predicate = scalar(where.this, ctx.sql, _resolver(rel, ctx), _no_helpers(ctx, "WHERE"), "WHERE")
-        with _at(ctx, where.this, "WHERE: "):
-            stream = stream.filter(Expr(predicate))
-        rel = attrs.evolve(rel, stream=stream)
+    rel = _filtered(node, _relation(source.this, ctx), ctx)
     if _is_grouped(node):
         return _windowed(node, rel, ctx)
     qualify = node.args.get("qualify")
@@ -157,6 +150,16 @@ def _select(node: exp.Select, ctx: Context) -> Stream:
             at=ctx.sql.keyword("QUALIFY", qualify),
         )
     return _project(node, rel, ctx)
+
+
+def _filtered(node: exp.Select, rel: Relation, ctx: Context) -> Relation:
+    """``rel`` with the ``WHERE`` of ``node`` applied (a ``filter``)."""
+    where = node.args.get("where")
+    if where is None:
+        return rel
+    predicate = scalar(where.this, ctx.sql, _resolver(rel, ctx), _no_helpers(ctx, "WHERE"), "WHERE")
+    with _at(ctx, where.this, "WHERE: "):
+        return attrs.evolve(rel, stream=rel.stream.filter(Expr(predicate)))
 
 
 def _refuse_clauses(node: exp.Expression, ctx: Context, allowed: set[str] = _ALLOWED) -> None:
@@ -782,12 +785,7 @@ def _ranked_subquery(node: exp.Select, source: exp.Expression, ctx: Context) -> 
     if inner_source is None:
         raise ctx.sql.error(inner, "a query reads a stream: add FROM <stream name>")
     rel = _relation(inner_source.this, ctx)
-    stream = rel.stream
-    inner_where = inner.args.get("where")
-    if inner_where is not None:
-        predicate = scalar(inner_where.this, ctx.sql, _resolver(rel, ctx), _no_helpers(ctx, "WHERE"), "WHERE")
-        with _at(ctx, inner_where.this, "WHERE: "):
-            stream = stream.filter(Expr(predicate))
+    stream = _filtered(inner, rel, ctx).stream
     resolve = _resolver(rel, ctx)
 
     def column_of(x: exp.Expression, where: str) -> str:
