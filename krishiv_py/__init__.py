@@ -16,6 +16,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from krishiv_py.advice import WatermarkAdvice, advise_watermark, what_if
     from krishiv_py.api.keyed import KeyedStream
     from krishiv_py.api.stream import Stream
     from krishiv_py.api.windowed import WindowedStream
@@ -71,6 +72,9 @@ __version__ = "0.1.0"
 #: ``import krishiv_py`` and the modules Spark's Python workers import
 #: (``krishiv_py.kafka.datasource``, ``krishiv_py.stateful``) load only what they use.
 _EXPORTS: dict[str, str] = {
+    "WatermarkAdvice": "krishiv_py.advice",
+    "advise_watermark": "krishiv_py.advice",
+    "what_if": "krishiv_py.advice",
     "KeyedStream": "krishiv_py.api.keyed",
     "Stream": "krishiv_py.api.stream",
     "WindowedStream": "krishiv_py.api.windowed",
@@ -163,9 +167,11 @@ __all__ = [
     "StateTtlConfig",
     "Stream",
     "Trigger",
+    "WatermarkAdvice",
     "WatermarkSpec",
     "WindowedStream",
     "__version__",
+    "advise_watermark",
     "avg",
     "col",
     "count",
@@ -176,6 +182,7 @@ __all__ = [
     "max",
     "min",
     "sum",
+    "what_if",
 ]
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 from krishiv_py.errors import KrishivError
 
@@ -50,6 +51,26 @@ def build_parser() -> argparse.ArgumentParser:
     version = sub.add_parser("version", help="print the version")
     version.set_defaults(handler=_version)
 
+    advise = sub.add_parser(
+        "advise", help="profile the event-time disorder of Parquet/CSV/JSON files and advise a watermark lag"
+    )
+    advise.add_argument("path", help="a data file, or a directory of them (read in name order)")
+    advise.add_argument("--time-column", required=True, help="the event-time column (timestamp or epoch ms)")
+    advise.add_argument("--key", action="append", default=[], help="a key column (repeat for more)")
+    advise.add_argument("--format", choices=["parquet", "csv", "json"], help="default: from the file names")
+    advise.add_argument("--window-ms", type=int, help="a tumbling window size, for the lateness advice")
+    advise.add_argument("--lag-ms", type=int, default=0, help="the lag used today (default 0)")
+    advise.add_argument(
+        "--completeness", type=float, default=0.999, help="share of events to put on time (default 0.999)"
+    )
+    advise.add_argument(
+        "--caught",
+        type=float,
+        default=0.9999,
+        help="share of events to count in their windows (default 0.9999)",
+    )
+    advise.set_defaults(handler=_advise)
+
     start = _add_server_commands(sub, CLUSTER, "a Spark standalone cluster", "a master and workers")
     start.add_argument("--workers", type=int, default=1, help="number of workers (default 1)")
     start.add_argument("--cores", type=int, default=1, help="cores per worker (default 1)")
@@ -79,6 +100,30 @@ def _add_server_commands(
     )
     actions.add_parser("stop", help=f"stop the recorded {name}").set_defaults(handler=lambda _: _stop(name))
     return start
+
+
+def _advise(args: argparse.Namespace) -> int:
+    import krishiv_py as kp
+    from krishiv_py.advice import advise_plan
+    from krishiv_py.advice.replay import file_format, read_files
+    from krishiv_py.api.stream import Stream
+    from krishiv_py.plan import nodes as n
+    from krishiv_py.types import to_schema
+
+    fmt: Any = args.format or file_format(args.path)
+    schema = to_schema(read_files(args.path, fmt)[0].schema)
+    source = n.FileSource(name=Path(args.path).name or "files", schema=schema, format=fmt, path=args.path)
+    stream: Any = Stream(cast(Any, None), source).watermark(args.time_column, args.lag_ms)
+    if args.window_ms is not None:
+        keyed = stream.key_by(*args.key) if args.key else stream
+        stream = keyed.tumbling_window(args.window_ms).agg(kp.count(kp.col("*")))
+    advice = advise_plan(stream.plan, completeness=args.completeness, caught=args.caught, keys=args.key)
+    print(advice.describe())
+    print(
+        f"\nsuggested: .watermark({args.time_column!r}, {advice.lag_ms})"
+        + (f" ... .allowed_lateness({advice.allowed_lateness_ms})" if advice.allowed_lateness_ms else "")
+    )
+    return 0
 
 
 def _version(args: argparse.Namespace) -> int:

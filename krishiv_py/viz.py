@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
+    from krishiv_py.advice import WatermarkAdvice
     from krishiv_py.api.stream import Stream
     from krishiv_py.runtime.job import Job
 
@@ -75,6 +76,7 @@ __all__ = [
     "TimelineEvent",
     "TimelineStep",
     "TimelineWindow",
+    "completeness",
     "timeline",
 ]
 
@@ -666,6 +668,46 @@ def timeline(
         return fig
     _draw(data, ax, max_events=max_events, outside_legend=False)
     return ax.figure.figure  # the root figure, also for an axes in a subfigure
+
+
+def completeness(advice: WatermarkAdvice, *, ax: Axes | None = None) -> Figure:
+    """Draw the delay-completeness curve of ``advice`` (``kp.advise_watermark``); returns the ``Figure``.
+
+    The x axis is the watermark lag (log scale), the y axis the share of
+    events that lag puts on time (of the profiled input). The current lag
+    and the advised one are marked. ``ax`` and the backend as for
+    :func:`timeline`.
+    """
+    from krishiv_py.advice import WatermarkAdvice
+
+    _matplotlib()
+    if not isinstance(advice, WatermarkAdvice):
+        raise PlanError(
+            f"completeness() draws a WatermarkAdvice (kp.advise_watermark), got {type(advice).__name__}"
+        )
+    fig: Figure
+    if ax is None:
+        plt = _pyplot()
+        fig = plt.figure(figsize=(7, 4), dpi=100, layout="constrained")
+        ax = fig.add_subplot()
+        plt.close(fig)
+    else:
+        fig = ax.figure.figure
+    curve = [(max(lag, 1), share) for lag, share in advice.profile.delays.curve()]
+    if curve:
+        ax.step([c[0] for c in curve], [c[1] for c in curve], where="post", color="black", label="on time")
+    marks = [
+        (advice.current_lag_ms, advice.current_completeness, "current lag", "tab:orange"),
+        (advice.lag_ms, advice.completeness, "advised lag", "tab:green"),
+    ]
+    for lag, share, label, color in marks:
+        ax.axvline(max(lag, 1), color=color, linestyle="--", label=f"{label}: {lag:,} ms ({share:.2%})")
+    ax.set_xscale("log")
+    ax.set_xlabel("watermark lag (ms)")
+    ax.set_ylabel("share of events on time")
+    ax.set_title(f"source {advice.source!r}: {advice.profile.events:,} events")
+    ax.legend(loc="lower right")
+    return fig
 
 
 def _as_timeline(source: object) -> Timeline:

@@ -52,9 +52,11 @@ EXPECTED_ALL = [
     "StateTtlConfig",
     "Stream",
     "Trigger",
+    "WatermarkAdvice",
     "WatermarkSpec",
     "WindowedStream",
     "__version__",
+    "advise_watermark",
     "avg",
     "col",
     "count",
@@ -65,6 +67,7 @@ EXPECTED_ALL = [
     "max",
     "min",
     "sum",
+    "what_if",
 ]
 
 #: Names SPEC.md section 2 promises at the top level ("must not be renamed").

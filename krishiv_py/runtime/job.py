@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
+    from krishiv_py.advice import WatermarkAdvice
     from krishiv_py.plan.nodes import PlanNode
     from krishiv_py.runtime.spool import Feed
 
@@ -153,6 +154,16 @@ class Job:
 
     def metrics(self) -> JobMetrics:
         raise NotImplementedError
+
+    def advise_watermark(self, completeness: float = 0.999, *, caught: float = 0.9999) -> WatermarkAdvice:
+        """The watermark lag and allowed lateness this job's input asks for (see ``kp.advise_watermark``).
+
+        Reads the job's source as it arrived (a memory stream's batches, or
+        its files); a Kafka or Spark DataFrame source is a ``PlanError``.
+        """
+        from krishiv_py.advice import advise_plan
+
+        return advise_plan(self.plan, completeness=completeness, caught=caught)
 
     def progress(self) -> list[JobProgress]:
         raise NotImplementedError

@@ -1,0 +1,262 @@
+"""The watermark advisor and what-if replay: profiles, advice, replay against the reference model, CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import krishiv_py as kp
+from krishiv_py.advice import DelayHistogram, advise_watermark, profile_event_times, what_if
+from krishiv_py.advice.replay import read_batches
+from krishiv_py.api.stream import Stream
+from krishiv_py.cli import main
+from krishiv_py.plan import nodes as n
+from krishiv_py.plan.windows import TumblingWindow
+from krishiv_py.testing import ReferenceModel
+from krishiv_py.testing.reference import AggSpec
+from krishiv_py.types import to_schema
+
+SCHEMA = to_schema("user_id bigint, event_time bigint")
+
+
+def records(table: pa.Table, name: str = "clicks") -> Stream:
+    """A bounded stream over ``table`` that needs no session (nothing here starts Spark)."""
+    return Stream(cast(Any, None), n.RecordsSource(name=name, schema=SCHEMA, data=table))
+
+
+def generated(n_events: int, *, mean_delay_ms: float, seed: int, late_share: float = 0.0) -> pa.Table:
+    """Events arriving every 10 ms whose event time lies an exponential delay behind (plus some very late)."""
+    rng = np.random.default_rng(seed)
+    arrive = np.arange(n_events, dtype=np.int64) * 10
+    delay = rng.exponential(mean_delay_ms, n_events).astype(np.int64)
+    late = rng.random(n_events) < late_share
+    delay[late] += rng.integers(5_000, 60_000, int(late.sum()))
+    return pa.table(
+        {"user_id": pa.array(rng.integers(0, 30, n_events)), "event_time": pa.array(arrive - delay)}
+    )
+
+
+# --- the profile ---------------------------------------------------------------------------
+
+
+def test_delays_are_behind_the_highest_time_seen_before() -> None:
+    p = profile_event_times(np.array([0.0, 5_000, 4_000, np.nan, 10_000, 1_000, 10_000]))
+    assert (p.events, p.invalid, p.behind, p.max_delay_ms) == (6, 1, 2, 9_000)
+    assert p.delays.total == 6
+    assert p.delays.quantile(0.5) == 0  # four events moved the stream forward or tied it
+    assert 9_000 <= p.delays.quantile(1.0) <= 9_090
+
+
+def test_histograms_merge_and_quantiles_stay_within_one_percent() -> None:
+    rng = np.random.default_rng(3)
+    a, b = rng.integers(0, 100_000, 5_000), rng.integers(0, 1_000, 5_000)
+    merged = DelayHistogram.of(a).merge(DelayHistogram.of(b))
+    assert merged == DelayHistogram.of(np.concatenate([a, b]))
+    both = np.concatenate([a, b])
+    for q in (0.1, 0.5, 0.9, 0.99, 0.999):
+        exact = int(np.quantile(both, q, method="higher"))
+        assert exact <= merged.quantile(q) <= exact * 1.01 + 1
+        assert merged.share_within(merged.quantile(q)) >= q - 1e-9
+
+
+@pytest.mark.parametrize("q", [0.99, 0.999])
+def test_advised_lag_is_within_five_percent_of_the_true_quantile(q: float) -> None:
+    mean = 400.0
+    table = generated(200_000, mean_delay_ms=mean, seed=11)
+    advice = advise_watermark(records(table).watermark("event_time", 0), completeness=q)
+    true = -mean * np.log(1 - q)  # the exponential distribution's quantile
+    assert abs(advice.lag_ms - true) <= 0.05 * true, (advice.lag_ms, true)
+    assert advice.current_lag_ms == 0 and advice.current_completeness < 0.5
+    assert advice.window is None
+
+
+def test_lateness_advice_catches_the_share_asked_for() -> None:
+    table = generated(20_000, mean_delay_ms=300, seed=5, late_share=0.01)
+    stream = records(table).watermark("event_time", 1_000).key_by("user_id").tumbling_window(10_000)
+    windowed = stream.agg(kp.count(kp.col("*")))
+    loose = advise_watermark(windowed, completeness=0.98, caught=0.999)
+    strict = advise_watermark(windowed, completeness=0.98, caught=0.99999)
+    assert loose.lag_ms == strict.lag_ms < 5_000  # the 1 % of very late events is not in the lag
+    assert 0 < loose.allowed_lateness_ms < strict.allowed_lateness_ms <= 60_000
+    assert loose.profile.keys == 30 and loose.profile.after_first_firing is not None
+    assert loose.window == "tumbling(size_ms=10000)"
+    assert loose.windows_held > 0
+    text = str(loose)
+    assert f"lag {loose.lag_ms:,} ms" in text and "allowed lateness" in text
+    assert "<table>" in loose._repr_html_()
+
+
+# --- what-if replay -----------------------------------------------------------------------
+
+
+def _direct(rows: list[list[dict[str, Any]]], lag: int, lateness: int) -> Any:
+    """The reference model built by hand with the setting (not through the pipeline): the oracle."""
+    model = ReferenceModel(
+        window=TumblingWindow(size_ms=5_000),
+        event_time="event_time",
+        lag_ms=lag,
+        keys=["user_id"],
+        aggregates=[AggSpec(name="count", func="count", column=None)],
+        allowed_lateness_ms=lateness,
+        accumulation="retracting",
+    )
+    for batch in rows:
+        model.send(batch)
+    model.close()
+    return model
+
+
+def test_what_if_counts_equal_the_model_run_with_each_setting() -> None:
+    table = generated(3_000, mean_delay_ms=800, seed=7, late_share=0.02)
+    source = records(table)
+
+    def pipeline(s: Stream) -> Stream:
+        windowed = s.watermark("event_time", 0).key_by("user_id").tumbling_window(5_000)
+        return windowed.accumulation("retracting").agg(kp.count(kp.col("*")))
+
+    got = what_if(source, pipeline, lag_ms=[0, 500, 4_000], allowed_lateness_ms=[0, 20_000], batch_rows=200)
+    assert got.num_rows == 6
+    batches = [b.to_pylist() for b in read_batches(source.plan, 200)]
+    complete = _direct([[r for b in batches for r in b]], 0, 0).results
+    final = {(r["user_id"], r["window_start"]): r["count"] for r in complete}
+    for row in got.to_pylist():
+        model = _direct(batches, row["lag_ms"], row["allowed_lateness_ms"])
+        m = model.metrics
+        assert row["windows_emitted"] == m.windows_emitted
+        assert row["retractions"] == m.retractions
+        assert (row["on_time"], row["mildly_late"], row["very_late"]) == (
+            m.on_time_events,
+            m.mildly_late_events,
+            m.very_late_events,
+        )
+        last: dict[Any, Any] = {}
+        for r in model.results:
+            last[(r["user_id"], r["window_start"])] = r["count"] if r["kind"] == "emit" else None
+        differing = sum(last.get(k) != final.get(k) for k in set(last) | set(final))
+        assert row["differing_windows"] == differing
+    rows = got.to_pylist()
+    # More lag, fewer very late events; allowed lateness turns them into re-firings.
+    assert rows[0]["very_late"] > rows[4]["very_late"]
+    assert rows[1]["very_late"] < rows[0]["very_late"] and rows[1]["refirings"] > 0
+    assert rows[0]["differing_windows"] > 0
+    assert rows[0]["mean_delay_ms"] + 3_000 < rows[4]["mean_delay_ms"]  # the lag delays every result
+
+
+def test_what_if_refuses_bad_settings_naming_them() -> None:
+    source = records(generated(100, mean_delay_ms=10, seed=1))
+
+    def pipeline(s: Stream) -> Stream:
+        return s.watermark("event_time", 0).tumbling_window(1_000).agg(kp.count(kp.col("*")))
+
+    with pytest.raises(kp.PlanError, match="lag_ms takes a list"):
+        what_if(source, pipeline, lag_ms=cast(Any, 5))
+    with pytest.raises(kp.PlanError, match="allowed_lateness_ms: every value"):
+        what_if(source, pipeline, lag_ms=[0], allowed_lateness_ms=[-1])
+    with pytest.raises(kp.PlanError, match="batch_rows must be a positive"):
+        what_if(source, pipeline, lag_ms=[0], batch_rows=0)
+    with pytest.raises(kp.PlanError, match="replays source -> watermark"):
+        what_if(source, lambda s: s.watermark("event_time", 0), lag_ms=[0])
+    with pytest.raises(kp.PlanError, match="pipeline must return a Stream"):
+        what_if(source, cast(Any, lambda s: 3), lag_ms=[0])
+
+
+def test_advice_refuses_bad_input_naming_it() -> None:
+    stream = records(generated(100, mean_delay_ms=10, seed=1)).watermark("event_time", 0)
+    for bad in (0, 1.5, True, "high"):
+        with pytest.raises(kp.PlanError, match="completeness must be a share"):
+            advise_watermark(stream, completeness=cast(Any, bad))
+    with pytest.raises(kp.PlanError, match=r"one \.watermark"):
+        advise_watermark(records(generated(10, mean_delay_ms=1, seed=1)))
+    kafka = n.KafkaSource(
+        name="k", schema=SCHEMA, bootstrap_servers="127.0.0.1:1", topic="t", connector="python"
+    )
+    with pytest.raises(kp.PlanError, match="KafkaSource is not read here"):
+        advise_watermark(Stream(cast(Any, None), kafka).watermark("event_time", 0))
+
+
+# --- files and the command line -----------------------------------------------------------
+
+
+def _write_parts(root: Path, table: pa.Table, parts: int) -> None:
+    root.mkdir()
+    step = table.num_rows // parts
+    for i in range(parts):
+        pq.write_table(table.slice(i * step, step), root / f"part-{i:03d}.parquet")
+
+
+def test_files_replay_one_file_per_batch_and_the_cli_prints_the_advice(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    table = generated(4_000, mean_delay_ms=200, seed=9)
+    _write_parts(tmp_path / "clicks", table, 4)
+    source = n.FileSource(name="clicks", schema=SCHEMA, format="parquet", path=str(tmp_path / "clicks"))
+    assert [b.num_rows for b in read_batches(source)] == [1_000] * 4
+    want = advise_watermark(records(table).watermark("event_time", 0), completeness=0.99)
+    code = main(
+        [
+            "advise",
+            str(tmp_path / "clicks"),
+            "--time-column",
+            "event_time",
+            "--key",
+            "user_id",
+            "--completeness",
+            "0.99",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert f"lag {want.lag_ms:,} ms puts 99.000% of the events on time" in out
+    assert "keys: 30" in out and f".watermark('event_time', {want.lag_ms})" in out
+    assert main(["advise", str(tmp_path / "clicks"), "--time-column", "nope"]) == 1
+    assert "unknown event-time column 'nope'" in capsys.readouterr().err
+    assert main(["advise", str(tmp_path / "missing"), "--time-column", "event_time"]) == 1
+    assert "no such file or directory" in capsys.readouterr().err
+
+
+@pytest.mark.spark
+def test_a_job_advises_from_the_batches_it_read(session: kp.Session) -> None:
+    stream, sender = session.memory_stream("user_id bigint, event_time bigint")
+    job = (
+        stream.watermark("event_time", 0)
+        .key_by("user_id")
+        .tumbling_window(1_000)
+        .agg(kp.count(kp.col("*")))
+        .start()
+    )
+    try:
+        for batch in ([(1, 1_000), (1, 3_000)], [(1, 1_500), (2, 5_000)], [(2, 4_900)]):
+            sender.send([{"user_id": u, "event_time": t} for u, t in batch])
+            job.process_all_available()
+        advice = job.advise_watermark(completeness=1.0)
+    finally:
+        job.stop()
+    assert advice.profile.events == 5 and advice.profile.behind == 2
+    assert 1_500 <= advice.lag_ms <= 1_515  # 1_500 behind 3_000, the larger delay
+    assert advice.current_completeness == pytest.approx(3 / 5)
+
+
+def test_the_completeness_curve_marks_the_current_and_the_advised_lag() -> None:
+    from krishiv_py import viz
+
+    advice = advise_watermark(
+        records(generated(5_000, mean_delay_ms=300, seed=2)).watermark("event_time", 100), completeness=0.99
+    )
+    fig = viz.completeness(advice)
+    ax = fig.axes[0]
+    legend = ax.get_legend()
+    assert legend is not None
+    labels = [t.get_text() for t in legend.get_texts()]
+    assert labels[1:] == [
+        f"current lag: 100 ms ({advice.current_completeness:.2%})",
+        f"advised lag: {advice.lag_ms:,} ms (99.00%)",
+    ]
+    xs, ys = (np.asarray(v, np.float64) for v in ax.lines[0].get_data())
+    assert list(ys) == sorted(ys) and ys[-1] == 1.0 and len(xs) > 10
+    with pytest.raises(kp.PlanError, match="draws a WatermarkAdvice"):
+        viz.completeness(cast(Any, advice.profile))
