@@ -74,6 +74,8 @@ def test_quickstart_notebook_shows_rich_displays_and_a_timeline(run: Run) -> Non
         "WindowAggregate",
         "krishiv_py StreamingJob",
         "krishiv_py JobMetrics",
+        "Watermark advice",
+        "differing_windows",
     ):
         assert title in html, title
     assert "2024-01-01 00:01:00 UTC" in html  # result tables: window bounds as times
