@@ -85,7 +85,7 @@ def test_lateness_advice_catches_the_share_asked_for() -> None:
     assert 0 < loose.allowed_lateness_ms < strict.allowed_lateness_ms <= 60_000
     assert loose.profile.keys == 30 and loose.profile.after_first_firing is not None
     assert loose.window == "tumbling(size_ms=10000)"
-    assert loose.windows_held > 0
+    assert loose.windows_held is not None and loose.windows_held > 0
     text = str(loose)
     assert f"lag {loose.lag_ms:,} ms" in text and "allowed lateness" in text
     assert "<table>" in loose._repr_html_()
@@ -217,6 +217,38 @@ def test_files_replay_one_file_per_batch_and_the_cli_prints_the_advice(
     assert "unknown event-time column 'nope'" in capsys.readouterr().err
     assert main(["advise", str(tmp_path / "missing"), "--time-column", "event_time"]) == 1
     assert "no such file or directory" in capsys.readouterr().err
+
+
+def test_the_operator_counts_each_rows_delay_behind_the_previous_batch() -> None:
+    from krishiv_py.names import BATCH_TS
+    from krishiv_py.stateful.operator import delay_counts
+
+    us = pa.array([5_000_000, None, 1_000_000, 9_000_000, 2_500_000], pa.int64())
+    batch = pa.table({BATCH_TS: us})
+    # The stream had reached W + lag = 4_000 + 1_000 ms: delays 0, -, 4_000, 0, 2_500.
+    assert delay_counts(batch, 4_000, 1_000) == list(DelayHistogram.of(np.array([0, 4_000, 0, 2_500])).counts)
+    assert delay_counts(batch, None, 1_000) == []  # no watermark yet: nothing to measure against
+
+
+@pytest.mark.spark
+def test_a_stateful_job_advises_from_what_its_operator_measured(session: kp.Session) -> None:
+    stream, sender = session.memory_stream("user_id bigint, event_time bigint")
+    windowed = (
+        stream.watermark("event_time", 0).key_by("user_id").tumbling_window(1_000).allowed_lateness(10_000)
+    )
+    job = windowed.agg(kp.count(kp.col("*"))).start()
+    try:
+        for batch in ([(1, 1_000), (1, 3_000)], [(1, 1_500), (2, 5_000)], [(2, 4_900)]):
+            sender.send([{"user_id": u, "event_time": t} for u, t in batch])
+            job.process_all_available()
+        advice = job.advise_watermark(completeness=1.0)
+    finally:
+        job.stop()
+    # The first batch met no watermark; then 1_500 is 1_500 behind 3_000, 5_000 is ahead, 4_900 100 behind.
+    assert advice.profile.events == 3 and advice.profile.behind == 2
+    assert 1_500 <= advice.lag_ms <= 1_515
+    assert advice.current_completeness == pytest.approx(1 / 3)
+    assert advice.windows_held is None and "windows held" not in str(advice)
 
 
 @pytest.mark.spark

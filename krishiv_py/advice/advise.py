@@ -21,7 +21,7 @@ import attrs
 import numpy as np
 import pyarrow as pa
 
-from krishiv_py.advice.profile import DisorderProfile, profile_event_times
+from krishiv_py.advice.profile import DelayHistogram, DisorderProfile, profile_event_times
 from krishiv_py.advice.replay import event_ms, read_batches
 from krishiv_py.errors import PlanError
 from krishiv_py.names import RESULT_KIND
@@ -34,12 +34,13 @@ from krishiv_py.plan.windows import (
     TumblingWindow,
     WindowSpec,
 )
+from krishiv_py.stateful.delays import upper_ms
 
 if TYPE_CHECKING:
     from krishiv_py.api.stream import Stream
     from krishiv_py.runtime.job import Job
 
-__all__ = ["WatermarkAdvice", "advise_plan", "advise_watermark", "what_if"]
+__all__ = ["WatermarkAdvice", "advice_from_delays", "advise_plan", "advise_watermark", "what_if"]
 
 
 @attrs.frozen(kw_only=True)
@@ -63,7 +64,8 @@ class WatermarkAdvice:
     current_lag_ms: int
     current_completeness: float
     added_delay_ms: int
-    windows_held: float
+    #: ``None`` when the advice comes from the operator's histogram (no per-window counts).
+    windows_held: float | None
     window: str | None
     profile: DisorderProfile
 
@@ -78,10 +80,19 @@ class WatermarkAdvice:
                 f"(the current lag {self.current_lag_ms:,} ms: {self.current_completeness:.3%})",
                 f"  allowed lateness {self.allowed_lateness_ms:,} ms counts {self.caught:.3%} of them in "
                 "their windows",
-                f"  cost: results {self.added_delay_ms:,} ms after their window's end; "
-                f"~{self.windows_held:,.0f} windows held past their end",
+                f"  cost: results {self.added_delay_ms:,} ms after their window's end"
+                + (
+                    ""
+                    if self.windows_held is None
+                    else f"; ~{self.windows_held:,.0f} windows held past their end"
+                ),
             ]
         )
+
+    def _held_text(self) -> str:
+        if self.windows_held is None:
+            return ""
+        return f"; ~{self.windows_held:,.0f} windows held past their end"
 
     def __str__(self) -> str:
         return self.describe()
@@ -92,8 +103,9 @@ class WatermarkAdvice:
             ("current lag", f"{self.current_lag_ms:,} ms", f"{self.current_completeness:.3%} on time"),
             ("allowed lateness", f"{self.allowed_lateness_ms:,} ms", f"{self.caught:.3%} counted"),
             ("result delay", f"{self.added_delay_ms:,} ms", "after each window's end"),
-            ("state", f"~{self.windows_held:,.0f} windows", "held past their end"),
         ]
+        if self.windows_held is not None:
+            rows.append(("state", f"~{self.windows_held:,.0f} windows", "held past their end"))
         body = "".join(
             f"<tr><th style='text-align:left'>{html.escape(a)}</th><td>{html.escape(b)}</td>"
             f"<td>{html.escape(c)}</td></tr>"
@@ -124,9 +136,7 @@ def advise_plan(
     keys: Sequence[str] | None = None,
 ) -> WatermarkAdvice:
     """:func:`advise_watermark` for a plan (a job's, say); ``keys`` default to the window's."""
-    for name, value in (("completeness", completeness), ("caught", caught)):
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 < value <= 1.0:
-            raise PlanError(f"{name} must be a share of the events in (0, 1], e.g. 0.999; got {value!r}")
+    _check_shares(completeness, caught)
     mark, window, window_keys = _parts(plan)
     keys = tuple(keys) if keys else window_keys
     source = mark.input
@@ -159,6 +169,52 @@ def advise_plan(
         window=None if spec is None else n._window_text(spec),
         profile=profile,
     )
+
+
+def advice_from_delays(
+    plan: n.PlanNode, counts: Sequence[int], *, completeness: float, caught: float, invalid: int = 0
+) -> WatermarkAdvice:
+    """Advice from a delay histogram's ``counts`` (the stateful operator's, as a job ran).
+
+    The histogram has no event times, so the lateness advice takes each
+    event's window to end at the event's own time (an upper bound; reading
+    the input, :func:`advise_plan` uses each event's window) and the state
+    held is not estimated.
+    """
+    _check_shares(completeness, caught)
+    mark, window, _ = _parts(plan)
+    source = mark.input
+    assert isinstance(source, n.SOURCE_TYPES)
+    delays = DelayHistogram(counts=tuple(int(c) for c in counts))
+    last = max((b for b, c in enumerate(delays.counts) if c), default=0)
+    profile = DisorderProfile(
+        source=source.name,
+        events=delays.total,
+        invalid=invalid,
+        behind=delays.total - (delays.counts[0] if delays.counts else 0),
+        max_delay_ms=upper_ms(last),
+        delays=delays,
+    )
+    lag = delays.quantile(completeness)
+    return WatermarkAdvice(
+        source=source.name,
+        lag_ms=lag,
+        allowed_lateness_ms=max(delays.quantile(caught) - lag, 0),
+        completeness=completeness,
+        caught=caught,
+        current_lag_ms=mark.lag_ms,
+        current_completeness=delays.share_within(mark.lag_ms),
+        added_delay_ms=lag,
+        windows_held=None,
+        window=None if window is None else n._window_text(window.window),
+        profile=profile,
+    )
+
+
+def _check_shares(completeness: float, caught: float) -> None:
+    for name, value in (("completeness", completeness), ("caught", caught)):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 < value <= 1.0:
+            raise PlanError(f"{name} must be a share of the events in (0, 1], e.g. 0.999; got {value!r}")
 
 
 def _parts(plan: n.PlanNode) -> tuple[n.Watermark, n.WindowAggregate | None, tuple[str, ...]]:

@@ -18,8 +18,8 @@ Examples
 --------
 >>> import numpy as np
 >>> p = profile_event_times(np.array([0, 5_000, 4_000, 10_000, 1_000]))
->>> p.delays.quantile(0.8), p.behind, p.max_delay_ms
-(4000, 2, 9000)
+>>> p.delays.quantile(0.8), p.behind, p.max_delay_ms  # 1000 ms, to the 1 % of a bucket
+(1008, 2, 9000)
 """
 
 from __future__ import annotations
@@ -31,25 +31,9 @@ from typing import Any
 import attrs
 import numpy as np
 
+from krishiv_py.stateful.delays import RESOLUTION, bucket_of, upper_ms
+
 __all__ = ["RESOLUTION", "DelayHistogram", "DisorderProfile", "profile_event_times"]
-
-#: Relative width of a histogram bucket: quantiles are at most this much above the true value.
-RESOLUTION = 0.01
-_LOG_BASE = math.log1p(RESOLUTION)
-
-
-def _bucket_of(delays_ms: np.ndarray) -> np.ndarray:
-    """Bucket 0 holds delay 0; bucket ``b >= 1`` holds ``(ceil((1+r)^(b-1)), ceil((1+r)^b)]`` ms."""
-    out = np.zeros(len(delays_ms), np.int64)
-    positive = delays_ms > 0
-    out[positive] = (
-        np.ceil(np.log(delays_ms[positive].astype(np.float64)) / _LOG_BASE - 1e-9).astype(np.int64) + 1
-    )
-    return out
-
-
-def _upper_ms(bucket: int) -> int:
-    return 0 if bucket == 0 else math.ceil(math.exp((bucket - 1) * _LOG_BASE) - 1e-9)
 
 
 @attrs.frozen(kw_only=True)
@@ -63,7 +47,7 @@ class DelayHistogram:
         """The histogram of ``delays_ms`` (non-negative integers)."""
         if not len(delays_ms):
             return cls()
-        return cls(counts=tuple(int(c) for c in np.bincount(_bucket_of(np.asarray(delays_ms, np.int64)))))
+        return cls(counts=tuple(int(c) for c in np.bincount(bucket_of(np.asarray(delays_ms, np.int64)))))
 
     @property
     def total(self) -> int:
@@ -88,15 +72,15 @@ class DelayHistogram:
         for bucket, count in enumerate(self.counts):
             seen += count
             if seen >= need:
-                return _upper_ms(bucket)
-        return _upper_ms(len(self.counts) - 1)
+                return upper_ms(bucket)
+        return upper_ms(len(self.counts) - 1)
 
     def share_within(self, lag_ms: int) -> float:
         """The share of delays surely at most ``lag_ms``: whole buckets up to it (never above the truth)."""
         total = self.total
         if total == 0:
             return 1.0
-        within = sum(c for b, c in enumerate(self.counts) if _upper_ms(b) <= lag_ms)
+        within = sum(c for b, c in enumerate(self.counts) if upper_ms(b) <= lag_ms)
         return within / total
 
     def curve(self) -> list[tuple[int, float]]:
@@ -105,7 +89,7 @@ class DelayHistogram:
         for bucket, count in enumerate(self.counts):
             seen += count
             if count:
-                out.append((_upper_ms(bucket), seen / total))
+                out.append((upper_ms(bucket), seen / total))
         return out
 
 

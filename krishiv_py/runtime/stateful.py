@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
+    from krishiv_py.advice import WatermarkAdvice
     from krishiv_py.panes import PaneCallbacks
     from krishiv_py.planner.spark.recipe import AfterWindow, CascadeStage, SparkRecipe, TopNStage
     from krishiv_py.sinks import SinkWriter
@@ -105,6 +106,8 @@ class BatchCollector:
         self._lock = threading.Lock()
         self.counts: dict[int, dict[str, int]] = {}
         self.buckets: dict[int, _Bucket] = {}
+        #: Per micro-batch: the delay histogram counts the operator measured (all buckets).
+        self.delays: dict[int, list[int]] = {}
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         from krishiv_py.stateful.operator import decode_payloads
@@ -116,7 +119,7 @@ class BatchCollector:
 
     def accept(self, payloads: Payloads, batch_id: int) -> None:
         """Route one micro-batch's results, late rows and statistics."""
-        from krishiv_py.stateful.operator import COUNTER_NAMES, NO_WATERMARK, to_output
+        from krishiv_py.stateful.operator import COUNTER_NAMES, DELAY_COUNTS, NO_WATERMARK, to_output
 
         results = to_output(payloads.results, self._window_schema)
         failures = 0
@@ -153,12 +156,15 @@ class BatchCollector:
         if payloads.late.num_rows:
             self._hand_late(payloads.late, batch_id)
         stats = payloads.stats.to_pydict()
+        delays = _summed(stats.pop(DELAY_COUNTS, []))
         totals = {name: int(sum(stats[name])) for name in COUNTER_NAMES}
         totals["arith"] += failures
         if cascade_counts:  # the job's results are the second window's
             totals["emitted"], totals["retracted"] = cascade_counts["emitted"], cascade_counts["retracted"]
         with self._lock:
             self.counts[batch_id] = totals
+            if delays:
+                self.delays[batch_id] = delays
             for i, b in enumerate(stats["bucket"]):
                 self.buckets[int(b)] = _Bucket(
                     state_windows=int(stats["state_windows"][i]),
@@ -246,11 +252,26 @@ class BatchCollector:
             state_bytes=sum(b.state_bytes for b in buckets),
         )
 
+    def delay_counts(self) -> list[int]:
+        """The delay histogram counts of every micro-batch this process routed."""
+        with self._lock:
+            return _summed(list(self.delays.values()))
+
     def totals(self) -> dict[str, int]:
         from krishiv_py.stateful.operator import COUNTER_NAMES
 
         with self._lock:
             return {name: sum(c[name] for c in self.counts.values()) for name in COUNTER_NAMES}
+
+
+def _summed(parts: list[list[int] | None]) -> list[int]:
+    """Histogram counts added bucket by bucket."""
+    width = max((len(p) for p in parts if p), default=0)
+    out = [0] * width
+    for p in parts:
+        for i, c in enumerate(p or ()):
+            out[i] += int(c)
+    return out
 
 
 def _empty(stages: AfterWindow, carry: bool) -> pa.Table:
@@ -515,6 +536,27 @@ class StatefulJob(StreamingJob):
     def error(self) -> str | None:
         exc = self._handoff_error
         return f"{type(exc).__name__}: {exc}" if exc is not None else super().error
+
+    def advise_watermark(self, completeness: float = 0.999, *, caught: float = 0.9999) -> WatermarkAdvice:
+        """Advice from the delays the operator measured as the job ran (see ``kp.advise_watermark``).
+
+        Each event's delay is measured against the stream as of the previous
+        micro-batch (the watermark it met plus the lag): what decided its
+        lateness in this run. Before the operator measured anything, the
+        job's input is read again instead.
+        """
+        from krishiv_py.advice import advice_from_delays
+
+        counts = self._collector.delay_counts()
+        if not sum(counts):
+            return super().advise_watermark(completeness, caught=caught)
+        return advice_from_delays(
+            self.plan,
+            counts,
+            completeness=completeness,
+            caught=caught,
+            invalid=self.metrics().invalid_events or 0,
+        )
 
     # --- control -------------------------------------------------------------------
 

@@ -51,6 +51,7 @@ from krishiv_py.names import (
 from krishiv_py.plan.windows import EventSlidingWindow
 from krishiv_py.stateful import kernel
 from krishiv_py.stateful._arrow import arrow
+from krishiv_py.stateful.delays import bucket_of
 from krishiv_py.stateful.state import (
     FIRED,
     LAST,
@@ -77,6 +78,8 @@ __all__ = [
 ]
 
 CLASSIFICATION, WATERMARK = "classification", "watermark_ms"
+#: The statistics column of a bucket's delay histogram (with ``profile_lag_ms``).
+DELAY_COUNTS = "delay_counts"
 STAT_NAMES = (
     "bucket",
     "on_time",
@@ -130,6 +133,9 @@ class OperatorSpec:
     columns: tuple[InputColumn, ...]
     shift_ms: int
     buckets: int
+    #: The source's watermark lag, to profile each event's delay behind the stream as of the
+    #: previous micro-batch (``W + lag - ts``); ``None``: no profile (several sources).
+    profile_lag_ms: int | None = None
 
     @property
     def input_schema(self) -> pa.Schema:
@@ -260,9 +266,30 @@ def encode_payload(
             )
         }
     )
+    if spec.profile_lag_ms is not None:
+        stats = stats.append_column(
+            DELAY_COUNTS, pa.array([delay_counts(batch, watermark, spec.profile_lag_ms)])
+        )
     tables = [out.results, late, stats] + ([out.closed] if out.closed is not None else [])
     parts = [_dump_table(t) for t in tables]
     return b"".join(struct.pack("<Q", len(p)) + p for p in parts)
+
+
+def delay_counts(batch: pa.Table, watermark: int | None, lag_ms: int) -> list[int]:
+    """The histogram counts (:class:`~krishiv_py.advice.DelayHistogram`) of the batch's delays.
+
+    A row's delay is how far it lies behind the highest event time the
+    stream had reached by the previous micro-batch: ``watermark + lag - ts``
+    (0 when ahead). Rows of a batch without a watermark yet, and rows
+    without a valid event time, are not counted.
+    """
+    if watermark is None or not batch.num_rows:
+        return []
+    ts = batch.column(BATCH_TS).combine_chunks()
+    valid = np.asarray(pc.is_valid(ts).to_numpy(zero_copy_only=False), bool)
+    us = np.asarray(ts.to_numpy(zero_copy_only=False), np.float64)[valid].astype(np.int64)
+    delays = np.maximum((watermark + lag_ms) - np.floor_divide(us, 1000), 0)
+    return [int(c) for c in np.bincount(bucket_of(delays))] if len(delays) else []
 
 
 def _late_rows(

@@ -81,7 +81,14 @@ def operator_spec(node: n.WindowAggregate, *, shift_ms: int) -> Any:
         ttl_ms=None if node.emission.state_ttl is None else node.emission.state_ttl.ttl_ms,
         ttl_time="event" if node.emission.state_ttl is None else node.emission.state_ttl.time,
     )
-    return OperatorSpec(kernel=kernel, columns=columns, shift_ms=shift_ms, buckets=BUCKETS)
+    marks = n.watermarks_of(node.input)
+    return OperatorSpec(
+        kernel=kernel,
+        columns=columns,
+        shift_ms=shift_ms,
+        buckets=BUCKETS,
+        profile_lag_ms=marks[0].lag_ms if len(marks) == 1 else None,  # one source: profile its disorder
+    )
 
 
 def kernel_aggs(node: n.WindowAggregate) -> tuple[Any, ...]:
