@@ -108,6 +108,13 @@ def kernel_bench(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def profile_bench(session: nox.Session) -> None:
+    """What the disorder profile costs the stateful operator: with ÷ without (target <= 1.10; no Spark)."""
+    session.install("-e", ".")
+    session.run("python", "-m", "benchmarks.profile_overhead", *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def breakdown_bench(session: nox.Session) -> None:
     """Spark's durationMs per phase per micro-batch: krishiv_py native vs hand-written (``-- --tree DIR``)."""
     session.install("-e", ".[bench]")

@@ -319,3 +319,11 @@ def test_kernel_benchmark_checks_every_window_kind_against_the_model() -> None:
     assert all(r["rows_per_s"] > 0 for r in records)
     assert records[0]["vs_tumbling"] == 1.0
     assert "| 50 | event_sliding |" in kb.markdown(records)
+
+
+def test_profile_benchmark_runs_the_operator_with_and_without_the_profile() -> None:
+    from benchmarks import profile_overhead as pb
+
+    r = pb.measure(rows=4_000, keys=50, batch=1_000, rounds=2)  # checks results and profile counts itself
+    assert r["with_profile_s"] > 0 and r["without_s"] > 0
+    assert r["met"] == (r["ratio"] <= 1.10)

@@ -266,16 +266,15 @@ def encode_payload(
             )
         }
     )
-    if spec.profile_lag_ms is not None:
-        stats = stats.append_column(
-            DELAY_COUNTS, pa.array([delay_counts(batch, watermark, spec.profile_lag_ms)])
-        )
+    if spec.profile_lag_ms is not None and batch.num_rows and watermark is not None:
+        counts = pa.array(delay_counts(batch, watermark, spec.profile_lag_ms))
+        stats = stats.append_column(DELAY_COUNTS, pa.ListArray.from_arrays([0, len(counts)], counts))
     tables = [out.results, late, stats] + ([out.closed] if out.closed is not None else [])
     parts = [_dump_table(t) for t in tables]
     return b"".join(struct.pack("<Q", len(p)) + p for p in parts)
 
 
-def delay_counts(batch: pa.Table, watermark: int | None, lag_ms: int) -> list[int]:
+def delay_counts(batch: pa.Table, watermark: int | None, lag_ms: int) -> np.ndarray:
     """The histogram counts (:class:`~krishiv_py.advice.DelayHistogram`) of the batch's delays.
 
     A row's delay is how far it lies behind the highest event time the
@@ -284,12 +283,13 @@ def delay_counts(batch: pa.Table, watermark: int | None, lag_ms: int) -> list[in
     without a valid event time, are not counted.
     """
     if watermark is None or not batch.num_rows:
-        return []
+        return np.zeros(0, np.int64)
     ts = batch.column(BATCH_TS).combine_chunks()
-    valid = np.asarray(pc.is_valid(ts).to_numpy(zero_copy_only=False), bool)
-    us = np.asarray(ts.to_numpy(zero_copy_only=False), np.float64)[valid].astype(np.int64)
+    us = np.asarray(ts.to_numpy(zero_copy_only=False))
+    if ts.null_count:
+        us = us[np.asarray(ts.is_valid().to_numpy(zero_copy_only=False), bool)].astype(np.int64)
     delays = np.maximum((watermark + lag_ms) - np.floor_divide(us, 1000), 0)
-    return [int(c) for c in np.bincount(bucket_of(delays))] if len(delays) else []
+    return np.bincount(bucket_of(delays)).astype(np.int64)
 
 
 def _late_rows(
@@ -359,7 +359,7 @@ def decode_payloads(blobs: Iterable[bytes]) -> Payloads | None:
     return Payloads(
         results=pa.concat_tables(results, promote_options="permissive"),
         late=pa.concat_tables(late, promote_options="permissive"),
-        stats=pa.concat_tables(stats),
+        stats=pa.concat_tables(stats, promote_options="default"),  # delay counts: some buckets only
         closed=pa.concat_tables(closed, promote_options="permissive") if closed else None,
     )
 
