@@ -68,7 +68,7 @@ steps = st.lists(step, min_size=1, max_size=4).map(lambda s: [*s, Close()])
 
 #: Random scenarios per test through real Spark (each is a streaming and a batch run); the
 #: stateful kernel's tests cover many more without Spark. KRISHIV_PARITY_EXAMPLES=30 digs deeper.
-EXAMPLES = int(os.environ.get("KRISHIV_PARITY_EXAMPLES", "4"))
+EXAMPLES = int(os.environ.get("KRISHIV_PARITY_EXAMPLES", "3"))
 
 
 def check(session: kp.Session, build: Pipeline, scenario: list[Step]) -> None:
@@ -82,7 +82,7 @@ def test_tumbling(session: kp.Session, keyed: bool, size: int, lag: int, scenari
     check(session, pipeline("tumbling", size, size, lag, keyed), scenario)
 
 
-@settings(max_examples=EXAMPLES + 2)
+@settings(max_examples=EXAMPLES + 1)
 @given(data=st.data(), lag=st.integers(0, 40), scenario=steps, keyed=st.booleans())
 def test_sliding(
     session: kp.Session, data: st.DataObject, lag: int, scenario: list[Step], keyed: bool
