@@ -108,6 +108,13 @@ def kernel_bench(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def sustainable_bench(session: nox.Session) -> None:
+    """The highest event rate each runner keeps within a p99 latency budget (``-- --budget-s 1``)."""
+    session.install("-e", ".")
+    session.run("python", "-m", "benchmarks.sustainable", *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def profile_bench(session: nox.Session) -> None:
     """What the disorder profile costs the stateful operator: with ÷ without (target <= 1.10; no Spark)."""
     session.install("-e", ".")

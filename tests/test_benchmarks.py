@@ -12,7 +12,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -328,3 +328,27 @@ def test_profile_benchmark_runs_the_operator_with_and_without_the_profile() -> N
     r = pb.measure(rows=4_000, keys=50, batch=1_000, rounds=2)  # checks results and profile counts itself
     assert r["with_profile_s"] > 0 and r["without_s"] > 0
     assert r["met"] == (r["ratio"] <= 1.10)
+
+
+def test_sustainable_throughput_doubles_then_bisects(monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchmarks import sustainable as sb
+
+    def fake_trial(_s: Any, runner: str, rate: int, *_a: Any, **_k: Any) -> dict[str, Any]:
+        return {"runner": runner, "rate": rate, "sustained": rate <= 50_000}
+
+    monkeypatch.setattr(sb, "trial", fake_trial)
+    best, records = sb.sustainable(
+        cast(Any, None), "krishiv-native", start=16_000, budget_s=5, seconds=1, steps=2, log=lambda _: None
+    )
+    assert [r["rate"] for r in records] == [16_000, 32_000, 64_000, 48_000, 56_000]  # after a warm-up
+    assert best == 48_000
+
+
+def test_sustainable_throughput_generator_keeps_the_suites_disorder() -> None:
+    from benchmarks import sustainable as sb
+
+    table = sb.events(np.random.default_rng(1), 100_000, now_ms=1_800_000_000_000)
+    behind = 1_800_000_000_000 - table.column("event_time").cast(pa.int64()).to_numpy() // 1000
+    assert behind.min() >= 0 and np.mean(behind <= 2_000) == pytest.approx(0.99, abs=0.003)
+    assert behind.max() <= 62_000 and str(table.column("user_id")[0]).startswith("u")
+    assert sb._p99([1.0] * 99 + [9.0]) == 1.0 and sb._p99([1.0] * 98 + [9.0, 9.0]) == 9.0
