@@ -523,6 +523,28 @@ def latency_rows(step: int, per_step: int) -> pa.Table:
     )
 
 
+def parquet_feed(prefix: str) -> tuple[str, Callable[[pa.Table], None]]:
+    """A new directory for Spark's file source, and a function that adds one Parquet file to it.
+
+    Each file is written aside and moved in, so the source never reads half a file.
+    """
+    import os
+
+    import pyarrow.parquet as pq
+
+    src = tempfile.mkdtemp(prefix=prefix)
+    staging = tempfile.mkdtemp(prefix=f"{prefix}staging-")
+    counter = [0]
+
+    def write(table: pa.Table) -> None:
+        counter[0] += 1
+        tmp = os.path.join(staging, f"part-{counter[0]:07d}.parquet")
+        pq.write_table(table, tmp)
+        os.replace(tmp, os.path.join(src, f"part-{counter[0]:07d}.parquet"))
+
+    return src, write
+
+
 def latency_main(runner: str, steps: int, per_step: int) -> int:
     """``--latency RUNNER STEPS``: time from sending a step's events to its window reaching the sink.
 
@@ -532,10 +554,7 @@ def latency_main(runner: str, steps: int, per_step: int) -> int:
     figure includes Spark's batch that reads the events and the batch the new
     watermark triggers.
     """
-    import os
     import threading
-
-    import pyarrow.parquet as pq
 
     seen: dict[int, float] = {}
     cond = threading.Condition()
@@ -578,15 +597,7 @@ def latency_main(runner: str, steps: int, per_step: int) -> int:
             from pyspark.sql import functions as F
 
             spark = session.spark
-            src = tempfile.mkdtemp(prefix="krishiv-bench-latency-")
-            staging = tempfile.mkdtemp(prefix="krishiv-bench-staging-")
-            counter = [0]
-
-            def write(table: pa.Table) -> None:
-                counter[0] += 1
-                tmp = os.path.join(staging, f"part-{counter[0]:06d}.parquet")
-                pq.write_table(table, tmp)
-                os.replace(tmp, os.path.join(src, f"part-{counter[0]:06d}.parquet"))
+            src, write = parquet_feed("krishiv-bench-latency-")
 
             df = (
                 spark.readStream.schema(LATENCY_DDL)

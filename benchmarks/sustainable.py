@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import tempfile
 import threading
@@ -48,9 +47,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 import krishiv_py as kp
+from benchmarks.spark_runner import parquet_feed
 
 DDL = "user_id string, event_time timestamp, amount double"
 WINDOW_MS = 2_000
@@ -117,15 +116,7 @@ def start_runner(
     from pyspark.sql import functions as F
 
     spark = session.spark
-    src = tempfile.mkdtemp(prefix="krishiv-sustain-")
-    staging = tempfile.mkdtemp(prefix="krishiv-sustain-staging-")
-    counter = [0]
-
-    def write(table: pa.Table) -> None:
-        counter[0] += 1
-        tmp = os.path.join(staging, f"part-{counter[0]:07d}.parquet")
-        pq.write_table(table, tmp)
-        os.replace(tmp, os.path.join(src, f"part-{counter[0]:07d}.parquet"))
+    src, write = parquet_feed("krishiv-sustain-")
 
     df = spark.readStream.schema(DDL).parquet(src).withWatermark("event_time", f"{LAG_MS // 1000} seconds")
     agg = df.groupBy("user_id", F.window("event_time", f"{WINDOW_MS // 1000} seconds")).count()

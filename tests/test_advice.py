@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import krishiv_py as kp
-from krishiv_py.advice import DelayHistogram, advise_watermark, profile_event_times, what_if
+from krishiv_py.advice import DelayHistogram, WatermarkAdvice, advise_watermark, profile_event_times, what_if
 from krishiv_py.advice.replay import read_batches
 from krishiv_py.api.stream import Stream
 from krishiv_py.cli import main
@@ -231,20 +231,23 @@ def test_the_operator_counts_each_rows_delay_behind_the_previous_batch() -> None
     assert delay_counts(batch, None, 1_000).tolist() == []  # no watermark yet: nothing to measure against
 
 
-@pytest.mark.spark
-def test_a_stateful_job_advises_from_what_its_operator_measured(session: kp.Session) -> None:
+def _advice_of_a_job(session: kp.Session, lateness_ms: int) -> WatermarkAdvice:
+    """Three micro-batches through a per-user 1 s count; the job's advice for completeness 1."""
     stream, sender = session.memory_stream("user_id bigint, event_time bigint")
-    windowed = (
-        stream.watermark("event_time", 0).key_by("user_id").tumbling_window(1_000).allowed_lateness(10_000)
-    )
-    job = windowed.agg(kp.count(kp.col("*"))).start()
+    windowed = stream.watermark("event_time", 0).key_by("user_id").tumbling_window(1_000)
+    job = windowed.allowed_lateness(lateness_ms).agg(kp.count(kp.col("*"))).start()
     try:
         for batch in ([(1, 1_000), (1, 3_000)], [(1, 1_500), (2, 5_000)], [(2, 4_900)]):
             sender.send([{"user_id": u, "event_time": t} for u, t in batch])
             job.process_all_available()
-        advice = job.advise_watermark(completeness=1.0)
+        return job.advise_watermark(completeness=1.0)
     finally:
         job.stop()
+
+
+@pytest.mark.spark
+def test_a_stateful_job_advises_from_what_its_operator_measured(session: kp.Session) -> None:
+    advice = _advice_of_a_job(session, 10_000)  # allowed lateness: the stateful lowering
     # The first batch met no watermark; then 1_500 is 1_500 behind 3_000, 5_000 is ahead, 4_900 100 behind.
     assert advice.profile.events == 3 and advice.profile.behind == 2
     assert 1_500 <= advice.lag_ms <= 1_515
@@ -254,21 +257,7 @@ def test_a_stateful_job_advises_from_what_its_operator_measured(session: kp.Sess
 
 @pytest.mark.spark
 def test_a_job_advises_from_the_batches_it_read(session: kp.Session) -> None:
-    stream, sender = session.memory_stream("user_id bigint, event_time bigint")
-    job = (
-        stream.watermark("event_time", 0)
-        .key_by("user_id")
-        .tumbling_window(1_000)
-        .agg(kp.count(kp.col("*")))
-        .start()
-    )
-    try:
-        for batch in ([(1, 1_000), (1, 3_000)], [(1, 1_500), (2, 5_000)], [(2, 4_900)]):
-            sender.send([{"user_id": u, "event_time": t} for u, t in batch])
-            job.process_all_available()
-        advice = job.advise_watermark(completeness=1.0)
-    finally:
-        job.stop()
+    advice = _advice_of_a_job(session, 0)  # the native lowering: its input is read again
     assert advice.profile.events == 5 and advice.profile.behind == 2
     assert 1_500 <= advice.lag_ms <= 1_515  # 1_500 behind 3_000, the larger delay
     assert advice.current_completeness == pytest.approx(3 / 5)

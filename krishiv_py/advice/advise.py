@@ -35,6 +35,7 @@ from krishiv_py.plan.windows import (
     WindowSpec,
 )
 from krishiv_py.stateful.delays import upper_ms
+from krishiv_py.stateful.grouping import group_ids
 
 if TYPE_CHECKING:
     from krishiv_py.api.stream import Stream
@@ -147,7 +148,7 @@ def advise_plan(
     valid = ~np.isnan(ts)
     spec = window.window if window is not None else None
     first_end, last_end = _window_ends(spec, ts)
-    key_values = _key_strings(table, keys) if keys else None
+    key_values = _key_ids(table, keys) if keys else None
     profile = profile_event_times(
         ts, source=source.name, keys=key_values, first_window_end_ms=first_end, lag_ms=mark.lag_ms
     )
@@ -232,12 +233,13 @@ def _parts(plan: n.PlanNode) -> tuple[n.Watermark, n.WindowAggregate | None, tup
     return mark, window, window.keys if window is not None else ()
 
 
-def _key_strings(table: pa.Table, keys: Sequence[str]) -> np.ndarray:
-    parts = [np.asarray(table.column(k).to_pylist(), dtype=object).astype(str) for k in keys]
-    out = parts[0]
-    for p in parts[1:]:
-        out = np.char.add(np.char.add(out.astype(str), "\x1f"), p)
-    return np.asarray(out, dtype=object)
+def _key_ids(table: pa.Table, keys: Sequence[str]) -> np.ndarray:
+    """One integer per event naming its key (the kernel's grouping: nulls are one key)."""
+    for k in keys:
+        if k not in table.column_names:
+            raise PlanError(f"no key column {k!r}; the columns are: {', '.join(table.column_names)}")
+    ids, _, _ = group_ids([table.column(k).combine_chunks() for k in keys])
+    return ids
 
 
 def _window_ends(spec: WindowSpec | None, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -284,8 +286,8 @@ def _windows_per_ms(spec: WindowSpec | None, ts: np.ndarray, keys: np.ndarray | 
     if isinstance(spec, SlidingWindow):
         per_event = spec.size_ms / spec.slide_ms
     bucket = ts // size
-    ids = bucket.astype(str) if keys is None else np.char.add(keys.astype(str), bucket.astype(str))
-    return float(len(np.unique(ids)) * per_event / span)
+    pairs = bucket[:, None] if keys is None else np.stack([keys, bucket], axis=1)
+    return float(len(np.unique(pairs, axis=0)) * per_event / span)
 
 
 # --- what-if replay ----------------------------------------------------------------------------
@@ -374,18 +376,19 @@ _WHAT_IF_SCHEMA = pa.schema(
 
 def _what_if_plan(source: Any, pipeline: Callable[[Stream], Stream] | None) -> n.PlanNode:
     from krishiv_py.api.stream import Stream
+    from krishiv_py.runtime.job import Job
 
     if isinstance(source, Stream):
         built = pipeline(source) if pipeline is not None else source
         if not isinstance(built, Stream):
             raise PlanError(f"pipeline must return a Stream, got {type(built).__name__}")
         plan = built.plan
+    elif not isinstance(source, Job):
+        raise PlanError(f"what_if() takes a Stream or a Job, got {type(source).__name__}")
     elif pipeline is not None:
         raise PlanError("what_if(job, ...) replays the job's own pipeline: leave pipeline out")
-    elif isinstance(getattr(source, "plan", None), n.WindowAggregate | n.Filter | n.Project | n.TopN):
-        plan = source.plan
     else:
-        raise PlanError(f"what_if() takes a Stream or a Job, got {type(source).__name__}")
+        plan = source.plan
     if not isinstance(plan, n.WindowAggregate) or n.cascade_of(plan) is not None:
         raise PlanError(
             "what_if() replays source -> watermark -> [key_by] -> window -> agg; stages after the window "

@@ -139,7 +139,8 @@ def profile_event_times(
 ) -> DisorderProfile:
     """The profile of event times (ms, arrival order; NaN or a masked value: invalid).
 
-    ``keys`` (one per event) adds the key counts; ``first_window_end_ms`` (the
+    ``keys`` (one per event, any comparable values; the advisor passes
+    integer key ids) adds the key counts; ``first_window_end_ms`` (the
     end of the first window each event belongs to) with ``lag_ms`` counts the
     events that came after that window fired (``max_seen - lag >= end``).
     """
@@ -153,7 +154,7 @@ def profile_event_times(
         delays[1:] = np.maximum(before[:-1] - ts[1:], 0)
     n_keys = share = None
     if keys is not None:
-        _, counts = np.unique(np.asarray(keys, dtype=object)[valid].astype(str), return_counts=True)
+        _, counts = np.unique(np.asarray(keys)[valid], return_counts=True)
         n_keys = len(counts)
         share = float(counts.max() / counts.sum()) if len(counts) else 0.0
     after = None
