@@ -6,10 +6,7 @@ A window ``[s, s + size]`` (both ends inclusive) is a state row with
 rows. Kafka builds windows record by record — updating the windows that
 contain a record, creating the previous record's right window and the
 record's left window, copying the right window from the newest window
-after it — so one micro-batch of a key is replayed in arrival order here.
-The replay only moves window *contents* around as ``(stored window, batch
-rows)`` pairs; the partial aggregates of every window that changed are then
-built in one vectorized merge (:func:`~krishiv_py.stateful.aggregates.merge`).
+after it — in arrival order.
 
 The rules, with ``close = W - grace`` for the batch's watermark ``W``:
 
@@ -23,6 +20,31 @@ The rules, with ``close = W - grace`` for the batch's watermark ``W``:
 
 Closed windows stay in state, unchanged, while a later row could still
 look them up (their start is within ``grace + 3 size`` of the watermark).
+
+How a micro-batch is applied
+----------------------------
+Most rows of a key come *in order*: later than every row the key has seen
+and not behind the closing time, so every window that holds them is open.
+For a run of such rows Kafka's bookkeeping has a closed form
+(:func:`_add_in_order`), computed for all keys at once with sorted arrays:
+
+- every stored window takes the run's rows within its range;
+- row ``k`` (``k >= 2``) within ``size`` of row ``k - 1`` creates the right
+  window of row ``k - 1``, ``[t(k-1) + 1, t(k-1) + 1 + size]``, which takes
+  row ``k`` and the later rows within its range;
+- row ``k`` creates its left window ``[t(k) - size, t(k)]`` unless a window
+  starts there already: the contents of the newest window that starts
+  before it (as Kafka copies them) plus row ``k``; the first row of the run
+  looks the previous window up among the stored ones, exactly as the
+  replay does.
+
+Every other row (out of order, near the watermark, early, or a repeated
+time) is replayed one by one (:func:`_replay`). A key's rows are cut into
+alternating runs of both kinds and applied run after run, so the order of
+arrival is kept; the replay only moves window *contents* around as
+``(stored window, batch rows)`` pairs. Either way the partial aggregates of
+every window that changed are built in one vectorized merge
+(:func:`~krishiv_py.stateful.aggregates.merge`).
 """
 
 from __future__ import annotations
@@ -31,6 +53,7 @@ from typing import Any
 
 import attrs
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from krishiv_py.plan.windows import EventSlidingWindow
@@ -52,15 +75,114 @@ from krishiv_py.stateful.state import (
 
 __all__ = ["add_event_sliding", "lookup_horizon_ms"]
 
+Ints = npt.NDArray[np.int64]
+Bools = npt.NDArray[np.bool_]
+
+#: Runs per key applied one after the other; a key's rows past this many runs are replayed.
+MAX_RUNS = 8
+
 
 @attrs.define
 class _Content:
-    """A window's contents: a stored window's accumulator (``base``) plus batch rows."""
+    """A window in the replay: a stored window's accumulator (``base``) plus batch rows."""
 
     base: int | None  # state row index
     rows: list[int]
     maxts: int  # ms
     changed: bool = False
+    same: bool = False  # the stored window itself (not a copy): it keeps its firing state
+
+
+@attrs.frozen(kw_only=True)
+class _Windows:
+    """The windows of the keys a micro-batch touches, between its runs of rows.
+
+    Each window holds at most one stored accumulator (``base``, a row of the
+    step's state) plus batch rows (``rows[offsets[i]:offsets[i + 1]]``): a copy
+    of a window copies both. Accumulators are merged once, at the end of the batch.
+    """
+
+    kid: Ints
+    start: Ints  # ms
+    maxts: Ints  # ms
+    base: Ints  # -1 for none
+    offsets: Ints
+    rows: Ints
+    same: Bools  # the stored window ``base`` itself, still in place: it keeps its firing state
+    changed: Bools
+
+    @classmethod
+    def of_state(cls, state: pa.Table, kid_state: Ints, rows: Ints) -> _Windows:
+        n = len(rows)
+        return cls(
+            kid=kid_state[rows],
+            start=state.column(WS).to_numpy()[rows] // 1000,
+            maxts=state.column(MAXTS).to_numpy()[rows] // 1000,
+            base=rows,
+            offsets=np.zeros(n + 1, np.int64),
+            rows=np.zeros(0, np.int64),
+            same=np.ones(n, bool),
+            changed=np.zeros(n, bool),
+        )
+
+    def take(self, which: Ints) -> _Windows:
+        offsets, rows = _csr_take(self.offsets, self.rows, which)
+        return attrs.evolve(
+            self,
+            kid=self.kid[which],
+            start=self.start[which],
+            maxts=self.maxts[which],
+            base=self.base[which],
+            offsets=offsets,
+            rows=rows,
+            same=self.same[which],
+            changed=self.changed[which],
+        )
+
+    def concat(self, other: _Windows) -> _Windows:
+        return _Windows(
+            kid=_cat(self.kid, other.kid),
+            start=_cat(self.start, other.start),
+            maxts=_cat(self.maxts, other.maxts),
+            base=_cat(self.base, other.base),
+            offsets=_cat(self.offsets, other.offsets[1:] + self.offsets[-1]),
+            rows=_cat(self.rows, other.rows),
+            same=_cat(self.same, other.same),
+            changed=_cat(self.changed, other.changed),
+        )
+
+
+def _cat(*parts: Any) -> Any:
+    """``np.concatenate`` of arrays and scalars (a scalar is a one-element array)."""
+    return np.concatenate([np.atleast_1d(p) for p in parts])
+
+
+def _csr_take(offsets: Ints, values: Ints, which: Ints) -> tuple[Ints, Ints]:
+    """The lists ``which`` of a CSR list array (``-1``: an empty list)."""
+    ok, at = which >= 0, np.maximum(which, 0)
+    padded = _cat(offsets, offsets[-1])  # in bounds when there are no lists at all
+    lo = np.where(ok, padded[at], 0)
+    counts = np.where(ok, padded[at + 1] - lo, 0)
+    out = _cat(0, np.cumsum(counts)).astype(np.int64)
+    return out, values[np.arange(out[-1]) - np.repeat(out[:-1] - lo, counts)]
+
+
+def _csr_join(a: tuple[Ints, Ints], b: tuple[Ints, Ints]) -> tuple[Ints, Ints]:
+    """Each list of ``a`` followed by the same list of ``b``."""
+    (oa, va), (ob, vb) = a, b
+    ca, cb = np.diff(oa), np.diff(ob)
+    out = _cat(0, np.cumsum(ca + cb)).astype(np.int64)
+    values = np.empty(out[-1], np.int64)
+    values[np.repeat(out[:-1] - oa[:-1], ca) + np.arange(len(va))] = va
+    values[np.repeat(out[:-1] + ca - ob[:-1], cb) + np.arange(len(vb))] = vb
+    return out, values
+
+
+def _intervals(lo: Ints, hi: Ints) -> tuple[Ints, Ints]:
+    """The lists ``[lo[i], ..., hi[i]]`` as a CSR list array."""
+    counts = hi - lo + 1
+    out = _cat(0, np.cumsum(counts)).astype(np.int64)
+    return out, np.arange(out[-1]) - np.repeat(out[:-1] - lo, counts)
 
 
 def lookup_horizon_ms(window: EventSlidingWindow, watermark_ms: int) -> int:
@@ -80,42 +202,248 @@ def add_event_sliding(
     """Add ``batch`` to the windows in ``state``; returns the new state and which rows joined a window."""
     window = spec.window
     assert isinstance(window, EventSlidingWindow)
-    size, grace = window.size_ms, window.grace_ms
-    close = None if w_us is None else w_us // 1000 - grace
+    close = None if w_us is None else w_us // 1000 - window.grace_ms
     kept = np.zeros(len(ts), bool)
     rows = np.flatnonzero(valid)
     if not len(rows):
         return state, kept
-    t_ms = np.floor_divide(ts, 1000)
     kid_state, kid_rows = key_ids(spec, state, batch.take(arrow(rows)))
-    starts = state.column(WS).to_numpy() // 1000
-    maxts = state.column(MAXTS).to_numpy() // 1000 if state.num_rows else np.zeros(0, np.int64)
-    by_key: dict[int, dict[int, _Content]] = {}
-    originals: list[tuple[int, int, int, _Content]] = []  # state row, key, start, contents
-    for key in np.unique(kid_rows).tolist():
-        by_key[key] = {}
-        for i in np.flatnonzero(kid_state == key).tolist():
-            content = _Content(base=i, rows=[], maxts=int(maxts[i]))
-            by_key[key][int(starts[i])] = content
-            originals.append((i, key, int(starts[i]), content))
-    rep = {int(key): int(rows[j]) for j, key in reversed(list(enumerate(kid_rows.tolist())))}
-    order = np.argsort(seq[rows], kind="stable")
-    for j in order.tolist():
+    kid = np.full(len(ts), -1, np.int64)
+    kid[rows] = kid_rows
+    involved = np.isin(kid_state, kid_rows)
+    wins = _Windows.of_state(state, kid_state, np.flatnonzero(involved))
+    t = np.floor_divide(ts, 1000)
+    for fast, slow in _runs(window, wins, rows, kid, t, seq, close):
+        if len(fast):
+            wins = _add_in_order(window.size_ms, wins, fast, kid, t, seq)
+            kept[fast] = True
+        if len(slow):
+            wins, joined = _replay(window.size_ms, wins, slow, kid, t, seq, close)
+            kept[slow] = joined
+    # A stored window stays as it is unless it took rows or was replaced.
+    unchanged = wins.base[wins.same & ~wins.changed]
+    keep = ~involved
+    keep[unchanged] = True
+    first_row = np.full(int(kid.max()) + 1, -1, np.int64)
+    first_row[kid_rows[::-1]] = rows[::-1]
+    return _rebuild(spec, state.filter(arrow(keep)), state, batch, ts, seq, wins, first_row), kept
+
+
+def _runs(
+    window: EventSlidingWindow,
+    wins: _Windows,
+    rows: Ints,
+    kid: Ints,
+    t: Ints,
+    seq: Ints,
+    close: int | None,
+) -> list[tuple[Ints, Ints]]:
+    """The batch's rows as passes of ``(in-order rows, rows to replay)``, each key's runs in turn.
+
+    A row is in order when its time is later than every row its key holds
+    (the stored windows' ``__maxts``) or sent before it in this batch, it is
+    not early (``t >= size``) and the windows holding it are open (``t >= close``;
+    a closed window before it may still be copied, as Kafka does).
+    Pass ``p`` holds every key's ``p``-th run of rows of one kind.
+    """
+    order = np.lexsort((seq[rows], kid[rows]))
+    r = rows[order]
+    k, tr = kid[r], t[r]
+    stored_max = np.full(int(k.max()) + 1, np.iinfo(np.int64).min, np.int64)
+    np.maximum.at(stored_max, wins.kid, wins.maxts)
+    # The latest time before each row, its key's stored windows included, as a segmented
+    # running maximum over ranks (keys in ascending order: key * stride + rank is monotone).
+    before_stored = stored_max[k]
+    values, ranks = np.unique(np.concatenate([tr, before_stored]), return_inverse=True)
+    stride = len(values) + 1
+    rank_t, rank_stored = ranks[: len(tr)], ranks[len(tr) :]
+    running = np.maximum.accumulate(k * stride + rank_t)
+    first = _cat(True, k[1:] != k[:-1])
+    prior = np.where(first, -1, _cat(0, running[:-1]) - k * stride)
+    has_stored = before_stored != np.iinfo(np.int64).min
+    latest = np.maximum(prior, np.where(has_stored, rank_stored, -1))
+    fast = (rank_t > latest) & (tr >= window.size_ms)
+    if close is not None:
+        fast &= tr >= close
+    starts = first | _cat(False, fast[1:] != fast[:-1])
+    cut = np.cumsum(starts)
+    run = cut - cut[np.maximum.accumulate(np.where(first, np.arange(len(r)), 0))]
+    fast &= run < MAX_RUNS
+    run = np.minimum(run, MAX_RUNS)
+    return [(r[(run == p) & fast], r[(run == p) & ~fast]) for p in range(int(run.max()) + 1)]
+
+
+def _add_in_order(size: int, wins: _Windows, rows: Ints, kid: Ints, t_all: Ints, seq: Ints) -> _Windows:
+    """Add one in-order run of rows per key (see the module docstring) with sorted arrays."""
+    rows = rows[np.lexsort((seq[rows], kid[rows]))]
+    k, t = kid[rows], t_all[rows]
+    m = len(rows)
+    pos = np.arange(m)
+    first = _cat(True, k[1:] != k[:-1])
+    run_start = np.maximum.accumulate(np.where(first, pos, 0))
+    firsts = np.flatnonzero(first)
+    run_keys = k[firsts]
+    # The windows of these keys, by (key, start).
+    stored = np.flatnonzero(np.isin(wins.kid, run_keys))
+    s_kid, s_start, s_maxts = wins.kid[stored], wins.start[stored], wins.maxts[stored]
+    low = int(min(t.min() - 2 * size, s_start.min(initial=t.min()))) - 2
+    stride = int(max(t.max() + size, s_start.max(initial=t.max()))) - low + 3
+    if (int(k.max()) + 1) * stride >= 2**62:
+        # Times too far apart to number (key, time) pairs: replay (every window holding
+        # these rows is open, so the replay needs no watermark).
+        return _replay(size, wins, rows, kid, t_all, seq, None)[0]
+
+    def at(key: Ints, ms: Ints) -> Ints:
+        return key * stride + (ms - low)
+
+    s_order = np.argsort(at(s_kid, s_start), kind="stable")
+    stored, s_kid, s_start, s_maxts = stored[s_order], s_kid[s_order], s_start[s_order], s_maxts[s_order]
+    s_at = at(s_kid, s_start)
+    row_at = at(k, t)
+
+    def last_row(key: Ints, ms: Ints) -> Ints:
+        """The last row of key ``key`` at or before ``ms`` (-1 when none)."""
+        j = np.searchsorted(row_at, at(key, ms), "right") - 1
+        ok = (j >= 0) & (k[np.maximum(j, 0)] == key)
+        return np.where(ok, j, -1)
+
+    # The run's first row, against the stored windows only (Kafka's lookups, as the replay).
+    # A sentinel past every (key, start) keeps the lookups in bounds.
+    lookup_at = _cat(s_at, np.iinfo(np.int64).max)
+    lookup_kid, lookup_start, lookup_maxts = _cat(s_kid, -1), _cat(s_start, 0), _cat(s_maxts, 0)
+    t1, k1 = t[firsts], k[firsts]
+    e = np.searchsorted(lookup_at, at(k1, t1 - size))
+    left_stored = lookup_at[e] == at(k1, t1 - size)
+    b = np.maximum(e - 1, 0)
+    has_b = (e > 0) & (lookup_kid[b] == k1) & (lookup_start[b] >= t1 - 2 * size)
+    prev1 = np.where(has_b, lookup_maxts[b], np.where(left_stored, lookup_maxts[e], 0))
+    has_prev = has_b | left_stored
+    r1_stored = lookup_at[np.searchsorted(lookup_at, at(k1, prev1 + 1))] == at(k1, prev1 + 1)
+    make_r1 = has_prev & ~r1_stored & (prev1 + 1 + size >= t1) & (prev1 + 1 != t1 - size)
+
+    # Right windows: the first row's previous row, and each row within `size` of the one before.
+    near = ~first & (t - _cat(0, t[:-1]) <= size)
+    r_pos = np.concatenate([firsts[make_r1], pos[near]])
+    r_start = np.concatenate([prev1[make_r1] + 1, t[np.flatnonzero(near) - 1] + 1])
+
+    # Every window start, stored > right > left where one start is both, to find each row's
+    # left window and the newest window that starts before it.
+    kinds = np.concatenate([np.zeros(len(stored), np.int64), np.ones(len(r_pos), np.int64), np.full(m, 2)])
+    refs = np.concatenate([np.arange(len(stored)), r_pos, pos])
+    u_at = np.concatenate([s_at, at(k[r_pos], r_start), at(k, t - size)])
+    u_order = np.lexsort((kinds, u_at))
+    u_at, kinds, refs = u_at[u_order], kinds[u_order], refs[u_order]
+    unique = _cat(True, u_at[1:] != u_at[:-1])
+    u_at, kinds, refs = u_at[unique], kinds[unique], refs[unique]
+    mine = np.searchsorted(u_at, at(k, t - size))
+    make_left = kinds[mine] == 2  # no stored or right window starts there
+    b_kind, b_ref = kinds[np.maximum(mine - 1, 0)], refs[np.maximum(mine - 1, 0)]
+    # Left windows: the window copied (-1: none) and the first run row they take; a near
+    # row copies the newest window before its left window (same key).
+    copied = np.full(m, -1, np.int64)
+    lo = pos.copy()
+    from_stored = near & (b_kind == 0)
+    copied[from_stored] = stored[b_ref[from_stored]]
+    lo[from_stored] = run_start[from_stored]
+    from_right = near & (b_kind == 1)
+    lo[from_right] = b_ref[from_right]
+    use_b1 = has_b & (prev1 >= t1 - size)
+    copied[firsts[use_b1]] = stored[b[use_b1]]
+    inherit = near & (b_kind == 2)  # the previous row's left window: what it copied, its first row
+    src = np.maximum.accumulate(np.where(inherit, -1, pos))
+    copied, lo = copied[src], lo[src]
+
+    # Stored windows take the run's rows up to their end.
+    s_first = firsts[np.searchsorted(run_keys, s_kid)]
+    s_hi = last_row(s_kid, s_start + size)
+    touched = (s_hi >= 0) & (s_hi >= s_first)
+    extra_lo = np.zeros(len(wins.kid), np.int64)
+    extra_hi = np.full(len(wins.kid), -1, np.int64)
+    extra_lo[stored[touched]], extra_hi[stored[touched]] = s_first[touched], s_hi[touched]
+    extra_offsets, extra = _intervals(extra_lo, extra_hi)
+    offsets, grown = _csr_join((wins.offsets, wins.rows), (extra_offsets, rows[extra]))
+    grew = extra_hi >= 0
+    old = attrs.evolve(
+        wins,
+        offsets=offsets,
+        rows=grown,
+        maxts=np.where(grew, t[extra_hi], wins.maxts),
+        changed=wins.changed | grew,
+    )
+    # New windows: right windows take their rows; left windows what they copy plus theirs.
+    left = np.flatnonzero(make_left)
+    r_hi = last_row(k[r_pos], r_start + size)
+    interval_offsets, interval = _intervals(_cat(r_pos, lo[left]), _cat(r_hi, left))
+    new_rows = _csr_join(
+        _csr_take(wins.offsets, wins.rows, _cat(np.full(len(r_pos), -1, np.int64), copied[left])),
+        (interval_offsets, rows[interval]),
+    )
+    n_new = len(r_pos) + len(left)
+    new = _Windows(
+        kid=_cat(k[r_pos], k[left]),
+        start=_cat(r_start, t[left] - size),
+        maxts=t[_cat(r_hi, left)],
+        base=_cat(np.full(len(r_pos), -1, np.int64), _cat(wins.base, -1)[copied[left]]),  # -1: none
+        offsets=new_rows[0],
+        rows=new_rows[1],
+        same=np.zeros(n_new, bool),
+        changed=np.ones(n_new, bool),
+    )
+    return old.concat(new)
+
+
+def _replay(
+    size: int, wins: _Windows, rows: Ints, kid: Ints, t: Ints, seq: Ints, close: int | None
+) -> tuple[_Windows, Bools]:
+    """Replay ``rows`` one by one in arrival order, as Kafka does; which of them joined a window.
+
+    A row reaches only the windows starting in ``[t - 2 size, t + 1]`` (``[0, t + 1]``
+    for an early row), so only its key's windows from its earliest row's reach on
+    are loaded.
+    """
+    joined = np.zeros(len(rows), bool)
+    keys, where = np.unique(kid[rows], return_inverse=True)
+    earliest = np.full(len(keys), np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(earliest, where, t[rows])
+    at = np.searchsorted(keys, wins.kid)
+    ok = at < len(keys)
+    theirs = ok & (keys[np.minimum(at, len(keys) - 1)] == wins.kid)
+    theirs &= wins.start >= earliest[np.minimum(at, len(keys) - 1)] - 2 * size - 1
+    by_key: dict[int, dict[int, _Content]] = {key: {} for key in keys.tolist()}
+    originals: list[tuple[int, int, _Content]] = []
+    for i in np.flatnonzero(theirs).tolist():
+        content = _Content(
+            base=None if wins.base[i] < 0 else int(wins.base[i]),
+            rows=wins.rows[wins.offsets[i] : wins.offsets[i + 1]].tolist(),
+            maxts=int(wins.maxts[i]),
+            changed=bool(wins.changed[i]),
+            same=bool(wins.same[i]),
+        )
+        key, start = int(wins.kid[i]), int(wins.start[i])
+        by_key[key][start] = content
+        originals.append((key, start, content))
+    for j in np.argsort(seq[rows], kind="stable").tolist():
         r = int(rows[j])
-        wins = by_key[int(kid_rows[j])]
-        t = int(t_ms[r])
-        if close is not None and t + size < close:
+        time = int(t[r])
+        if close is not None and time + size < close:
             continue
-        replay = _replay_early if t < size else _replay_regular
-        kept[r] = replay(wins, r, t, size, lambda s: close is None or s + size >= close)
-    keep = np.ones(state.num_rows, bool)
-    updated: set[int] = set()  # stored windows that took rows (not replaced): they keep their firing state
-    for i, key, start, content in originals:  # a stored window that changed or was replaced is rebuilt
-        same = by_key[key].get(start) is content
-        keep[i] = same and not content.changed
-        if same and content.changed:
-            updated.add(id(content))
-    return _rebuild(spec, state.filter(pa.array(keep)), state, batch, ts, seq, by_key, rep, updated), kept
+        replay = _replay_early if time < size else _replay_regular
+        joined[j] = replay(by_key[int(kid[r])], r, time, size, lambda s: close is None or s + size >= close)
+    for key, start, content in originals:  # a stored window replaced by another one is gone
+        content.same = content.same and by_key[key].get(start) is content
+    contents = [(key, start, c) for key, held in by_key.items() for start, c in held.items()]
+    counts = np.asarray([len(c.rows) for _, _, c in contents], np.int64)
+    replayed = _Windows(
+        kid=np.asarray([key for key, _, _ in contents], np.int64),
+        start=np.asarray([start for _, start, _ in contents], np.int64),
+        maxts=np.asarray([c.maxts for _, _, c in contents], np.int64),
+        base=np.asarray([-1 if c.base is None else c.base for _, _, c in contents], np.int64),
+        offsets=_cat(0, np.cumsum(counts)).astype(np.int64),
+        rows=np.asarray([r for _, _, c in contents for r in c.rows], np.int64),
+        same=np.asarray([c.same for _, _, c in contents], bool),
+        changed=np.asarray([c.changed for _, _, c in contents], bool),
+    )
+    return wins.take(np.flatnonzero(~theirs)).concat(replayed), joined
 
 
 def _add(content: _Content, r: int, t: int) -> None:
@@ -214,82 +542,70 @@ def _rebuild(
     batch: pa.Table,
     ts: np.ndarray,
     seq: np.ndarray,
-    by_key: dict[int, dict[int, _Content]],
-    rep: dict[int, int],
-    updated: set[int],
+    wins: _Windows,
+    key_row: Ints,
 ) -> pa.Table:
-    """``kept_state`` plus every changed window, its accumulator rebuilt in one merge.
+    """``kept_state`` plus every changed window, all accumulators built in one merge.
 
-    Contents refer to rows of the step's ``state``; ``rep`` maps a key id to a
-    batch row of that key (where its key values come from). A stored window
-    that took rows (its content's id in ``updated``) keeps when it last fired
-    and whether it emitted; a new window (a copy included) starts afresh.
+    Bases are rows of the step's ``state``; ``key_row`` maps a key id to a batch
+    row of that key (where its key values come from). Each batch row's partial
+    is computed once, however many windows take it.
     """
     window = spec.window
     assert isinstance(window, EventSlidingWindow)
-    changed = [(key, start, c) for key, wins in by_key.items() for start, c in wins.items() if c.changed]
-    if not changed:
+    changed = wins.take(np.flatnonzero(wins.changed))
+    n = len(changed.start)
+    if not n:
         return kept_state
-    ids: list[int] = []
-    src_state: list[int] = []
-    ids_rows: list[int] = []
-    src_rows: list[int] = []
-    for g, (_, _, c) in enumerate(changed):
-        if c.base is not None:
-            ids.append(g)
-            src_state.append(c.base)
-        ids_rows += [g] * len(c.rows)
-        src_rows += c.rows
+    added = np.diff(changed.offsets)
+    with_base = np.flatnonzero(changed.base >= 0)
     names = [f.name for f in agg.partial_schema(spec.aggs)]
-    stored = state.take(arrow(np.asarray(src_state, np.int64)))
-    take = np.asarray(src_rows, np.int64)
-    row_parts = agg.row_partials(spec.aggs, batch.take(arrow(take)), ts[take], seq[take])
+    stored = state.take(arrow(changed.base[with_base]))
+    distinct, which = np.unique(changed.rows, return_inverse=True)
+    row_parts = agg.row_partials(spec.aggs, batch.take(arrow(distinct)), ts[distinct], seq[distinct])
     parts = {
-        n: pa.concat_arrays(
-            [stored.column(n).combine_chunks(), row_parts[n].cast(state.schema.field(n).type)]
+        name: pa.concat_arrays(
+            [
+                stored.column(name).combine_chunks(),
+                row_parts[name].cast(state.schema.field(name).type).take(arrow(which.astype(np.int64))),
+            ]
         )
-        for n in names
+        for name in names
     }
-    merged = agg.merge(spec.aggs, parts, np.asarray(ids + ids_rows, np.int64), len(changed))
-    n = len(changed)
-    reps = np.asarray([rep[key] for key, _, _ in changed], np.int64)
+    ids = np.concatenate([with_base, np.repeat(np.arange(n, dtype=np.int64), added)])
+    merged = agg.merge(spec.aggs, parts, ids, n)
+    reps = arrow(key_row[changed.kid])
     cols: dict[str, Any] = {
-        name: canonical(batch.column(column).combine_chunks()).take(arrow(reps))
+        name: canonical(batch.column(column).combine_chunks()).take(reps)
         for name, column in zip(spec.key_names(), spec.keys, strict=True)
     }
-    starts_ms = np.asarray([s for _, s, _ in changed], np.int64)
-    cols[WS] = pa.array(starts_ms * 1000)
-    cols[WE] = pa.array((starts_ms + window.size_ms + 1 + window.grace_ms) * 1000)
-    same = np.asarray([id(c) in updated for _, _, c in changed], bool)
-    rows_of = np.asarray([c.base if id(c) in updated else 0 for _, _, c in changed], np.int64)
-    held = state.take(arrow(rows_of)) if state.num_rows else None
+    cols[WS] = arrow(changed.start * 1000)
+    cols[WE] = arrow((changed.start + window.size_ms + 1 + window.grace_ms) * 1000)
+    same = changed.same
+    held = state.take(arrow(np.where(same, changed.base, 0))) if state.num_rows else None
 
     def carried(name: str, fresh: np.ndarray) -> pa.Array[Any]:
         values = fresh
         if held is not None and same.any():
             old = np.asarray(held.column(name).combine_chunks().to_numpy(zero_copy_only=False))
             values = np.where(same, old, fresh)
-        out: pa.Array[Any] = pa.array(values)
-        return out
+        return arrow(values)
 
     cols[FIRED] = carried(FIRED, np.zeros(n, bool))
-    added = np.asarray([len(c.rows) for _, _, c in changed], np.int64)
     if ROWS in state.schema.names:
-        # Rows a window holds: a stored window's count plus its new rows; a new window
-        # (a copy included) holds its base's rows and the rows added to it. Pending: the
-        # rows since its last firing, all of them for a new window.
-        bases = np.asarray([-1 if c.base is None else c.base for _, _, c in changed], np.int64)
-        counts = state.column(ROWS).to_numpy() if state.num_rows else np.zeros(0, np.int64)
-        held_rows = np.where(bases >= 0, counts[np.maximum(bases, 0)] if len(counts) else 0, 0) + added
-        cols[ROWS] = pa.array(held_rows)
+        # Rows a window holds: its base's count plus its batch rows (a copy holds its base's
+        # rows). Pending: the rows since its last firing, all of them for a new window.
+        counts = state.column(ROWS).to_numpy() if state.num_rows else np.zeros(1, np.int64)
+        held_rows = np.where(changed.base >= 0, counts[np.maximum(changed.base, 0)], 0) + added
+        cols[ROWS] = arrow(held_rows)
         before = carried(PENDING, np.zeros(n, np.int64)).to_numpy(zero_copy_only=False)
-        cols[PENDING] = pa.array(np.where(same, before + added, held_rows))
+        cols[PENDING] = arrow(np.where(same, before + added, held_rows))
     else:
-        cols[PENDING] = pa.array(np.ones(n, np.int64))
+        cols[PENDING] = arrow(np.ones(n, np.int64))
     cols[LAST] = carried(LAST, np.full(n, -1, np.int64))
     cols[EMITTED] = carried(EMITTED, np.zeros(n, bool))
     cols |= merged
-    cols[MAXTS] = pa.array(np.asarray([c.maxts for _, _, c in changed], np.int64) * 1000)
+    cols[MAXTS] = arrow(changed.maxts * 1000)
     table = pa.table(cols)
     for f in state.schema:
         if f.name not in cols:
