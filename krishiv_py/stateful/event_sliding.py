@@ -558,22 +558,25 @@ def _rebuild(
     if not n:
         return kept_state
     added = np.diff(changed.offsets)
-    with_base = np.flatnonzero(changed.base >= 0)
     names = [f.name for f in agg.partial_schema(spec.aggs)]
+    with_base = changed.base >= 0
     stored = state.take(arrow(changed.base[with_base]))
-    distinct, which = np.unique(changed.rows, return_inverse=True)
-    row_parts = agg.row_partials(spec.aggs, batch.take(arrow(distinct)), ts[distinct], seq[distinct])
+    row_parts = agg.row_partials(spec.aggs, batch, ts, seq)
+    # Each window's partials side by side, its stored accumulator first: the ids ascend.
+    size = with_base + added
+    at = np.concatenate([[0], np.cumsum(size)])
+    leaves = np.empty(at[-1], np.int64)
+    leaves[at[:-1][with_base]] = np.arange(len(stored))
+    rows_at = np.repeat(at[:-1] + with_base - changed.offsets[:-1], added) + np.arange(len(changed.rows))
+    leaves[rows_at] = len(stored) + changed.rows
+    order = arrow(leaves)
     parts = {
         name: pa.concat_arrays(
-            [
-                stored.column(name).combine_chunks(),
-                row_parts[name].cast(state.schema.field(name).type).take(arrow(which.astype(np.int64))),
-            ]
-        )
+            [stored.column(name).combine_chunks(), row_parts[name].cast(state.schema.field(name).type)]
+        ).take(order)
         for name in names
     }
-    ids = np.concatenate([with_base, np.repeat(np.arange(n, dtype=np.int64), added)])
-    merged = agg.merge(spec.aggs, parts, ids, n)
+    merged = agg.merge(spec.aggs, parts, np.repeat(np.arange(n, dtype=np.int64), size), n)
     reps = arrow(key_row[changed.kid])
     cols: dict[str, Any] = {
         name: canonical(batch.column(column).combine_chunks()).take(reps)
