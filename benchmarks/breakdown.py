@@ -39,14 +39,28 @@ PHASES = (
     "triggerExecution",
 )
 RUNNERS = ("krishiv-native", "pyspark-streaming")
+#: The stateful operator's own parts, summed over its bucket calls (``operator.TIMING_NAMES``),
+#: then the driver's: reading the payloads from Spark, decoding and routing them.
+OPERATOR_PARTS = (
+    "load_us",
+    "decode_us",
+    "kernel_us",
+    "store_us",
+    "encode_us",
+    "fetch_us",
+    "decode_payloads_us",
+    "route_us",
+)
 
 
-def run(queries: list[str], repeat: int, tree: Path) -> list[dict[str, Any]]:
+def run(
+    queries: list[str], repeat: int, tree: Path, runners: tuple[str, ...] = RUNNERS
+) -> list[dict[str, Any]]:
     """The ``phases`` details of every timed run (warm-up left out)."""
     clicks = data.clickstream(data.ClickstreamSpec(events=1_000_000, files=20))
     nexmark = data.nexmark(data.NexmarkSpec(events=1_000_000, files=20))
     cmd = [sys.executable, "-m", "benchmarks.spark_runner", "--phases", "--interleave"]
-    cmd += [f"--runner={r}" for r in RUNNERS] + [f"--query={q}" for q in queries]
+    cmd += [f"--runner={r}" for r in runners] + [f"--query={q}" for q in queries]
     cmd += ["--clickstream", str(clicks.root), "--nexmark", str(nexmark.root), "--repeat", str(repeat)]
     env = {**os.environ, "PYTHONPATH": str(tree)}
     out = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, check=False)
@@ -61,12 +75,12 @@ def run(queries: list[str], repeat: int, tree: Path) -> list[dict[str, Any]]:
     return details
 
 
-def table(details: list[dict[str, Any]], queries: list[str]) -> str:
+def table(details: list[dict[str, Any]], queries: list[str], runners: tuple[str, ...] = RUNNERS) -> str:
     """Markdown: ms per micro-batch per phase, one row per (query, runner)."""
     head = ["query", "runner", "batches", *PHASES, "wall", "outside triggers"]
     lines = ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * (len(head) - 2)]
     for q in queries:
-        for r in RUNNERS:
+        for r in runners:
             runs = [d for d in details if d["query"] == q and d["runner"] == r]
             if not runs:
                 continue
@@ -84,16 +98,47 @@ def table(details: list[dict[str, Any]], queries: list[str]) -> str:
     return "\n".join(lines)
 
 
+def operator_table(details: list[dict[str, Any]], queries: list[str]) -> str:
+    """Markdown: the stateful operator's parts, ms per executed micro-batch (median over runs)."""
+    parts = [p.removesuffix("_us") for p in OPERATOR_PARTS]
+    head = ["query", "batches", "tick batches", "bucket calls", *parts]
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    for q in queries:
+        runs = [d for d in details if d["query"] == q and "operator_ms" in d]
+        if not runs:
+            continue
+        cells = [
+            statistics.median(d["operator_ms"].get(p, 0.0) / max(1, d["micro_batches"]) for d in runs)
+            for p in OPERATOR_PARTS
+        ]
+        n = statistics.median(d["micro_batches"] for d in runs)
+        ticks = statistics.median(d["tick_batches"] for d in runs)
+        calls = statistics.median(d["bucket_calls"] for d in runs)
+        row = [q, f"{n:.0f}", f"{ticks:.0f}", f"{calls:.0f}", *(f"{c:.1f}" for c in cells)]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.breakdown", description=__doc__.splitlines()[0])
     p.add_argument("--query", action="append", help="queries (default tumbling, session, nexmark-q7)")
     p.add_argument("--repeat", type=int, default=2, help="timed runs per runner (default 2)")
     p.add_argument("--tree", type=Path, default=Path(__file__).resolve().parents[1], help="checkout to run")
+    p.add_argument(
+        "--stateful",
+        action="store_true",
+        help="add krishiv's stateful lowering (krishiv-stateful) and its operator's parts",
+    )
     args = p.parse_args(argv)
     queries = args.query or ["tumbling", "session", "nexmark-q7"]
-    details = run(queries, args.repeat, args.tree.resolve())
+    runners = (*RUNNERS, "krishiv-stateful") if args.stateful else RUNNERS
+    details = run(queries, args.repeat, args.tree.resolve(), runners)
     print(f"ms per executed micro-batch (median over {args.repeat} runs), tree {args.tree}:")
-    print(table(details, queries))
+    print(table(details, queries, runners))
+    if args.stateful:
+        print("\nkrishiv-stateful, the operator's parts (ms per executed micro-batch; Python workers summed")
+        print("over bucket calls, which run in parallel on the cores; then the driver):")
+        print(operator_table(details, queries))
     return 0
 
 

@@ -398,9 +398,35 @@ class Phases:
                         if s.get("firstTaskLaunchedTime")
                     ),
                     "tasks": {k: sum(int(s.get(k) or 0) for s in mine) for k in STAGE_METRICS},
+                    **_operator_detail(run["h"], executed),
                 }
             )
         self._runs.clear()
+
+
+def _operator_detail(handles: list[Any], executed: list[dict[str, Any]]) -> dict[str, Any]:
+    """For krishiv's stateful operator: its time per part (ms, all micro-batches) and its tick batches.
+
+    A tick batch reads only the operator's own tick rows (no input rows):
+    it runs the buckets whose windows the watermark made due.
+    """
+    timings = [t for h in handles for t in getattr(getattr(h, "_collector", None), "timings", {}).values()]
+    if not timings:
+        return {}
+    names = sorted({k for t in timings for k in t})
+
+    def data_rows(p: dict[str, Any]) -> int:
+        return sum(
+            int(s.get("numInputRows") or 0) for s in p.get("sources", []) if "tick" not in s["description"]
+        )
+
+    return {
+        "operator_ms": {
+            k: round(sum(t.get(k, 0) for t in timings) / 1000, 1) for k in names if k != "buckets"
+        },
+        "bucket_calls": sum(t.get("buckets", 0) for t in timings),
+        "tick_batches": sum(1 for p in executed if not data_rows(p)),
+    }
 
 
 def _progress_of(handle: Any) -> list[dict[str, Any]]:

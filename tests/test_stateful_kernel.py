@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 import krishiv_py as kp
 from krishiv_py.names import BATCH_TS, SEQ
 from krishiv_py.plan import nodes as n
-from krishiv_py.plan.windows import EventSlidingWindow
 from krishiv_py.plan.watermarks import END_OF_TIME_MS, MAX_EVENT_MS, MIN_EVENT_MS
+from krishiv_py.plan.windows import EventSlidingWindow
 from krishiv_py.planner.spark.stateful import operator_spec
 from krishiv_py.stateful import kernel
 from krishiv_py.stateful.state import FIRST, WINDOW_END, WINDOW_START
@@ -414,7 +414,9 @@ def mostly_in_order(draw: Any) -> tuple[int, list[Step]]:
     case=mostly_in_order(),
     grace=st.sampled_from([0, 3, 20]),
     lag=st.integers(0, 10),
-    trigger=st.sampled_from([kp.Trigger.on_watermark(), kp.Trigger.on_every_element(), kp.Trigger.on_count(2)]),
+    trigger=st.sampled_from(
+        [kp.Trigger.on_watermark(), kp.Trigger.on_every_element(), kp.Trigger.on_count(2)]
+    ),
 )
 def test_event_sliding_in_order_runs_match_the_replay_and_the_model(
     case: tuple[int, list[Step]], grace: int, lag: int, trigger: kp.Trigger
@@ -427,7 +429,7 @@ def test_event_sliding_in_order_runs_match_the_replay_and_the_model(
 
     def build(s: kp.Stream) -> kp.Stream:
         windowed = s.watermark("t", lag).key_by("k").event_sliding_window(size, grace_ms=grace)
-        return windowed.trigger(trigger).agg(*AGGS)  # type: ignore[no-any-return]
+        return windowed.trigger(trigger).agg(*AGGS)
 
     check(build, scenario)
     got, _ = run_kernel(build, scenario, Clock())
@@ -451,7 +453,9 @@ def test_event_sliding_rows_in_order_take_the_vectorized_path() -> None:
     window = plan.window
     assert isinstance(window, EventSlidingWindow)
     none = np.zeros(0, np.int64)
-    wins = event_sliding._Windows.of_state(kernel.empty_state(operator_spec(plan, shift_ms=0).kernel, _batch([], 0)), none, none)
+    wins = event_sliding._Windows.of_state(
+        kernel.empty_state(operator_spec(plan, shift_ms=0).kernel, _batch([], 0)), none, none
+    )
     kid = np.array([0, 1, 0, 0, 0])  # keys a, b, a, a, a
     t = np.array([100, 101, 104, 103, 120])
     seq = np.arange(5, dtype=np.int64)

@@ -108,18 +108,36 @@ class BatchCollector:
         self.buckets: dict[int, _Bucket] = {}
         #: Per micro-batch: the delay histogram counts the operator measured (all buckets).
         self.delays: dict[int, list[int]] = {}
+        #: Per micro-batch, microseconds (diagnostics for benchmarks): the operator's time in
+        #: the Python workers summed over buckets (``operator.TIMING_NAMES``), ``buckets``
+        #: called, and on the driver: reading the payloads from Spark, decoding and routing them.
+        self.timings: dict[int, dict[str, int]] = {}
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         from krishiv_py.stateful.operator import decode_payloads
 
+        started = time.perf_counter_ns()
         table = batch.select(PAYLOAD).toArrow()
+        fetched = time.perf_counter_ns()
         payloads = decode_payloads(cast("list[bytes]", table.column(PAYLOAD).to_pylist()))
+        decoded = time.perf_counter_ns()
         if payloads is not None:
             self.accept(payloads, batch_id)
+        with self._lock:
+            timing = self.timings.setdefault(batch_id, {})
+            timing["fetch_us"] = (fetched - started) // 1000
+            timing["decode_payloads_us"] = (decoded - fetched) // 1000
+            timing["route_us"] = (time.perf_counter_ns() - decoded) // 1000
 
     def accept(self, payloads: Payloads, batch_id: int) -> None:
         """Route one micro-batch's results, late rows and statistics."""
-        from krishiv_py.stateful.operator import COUNTER_NAMES, DELAY_COUNTS, NO_WATERMARK, to_output
+        from krishiv_py.stateful.operator import (
+            COUNTER_NAMES,
+            DELAY_COUNTS,
+            NO_WATERMARK,
+            TIMING_NAMES,
+            to_output,
+        )
 
         results = to_output(payloads.results, self._window_schema)
         failures = 0
@@ -157,12 +175,15 @@ class BatchCollector:
             self._hand_late(payloads.late, batch_id)
         stats = payloads.stats.to_pydict()
         delays = _summed(stats.pop(DELAY_COUNTS, []))
+        timing = {name: int(sum(v or 0 for v in stats.get(name, []))) for name in TIMING_NAMES}
+        timing["buckets"] = len(stats["bucket"])
         totals = {name: int(sum(stats[name])) for name in COUNTER_NAMES}
         totals["arith"] += failures
         if cascade_counts:  # the job's results are the second window's
             totals["emitted"], totals["retracted"] = cascade_counts["emitted"], cascade_counts["retracted"]
         with self._lock:
             self.counts[batch_id] = totals
+            self.timings.setdefault(batch_id, {}).update(timing)
             if delays:
                 self.delays[batch_id] = delays
             for i, b in enumerate(stats["bucket"]):

@@ -226,9 +226,9 @@ def _sorted_sum(col: pa.Array[Any], starts: npt.NDArray[np.intp]) -> pa.Array[An
     values = col.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
     sums = np.add.reduceat(values, starts)
     if not col.null_count:
-        return pa.array(sums, col.type)
+        return arrow(sums, col.type)
     valid = pc.is_valid(col).to_numpy(zero_copy_only=False).astype(np.int64)
-    return pa.array(sums, col.type, mask=np.add.reduceat(valid, starts) == 0)
+    return arrow(sums, col.type, mask=np.add.reduceat(valid, starts) == 0)
 
 
 def _merge_pick(

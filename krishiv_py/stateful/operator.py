@@ -103,6 +103,10 @@ COUNTER_NAMES = tuple(
     for n in STAT_NAMES
     if n not in ("bucket", "state_windows", "state_bytes", "next_due_ms", "next_interval_ms", "watermark_ms")
 )
+#: Microseconds a bucket call spent in the Python worker: reading its state blob, decoding
+#: the input, the kernel, writing the state blob, encoding the payload (diagnostics: the
+#: job sums them per micro-batch, see ``BatchCollector.timings``).
+TIMING_NAMES = ("load_us", "decode_us", "kernel_us", "store_us", "encode_us")
 #: ``watermark_ms`` of a micro-batch that had no watermark yet.
 NO_WATERMARK = -(2**63)
 
@@ -151,19 +155,37 @@ def run_bucket(
     """``applyInPandasWithState`` function: one micro-batch of one bucket."""
     import pandas as pd
 
+    clock = [time.perf_counter_ns()]
+
+    def lap() -> int:
+        clock.append(time.perf_counter_ns())
+        return (clock[-1] - clock[-2]) // 1000
+
     spark_wm = int(state.getCurrentWatermarkMs())
     watermark = None if spark_wm <= 0 else spark_wm - spec.shift_ms
     stored = _load_state(state.get[0]) if state.exists else None
+    load_us = lap()
     batch = decode_input(spec, list(frames))
+    decode_us = lap()
     new_state, out = kernel.step(spec.kernel, stored, batch, watermark, int(time.time() * 1000))
+    kernel_us = lap()
     blob = _dump_table(new_state) if new_state.num_rows else None
     if blob is None:
         if state.exists:
             state.remove()
     else:
         state.update((blob,))
+    store_us = lap()
     payload = encode_payload(
-        spec, int(key[0]), batch, out, new_state, watermark, len(blob or b""), stat_watermark=watermark
+        spec,
+        int(key[0]),
+        batch,
+        out,
+        new_state,
+        watermark,
+        len(blob or b""),
+        stat_watermark=watermark,
+        timings=(load_us, decode_us, kernel_us, store_us),
     )
     yield pd.DataFrame({BUCKET: [int(key[0])], PAYLOAD: [payload]})
 
@@ -237,7 +259,9 @@ def encode_payload(
     state_bytes: int,
     *,
     stat_watermark: int | None = None,
+    timings: tuple[int, ...] = (0, 0, 0, 0),
 ) -> bytes:
+    encode_started = time.perf_counter_ns()
     late = _late_rows(spec, batch, out, watermark)
     due, interval = _next_due(spec, state)
     stats = pa.table(
@@ -266,11 +290,15 @@ def encode_payload(
             )
         }
     )
+    results = _dump_table(out.results)
+    encode_us = (time.perf_counter_ns() - encode_started) // 1000  # all but the small tables after it
+    for name, value in zip(TIMING_NAMES, (*timings, encode_us), strict=True):
+        stats = stats.append_column(name, pa.array([value], pa.int64()))
     if spec.profile_lag_ms is not None and batch.num_rows and watermark is not None:
         counts = pa.array(delay_counts(batch, watermark, spec.profile_lag_ms))
         stats = stats.append_column(DELAY_COUNTS, pa.ListArray.from_arrays([0, len(counts)], counts))
-    tables = [out.results, late, stats] + ([out.closed] if out.closed is not None else [])
-    parts = [_dump_table(t) for t in tables]
+    tables = [late, stats] + ([out.closed] if out.closed is not None else [])
+    parts = [results, *(_dump_table(t) for t in tables)]
     return b"".join(struct.pack("<Q", len(p)) + p for p in parts)
 
 
