@@ -40,14 +40,16 @@ PHASES = (
 )
 RUNNERS = ("krishiv-native", "pyspark-streaming")
 #: The stateful operator's own parts, summed over its bucket calls (``operator.TIMING_NAMES``),
-#: then the driver's: reading the payloads from Spark, decoding and routing them.
+#: then the driver's: collecting the payloads (which runs the micro-batch's Spark job, the
+#: operator included), decoding and routing them.
 OPERATOR_PARTS = (
     "load_us",
+    "receive_us",
     "decode_us",
     "kernel_us",
     "store_us",
     "encode_us",
-    "fetch_us",
+    "collect_us",
     "decode_payloads_us",
     "route_us",
 )

@@ -6,6 +6,7 @@ import contextlib
 import io
 import os
 import re
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -165,20 +166,38 @@ def _start_single_watermark(
     state store); a checkpoint on a local disk gets
     :func:`local_checkpoint_conf`. A query reads these settings when it
     starts (its own copy of the session), and records the SQL ones in its
-    checkpoint.
+    checkpoint. Its sources, though, are created on the query's thread after
+    ``start()`` returns, from this session: the settings stay until they
+    exist (:func:`_await_sources`), so each file source's log of the files it
+    read is written through the same checkpoint manager as the query's logs.
     """
     settings = {SINGLE_WATERMARK_CONF: "false", **local_checkpoint_conf(checkpoint_dir), **dict(conf or {})}
     previous = {key: spark.conf.get(key, None) for key in settings}
     for key, value in settings.items():
         spark.conf.set(key, value)
     try:
-        return writer.start()
+        query = writer.start()
+        _await_sources(query)
+        return query
     finally:
         for key, old in previous.items():
             if old is None:
                 spark.conf.unset(key)
             else:
                 spark.conf.set(key, old)
+
+
+#: What a query reports before it has created its sources (Spark's ``StreamExecution``).
+_INITIALIZING = ("Initializing StreamExecution", "Initializing sources")
+
+
+def _await_sources(query: Any, timeout_s: float = 60.0) -> None:
+    """Return once ``query`` has created its sources (or stopped, or after ``timeout_s``)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and query.isActive:
+        if query.status.get("message") not in _INITIALIZING:
+            return
+        time.sleep(0.005)
 
 
 def _arrow_batches(writer: SinkWriter, recipe: SparkRecipe, quarantine: Quarantine | None) -> Any:
