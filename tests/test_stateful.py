@@ -191,8 +191,18 @@ def test_side_output_to_parquet_is_written_once_per_batch(session: kp.Session, t
         job.stop()
 
 
-def test_restart_from_checkpoint_keeps_window_state(session: kp.Session, tmp_path: Any) -> None:
+@pytest.mark.parametrize("recorded", [None, 3])
+def test_restart_from_checkpoint_keeps_window_state(
+    session: kp.Session, tmp_path: Any, recorded: int | None
+) -> None:
+    """Also with a number of key buckets recorded in the checkpoint that this session would not pick."""
+    from krishiv_py.runtime.launch import BUCKETS_FILE
+
     checkpoint = str(tmp_path / "cp")
+    if recorded is not None:
+        os.makedirs(checkpoint)
+        with open(os.path.join(checkpoint, BUCKETS_FILE), "w") as f:
+            f.write(f"{recorded}\n")
     results = str(tmp_path / "out")
     stream, sender = session.memory_stream(SCHEMA)
     pipeline = ripple()(stream)
@@ -200,6 +210,10 @@ def test_restart_from_checkpoint_keeps_window_state(session: kp.Session, tmp_pat
     sender.send([{"k": "a", "t": 3, "v": 1}, {"k": "b", "t": 4, "v": 2}])
     job.process_all_available()
     job.stop()
+    partitions = int(session.spark.conf.get("spark.sql.shuffle.partitions") or 0)
+    chosen = recorded or min(16, max(2, 2 * partitions))
+    with open(os.path.join(checkpoint, BUCKETS_FILE)) as f:
+        assert int(f.read()) == chosen
     sender.send([{"k": "a", "t": 5, "v": 4}, {"k": "a", "t": 40, "v": 8}])
     job = pipeline.start(kp.ParquetSink(results), checkpoint_dir=checkpoint)
     try:

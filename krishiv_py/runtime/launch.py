@@ -43,6 +43,8 @@ __all__ = [
 ]
 
 PLAN_FILE = "krishiv-plan.txt"
+#: The stateful operator's number of key buckets, recorded when a job first starts.
+BUCKETS_FILE = "krishiv-buckets.txt"
 
 
 def is_batch(recipe: SparkRecipe) -> bool:
@@ -109,6 +111,11 @@ def start_streaming_job(
 
     quarantine = None if options.quarantine_dir is None else Quarantine(options.quarantine_dir)
     check_plan(checkpoint_dir, f"lowering: {recipe.lowering}\n{n.checkpoint_identity(plan)}\n")
+    if recipe.stateful is not None:
+        from krishiv_py.planner.spark.stateful import with_buckets
+
+        partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 0)
+        recipe = with_buckets(recipe, operator_buckets(checkpoint_dir, partitions))
     query_name = run.new_query_name()
     stateful = recipe.stateful is not None
     writer, late_writer = open_writers(
@@ -151,6 +158,39 @@ def refuse_quarantine_for_batch(options: StartOptions) -> None:
             "quarantine_dir= is for streaming jobs: this input is bounded and runs as one batch "
             "job, with no checkpoint to restart past a failed batch from; leave it out"
         )
+
+
+def operator_buckets(checkpoint_dir: str, shuffle_partitions: int) -> int:
+    """The stateful operator's key buckets for a job on ``checkpoint_dir``.
+
+    A new job takes two per shuffle partition (at least 2, at most the
+    planner's 16): on a small machine a few large bucket calls per
+    micro-batch cost less than many small ones, and every partition still
+    gets work. The number is recorded in the checkpoint, because the state
+    is laid out by it; a checkpoint without the record (written before it
+    existed) keeps the planner's 16, and so does a checkpoint on a shared
+    file system (not readable from here).
+    """
+    from krishiv_py.planner.spark.stateful import BUCKETS
+
+    if is_uri(checkpoint_dir):
+        return BUCKETS
+    path = os.path.join(checkpoint_dir, BUCKETS_FILE)
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            return int(f.read().strip())
+    offsets = os.path.join(checkpoint_dir, "offsets")
+    chosen = (
+        BUCKETS
+        if os.path.isdir(offsets) and os.listdir(offsets)
+        else min(BUCKETS, max(2, 2 * shuffle_partitions))
+    )
+    os.makedirs(checkpoint_dir, exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(f"{chosen}\n")
+    os.replace(tmp, path)
+    return chosen
 
 
 def check_plan(checkpoint_dir: str, plan_text: str) -> None:

@@ -164,6 +164,8 @@ class StatefulApply:
     operator: Any = attrs.field(eq=False, repr=False)
     streaming: bool
     tick_exprs: tuple[str, ...]
+    #: What ``hash()`` takes to bucket a row (its key columns); ``None``: no keys, one bucket.
+    hashed: str | None = None
 
 
 RecipeNode: TypeAlias = (

@@ -25,15 +25,19 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
+
 from krishiv_py.names import BUCKET, ET, SEQ, TICK, TS_NULL, TS_VALUE
 from krishiv_py.plan import nodes as n
-from krishiv_py.planner.spark.recipe import RecipeNode, SelectExprs, StatefulApply
+from krishiv_py.planner.spark.recipe import RecipeNode, SelectExprs, SparkRecipe, StatefulApply
 from krishiv_py.planner.sql import quote
 from krishiv_py.types import DataType, Schema
 
-__all__ = ["BUCKETS", "StatefulApply", "lower_stateful_window", "operator_spec"]
+__all__ = ["BUCKETS", "StatefulApply", "lower_stateful_window", "operator_spec", "with_buckets"]
 
-#: Key buckets: a few per core of a small cluster; a checkpointed job keeps its number.
+#: Key buckets of a lowered plan (and of every job checkpointed before the number was recorded):
+#: a few per core of a small cluster. A streaming job picks its own number when it first starts
+#: (:func:`with_buckets`) and keeps it in its checkpoint.
 BUCKETS = 16
 
 _FLAGGED = (
@@ -115,7 +119,8 @@ def lower_stateful_window(
     """Encode the rows of ``child`` for the operator and apply it, grouped by key bucket."""
     spec = operator_spec(node, shift_ms=shift_ms)
     schema = n.schema_of(node.input)
-    exprs: list[str] = [f"{_bucket(node, schema)} AS {quote(BUCKET)}"]
+    hashed = _hashed(node, schema)
+    exprs: list[str] = [f"{_bucket_expr(hashed, spec.buckets)} AS {quote(BUCKET)}"]
     ticks: list[str] = []
     for c, f in zip(spec.columns, schema, strict=True):
         if c.encoding == "flagged":
@@ -140,17 +145,48 @@ def lower_stateful_window(
     ]
     ticks.insert(0, f"{quote(BUCKET)}")
     encoded = SelectExprs(child=child, exprs=tuple(exprs))
-    return StatefulApply(child=encoded, operator=spec, streaming=streaming, tick_exprs=tuple(ticks))
+    return StatefulApply(
+        child=encoded, operator=spec, streaming=streaming, tick_exprs=tuple(ticks), hashed=hashed
+    )
 
 
-def _bucket(node: n.WindowAggregate, schema: Schema) -> str:
+def with_buckets(recipe: SparkRecipe, buckets: int) -> SparkRecipe:
+    """``recipe`` with its stateful operator's rows spread over ``buckets`` key buckets.
+
+    A bucket is one call of the operator per micro-batch and one state blob,
+    so the number trades fixed costs per call against parallelism. Rows go
+    to ``pmod(hash(keys), buckets)``: a checkpoint's state is laid out for
+    its number, which a restarted job must keep.
+    """
+    node = recipe.stateful
+    if node is None or node.operator.buckets == buckets:
+        return recipe
+    if buckets < 1:
+        raise ValueError(f"buckets must be at least 1, got {buckets}")
+    encoded = node.child
+    assert isinstance(encoded, SelectExprs) and encoded.exprs[0].endswith(f" AS {quote(BUCKET)}")
+    exprs = (f"{_bucket_expr(node.hashed, buckets)} AS {quote(BUCKET)}", *encoded.exprs[1:])
+    root = attrs.evolve(
+        node,
+        child=attrs.evolve(encoded, exprs=exprs),
+        operator=attrs.evolve(node.operator, buckets=buckets),
+    )
+    return attrs.evolve(recipe, root=root)
+
+
+def _hashed(node: n.WindowAggregate, schema: Schema) -> str | None:
+    """What ``hash()`` takes to bucket a row: its key columns (floats as doubles), or None."""
     if not node.keys:
-        return "0"
+        return None
     parts = []
     for k in node.keys:
         dtype = schema.field(k).dtype
         parts.append(f"({quote(k)} + 0.0)" if dtype.name in ("float", "double") else quote(k))
-    return f"CAST(pmod(hash({', '.join(parts)}), {BUCKETS}) AS INT)"
+    return ", ".join(parts)
+
+
+def _bucket_expr(hashed: str | None, buckets: int) -> str:
+    return "0" if hashed is None else f"CAST(pmod(hash({hashed}), {buckets}) AS INT)"
 
 
 def _flagged(name: str, dtype: DataType) -> str:

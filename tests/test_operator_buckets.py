@@ -1,0 +1,71 @@
+"""The stateful operator's key buckets: chosen when a job first starts, kept by its checkpoint."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import krishiv_py as kp
+from krishiv_py.planner.spark.recipe import SelectExprs, SparkRecipe
+from krishiv_py.planner.spark.stateful import BUCKETS, with_buckets
+from krishiv_py.runtime.launch import BUCKETS_FILE, operator_buckets
+from krishiv_py.testing.steps import _placeholder
+
+
+def _recipe(keyed: bool = True) -> SparkRecipe:
+    stream = _placeholder("k string, t bigint, v bigint").watermark("t", 5)
+    windowed = stream.key_by("k").tumbling_window(10) if keyed else stream.tumbling_window(10)
+    return windowed.allowed_lateness(5).agg(kp.count(kp.col("*"))).lower(lowering="stateful")
+
+
+def _bucket_expr(recipe: SparkRecipe) -> str:
+    node = recipe.stateful
+    assert node is not None and isinstance(node.child, SelectExprs)
+    return node.child.exprs[0]
+
+
+def test_with_buckets_rewrites_the_bucket_of_each_row_and_the_operator() -> None:
+    recipe = _recipe()
+    assert recipe.stateful is not None and recipe.stateful.operator.buckets == BUCKETS == 16
+    assert _bucket_expr(recipe) == "CAST(pmod(hash(`k`), 16) AS INT) AS `__kp_bucket`"
+    four = with_buckets(recipe, 4)
+    assert four.stateful is not None and four.stateful.operator.buckets == 4
+    assert _bucket_expr(four) == "CAST(pmod(hash(`k`), 4) AS INT) AS `__kp_bucket`"
+    # Everything else about the rows and the operator is unchanged.
+    assert four.stateful.child.exprs[1:] == recipe.stateful.child.exprs[1:]  # type: ignore[union-attr]
+    assert four.stateful.operator.kernel == recipe.stateful.operator.kernel
+    assert with_buckets(recipe, 16) is recipe
+    with pytest.raises(ValueError, match="at least 1"):
+        with_buckets(recipe, 0)
+
+
+def test_without_keys_every_row_is_in_bucket_zero() -> None:
+    assert _bucket_expr(with_buckets(_recipe(keyed=False), 4)) == "0 AS `__kp_bucket`"
+
+
+def test_a_new_job_takes_two_buckets_per_shuffle_partition_and_records_them(tmp_path: Path) -> None:
+    assert operator_buckets(str(tmp_path / "a"), 2) == 4
+    assert (tmp_path / "a" / BUCKETS_FILE).read_text().strip() == "4"
+    assert operator_buckets(str(tmp_path / "b"), 1) == 2  # at least two
+    assert operator_buckets(str(tmp_path / "c"), 200) == 16  # at most the planner's 16
+
+
+def test_a_restarted_job_keeps_its_number_whatever_the_session_has(tmp_path: Path) -> None:
+    checkpoint = str(tmp_path / "job")
+    assert operator_buckets(checkpoint, 2) == 4
+    assert operator_buckets(checkpoint, 8) == 4
+
+
+def test_a_checkpoint_from_before_the_record_keeps_sixteen(tmp_path: Path) -> None:
+    checkpoint = tmp_path / "old"
+    (checkpoint / "offsets").mkdir(parents=True)
+    (checkpoint / "offsets" / "0").write_text("v1\n")
+    assert operator_buckets(str(checkpoint), 2) == 16
+    assert (checkpoint / BUCKETS_FILE).read_text().strip() == "16"
+
+
+def test_a_checkpoint_on_a_shared_file_system_keeps_sixteen(tmp_path: Path) -> None:
+    assert operator_buckets("hdfs://namenode/checkpoints/job", 2) == 16
+    assert not os.listdir(tmp_path)
