@@ -111,6 +111,7 @@ def start_runner(
     hand-written job reads (every file that arrived, per micro-batch).
     """
     if runner.startswith("krishiv-"):
+        send: Callable[[pa.Table], Any]
         if feed == "files":
             directory, send = parquet_feed("krishiv-sustain-")
             stream = session.read_parquet(directory, schema=DDL, streaming=True)
