@@ -63,7 +63,8 @@ TICK_S = 1.0
 USERS = 1_000
 RUNNERS = ("krishiv-native", "krishiv-stateful", "pyspark-streaming")
 USER_NAMES = pa.array([f"u{u}" for u in range(USERS)])
-#: The search stops doubling here (the generator's own limit on this machine is near it).
+#: The search stops doubling past this (``--max-rate``; the generator's own limit on this
+#: machine is near it).
 MAX_RATE = 4_000_000
 
 
@@ -245,6 +246,7 @@ def sustainable(
     steps: int,
     tick_s: float = TICK_S,
     feed: str = "memory",
+    max_rate: int = MAX_RATE,
     log: Any = print,
 ) -> tuple[int, list[dict[str, Any]]]:
     """The highest sustained rate (0: not even ``start``) and every trial's record."""
@@ -262,7 +264,7 @@ def sustainable(
     low, high = 0, start
     while run(high):
         low, high = high, high * 2
-        if high > MAX_RATE:
+        if high > max_rate:
             return low, records
     for _ in range(steps):
         if high - low <= max(1, low // 20):
@@ -314,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--start", type=int, default=2_000, help="the first rate tried (events/s)")
     p.add_argument("--steps", type=int, default=3, help="bisection steps after the first failing rate")
     p.add_argument("--tick-s", type=float, default=TICK_S, help="seconds between two sends (default 1)")
+    p.add_argument("--max-rate", type=int, default=MAX_RATE, help="stop doubling past this rate")
     p.add_argument(
         "--feed",
         choices=("memory", "files"),
@@ -346,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
                 steps=a.steps,
                 tick_s=a.tick_s,
                 feed=a.feed,
+                max_rate=a.max_rate,
             )
             trials += records
             summary.append((runner, best))
