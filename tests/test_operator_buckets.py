@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import krishiv_py as kp
+from krishiv_py.errors import JobError
 from krishiv_py.planner.spark.recipe import SelectExprs, SparkRecipe
 from krishiv_py.planner.spark.stateful import BUCKETS, with_buckets
 from krishiv_py.runtime.launch import BUCKETS_FILE, operator_buckets
@@ -69,3 +70,11 @@ def test_a_checkpoint_from_before_the_record_keeps_sixteen(tmp_path: Path) -> No
 def test_a_checkpoint_on_a_shared_file_system_keeps_sixteen(tmp_path: Path) -> None:
     assert operator_buckets("hdfs://namenode/checkpoints/job", 2) == 16
     assert not os.listdir(tmp_path)
+
+
+@pytest.mark.parametrize("text", ["", "four", "0", "-3"])
+def test_a_damaged_record_is_an_error_naming_the_file(tmp_path: Path, text: str) -> None:
+    (tmp_path / BUCKETS_FILE).write_text(text)
+    with pytest.raises(JobError, match=f"{BUCKETS_FILE} holds .*not a number of key buckets"):
+        operator_buckets(str(tmp_path), 2)
+    assert (tmp_path / BUCKETS_FILE).read_text() == text  # left as it was

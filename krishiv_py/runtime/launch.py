@@ -178,7 +178,15 @@ def operator_buckets(checkpoint_dir: str, shuffle_partitions: int) -> int:
     path = os.path.join(checkpoint_dir, BUCKETS_FILE)
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
-            return int(f.read().strip())
+            text = f.read().strip()
+        if not text.isdigit() or int(text) < 1:
+            raise JobError(
+                f"{path} holds {text!r}, not a number of key buckets: the job's state in "
+                f"{checkpoint_dir} is laid out by the number it started with (16 for a checkpoint "
+                "written before the file existed); write that number back, or start the job "
+                "on a new checkpoint"
+            )
+        return int(text)
     offsets = os.path.join(checkpoint_dir, "offsets")
     chosen = (
         BUCKETS
