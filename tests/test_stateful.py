@@ -383,3 +383,46 @@ def test_stateful_agrees_with_native(
             assert_same_rows(b, a)
         except AssertionError as exc:
             raise AssertionError(f"after step {i}: {exc}") from None
+
+
+def _log_managers(job: kp.Job) -> list[str]:
+    """The checkpoint manager class each file source of ``job``'s query writes its file log with."""
+    query = job._query._jsq.streamingQuery()  # type: ignore[attr-defined]
+    sources = query.sources()
+    names = []
+    for i in range(sources.size()):
+        source = sources.apply(i)
+        field = source.getClass().getDeclaredField("metadataLog")
+        field.setAccessible(True)
+        log = field.get(source)
+        cls = log.getClass()
+        while "fileManager" not in [f.getName() for f in cls.getDeclaredFields()]:
+            cls = cls.getSuperclass()
+        manager = cls.getDeclaredField("fileManager")
+        manager.setAccessible(True)
+        names.append(str(manager.get(log).getClass().getSimpleName()))
+    return names
+
+
+def test_file_sources_log_through_the_fast_checkpoint_manager_and_the_operator_is_timed(
+    session: kp.Session, tmp_path: Any
+) -> None:
+    """Spark creates a query's sources after ``start()`` returns: they still see the job's settings."""
+    import pyarrow.parquet as pq
+
+    from krishiv_py.stateful.operator import TIMING_NAMES
+
+    data = tmp_path / "in"
+    data.mkdir()
+    pq.write_table(pa.table({"k": ["a"], "t": [5], "v": [1]}), str(data / "a.parquet"))
+    source = session.read_parquet(str(data), schema=SCHEMA, streaming=True)
+    job = ripple()(source).start()
+    try:
+        job.process_all_available()
+        # The data source and the operator's tick source.
+        assert _log_managers(job) == ["FileSystemBasedCheckpointFileManager"] * 2
+        timing = job._collector.timings[0]  # type: ignore[attr-defined]
+        assert timing["buckets"] == 1 and timing["kernel_us"] > 0 and timing["collect_us"] > 0
+        assert set(TIMING_NAMES) <= set(timing) and min(timing.values()) >= 0
+    finally:
+        job.stop()
