@@ -47,6 +47,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -66,6 +67,19 @@ USER_NAMES = pa.array([f"u{u}" for u in range(USERS)])
 #: The search stops doubling past this (``--max-rate``; the generator's own limit on this
 #: machine is near it).
 MAX_RATE = 4_000_000
+
+
+@attrs.frozen
+class Feed:
+    """How the generator feeds a runner: seconds between sends, and krishiv's input.
+
+    ``kind``: krishiv reads a memory stream (one ``send`` per micro-batch, by
+    its step semantics) or, with ``"files"``, the Parquet directory the
+    hand-written job reads (every file that arrived, per micro-batch).
+    """
+
+    tick_s: float = TICK_S
+    kind: str = "memory"
 
 
 class Arrivals:
@@ -103,17 +117,12 @@ def events(rng: np.random.Generator, n: int, now_ms: int) -> pa.Table:
 
 
 def start_runner(
-    session: kp.Session, runner: str, arrivals: Arrivals, feed: str = "memory"
+    session: kp.Session, runner: str, arrivals: Arrivals, feed: Feed = Feed()
 ) -> tuple[Callable[[pa.Table], Any], Callable[[], None]]:
-    """Start ``runner``'s job; returns (send one tick's events, stop).
-
-    ``feed``: krishiv reads a memory stream (one ``send`` per micro-batch, by
-    its step semantics) or, with ``"files"``, the Parquet directory the
-    hand-written job reads (every file that arrived, per micro-batch).
-    """
+    """Start ``runner``'s job on ``feed``; returns (send one tick's events, stop)."""
     if runner.startswith("krishiv-"):
         send: Callable[[pa.Table], Any]
-        if feed == "files":
+        if feed.kind == "files":
             directory, send = parquet_feed("krishiv-sustain-")
             stream = session.read_parquet(directory, schema=DDL, streaming=True)
         else:
@@ -158,13 +167,13 @@ def trial(
     seconds: float,
     budget_s: float,
     seed: int,
-    tick_s: float = TICK_S,
-    feed: str = "memory",
+    feed: Feed = Feed(),
 ) -> dict[str, Any]:
     """Feed ``rate`` events/s for ``seconds``; the steady-state latencies of the windows it closed."""
     rng = np.random.default_rng(abs(seed))
     arrivals = Arrivals()
     send, stop = start_runner(session, runner, arrivals, feed)
+    tick_s = feed.tick_s
     per_tick = max(1, round(rate * tick_s))
     started = time.time()
     sent, behind_s = 0, 0.0
@@ -220,7 +229,7 @@ def trial(
         "generator_behind_s": round(behind_s, 3),
         "counted_share": round(kept, 4),
         "tick_s": tick_s,
-        "feed": feed if runner.startswith("krishiv-") else "files",
+        "feed": feed.kind if runner.startswith("krishiv-") else "files",
         "sustained": bool(latencies) and p99 <= budget_s and behind_s < max(tick_s * 5, 1.0) and kept >= 0.95,
     }
 
@@ -244,19 +253,18 @@ def sustainable(
     budget_s: float,
     seconds: float,
     steps: int,
-    tick_s: float = TICK_S,
-    feed: str = "memory",
+    feed: Feed = Feed(),
     max_rate: int = MAX_RATE,
     log: Any = print,
 ) -> tuple[int, list[dict[str, Any]]]:
     """The highest sustained rate (0: not even ``start``) and every trial's record."""
     records: list[dict[str, Any]] = []
     # A first job in a session pays for the JVM's warm-up and Spark's Python workers: untimed.
-    warm_up = trial(session, runner, start, min(seconds, 12.0), budget_s, seed=-1, tick_s=tick_s, feed=feed)
+    warm_up = trial(session, runner, start, min(seconds, 12.0), budget_s, seed=-1, feed=feed)
     log(json.dumps({"warm_up": warm_up}))
 
     def run(rate: int) -> bool:
-        r = trial(session, runner, rate, seconds, budget_s, seed=len(records), tick_s=tick_s, feed=feed)
+        r = trial(session, runner, rate, seconds, budget_s, seed=len(records), feed=feed)
         records.append(r)
         log(json.dumps(r))
         return bool(r["sustained"])
@@ -347,8 +355,7 @@ def main(argv: list[str] | None = None) -> int:
                 budget_s=a.budget_s,
                 seconds=a.seconds,
                 steps=a.steps,
-                tick_s=a.tick_s,
-                feed=a.feed,
+                feed=Feed(a.tick_s, a.feed),
                 max_rate=a.max_rate,
             )
             trials += records

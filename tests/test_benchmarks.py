@@ -352,3 +352,27 @@ def test_sustainable_throughput_generator_keeps_the_suites_disorder() -> None:
     assert behind.min() >= 0 and np.mean(behind <= 2_000) == pytest.approx(0.99, abs=0.003)
     assert behind.max() <= 62_000 and str(table.column("user_id")[0]).startswith("u")
     assert sb._p99([1.0] * 99 + [9.0]) == 1.0 and sb._p99([1.0] * 98 + [9.0, 9.0]) == 9.0
+
+
+def test_sustainable_throughput_plots_latency_against_rate(tmp_path: Path) -> None:
+    from benchmarks import sustainable as sb
+
+    def run(budget: float, tick: float) -> dict[str, Any]:
+        trials = [
+            {"runner": r, "rate": rate, "p50_s": p99 / 2, "p99_s": p99, "sustained": p99 <= budget}
+            for r, points in (
+                ("krishiv-native", [(1_000, 0.4), (2_000, 3.0)]),
+                ("pyspark-streaming", [(1_000, float("inf"))]),
+            )
+            for rate, p99 in points
+        ]
+        return {"budget_s": budget, "tick_s": tick, "feed": "files", "trials": trials}
+
+    sources = []
+    for i, (budget, tick) in enumerate([(5.0, 1.0), (1.0, 0.1)]):
+        path = tmp_path / f"run-{i}.json"
+        path.write_text(json.dumps(run(budget, tick)))
+        sources += ["--from", str(path)]
+    out = tmp_path / "latency.png"
+    assert sb.main(["--plot", str(out), *sources]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
