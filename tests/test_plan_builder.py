@@ -618,3 +618,20 @@ def test_watermark_on_window_output_is_refused() -> None:
         kp.PlanError, match=r"carries its event time \(window_end - 1 ms\).*without \.watermark"
     ):
         windowed.watermark("window_start", 0)
+
+
+def test_wrong_arguments_found_by_the_fuzz_are_plan_errors() -> None:
+    windowed = timed().key_by("user_id").tumbling_window(60_000).agg(kp.count(kp.col("*")).alias("n"))
+    with raises_plan_error("with_column()", "column name", "1"):
+        timed().with_column(cast(Any, 1), kp.col("amount") * 2)
+    with raises_plan_error("top_n(by=...)", "column name", "0"):
+        windowed.top_n(1, by=cast(Any, 0))
+    with raises_plan_error("top_n(keys=...)", "column name"):
+        windowed.top_n(1, by="n", keys=cast(Any, [kp.col("user_id")]))
+    with raises_plan_error("lowering=", "'native'", "got 3"):
+        windowed.lower(lowering=cast(Any, 3))
+    with raises_plan_error("lowering=", "got 'fast'"):
+        windowed.lower(lowering=cast(Any, "fast"))
+    # Lists of names and the default keys still work.
+    assert windowed.top_n(1, by=["n"]).plan == windowed.top_n(1, by="n").plan
+    assert windowed.top_n(1, by="n", keys=["user_id"]).plan.keys == ("user_id",)  # type: ignore[attr-defined]

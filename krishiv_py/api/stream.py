@@ -224,6 +224,8 @@ class Stream(WindowAssigners):
 
     def with_column(self, name: str, expr: Expr) -> Stream:
         """Add column ``name`` (or replace it, keeping its position)."""
+        if not isinstance(name, str) or not name:
+            raise PlanError(f"with_column() takes a non-empty column name first, got {name!r}")
         new = Alias(_expr(expr, "with_column"), name)
         exprs: list[Any] = [new if c == name else Column(c) for c in self.columns]
         if name not in self.columns:
@@ -267,9 +269,10 @@ class Stream(WindowAssigners):
             raise PlanError(f"top_n(per=...) ranks per 'window' only, got {per!r}")
         from krishiv_py.plan.nodes import TopN  # (``n`` is the count here)
 
-        columns = (by,) if isinstance(by, str) else tuple(by)
+        columns = _names("top_n(by=...)", by)
+        ranked_keys = () if isinstance(keys, (tuple, list)) and not keys else _names("top_n(keys=...)", keys)
         return self._with(
-            TopN(input=self._plan, n=n, by=columns, ascending=bool(ascending), keys=tuple(keys), ties=ties)
+            TopN(input=self._plan, n=n, by=columns, ascending=bool(ascending), keys=ranked_keys, ties=ties)
         )
 
     def union(self, *others: Stream) -> Stream:
@@ -493,3 +496,12 @@ def _expr(value: object, where: str) -> Any:
     if isinstance(value, Expr):
         return value.node
     raise PlanError(f"{where}() takes expressions built with kp.col()/kp.lit(), got {value!r}")
+
+
+def _names(what: str, value: object) -> tuple[str, ...]:
+    """A column name or a list/tuple of them as a tuple; :class:`PlanError` for anything else."""
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, (tuple, list)) and value and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise PlanError(f"{what} takes a column name or a list of column names, got {value!r}")

@@ -192,8 +192,12 @@ class Feature:
 
 
 def capabilities(lowering: Lowering) -> Capabilities:
-    """The table row of ``lowering``."""
-    return next(c for c in LOWERINGS if c.lowering == lowering)
+    """The table row of ``lowering``; :class:`PlanError` for a name that is not a lowering."""
+    for caps in LOWERINGS:
+        if caps.lowering == lowering:
+            return caps
+    names = ", ".join(repr(c.lowering) for c in LOWERINGS)
+    raise PlanError(f"lowering= must be one of {names} (or None for the planner's choice), got {lowering!r}")
 
 
 def choose(plan: n.PlanNode) -> tuple[Lowering, str]:
