@@ -992,3 +992,12 @@ def test_qualify_that_is_not_window_top_n_is_refused(clause: str, words: list[st
 def test_qualify_without_a_window_is_refused() -> None:
     with plan_error("QUALIFY is not supported here", "GROUP BY and a window helper", "line 1"):
         sql("SELECT * FROM events QUALIFY ROW_NUMBER() OVER (ORDER BY amount) <= 1")
+
+
+def test_a_statement_sqlglot_cannot_read_is_refused_without_its_warning_on_stderr(
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    with pytest.raises(kp.PlanError, match="SET"):
+        sql("SET watermark.lag '5 seconds'")
+    assert capsys.readouterr().err == ""
+    assert not [r for r in caplog.records if r.name.startswith("sqlglot")]

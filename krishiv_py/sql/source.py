@@ -9,6 +9,9 @@ offset in the whole text. Errors name the construct and its place as
 
 from __future__ import annotations
 
+import contextlib
+import logging
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import attrs
@@ -69,7 +72,8 @@ class SqlText:
         from sqlglot.errors import ParseError
 
         try:
-            nodes = Dialect.get_or_raise(DIALECT).parser().parse(tokens, self.text)
+            with _quiet_parser():
+                nodes = Dialect.get_or_raise(DIALECT).parser().parse(tokens, self.text)
         except ParseError as exc:
             first = exc.errors[0] if exc.errors else {}
             where = f" at line {first['line']}, column {first['col']}" if "line" in first else ""
@@ -142,3 +146,19 @@ class SqlText:
 def _snippet(node: exp.Expression, limit: int = 60) -> str:
     text = " ".join(node.sql(dialect=DIALECT).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@contextlib.contextmanager
+def _quiet_parser() -> Iterator[None]:
+    """sqlglot logs a warning before parsing a statement it cannot read as a ``Command``.
+
+    krishiv_py refuses such a statement with a :class:`PlanError` that says
+    what is wrong, so the warning is noise on the user's stderr.
+    """
+    log = logging.getLogger("sqlglot")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
