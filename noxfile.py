@@ -101,6 +101,13 @@ def chaos(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def fuzz(session: nox.Session) -> None:
+    """Random builder calls, SQL text and send() batches: only KrishivErrors refuse (``-- --cases N``)."""
+    session.install("-e", ".[dev]")
+    session.run("python", "-m", "benchmarks.fuzz", *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def kernel_bench(session: nox.Session) -> None:
     """The stateful kernel alone per window kind, rows/s and the ratio to tumbling (no Spark)."""
     session.install("-e", ".")
