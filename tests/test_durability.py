@@ -220,3 +220,40 @@ def test_a_failed_job_resumes_from_its_last_committed_batch(session: kp.Session,
         assert rows == [(0.0, 1), (10.0, 1)]  # nothing lost, nothing twice
     finally:
         job.stop()
+
+
+def test_a_second_job_under_a_running_jobs_name_is_refused_and_the_first_goes_on(
+    session: kp.Session, tmp_path: Path
+) -> None:
+    def per_10(stream: kp.Stream) -> kp.Stream:
+        return stream.watermark("t", 0).key_by("k").tumbling_window(10).agg(kp.count(kp.col("*")).alias("n"))
+
+    named = durable(session, tmp_path)
+    stream, sender = named.memory_stream(SCHEMA, name="clicks")
+    out = tmp_path / "out"
+    first = per_10(stream).start(kp.ParquetSink(str(out)), name="per-10")
+    try:
+        sender.send([{"k": "a", "t": 1}, {"k": "a", "t": 2}])
+        first.process_all_available()
+        for sink in (kp.ParquetSink(str(out)), kp.MemorySink()):
+            with pytest.raises(kp.JobError) as caught:
+                per_10(stream).start(sink, name="per-10")
+            message = str(caught.value)
+            assert "job 'per-10' is already running on the checkpoint" in message
+            assert "job.stop()" in message and "another name" in message
+            assert "delete" not in message.lower() and "offsets" not in message
+        # The running job was not disturbed: it goes on with what it had and what comes.
+        sender.send([{"k": "a", "t": 15}])
+        first.process_all_available()
+        assert first.is_active and first.results().to_pylist()[0]["n"] == 2
+        first.stop()
+        # Stopped, the name is free again: the same pipeline resumes it.
+        sender.send([{"k": "a", "t": 16}])
+        sender.close()
+        again = per_10(stream).start(kp.ParquetSink(str(out)), name="per-10")
+        assert again.await_termination(timeout_s=120)
+        rows = sorted((r["window_start"].timestamp() * 1000, r["n"]) for r in again.results().to_pylist())
+        assert rows == [(0.0, 2), (10.0, 2)]
+    finally:
+        first.stop()
+        named.stop()

@@ -11,11 +11,21 @@ Checkpoint policy
     checkpoint; a later start with another plan is refused with a
     :class:`~krishiv_py.JobError` naming the first line that differs, and
     the checkpoint is left as it is (:func:`check_plan`).
+
+One running job per checkpoint
+    Two queries on one checkpoint write over each other's offsets and
+    state. A start whose checkpoint a job of this process is still running
+    on is refused with a :class:`~krishiv_py.JobError` that names the job and
+    says to stop it first (:func:`claim_checkpoint`); Spark itself would
+    only say that the query cannot recover from that checkpoint. Jobs of two
+    processes that share a ``state_dir`` are not told apart, as in Spark.
 """
 
 from __future__ import annotations
 
 import os
+import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -23,7 +33,7 @@ from krishiv_py.errors import JobError, PlanError
 from krishiv_py.plan import nodes as n
 from krishiv_py.runtime.durability import DurabilityProfile, is_uri
 from krishiv_py.runtime.engine import StartOptions
-from krishiv_py.runtime.job import BoundedJob, Job, JobSetup
+from krishiv_py.runtime.job import BoundedJob, Job, JobSetup, StreamingJob
 from krishiv_py.runtime.output import open_writers
 from krishiv_py.sinks import Sink
 
@@ -36,6 +46,7 @@ if TYPE_CHECKING:
 __all__ = [
     "PLAN_FILE",
     "check_plan",
+    "claim_checkpoint",
     "is_batch",
     "refuse_quarantine_for_batch",
     "run_bounded",
@@ -45,6 +56,40 @@ __all__ = [
 PLAN_FILE = "krishiv-plan.txt"
 #: The stateful operator's number of key buckets, recorded when a job first starts.
 BUCKETS_FILE = "krishiv-buckets.txt"
+
+
+#: The job each checkpoint of this process was last started with (by its real path or URI).
+_RUNNING: dict[str, weakref.ref[StreamingJob]] = {}
+_RUNNING_LOCK = threading.Lock()
+
+
+def _checkpoint_key(checkpoint_dir: str) -> str:
+    return checkpoint_dir.rstrip("/") if is_uri(checkpoint_dir) else os.path.realpath(checkpoint_dir)
+
+
+def claim_checkpoint(checkpoint_dir: str, name: str | None) -> None:
+    """Refuse a start on a checkpoint that a job of this process still runs on: a :class:`JobError`.
+
+    The message names the job and what to do; it never suggests deleting
+    the checkpoint, which holds the running job's progress.
+    """
+    with _RUNNING_LOCK:
+        ref = _RUNNING.get(_checkpoint_key(checkpoint_dir))
+        running = ref() if ref is not None else None
+    if running is None or not running.is_active:
+        return
+    called = f"job {name!r}" if name is not None else "a job"
+    raise JobError(
+        f"{called} is already running on the checkpoint {checkpoint_dir} in this process "
+        f"(query {running.id}); two jobs on one checkpoint would overwrite each other's progress. "
+        "Stop the running one first (job.stop()) and start this one again to resume where it "
+        "stopped, or give this one another name / checkpoint_dir to start it fresh"
+    )
+
+
+def _record_running(checkpoint_dir: str, job: StreamingJob) -> None:
+    with _RUNNING_LOCK:
+        _RUNNING[_checkpoint_key(checkpoint_dir)] = weakref.ref(job)
 
 
 def is_batch(recipe: SparkRecipe) -> bool:
@@ -105,10 +150,23 @@ def start_streaming_job(
     them, and retention keeps what it has not committed.
     """
     from krishiv_py.runtime import run
+    from krishiv_py.runtime.bad_files import BadFileSource
     from krishiv_py.runtime.quarantine import Quarantine
     from krishiv_py.runtime.remote import is_remote
     from krishiv_py.runtime.spool import readers as spool_readers
 
+    claim_checkpoint(checkpoint_dir, options.name)
+    file_sources = [
+        BadFileSource(s.name, s.path, s.bad_files)
+        for s in n.sources_of(plan)
+        if isinstance(s, n.FileSource) and s.streaming
+    ]
+    quarantining = [s.name for s in file_sources if s.mode == "quarantine"]
+    if quarantining and options.quarantine_dir is None:
+        raise PlanError(
+            f"the file source {quarantining[0]!r} sets unreadable files aside (bad_files='quarantine'): "
+            "give the job a directory for them with start(..., quarantine_dir=<a directory>)"
+        )
     quarantine = None if options.quarantine_dir is None else Quarantine(options.quarantine_dir)
     check_plan(checkpoint_dir, f"lowering: {recipe.lowering}\n{n.checkpoint_identity(plan)}\n")
     if recipe.stateful is not None:
@@ -146,8 +204,10 @@ def start_streaming_job(
             durability=profile.name,
             conf=profile.query_conf,
             quarantine=quarantine,
+            file_sources=file_sources,
         )
         checked_in(job)
+    _record_running(checkpoint_dir, job)
     return job
 
 
