@@ -36,6 +36,7 @@ _HELP = {
     ),
     "quarantined_batches": ("counter", "Micro-batches set aside to the quarantine directory."),
     "quarantined_rows": ("counter", "Rows set aside to the quarantine directory."),
+    "quarantined_files": ("counter", "Source files set aside to the quarantine directory, unreadable."),
 }
 
 
@@ -68,6 +69,9 @@ class JobMetrics:
     quarantined_batches: int | None = None
     #: Rows set aside to the quarantine directory.
     quarantined_rows: int | None = None
+    #: Source files a ``bad_files="quarantine"`` source could not read, set aside to the
+    #: quarantine directory (``files/<source>/``, each with its reason).
+    quarantined_files: int | None = None
     #: Each source's own watermark (without idle markers), by stream name.
     source_watermarks: Mapping[str, int] = attrs.field(factory=dict, hash=False)
     #: The sources idle now (left out of the overall watermark).

@@ -451,6 +451,7 @@ class Session:
         streaming: bool = False,
         name: str | None = None,
         max_files_per_trigger: int | None = None,
+        bad_files: n.BadFiles = "fail",
     ) -> Stream:
         """Parquet files: bounded, or an unbounded directory source with ``streaming=True``.
 
@@ -458,8 +459,16 @@ class Session:
         micro-batch reads; files are taken oldest modification time first, so
         with ``1`` each file is one batch and the watermark advances between
         files. Default: every file present when a batch starts.
+
+        ``bad_files`` (streaming only) says what a running job does with a
+        file it cannot read (torn, truncated, not Parquet): ``"fail"`` (the
+        default) fails the job with an error naming the file;
+        ``"quarantine"`` moves the file under the job's
+        ``start(quarantine_dir=...)`` with the reason beside it, counts it in
+        ``JobMetrics.quarantined_files`` and runs the batch again without it,
+        so no row of that file counts and every other row counts once.
         """
-        return self._files("parquet", path, schema, streaming, name, (), max_files_per_trigger)
+        return self._files("parquet", path, schema, streaming, name, (), max_files_per_trigger, bad_files)
 
     def read_csv(
         self,
@@ -469,9 +478,14 @@ class Session:
         streaming: bool = False,
         name: str | None = None,
         max_files_per_trigger: int | None = None,
+        bad_files: n.BadFiles = "fail",
     ) -> Stream:
-        """CSV files with a header row (bounded, or a directory with ``streaming=True``)."""
-        return self._files("csv", path, schema, streaming, name, (("header", "true"),), max_files_per_trigger)
+        """CSV files with a header row (bounded, or a directory with ``streaming=True``).
+
+        ``max_files_per_trigger`` and ``bad_files``: as for :meth:`read_parquet`.
+        """
+        options = (("header", "true"),)
+        return self._files("csv", path, schema, streaming, name, options, max_files_per_trigger, bad_files)
 
     def read_json(
         self,
@@ -481,9 +495,13 @@ class Session:
         streaming: bool = False,
         name: str | None = None,
         max_files_per_trigger: int | None = None,
+        bad_files: n.BadFiles = "fail",
     ) -> Stream:
-        """JSON-lines files (bounded, or a directory with ``streaming=True``)."""
-        return self._files("json", path, schema, streaming, name, (), max_files_per_trigger)
+        """JSON-lines files (bounded, or a directory with ``streaming=True``).
+
+        ``max_files_per_trigger`` and ``bad_files``: as for :meth:`read_parquet`.
+        """
+        return self._files("json", path, schema, streaming, name, (), max_files_per_trigger, bad_files)
 
     def _files(
         self,
@@ -494,9 +512,17 @@ class Session:
         name: str | None,
         options: tuple[tuple[str, str], ...],
         max_files_per_trigger: int | None,
+        bad_files: n.BadFiles = "fail",
     ) -> Stream:
         from krishiv_py.api.stream import Stream
 
+        if bad_files not in ("fail", "quarantine"):
+            raise PlanError(f"bad_files must be 'fail' or 'quarantine', got {bad_files!r}")
+        if bad_files == "quarantine" and not streaming:
+            raise PlanError(
+                "bad_files='quarantine' is for streaming=True sources: a bounded read runs as one "
+                "batch job, which fails on a file it cannot read; leave it out, or move the file away"
+            )
         if max_files_per_trigger is not None:
             if (
                 isinstance(max_files_per_trigger, bool)
@@ -521,6 +547,7 @@ class Session:
             path=path,
             streaming=streaming,
             options=options,
+            bad_files=bad_files,
         )
         self._sql.register(node.name, node)
         return Stream(self, node)

@@ -222,6 +222,9 @@ class _MemoryWriter:
     """Tables by batch id in this process; on the native lowering, Spark's in-memory table."""
 
     user_code = None
+    #: Spark's memory sink cannot start again on its checkpoint (a job that sets bad files
+    #: aside restarts its query): such a job hands its batches over instead.
+    stream_restarts = False
 
     def __init__(self, context: SinkContext) -> None:
         self._context = context

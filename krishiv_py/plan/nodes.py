@@ -58,6 +58,8 @@ __all__ = [
 ]
 
 FileFormat: TypeAlias = Literal["parquet", "csv", "json"]
+#: What a streaming file source does with a file it cannot read (see ``Session.read_parquet``).
+BadFiles: TypeAlias = Literal["fail", "quarantine"]
 
 #: The column ``accumulation("retracting")`` adds to window results: ``"emit"`` or ``"retract"``.
 KIND_COLUMN = RESULT_KIND
@@ -91,6 +93,9 @@ class FileSource:
     path: str
     streaming: bool = False
     options: tuple[tuple[str, str], ...] = ()
+    #: What a running job does with a file it cannot read: ``"fail"``, or ``"quarantine"``
+    #: (move it under the job's ``quarantine_dir`` and go on; streaming only).
+    bad_files: BadFiles = "fail"
 
 
 @attrs.frozen(kw_only=True)
@@ -501,11 +506,15 @@ def checkpoint_identity(node: PlanNode) -> str:
 
     Callbacks are left out — late-event handlers and pane callbacks run on
     the driver and keep nothing in the checkpoint — so a job that failed in
-    one can be restarted with it fixed or replaced.
+    one can be restarted with it fixed or replaced; so is a file source's
+    ``bad_files``, so a job that failed on a bad file can be restarted with
+    ``bad_files="quarantine"``.
     """
 
     def strip(x: PlanNode) -> PlanNode:
         x = with_children(x, tuple(strip(c) for c in children(x)))
+        if isinstance(x, FileSource) and x.bad_files != "fail":  # a job may go on past bad files or not
+            x = attrs.evolve(x, bad_files="fail")
         if isinstance(x, WindowAggregate) and (x.emission.late_handler is not None or x.emission.panes.any):
             emission = attrs.evolve(x.emission, late_handler=None, panes=type(x.emission.panes)())
             x = attrs.evolve(x, emission=emission)
@@ -519,7 +528,8 @@ def _describe(node: PlanNode) -> str:
         MemorySource: lambda n: f"MemorySource {n.name!r} [{n.schema}]",
         RecordsSource: lambda n: f"RecordsSource {n.name!r} ({n.data.num_rows} rows) [{n.schema}]",
         FileSource: lambda n: (
-            f"FileSource {n.name!r} {n.format} {n.path!r}{' (streaming)' if n.streaming else ''} [{n.schema}]"
+            f"FileSource {n.name!r} {n.format} {n.path!r}{' (streaming)' if n.streaming else ''}"
+            f"{' bad_files=quarantine' if n.bad_files == 'quarantine' else ''} [{n.schema}]"
         ),
         SparkSource: lambda n: f"SparkSource {n.name!r}{' (streaming)' if n.streaming else ''} [{n.schema}]",
         KafkaSource: _kafka_text,

@@ -17,7 +17,7 @@ import functools
 import json
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
@@ -34,9 +34,10 @@ from krishiv_py.names import (
     is_arithmetic_metric,
 )
 from krishiv_py.planner.spark import SparkRecipe
+from krishiv_py.runtime.bad_files import BadFiles, BadFileSource, fail_hint, quarantined_files
 from krishiv_py.runtime.quarantine import Quarantine, quarantine_counts, restart_hint
 from krishiv_py.runtime.remote import named_metrics
-from krishiv_py.runtime.spark_errors import spark_call, spark_cause
+from krishiv_py.runtime.spark_errors import spark_call, spark_cause, spark_error_text
 from krishiv_py.sinks import Sink, SinkWriter
 
 if TYPE_CHECKING:
@@ -286,6 +287,8 @@ class StreamingJob(Job):
         durability: str | None,
         markers_dir: str | None = None,
         quarantine: Quarantine | None = None,
+        file_sources: Sequence[BadFileSource] = (),
+        relaunch: Callable[[], StreamingQuery] | None = None,
     ) -> None:
         from krishiv_py.runtime.idle import IdleTracker
 
@@ -310,6 +313,42 @@ class StreamingJob(Job):
             else None
         )
         self._background: threading.Thread | None = None
+        #: The job's streaming file sources, and how each treats a file it cannot read.
+        self._file_sources = tuple(file_sources)
+        quarantining = any(s.mode == "quarantine" for s in file_sources)
+        self._bad_files = (
+            BadFiles(quarantine.path, file_sources)
+            if quarantine is not None and relaunch is not None and quarantining
+            else None
+        )
+        self._relaunch = relaunch
+        self._restart_lock = threading.Lock()
+
+    def _recover(self) -> bool:
+        """If the query failed on a file of a ``bad_files="quarantine"`` source: set it aside, run again.
+
+        True when the query runs (again) now; False when it did not fail,
+        or failed on something else.
+        """
+        if self._bad_files is None or self._relaunch is None:
+            return False
+        with self._restart_lock:
+            if self._query.isActive:
+                return True  # running, or another thread restarted it
+            exc = self._query.exception()
+            if exc is None or self._ended is not None:
+                return False
+            if self._bad_files.set_aside(spark_error_text(exc)) is None:
+                return False
+            self._query = spark_call("starting the job again without the bad file", self._relaunch)
+            return True
+
+    def _failure(self, cause: str | None, what: str = "the job") -> JobError:
+        """The JobError of a failure: with the way past a failing file or user code, where there is one."""
+        exc = self._query.exception() if self._file_sources else None
+        text = spark_error_text(exc) if exc is not None else cause
+        hints = f"{restart_hint(cause)}{fail_hint(text, self._file_sources)}"
+        return JobError(f"{what} failed{hints}", cause=cause)
 
     def _start_background(self) -> None:
         """Start the thread that keeps a running job's internal inputs current (if it needs one)."""
@@ -322,16 +361,18 @@ class StreamingJob(Job):
         self._background.start()
 
     def _background_interval_s(self) -> float | None:
+        recover = 0.5 if self._bad_files is not None else None  # set bad files aside without a caller
         if self._idle is None:
-            return None
+            return recover
         shortest = min(t.idle_timeout_ms or 0 for t in self._recipe.idle)
-        return min(1.0, max(0.05, shortest / 4000))
+        interval = min(1.0, max(0.05, shortest / 4000))
+        return interval if recover is None else min(interval, recover)
 
     def _background_loop(self, interval: float) -> None:
         while True:
             time.sleep(interval)
             try:
-                if not self._query.isActive:
+                if not self._query.isActive and not self._recover():
                     return
                 self._background_step()
             except Exception:  # noqa: BLE001 - the query stopped or failed; its owner sees the error
@@ -385,7 +426,12 @@ class StreamingJob(Job):
         for _ in range(1000):
             before = self._writes
             closed = self._all_sources_closed()
-            spark_call("processing the available input", self._query.processAllAvailable)
+            try:
+                spark_call("processing the available input", self._query.processAllAvailable)
+            except JobError as exc:
+                if self._recover():
+                    continue
+                raise self._failure(exc.cause, "processing the available input") from None
             self._refresh()
             if closed:  # everything up to end of input was processed
                 self._input_done = True
@@ -413,6 +459,8 @@ class StreamingJob(Job):
                 if self._ended == "finished":
                     return True
                 if not self._query.isActive:
+                    if self._recover():
+                        continue
                     self._check_usable()
                     return True
                 if self._all_sources_closed():
@@ -424,7 +472,12 @@ class StreamingJob(Job):
                 if remaining is not None and remaining <= 0:
                     return False
                 step = 0.2 if remaining is None else max(0.001, min(0.2, remaining))
-                spark_call("awaiting termination", functools.partial(self._wait, step))
+                try:
+                    spark_call("awaiting termination", functools.partial(self._wait, step))
+                except JobError:
+                    if not self._recover():
+                        self._check_usable()
+                        raise
 
     def _finish(self) -> None:
         """All input ended and was processed: stop the query as finished."""
@@ -503,9 +556,8 @@ class StreamingJob(Job):
 
     def _check_failed(self) -> None:
         exc = self._query.exception()
-        if exc is not None:
-            cause = spark_cause(exc)
-            raise JobError(f"the job failed{restart_hint(cause)}", cause=cause)
+        if exc is not None and not self._recover():
+            raise self._failure(spark_cause(exc))
 
     # --- tracking ------------------------------------------------------------------
 
@@ -605,6 +657,7 @@ class StreamingJob(Job):
             if cur is not None and (prev is None or cur > prev)
         )
         quarantined = quarantine_counts(self.quarantine.path) if self.quarantine is not None else (0, 0)
+        files = quarantined_files(self.quarantine.path) if self.quarantine is not None else None
         return JobMetrics(
             input_rows=totals["rows"],
             batches=len(batches),
@@ -619,6 +672,7 @@ class StreamingJob(Job):
             arithmetic_errors=totals["arith"],
             quarantined_batches=quarantined[0],
             quarantined_rows=quarantined[1],
+            quarantined_files=files,
             watermark_ms=history[-1] if history else None,
             watermark_advances=advances,
             source_watermarks=per_source,

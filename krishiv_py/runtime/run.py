@@ -23,7 +23,9 @@ from krishiv_py.sinks import SinkWriter, user_code
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
 
+    from krishiv_py.runtime.bad_files import BadFileSource
     from krishiv_py.runtime.spool import Feed
 
 __all__ = ["explain_spark", "run_bounded", "start_streaming"]
@@ -37,12 +39,16 @@ def start_streaming(
     durability: str | None = None,
     conf: Mapping[str, str] | None = None,
     quarantine: Quarantine | None = None,
+    file_sources: Sequence[BadFileSource] = (),
 ) -> StreamingJob:
     """Start ``setup.recipe`` as a Structured Streaming query writing to ``setup.writer``.
 
     ``conf`` is its state store; with ``quarantine``, the rows of a sink or
     callback call that raises are set aside there instead of failing the job
-    (:mod:`krishiv_py.runtime.quarantine`). Both lowerings start the same
+    (:mod:`krishiv_py.runtime.quarantine`), and a file of a
+    ``bad_files="quarantine"`` source in ``file_sources`` that cannot be read
+    is set aside there and the query started again
+    (:mod:`krishiv_py.runtime.bad_files`). Both lowerings start the same
     way: build the DataFrame, point Spark's writer at the output, start the
     query, then the job's background thread.
     """
@@ -67,7 +73,8 @@ def start_streaming(
     )
     collector, handoff = None, None
     if ticks is None:
-        writer = _native_output(writer, setup, quarantine)
+        restarts = any(s.mode == "quarantine" for s in file_sources)
+        writer = _native_output(writer, setup, quarantine, restarts=restarts)
     else:
         from krishiv_py.runtime.stateful import HANDOFF_CONF, BatchCollector
 
@@ -86,9 +93,13 @@ def start_streaming(
         else:
             writer = writer.format("parquet").option("path", handoff)
             conf = {**HANDOFF_CONF, **dict(conf or {})}
-    query = spark_call(
-        "starting the streaming query", lambda: _start_single_watermark(spark, writer, conf, checkpoint_dir)
-    )
+
+    def launch() -> StreamingQuery:
+        """Start the query on its checkpoint (again, after a bad file was set aside)."""
+        started: StreamingQuery = _start_single_watermark(spark, writer, conf, checkpoint_dir)
+        return started
+
+    query = spark_call("starting the streaming query", launch)
     common: dict[str, Any] = {
         "setup": setup,
         "query": query,
@@ -97,6 +108,8 @@ def start_streaming(
         "durability": durability,
         "markers_dir": markers,
         "quarantine": quarantine,
+        "file_sources": file_sources,
+        "relaunch": launch,
     }
     job: StreamingJob
     if collector is None:
@@ -116,9 +129,17 @@ def new_query_name() -> str:
     return f"krishiv_{uuid.uuid4().hex[:12]}"
 
 
-def _native_output(writer: Any, setup: JobSetup, quarantine: Quarantine | None) -> Any:
-    """Spark writes the rows itself where the sink can take them so, else ``foreachBatch`` hands them over."""
+def _native_output(
+    writer: Any, setup: JobSetup, quarantine: Quarantine | None, *, restarts: bool = False
+) -> Any:
+    """Spark writes the rows itself where the sink can take them so, else ``foreachBatch`` hands them over.
+
+    ``restarts``: the job may start its query again on its checkpoint (to go
+    past a bad source file), which a sink's Spark stream must then allow.
+    """
     spark_stream = getattr(setup.writer, "spark_stream", None)
+    if restarts and not getattr(setup.writer, "stream_restarts", True):
+        spark_stream = None
     if spark_stream is not None and setup.recipe.after is None and setup.recipe.driver_rank is None:
         return spark_stream(writer)
     return writer.foreachBatch(_arrow_batches(setup.writer, setup.recipe, quarantine))

@@ -47,3 +47,9 @@ def spark_cause(exc: BaseException) -> str:
 
 
 _ERROR_LINE = re.compile(r"^[A-Za-z_][\w.$]*(Error|Exception)(\[[^\]]*\])?: ")
+
+
+def spark_error_text(exc: BaseException) -> str:
+    """All of a Spark/Py4J error's text: message, description and JVM stack trace (for file paths in it)."""
+    parts = [str(exc), str(getattr(exc, "desc", "") or ""), str(getattr(exc, "stackTrace", "") or "")]
+    return "\n".join(p for p in parts if p)

@@ -1,0 +1,157 @@
+"""Source files a streaming job cannot read: fail naming them, or set them aside and go on.
+
+A streaming file source (``read_parquet/csv/json(..., streaming=True)``)
+hands every new file in its directory to the next micro-batch. A file that
+cannot be read — torn while written, truncated, not of the format — fails
+that micro-batch, and since the checkpoint's source log names the file for
+that batch, every restart fails the same way.
+
+``bad_files="fail"`` (the default) keeps it so, with an error that names the
+file and the way past it (:func:`fail_hint`).
+
+``bad_files="quarantine"`` sets the file aside: when the job's query fails
+on a file of such a source, :class:`BadFiles` moves the file to
+``<quarantine_dir>/files/<source>/`` with ``<file>.reason.txt`` beside it
+(the source, the original path, the time, Spark's error) and starts the
+query again on its checkpoint. The failed micro-batch runs again without the
+file: the checkpoint's source log still names it, but each file is a root
+path of the batch's scan and Spark's file index skips a root path that is
+gone. No row of a quarantined file counts and
+every other row counts once (the sinks are exactly-once per micro-batch).
+``JobMetrics.quarantined_files`` counts the files under ``files/``,
+earlier runs of the job included.
+
+Examples
+--------
+>>> sorted(files_named("FAILED_READ_FILE: Encountered error while reading file file:///d/in/p-1.parquet."))
+['/d/in/p-1.parquet']
+>>> files_named("Py4JError: the connection closed")
+[]
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import re
+import shutil
+import threading
+from collections.abc import Sequence
+
+import attrs
+
+__all__ = ["BadFileSource", "BadFiles", "fail_hint", "files_named", "quarantined_files"]
+
+log = logging.getLogger("krishiv_py")
+
+#: A local file URI or path in Spark's error text (``file:/x``, ``file:///x``).
+_URI = re.compile(r"file:/+([^\s,;'\"\]\)\}]+)")
+FILES_DIR = "files"
+REASON_SUFFIX = ".reason.txt"
+
+
+@attrs.frozen
+class BadFileSource:
+    """A streaming file source of a job: its name, directory and ``bad_files`` mode."""
+
+    name: str
+    path: str
+    mode: str
+
+
+def files_named(cause: str) -> list[str]:
+    """The local file paths a Spark error names, in order of first mention."""
+    seen: dict[str, None] = {}
+    for m in _URI.finditer(cause):
+        path = "/" + m.group(1).rstrip(".:")
+        seen.setdefault(os.path.normpath(path), None)
+    return list(seen)
+
+
+def _source_of(path: str, sources: Sequence[BadFileSource]) -> BadFileSource | None:
+    for source in sources:
+        root = os.path.realpath(source.path)
+        if os.path.realpath(path).startswith(root.rstrip("/") + "/"):
+            return source
+    return None
+
+
+def bad_file(cause: str | None, sources: Sequence[BadFileSource]) -> tuple[str, BadFileSource] | None:
+    """The first file of one of ``sources`` that ``cause`` names, with its source."""
+    if not cause:
+        return None
+    for path in files_named(cause):
+        source = _source_of(path, sources)
+        if source is not None:
+            return path, source
+    return None
+
+
+def fail_hint(cause: str | None, sources: Sequence[BadFileSource]) -> str:
+    """For a failure on a file of a ``bad_files="fail"`` source: which file, and the way past it."""
+    found = bad_file(cause, [s for s in sources if s.mode == "fail"])
+    if found is None:
+        return ""
+    path, source = found
+    return (
+        f"\nThe failure is in reading {path} of the file source {source.name!r}: every restart reads it "
+        "again. Repair or remove the file, or start the pipeline again on its checkpoint with "
+        "read_...(..., streaming=True, bad_files='quarantine') and start(..., name=<the same name>, "
+        "quarantine_dir=<a directory>): a file that cannot be read is moved there with the reason, "
+        "and the job goes on without it (docs/reliability.md, 'Bad source files')"
+    )
+
+
+class BadFiles:
+    """Moves a file the query failed on to ``<quarantine_dir>/files/<source>/``; thread-safe."""
+
+    def __init__(self, quarantine_dir: str, sources: Sequence[BadFileSource]) -> None:
+        self.root = os.path.join(quarantine_dir, FILES_DIR)
+        self.sources = [s for s in sources if s.mode == "quarantine"]
+        self._lock = threading.Lock()
+
+    def set_aside(self, cause: str | None) -> str | None:
+        """Move the file ``cause`` names (if it is one of ours and still there); its new path."""
+        found = bad_file(cause, self.sources)
+        if found is None:
+            return None
+        path, source = found
+        with self._lock:
+            if not os.path.exists(path):
+                return None
+            folder = os.path.join(self.root, source.name)
+            os.makedirs(folder, exist_ok=True)
+            target = os.path.join(folder, os.path.basename(path))
+            stem, n = target, 1
+            while os.path.exists(target):
+                n += 1
+                target = f"{stem}.{n}"
+            reason = (
+                f"source: {source.name}\nfile: {path}\n"
+                f"set aside: {dt.datetime.now(dt.UTC).isoformat(timespec='seconds')}\n"
+                f"reason:\n{cause}\n"
+            )
+            tmp = target + REASON_SUFFIX + ".tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(reason)
+            shutil.move(path, target)
+            os.replace(tmp, target + REASON_SUFFIX)
+        log.warning("krishiv_py: set aside unreadable file %s of source %r: %s", path, source.name, target)
+        return target
+
+
+def quarantined_files(quarantine_dir: str | None) -> int | None:
+    """How many source files were set aside under ``quarantine_dir`` (None without one)."""
+    if quarantine_dir is None:
+        return None
+    root = os.path.join(quarantine_dir, FILES_DIR)
+    if not os.path.isdir(root):
+        return 0
+    return sum(
+        1
+        for folder in os.listdir(root)
+        if os.path.isdir(os.path.join(root, folder))
+        for name in os.listdir(os.path.join(root, folder))
+        if not name.endswith((REASON_SUFFIX, ".tmp"))
+    )
