@@ -25,11 +25,28 @@ Runners (each in this process, one Spark session, one job per trial):
     ticks must be longer than a micro-batch), or with ``--feed files`` the
     same Parquet directory as the hand-written job; ``lowering=`` the
     runner's; krishiv_py picks its own trigger (as fast as possible).
+``pyflink``
+    (``--flink-python``: the interpreter of a PyFlink environment) Flink SQL
+    in one long-lived PyFlink process (:mod:`benchmarks.flink_sustain`), a
+    streaming job per trial: the filesystem connector discovers new CSV files
+    in a directory every 100 ms (one file per tick, moved in atomically;
+    Flink's Parquet format is not part of the PyFlink wheel), the
+    watermark is the same 5 s lag, ``TUMBLE`` + ``COUNT(*)``, and the rows
+    reach the harness through the collect iterator and a pipe.
 ``pyspark-streaming``
     hand-written: Spark's file source on a directory (one Parquet file per
     tick, moved in atomically), ``withWatermark`` + ``window`` + ``count``
     in append mode, the default trigger (as fast as possible: the best a
     Spark user picks for latency), the same tuned session.
+
+``--batch-rate R``
+    the limit on Spark (no search): the same events a trial at rate ``R``
+    would send over ``--seconds``, written as one Parquet file per tick, and
+    the same query run over them as one Spark batch, by ``krishiv-bounded``
+    (``read_parquet`` + ``collect()``) and by a hand-written batch job; the
+    median of ``--repeat`` timed runs after one warm-up, in events/s. A
+    sustained streaming rate divided by it says how close streaming gets to
+    Spark's batch speed.
 
 Each runner first runs one untimed warm-up trial (the first job of a
 session pays for the JVM's warm-up and Spark's Python workers). Prints one
@@ -62,7 +79,7 @@ LAG_MS = 5_000
 #: the send that moves the watermark past it, so a tick must be well under the budget.
 TICK_S = 1.0
 USERS = 1_000
-RUNNERS = ("krishiv-native", "krishiv-stateful", "pyspark-streaming")
+RUNNERS = ("krishiv-native", "krishiv-stateful", "pyspark-streaming", "pyflink")
 USER_NAMES = pa.array([f"u{u}" for u in range(USERS)])
 #: The search stops doubling past this (``--max-rate``; the generator's own limit on this
 #: machine is near it).
@@ -93,33 +110,181 @@ class Arrivals:
     def add(
         self, ends: pa.ChunkedArray[Any] | pa.Array[Any], counts: pa.ChunkedArray[Any] | pa.Array[Any]
     ) -> None:
-        now = time.time() * 1000
         values = pc.cast(ends, pa.timestamp("ms", tz="UTC")).cast(pa.int64()).to_pylist()
+        self.add_rows(values, counts.to_pylist())
+
+    def add_rows(self, ends_ms: list[int | None], counts: list[int | None]) -> None:
+        """Rows that arrived now: each window's end (epoch ms) and count."""
+        now = time.time() * 1000
         with self._lock:
-            for end, n in zip(values, counts.to_pylist(), strict=True):
+            for end, n in zip(ends_ms, counts, strict=True):
                 if end is not None:
                     self.seen.setdefault(int(end), now)
                     self.counted[int(end)] = self.counted.get(int(end), 0) + int(n or 0)
 
 
-def events(rng: np.random.Generator, n: int, now_ms: int) -> pa.Table:
-    """``n`` events sent at ``now_ms``: event time up to 2 s behind it, 1 % 5 to 60 s behind."""
+#: The most an event lags its send time (ms): 2 s of disorder, or 5 to 60 s late.
+MAX_BEHIND_MS = 62_000
+#: A trial draws this many ticks' random content before it starts and cycles through them, so
+#: the generator's work per send is stamping event times (it shares the machine with the runner).
+POOL = 4
+
+
+@attrs.frozen
+class Draw:
+    """One send's random content: each event's delay behind the send time (ms), its user and amount."""
+
+    behind: np.ndarray[Any, np.dtype[np.int64]]
+    users: pa.Array[Any]
+    amounts: pa.Array[Any]
+
+
+def draw(rng: np.random.Generator, n: int) -> Draw:
+    """``n`` events' content: up to 2 s behind their send, 1 % 5 to 60 s behind."""
     behind = rng.integers(0, 2_001, n)
     late = rng.random(n) < 0.01
     behind[late] += rng.integers(5_000, 60_001, int(late.sum()))
+    return Draw(behind, USER_NAMES.take(rng.integers(0, USERS, n)), pa.array(np.ones(n)))
+
+
+def stamp(d: Draw, now_ms: int) -> pa.Table:
+    """The events of ``d`` sent at ``now_ms``."""
     return pa.table(
         {
-            "user_id": USER_NAMES.take(rng.integers(0, USERS, n)),
-            "event_time": pa.array((now_ms - behind) * 1000, pa.timestamp("us", tz="UTC")),
-            "amount": pa.array(np.ones(n)),
+            "user_id": d.users,
+            "event_time": pa.array((now_ms - d.behind) * 1000, pa.timestamp("us", tz="UTC")),
+            "amount": d.amounts,
         }
     )
 
 
+def window_counts(d: Draw, now_ms: int) -> dict[int, int]:
+    """How many of ``d``'s events sent at ``now_ms`` fall in each window (by its end, ms)."""
+    first = (now_ms - MAX_BEHIND_MS) // WINDOW_MS
+    counts = np.bincount((now_ms - d.behind) // WINDOW_MS - first)
+    return {int((first + i + 1) * WINDOW_MS): int(c) for i, c in enumerate(counts.tolist()) if c}
+
+
+def events(rng: np.random.Generator, n: int, now_ms: int) -> pa.Table:
+    """``n`` events sent at ``now_ms``: event time up to 2 s behind it, 1 % 5 to 60 s behind."""
+    return stamp(draw(rng, n), now_ms)
+
+
+class FlinkProcess:
+    """The long-lived process of :mod:`benchmarks.flink_sustain`: a job per trial, rows over a pipe."""
+
+    def __init__(self, python: str, monitor_ms: int = 100) -> None:
+        import os
+        import subprocess
+
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env = {**os.environ, "PYTHONPATH": root}
+        self.proc = subprocess.Popen(
+            [python, "-m", "benchmarks.flink_sustain", "--monitor-ms", str(monitor_ms)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=root,
+            env=env,
+            start_new_session=True,  # its JVM goes with it on close()
+        )
+        self._jobs = 0
+        self._arrivals: dict[str, Arrivals] = {}
+        self._said: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+        self._event("ready")
+        threading.Thread(target=self._read, daemon=True).start()
+        self._wait("ready", 180)
+
+    def _event(self, what: str) -> threading.Event:
+        with self._lock:
+            return self._said.setdefault(what, threading.Event())
+
+    def _wait(self, what: str, timeout: float) -> None:
+        if not self._event(what).wait(timeout):
+            raise RuntimeError(f"the PyFlink process did not answer {what!r} within {timeout:g} s")
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        from benchmarks.flink_sustain import parse_row
+
+        for line in self.proc.stdout:
+            row = parse_row(line)
+            if row is not None:
+                arrivals = self._arrivals.get(row[0])
+                if arrivals is not None:
+                    arrivals.add_rows([row[1]], [row[2]])
+            elif line.startswith(("ready", "started ", "stopped ")):
+                self._event(line.strip()).set()
+
+    def _command(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def start(self, arrivals: Arrivals) -> tuple[Callable[[pa.Table], Any], Callable[[], None]]:
+        """A new job over a new CSV directory: (send one tick's events, stop)."""
+        self._jobs += 1
+        n = str(self._jobs)
+        directory, send = csv_feed("krishiv-sustain-flink-")
+        self._arrivals[n] = arrivals
+        self._command(f"start {n} {directory}")
+        self._wait(f"started {n}", 120)
+
+        def stop() -> None:
+            self._command(f"stop {n}")
+            self._wait(f"stopped {n}", 60)
+            self._arrivals.pop(n, None)
+
+        return send, stop
+
+    def close(self) -> None:
+        import os
+        import signal
+
+        try:
+            self._command("quit")
+            self.proc.wait(30)
+        except Exception:  # noqa: BLE001 - gone already, or stuck: the process group goes
+            pass
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+def csv_feed(prefix: str) -> tuple[str, Callable[[pa.Table], None]]:
+    """A directory for Flink's file source, and a function that moves one CSV file (``ts`` in ms) into it."""
+    import os
+
+    import pyarrow.csv as pacsv
+
+    src = tempfile.mkdtemp(prefix=prefix)
+    staging = tempfile.mkdtemp(prefix=f"{prefix}staging-")
+    counter = [0]
+
+    def write(table: pa.Table) -> None:
+        counter[0] += 1
+        ts = table.column("event_time").cast(pa.timestamp("ms", tz="UTC")).cast(pa.int64())
+        rows = table.set_column(table.schema.get_field_index("event_time"), "ts", ts)
+        tmp = os.path.join(staging, f"part-{counter[0]:07d}.csv")
+        pacsv.write_csv(rows, tmp, write_options=pacsv.WriteOptions(include_header=False))
+        os.replace(tmp, os.path.join(src, f"part-{counter[0]:07d}.csv"))
+
+    return src, write
+
+
 def start_runner(
-    session: kp.Session, runner: str, arrivals: Arrivals, feed: Feed = Feed()
+    session: kp.Session,
+    runner: str,
+    arrivals: Arrivals,
+    feed: Feed = Feed(),
+    flink: FlinkProcess | None = None,
 ) -> tuple[Callable[[pa.Table], Any], Callable[[], None]]:
     """Start ``runner``'s job on ``feed``; returns (send one tick's events, stop)."""
+    if runner == "pyflink":
+        if flink is None:
+            raise ValueError("the pyflink runner needs --flink-python")
+        return flink.start(arrivals)
     if runner.startswith("krishiv-"):
         send: Callable[[pa.Table], Any]
         if feed.kind == "files":
@@ -168,13 +333,15 @@ def trial(
     budget_s: float,
     seed: int,
     feed: Feed = Feed(),
+    flink: FlinkProcess | None = None,
 ) -> dict[str, Any]:
     """Feed ``rate`` events/s for ``seconds``; the steady-state latencies of the windows it closed."""
     rng = np.random.default_rng(abs(seed))
-    arrivals = Arrivals()
-    send, stop = start_runner(session, runner, arrivals, feed)
     tick_s = feed.tick_s
     per_tick = max(1, round(rate * tick_s))
+    pool = [draw(rng, per_tick) for _ in range(POOL)]
+    arrivals = Arrivals()
+    send, stop = start_runner(session, runner, arrivals, feed, flink)
     started = time.time()
     sent, behind_s = 0, 0.0
     generated: dict[int, int] = {}
@@ -187,13 +354,10 @@ def trial(
                 time.sleep(wait)
             else:
                 behind_s = max(behind_s, -wait)  # the generator itself could not keep up
-            table = events(rng, per_tick, int(time.time() * 1000))
-            ends, n = np.unique(
-                table.column("event_time").cast(pa.int64()).to_numpy() // 1000 // WINDOW_MS * WINDOW_MS
-                + WINDOW_MS,
-                return_counts=True,
-            )
-            for end, c in zip(ends.tolist(), n.tolist(), strict=True):
+            now_ms = int(time.time() * 1000)
+            content = pool[tick % len(pool)]
+            table = stamp(content, now_ms)
+            for end, c in window_counts(content, now_ms).items():
                 generated[end] = generated.get(end, 0) + c
             send(table)
             sent += per_tick
@@ -229,7 +393,7 @@ def trial(
         "generator_behind_s": round(behind_s, 3),
         "counted_share": round(kept, 4),
         "tick_s": tick_s,
-        "feed": feed.kind if runner.startswith("krishiv-") else "files",
+        "feed": feed.kind if runner.startswith("krishiv-") else {"pyflink": "csv files"}.get(runner, "files"),
         "sustained": bool(latencies) and p99 <= budget_s and behind_s < max(tick_s * 5, 1.0) and kept >= 0.95,
     }
 
@@ -256,15 +420,16 @@ def sustainable(
     feed: Feed = Feed(),
     max_rate: int = MAX_RATE,
     log: Any = print,
+    flink: FlinkProcess | None = None,
 ) -> tuple[int, list[dict[str, Any]]]:
     """The highest sustained rate (0: not even ``start``) and every trial's record."""
     records: list[dict[str, Any]] = []
     # A first job in a session pays for the JVM's warm-up and Spark's Python workers: untimed.
-    warm_up = trial(session, runner, start, min(seconds, 12.0), budget_s, seed=-1, feed=feed)
+    warm_up = trial(session, runner, start, min(seconds, 12.0), budget_s, seed=-1, feed=feed, flink=flink)
     log(json.dumps({"warm_up": warm_up}))
 
     def run(rate: int) -> bool:
-        r = trial(session, runner, rate, seconds, budget_s, seed=len(records), feed=feed)
+        r = trial(session, runner, rate, seconds, budget_s, seed=len(records), feed=feed, flink=flink)
         records.append(r)
         log(json.dumps(r))
         return bool(r["sustained"])
@@ -283,6 +448,63 @@ def sustainable(
         else:
             high = mid
     return low, records
+
+
+BATCH_RUNNERS = ("krishiv-bounded", "pyspark-batch")
+
+
+def batch_feed(rate: int, seconds: float, tick_s: float, seed: int = 0) -> tuple[str, int]:
+    """The events a trial at ``rate`` sends over ``seconds``, a Parquet file per tick: (directory, events)."""
+    rng = np.random.default_rng(seed)
+    directory, write = parquet_feed("krishiv-sustain-batch-")
+    start_ms = int(time.time() * 1000)
+    per_tick = max(1, round(rate * tick_s))
+    ticks = max(1, round(seconds / tick_s))
+    for tick in range(ticks):
+        write(events(rng, per_tick, start_ms + round(tick * tick_s * 1000)))
+    return directory, per_tick * ticks
+
+
+def run_batch(session: kp.Session, runner: str, directory: str) -> pa.Table:
+    """The sustainable query over ``directory`` as one Spark batch; its window rows."""
+    if runner == "krishiv-bounded":
+        return (
+            session.read_parquet(directory, schema=DDL)
+            .watermark("event_time", LAG_MS)
+            .key_by("user_id")
+            .tumbling_window(WINDOW_MS)
+            .agg(kp.count(kp.col("*")))
+            .collect()
+        )
+    from pyspark.sql import functions as F
+
+    df = session.spark.read.schema(DDL).parquet(directory)
+    window = F.window("event_time", f"{WINDOW_MS // 1000} seconds")
+    out: pa.Table = df.groupBy("user_id", window).count().toArrow()
+    return out
+
+
+def batch_throughput(
+    session: kp.Session, runners: list[str], directory: str, n: int, repeat: int, log: Any = print
+) -> dict[str, float]:
+    """Events/s of each runner over ``directory`` (``n`` events): the median of ``repeat`` runs.
+
+    One untimed warm-up run each; the runners alternate run by run, so a noisy neighbour costs both alike,
+    and each must count every event (a batch drops no late events).
+    """
+    for runner in runners:
+        counted = pc.sum(run_batch(session, runner, directory).column("count")).as_py()
+        if counted != n:
+            raise AssertionError(f"{runner} counted {counted} of {n} events")
+    times: dict[str, list[float]] = {r: [] for r in runners}
+    for _ in range(repeat):
+        for runner in runners:
+            t0 = time.perf_counter()
+            run_batch(session, runner, directory)
+            times[runner].append(time.perf_counter() - t0)
+    rates: dict[str, float] = {r: round(n / statistics.median(t)) for r, t in times.items()}
+    log(json.dumps({"batch": {"events": n, "seconds": times, "events_per_s": rates}}))
+    return rates
 
 
 def plot(runs: list[dict[str, Any]], path: str) -> None:
@@ -331,6 +553,13 @@ def main(argv: list[str] | None = None) -> int:
         default="memory",
         help="krishiv's input: a memory stream (one send per micro-batch) or the Parquet directory",
     )
+    p.add_argument(
+        "--batch-rate",
+        type=int,
+        help="no search: time the same query as one Spark batch over the events of a trial at this rate",
+    )
+    p.add_argument("--repeat", type=int, default=3, help="timed runs of each --batch-rate runner")
+    p.add_argument("--flink-python", help="the interpreter of a PyFlink environment (runner pyflink)")
     p.add_argument("--json", help="write every trial's record to this file")
     p.add_argument(
         "--plot",
@@ -345,21 +574,40 @@ def main(argv: list[str] | None = None) -> int:
                 runs.append(json.load(f))
         plot(runs, a.plot)
         return 0
+    if a.batch_rate:
+        with kp.Session.embedded(app_name="krishiv-bench-sustainable") as session:
+            directory, n = batch_feed(a.batch_rate, a.seconds, a.tick_s)
+            rates = batch_throughput(session, list(BATCH_RUNNERS), directory, n, a.repeat)
+        how = f"{n:,} events ({a.batch_rate:,}/s for {a.seconds:g} s)"
+        print(f"\nthe same query as one Spark batch over {how}:")
+        for runner, rate in rates.items():
+            print(f"  {runner}: {rate:,} events/s")
+        if a.json:
+            with open(a.json, "w", encoding="utf-8") as f:
+                json.dump({"batch_rate": a.batch_rate, "events": n, "events_per_s": rates}, f, indent=1)
+        return 0
     summary, trials = [], []
-    with kp.Session.embedded(app_name="krishiv-bench-sustainable") as session:
-        for runner in a.runner or list(RUNNERS):
-            best, records = sustainable(
-                session,
-                runner,
-                start=a.start,
-                budget_s=a.budget_s,
-                seconds=a.seconds,
-                steps=a.steps,
-                feed=Feed(a.tick_s, a.feed),
-                max_rate=a.max_rate,
-            )
-            trials += records
-            summary.append((runner, best))
+    runners = a.runner or [r for r in RUNNERS if r != "pyflink" or a.flink_python]
+    flink = FlinkProcess(a.flink_python) if "pyflink" in runners and a.flink_python else None
+    try:
+        with kp.Session.embedded(app_name="krishiv-bench-sustainable") as session:
+            for runner in runners:
+                best, records = sustainable(
+                    session,
+                    runner,
+                    start=a.start,
+                    budget_s=a.budget_s,
+                    seconds=a.seconds,
+                    steps=a.steps,
+                    feed=Feed(a.tick_s, a.feed),
+                    max_rate=a.max_rate,
+                    flink=flink,
+                )
+                trials += records
+                summary.append((runner, best))
+    finally:
+        if flink is not None:
+            flink.close()
     print(f"\nsustainable throughput at p99 <= {a.budget_s:g} s ({a.seconds:g} s trials):")
     for runner, best in summary:
         print(f"  {runner}: {best:,} events/s")

@@ -376,3 +376,65 @@ def test_sustainable_throughput_plots_latency_against_rate(tmp_path: Path) -> No
     out = tmp_path / "latency.png"
     assert sb.main(["--plot", str(out), *sources]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+
+
+def test_sustainable_feeds_flink_csv_files_with_epoch_milliseconds() -> None:
+    from benchmarks import flink_sustain as fs
+    from benchmarks import sustainable as sb
+
+    directory, send = sb.csv_feed("krishiv-test-flink-feed-")
+    table = sb.events(np.random.default_rng(2), 1_000, now_ms=1_800_000_000_000)
+    send(table)
+    send(table.slice(0, 10))
+    parts = sorted(Path(directory).iterdir())
+    assert [p.name for p in parts] == ["part-0000001.csv", "part-0000002.csv"]
+    first = parts[0].read_text().splitlines()
+    assert len(first) == 1_000 and len(parts[1].read_text().splitlines()) == 10
+    user, ts, amount = first[0].split(",")
+    expected_ms = table.column("event_time")[0].value // 1000
+    assert (user.strip('"'), int(ts), float(amount)) == (str(table.column("user_id")[0]), expected_ms, 1.0)
+    sql = fs.source_sql("events_1", directory, 100)
+    assert "TO_TIMESTAMP_LTZ(ts, 3)" in sql and "'source.monitor-interval' = '100 ms'" in sql
+    assert "INTERVAL '0 00:00:05.000' DAY TO SECOND(3)" in sql
+    import datetime as dt
+
+    assert fs.epoch_ms(dt.datetime(2027, 1, 15, 8, 0, 2, tzinfo=dt.UTC)) == 1_800_000_002_000
+    # the print sink's lines: Java's LocalDateTime drops zero seconds
+    assert fs.parse_row("row 3:2> +I[2027-01-15T08:00:02, 17]\n") == ("3", 1_800_000_002_000, 17)
+    assert fs.parse_row("row 3:1> +I[2027-01-15T08:00, 1]") == ("3", 1_800_000_000_000, 1)
+    assert fs.parse_row("started 3") is None and fs.parse_row("row 3:1> -U[2027-01-15T08:00, 1]") is None
+
+
+def test_sustainable_batch_feed_holds_a_trials_events() -> None:
+    import pyarrow.parquet as pq
+
+    from benchmarks import sustainable as sb
+
+    directory, n = sb.batch_feed(rate=3_000, seconds=4, tick_s=1.0, seed=3)
+    parts = sorted(Path(directory).iterdir())
+    assert n == 12_000 and len(parts) == 4
+    tables = [pq.read_table(p) for p in parts]
+    assert sum(t.num_rows for t in tables) == n
+    # one tick per file, a second apart in event time (up to 62 s of lateness behind each)
+    maxima = [pa.compute.max(t.column("event_time")).value // 1000 for t in tables]
+    assert [b - a for a, b in zip(maxima, maxima[1:], strict=False)] == pytest.approx([1_000] * 3, abs=2_100)
+
+
+def test_sustainable_generator_counts_each_sends_windows() -> None:
+    from benchmarks import sustainable as sb
+
+    content = sb.draw(np.random.default_rng(4), 50_000)
+    now = 1_800_000_001_234
+    table = sb.stamp(content, now)
+    ends, counts = np.unique(
+        table.column("event_time").cast(pa.int64()).to_numpy() // 1000 // sb.WINDOW_MS * sb.WINDOW_MS
+        + sb.WINDOW_MS,
+        return_counts=True,
+    )
+    assert sb.window_counts(content, now) == dict(zip(ends.tolist(), counts.tolist(), strict=True))
+    later = sb.stamp(content, now + 1_000)  # the same content, a second later: every event a second later
+    shift = (
+        later.column("event_time").cast(pa.int64()).to_numpy()
+        - table.column("event_time").cast(pa.int64()).to_numpy()
+    )
+    assert set(shift.tolist()) == {1_000_000}

@@ -1,0 +1,156 @@
+"""PyFlink for the sustainable-throughput harness: one long-lived process, one streaming job per trial.
+
+Started by :mod:`benchmarks.sustainable` (``--flink-python``) with the
+interpreter of the PyFlink environment (standard library and ``pyflink``
+only; the repository root on ``PYTHONPATH``)::
+
+    <flink python> -m benchmarks.flink_sustain [--parallelism N] [--monitor-ms MS]
+
+It reads commands on stdin, one per line, and answers on stdout:
+
+* ``start <n> <directory>``: a streaming job over the CSV files that arrive in
+  ``directory`` (Flink's filesystem connector, discovering new files every
+  ``--monitor-ms``): the harness's query, a per-user 2-second tumbling
+  ``COUNT(*)`` with a 5 s watermark lag (``WATERMARK FOR event_time AS
+  event_time - INTERVAL '5' SECOND``, Flink's default watermark interval),
+  into Flink's ``print`` connector. Answers ``started <n>`` once the job runs;
+  the job's task threads then print each result row to this process's
+  stdout as ``row <n>:<subtask>> +I[<window end>, <count>]`` (the window end
+  in the UTC session zone, as Java prints a ``LocalDateTime``):
+  :func:`parse_row` reads it. The print sink hands each row to the pipe the
+  moment the window fires (a collect iterator would poll for it, and its
+  iteration in a second Python thread breaks the planner's thread-local
+  state for the next job).
+* ``stop <n>``: cancels job ``n``; answers ``stopped <n>``.
+* ``quit`` (or the end of stdin): stops every job and exits.
+
+The CSV columns are ``user_id, ts, amount`` with ``ts`` in epoch
+milliseconds; ``event_time`` is ``TO_TIMESTAMP_LTZ(ts, 3)``, Flink's idiom
+for epoch times, in the UTC session time zone. One process (one JVM and
+mini-cluster) serves every trial, as one Spark session serves the Spark
+runners: its JIT and Python workers warm up once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import os
+import re
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.flink_runner import interval
+
+WINDOW_MS = 2_000
+LAG_MS = 5_000
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_out = threading.Lock()
+
+
+def say(line: str) -> None:
+    with _out:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
+def source_sql(name: str, directory: str, monitor_ms: int) -> str:
+    """The CSV source table over ``directory``, its event time and watermark."""
+    return (
+        f"CREATE TEMPORARY TABLE `{name}` (\n"
+        "  user_id STRING, ts BIGINT, amount DOUBLE,\n"
+        "  event_time AS TO_TIMESTAMP_LTZ(ts, 3),\n"
+        f"  WATERMARK FOR event_time AS event_time - {interval(LAG_MS)}\n"
+        ") WITH (\n"
+        f"  'connector' = 'filesystem', 'path' = '{Path(directory).resolve().as_uri()}', 'format' = 'csv',\n"
+        f"  'source.monitor-interval' = '{monitor_ms} ms'\n)"
+    )
+
+
+def query_sql(name: str) -> str:
+    return (
+        "SELECT window_end, COUNT(*) AS n\n"
+        f"FROM TABLE(TUMBLE(TABLE `{name}`, DESCRIPTOR(event_time), {interval(WINDOW_MS)}))\n"
+        "GROUP BY user_id, window_start, window_end"
+    )
+
+
+def epoch_ms(value: dt.datetime) -> int:
+    """A window bound (a ``datetime``, naive in the UTC session zone) as epoch ms."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
+    return int((value - _EPOCH) // dt.timedelta(milliseconds=1))
+
+
+_ROW = re.compile(r"row (\d+):\d+> \+I\[([0-9T:.-]+), (\d+)\]")
+
+
+def parse_row(line: str) -> tuple[str, int, int] | None:
+    """``(job, window end in epoch ms, count)`` of a line the print sink wrote, else None."""
+    m = _ROW.match(line)
+    if m is None:
+        return None
+    return m.group(1), epoch_ms(dt.datetime.fromisoformat(m.group(2))), int(m.group(3))
+
+
+class Jobs:
+    def __init__(self, parallelism: int, monitor_ms: int) -> None:
+        from pyflink.table import EnvironmentSettings, TableEnvironment
+
+        self.env: Any = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
+        config = self.env.get_config()
+        config.set("parallelism.default", str(parallelism))
+        config.set("table.local-time-zone", "UTC")
+        config.set("table.exec.source.idle-timeout", "1 s")
+        self.monitor_ms = monitor_ms
+        self.running: dict[str, Any] = {}
+
+    def start(self, n: str, directory: str) -> None:
+        name = f"events_{n}"
+        self.env.execute_sql(source_sql(name, directory, self.monitor_ms))
+        self.env.execute_sql(
+            f"CREATE TEMPORARY TABLE `rows_{n}` (window_end TIMESTAMP(3), n BIGINT)\n"
+            f"WITH ('connector' = 'print', 'print-identifier' = 'row {n}')"
+        )
+        result = self.env.execute_sql(f"INSERT INTO `rows_{n}`\n{query_sql(name)}")
+        self.running[n] = result
+        client = result.get_job_client()
+        deadline = time.time() + 60
+        while not str(client.get_job_status().result()).endswith("RUNNING") and time.time() < deadline:
+            time.sleep(0.05)
+        say(f"started {n}")
+
+    def stop(self, n: str) -> None:
+        result = self.running.pop(n, None)
+        if result is not None:
+            with contextlib.suppress(Exception):  # already finished or failed
+                result.get_job_client().cancel().result()
+        say(f"stopped {n}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--parallelism", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--monitor-ms", type=int, default=100, help="how often the source looks for new files")
+    a = p.parse_args(argv)
+    jobs = Jobs(a.parallelism, a.monitor_ms)
+    say("ready")
+    for line in sys.stdin:
+        cmd, *args = line.split()
+        if cmd == "start":
+            jobs.start(args[0], args[1])
+        elif cmd == "stop":
+            jobs.stop(args[0])
+        elif cmd == "quit":
+            break
+    for n in list(jobs.running):
+        jobs.stop(n)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
