@@ -41,7 +41,7 @@ from collections.abc import Sequence
 
 import attrs
 
-__all__ = ["BadFileSource", "BadFiles", "fail_hint", "files_named", "quarantined_files"]
+__all__ = ["BadFileSource", "BadFiles", "disk_hint", "fail_hint", "files_named", "quarantined_files"]
 
 log = logging.getLogger("krishiv_py")
 
@@ -101,6 +101,48 @@ def fail_hint(cause: str | None, sources: Sequence[BadFileSource]) -> str:
         "quarantine_dir=<a directory>): a file that cannot be read is moved there with the reason, "
         "and the job goes on without it (docs/reliability.md, 'Bad source files')"
     )
+
+
+_DISK = (
+    ("No space left on device", "is full"),
+    ("Disk quota exceeded", "is over its quota"),
+    ("Read-only file system", "is read-only"),
+)
+
+
+def disk_hint(text: str | None, checkpoint_dir: str | None) -> str:
+    """For a failure to write to a full or read-only disk: which disk, and how to resume."""
+    if not text:
+        return ""
+    for needle, what in _DISK:
+        if needle in text:
+            candidates = [c for c in (checkpoint_dir, *files_named(text)) if c and not c.startswith("/dev")]
+            path = next((c for c in candidates if _disk_is(c, read_only=what == "is read-only")), None)
+            where = f"The disk under {path}" if path else "A disk the job writes to"
+            if path is None and checkpoint_dir:
+                where += f" (its checkpoint is {checkpoint_dir})"
+            return (
+                f"\n{where} {what} ({needle}): the micro-batch did not commit, and what was committed "
+                "before it is intact. Free space on it (or make it writable) and start the pipeline "
+                "again under its name (or checkpoint_dir) to resume where it stopped"
+            )
+    return ""
+
+
+def _disk_is(path: str, *, read_only: bool) -> bool:
+    """Whether the file system holding ``path`` (or its nearest existing parent) is read-only / full."""
+    while path and not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            return False
+        path = parent
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return False
+    if read_only:
+        return bool(st.f_flag & os.ST_RDONLY)
+    return st.f_bavail * st.f_frsize < (1 << 20)  # less than 1 MiB left
 
 
 class BadFiles:

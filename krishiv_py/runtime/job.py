@@ -34,7 +34,7 @@ from krishiv_py.names import (
     is_arithmetic_metric,
 )
 from krishiv_py.planner.spark import SparkRecipe
-from krishiv_py.runtime.bad_files import BadFiles, BadFileSource, fail_hint, quarantined_files
+from krishiv_py.runtime.bad_files import BadFiles, BadFileSource, disk_hint, fail_hint, quarantined_files
 from krishiv_py.runtime.quarantine import Quarantine, quarantine_counts, restart_hint
 from krishiv_py.runtime.remote import named_metrics
 from krishiv_py.runtime.spark_errors import spark_call, spark_cause, spark_error_text
@@ -244,6 +244,8 @@ class Job:
             ]
             if m.quarantined_batches:
                 rows.append(("quarantined", f"{m.quarantined_batches} batches, {m.quarantined_rows} rows"))
+            if m.quarantined_files:
+                rows.append(("quarantined files", str(m.quarantined_files)))
         if self.checkpoint_dir:
             rows.append(("checkpoint", self.checkpoint_dir))
         if self.durability:
@@ -345,9 +347,10 @@ class StreamingJob(Job):
 
     def _failure(self, cause: str | None, what: str = "the job") -> JobError:
         """The JobError of a failure: with the way past a failing file or user code, where there is one."""
-        exc = self._query.exception() if self._file_sources else None
+        exc = self._query.exception()
         text = spark_error_text(exc) if exc is not None else cause
-        hints = f"{restart_hint(cause)}{fail_hint(text, self._file_sources)}"
+        hints = restart_hint(cause) + fail_hint(text, self._file_sources)
+        hints += disk_hint(text, self.checkpoint_dir)
         return JobError(f"{what} failed{hints}", cause=cause)
 
     def _start_background(self) -> None:
