@@ -84,6 +84,10 @@ class ConnectServer(_Servers):
         Start the driver JVM with :data:`QUICK_START_JVM` (C1 JIT only, serial
         GC): about a third faster to start on a busy machine, slower on long
         queries. False keeps the JVM's defaults (for benchmarks).
+    port
+        The gRPC port (default: a free one). Give the ``port`` of a server
+        that was stopped to start a new one where its clients connect (a
+        server restart).
     """
 
     kind = "connect"
@@ -97,10 +101,14 @@ class ConnectServer(_Servers):
         conf: Mapping[str, str] | None = None,
         shuffle_partitions: int = 4,
         quick_start: bool = True,
+        port: int | None = None,
     ) -> None:
         if not _MEMORY.match(driver_memory):
             raise ValueError(f"driver_memory must be a Spark size such as '1g', got {driver_memory!r}")
+        if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536):
+            raise ValueError(f"port must be a TCP port number, got {port!r}")
         super().__init__(log_dir)
+        self._fixed_port = port
         self.master = master
         self.driver_memory = driver_memory
         self.conf = server_conf(shuffle_partitions) | dict(conf or {})
@@ -120,7 +128,7 @@ class ConnectServer(_Servers):
         return f"sc://{HOST}:{self.port}"
 
     def _start(self, deadline: float, timeout_s: float) -> None:
-        (self._port,) = free_ports(1)
+        (self._port,) = (self._fixed_port,) if self._fixed_port is not None else free_ports(1)
         conf = {
             **self.conf,
             "spark.connect.grpc.binding.address": HOST,

@@ -37,7 +37,13 @@ from krishiv_py.planner.spark import SparkRecipe
 from krishiv_py.runtime.bad_files import BadFiles, BadFileSource, disk_hint, fail_hint, quarantined_files
 from krishiv_py.runtime.quarantine import Quarantine, quarantine_counts, restart_hint
 from krishiv_py.runtime.remote import named_metrics
-from krishiv_py.runtime.spark_errors import spark_call, spark_cause, spark_error_text
+from krishiv_py.runtime.spark_errors import (
+    GuardedQuery,
+    server_gone,
+    spark_call,
+    spark_cause,
+    spark_error_text,
+)
 from krishiv_py.sinks import Sink, SinkWriter
 
 if TYPE_CHECKING:
@@ -298,7 +304,7 @@ class StreamingJob(Job):
         recipe = setup.recipe
         self.checkpoint_dir = checkpoint_dir
         self.durability = durability
-        self._query = query
+        self._query: Any = GuardedQuery(query)
         self._senders = list(senders)
         #: Where rows of user-code calls that raised go (``start(quarantine_dir=...)``).
         self.quarantine = quarantine
@@ -342,7 +348,9 @@ class StreamingJob(Job):
                 return False
             if self._bad_files.set_aside(spark_error_text(exc)) is None:
                 return False
-            self._query = spark_call("starting the job again without the bad file", self._relaunch)
+            self._query = GuardedQuery(
+                spark_call("starting the job again without the bad file", self._relaunch)
+            )
             return True
 
     def _failure(self, cause: str | None, what: str = "the job") -> JobError:
@@ -526,8 +534,19 @@ class StreamingJob(Job):
         wait(seconds)
 
     def stop(self) -> None:
-        """Stop the job. Its results so far stay readable; it processes nothing more."""
-        if self._query.isActive:
+        """Stop the job. Its results so far stay readable; it processes nothing more.
+
+        A job whose Spark Connect server is gone has stopped already: stopping
+        it does nothing.
+        """
+        try:
+            active = self._query.isActive
+        except JobError as exc:
+            if exc.__cause__ is not None and server_gone(exc.__cause__):
+                self._ended = self._ended or "stopped"
+                return
+            raise
+        if active:
             if self._ended is None:
                 self._ended = "finished" if self._input_done else "stopped"
             spark_call("stopping the job", self._query.stop)

@@ -76,7 +76,7 @@ def claim_checkpoint(checkpoint_dir: str, name: str | None) -> None:
     with _RUNNING_LOCK:
         ref = _RUNNING.get(_checkpoint_key(checkpoint_dir))
         running = ref() if ref is not None else None
-    if running is None or not running.is_active:
+    if running is None or not _still_running(running):
         return
     called = f"job {name!r}" if name is not None else "a job"
     raise JobError(
@@ -85,6 +85,14 @@ def claim_checkpoint(checkpoint_dir: str, name: str | None) -> None:
         "Stop the running one first (job.stop()) and start this one again to resume where it "
         "stopped, or give this one another name / checkpoint_dir to start it fresh"
     )
+
+
+def _still_running(job: StreamingJob) -> bool:
+    """Whether ``job``'s query still runs; a job whose session or server is gone does not."""
+    try:
+        return bool(job.is_active)
+    except Exception:  # noqa: BLE001 - its Spark (or Connect server) is gone: nothing runs there
+        return False
 
 
 def _record_running(checkpoint_dir: str, job: StreamingJob) -> None:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from krishiv_py.errors import JobError, KrishivError
 from krishiv_py.runtime.quarantine import restart_hint
 
-__all__ = ["spark_call", "spark_cause"]
+__all__ = ["GuardedQuery", "server_gone", "server_gone_hint", "spark_call", "spark_cause", "spark_error_text"]
 
 T = TypeVar("T")
 
@@ -28,7 +28,75 @@ def spark_call(what: str, fn: Callable[[], T]) -> T:
         raise
     except Exception as exc:
         cause = spark_cause(exc)
-        raise JobError(f"{what} failed{restart_hint(cause)}", cause=cause) from exc
+        raise JobError(f"{what} failed{restart_hint(cause)}{server_gone_hint(exc)}", cause=cause) from exc
+
+
+#: What a Spark Connect client says when its server is gone, or is a new server that does not know
+#: the client's session (it was restarted).
+_SERVER_GONE = (
+    "NO_ACTIVE_SESSION",
+    "SESSION_CHANGED",
+    "SESSION_NOT_FOUND",
+    "SESSION_CLOSED",
+    "StatusCode.UNAVAILABLE",
+    "failed to connect to all addresses",
+    "Cannot invoke RPC on closed channel",
+)
+
+
+def server_gone(exc: BaseException) -> bool:
+    """True for the error of a Spark Connect call whose server is gone or was restarted."""
+    if type(exc).__module__.startswith("grpc"):
+        return True
+    text = f"{type(exc).__name__}: {exc}"
+    return any(needle in text for needle in _SERVER_GONE)
+
+
+def server_gone_hint(exc: BaseException) -> str:
+    """How to resume after the Spark Connect server went away (to append to a message), else ``""``."""
+    if not server_gone(exc):
+        return ""
+    return (
+        "\nThe Spark Connect server of this session is gone or was restarted, and the session's "
+        "streaming queries ended with it (a server keeps them in its own JVM). Once a server answers "
+        "at the same address, resume: open a new session with kp.Session.remote(<url>, "
+        "state_dir=<the same>) and start the same pipeline with start(..., name=<the same name>); it "
+        "resumes from its last committed micro-batch (docs/deployment.md)"
+    )
+
+
+class GuardedQuery:
+    """A streaming query whose calls raise :class:`JobError` instead of Spark, Py4J or gRPC errors.
+
+    Reading an attribute of the query (``isActive``, ``lastProgress``) or
+    calling ``exception()`` that fails — a Spark Connect server that is
+    gone, say — raises a ``JobError`` with the way back. Other methods
+    (``processAllAvailable``, ``stop``) and private attributes (``_jsq``)
+    pass through as they are: their callers wrap them in :func:`spark_call`
+    with words of their own.
+    """
+
+    _GUARDED_CALLS = frozenset({"exception"})
+
+    def __init__(self, query: Any) -> None:
+        self._query_ = query
+
+    @property
+    def wrapped(self) -> Any:
+        return self._query_
+
+    def __getattr__(self, name: str) -> Any:
+        query = self.__dict__["_query_"]
+        if name.startswith("_"):
+            return getattr(query, name)
+        value = spark_call("reaching the job's query", lambda: getattr(query, name))
+        if not callable(value) or name not in self._GUARDED_CALLS:
+            return value
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return spark_call("reaching the job's query", lambda: value(*args, **kwargs))
+
+        return call
 
 
 def spark_cause(exc: BaseException) -> str:
