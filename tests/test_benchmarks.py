@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import itertools
 import json
 import subprocess
 import sys
@@ -417,7 +418,7 @@ def test_sustainable_batch_feed_holds_a_trials_events() -> None:
     assert sum(t.num_rows for t in tables) == n
     # one tick per file, a second apart in event time (up to 62 s of lateness behind each)
     maxima = [pa.compute.max(t.column("event_time")).value // 1000 for t in tables]
-    assert [b - a for a, b in zip(maxima, maxima[1:], strict=False)] == pytest.approx([1_000] * 3, abs=2_100)
+    assert [b - a for a, b in itertools.pairwise(maxima)] == pytest.approx([1_000] * 3, abs=2_100)
 
 
 def test_sustainable_generator_counts_each_sends_windows() -> None:
