@@ -516,12 +516,13 @@ def plot(runs: list[dict[str, Any]], path: str) -> None:
 
     fig, axes = plt.subplots(1, len(runs), figsize=(6 * len(runs), 4.2), squeeze=False)
     for ax, run in zip(axes[0], runs, strict=True):
-        for i, runner in enumerate(sorted({t["runner"] for t in run["trials"]})):
+        for runner in sorted({t["runner"] for t in run["trials"]}):
             trials = sorted((t for t in run["trials"] if t["runner"] == runner), key=lambda t: t["rate"])
             rates = [t["rate"] for t in trials]
             cap = 4 * run["budget_s"]  # a window that never arrived: drawn at the top
             p99 = [min(t["p99_s"], cap) for t in trials]
-            line = ax.plot(rates, p99, "o-", label=f"{runner} p99", color=f"C{i}")[0]
+            color = f"C{RUNNERS.index(runner)}" if runner in RUNNERS else "black"  # one per runner
+            line = ax.plot(rates, p99, "o-", label=f"{runner} p99", color=color)[0]
             ax.plot(rates, [min(t["p50_s"], cap) for t in trials], ":", color=line.get_color())
             for t in trials:
                 if not t["sustained"]:
@@ -530,8 +531,8 @@ def plot(runs: list[dict[str, Any]], path: str) -> None:
         ax.set_xscale("log")
         ax.set_xlabel("events/s fed in real time")
         ax.set_ylabel("window latency (s), p99 solid, p50 dotted")
-        feed = "memory stream" if run.get("feed", "memory") == "memory" else "files"
-        how = f"krishiv reads a {feed}, a send every {run.get('tick_s', TICK_S):g} s"
+        feed = "a memory stream" if run.get("feed", "memory") == "memory" else "files"
+        how = f"krishiv reads {feed}, a send every {run.get('tick_s', TICK_S):g} s"
         ax.set_title(f"p99 <= {run['budget_s']:g} s; {how} (x: not sustained)", fontsize=10)
         ax.legend(fontsize=8)
     fig.tight_layout()
