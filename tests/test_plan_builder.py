@@ -634,4 +634,5 @@ def test_wrong_arguments_found_by_the_fuzz_are_plan_errors() -> None:
         windowed.lower(lowering=cast(Any, "fast"))
     # Lists of names and the default keys still work.
     assert windowed.top_n(1, by=["n"]).plan == windowed.top_n(1, by="n").plan
-    assert windowed.top_n(1, by="n", keys=["user_id"]).plan.keys == ("user_id",)  # type: ignore[attr-defined]
+    ranked = windowed.top_n(1, by="n", keys=["user_id"]).plan
+    assert isinstance(ranked, n.TopN) and ranked.keys == ("user_id",)
