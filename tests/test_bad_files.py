@@ -190,3 +190,44 @@ def test_windows_count_every_row_but_the_quarantined_files(
         assert job.metrics().quarantined_files == 1
     finally:
         job.stop()
+
+
+def test_url_encoded_nested_and_unmovable_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    outer = tmp_path / "my in"
+    inner = outer / "sub"
+    inner.mkdir(parents=True)
+    (inner / "p 1.parquet").write_bytes(b"torn")
+    cause = (
+        f"FAILED_READ_FILE: Encountered error while reading file file://{tmp_path}/my%20in/sub/p%201.parquet."
+    )
+    sources = [BadFileSource("outer", str(outer), "quarantine"), BadFileSource("inner", str(inner), "fail")]
+    # Spark's URL-encoded path is read back; the innermost source owns the file (here: "fail").
+    assert f"{inner}/p 1.parquet" in files_named(cause)
+    assert BadFiles(str(tmp_path / "q"), sources).set_aside(cause) is None
+    assert "'inner'" in fail_hint(cause, sources)
+    # A file that cannot be moved stays, with nothing left in the quarantine.
+    only_outer = [BadFileSource("outer", str(outer), "quarantine")]
+
+    def refuse(*_a: Any) -> None:
+        raise PermissionError("read-only source directory")
+
+    monkeypatch.setattr(os, "rename", refuse)
+    assert BadFiles(str(tmp_path / "q"), only_outer).set_aside(cause) is None
+    assert (inner / "p 1.parquet").exists() and quarantined_files(str(tmp_path / "q")) == 0
+    assert not [p for p in (tmp_path / "q").rglob("*") if p.is_file()]
+
+
+def test_a_stopped_job_does_not_start_again_past_a_bad_file(session: kp.Session, tmp_path: Path) -> None:
+    src, quarantine = tmp_path / "in", tmp_path / "q"
+    src.mkdir()
+    write(src, "part-0.parquet", 0, 2)
+    stream = session.read_parquet(str(src), SCHEMA, streaming=True, bad_files="quarantine")
+    job = stream.select("v").start(quarantine_dir=str(quarantine))
+    job.process_all_available()
+    job.stop()
+    write(src, "part-1.parquet", 2, 2, torn=True)
+    import time
+
+    time.sleep(1.5)  # three background ticks: none may start the stopped job again
+    assert not job.is_active and (src / "part-1.parquet").exists()
+    assert job.metrics().quarantined_files == 0

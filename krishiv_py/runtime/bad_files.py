@@ -32,11 +32,13 @@ Examples
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import logging
 import os
 import re
 import shutil
 import threading
+import urllib.parse
 from collections.abc import Sequence
 
 import attrs
@@ -66,26 +68,33 @@ def files_named(cause: str) -> list[str]:
     for m in _URI.finditer(cause):
         path = "/" + m.group(1).rstrip(".:")
         seen.setdefault(os.path.normpath(path), None)
+        seen.setdefault(os.path.normpath(urllib.parse.unquote(path)), None)  # Spark URL-encodes paths
     return list(seen)
 
 
 def _source_of(path: str, sources: Sequence[BadFileSource]) -> BadFileSource | None:
-    for source in sources:
+    """The source whose directory holds ``path`` (the innermost, when directories nest)."""
+    for source in sorted(sources, key=lambda s: len(os.path.realpath(s.path)), reverse=True):
         root = os.path.realpath(source.path)
         if os.path.realpath(path).startswith(root.rstrip("/") + "/"):
             return source
     return None
 
 
-def bad_file(cause: str | None, sources: Sequence[BadFileSource]) -> tuple[str, BadFileSource] | None:
-    """The first file of one of ``sources`` that ``cause`` names, with its source."""
+def bad_files(cause: str | None, sources: Sequence[BadFileSource]) -> list[tuple[str, BadFileSource]]:
+    """The files of ``sources`` that ``cause`` names, in order, with their sources."""
     if not cause:
-        return None
-    for path in files_named(cause):
-        source = _source_of(path, sources)
-        if source is not None:
-            return path, source
-    return None
+        return []
+    found = [(path, _source_of(path, sources)) for path in files_named(cause)]
+    return [(path, source) for path, source in found if source is not None]
+
+
+def bad_file(cause: str | None, sources: Sequence[BadFileSource]) -> tuple[str, BadFileSource] | None:
+    """The first file of one of ``sources`` that ``cause`` names (existing ones first), with its source."""
+    found = bad_files(cause, sources)
+    existing = [f for f in found if os.path.exists(f[0])]
+    ranked = existing or found
+    return ranked[0] if ranked else None
 
 
 def fail_hint(cause: str | None, sources: Sequence[BadFileSource]) -> str:
@@ -150,35 +159,54 @@ class BadFiles:
 
     def __init__(self, quarantine_dir: str, sources: Sequence[BadFileSource]) -> None:
         self.root = os.path.join(quarantine_dir, FILES_DIR)
-        self.sources = [s for s in sources if s.mode == "quarantine"]
+        self.sources = list(sources)  # all of them: a file belongs to the innermost source's mode
         self._lock = threading.Lock()
 
     def set_aside(self, cause: str | None) -> str | None:
         """Move the file ``cause`` names (if it is one of ours and still there); its new path."""
         found = bad_file(cause, self.sources)
-        if found is None:
+        if found is None or found[1].mode != "quarantine":
             return None
         path, source = found
         with self._lock:
             if not os.path.exists(path):
                 return None
-            folder = os.path.join(self.root, source.name)
-            os.makedirs(folder, exist_ok=True)
-            target = os.path.join(folder, os.path.basename(path))
-            stem, n = target, 1
-            while os.path.exists(target):
-                n += 1
-                target = f"{stem}.{n}"
-            reason = (
-                f"source: {source.name}\nfile: {path}\n"
-                f"set aside: {dt.datetime.now(dt.UTC).isoformat(timespec='seconds')}\n"
-                f"reason:\n{cause}\n"
-            )
-            tmp = target + REASON_SUFFIX + ".tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(reason)
-            shutil.move(path, target)
-            os.replace(tmp, target + REASON_SUFFIX)
+            try:
+                return self._move(path, source, cause or "")
+            except OSError as exc:  # cannot move it (a read-only source directory): the job fails
+                log.warning("krishiv_py: could not set aside %s: %s", path, exc)
+                return None
+
+    def _move(self, path: str, source: BadFileSource, cause: str) -> str:
+        folder = os.path.join(self.root, source.name)
+        os.makedirs(folder, exist_ok=True)
+        target = os.path.join(folder, os.path.basename(path))
+        stem, n = target, 1
+        while os.path.exists(target):
+            n += 1
+            target = f"{stem}.{n}"
+        reason = (
+            f"source: {source.name}\nfile: {path}\n"
+            f"set aside: {dt.datetime.now(dt.UTC).isoformat(timespec='seconds')}\n"
+            f"reason:\n{cause}\n"
+        )
+        tmp = target + REASON_SUFFIX + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(reason)
+        try:
+            os.rename(path, target)  # the same disk: atomic, and nothing left behind on failure
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                os.remove(tmp)
+                raise
+            shutil.copy2(path, target)  # another disk: copy, then remove the original
+            try:
+                os.remove(path)
+            except OSError:
+                os.remove(target)
+                os.remove(tmp)
+                raise
+        os.replace(tmp, target + REASON_SUFFIX)
         log.warning("krishiv_py: set aside unreadable file %s of source %r: %s", path, source.name, target)
         return target
 

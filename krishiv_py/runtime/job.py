@@ -332,26 +332,32 @@ class StreamingJob(Job):
         self._relaunch = relaunch
         self._restart_lock = threading.Lock()
 
-    def _recover(self) -> bool:
+    def _recover(self, failed: Any = None) -> bool:
         """If the query failed on a file of a ``bad_files="quarantine"`` source: set it aside, run again.
 
-        True when the query runs (again) now; False when it did not fail,
-        or failed on something else.
+        ``failed`` is the query the caller saw fail (default: the current
+        one). True when a query runs again now (started here, or by another
+        thread since); False when the query did not fail, failed on
+        something else, or the job was stopped.
         """
         if self._bad_files is None or self._relaunch is None:
             return False
         with self._restart_lock:
-            if self._query.isActive:
-                return True  # running, or another thread restarted it
+            if failed is not None and self._query is not failed:
+                return True  # another thread started it again already
+            if self._ended is not None or self._query.isActive:
+                return False
             exc = self._query.exception()
-            if exc is None or self._ended is not None:
+            if exc is None or self._bad_files.set_aside(spark_error_text(exc)) is None:
                 return False
-            if self._bad_files.set_aside(spark_error_text(exc)) is None:
-                return False
-            self._query = GuardedQuery(
-                spark_call("starting the job again without the bad file", self._relaunch)
-            )
+            what = "starting the job again without the bad file"
+            self._query = GuardedQuery(spark_call(what, self._relaunch))
             return True
+
+    def _retire(self) -> None:
+        """This job will not run again: no restart past a bad file (another job takes its checkpoint)."""
+        with self._restart_lock:
+            self._ended = self._ended or "stopped"
 
     def _failure(self, cause: str | None, what: str = "the job") -> JobError:
         """The JobError of a failure: with the way past a failing file or user code, where there is one."""
@@ -383,7 +389,8 @@ class StreamingJob(Job):
         while True:
             time.sleep(interval)
             try:
-                if not self._query.isActive and not self._recover():
+                query = self._query
+                if not query.isActive and not self._recover(query):
                     return
                 self._background_step()
             except Exception:  # noqa: BLE001 - the query stopped or failed; its owner sees the error
@@ -437,12 +444,13 @@ class StreamingJob(Job):
         for _ in range(1000):
             before = self._writes
             closed = self._all_sources_closed()
+            query = self._query
             try:
-                spark_call("processing the available input", self._query.processAllAvailable)
+                spark_call("processing the available input", query.processAllAvailable)
             except JobError as exc:
-                if self._recover():
+                if self._recover(query):
                     continue
-                raise self._failure(exc.cause, "processing the available input") from None
+                raise self._failure(exc.cause, "processing the available input") from exc.__cause__
             self._refresh()
             if closed:  # everything up to end of input was processed
                 self._input_done = True
@@ -469,8 +477,9 @@ class StreamingJob(Job):
             while True:
                 if self._ended == "finished":
                     return True
-                if not self._query.isActive:
-                    if self._recover():
+                query = self._query
+                if not query.isActive:
+                    if self._recover(query):
                         continue
                     self._check_usable()
                     return True
@@ -486,7 +495,7 @@ class StreamingJob(Job):
                 try:
                     spark_call("awaiting termination", functools.partial(self._wait, step))
                 except JobError:
-                    if not self._recover():
+                    if not self._recover(query):
                         self._check_usable()
                         raise
 
@@ -510,8 +519,9 @@ class StreamingJob(Job):
         )
 
     def _interrupted(self) -> None:
-        self._ended = "stopped"
-        self._query.stop()
+        with self._restart_lock:  # no restart past a bad file after this
+            self._ended = "stopped"
+            self._query.stop()
 
     def _batch_progress(self) -> tuple[int, int | None, str]:
         last = self._query.lastProgress
@@ -539,17 +549,18 @@ class StreamingJob(Job):
         A job whose Spark Connect server is gone has stopped already: stopping
         it does nothing.
         """
-        try:
-            active = self._query.isActive
-        except JobError as exc:
-            if exc.__cause__ is not None and server_gone(exc.__cause__):
-                self._ended = self._ended or "stopped"
-                return
-            raise
-        if active:
+        with self._restart_lock:  # a restart past a bad file does not undo it
+            try:
+                active = self._query.isActive
+            except JobError as exc:
+                if exc.__cause__ is not None and server_gone(exc.__cause__):
+                    self._ended = self._ended or "stopped"
+                    return
+                raise
             if self._ended is None:
-                self._ended = "finished" if self._input_done else "stopped"
-            spark_call("stopping the job", self._query.stop)
+                self._ended = "finished" if active and self._input_done else "stopped"
+            if active:
+                spark_call("stopping the job", self._query.stop)
         self._refresh()  # a stopped query still reports its progress
 
     @property
@@ -577,8 +588,9 @@ class StreamingJob(Job):
         return bool(self._senders) and all(s is not None and s.closed for s in self._senders)
 
     def _check_failed(self) -> None:
-        exc = self._query.exception()
-        if exc is not None and not self._recover():
+        query = self._query
+        exc = query.exception()
+        if exc is not None and not self._recover(query):
             raise self._failure(spark_cause(exc))
 
     # --- tracking ------------------------------------------------------------------

@@ -76,7 +76,10 @@ def claim_checkpoint(checkpoint_dir: str, name: str | None) -> None:
     with _RUNNING_LOCK:
         ref = _RUNNING.get(_checkpoint_key(checkpoint_dir))
         running = ref() if ref is not None else None
-    if running is None or not _still_running(running):
+    if running is None:
+        return
+    if not _still_running(running):
+        running._retire()  # it must not start again past a bad file on the new job's checkpoint
         return
     called = f"job {name!r}" if name is not None else "a job"
     raise JobError(
@@ -170,6 +173,11 @@ def start_streaming_job(
         if isinstance(s, n.FileSource) and s.streaming
     ]
     quarantining = [s.name for s in file_sources if s.mode == "quarantine"]
+    if quarantining and is_remote(spark):
+        raise PlanError(
+            f"the file source {quarantining[0]!r} sets unreadable files aside (bad_files='quarantine'), "
+            "which runs on a local or cluster session, not over Spark Connect yet; leave it out there"
+        )
     if quarantining and options.quarantine_dir is None:
         raise PlanError(
             f"the file source {quarantining[0]!r} sets unreadable files aside (bad_files='quarantine'): "

@@ -6,6 +6,7 @@ import contextlib
 import io
 import os
 import re
+import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -193,19 +194,23 @@ def _start_single_watermark(
     read is written through the same checkpoint manager as the query's logs.
     """
     settings = {SINGLE_WATERMARK_CONF: "false", **local_checkpoint_conf(checkpoint_dir), **dict(conf or {})}
-    previous = {key: spark.conf.get(key, None) for key in settings}
-    for key, value in settings.items():
-        spark.conf.set(key, value)
-    try:
-        query = writer.start()
-        _await_sources(query)
-        return query
-    finally:
-        for key, old in previous.items():
-            if old is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, old)
+    with _SETTINGS_LOCK:  # a job's background restart may start a query while another job starts
+        previous = {key: spark.conf.get(key, None) for key in settings}
+        for key, value in settings.items():
+            spark.conf.set(key, value)
+        try:
+            query = writer.start()
+            _await_sources(query)
+            return query
+        finally:
+            for key, old in previous.items():
+                if old is None:
+                    spark.conf.unset(key)
+                else:
+                    spark.conf.set(key, old)
+
+
+_SETTINGS_LOCK = threading.RLock()
 
 
 #: What a query reports before it has created its sources (Spark's ``StreamExecution``).

@@ -46,8 +46,6 @@ _SERVER_GONE = (
 
 def server_gone(exc: BaseException) -> bool:
     """True for the error of a Spark Connect call whose server is gone or was restarted."""
-    if type(exc).__module__.startswith("grpc"):
-        return True
     text = f"{type(exc).__name__}: {exc}"
     return any(needle in text for needle in _SERVER_GONE)
 
