@@ -35,6 +35,16 @@ def write(directory: Path, name: str, first: int, n: int, *, torn: bool = False)
     os.replace(tmp, directory / name)
 
 
+def torn_among_good(tmp_path: Path) -> Path:
+    """A source directory of three files, the middle one torn: rows 0-2 and 6-8 are readable."""
+    src = tmp_path / "in"
+    src.mkdir()
+    write(src, "part-0.parquet", 0, 3)
+    write(src, "part-1.parquet", 3, 3, torn=True)
+    write(src, "part-2.parquet", 6, 3)
+    return src
+
+
 def values(job: kp.Job) -> list[int]:
     return sorted(r["v"] for r in job.results().to_pylist())
 
@@ -116,11 +126,7 @@ def test_a_torn_file_fails_the_job_naming_the_file_and_the_way_past_it(
 def test_a_torn_file_is_set_aside_and_every_other_row_counts_once(
     session: kp.Session, tmp_path: Path
 ) -> None:
-    src, quarantine = tmp_path / "in", tmp_path / "quarantine"
-    src.mkdir()
-    write(src, "part-0.parquet", 0, 3)
-    write(src, "part-1.parquet", 3, 3, torn=True)
-    write(src, "part-2.parquet", 6, 3)
+    src, quarantine = torn_among_good(tmp_path), tmp_path / "quarantine"
     stream = session.read_parquet(str(src), SCHEMA, streaming=True, name="clicks", bad_files="quarantine")
     out = tmp_path / "out"
     job = stream.select("v").start(kp.ParquetSink(str(out)), quarantine_dir=str(quarantine))
@@ -173,11 +179,7 @@ def test_a_job_that_failed_on_a_file_resumes_with_quarantine(session: kp.Session
 def test_windows_count_every_row_but_the_quarantined_files(
     session: kp.Session, tmp_path: Path, lowering: Any
 ) -> None:
-    src, quarantine = tmp_path / "in", tmp_path / "q"
-    src.mkdir()
-    write(src, "part-0.parquet", 0, 3)
-    write(src, "part-1.parquet", 3, 3, torn=True)
-    write(src, "part-2.parquet", 6, 3)
+    src, quarantine = torn_among_good(tmp_path), tmp_path / "q"
     stream = session.read_parquet(str(src), SCHEMA, streaming=True, bad_files="quarantine")
     windowed = stream.watermark("t", 0).tumbling_window(10).agg(kp.count(kp.col("*")).alias("n"))
     job = windowed.start(lowering=lowering, quarantine_dir=str(quarantine))

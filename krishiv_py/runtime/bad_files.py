@@ -61,6 +61,11 @@ class BadFileSource:
     path: str
     mode: str
 
+    @property
+    def quarantines(self) -> bool:
+        """Whether a file of this source that cannot be read is set aside (``bad_files="quarantine"``)."""
+        return self.mode == "quarantine"
+
 
 def files_named(cause: str) -> list[str]:
     """The local file paths a Spark error names, in order of first mention."""
@@ -81,26 +86,24 @@ def _source_of(path: str, sources: Sequence[BadFileSource]) -> BadFileSource | N
     return None
 
 
-def bad_files(cause: str | None, sources: Sequence[BadFileSource]) -> list[tuple[str, BadFileSource]]:
-    """The files of ``sources`` that ``cause`` names, in order, with their sources."""
-    if not cause:
-        return []
-    found = [(path, _source_of(path, sources)) for path in files_named(cause)]
-    return [(path, source) for path, source in found if source is not None]
-
-
 def bad_file(cause: str | None, sources: Sequence[BadFileSource]) -> tuple[str, BadFileSource] | None:
-    """The first file of one of ``sources`` that ``cause`` names (existing ones first), with its source."""
-    found = bad_files(cause, sources)
-    existing = [f for f in found if os.path.exists(f[0])]
-    ranked = existing or found
+    """The first file of one of ``sources`` that ``cause`` names (existing ones first), with its source.
+
+    A file belongs to the innermost source whose directory holds it.
+    """
+    if not cause:
+        return None
+    found = [(path, _source_of(path, sources)) for path in files_named(cause)]
+    owned = [(path, source) for path, source in found if source is not None]
+    existing = [f for f in owned if os.path.exists(f[0])]
+    ranked = existing or owned
     return ranked[0] if ranked else None
 
 
 def fail_hint(cause: str | None, sources: Sequence[BadFileSource]) -> str:
     """For a failure on a file of a ``bad_files="fail"`` source: which file, and the way past it."""
-    found = bad_file(cause, [s for s in sources if s.mode == "fail"])
-    if found is None:
+    found = bad_file(cause, sources)
+    if found is None or found[1].quarantines:
         return ""
     path, source = found
     return (
@@ -165,7 +168,7 @@ class BadFiles:
     def set_aside(self, cause: str | None) -> str | None:
         """Move the file ``cause`` names (if it is one of ours and still there); its new path."""
         found = bad_file(cause, self.sources)
-        if found is None or found[1].mode != "quarantine":
+        if found is None or not found[1].quarantines:
             return None
         path, source = found
         with self._lock:

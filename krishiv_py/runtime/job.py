@@ -323,7 +323,7 @@ class StreamingJob(Job):
         self._background: threading.Thread | None = None
         #: The job's streaming file sources, and how each treats a file it cannot read.
         self._file_sources = tuple(file_sources)
-        quarantining = any(s.mode == "quarantine" for s in file_sources)
+        quarantining = any(s.quarantines for s in file_sources)
         self._bad_files = (
             BadFiles(quarantine.path, file_sources)
             if quarantine is not None and relaunch is not None and quarantining

@@ -172,7 +172,7 @@ def start_streaming_job(
         for s in n.sources_of(plan)
         if isinstance(s, n.FileSource) and s.streaming
     ]
-    quarantining = [s.name for s in file_sources if s.mode == "quarantine"]
+    quarantining = [s.name for s in file_sources if s.quarantines]
     if quarantining and is_remote(spark):
         raise PlanError(
             f"the file source {quarantining[0]!r} sets unreadable files aside (bad_files='quarantine'), "

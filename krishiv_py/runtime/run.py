@@ -74,7 +74,7 @@ def start_streaming(
     )
     collector, handoff = None, None
     if ticks is None:
-        restarts = any(s.mode == "quarantine" for s in file_sources)
+        restarts = any(s.quarantines for s in file_sources)
         writer = _native_output(writer, setup, quarantine, restarts=restarts)
     else:
         from krishiv_py.runtime.stateful import HANDOFF_CONF, BatchCollector

@@ -79,10 +79,6 @@ class GuardedQuery:
     def __init__(self, query: Any) -> None:
         self._query_ = query
 
-    @property
-    def wrapped(self) -> Any:
-        return self._query_
-
     def __getattr__(self, name: str) -> Any:
         query = self.__dict__["_query_"]
         if name.startswith("_"):
