@@ -95,8 +95,11 @@ def table_sinks_bench(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def chaos(session: nox.Session) -> None:
-    """SIGKILL durable streaming jobs at random points and check their sinks (``-- --runs N --kills K``)."""
-    session.install("-e", ".")
+    """SIGKILL durable streaming jobs at random points and check their sinks (``-- --runs N --kills K``).
+
+    ``-- --cluster``: kill executors, workers and the Spark Connect server instead (a local cluster).
+    """
+    session.install("-e", ".[dev]")  # the table sinks, Kafka and Spark Connect clients
     session.run("python", "-m", "benchmarks.chaos", *session.posargs)
 
 

@@ -11,6 +11,7 @@ the same batches.
 
     python -m benchmarks.chaos --runs 10 --kills 5 --seed 1      # the long run (nox -s chaos)
     python -m benchmarks.chaos --sink duckdb --runs 4 --kills 3  # a table sink (duckdb, delta, postgres)
+    python -m benchmarks.chaos --cluster   # executors, workers, the Connect server: chaos_cluster.py
 
 With a table sink (``--sink``), runs alternate the native lowering (one
 firing per window) and the stateful lowering with allowed lateness and
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime as dt
 import json
 import os
 import random
@@ -37,7 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
@@ -125,15 +127,17 @@ def child(
             name="chaos",
             lowering=lowering,
         )
-        data = batches(seed, count, size)
-        for batch in data[sender.batches_sent :]:
-            sender.send(batch)
-            job.process_all_available()
-        if not sender.closed:
-            sender.close()
-        if not job.await_termination(timeout_s=300):
-            return 2
-    return 0
+        return 0 if feed(job, sender, batches(seed, count, size)) else 2
+
+
+def feed(job: Any, sender: Any, data: list[list[dict[str, Any]]]) -> bool:
+    """Send the batches the stream's spool does not hold yet, each processed; close; wait for the end."""
+    for batch in data[sender.batches_sent :]:
+        sender.send(batch)
+        job.process_all_available()
+    if not sender.closed:
+        sender.close()
+    return bool(job.await_termination(timeout_s=300))
 
 
 def child_kafka(
@@ -263,18 +267,32 @@ def run_once(
     return run
 
 
-def compare(run: Run, out: str, want: list[dict[str, Any]]) -> None:
+class Tally(Protocol):
+    """What a comparison counts: windows lost, held twice, held wrong."""
+
+    lost: int
+    duplicated: int
+    wrong: int
+
+
+def compare(run: Tally, out: str, want: list[dict[str, Any]]) -> None:
     import pyarrow.parquet as pq
 
     got: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
     table_rows = [r for path in committed_files(out) for r in pq.read_table(path).to_pylist()]
     for row in table_rows:
-        key = (row["user"], int(row["window_start"].timestamp() * 1000))
+        key = (row["user"], epoch_ms(row["window_start"]))
         got.setdefault(key, []).append((row["n"], row["total"]))
     tally(run, got, {(r["user"], r["window_start"]): (r["n"], r["total"]) for r in want})
 
 
-def tally(run: Run, held: dict[Any, list[Any]], wanted: dict[Any, Any]) -> None:
+def epoch_ms(value: dt.datetime) -> int:
+    """Milliseconds since the epoch of a timestamp, exactly (``timestamp() * 1000`` can be 1 ms short)."""
+    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) if value.tzinfo else dt.datetime(1970, 1, 1)
+    return (value - epoch) // dt.timedelta(milliseconds=1)
+
+
+def tally(run: Tally, held: dict[Any, list[Any]], wanted: dict[Any, Any]) -> None:
     """Count, window by window, what ``held`` lost, holds twice or holds wrong against ``wanted``."""
     for key, value in wanted.items():
         found = held.get(key, [])
@@ -303,7 +321,7 @@ def compare_table(run: Run, rows: list[dict[str, Any]], want: list[dict[str, Any
 
     def key(r: dict[str, Any]) -> tuple[Any, ...]:
         start = r["window_start"]
-        return (r["user"], start if isinstance(start, int) else int(start.timestamp() * 1000))
+        return (r["user"], start if isinstance(start, int) else epoch_ms(start))
 
     if append:
         got = Counter((*key(r), r.get("kind") or "emit", r["n"], r["total"]) for r in rows)
@@ -353,6 +371,10 @@ def committed_files(out: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "--cluster" in argv:  # executors, workers and the Connect server die instead of the driver
+        from benchmarks import chaos_cluster
+
+        return chaos_cluster.main([a for a in argv if a != "--cluster"])
     if argv and argv[0] == "child":
         _, state_dir, seed, count, size, lowering, *target = argv
         return child(state_dir, int(seed), int(count), int(size), lowering, Target(*target))

@@ -439,3 +439,12 @@ def test_sustainable_generator_counts_each_sends_windows() -> None:
         - table.column("event_time").cast(pa.int64()).to_numpy()
     )
     assert set(shift.tolist()) == {1_000_000}
+
+
+def test_chaos_reads_window_starts_to_the_exact_millisecond() -> None:
+    from benchmarks.chaos import epoch_ms
+
+    start = dt.datetime(1970, 1, 1, 0, 0, 32, 300_000, tzinfo=dt.UTC)
+    assert int(start.timestamp() * 1000) == 32_299  # what a float product gives
+    assert epoch_ms(start) == 32_300
+    assert epoch_ms(start.replace(tzinfo=None)) == 32_300

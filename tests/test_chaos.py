@@ -2,17 +2,23 @@
 
 The short variant of ``nox -s chaos`` (``benchmarks/chaos.py``): one run on
 the stateful lowering with one kill (the child process and its JVM), then
-the sink compared with the reference model window by window.
+the sink compared with the reference model window by window. And of
+``nox -s chaos -- --cluster`` (``benchmarks/chaos_cluster.py``): on a local
+cluster of two workers, an executor and a worker killed under a classic
+driver's job, and a Spark Connect server killed and started again under a
+client's job.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 
 import pytest
 
-from benchmarks import chaos
-from krishiv_py.devtools import KafkaBroker
+from benchmarks import chaos, chaos_cluster
+from krishiv_py.devtools import KafkaBroker, LocalCluster
+from krishiv_py.errors import SessionError
 
 
 @pytest.mark.spark
@@ -56,4 +62,52 @@ def test_sigkilled_job_writes_its_changelog_to_a_table_exactly_once() -> None:
     )
     assert len(run.kills) == 1
     assert run.finished and run.restarts_failed == 0
+    assert (run.lost, run.duplicated, run.wrong) == (0, 0, 0)
+
+
+@pytest.fixture(scope="module")
+def two_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A cluster of two workers of one core each, for this module only: its workers get killed."""
+    cluster = LocalCluster(
+        workers=2, cores_per_worker=1, memory="1g", log_dir=tmp_path_factory.mktemp("chaos-cluster")
+    )
+    try:
+        cluster.start(timeout_s=300)
+    except SessionError as exc:
+        pytest.fail(f"the cluster did not start: {exc}", pytrace=False)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.mark.spark
+def test_killed_executor_and_worker_keep_every_window_exactly_once(two_workers: LocalCluster) -> None:
+    """The short variant of ``nox -s chaos -- --cluster``: an executor, then a whole worker, SIGKILLed."""
+    run = chaos_cluster.cluster_run(
+        two_workers,
+        seed=11,
+        kills=2,
+        count=12,
+        size=20,
+        lowering="stateful",
+        max_delay_s=5.0,
+        kinds=("executor", "worker"),
+    )
+    assert [kind for kind, _ in run.faults] == ["executor", "worker"], run
+    assert run.finished and not run.error, run.error
+    assert (run.lost, run.duplicated, run.wrong) == (0, 0, 0)
+    assert two_workers.alive_workers() == 2  # the killed worker came back
+
+
+@pytest.mark.spark
+def test_a_connect_server_restart_under_a_running_client_resumes_exactly_once(
+    two_workers: LocalCluster,
+) -> None:
+    """The client's next call fails clearly; it resumes the job by name from a new ``Session.remote``."""
+    run = chaos_cluster.connect_run(
+        two_workers, seed=12, restarts=1, count=12, size=20, lowering="native", max_delay_s=8.0
+    )
+    assert run.count("connect server") == 1 and run.resumed == 1, run
+    assert run.finished and not run.error, run.error
     assert (run.lost, run.duplicated, run.wrong) == (0, 0, 0)

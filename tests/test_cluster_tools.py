@@ -100,3 +100,15 @@ def test_arguments_are_checked_before_anything_starts() -> None:
         LocalCluster(workers=0)
     with pytest.raises(SessionError, match="not started"):
         _ = LocalCluster().master_url
+
+
+def test_faults_name_a_worker_of_a_started_cluster() -> None:
+    cluster = LocalCluster(workers=2)
+    with pytest.raises(ValueError, match=r"worker must be 1\.\.2, got 3"):
+        cluster.kill_worker(3)
+    with pytest.raises(ValueError, match=r"worker must be 1\.\.2, got 0"):
+        cluster.start_worker(0)
+    with pytest.raises(SessionError, match="not started"):
+        cluster.kill_worker(1)
+    with pytest.raises(SessionError, match="not started"):
+        cluster.executor_pids()

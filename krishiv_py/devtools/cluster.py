@@ -10,6 +10,12 @@
 ``krishiv cluster start|status|stop`` runs the same cluster detached from the
 terminal.
 
+Faults for recovery tests: :meth:`LocalCluster.executor_pids` finds the
+executor JVMs, :meth:`LocalCluster.kill_executor` and
+:meth:`LocalCluster.kill_worker` SIGKILL one (a worker with every executor and
+Python worker it started), :meth:`LocalCluster.start_worker` brings a killed
+worker back.
+
 A classic driver of a :class:`LocalCluster` needs ``spark.driver.host`` and
 ``spark.driver.bindAddress`` set to 127.0.0.1 and ``PYSPARK_PYTHON`` set to
 this interpreter (the servers get it too), else executors start the system
@@ -19,8 +25,11 @@ fit in a worker's ``memory``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import time
 import urllib.request
 from typing import Any
 
@@ -28,6 +37,9 @@ from krishiv_py.devtools.servers import (
     _MEMORY,
     HOST,
     QUICK_START_JVM,
+    ServerProcess,
+    _command_line,
+    _group_members,
     _prepend,
     _Servers,
     _started,
@@ -35,11 +47,14 @@ from krishiv_py.devtools.servers import (
     server_env,
     spark_home,
 )
+from krishiv_py.errors import SessionError
+from krishiv_py.runtime.spark_session import _log_tail
 
 __all__ = ["LocalCluster", "master_status"]
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
+EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 
 
 class LocalCluster(_Servers):
@@ -111,18 +126,87 @@ class LocalCluster(_Servers):
         )
         self._master_url = str(self._status().get("url") or f"spark://{HOST}:{port}")
         for i in range(1, self.workers + 1):
-            work_dir = os.path.join(self.log_dir, f"worker-{i}-work")
-            os.makedirs(work_dir, exist_ok=True)
-            argv = ["bash", spark_class, WORKER_CLASS, self._master_url, "--host", HOST]
-            argv += ["--cores", str(self.cores_per_worker), "--memory", self.memory]
-            argv += ["--work-dir", work_dir, "--webui-port", "0"]
-            self._spawn(f"worker-{i}", argv, env)
+            self._spawn_worker(i, f"worker-{i}")
         self._wait(
             f"the Spark workers did not register with {self._master_url}",
             lambda: self.alive_workers() >= self.workers,
             deadline,
             timeout_s,
         )
+
+    def _spawn_worker(self, i: int, name: str) -> None:
+        env = server_env()
+        _prepend(env, "SPARK_DAEMON_JAVA_OPTS", QUICK_START_JVM)
+        work_dir = os.path.join(self.log_dir, f"worker-{i}-work")
+        os.makedirs(work_dir, exist_ok=True)
+        spark_class = os.path.join(spark_home(), "bin", "spark-class")
+        argv = ["bash", spark_class, WORKER_CLASS, self.master_url, "--host", HOST]
+        argv += ["--cores", str(self.cores_per_worker), "--memory", self.memory]
+        argv += ["--work-dir", work_dir, "--webui-port", "0"]
+        self._spawn(name, argv, env)
+
+    def _worker(self, worker: int) -> ServerProcess:
+        """The newest process of worker ``worker`` (1-based)."""
+        if not isinstance(worker, int) or not 1 <= worker <= self.workers:
+            raise ValueError(f"worker must be 1..{self.workers}, got {worker!r}")
+        name = f"worker-{worker}"
+        procs = [p for p in self.processes if p.name == name or p.name.startswith(f"{name}.")]
+        return _started(procs[-1] if procs else None, self)
+
+    def executor_pids(self, worker: int | None = None) -> list[int]:
+        """The running executor JVMs (of worker ``worker`` only, 1-based, if given)."""
+        workers = [worker] if worker is not None else range(1, self.workers + 1)
+        return sorted(
+            pid
+            for w in workers
+            for pid in _group_members(self._worker(w).pid)
+            if EXECUTOR_CLASS in _command_line(pid)
+        )
+
+    def kill_executor(self, pid: int) -> None:
+        """SIGKILL executor JVM ``pid`` (one of :meth:`executor_pids`); its worker starts a new one."""
+        if pid not in self.executor_pids():
+            raise ValueError(f"process {pid} is not an executor of this cluster")
+        os.kill(pid, signal.SIGKILL)
+
+    def kill_worker(self, worker: int) -> None:
+        """SIGKILL worker ``worker`` (1-based) with its executors and their Python workers.
+
+        The master notices the worker is gone when its heartbeats stop (60 s
+        by default) or at once when its connection closes, as here. Start it
+        again with :meth:`start_worker`.
+        """
+        proc = self._worker(worker)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10.0
+        while proc.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def start_worker(self, worker: int, timeout_s: float = 120.0) -> None:
+        """Start worker ``worker`` again after :meth:`kill_worker`; return once the master lists it.
+
+        Its log is ``worker-<n>.<restart>.log``; it offers the same cores
+        and memory and has the same work directory.
+        """
+        proc = self._worker(worker)
+        if proc.alive():
+            raise SessionError(f"worker {worker} is running: kill_worker({worker}) first")
+        before = self._alive_worker_ids()
+        restarts = sum(1 for p in self.processes if p.name.startswith(f"worker-{worker}."))
+        self.processes.remove(proc)
+        self._spawn_worker(worker, f"worker-{worker}.{restarts + 1}")
+        new = self.processes[-1]
+        deadline = time.monotonic() + timeout_s
+        while not self._alive_worker_ids() - before:
+            code = new.popen.poll() if new.popen is not None else None
+            if code is not None or time.monotonic() >= deadline:
+                why = f"exited with code {code}" if code is not None else f"not ready within {timeout_s:g} s"
+                raise SessionError(
+                    f"worker {worker} did not register again with {self.master_url}: {why}"
+                    + _log_tail(new.log)
+                )
+            time.sleep(0.25)
 
     def _status(self) -> dict[str, Any]:
         """The master's JSON status, ``{}`` while it does not answer."""
@@ -132,7 +216,10 @@ class LocalCluster(_Servers):
 
     def alive_workers(self) -> int:
         """How many workers the master lists as ALIVE."""
-        return sum(1 for w in self._status().get("workers", []) if w.get("state") == "ALIVE")
+        return len(self._alive_worker_ids())
+
+    def _alive_worker_ids(self) -> set[str]:
+        return {str(w.get("id")) for w in self._status().get("workers", []) if w.get("state") == "ALIVE"}
 
     def state(self) -> dict[str, Any]:
         return {**super().state(), "url": self.master_url, "web_ui": self.web_ui_url}
