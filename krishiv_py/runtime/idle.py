@@ -96,7 +96,7 @@ class IdleTracker:
     idle: frozenset[str] = frozenset()
     written: int = 0
     _lock: threading.Lock = attrs.field(factory=threading.Lock)
-    _seen: set[int] = attrs.field(factory=set)
+    _last_seen: int = -1  # the newest batch id noted (batches come in order)
     _feeds: dict[str, FileFeed] = attrs.field(factory=dict)
 
     def __attrs_post_init__(self) -> None:
@@ -122,9 +122,9 @@ class IdleTracker:
         with self._lock:
             now = self.clock()
             for batch_id, observed in batches:
-                if batch_id in self._seen:
+                if batch_id <= self._last_seen:
                     continue
-                self._seen.add(batch_id)
+                self._last_seen = batch_id
                 for t in self.tracked:
                     m = observed.get(t.observe_name) or {}
                     if int(m.get(ACTIVE) or 0) > 0:

@@ -13,6 +13,7 @@ the overall minimum, but not the source's own reported watermark.
 
 from __future__ import annotations
 
+import collections
 import functools
 import json
 import threading
@@ -173,6 +174,11 @@ class Job:
         return advise_plan(self.plan, completeness=completeness, caught=caught)
 
     def progress(self) -> list[JobProgress]:
+        """The job's micro-batches, oldest first: the newest :data:`KEPT_PROGRESS` (1,000) of them.
+
+        :meth:`metrics` and the watermarks count every micro-batch however
+        long the job runs; only the reports listed here are bounded.
+        """
         raise NotImplementedError
 
     def late_events(self) -> pa.Table:
@@ -308,7 +314,7 @@ class StreamingJob(Job):
         self._senders = list(senders)
         #: Where rows of user-code calls that raised go (``start(quarantine_dir=...)``).
         self.quarantine = quarantine
-        self._batches: dict[int, dict[str, Any]] = {}
+        self._history = _History(tracked=recipe.tracked, shift_ms=recipe.time_shift_ms)
         self._last_progress: tuple[Any, Any, Any] | None = None  # newest progress report read
         self._lock = threading.Lock()
         self._progress_lock = threading.Lock()
@@ -409,8 +415,9 @@ class StreamingJob(Job):
         if self._idle is None:
             return
         with self._lock:
-            batches = [(k, b.get("observedMetrics") or {}) for k, b in sorted(self._batches.items())]
-        if self._idle.step(batches, self._effective_watermarks()):
+            batches = [(int(b["batchId"]), b.get("observedMetrics") or {}) for b, _ in self._history.recent]
+            effective = dict(self._history.effective)
+        if self._idle.step(batches, effective):
             self._note_write()
 
     def _pump(self) -> None:
@@ -605,7 +612,7 @@ class StreamingJob(Job):
                 # Spark also posts "idle" progress (no observed metrics) under the
                 # id of the batch it waits to run; only executed batches count.
                 if raw.get("observedMetrics"):
-                    self._batches[int(raw["batchId"])] = raw
+                    self._history.add(raw)
 
     def _new_progress(self) -> list[dict[str, Any]]:
         """The progress reports Spark posted since the last call, oldest first.
@@ -632,69 +639,33 @@ class StreamingJob(Job):
         fresh.reverse()
         return fresh
 
-    def _ordered(self) -> list[dict[str, Any]]:
+    def _folded(self) -> _History:
+        """The job's history with every progress report Spark posted so far folded in."""
         self._refresh()
-        with self._lock:
-            return [self._batches[k] for k in sorted(self._batches)]
-
-    def _watermarks(self) -> tuple[dict[str, int], list[int | None]]:
-        """Per-source watermarks now, and the overall watermark after each batch."""
-        per_source, _, history = self._track(self._ordered())
-        return per_source, history
-
-    def _effective_watermarks(self) -> dict[str, int]:
-        """Each source's watermark operator (own rows and idle markers), by observe name."""
-        with self._lock:
-            batches = [self._batches[k] for k in sorted(self._batches)]
-        return self._track(batches)[1]
-
-    def _track(
-        self, batches: Sequence[dict[str, Any]]
-    ) -> tuple[dict[str, int], dict[str, int], list[int | None]]:
-        shift = self._recipe.time_shift_ms
-        per_source: dict[str, int] = {}
-        effective: dict[str, int] = {}
-        history: list[int | None] = []
-        tracked = self._recipe.tracked
-        for batch in batches:
-            observed = batch.get("observedMetrics") or {}
-            for t in tracked:
-                m = observed.get(t.observe_name) or {}
-                max_us = m.get(MAX_ET_US)
-                if max_us is not None:
-                    w = int(max_us) // 1000 - t.lag_ms - shift
-                    per_source[t.source] = max(per_source.get(t.source, w), w)
-                    effective[t.observe_name] = max(effective.get(t.observe_name, w), w)
-                marker = m.get(IDLE_WM)
-                if marker is not None:
-                    effective[t.observe_name] = max(effective.get(t.observe_name, int(marker)), int(marker))
-            # Spark's minimum counts a source without data as "no watermark yet".
-            complete = len(effective) == len(tracked)
-            history.append(min(effective.values()) if effective and complete else None)
-        return per_source, effective, history
+        return self._history
 
     @property
     def watermark_ms(self) -> int | None:
-        history = self._watermarks()[1]
-        return history[-1] if history else None
+        history = self._folded()
+        with self._lock:
+            return history.watermark_ms
 
     def source_watermarks(self) -> dict[str, int]:
-        return self._watermarks()[0]
+        history = self._folded()
+        with self._lock:
+            return dict(history.per_source)
 
     def metrics(self) -> JobMetrics:
-        batches = self._ordered()
-        totals = _sum_observed([b.get("observedMetrics") or {} for b in batches])
-        per_source, _, history = self._track(batches)
-        advances = sum(
-            1
-            for prev, cur in zip([None, *history], history, strict=False)
-            if cur is not None and (prev is None or cur > prev)
-        )
+        history = self._folded()
+        with self._lock:
+            totals = dict(history.totals)
+            batches, advances = history.batches, history.advances
+            watermark, per_source = history.watermark_ms, dict(history.per_source)
         quarantined = quarantine_counts(self.quarantine.path) if self.quarantine is not None else (0, 0)
         files = quarantined_files(self.quarantine.path) if self.quarantine is not None else None
         return JobMetrics(
             input_rows=totals["rows"],
-            batches=len(batches),
+            batches=batches,
             invalid_events=totals["invalid"] if self._recipe.tracked else None,
             on_time_events=None,
             mildly_late_events=None,
@@ -707,14 +678,16 @@ class StreamingJob(Job):
             quarantined_batches=quarantined[0],
             quarantined_rows=quarantined[1],
             quarantined_files=files,
-            watermark_ms=history[-1] if history else None,
+            watermark_ms=watermark,
             watermark_advances=advances,
             source_watermarks=per_source,
             idle_sources=self.idle_sources(),
         )
 
     def progress(self) -> list[JobProgress]:
-        _, history = self._watermarks()
+        history = self._folded()
+        with self._lock:
+            recent = list(history.recent)
         return [
             JobProgress(
                 batch_id=int(b["batchId"]),
@@ -723,8 +696,67 @@ class StreamingJob(Job):
                 watermark_ms=w,
                 raw=b,
             )
-            for b, w in zip(self._ordered(), history, strict=False)
+            for b, w in recent
         ]
+
+
+#: How many micro-batches' progress reports a job keeps for :meth:`Job.progress` (the newest).
+#: Its metrics and watermarks cover every micro-batch however long it runs: each report is folded
+#: into running figures as it arrives, so a job's memory and the cost of reading them stay flat.
+KEPT_PROGRESS = 1_000
+
+
+class _History:
+    """What a streaming job's micro-batches add up to, folded in one progress report at a time.
+
+    Per tracked source, its watermark is its newest event time seen minus
+    its lag (``per_source``, by stream name; ``effective``, by observe
+    name, also lifted by idle markers); the job's watermark after a batch
+    is the minimum of the effective ones once every source has one (Spark's
+    minimum counts a source without data as "no watermark yet").
+    """
+
+    def __init__(self, tracked: Sequence[Any], shift_ms: int, kept: int = KEPT_PROGRESS) -> None:
+        self._tracked = tuple(tracked)
+        self._shift_ms = shift_ms
+        self.totals = {"rows": 0, "invalid": 0, "emitted": 0, "arith": 0}
+        self.per_source: dict[str, int] = {}
+        self.effective: dict[str, int] = {}
+        self.watermark_ms: int | None = None
+        self.advances = 0
+        self.batches = 0
+        self._last_batch = -1
+        #: The newest progress reports and the job's watermark after each, oldest first.
+        self.recent: collections.deque[tuple[dict[str, Any], int | None]] = collections.deque(maxlen=kept)
+
+    def add(self, raw: dict[str, Any]) -> None:
+        """Fold in the progress report of an executed micro-batch (reports come in batch order)."""
+        batch = int(raw["batchId"])
+        if batch <= self._last_batch:  # posted again (a report read twice): already counted
+            return
+        self._last_batch = batch
+        observed = raw.get("observedMetrics") or {}
+        for key, value in _sum_observed([observed]).items():
+            self.totals[key] += value
+        for t in self._tracked:
+            m = observed.get(t.observe_name) or {}
+            max_us = m.get(MAX_ET_US)
+            if max_us is not None:
+                w = int(max_us) // 1000 - t.lag_ms - self._shift_ms
+                self.per_source[t.source] = max(self.per_source.get(t.source, w), w)
+                self.effective[t.observe_name] = max(self.effective.get(t.observe_name, w), w)
+            marker = m.get(IDLE_WM)
+            if marker is not None:
+                self.effective[t.observe_name] = max(
+                    self.effective.get(t.observe_name, int(marker)), int(marker)
+                )
+        complete = bool(self.effective) and len(self.effective) == len(self._tracked)
+        watermark = min(self.effective.values()) if complete else None
+        if watermark is not None and (self.watermark_ms is None or watermark > self.watermark_ms):
+            self.advances += 1
+        self.watermark_ms = watermark
+        self.batches += 1
+        self.recent.append((raw, watermark))
 
 
 def _sum_observed(observed: Sequence[dict[str, Any]]) -> dict[str, int]:
