@@ -104,6 +104,13 @@ def chaos(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def soak(session: nox.Session) -> None:
+    """The stateful lowering with 1M keys, TTL and allowed lateness over 200 batches: flat or not."""
+    session.install("-e", ".[bench]")
+    session.run("python", "-m", "benchmarks.soak", *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def fuzz(session: nox.Session) -> None:
     """Random builder calls, SQL text and send() batches: only KrishivErrors refuse (``-- --cases N``)."""
     session.install("-e", ".[dev]")

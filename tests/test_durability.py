@@ -257,3 +257,36 @@ def test_a_second_job_under_a_running_jobs_name_is_refused_and_the_first_goes_on
     finally:
         first.stop()
         named.stop()
+
+
+@pytest.mark.parametrize("session_setting", [None, "100"])
+def test_a_checkpoint_keeps_the_last_ten_micro_batches_unless_the_session_says(
+    session: kp.Session, tmp_path: Path, session_setting: str | None
+) -> None:
+    """Spark keeps 100 micro-batches of logs and state; recovery needs the last, krishiv_py keeps 10."""
+    from krishiv_py.runtime.run import RETAINED_BATCHES, RETAINED_BATCHES_CONF
+
+    batches = RETAINED_BATCHES + 4
+    if session_setting is not None:
+        session.spark.conf.set(RETAINED_BATCHES_CONF, session_setting)
+    try:
+        s = durable(session, tmp_path)
+        stream, sender = s.memory_stream(SCHEMA, name="clicks")
+        windows = stream.watermark("t", 0).tumbling_window(10).agg(kp.count(kp.col("*")).alias("n"))
+        job = windows.start(kp.ParquetSink(str(tmp_path / "out")), name="kept")
+        try:
+            for i in range(batches):
+                sender.send([{"k": "a", "t": 10 * i}])
+                job.process_all_available()
+            assert job.metrics().batches >= batches
+        finally:
+            job.stop()
+    finally:
+        if session_setting is not None:
+            session.spark.conf.unset(RETAINED_BATCHES_CONF)
+    assert session.spark.conf.get(RETAINED_BATCHES_CONF, None) is None  # the session is as it was
+    offsets = [n for n in os.listdir(tmp_path / "checkpoints" / "kept" / "offsets") if n.isdigit()]
+    if session_setting is None:
+        assert len(offsets) == RETAINED_BATCHES + 1  # Spark keeps the running batch's entry too
+    else:
+        assert len(offsets) >= batches  # the session's own setting: nothing purged yet

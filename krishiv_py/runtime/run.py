@@ -160,6 +160,22 @@ FILESYSTEM_CHECKPOINT_MANAGER = (
 )
 
 
+#: How many micro-batches a query's checkpoint keeps: its offset and commit logs and its state
+#: store versions. Spark keeps 100; recovery needs only the last, and with state rewritten every
+#: micro-batch, 100 versions of it made a checkpoint follow the history of the state's size
+#: rather than its size now (docs/durability.md "What a checkpoint keeps").
+RETAINED_BATCHES_CONF = "spark.sql.streaming.minBatchesToRetain"
+RETAINED_BATCHES = 10
+#: How often the state store's background maintenance runs: it uploads RocksDB's newest
+#: snapshot and only then deletes the versions before the snapshot before last, so the
+#: checkpoint holds the changelogs of about two intervals. Spark's default is 60 s.
+MAINTENANCE_CONF = "spark.sql.streaming.stateStore.maintenanceInterval"
+MAINTENANCE_INTERVAL = "15s"
+#: What every streaming query starts with unless its session sets the setting itself
+#: (``spark_conf=`` of the session, or ``spark.conf.set``).
+QUERY_DEFAULTS = {RETAINED_BATCHES_CONF: str(RETAINED_BATCHES), MAINTENANCE_CONF: MAINTENANCE_INTERVAL}
+
+
 def local_checkpoint_conf(checkpoint_dir: str | None) -> dict[str, str]:
     """Settings for a query whose checkpoint is on a local disk (none for other file systems)."""
     if checkpoint_dir is None:
@@ -192,9 +208,13 @@ def _start_single_watermark(
     ``start()`` returns, from this session: the settings stay until they
     exist (:func:`_await_sources`), so each file source's log of the files it
     read is written through the same checkpoint manager as the query's logs.
+    :data:`QUERY_DEFAULTS` apply where the session has no setting of its own.
     """
     settings = {SINGLE_WATERMARK_CONF: "false", **local_checkpoint_conf(checkpoint_dir), **dict(conf or {})}
     with _SETTINGS_LOCK:  # a job's background restart may start a query while another job starts
+        for key, value in QUERY_DEFAULTS.items():
+            if spark.conf.get(key, None) is None:
+                settings.setdefault(key, value)
         previous = {key: spark.conf.get(key, None) for key in settings}
         for key, value in settings.items():
             spark.conf.set(key, value)

@@ -85,6 +85,13 @@ def local_conf(cores: int) -> dict[str, str]:
         "spark.default.parallelism": str(cores),
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
+        # What the driver keeps of finished jobs, stages, tasks and SQL executions (for the
+        # UI, which is off): Spark's 1,000 / 1,000 / 100,000 / 1,000 grow the heap of a
+        # long-running streaming job for hours; every micro-batch is a few of each.
+        "spark.ui.retainedJobs": "100",
+        "spark.ui.retainedStages": "100",
+        "spark.ui.retainedTasks": "1000",
+        "spark.sql.ui.retainedExecutions": "100",
         "spark.sql.session.timeZone": "UTC",
         "spark.driver.extraJavaOptions": f"-Duser.timezone=UTC -Dlog4j2.configurationFile={_LOG4J}",
         "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",

@@ -1,0 +1,378 @@
+"""A long run of the stateful lowering: live state, heap, RSS and checkpoint bytes stay flat.
+
+One job on the stateful lowering under ``single-node-durable`` (RocksDB):
+sessions per key (1-hour gap, so none closes by itself) with event-time
+state TTL (20 s), allowed lateness (10 s) and a watermark lag of 5 s, into
+a ``ParquetSink``. Its input is ``--keys`` distinct keys (1M by default)
+over ``--batches`` batches (200) of 10 s of event time: each key sends one
+row in each of three consecutive batches and then goes quiet, a new cohort
+of keys starting in every batch, so the keys in play at any time are about
+the same while every key is new once. 1 % of the rows arrive one batch
+late (their event time is the previous batch's): some within the allowed
+lateness, some behind it.
+
+After every ``--every`` batches (5) it records:
+
+* live state: ``JobMetrics.state_windows`` and ``state_bytes``;
+* the JVM's heap in use after a full GC, and the JVM's resident memory
+  (heap, RocksDB's native memory, everything else);
+* the resident memory of Spark's Python workers (the daemon and its
+  forked workers, which run the operator's kernels) and of this process
+  (the driver's Python side);
+* the bytes on disk of the job's checkpoint, by part (``state/``, the
+  offset and commit logs, the sources' logs), and of the memory stream's
+  spool (``retention="committed"``: it deletes what the job committed).
+
+Flat after warm-up means: over the batches after ``--warmup`` (60), the
+median of each figure over the last quarter of the run is at most
+``FLAT_RATIO`` times its median over the first quarter after warm-up.
+JVM heap and RSS are noisy (GC, the JIT, RocksDB's caches), so the ratio is
+a median's, not a maximum's.
+
+    python -m benchmarks.soak                     # 1M keys, 200 batches: about 10 minutes on 2 cores
+    python -m benchmarks.soak --retain 100        # Spark's own checkpoint retention (for comparison)
+    python -m benchmarks.soak --keys 100000 --batches 60 --warmup 20   # a quick look
+
+Writes ``benchmarks/results/soak-latest.json`` and ``docs/soak.png`` (with
+``--plot``), prints the table as markdown; exits 1 when a figure is not
+flat or a check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+import pyarrow as pa
+
+from benchmarks.report import machine
+
+RESULTS = Path(__file__).parent / "results" / "soak-latest.json"
+PLOT = Path(__file__).parent.parent / "docs" / "soak.png"
+SCHEMA = "key bigint, t bigint, amount bigint"
+APPEARANCES = 3  # consecutive batches each key sends a row in
+PERIOD_MS = 10_000  # event time one batch covers
+GAP_MS = 3_600_000  # longer than the run: only TTL ends a session
+TTL_MS = 20_000
+LATENESS_MS = 10_000
+LAG_MS = 5_000
+LATE_SHARE = 0.01
+T0_MS = 1_700_000_000_000
+FLAT_RATIO = 1.25
+#: The figures that must stay flat, and how each is shown.
+FIGURES = {
+    "state_windows": "windows in state",
+    "state_bytes": "state bytes",
+    "jvm_heap_bytes": "JVM heap after GC",
+    "jvm_rss_bytes": "JVM RSS",
+    "python_workers_rss_bytes": "Python workers RSS",
+    "driver_rss_bytes": "driver Python RSS",
+    "checkpoint_bytes": "checkpoint on disk",
+    "spool_bytes": "memory stream spool",
+}
+
+
+def workload(keys: int, batches: int, seed: int = 1) -> Iterator[pa.Table]:
+    """The batches: a cohort of new keys each batch, each key 3 batches running; 1 % of rows a batch late."""
+    rng = np.random.default_rng(seed)
+    cohorts = batches - APPEARANCES + 1
+    start = np.arange(keys, dtype=np.int64) * cohorts // keys  # nondecreasing: each batch a key range
+    held: pa.Table | None = None
+    for b in range(batches):
+        lo = int(np.searchsorted(start, b - APPEARANCES + 1, side="left"))
+        hi = int(np.searchsorted(start, b, side="right"))
+        n = hi - lo
+        t = T0_MS + b * PERIOD_MS + rng.integers(0, PERIOD_MS, n)
+        batch = pa.table(
+            {
+                "key": pa.array(np.arange(lo, hi, dtype=np.int64)),
+                "t": pa.array(t.astype(np.int64)),
+                "amount": pa.array(rng.integers(1, 100, n).astype(np.int64)),
+            }
+        )
+        late = rng.random(n) < LATE_SHARE
+        on_time = batch.filter(pa.array(~late))
+        yield on_time if held is None else pa.concat_tables([on_time, held])
+        held = batch.filter(pa.array(late))
+
+
+# --- measuring ----------------------------------------------------------------------------
+
+
+def dir_bytes(path: str) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):  # removed meanwhile
+                total += os.path.getsize(os.path.join(root, name))
+    return total
+
+
+def checkpoint_parts(checkpoint: str) -> dict[str, int]:
+    """Bytes on disk of a checkpoint: ``state``, ``logs`` (offsets, commits), ``sources``, ``other``."""
+    parts = {"state": 0, "logs": 0, "sources": 0, "other": 0}
+    for entry in os.listdir(checkpoint) if os.path.isdir(checkpoint) else ():
+        path = os.path.join(checkpoint, entry)
+        size = dir_bytes(path) if os.path.isdir(path) else os.path.getsize(path)
+        part = (
+            entry if entry in ("state", "sources") else "logs" if entry in ("offsets", "commits") else "other"
+        )
+        parts[part] += size
+    return parts
+
+
+def jvm_pid() -> int:
+    """The JVM this process drives (its child ``java`` process)."""
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.name() == "java":
+                return child.pid
+        except psutil.Error:
+            continue
+    raise RuntimeError("no JVM under this process")
+
+
+def python_workers_rss(jvm: int) -> tuple[int, int]:
+    """Resident bytes and count of the JVM's Python worker processes (the daemon and its forks)."""
+    total = count = 0
+    for proc in psutil.Process(jvm).children(recursive=True):
+        try:
+            if "pyspark" in " ".join(proc.cmdline()):
+                total += proc.memory_info().rss
+                count += 1
+        except psutil.Error:
+            continue
+    return total, count
+
+
+def heap_after_gc(spark: Any) -> int:
+    """Bytes of the driver JVM's heap in use right after a full GC (what is live)."""
+    jvm = spark.sparkContext._jvm
+    jvm.java.lang.System.gc()
+    runtime = jvm.java.lang.Runtime.getRuntime()
+    return int(runtime.totalMemory() - runtime.freeMemory())
+
+
+def sample(job: Any, spark: Any, jvm: int, spool: str, batch: int, seconds: float) -> dict[str, Any]:
+    m = job.metrics()
+    parts = checkpoint_parts(job.checkpoint_dir)
+    workers_rss, workers = python_workers_rss(jvm)
+    return {
+        "batch": batch,
+        "seconds": round(seconds, 1),
+        "micro_batches": m.batches,
+        "state_windows": m.state_windows or 0,
+        "state_bytes": m.state_bytes or 0,
+        "state_evictions": m.state_evictions or 0,
+        "jvm_heap_bytes": heap_after_gc(spark),
+        "jvm_rss_bytes": psutil.Process(jvm).memory_info().rss,
+        "python_workers_rss_bytes": workers_rss,
+        "python_workers": workers,
+        "driver_rss_bytes": psutil.Process().memory_info().rss,
+        "checkpoint_bytes": sum(parts.values()),
+        "checkpoint_parts": parts,
+        "spool_bytes": dir_bytes(spool),
+    }
+
+
+# --- the run ------------------------------------------------------------------------------
+
+
+def soak(
+    *, keys: int, batches: int, every: int, retain: int | None, log: Any = print
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Run the job over the workload; the samples and the job's end figures."""
+    import krishiv_py as kp
+
+    conf = {"spark.sql.streaming.minBatchesToRetain": str(retain)} if retain is not None else {}
+    root = tempfile.mkdtemp(prefix="krishiv-soak-")
+    samples: list[dict[str, Any]] = []
+    try:
+        with kp.Session.embedded(
+            durability="single-node-durable", state_dir=os.path.join(root, "state"), spark_conf=conf
+        ) as session:
+            # "committed": the spool deletes what the job committed, as a long-running job needs.
+            stream, sender = session.memory_stream(SCHEMA, name="events", retention="committed")
+            windows = (
+                stream.watermark("t", LAG_MS)
+                .key_by("key")
+                .session_window(GAP_MS)
+                .allowed_lateness(LATENESS_MS)
+                .with_state_ttl(kp.StateTtlConfig(ttl_ms=TTL_MS))
+            )
+            pipeline = windows.agg(kp.count(kp.col("*")).alias("n"), kp.sum(kp.col("amount")).alias("total"))
+            job = pipeline.start(kp.ParquetSink(os.path.join(root, "out")), name="soak", lowering="stateful")
+            jvm = jvm_pid()
+            spool = os.path.join(root, "state", "sources")
+            t0 = time.monotonic()
+            sent = 0
+            for b, batch in enumerate(workload(keys, batches), start=1):
+                sender.send(batch)
+                sent += batch.num_rows
+                job.process_all_available()
+                if b % every == 0 or b == batches:
+                    samples.append(sample(job, session.spark, jvm, spool, b, time.monotonic() - t0))
+                    s = samples[-1]
+                    log(f"  batch {b:>4}: " + ", ".join(f"{FIGURES[k]} {_show(k, s[k])}" for k in FIGURES))
+            sender.close()
+            job.await_termination(timeout_s=600)
+            m = job.metrics()
+            end = {
+                "rows_sent": sent,
+                "micro_batches": m.batches,
+                "state_windows_at_end": m.state_windows or 0,
+                "state_evictions": m.state_evictions or 0,
+                "mildly_late_events": m.mildly_late_events,
+                "very_late_events": m.very_late_events,
+                "seconds": round(time.monotonic() - t0, 1),
+                "out_bytes": dir_bytes(os.path.join(root, "out")),
+            }
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return samples, end
+
+
+def flatness(samples: list[dict[str, Any]], warmup: int) -> dict[str, dict[str, Any]]:
+    """Per figure: the median over the first and the last quarter after warm-up, their ratio, flat or not."""
+    after = [s for s in samples if s["batch"] > warmup]
+    quarter = max(1, len(after) // 4)
+    out = {}
+    for key in FIGURES:
+        first = statistics.median(s[key] for s in after[:quarter])
+        last = statistics.median(s[key] for s in after[-quarter:])
+        ratio = last / first if first else (1.0 if not last else float("inf"))
+        out[key] = {"first": first, "last": last, "ratio": round(ratio, 3), "flat": ratio <= FLAT_RATIO}
+    return out
+
+
+def _show(key: str, value: float) -> str:
+    return f"{value:,.0f}" if key == "state_windows" else f"{value / 2**20:,.1f} MB"
+
+
+def markdown(flat: dict[str, dict[str, Any]], warmup: int, batches: int) -> str:
+    lines = [
+        f"| figure | first quarter after batch {warmup} (median) | last quarter (median) "
+        "| last ÷ first | flat |",
+        "|---|---:|---:|---:|:---:|",
+    ]
+    for key, label in FIGURES.items():
+        f = flat[key]
+        lines.append(
+            f"| {label} | {_show(key, f['first'])} | {_show(key, f['last'])} | {f['ratio']:.2f} | "
+            f"{'yes' if f['flat'] else 'NO'} |"
+        )
+    return "\n".join(lines)
+
+
+def plot(samples: list[dict[str, Any]], warmup: int, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    x = [s["batch"] for s in samples]
+    mb = 2**20
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7), sharex=True)
+    panels = [
+        (axes[0][0], "live state", [("windows in state (÷1000)", "state_windows", 1000)], "thousands"),
+        (
+            axes[0][1],
+            "JVM",
+            [("heap after GC", "jvm_heap_bytes", mb), ("resident (RSS)", "jvm_rss_bytes", mb)],
+            "MB",
+        ),
+        (
+            axes[1][0],
+            "Python",
+            [("Spark's Python workers", "python_workers_rss_bytes", mb), ("driver", "driver_rss_bytes", mb)],
+            "MB (RSS)",
+        ),
+        (
+            axes[1][1],
+            "on disk",
+            [("checkpoint", "checkpoint_bytes", mb), ("memory stream spool", "spool_bytes", mb)],
+            "MB",
+        ),
+    ]
+    for ax, name, lines, unit in panels:
+        for label, key, scale in lines:
+            ax.plot(x, [s[key] / scale for s in samples], label=label)
+        ax.axvspan(0, warmup, color="0.9", label="warm-up")
+        ax.set_title(name)
+        ax.set_ylabel(unit)
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=8, loc="lower right")
+    for ax in axes[1]:
+        ax.set_xlabel("batch")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    p.add_argument("--keys", type=int, default=1_000_000)
+    p.add_argument("--batches", type=int, default=200)
+    p.add_argument("--every", type=int, default=5, help="batches between samples")
+    p.add_argument("--warmup", type=int, default=60, help="batches before the figures must be flat")
+    p.add_argument(
+        "--retain",
+        type=int,
+        default=None,
+        help="spark.sql.streaming.minBatchesToRetain for the session (default: what krishiv_py sets)",
+    )
+    p.add_argument("--plot", action="store_true", help=f"draw {PLOT.relative_to(PLOT.parent.parent)}")
+    p.add_argument("--out", type=Path, default=RESULTS)
+    a = p.parse_args(argv)
+    if a.batches < a.warmup + 8 * a.every:
+        p.error("--batches must leave at least 8 samples after --warmup")
+    print(f"soak: {a.keys:,} keys, {a.batches} batches, retain {a.retain or 'krishiv default'}", flush=True)
+    samples, end = soak(keys=a.keys, batches=a.batches, every=a.every, retain=a.retain)
+    flat = flatness(samples, a.warmup)
+    # Every key's session ends: TTL expired it during the run, or the end of input closed it.
+    checks = end["state_windows_at_end"] == 0 and end["state_evictions"] > 0
+    ok = checks and all(f["flat"] for f in flat.values())
+    print(markdown(flat, a.warmup, a.batches))
+    print(json.dumps(end))
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(
+        json.dumps(
+            {
+                "machine": machine(),
+                "args": {k: str(v) for k, v in vars(a).items()},
+                "end": end,
+                "flatness": flat,
+                "checks": checks,
+                "samples": samples,
+            },
+            indent=1,
+        )
+    )
+    if a.plot:
+        retain = a.retain if a.retain is not None else "krishiv_py's"
+        plot(
+            samples,
+            a.warmup,
+            PLOT,
+            f"Stateful lowering, {a.keys:,} keys, {a.batches} batches, TTL {TTL_MS // 1000} s, "
+            f"allowed lateness {LATENESS_MS // 1000} s, RocksDB, retention {retain}",
+        )
+    print("flat" if ok else "NOT FLAT or a check failed", file=sys.stderr)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
