@@ -87,7 +87,7 @@ def test_progress_is_read_once_per_report(session: kp.Session) -> None:
             job.process_all_available()
         assert job._new_progress() == []
         everything = [int(p["batchId"]) for p in job._query.recentProgress]
-        read = sorted(job._batches)
+        read = [int(raw["batchId"]) for raw, _ in job._history.recent]
         # Every executed batch Spark reported (idle reports repeat a batch id) was recorded.
         assert read == sorted({b for b in everything if b in read}) and set(read) <= set(everything)
         assert len(read) >= 4

@@ -181,3 +181,37 @@ def test_a_memory_stream_and_its_job_resume_after_the_producer_is_killed(
     finally:
         job.stop()
         again.stop()
+
+
+def _spark_logs(checkpoint: Path, data: Path, batches: int, compact_every: int = 10) -> None:
+    """A checkpoint as Spark writes it for one file source reading ``data``: two spool files a batch."""
+    import json
+
+    def line(b: int, seq: int) -> str:
+        path = f"file://{data}/batch-{seq:012d}-data.parquet"
+        return json.dumps({"path": path, "timestamp": 1000 + seq, "batchId": b})
+
+    log = checkpoint / "sources" / "0"
+    log.mkdir(parents=True)
+    for b in range(batches):
+        lines = [line(b, 2 * b), line(b, 2 * b + 1)]
+        if (b + 1) % compact_every == 0:  # a compaction batch: every batch so far, in <b>.compact
+            lines = [line(x, s) for x in range(b + 1) for s in (2 * x, 2 * x + 1)]
+            (log / f"{b}.compact").write_text("v1\n" + "\n".join(lines) + "\n")
+        else:
+            (log / str(b)).write_text("v1\n" + "\n".join(lines) + "\n")
+    for name in ("offsets", "commits"):
+        (checkpoint / name).mkdir()
+    last = batches - 1
+    offsets = ["v1", json.dumps({"batchWatermarkMs": 0}), json.dumps({"logOffset": last})]
+    (checkpoint / "offsets" / str(last)).write_text("\n".join(offsets) + "\n")
+    (checkpoint / "commits" / str(last)).write_text('v1\n{"nextBatchWatermarkMs":0}\n')
+
+
+@pytest.mark.parametrize("batches", [13, 10, 1])
+def test_the_committed_spool_file_is_read_from_the_committed_log_batch(tmp_path: Path, batches: int) -> None:
+    """From the batch's own log file when there is one, else from the whole log (a compaction batch)."""
+    data = tmp_path / "sources" / "clicks" / "data"
+    _spark_logs(tmp_path / "ck", data, batches)
+    assert committed_seq(str(tmp_path / "ck"), str(data)) == 2 * batches - 1
+    assert committed_seq(str(tmp_path / "ck"), str(tmp_path / "another")) == -1  # a stream it does not read

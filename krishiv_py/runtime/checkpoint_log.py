@@ -29,7 +29,14 @@ from typing import NamedTuple
 
 from krishiv_py.errors import PlanError
 
-__all__ = ["FileEntry", "committed_batch", "file_source_log", "log_offset", "source_offsets"]
+__all__ = [
+    "FileEntry",
+    "committed_batch",
+    "file_source_batch",
+    "file_source_log",
+    "log_offset",
+    "source_offsets",
+]
 
 # Log files of a file source: <batch> and <batch>.compact (not temporary or checksum files).
 _LOG_FILE = re.compile(r"^\d+(\.compact)?$")
@@ -105,6 +112,21 @@ def file_source_log(directory: str) -> list[FileEntry]:
         if _LOG_FILE.match(name):
             out += _log_file(os.path.join(directory, name))
     return out
+
+
+def file_source_batch(directory: str, batch_id: int) -> list[FileEntry] | None:
+    """The entries of log batch ``batch_id`` from its own file ``sources/<i>/<batch_id>``.
+
+    None when there is no such file (the batch is a compaction batch, whose
+    ``.compact`` file lists every batch, or Spark deleted the file after
+    compacting it): read :func:`file_source_log` then. The log of a
+    long-running job holds a line per file it ever read; this reads one batch's.
+    """
+    path = os.path.join(directory, str(batch_id))
+    if not os.path.isfile(path):
+        return None
+    entries = [e for e in _log_file(path) if e.batch_id == batch_id]
+    return entries or None
 
 
 def _log_file(path: str) -> list[FileEntry]:

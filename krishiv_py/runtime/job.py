@@ -174,7 +174,7 @@ class Job:
         return advise_plan(self.plan, completeness=completeness, caught=caught)
 
     def progress(self) -> list[JobProgress]:
-        """The job's micro-batches, oldest first: the newest :data:`KEPT_PROGRESS` (1,000) of them.
+        """The job's micro-batches, oldest first: the newest :data:`KEPT_PROGRESS` (200) of them.
 
         :meth:`metrics` and the watermarks count every micro-batch however
         long the job runs; only the reports listed here are bounded.
@@ -703,7 +703,7 @@ class StreamingJob(Job):
 #: How many micro-batches' progress reports a job keeps for :meth:`Job.progress` (the newest).
 #: Its metrics and watermarks cover every micro-batch however long it runs: each report is folded
 #: into running figures as it arrives, so a job's memory and the cost of reading them stay flat.
-KEPT_PROGRESS = 1_000
+KEPT_PROGRESS = 200
 
 
 class _History:

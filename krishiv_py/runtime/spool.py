@@ -60,7 +60,13 @@ from urllib.parse import unquote, urlparse
 import attrs
 
 from krishiv_py.errors import JobError, PlanError
-from krishiv_py.runtime.checkpoint_log import committed_batch, file_source_log, log_offset, source_offsets
+from krishiv_py.runtime.checkpoint_log import (
+    committed_batch,
+    file_source_batch,
+    file_source_log,
+    log_offset,
+    source_offsets,
+)
 
 if TYPE_CHECKING:
     from krishiv_py.runtime.job import Job
@@ -182,7 +188,11 @@ def _committed_seq(checkpoint_dir: str, data_dir: str) -> int:
     for i, line in enumerate(offsets):
         done = log_offset(line)
         reads, best = False, -1
-        for entry in file_source_log(os.path.join(sources, str(i))):
+        log = os.path.join(sources, str(i))
+        # The spool's files arrive in sequence order, so the committed log batch holds the newest
+        # committed one: read that batch's file, not the whole log (a line per file ever read).
+        entries = file_source_batch(log, done) if done is not None else None
+        for entry in entries if entries is not None else file_source_log(log):
             local = unquote(urlparse(entry.path).path)
             m = _FILE.match(os.path.basename(local))
             if m and os.path.dirname(local) in wanted:

@@ -74,6 +74,10 @@ class _Bucket:
     next_interval_ms: int = -1
 
 
+#: Micro-batches whose timings a job's collector keeps (the newest).
+KEPT_TIMINGS = 1_000
+
+
 class BatchCollector:
     """Receives each micro-batch's decoded output on the driver (``foreachBatch``)."""
 
@@ -104,14 +108,20 @@ class BatchCollector:
         self._handler = recipe.late_handler
         self._keys = list(recipe.stateful.operator.kernel.keys) if recipe.stateful is not None else []
         self._lock = threading.Lock()
-        self.counts: dict[int, dict[str, int]] = {}
+        #: The operator's counters over every micro-batch routed so far, folded in as each one
+        #: arrives (a job that runs for days holds no per-batch record of them).
+        self._totals: dict[str, int] = {}
+        #: The delay histogram counts the operator measured, over every micro-batch (all buckets).
+        self._delays: list[int] = []
+        #: The newest micro-batch counted: one Spark runs again (after a restart, before its
+        #: commit) gives the same counts and is not counted twice.
+        self._counted = -1
         self.buckets: dict[int, _Bucket] = {}
-        #: Per micro-batch: the delay histogram counts the operator measured (all buckets).
-        self.delays: dict[int, list[int]] = {}
-        #: Per micro-batch, microseconds (diagnostics for benchmarks): the operator's time in
-        #: the Python workers summed over buckets (``operator.TIMING_NAMES``), ``buckets``
-        #: called, and on the driver: collecting the payloads (``collect_us``: this runs the
-        #: micro-batch's Spark job, the operator included), decoding and routing them.
+        #: Per micro-batch, the newest :data:`KEPT_TIMINGS`, microseconds (diagnostics for
+        #: benchmarks): the operator's time in the Python workers summed over buckets
+        #: (``operator.TIMING_NAMES``), ``buckets`` called, and on the driver: collecting the
+        #: payloads (``collect_us``: this runs the micro-batch's Spark job, the operator
+        #: included), decoding and routing them.
         self.timings: dict[int, dict[str, int]] = {}
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
@@ -125,10 +135,17 @@ class BatchCollector:
         if payloads is not None:
             self.accept(payloads, batch_id)
         with self._lock:
-            timing = self.timings.setdefault(batch_id, {})
+            timing = self._timing(batch_id)
             timing["collect_us"] = (fetched - started) // 1000
             timing["decode_payloads_us"] = (decoded - fetched) // 1000
             timing["route_us"] = (time.perf_counter_ns() - decoded) // 1000
+
+    def _timing(self, batch_id: int) -> dict[str, int]:
+        """The timings of ``batch_id`` (under the lock), dropping the oldest past :data:`KEPT_TIMINGS`."""
+        timing = self.timings.setdefault(batch_id, {})
+        while len(self.timings) > KEPT_TIMINGS:
+            del self.timings[next(iter(self.timings))]
+        return timing
 
     def accept(self, payloads: Payloads, batch_id: int) -> None:
         """Route one micro-batch's results, late rows and statistics."""
@@ -183,10 +200,12 @@ class BatchCollector:
         if cascade_counts:  # the job's results are the second window's
             totals["emitted"], totals["retracted"] = cascade_counts["emitted"], cascade_counts["retracted"]
         with self._lock:
-            self.counts[batch_id] = totals
-            self.timings.setdefault(batch_id, {}).update(timing)
-            if delays:
-                self.delays[batch_id] = delays
+            if batch_id > self._counted:
+                self._counted = batch_id
+                for name, value in totals.items():
+                    self._totals[name] = self._totals.get(name, 0) + value
+                self._delays = _summed([self._delays, delays])
+            self._timing(batch_id).update(timing)
             for i, b in enumerate(stats["bucket"]):
                 self.buckets[int(b)] = _Bucket(
                     state_windows=int(stats["state_windows"][i]),
@@ -277,13 +296,13 @@ class BatchCollector:
     def delay_counts(self) -> list[int]:
         """The delay histogram counts of every micro-batch this process routed."""
         with self._lock:
-            return _summed(list(self.delays.values()))
+            return list(self._delays)
 
     def totals(self) -> dict[str, int]:
         from krishiv_py.stateful.operator import COUNTER_NAMES
 
         with self._lock:
-            return {name: sum(c[name] for c in self.counts.values()) for name in COUNTER_NAMES}
+            return {name: self._totals.get(name, 0) for name in COUNTER_NAMES}
 
 
 def _summed(parts: list[list[int] | None]) -> list[int]:
