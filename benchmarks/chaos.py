@@ -315,7 +315,9 @@ def table_rows(target: Target, state_dir: str) -> list[dict[str, Any]]:
     return list(target.open(state_dir).open(context).results().to_pylist())
 
 
-def compare_table(run: Run, rows: list[dict[str, Any]], want: list[dict[str, Any]], *, append: bool) -> None:
+def compare_table(
+    run: Tally, rows: list[dict[str, Any]], want: list[dict[str, Any]], *, append: bool
+) -> None:
     """A table sink's rows against the model: its changelog exactly (append), or its current results."""
     from collections import Counter
 

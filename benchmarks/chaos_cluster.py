@@ -11,7 +11,8 @@ stateful lowering, in two kinds of run:
     that feeds the whole input and is never killed. The parent SIGKILLs, at
     random moments, an executor JVM (its worker starts a new one) or a
     whole worker with its executors and their Python workers (started again
-    a moment later). Spark retries the lost tasks and recomputes lost
+    a moment later), at most one fault per batch processed (so no task
+    fails more often than Spark's retry budget allows). Spark retries the lost tasks and recomputes lost
     shuffle output. In one run the first killed worker never comes back:
     the job goes on with the remaining one.
 ``connect``
@@ -52,12 +53,26 @@ from typing import Any
 
 import attrs
 
-from benchmarks.chaos import LOWERINGS, SCHEMA, batches, compare, expected, feed, pipeline
+from benchmarks.chaos import (
+    LOWERINGS,
+    SCHEMA,
+    TABLE_SINKS,
+    Target,
+    batches,
+    compare,
+    compare_table,
+    expected,
+    feed,
+    pipeline,
+    table_rows,
+)
 
 #: What the child prints when it resumed after its Connect server went away.
 RESUMED = "@@RESUMED"
 #: What a child prints each time its job (re)started and runs.
 RUNNING = "@@RUNNING"
+#: What a classic driver child prints after each batch it fed was processed.
+FED = "@@FED"
 #: What a classic driver child prints at its end: Spark's failed tasks and stage retries.
 TASKS = "@@TASKS"
 
@@ -68,6 +83,7 @@ class FaultRun:
 
     kind: str  # "cluster" or "connect"
     lowering: str
+    sink: str = "parquet"
     faults: list[tuple[str, float]] = attrs.field(factory=list)
     resumed: int = 0
     failed_tasks: int = 0
@@ -91,8 +107,14 @@ class FaultRun:
 # --- the children ---------------------------------------------------------------------
 
 
-def child_cluster(state_dir: str, master: str, seed: int, count: int, size: int, lowering: str) -> int:
-    """A classic driver of the cluster: run the job and feed the whole input; exit 0 once it ended."""
+def child_cluster(
+    state_dir: str, master: str, seed: int, count: int, size: int, lowering: str, target: Target
+) -> int:
+    """A classic driver of the cluster: run the job and feed the whole input; exit 0 once it ended.
+
+    A table sink on the stateful lowering gets allowed lateness and
+    retractions (``Target.corrected``), as in :mod:`benchmarks.chaos`.
+    """
     import krishiv_py as kp
 
     data = batches(seed, count, size)
@@ -102,13 +124,15 @@ def child_cluster(state_dir: str, master: str, seed: int, count: int, size: int,
         master, durability="single-node-durable", state_dir=state_dir, spark_conf=keep
     ) as session:
         stream, sender = session.memory_stream(SCHEMA, name="input")
-        job = pipeline(stream).start(
-            kp.ParquetSink(os.path.join(state_dir, "out")), name="chaos", lowering=lowering
+        corrected = target.corrected and lowering == "stateful"
+        job = pipeline(stream, corrected=corrected).start(
+            target.open(state_dir), name="chaos", lowering=lowering
         )
         print(RUNNING, flush=True)
         for batch in data:
             sender.send(batch)
             job.process_all_available()
+            print(FED, flush=True)
         sender.close()
         if not job.await_termination(timeout_s=300):
             return 2
@@ -171,20 +195,17 @@ def child_connect(state_dir: str, url: str, seed: int, count: int, size: int, lo
 
 
 def _child_cmd(
-    kind: str, state_dir: str, where: str, seed: int, count: int, size: int, lowering: str
+    kind: str,
+    state_dir: str,
+    where: str,
+    seed: int,
+    count: int,
+    size: int,
+    lowering: str,
+    target: Target | None = None,
 ) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "benchmarks.chaos_cluster",
-        f"child-{kind}",
-        state_dir,
-        where,
-        str(seed),
-        str(count),
-        str(size),
-        lowering,
-    ]
+    cmd = [sys.executable, "-m", "benchmarks.chaos_cluster", f"child-{kind}", state_dir, where]
+    return [*cmd, str(seed), str(count), str(size), lowering, *(target or Target()).argv()]
 
 
 class _Child:
@@ -195,7 +216,7 @@ class _Child:
             cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
         )
         self.out: list[str] = []
-        self.err: collections.deque[str] = collections.deque(maxlen=400)
+        self.err: collections.deque[str] = collections.deque(maxlen=20_000)
         self._readers = [
             threading.Thread(target=self._read, args=(self.proc.stdout, self.out.append), daemon=True),
             threading.Thread(target=self._read, args=(self.proc.stderr, self.err.append), daemon=True),
@@ -234,7 +255,9 @@ class _Child:
         for reader in self._readers:
             reader.join(timeout=10)
 
-    def finish(self, run: FaultRun, state_dir: str, seed: int, count: int, size: int) -> None:
+    def finish(
+        self, run: FaultRun, state_dir: str, seed: int, count: int, size: int, target: Target | None = None
+    ) -> None:
         """Read the child's report into ``run`` and compare its sink with the model."""
         run.resumed = self.count(RESUMED)
         for line in self.out:
@@ -242,10 +265,19 @@ class _Child:
                 tasks = json.loads(line.removeprefix(TASKS))
                 run.failed_tasks, run.stage_retries = tasks["failed_tasks"], tasks["stage_retries"]
         if self.proc.returncode != 0:
-            run.error = f"child exited {self.proc.returncode}: " + "\n".join(self.err)[-3000:]
+            # The whole of it next to the run's files (kept because the run failed).
+            with open(os.path.join(state_dir, "child.stderr"), "w", encoding="utf-8") as f:
+                f.write("\n".join(self.err))
+            cause = [line for line in self.err if "Caused by" in line or "Error" in line][-6:]
+            run.error = f"child exited {self.proc.returncode}: " + " | ".join(cause)[-3000:]
             return
         run.finished = True
-        compare(run, os.path.join(state_dir, "out"), expected(seed, count, size))
+        target = target or Target()
+        if not target.corrected:
+            compare(run, os.path.join(state_dir, "out"), expected(seed, count, size))
+            return
+        want = expected(seed, count, size, corrected=run.lowering == "stateful")
+        compare_table(run, table_rows(target, state_dir), want, append=target.mode == "append")
 
 
 @contextlib.contextmanager
@@ -272,6 +304,7 @@ def cluster_run(
     max_delay_s: float,
     worker_stays_down: bool = False,
     kinds: tuple[str, ...] = (),
+    target: Target | None = None,
     log: Any = print,
 ) -> FaultRun:
     """A classic driver's job on ``cluster`` while executors and workers are SIGKILLed ``kills`` times.
@@ -279,20 +312,31 @@ def cluster_run(
     ``worker_stays_down``: the first killed worker is not started again
     before the run ends (it is started after the comparison). ``kinds``:
     the faults in this order (``"executor"``, ``"worker"``) instead of
-    drawn at random.
+    drawn at random. ``target``: a table sink instead of Parquet.
     """
     rng = random.Random(seed)
-    run = FaultRun(kind="cluster", lowering=lowering)
+    target = target or Target()
+    sink = target.sink + (f" ({target.mode})" if target.corrected else "")
+    run = FaultRun(kind="cluster", lowering=lowering, sink=sink)
     down: set[int] = set()
     t0 = time.monotonic()
     with _run_dir(run, "krishiv-chaos-cluster-") as state_dir:
-        child = _Child(_child_cmd("cluster", state_dir, cluster.master_url, seed, count, size, lowering))
+        child = _Child(
+            _child_cmd("cluster", state_dir, cluster.master_url, seed, count, size, lowering, target)
+        )
         try:
             # The first fault only once the job runs on its executors, so that it hits a micro-batch.
             child.wait_for(RUNNING, 1)
             while not cluster.executor_pids() and child.proc.poll() is None:
                 time.sleep(0.2)
+            fed = 0
             while len(run.faults) < kills and not child.wait(rng.uniform(1.0, max_delay_s)):
+                # At most one fault per batch processed: a task fails once per fault at most, within
+                # Spark's retry budget (spark.task.maxFailures, 4), even with one executor left.
+                child.wait_for(FED, fed + 1)
+                if child.proc.poll() is not None:
+                    break
+                fed = child.count(FED)
                 up = [w for w in range(1, cluster.workers + 1) if w not in down]
                 executors = [pid for w in up for pid in cluster.executor_pids(w)]
                 drawn = "executor" if rng.random() < 0.5 else "worker"
@@ -318,7 +362,7 @@ def cluster_run(
             for worker in down:
                 cluster.start_worker(worker)
         run.seconds = round(time.monotonic() - t0, 1)
-        child.finish(run, state_dir, seed, count, size)
+        child.finish(run, state_dir, seed, count, size, target)
     if run.error:
         log(f"  {run.error}")
     return run
@@ -380,9 +424,11 @@ def connect_run(
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in ("child-cluster", "child-connect"):
-        kind, state_dir, where, seed, count, size, lowering = argv
-        fn = child_cluster if kind == "child-cluster" else child_connect
-        code = fn(state_dir, where, int(seed), int(count), int(size), lowering)
+        kind, state_dir, where, seed, count, size, lowering, *sink = argv
+        if kind == "child-cluster":
+            target = Target(*sink)
+            return child_cluster(state_dir, where, int(seed), int(count), int(size), lowering, target)
+        code = child_connect(state_dir, where, int(seed), int(count), int(size), lowering)
         if kind == "child-connect":
             # pyspark's threads that release a gone server's operations retry for minutes, and the
             # interpreter's exit would wait for them: leave at once, everything is written.
@@ -398,14 +444,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", type=int, default=40)
     p.add_argument("--rows", type=int, default=40, help="rows per batch")
     p.add_argument("--max-delay", type=float, default=8.0, help="most seconds between two faults")
+    p.add_argument(
+        "--sinks",
+        default="parquet,duckdb,delta,postgres",
+        help="the executor/worker runs' sinks in turn (parquet and the table sinks: duckdb, delta, postgres)",
+    )
     a = p.parse_args(argv)
-    from krishiv_py.devtools import LocalCluster
+    sinks = [x.strip() for x in a.sinks.split(",") if x.strip()]
+    if not sinks or any(x not in ("parquet", *TABLE_SINKS) for x in sinks):
+        p.error(f"--sinks: parquet, {', '.join(TABLE_SINKS)}; got {a.sinks!r}")
+    from krishiv_py.devtools import LocalCluster, PostgresServer
 
     runs: list[FaultRun] = []
     t0 = time.monotonic()
-    with LocalCluster(workers=2, cores_per_worker=1, memory="1g") as cluster:
+    with contextlib.ExitStack() as stack:
+        dsn = stack.enter_context(PostgresServer()).dsn if "postgres" in sinks else ""
+        cluster = stack.enter_context(LocalCluster(workers=2, cores_per_worker=1, memory="1g"))
         print(f"cluster {cluster.master_url}, logs in {cluster.log_dir}", flush=True)
         for i in range(a.runs):
+            sink = sinks[i % len(sinks)]
+            # Table sinks take append mode (the model's changelog exactly) and upsert in turn.
+            mode = ("append", "upsert")[(i // 2) % 2] if sink != "parquet" else "upsert"
             run = cluster_run(
                 cluster,
                 seed=a.seed + i,
@@ -415,6 +474,7 @@ def main(argv: list[str] | None = None) -> int:
                 lowering=LOWERINGS[i % len(LOWERINGS)],
                 max_delay_s=a.max_delay,
                 worker_stays_down=i == 1,
+                target=Target(sink, mode, dsn),
             )
             runs.append(run)
             print(json.dumps(attrs.asdict(run) | {"ok": run.ok}), flush=True)

@@ -15,7 +15,10 @@ After every ``--every`` batches (5) it records:
 
 * live state: ``JobMetrics.state_windows`` and ``state_bytes``;
 * the JVM's heap in use after a full GC, and the JVM's resident memory
-  (heap, RocksDB's native memory, everything else);
+  outside its committed heap (RocksDB's native memory, code, threads,
+  buffers): the committed heap itself moves with the collector's choices,
+  growing and giving memory back, so the JVM's whole RSS is recorded and
+  drawn but not judged;
 * the resident memory of Spark's Python workers (the daemon and its
   forked workers, which run the operator's kernels) and of this process
   (the driver's Python side);
@@ -30,7 +33,7 @@ JVM heap and RSS are noisy (GC, the JIT, RocksDB's caches), so the ratio is
 a median's, not a maximum's.
 
     python -m benchmarks.soak                     # 1M keys, 200 batches: about 10 minutes on 2 cores
-    python -m benchmarks.soak --retain 100        # Spark's own checkpoint retention (for comparison)
+    python -m benchmarks.soak --spark-defaults    # Spark's own retention settings (for comparison)
     python -m benchmarks.soak --keys 100000 --batches 60 --warmup 20   # a quick look
 
 Writes ``benchmarks/results/soak-latest.json`` and ``docs/soak.png`` (with
@@ -76,7 +79,7 @@ FIGURES = {
     "state_windows": "windows in state",
     "state_bytes": "state bytes",
     "jvm_heap_bytes": "JVM heap after GC",
-    "jvm_rss_bytes": "JVM RSS",
+    "jvm_native_bytes": "JVM RSS outside the heap",
     "python_workers_rss_bytes": "Python workers RSS",
     "driver_rss_bytes": "driver Python RSS",
     "checkpoint_bytes": "checkpoint on disk",
@@ -157,18 +160,20 @@ def python_workers_rss(jvm: int) -> tuple[int, int]:
     return total, count
 
 
-def heap_after_gc(spark: Any) -> int:
-    """Bytes of the driver JVM's heap in use right after a full GC (what is live)."""
+def heap_after_gc(spark: Any) -> tuple[int, int]:
+    """The driver JVM's heap right after a full GC: bytes in use (what is live), bytes committed."""
     jvm = spark.sparkContext._jvm
     jvm.java.lang.System.gc()
     runtime = jvm.java.lang.Runtime.getRuntime()
-    return int(runtime.totalMemory() - runtime.freeMemory())
+    return int(runtime.totalMemory() - runtime.freeMemory()), int(runtime.totalMemory())
 
 
 def sample(job: Any, spark: Any, jvm: int, spool: str, batch: int, seconds: float) -> dict[str, Any]:
     m = job.metrics()
     parts = checkpoint_parts(job.checkpoint_dir)
     workers_rss, workers = python_workers_rss(jvm)
+    heap, committed = heap_after_gc(spark)
+    rss = psutil.Process(jvm).memory_info().rss
     return {
         "batch": batch,
         "seconds": round(seconds, 1),
@@ -176,8 +181,12 @@ def sample(job: Any, spark: Any, jvm: int, spool: str, batch: int, seconds: floa
         "state_windows": m.state_windows or 0,
         "state_bytes": m.state_bytes or 0,
         "state_evictions": m.state_evictions or 0,
-        "jvm_heap_bytes": heap_after_gc(spark),
-        "jvm_rss_bytes": psutil.Process(jvm).memory_info().rss,
+        "jvm_heap_bytes": heap,
+        "jvm_heap_committed_bytes": committed,
+        "jvm_rss_bytes": rss,
+        # The heap's committed size moves with the collector's choices (it grows, it gives memory
+        # back); what is outside it (RocksDB, code, threads, buffers) is where native memory leaks.
+        "jvm_native_bytes": rss - committed,
         "python_workers_rss_bytes": workers_rss,
         "python_workers": workers,
         "driver_rss_bytes": psutil.Process().memory_info().rss,
@@ -190,13 +199,24 @@ def sample(job: Any, spark: Any, jvm: int, spool: str, batch: int, seconds: floa
 # --- the run ------------------------------------------------------------------------------
 
 
+#: Spark's own values of the settings krishiv_py changes for long-running jobs.
+SPARK_DEFAULTS = {
+    "spark.sql.streaming.minBatchesToRetain": "100",
+    "spark.sql.streaming.stateStore.maintenanceInterval": "60s",
+    "spark.ui.retainedJobs": "1000",
+    "spark.ui.retainedStages": "1000",
+    "spark.ui.retainedTasks": "100000",
+    "spark.sql.ui.retainedExecutions": "1000",
+}
+
+
 def soak(
-    *, keys: int, batches: int, every: int, retain: int | None, log: Any = print
+    *, keys: int, batches: int, every: int, spark_defaults: bool = False, log: Any = print
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Run the job over the workload; the samples and the job's end figures."""
     import krishiv_py as kp
 
-    conf = {"spark.sql.streaming.minBatchesToRetain": str(retain)} if retain is not None else {}
+    conf = dict(SPARK_DEFAULTS) if spark_defaults else {}
     root = tempfile.mkdtemp(prefix="krishiv-soak-")
     samples: list[dict[str, Any]] = []
     try:
@@ -290,7 +310,11 @@ def plot(samples: list[dict[str, Any]], warmup: int, path: Path, title: str) -> 
         (
             axes[0][1],
             "JVM",
-            [("heap after GC", "jvm_heap_bytes", mb), ("resident (RSS)", "jvm_rss_bytes", mb)],
+            [
+                ("heap after GC", "jvm_heap_bytes", mb),
+                ("RSS outside the heap", "jvm_native_bytes", mb),
+                ("whole RSS", "jvm_rss_bytes", mb),
+            ],
             "MB",
         ),
         (
@@ -329,18 +353,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--every", type=int, default=5, help="batches between samples")
     p.add_argument("--warmup", type=int, default=60, help="batches before the figures must be flat")
     p.add_argument(
-        "--retain",
-        type=int,
-        default=None,
-        help="spark.sql.streaming.minBatchesToRetain for the session (default: what krishiv_py sets)",
+        "--spark-defaults",
+        action="store_true",
+        help="Spark's own checkpoint retention, maintenance interval and UI history (for comparison)",
     )
     p.add_argument("--plot", action="store_true", help=f"draw {PLOT.relative_to(PLOT.parent.parent)}")
     p.add_argument("--out", type=Path, default=RESULTS)
     a = p.parse_args(argv)
     if a.batches < a.warmup + 8 * a.every:
         p.error("--batches must leave at least 8 samples after --warmup")
-    print(f"soak: {a.keys:,} keys, {a.batches} batches, retain {a.retain or 'krishiv default'}", flush=True)
-    samples, end = soak(keys=a.keys, batches=a.batches, every=a.every, retain=a.retain)
+    settings = "Spark's defaults" if a.spark_defaults else "krishiv_py's settings"
+    print(f"soak: {a.keys:,} keys, {a.batches} batches, {settings}", flush=True)
+    samples, end = soak(keys=a.keys, batches=a.batches, every=a.every, spark_defaults=a.spark_defaults)
     flat = flatness(samples, a.warmup)
     # Every key's session ends: TTL expired it during the run, or the end of input closed it.
     checks = end["state_windows_at_end"] == 0 and end["state_evictions"] > 0
@@ -353,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
             {
                 "machine": machine(),
                 "args": {k: str(v) for k, v in vars(a).items()},
+                "settings": SPARK_DEFAULTS if a.spark_defaults else "krishiv_py's",
                 "end": end,
                 "flatness": flat,
                 "checks": checks,
@@ -362,13 +387,12 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     if a.plot:
-        retain = a.retain if a.retain is not None else "krishiv_py's"
         plot(
             samples,
             a.warmup,
             PLOT,
             f"Stateful lowering, {a.keys:,} keys, {a.batches} batches, TTL {TTL_MS // 1000} s, "
-            f"allowed lateness {LATENESS_MS // 1000} s, RocksDB, retention {retain}",
+            f"allowed lateness {LATENESS_MS // 1000} s, RocksDB, {settings}",
         )
     print("flat" if ok else "NOT FLAT or a check failed", file=sys.stderr)
     return 0 if ok else 1
