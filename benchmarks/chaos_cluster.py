@@ -333,7 +333,9 @@ def cluster_run(
             while len(run.faults) < kills and not child.wait(rng.uniform(1.0, max_delay_s)):
                 # At most one fault per batch processed: a task fails once per fault at most, within
                 # Spark's retry budget (spark.task.maxFailures, 4), even with one executor left.
-                child.wait_for(FED, fed + 1)
+                if child.count(FED) <= fed:
+                    child.wait_for(FED, fed + 1)
+                    time.sleep(rng.uniform(0.2, 1.5))  # into the next batch, not between two
                 if child.proc.poll() is not None:
                     break
                 fed = child.count(FED)
