@@ -84,7 +84,7 @@ def _batches(table: pa.Table, count: int) -> list[pa.Table]:
     return [table.slice(int(lo), int(hi - lo)) for lo, hi in itertools.pairwise(bounds)]
 
 
-def _dir_bytes(path: str) -> int:
+def dir_bytes(path: str) -> int:
     total = 0
     for root, _, files in os.walk(path):
         for f in files:
@@ -173,7 +173,7 @@ def run_pair(session: kp.Session, batches: list[pa.Table], name: str, first: int
                     "result_rows": rows,
                     "digest": dig,
                     "spark_state_rows": ops[0].get("numRowsTotal"),
-                    "state_disk_bytes": _dir_bytes(os.path.join(checkpoint, "state")),
+                    "state_disk_bytes": dir_bytes(os.path.join(checkpoint, "state")),
                 }
             )
     finally:
@@ -324,7 +324,7 @@ def run_sessions(
         "fired": fired.num_rows,
         "micro_batches": m.batches,
         "state_windows_per_batch": series,
-        "state_disk_bytes": _dir_bytes(os.path.join(checkpoint, "state")),
+        "state_disk_bytes": dir_bytes(os.path.join(checkpoint, "state")),
         "checks": checks,
     }
 

@@ -44,7 +44,6 @@ flat or a check fails.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shutil
@@ -60,6 +59,7 @@ import numpy as np
 import psutil
 import pyarrow as pa
 
+from benchmarks.durability import dir_bytes
 from benchmarks.report import machine
 
 RESULTS = Path(__file__).parent / "results" / "soak-latest.json"
@@ -112,15 +112,6 @@ def workload(keys: int, batches: int, seed: int = 1) -> Iterator[pa.Table]:
 
 
 # --- measuring ----------------------------------------------------------------------------
-
-
-def dir_bytes(path: str) -> int:
-    total = 0
-    for root, _, files in os.walk(path):
-        for name in files:
-            with contextlib.suppress(OSError):  # removed meanwhile
-                total += os.path.getsize(os.path.join(root, name))
-    return total
 
 
 def checkpoint_parts(checkpoint: str) -> dict[str, int]:
