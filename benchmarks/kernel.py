@@ -3,7 +3,8 @@
 ``python -m benchmarks.kernel`` drives :func:`krishiv_py.stateful.kernel.step`
 as the Spark operator does — batches of ``--batch`` rows split over 16 key
 buckets, a tick after each batch that moved the watermark — over the same
-disordered clickstream for tumbling windows, sessions, capped sessions and
+disordered clickstream for tumbling windows, sliding windows (60 s and
+10 min, both with a 10 s slide), sessions, capped sessions and
 per-event sliding windows, at each key count. Every figure is measured in
 the same run, so the ratio to tumbling is what to compare between machines.
 Before timing, each kind's results on a small prefix are checked against the
@@ -42,6 +43,12 @@ def _aggs() -> tuple[Any, ...]:
 
 KINDS: dict[str, Pipeline] = {
     "tumbling": lambda s: s.watermark("t", 5_000).key_by("user_id").tumbling_window(60_000).agg(*_aggs()),
+    "sliding": lambda s: (
+        s.watermark("t", 5_000).key_by("user_id").sliding_window(60_000, 10_000).agg(*_aggs())
+    ),
+    "sliding_10m": lambda s: (
+        s.watermark("t", 5_000).key_by("user_id").sliding_window(600_000, 10_000).agg(*_aggs())
+    ),
     "session": lambda s: s.watermark("t", 5_000).key_by("user_id").session_window(30_000).agg(*_aggs()),
     "capped_session": lambda s: (
         s.watermark("t", 5_000)
@@ -134,12 +141,16 @@ def agrees(pipeline: Pipeline, data: pa.Table, batch: int) -> bool:
     return True
 
 
-def measure(rows: int, keys: list[int], batch: int, check_rows: int) -> list[dict[str, Any]]:
+def measure(
+    rows: int, keys: list[int], batch: int, check_rows: int, kinds: list[str] | None = None
+) -> list[dict[str, Any]]:
     out = []
+    chosen = ["tumbling", *[k for k in (kinds or KINDS) if k != "tumbling"]]
     for k in keys:
         data = clickstream(rows, k)
         base: float | None = None
-        for kind, pipeline in KINDS.items():
+        for kind in chosen:
+            pipeline = KINDS[kind]
             ok = agrees(pipeline, data.slice(0, check_rows), max(1, check_rows // 4))
             _, spent = run_kernel(pipeline, data, batch)
             eps = rows / spent
@@ -176,8 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keys", type=int, action="append")
     p.add_argument("--batch", type=int, default=50_000)
     p.add_argument("--check-rows", type=int, default=2_000)
+    p.add_argument("--kind", action="append", choices=sorted(KINDS), help="only these kinds (and tumbling)")
     a = p.parse_args(argv)
-    records = measure(a.rows, a.keys or [1_000, 100_000], a.batch, a.check_rows)
+    records = measure(a.rows, a.keys or [1_000, 100_000], a.batch, a.check_rows, a.kind)
     print(markdown(records))
     return 0 if all(r["agrees"] for r in records) else 1
 

@@ -507,3 +507,127 @@ def test_state_ttl_matches_the_model(
         return windowed.agg(*AGGS)
 
     check(build, scenario)
+
+
+# Rows packed closer in time, so that panes hold several rows of a key.
+dense_row = st.fixed_dictionaries(
+    {
+        "k": st.sampled_from(["a", "b", None]),
+        "t": st.one_of(st.integers(min_value=-10, max_value=60), st.just(None)),
+        "v": st.one_of(st.none(), st.integers(min_value=-5, max_value=9)),
+    }
+)
+dense_steps = st.lists(
+    st.one_of(
+        st.lists(dense_row, max_size=12).map(Send),
+        st.integers(min_value=-10, max_value=80).map(AdvanceWatermark),
+    ),
+    min_size=1,
+    max_size=6,
+).map(lambda s: [*s, Close()])
+
+
+@settings(max_examples=int(os.environ.get("KERNEL_EXAMPLES", "150")))
+@given(
+    slide=st.integers(1, 10),
+    panes=st.integers(2, 6),
+    lag=st.integers(0, 40),
+    lateness=st.sampled_from([0, 0, 15, 60]),
+    keyed=st.booleans(),
+    trigger=st.sampled_from(
+        [kp.Trigger.on_watermark(), kp.Trigger.on_interval(1), kp.Trigger.on_interval(2_500)]
+    ),
+    mode=st.sampled_from(["accumulating", "discarding", "retracting"]),
+    scenario=dense_steps,
+)
+def test_sliding_windows_merged_per_pane_match_the_model(
+    slide: int,
+    panes: int,
+    lag: int,
+    lateness: int,
+    keyed: bool,
+    trigger: kp.Trigger,
+    mode: Any,
+    scenario: list[Step],
+) -> None:
+    """A slide that divides the size: the batch's rows merge per key and pane before the windows."""
+    build = pipeline("sliding", slide * panes, slide, lag, keyed, lateness, trigger, mode)
+    plan = build(_placeholder("k string, t bigint, v bigint")).plan
+    assert isinstance(plan, n.WindowAggregate)
+    assert kernel.by_pane(operator_spec(plan, shift_ms=0).kernel)
+    check(build, scenario)
+
+
+@pytest.mark.parametrize("time", ["event", "processing"])
+@settings(max_examples=int(os.environ.get("KERNEL_EXAMPLES", "150")))
+@given(
+    slide=st.integers(1, 10),
+    panes=st.integers(2, 6),
+    lag=st.integers(0, 40),
+    lateness=st.sampled_from([0, 60, 200]),
+    ttl=st.integers(1, 120),
+    scenario=dense_steps,
+)
+def test_sliding_windows_merged_per_pane_expire_as_the_model(
+    time: Literal["event", "processing"],
+    slide: int,
+    panes: int,
+    lag: int,
+    lateness: int,
+    ttl: int,
+    scenario: list[Step],
+) -> None:
+    """A window's newest row is the newest of its panes' rows, for the state TTL."""
+    if time == "processing":
+        ttl *= 50
+    on_watermark = kp.Trigger.on_watermark()
+    base = pipeline("sliding", slide * panes, slide, lag, True, lateness, on_watermark, "accumulating")
+
+    def build(s: kp.Stream) -> kp.Stream:
+        plan = base(s).plan
+        assert isinstance(plan, n.WindowAggregate)
+        windowed = kp.WindowedStream(
+            s.__class__(s.session, plan.input), plan.keys, plan.window, plan.emission
+        ).with_state_ttl(kp.StateTtlConfig(ttl_ms=ttl, time=time))
+        return windowed.agg(*AGGS)
+
+    check(build, scenario)
+
+
+@pytest.mark.parametrize(
+    ("size", "slide", "trigger", "merged"),
+    [
+        (60, 10, kp.Trigger.on_watermark(), True),
+        (60, 10, kp.Trigger.on_interval(100), True),
+        (60, 60, kp.Trigger.on_watermark(), False),  # tumbling: one window per row already
+        (25, 10, kp.Trigger.on_watermark(), False),  # rows of one pane differ in their windows
+        (60, 10, kp.Trigger.on_every_element(), False),  # firings count rows as they arrive
+        (60, 10, kp.Trigger.on_count(3), False),
+    ],
+)
+def test_which_sliding_windows_merge_rows_per_pane(
+    size: int, slide: int, trigger: kp.Trigger, merged: bool
+) -> None:
+    build = pipeline("sliding", size, slide, 0, True, 0, trigger, "accumulating")
+    plan = build(_placeholder("k string, t bigint, v bigint")).plan
+    assert isinstance(plan, n.WindowAggregate)
+    assert kernel.by_pane(operator_spec(plan, shift_ms=0).kernel) is merged
+
+
+def test_a_window_merged_per_pane_keeps_its_newest_row_for_the_ttl() -> None:
+    """Rows of one pane out of order: a window's newest row is the latest event time (5), not the last row."""
+    base = pipeline("sliding", 20, 10, 40, True, 0, kp.Trigger.on_watermark(), "accumulating")
+
+    def build(s: kp.Stream) -> kp.Stream:
+        plan = base(s).plan
+        assert isinstance(plan, n.WindowAggregate)
+        windowed = kp.WindowedStream(
+            s.__class__(s.session, plan.input), plan.keys, plan.window, plan.emission
+        ).with_state_ttl(kp.StateTtlConfig(ttl_ms=10, time="event"))
+        return windowed.agg(*AGGS)
+
+    steps: list[Step] = [Send([{"k": "a", "t": 5, "v": 1}, {"k": "a", "t": 3, "v": 2}]), AdvanceWatermark(14)]
+    want, _ = run_model(build, [*steps, Close()], Clock())
+    # [-10, 10) fired at its end; [0, 20) has not expired: 14 - 5 < 10.
+    assert [r["window_start"] for r in want[1]] == [-10]
+    check(build, [*steps, Close()])

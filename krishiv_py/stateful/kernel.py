@@ -217,6 +217,25 @@ def _new_windows(
     schema: pa.Schema,
 ) -> pa.Table:
     """One state row per (kept row, window): its own partial, pending 1."""
+    newest = None
+    if spec.ttl_ms is not None:
+        stamp = rows.column(NEWEST) if NEWEST in rows.column_names else None
+        newest = pa.array(np.asarray(ts, np.int64)) if stamp is None else stamp.combine_chunks()
+    partials = agg.row_partials(spec.aggs, rows, ts, seq)
+    return _window_rows(spec, rows, ws, we, partials, np.ones(rows.num_rows, np.int64), newest, schema)
+
+
+def _window_rows(
+    spec: KernelSpec,
+    rows: pa.Table,
+    ws: np.ndarray,
+    we: np.ndarray,
+    partials: dict[str, pa.Array[Any]],
+    pending: np.ndarray,
+    newest: pa.Array[Any] | None,
+    schema: pa.Schema,
+) -> pa.Table:
+    """State rows of new windows: keys from ``rows``, bounds, ``partials``, never fired."""
     n = rows.num_rows
     cols: dict[str, pa.Array[Any]] = {
         k: canonical(rows.column(name)) for k, name in zip(spec.key_names(), spec.keys, strict=True)
@@ -225,14 +244,13 @@ def _new_windows(
         WS: pa.array(ws),
         WE: pa.array(we),
         FIRED: pa.array(np.zeros(n, bool)),
-        PENDING: pa.array(np.ones(n, np.int64)),
+        PENDING: pa.array(pending),
         LAST: pa.array(np.full(n, -1, np.int64)),
         EMITTED: pa.array(np.zeros(n, bool)),
     }
-    if spec.ttl_ms is not None:
-        stamp = rows.column(NEWEST) if NEWEST in rows.column_names else None
-        cols[NEWEST] = pa.array(np.asarray(ts, np.int64)) if stamp is None else stamp.combine_chunks()
-    cols |= agg.row_partials(spec.aggs, rows, ts, seq)
+    if newest is not None:
+        cols[NEWEST] = newest
+    cols |= partials
     table = pa.table(cols)
     for f in schema:
         if f.name not in cols:
@@ -270,6 +288,8 @@ def _add_fixed(
 ) -> tuple[pa.Table, np.ndarray, np.ndarray]:
     assert not isinstance(spec.window, SessionWindow | EventSlidingWindow)
     idx = np.flatnonzero(valid)
+    if by_pane(spec):
+        return _add_fixed_by_pane(spec, state, batch, ts, seq, idx, w_us, early)
     rows, starts = assign_fixed(spec.window, np.floor_divide(ts[idx], 1000))
     rows = idx[rows]
     ends = starts + spec.window.size_ms
@@ -286,6 +306,82 @@ def _add_fixed(
         state, fired = _merge_new(spec, state, new, session=False)
         if fired is not None:
             early.append(fired)
+    return state, kept, valid & ~kept
+
+
+def by_pane(spec: KernelSpec) -> bool:
+    """Whether a batch's rows go into sliding windows as one partial per key and pane.
+
+    A pane is the slide-sized interval a row's event time falls in. When the
+    slide divides the size, every row of a pane belongs to the same windows,
+    so the rows of one key and pane can be merged first and the merged
+    partial copied into each window: ``size / slide`` copies per key and
+    pane instead of per row. Element-count triggers count rows one by one
+    as they arrive, so they keep the per-row path.
+    """
+    w = spec.window
+    if isinstance(w, TumblingWindow | SessionWindow | EventSlidingWindow):
+        return False
+    return w.size_ms % w.slide_ms == 0 and w.size_ms > w.slide_ms and not spec.trigger.element_count
+
+
+def _add_fixed_by_pane(
+    spec: KernelSpec,
+    state: pa.Table,
+    batch: pa.Table,
+    ts: np.ndarray,
+    seq: np.ndarray,
+    idx: np.ndarray,
+    w_us: int | None,
+    early: list[pa.Table],
+) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+    """:func:`_add_fixed` with the rows merged per key and pane first (see :func:`by_pane`)."""
+    assert isinstance(spec.window, SlidingWindow | TimeIntervalWindow)
+    kept = np.zeros(len(ts), bool)
+    if not len(idx):
+        return state, kept, kept
+    slide = spec.window.slide_ms
+    ts_ms = np.floor_divide(ts[idx], 1000)
+    pane = ts_ms - ts_ms % slide
+    keys = [canonical(batch.column(name).take(arrow(idx))) for name in spec.keys]
+    gid, n_groups, first = group_ids([*keys, pa.array(pane)])
+    # Every row of a pane has the pane's windows: assign them once per group.
+    groups, starts = assign_fixed(spec.window, ts_ms[first])
+    ends = starts + spec.window.size_ms
+    retained = np.ones(len(groups), bool)
+    if w_us is not None:
+        retained = w_us < (ends + spec.allowed_lateness_ms) * 1000
+    group_kept = np.zeros(n_groups, bool)
+    group_kept[groups[retained]] = True
+    kept[idx[group_kept[gid]]] = True
+    groups, starts, ends = groups[retained], starts[retained], ends[retained]
+    if len(groups):
+        rows = batch.take(arrow(idx))
+        partials = agg.merge(spec.aggs, agg.row_partials(spec.aggs, rows, ts[idx], seq[idx]), gid, n_groups)
+        newest = None
+        if spec.ttl_ms is not None:
+            if NEWEST in rows.column_names:  # processing time: one stamp for the whole batch
+                newest = rows.column(NEWEST).combine_chunks().take(arrow(first[groups]))
+            else:
+                latest = np.full(n_groups, np.iinfo(np.int64).min, np.int64)
+                np.maximum.at(latest, gid, ts[idx])
+                newest = pa.array(latest[groups])
+        take = arrow(groups)
+        new = _window_rows(
+            spec,
+            rows.take(arrow(first[groups])),
+            starts * 1000,
+            ends * 1000,
+            {name: arr.take(take) for name, arr in partials.items()},
+            np.bincount(gid, minlength=n_groups)[groups].astype(np.int64),
+            newest,
+            state.schema,
+        )
+        state, fired = _merge_new(spec, state, new, session=False)
+        if fired is not None:
+            early.append(fired)
+    valid = np.zeros(len(ts), bool)
+    valid[idx] = True
     return state, kept, valid & ~kept
 
 
