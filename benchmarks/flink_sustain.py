@@ -4,31 +4,34 @@ Started by :mod:`benchmarks.sustainable` (``--flink-python``) with the
 interpreter of the PyFlink environment (standard library and ``pyflink``
 only; the repository root on ``PYTHONPATH``)::
 
-    <flink python> -m benchmarks.flink_sustain [--parallelism N] [--monitor-ms MS]
+    <flink python> -m benchmarks.flink_sustain [--query Q] [--parallelism N] [--monitor-ms MS]
 
 It reads commands on stdin, one per line, and answers on stdout:
 
 * ``start <n> <directory>``: a streaming job over the CSV files that arrive in
   ``directory`` (Flink's filesystem connector, discovering new files every
-  ``--monitor-ms``): the harness's query, a per-user 2-second tumbling
-  ``COUNT(*)`` with a 5 s watermark lag (``WATERMARK FOR event_time AS
-  event_time - INTERVAL '5' SECOND``, Flink's default watermark interval),
-  into Flink's ``print`` connector. Answers ``started <n>`` once the job runs;
-  the job's task threads then print each result row to this process's
-  stdout as ``row <n>:<subtask>> +I[<window end>, <count>]`` (the window end
-  in the UTC session zone, as Java prints a ``LocalDateTime``):
-  :func:`parse_row` reads it. The print sink hands each row to the pipe the
-  moment the window fires (a collect iterator would poll for it, and its
-  iteration in a second Python thread breaks the planner's thread-local
-  state for the next job).
+  ``--monitor-ms``): the harness's query (``--query``, see
+  :mod:`benchmarks.sustain_queries`: ``tumbling``, a per-user 2-second
+  tumbling ``COUNT(*)``; ``session``, per-user sessions with a 2 s gap;
+  ``nexmark-q7``, the highest price and the bids per 2 s window) with a 5 s
+  watermark lag (``WATERMARK FOR event_time AS event_time - INTERVAL '5'
+  SECOND``, Flink's default watermark interval), into Flink's ``print``
+  connector. Answers ``started <n>`` once the job runs; the job's task
+  threads then print each result row to this process's stdout as
+  ``row <n>:<subtask>> +I[<field>, ...]`` (window bounds in the UTC session
+  zone, as Java prints a ``LocalDateTime``): :func:`parse_row` reads it.
+  The print sink hands each row to the pipe the moment the window fires (a
+  collect iterator would poll for it, and its iteration in a second Python
+  thread breaks the planner's thread-local state for the next job).
 * ``stop <n>``: cancels job ``n``; answers ``stopped <n>``.
 * ``quit`` (or the end of stdin): stops every job and exits.
 
-The CSV columns are ``user_id, ts, amount`` with ``ts`` in epoch
-milliseconds; ``event_time`` is ``TO_TIMESTAMP_LTZ(ts, 3)``, Flink's idiom
-for epoch times, in the UTC session time zone. One process (one JVM and
-mini-cluster) serves every trial, as one Spark session serves the Spark
-runners: its JIT and Python workers warm up once.
+The CSV columns are ``user_id, ts, amount`` (``auction, ts, price`` for
+``nexmark-q7``) with ``ts`` in epoch milliseconds; ``event_time`` is
+``TO_TIMESTAMP_LTZ(ts, 3)``, Flink's idiom for epoch times, in the UTC
+session time zone. One process (one JVM and mini-cluster) serves every
+trial, as one Spark session serves the Spark runners: its JIT and Python
+workers warm up once.
 """
 
 from __future__ import annotations
@@ -47,7 +50,9 @@ from typing import Any
 from benchmarks.flink_runner import interval
 
 WINDOW_MS = 2_000
+GAP_MS = 2_000
 LAG_MS = 5_000
+QUERIES = ("tumbling", "session", "nexmark-q7")
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _out = threading.Lock()
 
@@ -58,11 +63,16 @@ def say(line: str) -> None:
         sys.stdout.flush()
 
 
-def source_sql(name: str, directory: str, monitor_ms: int) -> str:
+def source_sql(name: str, directory: str, monitor_ms: int, query: str = "tumbling") -> str:
     """The CSV source table over ``directory``, its event time and watermark."""
+    columns = (
+        "auction BIGINT, ts BIGINT, price BIGINT"
+        if query == "nexmark-q7"
+        else "user_id STRING, ts BIGINT, amount DOUBLE"
+    )
     return (
         f"CREATE TEMPORARY TABLE `{name}` (\n"
-        "  user_id STRING, ts BIGINT, amount DOUBLE,\n"
+        f"  {columns},\n"
         "  event_time AS TO_TIMESTAMP_LTZ(ts, 3),\n"
         f"  WATERMARK FOR event_time AS event_time - {interval(LAG_MS)}\n"
         ") WITH (\n"
@@ -71,12 +81,35 @@ def source_sql(name: str, directory: str, monitor_ms: int) -> str:
     )
 
 
-def query_sql(name: str) -> str:
+def query_sql(name: str, query: str = "tumbling") -> str:
+    """The query's SQL; its columns are :func:`sink_columns`."""
+    if query == "session":
+        return (
+            "SELECT user_id, window_start, window_end, COUNT(*) AS n\n"
+            f"FROM TABLE(SESSION(TABLE `{name}` PARTITION BY user_id, DESCRIPTOR(event_time), "
+            f"{interval(GAP_MS)}))\n"
+            "GROUP BY user_id, window_start, window_end"
+        )
+    if query == "nexmark-q7":
+        return (
+            "SELECT window_end, MAX(price) AS max_price, COUNT(*) AS n\n"
+            f"FROM TABLE(TUMBLE(TABLE `{name}`, DESCRIPTOR(event_time), {interval(WINDOW_MS)}))\n"
+            "GROUP BY window_start, window_end"
+        )
     return (
         "SELECT window_end, COUNT(*) AS n\n"
         f"FROM TABLE(TUMBLE(TABLE `{name}`, DESCRIPTOR(event_time), {interval(WINDOW_MS)}))\n"
         "GROUP BY user_id, window_start, window_end"
     )
+
+
+def sink_columns(query: str) -> str:
+    """The print sink's columns for ``query``."""
+    if query == "session":
+        return "user_id STRING, window_start TIMESTAMP(3), window_end TIMESTAMP(3), n BIGINT"
+    if query == "nexmark-q7":
+        return "window_end TIMESTAMP(3), max_price BIGINT, n BIGINT"
+    return "window_end TIMESTAMP(3), n BIGINT"
 
 
 def epoch_ms(value: dt.datetime) -> int:
@@ -86,19 +119,24 @@ def epoch_ms(value: dt.datetime) -> int:
     return int((value - _EPOCH) // dt.timedelta(milliseconds=1))
 
 
-_ROW = re.compile(r"row (\d+):\d+> \+I\[([0-9T:.-]+), (\d+)\]")
+_ROW = re.compile(r"row (\d+):\d+> \+I\[(.*)\]")
 
 
-def parse_row(line: str) -> tuple[str, int, int] | None:
-    """``(job, window end in epoch ms, count)`` of a line the print sink wrote, else None."""
+def parse_row(line: str) -> tuple[str, list[str]] | None:
+    """``(job, fields)`` of a row the print sink wrote (an insert), else None."""
     m = _ROW.match(line)
     if m is None:
         return None
-    return m.group(1), epoch_ms(dt.datetime.fromisoformat(m.group(2))), int(m.group(3))
+    return m.group(1), m.group(2).split(", ")
+
+
+def parse_time(field: str) -> int:
+    """A printed window bound (Java's ``LocalDateTime``, UTC) as epoch ms."""
+    return epoch_ms(dt.datetime.fromisoformat(field))
 
 
 class Jobs:
-    def __init__(self, parallelism: int, monitor_ms: int) -> None:
+    def __init__(self, parallelism: int, monitor_ms: int, query: str = "tumbling") -> None:
         from pyflink.table import EnvironmentSettings, TableEnvironment
 
         self.env: Any = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
@@ -107,16 +145,17 @@ class Jobs:
         config.set("table.local-time-zone", "UTC")
         config.set("table.exec.source.idle-timeout", "1 s")
         self.monitor_ms = monitor_ms
+        self.query = query
         self.running: dict[str, Any] = {}
 
     def start(self, n: str, directory: str) -> None:
         name = f"events_{n}"
-        self.env.execute_sql(source_sql(name, directory, self.monitor_ms))
+        self.env.execute_sql(source_sql(name, directory, self.monitor_ms, self.query))
         self.env.execute_sql(
-            f"CREATE TEMPORARY TABLE `rows_{n}` (window_end TIMESTAMP(3), n BIGINT)\n"
+            f"CREATE TEMPORARY TABLE `rows_{n}` ({sink_columns(self.query)})\n"
             f"WITH ('connector' = 'print', 'print-identifier' = 'row {n}')"
         )
-        result = self.env.execute_sql(f"INSERT INTO `rows_{n}`\n{query_sql(name)}")
+        result = self.env.execute_sql(f"INSERT INTO `rows_{n}`\n{query_sql(name, self.query)}")
         self.running[n] = result
         client = result.get_job_client()
         deadline = time.time() + 60
@@ -136,8 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--parallelism", type=int, default=os.cpu_count() or 1)
     p.add_argument("--monitor-ms", type=int, default=100, help="how often the source looks for new files")
+    p.add_argument("--query", choices=QUERIES, default="tumbling")
     a = p.parse_args(argv)
-    jobs = Jobs(a.parallelism, a.monitor_ms)
+    jobs = Jobs(a.parallelism, a.monitor_ms, a.query)
     say("ready")
     for line in sys.stdin:
         cmd, *args = line.split()

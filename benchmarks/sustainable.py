@@ -1,16 +1,20 @@
 """Sustainable throughput at a latency budget: the highest event rate a runner keeps fresh.
 
-    python -m benchmarks.sustainable --runner krishiv-native [--budget-s 5] [--seconds 30] [--json F]
+    python -m benchmarks.sustainable --runner krishiv-native [--query session] [--budget-s 5] [--json F]
     nox -s sustainable_bench -- --runner krishiv-native --runner pyspark-streaming
     python -m benchmarks.sustainable --plot latency.png --from run-5s.json --from run-1s.json
 
 The method of stream-benchmark papers (Karimov et al., ICDE 2018): a
 generator feeds events at a fixed rate ``R`` in real time — event time is
 the send time, up to 2 s of disorder, 1 % of events 5 to 60 s late (the
-suite's clickstream) — in a send every second, to a per-user 2-second
-tumbling ``count(*)`` over 1,000 users with a 5 s watermark lag. Each window
-result's **latency** is the wall time it reaches the sink minus the moment
-the watermark permitted it (``window_end + lag``: event time is wall time).
+suite's clickstream) — in a send every second, to one of three queries
+(``--query``, :mod:`benchmarks.sustain_queries`) with a 5 s watermark lag:
+``tumbling``, a per-user 2-second tumbling ``count(*)`` over 1,000 users (the
+default); ``session``, per-user sessions with a 2 s gap over users who take
+turns being active; ``nexmark-q7``, the highest price and the number of bids
+per 2-second window. Each window result's **latency** is the wall time it
+reaches the sink minus the moment the watermark permitted it
+(``window_end + lag``: event time is wall time).
 A rate is **sustained** when the p99 latency over the steady state (after
 the first third of the run) stays within the budget, the generator kept
 its rate, and the steady-state windows counted at least 95 % of the events
@@ -61,7 +65,7 @@ import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import attrs
@@ -71,16 +75,12 @@ import pyarrow.compute as pc
 
 import krishiv_py as kp
 from benchmarks.spark_runner import parquet_feed
+from benchmarks.sustain_queries import LAG_MS, QUERIES, WORKLOADS, Draw, Workload
 
-DDL = "user_id string, event_time timestamp, amount double"
-WINDOW_MS = 2_000
-LAG_MS = 5_000
 #: Seconds between two sends of the generator (``--tick-s``): a window waits up to one tick for
 #: the send that moves the watermark past it, so a tick must be well under the budget.
 TICK_S = 1.0
-USERS = 1_000
 RUNNERS = ("krishiv-native", "krishiv-stateful", "pyspark-streaming", "pyflink")
-USER_NAMES = pa.array([f"u{u}" for u in range(USERS)])
 #: The search stops doubling past this (``--max-rate``; the generator's own limit on this
 #: machine is near it).
 MAX_RATE = 4_000_000
@@ -100,87 +100,55 @@ class Feed:
 
 
 class Arrivals:
-    """Wall time (ms) at which each window (by its end, ms) first reached the sink, and its counts."""
+    """When each window first reached the sink, the moment the watermark permitted it, its counts.
+
+    ``seen[window] = (permitted, arrived)``, both wall-clock ms. A window
+    reported twice (a session split, say) keeps the result with the latest
+    permission: the one that completed it.
+    """
 
     def __init__(self) -> None:
-        self.seen: dict[int, float] = {}
-        self.counted: dict[int, int] = {}
+        self.seen: dict[Hashable, tuple[float, float]] = {}
+        self.counted: dict[Hashable, int] = {}
         self._lock = threading.Lock()
 
-    def add(
-        self, ends: pa.ChunkedArray[Any] | pa.Array[Any], counts: pa.ChunkedArray[Any] | pa.Array[Any]
-    ) -> None:
-        values = pc.cast(ends, pa.timestamp("ms", tz="UTC")).cast(pa.int64()).to_pylist()
-        self.add_rows(values, counts.to_pylist())
-
-    def add_rows(self, ends_ms: list[int | None], counts: list[int | None]) -> None:
-        """Rows that arrived now: each window's end (epoch ms) and count."""
+    def add(self, windows: list[Hashable], permitted_ms: list[int], counts: list[int]) -> None:
+        """Rows that arrived now: each one's window, when it was permitted (epoch ms), its count."""
         now = time.time() * 1000
         with self._lock:
-            for end, n in zip(ends_ms, counts, strict=True):
-                if end is not None:
-                    self.seen.setdefault(int(end), now)
-                    self.counted[int(end)] = self.counted.get(int(end), 0) + int(n or 0)
+            for window, permitted, n in zip(windows, permitted_ms, counts, strict=True):
+                if window not in self.seen or permitted > self.seen[window][0]:
+                    self.seen[window] = (permitted, now)
+                self.counted[window] = self.counted.get(window, 0) + n
 
 
-#: The most an event lags its send time (ms): 2 s of disorder, or 5 to 60 s late.
-MAX_BEHIND_MS = 62_000
 #: A trial draws this many ticks' random content before it starts and cycles through them, so
 #: the generator's work per send is stamping event times (it shares the machine with the runner).
 POOL = 4
 
 
-@attrs.frozen
-class Draw:
-    """One send's random content: each event's delay behind the send time (ms), its user and amount."""
-
-    behind: np.ndarray[Any, np.dtype[np.int64]]
-    users: pa.Array[Any]
-    amounts: pa.Array[Any]
-
-
-def draw(rng: np.random.Generator, n: int) -> Draw:
+def draw(rng: np.random.Generator, n: int, query: str = "tumbling") -> Draw:
     """``n`` events' content: up to 2 s behind their send, 1 % 5 to 60 s behind."""
-    behind = rng.integers(0, 2_001, n)
-    late = rng.random(n) < 0.01
-    behind[late] += rng.integers(5_000, 60_001, int(late.sum()))
-    return Draw(behind, USER_NAMES.take(rng.integers(0, USERS, n)), pa.array(np.ones(n)))
+    return WORKLOADS[query].draw(rng, n)
 
 
-def stamp(d: Draw, now_ms: int) -> pa.Table:
-    """The events of ``d`` sent at ``now_ms``."""
-    return pa.table(
-        {
-            "user_id": d.users,
-            "event_time": pa.array((now_ms - d.behind) * 1000, pa.timestamp("us", tz="UTC")),
-            "amount": d.amounts,
-        }
-    )
-
-
-def window_counts(d: Draw, now_ms: int) -> dict[int, int]:
-    """How many of ``d``'s events sent at ``now_ms`` fall in each window (by its end, ms)."""
-    first = (now_ms - MAX_BEHIND_MS) // WINDOW_MS
-    counts = np.bincount((now_ms - d.behind) // WINDOW_MS - first)
-    return {int((first + i + 1) * WINDOW_MS): int(c) for i, c in enumerate(counts.tolist()) if c}
-
-
-def events(rng: np.random.Generator, n: int, now_ms: int) -> pa.Table:
+def events(rng: np.random.Generator, n: int, now_ms: int, query: str = "tumbling") -> pa.Table:
     """``n`` events sent at ``now_ms``: event time up to 2 s behind it, 1 % 5 to 60 s behind."""
-    return stamp(draw(rng, n), now_ms)
+    work = WORKLOADS[query]
+    return work.emit(work.draw(rng, n), now_ms)[0]
 
 
 class FlinkProcess:
     """The long-lived process of :mod:`benchmarks.flink_sustain`: a job per trial, rows over a pipe."""
 
-    def __init__(self, python: str, monitor_ms: int = 100) -> None:
+    def __init__(self, python: str, query: str = "tumbling", monitor_ms: int = 100) -> None:
         import os
         import subprocess
 
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env = {**os.environ, "PYTHONPATH": root}
         self.proc = subprocess.Popen(
-            [python, "-m", "benchmarks.flink_sustain", "--monitor-ms", str(monitor_ms)],
+            [python, "-m", "benchmarks.flink_sustain", "--query", query, "--monitor-ms", str(monitor_ms)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -188,6 +156,7 @@ class FlinkProcess:
             env=env,
             start_new_session=True,  # its JVM goes with it on close()
         )
+        self.work = WORKLOADS[query]
         self._jobs = 0
         self._arrivals: dict[str, Arrivals] = {}
         self._said: dict[str, threading.Event] = {}
@@ -213,7 +182,7 @@ class FlinkProcess:
             if row is not None:
                 arrivals = self._arrivals.get(row[0])
                 if arrivals is not None:
-                    arrivals.add_rows([row[1]], [row[2]])
+                    arrivals.add(*self.work.flink_results(row[1]))
             elif line.startswith(("ready", "started ", "stopped ")):
                 self._event(line.strip()).set()
 
@@ -279,8 +248,9 @@ def start_runner(
     arrivals: Arrivals,
     feed: Feed = Feed(),
     flink: FlinkProcess | None = None,
+    work: Workload = WORKLOADS["tumbling"],
 ) -> tuple[Callable[[pa.Table], Any], Callable[[], None]]:
-    """Start ``runner``'s job on ``feed``; returns (send one tick's events, stop)."""
+    """Start ``runner``'s job for ``work`` on ``feed``; returns (send one tick's events, stop)."""
     if runner == "pyflink":
         if flink is None:
             raise ValueError("the pyflink runner needs --flink-python")
@@ -289,32 +259,27 @@ def start_runner(
         send: Callable[[pa.Table], Any]
         if feed.kind == "files":
             directory, send = parquet_feed("krishiv-sustain-")
-            stream = session.read_parquet(directory, schema=DDL, streaming=True)
+            stream = session.read_parquet(directory, schema=work.ddl, streaming=True)
         else:
-            stream, sender = session.memory_stream(DDL)
+            stream, sender = session.memory_stream(work.ddl)
             send = sender.send
-        job = (
-            stream.watermark("event_time", LAG_MS)
-            .key_by("user_id")
-            .tumbling_window(WINDOW_MS)
-            .agg(kp.count(kp.col("*")))
-            .start(
-                kp.ForeachBatchSink(lambda t, _b: arrivals.add(t.column("window_end"), t.column("count"))),
-                lowering=runner.removeprefix("krishiv-"),  # type: ignore[arg-type]
-            )
+        job = work.krishiv(stream).start(
+            kp.ForeachBatchSink(lambda t, _b: arrivals.add(*work.results(t))),
+            lowering=runner.removeprefix("krishiv-"),  # type: ignore[arg-type]
         )
         return send, job.stop
-    from pyspark.sql import functions as F
-
     spark = session.spark
     src, write = parquet_feed("krishiv-sustain-")
 
-    df = spark.readStream.schema(DDL).parquet(src).withWatermark("event_time", f"{LAG_MS // 1000} seconds")
-    agg = df.groupBy("user_id", F.window("event_time", f"{WINDOW_MS // 1000} seconds")).count()
+    df = (
+        spark.readStream.schema(work.ddl)
+        .parquet(src)
+        .withWatermark("event_time", f"{LAG_MS // 1000} seconds")
+    )
+    agg = work.spark(df)
 
     def batch(frame: Any, _batch_id: int) -> None:
-        rows = frame.select(F.col("window.end"), F.col("count")).toArrow()
-        arrivals.add(rows.column(0), rows.column(1))
+        arrivals.add(*work.results(frame.toArrow()))
 
     q = (
         agg.writeStream.outputMode("append")
@@ -334,17 +299,19 @@ def trial(
     seed: int,
     feed: Feed = Feed(),
     flink: FlinkProcess | None = None,
+    query: str = "tumbling",
 ) -> dict[str, Any]:
     """Feed ``rate`` events/s for ``seconds``; the steady-state latencies of the windows it closed."""
+    work = WORKLOADS[query]
     rng = np.random.default_rng(abs(seed))
     tick_s = feed.tick_s
     per_tick = max(1, round(rate * tick_s))
-    pool = [draw(rng, per_tick) for _ in range(POOL)]
+    pool = [work.draw(rng, per_tick) for _ in range(POOL)]
     arrivals = Arrivals()
-    send, stop = start_runner(session, runner, arrivals, feed, flink)
+    send, stop = start_runner(session, runner, arrivals, feed, flink, work)
     started = time.time()
     sent, behind_s = 0, 0.0
-    generated: dict[int, int] = {}
+    generated: dict[Hashable, int] = {}
     try:
         tick = 0
         while time.time() - started < seconds:
@@ -355,10 +322,9 @@ def trial(
             else:
                 behind_s = max(behind_s, -wait)  # the generator itself could not keep up
             now_ms = int(time.time() * 1000)
-            content = pool[tick % len(pool)]
-            table = stamp(content, now_ms)
-            for end, c in window_counts(content, now_ms).items():
-                generated[end] = generated.get(end, 0) + c
+            table, counts = work.emit(pool[tick % len(pool)], now_ms)
+            for window, c in counts.items():
+                generated[window] = generated.get(window, 0) + c
             send(table)
             sent += per_tick
             tick += 1
@@ -366,25 +332,24 @@ def trial(
         # Windows that closed in the steady state: after the first third, and permitted a budget
         # before the end (so a fresh runner had the time to emit them).
         first = (started + seconds / 3) * 1000
-        permitted = [e + LAG_MS for e in range(_ceil(first, WINDOW_MS), int(end_ms), WINDOW_MS)]
-        permitted = [p for p in permitted if p + budget_s * 1000 <= end_ms]
+        closed = [w for w in generated if work.steady(w, first, end_ms, budget_s)]
         deadline = time.time() + budget_s * 2
-        while time.time() < deadline and any((p - LAG_MS) not in arrivals.seen for p in permitted):
+        while time.time() < deadline and any(w not in arrivals.seen for w in closed):
             time.sleep(0.1)
     finally:
         stop()
     latencies = [
-        (arrivals.seen[p - LAG_MS] - p) / 1000 if (p - LAG_MS) in arrivals.seen else float("inf")
-        for p in permitted
+        (arrivals.seen[w][1] - arrivals.seen[w][0]) / 1000 if w in arrivals.seen else float("inf")
+        for w in closed
     ]
     # Every steady-state window holds its on-time events: the job kept up with the data, not
     # just with the watermark (late events, 1 %, are dropped; a few more near the lag).
-    closed = [p - LAG_MS for p in permitted]
-    kept = sum(arrivals.counted.get(e, 0) for e in closed) / max(1, sum(generated.get(e, 0) for e in closed))
+    kept = sum(arrivals.counted.get(w, 0) for w in closed) / max(1, sum(generated.get(w, 0) for w in closed))
     p50 = statistics.median(latencies) if latencies else float("inf")
     p99 = _p99(latencies)
     return {
         "runner": runner,
+        "query": query,
         "rate": rate,
         "events": sent,
         "windows": len(latencies),
@@ -396,10 +361,6 @@ def trial(
         "feed": feed.kind if runner.startswith("krishiv-") else {"pyflink": "csv files"}.get(runner, "files"),
         "sustained": bool(latencies) and p99 <= budget_s and behind_s < max(tick_s * 5, 1.0) and kept >= 0.95,
     }
-
-
-def _ceil(x: float, step: int) -> int:
-    return int(-(-x // step) * step)
 
 
 def _p99(values: list[float]) -> float:
@@ -421,15 +382,20 @@ def sustainable(
     max_rate: int = MAX_RATE,
     log: Any = print,
     flink: FlinkProcess | None = None,
+    query: str = "tumbling",
 ) -> tuple[int, list[dict[str, Any]]]:
     """The highest sustained rate (0: not even ``start``) and every trial's record."""
     records: list[dict[str, Any]] = []
     # A first job in a session pays for the JVM's warm-up and Spark's Python workers: untimed.
-    warm_up = trial(session, runner, start, min(seconds, 12.0), budget_s, seed=-1, feed=feed, flink=flink)
+    warm_up = trial(
+        session, runner, start, min(seconds, 12.0), budget_s, seed=-1, feed=feed, flink=flink, query=query
+    )
     log(json.dumps({"warm_up": warm_up}))
 
     def run(rate: int) -> bool:
-        r = trial(session, runner, rate, seconds, budget_s, seed=len(records), feed=feed, flink=flink)
+        r = trial(
+            session, runner, rate, seconds, budget_s, seed=len(records), feed=feed, flink=flink, query=query
+        )
         records.append(r)
         log(json.dumps(r))
         return bool(r["sustained"])
@@ -453,7 +419,9 @@ def sustainable(
 BATCH_RUNNERS = ("krishiv-bounded", "pyspark-batch")
 
 
-def batch_feed(rate: int, seconds: float, tick_s: float, seed: int = 0) -> tuple[str, int]:
+def batch_feed(
+    rate: int, seconds: float, tick_s: float, seed: int = 0, query: str = "tumbling"
+) -> tuple[str, int]:
     """The events a trial at ``rate`` sends over ``seconds``, a Parquet file per tick: (directory, events)."""
     rng = np.random.default_rng(seed)
     directory, write = parquet_feed("krishiv-sustain-batch-")
@@ -461,31 +429,27 @@ def batch_feed(rate: int, seconds: float, tick_s: float, seed: int = 0) -> tuple
     per_tick = max(1, round(rate * tick_s))
     ticks = max(1, round(seconds / tick_s))
     for tick in range(ticks):
-        write(events(rng, per_tick, start_ms + round(tick * tick_s * 1000)))
+        write(events(rng, per_tick, start_ms + round(tick * tick_s * 1000), query))
     return directory, per_tick * ticks
 
 
-def run_batch(session: kp.Session, runner: str, directory: str) -> pa.Table:
+def run_batch(session: kp.Session, runner: str, directory: str, query: str = "tumbling") -> pa.Table:
     """The sustainable query over ``directory`` as one Spark batch; its window rows."""
+    work = WORKLOADS[query]
     if runner == "krishiv-bounded":
-        return (
-            session.read_parquet(directory, schema=DDL)
-            .watermark("event_time", LAG_MS)
-            .key_by("user_id")
-            .tumbling_window(WINDOW_MS)
-            .agg(kp.count(kp.col("*")))
-            .collect()
-        )
-    from pyspark.sql import functions as F
-
-    df = session.spark.read.schema(DDL).parquet(directory)
-    window = F.window("event_time", f"{WINDOW_MS // 1000} seconds")
-    out: pa.Table = df.groupBy("user_id", window).count().toArrow()
+        return work.krishiv(session.read_parquet(directory, schema=work.ddl)).collect()
+    out: pa.Table = work.spark(session.spark.read.schema(work.ddl).parquet(directory)).toArrow()
     return out
 
 
 def batch_throughput(
-    session: kp.Session, runners: list[str], directory: str, n: int, repeat: int, log: Any = print
+    session: kp.Session,
+    runners: list[str],
+    directory: str,
+    n: int,
+    repeat: int,
+    log: Any = print,
+    query: str = "tumbling",
 ) -> dict[str, float]:
     """Events/s of each runner over ``directory`` (``n`` events): the median of ``repeat`` runs.
 
@@ -493,14 +457,14 @@ def batch_throughput(
     and each must count every event (a batch drops no late events).
     """
     for runner in runners:
-        counted = pc.sum(run_batch(session, runner, directory).column("count")).as_py()
+        counted = pc.sum(run_batch(session, runner, directory, query).column("count")).as_py()
         if counted != n:
             raise AssertionError(f"{runner} counted {counted} of {n} events")
     times: dict[str, list[float]] = {r: [] for r in runners}
     for _ in range(repeat):
         for runner in runners:
             t0 = time.perf_counter()
-            run_batch(session, runner, directory)
+            run_batch(session, runner, directory, query)
             times[runner].append(time.perf_counter() - t0)
     rates: dict[str, float] = {r: round(n / statistics.median(t)) for r, t in times.items()}
     log(json.dumps({"batch": {"events": n, "seconds": times, "events_per_s": rates}}))
@@ -533,7 +497,8 @@ def plot(runs: list[dict[str, Any]], path: str) -> None:
         ax.set_ylabel("window latency (s), p99 solid, p50 dotted")
         feed = "a memory stream" if run.get("feed", "memory") == "memory" else "files"
         how = f"krishiv reads {feed}, a send every {run.get('tick_s', TICK_S):g} s"
-        ax.set_title(f"p99 <= {run['budget_s']:g} s; {how} (x: not sustained)", fontsize=10)
+        query = "" if run.get("query", "tumbling") == "tumbling" else f"{run['query']}: "
+        ax.set_title(f"{query}p99 <= {run['budget_s']:g} s; {how} (x: not sustained)", fontsize=10)
         ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -542,6 +507,7 @@ def plot(runs: list[dict[str, Any]], path: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runner", action="append", choices=RUNNERS)
+    p.add_argument("--query", choices=QUERIES, default="tumbling", help="the query (default tumbling)")
     p.add_argument("--budget-s", type=float, default=5.0)
     p.add_argument("--seconds", type=float, default=30.0, help="length of one trial")
     p.add_argument("--start", type=int, default=2_000, help="the first rate tried (events/s)")
@@ -577,19 +543,20 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if a.batch_rate:
         with kp.Session.embedded(app_name="krishiv-bench-sustainable") as session:
-            directory, n = batch_feed(a.batch_rate, a.seconds, a.tick_s)
-            rates = batch_throughput(session, list(BATCH_RUNNERS), directory, n, a.repeat)
+            directory, n = batch_feed(a.batch_rate, a.seconds, a.tick_s, query=a.query)
+            rates = batch_throughput(session, list(BATCH_RUNNERS), directory, n, a.repeat, query=a.query)
         how = f"{n:,} events ({a.batch_rate:,}/s for {a.seconds:g} s)"
         print(f"\nthe same query as one Spark batch over {how}:")
         for runner, rate in rates.items():
             print(f"  {runner}: {rate:,} events/s")
         if a.json:
             with open(a.json, "w", encoding="utf-8") as f:
-                json.dump({"batch_rate": a.batch_rate, "events": n, "events_per_s": rates}, f, indent=1)
+                record = {"query": a.query, "batch_rate": a.batch_rate, "events": n, "events_per_s": rates}
+                json.dump(record, f, indent=1)
         return 0
     summary, trials = [], []
     runners = a.runner or [r for r in RUNNERS if r != "pyflink" or a.flink_python]
-    flink = FlinkProcess(a.flink_python) if "pyflink" in runners and a.flink_python else None
+    flink = FlinkProcess(a.flink_python, a.query) if "pyflink" in runners and a.flink_python else None
     try:
         with kp.Session.embedded(app_name="krishiv-bench-sustainable") as session:
             for runner in runners:
@@ -603,18 +570,20 @@ def main(argv: list[str] | None = None) -> int:
                     feed=Feed(a.tick_s, a.feed),
                     max_rate=a.max_rate,
                     flink=flink,
+                    query=a.query,
                 )
                 trials += records
                 summary.append((runner, best))
     finally:
         if flink is not None:
             flink.close()
-    print(f"\nsustainable throughput at p99 <= {a.budget_s:g} s ({a.seconds:g} s trials):")
+    print(f"\nsustainable throughput, {a.query}, at p99 <= {a.budget_s:g} s ({a.seconds:g} s trials):")
     for runner, best in summary:
         print(f"  {runner}: {best:,} events/s")
     if a.json:
         with open(a.json, "w", encoding="utf-8") as f:
             record = {
+                "query": a.query,
                 "budget_s": a.budget_s,
                 "tick_s": a.tick_s,
                 "feed": a.feed,

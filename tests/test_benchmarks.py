@@ -381,6 +381,7 @@ def test_sustainable_throughput_plots_latency_against_rate(tmp_path: Path) -> No
 
 def test_sustainable_feeds_flink_csv_files_with_epoch_milliseconds() -> None:
     from benchmarks import flink_sustain as fs
+    from benchmarks import sustain_queries as sq
     from benchmarks import sustainable as sb
 
     directory, send = sb.csv_feed("krishiv-test-flink-feed-")
@@ -401,9 +402,23 @@ def test_sustainable_feeds_flink_csv_files_with_epoch_milliseconds() -> None:
 
     assert fs.epoch_ms(dt.datetime(2027, 1, 15, 8, 0, 2, tzinfo=dt.UTC)) == 1_800_000_002_000
     # the print sink's lines: Java's LocalDateTime drops zero seconds
-    assert fs.parse_row("row 3:2> +I[2027-01-15T08:00:02, 17]\n") == ("3", 1_800_000_002_000, 17)
-    assert fs.parse_row("row 3:1> +I[2027-01-15T08:00, 1]") == ("3", 1_800_000_000_000, 1)
+    assert fs.parse_row("row 3:2> +I[2027-01-15T08:00:02, 17]\n") == ("3", ["2027-01-15T08:00:02", "17"])
+    assert fs.parse_time("2027-01-15T08:00:02") == 1_800_000_002_000
+    assert fs.parse_time("2027-01-15T08:00") == 1_800_000_000_000
     assert fs.parse_row("started 3") is None and fs.parse_row("row 3:1> -U[2027-01-15T08:00, 1]") is None
+    # what the harness makes of the rows of each query
+    tumbling = sq.WORKLOADS["tumbling"].flink_results(["2027-01-15T08:00:02", "17"])
+    assert tumbling == ([1_800_000_002_000], [1_800_000_007_000], [17])
+    q7 = sq.WORKLOADS["nexmark-q7"].flink_results(["2027-01-15T08:00:02", "999", "4"])
+    assert q7 == ([1_800_000_002_000], [1_800_000_007_000], [4])
+    session = sq.WORKLOADS["session"].flink_results(["u7", "2027-01-15T08:00", "2027-01-15T08:00:05", "3"])
+    assert session[1:] == ([1_800_000_010_000], [3]) and session[0][0][0] == 7  # type: ignore[index]
+    for query in fs.QUERIES:
+        assert "DESCRIPTOR(event_time)" in fs.query_sql("events_1", query)
+    assert "SESSION(TABLE `events_1` PARTITION BY user_id" in fs.query_sql("events_1", "session")
+    assert "auction BIGINT, ts BIGINT, price BIGINT" in fs.source_sql(
+        "events_1", directory, 100, "nexmark-q7"
+    )
 
 
 def test_sustainable_batch_feed_holds_a_trials_events() -> None:
@@ -422,23 +437,93 @@ def test_sustainable_batch_feed_holds_a_trials_events() -> None:
 
 
 def test_sustainable_generator_counts_each_sends_windows() -> None:
-    from benchmarks import sustainable as sb
+    from benchmarks import sustain_queries as sq
 
-    content = sb.draw(np.random.default_rng(4), 50_000)
+    work = sq.WORKLOADS["tumbling"]
+    content = work.draw(np.random.default_rng(4), 50_000)
     now = 1_800_000_001_234
-    table = sb.stamp(content, now)
+    table, generated = work.emit(content, now)
     ends, counts = np.unique(
-        table.column("event_time").cast(pa.int64()).to_numpy() // 1000 // sb.WINDOW_MS * sb.WINDOW_MS
-        + sb.WINDOW_MS,
+        table.column("event_time").cast(pa.int64()).to_numpy() // 1000 // sq.WINDOW_MS * sq.WINDOW_MS
+        + sq.WINDOW_MS,
         return_counts=True,
     )
-    assert sb.window_counts(content, now) == dict(zip(ends.tolist(), counts.tolist(), strict=True))
-    later = sb.stamp(content, now + 1_000)  # the same content, a second later: every event a second later
+    assert generated == dict(zip(ends.tolist(), counts.tolist(), strict=True))
+    later, _ = work.emit(content, now + 1_000)  # the same content, a second later: every event a second later
     shift = (
         later.column("event_time").cast(pa.int64()).to_numpy()
         - table.column("event_time").cast(pa.int64()).to_numpy()
     )
     assert set(shift.tolist()) == {1_000_000}
+
+
+def test_sustainable_sessions_are_users_taking_turns() -> None:
+    """Each user's events fall in turns of 6 s separated by 6 s idle, so each turn is one 2 s-gap session."""
+    from benchmarks import sustain_queries as q
+
+    work = q.WORKLOADS["session"]
+    rng = np.random.default_rng(5)
+    now = 1_800_000_000_000
+    sends = [work.emit(work.draw(rng, 20_000), now + i * 1_000) for i in range(40)]
+    events = pa.concat_tables([t for t, _ in sends])
+    generated: dict[Any, int] = {}
+    for _, by_window in sends:
+        for w, c in by_window.items():
+            generated[w] = generated.get(w, 0) + c
+    assert sum(generated.values()) == events.num_rows
+    users = np.array([int(str(u)[1:]) for u in events.column("user_id").to_pylist()])
+    et = events.column("event_time").cast(pa.int64()).to_numpy() // 1000
+    assert set(np.unique(users).tolist()) == set(range(q.USERS))
+    # The model's sessions of each user: split where two events are more than the gap apart.
+    want: dict[Any, int] = {}
+    for u in range(q.USERS):
+        times = np.sort(et[users == u])
+        cuts = np.flatnonzero(np.diff(times) > q.GAP_MS) + 1
+        for part in np.split(times, cuts):
+            if len(part) > 30:  # a turn (stray late events in the idle time make small ones)
+                window, permitted, counts = work.results(
+                    pa.table(
+                        {
+                            "user_id": [f"u{u}"],
+                            "window_start": pa.array([int(part[0]) * 1000], pa.timestamp("us", tz="UTC")),
+                            "window_end": pa.array(
+                                [(int(part[-1]) + q.GAP_MS) * 1000], pa.timestamp("us", tz="UTC")
+                            ),
+                            "count": [len(part)],
+                        }
+                    )
+                )
+                assert permitted == [int(part[-1]) + q.GAP_MS + q.LAG_MS]
+                want[window[0]] = counts[0]
+    # Every turn whose events were all sent (event times from the first send to 2 s before the
+    # last, the disorder) is one session with the turn's events: the turn ends 6 s after it starts,
+    # and ``steady`` takes the session's end (+ the gap) and its permission (+ the lag).
+    first, last = now + q.TURN_MS + q.GAP_MS, now + 37_000 + q.GAP_MS + q.LAG_MS
+    middle = [w for w in generated if work.steady(w, first, last, 0)]
+    assert len(middle) > 1_500
+    for w in middle:
+        assert want.get(w, 0) >= 0.95 * generated[w], w
+
+
+def test_sustainable_arrivals_keep_the_result_that_completed_a_window() -> None:
+    from benchmarks import sustainable as sb
+
+    arrivals = sb.Arrivals()
+    arrivals.add([("u1", 5), 10], [1_000, 2_000], [3, 4])
+    first = arrivals.seen[("u1", 5)]
+    arrivals.add([("u1", 5)], [900], [1])  # an earlier part of the same turn: not the completing one
+    assert arrivals.seen[("u1", 5)] == first and arrivals.counted[("u1", 5)] == 4
+    arrivals.add([("u1", 5)], [1_500], [2])
+    assert arrivals.seen[("u1", 5)][0] == 1_500 and arrivals.counted == {("u1", 5): 6, 10: 4}
+
+
+def test_sustainable_q7_counts_bids_per_window() -> None:
+    from benchmarks import sustain_queries as q
+
+    work = q.WORKLOADS["nexmark-q7"]
+    table, generated = work.emit(work.draw(np.random.default_rng(6), 10_000), 1_800_000_000_500)
+    assert table.column_names == ["auction", "event_time", "price"]
+    assert sum(generated.values()) == 10_000 and all(int(str(end)) % q.WINDOW_MS == 0 for end in generated)
 
 
 def test_chaos_reads_window_starts_to_the_exact_millisecond() -> None:
