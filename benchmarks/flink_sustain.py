@@ -18,8 +18,9 @@ It reads commands on stdin, one per line, and answers on stdout:
   SECOND``, Flink's default watermark interval), into Flink's ``print``
   connector. Answers ``started <n>`` once the job runs; the job's task
   threads then print each result row to this process's stdout as
-  ``row <n>:<subtask>> +I[<field>, ...]`` (window bounds in the UTC session
-  zone, as Java prints a ``LocalDateTime``): :func:`parse_row` reads it.
+  ``row <n>:<subtask>> +I[<field>, ...]`` (``row <n>> ...`` from a sink of
+  one subtask; window bounds in the UTC session zone, as Java prints a
+  ``LocalDateTime``): :func:`parse_row` reads it.
   The print sink hands each row to the pipe the moment the window fires (a
   collect iterator would poll for it, and its iteration in a second Python
   thread breaks the planner's thread-local state for the next job).
@@ -119,7 +120,8 @@ def epoch_ms(value: dt.datetime) -> int:
     return int((value - _EPOCH) // dt.timedelta(milliseconds=1))
 
 
-_ROW = re.compile(r"row (\d+):\d+> \+I\[(.*)\]")
+#: A sink with one subtask (a window without keys) prints no subtask number.
+_ROW = re.compile(r"row (\d+)(?::\d+)?> \+I\[(.*)\]")
 
 
 def parse_row(line: str) -> tuple[str, list[str]] | None:

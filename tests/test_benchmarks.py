@@ -403,6 +403,7 @@ def test_sustainable_feeds_flink_csv_files_with_epoch_milliseconds() -> None:
     assert fs.epoch_ms(dt.datetime(2027, 1, 15, 8, 0, 2, tzinfo=dt.UTC)) == 1_800_000_002_000
     # the print sink's lines: Java's LocalDateTime drops zero seconds
     assert fs.parse_row("row 3:2> +I[2027-01-15T08:00:02, 17]\n") == ("3", ["2027-01-15T08:00:02", "17"])
+    assert fs.parse_row("row 3> +I[2027-01-15T08:00:02, 9, 17]") == ("3", ["2027-01-15T08:00:02", "9", "17"])
     assert fs.parse_time("2027-01-15T08:00:02") == 1_800_000_002_000
     assert fs.parse_time("2027-01-15T08:00") == 1_800_000_000_000
     assert fs.parse_row("started 3") is None and fs.parse_row("row 3:1> -U[2027-01-15T08:00, 1]") is None
