@@ -38,6 +38,8 @@ __all__ = [
     "MAX_ET_US",
     "OUTPUT_DDL",
     "OUT_OBSERVE",
+    "PACKED",
+    "PACKED_DDL",
     "PANE",
     "PANE_EVENT",
     "PANE_WINDOW_START",
@@ -53,7 +55,6 @@ __all__ = [
     "STATE_BLOB",
     "STATE_DDL",
     "SUBQUERY",
-    "TICK",
     "TS_NULL",
     "TS_VALUE",
     "WATERMARK_MARKER",
@@ -169,14 +170,15 @@ def pane_part(i: int, part: str) -> str:
 
 #: The key bucket a row is grouped by.
 BUCKET = "__kp_bucket"
-#: True on the rows of the tick source (a bucket number only).
-TICK = "__kp_tick"
 #: Event time (µs, unshifted) as a non-null value, and whether it is null.
 TS_VALUE, TS_NULL = "__kp_tsv", "__kp_tsn"
 #: One bucket call's output (Arrow IPC streams) and a bucket's state blob.
 PAYLOAD, STATE_BLOB = "__kp_payload", "__kp_state"
 #: The all-null column that carries Spark's watermark metadata to the operator.
 WATERMARK_MARKER = "__kp_wmark"
+#: A map task's rows of one key bucket, decoded, as one Arrow IPC stream (null on tick rows).
+PACKED = "__kp_packed"
+PACKED_DDL = f"{BUCKET} int, {PACKED} binary"
 OUTPUT_DDL = f"{BUCKET} int, {PAYLOAD} binary"
 STATE_DDL = f"{STATE_BLOB} binary"
 

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from krishiv_py.names import (
     BUCKET,
     OUTPUT_DDL,
+    PACKED_DDL,
     STATE_DDL,
     SUBQUERY,
     WATERMARK_MARKER,
@@ -165,18 +166,23 @@ def _build(
 
 
 def _stateful(spark: SparkSession, node: r.StatefulApply, child: DataFrame, ticks: str | None) -> DataFrame:
-    """Group the encoded rows by key bucket and apply krishiv's operator."""
+    """Pack the encoded rows per key bucket, group them by bucket and apply krishiv's operator."""
     import tempfile
 
     from krishiv_py.stateful import operator as op
 
     spec = node.operator
+
+    def pack(batches: Any) -> Any:
+        return op.pack_rows(spec, batches)
+
+    packed = child.mapInArrow(pack, PACKED_DDL)
     if not node.streaming:
 
         def bounded(key: Any, frame: Any) -> Any:
             return op.run_bounded_bucket(spec, key, frame)
 
-        return child.groupBy(BUCKET).applyInPandas(bounded, OUTPUT_DDL)
+        return packed.groupBy(BUCKET).applyInPandas(bounded, OUTPUT_DDL)
 
     def bucket(key: Any, frames: Any, state: Any) -> Any:
         return op.run_bucket(spec, key, frames, state)
@@ -184,11 +190,11 @@ def _stateful(spark: SparkSession, node: r.StatefulApply, child: DataFrame, tick
     from pyspark.sql import functions as F
 
     # Spark hands the operator the watermark only when an input column carries
-    # watermark metadata. The event-time column itself cannot go to pandas
-    # (shifted times are past pandas' year 2262), so an all-null column with
-    # that metadata stands in for it; the watermark operators upstream are unchanged.
+    # watermark metadata, which the packed rows do not: an all-null column with
+    # that metadata stands in for the event time; the watermark operators upstream
+    # are unchanged.
     marker = F.lit(None).cast("timestamp").alias(WATERMARK_MARKER, metadata={"spark.watermarkDelayMs": 0})
-    child = child.select("*", marker)
+    packed = packed.select("*", marker)
 
     path = ticks or tempfile.mkdtemp(prefix="krishiv-ticks-")
     tick_rows = (
@@ -199,5 +205,5 @@ def _stateful(spark: SparkSession, node: r.StatefulApply, child: DataFrame, tick
         .load(path)
         .selectExpr(*node.tick_exprs, f"CAST(NULL AS TIMESTAMP) AS {WATERMARK_MARKER}")
     )
-    grouped = child.unionByName(tick_rows).groupBy(BUCKET)
+    grouped = packed.unionByName(tick_rows).groupBy(BUCKET)
     return grouped.applyInPandasWithState(bucket, OUTPUT_DDL, STATE_DDL, "append", "NoTimeout")

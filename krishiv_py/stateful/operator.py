@@ -8,18 +8,25 @@ watermark that applies to the micro-batch comes from
 (every open window of every key in the bucket), so there is one state
 round-trip per bucket and micro-batch, never per key or row.
 
-Input encoding
-    pandas cannot hold a null in an integer column, so every numeric,
-    boolean and timestamp column arrives as a non-null value column plus a
-    null flag (timestamps as µs since the epoch, which also avoids pandas'
-    1677-2262 range limit); strings, binary, decimals and dates arrive as
-    Python objects. :func:`decode_input` rebuilds the exact Arrow columns.
+Input packing
+    Spark hands ``applyInPandasWithState`` its rows as pandas frames, one
+    row at a time through the shuffle. So the rows are packed before the
+    shuffle instead: :func:`pack_rows` runs in the map tasks
+    (``mapInArrow``), rebuilds each row's exact Arrow columns, splits the
+    task's rows by key bucket and emits one row per bucket holding them as
+    an Arrow IPC stream (``__kp_packed``). The shuffle and the pandas
+    hand-over then move a few large values per bucket instead of every row,
+    and :func:`decode_input` reads the streams back without a conversion.
+    The rows reach the packer encoded as in SQL (the columns a pandas frame
+    could not hold exactly: every numeric, boolean and timestamp column as a
+    non-null value column plus a null flag, timestamps as µs since the
+    epoch; strings, binary, decimals and dates as they are).
 Output
     One row per bucket call: a binary payload holding three Arrow IPC
     streams — result rows, late/invalid rows, and a one-row statistics
     table — decoded on the driver by :func:`decode_payloads`.
 Ticks
-    Rows with ``__kp_tick`` set carry only a bucket number. The job adds one
+    Rows with a null ``__kp_packed`` carry only a bucket number. The job adds one
     per bucket holding state after a micro-batch moved the watermark, so the
     bucket runs with the new watermark and fires what it passed.
 """
@@ -27,6 +34,7 @@ Ticks
 from __future__ import annotations
 
 import io
+import itertools
 import struct
 import time
 from collections.abc import Iterable, Iterator
@@ -40,9 +48,9 @@ import pyarrow.compute as pc
 from krishiv_py.names import (
     BATCH_TS,
     BUCKET,
+    PACKED,
     PAYLOAD,
     SEQ,
-    TICK,
     TS_NULL,
     TS_VALUE,
     encoded_null,
@@ -73,6 +81,7 @@ __all__ = [
     "Payloads",
     "decode_input",
     "decode_payloads",
+    "pack_rows",
     "run_bounded_bucket",
     "run_bucket",
 ]
@@ -104,7 +113,7 @@ COUNTER_NAMES = tuple(
     if n not in ("bucket", "state_windows", "state_bytes", "next_due_ms", "next_interval_ms", "watermark_ms")
 )
 #: Microseconds a bucket call spent in the Python worker: reading its state blob, receiving
-#: its rows from Spark (as pandas frames), decoding them to Arrow, the kernel, writing the
+#: its packed rows from Spark (as pandas frames), reading them as Arrow, the kernel, writing the
 #: state blob, encoding the payload (diagnostics: the job sums them per micro-batch, see
 #: ``BatchCollector.timings``).
 TIMING_NAMES = ("load_us", "receive_us", "decode_us", "kernel_us", "store_us", "encode_us")
@@ -215,33 +224,75 @@ def run_bounded_bucket(spec: OperatorSpec, key: tuple[Any, ...], frame: pd.DataF
 
 # --- input ------------------------------------------------------------------------------------
 
+#: A map task packs its rows once this many have arrived (and at its end): the packed
+#: values stay far below Arrow's 2 GiB per binary array.
+PACK_ROWS = 1 << 18
 
-def decode_input(spec: OperatorSpec, frames: list[pd.DataFrame]) -> pa.Table:
-    """The exact Arrow rows of a bucket's input (tick rows dropped), plus ``__kp_ts``/``__kp_seq``."""
-    import pandas as pd
 
-    frames = [f for f in frames if len(f)]
-    frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else (frames[0] if frames else None)
-    if frame is None:
-        return _empty_input(spec)
-    data = ~frame[TICK].to_numpy(dtype=bool)
-    if not data.all():
-        frame = frame.loc[data].reset_index(drop=True)
-    cols: dict[str, pa.Array[Any]] = {c.name: _decode_column(c, frame) for c in spec.columns}
-    ts = frame[TS_VALUE].to_numpy(dtype=np.int64)
-    cols[BATCH_TS] = pa.array(ts, mask=frame[TS_NULL].to_numpy(dtype=bool))
-    cols[SEQ] = pa.array(frame[SEQ].to_numpy(dtype=np.int64))
+def pack_rows(spec: OperatorSpec, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` function: a map task's encoded rows as one Arrow IPC stream per key bucket.
+
+    Yields ``(__kp_bucket, __kp_packed)`` rows (:data:`~krishiv_py.names.PACKED_DDL`);
+    each stream holds the bucket's rows decoded (:func:`decode_encoded`).
+    """
+    held: list[pa.RecordBatch] = []
+    count = 0
+    for b in batches:
+        if b.num_rows:
+            held.append(b)
+            count += b.num_rows
+        if count >= PACK_ROWS:
+            yield _pack(spec, held)
+            held, count = [], 0
+    if count:
+        yield _pack(spec, held)
+
+
+def _pack(spec: OperatorSpec, batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    table = pa.Table.from_batches(batches)
+    buckets = table.column(BUCKET).to_numpy()
+    rows = decode_encoded(spec, table)
+    order = np.argsort(buckets, kind="stable")
+    sorted_buckets = buckets[order]
+    firsts = np.flatnonzero(np.concatenate([[True], sorted_buckets[1:] != sorted_buckets[:-1]]))
+    bounds = np.append(firsts, len(order))
+    blobs = [_dump_table(rows.take(arrow(order[lo:hi]))) for lo, hi in itertools.pairwise(bounds.tolist())]
+    return pa.RecordBatch.from_pydict(
+        {BUCKET: pa.array(sorted_buckets[firsts], pa.int32()), PACKED: pa.array(blobs, pa.binary())}
+    )
+
+
+def decode_encoded(spec: OperatorSpec, table: pa.Table) -> pa.Table:
+    """The exact Arrow rows of encoded ``table`` (as SQL encodes them), plus ``__kp_ts``/``__kp_seq``."""
+    cols: dict[str, pa.Array[Any]] = {c.name: _decode_column(c, table) for c in spec.columns}
+    ts = table.column(TS_VALUE).to_numpy().astype(np.int64, copy=False)
+    cols[BATCH_TS] = arrow(ts, mask=_flags(table, TS_NULL))
+    cols[SEQ] = arrow(table.column(SEQ).to_numpy().astype(np.int64, copy=False))
     return pa.table(cols)
 
 
-def _decode_column(c: InputColumn, frame: pd.DataFrame) -> pa.Array[Any]:
+def _flags(table: pa.Table, name: str) -> np.ndarray:
+    return np.asarray(table.column(name).to_numpy(zero_copy_only=False), bool)
+
+
+def _decode_column(c: InputColumn, table: pa.Table) -> pa.Array[Any]:
+    column = table.column(c.value).combine_chunks()
     if c.encoding == "object":
-        return pa.array(frame[c.value].tolist(), c.type, from_pandas=True)
-    mask = frame[c.null].to_numpy(dtype=bool)
+        return column if column.type == c.type else column.cast(c.type)
+    mask = _flags(table, c.null)
+    values = np.asarray(column.to_numpy(zero_copy_only=False))
     if pa.types.is_timestamp(c.type):
-        return arrow(frame[c.value].to_numpy(dtype=np.int64), mask=mask).cast(c.type)
-    values = frame[c.value].to_numpy()
+        return arrow(values.astype(np.int64, copy=False), mask=mask).cast(c.type)
     return arrow(values, mask=mask).cast(c.type)
+
+
+def decode_input(spec: OperatorSpec, frames: list[pd.DataFrame]) -> pa.Table:
+    """A bucket's packed rows (tick rows have none), plus ``__kp_ts``/``__kp_seq``."""
+    blobs = [b for f in frames if len(f) for b in f[PACKED].tolist() if b is not None]
+    if not blobs:
+        return _empty_input(spec)
+    tables = [_load_state(bytes(b)) for b in blobs]
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
 
 
 def _empty_input(spec: OperatorSpec) -> pa.Table:

@@ -39,6 +39,7 @@ from krishiv_py.names import (
     GLOBAL,
     OUT_OBSERVE,
     OUTPUT_DDL,
+    PACKED_DDL,
     ROW_KIND,
     SEQ,
     STATE_DDL,
@@ -392,11 +393,12 @@ def _render_stateful(node: StatefulApply) -> str:
         f"allowed_lateness_ms={k.allowed_lateness_ms} accumulation={k.accumulation} "
         f"buckets={node.operator.buckets}>"
     )
+    packed = f".mapInArrow(<pack rows per key bucket>, '{PACKED_DDL}')"
     if not node.streaming:
-        return f".groupBy('{_BUCKET}').applyInPandas({what}, '{OUTPUT_DDL}')"
+        return f"{packed}.groupBy('{_BUCKET}').applyInPandas({what}, '{OUTPUT_DDL}')"
     tick_cols = ", ".join(repr(e) for e in node.tick_exprs)
     ticks = f"spark.readStream.parquet(<tick source>).selectExpr({tick_cols})"
     return (
-        f".unionByName({ticks}).groupBy('{_BUCKET}').applyInPandasWithState({what}, "
+        f"{packed}.unionByName({ticks}).groupBy('{_BUCKET}').applyInPandasWithState({what}, "
         f"'{OUTPUT_DDL}', '{STATE_DDL}', 'append', 'NoTimeout')"
     )

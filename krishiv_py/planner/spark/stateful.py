@@ -7,8 +7,9 @@ output and the specified session rule run in an operator of krishiv's own
 
 1. every input row gets its key bucket ``pmod(hash(keys), buckets)`` (floats
    made canonical first, so ``-0.0`` and ``0.0`` meet), its event time in
-   µs and its columns encoded so pandas keeps them exact
-   (:mod:`krishiv_py.stateful.operator`);
+   µs and its columns encoded so they arrive exact; each map task packs its
+   rows into one Arrow IPC stream per bucket (``mapInArrow``,
+   :func:`~krishiv_py.stateful.operator.pack_rows`);
 2. unbounded input: ``groupBy(bucket).applyInPandasWithState(...)`` with no
    timeout, unioned with an internal *tick* source through which the job
    wakes the buckets holding state after the watermark moved; bounded input
@@ -27,7 +28,7 @@ from typing import Any
 
 import attrs
 
-from krishiv_py.names import BUCKET, ET, SEQ, TICK, TS_NULL, TS_VALUE
+from krishiv_py.names import BUCKET, ET, PACKED, SEQ, TS_NULL, TS_VALUE
 from krishiv_py.plan import nodes as n
 from krishiv_py.planner.spark.recipe import RecipeNode, SelectExprs, SparkRecipe, StatefulApply
 from krishiv_py.planner.sql import quote
@@ -121,33 +122,21 @@ def lower_stateful_window(
     schema = n.schema_of(node.input)
     hashed = _hashed(node, schema)
     exprs: list[str] = [f"{_bucket_expr(hashed, spec.buckets)} AS {quote(BUCKET)}"]
-    ticks: list[str] = []
     for c, f in zip(spec.columns, schema, strict=True):
         if c.encoding == "flagged":
             exprs += [f"coalesce({_flagged(f.name, f.dtype)}, {_zero(f.dtype)}) AS {quote(c.value)}"]
             exprs += [f"{quote(f.name)} IS NULL AS {quote(c.null)}"]
-            ticks += [f"{_zero(f.dtype)} AS {quote(c.value)}", f"true AS {quote(c.null)}"]
         else:
             exprs.append(f"{quote(f.name)} AS {quote(c.value)}")
-            ticks.append(f"CAST(NULL AS {_sql_type(f.dtype)}) AS {quote(c.value)}")
     shift_us = shift_ms * 1000
     exprs += [
         f"coalesce(unix_micros({quote(ET)}) - {shift_us}L, 0L) AS {quote(TS_VALUE)}",
         f"{quote(ET)} IS NULL AS {quote(TS_NULL)}",
         f"{quote(SEQ)} AS {quote(SEQ)}",
-        f"false AS {quote(TICK)}",
     ]
-    ticks += [
-        f"0L AS {quote(TS_VALUE)}",
-        f"true AS {quote(TS_NULL)}",
-        f"0L AS {quote(SEQ)}",
-        f"true AS {quote(TICK)}",
-    ]
-    ticks.insert(0, f"{quote(BUCKET)}")
+    ticks = (quote(BUCKET), f"CAST(NULL AS BINARY) AS {quote(PACKED)}")
     encoded = SelectExprs(child=child, exprs=tuple(exprs))
-    return StatefulApply(
-        child=encoded, operator=spec, streaming=streaming, tick_exprs=tuple(ticks), hashed=hashed
-    )
+    return StatefulApply(child=encoded, operator=spec, streaming=streaming, tick_exprs=ticks, hashed=hashed)
 
 
 def with_buckets(recipe: SparkRecipe, buckets: int) -> SparkRecipe:
@@ -203,7 +192,3 @@ def _zero(dtype: DataType) -> str:
     if dtype.name.startswith("timestamp"):
         return "0L"
     return f"CAST(0 AS {dtype.name.upper()})"
-
-
-def _sql_type(dtype: DataType) -> str:
-    return dtype.name.upper()

@@ -1,0 +1,131 @@
+"""The stateful operator's input packing: a map task's rows as one Arrow IPC stream per key bucket.
+
+No Spark: the encoded rows are built here the way the SQL step encodes them
+(a value column and a null flag per numeric, boolean or timestamp column;
+strings, binary, decimals and dates as they are), then packed as the map
+tasks pack them and read back as the bucket calls read them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+import krishiv_py as kp
+from krishiv_py.names import BATCH_TS, BUCKET, PACKED, SEQ, TS_NULL, TS_VALUE
+from krishiv_py.stateful import operator as op
+from krishiv_py.testing.steps import _placeholder
+
+SCHEMA = (
+    "k string, t timestamp, n bigint, small tinyint, x double, ok boolean, "
+    "price decimal(12,2), day date, raw binary"
+)
+UTC = dt.UTC
+
+
+def _spec() -> Any:
+    stream = _placeholder(SCHEMA).watermark("t", 5_000).key_by("k").tumbling_window(60_000)
+    recipe = stream.agg(kp.count(kp.col("*"))).lower(lowering="stateful")
+    assert recipe.stateful is not None
+    return recipe.stateful.operator
+
+
+def _rows() -> pa.Table:
+    """Exact rows with a null in every column, extremes and times past pandas' year 2262."""
+    return pa.table(
+        {
+            "k": pa.array(["a", None, "b", "a", "c"]),
+            "t": pa.array(
+                [
+                    dt.datetime(2027, 1, 1, tzinfo=UTC),
+                    dt.datetime(9999, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC),
+                    None,
+                    dt.datetime(1, 1, 1, tzinfo=UTC),
+                    dt.datetime(1969, 12, 31, 23, 59, 59, 1, tzinfo=UTC),
+                ],
+                pa.timestamp("us", tz="UTC"),
+            ),
+            "n": pa.array([2**63 - 1, None, -(2**63), 0, 7], pa.int64()),
+            "small": pa.array([127, -128, None, 0, 1], pa.int8()),
+            "x": pa.array([float("nan"), -0.0, None, float("inf"), 1.5]),
+            "ok": pa.array([True, None, False, True, False]),
+            "price": pa.array(
+                [Decimal("9999999999.99"), None, Decimal("-0.01"), Decimal(0), None], pa.decimal128(12, 2)
+            ),
+            "day": pa.array([dt.date(1, 1, 1), None, dt.date(9999, 12, 31), dt.date(2027, 1, 1), None]),
+            "raw": pa.array([b"\x00", None, b"", b"xyz", b"\xff" * 3]),
+        }
+    )
+
+
+def _encode(spec: Any, rows: pa.Table, buckets: list[int], ts_us: list[int | None]) -> pa.Table:
+    """``rows`` as the SQL step hands them to the packer."""
+    cols: dict[str, Any] = {BUCKET: pa.array(buckets, pa.int32())}
+    for c in spec.columns:
+        column = rows.column(c.name).combine_chunks()
+        if c.encoding == "object":
+            cols[c.value] = column
+            continue
+        if pa.types.is_timestamp(c.type):
+            column = column.cast(pa.int64())
+        cols[c.value] = column.fill_null(
+            pa.scalar(0 if not pa.types.is_boolean(c.type) else False, column.type)
+        )
+        cols[c.null] = column.is_null()
+    cols[TS_VALUE] = pa.array([0 if v is None else v for v in ts_us], pa.int64())
+    cols[TS_NULL] = pa.array([v is None for v in ts_us])
+    cols[SEQ] = pa.array(np.arange(len(buckets), dtype=np.int64) + 100)
+    return pa.table(cols)
+
+
+def _frames(packed: list[pa.RecordBatch], bucket: int) -> list[pd.DataFrame]:
+    """The pandas frames Spark would hand bucket ``bucket``'s call (with a tick row)."""
+    table = pa.Table.from_batches(packed)
+    frame = table.filter(pa.compute.equal(table.column(BUCKET), bucket)).to_pandas()
+    tick = pd.DataFrame({BUCKET: [bucket], PACKED: [None]})
+    return [frame, tick]
+
+
+def test_packed_rows_arrive_exact_in_their_bucket() -> None:
+    spec = _spec()
+    rows = _rows()
+    buckets = [3, 1, 3, 0, 1]
+    ts_us = [1_000, None, -5, 2**62, 0]
+    encoded = _encode(spec, rows, buckets, ts_us)
+    # Two Arrow batches from Spark, packed together: one stream per bucket.
+    packed = list(op.pack_rows(spec, encoded.to_batches(max_chunksize=2)))
+    assert len(packed) == 1 and sorted(packed[0].column(0).to_pylist()) == [0, 1, 3]
+    for bucket in (0, 1, 3):
+        got = op.decode_input(spec, _frames(packed, bucket))
+        mine = [i for i, b in enumerate(buckets) if b == bucket]
+        want = rows.take(pa.array(mine))
+        assert got.select(rows.column_names).schema == rows.schema
+        for name in rows.column_names:  # repr: NaN equals NaN, -0.0 differs from 0.0
+            assert repr(got.column(name).to_pylist()) == repr(want.column(name).to_pylist()), name
+        assert got.column(BATCH_TS).to_pylist() == [ts_us[i] for i in mine]
+        assert got.column(SEQ).to_pylist() == [100 + i for i in mine]
+
+
+def test_a_tick_alone_is_an_empty_batch_of_the_input_schema() -> None:
+    spec = _spec()
+    got = op.decode_input(spec, [pd.DataFrame({BUCKET: [2], PACKED: [None]})])
+    assert got.num_rows == 0
+    assert got.schema.names == [*(c.name for c in spec.columns), BATCH_TS, SEQ]
+
+
+def test_a_map_task_packs_again_past_its_row_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = _spec()
+    rows = pa.concat_tables([_rows()] * 4)
+    encoded = _encode(spec, rows, [i % 2 for i in range(20)], list(range(20)))
+    monkeypatch.setattr(op, "PACK_ROWS", 8)
+    packed = list(op.pack_rows(spec, encoded.to_batches(max_chunksize=5)))
+    assert len(packed) == 2  # 10 rows held, then the other 10
+    got = op.decode_input(spec, _frames(packed, 1))
+    assert got.column(SEQ).to_pylist() == [100 + i for i in range(1, 20, 2)]
+    assert op.decode_input(spec, _frames(packed, 0)).num_rows == 10
