@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 import krishiv_py as kp
@@ -87,7 +88,7 @@ def _encode(spec: Any, rows: pa.Table, buckets: list[int], ts_us: list[int | Non
 def _frames(packed: list[pa.RecordBatch], bucket: int) -> list[pd.DataFrame]:
     """The pandas frames Spark would hand bucket ``bucket``'s call (with a tick row)."""
     table = pa.Table.from_batches(packed)
-    frame = table.filter(pa.compute.equal(table.column(BUCKET), bucket)).to_pandas()
+    frame = table.filter(pc.equal(table.column(BUCKET), pa.scalar(bucket, pa.int32()))).to_pandas()
     tick = pd.DataFrame({BUCKET: [bucket], PACKED: [None]})
     return [frame, tick]
 
@@ -100,7 +101,7 @@ def test_packed_rows_arrive_exact_in_their_bucket() -> None:
     encoded = _encode(spec, rows, buckets, ts_us)
     # Two Arrow batches from Spark, packed together: one stream per bucket.
     packed = list(op.pack_rows(spec, encoded.to_batches(max_chunksize=2)))
-    assert len(packed) == 1 and sorted(packed[0].column(0).to_pylist()) == [0, 1, 3]
+    assert len(packed) == 1 and sorted(packed[0].column(0).to_numpy().tolist()) == [0, 1, 3]
     for bucket in (0, 1, 3):
         got = op.decode_input(spec, _frames(packed, bucket))
         mine = [i for i, b in enumerate(buckets) if b == bucket]
