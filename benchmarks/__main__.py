@@ -71,6 +71,12 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         help="key counts of the scaling runs (default 1,000, 100,000 and 1,000,000)",
     )
     p.add_argument(
+        "--scaling-query",
+        action="append",
+        choices=SCALING_QUERIES,
+        help="clickstream queries of the scaling runs (default tumbling)",
+    )
+    p.add_argument(
         "--interleave",
         action="store_true",
         help="run krishiv-native, krishiv-stateful and pyspark-streaming in one process per query, "
@@ -92,6 +98,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     a.repeat = a.repeat or (1 if a.quick else 3)
     a.query = a.query or [q for q in QUERIES if not (a.quick and q in FULL_RUN_QUERIES)]
     a.runner = a.runner or list(ALL_RUNNERS)
+    a.scaling_query = a.scaling_query or ["tumbling"]
     # Full runs give every (query, runner) a fresh process, so memory figures
     # are per query; quick runs share one process per runner.
     a.isolate = not a.quick
@@ -117,6 +124,9 @@ QUICK_STATEFUL_QUERIES = ("tumbling", "session")
 SCALING_KEYS = (1_000, 100_000, 1_000_000)
 QUICK_SCALING_KEYS = (100_000,)
 SCALING_RUNNERS = ("krishiv-native", STATEFUL, "pyspark-streaming")
+# The queries a scaling run can take (`--scaling-query`): those over the clickstream,
+# whose number of users the scaling runs vary.
+SCALING_QUERIES = tuple(q for q, spec in QUERIES.items() if spec.dataset == "clickstream")
 QUICK_STATEFUL_KEYS = (100_000,)
 # --interleave: these runners share one process per query (one Spark session)
 # and take turns, so load from elsewhere on a shared machine hits them alike.
@@ -286,34 +296,34 @@ def _latency(steps: int, per_step: int) -> list[dict[str, Any]]:
 
 def _scaling(a: argparse.Namespace, nexmark: str, keys: tuple[int, ...]) -> list[dict[str, Any]]:
     recs: list[dict[str, Any]] = []
-    for k in keys:
+    for query, k in ((q, k) for q in a.scaling_query for k in keys):
         runners = [r for r in SCALING_RUNNERS if r in a.runner or r == BASELINE]
         if a.quick and k not in QUICK_STATEFUL_KEYS and STATEFUL in runners:
             runners.remove(STATEFUL)
             why = (
                 f"quick runs scale {STATEFUL} at {', '.join(f'{n:,}' for n in QUICK_STATEFUL_KEYS)} keys only"
             )
-            recs.append(report.scaling_record(STATEFUL, k, {"status": "skipped", "reason": why}, 0.0))
+            recs.append(report.scaling_record(STATEFUL, k, {"status": "skipped", "reason": why}, 0.0, query))
         ds = data.clickstream(data.ClickstreamSpec(events=a.events, keys=k, files=a.files))
         paths = {"clickstream": str(ds.root), "nexmark": nexmark}
         groups = [[r] for r in runners] if a.isolate and not a.interleave else [runners]
         for group in groups:
             cmd = _runner_cmd(
                 group,
-                ["tumbling"],
+                [query],
                 paths,
                 a.repeat,
                 warmup=a.warmup,
                 interleave=a.interleave,
                 master=a.master,
             )
-            with timed(f"scaling {k} keys: {', '.join(group)}"):
+            with timed(f"scaling {query}, {k} keys: {', '.join(group)}"):
                 out = run_process(cmd, timeout_s=a.timeout)
             for runner in group:
                 got = [r for r in out.results if r.get("runner") == runner]
                 res = got[0] if got else {"status": "failed", "reason": out.log[-600:]}
-                rss = out.peak_rss_mb.get(f"{runner} tumbling", out.process_peak_rss_mb)
-                recs.append(report.scaling_record(runner, k, res, rss))
+                rss = out.peak_rss_mb.get(f"{runner} {query}", out.process_peak_rss_mb)
+                recs.append(report.scaling_record(runner, k, res, rss, query))
     return report.with_scaling_ratios(recs, BASELINE)
 
 

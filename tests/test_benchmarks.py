@@ -131,23 +131,29 @@ def test_targets_and_markdown_report_misses_and_skips() -> None:
     assert stateful["reference"] == MODEL
     assert hand["ratio_vs_baseline"] == 1.0 and hand["agrees_with_reference"] is True
     assert recs[4]["status"] == "skipped" and recs[4]["events_per_s"] is None
-    # Scaling: 100,000 keys is a target (0.625x), 1,000 keys is not (the throughput runs have 1,000 keys).
+    # Scaling: 100,000 keys is a target on tumbling and session, each against its own query's
+    # native run; 1,000 keys is not (the throughput runs have 1,000 keys), nor is sliding.
     scaling = [
         report.scaling_record(
-            r, k, {"status": "ok", "events": 1_000, "walls": [w], "rows": 3, "digest": "x"}, 1.0
+            r, k, {"status": "ok", "events": 1_000, "walls": [w], "rows": 3, "digest": "x"}, 1.0, q
         )
-        for r, k, w in [
-            ("krishiv-native", 1_000, 1.0),
-            ("krishiv-stateful", 1_000, 4.0),
-            ("krishiv-native", 100_000, 1.0),
-            ("krishiv-stateful", 100_000, 1.6),
+        for q, r, k, w in [
+            ("tumbling", "krishiv-native", 1_000, 1.0),
+            ("tumbling", "krishiv-stateful", 1_000, 4.0),
+            ("tumbling", "krishiv-native", 100_000, 1.0),
+            ("tumbling", "krishiv-stateful", 100_000, 1.25),
+            ("session", "krishiv-native", 100_000, 2.0),
+            ("session", "krishiv-stateful", 100_000, 4.0),
+            ("sliding", "krishiv-native", 100_000, 1.0),
+            ("sliding", "krishiv-stateful", 100_000, 8.0),
         ]
     ]
     met = [t for t in report.targets([*recs, *scaling]) if t["ratio"] is not None]
     assert met == [
         {"target": report.TARGETS[0][0], "query": "tumbling", "ratio": 0.5, "met": False},
         {"target": report.STATEFUL_TARGET, "query": "tumbling", "ratio": 0.4, "met": False},
-        {"target": report.STATEFUL_TARGET, "query": "tumbling, 100,000 keys", "ratio": 0.625, "met": True},
+        {"target": report.STATEFUL_TARGET, "query": "tumbling, 100,000 keys", "ratio": 0.8, "met": True},
+        {"target": report.STATEFUL_TARGET, "query": "session, 100,000 keys", "ratio": 0.5, "met": False},
     ]  # the stateful target applies to tumbling and session (and 100,000 keys), not to sliding
     meta = {
         "mode": "quick",
@@ -165,6 +171,8 @@ def test_targets_and_markdown_report_misses_and_skips() -> None:
     md = report.markdown(recs, meta)
     assert "| tumbling | krishiv-native |  | 50 | 2.000 |" in md and "| 0.500 | NO |" in md
     assert "| tumbling | pyflink |  | skipped: not installed |" in md
+    scaled = report.markdown([*recs, *report.with_scaling_ratios(scaling, "krishiv-native")], meta)
+    assert "| session | 100,000 | krishiv-stateful | 250 | 4.000 | 1 | 0.500 |" in scaled
 
 
 def test_interleaved_runs_take_turns_and_report_each_runner(capsys: pytest.CaptureFixture[str]) -> None:
