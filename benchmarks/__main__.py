@@ -14,6 +14,7 @@ local. See docs/performance.md.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 from pathlib import Path
@@ -88,6 +89,12 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         "--master",
         help="run the Spark runners (throughput and scaling) on this standalone cluster, spark://host:port, "
         "instead of local[*]; its executors must see the dataset directory at the same path",
+    )
+    p.add_argument(
+        "--reference-from",
+        type=Path,
+        help="an earlier run's latest.json (over the same datasets): the reference runners' rows "
+        "of queries whose reference runner this run leaves out come from it",
     )
     p.add_argument("--flink-python", help="a Python interpreter with the 'flink' extra installed")
     p.add_argument("--out-dir", default=str(Path(__file__).parent / "results"))
@@ -166,9 +173,33 @@ def _runner_cmd(
     ]
 
 
+def earlier_references(
+    path: Path, datasets: dict[str, str], runners: list[str]
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """The reference runners' results in the run ``path`` (``latest.json``) for those not in ``runners``.
+
+    Only from a run over the same datasets (their names, which hold every
+    parameter of the deterministic inputs, in ``latest-meta.json`` next to it):
+    the results of a reference runner depend on nothing else.
+    """
+    meta = json.loads(path.with_name("latest-meta.json").read_text())
+    theirs = meta.get("datasets", {})
+    ours = {k: Path(v).name for k, v in datasets.items()}
+    if theirs != ours:
+        raise SystemExit(f"--reference-from {path}: its datasets {theirs} are not this run's {ours}")
+    wanted = set(REFERENCE.values()) - set(runners)
+    return {
+        (r["query"], r["runner"]): {"status": "ok", "rows": r["result_rows"], "digest": r["digest"]}
+        for r in json.loads(path.read_text())
+        if r["kind"] == "throughput" and r["runner"] in wanted and r["status"] == "ok"
+    }
+
+
 def _throughput(a: argparse.Namespace, ds: dict[str, str]) -> list[dict[str, Any]]:
     flink, flink_how = python_for_flink(a.flink_python)
     raw: dict[tuple[str, str], dict[str, Any]] = {}
+    if a.reference_from:
+        raw |= earlier_references(a.reference_from, ds, a.runner)
 
     def collect(runners: list[str], queries: list[str], interleave: bool = False) -> None:
         if runners == ["pyflink"] and flink is None:
@@ -353,6 +384,7 @@ def main(argv: list[str] | None = None) -> int:
         "isolated_processes": a.isolate,
         "master": a.master or "local[*]",
         "datasets": {k: Path(v).name for k, v in ds.items()},
+        **({"reference_from": str(a.reference_from)} if a.reference_from else {}),
     }
     paths = report.write(records, meta, Path(a.out_dir))
     print(Path(paths["markdown"]).read_text())

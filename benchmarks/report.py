@@ -291,6 +291,15 @@ def markdown(records: list[dict[str, Any]], meta: Mapping[str, Any]) -> str:
         "(`pyspark-streaming`) on the same query. *agrees* = same result rows as the reference "
         "runner of its group "
         "(streaming: `reference-model`, the specification's model; bounded: `pyspark-batch`).",
+        *(
+            [
+                "",
+                "The reference runners this run leaves out agree or not by their rows in the "
+                f"earlier run `{meta['reference_from']}`, over the same datasets.",
+            ]
+            if meta.get("reference_from")
+            else []
+        ),
         "",
         "| query | runner | group | events/s | wall (s) | peak RSS (MB) | ratio | agrees | rows |",
         "|---|---|---|---:|---:|---:|---:|:---:|---:|",

@@ -32,6 +32,7 @@ from benchmarks.__main__ import (
     REFERENCE,
     SCALING_KEYS,
     STATEFUL,
+    earlier_references,
 )
 from benchmarks.digest import digest, norm
 from benchmarks.queries import QUERIES
@@ -173,6 +174,35 @@ def test_targets_and_markdown_report_misses_and_skips() -> None:
     assert "| tumbling | pyflink |  | skipped: not installed |" in md
     scaled = report.markdown([*recs, *report.with_scaling_ratios(scaling, "krishiv-native")], meta)
     assert "| session | 100,000 | krishiv-stateful | 250 | 4.000 | 1 | 0.500 |" in scaled
+
+
+def test_a_run_can_take_the_reference_rows_of_an_earlier_run_over_the_same_datasets(tmp_path: Path) -> None:
+    ok = {"kind": "throughput", "status": "ok", "events": 10, "wall_s": 1.0}
+    earlier = [
+        {**ok, "query": "tumbling", "runner": MODEL, "result_rows": 3, "digest": "m"},
+        {**ok, "query": "tumbling", "runner": "pyspark-batch", "result_rows": 3, "digest": "b"},
+        {**ok, "query": "tumbling", "runner": "krishiv-native", "result_rows": 3, "digest": "m"},
+        {**ok, "query": "session", "runner": MODEL, "status": "failed", "result_rows": None, "digest": None},
+    ]
+    (tmp_path / "latest.json").write_text(json.dumps(earlier))
+    (tmp_path / "latest-meta.json").write_text(json.dumps({"datasets": {"clickstream": "c-n10"}}))
+    datasets = {"clickstream": "/cache/c-n10"}
+    # Only the reference runners this run leaves out, and only their results that were ok.
+    refs = earlier_references(tmp_path / "latest.json", datasets, ["krishiv-native", "pyspark-batch"])
+    assert refs == {("tumbling", MODEL): {"status": "ok", "rows": 3, "digest": "m"}}
+    run = {"status": "ok", "events": 10, "walls": [1.0], "rows": 3}
+    raw: dict[tuple[str, str], dict[str, Any]] = {
+        **refs,
+        ("tumbling", "krishiv-native"): {**run, "digest": "m"},
+        ("tumbling", "krishiv-stateful"): {**run, "digest": "x"},
+    }
+    recs = report.throughput_records(
+        raw, ["tumbling"], ["krishiv-native", "krishiv-stateful"], "krishiv-native", REFERENCE, {}
+    )
+    assert [r["runner"] for r in recs] == ["krishiv-native", "krishiv-stateful"]  # the model is not reported
+    assert [r["agrees_with_reference"] for r in recs] == [True, False]
+    with pytest.raises(SystemExit, match="not this run's"):
+        earlier_references(tmp_path / "latest.json", {"clickstream": "/cache/c-n20"}, [])
 
 
 def test_interleaved_runs_take_turns_and_report_each_runner(capsys: pytest.CaptureFixture[str]) -> None:
