@@ -173,7 +173,7 @@ def run_bucket(
 
     spark_wm = int(state.getCurrentWatermarkMs())
     watermark = None if spark_wm <= 0 else spark_wm - spec.shift_ms
-    stored = _load_state(state.get[0]) if state.exists else None
+    stored = _load_table(state.get[0]) if state.exists else None
     load_us = lap()
     received = list(frames)  # Spark's iterator: the rows arrive from the JVM as pandas frames
     receive_us = lap()
@@ -291,7 +291,7 @@ def decode_input(spec: OperatorSpec, frames: list[pd.DataFrame]) -> pa.Table:
     blobs = [b for f in frames if len(f) for b in f[PACKED].tolist() if b is not None]
     if not blobs:
         return _empty_input(spec)
-    tables = [_load_state(bytes(b)) for b in blobs]
+    tables = [_load_table(bytes(b)) for b in blobs]
     return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
 
 
@@ -451,7 +451,7 @@ def _split(blob: bytes) -> list[pa.Table]:
     while pos < len(blob):
         (size,) = struct.unpack_from("<Q", blob, pos)
         pos += 8
-        out.append(_load_state(blob[pos : pos + size]))
+        out.append(_load_table(blob[pos : pos + size]))
         pos += size
     return out
 
@@ -463,7 +463,7 @@ def _dump_table(table: pa.Table) -> bytes:
     return sink.getvalue()
 
 
-def _load_state(blob: bytes) -> pa.Table:
+def _load_table(blob: bytes) -> pa.Table:
     return pa.ipc.open_stream(pa.py_buffer(blob)).read_all()
 
 
