@@ -103,7 +103,7 @@ def test_packed_rows_arrive_exact_in_their_bucket() -> None:
     packed = list(op.pack_rows(spec, encoded.to_batches(max_chunksize=2)))
     assert len(packed) == 1 and sorted(packed[0].column(0).to_numpy().tolist()) == [0, 1, 3]
     for bucket in (0, 1, 3):
-        got = op.decode_input(spec, _frames(packed, bucket))
+        got = op.decode_input(spec, _frames(packed, bucket)).rows
         mine = [i for i, b in enumerate(buckets) if b == bucket]
         want = rows.take(pa.array(mine))
         assert got.select(rows.column_names).schema == rows.schema
@@ -115,7 +115,7 @@ def test_packed_rows_arrive_exact_in_their_bucket() -> None:
 
 def test_a_tick_alone_is_an_empty_batch_of_the_input_schema() -> None:
     spec = _spec()
-    got = op.decode_input(spec, [pd.DataFrame({BUCKET: [2], PACKED: [None]})])
+    got = op.decode_input(spec, [pd.DataFrame({BUCKET: [2], PACKED: [None]})]).rows
     assert got.num_rows == 0
     assert got.schema.names == [*(c.name for c in spec.columns), BATCH_TS, SEQ]
 
@@ -127,6 +127,118 @@ def test_a_map_task_packs_again_past_its_row_limit(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(op, "PACK_ROWS", 8)
     packed = list(op.pack_rows(spec, encoded.to_batches(max_chunksize=5)))
     assert len(packed) == 2  # 10 rows held, then the other 10
-    got = op.decode_input(spec, _frames(packed, 1))
+    got = op.decode_input(spec, _frames(packed, 1)).rows
     assert got.column(SEQ).to_pylist() == [100 + i for i in range(1, 20, 2)]
-    assert op.decode_input(spec, _frames(packed, 0)).num_rows == 10
+    assert op.decode_input(spec, _frames(packed, 0)).rows.num_rows == 10
+
+
+# --- on-time rows merged per key and pane in the map task ---------------------------------
+
+
+def _keyed_rows(ts_ms: list[int | None]) -> tuple[pa.Table, list[int], list[int | None]]:
+    keys = ["a", "b", "c", "a", "b", "a", None, "c"]
+    rows = pa.concat_tables([_rows(), _rows()]).slice(0, len(ts_ms))
+    rows = rows.set_column(0, "k", pa.array(keys[: len(ts_ms)]))
+    buckets = [{"a": 0, "b": 1, "c": 1, None: 2}[k] for k in keys[: len(ts_ms)]]
+    return rows, buckets, [None if t is None else t * 1000 for t in ts_ms]
+
+
+def _run(spec: Any, batch: pa.Table, merged: pa.Table | None, watermark: int) -> list[dict[str, Any]]:
+    """The bucket's step at ``watermark``, then the end of input: every window's final result."""
+    from krishiv_py.plan.watermarks import END_OF_TIME_MS
+    from krishiv_py.stateful import kernel
+
+    state, first = kernel.step(spec.kernel, None, batch, watermark, 0, merged=merged)
+    _, last = kernel.step(spec.kernel, state, batch.slice(0, 0), END_OF_TIME_MS, 0)
+    rows = pa.concat_tables([first.results, last.results]).to_pylist()
+    return sorted(rows, key=repr)
+
+
+def test_a_map_task_merges_its_on_time_rows_and_the_bucket_gets_the_same_windows() -> None:
+    spec = _spec()
+    watermark = 120_000
+    ts = [130_000, 125_000, 60_000, 179_999, None, 120_000, 200_000, 119_999]
+    rows, buckets, ts_us = _keyed_rows(ts)
+    encoded = _encode(spec, rows, buckets, ts_us)
+    plain = list(op.pack_rows(spec, encoded.to_batches(max_chunksize=3)))
+    packed = list(
+        op.pack_rows(spec, encoded.to_batches(max_chunksize=3), merge_under=lambda: (True, watermark))
+    )
+    on_time = {i for i, t in enumerate(ts) if t is not None and t >= watermark}
+    for bucket in (0, 1, 2):
+        mine = [i for i, b in enumerate(buckets) if b == bucket]
+        got = op.decode_input(spec, _frames(packed, bucket))
+        assert got.rows.column(SEQ).to_pylist() == [100 + i for i in mine if i not in on_time]
+        merged_here = [i for i in mine if i in on_time]
+        if merged_here:
+            assert got.merged is not None and got.merged_under == {watermark}
+            assert pc.sum(got.merged.column("__kp_rows")).as_py() == len(merged_here)
+            assert int(got.merged_delays.sum()) == len(merged_here)  # the profile counts merged rows
+        else:
+            assert got.merged is None and got.merged_under == frozenset()
+        got.check_watermark(watermark)
+        whole = op.decode_input(spec, _frames(plain, bucket))
+        assert whole.merged is None
+        assert _run(spec, got.rows, got.merged, watermark) == _run(spec, whole.rows, None, watermark)
+    assert spec.profile_lag_ms is not None
+
+
+def test_a_map_task_that_cannot_learn_the_watermark_packs_rows_only() -> None:
+    spec = _spec()
+    rows, buckets, ts_us = _keyed_rows([130_000, 125_000, 60_000])
+    encoded = _encode(spec, rows, buckets, ts_us)
+    packed = list(op.pack_rows(spec, encoded.to_batches(), merge_under=lambda: (False, None)))
+    got = [op.decode_input(spec, _frames(packed, b)) for b in (0, 1)]
+    assert [g.merged for g in got] == [None, None] and [g.rows.num_rows for g in got] == [1, 2]
+
+
+def test_partials_merged_under_another_watermark_stop_the_bucket() -> None:
+    spec = _spec()
+    rows, buckets, ts_us = _keyed_rows([130_000, 125_000])
+    encoded = _encode(spec, rows, buckets, ts_us)
+    packed = list(op.pack_rows(spec, encoded.to_batches(), merge_under=lambda: (True, None)))
+    got = op.decode_input(spec, _frames(packed, 0))
+    got.check_watermark(None)
+    with pytest.raises(kp.KrishivError, match="merged under watermark None"):
+        got.check_watermark(120_000)
+
+
+def test_a_map_task_reads_the_watermark_of_its_micro_batch(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pyspark
+
+    from krishiv_py.runtime.map_watermark import BATCH_ID_PROPERTY, BatchWatermark, local_path
+
+    offsets = tmp_path / "offsets"
+    offsets.mkdir()
+    (offsets / "7").write_text('v1\n{"batchWatermarkMs":125000,"batchTimestampMs":1}\n{"logOffset":7}\n')
+    (offsets / "8").write_text('v1\n{"batchWatermarkMs":0,"batchTimestampMs":1}\n-\n')
+    (offsets / "9").write_text("v2\n{}\n")
+
+    class Task:
+        def __init__(self, batch: str | None) -> None:
+            self.batch = batch
+
+        def getLocalProperty(self, key: str) -> str | None:
+            return self.batch if key == BATCH_ID_PROPERTY else None
+
+    under = BatchWatermark(checkpoint_dir=str(tmp_path), shift_ms=5_000)
+    assert under() == (False, None)  # not in a task
+    for batch, want in [
+        ("7", (True, 120_000)),
+        ("8", (True, None)),
+        ("9", (False, None)),
+        ("10", (False, None)),
+    ]:
+        monkeypatch.setattr(pyspark.TaskContext, "get", staticmethod(lambda b=batch: Task(b)))
+        assert under() == want, batch
+    monkeypatch.setattr(pyspark.TaskContext, "get", staticmethod(lambda: Task(None)))
+    assert under() == (False, None)  # a task outside a micro-batch
+    assert BatchWatermark(checkpoint_dir=None, streaming=False)() == (
+        True,
+        None,
+    )  # bounded: none until the end
+    assert BatchWatermark(checkpoint_dir="hdfs://nn/ckpt")() == (False, None)
+    assert local_path("file:///tmp/x") == "/tmp/x" and local_path("file:/tmp/x") == "/tmp/x"
+    assert local_path("s3a://bucket/x") is None and local_path("/tmp/x") == "/tmp/x"

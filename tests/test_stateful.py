@@ -426,3 +426,32 @@ def test_file_sources_log_through_the_fast_checkpoint_manager_and_the_operator_i
         assert set(TIMING_NAMES) <= set(timing) and min(timing.values()) >= 0
     finally:
         job.stop()
+
+
+def test_map_tasks_merge_on_time_rows_under_the_operators_watermark(session: kp.Session) -> None:
+    """Each map task reads its micro-batch's watermark and merges its on-time rows; nothing else moves."""
+    steps: list[Step] = [
+        Send([{"k": k, "t": t, "v": t} for k in "abc" for t in (191, 200, 205)]),  # watermark -> 205
+        Send([{"k": "a", "t": 203, "v": 1}, {"k": "b", "t": 130, "v": 2}, {"k": "c", "t": 300, "v": 3}]),
+        Send([{"k": "a", "t": None, "v": 4}, {"k": "b", "t": 305, "v": 5}, {"k": "a", "t": 290, "v": 6}]),
+        Close(),
+    ]
+    stream, sender = session.memory_stream(SCHEMA)
+    job = ripple()(stream).start(lowering="stateful")
+    try:
+        for s in steps[:-1]:
+            assert isinstance(s, Send)
+            sender.send(s.rows)
+            job.process_all_available()
+        sender.close()
+        job.await_termination()
+        assert_same_rows(job.results(), run_reference(SCHEMA, ripple(), steps)[-1])
+        totals = job._collector.totals()  # type: ignore[attr-defined]
+        metrics = job.metrics()
+        # Every on-time row arrived merged: the first batch's nine (no watermark yet), then
+        # those at or past the watermark; the late and the invalid row came one by one.
+        assert totals["merged"] == metrics.on_time_events == 11
+        assert (metrics.mildly_late_events, metrics.very_late_events, metrics.invalid_events) == (2, 1, 1)
+        assert metrics.future_events == 1  # c@300, 95 ms past watermark 205 (tolerance 60), merged
+    finally:
+        job.stop()

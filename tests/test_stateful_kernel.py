@@ -9,6 +9,7 @@ and on random streams with every trigger, accumulation mode and window kind.
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Callable
 from typing import Any, Literal
@@ -27,6 +28,7 @@ from krishiv_py.plan.watermarks import END_OF_TIME_MS, MAX_EVENT_MS, MIN_EVENT_M
 from krishiv_py.plan.windows import EventSlidingWindow
 from krishiv_py.planner.spark.stateful import operator_spec
 from krishiv_py.stateful import kernel
+from krishiv_py.stateful.premerge import premerge, premergeable
 from krishiv_py.stateful.state import FIRST, WINDOW_END, WINDOW_START
 from krishiv_py.testing import AdvanceWatermark, Close, Send, Step, assert_same_rows
 from krishiv_py.testing.reference import ReferenceModel
@@ -52,8 +54,14 @@ def run_kernel(
     clock: Clock,
     skip_ticks: list[bool] | None = None,
     on_step: Callable[[kernel.StepOutput], None] = lambda _: None,
+    map_tasks: int = 0,
 ) -> tuple[list[list[dict[str, Any]]], list[list[dict[str, Any]]]]:
-    """Cumulative results and late rows after each step, driving the kernel like the operator."""
+    """Cumulative results and late rows after each step, driving the kernel like the operator.
+
+    ``map_tasks > 0``: each batch is split over that many map tasks, which
+    merge their on-time rows per key and pane under the batch's watermark
+    before the step (:mod:`krishiv_py.stateful.premerge`).
+    """
     plan = pipeline(_placeholder(SCHEMA)).plan
     assert isinstance(plan, n.WindowAggregate)
     spec = operator_spec(plan, shift_ms=0).kernel
@@ -77,7 +85,10 @@ def run_kernel(
         else:
             batch = _batch([], seq)
             target = step.ts_ms if isinstance(step, AdvanceWatermark) else END_OF_TIME_MS
-        state, result = kernel.step(spec, state, batch, watermark, int(clock()))
+        merged = None
+        if map_tasks:
+            batch, merged = _premerged(spec, batch, watermark, map_tasks)
+        state, result = kernel.step(spec, state, batch, watermark, int(clock()), merged=merged)
         on_step(result)
         results += _rows(result.results)
         late += _late(batch, result, watermark)
@@ -91,6 +102,20 @@ def run_kernel(
         out_late.append(list(late))
         clock.now += 1000
     return out, out_late
+
+
+def _premerged(
+    spec: kernel.KernelSpec, batch: pa.Table, watermark: int | None, tasks: int
+) -> tuple[pa.Table, pa.Table | None]:
+    """``batch`` split into ``tasks`` runs of rows, each merged as a map task merges it."""
+    bounds = np.linspace(0, batch.num_rows, tasks + 1).astype(int)
+    rests, merged = [], []
+    for lo, hi in itertools.pairwise(bounds.tolist()):
+        rest, part = premerge(spec, batch.slice(lo, hi - lo), watermark)
+        rests.append(rest)
+        if part is not None:
+            merged.append(part)
+    return pa.concat_tables(rests), (pa.concat_tables(merged) if merged else None)
 
 
 def _batch(rows: list[dict[str, Any]], seq0: int) -> pa.Table:
@@ -142,9 +167,9 @@ def run_model(
     return out, late
 
 
-def check(pipeline: Pipeline, steps: list[Step]) -> None:
+def check(pipeline: Pipeline, steps: list[Step], *, map_tasks: int = 0) -> None:
     want, want_late = run_model(pipeline, steps, Clock())
-    got, got_late = run_kernel(pipeline, steps, Clock())
+    got, got_late = run_kernel(pipeline, steps, Clock(), map_tasks=map_tasks)
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
         try:
             assert_same_rows(g, w)
@@ -631,3 +656,148 @@ def test_a_window_merged_per_pane_keeps_its_newest_row_for_the_ttl() -> None:
     # [-10, 10) fired at its end; [0, 20) has not expired: 14 - 5 < 10.
     assert [r["window_start"] for r in want[1]] == [-10]
     check(build, [*steps, Close()])
+
+
+# --- rows merged per key and pane before the shuffle ----------------------------------------------
+
+MERGING_TRIGGERS = [kp.Trigger.on_watermark(), kp.Trigger.on_interval(1), kp.Trigger.on_interval(2_500)]
+
+
+@pytest.mark.parametrize("kind", ["tumbling", "sliding"])
+@settings(max_examples=int(os.environ.get("KERNEL_EXAMPLES", "150")))
+@given(
+    data=st.data(),
+    lag=st.integers(0, 40),
+    lateness=st.sampled_from([0, 0, 15, 60]),
+    keyed=st.booleans(),
+    trigger=st.sampled_from(MERGING_TRIGGERS),
+    mode=st.sampled_from(["accumulating", "discarding", "retracting"]),
+    tasks=st.integers(1, 3),
+    scenario=steps,
+)
+def test_rows_merged_before_the_operator_match_the_model(
+    kind: str,
+    data: Any,
+    lag: int,
+    lateness: int,
+    keyed: bool,
+    trigger: kp.Trigger,
+    mode: Any,
+    tasks: int,
+    scenario: list[Step],
+) -> None:
+    """On-time rows merged per key and pane in each map task: the model's results and late rows."""
+    size = data.draw(st.integers(5, 60))
+    slide = size
+    if kind == "sliding":
+        slide = data.draw(st.integers(1, 10))
+        size = slide * data.draw(st.integers(1, 6))
+    check(pipeline(kind, size, slide, lag, keyed, lateness, trigger, mode), scenario, map_tasks=tasks)
+
+
+@settings(max_examples=int(os.environ.get("KERNEL_EXAMPLES", "150")))
+@given(
+    size=st.integers(5, 60),
+    lag=st.integers(0, 40),
+    lateness=st.sampled_from([0, 60, 200]),
+    ttl=st.integers(1, 120),
+    tasks=st.integers(1, 3),
+    scenario=steps,
+)
+def test_rows_merged_before_the_operator_expire_as_the_model(
+    size: int, lag: int, lateness: int, ttl: int, tasks: int, scenario: list[Step]
+) -> None:
+    """An event-time state TTL: a merged partial's newest row, and rows already expired stay rows."""
+    base = pipeline("tumbling", size, size, lag, True, lateness, kp.Trigger.on_watermark(), "accumulating")
+
+    def build(s: kp.Stream) -> kp.Stream:
+        plan = base(s).plan
+        assert isinstance(plan, n.WindowAggregate)
+        windowed = kp.WindowedStream(
+            s.__class__(s.session, plan.input), plan.keys, plan.window, plan.emission
+        ).with_state_ttl(kp.StateTtlConfig(ttl_ms=ttl, time="event"))
+        return windowed.agg(*AGGS)
+
+    check(build, scenario, map_tasks=tasks)
+
+
+@settings(max_examples=int(os.environ.get("KERNEL_EXAMPLES", "150")))
+@given(
+    size=st.integers(5, 60),
+    lag=st.integers(0, 40),
+    tasks=st.integers(1, 3),
+    scenario=steps,
+)
+def test_rows_merged_before_the_operator_count_as_the_rows_do(
+    size: int, lag: int, tasks: int, scenario: list[Step]
+) -> None:
+    """Every step's counts (on time, mildly late, very late, invalid, future) are the unmerged run's."""
+    build = pipeline("tumbling", size, size, lag, True, 15, kp.Trigger.on_watermark(), "accumulating")
+    plan = build(_placeholder(SCHEMA)).plan
+    assert isinstance(plan, n.WindowAggregate)
+    spec = attrs.evolve(operator_spec(plan, shift_ms=0).kernel, future_tolerance_ms=5)
+
+    def counts(out: kernel.StepOutput) -> tuple[int, ...]:
+        return (out.on_time, out.mildly_late, len(out.very_late), len(out.invalid), out.future, out.emitted)
+
+    runs: list[list[tuple[int, ...]]] = []
+    for merging in (False, True):
+        state, watermark, seq, seen = None, None, 0, []
+        for s in scenario:
+            rows = [dict(r) for r in s.rows] if isinstance(s, Send) else []
+            batch = _batch(rows, seq)
+            seq += len(rows)
+            merged = None
+            if merging:
+                batch, merged = _premerged(spec, batch, watermark, tasks)
+            state, out = kernel.step(spec, state, batch, watermark, 0, merged=merged)
+            seen.append(counts(out))
+            valid = [t for r in rows if isinstance(t := r["t"], int)]
+            target = step_target(s, valid, lag)
+            if target is not None and (watermark is None or target > watermark):
+                watermark = target
+                state, out = kernel.step(spec, state, _batch([], seq), watermark, 0)
+                seen.append(counts(out))
+        runs.append(seen)
+    assert runs[0] == runs[1]
+
+
+def step_target(s: Step, valid: list[int], lag: int) -> int | None:
+    if isinstance(s, Send):
+        return max(valid) - lag if valid else None
+    return s.ts_ms if isinstance(s, AdvanceWatermark) else END_OF_TIME_MS
+
+
+@pytest.mark.parametrize(
+    ("kind", "size", "slide", "trigger", "merges"),
+    [
+        ("tumbling", 60, 60, kp.Trigger.on_watermark(), True),
+        ("tumbling", 60, 60, kp.Trigger.on_interval(100), True),
+        ("sliding", 60, 10, kp.Trigger.on_watermark(), True),
+        ("sliding", 60, 60, kp.Trigger.on_watermark(), True),
+        ("sliding", 25, 10, kp.Trigger.on_watermark(), False),  # rows of one slide differ in their windows
+        ("tumbling", 60, 60, kp.Trigger.on_every_element(), False),  # firings count rows as they arrive
+        ("tumbling", 60, 60, kp.Trigger.on_count(3), False),
+        ("session", 60, 60, kp.Trigger.on_watermark(), False),  # a row's session depends on its key's rows
+    ],
+)
+def test_which_windows_merge_rows_before_the_operator(
+    kind: str, size: int, slide: int, trigger: kp.Trigger, merges: bool
+) -> None:
+    build = pipeline(kind, size, slide, 0, True, 0, trigger, "accumulating")
+    plan = build(_placeholder("k string, t bigint, v bigint")).plan
+    assert isinstance(plan, n.WindowAggregate)
+    spec = operator_spec(plan, shift_ms=0).kernel
+    assert premergeable(spec) is merges
+    if not merges:
+        with pytest.raises(ValueError, match="not merged"):
+            premerge(spec, _batch([{"k": "a", "t": 1, "v": 1}], 0), None)
+
+
+def test_a_processing_time_ttl_keeps_rows_unmerged() -> None:
+    base = pipeline("tumbling", 60, 60, 0, True, 0, kp.Trigger.on_watermark(), "accumulating")
+    plan = base(_placeholder(SCHEMA)).plan
+    assert isinstance(plan, n.WindowAggregate)
+    spec = operator_spec(plan, shift_ms=0).kernel
+    assert premergeable(attrs.evolve(spec, ttl_ms=10, ttl_time="event"))
+    assert not premergeable(attrs.evolve(spec, ttl_ms=10, ttl_time="processing"))

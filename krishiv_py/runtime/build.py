@@ -31,6 +31,7 @@ def build_dataframe(
     ticks_path: str | None = None,
     markers_path: str | None = None,
     observe: bool = True,
+    checkpoint_dir: str | None = None,
 ) -> DataFrame:
     """Build the DataFrame for ``recipe``.
 
@@ -38,13 +39,16 @@ def build_dataframe(
     observed source (batch jobs read their metrics from these).
     ``ticks_path`` is the stateful operator's tick source directory and
     ``markers_path`` the directory of idle-source markers (temporary ones
-    when not given, e.g. for ``explain()``). ``observe=False`` leaves the
+    when not given, e.g. for ``explain()``); ``checkpoint_dir`` the
+    streaming query's checkpoint, where the stateful operator's map tasks
+    read each micro-batch's watermark. ``observe=False`` leaves the
     recipe's observed metrics out (a bounded run whose metrics nobody can
     read: Spark computes them row by row, outside generated code).
     """
     import tempfile
 
     paths = ReadPaths(
+        checkpoint=checkpoint_dir,
         ticks=ticks_path,
         markers=markers_path or (tempfile.mkdtemp(prefix="krishiv-idle-") if recipe.idle else None),
         observe=observe,
@@ -142,7 +146,7 @@ def _build(
         return out
     child = _build(spark, node.child, obs, paths, results=results)
     if isinstance(node, r.StatefulApply):
-        return _stateful(spark, node, child, paths.ticks)
+        return _stateful(spark, node, child, paths)
     if isinstance(node, r.MapArrow):
         return child.mapInArrow(node.function, node.schema)
     if isinstance(node, r.SelectExprs):
@@ -165,16 +169,21 @@ def _build(
     return child.groupBy(*[F.expr(k) for k in node.keys]).agg(*[F.expr(a) for a in node.aggs])
 
 
-def _stateful(spark: SparkSession, node: r.StatefulApply, child: DataFrame, ticks: str | None) -> DataFrame:
+def _stateful(spark: SparkSession, node: r.StatefulApply, child: DataFrame, paths: ReadPaths) -> DataFrame:
     """Pack the encoded rows per key bucket, group them by bucket and apply krishiv's operator."""
     import tempfile
 
+    from krishiv_py.runtime.map_watermark import BatchWatermark
     from krishiv_py.stateful import operator as op
 
     spec = node.operator
+    ticks = paths.ticks
+    # Map tasks merge on-time rows before the shuffle when they can learn the watermark: a
+    # bounded run has none until its end, a streaming one's is in the query's offset log.
+    under = BatchWatermark(checkpoint_dir=paths.checkpoint, shift_ms=spec.shift_ms, streaming=node.streaming)
 
     def pack(batches: Any) -> Any:
-        return op.pack_rows(spec, batches)
+        return op.pack_rows(spec, batches, merge_under=under)
 
     packed = child.mapInArrow(pack, PACKED_DDL)
     if not node.streaming:

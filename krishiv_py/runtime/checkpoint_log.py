@@ -31,6 +31,7 @@ from krishiv_py.errors import PlanError
 
 __all__ = [
     "FileEntry",
+    "batch_watermark_ms",
     "committed_batch",
     "file_source_batch",
     "file_source_log",
@@ -79,6 +80,22 @@ def source_offsets(checkpoint_dir: str, batch_id: int) -> list[str]:
     """
     path = os.path.join(checkpoint_dir, "offsets", str(batch_id))
     return _entries(path, "offset")[1:]  # the first entry is the batch's metadata
+
+
+def batch_watermark_ms(checkpoint_dir: str, batch_id: int) -> int:
+    """The watermark micro-batch ``batch_id`` runs with (``batchWatermarkMs`` of ``offsets/<batch_id>``).
+
+    Spark writes the entry before the micro-batch runs and runs it again
+    with the same entry after a restart. Raises :class:`FileNotFoundError`
+    when the file is missing, :class:`~krishiv_py.errors.PlanError` when it
+    is not ``v1`` or has no watermark.
+    """
+    path = os.path.join(checkpoint_dir, "offsets", str(batch_id))
+    entries = _entries(path, "offset")
+    try:
+        return int(json.loads(entries[0])["batchWatermarkMs"])
+    except (IndexError, KeyError, TypeError, ValueError):
+        raise PlanError(f"no batchWatermarkMs in Spark's offset log entry {path}") from None
 
 
 def log_offset(value: object) -> int | None:

@@ -64,7 +64,11 @@ def start_streaming(
     df = spark_call(
         "building the streaming query",
         lambda: build_dataframe(
-            spark, recipe, markers_path=markers, ticks_path=ticks.path if ticks is not None else None
+            spark,
+            recipe,
+            markers_path=markers,
+            ticks_path=ticks.path if ticks is not None else None,
+            checkpoint_dir=checkpoint_dir,
         ),
     )
     writer = (

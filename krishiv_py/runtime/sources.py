@@ -32,7 +32,10 @@ __all__ = ["ReadPaths", "SourceReader", "reader_for", "register_reader"]
 class ReadPaths:
     """The job's own directories a read may need (idle markers, ticks) and whether it observes."""
 
-    def __init__(self, *, ticks: str | None, markers: str | None, observe: bool = True) -> None:
+    def __init__(
+        self, *, ticks: str | None, markers: str | None, observe: bool = True, checkpoint: str | None = None
+    ) -> None:
+        self.checkpoint = checkpoint
         self.ticks = ticks
         self.markers = markers
         self.observe = observe

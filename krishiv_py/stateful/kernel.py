@@ -64,6 +64,7 @@ from krishiv_py.stateful._arrow import Column, HashAggregation, arrow, table_of
 from krishiv_py.stateful.elements import ElementPatch, element_firings
 from krishiv_py.stateful.event_sliding import add_event_sliding, lookup_horizon_ms
 from krishiv_py.stateful.grouping import canonical, first_rows, group_ids
+from krishiv_py.stateful.premerge import MERGED_FUTURE, MERGED_ROWS, premergeable
 from krishiv_py.stateful.sessions import capped_groups, kept_session_rows, sweep_sessions
 from krishiv_py.stateful.state import (
     EMITTED,
@@ -117,9 +118,22 @@ class StepOutput:
 
 
 def step(
-    spec: KernelSpec, state: pa.Table | None, batch: pa.Table, watermark_ms: int | None, now_ms: int
+    spec: KernelSpec,
+    state: pa.Table | None,
+    batch: pa.Table,
+    watermark_ms: int | None,
+    now_ms: int,
+    *,
+    merged: pa.Table | None = None,
 ) -> tuple[pa.Table, StepOutput]:
-    """Add ``batch`` to ``state`` under watermark ``watermark_ms``, fire, evict."""
+    """Add ``batch`` to ``state`` under watermark ``watermark_ms``, fire, evict.
+
+    ``merged``: on-time rows merged per key and pane before the step, under
+    the same watermark (:func:`~krishiv_py.stateful.premerge.premerge`); they
+    join their windows with ``batch``'s rows.
+    """
+    if merged is not None and not premergeable(spec):
+        raise ValueError("merged partials given for windows whose rows are not merged")
     state = state if state is not None else empty_state(spec, batch)
     if spec.ttl_ms is not None and spec.ttl_time == "processing":
         # A window's last update is the processing time of the step that added a row to it.
@@ -153,7 +167,7 @@ def step(
         if isinstance(spec.window, SessionWindow):
             state, kept, _ = _add_sessions(spec, state, batch, ts, seq, fresh, w_us, early, now_ms)
         else:
-            state, kept, _ = _add_fixed(spec, state, batch, ts, seq, fresh, w_us, early)
+            state, kept, _ = _add_fixed(spec, state, batch, ts, seq, fresh, w_us, early, merged)
         very_late = valid & ~kept
     state, fired = phase(spec, state, watermark_ms, now_ms, closed=closed, expired=expired)
     mild = kept & (w_us is not None) & (ts < (w_us or 0))
@@ -161,14 +175,18 @@ def step(
         valid & (watermark_ms is not None) & (ts > ((watermark_ms or 0) + spec.future_tolerance_ms) * 1000)
     )
     results, errors = _without_errors(pa.concat_tables([*early, fired]) if early else fired)
+    merged_rows = merged_future = 0
+    if merged is not None and merged.num_rows:
+        merged_rows = int(np.sum(merged.column(MERGED_ROWS).to_numpy()))
+        merged_future = int(np.sum(merged.column(MERGED_FUTURE).to_numpy()))
     return state, StepOutput(
         results=results,
         arithmetic_errors=errors,
         very_late=np.flatnonzero(very_late),
         invalid=np.flatnonzero(~valid),
-        on_time=int((kept & ~mild).sum()),
+        on_time=int((kept & ~mild).sum()) + merged_rows,
         mildly_late=int(mild.sum()),
-        future=int(future.sum()),
+        future=int(future.sum()) + merged_future,
         closed=None if closed is None else _closed_table(spec, state, closed),
         expired=sum(expired),
     )
@@ -285,11 +303,12 @@ def _add_fixed(
     valid: np.ndarray,
     w_us: int | None,
     early: list[pa.Table],
+    merged: pa.Table | None = None,
 ) -> tuple[pa.Table, np.ndarray, np.ndarray]:
     assert not isinstance(spec.window, SessionWindow | EventSlidingWindow)
     idx = np.flatnonzero(valid)
     if by_pane(spec):
-        return _add_fixed_by_pane(spec, state, batch, ts, seq, idx, w_us, early)
+        return _add_fixed_by_pane(spec, state, batch, ts, seq, idx, w_us, early, merged)
     rows, starts = assign_fixed(spec.window, np.floor_divide(ts[idx], 1000))
     rows = idx[rows]
     ends = starts + spec.window.size_ms
@@ -297,12 +316,18 @@ def _add_fixed(
     kept = np.zeros(len(ts), bool)
     kept[rows[retained]] = True
     rows, starts, ends = rows[retained], starts[retained], ends[retained]
+    parts = [] if merged is None or not merged.num_rows else [_merged_windows(spec, merged, state.schema)]
     if len(rows):
         order = np.argsort(seq[rows], kind="stable")  # arrival order within each window
         rows, starts, ends = rows[order], starts[order], ends[order]
-        new = _new_windows(
-            spec, batch.take(arrow(rows)), ts[rows], seq[rows], starts * 1000, ends * 1000, state.schema
+        parts.insert(
+            0,
+            _new_windows(
+                spec, batch.take(arrow(rows)), ts[rows], seq[rows], starts * 1000, ends * 1000, state.schema
+            ),
         )
+    if parts:
+        new = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
         state, fired = _merge_new(spec, state, new, session=False)
         if fired is not None:
             early.append(fired)
@@ -334,11 +359,17 @@ def _add_fixed_by_pane(
     idx: np.ndarray,
     w_us: int | None,
     early: list[pa.Table],
+    merged: pa.Table | None = None,
 ) -> tuple[pa.Table, np.ndarray, np.ndarray]:
     """:func:`_add_fixed` with the rows merged per key and pane first (see :func:`by_pane`)."""
     assert isinstance(spec.window, SlidingWindow | TimeIntervalWindow)
     kept = np.zeros(len(ts), bool)
+    parts = [] if merged is None or not merged.num_rows else [_merged_windows(spec, merged, state.schema)]
     if not len(idx):
+        if parts:
+            state, fired = _merge_new(spec, state, parts[0], session=False)
+            if fired is not None:
+                early.append(fired)
         return state, kept, kept
     slide = spec.window.slide_ms
     ts_ms = np.floor_divide(ts[idx], 1000)
@@ -377,12 +408,32 @@ def _add_fixed_by_pane(
             newest,
             state.schema,
         )
+        parts.insert(0, new)
+    if parts:
+        new = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
         state, fired = _merge_new(spec, state, new, session=False)
         if fired is not None:
             early.append(fired)
     valid = np.zeros(len(ts), bool)
     valid[idx] = True
     return state, kept, valid & ~kept
+
+
+def _merged_windows(spec: KernelSpec, merged: pa.Table, schema: pa.Schema) -> pa.Table:
+    """State rows of the windows of merged partials (every window of each pane, all open)."""
+    assert not isinstance(spec.window, SessionWindow | EventSlidingWindow)
+    ts_ms = np.floor_divide(merged.column(BATCH_TS).to_numpy(), 1000)
+    groups, starts = assign_fixed(spec.window, ts_ms)
+    take = arrow(groups)
+    partials = {
+        f.name: merged.column(f.name).combine_chunks().take(take) for f in agg.partial_schema(spec.aggs)
+    }
+    newest = merged.column(NEWEST).combine_chunks().take(take) if spec.ttl_ms is not None else None
+    pending = merged.column(MERGED_ROWS).to_numpy()[groups].astype(np.int64)
+    ends = starts + spec.window.size_ms
+    return _window_rows(
+        spec, merged.take(take), starts * 1000, ends * 1000, partials, pending, newest, schema
+    )
 
 
 # --- session windows ---------------------------------------------------------------

@@ -21,6 +21,14 @@ Input packing
     could not hold exactly: every numeric, boolean and timestamp column as a
     non-null value column plus a null flag, timestamps as µs since the
     epoch; strings, binary, decimals and dates as they are).
+Merging before the shuffle
+    Where the packer learns the micro-batch's watermark (``merge_under``:
+    the job reads it from the query's offset log, which Spark writes before
+    the micro-batch runs) and the windows allow it, it merges the on-time
+    rows per key and pane (:mod:`krishiv_py.stateful.premerge`) and packs
+    them as a second stream per bucket, marked with the watermark they were
+    merged under and the delay counts of their rows. The bucket call checks
+    that watermark against its own and adds the partials to the step.
 Output
     One row per bucket call: a binary payload holding three Arrow IPC
     streams — result rows, late/invalid rows, and a one-row statistics
@@ -37,7 +45,7 @@ import io
 import itertools
 import struct
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
@@ -45,6 +53,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from krishiv_py.errors import JobError
 from krishiv_py.names import (
     BATCH_TS,
     BUCKET,
@@ -60,6 +69,7 @@ from krishiv_py.plan.windows import EventSlidingWindow
 from krishiv_py.stateful import kernel
 from krishiv_py.stateful._arrow import arrow
 from krishiv_py.stateful.delays import bucket_of
+from krishiv_py.stateful.premerge import MERGED_ROWS, on_time_rows, premerge, premergeable
 from krishiv_py.stateful.state import (
     FIRED,
     LAST,
@@ -76,6 +86,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = [
+    "BucketInput",
     "InputColumn",
     "OperatorSpec",
     "Payloads",
@@ -105,6 +116,7 @@ STAT_NAMES = (
     "expired",
     "arith",
     "watermark_ms",
+    "merged",
 )
 #: The statistics that count something per micro-batch (the job sums them over batches).
 COUNTER_NAMES = tuple(
@@ -177,9 +189,12 @@ def run_bucket(
     load_us = lap()
     received = list(frames)  # Spark's iterator: the rows arrive from the JVM as pandas frames
     receive_us = lap()
-    batch = decode_input(spec, received)
+    given = decode_input(spec, received)
+    given.check_watermark(watermark)
+    batch = given.rows
     decode_us = lap()
-    new_state, out = kernel.step(spec.kernel, stored, batch, watermark, int(time.time() * 1000))
+    now = int(time.time() * 1000)
+    new_state, out = kernel.step(spec.kernel, stored, batch, watermark, now, merged=given.merged)
     kernel_us = lap()
     blob = _dump_table(new_state) if new_state.num_rows else None
     if blob is None:
@@ -198,6 +213,8 @@ def run_bucket(
         len(blob or b""),
         stat_watermark=watermark,
         timings=(load_us, receive_us, decode_us, kernel_us, store_us),
+        merged_delays=given.merged_delays,
+        merged_rows=given.merged_rows,
     )
     yield pd.DataFrame({BUCKET: [int(key[0])], PAYLOAD: [payload]})
 
@@ -208,9 +225,11 @@ def run_bounded_bucket(spec: OperatorSpec, key: tuple[Any, ...], frame: pd.DataF
 
     from krishiv_py.plan.watermarks import END_OF_TIME_MS
 
-    batch = decode_input(spec, [frame])
+    given = decode_input(spec, [frame])
+    given.check_watermark(None)
+    batch = given.rows
     now = int(time.time() * 1000)
-    state, first = kernel.step(spec.kernel, None, batch, None, now)
+    state, first = kernel.step(spec.kernel, None, batch, None, now, merged=given.merged)
     state, last = kernel.step(spec.kernel, state, batch.slice(0, 0), END_OF_TIME_MS, now)
     merged = attrs.evolve(
         first,
@@ -218,7 +237,17 @@ def run_bounded_bucket(spec: OperatorSpec, key: tuple[Any, ...], frame: pd.DataF
         closed=last.closed,
         arithmetic_errors=first.arithmetic_errors + last.arithmetic_errors,
     )
-    payload = encode_payload(spec, int(key[0]), batch, merged, state, None, 0, stat_watermark=END_OF_TIME_MS)
+    payload = encode_payload(
+        spec,
+        int(key[0]),
+        batch,
+        merged,
+        state,
+        None,
+        0,
+        stat_watermark=END_OF_TIME_MS,
+        merged_rows=given.merged_rows,
+    )
     return pd.DataFrame({BUCKET: [int(key[0])], PAYLOAD: [payload]})
 
 
@@ -229,37 +258,117 @@ def run_bounded_bucket(spec: OperatorSpec, key: tuple[Any, ...], frame: pd.DataF
 PACK_ROWS = 1 << 18
 
 
-def pack_rows(spec: OperatorSpec, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+#: What a map task knows of its micro-batch's watermark: ``(True, ms)``, ``(True, None)``
+#: (no watermark yet) or ``(False, None)`` (unknown: its rows are not merged).
+MapWatermark = tuple[bool, int | None]
+#: Schema metadata of a stream of merged partials: the watermark they were merged under
+#: (``none``: no watermark yet) and the delay histogram counts of their rows.
+MERGED_UNDER, MERGED_DELAYS = b"krishiv.merged_under", b"krishiv.merged_delays"
+
+
+def pack_rows(
+    spec: OperatorSpec,
+    batches: Iterable[pa.RecordBatch],
+    *,
+    merge_under: Callable[[], MapWatermark] | None = None,
+) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` function: a map task's encoded rows as one Arrow IPC stream per key bucket.
 
     Yields ``(__kp_bucket, __kp_packed)`` rows (:data:`~krishiv_py.names.PACKED_DDL`);
     each stream holds the bucket's rows decoded (:func:`decode_encoded`).
+    ``merge_under`` tells the micro-batch's watermark (read once, when the
+    first rows arrive); when it is known and the windows allow it, on-time
+    rows are merged per key and pane into a second stream per bucket.
     """
     held: list[pa.RecordBatch] = []
     count = 0
+    known: MapWatermark | None = None
     for b in batches:
         if b.num_rows:
             held.append(b)
             count += b.num_rows
         if count >= PACK_ROWS:
-            yield _pack(spec, held)
+            known = known or _merging(spec, merge_under)
+            yield _pack(spec, held, known)
             held, count = [], 0
     if count:
-        yield _pack(spec, held)
+        yield _pack(spec, held, known or _merging(spec, merge_under))
 
 
-def _pack(spec: OperatorSpec, batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+def _merging(spec: OperatorSpec, merge_under: Callable[[], MapWatermark] | None) -> MapWatermark:
+    if merge_under is None or not premergeable(spec.kernel):
+        return False, None
+    return merge_under()
+
+
+def _pack(spec: OperatorSpec, batches: list[pa.RecordBatch], under: MapWatermark) -> pa.RecordBatch:
     table = pa.Table.from_batches(batches)
     buckets = table.column(BUCKET).to_numpy()
     rows = decode_encoded(spec, table)
+    known, watermark = under
+    if not known:
+        out_buckets, blobs = _by_bucket(rows, buckets)
+    else:
+        # The bucket rides along as a key: it is a function of the keys, so the groups are the same.
+        by_bucket = attrs.evolve(spec.kernel, keys=(*spec.kernel.keys, BUCKET))
+        rest, merged = premerge(by_bucket, rows.append_column(BUCKET, pa.array(buckets)), watermark)
+        out_buckets, blobs = _by_bucket(rest.drop_columns([BUCKET]), rest.column(BUCKET).to_numpy())
+        if merged is not None:
+            delays = _merged_delays(spec, rows, buckets, watermark)
+            merged_buckets = merged.column(BUCKET).to_numpy()
+            more_buckets, more = _by_bucket(merged.drop_columns([BUCKET]), merged_buckets, watermark, delays)
+            out_buckets = np.concatenate([out_buckets, more_buckets])
+            blobs += more
+    return pa.RecordBatch.from_pydict(
+        {BUCKET: pa.array(out_buckets, pa.int32()), PACKED: pa.array(blobs, pa.binary())}
+    )
+
+
+def _by_bucket(
+    rows: pa.Table,
+    buckets: np.ndarray,
+    merged_under: int | None = None,
+    delays: dict[int, np.ndarray] | None = None,
+) -> tuple[np.ndarray, list[bytes]]:
+    """One Arrow IPC stream of ``rows`` per bucket; with ``delays``, marked as merged partials."""
+    if not len(buckets):
+        return np.zeros(0, np.int32), []
     order = np.argsort(buckets, kind="stable")
     sorted_buckets = buckets[order]
     firsts = np.flatnonzero(np.concatenate([[True], sorted_buckets[1:] != sorted_buckets[:-1]]))
     bounds = np.append(firsts, len(order))
-    blobs = [_dump_table(rows.take(arrow(order[lo:hi]))) for lo, hi in itertools.pairwise(bounds.tolist())]
-    return pa.RecordBatch.from_pydict(
-        {BUCKET: pa.array(sorted_buckets[firsts], pa.int32()), PACKED: pa.array(blobs, pa.binary())}
-    )
+    blobs = []
+    for bucket, (lo, hi) in zip(
+        sorted_buckets[firsts].tolist(), itertools.pairwise(bounds.tolist()), strict=True
+    ):
+        part = rows.take(arrow(order[lo:hi]))
+        if delays is not None:
+            counts = delays.get(int(bucket), np.zeros(0, np.int64))
+            part = part.replace_schema_metadata(
+                {
+                    MERGED_UNDER: b"none" if merged_under is None else str(merged_under).encode(),
+                    MERGED_DELAYS: ",".join(str(int(c)) for c in counts).encode(),
+                }
+            )
+        blobs.append(_dump_table(part))
+    return sorted_buckets[firsts].astype(np.int32), blobs
+
+
+def _merged_delays(
+    spec: OperatorSpec, rows: pa.Table, buckets: np.ndarray, watermark: int | None
+) -> dict[int, np.ndarray]:
+    """Per bucket, the delay histogram counts of its merged rows (the profile the operator keeps)."""
+    if spec.profile_lag_ms is None or watermark is None:
+        return {}
+    ts_col = rows.column(BATCH_TS).combine_chunks()
+    merged = on_time_rows(spec.kernel, ts_col, watermark)
+    ts = np.asarray(ts_col.fill_null(0).to_numpy(zero_copy_only=False), np.int64)[merged]
+    slots = bucket_of(np.maximum((watermark + spec.profile_lag_ms) - np.floor_divide(ts, 1000), 0))
+    width = int(slots.max(initial=0)) + 1
+    owners = buckets[merged].astype(np.int64)
+    counts = np.bincount(owners * width + slots, minlength=(int(owners.max(initial=0)) + 1) * width)
+    table = counts.reshape(-1, width)
+    return {int(b): table[int(b)] for b in np.unique(owners)}
 
 
 def decode_encoded(spec: OperatorSpec, table: pa.Table) -> pa.Table:
@@ -286,13 +395,68 @@ def _decode_column(c: InputColumn, table: pa.Table) -> pa.Array[Any]:
     return arrow(values, mask=mask).cast(c.type)
 
 
-def decode_input(spec: OperatorSpec, frames: list[pd.DataFrame]) -> pa.Table:
-    """A bucket's packed rows (tick rows have none), plus ``__kp_ts``/``__kp_seq``."""
+@attrs.frozen(kw_only=True)
+class BucketInput:
+    """What one bucket call receives: its rows, and partials its map tasks merged."""
+
+    #: The rows, plus ``__kp_ts``/``__kp_seq`` (none for a tick).
+    rows: pa.Table
+    #: Merged on-time rows (:func:`~krishiv_py.stateful.premerge.premerge`), or None.
+    merged: pa.Table | None = None
+    #: The watermarks the partials were merged under.
+    merged_under: frozenset[int | None] = frozenset()
+    #: The delay histogram counts of the merged rows.
+    merged_delays: np.ndarray = attrs.field(factory=lambda: np.zeros(0, np.int64))
+
+    @property
+    def merged_rows(self) -> int:
+        """How many rows the partials hold."""
+        return 0 if self.merged is None else int(np.sum(self.merged.column(MERGED_ROWS).to_numpy()))
+
+    def check_watermark(self, watermark: int | None) -> None:
+        """Partials merged under another watermark than the step's would be misclassified: refuse."""
+        wrong = self.merged_under - {watermark}
+        if wrong:
+            raise JobError(
+                f"krishiv's window operator runs a micro-batch at watermark {watermark}, but its input "
+                f"rows were merged under watermark {sorted(wrong, key=str)[0]}; the results of this "
+                "micro-batch would be wrong, so it stops. Start the job again on its checkpoint."
+            )
+
+
+def decode_input(spec: OperatorSpec, frames: list[pd.DataFrame]) -> BucketInput:
+    """A bucket's packed rows (tick rows have none) and merged partials."""
     blobs = [b for f in frames if len(f) for b in f[PACKED].tolist() if b is not None]
-    if not blobs:
-        return _empty_input(spec)
-    tables = [_load_table(bytes(b)) for b in blobs]
-    return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+    rows: list[pa.Table] = []
+    merged: list[pa.Table] = []
+    under: set[int | None] = set()
+    delays = np.zeros(0, np.int64)
+    for blob in blobs:
+        table = _load_table(bytes(blob))
+        meta = table.schema.metadata or {}
+        if MERGED_UNDER not in meta:
+            rows.append(table)
+            continue
+        mark = meta[MERGED_UNDER].decode()
+        under.add(None if mark == "none" else int(mark))
+        counts = np.array([int(c) for c in meta[MERGED_DELAYS].decode().split(",") if c], np.int64)
+        delays = _added(delays, counts)
+        merged.append(table.replace_schema_metadata(None))
+    return BucketInput(
+        rows=_empty_input(spec) if not rows else rows[0] if len(rows) == 1 else pa.concat_tables(rows),
+        merged=None if not merged else merged[0] if len(merged) == 1 else pa.concat_tables(merged),
+        merged_under=frozenset(under),
+        merged_delays=delays,
+    )
+
+
+def _added(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Two histograms' counts added (the shorter one padded with zeros)."""
+    if len(a) < len(b):
+        a, b = b, a
+    out = a.copy()
+    out[: len(b)] += b
+    return out
 
 
 def _empty_input(spec: OperatorSpec) -> pa.Table:
@@ -314,6 +478,8 @@ def encode_payload(
     *,
     stat_watermark: int | None = None,
     timings: tuple[int, ...] = (0, 0, 0, 0, 0),
+    merged_delays: np.ndarray | None = None,
+    merged_rows: int = 0,
 ) -> bytes:
     encode_started = time.perf_counter_ns()
     late = _late_rows(spec, batch, out, watermark)
@@ -339,6 +505,7 @@ def encode_payload(
                     out.expired,
                     out.arithmetic_errors,
                     NO_WATERMARK if stat_watermark is None else stat_watermark,
+                    merged_rows,
                 ),
                 strict=True,
             )
@@ -348,8 +515,9 @@ def encode_payload(
     encode_us = (time.perf_counter_ns() - encode_started) // 1000  # all but the small tables after it
     for name, value in zip(TIMING_NAMES, (*timings, encode_us), strict=True):
         stats = stats.append_column(name, pa.array([value], pa.int64()))
-    if spec.profile_lag_ms is not None and batch.num_rows and watermark is not None:
-        counts = pa.array(delay_counts(batch, watermark, spec.profile_lag_ms))
+    merged_delays = np.zeros(0, np.int64) if merged_delays is None else merged_delays
+    if spec.profile_lag_ms is not None and (batch.num_rows or len(merged_delays)) and watermark is not None:
+        counts = pa.array(_added(delay_counts(batch, watermark, spec.profile_lag_ms), merged_delays))
         stats = stats.append_column(DELAY_COUNTS, pa.ListArray.from_arrays([0, len(counts)], counts))
     tables = [late, stats] + ([out.closed] if out.closed is not None else [])
     parts = [results, *(_dump_table(t) for t in tables)]

@@ -1,0 +1,73 @@
+"""Where a map task of the stateful lowering learns its micro-batch's watermark.
+
+The stateful operator merges on-time rows per key and pane in the map
+tasks, before the shuffle (:mod:`krishiv_py.stateful.premerge`), which
+needs the watermark the operator will run the micro-batch with. Spark hands
+that watermark to the operator, not to map tasks, but it writes it into the
+query's offset log (``offsets/<batch>``, ``batchWatermarkMs``) before the
+micro-batch runs, and every task of a micro-batch carries the batch id as
+the local property ``streaming.sql.batchId``. A map task reads the entry
+once; the operator checks each partial's watermark against its own.
+
+When the task cannot tell (no batch id, a checkpoint on a file system this
+process does not see, an entry it cannot read), its rows travel unmerged,
+as they always may. A bounded run has no watermark until its end: every
+valid row is on time.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from krishiv_py.errors import PlanError
+from krishiv_py.runtime.checkpoint_log import batch_watermark_ms
+
+__all__ = ["BATCH_ID_PROPERTY", "BatchWatermark", "local_path"]
+
+#: The local property Spark sets on every task of a streaming micro-batch.
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+
+
+@attrs.frozen(kw_only=True)
+class BatchWatermark:
+    """``merge_under`` of :func:`~krishiv_py.stateful.operator.pack_rows`, as the job sets it up.
+
+    ``checkpoint_dir``: the streaming query's checkpoint; ``None`` for a
+    bounded run. ``shift_ms``: the plan's event-time shift, which the
+    operator takes off Spark's watermark too.
+    """
+
+    checkpoint_dir: str | None
+    shift_ms: int = 0
+    streaming: bool = True
+
+    def __call__(self) -> tuple[bool, int | None]:
+        if not self.streaming:
+            return True, None
+        path = local_path(self.checkpoint_dir)
+        if path is None:
+            return False, None
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        batch = context.getLocalProperty(BATCH_ID_PROPERTY) if context is not None else None
+        if batch is None:
+            return False, None
+        try:
+            spark_ms = batch_watermark_ms(path, int(batch))
+        except (OSError, ValueError, PlanError):
+            return False, None
+        return True, (None if spark_ms <= 0 else spark_ms - self.shift_ms)
+
+
+def local_path(location: str | None) -> str | None:
+    """A checkpoint location as a path of this machine's file system (None: another file system)."""
+    if location is None:
+        return None
+    if location.startswith("file://"):
+        return location[len("file://") :]
+    if location.startswith("file:"):
+        return location[len("file:") :]
+    if "://" in location:
+        return None
+    return location
