@@ -363,7 +363,7 @@ def _merged_delays(
     ts_col = rows.column(BATCH_TS).combine_chunks()
     merged = on_time_rows(spec.kernel, ts_col, watermark)
     ts = np.asarray(ts_col.fill_null(0).to_numpy(zero_copy_only=False), np.int64)[merged]
-    slots = bucket_of(np.maximum((watermark + spec.profile_lag_ms) - np.floor_divide(ts, 1000), 0))
+    slots = _delay_slots(ts, watermark, spec.profile_lag_ms)
     width = int(slots.max(initial=0)) + 1
     owners = buckets[merged].astype(np.int64)
     counts = np.bincount(owners * width + slots, minlength=(int(owners.max(initial=0)) + 1) * width)
@@ -538,8 +538,12 @@ def delay_counts(batch: pa.Table, watermark: int | None, lag_ms: int) -> np.ndar
     us = np.asarray(ts.to_numpy(zero_copy_only=False))
     if ts.null_count:
         us = us[np.asarray(ts.is_valid().to_numpy(zero_copy_only=False), bool)].astype(np.int64)
-    delays = np.maximum((watermark + lag_ms) - np.floor_divide(us, 1000), 0)
-    return np.bincount(bucket_of(delays)).astype(np.int64)
+    return np.bincount(_delay_slots(us, watermark, lag_ms)).astype(np.int64)
+
+
+def _delay_slots(ts_us: np.ndarray, watermark: int, lag_ms: int) -> np.ndarray:
+    """Each event time's histogram bucket: its delay behind ``watermark + lag_ms`` (0 when ahead)."""
+    return bucket_of(np.maximum((watermark + lag_ms) - np.floor_divide(ts_us, 1000), 0))
 
 
 def _late_rows(
