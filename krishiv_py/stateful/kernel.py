@@ -326,11 +326,7 @@ def _add_fixed(
                 spec, batch.take(arrow(rows)), ts[rows], seq[rows], starts * 1000, ends * 1000, state.schema
             ),
         )
-    if parts:
-        new = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
-        state, fired = _merge_new(spec, state, new, session=False)
-        if fired is not None:
-            early.append(fired)
+    state = _merge_windows(spec, state, parts, early)
     return state, kept, valid & ~kept
 
 
@@ -366,11 +362,7 @@ def _add_fixed_by_pane(
     kept = np.zeros(len(ts), bool)
     parts = [] if merged is None or not merged.num_rows else [_merged_windows(spec, merged, state.schema)]
     if not len(idx):
-        if parts:
-            state, fired = _merge_new(spec, state, parts[0], session=False)
-            if fired is not None:
-                early.append(fired)
-        return state, kept, kept
+        return _merge_windows(spec, state, parts, early), kept, kept
     slide = spec.window.slide_ms
     ts_ms = np.floor_divide(ts[idx], 1000)
     pane = ts_ms - ts_ms % slide
@@ -409,14 +401,24 @@ def _add_fixed_by_pane(
             state.schema,
         )
         parts.insert(0, new)
-    if parts:
-        new = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
-        state, fired = _merge_new(spec, state, new, session=False)
-        if fired is not None:
-            early.append(fired)
+    state = _merge_windows(spec, state, parts, early)
     valid = np.zeros(len(ts), bool)
     valid[idx] = True
     return state, kept, valid & ~kept
+
+
+def _merge_windows(
+    spec: KernelSpec, state: pa.Table, parts: list[pa.Table], early: list[pa.Table]
+) -> pa.Table:
+    """``state`` with the new window rows of ``parts`` merged in (their firings into ``early``)."""
+    if not parts:
+        return state
+    state, fired = _merge_new(
+        spec, state, parts[0] if len(parts) == 1 else pa.concat_tables(parts), session=False
+    )
+    if fired is not None:
+        early.append(fired)
+    return state
 
 
 def _merged_windows(spec: KernelSpec, merged: pa.Table, schema: pa.Schema) -> pa.Table:
