@@ -183,6 +183,32 @@ def test_a_map_task_merges_its_on_time_rows_and_the_bucket_gets_the_same_windows
     assert spec.profile_lag_ms is not None
 
 
+def test_partials_merged_by_two_map_tasks_combine_in_their_bucket() -> None:
+    """Each task's merge may take another path (keys in order or not): the columns line up all the same."""
+    stream = _placeholder(SCHEMA).watermark("t", 5_000).key_by("k").tumbling_window(60_000)
+    aggs = [kp.count(kp.col("*")), kp.min(kp.col("n")), kp.avg(kp.col("x")), kp.sum(kp.col("n"))]
+    recipe = stream.agg(*aggs).lower(lowering="stateful")
+    assert recipe.stateful is not None
+    spec = recipe.stateful.operator
+    watermark = 120_000
+    # Task one's keys come in order (a, a, b), task two's do not (b, a, b).
+    tasks = [(["a", "a", "b"], [130_000, 131_000, 125_000]), (["b", "a", "b"], [126_000, 132_000, 127_000])]
+    merged_packs: list[pa.RecordBatch] = []
+    plain_packs: list[pa.RecordBatch] = []
+    for keys, ts in tasks:
+        rows = _rows().slice(0, 3).set_column(0, "k", pa.array(keys))
+        rows = rows.set_column(rows.schema.get_field_index("x"), "x", pa.array([0.5, None, -2.0]))
+        encoded = _encode(spec, rows, [0, 0, 0], [t * 1000 for t in ts])
+        merged_packs += op.pack_rows(spec, encoded.to_batches(), merge_under=lambda: (True, watermark))
+        plain_packs += op.pack_rows(spec, encoded.to_batches())
+    got = op.decode_input(spec, _frames(merged_packs, 0))
+    assert got.merged is not None and got.rows.num_rows == 0
+    assert np.sort(got.merged.column("__kp_rows").to_numpy()).tolist() == [1, 1, 2, 2]
+    whole = op.decode_input(spec, _frames(plain_packs, 0))
+    assert whole.merged is None and whole.rows.num_rows == 6
+    assert _run(spec, got.rows, got.merged, watermark) == _run(spec, whole.rows, None, watermark)
+
+
 def test_a_map_task_that_cannot_learn_the_watermark_packs_rows_only() -> None:
     spec = _spec()
     rows, buckets, ts_us = _keyed_rows([130_000, 125_000, 60_000])

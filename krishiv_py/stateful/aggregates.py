@@ -178,23 +178,34 @@ def _nan_flags(col: pa.Array[Any]) -> npt.NDArray[np.int64]:
 def merge(
     specs: Sequence[AggSpec], parts: dict[str, pa.Array[Any]], ids: npt.NDArray[np.int64], n_groups: int
 ) -> dict[str, pa.Array[Any]]:
-    """Merge the partials of rows with equal ``ids`` into ``n_groups`` accumulators."""
+    """Merge the partials of rows with equal ``ids`` into ``n_groups`` accumulators.
+
+    The columns come in the order of ``specs`` whatever path merged them,
+    so the merges of different batches concatenate as they are.
+    """
     simple: list[tuple[str, HashAggregation]] = []
     out: dict[str, pa.Array[Any]] = {}
+    names: list[str] = []
     for i, s in enumerate(specs):
         p = s.prefix(i)
         if s.func in ("count", "sum", "avg"):
-            simple.append((p + "c", "sum"))
+            mine: list[tuple[str, HashAggregation]] = [(p + "c", "sum")]
             if s.func != "count":
-                simple.append((p + "s", "sum"))
+                mine.append((p + "s", "sum"))
             if p + "h" in parts:
-                simple.append((p + "h", "sum"))
+                mine.append((p + "h", "sum"))
+            simple += mine
+            names += [c for c, _ in mine]
         elif s.func in ("min", "max"):
             simple += [(p + "v", cast(HashAggregation, s.func)), (p + "n", "sum")]
+            names += [p + "v", p + "n"]
         elif s.func == "count_distinct":
             out[p + "d"] = merge_distinct(parts[p + "d"], ids, n_groups)
+            names.append(p + "d")
         else:
-            out.update(_merge_pick(p, parts, ids, n_groups, last=s.func == "last"))
+            picked = _merge_pick(p, parts, ids, n_groups, last=s.func == "last")
+            out.update(picked)
+            names += list(picked)
     if simple and _ascending(ids, n_groups):
         # Ids in ascending order (every group present): integer sums without hashing.
         starts = np.flatnonzero(np.concatenate([[True], ids[1:] != ids[:-1]]))
@@ -205,12 +216,11 @@ def merge(
     if simple:
         table = table_of({"g": ids, **{c: parts[c] for c, _ in simple}})
         grouped = table.group_by("g", use_threads=False).aggregate(simple)
-        order = np.argsort(grouped.column("g").to_numpy())
-        grouped = grouped.take(order)
+        grouped = grouped.take(np.argsort(grouped.column("g").to_numpy()))
         for c, how in simple:
             merged = grouped.column(f"{c}_{how}").combine_chunks()
             out[c] = merged.cast(parts[c].type) if merged.type != parts[c].type else merged
-    return out
+    return {c: out[c] for c in names}
 
 
 def _ascending(ids: npt.NDArray[np.int64], n_groups: int) -> bool:
