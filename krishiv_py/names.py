@@ -55,7 +55,6 @@ __all__ = [
     "STATE_BLOB",
     "STATE_DDL",
     "SUBQUERY",
-    "TS_NULL",
     "TS_VALUE",
     "WATERMARK_MARKER",
     "WINDOW",
@@ -64,7 +63,6 @@ __all__ = [
     "arithmetic_observation",
     "arithmetic_sum_metric",
     "counts_input",
-    "encoded_null",
     "encoded_value",
     "input_observation",
     "is_arithmetic_metric",
@@ -170,8 +168,8 @@ def pane_part(i: int, part: str) -> str:
 
 #: The key bucket a row is grouped by.
 BUCKET = "__kp_bucket"
-#: Event time (µs, unshifted) as a non-null value, and whether it is null.
-TS_VALUE, TS_NULL = "__kp_tsv", "__kp_tsn"
+#: Event time (µs, unshifted; null: invalid).
+TS_VALUE = "__kp_tsv"
 #: One bucket call's output (Arrow IPC streams) and a bucket's state blob.
 PAYLOAD, STATE_BLOB = "__kp_payload", "__kp_state"
 #: The all-null column that carries Spark's watermark metadata to the operator.
@@ -186,11 +184,6 @@ STATE_DDL = f"{STATE_BLOB} binary"
 def encoded_value(i: int) -> str:
     """The operator's input column ``i``: its values (null-free for flagged columns)."""
     return f"__kp_c{i}"
-
-
-def encoded_null(i: int) -> str:
-    """The operator's input column ``i``: whether a value is null (flagged columns only)."""
-    return f"__kp_n{i}"
 
 
 #: The kernel's batches: event time in µs (null when invalid); arrival order is :data:`SEQ`.

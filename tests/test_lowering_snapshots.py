@@ -301,5 +301,7 @@ def test_stateful_recipe_keeps_invalid_rows_and_buckets_keys() -> None:
     assert "IS NOT NULL" not in text  # rows without event time reach the operator (late-event handler)
     assert "pmod(hash(`user_id`), 16)" in text
     assert "applyInPandasWithState" in text and "'NoTimeout'" in text
-    assert "unix_micros(`event_time`)" in text  # timestamps travel as µs, never as pandas datetimes
+    # Columns reach the packer as mapInArrow's exact Arrow columns, the event time as µs (null: invalid).
+    assert "'`event_time` AS `__kp_c1`'" in text and "'`amount` AS `__kp_c2`'" in text
+    assert "unix_micros(`__kp_et`) - " in text and "coalesce(" not in text
     assert recipe.output_schema.names[-1] == "kind"

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 import pytest
 
 import krishiv_py as kp
-from krishiv_py.names import BATCH_TS, BUCKET, PACKED, SEQ, TS_NULL, TS_VALUE
+from krishiv_py.names import BATCH_TS, BUCKET, PACKED, SEQ, TS_VALUE
 from krishiv_py.stateful import operator as op
 from krishiv_py.testing.steps import _placeholder
 
@@ -66,21 +66,14 @@ def _rows() -> pa.Table:
 
 
 def _encode(spec: Any, rows: pa.Table, buckets: list[int], ts_us: list[int | None]) -> pa.Table:
-    """``rows`` as the SQL step hands them to the packer."""
+    """``rows`` as the SQL step hands them to the packer (Spark gives timestamps the session's zone)."""
     cols: dict[str, Any] = {BUCKET: pa.array(buckets, pa.int32())}
     for c in spec.columns:
         column = rows.column(c.name).combine_chunks()
-        if c.encoding == "object":
-            cols[c.value] = column
-            continue
         if pa.types.is_timestamp(c.type):
-            column = column.cast(pa.int64())
-        cols[c.value] = column.fill_null(
-            pa.scalar(0 if not pa.types.is_boolean(c.type) else False, column.type)
-        )
-        cols[c.null] = column.is_null()
-    cols[TS_VALUE] = pa.array([0 if v is None else v for v in ts_us], pa.int64())
-    cols[TS_NULL] = pa.array([v is None for v in ts_us])
+            column = column.cast(pa.timestamp("us", tz="America/New_York"))
+        cols[c.value] = column
+    cols[TS_VALUE] = pa.array(ts_us, pa.int64())
     cols[SEQ] = pa.array(np.arange(len(buckets), dtype=np.int64) + 100)
     return pa.table(cols)
 

@@ -12,15 +12,14 @@ Input packing
     Spark hands ``applyInPandasWithState`` its rows as pandas frames, one
     row at a time through the shuffle. So the rows are packed before the
     shuffle instead: :func:`pack_rows` runs in the map tasks
-    (``mapInArrow``), rebuilds each row's exact Arrow columns, splits the
-    task's rows by key bucket and emits one row per bucket holding them as
-    an Arrow IPC stream (``__kp_packed``). The shuffle and the pandas
-    hand-over then move a few large values per bucket instead of every row,
-    and :func:`decode_input` reads the streams back without a conversion.
-    The rows reach the packer encoded as in SQL (the columns a pandas frame
-    could not hold exactly: every numeric, boolean and timestamp column as a
-    non-null value column plus a null flag, timestamps as µs since the
-    epoch; strings, binary, decimals and dates as they are).
+    (``mapInArrow``), splits the task's rows by key bucket and emits one
+    row per bucket holding them as an Arrow IPC stream (``__kp_packed``).
+    The shuffle and the pandas hand-over then move a few large values per
+    bucket instead of every row, and :func:`decode_input` reads the streams
+    back without a conversion. The rows reach the packer as exact Arrow
+    columns (``mapInArrow`` keeps nulls, NaN, -0.0 and timestamps of any
+    year), renamed so that no user column meets an internal one, with the
+    event time in µs (null: invalid) and the arrival order.
 Merging before the shuffle
     Where the packer learns the micro-batch's watermark (``merge_under``:
     the job reads it from the query's offset log, which Spark writes before
@@ -46,7 +45,7 @@ import itertools
 import struct
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import numpy as np
@@ -60,9 +59,7 @@ from krishiv_py.names import (
     PACKED,
     PAYLOAD,
     SEQ,
-    TS_NULL,
     TS_VALUE,
-    encoded_null,
     encoded_value,
 )
 from krishiv_py.plan.windows import EventSlidingWindow
@@ -139,16 +136,12 @@ class InputColumn:
 
     name: str
     type: pa.DataType
-    encoding: Literal["flagged", "object"]
     index: int
 
     @property
     def value(self) -> str:
+        """The column's name in the packer's input."""
         return encoded_value(self.index)
-
-    @property
-    def null(self) -> str:
-        return encoded_null(self.index)
 
 
 @attrs.frozen(kw_only=True)
@@ -372,27 +365,17 @@ def _merged_delays(
 
 
 def decode_encoded(spec: OperatorSpec, table: pa.Table) -> pa.Table:
-    """The exact Arrow rows of encoded ``table`` (as SQL encodes them), plus ``__kp_ts``/``__kp_seq``."""
-    cols: dict[str, pa.Array[Any]] = {c.name: _decode_column(c, table) for c in spec.columns}
-    ts = table.column(TS_VALUE).to_numpy().astype(np.int64, copy=False)
-    cols[BATCH_TS] = arrow(ts, mask=_flags(table, TS_NULL))
-    cols[SEQ] = arrow(table.column(SEQ).to_numpy().astype(np.int64, copy=False))
+    """The rows of ``table`` (as SQL hands them to the packer) by name, plus ``__kp_ts``/``__kp_seq``."""
+    cols: dict[str, pa.Array[Any]] = {c.name: _exact(table.column(c.value), c.type) for c in spec.columns}
+    cols[BATCH_TS] = _exact(table.column(TS_VALUE), pa.int64())
+    cols[SEQ] = _exact(table.column(SEQ), pa.int64())
     return pa.table(cols)
 
 
-def _flags(table: pa.Table, name: str) -> np.ndarray:
-    return np.asarray(table.column(name).to_numpy(zero_copy_only=False), bool)
-
-
-def _decode_column(c: InputColumn, table: pa.Table) -> pa.Array[Any]:
-    column = table.column(c.value).combine_chunks()
-    if c.encoding == "object":
-        return column if column.type == c.type else column.cast(c.type)
-    mask = _flags(table, c.null)
-    values = np.asarray(column.to_numpy(zero_copy_only=False))
-    if pa.types.is_timestamp(c.type):
-        return arrow(values.astype(np.int64, copy=False), mask=mask).cast(c.type)
-    return arrow(values, mask=mask).cast(c.type)
+def _exact(column: pa.ChunkedArray[Any], to: pa.DataType) -> pa.Array[Any]:
+    """``column`` as one array of type ``to`` (a timestamp's zone is metadata: the values stay)."""
+    one = column.combine_chunks()
+    return one if one.type == to else one.cast(to)
 
 
 @attrs.frozen(kw_only=True)

@@ -28,11 +28,11 @@ from typing import Any
 
 import attrs
 
-from krishiv_py.names import BUCKET, ET, PACKED, SEQ, TS_NULL, TS_VALUE
+from krishiv_py.names import BUCKET, ET, PACKED, SEQ, TS_VALUE
 from krishiv_py.plan import nodes as n
 from krishiv_py.planner.spark.recipe import RecipeNode, SelectExprs, SparkRecipe, StatefulApply
 from krishiv_py.planner.sql import quote
-from krishiv_py.types import DataType, Schema
+from krishiv_py.types import Schema
 
 __all__ = ["BUCKETS", "StatefulApply", "lower_stateful_window", "operator_spec", "with_buckets"]
 
@@ -40,18 +40,6 @@ __all__ = ["BUCKETS", "StatefulApply", "lower_stateful_window", "operator_spec",
 #: a few per core of a small cluster. A streaming job picks its own number when it first starts
 #: (:func:`with_buckets`) and keeps it in its checkpoint.
 BUCKETS = 16
-
-_FLAGGED = (
-    "tinyint",
-    "smallint",
-    "int",
-    "bigint",
-    "float",
-    "double",
-    "boolean",
-    "timestamp",
-    "timestamp_ntz",
-)
 
 
 def operator_spec(node: n.WindowAggregate, *, shift_ms: int) -> Any:
@@ -67,7 +55,6 @@ def operator_spec(node: n.WindowAggregate, *, shift_ms: int) -> Any:
         InputColumn(
             name=f.name,
             type=arrow.field(f.name).type,
-            encoding="flagged" if f.dtype.name in _FLAGGED else "object",
             index=i,
         )
         for i, f in enumerate(schema)
@@ -122,16 +109,12 @@ def lower_stateful_window(
     schema = n.schema_of(node.input)
     hashed = _hashed(node, schema)
     exprs: list[str] = [f"{_bucket_expr(hashed, spec.buckets)} AS {quote(BUCKET)}"]
-    for c, f in zip(spec.columns, schema, strict=True):
-        if c.encoding == "flagged":
-            exprs += [f"coalesce({_flagged(f.name, f.dtype)}, {_zero(f.dtype)}) AS {quote(c.value)}"]
-            exprs += [f"{quote(f.name)} IS NULL AS {quote(c.null)}"]
-        else:
-            exprs.append(f"{quote(f.name)} AS {quote(c.value)}")
+    # mapInArrow hands the packer exact Arrow columns (nulls, NaN, -0.0, µs timestamps of any
+    # year): each column travels as it is, under a name no user column can take.
+    exprs += [f"{quote(c.name)} AS {quote(c.value)}" for c in spec.columns]
     shift_us = shift_ms * 1000
     exprs += [
-        f"coalesce(unix_micros({quote(ET)}) - {shift_us}L, 0L) AS {quote(TS_VALUE)}",
-        f"{quote(ET)} IS NULL AS {quote(TS_NULL)}",
+        f"unix_micros({quote(ET)}) - {shift_us}L AS {quote(TS_VALUE)}",
         f"{quote(SEQ)} AS {quote(SEQ)}",
     ]
     ticks = (quote(BUCKET), f"CAST(NULL AS BINARY) AS {quote(PACKED)}")
@@ -176,19 +159,3 @@ def _hashed(node: n.WindowAggregate, schema: Schema) -> str | None:
 
 def _bucket_expr(hashed: str | None, buckets: int) -> str:
     return "0" if hashed is None else f"CAST(pmod(hash({hashed}), {buckets}) AS INT)"
-
-
-def _flagged(name: str, dtype: DataType) -> str:
-    if dtype.name == "timestamp":
-        return f"unix_micros({quote(name)})"
-    if dtype.name == "timestamp_ntz":
-        return f"unix_micros(CAST({quote(name)} AS TIMESTAMP))"
-    return quote(name)
-
-
-def _zero(dtype: DataType) -> str:
-    if dtype.name == "boolean":
-        return "false"
-    if dtype.name.startswith("timestamp"):
-        return "0L"
-    return f"CAST(0 AS {dtype.name.upper()})"
