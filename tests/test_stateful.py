@@ -12,6 +12,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any, cast
 
 import pyarrow as pa
@@ -455,3 +456,103 @@ def test_map_tasks_merge_on_time_rows_under_the_operators_watermark(session: kp.
         assert metrics.future_events == 1  # c@300, 95 ms past watermark 205 (tolerance 60), merged
     finally:
         job.stop()
+
+
+EXACT_SCHEMA = (
+    "k string, t bigint, i8 tinyint, i16 smallint, i32 int, i64 bigint, f float, d double, b boolean, "
+    "ts timestamp, day date, price decimal(38,2), raw binary"
+)
+
+
+def test_every_column_reaches_the_operator_exactly(session: kp.Session) -> None:
+    """Extremes, NaN, -0.0, nulls and far years survive the packer: in the aggregates and in late rows."""
+    utc = dt.UTC
+    i64 = 2**63 - 1
+    rows: list[dict[str, Any]] = [
+        {
+            "k": "a",
+            "t": 5,
+            "i8": -128,
+            "i16": 32767,
+            "i32": -(2**31),
+            "i64": i64,
+            "f": float("nan"),
+            "d": -0.0,
+            "b": True,
+            "ts": dt.datetime(1, 1, 1, tzinfo=utc),
+            "day": dt.date(1, 1, 1),
+            "price": Decimal("999999999999999999999999999999999999.99"),
+            "raw": b"\x00",
+        },
+        {
+            "k": "a",
+            "t": 6,
+            "i8": None,
+            "i16": None,
+            "i32": None,
+            "i64": -i64 - 1,
+            "f": float("-inf"),
+            "d": None,
+            "b": None,
+            "ts": dt.datetime(9999, 12, 31, 23, 59, 59, 999_999, tzinfo=utc),
+            "day": None,
+            "price": None,
+            "raw": None,
+        },
+        {
+            "k": None,
+            "t": 7,
+            "i8": 127,
+            "i16": -32768,
+            "i32": 2**31 - 1,
+            "i64": None,
+            "f": -0.0,
+            "d": 1.5,
+            "b": False,
+            "ts": None,
+            "day": dt.date(9999, 12, 31),
+            "price": Decimal("-0.01"),
+            "raw": b"",
+        },
+    ]
+    # The same rows without an event time go to the handler as they were sent.
+    invalid = [{**r, "t": None} for r in rows]
+    numeric = ["i8", "i16", "i32", "i64", "f", "d", "ts", "day", "price"]
+
+    def build(s: kp.Stream) -> kp.Stream:
+        w = s.watermark("t", 0).key_by("k").tumbling_window(10)
+        w = w.with_late_event_handler(kp.SideOutputLateEventHandler())
+        return w.agg(
+            kp.count(kp.col("*")),
+            *(kp.min(kp.col(c)) for c in numeric),
+            *(kp.max(kp.col(c)) for c in numeric),
+            kp.first(kp.col("raw")),
+            kp.last(kp.col("b")),
+        )
+
+    stream, sender = session.memory_stream(EXACT_SCHEMA)
+    job = build(stream).start(lowering="stateful")
+    try:
+        sender.send(rows + invalid)
+        sender.close()
+        job.process_all_available()
+        got = job.results().to_pylist()
+        late = job.late_events().to_pylist()
+    finally:
+        job.stop()
+    want = run_reference(EXACT_SCHEMA, build, [Send(rows), Close()])[-1]
+    by_key = {r["k"]: r for r in got}
+    assert len(got) == len(want) == len(by_key)
+    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+    for w in want:
+        mine = by_key[w["k"]]
+        assert (mine.pop("window_start"), w.pop("window_start")) == (epoch, 0)
+        assert (mine.pop("window_end"), w.pop("window_end")) == (epoch + dt.timedelta(milliseconds=10), 10)
+        assert _exactly(mine) == _exactly(w)
+    sent = [_exactly({c: r[c] for c in invalid[0]}) for r in late]
+    assert sorted(sent, key=repr) == sorted(map(_exactly, invalid), key=repr)
+
+
+def _exactly(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with floats as their repr: NaN equals NaN, -0.0 differs from 0.0."""
+    return {c: repr(v) if isinstance(v, float) else v for c, v in row.items()}
