@@ -255,7 +255,8 @@ PACK_ROWS = 1 << 18
 #: (no watermark yet) or ``(False, None)`` (unknown: its rows are not merged).
 MapWatermark = tuple[bool, int | None]
 #: Schema metadata of a stream of merged partials: the watermark they were merged under
-#: (``none``: no watermark yet) and the delay histogram counts of their rows.
+#: (``none``: no watermark yet) and the delay histogram counts of their rows (little-endian
+#: int64s).
 MERGED_UNDER, MERGED_DELAYS = b"krishiv.merged_under", b"krishiv.merged_delays"
 
 
@@ -340,7 +341,7 @@ def _by_bucket(
             part = part.replace_schema_metadata(
                 {
                     MERGED_UNDER: b"none" if merged_under is None else str(merged_under).encode(),
-                    MERGED_DELAYS: ",".join(str(int(c)) for c in counts).encode(),
+                    MERGED_DELAYS: np.asarray(counts, "<i8").tobytes(),
                 }
             )
         blobs.append(_dump_table(part))
@@ -422,7 +423,7 @@ def decode_input(spec: OperatorSpec, frames: list[pd.DataFrame]) -> BucketInput:
             continue
         mark = meta[MERGED_UNDER].decode()
         under.add(None if mark == "none" else int(mark))
-        counts = np.array([int(c) for c in meta[MERGED_DELAYS].decode().split(",") if c], np.int64)
+        counts = np.frombuffer(meta[MERGED_DELAYS], "<i8").astype(np.int64)
         delays = _added(delays, counts)
         merged.append(table.replace_schema_metadata(None))
     return BucketInput(
