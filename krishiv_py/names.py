@@ -182,7 +182,7 @@ STATE_DDL = f"{STATE_BLOB} binary"
 
 
 def encoded_value(i: int) -> str:
-    """The operator's input column ``i``: its values (null-free for flagged columns)."""
+    """The operator's input column ``i``, as it reaches the packer."""
     return f"__kp_c{i}"
 
 

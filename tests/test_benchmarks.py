@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from benchmarks import data, protocol, report
+from benchmarks import data, packer_input, protocol, report
 from benchmarks.__main__ import (
     ALL_RUNNERS,
     FULL_RUN_QUERIES,
@@ -572,3 +572,31 @@ def test_chaos_reads_window_starts_to_the_exact_millisecond() -> None:
     assert int(start.timestamp() * 1000) == 32_299  # what a float product gives
     assert epoch_ms(start) == 32_300
     assert epoch_ms(start.replace(tzinfo=None)) == 32_300
+
+
+def test_both_packer_inputs_decode_to_the_same_rows() -> None:
+    """``benchmarks.packer_input`` times like against like: both encodings give the operator's columns."""
+    times = pa.array([0, None, -62_135_596_800_000_000], pa.int64())  # the epoch, none, the year 1
+    amount = pa.array([float("nan"), -0.0, None])
+    old = pa.table(
+        {
+            "__kp_c0": ["a", None, "b"],
+            "__kp_c1": times.fill_null(0),
+            "__kp_n1": times.is_null(),
+            "__kp_c2": amount.fill_null(0.0),
+            "__kp_n2": amount.is_null(),
+            "__kp_tsv": times.fill_null(0),
+            "__kp_tsn": times.is_null(),
+        }
+    )
+    new = pa.table(
+        {
+            "__kp_c0": ["a", None, "b"],
+            "__kp_c1": times.cast(pa.timestamp("us", tz="Etc/UTC")),
+            "__kp_c2": amount,
+            "__kp_tsv": times,
+        }
+    )
+    got_old, got_new = packer_input.old_decode(old), packer_input.new_decode(new)
+    assert got_old.schema == got_new.schema
+    assert repr(got_old.to_pylist()) == repr(got_new.to_pylist())  # repr: NaN equals NaN, -0.0 is not 0.0
