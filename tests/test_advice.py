@@ -15,10 +15,10 @@ from krishiv_py.advice import DelayHistogram, WatermarkAdvice, advise_watermark,
 from krishiv_py.advice.replay import read_batches
 from krishiv_py.api.stream import Stream
 from krishiv_py.cli import main
+from krishiv_py.model.reference import AggSpec
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.windows import TumblingWindow
 from krishiv_py.testing import ReferenceModel
-from krishiv_py.testing.reference import AggSpec
 from krishiv_py.types import to_schema
 
 SCHEMA = to_schema("user_id bigint, event_time bigint")

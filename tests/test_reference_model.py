@@ -21,16 +21,16 @@ from hypothesis import strategies as st
 
 import krishiv_py as kp
 from krishiv_py.errors import PlanError, SchemaError, SourceClosedError
-from krishiv_py.plan.emission import Accumulation, Trigger
-from krishiv_py.plan.watermarks import MAX_EVENT_MS
-from krishiv_py.plan.windows import SessionWindow, SlidingWindow, TumblingWindow
-from krishiv_py.testing.compare import assert_same_rows, normalize_rows
-from krishiv_py.testing.reference import (
+from krishiv_py.model.reference import (
     END_OF_TIME_MS,
     AggSpec,
     ReferenceMetrics,
     ReferenceModel,
 )
+from krishiv_py.plan.emission import Accumulation, Trigger
+from krishiv_py.plan.watermarks import MAX_EVENT_MS
+from krishiv_py.plan.windows import SessionWindow, SlidingWindow, TumblingWindow
+from krishiv_py.testing.compare import assert_same_rows, normalize_rows
 from krishiv_py.testing.steps import (
     AdvanceWatermark,
     Close,

@@ -22,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import krishiv_py as kp
+from krishiv_py.model.reference import ReferenceModel
 from krishiv_py.names import BATCH_TS, SEQ
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.watermarks import END_OF_TIME_MS, MAX_EVENT_MS, MIN_EVENT_MS
@@ -31,7 +32,6 @@ from krishiv_py.stateful import kernel
 from krishiv_py.stateful.premerge import premerge, premergeable
 from krishiv_py.stateful.state import FIRST, WINDOW_END, WINDOW_START
 from krishiv_py.testing import AdvanceWatermark, Close, Send, Step, assert_same_rows
-from krishiv_py.testing.reference import ReferenceModel
 from krishiv_py.testing.steps import _placeholder, reference_model_for
 
 SCHEMA = "k string, t bigint, v bigint"

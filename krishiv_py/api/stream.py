@@ -22,7 +22,7 @@ from krishiv_py.plan.watermarks import MultiSourceWatermarkSpec, WatermarkSpec
 from krishiv_py.plan.windows import WindowSpec, check_ms
 from krishiv_py.runtime.engine import Engine, StartOptions
 from krishiv_py.sinks import MemorySink, Sink
-from krishiv_py.types import Schema
+from krishiv_py.types import Schema, to_schema
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from krishiv_py.planner.spark import SparkRecipe
     from krishiv_py.runtime.engine import Durability, Job
 
-__all__ = ["Stream"]
+__all__ = ["Stream", "placeholder"]
 
 
 class Stream(WindowAssigners):
@@ -505,3 +505,12 @@ def _names(what: str, value: object) -> tuple[str, ...]:
     if isinstance(value, (tuple, list)) and value and all(isinstance(v, str) for v in value):
         return tuple(value)
     raise PlanError(f"{what} takes a column name or a list of column names, got {value!r}")
+
+
+def placeholder(schema: Any, name: str = "input") -> Stream:
+    """A stream of ``schema`` with no engine: it builds plans and cannot run.
+
+    What the reference model and the timelines pass a pipeline function to
+    learn its plan (``pipeline(placeholder(schema))``).
+    """
+    return Stream(None, n.MemorySource(name=name, schema=to_schema(schema), path=""))

@@ -16,10 +16,10 @@ after every step::
 
 from __future__ import annotations
 
-from krishiv_py.testing.cascade import CascadeModel
+from krishiv_py.model.cascade import CascadeModel
+from krishiv_py.model.ranking import TopNModel, top_n_rows
+from krishiv_py.model.reference import AggSpec, ReferenceMetrics, ReferenceModel
 from krishiv_py.testing.compare import assert_same_rows, normalize_rows
-from krishiv_py.testing.ranking import TopNModel, top_n_rows
-from krishiv_py.testing.reference import AggSpec, ReferenceMetrics, ReferenceModel
 from krishiv_py.testing.steps import (
     AdvanceProcessingTime,
     AdvanceWatermark,

@@ -30,19 +30,26 @@ The rows the model dropped (very late) or could not window (invalid), after each
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeAlias, cast
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias
 
-import attrs
-
+from krishiv_py.api.stream import placeholder
 from krishiv_py.errors import PlanError
-from krishiv_py.plan import nodes as n
-from krishiv_py.plan.windows import SessionWindow, SlidingWindow, TumblingWindow
-from krishiv_py.testing.cascade import CascadeModel
+from krishiv_py.model.cascade import CascadeModel
+from krishiv_py.model.ranking import TopNModel
+from krishiv_py.model.reference import ReferenceModel
+from krishiv_py.model.steps import (
+    AdvanceProcessingTime,
+    AdvanceWatermark,
+    Close,
+    ManualClock,
+    Send,
+    Step,
+    model_for,
+    reference_model_for,
+)
+from krishiv_py.runtime.job import StreamingJob
 from krishiv_py.testing.compare import assert_same_rows
-from krishiv_py.testing.ranking import TopNModel
-from krishiv_py.testing.reference import AggSpec, ReferenceModel
-from krishiv_py.types import to_schema
 
 if TYPE_CHECKING:
     from krishiv_py._typing import Lowering
@@ -50,6 +57,11 @@ if TYPE_CHECKING:
     from krishiv_py.runtime.job import Job
     from krishiv_py.session import Session
     from krishiv_py.sinks import Sink
+
+Row: TypeAlias = Mapping[str, object]
+Result: TypeAlias = dict[str, object]
+#: A function from the source stream(s) to the result stream: one argument per source.
+Pipeline: TypeAlias = "Callable[..., Stream]"
 
 __all__ = [
     "AdvanceProcessingTime",
@@ -68,177 +80,10 @@ __all__ = [
     "run_streaming",
 ]
 
-Row: TypeAlias = Mapping[str, object]
-Result: TypeAlias = dict[str, object]
-#: A function from the source stream(s) to the result stream: one argument per source.
-Pipeline: TypeAlias = "Callable[..., Stream]"
-
-
-def _as_rows(rows: Iterable[Row]) -> tuple[Row, ...]:
-    return tuple(rows)
-
-
-@attrs.frozen
-class Send:
-    """One ``sender.send(rows)``: one step (``source``: which sender; default the first)."""
-
-    rows: tuple[Row, ...] = attrs.field(converter=_as_rows)
-    source: str | None = None
-
-
-@attrs.frozen
-class AdvanceWatermark:
-    """One ``sender.advance_watermark(ts_ms)`` (``source``: which sender; default the first)."""
-
-    ts_ms: int
-    source: str | None = None
-
-
-@attrs.frozen
-class Close:
-    """``sender.close()``: end of input of one source (``source``; default the first)."""
-
-    source: str | None = None
-
-
-@attrs.frozen
-class AdvanceProcessingTime:
-    """``ms`` of processing time pass with no input (one step; sources may go idle)."""
-
-    ms: int
-    source: None = None
-
-
-Step: TypeAlias = Send | AdvanceWatermark | Close | AdvanceProcessingTime
-
-
-class ManualClock:
-    """A processing-time clock in ms that moves only when told to (for scenarios).
-
-    >>> clock = ManualClock()
-    >>> clock.advance(1_500)
-    >>> clock()
-    1500.0
-    """
-
-    def __init__(self) -> None:
-        self._ms = 0.0
-
-    def __call__(self) -> float:
-        return self._ms
-
-    def advance(self, ms: float) -> None:
-        self._ms += ms
-
-
-def reference_model_for(
-    stream: Stream | n.PlanNode, *, clock: Callable[[], float] | None = None, record: bool = False
-) -> ReferenceModel:
-    """A :class:`ReferenceModel` for a ``source -> watermark -> window -> agg`` pipeline.
-
-    Several sources are modelled when the window's input is a union of
-    watermarked sources (``a.watermark(...).union(b.watermark(...))``, one
-    event-time column, a lag per source); the model's sources are the
-    streams' names. The model gets the pipeline's emission options (trigger,
-    allowed lateness, accumulation) and the watermark's future tolerance;
-    ``clock`` (processing time in ms) drives ``Trigger.on_interval`` and
-    idle timeouts (``idle_timeout_ms`` of the watermarks);
-    ``record=True`` keeps the model's :attr:`~ReferenceModel.log`.
-    ``stream`` may also be the plan itself (a job's ``plan``).
-    """
-    plan = getattr(stream, "plan", stream)
-    if not isinstance(plan, n.WindowAggregate):
-        raise PlanError("the reference model covers source -> watermark -> [key_by] -> window -> agg")
-    if n.cascade_of(plan) is not None:
-        raise PlanError("a window over windowed results has its own model: use model_for()")
-    inputs = plan.input.inputs if isinstance(plan.input, n.Union) else (plan.input,)
-    marks: list[n.Watermark] = []
-    for node in inputs:
-        if not isinstance(node, n.Watermark):
-            raise PlanError("the reference model covers source -> watermark -> [key_by] -> window -> agg")
-        if not isinstance(node.input, n.SOURCE_TYPES):
-            raise PlanError("the reference model covers pipelines without stateless steps before the window")
-        marks.append(node)
-    if len({m.column for m in marks}) > 1 or len({m.future_tolerance_ms for m in marks}) > 1:
-        raise PlanError(
-            "the reference model needs one event-time column and future tolerance for all sources"
-        )
-    wm = marks[0]
-    names = [cast("n.MemorySource", m.input).name for m in marks]
-    idle: int | dict[str, int | None] | None = wm.idle_timeout_ms
-    if len(marks) > 1:
-        idle = dict(zip(names, (m.idle_timeout_ms for m in marks), strict=True))
-    return ReferenceModel(
-        window=plan.window,
-        event_time=wm.column,
-        lag_ms=dict(zip(names, (m.lag_ms for m in marks), strict=True)) if len(marks) > 1 else wm.lag_ms,
-        keys=plan.keys,
-        aggregates=[AggSpec(name=a.name, func=a.func, column=a.column) for a in plan.aggregates],
-        sources=names if len(marks) > 1 else ("main",),
-        allowed_lateness_ms=plan.emission.allowed_lateness_ms,
-        trigger=plan.emission.trigger,
-        accumulation=plan.emission.accumulation,
-        future_tolerance_ms=wm.future_tolerance_ms,
-        idle_timeout_ms=idle,
-        state_ttl_ms=None if plan.emission.state_ttl is None else plan.emission.state_ttl.ttl_ms,
-        state_ttl_time="event" if plan.emission.state_ttl is None else plan.emission.state_ttl.time,
-        clock=clock,
-        record=record,
-    )
-
-
-def model_for(
-    stream: Stream | n.PlanNode, *, clock: Callable[[], float] | None = None
-) -> ReferenceModel | CascadeModel | TopNModel:
-    """The model of a pipeline: :func:`reference_model_for`, a :class:`CascadeModel` or a :class:`TopNModel`.
-
-    Window top-N right after a window's ``agg`` is modelled as the results
-    fire and are corrected (``kind`` on every row); compare it with a
-    retracting pipeline.
-
-    A window over windowed results (a cascade) is modelled when no stage
-    stands between the two windows (the model evaluates no expressions:
-    build a :class:`CascadeModel` with ``between=`` for those).
-    """
-    plan = getattr(stream, "plan", stream)
-    if isinstance(plan, n.TopN) and isinstance(plan.input, n.WindowAggregate):
-        return TopNModel(
-            model_for(plan.input, clock=clock),
-            n=plan.n,
-            by=plan.by,
-            keys=plan.keys,
-            ties=plan.ties,
-            ascending=plan.ascending,
-            allowed_lateness_ms=n.cascade_lateness_ms(plan.input),
-        )
-    cascade = n.cascade_of(plan) if isinstance(plan, n.WindowAggregate) else None
-    if cascade is None:
-        return reference_model_for(plan, clock=clock)
-    assert isinstance(plan, n.WindowAggregate)
-    if cascade.between:
-        raise PlanError(
-            "the reference model runs no expressions between two windows: build a CascadeModel "
-            "with between= for that pipeline"
-        )
-    if n.cascade_of(cascade.upstream) is not None:
-        raise PlanError("the reference model covers two windows, not more")
-    window = plan.window
-    assert isinstance(window, TumblingWindow | SlidingWindow | SessionWindow)
-    return CascadeModel(
-        reference_model_for(cascade.upstream, clock=clock),
-        window=window,
-        keys=plan.keys,
-        aggregates=[AggSpec(name=a.name, func=a.func, column=a.column) for a in plan.aggregates],
-        allowed_lateness_ms=n.cascade_lateness_ms(plan),
-        accumulation=plan.emission.accumulation,
-    )
-
 
 def _placeholder(schema: Any, name: str = "input") -> Stream:
-    from krishiv_py.api.stream import Stream
-
-    source = n.MemorySource(name=name, schema=to_schema(schema), path="")
-    return Stream(cast("Session", None), source)
+    """A stream of ``schema`` that only describes (no session): for building plans."""
+    return placeholder(schema, name)
 
 
 def _model_source(step: Step, sources: Sequence[str]) -> str:
@@ -368,8 +213,6 @@ def run_streaming(
 
 
 def _use_clock(job: Job, clock: ManualClock) -> None:
-    from krishiv_py.runtime.job import StreamingJob
-
     idle = job._idle if isinstance(job, StreamingJob) else None
     if idle is not None:
         idle.restart_clock(clock)

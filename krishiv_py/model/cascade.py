@@ -34,7 +34,7 @@ Rules (SPEC 3.11)
 Examples
 --------
 >>> from krishiv_py.plan.windows import TumblingWindow
->>> from krishiv_py.testing.reference import AggSpec, ReferenceModel
+>>> from krishiv_py.model.reference import AggSpec, ReferenceModel
 >>> minutes = ReferenceModel(window=TumblingWindow(size_ms=10), event_time="t", lag_ms=0,
 ...                          keys=["k"], aggregates=[AggSpec(name="n", func="count", column=None)])
 >>> model = CascadeModel(minutes, window=TumblingWindow(size_ms=20), keys=["k"],
@@ -50,16 +50,16 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
 from krishiv_py.errors import PlanError
-from krishiv_py.plan.emission import Accumulation
-from krishiv_py.plan.nodes import KIND_COLUMN
-from krishiv_py.plan.windows import SessionWindow, SlidingWindow, TumblingWindow
-from krishiv_py.testing.reference import (
+from krishiv_py.model.reference import (
     _NO_VALUE,
     _VALUE_AGGS,
     AggSpec,
     ReferenceMetrics,
     ReferenceModel,
 )
+from krishiv_py.plan.emission import Accumulation
+from krishiv_py.plan.nodes import KIND_COLUMN
+from krishiv_py.plan.windows import SessionWindow, SlidingWindow, TumblingWindow
 
 __all__ = ["CascadeModel"]
 

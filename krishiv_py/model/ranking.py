@@ -79,7 +79,7 @@ class TopNModel:
     watermark passes its end plus ``allowed_lateness_ms``.
 
     >>> from krishiv_py.plan.windows import TumblingWindow
-    >>> from krishiv_py.testing.reference import AggSpec, ReferenceModel
+    >>> from krishiv_py.model.reference import AggSpec, ReferenceModel
     >>> up = ReferenceModel(window=TumblingWindow(size_ms=10), event_time="t", lag_ms=0, keys=["k"],
     ...                     aggregates=[AggSpec(name="n", func="count", column=None)],
     ...                     allowed_lateness_ms=20, accumulation="retracting")
