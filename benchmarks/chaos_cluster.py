@@ -160,7 +160,7 @@ def task_failures(spark: Any) -> dict[str, int]:
 def child_connect(state_dir: str, url: str, seed: int, count: int, size: int, lowering: str) -> int:
     """A Spark Connect client: run the job; whenever its server went away, resume it from a new session."""
     import krishiv_py as kp
-    from krishiv_py.runtime.spark_errors import server_gone
+    from krishiv_py.spark_errors import server_gone
 
     data = batches(seed, count, size)
     deadline = time.monotonic() + 900

@@ -252,8 +252,8 @@ class _MemoryWriter:
     def results(self) -> pa.Table:
         import pyarrow as pa
 
-        from krishiv_py.runtime.results import conform
-        from krishiv_py.runtime.spark_errors import spark_call
+        from krishiv_py.spark_errors import spark_call
+        from krishiv_py.types import conform
 
         name, schema = self._spark_table, self._context.schema
         if name is not None:
@@ -277,7 +277,7 @@ class _ParquetWriter:
         return writer.format("parquet").option("path", self.path)
 
     def spark_batch(self, df: Any) -> None:
-        from krishiv_py.runtime.spark_errors import spark_call
+        from krishiv_py.spark_errors import spark_call
 
         spark_call("writing Parquet", lambda: df.write.mode("append").parquet(self.path))
 
@@ -318,8 +318,8 @@ class _ForeachWriter:
 
 def read_parquet_results(spark: Any, path: str, schema: Schema) -> pa.Table:
     """The committed rows under a ParquetSink path (empty before the first commit)."""
-    from krishiv_py.runtime.results import conform
-    from krishiv_py.runtime.spark_errors import spark_call
+    from krishiv_py.spark_errors import spark_call
+    from krishiv_py.types import conform
 
     if not os.path.isdir(path) or not any(f.endswith(".parquet") for _, _, fs in os.walk(path) for f in fs):
         return schema.to_arrow().empty_table()

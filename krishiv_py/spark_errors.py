@@ -2,8 +2,9 @@
 
 :func:`spark_call` runs a call into Spark and raises a ``JobError`` that
 carries :func:`spark_cause` (the informative lines of Spark's message, not
-its Java or Py4J traceback), with the restart hint of
-:mod:`krishiv_py.runtime.quarantine` where user code failed.
+its Java or Py4J traceback), with :func:`restart_hint` where user code
+(a sink function, a late-event handler, a pane callback: a
+:class:`UserCodeError`) failed.
 """
 
 from __future__ import annotations
@@ -13,11 +14,35 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from krishiv_py.errors import JobError, KrishivError
-from krishiv_py.runtime.quarantine import restart_hint
 
-__all__ = ["GuardedQuery", "server_gone", "server_gone_hint", "spark_call", "spark_cause", "spark_error_text"]
+__all__ = [
+    "GuardedQuery",
+    "UserCodeError",
+    "restart_hint",
+    "server_gone",
+    "server_gone_hint",
+    "spark_call",
+    "spark_cause",
+    "spark_error_text",
+]
 
 T = TypeVar("T")
+
+
+class UserCodeError(RuntimeError):
+    """User code (a sink function, late-event handler or pane callback) raised on one micro-batch."""
+
+
+def restart_hint(cause: str | None) -> str:
+    """The way past a failure in user code (to append to a :class:`JobError` message), else ``""``."""
+    if cause is None or f"{UserCodeError.__name__}: " not in cause:
+        return ""
+    return (
+        "\nThe failure is in user code: fix it, or set the failing batch's rows aside by starting the "
+        "pipeline again on its checkpoint with start(..., name=<the same name>, quarantine_dir=<a "
+        "directory>): they go there as Parquet with the error, and the job goes on "
+        "(docs/durability.md, 'Restarting past a batch that fails every time')"
+    )
 
 
 def spark_call(what: str, fn: Callable[[], T]) -> T:

@@ -24,7 +24,7 @@ from krishiv_py.names import HIDDEN_PREFIX
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["DataType", "Field", "Schema", "to_schema"]
+__all__ = ["DataType", "Field", "Schema", "conform", "to_schema"]
 
 
 _ALIASES = {
@@ -339,3 +339,12 @@ def _parse_field_type(column: str, text: str) -> DataType:
         return DataType.parse(text)
     except SchemaError as exc:
         raise SchemaError(f"column {column!r}: {exc}") from None
+
+
+def conform(table: pa.Table, schema: Schema) -> pa.Table:
+    """A result table in the schema the plan promised: ``schema``'s columns in order, its Arrow types."""
+    import pyarrow as pa
+
+    target = pa.schema([pa.field(f.name, f.dtype.to_arrow(), True) for f in schema])
+    arrays = [table.column(f.name).cast(f.type) for f in target]
+    return pa.Table.from_arrays(arrays, schema=target)

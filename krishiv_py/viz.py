@@ -53,22 +53,23 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import attrs
 
+from krishiv_py.advice import WatermarkAdvice
+from krishiv_py.api.stream import Stream, placeholder
 from krishiv_py.errors import MissingDependencyError, PlanError
+from krishiv_py.model.reference import Classification, ReferenceModel
+from krishiv_py.model.steps import AdvanceWatermark, Close, Send, Step, reference_model_for
 from krishiv_py.names import BASE_HIDDEN, ROW_KIND, SEQ, WM
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.watermarks import MAX_EVENT_MS, MIN_EVENT_MS
 from krishiv_py.runtime.checkpoint_log import committed_batch, file_source_log, log_offset, source_offsets
-from krishiv_py.testing.reference import Classification, ReferenceModel
-from krishiv_py.testing.steps import AdvanceWatermark, Close, Send, Step
+from krishiv_py.runtime.handle import Job
+from krishiv_py.spark_errors import spark_call
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from krishiv_py.advice import WatermarkAdvice
-    from krishiv_py.api.stream import Stream
-    from krishiv_py.runtime.job import Job
 
 __all__ = [
     "DEFAULT_MAX_EVENTS",
@@ -238,15 +239,12 @@ class Timeline:
         :func:`krishiv_py.testing.run_reference`; a function needs
         ``schema``, the input schema. ``clock`` drives ``Trigger.on_interval``.
         """
-        from krishiv_py.api.stream import Stream
-        from krishiv_py.testing.steps import _placeholder, reference_model_for
-
         if isinstance(pipeline, Stream):
             stream = pipeline
         elif callable(pipeline):
             if schema is None:
                 raise PlanError("Timeline.from_reference(function, steps) needs schema=, the input schema")
-            stream = pipeline(_placeholder(schema))
+            stream = pipeline(placeholder(schema))
         else:
             raise PlanError(f"pipeline must be a Stream or a function of one, got {type(pipeline).__name__}")
         model = reference_model_for(stream, clock=clock, record=True)
@@ -395,8 +393,6 @@ _STREAM_ONLY_OPTIONS = frozenset({"maxFilesPerTrigger", "maxFileAge", "latestFir
 
 
 def _from_job(job: Job) -> Timeline:
-    from krishiv_py.testing.steps import reference_model_for
-
     plan, spark = getattr(job, "plan", None), getattr(job, "spark", None)
     if plan is None or spark is None:  # a Job of one's own, not built by the runtime
         raise PlanError("this job does not know its pipeline; start it with Stream.start()")
@@ -463,8 +459,6 @@ def _bounded_rows(
 
 def _spark_read(spark: Any, source: n.FileSource, paths: Sequence[str]) -> pa.Table:
     """Read files as the job's source reads them (format, schema, options), with Spark."""
-    from krishiv_py.runtime.spark_errors import spark_call
-
     options = {k: v for k, v in source.options if k not in _STREAM_ONLY_OPTIONS}
     reader = spark.read.format(source.format).schema(source.schema.ddl()).options(**options)
     table: pa.Table = spark_call("reading the job's input", lambda: reader.load(list(paths)).toArrow())
@@ -678,8 +672,6 @@ def completeness(advice: WatermarkAdvice, *, ax: Axes | None = None) -> Figure:
     and the advised one are marked. ``ax`` and the backend as for
     :func:`timeline`.
     """
-    from krishiv_py.advice import WatermarkAdvice
-
     _matplotlib()
     if not isinstance(advice, WatermarkAdvice):
         raise PlanError(
@@ -711,8 +703,6 @@ def completeness(advice: WatermarkAdvice, *, ax: Axes | None = None) -> Figure:
 
 
 def _as_timeline(source: object) -> Timeline:
-    from krishiv_py.runtime.job import Job
-
     if isinstance(source, Timeline):
         return source
     if isinstance(source, Job):

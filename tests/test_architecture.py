@@ -22,22 +22,35 @@ from krishiv_py.types import to_schema
 PACKAGE = Path(kp.__file__).parent
 
 
-def imported_modules(path: Path) -> set[str]:
-    """Every ``krishiv_py`` module ``path`` imports, wherever the import statement stands."""
-    own = "krishiv_py." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
-    out: set[str] = set()
+def module_name(path: Path) -> str:
+    parts = ("krishiv_py", *path.relative_to(PACKAGE).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path) -> dict[str, int]:
+    """Every ``krishiv_py`` module ``path`` imports, wherever the statement stands: module -> line."""
+    own = module_name(path)
+    package = own if path.name == "__init__.py" else own.rsplit(".", 1)[0]
+    out: dict[str, int] = {}
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            out |= {a.name for a in node.names}
+            names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:  # relative: resolve against this module's package
-                base = own.rsplit(".", node.level)[0]
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
                 module = f"{base}.{node.module}" if node.module else base
             else:
                 module = node.module or ""
-            out.add(module)
-            out |= {f"{module}.{a.name}" for a in node.names if is_module(f"{module}.{a.name}")}
-    return {m for m in out if m == "krishiv_py" or m.startswith("krishiv_py.")}
+            names = [module, *(f"{module}.{a.name}" for a in node.names if is_module(f"{module}.{a.name}"))]
+        else:
+            continue
+        for name in names:
+            if name == "krishiv_py" or name.startswith("krishiv_py."):
+                while not is_module(name):  # a name imported from a module: the module
+                    name = name.rsplit(".", 1)[0]
+                if name != own:
+                    out.setdefault(name, node.lineno)
+    return out
 
 
 def is_module(name: str) -> bool:
@@ -47,49 +60,116 @@ def is_module(name: str) -> bool:
     return where.with_suffix(".py").is_file() or (where / "__init__.py").is_file()
 
 
-def edges(folder: str) -> dict[str, set[str]]:
-    return {
-        str(p.relative_to(PACKAGE)): imported_modules(p) for p in sorted((PACKAGE / folder).rglob("*.py"))
-    }
+def import_graph() -> dict[str, dict[str, int]]:
+    """Module -> the krishiv_py modules it imports (every import statement of every module)."""
+    return {module_name(p): imported_modules(p) for p in sorted(PACKAGE.rglob("*.py"))}
 
 
-def within(module: str, *prefixes: str) -> bool:
-    return any(module == p or module.startswith(p + ".") for p in prefixes)
+#: The floors of the house, lowest first (docs/architecture.md): a module imports only
+#: modules of its own floor or the floors beneath it.
+FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("base", ("errors", "names", "_typing", "panes")),
+    ("plan", ("types", "expr", "plan", "_display")),
+    ("kernels", ("stateful",)),
+    ("model", ("model",)),
+    ("planner", ("planner",)),
+    ("outputs", ("spark_errors", "sinks", "late", "metrics", "kafka", "tables")),
+    ("advice", ("advice",)),
+    ("runtime", ("runtime",)),
+    ("builder", ("api",)),
+    ("front door", ("sql", "sender", "session")),
+    ("tools", ("testing", "viz", "demo", "cli", "devtools", "__init__")),
+)
+
+#: Imports allowed to run upward, each with its reason. Nothing else may.
+UPWARD_ALLOWED = {
+    # Job.plot_timeline(): a notebook convenience, imported when called.
+    ("krishiv_py.runtime.job", "krishiv_py.viz"),
+}
+
+#: Modules that may import each other: the builder's typed chain Stream -> KeyedStream -> WindowedStream.
+CIRCLE_ALLOWED = frozenset({"krishiv_py.api.stream", "krishiv_py.api.keyed", "krishiv_py.api.windowed"})
 
 
-def test_the_import_reader_sees_imports_inside_functions_and_type_checking(tmp_path: Path) -> None:
-    probe = PACKAGE / "runtime" / "engine.py"
-    seen = imported_modules(probe)
-    assert "krishiv_py.runtime.job" in seen  # under TYPE_CHECKING
-    run = imported_modules(PACKAGE / "runtime" / "run.py")
-    assert "krishiv_py.runtime.stateful" in run  # inside a function
+def floor_of(module: str) -> int:
+    if module == "krishiv_py":
+        return len(FLOORS) - 1
+    name = module.removeprefix("krishiv_py.")
+    for i, (_, prefixes) in enumerate(FLOORS):
+        if any(name == p or name.startswith(p + ".") for p in prefixes):
+            return i
+    raise AssertionError(f"{module} stands on no floor: add it to FLOORS (and docs/architecture.md)")
 
 
-def test_runtime_imports_nothing_from_the_builder_the_session_or_sql() -> None:
-    above = ("krishiv_py.api", "krishiv_py.session", "krishiv_py.sql", "krishiv_py.sender")
-    bad = {f: sorted(m for m in mods if within(m, *above)) for f, mods in edges("runtime").items()}
-    assert {f: m for f, m in bad.items() if m} == {}
+def circles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """The import circles of ``graph``: its strongly connected parts of two modules or more (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, {}):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                part.append(w)
+                if w == v:
+                    break
+            if len(part) > 1:
+                found.append(sorted(part))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
 
 
-def test_the_builder_imports_only_the_engine_protocol_of_the_runtime() -> None:
-    bad = {
-        f: sorted(m for m in mods if within(m, "krishiv_py.runtime") and m != "krishiv_py.runtime.engine")
-        for f, mods in edges("api").items()
-    }
-    assert {f: m for f, m in bad.items() if m} == {}
+def test_the_import_reader_sees_imports_inside_functions_and_type_checking() -> None:
+    assert "krishiv_py.runtime.handle" in imported_modules(PACKAGE / "runtime" / "engine.py")  # TYPE_CHECKING
+    assert "krishiv_py.runtime.stateful" in imported_modules(PACKAGE / "runtime" / "run.py")  # in a function
+    assert "krishiv_py.viz" in imported_modules(PACKAGE / "runtime" / "job.py")  # in a function
 
 
-def test_the_plan_and_the_planner_import_no_runtime_builder_or_session() -> None:
-    for folder in ("plan", "planner", "stateful"):
-        bad = {
-            f: sorted(
-                m
-                for m in mods
-                if within(m, "krishiv_py.runtime", "krishiv_py.api", "krishiv_py.session", "krishiv_py.sql")
-            )
-            for f, mods in edges(folder).items()
-        }
-        assert {f: m for f, m in bad.items() if m} == {}, folder
+def test_the_circle_finder_finds_a_circle_at_any_depth() -> None:
+    graph = {"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1, "d": 1}, "d": {}}
+    assert circles(graph) == [["a", "b", "c"]]
+    assert circles({"a": {"b": 1}, "b": {}}) == []
+
+
+def test_no_import_circle_at_any_depth() -> None:
+    found = [c for c in circles(import_graph()) if not set(c) <= CIRCLE_ALLOWED]
+    assert found == []
+
+
+def test_every_import_points_down_a_floor_or_stays_on_its_own() -> None:
+    up = []
+    for module, imports in import_graph().items():
+        for target, line in imports.items():
+            if floor_of(target) > floor_of(module) and (module, target) not in UPWARD_ALLOWED:
+                up.append(
+                    f"{module} ({FLOORS[floor_of(module)][0]}) imports {target} "
+                    f"({FLOORS[floor_of(target)][0]}) at line {line}"
+                )
+    assert up == []
+
+
+def test_the_allowed_upward_imports_exist() -> None:
+    graph = import_graph()
+    assert all(target in graph[module] for module, target in UPWARD_ALLOWED)
 
 
 def test_a_stream_without_an_engine_is_a_plan_that_cannot_run() -> None:
@@ -258,7 +338,7 @@ def test_a_source_kind_of_ones_own_runs_without_edits_to_the_planner_or_runtime(
     register_reader("test-range", RangeReader())
     schema = to_schema("k string, t bigint")
     placeholder = pa.table({"k": ["r"] * 25, "t": list(range(25))})  # only its row count is read
-    stream = Stream(session, RangeSource(name="range", schema=schema, data=placeholder))
+    stream = Stream(session.engine, RangeSource(name="range", schema=schema, data=placeholder))
     per_10 = stream.watermark("t", 0).key_by("k").tumbling_window(10).agg(kp.count(kp.col("*")))
     rows = sorted((r["window_start"].timestamp(), r["count"]) for r in per_10.collect().to_pylist())
     assert rows == [(0.0, 10), (0.01, 10), (0.02, 5)]

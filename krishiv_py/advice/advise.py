@@ -15,7 +15,7 @@ import html
 import itertools
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, TypeVar, cast
 
 import attrs
 import numpy as np
@@ -24,6 +24,8 @@ import pyarrow as pa
 from krishiv_py.advice.profile import DelayHistogram, DisorderProfile, profile_event_times
 from krishiv_py.advice.replay import event_ms, read_batches
 from krishiv_py.errors import PlanError
+from krishiv_py.model.reference import event_time_us
+from krishiv_py.model.steps import Planned, reference_model_for
 from krishiv_py.names import RESULT_KIND
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.windows import (
@@ -37,9 +39,8 @@ from krishiv_py.plan.windows import (
 from krishiv_py.stateful.delays import upper_ms
 from krishiv_py.stateful.grouping import group_ids
 
-if TYPE_CHECKING:
-    from krishiv_py.api.stream import Stream
-    from krishiv_py.runtime.job import Job
+#: A stream or a job (anything with a plan).
+_S = TypeVar("_S", bound=Planned)
 
 __all__ = ["WatermarkAdvice", "advice_from_delays", "advise_plan", "advise_watermark", "what_if"]
 
@@ -118,7 +119,7 @@ class WatermarkAdvice:
 
 
 def advise_watermark(
-    stream: Stream, *, completeness: float = 0.999, caught: float = 0.9999
+    stream: Planned, *, completeness: float = 0.999, caught: float = 0.9999
 ) -> WatermarkAdvice:
     """Advise the watermark lag and allowed lateness of ``stream`` from its own input.
 
@@ -294,8 +295,8 @@ def _windows_per_ms(spec: WindowSpec | None, ts: np.ndarray, keys: np.ndarray | 
 
 
 def what_if(
-    source: Stream | Job,
-    pipeline: Callable[[Stream], Stream] | None = None,
+    source: _S,
+    pipeline: Callable[[_S], Planned] | None = None,
     *,
     lag_ms: Sequence[int],
     allowed_lateness_ms: Sequence[int] = (0,),
@@ -374,21 +375,23 @@ _WHAT_IF_SCHEMA = pa.schema(
 )
 
 
-def _what_if_plan(source: Any, pipeline: Callable[[Stream], Stream] | None) -> n.PlanNode:
-    from krishiv_py.api.stream import Stream
-    from krishiv_py.runtime.job import Job
+def _is_job(source: object) -> bool:
+    """A started job (it has a plan and can be stopped), not a stream being built."""
+    return callable(getattr(source, "await_termination", None))
 
-    if isinstance(source, Stream):
+
+def _what_if_plan(source: Any, pipeline: Callable[[Any], Planned] | None) -> n.PlanNode:
+    if not isinstance(getattr(source, "plan", None), n.PlanNode):
+        raise PlanError(f"what_if() takes a Stream or a Job, got {type(source).__name__}")
+    if _is_job(source):
+        if pipeline is not None:
+            raise PlanError("what_if(job, ...) replays the job's own pipeline: leave pipeline out")
+        plan = source.plan
+    else:
         built = pipeline(source) if pipeline is not None else source
-        if not isinstance(built, Stream):
+        if _is_job(built) or not isinstance(getattr(built, "plan", None), n.PlanNode):
             raise PlanError(f"pipeline must return a Stream, got {type(built).__name__}")
         plan = built.plan
-    elif not isinstance(source, Job):
-        raise PlanError(f"what_if() takes a Stream or a Job, got {type(source).__name__}")
-    elif pipeline is not None:
-        raise PlanError("what_if(job, ...) replays the job's own pipeline: leave pipeline out")
-    else:
-        plan = source.plan
     if not isinstance(plan, n.WindowAggregate) or n.cascade_of(plan) is not None:
         raise PlanError(
             "what_if() replays source -> watermark -> [key_by] -> window -> agg; stages after the window "
@@ -428,9 +431,6 @@ class _Run:
 
 
 def _replay(plan: n.PlanNode, batches: list[list[dict[str, Any]]]) -> _Run:
-    from krishiv_py.testing.reference import event_time_us
-    from krishiv_py.testing.steps import reference_model_for
-
     mark = n.watermarks_of(plan)[0]
     model = reference_model_for(plan, clock=lambda: 0.0)
     delays: list[int] = []

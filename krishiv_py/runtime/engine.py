@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from krishiv_py.plan.nodes import PlanNode
     from krishiv_py.planner.spark import SparkRecipe
-    from krishiv_py.runtime.job import BoundedJob, Job
+    from krishiv_py.runtime.handle import Job
     from krishiv_py.sinks import Sink
 
 __all__ = ["Durability", "Engine", "Job", "StartOptions"]
@@ -86,9 +86,7 @@ class StartOptions:
 class Engine(Protocol):
     """Runs what a ``Stream`` describes. :class:`~krishiv_py.Session` is the engine of Spark."""
 
-    def run_bounded(
-        self, plan: PlanNode, recipe: SparkRecipe, sink: Sink, *, metrics: bool = True
-    ) -> BoundedJob:
+    def run_bounded(self, plan: PlanNode, recipe: SparkRecipe, sink: Sink, *, metrics: bool = True) -> Job:
         """Run a bounded recipe as one batch job; returns the finished job."""
         ...
 

@@ -19,11 +19,11 @@ import json
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from krishiv_py.errors import JobError, JobStoppedError, NoResultsError, PlanError
+from krishiv_py.errors import JobError, JobStoppedError
 from krishiv_py.metrics import JobMetrics
 from krishiv_py.names import (
     IDLE_WM,
@@ -36,42 +36,26 @@ from krishiv_py.names import (
 )
 from krishiv_py.planner.spark import SparkRecipe
 from krishiv_py.runtime.bad_files import BadFiles, BadFileSource, disk_hint, fail_hint, quarantined_files
+from krishiv_py.runtime.handle import Job, JobProgress, JobState
 from krishiv_py.runtime.quarantine import Quarantine, quarantine_counts, restart_hint
 from krishiv_py.runtime.remote import named_metrics
-from krishiv_py.runtime.spark_errors import (
+from krishiv_py.sinks import Sink, SinkWriter
+from krishiv_py.spark_errors import (
     GuardedQuery,
     server_gone,
     spark_call,
     spark_cause,
     spark_error_text,
 )
-from krishiv_py.sinks import Sink, SinkWriter
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
-    from krishiv_py.advice import WatermarkAdvice
     from krishiv_py.plan.nodes import PlanNode
     from krishiv_py.runtime.spool import Feed
 
 __all__ = ["BoundedJob", "Job", "JobProgress", "JobSetup", "JobState", "StreamingJob"]
-
-#: ``running``; ``finished`` (its input ended and everything was processed);
-#: ``stopped`` (by ``stop()`` or Ctrl-C, before its input ended); ``failed``.
-JobState = Literal["running", "finished", "stopped", "failed"]
-
-
-@attrs.frozen(kw_only=True)
-class JobProgress:
-    """One micro-batch as Spark reported it (times in krishiv_py's time base)."""
-
-    batch_id: int
-    input_rows: int
-    duration_ms: int
-    watermark_ms: int | None
-    raw: dict[str, Any] = attrs.field(repr=False)
 
 
 @attrs.frozen(kw_only=True)
@@ -100,192 +84,11 @@ class JobSetup:
         job._progress = self.progress
 
 
-class Job:
-    """A started pipeline. Returned by ``Stream.start()``.
+def _plot_timeline(job: Job, ax: Any) -> Any:
+    # The one call from the runtime up to a layer above it: a notebook convenience.
+    from krishiv_py.viz import timeline
 
-    A job is built complete by the runtime: the logical plan it runs, its
-    recipe, the SparkSession and the sink's writer. It does not know the
-    ``Stream`` that described it.
-    """
-
-    lowering: str
-    #: The logical plan this job runs.
-    plan: PlanNode
-    #: The SparkSession running it.
-    spark: SparkSession
-    #: Spark checkpoint location of a streaming job; None for bounded jobs.
-    checkpoint_dir: str | None = None
-    #: The durability profile a streaming job started with (None for bounded jobs).
-    durability: str | None = None
-    _recipe: SparkRecipe
-    _sink: Sink
-    _writer: SinkWriter
-    #: The writer of a late-event side output (``SideOutputLateEventHandler``), if any.
-    _late_writer: SinkWriter | None = None
-    _progress: bool | None = None
-
-    def process_all_available(self) -> None:
-        """Block until every batch sent so far has been processed."""
-        raise NotImplementedError
-
-    def await_termination(self, timeout_s: float | None = None) -> bool:
-        """Wait for the job to finish; True if it did within ``timeout_s``."""
-        raise NotImplementedError
-
-    def stop(self) -> None:
-        """Stop the job (its checkpoint stays usable)."""
-        raise NotImplementedError
-
-    def results(self) -> pa.Table:
-        """All results so far (in-memory and Parquet sinks, any sink whose writer reads back)."""
-        read = getattr(self._writer, "results", None)
-        if read is None:
-            raise NoResultsError(
-                f"this job writes to {type(self._sink).__name__}, which keeps no rows for results(); "
-                "use MemorySink (the default) or ParquetSink(path) to read results back"
-            )
-        table: pa.Table = read()
-        return table
-
-    @property
-    def watermark_ms(self) -> int | None:
-        """Current overall watermark, None before the first."""
-        raise NotImplementedError
-
-    def source_watermarks(self) -> dict[str, int]:
-        """Watermark per source (sources without one are left out)."""
-        raise NotImplementedError
-
-    def idle_sources(self) -> frozenset[str]:
-        """The sources left out of the overall watermark now, being idle (see ``idle_timeout_ms``)."""
-        return frozenset()
-
-    def metrics(self) -> JobMetrics:
-        raise NotImplementedError
-
-    def advise_watermark(self, completeness: float = 0.999, *, caught: float = 0.9999) -> WatermarkAdvice:
-        """The watermark lag and allowed lateness this job's input asks for (see ``kp.advise_watermark``).
-
-        Reads the job's source as it arrived (a memory stream's batches, or
-        its files); a Kafka or Spark DataFrame source is a ``PlanError``.
-        """
-        from krishiv_py.advice import advise_plan
-
-        return advise_plan(self.plan, completeness=completeness, caught=caught)
-
-    def progress(self) -> list[JobProgress]:
-        """The job's micro-batches, oldest first: the newest :data:`KEPT_PROGRESS` (200) of them.
-
-        :meth:`metrics` and the watermarks count every micro-batch however
-        long the job runs; only the reports listed here are bounded.
-        """
-        raise NotImplementedError
-
-    def late_events(self) -> pa.Table:
-        """Very late and invalid events kept by a :class:`~krishiv_py.SideOutputLateEventHandler`.
-
-        Needs ``.with_late_event_handler(kp.SideOutputLateEventHandler())`` on
-        the window (memory or Parquet sink); other jobs raise :class:`PlanError`.
-        """
-        if self._late_writer is None:
-            raise PlanError(
-                "late_events() needs .with_late_event_handler(kp.SideOutputLateEventHandler()) on the window"
-            )
-        read = getattr(self._late_writer, "results", None)
-        if read is None:  # a sink that keeps nothing (console, foreach-batch): nothing to return
-            from krishiv_py.runtime.output import late_schema
-
-            return late_schema(self._recipe).empty_table()
-        table: pa.Table = read()
-        return table
-
-    def plot_timeline(self, *, ax: Any = None) -> Any:
-        """The watermark timeline of this job: a matplotlib ``Figure`` (see :func:`krishiv_py.viz.timeline`).
-
-        Needs matplotlib (``pip install 'krishiv_py[viz]'``).
-        """
-        from krishiv_py.viz import timeline
-
-        return timeline(self, ax=ax)
-
-    @property
-    def is_active(self) -> bool:
-        raise NotImplementedError
-
-    @property
-    def state(self) -> JobState:
-        """``running``, ``finished``, ``stopped`` (by ``stop()``/Ctrl-C) or ``failed``."""
-        raise NotImplementedError
-
-    @property
-    def error(self) -> str | None:
-        """Why the job failed (Spark's message), None unless :attr:`state` is ``failed``."""
-        return None
-
-    # --- displays -----------------------------------------------------------------
-
-    def _display_rows(self) -> list[tuple[str, str]]:
-        from krishiv_py._display import fmt_ms, safe
-
-        rows: list[tuple[str, str]] = [
-            ("state", safe(lambda: self.state)),
-            ("lowering", self.lowering),
-        ]
-        try:
-            m: JobMetrics | None = self.metrics()
-        except Exception:  # noqa: BLE001 - a display never raises
-            m = None
-        try:
-            per_source = self.source_watermarks()
-        except Exception:  # noqa: BLE001
-            per_source = {}
-        rows.append(("watermark", fmt_ms(m.watermark_ms if m else None, missing="none yet")))
-        idle = m.idle_sources if m is not None else frozenset()
-        if len(per_source) > 1 or idle:
-            rows += [
-                (f"  {src}", fmt_ms(wm) + (" (idle)" if src in idle else ""))
-                for src, wm in sorted(per_source.items())
-            ]
-        if m is not None:
-            rows += [
-                ("batches", str(m.batches)),
-                ("rows in", str(m.input_rows)),
-                ("windows out", _opt(m.windows_emitted)),
-                ("late (mild / very)", f"{_opt(m.mildly_late_events)} / {_opt(m.very_late_events)}"),
-                ("invalid events", _opt(m.invalid_events)),
-            ]
-            if m.quarantined_batches:
-                rows.append(("quarantined", f"{m.quarantined_batches} batches, {m.quarantined_rows} rows"))
-            if m.quarantined_files:
-                rows.append(("quarantined files", str(m.quarantined_files)))
-        if self.checkpoint_dir:
-            rows.append(("checkpoint", self.checkpoint_dir))
-        if self.durability:
-            rows.append(("durability", self.durability))
-        err = safe(lambda: self.error, default="")
-        if err:
-            rows.append(("error", err))
-        return rows
-
-    def __repr__(self) -> str:
-        from krishiv_py._display import text_card
-
-        return text_card(f"{type(self).__name__}", self._display_rows())
-
-    def _repr_html_(self) -> str:
-        from krishiv_py._display import html_card
-
-        return html_card(f"krishiv_py {type(self).__name__}", self._display_rows())
-
-    def __enter__(self) -> Job:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-def _opt(value: int | None) -> str:
-    return "n/a" if value is None else str(value)
+    return timeline(job, ax=ax)
 
 
 class StreamingJob(Job):
@@ -337,6 +140,9 @@ class StreamingJob(Job):
         )
         self._relaunch = relaunch
         self._restart_lock = threading.Lock()
+
+    def plot_timeline(self, *, ax: Any = None) -> Any:
+        return _plot_timeline(self, ax)
 
     def _recover(self, failed: Any = None) -> bool:
         """If the query failed on a file of a ``bad_files="quarantine"`` source: set it aside, run again.
@@ -782,6 +588,9 @@ class BoundedJob(Job):
 
     def process_all_available(self) -> None:
         return None
+
+    def plot_timeline(self, *, ax: Any = None) -> Any:
+        return _plot_timeline(self, ax)
 
     def await_termination(self, timeout_s: float | None = None) -> bool:
         return True

@@ -44,6 +44,10 @@ from typing import TYPE_CHECKING, Literal
 
 import attrs
 
+from krishiv_py.names import QUARANTINE_BATCH as BATCH_COLUMN
+from krishiv_py.names import QUARANTINE_ERROR as ERROR_COLUMN
+from krishiv_py.spark_errors import UserCodeError, restart_hint
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -59,19 +63,10 @@ __all__ = [
 
 log = logging.getLogger("krishiv_py")
 
-#: The micro-batch id of a quarantined row (bigint).
-BATCH_COLUMN = "__kp_batch_id"
-#: Why its call failed: ``"<exception type>: <message>"`` (string).
-ERROR_COLUMN = "__kp_error"
-
 #: What failed: the sink, the late-event handler, or a pane callback.
 Failed = Literal["sink", "late-events", "panes"]
 
 _FILE = re.compile(r"^batch-(\d{12})-(sink|late-events|panes)\.parquet$")
-
-
-class UserCodeError(RuntimeError):
-    """User code (a sink function, late-event handler or pane callback) raised on one micro-batch."""
 
 
 @attrs.frozen
@@ -158,15 +153,3 @@ def quarantine_counts(path: str) -> tuple[int, int]:
             rows += pq.read_metadata(os.path.join(path, name)).num_rows
             batches.add(int(m.group(1)))
     return len(batches), rows
-
-
-def restart_hint(cause: str | None) -> str:
-    """The way past a failure in user code (to append to a :class:`JobError` message), else ``""``."""
-    if cause is None or f"{UserCodeError.__name__}: " not in cause:
-        return ""
-    return (
-        "\nThe failure is in user code: fix it, or set the failing batch's rows aside by starting the "
-        "pipeline again on its checkpoint with start(..., name=<the same name>, quarantine_dir=<a "
-        "directory>): they go there as Parquet with the error, and the job goes on "
-        "(docs/durability.md, 'Restarting past a batch that fails every time')"
-    )

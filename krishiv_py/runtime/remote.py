@@ -119,7 +119,7 @@ def build_remote(url: str, *, app_name: str, conf: dict[str, str]) -> SparkSessi
         version = spark.version
     except Exception as exc:
         restore_mode(before)
-        from krishiv_py.runtime.spark_errors import spark_cause
+        from krishiv_py.spark_errors import spark_cause
 
         raise SessionError(f"Spark Connect at {url} did not answer: {spark_cause(exc)}") from exc
     import pyspark
@@ -176,7 +176,7 @@ def check_visible(spark: SparkSession, directory: str, where: str) -> None:
     try:
         seen = [r[0] for r in spark.read.text(probe).collect()]
     except Exception as exc:  # noqa: BLE001 - any failure to read it back means it is not visible
-        from krishiv_py.runtime.spark_errors import spark_cause
+        from krishiv_py.spark_errors import spark_cause
 
         seen = [f"<{spark_cause(exc).splitlines()[0]}>"]
     finally:

@@ -18,9 +18,9 @@ from krishiv_py.runtime.job import BoundedJob, JobSetup, StreamingJob
 from krishiv_py.runtime.output import deliver
 from krishiv_py.runtime.quarantine import Quarantine
 from krishiv_py.runtime.remote import is_remote
-from krishiv_py.runtime.results import conform
-from krishiv_py.runtime.spark_errors import spark_call
 from krishiv_py.sinks import SinkWriter, user_code
+from krishiv_py.spark_errors import spark_call
+from krishiv_py.types import conform
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -69,7 +69,7 @@ from krishiv_py.runtime.checkpoint_log import (
 )
 
 if TYPE_CHECKING:
-    from krishiv_py.runtime.job import Job
+    from krishiv_py.runtime.handle import Job
 
 __all__ = [
     "Feed",

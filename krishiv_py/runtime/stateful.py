@@ -44,12 +44,12 @@ import attrs
 
 from krishiv_py.errors import JobError
 from krishiv_py.metrics import JobMetrics
-from krishiv_py.names import BUCKET, PANE_EVENT, PAYLOAD, RESULT_KIND, RESULT_ROW
+from krishiv_py.names import BUCKET, PANE, PAYLOAD, RESULT_KIND, RESULT_ROW
 from krishiv_py.runtime.idle import FileFeed
 from krishiv_py.runtime.job import BoundedJob, JobSetup, JobState, StreamingJob
 from krishiv_py.runtime.output import deliver
 from krishiv_py.runtime.quarantine import Quarantine, guarded, restart_hint
-from krishiv_py.runtime.spark_errors import spark_call
+from krishiv_py.spark_errors import spark_call
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -237,7 +237,7 @@ class BatchCollector:
         import pyarrow as pa
 
         from krishiv_py.runtime.build import build_after
-        from krishiv_py.runtime.results import conform
+        from krishiv_py.types import conform
 
         if carry:
             results = results.append_column(RESULT_ROW, pa.array(range(results.num_rows), pa.int64()))
@@ -318,7 +318,7 @@ def _summed(parts: list[list[int] | None]) -> list[int]:
 def _empty(stages: AfterWindow, carry: bool) -> pa.Table:
     import pyarrow as pa
 
-    from krishiv_py.runtime.results import conform
+    from krishiv_py.types import conform
 
     table = conform(stages.schema.to_arrow().empty_table(), stages.schema)
     return table.append_column(RESULT_ROW, pa.array([], pa.int64())) if carry else table
@@ -342,8 +342,8 @@ class _Cascade:
     ) -> tuple[pa.Table, dict[str, int]]:
         import numpy as np
 
-        from krishiv_py.runtime.results import conform
         from krishiv_py.stateful import cascade
+        from krishiv_py.types import conform
 
         stage = self._stage
         if self._batch is None or self._batch != batch_id - 1:  # a restart, or a batch run again
@@ -386,8 +386,8 @@ class _TopN:
         self.held = 0
 
     def step(self, results: pa.Table, batch_id: int, watermark: int | None) -> tuple[pa.Table, int]:
-        from krishiv_py.runtime.results import conform
         from krishiv_py.stateful import topn
+        from krishiv_py.types import conform
 
         stage = self._stage
         if self._batch is None or self._batch != batch_id - 1:  # a restart, or a batch run again
@@ -467,7 +467,7 @@ def _pane_rows(callbacks: PaneCallbacks, payloads: Payloads, schema: pa.Schema) 
     if callbacks.on_close is not None and payloads.closed is not None:
         present = pa.schema([f for f in schema if f.name in payloads.closed.column_names])
         parts.append((to_output(payloads.closed, present), "closed"))
-    tables = [t.append_column(PANE_EVENT, pa.array([kind] * t.num_rows, pa.string())) for t, kind in parts]
+    tables = [t.append_column(PANE, pa.array([kind] * t.num_rows, pa.string())) for t, kind in parts]
     if not tables:  # pragma: no cover - a pane callback raised, so one is registered
         return schema.empty_table()
     return pa.concat_tables(tables, promote_options="permissive")

@@ -19,13 +19,13 @@ if TYPE_CHECKING:
     from sqlglot import exp
 
     from krishiv_py.api.stream import Stream
-    from krishiv_py.session import Session
+    from krishiv_py.runtime.engine import Engine
     from krishiv_py.sql.catalog import SqlCatalog
 
 __all__ = ["execute"]
 
 
-def execute(catalog: SqlCatalog, text: str, session: Session) -> Stream | None:
+def execute(catalog: SqlCatalog, text: str, session: Engine) -> Stream | None:
     """Run ``text``: its ``SET`` statements and at most one query (None when there is no query)."""
     from sqlglot import exp
 
@@ -48,7 +48,7 @@ def execute(catalog: SqlCatalog, text: str, session: Session) -> Stream | None:
 
 
 def _query(
-    statement: Statement, sql: SqlText, catalog: SqlCatalog, settings: SqlSettings, session: Session
+    statement: Statement, sql: SqlText, catalog: SqlCatalog, settings: SqlSettings, session: Engine
 ) -> Stream:
     from krishiv_py.api.stream import Stream
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from krishiv_py import expr as kx
+import krishiv_py.expr as kx
 from krishiv_py.errors import PlanError
 from krishiv_py.expr import AggExpr, Column, Expr, ExprNode
 from krishiv_py.plan import nodes as n
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
     from krishiv_py.api.stream import Stream
     from krishiv_py.api.windowed import WindowedStream
-    from krishiv_py.session import Session
+    from krishiv_py.runtime.engine import Engine
     from krishiv_py.sql.catalog import SqlCatalog
     from krishiv_py.sql.settings import SqlSettings
     from krishiv_py.sql.source import SqlText
@@ -76,7 +76,7 @@ class Context:
 
     sql: SqlText
     catalog: SqlCatalog
-    session: Session
+    session: Engine
     settings: SqlSettings
     #: The event-time column chosen for the sources (None: each source's one timestamp column).
     time_column: str | None
