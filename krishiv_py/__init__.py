@@ -12,188 +12,102 @@ starts no JVM; :meth:`Session.embedded` does.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from krishiv_py.advice import WatermarkAdvice, advise_watermark, what_if
-    from krishiv_py.api.keyed import KeyedStream
-    from krishiv_py.api.stream import Stream
-    from krishiv_py.api.windowed import WindowedStream
-    from krishiv_py.errors import (
-        JobError,
-        JobStoppedError,
-        KrishivError,
-        MissingDependencyError,
-        NoResultsError,
-        PlanError,
-        SchemaError,
-        SessionError,
-        SourceClosedError,
-    )
-    from krishiv_py.expr import (
-        AggExpr,
-        Expr,
-        avg,
-        col,
-        count,
-        count_distinct,
-        first,
-        last,
-        lit,
-        max,
-        min,
-        sum,
-    )
-    from krishiv_py.kafka.sink import KafkaSink
-    from krishiv_py.late import CountingLateEventHandler, LateEventHandler, SideOutputLateEventHandler
-    from krishiv_py.metrics import JobMetrics
-    from krishiv_py.panes import PaneEvent
-    from krishiv_py.plan.emission import StateTtlConfig, Trigger
-    from krishiv_py.plan.watermarks import END_OF_TIME_MS, MultiSourceWatermarkSpec, WatermarkSpec
-    from krishiv_py.runtime.job import Job, JobProgress
-    from krishiv_py.sender import Sender
-    from krishiv_py.session import Session
-    from krishiv_py.sinks import (
-        ConsoleSink,
-        ForeachBatchSink,
-        MemorySink,
-        ParquetSink,
-        Sink,
-        SinkContext,
-        SinkWriter,
-    )
-    from krishiv_py.tables import DeltaSink, DuckDBSink, PostgresSink
-    from krishiv_py.types import Schema
+    # The public names, each written once: ``__all__`` and the imports on first use
+    # below are read from these lines (the ``as`` marks a name as exported).
+    from krishiv_py.advice import WatermarkAdvice as WatermarkAdvice
+    from krishiv_py.advice import advise_watermark as advise_watermark
+    from krishiv_py.advice import what_if as what_if
+    from krishiv_py.api.keyed import KeyedStream as KeyedStream
+    from krishiv_py.api.stream import Stream as Stream
+    from krishiv_py.api.windowed import WindowedStream as WindowedStream
+    from krishiv_py.errors import JobError as JobError
+    from krishiv_py.errors import JobStoppedError as JobStoppedError
+    from krishiv_py.errors import KrishivError as KrishivError
+    from krishiv_py.errors import MissingDependencyError as MissingDependencyError
+    from krishiv_py.errors import NoResultsError as NoResultsError
+    from krishiv_py.errors import PlanError as PlanError
+    from krishiv_py.errors import SchemaError as SchemaError
+    from krishiv_py.errors import SessionError as SessionError
+    from krishiv_py.errors import SourceClosedError as SourceClosedError
+    from krishiv_py.expr import AggExpr as AggExpr
+    from krishiv_py.expr import Expr as Expr
+    from krishiv_py.expr import avg as avg
+    from krishiv_py.expr import col as col
+    from krishiv_py.expr import count as count
+    from krishiv_py.expr import count_distinct as count_distinct
+    from krishiv_py.expr import first as first
+    from krishiv_py.expr import last as last
+    from krishiv_py.expr import lit as lit
+    from krishiv_py.expr import max as max
+    from krishiv_py.expr import min as min
+    from krishiv_py.expr import sum as sum
+    from krishiv_py.kafka.sink import KafkaSink as KafkaSink
+    from krishiv_py.late import CountingLateEventHandler as CountingLateEventHandler
+    from krishiv_py.late import LateEventHandler as LateEventHandler
+    from krishiv_py.late import SideOutputLateEventHandler as SideOutputLateEventHandler
+    from krishiv_py.metrics import JobMetrics as JobMetrics
+    from krishiv_py.panes import PaneEvent as PaneEvent
+    from krishiv_py.plan.emission import StateTtlConfig as StateTtlConfig
+    from krishiv_py.plan.emission import Trigger as Trigger
+    from krishiv_py.plan.watermarks import END_OF_TIME_MS as END_OF_TIME_MS
+    from krishiv_py.plan.watermarks import MultiSourceWatermarkSpec as MultiSourceWatermarkSpec
+    from krishiv_py.plan.watermarks import WatermarkSpec as WatermarkSpec
+    from krishiv_py.runtime.job import Job as Job
+    from krishiv_py.runtime.job import JobProgress as JobProgress
+    from krishiv_py.sender import Sender as Sender
+    from krishiv_py.session import Session as Session
+    from krishiv_py.sinks import ConsoleSink as ConsoleSink
+    from krishiv_py.sinks import ForeachBatchSink as ForeachBatchSink
+    from krishiv_py.sinks import MemorySink as MemorySink
+    from krishiv_py.sinks import ParquetSink as ParquetSink
+    from krishiv_py.sinks import Sink as Sink
+    from krishiv_py.sinks import SinkContext as SinkContext
+    from krishiv_py.sinks import SinkWriter as SinkWriter
+    from krishiv_py.tables import DeltaSink as DeltaSink
+    from krishiv_py.tables import DuckDBSink as DuckDBSink
+    from krishiv_py.tables import PostgresSink as PostgresSink
+    from krishiv_py.types import Schema as Schema
 
 __version__ = "0.1.0"
 
-#: Where each public name lives: imported on first use (PEP 562), so that
-#: ``import krishiv_py`` and the modules Spark's Python workers import
-#: (``krishiv_py.kafka.datasource``, ``krishiv_py.stateful``) load only what they use.
-_EXPORTS: dict[str, str] = {
-    "WatermarkAdvice": "krishiv_py.advice",
-    "advise_watermark": "krishiv_py.advice",
-    "what_if": "krishiv_py.advice",
-    "KeyedStream": "krishiv_py.api.keyed",
-    "Stream": "krishiv_py.api.stream",
-    "WindowedStream": "krishiv_py.api.windowed",
-    "JobError": "krishiv_py.errors",
-    "JobStoppedError": "krishiv_py.errors",
-    "KrishivError": "krishiv_py.errors",
-    "MissingDependencyError": "krishiv_py.errors",
-    "NoResultsError": "krishiv_py.errors",
-    "PlanError": "krishiv_py.errors",
-    "SchemaError": "krishiv_py.errors",
-    "SessionError": "krishiv_py.errors",
-    "SourceClosedError": "krishiv_py.errors",
-    "AggExpr": "krishiv_py.expr",
-    "Expr": "krishiv_py.expr",
-    "avg": "krishiv_py.expr",
-    "col": "krishiv_py.expr",
-    "count": "krishiv_py.expr",
-    "count_distinct": "krishiv_py.expr",
-    "first": "krishiv_py.expr",
-    "last": "krishiv_py.expr",
-    "lit": "krishiv_py.expr",
-    "max": "krishiv_py.expr",
-    "min": "krishiv_py.expr",
-    "sum": "krishiv_py.expr",
-    "KafkaSink": "krishiv_py.kafka.sink",
-    "CountingLateEventHandler": "krishiv_py.late",
-    "LateEventHandler": "krishiv_py.late",
-    "SideOutputLateEventHandler": "krishiv_py.late",
-    "JobMetrics": "krishiv_py.metrics",
-    "PaneEvent": "krishiv_py.panes",
-    "StateTtlConfig": "krishiv_py.plan.emission",
-    "Trigger": "krishiv_py.plan.emission",
-    "END_OF_TIME_MS": "krishiv_py.plan.watermarks",
-    "MultiSourceWatermarkSpec": "krishiv_py.plan.watermarks",
-    "WatermarkSpec": "krishiv_py.plan.watermarks",
-    "Job": "krishiv_py.runtime.job",
-    "JobProgress": "krishiv_py.runtime.job",
-    "Sender": "krishiv_py.sender",
-    "Session": "krishiv_py.session",
-    "ConsoleSink": "krishiv_py.sinks",
-    "ForeachBatchSink": "krishiv_py.sinks",
-    "MemorySink": "krishiv_py.sinks",
-    "ParquetSink": "krishiv_py.sinks",
-    "Sink": "krishiv_py.sinks",
-    "SinkContext": "krishiv_py.sinks",
-    "SinkWriter": "krishiv_py.sinks",
-    "DeltaSink": "krishiv_py.tables",
-    "DuckDBSink": "krishiv_py.tables",
-    "PostgresSink": "krishiv_py.tables",
-    "Schema": "krishiv_py.types",
-}
+
+@functools.cache
+def _exports() -> dict[str, str]:
+    """Each public name and its module, from the ``TYPE_CHECKING`` imports above.
+
+    Read from this file's source when a public name is first asked for, so
+    that ``import krishiv_py`` (and the modules Spark's Python workers import:
+    ``krishiv_py.kafka.datasource``, ``krishiv_py.stateful``) load only what
+    they use (PEP 562).
+    """
+    import ast
+    from importlib.resources import files
+
+    tree = ast.parse(files(__name__).joinpath("__init__.py").read_text(encoding="utf-8"))
+    block = next(n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING")
+    return {a.name: str(n.module) for n in block.body if isinstance(n, ast.ImportFrom) for a in n.names}
 
 
-__all__ = [
-    "END_OF_TIME_MS",
-    "AggExpr",
-    "ConsoleSink",
-    "CountingLateEventHandler",
-    "DeltaSink",
-    "DuckDBSink",
-    "Expr",
-    "ForeachBatchSink",
-    "Job",
-    "JobError",
-    "JobMetrics",
-    "JobProgress",
-    "JobStoppedError",
-    "KafkaSink",
-    "KeyedStream",
-    "KrishivError",
-    "LateEventHandler",
-    "MemorySink",
-    "MissingDependencyError",
-    "MultiSourceWatermarkSpec",
-    "NoResultsError",
-    "PaneEvent",
-    "ParquetSink",
-    "PlanError",
-    "PostgresSink",
-    "Schema",
-    "SchemaError",
-    "Sender",
-    "Session",
-    "SessionError",
-    "SideOutputLateEventHandler",
-    "Sink",
-    "SinkContext",
-    "SinkWriter",
-    "SourceClosedError",
-    "StateTtlConfig",
-    "Stream",
-    "Trigger",
-    "WatermarkAdvice",
-    "WatermarkSpec",
-    "WindowedStream",
-    "__version__",
-    "advise_watermark",
-    "avg",
-    "col",
-    "count",
-    "count_distinct",
-    "first",
-    "last",
-    "lit",
-    "max",
-    "min",
-    "sum",
-    "what_if",
-]
+def _public_order(name: str) -> tuple[int, str]:
+    """Constants first, then classes, then functions (the order of ruff's ``__all__`` sort)."""
+    return (0 if name.isupper() else 1 if name[0].isupper() else 2), name
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
+    if name == "__all__":
+        value: Any = sorted([*_exports(), "__version__"], key=_public_order)
+    elif (module := _exports().get(name)) is not None:
+        value = getattr(importlib.import_module(module), name)
+    else:
         raise AttributeError(f"module 'krishiv_py' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+    return sorted({*globals(), *_exports()})

@@ -3,8 +3,13 @@
 Every name a user does not choose lives here, so the parts of the package
 that write a name and the parts that read it cannot disagree, and two names
 cannot collide unnoticed. The values are fixed: they are written into memory
-streams' batch files, streaming checkpoints and operator state, and Spark
-reports observed metrics under them.
+streams' batch files, streaming checkpoints, operator and driver state and
+quarantined rows, and Spark reports observed metrics under them.
+
+Two names keep an older prefix, ``__krishiv_``: the table sinks' working
+columns :data:`CHANGELOG_ROW` and :data:`MERGE_OP`. They never reach a
+table's rows, but a Delta table's history records the ``MERGE`` predicates
+that name :data:`MERGE_OP`, so their values stay as they are too.
 
 This module imports nothing from krishiv_py, so every layer can use it.
 
@@ -25,6 +30,8 @@ __all__ = [
     "BASE_HIDDEN",
     "BATCH_TS",
     "BUCKET",
+    "CASCADE_DELETE",
+    "CHANGELOG_ROW",
     "ET",
     "GLOBAL",
     "HIDDEN_PREFIX",
@@ -36,14 +43,18 @@ __all__ = [
     "KAFKA_PARSED",
     "MARKER_DDL",
     "MAX_ET_US",
+    "MERGED_FUTURE",
+    "MERGED_ROWS",
+    "MERGE_OP",
     "OUTPUT_DDL",
     "OUT_OBSERVE",
     "PACKED",
     "PACKED_DDL",
     "PANE",
-    "PANE_EVENT",
     "PANE_WINDOW_START",
     "PAYLOAD",
+    "QUARANTINE_BATCH",
+    "QUARANTINE_ERROR",
     "RANK",
     "RESULT_ARITH",
     "RESULT_KIND",
@@ -62,6 +73,7 @@ __all__ = [
     "arithmetic_metric",
     "arithmetic_observation",
     "arithmetic_sum_metric",
+    "cascade_identity",
     "counts_input",
     "encoded_value",
     "input_observation",
@@ -126,11 +138,13 @@ RESULT_ROW = "__kp_result_row"
 WINDOW = "__kp_window"
 #: The constant key of a session window without keys.
 GLOBAL = "__kp_global"
-#: Sliding windows from panes: the start (µs) of the slide-sized pane a row falls in.
+#: Sliding windows from panes: the start (µs) of the slide-sized pane a row falls in. Also the
+#: pane-callback rows a job quarantines: ``"fired"`` or ``"closed"`` (the two never meet).
 PANE = "__kp_pane"
 #: Sliding windows from panes: the start (µs) of a window a pane is copied into.
 PANE_WINDOW_START = "__kp_window_start"
-#: The alias of a subquery in a bounded job's SQL.
+#: The alias of a subquery in a bounded job's SQL. Also a cascade's change rows: the event
+#: time (ms) of an upstream result (:mod:`krishiv_py.stateful.cascade`; the two never meet).
 SUBQUERY = "__kp_t"
 
 
@@ -194,8 +208,37 @@ RESULT_ARITH = "__arith"
 #: The column ``accumulation("retracting")`` adds to window results: ``"emit"`` or ``"retract"``.
 #: Not hidden (users see it); here so that it is not mistaken for :data:`ROW_KIND`.
 RESULT_KIND = "kind"
-#: Pane events: the rows handed to pane callbacks, saying ``"fired"`` or ``"closed"``.
-PANE_EVENT = "__kp_pane"
+#: Premerged rows (:mod:`krishiv_py.stateful.premerge`): a merged partial's number of rows
+#: (the windows' pending count).
+MERGED_ROWS = "__kp_rows"
+#: Premerged rows: how many of those rows lay beyond the watermark plus the future tolerance.
+MERGED_FUTURE = "__kp_future"
+
+# --- the second window of a cascade (its driver state) ------------------------------------
+
+# A change row's event time (ms) is :data:`SUBQUERY`.
+#: A change row's retraction flag (true: the upstream result is gone).
+CASCADE_DELETE = "__kp_del"
+
+
+def cascade_identity(i: int) -> str:
+    """A change row's ``i``-th identity column (an upstream result's keys and bounds)."""
+    return f"__kp_id_{i}"
+
+
+# --- the rows a job quarantines (``start(quarantine_dir=...)``) ----------------------------
+
+#: The micro-batch id of a quarantined row (bigint).
+QUARANTINE_BATCH = "__kp_batch_id"
+#: Why its call failed: ``"<exception type>: <message>"`` (string).
+QUARANTINE_ERROR = "__kp_error"
+
+# --- the table sinks' working columns (the older prefix; see above) ------------------------
+
+#: A table sink's net changes: a row's place in its micro-batch.
+CHANGELOG_ROW = "__krishiv_row"
+#: A Delta ``MERGE``'s source rows: ``"upsert"`` or ``"delete"``.
+MERGE_OP = "__krishiv_op"
 
 # --- observations (Spark ``observe``) and their metrics ------------------------------------
 

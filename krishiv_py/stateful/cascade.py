@@ -2,7 +2,7 @@
 
 The stateful operator runs the first window; each micro-batch's results
 reach the driver, where :func:`step` runs the second window over them. The
-rules are those of :mod:`krishiv_py.testing.cascade` (the reference model):
+rules are those of :mod:`krishiv_py.model.cascade` (the reference model):
 each upstream result is the current *version* of its identity (the
 upstream keys, ``window_start`` and ``window_end``) with event time
 ``window_end - 1`` ms; a retraction, or a version the stages between the
@@ -52,6 +52,9 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from krishiv_py.names import CASCADE_DELETE as DELETE
+from krishiv_py.names import SUBQUERY as EVENT_TIME  # one value, two uses: see krishiv_py.names
+from krishiv_py.names import cascade_identity
 from krishiv_py.plan.windows import SessionWindow, SlidingWindow, TumblingWindow
 from krishiv_py.stateful.aggregates import AggSpec, finalize, merge, row_partials
 from krishiv_py.stateful.grouping import group_ids
@@ -67,14 +70,8 @@ __all__ = [
     "upsert_versions",
 ]
 
-#: Columns of a change table: the identity columns are ``__kp_id_<i>``.
-EVENT_TIME, DELETE = "__kp_t", "__kp_del"
 _WS, _WE = "window_start", "window_end"
 _NO_DUE = -1
-
-
-def identity_column(i: int) -> str:
-    return f"__kp_id_{i}"
 
 
 @attrs.frozen(kw_only=True)
@@ -91,7 +88,7 @@ class CascadeSpec:
 
     @property
     def identity_names(self) -> list[str]:
-        return [identity_column(i) for i in range(self.identity)]
+        return [cascade_identity(i) for i in range(self.identity)]
 
 
 @attrs.frozen
@@ -441,7 +438,7 @@ def changes_of(
     kept = kept.filter(pa.array(is_emit[rows]))
     kept_rows = rows[is_emit[rows]]
     gone = np.flatnonzero(~passed)
-    ids: dict[str, Any] = {identity_column(i): results.column(c) for i, c in enumerate(identity)}
+    ids: dict[str, Any] = {cascade_identity(i): results.column(c) for i, c in enumerate(identity)}
     upserts: dict[str, Any] = {k: v.take(pa.array(kept_rows, pa.int64())) for k, v in ids.items()}
     deletes: dict[str, Any] = {k: v.take(pa.array(gone, pa.int64())) for k, v in ids.items()}
     values: dict[str, Any] = {c: kept.column(c) for c in kept.column_names}

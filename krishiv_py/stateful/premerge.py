@@ -54,7 +54,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from krishiv_py.names import BATCH_TS, SEQ
+from krishiv_py.names import BATCH_TS, MERGED_FUTURE, MERGED_ROWS, SEQ
 from krishiv_py.plan.windows import SlidingWindow, TimeIntervalWindow, TumblingWindow
 from krishiv_py.stateful import aggregates as agg
 from krishiv_py.stateful._arrow import arrow
@@ -62,11 +62,6 @@ from krishiv_py.stateful.grouping import canonical, group_ids
 from krishiv_py.stateful.state import NEWEST, KernelSpec
 
 __all__ = ["MERGED_FUTURE", "MERGED_ROWS", "on_time_rows", "pane_starts", "premerge", "premergeable"]
-
-#: A merged partial's number of rows (the windows' pending count).
-MERGED_ROWS = "__kp_rows"
-#: How many of those rows lay beyond the watermark plus the future tolerance.
-MERGED_FUTURE = "__kp_future"
 
 
 def premergeable(spec: KernelSpec) -> bool:

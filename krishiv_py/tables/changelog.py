@@ -57,6 +57,7 @@ from typing import TYPE_CHECKING, Literal
 import attrs
 
 from krishiv_py.errors import PlanError
+from krishiv_py.names import CHANGELOG_ROW as _ROW
 from krishiv_py.names import RESULT_KIND
 
 if TYPE_CHECKING:
@@ -69,7 +70,6 @@ __all__ = ["BATCH_ID", "Changes", "Mode", "Target", "changelog_rows", "net_chang
 Mode = Literal["upsert", "append"]
 #: The column append mode adds: the micro-batch a changelog row came in.
 BATCH_ID = "batch_id"
-_ROW = "__krishiv_row"
 
 
 @attrs.frozen

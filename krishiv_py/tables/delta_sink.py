@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from krishiv_py.errors import JobError, MissingDependencyError, PlanError
+from krishiv_py.names import MERGE_OP as _OP
 from krishiv_py.tables.base import TableWriter, misfit, quote
 from krishiv_py.tables.changelog import Changes, Mode, Target, target_for
 
@@ -37,7 +38,6 @@ __all__ = ["WINDOW_DATE", "DeltaSink"]
 
 #: The date partition column ``partition_by="window_date"`` adds: ``window_start``'s UTC date.
 WINDOW_DATE = "window_date"
-_OP = "__krishiv_op"
 
 
 def _require() -> Any:
