@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from krishiv_py.errors import SchemaError, SourceClosedError
 from krishiv_py.names import ROW_KIND, SEQ, WM
+from krishiv_py.plan.nodes import MemorySource
 from krishiv_py.plan.watermarks import END_OF_TIME_MS, MIN_EVENT_MS
 from krishiv_py.types import DataType, Schema, is_valid_text
 
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 
     from krishiv_py.runtime.spool import Retention, Spool
 
-__all__ = ["Sender"]
+__all__ = ["Sender", "memory_source"]
 
 KIND_DATA, KIND_WATERMARK, KIND_CLOSE = 0, 1, 2
 _FILE = re.compile(r"^batch-(\d{12})-(data|watermark|close)\.parquet$")
@@ -561,3 +562,17 @@ def _first_bad_cast(column: pa.ChunkedArray[Any], target: pa.DataType) -> int | 
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             return i
     return None
+
+
+def memory_source(
+    sources_dir: str, name: str, generation: int, schema: Schema, retention: Retention = "all"
+) -> tuple[MemorySource, Sender]:
+    """A memory stream's plan node and its sender, its batches under ``sources_dir``.
+
+    ``generation`` counts the streams made under ``name`` (1: the first); a
+    later one gets a directory of its own, so jobs on the earlier one keep
+    reading it.
+    """
+    path = os.path.join(sources_dir, name if generation == 1 else f"{name}.{generation}")
+    sender = Sender(name=name, schema=schema, path=path, retention=retention)
+    return MemorySource(name=name, schema=schema, path=os.path.join(path, "data")), sender

@@ -10,14 +10,14 @@ Spark's own Kafka connector.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, TypedDict
 
 from krishiv_py.errors import PlanError, SessionError
 from krishiv_py.names import HIDDEN_PREFIX, KAFKA_COLUMNS, KAFKA_DDL
 from krishiv_py.plan import nodes as n
 from krishiv_py.types import Schema, to_schema
 
-__all__ = ["SPARK_KAFKA_PACKAGE", "ConnectorChoice", "kafka_source", "spark_connector_loads"]
+__all__ = ["SPARK_KAFKA_PACKAGE", "ConnectorChoice", "KafkaOptions", "kafka_source", "spark_connector_loads"]
 
 ConnectorChoice: TypeAlias = Literal["auto", "spark", "python"]
 #: The Maven coordinates of Spark's Kafka connector for this Spark (``spark.jars.packages``).
@@ -25,24 +25,74 @@ SPARK_KAFKA_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13:{version}"
 _PROVIDER = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 
 
+class KafkaOptions(TypedDict, total=False):
+    """The keyword arguments of ``session.read_kafka(bootstrap_servers, topic, **options)``.
+
+    ``schema``
+        The JSON value's fields: a DDL string, ``pyarrow.Schema`` or
+        ``StructType``. Timestamps are ISO-8601 strings; epoch milliseconds
+        are a ``bigint`` field.
+    ``value_format``
+        ``"json"`` (default) or ``"raw"`` (one ``value binary`` column).
+    ``key_format``
+        ``"string"`` (default) or ``"raw"`` (``kafka_key`` as bytes).
+    ``event_time``
+        The event-time column, when it is ``"kafka_timestamp"``: then a
+        record that does not decode has a null ``kafka_timestamp`` too.
+    ``starting_offsets``
+        ``"earliest"`` (default), ``"latest"``, or ``{partition: offset}``
+        (other partitions from their earliest). Used by a new job only; a
+        restarted one goes on from its checkpoint.
+    ``max_records_per_batch``
+        At most this many records per micro-batch (shared across partitions
+        by backlog).
+    ``consumer_config``
+        Further librdkafka settings (security, ``group.id`` for the
+        committed offsets lag tools read, ...).
+    ``connector``
+        ``"python"``: krishiv's data source (needs ``confluent-kafka``);
+        ``"spark"``: Spark's ``format("kafka")`` (its jar on the classpath);
+        ``"auto"`` (default): Spark's when this Spark can load it.
+    ``watermark_per_partition``
+        Give each partition a watermark of its own: ``.watermark(...)`` right
+        on the stream applies per partition, the job's watermark is their
+        minimum, and an idle timeout leaves idle partitions out.
+    """
+
+    schema: Any
+    value_format: str
+    key_format: str
+    event_time: str | None
+    starting_offsets: Any
+    max_records_per_batch: int | None
+    consumer_config: Mapping[str, Any] | None
+    connector: str
+    watermark_per_partition: bool
+
+
 def kafka_source(
     *,
     name: str,
     bootstrap_servers: str,
     topic: str,
-    schema: Any,
-    value_format: str,
-    key_format: str,
-    event_time: str | None,
-    starting_offsets: Any,
-    max_records_per_batch: int | None,
-    consumer_config: Mapping[str, Any] | None,
-    connector: str,
-    watermark_per_partition: bool,
     spark: Any,
     remote: bool,
+    schema: Any = None,
+    value_format: str = "json",
+    key_format: str = "string",
+    event_time: str | None = None,
+    starting_offsets: Any = "earliest",
+    max_records_per_batch: int | None = None,
+    consumer_config: Mapping[str, Any] | None = None,
+    connector: str = "auto",
+    watermark_per_partition: bool = False,
 ) -> n.KafkaSource:
-    """The plan node of ``read_kafka``'s arguments (see :meth:`krishiv_py.Session.read_kafka`)."""
+    """The plan node of ``read_kafka``'s arguments (the options: :class:`KafkaOptions`).
+
+    ``spark`` is asked whether it loads Spark's Kafka connector
+    (``connector="auto"``; None: it cannot be asked); ``remote``: over
+    Spark Connect.
+    """
     _check_text("bootstrap_servers", bootstrap_servers)
     _check_text("topic", topic)
     fmt = _choice("value_format", value_format, ("json", "raw"))

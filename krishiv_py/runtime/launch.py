@@ -1,6 +1,6 @@
 """Launching jobs: the checkpoint policy and the steps from a recipe to a running ``Job``.
 
-An engine (:class:`~krishiv_py.Session`) calls these with everything they
+The engine (:class:`~krishiv_py.runtime.spark_engine.SparkEngine`) calls these with everything they
 need as plain values (the SparkSession, the durability profile, the
 checkpoint location, the senders of the plan's memory streams), so the
 runtime knows nothing of the builder or the session.
@@ -31,10 +31,18 @@ from typing import TYPE_CHECKING
 
 from krishiv_py.errors import JobError, PlanError
 from krishiv_py.plan import nodes as n
+from krishiv_py.planner.spark.stateful import BUCKETS, with_buckets
+from krishiv_py.runtime import run
+from krishiv_py.runtime.bad_files import BadFileSource
 from krishiv_py.runtime.durability import DurabilityProfile, is_uri
 from krishiv_py.runtime.engine import StartOptions
-from krishiv_py.runtime.job import BoundedJob, Job, JobSetup, StreamingJob
+from krishiv_py.runtime.handle import Job
+from krishiv_py.runtime.job import BoundedJob, JobSetup, StreamingJob
 from krishiv_py.runtime.output import open_writers
+from krishiv_py.runtime.quarantine import Quarantine
+from krishiv_py.runtime.remote import is_remote
+from krishiv_py.runtime.spool import readers as spool_readers
+from krishiv_py.runtime.watch import progress_enabled, stage_progress, watching
 from krishiv_py.sinks import Sink
 
 if TYPE_CHECKING:
@@ -48,6 +56,7 @@ __all__ = [
     "check_plan",
     "claim_checkpoint",
     "is_batch",
+    "launch",
     "refuse_quarantine_for_batch",
     "run_bounded",
     "start_streaming_job",
@@ -116,13 +125,9 @@ def run_bounded(
     *,
     metrics: bool = True,
     progress: bool | None = None,
-    remote: bool = False,
     on_interrupt: Callable[[], None],
 ) -> BoundedJob:
     """Run a bounded recipe; Ctrl-C cancels its Spark jobs (``on_interrupt``), long runs show progress."""
-    from krishiv_py.runtime import run
-    from krishiv_py.runtime.watch import progress_enabled, stage_progress, watching
-
     writer, late_writer = open_writers(sink, recipe, spark=spark)
     setup = JobSetup(
         plan=plan,
@@ -133,7 +138,7 @@ def run_bounded(
         late_writer=late_writer,
         progress=progress,
     )
-    show = progress_enabled(progress) and not remote
+    show = progress_enabled(progress) and not is_remote(spark)
     with watching(
         on_interrupt=on_interrupt,
         message="krishiv_py: interrupted; the Spark jobs were cancelled.",
@@ -141,6 +146,38 @@ def run_bounded(
         description="krishiv_py running",
     ):
         return run.run_bounded(setup, metrics=metrics)
+
+
+def launch(
+    spark: SparkSession,
+    plan: n.PlanNode,
+    recipe: SparkRecipe,
+    options: StartOptions,
+    *,
+    checkpoint_dir: str,
+    profile: DurabilityProfile,
+    senders: Sequence[Feed | None],
+    progress: bool | None,
+    on_interrupt: Callable[[], None],
+) -> Job:
+    """Start ``recipe``: a streaming query, or for bounded input one batch job, returned finished.
+
+    The one place that chooses between the two (:func:`is_batch`); the
+    arguments are as for :func:`start_streaming_job` and :func:`run_bounded`.
+    """
+    if is_batch(recipe):
+        refuse_quarantine_for_batch(options)
+        return run_bounded(spark, plan, recipe, options.sink, progress=progress, on_interrupt=on_interrupt)
+    return start_streaming_job(
+        spark,
+        plan,
+        recipe,
+        options,
+        checkpoint_dir=checkpoint_dir,
+        profile=profile,
+        senders=senders,
+        progress=progress,
+    )
 
 
 def start_streaming_job(
@@ -160,12 +197,6 @@ def start_streaming_job(
     order (None for a source that is not a memory stream): the job reads
     them, and retention keeps what it has not committed.
     """
-    from krishiv_py.runtime import run
-    from krishiv_py.runtime.bad_files import BadFileSource
-    from krishiv_py.runtime.quarantine import Quarantine
-    from krishiv_py.runtime.remote import is_remote
-    from krishiv_py.runtime.spool import readers as spool_readers
-
     claim_checkpoint(checkpoint_dir, options.name)
     file_sources = [
         BadFileSource(s.name, s.path, s.bad_files)
@@ -186,8 +217,6 @@ def start_streaming_job(
     quarantine = None if options.quarantine_dir is None else Quarantine(options.quarantine_dir)
     check_plan(checkpoint_dir, f"lowering: {recipe.lowering}\n{n.checkpoint_identity(plan)}\n")
     if recipe.stateful is not None:
-        from krishiv_py.planner.spark.stateful import with_buckets
-
         partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 0)
         recipe = with_buckets(recipe, operator_buckets(checkpoint_dir, partitions))
     query_name = run.new_query_name()
@@ -247,8 +276,6 @@ def operator_buckets(checkpoint_dir: str, shuffle_partitions: int) -> int:
     existed) keeps the planner's 16, and so does a checkpoint on a shared
     file system (not readable from here).
     """
-    from krishiv_py.planner.spark.stateful import BUCKETS
-
     if is_uri(checkpoint_dir):
         return BUCKETS
     path = os.path.join(checkpoint_dir, BUCKETS_FILE)

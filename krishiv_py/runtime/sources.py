@@ -16,17 +16,20 @@ planner (:mod:`krishiv_py.planner.spark.sources`).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from krishiv_py.errors import PlanError
 from krishiv_py.names import MARKER_DDL, ROW_KIND, SEQ, SOURCE_HIDDEN_DDL, WM
+from krishiv_py.plan.nodes import SparkSource
+from krishiv_py.types import to_schema
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from krishiv_py.planner.spark.recipe import ReadSource
 
-__all__ = ["ReadPaths", "SourceReader", "reader_for", "register_reader"]
+__all__ = ["ReadPaths", "SourceReader", "reader_for", "register_reader", "spark_source"]
 
 
 class ReadPaths:
@@ -111,6 +114,20 @@ class SparkFrameReader:
 
     def read(self, spark: SparkSession, node: ReadSource, paths: ReadPaths) -> DataFrame:
         return node.records  # type: ignore[no-any-return]
+
+
+def spark_source(df: Any, *, name: Callable[[], str], spark: Any, remote: bool) -> SparkSource:
+    """The node of ``session.from_spark(df)``: a DataFrame of ``spark``, streaming or batch.
+
+    ``name`` is asked for the stream's name once ``df`` is known to fit.
+    """
+    if not (hasattr(df, "schema") and hasattr(df, "isStreaming") and hasattr(df, "sparkSession")):
+        raise PlanError(f"from_spark() takes a Spark DataFrame, got {type(df).__name__}")
+    if df.sparkSession is not spark and not remote:
+        raise PlanError(
+            "from_spark(): the DataFrame belongs to another SparkSession; build it from session.spark"
+        )
+    return SparkSource(name=name(), schema=to_schema(df.schema), frame=df, streaming=df.isStreaming)
 
 
 class KafkaReader:

@@ -11,14 +11,37 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
+import attrs
+
 from krishiv_py.errors import SessionError
+from krishiv_py.runtime.durability import Durability, check_location
+from krishiv_py.runtime.remote import (
+    CONNECT_MODE_ENV,
+    build_remote,
+    check_reachable,
+    is_loopback,
+    on_this_machine,
+    parse_connect_url,
+    parse_master_url,
+    restore_mode,
+)
+from krishiv_py.runtime.watch import quiet_python_loggers, verbose_default
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["build_spark", "find_java", "java_major_version"]
+__all__ = [
+    "StartedSpark",
+    "build_spark",
+    "find_java",
+    "java_major_version",
+    "start_cluster",
+    "start_local",
+    "start_remote",
+]
 
 MIN_JAVA = 17
 _LOG4J = "file:" + os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
@@ -190,3 +213,116 @@ def _log_tail(path: str | None, lines: int = 15) -> str:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+@attrs.frozen(kw_only=True)
+class StartedSpark:
+    """A SparkSession ready for a session, and what goes with it."""
+
+    spark: SparkSession = attrs.field(repr=False)
+    #: This process started it, so stopping the session stops it.
+    owns: bool
+    master: str
+    #: The file that receives Spark's own output (None: the terminal, or a JVM started elsewhere).
+    log_path: str | None = None
+    #: Runs when the session stops (a remote session puts pyspark's Connect-mode switch back).
+    on_stop: Callable[[], None] | None = None
+
+
+def start_local(
+    *,
+    app_name: str,
+    durability: Durability,
+    state_dir: str | None,
+    spark_conf: Mapping[str, str] | None,
+    verbose: bool | None,
+) -> StartedSpark:
+    """A local Spark (``local[*]``) tuned for this machine (``Session.embedded``)."""
+    check_location(durability, state_dir, master="local[*]")  # before starting Spark
+    conf = {**local_conf(os.cpu_count() or 2), **dict(spark_conf or {})}
+    spark, owns, log_path = build_spark(
+        master="local[*]",
+        app_name=app_name,
+        conf=conf,
+        local=True,
+        verbose=verbose_default() if verbose is None else verbose,
+    )
+    return StartedSpark(spark=spark, owns=owns, master="local[*]", log_path=log_path)
+
+
+def start_cluster(
+    master: str,
+    *,
+    app_name: str,
+    durability: Durability,
+    state_dir: str | None,
+    spark_conf: Mapping[str, str] | None,
+    verbose: bool | None,
+) -> StartedSpark:
+    """This process as the driver of the cluster at ``master`` (``Session.connect``)."""
+    if not isinstance(master, str) or not re.match(r"^(spark://|local(\[[0-9*]+\])?$|yarn$|k8s://)", master):
+        raise SessionError(
+            f"unsupported master {master!r}: use spark://host:port, local[N], yarn or k8s://..."
+        )
+    check_location(durability, state_dir, master=master)  # before connecting
+    standalone = parse_master_url(master)
+    if standalone is not None:
+        check_reachable(*standalone, "Spark master")
+    loopback = standalone is not None and is_loopback(standalone[0])
+    conf = {**driver_conf(master, loopback=loopback), **dict(spark_conf or {})}
+    spark, owns, log_path = build_spark(
+        master=master,
+        app_name=app_name,
+        conf=conf,
+        local=master.startswith("local"),
+        verbose=verbose_default() if verbose is None else verbose,
+    )
+    if not master.startswith("local") and "spark.sql.shuffle.partitions" not in conf:
+        spark.conf.set("spark.sql.shuffle.partitions", str(max(2, spark.sparkContext.defaultParallelism)))
+    return StartedSpark(spark=spark, owns=owns, master=master, log_path=log_path)
+
+
+def start_remote(
+    url: str,
+    *,
+    app_name: str,
+    durability: Durability,
+    state_dir: str | None,
+    spark_conf: Mapping[str, str] | None,
+    verbose: bool | None,
+) -> StartedSpark:
+    """A Spark Connect session to the server at ``url`` (``Session.remote``)."""
+    parse_connect_url(url)
+    local = on_this_machine(url)
+    check_location(durability, state_dir, master=url)  # before connecting
+    quiet_python_loggers(verbose_default() if verbose is None else verbose)
+    conf = {
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": str(max(2, os.cpu_count() or 2)) if local else "8",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        **dict(spark_conf or {}),
+    }
+    before = os.environ.get(CONNECT_MODE_ENV)
+    spark = build_remote(url, app_name=app_name, conf=conf)
+    return StartedSpark(spark=spark, owns=True, master=url, on_stop=lambda: restore_mode(before))
+
+
+def driver_conf(master: str, *, loopback: bool) -> dict[str, str]:
+    """Spark settings for this process as the driver of ``master``.
+
+    It keeps the local JVM options (UTC, quiet logging) but not the local
+    sizing; executors elsewhere run this process's Python; a cluster on
+    this machine (``loopback``) reaches the driver on loopback too.
+    """
+    conf = {
+        k: v
+        for k, v in local_conf(os.cpu_count() or 2).items()
+        if not k.startswith("spark.driver.") or k == "spark.driver.extraJavaOptions"
+    }
+    if not master.startswith("local"):
+        conf.pop("spark.sql.shuffle.partitions")
+        conf.pop("spark.default.parallelism")
+        conf["spark.executorEnv.PYSPARK_PYTHON"] = os.environ.get("PYSPARK_PYTHON", sys.executable)
+    if loopback:
+        conf["spark.driver.host"] = conf["spark.driver.bindAddress"] = "127.0.0.1"
+    return conf

@@ -9,6 +9,7 @@ under its name does (a notebook cell run twice).
 from __future__ import annotations
 
 import re
+import threading
 
 from krishiv_py.errors import PlanError
 from krishiv_py.plan import nodes as n
@@ -33,6 +34,31 @@ class SqlCatalog:
         self._plans: dict[str, n.PlanNode] = {}
         #: Settings of ``SET`` statements, taken by the next query.
         self.pending = SqlSettings()
+        #: How many sources were made under each name.
+        self._made: dict[str, int] = {}
+        self._counter = 0
+        self._lock = threading.Lock()
+
+    def claim(self, name: str | None) -> tuple[str, int]:
+        """The name of a new source and how many sources have had it (1: the first).
+
+        ``name`` None: the next free ``stream_<n>``. A name used again
+        replaces the earlier registration (a notebook cell run again).
+        """
+        with self._lock:
+            if name is None:
+                self._counter += 1
+                while f"stream_{self._counter}" in self._made:
+                    self._counter += 1
+                name = f"stream_{self._counter}"
+            check_name(name)
+            self._made[name] = self._made.get(name, 0) + 1
+            return name, self._made[name]
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """The names sources were made under, sorted."""
+        return tuple(sorted(self._made))
 
     def register(self, name: str, plan: n.PlanNode) -> None:
         """Make ``plan`` readable as ``name`` (replacing what had that name)."""
