@@ -31,6 +31,7 @@ __all__ = [
     "BATCH_TS",
     "BUCKET",
     "CASCADE_DELETE",
+    "CASCADE_EVENT_TIME",
     "CHANGELOG_ROW",
     "ET",
     "GLOBAL",
@@ -143,9 +144,8 @@ GLOBAL = "__kp_global"
 PANE = "__kp_pane"
 #: Sliding windows from panes: the start (µs) of a window a pane is copied into.
 PANE_WINDOW_START = "__kp_window_start"
-#: The alias of a subquery in a bounded job's SQL. Also a cascade's change rows: the event
-#: time (ms) of an upstream result (:mod:`krishiv_py.stateful.cascade`; the two never meet).
-SUBQUERY = "__kp_t"
+#: The alias of a subquery in a bounded job's SQL.
+SUBQUERY = "__kp_q"
 
 
 def source_view(token: str) -> str:
@@ -216,7 +216,8 @@ MERGED_FUTURE = "__kp_future"
 
 # --- the second window of a cascade (its driver state) ------------------------------------
 
-# A change row's event time (ms) is :data:`SUBQUERY`.
+#: A change row's event time (ms): an upstream result's (kept in the cascade's driver state).
+CASCADE_EVENT_TIME = "__kp_t"
 #: A change row's retraction flag (true: the upstream result is gone).
 CASCADE_DELETE = "__kp_del"
 

@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import krishiv_py as kp
+from krishiv_py.names import SUBQUERY
 from krishiv_py.runtime.build import build_dataframe
 from krishiv_py.runtime.run import (
     CHECKPOINT_MANAGER_CONF,
@@ -132,7 +133,7 @@ def test_collect_is_one_sql_query_and_falls_back_without_group_by_ordinals(
     recipe = pipeline.lower(force_bounded=True)
     one_query = build_dataframe(session.spark, recipe, {}, observe=False)
     # One spark.sql call: the parsed plan is SQL's (subquery aliases), not a chain of DataFrame steps.
-    assert "__kp_t" in one_query._jdf.queryExecution().logical().toString()
+    assert SUBQUERY in one_query._jdf.queryExecution().logical().toString()
     # the sources' temporary views are gone
     assert not [t for t in session.spark.catalog.listTables() if t.name.startswith("__kp_src_")]
     expected = sorted(pipeline.start().results().to_pylist(), key=str)  # DataFrame calls, metrics on
@@ -140,7 +141,7 @@ def test_collect_is_one_sql_query_and_falls_back_without_group_by_ordinals(
     session.spark.conf.set("spark.sql.groupByOrdinal", "false")
     try:
         fallback = build_dataframe(session.spark, recipe, {}, observe=False)
-        assert "__kp_t" not in fallback._jdf.queryExecution().logical().toString()
+        assert SUBQUERY not in fallback._jdf.queryExecution().logical().toString()
         assert sorted(pipeline.collect().to_pylist(), key=str) == expected
     finally:
         session.spark.conf.unset("spark.sql.groupByOrdinal")

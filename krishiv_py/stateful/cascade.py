@@ -53,7 +53,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from krishiv_py.names import CASCADE_DELETE as DELETE
-from krishiv_py.names import SUBQUERY as EVENT_TIME  # one value, two uses: see krishiv_py.names
+from krishiv_py.names import CASCADE_EVENT_TIME as EVENT_TIME
 from krishiv_py.names import cascade_identity
 from krishiv_py.plan.windows import SessionWindow, SlidingWindow, TumblingWindow
 from krishiv_py.stateful.aggregates import AggSpec, finalize, merge, row_partials
