@@ -15,7 +15,6 @@ A session makes sources and hands everything else on: starting Spark to
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -288,9 +287,9 @@ class Session:
             )
         parsed = to_schema(schema)
         if not self._visible:
-            check_visible(self.spark, os.path.join(root, "sources"), self.master)
+            check_visible(self.spark, self.engine.sources_dir, self.master)
             self._visible = True
-        node, sender = memory_source(os.path.join(root, "sources"), *self._sql.claim(name), parsed, retention)
+        node, sender = memory_source(self.engine.sources_dir, *self._sql.claim(name), parsed, retention)
         self.engine.add_feed(node.path, sender)
         return self._source(node), sender
 

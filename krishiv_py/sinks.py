@@ -78,6 +78,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 import attrs
 
+from krishiv_py.checkpoint import CheckpointLayout
 from krishiv_py.errors import JobError
 from krishiv_py.types import Schema
 
@@ -117,6 +118,11 @@ class SinkContext:
     accumulation: str | None = None
     #: The SparkSession running the job (``None`` outside a job).
     spark: Any = attrs.field(default=None, repr=False, eq=False)
+
+    @property
+    def checkpoint(self) -> CheckpointLayout | None:
+        """The paths of the job's checkpoint and its logs; ``None`` for a bounded run."""
+        return None if self.checkpoint_dir is None else CheckpointLayout(self.checkpoint_dir)
 
     @property
     def bounded(self) -> bool:
@@ -234,9 +240,9 @@ class _MemoryWriter:
 
     def spark_stream(self, writer: Any) -> Any:
         """Spark's memory sink, a table named after the query."""
-        checkpoint, name = self._context.checkpoint_dir, self._context.query_name
+        checkpoint, name = self._context.checkpoint, self._context.query_name
         assert checkpoint is not None and name is not None
-        if _has_offsets(checkpoint):
+        if checkpoint.has_offsets():
             raise JobError(
                 f"this pipeline's checkpoint ({checkpoint}) holds a run already, and Spark's in-memory "
                 "sink cannot resume one; resume with ParquetSink(path) (exactly once across restarts) "
@@ -350,8 +356,3 @@ def _write_atomic(table: pa.Table, path: str, name: str) -> None:
     tmp = os.path.join(path, f".{name}.tmp")
     pq.write_table(table, tmp)
     os.replace(tmp, os.path.join(path, name))
-
-
-def _has_offsets(checkpoint_dir: str) -> bool:
-    offsets = os.path.join(checkpoint_dir, "offsets")
-    return os.path.isdir(offsets) and any(name.isdigit() for name in os.listdir(offsets))

@@ -55,13 +55,13 @@ import attrs
 
 from krishiv_py.advice import WatermarkAdvice
 from krishiv_py.api.stream import Stream, placeholder
+from krishiv_py.checkpoint import CheckpointLayout, file_source_log, log_offset
 from krishiv_py.errors import MissingDependencyError, PlanError
 from krishiv_py.model.reference import Classification, ReferenceModel
 from krishiv_py.model.steps import AdvanceWatermark, Close, Send, Step, reference_model_for
 from krishiv_py.names import BASE_HIDDEN, ROW_KIND, SEQ, WM
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.watermarks import MAX_EVENT_MS, MIN_EVENT_MS
-from krishiv_py.runtime.checkpoint_log import committed_batch, file_source_log, log_offset, source_offsets
 from krishiv_py.runtime.handle import Job
 from krishiv_py.spark_errors import spark_call
 
@@ -492,17 +492,14 @@ def _source_batches(
     checkpoint: str, source: n.MemorySource | n.RecordsSource | n.FileSource
 ) -> tuple[int | None, list[tuple[int, list[str]]]]:
     """The job's source index, and the committed input batches of ``source``: (log batch id, file URIs)."""
-    sources_dir = os.path.join(checkpoint, "sources")
+    layout = CheckpointLayout(checkpoint)
     index: int | None = None
     log: dict[int, dict[str, int]] = {}
-    if os.path.isdir(sources_dir):
-        for name in sorted(os.listdir(sources_dir)):
-            if not name.isdigit():
-                continue
-            entries = _read_log(os.path.join(sources_dir, name))
-            if any(_belongs(uri, source) for files in entries.values() for uri in files):
-                index, log = int(name), entries
-                break
+    for i in layout.source_logs():
+        entries = _read_log(layout.source_log(i))
+        if any(_belongs(uri, source) for files in entries.values() for uri in files):
+            index, log = i, entries
+            break
     if index is None:
         return None, []
     upto = _committed_offset(checkpoint, index)
@@ -515,10 +512,11 @@ def _source_batches(
 
 def _committed_offset(checkpoint: str, index: int) -> int | None:
     """The file-source log offset of source ``index`` in the last committed micro-batch."""
-    last = committed_batch(checkpoint)
+    layout = CheckpointLayout(checkpoint)
+    last = layout.committed_batch()
     if last < 0:
         return None
-    offsets = source_offsets(checkpoint, last)
+    offsets = layout.source_offsets(last)
     if index >= len(offsets):
         raise PlanError(f"unknown Spark offset log format in {checkpoint}/offsets/{last}")
     return log_offset(offsets[index])

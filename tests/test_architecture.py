@@ -7,6 +7,7 @@ at module level, under ``TYPE_CHECKING`` or inside a function.
 from __future__ import annotations
 
 import ast
+import os
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +74,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("kernels", ("stateful",)),
     ("model", ("model",)),
     ("planner", ("planner",)),
-    ("outputs", ("spark_errors", "sinks", "late", "metrics", "kafka", "tables")),
+    ("outputs", ("checkpoint", "spark_errors", "sinks", "late", "metrics", "kafka", "tables")),
     ("advice", ("advice",)),
     ("runtime", ("runtime",)),
     ("builder", ("api",)),
@@ -170,6 +171,82 @@ def test_every_import_points_down_a_floor_or_stays_on_its_own() -> None:
 def test_the_allowed_upward_imports_exist() -> None:
     graph = import_graph()
     assert all(target in graph[module] for module, target in UPWARD_ALLOWED)
+
+
+def string_constants(path: Path) -> list[tuple[int, str]]:
+    """The string constants of ``path`` that are not docstrings: (line, value)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docs = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs
+    ]
+
+
+#: What a job's checkpoint holds, by name: only ``krishiv_py/checkpoint.py`` writes these names.
+CHECKPOINT_NAMES = frozenset(
+    {
+        "offsets",
+        "commits",
+        "krishiv-idle",
+        "krishiv-ticks",
+        "krishiv-handoff",
+        "krishiv-cascade",
+        "krishiv-topn",
+        "krishiv-plan.txt",
+        "krishiv-buckets.txt",
+    }
+)
+
+
+def test_the_checkpoint_layout_is_the_one_module_that_names_a_checkpoint_path() -> None:
+    found = [
+        f"{p.relative_to(PACKAGE)}:{line}: {value!r}"
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if p != PACKAGE / "checkpoint.py"
+        for line, value in string_constants(p)
+        if value in CHECKPOINT_NAMES
+    ]
+    assert found == []
+
+
+def test_the_checkpoint_layout_names_what_it_is_checked_against() -> None:
+    from krishiv_py.checkpoint import CheckpointLayout
+
+    layout = CheckpointLayout("/ckpt")
+    paths = {
+        getattr(layout, a)
+        for a in dir(CheckpointLayout)
+        if isinstance(getattr(CheckpointLayout, a), property)
+    }
+    assert {os.path.basename(p) for p in paths} >= CHECKPOINT_NAMES
+    assert all(p.startswith("/ckpt/") for p in paths)
+
+
+def test_the_runtime_never_asks_which_sink_it_has() -> None:
+    asks = []
+    for p in sorted((PACKAGE / "runtime").rglob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "id", None) == "isinstance"
+                and len(node.args) == 2
+            ):
+                named = [
+                    getattr(n_, "id", None) or getattr(n_, "attr", None) for n_ in ast.walk(node.args[1])
+                ]
+                asks += [
+                    f"{p.relative_to(PACKAGE)}:{node.lineno}" for name in named if name and "Sink" in name
+                ]
+    assert asks == []
 
 
 def test_a_stream_without_an_engine_is_a_plan_that_cannot_run() -> None:

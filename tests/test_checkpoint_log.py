@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from krishiv_py.errors import PlanError
-from krishiv_py.runtime.checkpoint_log import (
+from krishiv_py.checkpoint import (
     FileEntry,
     committed_batch,
     file_source_log,
     log_offset,
     source_offsets,
 )
+from krishiv_py.errors import PlanError
 from krishiv_py.runtime.spool import committed_seq
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import krishiv_py as kp
+from krishiv_py.checkpoint import CheckpointLayout
 from krishiv_py.errors import JobError
 from krishiv_py.planner.spark.recipe import SelectExprs, SparkRecipe
 from krishiv_py.planner.spark.stateful import BUCKETS, with_buckets
@@ -47,28 +48,28 @@ def test_without_keys_every_row_is_in_bucket_zero() -> None:
 
 
 def test_a_new_job_takes_two_buckets_per_shuffle_partition_and_records_them(tmp_path: Path) -> None:
-    assert operator_buckets(str(tmp_path / "a"), 2) == 4
+    assert operator_buckets(CheckpointLayout(str(tmp_path / "a")), 2) == 4
     assert (tmp_path / "a" / BUCKETS_FILE).read_text().strip() == "4"
-    assert operator_buckets(str(tmp_path / "b"), 1) == 2  # at least two
-    assert operator_buckets(str(tmp_path / "c"), 200) == 16  # at most the planner's 16
+    assert operator_buckets(CheckpointLayout(str(tmp_path / "b")), 1) == 2  # at least two
+    assert operator_buckets(CheckpointLayout(str(tmp_path / "c")), 200) == 16  # at most the planner's 16
 
 
 def test_a_restarted_job_keeps_its_number_whatever_the_session_has(tmp_path: Path) -> None:
     checkpoint = str(tmp_path / "job")
-    assert operator_buckets(checkpoint, 2) == 4
-    assert operator_buckets(checkpoint, 8) == 4
+    assert operator_buckets(CheckpointLayout(checkpoint), 2) == 4
+    assert operator_buckets(CheckpointLayout(checkpoint), 8) == 4
 
 
 def test_a_checkpoint_from_before_the_record_keeps_sixteen(tmp_path: Path) -> None:
     checkpoint = tmp_path / "old"
     (checkpoint / "offsets").mkdir(parents=True)
     (checkpoint / "offsets" / "0").write_text("v1\n")
-    assert operator_buckets(str(checkpoint), 2) == 16
+    assert operator_buckets(CheckpointLayout(str(checkpoint)), 2) == 16
     assert (checkpoint / BUCKETS_FILE).read_text().strip() == "16"
 
 
 def test_a_checkpoint_on_a_shared_file_system_keeps_sixteen(tmp_path: Path) -> None:
-    assert operator_buckets("hdfs://namenode/checkpoints/job", 2) == 16
+    assert operator_buckets(CheckpointLayout("hdfs://namenode/checkpoints/job"), 2) == 16
     assert not os.listdir(tmp_path)
 
 
@@ -76,5 +77,5 @@ def test_a_checkpoint_on_a_shared_file_system_keeps_sixteen(tmp_path: Path) -> N
 def test_a_damaged_record_is_an_error_naming_the_file(tmp_path: Path, text: str) -> None:
     (tmp_path / BUCKETS_FILE).write_text(text)
     with pytest.raises(JobError, match=f"{BUCKETS_FILE} holds .*not a number of key buckets"):
-        operator_buckets(str(tmp_path), 2)
+        operator_buckets(CheckpointLayout(str(tmp_path)), 2)
     assert (tmp_path / BUCKETS_FILE).read_text() == text  # left as it was

@@ -29,6 +29,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from krishiv_py.checkpoint import CheckpointLayout
 from krishiv_py.errors import JobError, PlanError
 from krishiv_py.plan import nodes as n
 from krishiv_py.planner.spark.stateful import BUCKETS, with_buckets
@@ -62,9 +63,9 @@ __all__ = [
     "start_streaming_job",
 ]
 
-PLAN_FILE = "krishiv-plan.txt"
-#: The stateful operator's number of key buckets, recorded when a job first starts.
-BUCKETS_FILE = "krishiv-buckets.txt"
+#: The file names of the plan and bucket records in a checkpoint (:class:`CheckpointLayout`).
+PLAN_FILE = os.path.basename(CheckpointLayout("").plan_file)
+BUCKETS_FILE = os.path.basename(CheckpointLayout("").buckets_file)
 
 
 #: The job each checkpoint of this process was last started with (by its real path or URI).
@@ -198,6 +199,7 @@ def start_streaming_job(
     them, and retention keeps what it has not committed.
     """
     claim_checkpoint(checkpoint_dir, options.name)
+    layout = CheckpointLayout(checkpoint_dir)
     file_sources = [
         BadFileSource(s.name, s.path, s.bad_files)
         for s in n.sources_of(plan)
@@ -215,10 +217,10 @@ def start_streaming_job(
             "give the job a directory for them with start(..., quarantine_dir=<a directory>)"
         )
     quarantine = None if options.quarantine_dir is None else Quarantine(options.quarantine_dir)
-    check_plan(checkpoint_dir, f"lowering: {recipe.lowering}\n{n.checkpoint_identity(plan)}\n")
+    check_plan(layout, f"lowering: {recipe.lowering}\n{n.checkpoint_identity(plan)}\n")
     if recipe.stateful is not None:
         partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 0)
-        recipe = with_buckets(recipe, operator_buckets(checkpoint_dir, partitions))
+        recipe = with_buckets(recipe, operator_buckets(layout, partitions))
     query_name = run.new_query_name()
     stateful = recipe.stateful is not None
     writer, late_writer = open_writers(
@@ -244,7 +246,7 @@ def start_streaming_job(
     with spool_readers(senders, checkpoint_dir, resumable=options.resumable) as checked_in:
         job = run.start_streaming(
             setup,
-            checkpoint_dir=checkpoint_dir,
+            checkpoint=layout,
             senders=senders,
             durability=profile.name,
             conf=profile.query_conf,
@@ -265,8 +267,8 @@ def refuse_quarantine_for_batch(options: StartOptions) -> None:
         )
 
 
-def operator_buckets(checkpoint_dir: str, shuffle_partitions: int) -> int:
-    """The stateful operator's key buckets for a job on ``checkpoint_dir``.
+def operator_buckets(checkpoint: CheckpointLayout, shuffle_partitions: int) -> int:
+    """The stateful operator's key buckets for a job on ``checkpoint``.
 
     A new job takes two per shuffle partition (at least 2, at most the
     planner's 16): on a small machine a few large bucket calls per
@@ -276,9 +278,9 @@ def operator_buckets(checkpoint_dir: str, shuffle_partitions: int) -> int:
     existed) keeps the planner's 16, and so does a checkpoint on a shared
     file system (not readable from here).
     """
+    checkpoint_dir, path = checkpoint.root, checkpoint.buckets_file
     if is_uri(checkpoint_dir):
         return BUCKETS
-    path = os.path.join(checkpoint_dir, BUCKETS_FILE)
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
             text = f.read().strip()
@@ -290,12 +292,7 @@ def operator_buckets(checkpoint_dir: str, shuffle_partitions: int) -> int:
                 "on a new checkpoint"
             )
         return int(text)
-    offsets = os.path.join(checkpoint_dir, "offsets")
-    chosen = (
-        BUCKETS
-        if os.path.isdir(offsets) and os.listdir(offsets)
-        else min(BUCKETS, max(2, 2 * shuffle_partitions))
-    )
+    chosen = BUCKETS if checkpoint.has_offsets() else min(BUCKETS, max(2, 2 * shuffle_partitions))
     os.makedirs(checkpoint_dir, exist_ok=True)
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
@@ -304,7 +301,7 @@ def operator_buckets(checkpoint_dir: str, shuffle_partitions: int) -> int:
     return chosen
 
 
-def check_plan(checkpoint_dir: str, plan_text: str) -> None:
+def check_plan(checkpoint: CheckpointLayout, plan_text: str) -> None:
     """Refuse to resume a checkpoint written by another pipeline; record the plan of a new one.
 
     A checkpoint holds state laid out for one plan and lowering (window,
@@ -312,9 +309,9 @@ def check_plan(checkpoint_dir: str, plan_text: str) -> None:
     results or a Spark error deep in a micro-batch. The checkpoint is left
     as it is.
     """
+    checkpoint_dir, path = checkpoint.root, checkpoint.plan_file
     if is_uri(checkpoint_dir):
         return  # not readable from here; Spark checks what it can
-    path = os.path.join(checkpoint_dir, PLAN_FILE)
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
             recorded = f.read()

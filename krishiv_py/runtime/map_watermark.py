@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import attrs
 
+from krishiv_py.checkpoint import batch_watermark_ms
 from krishiv_py.errors import PlanError
-from krishiv_py.runtime.checkpoint_log import batch_watermark_ms
 
 __all__ = ["BATCH_ID_PROPERTY", "BatchWatermark", "local_path"]
 

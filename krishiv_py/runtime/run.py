@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import re
 import threading
 import time
@@ -12,6 +11,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from krishiv_py.checkpoint import CheckpointLayout
 from krishiv_py.planner.spark import SparkRecipe
 from krishiv_py.runtime.build import build_dataframe
 from krishiv_py.runtime.job import BoundedJob, JobSetup, StreamingJob
@@ -35,7 +35,7 @@ __all__ = ["explain_spark", "run_bounded", "start_streaming"]
 def start_streaming(
     setup: JobSetup,
     *,
-    checkpoint_dir: str,
+    checkpoint: CheckpointLayout,
     senders: Sequence[Feed | None],
     durability: str | None = None,
     conf: Mapping[str, str] | None = None,
@@ -53,14 +53,14 @@ def start_streaming(
     way: build the DataFrame, point Spark's writer at the output, start the
     query, then the job's background thread.
     """
-    spark, recipe = setup.spark, setup.recipe
+    spark, recipe, checkpoint_dir = setup.spark, setup.recipe, checkpoint.root
     assert setup.query_name is not None, "a streaming job's writers are opened with its query name"
-    markers = os.path.join(checkpoint_dir, "krishiv-idle")
+    markers = checkpoint.idle_markers
     ticks = None
     if recipe.stateful is not None:
         from krishiv_py.runtime.stateful import TickWriter
 
-        ticks = TickWriter(os.path.join(checkpoint_dir, "krishiv-ticks"))
+        ticks = TickWriter(checkpoint.ticks)
     df = spark_call(
         "building the streaming query",
         lambda: build_dataframe(
@@ -89,10 +89,10 @@ def start_streaming(
             late_writer=setup.late_writer,
             quarantine=quarantine,
             spark=spark,
-            cascade_dir=os.path.join(checkpoint_dir, "krishiv-cascade"),
+            checkpoint=checkpoint,
         )
         # Over Spark Connect foreachBatch runs on the server: the payloads come back as files.
-        handoff = os.path.join(checkpoint_dir, "krishiv-handoff") if is_remote(spark) else None
+        handoff = checkpoint.handoff if is_remote(spark) else None
         if handoff is None:
             writer = writer.foreachBatch(collector)
         else:

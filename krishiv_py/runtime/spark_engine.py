@@ -91,6 +91,11 @@ class SparkEngine:
     def is_remote(self) -> bool:
         return self._spark is not None and is_remote(self._spark)
 
+    @property
+    def sources_dir(self) -> str:
+        """Where memory streams keep their batches: ``<state_dir>/sources/<name>``."""
+        return os.path.join(self.state_dir, "sources")
+
     def add_feed(self, path: str, feed: Feed) -> None:
         """Jobs reading the memory source at ``path`` read ``feed`` (its sender)."""
         self._feeds[path] = feed

@@ -59,14 +59,13 @@ from urllib.parse import unquote, urlparse
 
 import attrs
 
-from krishiv_py.errors import JobError, PlanError
-from krishiv_py.runtime.checkpoint_log import (
-    committed_batch,
+from krishiv_py.checkpoint import (
+    CheckpointLayout,
     file_source_batch,
     file_source_log,
     log_offset,
-    source_offsets,
 )
+from krishiv_py.errors import JobError, PlanError
 
 if TYPE_CHECKING:
     from krishiv_py.runtime.handle import Job
@@ -163,7 +162,7 @@ def committed_seq(checkpoint_dir: str, data_dir: str) -> int:
     The newest ``commits/<n>`` is the last committed micro-batch; ``offsets/<n>``
     holds each source's offset after it (line ``2 + i`` for ``sources/<i>``),
     which for a file source is an index into that source's log
-    (:mod:`krishiv_py.runtime.checkpoint_log` reads them). A log in a format
+    (:mod:`krishiv_py.checkpoint` reads them). A log in a format
     other than Spark's ``v1`` holds everything rather than guess (-1).
     """
     try:
@@ -173,22 +172,22 @@ def committed_seq(checkpoint_dir: str, data_dir: str) -> int:
 
 
 def _committed_seq(checkpoint_dir: str, data_dir: str) -> int:
-    last = committed_batch(checkpoint_dir)
+    checkpoint = CheckpointLayout(checkpoint_dir)
+    last = checkpoint.committed_batch()
     if last < 0:
         return -1
     try:
-        offsets = source_offsets(checkpoint_dir, last)
+        offsets = checkpoint.source_offsets(last)
     except FileNotFoundError:
         return -1
-    sources = os.path.join(checkpoint_dir, "sources")
-    if len(offsets) != len(os.listdir(sources) if os.path.isdir(sources) else ()):
+    if len(offsets) != len(os.listdir(checkpoint.sources) if os.path.isdir(checkpoint.sources) else ()):
         return -1  # not one offset per source directory: hold everything rather than guess
     wanted = {os.path.normpath(data_dir), os.path.realpath(data_dir)}
     per_source = []  # a stream read twice in one query: the slower read counts
     for i, line in enumerate(offsets):
         done = log_offset(line)
         reads, best = False, -1
-        log = os.path.join(sources, str(i))
+        log = checkpoint.source_log(i)
         # The spool's files arrive in sequence order, so the committed log batch holds the newest
         # committed one: read that batch's file, not the whole log (a line per file ever read).
         entries = file_source_batch(log, done) if done is not None else None

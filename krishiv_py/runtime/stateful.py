@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 
+from krishiv_py.checkpoint import CheckpointLayout
 from krishiv_py.errors import JobError
 from krishiv_py.metrics import JobMetrics
 from krishiv_py.names import BUCKET, PANE, PAYLOAD, RESULT_KIND, RESULT_ROW
@@ -89,7 +90,7 @@ class BatchCollector:
         late_writer: SinkWriter | None = None,
         quarantine: Quarantine | None = None,
         spark: SparkSession | None = None,
-        cascade_dir: str | None = None,
+        checkpoint: CheckpointLayout | None = None,
     ) -> None:
         self._recipe = recipe
         self._spark = spark
@@ -99,8 +100,9 @@ class BatchCollector:
             self._window_schema = recipe.cascade.upstream_schema.to_arrow()
         else:
             self._window_schema = (recipe.output_schema if after is None else after.window_schema).to_arrow()
+        cascade_dir = None if checkpoint is None else checkpoint.cascade
+        top_dir = None if checkpoint is None else checkpoint.top_n
         self._cascade = _Cascade(recipe.cascade, cascade_dir) if recipe.cascade is not None else None
-        top_dir = None if cascade_dir is None else os.path.join(os.path.dirname(cascade_dir), "krishiv-topn")
         self._top_n = _TopN(recipe.top_n, top_dir, self._run_stages) if recipe.top_n is not None else None
         self._writer = writer
         self._late_writer = late_writer

@@ -1,4 +1,12 @@
-"""Spark's streaming checkpoint logs, read from a checkpoint directory on this machine.
+"""A job's checkpoint: every path a job writes there, and the one reader of Spark's logs in it.
+
+:class:`CheckpointLayout` is built once when a job starts, from its
+checkpoint directory, and handed to everything that writes or reads
+there: the launcher (the plan and bucket records), the runtime (idle
+markers, ticks, the Connect hand-off, the stages after the window), the
+memory streams' spools, sinks (``SinkContext.checkpoint``) and timelines.
+
+Spark's streaming checkpoint logs, read from a checkpoint directory on this machine:
 
 A streaming query's checkpoint holds metadata logs of one file per
 micro-batch, each a version line, ``v1``, then its entries::
@@ -27,9 +35,12 @@ import re
 import threading
 from typing import NamedTuple
 
+import attrs
+
 from krishiv_py.errors import PlanError
 
 __all__ = [
+    "CheckpointLayout",
     "FileEntry",
     "batch_watermark_ms",
     "committed_batch",
@@ -43,6 +54,99 @@ __all__ = [
 _LOG_FILE = re.compile(r"^\d+(\.compact)?$")
 _BATCH_FILE = re.compile(r"^\d+$")
 _VERSION = "v1"
+
+
+@attrs.frozen
+class CheckpointLayout:
+    """The paths of one job's checkpoint directory ``root`` (a local path or a URI)."""
+
+    root: str
+
+    # --- Spark's own -----------------------------------------------------------------------
+
+    @property
+    def offsets(self) -> str:
+        """Spark's offset log: ``offsets/<batch>``, written before a micro-batch runs."""
+        return os.path.join(self.root, "offsets")
+
+    @property
+    def commits(self) -> str:
+        """Spark's commit log: ``commits/<batch>``, written when a micro-batch completed."""
+        return os.path.join(self.root, "commits")
+
+    @property
+    def state(self) -> str:
+        """Spark's state store (the native lowering's and the stateful operator's state)."""
+        return os.path.join(self.root, "state")
+
+    @property
+    def sources(self) -> str:
+        """Spark's file-source logs, one directory per source of the query (``sources/<i>``)."""
+        return os.path.join(self.root, "sources")
+
+    def source_log(self, index: int) -> str:
+        """The log of the file source (memory streams too) that is the query's ``index``-th source."""
+        return os.path.join(self.sources, str(index))
+
+    def source_logs(self) -> list[int]:
+        """The indexes of the sources that have a log, in order."""
+        names = os.listdir(self.sources) if os.path.isdir(self.sources) else ()
+        return sorted(int(name) for name in names if name.isdigit())
+
+    # --- krishiv_py's -----------------------------------------------------------------------
+
+    @property
+    def plan_file(self) -> str:
+        """The identity of the plan that wrote the checkpoint (a later start must match it)."""
+        return os.path.join(self.root, "krishiv-plan.txt")
+
+    @property
+    def buckets_file(self) -> str:
+        """The stateful operator's number of key buckets, recorded when the job first started."""
+        return os.path.join(self.root, "krishiv-buckets.txt")
+
+    @property
+    def idle_markers(self) -> str:
+        """The idle sources' marker files (a streaming file source the query reads)."""
+        return os.path.join(self.root, "krishiv-idle")
+
+    @property
+    def ticks(self) -> str:
+        """The stateful lowering's processing-time ticks (a streaming file source)."""
+        return os.path.join(self.root, "krishiv-ticks")
+
+    @property
+    def handoff(self) -> str:
+        """Over Spark Connect: the stateful operator's payloads, written on the server."""
+        return os.path.join(self.root, "krishiv-handoff")
+
+    @property
+    def cascade(self) -> str:
+        """The driver state of a window over windowed results."""
+        return os.path.join(self.root, "krishiv-cascade")
+
+    @property
+    def top_n(self) -> str:
+        """The driver state of a top-N after a window."""
+        return os.path.join(self.root, "krishiv-topn")
+
+    # --- reading the logs ----------------------------------------------------------------------
+
+    def has_offsets(self) -> bool:
+        """True once Spark planned a micro-batch here (the checkpoint is in use)."""
+        return os.path.isdir(self.offsets) and any(name.isdigit() for name in os.listdir(self.offsets))
+
+    def committed_batch(self) -> int:
+        """The last committed micro-batch (-1: none yet); see :func:`committed_batch`."""
+        return committed_batch(self.root)
+
+    def source_offsets(self, batch_id: int) -> list[str]:
+        """Each source's offset after micro-batch ``batch_id``; see :func:`source_offsets`."""
+        return source_offsets(self.root, batch_id)
+
+    def batch_watermark_ms(self, batch_id: int) -> int:
+        """The watermark micro-batch ``batch_id`` runs with; see :func:`batch_watermark_ms`."""
+        return batch_watermark_ms(self.root, batch_id)
 
 
 class FileEntry(NamedTuple):
