@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 
 from krishiv_py._display import fmt_ms, html_card, safe, text_card
-from krishiv_py.advice import advise_plan
 from krishiv_py.errors import NoResultsError, PlanError
 from krishiv_py.metrics import JobMetrics
 from krishiv_py.runtime.output import late_schema
@@ -115,6 +114,9 @@ class Job:
         Reads the job's source as it arrived (a memory stream's batches, or
         its files); a Kafka or Spark DataFrame source is a ``PlanError``.
         """
+        # Imported when asked: the advisor pulls in numpy and pandas, which a session need not load.
+        from krishiv_py.advice import advise_plan
+
         return advise_plan(self.plan, completeness=completeness, caught=caught)
 
     def progress(self) -> list[JobProgress]:
