@@ -340,7 +340,7 @@ def time_interval(
 def test_time_interval_panes_and_their_events_match_the_model(
     data: Any, lag: int, discard: int, keyed: bool, scenario: list[Step]
 ) -> None:
-    from krishiv_py.runtime.stateful import call_pane_events
+    from krishiv_py.runtime.collector import call_pane_events
     from krishiv_py.stateful.operator import Payloads
 
     interval = data.draw(st.integers(5, 60))

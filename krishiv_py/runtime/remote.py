@@ -10,7 +10,7 @@ What runs where
     extra and krishiv_py installed, as the executors do). krishiv's stateful
     operator therefore hands each micro-batch's output to this process
     through files under the job's checkpoint (see
-    :mod:`krishiv_py.runtime.stateful`), and Spark's observed metrics arrive
+    :mod:`krishiv_py.runtime.handoff`), and Spark's observed metrics arrive
     in Connect's ``{"values": [...], "schema": {...}}`` form
     (:func:`named_metrics`).
 Shared storage

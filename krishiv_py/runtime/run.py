@@ -14,10 +14,14 @@ from typing import TYPE_CHECKING, Any
 from krishiv_py.checkpoint import CheckpointLayout
 from krishiv_py.planner.spark import SparkRecipe
 from krishiv_py.runtime.build import build_dataframe
+from krishiv_py.runtime.collector import BatchCollector
+from krishiv_py.runtime.handoff import HANDOFF_CONF
 from krishiv_py.runtime.job import BoundedJob, JobSetup, StreamingJob
 from krishiv_py.runtime.output import deliver
 from krishiv_py.runtime.quarantine import Quarantine
 from krishiv_py.runtime.remote import is_remote
+from krishiv_py.runtime.stages import Stages
+from krishiv_py.runtime.stateful import StatefulJob, TickWriter, run_stateful_bounded
 from krishiv_py.sinks import SinkWriter, user_code
 from krishiv_py.spark_errors import spark_call
 from krishiv_py.types import conform
@@ -58,8 +62,6 @@ def start_streaming(
     markers = checkpoint.idle_markers
     ticks = None
     if recipe.stateful is not None:
-        from krishiv_py.runtime.stateful import TickWriter
-
         ticks = TickWriter(checkpoint.ticks)
     df = spark_call(
         "building the streaming query",
@@ -81,8 +83,6 @@ def start_streaming(
         restarts = any(s.quarantines for s in file_sources)
         writer = _native_output(writer, setup, quarantine, restarts=restarts)
     else:
-        from krishiv_py.runtime.stateful import HANDOFF_CONF, BatchCollector
-
         collector = BatchCollector(
             recipe,
             setup.writer,
@@ -120,8 +120,6 @@ def start_streaming(
     if collector is None:
         job = StreamingJob(**common)
     else:
-        from krishiv_py.runtime.stateful import StatefulJob
-
         assert ticks is not None and recipe.stateful is not None
         buckets = recipe.stateful.operator.buckets
         job = StatefulJob(collector=collector, ticks=ticks, buckets=buckets, handoff=handoff, **common)
@@ -145,7 +143,7 @@ def _native_output(
     spark_stream = getattr(setup.writer, "spark_stream", None)
     if restarts and not getattr(setup.writer, "stream_restarts", True):
         spark_stream = None
-    if spark_stream is not None and setup.recipe.after is None and setup.recipe.driver_rank is None:
+    if spark_stream is not None and not setup.recipe.stages:
         return spark_stream(writer)
     return writer.foreachBatch(_arrow_batches(setup.writer, setup.recipe, quarantine))
 
@@ -252,20 +250,12 @@ def _await_sources(query: Any, timeout_s: float = 60.0) -> None:
 
 def _arrow_batches(writer: SinkWriter, recipe: SparkRecipe, quarantine: Quarantine | None) -> Any:
     """A ``foreachBatch`` function handing each micro-batch to ``writer`` as a ``pyarrow.Table``."""
-    schema = recipe.output_schema  # only what the function needs: over Connect it is pickled
-    after, rank = recipe.after, recipe.driver_rank
+    # The stages that rank each micro-batch (top_n) and what follows them, in the batch's
+    # own session; only what the function needs: over Connect it is pickled.
+    stages = Stages(recipe)
 
     def call(batch: DataFrame, batch_id: int) -> None:
-        if after is not None:  # the stages that rank each micro-batch (top_n) and what follows them
-            from krishiv_py.runtime.build import build_after
-
-            batch = build_after(batch.sparkSession, after, batch, {})
-        table = conform(batch.toArrow(), schema)
-        if rank is not None:
-            from krishiv_py.stateful.ranking import rank_all
-
-            table = rank_all(table, rank.n, by=rank.by, group=rank.group, ascending=rank.ascending)
-        deliver(writer, table, batch_id, quarantine)
+        deliver(writer, stages.run_frame(batch, batch_id).table, batch_id, quarantine)
 
     return call
 
@@ -278,23 +268,18 @@ def run_bounded(setup: JobSetup, *, metrics: bool = True) -> BoundedJob:
     """
     spark, recipe, writer = setup.spark, setup.recipe, setup.writer
     if recipe.stateful is not None:
-        from krishiv_py.runtime.stateful import run_stateful_bounded
-
         return run_stateful_bounded(setup)
     observations: dict[str, Any] = {}
     df = spark_call(
         "building the batch job", lambda: build_dataframe(spark, recipe, observations, observe=metrics)
     )
     spark_batch = getattr(writer, "spark_batch", None)
-    rank = recipe.driver_rank
-    if spark_batch is not None and rank is None:
+    if spark_batch is not None and not recipe.stages:
         spark_batch(df)
     else:
         table = conform(spark_call("running the batch job", df.toArrow), recipe.output_schema)
-        if rank is not None:
-            from krishiv_py.stateful.ranking import rank_all
-
-            table = rank_all(table, rank.n, by=rank.by, group=rank.group, ascending=rank.ascending)
+        if recipe.stages:  # a bounded recipe's: top_n ranked on the driver, the columns kept
+            table = Stages(recipe, spark=spark).run(table, 0, None).table
             if spark_batch is not None:
                 ranked = spark.createDataFrame(table, schema=df.schema)
                 spark_call("writing the results", lambda: spark_batch(ranked))

@@ -26,6 +26,7 @@ from krishiv_py.plan.windows import EventSlidingWindow, SlidingWindow, TimeInter
 from krishiv_py.planner.spark.choose import capabilities, choose, features_of, force
 from krishiv_py.planner.spark.native import lower_window, time_shift
 from krishiv_py.planner.spark.recipe import (
+    AfterStage,
     AfterWindow,
     CascadeStage,
     DriverRank,
@@ -74,14 +75,12 @@ def lower(plan: n.PlanNode, *, force_bounded: bool = False, lowering: Lowering |
         return _lower_stateful(plan, reason, streaming=not snapshot and not n.is_bounded(plan))
     streaming = chosen == "native"
     reason += "".join(f"; {why}" for why in _sliding_choices(plan, streaming=streaming))
-    after = None
     query = plan
-    driver_rank = None
+    stages: tuple[AfterStage, ...] = ()
     if isinstance(plan, n.TopN) and _ranks_on_driver(plan):
         query = plan.input
-        driver_rank = DriverRank(
-            n=plan.n, by=plan.by, group=("window_start", "window_end", *plan.keys), ascending=plan.ascending
-        )
+        group = ("window_start", "window_end", *plan.keys)
+        stages = (DriverRank(n=plan.n, by=plan.by, group=group, ascending=plan.ascending),)
         rows = "each micro-batch's results (foreachBatch)" if streaming else "the batch job's rows"
         reason += (
             f"; top_n ranks {rows} in Arrow on the driver (rank() with ties kept, an exact order for "
@@ -94,7 +93,7 @@ def lower(plan: n.PlanNode, *, force_bounded: bool = False, lowering: Lowering |
         )
     elif streaming and any(isinstance(x, n.TopN) for x in n.walk(plan)):
         query, chain = _per_batch_chain(plan)
-        after = _after_window(query, chain)
+        stages = (_after_window(query, chain),)
         reason += (
             "; top_n ranks each micro-batch's results (foreachBatch), which is exact here: every "
             "window fires once, all its keys in the same micro-batch"
@@ -118,8 +117,7 @@ def lower(plan: n.PlanNode, *, force_bounded: bool = False, lowering: Lowering |
         tracked=tuple(ctx.tracked),
         windowed=windowed,
         output_schema=n.schema_of(plan),
-        after=after,
-        driver_rank=driver_rank,
+        stages=stages,
     )
 
 
@@ -212,9 +210,7 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
         output_schema=n.schema_of(plan),
         late_handler=handler,
         pane_callbacks=agg.emission.panes if agg.emission.panes.any else None,
-        after=after,
-        cascade=cascade,
-        top_n=ranked,
+        stages=tuple(s for s in (cascade, ranked, after) if s is not None),
     )
 
 

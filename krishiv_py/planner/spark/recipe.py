@@ -27,7 +27,7 @@ df_1 = src_0.filter('`t` > 0')
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, TypeVar
 
 import attrs
 
@@ -51,6 +51,7 @@ from krishiv_py.types import Schema
 
 __all__ = [
     "ARITH",
+    "AfterStage",
     "AfterWindow",
     "BASE_HIDDEN",
     "ET",
@@ -289,6 +290,16 @@ class DriverRank:
         )
 
 
+#: A stage after the window (:attr:`SparkRecipe.stages`), run on the driver.
+AfterStage: TypeAlias = CascadeStage | TopNStage | AfterWindow | DriverRank
+_S = TypeVar("_S", bound=AfterStage)
+
+
+def _stage_of(stages: tuple[AfterStage, ...], kind: type[_S]) -> _S | None:
+    """The stage of type ``kind`` in ``stages`` (a recipe has at most one of each), or None."""
+    return next((s for s in stages if isinstance(s, kind)), None)
+
+
 @attrs.frozen(kw_only=True)
 class SparkRecipe:
     lowering: Lowering
@@ -302,14 +313,10 @@ class SparkRecipe:
     late_handler: Any = attrs.field(default=None, eq=False, repr=False)
     #: Pane-event callbacks (:class:`~krishiv_py.panes.PaneCallbacks`), run on the driver.
     pane_callbacks: Any = attrs.field(default=None, eq=False, repr=False)
-    #: Stages after the stateful operator, run on each micro-batch's results.
-    after: AfterWindow | None = None
-    #: A second window over the stateful operator's results (before ``after``).
-    cascade: CascadeStage | None = None
-    #: Window top-N over the (possibly corrected) results, after ``cascade``, before ``after``.
-    top_n: TopNStage | None = None
-    #: A bounded recipe's top-N, ranked in Arrow on the driver over the batch job's rows.
-    driver_rank: DriverRank | None = None
+    #: What runs after the window on the driver, in order (:mod:`krishiv_py.runtime.stages`):
+    #: a cascade's second window, then window top-N (kept on the driver, or a batch job's
+    #: ranked in Arrow), then stateless stages (filter, select, with_column).
+    stages: tuple[AfterStage, ...] = ()
 
     @property
     def idle(self) -> tuple[TrackedSource, ...]:
@@ -321,23 +328,35 @@ class SparkRecipe:
         """The stateful operator node when the recipe ends in one."""
         return self.root if isinstance(self.root, StatefulApply) else None
 
+    @property
+    def after(self) -> AfterWindow | None:
+        """The stateless stages after the window (filter, select, with_column), if any."""
+        return _stage_of(self.stages, AfterWindow)
+
+    @property
+    def cascade(self) -> CascadeStage | None:
+        """A second window over the stateful operator's results, if any."""
+        return _stage_of(self.stages, CascadeStage)
+
+    @property
+    def top_n(self) -> TopNStage | None:
+        """Window top-N over the (possibly corrected) results, kept on the driver, if any."""
+        return _stage_of(self.stages, TopNStage)
+
+    @property
+    def driver_rank(self) -> DriverRank | None:
+        """A batch job's (or micro-batch's) top-N, ranked in Arrow on the driver, if any."""
+        return _stage_of(self.stages, DriverRank)
+
     def render(self) -> str:
         """The recipe as PySpark-like code, one operation per line."""
         lines: list[str] = []
         final = _render(self.root, lines)
         lines.append(f"result = {final}")
-        if self.cascade is not None:
-            lines.append("# then, on the driver, on each micro-batch's results:")
-            lines.append(self.cascade.render())
-        if self.driver_rank is not None:
-            lines.append("# then, on the driver, on the batch job's rows:")
-            lines.append(self.driver_rank.render())
-        if self.top_n is not None:
-            lines.append("# then, on the driver, on each micro-batch's results:")
-            lines.append(self.top_n.render())
-        if self.after is not None:
-            lines.append("# then, on the driver, on each micro-batch's results:")
-            lines.append(self.after.render())
+        for stage in self.stages:
+            rows = "the batch job's rows" if isinstance(stage, DriverRank) else "each micro-batch's results"
+            lines.append(f"# then, on the driver, on {rows}:")
+            lines.append(stage.render())
         return "\n".join(lines)
 
 

@@ -1,0 +1,283 @@
+"""The driver side of the stateful operator: each micro-batch's output, routed.
+
+Every micro-batch's output reaches :class:`BatchCollector` through
+``foreachBatch`` (over Spark Connect, through the hand-off:
+:mod:`krishiv_py.runtime.handoff`): the per-bucket payloads are decoded
+once, the result rows run through the recipe's stages after the window
+(:mod:`krishiv_py.runtime.stages`) to the job's sink, very late and invalid
+rows go to the late-event handler, pane events to their callbacks, and the
+statistics (event classification, firings, state size) to the job's
+metrics. Everything is keyed by batch id, so a micro-batch that Spark runs
+again after a restart replaces what it wrote instead of adding to it.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+import attrs
+
+from krishiv_py.metrics import JobMetrics
+from krishiv_py.names import PANE, PAYLOAD
+from krishiv_py.runtime.output import deliver
+from krishiv_py.runtime.quarantine import Quarantine, guarded
+from krishiv_py.runtime.stages import Stages
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+
+    from krishiv_py.checkpoint import CheckpointLayout
+    from krishiv_py.panes import PaneCallbacks
+    from krishiv_py.planner.spark.recipe import SparkRecipe
+    from krishiv_py.sinks import SinkWriter
+    from krishiv_py.stateful.operator import Payloads
+
+__all__ = ["BatchCollector", "call_pane_events"]
+
+log = logging.getLogger("krishiv_py")
+
+
+@attrs.define
+class _Bucket:
+    state_windows: int = 0
+    state_bytes: int = 0
+    next_due_ms: int = 0  # meaningful only while state_windows > 0
+    next_interval_ms: int = -1
+
+
+#: Micro-batches whose timings a job's collector keeps (the newest).
+KEPT_TIMINGS = 1_000
+
+
+class BatchCollector:
+    """Receives each micro-batch's decoded output on the driver (``foreachBatch``)."""
+
+    def __init__(
+        self,
+        recipe: SparkRecipe,
+        writer: SinkWriter,
+        *,
+        late_writer: SinkWriter | None = None,
+        quarantine: Quarantine | None = None,
+        spark: SparkSession | None = None,
+        checkpoint: CheckpointLayout | None = None,
+    ) -> None:
+        self._recipe = recipe
+        #: The stages after the window, their driver state under the checkpoint.
+        self._stages = Stages(recipe, spark=spark, checkpoint=checkpoint)
+        #: The operator's own result columns (before any stage after the window).
+        self._window_schema = self._stages.input_schema.to_arrow()
+        self._writer = writer
+        self._late_writer = late_writer
+        self._quarantine = quarantine
+        self._handler = recipe.late_handler
+        self._keys = list(recipe.stateful.operator.kernel.keys) if recipe.stateful is not None else []
+        self._lock = threading.Lock()
+        #: The operator's counters over every micro-batch routed so far, folded in as each one
+        #: arrives (a job that runs for days holds no per-batch record of them).
+        self._totals: dict[str, int] = {}
+        #: The delay histogram counts the operator measured, over every micro-batch (all buckets).
+        self._delays: list[int] = []
+        #: The newest micro-batch counted: one Spark runs again (after a restart, before its
+        #: commit) gives the same counts and is not counted twice.
+        self._counted = -1
+        self.buckets: dict[int, _Bucket] = {}
+        #: Per micro-batch, the newest :data:`KEPT_TIMINGS`, microseconds (diagnostics for
+        #: benchmarks): the operator's time in the Python workers summed over buckets
+        #: (``operator.TIMING_NAMES``), ``buckets`` called, and on the driver: collecting the
+        #: payloads (``collect_us``: this runs the micro-batch's Spark job, the operator
+        #: included), decoding and routing them.
+        self.timings: dict[int, dict[str, int]] = {}
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        from krishiv_py.stateful.operator import decode_payloads
+
+        started = time.perf_counter_ns()
+        table = batch.select(PAYLOAD).toArrow()  # runs the micro-batch
+        fetched = time.perf_counter_ns()
+        payloads = decode_payloads(cast("list[bytes]", table.column(PAYLOAD).to_pylist()))
+        decoded = time.perf_counter_ns()
+        if payloads is not None:
+            self.accept(payloads, batch_id)
+        with self._lock:
+            timing = self._timing(batch_id)
+            timing["collect_us"] = (fetched - started) // 1000
+            timing["decode_payloads_us"] = (decoded - fetched) // 1000
+            timing["route_us"] = (time.perf_counter_ns() - decoded) // 1000
+
+    def _timing(self, batch_id: int) -> dict[str, int]:
+        """The timings of ``batch_id`` (under the lock), dropping the oldest past :data:`KEPT_TIMINGS`."""
+        timing = self.timings.setdefault(batch_id, {})
+        while len(self.timings) > KEPT_TIMINGS:
+            del self.timings[next(iter(self.timings))]
+        return timing
+
+    def accept(self, payloads: Payloads, batch_id: int) -> None:
+        """Route one micro-batch's results, late rows and statistics."""
+        from krishiv_py.stateful.operator import (
+            COUNTER_NAMES,
+            DELAY_COUNTS,
+            NO_WATERMARK,
+            TIMING_NAMES,
+            to_output,
+        )
+
+        results = to_output(payloads.results, self._window_schema)
+        column: list[Any] = payloads.stats.column("watermark_ms").to_pylist()
+        marks = [int(w) for w in column if w is not None and w != NO_WATERMARK]
+        staged = self._stages.run(results, batch_id, max(marks) if marks else None)
+        deliver(self._writer, staged.table, batch_id, self._quarantine)
+        if self._recipe.pane_callbacks is not None:
+            callbacks = self._recipe.pane_callbacks
+            guarded(
+                self._quarantine,
+                "panes",
+                batch_id,
+                lambda: _pane_rows(callbacks, payloads, self._window_schema),
+                lambda: call_pane_events(callbacks, self._keys, payloads),
+                caller="a pane callback",
+            )
+        if payloads.late.num_rows:
+            self._hand_late(payloads.late, batch_id)
+        stats = payloads.stats.to_pydict()
+        delays = _summed(stats.pop(DELAY_COUNTS, []))
+        timing = {name: int(sum(v or 0 for v in stats.get(name, []))) for name in TIMING_NAMES}
+        timing["buckets"] = len(stats["bucket"])
+        totals = {name: int(sum(stats[name])) for name in COUNTER_NAMES}
+        totals["arith"] += staged.arithmetic_failures
+        if staged.counts:  # a cascade ran: the job's results are the second window's
+            totals["emitted"], totals["retracted"] = staged.counts["emitted"], staged.counts["retracted"]
+        with self._lock:
+            if batch_id > self._counted:
+                self._counted = batch_id
+                for name, value in totals.items():
+                    self._totals[name] = self._totals.get(name, 0) + value
+                self._delays = _summed([self._delays, delays])
+            self._timing(batch_id).update(timing)
+            for i, b in enumerate(stats["bucket"]):
+                self.buckets[int(b)] = _Bucket(
+                    state_windows=int(stats["state_windows"][i]),
+                    state_bytes=int(stats["state_bytes"][i]),
+                    next_due_ms=int(stats["next_due_ms"][i]),
+                    next_interval_ms=int(stats["next_interval_ms"][i]),
+                )
+        if totals["future"]:
+            log.warning(
+                "batch %d: %d events more than the future tolerance ahead of the watermark (clock skew?)",
+                batch_id,
+                totals["future"],
+            )
+
+    def _hand_late(self, late: pa.Table, batch_id: int) -> None:
+        handler, writer = self._handler, self._late_writer
+        if writer is not None:
+            call = functools.partial(writer.write, late, batch_id)
+        elif handler is not None:
+            call = functools.partial(handler.handle, late)
+        else:
+            return
+        guarded(self._quarantine, "late-events", batch_id, late, call, caller="the late-event handler")
+
+    def next_due_ms(self) -> int | None:
+        """When the second window of a cascade has something to fire or delete (None: nothing)."""
+        return self._stages.next_due_ms
+
+    def fold_into(self, metrics: JobMetrics) -> JobMetrics:
+        """``metrics`` with the operator's exact counts and state size."""
+        totals = self.totals()
+        with self._lock:
+            buckets = list(self.buckets.values())
+        return attrs.evolve(
+            metrics,
+            invalid_events=totals["invalid"],
+            on_time_events=totals["on_time"],
+            mildly_late_events=totals["mildly_late"],
+            very_late_events=totals["very_late"],
+            future_events=totals["future"],
+            windows_emitted=totals["emitted"],
+            retractions=totals["retracted"],
+            state_evictions=totals["expired"],
+            # Expressions before the window are counted by Spark, its sums here.
+            arithmetic_errors=(metrics.arithmetic_errors or 0) + totals["arith"],
+            state_windows=sum(b.state_windows for b in buckets) + self._stages.state_windows,
+            state_bytes=sum(b.state_bytes for b in buckets),
+        )
+
+    def delay_counts(self) -> list[int]:
+        """The delay histogram counts of every micro-batch this process routed."""
+        with self._lock:
+            return list(self._delays)
+
+    def totals(self) -> dict[str, int]:
+        from krishiv_py.stateful.operator import COUNTER_NAMES
+
+        with self._lock:
+            return {name: self._totals.get(name, 0) for name in COUNTER_NAMES}
+
+
+def _summed(parts: list[list[int] | None]) -> list[int]:
+    """Histogram counts added bucket by bucket."""
+    width = max((len(p) for p in parts if p), default=0)
+    out = [0] * width
+    for p in parts:
+        for i, c in enumerate(p or ()):
+            out[i] += int(c)
+    return out
+
+
+def call_pane_events(callbacks: PaneCallbacks, keys: Sequence[str], payloads: Payloads) -> None:
+    """Hand one micro-batch's pane events to the callbacks, in the order of :mod:`krishiv_py.panes`."""
+    from krishiv_py.panes import PaneEvent
+    from krishiv_py.stateful.state import FIRST, WINDOW_END, WINDOW_START
+
+    def rows(table: pa.Table | None) -> list[dict[str, Any]]:
+        if table is None or not table.num_rows:
+            return []
+        out = table.to_pylist()
+        # Keys order like the reference model's: null first, then by value.
+        return sorted(
+            out, key=lambda r: (r[WINDOW_END], r[WINDOW_START], *((r[k] is not None, r[k]) for k in keys))
+        )
+
+    def event(kind: Any, row: dict[str, Any]) -> PaneEvent:
+        skip = {*keys, WINDOW_START, WINDOW_END, FIRST}
+        return PaneEvent(
+            kind=kind,
+            key=tuple(row[k] for k in keys),
+            window_start_ms=int(row[WINDOW_START]) // 1000,
+            window_end_ms=int(row[WINDOW_END]) // 1000,
+            values={k: v for k, v in row.items() if k not in skip},
+        )
+
+    for row in rows(payloads.results):
+        if row.get(FIRST) and callbacks.on_initial_full is not None:
+            callbacks.on_initial_full(event("initial_full", row))
+        if callbacks.on_trigger is not None:
+            callbacks.on_trigger(event("trigger", row))
+    if callbacks.on_close is not None:
+        for row in rows(payloads.closed):
+            callbacks.on_close(event("close", row))
+
+
+def _pane_rows(callbacks: PaneCallbacks, payloads: Payloads, schema: pa.Schema) -> pa.Table:
+    """The rows pane callbacks were handed in one micro-batch, ``__kp_pane`` saying fired or closed."""
+    import pyarrow as pa
+
+    from krishiv_py.stateful.operator import to_output
+
+    parts = []
+    if callbacks.on_initial_full is not None or callbacks.on_trigger is not None:
+        parts.append((to_output(payloads.results, schema), "fired"))
+    if callbacks.on_close is not None and payloads.closed is not None:
+        present = pa.schema([f for f in schema if f.name in payloads.closed.column_names])
+        parts.append((to_output(payloads.closed, present), "closed"))
+    tables = [t.append_column(PANE, pa.array([kind] * t.num_rows, pa.string())) for t, kind in parts]
+    if not tables:  # pragma: no cover - a pane callback raised, so one is registered
+        return schema.empty_table()
+    return pa.concat_tables(tables, promote_options="permissive")
