@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     from krishiv_py.planner.spark.recipe import ReadSource
 
-__all__ = ["ReadPaths", "SourceReader", "reader_for", "register_reader", "spark_source"]
+__all__ = ["ReadPaths", "SourceReader", "parallelism", "reader_for", "register_reader", "spark_source"]
 
 
 class ReadPaths:
@@ -130,36 +130,7 @@ def spark_source(df: Any, *, name: Callable[[], str], spark: Any, remote: bool) 
     return SparkSource(name=name(), schema=to_schema(df.schema), frame=df, streaming=df.isStreaming)
 
 
-class KafkaReader:
-    """A Kafka topic through krishiv's Python data source (:mod:`krishiv_py.kafka.datasource`)."""
-
-    batch_sql = False
-
-    def read(self, spark: SparkSession, node: ReadSource, paths: ReadPaths) -> DataFrame:
-        from krishiv_py.kafka.client import require_client
-
-        require_client()
-        from krishiv_py.kafka.datasource import SOURCE_NAME, KafkaDataSource
-
-        spark.dataSource.register(KafkaDataSource)
-        reader = spark.readStream.format(SOURCE_NAME).schema(node.schema.ddl())
-        options = dict(node.options)
-        cores = _parallelism(spark)
-        if cores and not options.get("tasks"):
-            options["tasks"] = str(cores)  # one wave of read tasks per micro-batch
-        return reader.options(**options).load()
-
-
-class SparkKafkaReader:
-    """A Kafka topic through Spark's own connector (``format("kafka")``; its schema is fixed)."""
-
-    batch_sql = False
-
-    def read(self, spark: SparkSession, node: ReadSource, paths: ReadPaths) -> DataFrame:
-        return spark.readStream.format(node.format).options(**dict(node.options)).load()
-
-
-def _parallelism(spark: SparkSession) -> int | None:
+def parallelism(spark: SparkSession) -> int | None:
     """Spark's default parallelism (the cores tasks run on), None where this process cannot ask."""
     try:
         return int(spark.sparkContext.defaultParallelism)
@@ -173,8 +144,6 @@ _READERS: dict[str, SourceReader] = {
     "memory": MemoryReader(),
     "markers": MarkersReader(),
     "spark": SparkFrameReader(),
-    "kafka": KafkaReader(),
-    "kafka-spark": SparkKafkaReader(),
 }
 
 

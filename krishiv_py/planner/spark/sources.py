@@ -69,7 +69,16 @@ from krishiv_py.planner.spark.recipe import (
 from krishiv_py.planner.sql import failure_checks, quote, to_sql
 from krishiv_py.types import Schema
 
-__all__ = ["Lowerer", "ReadRule", "WindowRule", "read_rule", "register_read_rule", "select_item", "top_n"]
+__all__ = [
+    "Lowerer",
+    "ReadRule",
+    "WindowRule",
+    "data_rows",
+    "read_rule",
+    "register_read_rule",
+    "select_item",
+    "top_n",
+]
 
 Source = n.SourceNode
 
@@ -380,10 +389,10 @@ class FilesRule:
             path=node.path,
             options=node.options,
         )
-        return _data_rows(read)
+        return data_rows(read)
 
 
-def _data_rows(read: RecipeNode) -> SelectExprs:
+def data_rows(read: RecipeNode) -> SelectExprs:
     """``read`` with the hidden columns of a source whose rows are all data, added as constants."""
     hidden = (
         f"CAST(0 AS TINYINT) AS {quote(ROW_KIND)}",
@@ -402,18 +411,7 @@ class SparkFrameRule:
         read = ReadSource(
             name=node.name, kind="spark", schema=node.schema, streaming=node.streaming, records=node.frame
         )
-        return _data_rows(read)
-
-
-class KafkaRule:
-    """A Kafka topic: krishiv's Python data source, or Spark's ``kafka`` format (:mod:`.kafka`)."""
-
-    punctuated = False
-
-    def read(self, node: n.KafkaSource, *, streaming: bool) -> RecipeNode:
-        from krishiv_py.planner.spark.kafka import kafka_read
-
-        return _data_rows(kafka_read(node))
+        return data_rows(read)
 
 
 _READ_RULES: dict[type, ReadRule] = {
@@ -421,7 +419,6 @@ _READ_RULES: dict[type, ReadRule] = {
     n.RecordsSource: RecordsRule(),
     n.FileSource: FilesRule(),
     n.SparkSource: SparkFrameRule(),
-    n.KafkaSource: KafkaRule(),
 }
 
 

@@ -1,4 +1,8 @@
-"""Lower a Kafka source: krishiv's Python data source, or Spark's own ``kafka`` format.
+"""How Spark reads a Kafka source: its read rule (plan node → recipe) and its two readers.
+
+:func:`register` registers both with the planner and the runtime
+(``import krishiv_py.kafka`` does), the way any source of one's own comes
+in; nothing in the planner or the runtime names Kafka.
 
 Both give the same columns: the value's fields, then
 :data:`krishiv_py.names.KAFKA_COLUMNS`.
@@ -19,13 +23,36 @@ Both give the same columns: the value's fields, then
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
+from krishiv_py.kafka.client import require_client
 from krishiv_py.names import KAFKA_CORRUPT, KAFKA_PARSED
 from krishiv_py.plan import nodes as n
 from krishiv_py.planner.spark.recipe import ReadSource, RecipeNode, SelectExprs
+from krishiv_py.planner.spark.sources import data_rows, register_read_rule
 from krishiv_py.planner.sql import quote
+from krishiv_py.runtime.sources import ReadPaths, parallelism, register_reader
 
-__all__ = ["kafka_read"]
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["KafkaReader", "KafkaRule", "SparkKafkaReader", "kafka_read", "register"]
+
+
+def register() -> None:
+    """Lower ``KafkaSource`` nodes with :class:`KafkaRule`; read kinds ``kafka`` and ``kafka-spark``."""
+    register_read_rule(n.KafkaSource, KafkaRule())
+    register_reader("kafka", KafkaReader())
+    register_reader("kafka-spark", SparkKafkaReader())
+
+
+class KafkaRule:
+    """A Kafka topic: krishiv's Python data source, or Spark's ``kafka`` format."""
+
+    punctuated = False
+
+    def read(self, node: n.KafkaSource, *, streaming: bool) -> RecipeNode:
+        return data_rows(kafka_read(node))
 
 
 def kafka_read(node: n.KafkaSource) -> RecipeNode:
@@ -123,3 +150,31 @@ def _columns(node: n.KafkaSource) -> tuple[str, ...]:
         f"{stamp} AS kafka_timestamp",
         f"CASE WHEN {bad} THEN value END AS kafka_value",
     )
+
+
+class KafkaReader:
+    """A Kafka topic through krishiv's Python data source (:mod:`krishiv_py.kafka.datasource`)."""
+
+    batch_sql = False
+
+    def read(self, spark: SparkSession, node: ReadSource, paths: ReadPaths) -> DataFrame:
+        require_client()
+        # The data source subclasses pyspark's: imported when a job reads Kafka, not with krishiv_py.
+        from krishiv_py.kafka.datasource import SOURCE_NAME, KafkaDataSource
+
+        spark.dataSource.register(KafkaDataSource)
+        reader = spark.readStream.format(SOURCE_NAME).schema(node.schema.ddl())
+        options = dict(node.options)
+        cores = parallelism(spark)
+        if cores and not options.get("tasks"):
+            options["tasks"] = str(cores)  # one wave of read tasks per micro-batch
+        return reader.options(**options).load()
+
+
+class SparkKafkaReader:
+    """A Kafka topic through Spark's own connector (``format("kafka")``; its schema is fixed)."""
+
+    batch_sql = False
+
+    def read(self, spark: SparkSession, node: ReadSource, paths: ReadPaths) -> DataFrame:
+        return spark.readStream.format(node.format).options(**dict(node.options)).load()
