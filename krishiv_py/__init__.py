@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from krishiv_py.expr import min as min
     from krishiv_py.expr import sum as sum
     from krishiv_py.kafka.sink import KafkaSink as KafkaSink
+    from krishiv_py.kafka.source import KafkaOptions as KafkaOptions
     from krishiv_py.late import CountingLateEventHandler as CountingLateEventHandler
     from krishiv_py.late import LateEventHandler as LateEventHandler
     from krishiv_py.late import SideOutputLateEventHandler as SideOutputLateEventHandler
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
     from krishiv_py.panes import PaneEvent as PaneEvent
     from krishiv_py.plan.emission import StateTtlConfig as StateTtlConfig
     from krishiv_py.plan.emission import Trigger as Trigger
+    from krishiv_py.plan.files import FileOptions as FileOptions
     from krishiv_py.plan.watermarks import END_OF_TIME_MS as END_OF_TIME_MS
     from krishiv_py.plan.watermarks import MultiSourceWatermarkSpec as MultiSourceWatermarkSpec
     from krishiv_py.plan.watermarks import WatermarkSpec as WatermarkSpec
