@@ -57,7 +57,8 @@ def child_env(**extra: str) -> dict[str, str]:
 def child_pytest(env: dict[str, str], tests: list[str], timeout_s: float = 600) -> None:
     """Run ``tests`` in a child pytest with ``env`` added; fail with its output when it fails."""
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
+        # One process: the checks share the cluster or server one driver at a time.
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", *tests],
         cwd=ROOT,
         env=child_env(**env),
         capture_output=True,
