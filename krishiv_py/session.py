@@ -6,10 +6,9 @@
 is the only thing that starts a JVM — ``import krishiv_py`` does not. Where
 each part runs: :mod:`krishiv_py.runtime.remote`.
 
-A session makes sources and hands everything else on: starting Spark to
-:mod:`krishiv_py.runtime.spark_session`, running its streams to its
-:class:`~krishiv_py.runtime.spark_engine.SparkEngine`, SQL to
-:mod:`krishiv_py.sql`, each source's checks to the source's own module.
+A session makes sources and hands on the rest: starting Spark
+(:mod:`krishiv_py.runtime.spark_session`), running its streams (its
+:class:`~krishiv_py.runtime.spark_engine.SparkEngine`) and SQL.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ from krishiv_py.errors import SessionError
 from krishiv_py.kafka.source import KafkaOptions, kafka_source
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.files import FileOptions, file_source
-from krishiv_py.runtime.durability import Durability, check_location, is_uri, profile
+from krishiv_py.runtime.durability import Durability, DurabilityProfile, check_location, is_uri, profile
 from krishiv_py.runtime.remote import check_visible
 from krishiv_py.runtime.sources import spark_source
 from krishiv_py.runtime.spark_engine import SparkEngine
@@ -76,17 +75,13 @@ class Session:
         self.master = master
         #: The file that receives Spark's own output (None: the terminal, or a JVM started elsewhere).
         self.log_path = log_path
-        #: Show progress bars for long waits: True, False, or None (when interactive).
-        self.progress = progress
         self.durability = durability
-        #: The durability profile: state store and where checkpoints live.
-        self.profile = profile(durability)
-        #: Where this session's streams run: its Spark, state directory and jobs.
+        #: Where this session's streams run: its Spark, state directory, profile and jobs.
         self.engine = SparkEngine(
             spark,
             owns_spark=owns_spark,
             state_dir=check_location(durability, state_dir, master=master),
-            profile=self.profile,
+            profile=profile(durability),
             progress=progress,
             on_stop=on_stop,
             register=self._sql.register,
@@ -205,7 +200,15 @@ class Session:
             on_stop=started.on_stop,
         )
 
-    # --- lifecycle --------------------------------------------------------------
+    @property
+    def profile(self) -> DurabilityProfile:
+        """The durability profile: state store and where checkpoints live."""
+        return self.engine.profile
+
+    @property
+    def progress(self) -> bool | None:
+        """Show progress bars for long waits: True, False, or None (when interactive)."""
+        return self.engine.progress
 
     @property
     def spark(self) -> SparkSession:
@@ -378,8 +381,6 @@ class Session:
         """A stream reading ``node`` on this session's engine, readable by :meth:`sql` under its name."""
         self._sql.register(node.name, node)
         return Stream(self.engine, node)
-
-    # --- SQL --------------------------------------------------------------------
 
     def sql(self, text: str) -> Stream | None:
         """Run Krishiv's window SQL over the streams of this session; see docs/sql.md.

@@ -41,6 +41,18 @@ def test_profiles_name_their_state_store() -> None:
         profile("durable")
 
 
+def test_a_session_hands_its_profile_and_state_to_its_engine(tmp_path: Path) -> None:
+    s = kp.Session(
+        None, owns_spark=False, state_dir=str(tmp_path), durability="single-node-durable", progress=False
+    )
+    assert s.profile is s.engine.profile and s.profile.name == "single-node-durable"
+    assert s.progress is s.engine.progress is False
+    assert s.state_dir == s.engine.state_dir == str(tmp_path)
+    assert s.checkpoint_dir("clicks") == os.path.join(str(tmp_path), "checkpoints", "clicks")
+    _, sender = s.memory_stream("k string, t bigint", name="clicks")
+    assert s.engine.feed(os.path.join(str(tmp_path), "sources", "clicks", "data")) is sender
+
+
 def test_where_each_profile_keeps_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert check_location("dev-local", None, master="local[*]") is None
     monkeypatch.delenv("KRISHIV_STATE_DIR", raising=False)
