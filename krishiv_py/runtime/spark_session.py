@@ -240,14 +240,7 @@ def start_local(
     """A local Spark (``local[*]``) tuned for this machine (``Session.embedded``)."""
     check_location(durability, state_dir, master="local[*]")  # before starting Spark
     conf = {**local_conf(os.cpu_count() or 2), **dict(spark_conf or {})}
-    spark, owns, log_path = build_spark(
-        master="local[*]",
-        app_name=app_name,
-        conf=conf,
-        local=True,
-        verbose=verbose_default() if verbose is None else verbose,
-    )
-    return StartedSpark(spark=spark, owns=owns, master="local[*]", log_path=log_path)
+    return _driver("local[*]", app_name, conf, verbose)
 
 
 def start_cluster(
@@ -270,6 +263,15 @@ def start_cluster(
         check_reachable(*standalone, "Spark master")
     loopback = standalone is not None and is_loopback(standalone[0])
     conf = {**driver_conf(master, loopback=loopback), **dict(spark_conf or {})}
+    started = _driver(master, app_name, conf, verbose)
+    if not master.startswith("local") and "spark.sql.shuffle.partitions" not in conf:
+        parallelism = started.spark.sparkContext.defaultParallelism
+        started.spark.conf.set("spark.sql.shuffle.partitions", str(max(2, parallelism)))
+    return started
+
+
+def _driver(master: str, app_name: str, conf: dict[str, str], verbose: bool | None) -> StartedSpark:
+    """A classic SparkSession with this process as the driver of ``master``."""
     spark, owns, log_path = build_spark(
         master=master,
         app_name=app_name,
@@ -277,8 +279,6 @@ def start_cluster(
         local=master.startswith("local"),
         verbose=verbose_default() if verbose is None else verbose,
     )
-    if not master.startswith("local") and "spark.sql.shuffle.partitions" not in conf:
-        spark.conf.set("spark.sql.shuffle.partitions", str(max(2, spark.sparkContext.defaultParallelism)))
     return StartedSpark(spark=spark, owns=owns, master=master, log_path=log_path)
 
 
