@@ -37,6 +37,7 @@ __all__ = [
     "GLOBAL",
     "HIDDEN_PREFIX",
     "IDLE_WM",
+    "JOIN_SIDE",
     "INVALID",
     "KAFKA_COLUMNS",
     "KAFKA_CORRUPT",
@@ -200,6 +201,8 @@ def encoded_value(i: int) -> str:
     return f"__kp_c{i}"
 
 
+#: A join's input rows: which side a row comes from, ``"left"`` or ``"right"``.
+JOIN_SIDE = "__kp_side"
 #: The kernel's batches: event time in µs (null when invalid); arrival order is :data:`SEQ`.
 BATCH_TS = "__kp_ts"
 #: The kernel's result rows: each row's count of aggregates without a value (an

@@ -28,6 +28,7 @@ EXPECTED_ALL = [
     "JobMetrics",
     "JobProgress",
     "JobStoppedError",
+    "JoinedStream",
     "KafkaOptions",
     "KafkaSink",
     "KeyedStream",

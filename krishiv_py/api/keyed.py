@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import attrs
 
 from krishiv_py.api.windowed import WindowAssigners, WindowedStream
 from krishiv_py.errors import PlanError
+from krishiv_py.plan import nodes as n
 from krishiv_py.plan.windows import WindowSpec
 
 if TYPE_CHECKING:
-    from krishiv_py.api.stream import Stream
+    from krishiv_py.api.stream import JoinedStream, Stream
 
 __all__ = ["KeyedStream"]
 
@@ -36,3 +37,95 @@ class KeyedStream(WindowAssigners):
 
     def _windowed(self, window: WindowSpec) -> WindowedStream:
         return WindowedStream(self.stream, self.keys, window)
+
+    # --- joins on event time (SPEC 3.12, docs/joins.md) ---------------------------------
+
+    def interval_join(
+        self,
+        right: KeyedStream,
+        between: tuple[int, int],
+        *,
+        how: Literal["inner", "left", "right", "full"] = "inner",
+    ) -> JoinedStream:
+        """Join each row at ``l`` with ``right``'s rows of its key at ``l + lower <= r <= l + upper``.
+
+        ``between=(lower_ms, upper_ms)``, both bounds inclusive. A match is
+        emitted as soon as both rows are there; with ``how="left"``,
+        ``"right"`` or ``"full"`` a row without a match is emitted null-padded
+        once no on-time partner can arrive (docs/joins.md).
+
+        Examples
+        --------
+            # each click with the impressions of its ad up to 10 minutes before it
+            clicks.watermark("ts", 5_000).key_by("ad").interval_join(
+                views.watermark("ts", 5_000).key_by("ad"), between=(-600_000, 0))
+        """
+        from krishiv_py.api.stream import joined
+
+        return joined(
+            self.stream,
+            right,
+            lambda other: n.Join(
+                left=self.stream.plan,
+                right=other.plan,
+                left_keys=self.keys,
+                right_keys=_keys_of(right),
+                kind="interval",
+                how=how,
+                between=_between(between),
+            ),
+            "interval_join()",
+        )
+
+    def as_of_join(
+        self,
+        right: KeyedStream,
+        *,
+        how: Literal["inner", "left"] = "inner",
+        max_age_ms: int | None = None,
+    ) -> JoinedStream:
+        """Join each row at ``l`` with ``right``'s row of its key in force at ``l`` (latest at or before).
+
+        ``max_age_ms``: ignore right rows older than ``l - max_age_ms``. A row
+        is emitted once the right side is complete up to ``l``; with
+        ``how="left"`` a row without a right row is kept, null-padded.
+
+        Examples
+        --------
+            # each order with the exchange rate in force when it was placed
+            orders.watermark("ts", 1_000).key_by("currency").as_of_join(
+                rates.watermark("ts", 1_000).key_by("currency"), how="left")
+        """
+        from krishiv_py.api.stream import joined
+
+        return joined(
+            self.stream,
+            right,
+            lambda other: n.Join(
+                left=self.stream.plan,
+                right=other.plan,
+                left_keys=self.keys,
+                right_keys=_keys_of(right),
+                kind="as_of",
+                how=how,
+                max_age_ms=max_age_ms,
+            ),
+            "as_of_join()",
+        )
+
+
+def _keys_of(right: object) -> tuple[str, ...]:
+    if not isinstance(right, KeyedStream):
+        raise PlanError(
+            "a join takes the other side keyed the same way: right.watermark(...).key_by(...), "
+            f"got {type(right).__name__}"
+        )
+    return right.keys
+
+
+def _between(value: object) -> tuple[int, int]:
+    if isinstance(value, list):
+        value = tuple(value)
+    if not isinstance(value, tuple) or len(value) != 2:
+        raise PlanError(f"interval_join(between=...) takes (lower_ms, upper_ms), got {value!r}")
+    return value  # the node checks the two values

@@ -7,7 +7,7 @@ or :meth:`Stream.to_spark`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
@@ -16,8 +16,9 @@ from krishiv_py.api.keyed import KeyedStream
 from krishiv_py.api.windowed import WindowAssigners, WindowedStream
 from krishiv_py.errors import KrishivError, PlanError, SessionError
 from krishiv_py.expr import AggExpr, Alias, Column, Expr, col, output_name
+from krishiv_py.late import LateEventHandler
 from krishiv_py.plan import nodes as n
-from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS
+from krishiv_py.plan.emission import DEFAULT_ALLOWED_LATENESS_MS, DEFAULT_FUTURE_TOLERANCE_MS, StateTtlConfig
 from krishiv_py.plan.watermarks import MultiSourceWatermarkSpec, WatermarkSpec
 from krishiv_py.plan.windows import WindowSpec, check_ms
 from krishiv_py.runtime.engine import Engine, StartOptions
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from krishiv_py.planner.spark import SparkRecipe
     from krishiv_py.runtime.engine import Durability, Job
 
-__all__ = ["Stream", "placeholder"]
+__all__ = ["JoinedStream", "Stream", "placeholder"]
 
 
 class Stream(WindowAssigners):
@@ -434,6 +435,82 @@ class Stream(WindowAssigners):
         if show:
             print(text)
         return text
+
+
+class JoinedStream(Stream):
+    """The rows of an event-time join (SPEC 3.12): a :class:`Stream` that also takes the join's options.
+
+    Made by ``KeyedStream.interval_join``, ``KeyedStream.as_of_join`` and
+    ``WindowedStream.join``. Like a window, a join takes
+    :meth:`allowed_lateness`, :meth:`accumulation`,
+    :meth:`with_late_event_handler` and :meth:`with_state_ttl`; each returns
+    a new ``JoinedStream``. Filters, projections and every sink apply to it
+    as to any stream (see docs/joins.md).
+
+    Examples
+    --------
+        matched = (
+            clicks.watermark("ts", 5_000).key_by("ad")
+            .interval_join(views.watermark("ts", 5_000).key_by("ad"), between=(-600_000, 0), how="left")
+            .allowed_lateness(60_000)
+            .accumulation("retracting")
+        )
+    """
+
+    __slots__ = ()
+
+    def _emit(self, **changes: Any) -> JoinedStream:
+        node = self._plan
+        assert isinstance(node, n.Join)
+        return JoinedStream(self._engine, attrs.evolve(node, emission=attrs.evolve(node.emission, **changes)))
+
+    def allowed_lateness(self, ms: int = DEFAULT_ALLOWED_LATENESS_MS) -> JoinedStream:
+        """Keep rows ``ms`` longer: a row late by less than ``ms`` still joins what it would have on time.
+
+        An outer, semi, anti or as-of join then needs
+        ``.accumulation("retracting")``: a late row can change results it emitted.
+        """
+        check_ms("allowed_lateness(ms)", ms, positive=False)
+        return self._emit(allowed_lateness_ms=ms)
+
+    def accumulation(self, mode: Literal["accumulating", "retracting"]) -> JoinedStream:
+        """``"accumulating"`` (default: results are only added) or ``"retracting"``.
+
+        With ``"retracting"`` a result that a late row changes is withdrawn by a
+        row with ``kind="retract"`` before its replacement; rows carry a last
+        column ``kind``.
+        """
+        if mode not in ("accumulating", "retracting"):
+            raise PlanError(f"a join's accumulation() is 'accumulating' or 'retracting', got {mode!r}")
+        return self._emit(accumulation=mode)
+
+    def with_late_event_handler(self, handler: LateEventHandler) -> JoinedStream:
+        """Hand very late and invalid rows of both sides to ``handler`` (a ``side`` column says which)."""
+        if not isinstance(handler, LateEventHandler):
+            raise PlanError(
+                "with_late_event_handler() takes an object with a handle(table) method, "
+                f"got {type(handler).__name__}"
+            )
+        return self._emit(late_handler=handler)
+
+    def with_state_ttl(self, config: StateTtlConfig) -> JoinedStream:
+        """Drop stored rows ``config.ttl_ms`` behind the watermark (event time); bounds an as-of's keys."""
+        if not isinstance(config, StateTtlConfig):
+            raise PlanError(f"with_state_ttl() takes a StateTtlConfig(ttl_ms=...), got {config!r}")
+        return self._emit(state_ttl=config)
+
+
+def joined(left: Stream, right: object, node: Callable[[Stream], n.Join], what: str) -> JoinedStream:
+    """The join of ``left`` with ``right``'s stream, checked to run on one engine."""
+    other = getattr(right, "stream", None)
+    if not isinstance(other, Stream):
+        raise PlanError(
+            f"{what} takes the other side keyed the same way (stream.watermark(...).key_by(...)), "
+            f"got {type(right).__name__}"
+        )
+    if left.session is not None and other.session is not None and left.session is not other.session:
+        raise PlanError(f"{what}: both sides must come from the same Session")
+    return JoinedStream(left.session if left.session is not None else other.session, node(other))
 
 
 class Explanation(str):

@@ -7,7 +7,7 @@ Every call validates its arguments and returns a new object.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
@@ -35,7 +35,7 @@ from krishiv_py.plan.windows import (
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from krishiv_py.api.stream import Stream
+    from krishiv_py.api.stream import JoinedStream, Stream
 
 __all__ = ["WindowAssigners", "WindowedStream"]
 
@@ -275,6 +275,57 @@ class WindowedStream:
             emission=self.emission,
         )
         return Stream(self.stream.session, plan)
+
+    def join(
+        self,
+        right: WindowedStream,
+        *,
+        how: Literal["inner", "left", "right", "full", "semi", "anti"] = "inner",
+    ) -> JoinedStream:
+        """A window join: the rows of each key and window of both sides, joined when the window fires.
+
+        Both sides need the same window (tumbling or sliding). Joined rows
+        hold the keys, ``window_start``, ``window_end``, the left columns, then
+        the right ones; ``"semi"`` keeps each left row with a partner once,
+        ``"anti"`` each left row without one. The window's emission options
+        do not apply: set lateness and accumulation on the join.
+
+        Examples
+        --------
+            # persons and the auctions they opened in the same 10 s (Nexmark Q8)
+            persons.watermark("ts", 0).key_by("id").tumbling_window(10_000).join(
+                auctions.watermark("ts", 0).key_by("seller").tumbling_window(10_000))
+        """
+        from krishiv_py.api.stream import joined
+
+        if not isinstance(right, WindowedStream):
+            raise PlanError(
+                "join() takes the other side windowed the same way: "
+                f"right.watermark(...).key_by(...).tumbling_window(...), got {type(right).__name__}"
+            )
+        if right.window != self.window:
+            raise PlanError(
+                f"join(): both sides need the same window, got {self.window!r} and {right.window!r}"
+            )
+        if not self.emission.is_default or not right.emission.is_default:
+            raise PlanError(
+                "join(): set allowed_lateness, accumulation, a late-event handler or a state TTL on the "
+                "join's result (.join(...).allowed_lateness(...)), not on the windows"
+            )
+        return joined(
+            self.stream,
+            right,
+            lambda other: n.Join(
+                left=self.stream.plan,
+                right=other.plan,
+                left_keys=self.keys,
+                right_keys=right.keys,
+                kind="window",
+                how=how,
+                window=self.window,
+            ),
+            "join()",
+        )
 
     def collect_with_aggs(self, aggs: list[AggExpr] | tuple[AggExpr, ...]) -> pa.Table:
         """``agg(*aggs).collect()``: the windows of the input available now."""

@@ -36,6 +36,7 @@ __all__ = [
     "EventTime",
     "FileSource",
     "Filter",
+    "Join",
     "KafkaSource",
     "MemorySource",
     "PlanNode",
@@ -171,6 +172,11 @@ class Watermark:
                 f"event-time column {self.column!r} is {field.dtype}; it must be a timestamp "
                 "or a bigint of epoch milliseconds"
             )
+        if joins_of(self.input):
+            raise PlanError(
+                "a joined stream carries its watermark (the minimum of both sides') already: "
+                "declare each side's watermark before the join"
+            )
         if window_aggregates(self.input):
             raise PlanError(
                 "a windowed result carries its event time (window_end - 1 ms) and its watermark (the "
@@ -230,6 +236,11 @@ class WindowAggregate:
     emission: Emission = attrs.field(factory=Emission)
 
     def __attrs_post_init__(self) -> None:
+        if joins_of(self.input):
+            raise PlanError(
+                "a window over a join's results is not supported yet: window each side before the "
+                "join instead (a window join: left.key_by(...).tumbling_window(...).join(right...))"
+            )
         if event_time(self.input) is None:
             raise PlanError(
                 NO_RESULT_TIME
@@ -289,8 +300,76 @@ class TopN:
             schema.field(c, role="top_n() column")
 
 
+JoinKind: TypeAlias = Literal["interval", "window", "as_of"]
+JoinHow: TypeAlias = Literal["inner", "left", "right", "full", "semi", "anti"]
+#: The ``how=`` each join takes (SPEC 3.12).
+JOIN_HOWS: dict[str, tuple[str, ...]] = {
+    "interval": ("inner", "left", "right", "full"),
+    "window": ("inner", "left", "right", "full", "semi", "anti"),
+    "as_of": ("inner", "left"),
+}
+#: The suffix of a right column whose name the joined row already holds.
+RIGHT_SUFFIX = "_right"
+
+
+@attrs.frozen(kw_only=True)
+class Join:
+    """An event-time join of two keyed, watermarked streams (SPEC 3.12).
+
+    ``kind`` is ``"interval"`` (``between=(lower_ms, upper_ms)``: a left row
+    at ``l`` meets right rows at ``l + lower <= r <= l + upper``),
+    ``"window"`` (``window``: rows of the same tumbling or sliding window
+    meet) or ``"as_of"`` (a left row meets the latest right row at or
+    before it, no older than ``max_age_ms`` when given). ``emission`` holds
+    the allowed lateness, accumulation, late-event handler and state TTL.
+    """
+
+    left: PlanNode
+    right: PlanNode
+    left_keys: tuple[str, ...]
+    right_keys: tuple[str, ...]
+    kind: JoinKind
+    how: JoinHow = "inner"
+    between: tuple[int, int] | None = None
+    window: WindowSpec | None = None
+    max_age_ms: int | None = None
+    emission: Emission = attrs.field(factory=Emission)
+
+    def __attrs_post_init__(self) -> None:
+        _check_join(self)
+
+    @property
+    def left_time(self) -> EventTime:
+        et = event_time(self.left)
+        assert et is not None
+        return et
+
+    @property
+    def right_time(self) -> EventTime:
+        et = event_time(self.right)
+        assert et is not None
+        return et
+
+    @property
+    def right_names(self) -> dict[str, str]:
+        """Each right non-key column's name in the joined row (``_right`` added when taken)."""
+        taken = set(self.left_keys) | {f.name for f in _join_left_fields(self)}
+        if self.kind == "window":
+            taken |= {"window_start", "window_end"}
+        out = {}
+        for f in schema_of(self.right):
+            if f.name in self.right_keys:
+                continue
+            name = f.name
+            while name in taken:
+                name += RIGHT_SUFFIX
+            taken.add(name)
+            out[f.name] = name
+        return out
+
+
 SourceNode: TypeAlias = MemorySource | RecordsSource | FileSource | SparkSource | KafkaSource
-PlanNode: TypeAlias = SourceNode | Watermark | Filter | Project | Union | WindowAggregate | TopN
+PlanNode: TypeAlias = SourceNode | Watermark | Filter | Project | Union | WindowAggregate | TopN | Join
 SOURCE_TYPES = (MemorySource, RecordsSource, FileSource, SparkSource, KafkaSource)
 
 
@@ -312,6 +391,8 @@ def with_children(node: PlanNode, new: tuple[PlanNode, ...]) -> PlanNode:
         return node
     if isinstance(node, Union):
         return attrs.evolve(node, inputs=new)
+    if isinstance(node, Join):
+        return attrs.evolve(node, left=new[0], right=new[1])
     assert not isinstance(node, SOURCE_TYPES)
     return attrs.evolve(node, input=new[0])
 
@@ -319,6 +400,8 @@ def with_children(node: PlanNode, new: tuple[PlanNode, ...]) -> PlanNode:
 def children(node: PlanNode) -> tuple[PlanNode, ...]:
     if isinstance(node, Union):
         return node.inputs
+    if isinstance(node, Join):
+        return (node.left, node.right)
     if isinstance(node, SOURCE_TYPES):
         return ()
     return (node.input,)
@@ -334,6 +417,8 @@ def schema_of(node: PlanNode) -> Schema:
         return schema_of(node.inputs[0])
     if isinstance(node, Project):
         return _project_schema(node)
+    if isinstance(node, Join):
+        return _join_schema(node)
     return _window_schema(node)
 
 
@@ -389,8 +474,8 @@ def event_time(node: PlanNode) -> EventTime | None:
         return EventTime(node.column, dtype, node.lag_ms, node.future_tolerance_ms)
     if isinstance(node, WindowAggregate):
         return EventTime("window_end", DataType("timestamp"), 0, from_window=True)
-    if isinstance(node, (*SOURCE_TYPES, TopN)):
-        return None
+    if isinstance(node, (*SOURCE_TYPES, TopN, Join)):
+        return None  # a join's event time (the later of its rows') is no column yet
     if isinstance(node, Union):
         return event_time(node.inputs[0])
     et = event_time(node.input)
@@ -493,6 +578,132 @@ def window_aggregates(node: PlanNode) -> list[WindowAggregate]:
     return [n for n in walk(node) if isinstance(n, WindowAggregate)]
 
 
+def joins_of(node: PlanNode) -> list[Join]:
+    return [n for n in walk(node) if isinstance(n, Join)]
+
+
+def _check_join(node: Join) -> None:
+    """What SPEC 3.12 allows of a join, as :class:`PlanError` naming what is wrong."""
+    what = {"interval": "interval_join()", "window": "join()", "as_of": "as_of_join()"}[node.kind]
+    for side, plan, keys in (("left", node.left, node.left_keys), ("right", node.right, node.right_keys)):
+        if window_aggregates(plan) or joins_of(plan):
+            raise PlanError(
+                f"{what}: the {side} side is the result of a window or a join, which is not supported "
+                "as a join input yet; join the streams the window reads"
+            )
+        if event_time(plan) is None:
+            raise PlanError(
+                f"{what}: the {side} side has no watermark; call .watermark(column, lag_ms) on it "
+                "before key_by()"
+            )
+        if not keys:
+            raise PlanError(f"{what}: the {side} side needs key columns: call key_by(...) on it first")
+    if len(node.left_keys) != len(node.right_keys):
+        raise PlanError(
+            f"{what}: both sides need the same number of key columns, got "
+            f"[{', '.join(node.left_keys)}] and [{', '.join(node.right_keys)}]"
+        )
+    ls, rs = schema_of(node.left), schema_of(node.right)
+    for lk, rk in zip(node.left_keys, node.right_keys, strict=True):
+        lt, rt = ls.field(lk).dtype, rs.field(rk).dtype
+        if lt != rt:
+            raise PlanError(
+                f"{what}: key {lk!r} is {lt} on the left but {rk!r} is {rt} on the right; "
+                "cast one side with with_column() so both have the same type"
+            )
+    if node.how not in JOIN_HOWS[node.kind]:
+        raise PlanError(
+            f"{what}: how={node.how!r} is not one of {', '.join(repr(h) for h in JOIN_HOWS[node.kind])}"
+        )
+    if node.kind == "interval":
+        b = node.between
+        if (
+            not isinstance(b, tuple)
+            or len(b) != 2
+            or any(isinstance(x, bool) or not isinstance(x, int) for x in b)
+        ):
+            raise PlanError(f"interval_join(between=...) takes (lower_ms, upper_ms) as two ints, got {b!r}")
+        if b[0] > b[1]:
+            raise PlanError(f"interval_join(between=({b[0]}, {b[1]})): lower_ms must be <= upper_ms")
+    if node.kind == "window" and (node.window is None or node.window.kind not in ("tumbling", "sliding")):
+        raise PlanError(
+            "join(): a window join takes tumbling or sliding windows, the same on both sides; got "
+            f"{'none' if node.window is None else node.window.kind}"
+        )
+    if node.max_age_ms is not None:
+        check_ms("as_of_join(max_age_ms)", node.max_age_ms, positive=False)
+    _check_join_emission(node, what)
+    _join_schema(node)
+
+
+def _check_join_emission(node: Join, what: str) -> None:
+    e = node.emission
+    if e.trigger.is_early:
+        raise PlanError(
+            f"{what}: a join emits as its rules say; trigger {e.trigger.describe()} does not apply"
+        )
+    if e.accumulation == "discarding":
+        raise PlanError(f"{what}: accumulation('discarding') does not apply to a join (use 'retracting')")
+    if e.panes.any:
+        raise PlanError(f"{what}: pane callbacks observe time-interval windows, not joins")
+    if e.state_ttl is not None and e.state_ttl.time != "event":
+        raise PlanError(
+            f"{what}: a join's state TTL is measured in event time (StateTtlConfig(time='event'))"
+        )
+
+
+def check_joins_complete(plan: PlanNode) -> None:
+    """The rule that only the whole chain of a join's options can satisfy (checked when it runs).
+
+    An outer, semi, anti or as-of join with allowed lateness can withdraw
+    results it emitted, so it needs ``accumulation("retracting")``; the two
+    options may be set in either order, so this is checked when the plan is
+    lowered, not when each is set.
+    """
+    for node in joins_of(plan):
+        e = node.emission
+        corrects = node.how != "inner" or node.kind == "as_of"
+        if e.allowed_lateness_ms and corrects and e.accumulation != "retracting":
+            kind = "an as-of" if node.kind == "as_of" else f"a {node.how}"
+            raise PlanError(
+                f"{what_join(node)}: {kind} join with allowed_lateness({e.allowed_lateness_ms}) can "
+                "withdraw results it emitted (a late row changes them), so it needs "
+                ".accumulation('retracting')"
+            )
+
+
+def _join_left_fields(node: Join) -> list[Field]:
+    return [f for f in schema_of(node.left) if f.name not in node.left_keys]
+
+
+def _join_schema(node: Join) -> Schema:
+    ls, rs = schema_of(node.left), schema_of(node.right)
+    outer_left = node.how in ("right", "full")  # left columns may be missing
+    outer_right = node.how in ("left", "full")  # right columns may be missing
+    fields = []
+    for lk, rk in zip(node.left_keys, node.right_keys, strict=True):
+        nullable = ls.field(lk).nullable or (outer_left and rs.field(rk).nullable)
+        fields.append(Field(lk, ls.field(lk).dtype, nullable))
+    if node.kind == "window":
+        fields += [
+            Field("window_start", DataType("timestamp"), False),
+            Field("window_end", DataType("timestamp"), False),
+        ]
+    fields += [attrs.evolve(f, nullable=f.nullable or outer_left) for f in _join_left_fields(node)]
+    if node.how not in ("semi", "anti"):
+        names = node.right_names
+        fields += [Field(names[f.name], f.dtype, f.nullable or outer_right) for f in rs if f.name in names]
+    if node.emission.accumulation == "retracting":
+        fields.append(Field(KIND_COLUMN, DataType("string"), False))
+    for f in fields:
+        _output_name(f.name, what_join(node))
+    return Schema(tuple(fields))
+
+
+def what_join(node: Join) -> str:
+    return {"interval": "interval_join()", "window": "join()", "as_of": "as_of_join()"}[node.kind]
+
+
 def render_plan(node: PlanNode, indent: int = 0) -> str:
     """A readable tree of the plan, for ``explain()``."""
     pad = "  " * indent
@@ -518,6 +729,8 @@ def checkpoint_identity(node: PlanNode) -> str:
         if isinstance(x, WindowAggregate) and (x.emission.late_handler is not None or x.emission.panes.any):
             emission = attrs.evolve(x.emission, late_handler=None, panes=type(x.emission.panes)())
             x = attrs.evolve(x, emission=emission)
+        if isinstance(x, Join) and x.emission.late_handler is not None:
+            x = attrs.evolve(x, emission=attrs.evolve(x.emission, late_handler=None))
         return x
 
     return render_plan(strip(node))
@@ -549,6 +762,7 @@ def _describe(node: PlanNode) -> str:
             f"TopN n={n.n} by=[{', '.join(n.by)}] {'ascending' if n.ascending else 'descending'} "
             f"per=[window_start, window_end{''.join(', ' + k for k in n.keys)}] ties={n.ties}"
         ),
+        Join: _join_text,
         WindowAggregate: lambda n: (
             f"WindowAggregate keys=[{', '.join(n.keys)}] window={_window_text(n.window)} "
             f"aggs=[{', '.join(_agg_text(a) for a in n.aggregates)}]"
@@ -559,6 +773,22 @@ def _describe(node: PlanNode) -> str:
     kind = next(t for t in type(node).__mro__ if t in detail)  # a source of one's own: its base's line
     text: str = detail[kind](node)
     return text
+
+
+def _join_text(node: Join) -> str:
+    keys = ", ".join(
+        lk if lk == rk else f"{lk}={rk}" for lk, rk in zip(node.left_keys, node.right_keys, strict=True)
+    )
+    if node.kind == "interval":
+        assert node.between is not None
+        rule = f"between=({node.between[0]}, {node.between[1]})"
+    elif node.kind == "window":
+        assert node.window is not None
+        rule = f"window={_window_text(node.window)}"
+    else:
+        rule = "as of" + (f" max_age_ms={node.max_age_ms}" if node.max_age_ms is not None else "")
+    text = f"Join {node.kind} how={node.how} keys=[{keys}] {rule}"
+    return text + ("" if node.emission.is_default else f" emission=[{node.emission.describe()}]")
 
 
 def _cascade_text(node: WindowAggregate) -> str:

@@ -76,7 +76,7 @@ def late_schema(recipe: SparkRecipe) -> pa.Schema:
     assert recipe.stateful is not None, "late events come from the stateful lowering"
     return pa.schema(
         [
-            *recipe.stateful.operator.input_schema,
+            *recipe.stateful.operator.late_schema,
             pa.field(CLASSIFICATION_COLUMN, pa.string()),
             pa.field(WATERMARK_COLUMN, pa.int64()),
         ]

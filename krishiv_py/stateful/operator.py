@@ -63,7 +63,7 @@ from krishiv_py.names import (
     encoded_value,
 )
 from krishiv_py.plan.windows import EventSlidingWindow
-from krishiv_py.stateful import kernel
+from krishiv_py.stateful import joins, kernel
 from krishiv_py.stateful._arrow import arrow
 from krishiv_py.stateful.delays import bucket_of
 from krishiv_py.stateful.premerge import MERGED_ROWS, on_time_rows, premerge, premergeable
@@ -148,7 +148,8 @@ class InputColumn:
 class OperatorSpec:
     """What every bucket call needs: the kernel spec, the input layout, the time shift."""
 
-    kernel: KernelSpec
+    #: The window kernel's spec, or the join kernel's.
+    kernel: KernelSpec | joins.JoinSpec
     columns: tuple[InputColumn, ...]
     shift_ms: int
     buckets: int
@@ -159,6 +160,15 @@ class OperatorSpec:
     @property
     def input_schema(self) -> pa.Schema:
         return pa.schema([pa.field(c.name, c.type) for c in self.columns])
+
+    @property
+    def late_schema(self) -> pa.Schema:
+        """The input columns as a late-event handler sees them (a join's side as ``side``)."""
+        return pa.schema([pa.field(_late_name(c.name), c.type) for c in self.columns])
+
+
+def _late_name(name: str) -> str:
+    return "side" if name == joins.SIDE else name
 
 
 # --- the Spark entry points -----------------------------------------------------------
@@ -176,6 +186,7 @@ def run_bucket(
         clock.append(time.perf_counter_ns())
         return (clock[-1] - clock[-2]) // 1000
 
+    step = _step_of(spec)
     spark_wm = int(state.getCurrentWatermarkMs())
     watermark = None if spark_wm <= 0 else spark_wm - spec.shift_ms
     stored = _load_table(state.get[0]) if state.exists else None
@@ -187,7 +198,7 @@ def run_bucket(
     batch = given.rows
     decode_us = lap()
     now = int(time.time() * 1000)
-    new_state, out = kernel.step(spec.kernel, stored, batch, watermark, now, merged=given.merged)
+    new_state, out = step(spec.kernel, stored, batch, watermark, now, merged=given.merged)
     kernel_us = lap()
     blob = _dump_table(new_state) if new_state.num_rows else None
     if blob is None:
@@ -222,8 +233,9 @@ def run_bounded_bucket(spec: OperatorSpec, key: tuple[Any, ...], frame: pd.DataF
     given.check_watermark(None)
     batch = given.rows
     now = int(time.time() * 1000)
-    state, first = kernel.step(spec.kernel, None, batch, None, now, merged=given.merged)
-    state, last = kernel.step(spec.kernel, state, batch.slice(0, 0), END_OF_TIME_MS, now)
+    step = _step_of(spec)
+    state, first = step(spec.kernel, None, batch, None, now, merged=given.merged)
+    state, last = step(spec.kernel, state, batch.slice(0, 0), END_OF_TIME_MS, now)
     merged = attrs.evolve(
         first,
         results=pa.concat_tables([first.results, last.results]),
@@ -242,6 +254,11 @@ def run_bounded_bucket(spec: OperatorSpec, key: tuple[Any, ...], frame: pd.DataF
         merged_rows=given.merged_rows,
     )
     return pd.DataFrame({BUCKET: [int(key[0])], PAYLOAD: [payload]})
+
+
+def _step_of(spec: OperatorSpec) -> Callable[..., tuple[pa.Table, kernel.StepOutput]]:
+    """The kernel step of ``spec``: the window kernel's, or the join kernel's."""
+    return joins.step if isinstance(spec.kernel, joins.JoinSpec) else kernel.step
 
 
 # --- input ------------------------------------------------------------------------------------
@@ -290,7 +307,8 @@ def pack_rows(
 
 
 def _merging(spec: OperatorSpec, merge_under: Callable[[], MapWatermark] | None) -> MapWatermark:
-    if merge_under is None or not premergeable(spec.kernel):
+    # Only the window kernel takes partials merged before the shuffle.
+    if merge_under is None or isinstance(spec.kernel, joins.JoinSpec) or not premergeable(spec.kernel):
         return False, None
     return merge_under()
 
@@ -300,7 +318,7 @@ def _pack(spec: OperatorSpec, batches: list[pa.RecordBatch], under: MapWatermark
     buckets = table.column(BUCKET).to_numpy()
     rows = decode_encoded(spec, table)
     known, watermark = under
-    if not known:
+    if not known or not isinstance(spec.kernel, KernelSpec):
         out_buckets, blobs = _by_bucket(rows, buckets)
     else:
         # The bucket rides along as a key: it is a function of the keys, so the groups are the same.
@@ -352,7 +370,7 @@ def _merged_delays(
     spec: OperatorSpec, rows: pa.Table, buckets: np.ndarray, watermark: int | None
 ) -> dict[int, np.ndarray]:
     """Per bucket, the delay histogram counts of its merged rows (the profile the operator keeps)."""
-    if spec.profile_lag_ms is None or watermark is None:
+    if spec.profile_lag_ms is None or watermark is None or not isinstance(spec.kernel, KernelSpec):
         return {}
     ts_col = rows.column(BATCH_TS).combine_chunks()
     merged = on_time_rows(spec.kernel, ts_col, watermark)
@@ -538,16 +556,19 @@ def _late_rows(
     for label, idx in (("invalid", out.invalid), ("very_late", out.very_late)):
         if len(idx):
             rows = batch.select(names).take(pa.array(idx))
+            rows = rows.rename_columns([_late_name(c) for c in names])
             rows = rows.append_column(CLASSIFICATION, pa.array([label] * len(idx), pa.string()))
             pieces.append(rows.append_column(WATERMARK, pa.array([watermark] * len(idx), pa.int64())))
     if not pieces:
-        fields = [*spec.input_schema, pa.field(CLASSIFICATION, pa.string()), pa.field(WATERMARK, pa.int64())]
+        fields = [*spec.late_schema, pa.field(CLASSIFICATION, pa.string()), pa.field(WATERMARK, pa.int64())]
         return pa.schema(fields).empty_table()
     return pa.concat_tables(pieces)
 
 
 def _next_due(spec: OperatorSpec, state: pa.Table) -> tuple[int, int]:
     """The least watermark at which something in ``state`` fires or is evicted; the next interval firing."""
+    if isinstance(spec.kernel, joins.JoinSpec):
+        return joins.next_due(spec.kernel, state), -1
     if not state.num_rows:
         return -1, -1
     we = state.column(WE).to_numpy() // 1000

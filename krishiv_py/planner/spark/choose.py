@@ -85,7 +85,7 @@ EmissionFeature: TypeAlias = Literal[
     "early_trigger", "allowed_lateness", "non_accumulating", "late_handler", "state_ttl"
 ]
 #: Stages after the window that a lowering may lack.
-StageFeature: TypeAlias = Literal["top_n", "cascade"]
+StageFeature: TypeAlias = Literal["top_n", "cascade", "join"]
 FeatureName: TypeAlias = InputKind | WindowKind | EmissionFeature | StageFeature
 
 _ALL_WINDOWS: frozenset[WindowKind] = frozenset(
@@ -176,8 +176,8 @@ LOWERINGS: tuple[Capabilities, ...] = (
             {"early_trigger", "allowed_lateness", "non_accumulating", "late_handler", "state_ttl"}
         ),
         # The second window of a cascade, and window top-N, run on the driver over the
-        # operator's results, corrections included.
-        stages=frozenset({"cascade", "top_n"}),
+        # operator's results, corrections included. Joins: one operator over both inputs.
+        stages=frozenset({"cascade", "top_n", "join"}),
         why="a custom Spark operator keeps the windows in state and fires them itself",
     ),
 )
@@ -256,7 +256,18 @@ def features_of(plan: n.PlanNode) -> list[Feature]:
         out.append(Feature("top_n", "window top-N (top_n)"))
     if any(n.cascade_of(a) is not None for a in n.window_aggregates(plan)):
         out.append(Feature("cascade", "a window over windowed results"))
+    for join in n.joins_of(plan):
+        out.append(Feature("join", JOIN_TEXT[join.kind]))
+        out += _emission_features(join.emission)
     return out
+
+
+#: How a reason names each join; none runs on Spark's own stream-stream join (docs/joins.md).
+JOIN_TEXT = {
+    "interval": "an interval join",
+    "window": "a window join",
+    "as_of": "an as-of join",
+}
 
 
 def window_kind(window: WindowSpec) -> WindowKind:

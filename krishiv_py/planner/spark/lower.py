@@ -40,7 +40,7 @@ from krishiv_py.planner.spark.recipe import (
 )
 from krishiv_py.planner.spark.sliding import pane_choice, stream_pane_choice
 from krishiv_py.planner.spark.sources import Lowerer, select_item, top_n
-from krishiv_py.planner.spark.stateful import kernel_aggs, lower_stateful_window
+from krishiv_py.planner.spark.stateful import kernel_aggs, lower_stateful_join, lower_stateful_window
 from krishiv_py.planner.sql import quote, to_sql
 from krishiv_py.types import DataType, Field, Schema
 
@@ -64,6 +64,7 @@ def lower(plan: n.PlanNode, *, force_bounded: bool = False, lowering: Lowering |
     """
     if force_bounded and lowering not in (None, "bounded"):
         raise PlanError(f"force_bounded=True asks for the bounded lowering, but lowering={lowering!r}")
+    n.check_joins_complete(plan)
     snapshot = force_bounded or lowering == "bounded"
     if snapshot:
         chosen, reason = _snapshot(plan)
@@ -172,6 +173,8 @@ def _snapshot(plan: n.PlanNode) -> tuple[Lowering, str]:
 
 
 def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkRecipe:
+    if n.joins_of(plan):
+        return _lower_stateful_join(plan, reason, streaming=streaming)
     agg, after = _split_after(plan)
     ranked = _top_n_stage(plan, agg)
     if ranked is not None:
@@ -211,6 +214,50 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
         late_handler=handler,
         pane_callbacks=agg.emission.panes if agg.emission.panes.any else None,
         stages=tuple(s for s in (cascade, ranked, after) if s is not None),
+    )
+
+
+#: Why no join runs on Spark's own stream-stream join (docs/joins.md, "Lowerings").
+JOIN_REASON = (
+    "; the join runs in krishiv's operator over both inputs tagged by side, not in Spark's "
+    "stream-stream join, whose rules differ from SPEC 3.12: Spark joins a row that is late by "
+    "less than its state's retention instead of counting it very late, emits outer rows when its "
+    "own state eviction runs (one micro-batch or more after the watermark allows), and has no "
+    "allowed lateness, retractions, late-event handler, window or as-of join"
+)
+
+
+def _lower_stateful_join(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkRecipe:
+    """A join (optionally followed by filter, select and with_column) on krishiv's operator."""
+    chain: list[n.Filter | n.Project | n.TopN] = []
+    node = plan
+    while isinstance(node, n.Filter | n.Project):
+        chain.append(node)
+        node = node.input
+    if not isinstance(node, n.Join) or len(n.joins_of(node)) != 1:
+        raise PlanError(
+            "the stateful lowering runs one join, optionally followed by filter, select and "
+            "with_column; a union of joined streams or a join after other stages is not supported yet"
+        )
+    shift = time_shift(node) if streaming else 0
+    ctx = Lowerer(streaming=streaming, shift=shift, window=lower_stateful_window, join=lower_stateful_join)
+    root, _ = ctx.lower(node)
+    if chain:
+        reason += (
+            "; the stages after the join (filter, select, with_column) run on each micro-batch's "
+            "joined rows as a Spark batch job on the driver"
+        )
+    return SparkRecipe(
+        lowering="stateful",
+        reason=reason + JOIN_REASON,
+        root=root,
+        output_mode="append",
+        time_shift_ms=shift,
+        tracked=tuple(ctx.tracked),
+        windowed=True,
+        output_schema=n.schema_of(plan),
+        late_handler=node.emission.late_handler,
+        stages=(_after_window(node, chain),) if chain else (),
     )
 
 

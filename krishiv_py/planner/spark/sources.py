@@ -70,6 +70,7 @@ from krishiv_py.planner.sql import failure_checks, quote, to_sql
 from krishiv_py.types import Schema
 
 __all__ = [
+    "JoinRule",
     "Lowerer",
     "ReadRule",
     "WindowRule",
@@ -91,6 +92,14 @@ class WindowRule(Protocol):
     ) -> RecipeNode: ...
 
 
+class JoinRule(Protocol):
+    """How a lowering turns a join of ``left`` and ``right`` into a recipe."""
+
+    def __call__(
+        self, node: n.Join, left: RecipeNode, right: RecipeNode, *, streaming: bool, shift_ms: int
+    ) -> RecipeNode: ...
+
+
 @attrs.define
 class Lowerer:
     """One lowering run: the options it lowers with and the sources it has tracked."""
@@ -98,6 +107,8 @@ class Lowerer:
     streaming: bool
     shift: int
     window: WindowRule
+    #: The lowering's join rule (None: it runs no joins).
+    join: JoinRule | None = None
     tracked: list[TrackedSource] = attrs.field(factory=list)
     inputs: int = 0
     #: Observations of arithmetic without a result (:func:`~krishiv_py.names.arithmetic_observation`)
@@ -118,6 +129,11 @@ class Lowerer:
         if isinstance(node, n.Union):
             parts = [self.lower(i) for i in node.inputs]
             return UnionAll(children=tuple(p[0] for p in parts)), parts[0][1]
+        if isinstance(node, n.Join):
+            if self.join is None:
+                raise PlanError("this lowering runs no joins: joins run on the stateful lowering")
+            (left, _), (right, _) = self.lower(node.left), self.lower(node.right)
+            return self.join(node, left, right, streaming=self.streaming, shift_ms=self.shift), ()
         direct = isinstance(node, n.Watermark) and isinstance(node.input, n.SOURCE_TYPES)
         child, hidden = self.lower(node.input, count_input=not direct)
         if isinstance(node, n.Filter):

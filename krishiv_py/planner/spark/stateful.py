@@ -28,13 +28,22 @@ from typing import Any
 
 import attrs
 
-from krishiv_py.names import BUCKET, ET, PACKED, SEQ, TS_VALUE
+from krishiv_py.names import BUCKET, ET, JOIN_SIDE, PACKED, SEQ, TS_VALUE
 from krishiv_py.plan import nodes as n
-from krishiv_py.planner.spark.recipe import RecipeNode, SelectExprs, SparkRecipe, StatefulApply
+from krishiv_py.plan.windows import SlidingWindow, TumblingWindow
+from krishiv_py.planner.spark.recipe import RecipeNode, SelectExprs, SparkRecipe, StatefulApply, UnionAll
 from krishiv_py.planner.sql import quote
 from krishiv_py.types import Schema
 
-__all__ = ["BUCKETS", "StatefulApply", "lower_stateful_window", "operator_spec", "with_buckets"]
+__all__ = [
+    "BUCKETS",
+    "StatefulApply",
+    "join_spec",
+    "lower_stateful_join",
+    "lower_stateful_window",
+    "operator_spec",
+    "with_buckets",
+]
 
 #: Key buckets of a lowered plan (and of every job checkpointed before the number was recorded):
 #: a few per core of a small cluster. A streaming job picks its own number when it first starts
@@ -148,10 +157,14 @@ def with_buckets(recipe: SparkRecipe, buckets: int) -> SparkRecipe:
 
 def _hashed(node: n.WindowAggregate, schema: Schema) -> str | None:
     """What ``hash()`` takes to bucket a row: its key columns (floats as doubles), or None."""
-    if not node.keys:
+    return _hashed_keys(node.keys, schema)
+
+
+def _hashed_keys(keys: tuple[str, ...], schema: Schema) -> str | None:
+    if not keys:
         return None
     parts = []
-    for k in node.keys:
+    for k in keys:
         dtype = schema.field(k).dtype
         parts.append(f"({quote(k)} + 0.0)" if dtype.name in ("float", "double") else quote(k))
     return ", ".join(parts)
@@ -159,3 +172,78 @@ def _hashed(node: n.WindowAggregate, schema: Schema) -> str | None:
 
 def _bucket_expr(hashed: str | None, buckets: int) -> str:
     return "0" if hashed is None else f"CAST(pmod(hash({hashed}), {buckets}) AS INT)"
+
+
+def join_spec(node: n.Join, *, shift_ms: int) -> Any:
+    """The picklable operator spec of a join: the join kernel's spec and the input layout."""
+
+    from krishiv_py.stateful.joins import JoinSpec
+    from krishiv_py.stateful.operator import InputColumn, OperatorSpec
+
+    left, right = n.schema_of(node.left).to_arrow(), n.schema_of(node.right).to_arrow()
+    left_cols = tuple(f.name for f in left if f.name not in node.left_keys)
+    names = node.right_names
+    right_cols = tuple(names.values())
+    window = node.window
+    assert window is None or isinstance(window, TumblingWindow | SlidingWindow)
+    emission = node.emission
+    kernel = JoinSpec(
+        kind=node.kind,
+        how=node.how,
+        keys=node.left_keys,
+        left=left_cols,
+        right=right_cols,
+        key_types=tuple(left.field(k).type for k in node.left_keys),
+        left_types=tuple(left.field(c).type for c in left_cols),
+        right_types=tuple(right.field(c).type for c in names),
+        between=node.between or (0, 0),
+        window=window,
+        max_age_ms=node.max_age_ms,
+        allowed_lateness_ms=emission.allowed_lateness_ms,
+        accumulation=emission.accumulation,
+        ttl_ms=None if emission.state_ttl is None else emission.state_ttl.ttl_ms,
+    )
+    columns = tuple(InputColumn(name=f.name, type=f.type, index=i) for i, f in enumerate(kernel.row_schema))
+    return OperatorSpec(kernel=kernel, columns=columns, shift_ms=shift_ms, buckets=BUCKETS)
+
+
+def lower_stateful_join(
+    node: n.Join, left: RecipeNode, right: RecipeNode, *, streaming: bool, shift_ms: int
+) -> RecipeNode:
+    """Both sides' rows in one layout, tagged by side, into krishiv's operator by key bucket."""
+    spec = join_spec(node, shift_ms=shift_ms)
+    kernel = spec.kernel
+    left_schema, right_schema = n.schema_of(node.left), n.schema_of(node.right)
+    right_names = node.right_names
+    types = {c: left_schema.field(c).dtype.name for c in kernel.left}
+    types.update({new: right_schema.field(old).dtype.name for old, new in right_names.items()})
+
+    def side(name: str, child: RecipeNode, keys: tuple[str, ...], own: dict[str, str]) -> RecipeNode:
+        exprs = [f"'{name}' AS {quote(JOIN_SIDE)}"]
+        exprs += [f"{quote(src)} AS {quote(k)}" for src, k in zip(keys, kernel.keys, strict=True)]
+        for c in (*kernel.left, *kernel.right):
+            if c in own:
+                exprs.append(f"{quote(own[c])} AS {quote(c)}")
+            else:
+                exprs.append(f"CAST(NULL AS {types[c]}) AS {quote(c)}")
+        exprs += [quote(ET), quote(SEQ)]
+        return SelectExprs(child=child, exprs=tuple(exprs))
+
+    left_own = {c: c for c in kernel.left}
+    right_own = {new: old for old, new in right_names.items()}
+    both = UnionAll(
+        children=(
+            side("left", left, node.left_keys, left_own),
+            side("right", right, node.right_keys, right_own),
+        )
+    )
+    hashed = _hashed_keys(kernel.keys, left_schema)
+    exprs: list[str] = [f"{_bucket_expr(hashed, spec.buckets)} AS {quote(BUCKET)}"]
+    exprs += [f"{quote(c.name)} AS {quote(c.value)}" for c in spec.columns]
+    exprs += [
+        f"unix_micros({quote(ET)}) - {shift_ms * 1000}L AS {quote(TS_VALUE)}",
+        f"{quote(SEQ)} AS {quote(SEQ)}",
+    ]
+    ticks = (quote(BUCKET), f"CAST(NULL AS BINARY) AS {quote(PACKED)}")
+    encoded = SelectExprs(child=both, exprs=tuple(exprs))
+    return StatefulApply(child=encoded, operator=spec, streaming=streaming, tick_exprs=ticks, hashed=hashed)

@@ -1,0 +1,661 @@
+"""Event-time joins in the kernel: state in, batch in, watermark in -> state out, rows out.
+
+One operator serves both inputs of a join (SPEC 3.12, docs/joins.md): the
+rows of both sides arrive in one batch, tagged by :data:`SIDE`, laid out as
+a joined row of their side (the key columns, the left side's columns, the
+right side's, the other side's null). :func:`step` classifies a batch's
+rows against the watermark ``W``, stores the accepted ones, emits the new
+matches, then *sweeps* at ``W``: outer rows whose partner can no longer
+arrive, windows that fire, results that late rows changed, and state that
+no accepted row can reach any more. Everything is vectorized over Arrow and
+numpy: matches come from sorting key ids, never from a loop over rows.
+
+The state is one Arrow table (both sides' rows, with a few bookkeeping
+columns per join kind) whose schema metadata holds the watermark of the
+previous sweep; it is the bucket's state blob in Spark.
+
+Examples
+--------
+>>> import pyarrow as pa
+>>> spec = JoinSpec(kind="interval", how="inner", keys=("k",), left=("a",), right=("b",),
+...                 key_types=(pa.string(),), left_types=(pa.int64(),), right_types=(pa.int64(),),
+...                 between=(0, 5))
+>>> batch = pa.table({SIDE: ["left", "right", "right"], "k": ["x", "x", "x"], "a": [1, None, None],
+...                   "b": [None, 10, 20], BATCH_TS: [1_000, 4_000, 9_000], SEQ: [0, 0, 1]})
+>>> state, out = step(spec, None, batch, None, 0)
+>>> out.results.to_pylist()
+[{'k': 'x', 'a': 1, 'b': 10}]
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import attrs
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from krishiv_py.names import BATCH_TS, JOIN_SIDE, RESULT_KIND, SEQ
+from krishiv_py.plan.windows import SlidingWindow, TumblingWindow
+from krishiv_py.stateful.grouping import canonical, group_ids
+from krishiv_py.stateful.kernel import StepOutput
+
+__all__ = ["SIDE", "JoinSpec", "next_due", "step"]
+
+SIDE = JOIN_SIDE
+#: Bookkeeping columns of the state table.
+ARR = "__j_arr"  # arrival order within the bucket
+MATCHED = "__j_matched"  # interval: the row has met a partner
+PADDED = "__j_padded"  # interval: the row was emitted null-padded
+WS = "__j_ws"  # window: the window start (ms) this copy of the row belongs to
+EMITTED = "__j_emitted"  # as-of: the left row was emitted
+MTS, MARR = "__j_mts", "__j_marr"  # as-of: event time and arrival of the right row it emitted with
+#: Schema metadata: the watermark of the previous sweep (``none``: no watermark yet).
+SWEPT = b"krishiv.join.swept"
+NONE = -(2**62)
+NEVER = 2**62
+
+JoinKind = Literal["interval", "window", "as_of"]
+
+
+@attrs.frozen(kw_only=True)
+class JoinSpec:
+    """Everything the join kernel knows about one join (picklable)."""
+
+    kind: JoinKind
+    how: str
+    keys: tuple[str, ...]
+    #: The left side's and the right side's non-key columns, by their names in the joined row.
+    left: tuple[str, ...]
+    right: tuple[str, ...]
+    key_types: tuple[pa.DataType, ...]
+    left_types: tuple[pa.DataType, ...]
+    right_types: tuple[pa.DataType, ...]
+    between: tuple[int, int] = (0, 0)
+    window: TumblingWindow | SlidingWindow | None = None
+    max_age_ms: int | None = None
+    allowed_lateness_ms: int = 0
+    accumulation: str = "accumulating"
+    ttl_ms: int | None = None
+
+    @property
+    def retracting(self) -> bool:
+        return self.accumulation == "retracting"
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        """The result columns, in order (window bounds as µs, ``kind`` when retracting)."""
+        names: tuple[str, ...] = self.keys
+        if self.kind == "window":
+            names += ("window_start", "window_end")
+        names += self.left
+        if self.how not in ("semi", "anti"):
+            names += self.right
+        return names + ((RESULT_KIND,) if self.retracting else ())
+
+    @property
+    def row_schema(self) -> pa.Schema:
+        """A row of either side as the kernel receives it (the late-event handler's layout)."""
+        return pa.schema(
+            [pa.field(SIDE, pa.string())]
+            + [
+                pa.field(name, t)
+                for name, t in zip(
+                    (*self.keys, *self.left, *self.right),
+                    (*self.key_types, *self.left_types, *self.right_types),
+                    strict=True,
+                )
+            ]
+        )
+
+    def accept_floor_us(self, watermark: int) -> int:
+        """The least event time (µs) a row may have and not be very late at ``watermark``.
+
+        A row is late when ``t < W``; with allowed lateness ``L > 0`` it is very
+        late when ``W - t >= L``; with ``L = 0`` every late row is.
+        """
+        lateness = self.allowed_lateness_ms
+        return watermark * 1000 if lateness == 0 else (watermark - lateness) * 1000 + 1
+
+
+# --- the step ---------------------------------------------------------------------------
+
+
+def step(
+    spec: JoinSpec,
+    state: pa.Table | None,
+    batch: pa.Table,
+    watermark_ms: int | None,
+    now_ms: int,
+    *,
+    merged: pa.Table | None = None,
+) -> tuple[pa.Table, StepOutput]:
+    """Add ``batch`` to ``state`` under watermark ``watermark_ms``, emit, sweep at it, evict."""
+    del now_ms, merged  # joins use neither processing time nor premerged partials
+    old = state if state is not None and state.num_rows else _empty_state(spec)
+    swept = _swept(state)
+    ts = _int64(batch.column(BATCH_TS), NONE)
+    valid = _bool(batch.column(BATCH_TS).is_valid())
+    late = valid & (watermark_ms is not None) & (ts < (watermark_ms or 0) * 1000)
+    very = valid & _very_late(spec, ts, watermark_ms)
+    accepted = valid & ~very
+    if spec.kind in ("interval", "as_of") and batch.num_rows:
+        accepted &= _worth_keeping(spec, batch)
+    first = _next_arrival(old)
+    rows = _as_state(spec, batch, accepted, first, watermark_ms)
+    if spec.kind == "interval":
+        new_state, results, expired = _interval(spec, old, rows, watermark_ms)
+    elif spec.kind == "window":
+        new_state, results, expired = _window(spec, old, rows, watermark_ms, swept)
+    else:
+        new_state, results, expired = _as_of(spec, old, rows, watermark_ms)
+    mark = b"none" if watermark_ms is None else str(watermark_ms).encode()
+    new_state = new_state.replace_schema_metadata({SWEPT: mark})
+    out = StepOutput(
+        results=results,
+        very_late=np.flatnonzero(very).astype(np.int64),
+        invalid=np.flatnonzero(~valid).astype(np.int64),
+        on_time=int(np.sum(valid & ~very & ~late)),
+        mildly_late=int(np.sum(valid & ~very & late)),
+        expired=expired,
+    )
+    return new_state, out
+
+
+def _very_late(spec: JoinSpec, ts: np.ndarray, watermark_ms: int | None) -> np.ndarray:
+    if watermark_ms is None:
+        return np.zeros(len(ts), bool)
+    if spec.kind != "window":
+        return ts < spec.accept_floor_us(watermark_ms)
+    # A window join's row is very late when none of its windows is retained (W < end + L):
+    # its last window ends at the start of the slide it falls in plus the size.
+    window = spec.window
+    assert window is not None
+    ends = _last_start(window, ts) + window.size_ms
+    out: np.ndarray = watermark_ms >= ends + spec.allowed_lateness_ms
+    return out
+
+
+def _worth_keeping(spec: JoinSpec, batch: pa.Table) -> np.ndarray:
+    """Rows that can produce output: an inner side's rows with a null key can never match."""
+    null_key = _null_key(spec, batch)
+    left = _is_left(batch)
+    kept = np.where(left, spec.how in ("left", "full"), spec.how in ("right", "full"))
+    out: np.ndarray = ~null_key | kept
+    return out
+
+
+def _null_key(spec: JoinSpec, table: pa.Table) -> np.ndarray:
+    out = np.zeros(table.num_rows, bool)
+    for k in spec.keys:
+        out |= np.asarray(table.column(k).is_null(), np.bool_)
+    return out
+
+
+# --- state layout -------------------------------------------------------------------------
+
+
+def _state_schema(spec: JoinSpec) -> pa.Schema:
+    fields = [*spec.row_schema, pa.field(BATCH_TS, pa.int64()), pa.field(ARR, pa.int64())]
+    if spec.kind == "interval":
+        fields += [pa.field(MATCHED, pa.bool_()), pa.field(PADDED, pa.bool_())]
+    elif spec.kind == "window":
+        fields += [pa.field(WS, pa.int64())]
+    else:
+        fields += [pa.field(EMITTED, pa.bool_()), pa.field(MTS, pa.int64()), pa.field(MARR, pa.int64())]
+    return pa.schema(fields)
+
+
+def _empty_state(spec: JoinSpec) -> pa.Table:
+    return _state_schema(spec).empty_table()
+
+
+def _swept(state: pa.Table | None) -> int | None:
+    meta = (state.schema.metadata or {}) if state is not None else {}
+    mark = meta.get(SWEPT, b"none")
+    return None if mark == b"none" else int(mark)
+
+
+def _next_arrival(state: pa.Table) -> int:
+    return int(pc.max(state.column(ARR)).as_py()) + 1 if state.num_rows else 0
+
+
+def _as_state(
+    spec: JoinSpec, batch: pa.Table, accepted: np.ndarray, first: int, watermark: int | None
+) -> pa.Table:
+    """The accepted rows of ``batch`` as state rows (window joins: one per retained window they fall in)."""
+    idx = np.flatnonzero(accepted)
+    rows = batch.take(pa.array(idx, pa.int64()))
+    seq = _int64(rows.column(SEQ), 0)
+    order = np.lexsort((np.arange(len(idx)), seq))
+    arrival = np.empty(len(idx), np.int64)
+    arrival[order] = first + np.arange(len(idx))
+    cols: dict[str, Any] = {f.name: rows.column(f.name).cast(f.type) for f in spec.row_schema}
+    cols[BATCH_TS] = rows.column(BATCH_TS).cast(pa.int64())
+    cols[ARR] = pa.array(arrival, pa.int64())
+    n = len(idx)
+    if spec.kind == "interval":
+        cols[MATCHED] = pa.array(np.zeros(n, bool))
+        cols[PADDED] = pa.array(np.zeros(n, bool))
+        return pa.table(cols, schema=_state_schema(spec))
+    if spec.kind == "as_of":
+        cols[EMITTED] = pa.array(np.zeros(n, bool))
+        cols[MTS] = pa.array(np.full(n, NONE, np.int64))
+        cols[MARR] = pa.array(np.full(n, -1, np.int64))
+        return pa.table(cols, schema=_state_schema(spec))
+    window = spec.window
+    assert window is not None
+    table = pa.table(cols)
+    ts = _int64(table.column(BATCH_TS), 0)
+    last = _last_start(window, ts)
+    copies = -(-window.size_ms // window.slide_ms)  # windows a row can fall in
+    rep = np.repeat(np.arange(n), copies)
+    starts = np.repeat(last, copies) - np.tile(np.arange(copies), n) * window.slide_ms
+    inside = starts * 1000 + window.size_ms * 1000 > ts[rep]
+    if watermark is not None:  # a late row joins only the windows still retained (W < end + L)
+        inside &= watermark < starts + window.size_ms + spec.allowed_lateness_ms
+    rep, starts = rep[inside], starts[inside]
+    out = table.take(pa.array(rep, pa.int64())).append_column(WS, pa.array(starts, pa.int64()))
+    return out.cast(_state_schema(spec))
+
+
+def _last_start(window: TumblingWindow | SlidingWindow, ts_us: np.ndarray) -> np.ndarray:
+    """The start (ms) of the last window that holds each event time."""
+    ms = np.floor_divide(ts_us, 1000)
+    offset = getattr(window, "offset_ms", 0)
+    out: np.ndarray = ms - np.mod(ms - offset, window.slide_ms)
+    return out
+
+
+# --- the three joins ----------------------------------------------------------------------
+
+
+def _interval(
+    spec: JoinSpec, old: pa.Table, new: pa.Table, watermark: int | None
+) -> tuple[pa.Table, pa.Table, int]:
+    lower, upper = spec.between[0] * 1000, spec.between[1] * 1000
+    table = pa.concat_tables([old, new])
+    is_new = np.arange(table.num_rows) >= old.num_rows
+    left = _is_left(table)
+    ts = _int64(table.column(BATCH_TS), 0)
+    kid = _key_ids(spec, table)
+    li, ri = _pairs(kid, left)
+    fresh = is_new[li] | is_new[ri]
+    inside = (ts[ri] >= ts[li] + lower) & (ts[ri] <= ts[li] + upper)
+    li, ri = li[fresh & inside], ri[fresh & inside]
+    matched = _bool(table.column(MATCHED))
+    padded = _bool(table.column(PADDED))
+    now_matched = matched.copy()
+    now_matched[li] = True
+    now_matched[ri] = True
+    pieces = []
+    if spec.retracting:  # a padded row that met a partner is withdrawn first
+        gone = padded & ~matched & now_matched
+        pieces.append(_padded_rows(spec, table, np.flatnonzero(gone), "retract"))
+    pieces.append(_pair_rows(spec, table, li, ri, "emit"))
+    sweep_pad = np.zeros(table.num_rows, bool)
+    drop = np.zeros(table.num_rows, bool)
+    expired = 0
+    if watermark is not None:
+        x = watermark * 1000
+        due = np.where(left, ts + upper, ts - lower)  # the partner's bound
+        outer = np.where(left, spec.how in ("left", "full"), spec.how in ("right", "full"))
+        ttl = _ttl_drop(spec, ts, watermark)
+        sweep_pad = outer & ~now_matched & ~padded & ((x > due) | ttl)
+        pieces.append(_padded_rows(spec, table, np.flatnonzero(sweep_pad), "emit"))
+        drop = (due < spec.accept_floor_us(watermark)) | ttl
+        expired = int(np.sum(ttl & ~(due < spec.accept_floor_us(watermark))))
+    state = table.set_column(table.schema.get_field_index(MATCHED), MATCHED, pa.array(now_matched))
+    state = state.set_column(state.schema.get_field_index(PADDED), PADDED, pa.array(padded | sweep_pad))
+    state = state.filter(pa.array(~drop))
+    return state, _concat(spec, pieces), expired
+
+
+def _window(
+    spec: JoinSpec, old: pa.Table, new: pa.Table, watermark: int | None, swept: int | None
+) -> tuple[pa.Table, pa.Table, int]:
+    window = spec.window
+    assert window is not None
+    table = pa.concat_tables([old, new])
+    if watermark is None or not table.num_rows:
+        return table, _concat(spec, []), 0
+    is_new = np.arange(table.num_rows) >= old.num_rows
+    ws = _int64(table.column(WS), 0)
+    end = ws + window.size_ms
+    fired_before = np.zeros(table.num_rows, bool) if swept is None else end <= swept
+    due = end <= watermark
+    # A window's rows are compared with what it emitted: nothing before its first firing.
+    counted_new = is_new | ~fired_before
+    groups = _group(ws, _key_ids(spec, table))
+    touched = np.zeros(table.num_rows, bool)
+    valid_group = groups >= 0
+    touched_groups = np.unique(groups[due & counted_new])
+    touched = due & (np.isin(groups, touched_groups) | (~valid_group & counted_new))
+    idx = np.flatnonzero(touched)
+    sub = table.take(pa.array(idx, pa.int64()))
+    pieces = _window_results(spec, sub, groups[idx], counted_new[idx], _is_left(sub))
+    ttl = _ttl_drop(spec, _int64(table.column(BATCH_TS), 0), watermark)
+    evicted = watermark >= end + spec.allowed_lateness_ms
+    state = table.filter(pa.array(~(evicted | ttl)))
+    return state, _concat(spec, pieces), int(np.sum(ttl & ~evicted))
+
+
+def _window_results(
+    spec: JoinSpec, rows: pa.Table, groups: np.ndarray, fresh: np.ndarray, left: np.ndarray
+) -> list[pa.Table]:
+    """The change in the results of the windows ``rows`` belong to; ``fresh``: rows not yet counted."""
+    li, ri = _pairs(groups, left)
+    both_old = ~fresh[li] & ~fresh[ri]
+    any_match = _flag(len(rows), np.concatenate([li, ri]))
+    old_match = _flag(len(rows), np.concatenate([li[both_old], ri[both_old]]))
+    gained = ~fresh & ~old_match & any_match  # counted rows that met their first partner now
+    retract: list[pa.Table] = []
+    emit: list[pa.Table] = []
+    how = spec.how
+    if how in ("semi", "anti"):
+        wanted = any_match if how == "semi" else ~any_match
+        fresh_rows = _semi_rows(spec, rows, np.flatnonzero(left & fresh & wanted), "emit")
+        changed = np.flatnonzero(left & gained)  # semi: now a match; anti: no longer without one
+        if how == "semi":
+            return [fresh_rows, _semi_rows(spec, rows, changed, "emit")]
+        return [_semi_rows(spec, rows, changed, "retract"), fresh_rows]
+    emit.append(_pair_rows(spec, rows, li[~both_old], ri[~both_old], "emit"))
+    for side_mask, kept in ((left, how in ("left", "full")), (~left, how in ("right", "full"))):
+        if not kept:
+            continue
+        retract.append(_padded_rows(spec, rows, np.flatnonzero(side_mask & gained), "retract"))
+        emit.append(_padded_rows(spec, rows, np.flatnonzero(side_mask & fresh & ~any_match), "emit"))
+    return [*retract, *emit]
+
+
+def _as_of(
+    spec: JoinSpec, old: pa.Table, new: pa.Table, watermark: int | None
+) -> tuple[pa.Table, pa.Table, int]:
+    table = pa.concat_tables([old, new])
+    if watermark is None or not table.num_rows:
+        return table, _concat(spec, []), 0
+    x = watermark * 1000
+    is_new = np.arange(table.num_rows) >= old.num_rows
+    left = _is_left(table)
+    ts = _int64(table.column(BATCH_TS), 0)
+    arr = _int64(table.column(ARR), 0)
+    kid = _key_ids(spec, table)
+    emitted = _bool(table.column(EMITTED))
+    mts, marr = _int64(table.column(MTS), NONE), _int64(table.column(MARR), -1)
+    pending = left & ~emitted & (x > ts)
+    keys_with_new = np.unique(kid[~left & is_new & (kid >= 0)])
+    recheck = left & emitted & spec.retracting & np.isin(kid, keys_with_new) & (kid >= 0)
+    ask = np.flatnonzero(pending | recheck)
+    found = _latest_at_or_before(kid, ts, arr, left, ask)
+    if spec.max_age_ms is not None:
+        ok = found >= 0
+        ok[ok] = ts[found[ok]] >= ts[ask[ok]] - spec.max_age_ms * 1000
+        found = np.where(ok, found, -1)
+    has = found >= 0
+    f_ts = np.where(has, ts[np.maximum(found, 0)], NONE)
+    f_arr = np.where(has, arr[np.maximum(found, 0)], -1)
+    first = pending[ask]
+    newer = ~first & has & ((f_ts > mts[ask]) | ((f_ts == mts[ask]) & (f_arr > marr[ask])))
+    # What the changed rows emitted before: their stored row (matched, or null-padded by a left join).
+    withdrawn = ask[newer & ((marr[ask] >= 0) | (spec.how == "left"))]
+    pieces = [_stored_rows(spec, table, withdrawn, "retract")] if spec.retracting else []
+    out_rows = ask[(first & (has | (spec.how == "left"))) | newer]
+    out_found = found[(first & (has | (spec.how == "left"))) | newer]
+    updated = _fill_right(spec, table, out_rows, out_found)
+    pieces.append(_stored_rows(spec, updated, out_rows, "emit"))
+    emitted = emitted.copy()
+    emitted[ask[first]] = True
+    mts = mts.copy()
+    marr = marr.copy()
+    change = ask[first | newer]
+    mts[change] = f_ts[first | newer]
+    marr[change] = f_arr[first | newer]
+    state = updated
+    for name, values in ((EMITTED, emitted), (MTS, mts), (MARR, marr)):
+        state = state.set_column(state.schema.get_field_index(name), name, pa.array(values))
+    floor = spec.accept_floor_us(watermark)
+    ttl = _ttl_drop(spec, ts, watermark)
+    drop = (left & emitted & (ts < floor)) | ttl | (~left & _stale_versions(spec, kid, ts, arr, left, floor))
+    return state.filter(pa.array(~drop)), _concat(spec, pieces), int(np.sum(ttl))
+
+
+def _latest_at_or_before(
+    kid: np.ndarray, ts: np.ndarray, arr: np.ndarray, left: np.ndarray, ask: np.ndarray
+) -> np.ndarray:
+    """For each left row in ``ask``: the right row of its key with the greatest (ts, arrival) <= its ts."""
+    right = np.flatnonzero(~left & (kid >= 0))
+    rows = np.concatenate([right, ask])
+    is_query = np.concatenate([np.zeros(len(right), bool), np.ones(len(ask), bool)])
+    # Sorted by key, then time; at equal times right rows (by arrival) come before the query.
+    order = np.lexsort((np.where(is_query, NEVER, arr[rows]), is_query, ts[rows], kid[rows]))
+    pos = np.arange(len(order))
+    last_right = np.maximum.accumulate(np.where(~is_query[order], pos, -1))
+    found_sorted = np.where(last_right >= 0, rows[order][np.maximum(last_right, 0)], -1)
+    same_key = (found_sorted >= 0) & (kid[np.maximum(found_sorted, 0)] == kid[rows[order]])
+    found_sorted = np.where(same_key & (kid[rows[order]] >= 0), found_sorted, -1)
+    out = np.full(len(rows), -1, np.int64)
+    out[order] = found_sorted
+    return out[len(right) :]
+
+
+def _stale_versions(
+    spec: JoinSpec, kid: np.ndarray, ts: np.ndarray, arr: np.ndarray, left: np.ndarray, floor: int
+) -> np.ndarray:
+    """Right rows no retained or future left row can use: all but the latest before ``floor``, per key."""
+    below = ~left & (ts < floor)
+    idx = np.flatnonzero(below)
+    keep = np.zeros(len(ts), bool)
+    if len(idx):
+        order = np.lexsort((arr[idx], ts[idx], kid[idx]))
+        sorted_idx = idx[order]
+        last_of_key = np.append(kid[sorted_idx][1:] != kid[sorted_idx][:-1], True)
+        keep[sorted_idx[last_of_key]] = True
+    stale = below & ~keep
+    if spec.max_age_ms is not None:
+        stale |= ~left & (ts < floor - spec.max_age_ms * 1000)
+    return stale
+
+
+# --- rows out -----------------------------------------------------------------------------------
+
+
+def _pair_rows(spec: JoinSpec, table: pa.Table, li: np.ndarray, ri: np.ndarray, kind: str) -> pa.Table:
+    lt = table.take(pa.array(li, pa.int64()))
+    rt = table.take(pa.array(ri, pa.int64()))
+    cols: dict[str, Any] = {k: lt.column(k) for k in spec.keys}
+    if spec.kind == "window":
+        cols.update(_bounds(spec, lt))
+    cols.update({c: lt.column(c) for c in spec.left})
+    cols.update({c: rt.column(c) for c in spec.right})
+    return _with_kind(spec, pa.table(cols), kind)
+
+
+def _padded_rows(spec: JoinSpec, table: pa.Table, idx: np.ndarray, kind: str) -> pa.Table:
+    """Rows of one side without a partner: the other side's columns are null already."""
+    rows = table.take(pa.array(idx, pa.int64()))
+    cols: dict[str, Any] = {k: rows.column(k) for k in spec.keys}
+    if spec.kind == "window":
+        cols.update(_bounds(spec, rows))
+    cols.update({c: rows.column(c) for c in (*spec.left, *spec.right)})
+    return _with_kind(spec, pa.table(cols), kind)
+
+
+def _semi_rows(spec: JoinSpec, table: pa.Table, idx: np.ndarray, kind: str) -> pa.Table:
+    rows = table.take(pa.array(idx, pa.int64()))
+    cols: dict[str, Any] = {k: rows.column(k) for k in spec.keys}
+    cols.update(_bounds(spec, rows))
+    cols.update({c: rows.column(c) for c in spec.left})
+    return _with_kind(spec, pa.table(cols), kind)
+
+
+def _stored_rows(spec: JoinSpec, table: pa.Table, idx: np.ndarray, kind: str) -> pa.Table:
+    """As-of: left rows as stored, with the right columns they were emitted with."""
+    return _padded_rows(spec, table, idx, kind)
+
+
+def _fill_right(spec: JoinSpec, table: pa.Table, rows: np.ndarray, found: np.ndarray) -> pa.Table:
+    """``table`` with the right columns of each of ``rows`` taken from ``found`` (-1: null)."""
+    if not len(rows):
+        return table
+    src = np.arange(table.num_rows)
+    src[rows] = np.where(found >= 0, found, -1)
+    take = pa.array(np.maximum(src, 0), pa.int64())
+    null = np.zeros(table.num_rows, bool)
+    null[rows] = found < 0
+    mask = pa.array(null)
+    for c in spec.right:
+        i = table.schema.get_field_index(c)
+        column = table.column(c)
+        values = column.take(take)
+        values = pc.if_else(mask, pa.scalar(None, column.type), values)
+        table = table.set_column(i, c, values)
+    return table
+
+
+def _bounds(spec: JoinSpec, rows: pa.Table) -> dict[str, pa.Array[Any]]:
+    window = spec.window
+    assert window is not None
+    ws = _int64(rows.column(WS), 0)
+    return {
+        "window_start": pa.array(ws * 1000, pa.int64()),
+        "window_end": pa.array((ws + window.size_ms) * 1000, pa.int64()),
+    }
+
+
+def _with_kind(spec: JoinSpec, table: pa.Table, kind: str) -> pa.Table:
+    if not spec.retracting:
+        return table
+    if RESULT_KIND in table.column_names:
+        table = table.drop_columns([RESULT_KIND])
+    return table.append_column(RESULT_KIND, pa.array([kind] * table.num_rows, pa.string()))
+
+
+def _concat(spec: JoinSpec, pieces: list[pa.Table]) -> pa.Table:
+    schema = _output_schema(spec)
+    parts = [p.select(list(schema.names)).cast(schema) for p in pieces if p.num_rows]
+    return pa.concat_tables(parts) if parts else schema.empty_table()
+
+
+def _output_schema(spec: JoinSpec) -> pa.Schema:
+    types = dict(
+        zip(
+            (*spec.keys, *spec.left, *spec.right),
+            (*spec.key_types, *spec.left_types, *spec.right_types),
+            strict=True,
+        )
+    )
+    types.update({"window_start": pa.int64(), "window_end": pa.int64(), RESULT_KIND: pa.string()})
+    return pa.schema([pa.field(name, types[name]) for name in spec.output_names])
+
+
+# --- when the bucket is due ---------------------------------------------------------------------
+
+
+def next_due(spec: JoinSpec, state: pa.Table) -> int:
+    """The least watermark (ms) at which a sweep changes ``state``: output due, or rows to drop."""
+    if not state.num_rows:
+        return -1
+    ts = _int64(state.column(BATCH_TS), 0)
+    left = _is_left(state)
+    lateness = spec.allowed_lateness_ms
+    if spec.kind == "interval":
+        bound = np.where(left, ts + spec.between[1] * 1000, ts - spec.between[0] * 1000)
+        due = _evict_due(bound, lateness)
+        outer = np.where(left, spec.how in ("left", "full"), spec.how in ("right", "full"))
+        pad = outer & ~_bool(state.column(PADDED)) & ~_bool(state.column(MATCHED))
+        due = np.where(pad, np.floor_divide(bound, 1000) + 1, due)
+    elif spec.kind == "window":
+        window = spec.window
+        assert window is not None
+        end = _int64(state.column(WS), 0) + window.size_ms
+        swept = _swept(state)
+        fired = np.zeros(len(end), bool) if swept is None else end <= swept
+        due = np.where(fired, end + lateness, end)
+    else:
+        emitted = _bool(state.column(EMITTED))
+        due = np.where(left & ~emitted, np.floor_divide(ts, 1000) + 1, NEVER)
+        due = np.where(left & emitted, _evict_due(ts, lateness), due)
+    if spec.ttl_ms is not None:
+        due = np.minimum(due, -np.floor_divide(-ts, 1000) + spec.ttl_ms)
+    return int(due.min())
+
+
+def _evict_due(bound_us: np.ndarray, lateness: int) -> np.ndarray:
+    """The least watermark whose accept floor passes ``bound_us`` (see :meth:`JoinSpec.accept_floor_us`)."""
+    out: np.ndarray = (
+        np.floor_divide(bound_us, 1000) + 1
+        if lateness == 0
+        else np.floor_divide(bound_us - 1, 1000) + 1 + lateness
+    )
+    return out
+
+
+# --- small vector helpers -------------------------------------------------------------------------
+
+
+def _ttl_drop(spec: JoinSpec, ts: np.ndarray, watermark: int) -> np.ndarray:
+    if spec.ttl_ms is None:
+        return np.zeros(len(ts), bool)
+    out: np.ndarray = ts + spec.ttl_ms * 1000 <= watermark * 1000
+    return out
+
+
+def _key_ids(spec: JoinSpec, table: pa.Table) -> np.ndarray:
+    """One id per distinct key (floats canonical); -1 where a key column is null (never matches)."""
+    if not table.num_rows:
+        return np.zeros(0, np.int64)
+    ids, _, _ = group_ids([canonical(table.column(k)) for k in spec.keys])
+    return np.where(_null_key(spec, table), -1, ids).astype(np.int64)
+
+
+def _group(ws: np.ndarray, kid: np.ndarray) -> np.ndarray:
+    """One id per (key, window); -1 for a null key."""
+    if not len(ws):
+        return np.zeros(0, np.int64)
+    ids, _, _ = group_ids([pa.array(kid), pa.array(ws)])
+    return np.where(kid >= 0, ids, -1).astype(np.int64)
+
+
+def _pairs(group: np.ndarray, left: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every (left row, right row) of the same group ``>= 0``, as two index arrays."""
+    li_all = np.flatnonzero(left & (group >= 0))
+    ri_all = np.flatnonzero(~left & (group >= 0))
+    order = np.argsort(group[ri_all], kind="stable")
+    sorted_groups = group[ri_all][order]
+    lo = np.searchsorted(sorted_groups, group[li_all], "left")
+    hi = np.searchsorted(sorted_groups, group[li_all], "right")
+    counts = hi - lo
+    total = int(counts.sum())
+    li = np.repeat(li_all, counts)
+    offsets = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+    ri = ri_all[order][np.repeat(lo, counts) + offsets]
+    return li.astype(np.int64), ri.astype(np.int64)
+
+
+def _flag(n: int, idx: np.ndarray) -> np.ndarray:
+    out = np.zeros(n, bool)
+    out[idx] = True
+    return out
+
+
+def _is_left(table: pa.Table) -> np.ndarray:
+    if not table.num_rows:
+        return np.zeros(0, bool)
+    side = table.column(SIDE).combine_chunks()
+    out: np.ndarray = np.asarray(pc.equal(side, pa.scalar("left")).fill_null(False), np.bool_)
+    return out
+
+
+def _bool(column: Any) -> np.ndarray:
+    if not len(column):
+        return np.zeros(0, bool)
+    out: np.ndarray = np.asarray(column.fill_null(False), np.bool_)
+    return out
+
+
+def _int64(column: Any, fill: int) -> np.ndarray:
+    if not len(column):
+        return np.zeros(0, np.int64)
+    out: np.ndarray = np.asarray(column.cast(pa.int64()).fill_null(fill), np.int64)
+    return out
