@@ -116,6 +116,8 @@ class SinkContext:
     #: How a window's firings relate (``"accumulating"``, ``"discarding"``, ``"retracting"``);
     #: None for rows that are not window results.
     accumulation: str | None = None
+    #: The rows are a join's (SPEC 3.12): no columns identify a row, so no primary key.
+    joined: bool = False
     #: The SparkSession running the job (``None`` outside a job).
     spark: Any = attrs.field(default=None, repr=False, eq=False)
 
@@ -137,7 +139,12 @@ class SinkContext:
         (SPEC "Result shape"); None for rows that are not window results.
         """
         names = self.schema.names
-        if self.output != "results" or "window_start" not in names or "window_end" not in names:
+        if (
+            self.output != "results"
+            or self.joined
+            or "window_start" not in names
+            or "window_end" not in names
+        ):
             return None
         end = names.index("window_end")
         return names[: end + 1] if names.index("window_start") == end - 1 else None

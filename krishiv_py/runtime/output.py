@@ -51,6 +51,7 @@ def open_writers(
             query_name=query_name,
             write_on_server=write_on_server,
             accumulation=accumulation(recipe),
+            joined=recipe.joined,
             spark=spark,
         )
     )

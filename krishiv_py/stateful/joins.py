@@ -135,6 +135,17 @@ def step(
     del now_ms, merged  # joins use neither processing time nor premerged partials
     old = state if state is not None and state.num_rows else _empty_state(spec)
     swept = _swept(state)
+    run = {"interval": _interval, "window": _window, "as_of": _as_of}[spec.kind]
+    results: list[pa.Table] = []
+    expired = 0
+    if watermark_ms is not None and old.num_rows and swept != watermark_ms:
+        # What the previous micro-batch's new watermark made due, before this batch's rows meet
+        # the state (done already when a tick ran at this watermark).
+        old, due, expired = run(
+            spec, old, _as_state(spec, batch.slice(0, 0), np.zeros(0, bool), 0, None), watermark_ms, swept
+        )
+        results.append(due)
+        swept = watermark_ms
     ts = _int64(batch.column(BATCH_TS), NONE)
     valid = _bool(batch.column(BATCH_TS).is_valid())
     late = valid & (watermark_ms is not None) & (ts < (watermark_ms or 0) * 1000)
@@ -142,18 +153,14 @@ def step(
     accepted = valid & ~very
     if spec.kind in ("interval", "as_of") and batch.num_rows:
         accepted &= _worth_keeping(spec, batch)
-    first = _next_arrival(old)
-    rows = _as_state(spec, batch, accepted, first, watermark_ms)
-    if spec.kind == "interval":
-        new_state, results, expired = _interval(spec, old, rows, watermark_ms)
-    elif spec.kind == "window":
-        new_state, results, expired = _window(spec, old, rows, watermark_ms, swept)
-    else:
-        new_state, results, expired = _as_of(spec, old, rows, watermark_ms)
+    rows = _as_state(spec, batch, accepted, _next_arrival(old), watermark_ms)
+    new_state, out_rows, more = run(spec, old, rows, watermark_ms, swept)
+    results.append(out_rows)
+    expired += more
     mark = b"none" if watermark_ms is None else str(watermark_ms).encode()
     new_state = new_state.replace_schema_metadata({SWEPT: mark})
     out = StepOutput(
-        results=results,
+        results=pa.concat_tables(results) if len(results) > 1 else results[0],
         very_late=np.flatnonzero(very).astype(np.int64),
         invalid=np.flatnonzero(~valid).astype(np.int64),
         on_time=int(np.sum(valid & ~very & ~late)),
@@ -166,6 +173,10 @@ def step(
 def _very_late(spec: JoinSpec, ts: np.ndarray, watermark_ms: int | None) -> np.ndarray:
     if watermark_ms is None:
         return np.zeros(len(ts), bool)
+    if spec.ttl_ms is not None:  # already as far behind as the state TTL keeps rows
+        return _very_late(attrs.evolve(spec, ttl_ms=None), ts, watermark_ms) | _ttl_drop(
+            spec, ts, watermark_ms
+        )
     if spec.kind != "window":
         return ts < spec.accept_floor_us(watermark_ms)
     # A window join's row is very late when none of its windows is retained (W < end + L):
@@ -272,18 +283,21 @@ def _last_start(window: TumblingWindow | SlidingWindow, ts_us: np.ndarray) -> np
 
 
 def _interval(
-    spec: JoinSpec, old: pa.Table, new: pa.Table, watermark: int | None
+    spec: JoinSpec, old: pa.Table, new: pa.Table, watermark: int | None, swept: int | None
 ) -> tuple[pa.Table, pa.Table, int]:
+    del swept  # every row carries its own flags
     lower, upper = spec.between[0] * 1000, spec.between[1] * 1000
     table = pa.concat_tables([old, new])
     is_new = np.arange(table.num_rows) >= old.num_rows
     left = _is_left(table)
     ts = _int64(table.column(BATCH_TS), 0)
     kid = _key_ids(spec, table)
-    li, ri = _pairs(kid, left)
-    fresh = is_new[li] | is_new[ri]
+    # The new pairs: a new left row with any right row, an old left row with a new right row.
+    li1, ri1 = _pairs(kid, left & is_new, ~left)
+    li2, ri2 = _pairs(kid, left & ~is_new, ~left & is_new)
+    li, ri = np.concatenate([li1, li2]), np.concatenate([ri1, ri2])
     inside = (ts[ri] >= ts[li] + lower) & (ts[ri] <= ts[li] + upper)
-    li, ri = li[fresh & inside], ri[fresh & inside]
+    li, ri = li[inside], ri[inside]
     matched = _bool(table.column(MATCHED))
     padded = _bool(table.column(PADDED))
     now_matched = matched.copy()
@@ -345,7 +359,7 @@ def _window_results(
     spec: JoinSpec, rows: pa.Table, groups: np.ndarray, fresh: np.ndarray, left: np.ndarray
 ) -> list[pa.Table]:
     """The change in the results of the windows ``rows`` belong to; ``fresh``: rows not yet counted."""
-    li, ri = _pairs(groups, left)
+    li, ri = _pairs(groups, left, ~left)
     both_old = ~fresh[li] & ~fresh[ri]
     any_match = _flag(len(rows), np.concatenate([li, ri]))
     old_match = _flag(len(rows), np.concatenate([li[both_old], ri[both_old]]))
@@ -370,8 +384,9 @@ def _window_results(
 
 
 def _as_of(
-    spec: JoinSpec, old: pa.Table, new: pa.Table, watermark: int | None
+    spec: JoinSpec, old: pa.Table, new: pa.Table, watermark: int | None, swept: int | None
 ) -> tuple[pa.Table, pa.Table, int]:
+    del swept  # every row carries its own flags
     table = pa.concat_tables([old, new])
     if watermark is None or not table.num_rows:
         return table, _concat(spec, []), 0
@@ -617,10 +632,10 @@ def _group(ws: np.ndarray, kid: np.ndarray) -> np.ndarray:
     return np.where(kid >= 0, ids, -1).astype(np.int64)
 
 
-def _pairs(group: np.ndarray, left: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Every (left row, right row) of the same group ``>= 0``, as two index arrays."""
-    li_all = np.flatnonzero(left & (group >= 0))
-    ri_all = np.flatnonzero(~left & (group >= 0))
+def _pairs(group: np.ndarray, lefts: np.ndarray, rights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every pair of a row in ``lefts`` and one in ``rights`` of the same group ``>= 0`` (index arrays)."""
+    li_all = np.flatnonzero(lefts & (group >= 0))
+    ri_all = np.flatnonzero(rights & (group >= 0))
     order = np.argsort(group[ri_all], kind="stable")
     sorted_groups = group[ri_all][order]
     lo = np.searchsorted(sorted_groups, group[li_all], "left")

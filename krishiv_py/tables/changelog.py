@@ -142,6 +142,12 @@ def target_for(sink: str, mode: str, context: SinkContext, where: str) -> Target
     if mode == "append" or context.output != "results":
         return Target(mode="append", key=(), sink_id=sink_id, resumable=resumable)
     key = context.primary_key
+    if key is None and context.joined:
+        raise PlanError(
+            f"{sink}(mode='upsert') needs columns that identify a row, and a join's rows have none "
+            "(a key and window may hold many pairs); use mode='append', which writes every joined "
+            "row with its kind and batch id"
+        )
     if key is None:
         raise PlanError(
             f"{sink}(mode='upsert') needs window results (key columns, window_start, window_end) to "

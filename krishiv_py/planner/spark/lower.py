@@ -258,6 +258,7 @@ def _lower_stateful_join(plan: n.PlanNode, reason: str, *, streaming: bool) -> S
         output_schema=n.schema_of(plan),
         late_handler=node.emission.late_handler,
         stages=(_after_window(node, chain),) if chain else (),
+        joined=True,
     )
 
 

@@ -317,6 +317,9 @@ class SparkRecipe:
     #: a cascade's second window, then window top-N (kept on the driver, or a batch job's
     #: ranked in Arrow), then stateless stages (filter, select, with_column).
     stages: tuple[AfterStage, ...] = ()
+    #: The rows are a join's (SPEC 3.12): a window join's key and window bounds do not
+    #: identify a row, so table sinks take them in append mode only.
+    joined: bool = False
 
     @property
     def idle(self) -> tuple[TrackedSource, ...]:
