@@ -175,8 +175,8 @@ def _very_late(spec: JoinSpec, ts: np.ndarray, watermark_ms: int | None) -> np.n
         return np.zeros(len(ts), bool)
     if spec.ttl_ms is not None:  # already as far behind as the state TTL keeps rows
         gone: np.ndarray = _very_late(attrs.evolve(spec, ttl_ms=None), ts, watermark_ms)
-        out: np.ndarray = gone | _ttl_drop(spec, ts, watermark_ms)
-        return out
+        both: np.ndarray = gone | _ttl_drop(spec, ts, watermark_ms)
+        return both
     if spec.kind != "window":
         return ts < spec.accept_floor_us(watermark_ms)
     # A window join's row is very late when none of its windows is retained (W < end + L):
