@@ -1,0 +1,239 @@
+"""Joins on event time on real Spark: the stateful lowering and the bounded run against the model.
+
+Each scenario runs a join step by step on memory streams (one ``send`` or
+watermark move, then ``process_all_available()``: one micro-batch and its
+ticks), and after every step the job's results so far must equal the
+reference model's, as multisets. The bounded run of the same rows must
+equal the model's one step followed by ``close()``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import krishiv_py as kp
+from krishiv_py.model.joins import join_model_for
+from krishiv_py.plan import nodes as n
+
+LEFT = "k string, t bigint, a bigint"
+RIGHT = "k string, t bigint, b bigint"
+
+
+def rows(table: pa.Table) -> Counter[tuple[Any, ...]]:
+    out = []
+    for row in table.to_pylist():
+        for c in ("window_start", "window_end"):
+            if c in row:
+                row[c] = int(row[c].timestamp() * 1000)
+        out.append(tuple(sorted(row.items())))
+    return Counter(out)
+
+
+def model_rows(results: list[dict[str, Any]]) -> Counter[tuple[Any, ...]]:
+    return Counter(tuple(sorted(r.items())) for r in results)
+
+
+def streams(session: kp.Session) -> tuple[Any, Any, kp.Sender, kp.Sender]:
+    tag = uuid.uuid4().hex[:6]
+    left, ls = session.memory_stream(LEFT, name=f"left_{tag}")
+    right, rs = session.memory_stream(RIGHT, name=f"right_{tag}")
+    return left, right, ls, rs
+
+
+def run_steps(
+    joined: kp.JoinedStream, senders: dict[str, kp.Sender], steps: list[tuple[str, str, Any]]
+) -> None:
+    node = joined.plan
+    assert isinstance(node, n.Join)
+    model = join_model_for(node)
+    job = joined.start()
+    try:
+        for i, (op, side, arg) in enumerate(steps):
+            if op == "send":
+                model.send(arg, side=side)
+                senders[side].send(arg)
+            elif op == "advance":
+                model.advance_watermark(arg, side=side)
+                senders[side].advance_watermark(arg)
+            else:
+                model.close(side=side)
+                senders[side].close()
+            job.process_all_available()
+            assert rows(job.results()) == model_rows(model.results), f"after step {i}: {steps[: i + 1]}"
+        assert model.metrics["retractions"] > 0  # a late row corrected what was emitted
+        metrics = job.metrics()
+        assert metrics.very_late_events == model.metrics["very_late_events"]
+        assert metrics.mildly_late_events == model.metrics["mildly_late_events"]
+        assert metrics.retractions == model.metrics["retractions"]
+    finally:
+        job.stop()
+
+
+#: Disorder, a late row within the lateness, a very late row, duplicate and null keys.
+STEPS: list[tuple[str, str, Any]] = [
+    (
+        "send",
+        "left",
+        [
+            {"k": "a", "t": 10, "a": 1},
+            {"k": "a", "t": 12, "a": 2},
+            {"k": None, "t": 11, "a": 3},
+            {"k": "a", "t": 22, "a": 5},
+        ],
+    ),
+    (
+        "send",
+        "right",
+        [{"k": "a", "t": 11, "b": 10}, {"k": "b", "t": 13, "b": 11}, {"k": "a", "t": 9, "b": 12}],
+    ),
+    ("advance", "left", 30),
+    ("advance", "right", 30),
+    ("send", "right", [{"k": "a", "t": 20, "b": 13}, {"k": "a", "t": 2, "b": 14}]),  # mildly late; very late
+    ("send", "left", [{"k": "b", "t": 28, "a": 4}]),
+    ("close", "left", None),
+    ("close", "right", None),
+]
+
+
+@pytest.mark.parametrize(
+    ("kind", "how", "options"),
+    [
+        ("interval", "full", {"between": (-2, 3)}),
+        ("window", "left", {"window": 10}),
+        ("window", "anti", {"window": 10}),
+        ("as_of", "left", {"max_age_ms": 5}),
+    ],
+)
+def test_a_join_on_spark_equals_the_model_step_by_step(
+    session: kp.Session, kind: str, how: str, options: dict[str, Any]
+) -> None:
+    left, right, ls, rs = streams(session)
+    lk, rk = left.watermark("t", 0).key_by("k"), right.watermark("t", 0).key_by("k")
+    if kind == "interval":
+        joined = lk.interval_join(rk, options["between"], how=how)
+    elif kind == "window":
+        joined = lk.tumbling_window(options["window"]).join(rk.tumbling_window(options["window"]), how=how)
+    else:
+        joined = lk.as_of_join(rk, how=how, max_age_ms=options["max_age_ms"])
+    joined = joined.allowed_lateness(15).accumulation("retracting")
+    run_steps(joined, {"left": ls, "right": rs}, STEPS)
+
+
+def test_an_inner_interval_join_without_lateness_drops_late_rows_and_keeps_state_small(
+    session: kp.Session,
+) -> None:
+    left, right, ls, rs = streams(session)
+    joined = (
+        left.watermark("t", 2)
+        .key_by("k")
+        .interval_join(right.watermark("t", 1).key_by("k"), between=(0, 5))
+        .filter(kp.col("a") > 0)
+    )
+    steps: list[tuple[str, str, Any]] = [
+        ("send", "left", [{"k": "a", "t": 1, "a": 1}, {"k": "a", "t": 5, "a": 0}]),
+        (
+            "send",
+            "right",
+            [{"k": "a", "t": 1, "b": 1}, {"k": "a", "t": 6, "b": 2}, {"k": "a", "t": 7, "b": 3}],
+        ),
+        ("send", "left", [{"k": "a", "t": 40, "a": 5}]),
+        ("send", "right", [{"k": "a", "t": 42, "b": 4}, {"k": "a", "t": 3, "b": 5}]),  # 3: very late
+    ]
+    node = joined.plan.input  # the join under the filter
+    assert isinstance(node, n.Join)
+    model = join_model_for(node)
+    job = joined.start()
+    try:
+        for _op, side, arg in steps:
+            model.send(arg, side=side)
+            {"left": ls, "right": rs}[side].send(arg)
+            job.process_all_available()
+        expected = [r for r in model.results if r["a"] > 0]
+        assert rows(job.results()) == model_rows(expected)
+        assert model.metrics["very_late_events"] == job.metrics().very_late_events == 1
+        assert job.metrics().state_windows is not None and job.metrics().state_windows <= 3
+    finally:
+        job.stop()
+
+
+@pytest.mark.parametrize("how", ["inner", "left", "right", "full"])
+def test_a_bounded_join_equals_one_step_then_close(session: kp.Session, how: str) -> None:
+    left_rows = [
+        {"k": k, "t": t, "a": i} for i, (k, t) in enumerate([("a", 1), ("a", 7), ("b", 3), (None, 2)])
+    ]
+    right_rows = [
+        {"k": k, "t": t, "b": i} for i, (k, t) in enumerate([("a", 2), ("a", 3), ("c", 4), ("b", 9)])
+    ]
+    left = session.from_records(left_rows, LEFT).watermark("t", 0).key_by("k")
+    right = session.from_records(right_rows, RIGHT).watermark("t", 0).key_by("k")
+    joined = left.interval_join(right, between=(-1, 2), how=how)
+    assert joined.lower().lowering == "stateful"
+    node = joined.plan
+    assert isinstance(node, n.Join)
+    model = join_model_for(node)
+    model.step(left=left_rows, right=right_rows)
+    model.close()
+    assert rows(joined.collect()) == model_rows(model.results)
+
+
+def test_a_window_join_collect_reads_what_was_sent_so_far(session: kp.Session) -> None:
+    left, right, ls, rs = streams(session)
+    joined = (
+        left.watermark("t", 0)
+        .key_by("k")
+        .sliding_window(10, 5)
+        .join(right.watermark("t", 0).key_by("k").sliding_window(10, 5), how="semi")
+    )
+    ls.send([{"k": "a", "t": 3, "a": 1}, {"k": "b", "t": 4, "a": 2}])
+    rs.send([{"k": "a", "t": 8, "b": 1}])
+    got = sorted(
+        (r["k"], r["a"], int(r["window_start"].timestamp() * 1000)) for r in joined.collect().to_pylist()
+    )
+    assert got == [("a", 1, 0)]  # [0, 10) holds both; [-5, 5) has no right row; b has none
+
+
+def test_very_late_rows_of_both_sides_reach_the_handler_with_their_side(session: kp.Session) -> None:
+    left, right, ls, rs = streams(session)
+    seen: list[pa.Table] = []
+
+    class Keep:
+        def handle(self, late: pa.Table) -> None:
+            seen.append(late)
+
+    joined = (
+        left.watermark("t", 0)
+        .key_by("k")
+        .as_of_join(right.watermark("t", 0).key_by("k"))
+        .with_late_event_handler(Keep())
+    )
+    job = joined.start()
+    try:
+        ls.send([{"k": "a", "t": 100, "a": 1}])
+        rs.send([{"k": "a", "t": 100, "b": 1}])
+        job.process_all_available()
+        ls.send([{"k": "a", "t": 5, "a": 2}])
+        rs.send([{"k": "a", "t": 6, "b": 2}, {"k": "a", "t": None, "b": 3}])
+        job.process_all_available()
+    finally:
+        job.stop()
+    late = pa.concat_tables(seen).to_pylist()
+    got = sorted(
+        (r["side"], r["classification"], r["t"] if r["side"] == "left" else r["t_right"]) for r in late
+    )
+    assert got == [("left", "very_late", 5), ("right", "invalid", None), ("right", "very_late", 6)]
+    assert job.metrics().very_late_events == 2
+
+
+def test_explain_shows_the_join_and_why_it_runs_on_the_stateful_lowering(session: kp.Session) -> None:
+    left, right, _, _ = streams(session)
+    joined = left.watermark("t", 0).key_by("k").interval_join(right.watermark("t", 0).key_by("k"), (-5, 0))
+    text = joined.explain(show=False)
+    assert "Join interval how=inner keys=[k] between=(-5, 0)" in text
+    assert "krishiv join operator: interval how=inner" in text
+    assert "Spark's stream-stream join" in text
+    assert "FlatMapGroupsInPandasWithState" in text
