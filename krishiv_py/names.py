@@ -37,6 +37,8 @@ __all__ = [
     "GLOBAL",
     "HIDDEN_PREFIX",
     "IDLE_WM",
+    "JOIN_LEFT_TIME",
+    "JOIN_RIGHT_TIME",
     "JOIN_SIDE",
     "INVALID",
     "KAFKA_COLUMNS",
@@ -79,6 +81,7 @@ __all__ = [
     "counts_input",
     "encoded_value",
     "input_observation",
+    "join_key",
     "is_arithmetic_metric",
     "pane_input",
     "pane_part",
@@ -203,6 +206,16 @@ def encoded_value(i: int) -> str:
 
 #: A join's input rows: which side a row comes from, ``"left"`` or ``"right"``.
 JOIN_SIDE = "__kp_side"
+#: Spark's own join (the native lowering of an inner interval join): each side's event time
+#: as the join reads it (one µs later than the event, see ``docs/joins.md``).
+JOIN_LEFT_TIME, JOIN_RIGHT_TIME = "__kp_jl", "__kp_jr"
+
+
+def join_key(i: int) -> str:
+    """The right side's key column ``i`` in Spark's own join."""
+    return f"__kp_jk{i}"
+
+
 #: The kernel's batches: event time in µs (null when invalid); arrival order is :data:`SEQ`.
 BATCH_TS = "__kp_ts"
 #: The kernel's result rows: each row's count of aggregates without a value (an

@@ -147,7 +147,8 @@ def test_an_inner_interval_join_without_lateness_drops_late_rows_and_keeps_state
     node = joined.plan.input  # the join under the filter
     assert isinstance(node, n.Join)
     model = join_model_for(node)
-    job = joined.start()
+    assert joined.lower().lowering == "native"  # Spark's own join; the operator is asked for here
+    job = joined.start(lowering="stateful")
     try:
         for _op, side, arg in steps:
             model.send(arg, side=side)
@@ -172,13 +173,16 @@ def test_a_bounded_join_equals_one_step_then_close(session: kp.Session, how: str
     left = session.from_records(left_rows, LEFT).watermark("t", 0).key_by("k")
     right = session.from_records(right_rows, RIGHT).watermark("t", 0).key_by("k")
     joined = left.interval_join(right, between=(-1, 2), how=how)
-    assert joined.lower().lowering == "stateful"
+    # An inner join is one Spark batch join; the others run through krishiv's operator.
+    assert joined.lower().lowering == ("bounded" if how == "inner" else "stateful")
     node = joined.plan
     assert isinstance(node, n.Join)
     model = join_model_for(node)
     model.step(left=left_rows, right=right_rows)
     model.close()
     assert rows(joined.collect()) == model_rows(model.results)
+    if how == "inner":  # the operator agrees with Spark's batch join
+        assert rows(joined.start(lowering="stateful").results()) == model_rows(model.results)
 
 
 def test_a_window_join_collect_reads_what_was_sent_so_far(session: kp.Session) -> None:
@@ -231,9 +235,58 @@ def test_very_late_rows_of_both_sides_reach_the_handler_with_their_side(session:
 
 def test_explain_shows_the_join_and_why_it_runs_on_the_stateful_lowering(session: kp.Session) -> None:
     left, right, _, _ = streams(session)
-    joined = left.watermark("t", 0).key_by("k").interval_join(right.watermark("t", 0).key_by("k"), (-5, 0))
-    text = joined.explain(show=False)
-    assert "Join interval how=inner keys=[k] between=(-5, 0)" in text
-    assert "krishiv join operator: interval how=inner" in text
+    lk, rk = left.watermark("t", 0).key_by("k"), right.watermark("t", 0).key_by("k")
+    text = lk.interval_join(rk, (-5, 0), how="left").explain(show=False)
+    assert "Join interval how=left keys=[k] between=(-5, 0)" in text
+    assert "krishiv join operator: interval how=left" in text
     assert "Spark's stream-stream join" in text
     assert "FlatMapGroupsInPandasWithState" in text
+    native = lk.interval_join(rk, (-5, 0)).explain(show=False)
+    assert "== Lowering: native ==" in native
+    assert "StreamingSymmetricHashJoin" in native
+
+
+def test_an_inner_interval_join_runs_on_spark_s_own_join_exactly_and_bounds_its_state(
+    session: kp.Session,
+) -> None:
+    """Spark's join drops a row at ``t <= W``; krishiv's rule is ``t < W``: a row at ``W`` joins."""
+    left, right, ls, rs = streams(session)
+    joined = left.watermark("t", 0).key_by("k").interval_join(right.watermark("t", 0).key_by("k"), (-5, 5))
+    assert joined.lower().lowering == "native"
+    steps: list[tuple[str, str, Any]] = [
+        ("send", "left", [{"k": "a", "t": 100, "a": 1}, {"k": None, "t": 100, "a": 0}]),
+        ("send", "right", [{"k": "a", "t": 100, "b": 1}, {"k": None, "t": 100, "b": 0}]),
+        ("send", "left", [{"k": "b", "t": 30, "a": 2}]),  # very late
+        ("send", "right", [{"k": "b", "t": 32, "b": 2}]),  # very late
+        ("send", "left", [{"k": "c", "t": 100, "a": 3}]),  # at W: on time
+        (
+            "send",
+            "right",
+            [{"k": "c", "t": 100, "b": 3}, {"k": "c", "t": 105, "b": 4}, {"k": "c", "t": 106, "b": 5}],
+        ),
+        ("send", "left", [{"k": "d", "t": 99, "a": 4}]),  # late by 1 ms
+        ("send", "right", [{"k": "d", "t": 101, "b": 4}, {"k": "a", "t": 95, "b": 6}]),
+        ("send", "left", [{"k": "e", "t": 5_000, "a": 5}]),
+        ("send", "right", [{"k": "e", "t": 5_004, "b": 5}]),
+    ]
+    run_native(joined, {"left": ls, "right": rs}, steps)
+
+
+def run_native(
+    joined: kp.JoinedStream, senders: dict[str, kp.Sender], steps: list[tuple[str, str, Any]]
+) -> None:
+    node = joined.plan
+    assert isinstance(node, n.Join)
+    model = join_model_for(node)
+    job = joined.start()
+    try:
+        for i, (_, side, arg) in enumerate(steps):
+            model.send(arg, side=side)
+            senders[side].send(arg)
+            job.process_all_available()
+            assert rows(job.results()) == model_rows(model.results), f"after step {i}"
+        last = job.progress()[-1].raw
+        state = last["stateOperators"][0]["numRowsTotal"]
+        assert state <= 4, state  # rows far behind the watermark are gone
+    finally:
+        job.stop()

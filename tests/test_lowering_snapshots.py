@@ -163,7 +163,35 @@ def kafka_per_partition() -> Stream:
     )
 
 
+def views() -> Stream:
+    schema = to_schema("page string, ts bigint, user string")
+    return Stream(None, n.MemorySource(name="views", schema=schema, path="/data/views"))
+
+
+def interval_join_native() -> Stream:
+    return (
+        clicks()
+        .watermark("ts", 1_000)
+        .key_by("page")
+        .interval_join(views().watermark("ts", 2_000).key_by("page"), between=(-60_000, 0))
+    )
+
+
+def window_join_stateful() -> Stream:
+    return (
+        clicks()
+        .watermark("ts", 1_000)
+        .key_by("page")
+        .tumbling_window(10_000)
+        .join(views().watermark("ts", 1_000).key_by("page").tumbling_window(10_000), how="left")
+        .allowed_lateness(5_000)
+        .accumulation("retracting")
+    )
+
+
 PIPELINES: dict[str, Callable[[], Stream]] = {
+    "interval_join_native": interval_join_native,
+    "window_join_stateful": window_join_stateful,
     "keyed_tumbling": keyed_tumbling,
     "sliding_epoch_ms": sliding_epoch_ms,
     "keyed_session": keyed_session,

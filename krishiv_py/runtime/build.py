@@ -138,6 +138,8 @@ def _build(
             assert results is not None, "stages after the window run over a micro-batch's results"
             return results
         return reader_for(node.kind).read(spark, node, paths)
+    if isinstance(node, r.StreamJoin):
+        return _stream_join(spark, node, obs, paths)
     if isinstance(node, r.UnionAll):
         parts = [_build(spark, c, obs, paths, results=results) for c in node.children]
         out = parts[0]
@@ -167,6 +169,29 @@ def _build(
         return child.observe(obs[node.name], *exprs)
     assert isinstance(node, r.GroupAgg)
     return child.groupBy(*[F.expr(k) for k in node.keys]).agg(*[F.expr(a) for a in node.aggs])
+
+
+def _stream_join(
+    spark: SparkSession, node: r.StreamJoin, obs: dict[str, Any] | None, paths: ReadPaths
+) -> DataFrame:
+    """Spark's join of the two sides, each carrying its watermark in its join time column."""
+    from pyspark.sql import functions as F
+
+    frames = []
+    for child, (name, sql), cols in (
+        (node.left, node.left_time, node.left_columns),
+        (node.right, node.right_time, node.right_columns),
+    ):
+        frame = _build(spark, child, obs, paths)
+        time = F.expr(sql)
+        # The join's late-row filter and state eviction read the column that has the watermark
+        # metadata; the global watermark itself comes from the watermark operators upstream.
+        time = (
+            time.alias(name, metadata={"spark.watermarkDelayMs": 0}) if node.streaming else time.alias(name)
+        )
+        frames.append(frame.select(*[F.col(f"`{c}`") for c in cols], time))
+    joined = frames[0].join(frames[1], F.expr(node.condition), node.how)
+    return joined.selectExpr(*node.exprs)
 
 
 def _stateful(spark: SparkSession, node: r.StatefulApply, child: DataFrame, paths: ReadPaths) -> DataFrame:

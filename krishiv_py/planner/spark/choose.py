@@ -85,7 +85,7 @@ EmissionFeature: TypeAlias = Literal[
     "early_trigger", "allowed_lateness", "non_accumulating", "late_handler", "state_ttl"
 ]
 #: Stages after the window that a lowering may lack.
-StageFeature: TypeAlias = Literal["top_n", "cascade", "join"]
+StageFeature: TypeAlias = Literal["top_n", "cascade", "join", "interval_join"]
 FeatureName: TypeAlias = InputKind | WindowKind | EmissionFeature | StageFeature
 
 _ALL_WINDOWS: frozenset[WindowKind] = frozenset(
@@ -141,7 +141,7 @@ LOWERINGS: tuple[Capabilities, ...] = (
         inputs=frozenset({"bounded"}),
         window_kinds=_SPARK_WINDOWS,
         emission=frozenset({"allowed_lateness"}),
-        stages=frozenset({"top_n", "cascade"}),
+        stages=frozenset({"top_n", "cascade", "interval_join"}),
         why=(
             "every source is finite, so one Spark batch job computes the final windows "
             "(the same result as streaming the data in one step, then closing the sources)"
@@ -160,7 +160,8 @@ LOWERINGS: tuple[Capabilities, ...] = (
         emission=frozenset(),
         forced_only=frozenset({"session"}),
         # Each window fires once, every key in the same micro-batch: ranked per micro-batch.
-        stages=frozenset({"top_n"}),
+        # An inner interval join without lateness options is Spark's own stream-stream join.
+        stages=frozenset({"top_n", "interval_join"}),
         why=(
             "the plan uses event-time windows with on-watermark firing and no allowed lateness: "
             "Spark's withWatermark + window/session_window + groupBy().agg() in append mode "
@@ -177,7 +178,7 @@ LOWERINGS: tuple[Capabilities, ...] = (
         ),
         # The second window of a cascade, and window top-N, run on the driver over the
         # operator's results, corrections included. Joins: one operator over both inputs.
-        stages=frozenset({"cascade", "top_n", "join"}),
+        stages=frozenset({"cascade", "top_n", "join", "interval_join"}),
         why="a custom Spark operator keeps the windows in state and fires them itself",
     ),
 )
@@ -257,7 +258,10 @@ def features_of(plan: n.PlanNode) -> list[Feature]:
     if any(n.cascade_of(a) is not None for a in n.window_aggregates(plan)):
         out.append(Feature("cascade", "a window over windowed results"))
     for join in n.joins_of(plan):
-        out.append(Feature("join", JOIN_TEXT[join.kind]))
+        if join.kind == "interval" and join.how == "inner":
+            out.append(Feature("interval_join", "an inner interval join"))
+        else:
+            out.append(Feature("join", f"{JOIN_TEXT[join.kind]} (how={join.how!r})"))
         out += _emission_features(join.emission)
     return out
 

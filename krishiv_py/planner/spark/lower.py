@@ -24,7 +24,7 @@ from krishiv_py.names import OUT_OBSERVE, RESULT_KIND, RESULT_ROW, ROW_KIND, ROW
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.windows import EventSlidingWindow, SlidingWindow, TimeIntervalWindow
 from krishiv_py.planner.spark.choose import capabilities, choose, features_of, force
-from krishiv_py.planner.spark.native import lower_window, time_shift
+from krishiv_py.planner.spark.native import lower_join, lower_window, time_shift
 from krishiv_py.planner.spark.recipe import (
     AfterStage,
     AfterWindow,
@@ -75,6 +75,8 @@ def lower(plan: n.PlanNode, *, force_bounded: bool = False, lowering: Lowering |
     if chosen == "stateful":
         return _lower_stateful(plan, reason, streaming=not snapshot and not n.is_bounded(plan))
     streaming = chosen == "native"
+    if n.joins_of(plan):
+        reason = NATIVE_JOIN_REASON if streaming else BOUNDED_JOIN_REASON
     reason += "".join(f"; {why}" for why in _sliding_choices(plan, streaming=streaming))
     query = plan
     stages: tuple[AfterStage, ...] = ()
@@ -99,7 +101,9 @@ def lower(plan: n.PlanNode, *, force_bounded: bool = False, lowering: Lowering |
             "; top_n ranks each micro-batch's results (foreachBatch), which is exact here: every "
             "window fires once, all its keys in the same micro-batch"
         )
-    ctx = Lowerer(streaming=streaming, shift=time_shift(plan) if streaming else 0, window=lower_window)
+    ctx = Lowerer(
+        streaming=streaming, shift=time_shift(plan) if streaming else 0, window=lower_window, join=lower_join
+    )
     root, hidden = ctx.lower(query)
     user = [quote(c) for c in n.schema_of(query).names]
     if ROW_KIND in hidden:  # no watermark removed the marker rows: drop them here
@@ -217,13 +221,24 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
     )
 
 
-#: Why no join runs on Spark's own stream-stream join (docs/joins.md, "Lowerings").
+#: Why an inner interval join runs on Spark's own stream-stream join (docs/joins.md, "Lowerings").
+NATIVE_JOIN_REASON = (
+    "the plan is an inner interval join without allowed lateness, retractions or a late-event "
+    "handler: Spark's stream-stream join emits each match as soon as both rows are there and "
+    "drops a row behind the watermark, exactly as specified (each side's event time reaches the "
+    "join one µs later, so Spark's 't <= W' drops exactly krishiv's late rows, 't < W'); no "
+    "Python runs per row"
+)
+BOUNDED_JOIN_REASON = (
+    "every source is finite, so one Spark batch join computes every match (the same result as "
+    "streaming the data in one step, then closing the sources)"
+)
+#: Why no other join runs on Spark's own stream-stream join (docs/joins.md, "Lowerings").
 JOIN_REASON = (
     "; the join runs in krishiv's operator over both inputs tagged by side, not in Spark's "
-    "stream-stream join, whose rules differ from SPEC 3.12: Spark joins a row that is late by "
-    "less than its state's retention instead of counting it very late, emits outer rows when its "
-    "own state eviction runs (one micro-batch or more after the watermark allows), and has no "
-    "allowed lateness, retractions, late-event handler, window or as-of join"
+    "stream-stream join, which has no allowed lateness, retractions, late-event side output, "
+    "state TTL, window or as-of join, and emits an outer row when its own state eviction drops "
+    "the row rather than when SPEC 3.12 says"
 )
 
 

@@ -35,15 +35,19 @@ from krishiv_py.expr import AggCall, agg_type
 from krishiv_py.names import (
     ET,
     GLOBAL,
+    JOIN_LEFT_TIME,
+    JOIN_RIGHT_TIME,
     ROW_KIND,
     SEQ,
     WINDOW,
     arithmetic_sum_metric,
+    join_key,
     sum_high,
     sum_low,
     sum_overflow,
 )
 from krishiv_py.plan import nodes as n
+from krishiv_py.plan.emission import counts_only
 from krishiv_py.plan.windows import EventSlidingWindow, SessionWindow, WindowSpec
 from krishiv_py.planner.spark.recipe import (
     FilterExpr,
@@ -51,6 +55,7 @@ from krishiv_py.planner.spark.recipe import (
     Observe,
     RecipeNode,
     SelectExprs,
+    StreamJoin,
 )
 from krishiv_py.planner.spark.sliding import (
     lower_sliding_panes,
@@ -191,3 +196,72 @@ def _agg_sql(call: AggCall, schema: Schema, *, streaming: bool) -> str:
     }[call.func]
     dtype = agg_type(call, schema)
     return f"CAST({body} AS {dtype.name.upper()}) AS {quote(call.name)}"
+
+
+def native_join(node: n.Join) -> bool:
+    """Whether Spark's own join runs ``node`` exactly: an inner interval join, no lateness options.
+
+    Spark's stream-stream inner join emits a match as soon as both rows are
+    there and drops a row that is late (``t <= W`` in Spark, ``t < W`` in
+    krishiv: the join reads each side's event time one µs later, see
+    :func:`lower_join`), which is SPEC 3.12 with ``L = 0``. Its outer joins
+    emit a padded row when its state eviction runs, and it has no allowed
+    lateness, retractions, late-event side output, window or as-of join.
+    """
+    e = node.emission
+    return (
+        node.kind == "interval"
+        and node.how == "inner"
+        and e.allowed_lateness_ms == 0
+        and e.accumulation == "accumulating"
+        and e.state_ttl is None
+        and (e.late_handler is None or counts_only(e.late_handler))
+    )
+
+
+def lower_join(
+    node: n.Join, left: RecipeNode, right: RecipeNode, *, streaming: bool, shift_ms: int
+) -> RecipeNode:
+    """An inner interval join as Spark's own join of the two sides.
+
+    Each side's time column is its event time plus one µs, made with
+    Spark's watermark metadata: Spark's join drops a row as late when its
+    time is at or below the watermark, so with the µs added it drops
+    exactly the rows with ``t < W``, the rows SPEC 3.12 counts very late.
+    """
+    del shift_ms  # both sides are shifted alike; the condition is relative
+    assert native_join(node) and node.between is not None
+    left_schema = n.schema_of(node.left)
+    left_cols = tuple(f.name for f in left_schema)
+    right_keys = tuple(join_key(i) for i in range(len(node.right_keys)))
+    renamed = node.right_names
+    right_exprs = [f"{quote(k)} AS {quote(h)}" for k, h in zip(node.right_keys, right_keys, strict=True)]
+    right_exprs += [f"{quote(old)} AS {quote(new)}" for old, new in renamed.items()]
+    right_exprs.append(quote(ET))
+    right = SelectExprs(child=right, exprs=tuple(right_exprs))
+    lower, upper = node.between
+    lt, rt = quote(JOIN_LEFT_TIME), quote(JOIN_RIGHT_TIME)
+    keys = [f"{quote(lk)} = {quote(rk)}" for lk, rk in zip(node.left_keys, right_keys, strict=True)]
+    condition = " AND ".join(
+        [
+            *keys,
+            f"{rt} >= {lt} + INTERVAL '{lower}' MILLISECOND",
+            f"{rt} <= {lt} + INTERVAL '{upper}' MILLISECOND",
+        ]
+    )
+    time = f"timestamp_micros(unix_micros({quote(ET)}) + 1)"
+    exprs = [quote(k) for k in node.left_keys]
+    exprs += [quote(c) for c in left_cols if c not in node.left_keys]
+    exprs += [quote(c) for c in renamed.values()]
+    return StreamJoin(
+        left=left,
+        right=right,
+        left_time=(JOIN_LEFT_TIME, time),
+        right_time=(JOIN_RIGHT_TIME, time),
+        left_columns=left_cols,
+        right_columns=(*right_keys, *renamed.values()),
+        condition=condition,
+        how="inner",
+        exprs=tuple(exprs),
+        streaming=streaming,
+    )

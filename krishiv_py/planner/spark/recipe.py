@@ -69,6 +69,7 @@ __all__ = [
     "RecipeNode",
     "SelectExprs",
     "SparkRecipe",
+    "StreamJoin",
     "TrackedSource",
     "UnionAll",
     "WithWatermark",
@@ -142,6 +143,30 @@ class GroupAgg:
 
 
 @attrs.frozen(kw_only=True)
+class StreamJoin:
+    """Spark's own join of ``left`` and ``right`` on ``condition``, then ``exprs`` selected.
+
+    Streaming, each side's ``time`` column carries Spark's watermark into the
+    join (it is made with the watermark metadata, and the event-time columns
+    that had it are left out of the sides), so Spark's late-row filter and
+    state eviction read it.
+    """
+
+    left: RecipeNode
+    right: RecipeNode
+    #: ``(name, SQL)`` of each side's watermark-carrying time column.
+    left_time: tuple[str, str]
+    right_time: tuple[str, str]
+    #: The columns of each side that go into the join (the time column added to them).
+    left_columns: tuple[str, ...]
+    right_columns: tuple[str, ...]
+    condition: str
+    how: str
+    exprs: tuple[str, ...]
+    streaming: bool
+
+
+@attrs.frozen(kw_only=True)
 class MapArrow:
     """``mapInArrow(function, schema)``: a vectorized Python step per partition (no state).
 
@@ -180,6 +205,7 @@ RecipeNode: TypeAlias = (
     | GroupAgg
     | MapArrow
     | StatefulApply
+    | StreamJoin
 )
 
 
@@ -390,6 +416,22 @@ def _render(node: RecipeNode, lines: list[str]) -> str:
         parts = [_render(c, lines) for c in node.children]
         var = f"df_{len(lines)}"
         lines.append(f"{var} = {parts[0]}" + "".join(f".unionByName({p})" for p in parts[1:]))
+        return var
+    if isinstance(node, StreamJoin):
+        sides = []
+        for child, (name, sql), cols in (
+            (node.left, node.left_time, node.left_columns),
+            (node.right, node.right_time, node.right_columns),
+        ):
+            part = _render(child, lines)
+            side = f"df_{len(lines)}"
+            carry = f"F.expr({sql!r}).alias({name!r}, metadata=<watermark>)" if node.streaming else repr(sql)
+            lines.append(f"{side} = {part}.select({', '.join(repr(c) for c in cols)}, {carry})")
+            sides.append(side)
+        var = f"df_{len(lines)}"
+        exprs = ", ".join(repr(e) for e in node.exprs)
+        join = f"{sides[0]}.join({sides[1]}, F.expr({node.condition!r}), {node.how!r})"
+        lines.append(f"{var} = {join}.selectExpr({exprs})")
         return var
     inner = _render(node.child, lines)
     var = f"df_{len(lines)}"
