@@ -446,9 +446,10 @@ def test_session_sql_keeps_settings_per_session(session: kp.Session) -> None:
 ERRORS = [
     (
         "SELECT * FROM events e JOIN clicks c ON e.user_id = c.user_id",
-        ["JOIN is not supported", "line 1, column 24"],
+        ["an interval join needs a time range", "r.ts BETWEEN", "line 1, column 41"],
     ),
-    ("SELECT * FROM events, clicks", ["JOIN is not supported"]),
+    ("SELECT * FROM events e JOIN clicks c", ["CROSS JOIN", "is not supported", "line 1, column 24"]),
+    ("SELECT * FROM events, clicks", ["CROSS JOIN (and FROM a, b) is not supported", "line 1, column 21"]),
     (
         "SELECT *\nFROM events\nORDER BY amount",
         ["ORDER BY is not supported", "a stream has no order", "line 3, column 1"],

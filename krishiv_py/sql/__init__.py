@@ -9,7 +9,8 @@ lowering. sqlglot is imported when ``sql()`` is first called, never by
 
 Modules: :mod:`.source` (statements and positions), :mod:`.settings`
 (``SET``), :mod:`.catalog` (registered streams), :mod:`.expressions`,
-:mod:`.windows` (the window helpers), :mod:`.query`, :mod:`.execute`.
+:mod:`.windows` (the window helpers), :mod:`.joins` (the JOIN clause),
+:mod:`.query`, :mod:`.execute`.
 docs/sql.md is the user's guide.
 """
 

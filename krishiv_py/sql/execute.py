@@ -62,11 +62,11 @@ def _query(
         needs_watermark=needs,
     )
     stream = translate(statement.node, ctx)
-    if settings.window_keys and not ctx.windows:
+    if settings.window_keys and not ctx.windows and not ctx.joins:
         raise sql.error(
             statement.node,
             f"SET {', '.join(settings.window_keys)} applies to a windowed query (GROUP BY a window "
-            "helper); this query has no window",
+            "helper) or a join; this query has neither",
         )
     shown = "\n".join((*(f"{s.rstrip(';')};" for s in settings.statements), statement.text))
     return Stream(session, stream.plan, sql=shown)

@@ -19,6 +19,12 @@ its builder twin make equal plans (and so run the same way everywhere):
   ``HAVING`` is a ``.filter(...)`` on the results, and a ``SELECT`` that
   is not the results as they come (keys, ``window_start``,
   ``window_end``, aggregates) is a ``.select(...)`` after it.
+- ``FROM l JOIN r ON ...`` (:mod:`krishiv_py.sql.joins`) is
+  ``l.key_by(...).interval_join(r.key_by(...), between=..., how=...)``, or
+  with window TVFs on both sides ``...tumbling_window(size).join(...)``;
+  each side without a watermark gets one on its time column in the ``ON``
+  condition (or ``DESCRIPTOR``). ``WHERE`` and ``SELECT`` follow the join,
+  naming each side's columns as the joined rows hold them.
 """
 
 from __future__ import annotations
@@ -26,11 +32,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import attrs
 
 import krishiv_py.expr as kx
+import krishiv_py.sql.joins as sj
 from krishiv_py.errors import PlanError
 from krishiv_py.expr import AggExpr, Column, Expr, ExprNode
 from krishiv_py.plan import nodes as n
@@ -58,7 +65,7 @@ _CLAUSES: dict[str, tuple[str, str, str]] = {
     "joins": (
         "JOIN",
         "JOIN",
-        "a query reads one stream (or a UNION ALL of streams); joins are not built yet",
+        "a join is of two streams named in the FROM of a query: FROM l JOIN r ON ... (docs/sql.md, Joins)",
     ),
     "order": ("ORDER BY", "ORDER_BY", "a stream has no order; sort the collected results instead"),
     "sort": ("SORT BY", "SORT_BY", "a stream has no order; sort the collected results instead"),
@@ -85,6 +92,19 @@ class Context:
     ctes: dict[str, Stream] = attrs.field(factory=dict)
     #: The windows built (shared by the subqueries: SET window.* needs one).
     windows: list[WindowCall] = attrs.field(factory=list)
+    #: The joins built (SET window.* applies to them too).
+    joins: list[exp.Join] = attrs.field(factory=list)
+
+
+@attrs.frozen
+class JoinedSide:
+    """One side of a join, for the columns of the joined rows: ``q.x`` is ``columns[x]``."""
+
+    qualifier: str
+    label: str
+    #: Each column of the side (its window bounds for a window TVF) -> its column in the joined
+    #: rows (None: not there, the right side of a semi or anti join).
+    columns: dict[str, str | None]
 
 
 @attrs.frozen
@@ -94,6 +114,8 @@ class Relation:
     stream: Stream
     qualifiers: frozenset[str]
     label: str
+    #: A join's two sides (empty for one stream): how its columns are named.
+    sides: tuple[JoinedSide, ...] = ()
 
 
 def translate(node: exp.Expression, ctx: Context) -> Stream:
@@ -130,11 +152,13 @@ def _arg(node: exp.Expression, name: str) -> Any:
 
 
 def _select(node: exp.Select, ctx: Context) -> Stream:
-    _refuse_clauses(node, ctx)
+    _refuse_clauses(node, ctx, _ALLOWED | {"joins"})
     ctx = _with_ctes(node, ctx)
     source = _arg(node, "from")
     if source is None:
         raise ctx.sql.error(node, "a query reads a stream: add FROM <stream name>")
+    if node.args.get("joins"):
+        return _join_query(node, source.this, ctx)
     ranked = _ranked_subquery(node, source.this, ctx)
     if ranked is not None:
         return ranked
@@ -220,6 +244,12 @@ def _relation(node: exp.Expression, ctx: Context) -> Relation:
             raise ctx.sql.error(node, "column names after a subquery's alias are not supported; use AS in it")
         alias = str(node.alias)
         return Relation(translate(node.this, ctx), frozenset({alias.lower()} - {""}), "the subquery")
+    if isinstance(node, exp.Table) and isinstance(node.this, exp.Anonymous):
+        raise ctx.sql.error(
+            node,
+            "a window TVF (TABLE(TUMBLE(...)), TABLE(HOP(...))) is a side of a window join; to aggregate "
+            "over windows, GROUP BY tumble_start(ts, size) or hop_start(ts, slide, size)",
+        )
     raise ctx.sql.error(
         node, f"FROM {type(node).__name__.upper()} is not supported; FROM takes a stream name or a subquery"
     )
@@ -295,6 +325,9 @@ def _watermark(stream: Stream, table: exp.Table, label: str, ctx: Context) -> St
 
 
 def _resolver(rel: Relation, ctx: Context) -> Resolver:
+    if rel.sides:
+        return _joined_resolver(rel, ctx)
+
     def resolve(column: exp.Column) -> str:
         if column.args.get("db") or column.args.get("catalog"):
             raise ctx.sql.error(column, "column names have at most two parts: <stream or alias>.<column>")
@@ -347,18 +380,21 @@ def _is_star(node: exp.Expression) -> bool:
 
 
 def _project(node: exp.Select, rel: Relation, ctx: Context) -> Stream:
+    from sqlglot import exp
+
     items = node.expressions
-    if len(items) == 1 and _is_star(items[0]):
-        _check_star(items[0], rel, ctx)
+    if len(items) == 1 and _is_star(items[0]) and _star_exprs(items[0], rel, ctx) is None:
         return rel.stream
     resolve = _resolver(rel, ctx)
     exprs: list[ExprNode] = []
     for item in items:
         if _is_star(item):
-            _check_star(item, rel, ctx)
-            exprs += [Column(c) for c in rel.stream.columns]
+            columns = _star_exprs(item, rel, ctx)
+            exprs += [Column(c) for c in rel.stream.columns] if columns is None else columns
             continue
         inner, alias = _unalias(item)
+        if alias is None and rel.sides and isinstance(inner, exp.Column) and not _is_star(inner):
+            alias = _joined_column(inner, rel, ctx)[1]  # c.amount is amount, as SQL names it
         value = scalar(inner, ctx.sql, resolve, _no_helpers(ctx, "SELECT"), "SELECT")
         if alias is not None:
             exprs.append(alias_of(value, alias))
@@ -370,11 +406,355 @@ def _project(node: exp.Select, rel: Relation, ctx: Context) -> Stream:
         return rel.stream.select(*(Expr(e) for e in exprs))
 
 
-def _check_star(item: exp.Expression, rel: Relation, ctx: Context) -> None:
+def _star_exprs(item: exp.Expression, rel: Relation, ctx: Context) -> list[ExprNode] | None:
+    """The columns a ``*`` or ``q.*`` of ``SELECT`` stands for (None: the whole row as it is).
+
+    A join side's ``q.*`` is its columns in the joined rows, each named as on its side.
+    """
     from sqlglot import exp
 
-    if isinstance(item, exp.Column) and item.table and str(item.table).lower() not in rel.qualifiers:
+    if not isinstance(item, exp.Column) or not item.table:
+        return None
+    qualifier = str(item.table).lower()
+    for side in rel.sides:
+        if side.qualifier == qualifier:
+            if any(c is None for c in side.columns.values()):
+                raise ctx.sql.error(
+                    item, f"the rows of this {_how(rel)} join hold the left side's columns only"
+                )
+            return [alias_of(Column(c), name) for name, c in side.columns.items() if c is not None]
+    if rel.sides or qualifier not in rel.qualifiers:
         raise ctx.sql.error(item, f"unknown stream or alias {item.table!r}; this query reads {rel.label}")
+    return None
+
+
+# --- JOIN: two streams ------------------------------------------------------------------
+
+
+def _join_query(node: exp.Select, left_node: exp.Expression, ctx: Context) -> Stream:
+    """``FROM l JOIN r ON ...``: the builder's interval or window join, then ``WHERE`` and ``SELECT``."""
+    from sqlglot import exp
+
+    joins: list[exp.Join] = list(node.args["joins"])
+    join = joins[0]
+    at = sj.join_start(join, ctx.sql)
+    if len(joins) > 1:
+        raise ctx.sql.error(
+            joins[1],
+            "a query joins two streams; a join of three or more is not supported",
+            at=sj.join_start(joins[1], ctx.sql),
+        )
+    how = sj.join_how(join, ctx.sql, at)
+    _refuse_grouped_join(node, ctx)
+    for side in (left_node, join.this):
+        if isinstance(side, exp.Table):
+            _refuse_clauses(side, ctx, {"this", "alias", "db", "catalog"})
+    specs = (sj.read_side(left_node, ctx.sql), sj.read_side(join.this, ctx.sql))
+    rels = (_join_scan(specs[0], ctx), _join_scan(specs[1], ctx))
+    if specs[0].qualifier == specs[1].qualifier:
+        raise ctx.sql.error(
+            join.this,
+            f"both sides of the JOIN are called {specs[1].qualifier!r}; give one an alias "
+            f"(JOIN {specs[1].name} AS {specs[1].name}2)",
+        )
+    windowed = specs[0].window is not None
+    if windowed != (specs[1].window is not None):
+        plain = specs[1] if windowed else specs[0]
+        raise ctx.sql.error(
+            plain.node,
+            "a window join takes a window TVF on both sides, TABLE(TUMBLE(TABLE stream, DESCRIPTOR(ts), "
+            "size)) or TABLE(HOP(...)); an interval join takes two stream names",
+        )
+    if how in ("semi", "anti") and not windowed:
+        raise ctx.sql.error(
+            join,
+            f"LEFT {how.upper()} JOIN is a window join's (window TVFs on both sides); an interval join is "
+            "[INNER], LEFT, RIGHT or FULL [OUTER]",
+            at=at,
+        )
+    on = sj.read_on(join.args["on"], ctx.sql, _side_resolver(specs, rels, ctx), windowed=windowed)
+    times: list[tuple[str, exp.Expression]] = []
+    for spec, rel, i in zip(specs, rels, (0, 1), strict=True):
+        if spec.window is not None:
+            descriptor = spec.window.node.expressions[1]
+            times.append((_descriptor_column(spec.window, descriptor, rel, ctx), descriptor))
+        else:
+            assert on.time is not None
+            time = on.time
+            times.append((time.left, time.left_node) if i == 0 else (time.right, time.right_node))
+    left, right = (_join_time(spec, rel, *t, ctx) for spec, rel, t in zip(specs, rels, times, strict=True))
+    if on.time is not None and on.time.numbers:
+        for stream, (column, _) in ((left, times[0]), (right, times[1])):
+            dtype = stream.schema.field(column).dtype
+            if dtype.is_timestamp:
+                raise ctx.sql.error(
+                    on.time.numbers[0],
+                    f"a plain number is an offset in milliseconds only on a bigint event time; {column!r} is "
+                    "a timestamp: write an INTERVAL, e.g. INTERVAL '5' SECOND",
+                )
+    lkeys, rkeys = tuple(k for k, _ in on.keys), tuple(k for _, k in on.keys)
+    wl, wr = specs[0].window, specs[1].window
+    if wl is not None and wr is not None and wl.spec() != wr.spec():
+        raise ctx.sql.error(
+            wr.node,
+            "the two sides of a window join need the same window; the left side's is "
+            f"{wl.node.sql(dialect=DIALECT)}",
+        )
+    joined: Stream
+    try:
+        if wl is not None and wr is not None:
+            joined = wl.assign(left.key_by(*lkeys)).join(wr.assign(right.key_by(*rkeys)), how=how)
+        else:
+            assert on.time is not None
+            joined = left.key_by(*lkeys).interval_join(
+                right.key_by(*rkeys),
+                between=(on.time.lower_ms, on.time.upper_ms),
+                how=cast('Literal["inner", "left", "right", "full"]', how),
+            )
+        joined = _join_emission(joined, ctx)
+    except PlanError as exc:
+        raise ctx.sql.error(join, f"JOIN: {exc}", at=at) from None
+    ctx.joins.append(join)
+    rel = _joined_relation(joined, specs, rels, lkeys, rkeys, how)
+    return _project(node, _filtered(node, rel, ctx), ctx)
+
+
+def _refuse_grouped_join(node: exp.Select, ctx: Context) -> None:
+    """Aggregations over a join are not supported: a :class:`PlanError` at the first one."""
+    why = (
+        "aggregating the rows of a join (GROUP BY, HAVING, QUALIFY, aggregates, window helpers) is not "
+        "supported: aggregate each stream on its own, or join their windows (a window join)"
+    )
+    for key in ("group", "having"):
+        clause = node.args.get(key)
+        if clause is not None:
+            raise ctx.sql.error(clause, why)
+    qualify = node.args.get("qualify")
+    if qualify is not None:
+        raise ctx.sql.error(qualify, why, at=ctx.sql.keyword("QUALIFY", qualify))
+    for item in node.expressions:
+        for x in item.walk():
+            if is_aggregate(x) or helper_of(x) is not None:
+                raise ctx.sql.error(x, why)
+
+
+def _join_scan(spec: sj.SideSpec, ctx: Context) -> Relation:
+    """A side's registered stream, as it is (its watermark comes with the join's time columns)."""
+    if spec.name.lower() in ctx.ctes:
+        raise ctx.sql.error(
+            spec.table,
+            f"a side of a JOIN is a registered stream, not a WITH subquery ({spec.name!r}): filter the "
+            "joined rows with WHERE, or filter a side with the builder and register it "
+            "(stream.register(name))",
+        )
+    rel = _scan(spec.table, attrs.evolve(ctx, needs_watermark=False))
+    return attrs.evolve(rel, qualifiers=frozenset({spec.qualifier}))
+
+
+def _column_named(columns: list[str] | tuple[str, ...], name: str) -> str | None:
+    """The column called ``name``: exactly, else the one equal to it ignoring case (None: none)."""
+    if name in columns:
+        return name
+    same = [c for c in columns if c.lower() == name.lower()]
+    return same[0] if len(same) == 1 else None
+
+
+def _side_resolver(
+    specs: tuple[sj.SideSpec, sj.SideSpec], rels: tuple[Relation, Relation], ctx: Context
+) -> sj.SideResolver:
+    """Resolves a column of the ON condition to its side (by qualifier, or the one side that has it)."""
+    names: tuple[sj.Side, sj.Side] = ("left", "right")
+
+    def resolve(column: exp.Column) -> tuple[sj.Side, str]:
+        if column.args.get("db") or column.args.get("catalog"):
+            raise ctx.sql.error(column, "column names have at most two parts: <stream or alias>.<column>")
+        qualifier, name = str(column.table).lower(), str(column.name)
+        indexes = [i for i in (0, 1) if not qualifier or specs[i].qualifier == qualifier]
+        if not indexes:
+            raise ctx.sql.error(
+                column,
+                f"unknown stream or alias {str(column.table)!r}; this query joins {specs[0].qualifier} and "
+                f"{specs[1].qualifier}",
+            )
+        found: list[tuple[int, str]] = []
+        for i in indexes:
+            if specs[i].window is not None and name.lower() in sj.BOUNDS:
+                found.append((i, name.lower()))
+                continue
+            match = _column_named(rels[i].stream.columns, name)
+            if match is not None:
+                found.append((i, match))
+        if len(found) == 1:
+            return names[found[0][0]], found[0][1]
+        if found:
+            raise ctx.sql.error(
+                column,
+                f"column {name!r} is on both sides of the join; qualify it: {specs[0].qualifier}.{name} or "
+                f"{specs[1].qualifier}.{name}",
+            )
+        known = "; ".join(f"{rels[i].label}: {', '.join(rels[i].stream.columns)}" for i in indexes)
+        raise ctx.sql.error(column, f"unknown column {name!r}; the columns of {known}")
+
+    return resolve
+
+
+def _descriptor_column(window: WindowCall, descriptor: exp.Expression, rel: Relation, ctx: Context) -> str:
+    column = _column_named(rel.stream.columns, window.column)
+    if column is None:
+        raise ctx.sql.error(
+            descriptor,
+            f"DESCRIPTOR names the event-time column of {rel.label}; its columns are: "
+            f"{', '.join(rel.stream.columns)}",
+        )
+    return column
+
+
+def _join_time(spec: sj.SideSpec, rel: Relation, column: str, where: exp.Expression, ctx: Context) -> Stream:
+    """The side's stream with its watermark, which must be on ``column``, the join's time column for it.
+
+    A stream without a watermark gets one on ``column`` (``SET watermark.column``
+    if set), with the lag of ``SET watermark.lag``, as for a window.
+    """
+    stream = rel.stream
+    if n.window_aggregates(stream.plan) or n.joins_of(stream.plan):
+        raise ctx.sql.error(
+            spec.node,
+            f"{rel.label} is the result of a window or a join, which a join does not take as a side yet; "
+            "join the streams it reads",
+        )
+    if n.event_time(stream.plan) is None:
+        stream = _watermark(
+            stream, spec.node, rel.label, attrs.evolve(ctx, time_column=ctx.settings.column or column)
+        )
+    if _time_source(stream.plan, column) is None:
+        et = n.event_time(stream.plan)
+        on = repr(et.column) if et is not None else "no column"
+        raise ctx.sql.error(
+            where,
+            f"the join's time column {column!r} is not the event-time column of {rel.label} (its watermark "
+            f"is on {on}); a join matches rows by the event time of their watermarks",
+        )
+    return stream
+
+
+def _join_emission(joined: Stream, ctx: Context) -> Stream:
+    """Apply the ``window.*`` settings through the join's options (allowed lateness, accumulation, TTL)."""
+    from krishiv_py.api.stream import JoinedStream
+
+    assert isinstance(joined, JoinedStream)
+    s = ctx.settings
+    if s.trigger is not None:
+        raise PlanError("SET window.trigger does not apply to a join: a join emits as its rules say")
+    if s.state_ttl_time is not None and s.state_ttl_ms is None:
+        raise PlanError("SET window.state_ttl_time needs SET window.state_ttl = INTERVAL ...")
+    options: list[tuple[str, Callable[[JoinedStream], JoinedStream]]] = []
+    if s.allowed_lateness_ms is not None:
+        lateness = s.allowed_lateness_ms
+        options.append(("window.allowed_lateness", lambda j: j.allowed_lateness(lateness)))
+    if s.accumulation is not None:
+        mode = cast('Literal["accumulating", "retracting"]', s.accumulation)
+        options.append(("window.accumulation", lambda j: j.accumulation(mode)))
+    if s.state_ttl_ms is not None:
+        ttl = StateTtlConfig(
+            ttl_ms=s.state_ttl_ms, time="processing" if s.state_ttl_time == "processing" else "event"
+        )
+        options.append(("window.state_ttl", lambda j: j.with_state_ttl(ttl)))
+    for key, apply in options:
+        try:
+            joined = apply(joined)
+        except PlanError as exc:
+            raise PlanError(f"SET {key}: {exc}") from None
+    return joined
+
+
+def _joined_relation(
+    joined: Stream,
+    specs: tuple[sj.SideSpec, sj.SideSpec],
+    rels: tuple[Relation, Relation],
+    lkeys: tuple[str, ...],
+    rkeys: tuple[str, ...],
+    how: str,
+) -> Relation:
+    """The join's rows as a ``FROM`` input: each side's columns named as the joined rows name them.
+
+    A key column of either side is the key (named as on the left); a left
+    column keeps its name; a right column is named as the joined row names it
+    (``_right`` added when taken), and is not there in a semi or anti join; a
+    window TVF's ``window_start`` and ``window_end`` are the window's.
+    """
+    join = joined.plan
+    assert isinstance(join, n.Join)
+    sides = []
+    for i, (spec, rel) in enumerate(zip(specs, rels, strict=True)):
+        keys = lkeys if i == 0 else rkeys
+        columns: dict[str, str | None] = {}
+        for c in rel.stream.columns:
+            if c in keys:
+                columns[c] = lkeys[keys.index(c)]
+            elif i == 0:
+                columns[c] = c
+            else:
+                columns[c] = None if how in ("semi", "anti") else join.right_names[c]
+        if spec.window is not None:
+            columns.update((b, b) for b in sj.BOUNDS)
+        sides.append(JoinedSide(spec.qualifier, rel.label, columns))
+    return Relation(
+        joined,
+        frozenset(spec.qualifier for spec in specs),
+        f"the join of {rels[0].label} and {rels[1].label}",
+        tuple(sides),
+    )
+
+
+def _joined_resolver(rel: Relation, ctx: Context) -> Resolver:
+    """Resolves ``q.x`` and ``x`` over a join's rows (see :func:`_joined_relation`)."""
+    return lambda column: _joined_column(column, rel, ctx)[0]
+
+
+def _joined_column(column: exp.Column, rel: Relation, ctx: Context) -> tuple[str, str]:
+    """``q.x`` or ``x`` over a join's rows: its column there, and its SQL name (``x`` as its side has it)."""
+    if column.args.get("db") or column.args.get("catalog"):
+        raise ctx.sql.error(column, "column names have at most two parts: <stream or alias>.<column>")
+    qualifier, name = str(column.table).lower(), str(column.name)
+    sides = [s for s in rel.sides if not qualifier or s.qualifier == qualifier]
+    if not sides:
+        raise ctx.sql.error(
+            column,
+            f"unknown stream or alias {str(column.table)!r}; this query joins "
+            f"{' and '.join(s.qualifier for s in rel.sides)}",
+        )
+    hits: list[tuple[JoinedSide, str, str | None]] = []
+    for side in sides:
+        match = _column_named(list(side.columns), name)
+        if match is not None:
+            hits.append((side, match, side.columns[match]))
+    found = [(match, target) for _, match, target in hits if target is not None]
+    if len({target for _, target in found}) == 1:
+        return found[0][1], found[0][0]
+    if found:
+        raise ctx.sql.error(
+            column,
+            f"column {name!r} is on both sides of the join; qualify it: "
+            f"{' or '.join(f'{s.qualifier}.{name}' for s, _, _ in hits)}",
+        )
+    if hits:
+        raise ctx.sql.error(
+            column,
+            f"{name!r} is a column of {hits[0][0].label}; the rows of this {_how(rel)} join hold the left "
+            "side's columns only",
+        )
+    if not qualifier:  # a column of the joined rows by its own name: amount_right, kind
+        match = _column_named(rel.stream.columns, name)
+        if match is not None:
+            return match, match
+    where = sides[0].label if qualifier else "the joined rows"
+    columns = list(sides[0].columns) if qualifier else rel.stream.columns
+    raise ctx.sql.error(column, f"unknown column {name!r}; the columns of {where} are: {', '.join(columns)}")
+
+
+def _how(rel: Relation) -> str:
+    joins = n.joins_of(rel.stream.plan)
+    return joins[0].how if joins else "inner"
 
 
 # --- GROUP BY: windows -----------------------------------------------------------------
@@ -399,6 +779,12 @@ def _windowed(node: exp.Select, rel: Relation, ctx: Context) -> Stream:
     resolve = _resolver(rel, ctx)
     keys, window = _group_by(node, rel, ctx, resolve)
     outputs, aggs, shown_keys = _select_list(node, keys, window, ctx, resolve)
+    if n.joins_of(rel.stream.plan):
+        raise ctx.sql.error(
+            window.node,
+            "a window over the rows of a join is not supported: aggregate each stream on its own, or join "
+            "their windows (a window join)",
+        )
     if n.window_aggregates(rel.stream.plan):
         raise ctx.sql.error(
             window.node, "a window over the results of a window (chained windows) is not supported"

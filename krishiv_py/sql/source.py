@@ -73,7 +73,7 @@ class SqlText:
 
         try:
             with _quiet_parser():
-                nodes = Dialect.get_or_raise(DIALECT).parser().parse(tokens, self.text)
+                nodes = Dialect.get_or_raise(DIALECT).parser().parse(_table_arguments(tokens), self.text)
         except ParseError as exc:
             first = exc.errors[0] if exc.errors else {}
             where = f" at line {first['line']}, column {first['col']}" if "line" in first else ""
@@ -146,6 +146,29 @@ class SqlText:
 def _snippet(node: exp.Expression, limit: int = 60) -> str:
     text = " ".join(node.sql(dialect=DIALECT).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+#: Flink's window table functions, whose first argument is ``TABLE <name>``.
+_WINDOW_TVFS = frozenset({"tumble", "hop", "cumulate"})
+
+
+def _table_arguments(tokens: list[Token]) -> list[Token]:
+    """``tokens`` without the ``TABLE`` of Flink's ``TUMBLE(TABLE name, ...)``, which sqlglot cannot read.
+
+    The window TVF then reads as a call whose first argument is ``name``
+    (:mod:`krishiv_py.sql.joins`); every other token keeps its place in the
+    text, so positions in errors stay exact.
+    """
+    return [
+        t
+        for i, t in enumerate(tokens)
+        if not (
+            t.token_type.name == "TABLE"
+            and i >= 2
+            and tokens[i - 1].token_type.name == "L_PAREN"
+            and tokens[i - 2].text.lower() in _WINDOW_TVFS
+        )
+    ]
 
 
 @contextlib.contextmanager

@@ -1,0 +1,493 @@
+"""The joins of Krishiv's SQL: a ``JOIN`` clause read into the builder join it means.
+
+Two forms (docs/sql.md, "Joins"), both of two streams on key equalities:
+
+- the **interval join**
+  ``FROM l JOIN r ON l.k = r.k AND r.ts BETWEEN l.ts - a AND l.ts + b`` is
+  ``l.key_by("k").interval_join(r.key_by("k"), between=(-a, b))``;
+- the **window join** (Flink's window TVFs)
+  ``FROM TABLE(TUMBLE(TABLE l, DESCRIPTOR(ts), size)) L JOIN TABLE(TUMBLE(TABLE r,
+  DESCRIPTOR(ts), size)) R ON L.k = R.k AND L.window_start = R.window_start AND
+  L.window_end = R.window_end`` is
+  ``l.key_by("k").tumbling_window(size).join(r.key_by("k").tumbling_window(size))``.
+
+``LEFT``, ``RIGHT`` and ``FULL [OUTER] JOIN`` are ``how="left"``,
+``"right"``, ``"full"``; a window join also takes ``LEFT SEMI JOIN`` and
+``LEFT ANTI JOIN``. ``HOP(TABLE t, DESCRIPTOR(ts), slide, size)`` is
+``sliding_window(size, slide)``. This module reads the clause (its sides,
+its kind, its ON condition); :mod:`krishiv_py.sql.query` scans the streams,
+declares their watermarks and calls the builder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal
+
+import attrs
+
+from krishiv_py.errors import PlanError
+from krishiv_py.sql.settings import interval_ms
+from krishiv_py.sql.windows import WindowCall
+
+if TYPE_CHECKING:
+    from sqlglot import exp
+
+    from krishiv_py.plan.nodes import JoinHow
+    from krishiv_py.sql.source import SqlText
+
+__all__ = [
+    "BOUNDS",
+    "INTERVAL_FORM",
+    "WINDOW_FORM",
+    "JoinOn",
+    "Side",
+    "SideResolver",
+    "SideSpec",
+    "TimeRange",
+    "is_window_tvf",
+    "join_how",
+    "join_start",
+    "read_on",
+    "read_side",
+]
+
+Side = Literal["left", "right"]
+#: Resolves a column of the ON condition to its side and its name there (a window bound by its name).
+SideResolver = Callable[["exp.Column"], tuple[Side, str]]
+
+#: The columns a window TVF adds to its stream's rows.
+BOUNDS = ("window_start", "window_end")
+
+INTERVAL_FORM = (
+    "ON l.k = r.k [AND l.k2 = r.k2 ...] AND r.ts BETWEEN l.ts - INTERVAL ... AND l.ts + INTERVAL ... "
+    "(or r.ts >= ... AND r.ts <= ...)"
+)
+WINDOW_FORM = (
+    "ON L.k = R.k [AND L.k2 = R.k2 ...] AND L.window_start = R.window_start AND L.window_end = R.window_end"
+)
+TVF_FORM = (
+    "TABLE(TUMBLE(TABLE stream, DESCRIPTOR(ts), size [, offset])) or "
+    "TABLE(HOP(TABLE stream, DESCRIPTOR(ts), slide, size))"
+)
+_JOIN_ARGS = {"this", "on", "side", "kind", "using", "method"}
+_JOIN_WORDS = {"JOIN", "LEFT", "RIGHT", "FULL", "INNER", "OUTER", "CROSS", "SEMI", "ANTI", "NATURAL"}
+
+
+@attrs.frozen
+class SideSpec:
+    """One side of a join as written."""
+
+    #: The stream's name as a table reference (what ``FROM name`` scans).
+    table: exp.Table
+    #: The name that qualifies the side's columns: its alias, else its stream's name (lower case).
+    qualifier: str
+    #: The window of a window TVF side (its time column as written), None for a plain stream.
+    window: WindowCall | None
+    node: exp.Table = attrs.field(eq=False)
+
+    @property
+    def name(self) -> str:
+        return str(self.table.name)
+
+
+@attrs.frozen
+class TimeRange:
+    """The time range of an interval join: ``l.ts + lower_ms <= r.ts <= l.ts + upper_ms``."""
+
+    left: str
+    right: str
+    lower_ms: int
+    upper_ms: int
+    #: The columns as written, for errors about them.
+    left_node: exp.Column = attrs.field(eq=False)
+    right_node: exp.Column = attrs.field(eq=False)
+    #: Offsets written as plain numbers (milliseconds; only for a bigint event time).
+    numbers: tuple[exp.Expression, ...] = attrs.field(eq=False)
+
+
+@attrs.frozen
+class JoinOn:
+    """What an ON condition says: key pairs ``(left column, right column)`` in order, and the time."""
+
+    keys: tuple[tuple[str, str], ...]
+    #: The interval join's time range (None for a window join).
+    time: TimeRange | None
+
+
+def is_window_tvf(node: exp.Expression) -> bool:
+    """Whether ``node`` is a ``FROM`` item ``TABLE(<function>(...))``: a window table function."""
+    from sqlglot import exp
+
+    return (
+        isinstance(node, exp.Table)
+        and isinstance(node.this, exp.Anonymous)
+        and str(node.this.name).lower() == "table"
+    )
+
+
+def join_start(join: exp.Join, sql: SqlText) -> int | None:
+    """Where the join clause starts: its first keyword (``LEFT`` of ``LEFT JOIN``), or the comma."""
+    right = sql.offset(join.this)
+    if right is None:
+        return None
+    before = [t for t in sql.tokens if t.start < right]
+    start = None
+    for token in reversed(before):
+        kind = token.token_type.name
+        if kind == "COMMA" and start is None:
+            return int(token.start)
+        if kind not in _JOIN_WORDS:
+            break
+        start = int(token.start)
+    return start
+
+
+def join_how(join: exp.Join, sql: SqlText, at: int | None) -> JoinHow:
+    """``how`` of the builder's join for the join clause's kind."""
+    from sqlglot import exp
+
+    for key, value in join.args.items():
+        if value and key not in _JOIN_ARGS:
+            raise sql.error(join, f"this JOIN ({key.upper().rstrip('_')}) is not supported", at=at)
+    side, kind, method = join.side, join.kind, join.method
+    if method == "NATURAL":
+        raise sql.error(
+            join,
+            f"NATURAL JOIN is not supported: name the keys and the time with ON ({INTERVAL_FORM})",
+            at=at,
+        )
+    if method:
+        also = "; the as-of join is the builder's: KeyedStream.as_of_join()" if method == "ASOF" else ""
+        raise sql.error(join, f"{method} JOIN is not supported{also}", at=at)
+    on = join.args.get("on")
+    if isinstance(on, exp.Boolean):  # Spark's JOIN without ON (sqlglot reads it as ON TRUE)
+        on = None
+    if kind == "CROSS" or not (on or join.args.get("using")):
+        shown = join.copy()  # what Spark reads a JOIN without ON as
+        shown.set("on", None)
+        shown.set("kind", "CROSS")
+        raise sql.error(
+            shown,
+            "CROSS JOIN (and FROM a, b) is not supported: a join of streams matches rows by key and event "
+            f"time, JOIN r {INTERVAL_FORM}",
+            at=at,
+        )
+    if join.args.get("using"):
+        raise sql.error(
+            join,
+            f"JOIN ... USING is not supported: name the keys and the time with ON ({INTERVAL_FORM})",
+            at=at,
+        )
+    if kind in ("SEMI", "ANTI"):
+        if side not in ("", "LEFT"):
+            raise sql.error(join, f"{side} {kind} JOIN is not supported; write LEFT {kind} JOIN", at=at)
+        return "semi" if kind == "SEMI" else "anti"
+    if kind not in ("", "INNER", "OUTER"):
+        raise sql.error(join, f"{kind} JOIN is not supported", at=at)
+    hows: dict[str, JoinHow] = {"": "inner", "LEFT": "left", "RIGHT": "right", "FULL": "full"}
+    if side not in hows or (kind == "OUTER" and not side):
+        raise sql.error(join, "a JOIN is [INNER], LEFT, RIGHT or FULL [OUTER]", at=at)
+    return hows[side]
+
+
+def read_side(node: exp.Expression, sql: SqlText) -> SideSpec:
+    """A side of a join: a stream name, or a window TVF over one."""
+    from sqlglot import exp
+
+    if isinstance(node, exp.Table) and isinstance(node.this, exp.Identifier):
+        return SideSpec(
+            table=node, qualifier=(str(node.alias) or str(node.name)).lower(), window=None, node=node
+        )
+    if is_window_tvf(node):
+        assert isinstance(node, exp.Table)
+        return _tvf(node, sql)
+    if isinstance(node, exp.Table) and isinstance(node.this, exp.Anonymous):
+        raise sql.error(
+            node, f"a table function in FROM is not supported; a window TVF is written {TVF_FORM}"
+        )
+    if isinstance(node, exp.Subquery):
+        raise sql.error(
+            node,
+            "a side of a JOIN is a stream name (or a window TVF over one), not a subquery: filter the joined "
+            "rows with WHERE, or filter a side with the builder and register it (stream.register(name))",
+        )
+    raise sql.error(
+        node,
+        f"a side of a JOIN is a stream name or a window TVF ({TVF_FORM}), not {type(node).__name__.upper()}",
+    )
+
+
+def _tvf(node: exp.Table, sql: SqlText) -> SideSpec:
+    """``TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), size [, offset]))`` or ``TABLE(HOP(..., slide, size))``."""
+    from sqlglot import exp
+
+    outer = node.this
+    call = outer.expressions[0] if len(outer.expressions) == 1 else None
+    if not isinstance(call, exp.Anonymous):
+        raise sql.error(outer, f"a window TVF is {TVF_FORM}")
+    name = str(call.name).upper()
+    if name not in ("TUMBLE", "HOP"):
+        raise sql.error(
+            call,
+            f"window TVF {name} is not supported: a window join takes TUMBLE or HOP windows, the same "
+            "on both sides",
+        )
+    args = call.expressions
+    arity = (3, 4) if name == "TUMBLE" else (4, 4)
+    if not arity[0] <= len(args) <= arity[1]:
+        shape = (
+            "(TABLE stream, DESCRIPTOR(ts), size [, offset])"
+            if name == "TUMBLE"
+            else ("(TABLE stream, DESCRIPTOR(ts), slide, size)")
+        )
+        raise sql.error(call, f"{name} takes {shape}, every duration an INTERVAL")
+    table, descriptor = args[0], args[1]
+    if not isinstance(table, exp.Column) or table.table or not isinstance(table.this, exp.Identifier):
+        raise sql.error(table, f"the first argument of {name} is TABLE <stream name>")
+    ts = (
+        descriptor.expressions[0]
+        if isinstance(descriptor, exp.Anonymous) and descriptor.expressions
+        else None
+    )
+    if (
+        str(descriptor.name).upper() != "DESCRIPTOR"
+        or len(descriptor.expressions) != 1
+        or not isinstance(ts, exp.Column)
+        or isinstance(ts.this, exp.Star)
+    ):
+        raise sql.error(descriptor, f"the second argument of {name} is DESCRIPTOR(<event-time column>)")
+    what = ("size", "offset") if name == "TUMBLE" else ("slide", "size")
+    durations = tuple(interval_ms(arg, sql, f"{name}: {w}") for arg, w in zip(args[2:], what, strict=False))
+    window = WindowCall(
+        kind="tumble" if name == "TUMBLE" else "hop",
+        column=str(ts.name),
+        durations=durations,
+        output="window_start",
+        node=call,
+    )
+    try:
+        window.spec()
+    except PlanError as exc:
+        raise sql.error(call, f"{name}: {exc}") from None
+    stream = exp.Table(this=table.this.copy())
+    return SideSpec(
+        table=stream, qualifier=(str(node.alias) or str(table.name)).lower(), window=window, node=node
+    )
+
+
+# --- ON ----------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class _Term:
+    """``column + offset_ms`` (column None: a constant)."""
+
+    column: tuple[Side, str] | None
+    node: exp.Column | None
+    offset_ms: int
+    numbers: tuple[exp.Expression, ...] = ()
+
+
+@attrs.frozen
+class _Bound:
+    """One side of the time range: ``r - l >= value`` (lower) or ``<= value`` (upper)."""
+
+    lower: bool
+    value: int
+    #: The time columns compared: (name, node as written) of the left side, then of the right.
+    left: tuple[str, exp.Column]
+    right: tuple[str, exp.Column]
+    node: exp.Expression
+    numbers: tuple[exp.Expression, ...]
+
+
+def read_on(on: exp.Expression, sql: SqlText, resolve: SideResolver, *, windowed: bool) -> JoinOn:
+    """The keys and the time range (interval join) or window bounds (window join) of ``on``."""
+    from sqlglot import exp
+
+    form = WINDOW_FORM if windowed else INTERVAL_FORM
+    keys: list[tuple[str, str]] = []
+    bounds: list[str] = []
+    times: list[_Bound] = []
+    for part in _conjuncts(on):
+        if isinstance(part, exp.EQ) and _is_column(part.this) and _is_column(part.expression):
+            a, b = resolve(part.this), resolve(part.expression)
+            if a[0] == b[0]:
+                raise sql.error(
+                    part,
+                    f"this equality compares two columns of the {a[0]} side; the ON condition of a join "
+                    f"relates the two sides: {form}",
+                )
+            left, right = (a[1], b[1]) if a[0] == "left" else (b[1], a[1])
+            if windowed and (left in BOUNDS or right in BOUNDS):
+                if left != right:
+                    raise sql.error(
+                        part,
+                        "a window join equates each bound of the two windows with itself: "
+                        "L.window_start = R.window_start AND L.window_end = R.window_end",
+                    )
+                bounds.append(left)
+                continue
+            keys.append((left, right))
+            continue
+        if isinstance(part, exp.Between | exp.GTE | exp.LTE | exp.GT | exp.LT) and _relates(part, resolve):
+            if windowed:
+                raise sql.error(
+                    part,
+                    f"a window join's rows meet by window, not by a time range: {form} (join the streams "
+                    "themselves for a time range: an interval join)",
+                )
+            times += _time_bounds(part, sql, resolve)
+            continue
+        what = "the window bounds" if windowed else "one time range"
+        raise sql.error(
+            part,
+            f"a join's ON condition is key equalities and {what}: {form}; filter the joined rows with WHERE",
+        )
+    if not keys:
+        raise sql.error(on, f"a join of streams needs at least one key equality, L.k = R.k: {form}")
+    if windowed:
+        if sorted(set(bounds)) != sorted(BOUNDS) or len(bounds) != 2:
+            raise sql.error(
+                on,
+                "a window join's ON condition names each window bound once, as Flink's window joins do: "
+                "L.window_start = R.window_start AND L.window_end = R.window_end",
+            )
+        return JoinOn(keys=tuple(keys), time=None)
+    return JoinOn(keys=tuple(keys), time=_time_range(on, times, sql))
+
+
+def _time_range(on: exp.Expression, times: list[_Bound], sql: SqlText) -> TimeRange:
+    lowers = [t for t in times if t.lower]
+    uppers = [t for t in times if not t.lower]
+    if not lowers or not uppers:
+        missing = "a time range" if not times else ("a lower bound" if not lowers else "an upper bound")
+        raise sql.error(
+            times[0].node if times else on,
+            f"an interval join needs {missing}: {INTERVAL_FORM} (both bounds inclusive)",
+        )
+    for extra in (lowers[1:] + uppers[1:])[:1]:
+        raise sql.error(
+            extra.node,
+            f"an interval join has one time range, one lower and one upper bound: {INTERVAL_FORM}",
+        )
+    low, high = lowers[0], uppers[0]
+    if (low.left[0], low.right[0]) != (high.left[0], high.right[0]):
+        raise sql.error(
+            high.node, "both bounds of the time range compare the same two time columns, one of each side"
+        )
+    return TimeRange(
+        left=low.left[0],
+        right=low.right[0],
+        lower_ms=low.value,
+        upper_ms=high.value,
+        left_node=low.left[1],
+        right_node=low.right[1],
+        numbers=low.numbers + high.numbers,
+    )
+
+
+def _relates(part: exp.Expression, resolve: SideResolver) -> bool:
+    """Whether ``part`` names columns of both sides (a bound of a time range, else a filter)."""
+    from sqlglot import exp
+
+    return len({resolve(c)[0] for c in part.find_all(exp.Column) if _is_column(c)}) == 2
+
+
+def _conjuncts(node: exp.Expression) -> list[exp.Expression]:
+    from sqlglot import exp
+
+    if isinstance(node, exp.Paren):
+        return _conjuncts(node.this)
+    if isinstance(node, exp.And):
+        return _conjuncts(node.this) + _conjuncts(node.expression)
+    return [node]
+
+
+def _is_column(node: exp.Expression) -> bool:
+    from sqlglot import exp
+
+    return isinstance(node, exp.Column) and not isinstance(node.this, exp.Star)
+
+
+def _time_bounds(part: exp.Expression, sql: SqlText, resolve: SideResolver) -> list[_Bound]:
+    from sqlglot import exp
+
+    if isinstance(part, exp.GT | exp.LT):
+        raise sql.error(
+            part,
+            "the bounds of an interval join's time range are inclusive: write <= or >= (or BETWEEN); "
+            "event time has microseconds, so < is not <= one millisecond less",
+        )
+    if isinstance(part, exp.Between):
+        value = part.this
+        return [
+            _compare(value, part.args["low"], lower=True, part=part, sql=sql, resolve=resolve),
+            _compare(value, part.args["high"], lower=False, part=part, sql=sql, resolve=resolve),
+        ]
+    return [
+        _compare(
+            part.this, part.expression, lower=isinstance(part, exp.GTE), part=part, sql=sql, resolve=resolve
+        )
+    ]
+
+
+def _compare(
+    a: exp.Expression,
+    b: exp.Expression,
+    *,
+    lower: bool,
+    part: exp.Expression,
+    sql: SqlText,
+    resolve: SideResolver,
+) -> _Bound:
+    """``a >= b`` (``lower``) or ``a <= b`` as a bound on ``r - l``."""
+    ta, tb = _term(a, sql, resolve), _term(b, sql, resolve)
+    if ta.column is None or tb.column is None or ta.column[0] == tb.column[0]:
+        raise sql.error(
+            part,
+            "a bound of the time range compares a time column of one side with the other side's, "
+            f"plus or minus an INTERVAL: {INTERVAL_FORM}",
+        )
+    assert ta.node is not None and tb.node is not None
+    numbers = ta.numbers + tb.numbers
+    col_a, col_b = (ta.column[1], ta.node), (tb.column[1], tb.node)
+    if ta.column[0] == "right":  # r + a (>= or <=) l + b: r - l (>= or <=) b - a
+        return _Bound(lower, tb.offset_ms - ta.offset_ms, col_b, col_a, part, numbers)
+    # l + a (>= or <=) r + b: r - l (<= or >=) a - b
+    return _Bound(not lower, ta.offset_ms - tb.offset_ms, col_a, col_b, part, numbers)
+
+
+def _term(node: exp.Expression, sql: SqlText, resolve: SideResolver) -> _Term:
+    """``node`` as ``column + offset``: a time column plus or minus INTERVALs (or milliseconds)."""
+    from sqlglot import exp
+
+    what = "a bound of an interval join's time range"
+    if isinstance(node, exp.Paren):
+        return _term(node.this, sql, resolve)
+    if _is_column(node):
+        assert isinstance(node, exp.Column)
+        side, name = resolve(node)
+        return _Term((side, name), node, 0)
+    if isinstance(node, exp.Interval):
+        return _Term(None, None, interval_ms(node, sql, what))
+    if isinstance(node, exp.Literal) and not node.is_string:
+        if not node.is_int:
+            raise sql.error(node, f"{what}: an offset is a whole number of milliseconds, or an INTERVAL")
+        return _Term(None, None, int(str(node.this)), (node,))
+    if isinstance(node, exp.Neg):
+        inner = _term(node.this, sql, resolve)
+        if inner.column is None:
+            return attrs.evolve(inner, offset_ms=-inner.offset_ms)
+    if isinstance(node, exp.Add | exp.Sub):
+        a, b = _term(node.this, sql, resolve), _term(node.expression, sql, resolve)
+        sign = 1 if isinstance(node, exp.Add) else -1
+        if b.column is None or (sign == 1 and a.column is None):
+            column, col_node = (a.column, a.node) if a.column is not None else (b.column, b.node)
+            return _Term(column, col_node, a.offset_ms + sign * b.offset_ms, a.numbers + b.numbers)
+    raise sql.error(
+        node,
+        f"{what} is a time column plus or minus an INTERVAL, e.g. l.ts - INTERVAL '5' SECOND: "
+        f"{INTERVAL_FORM}",
+    )
