@@ -12,6 +12,7 @@ the same batches.
     python -m benchmarks.chaos --runs 10 --kills 5 --seed 1      # the long run (nox -s chaos)
     python -m benchmarks.chaos --sink duckdb --runs 4 --kills 3  # a table sink (duckdb, delta, postgres)
     python -m benchmarks.chaos --cluster   # executors, workers, the Connect server: chaos_cluster.py
+    python -m benchmarks.chaos --join --runs 4 --kills 3   # a Kafka -> DuckDB join: chaos_join.py
 
 With a table sink (``--sink``), runs alternate the native lowering (one
 firing per window) and the stateful lowering with allowed lateness and
@@ -377,6 +378,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import chaos_cluster
 
         return chaos_cluster.main([a for a in argv if a != "--cluster"])
+    if "--join" in argv:  # a join of two Kafka topics into a DuckDB table
+        from benchmarks import chaos_join
+
+        return chaos_join.main([a for a in argv if a != "--join"])
     if argv and argv[0] == "child":
         _, state_dir, seed, count, size, lowering, *target = argv
         return child(state_dir, int(seed), int(count), int(size), lowering, Target(*target))

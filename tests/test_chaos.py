@@ -111,3 +111,28 @@ def test_a_connect_server_restart_under_a_running_client_resumes_exactly_once(
     assert run.count("connect server") == 1 and run.resumed == 1, run
     assert run.finished and not run.error, run.error
     assert (run.lost, run.duplicated, run.wrong) == (0, 0, 0)
+
+
+@pytest.mark.spark
+def test_a_sigkilled_kafka_join_writes_its_changelog_to_a_table_exactly_once(
+    kafka_broker: KafkaBroker,
+) -> None:
+    """A full outer interval join with retractions, Kafka in, DuckDB out: every row once, none twice."""
+    from benchmarks import chaos_join
+
+    topics = [f"join_l_{uuid.uuid4().hex[:8]}", f"join_r_{uuid.uuid4().hex[:8]}"]
+    for topic in topics:
+        kafka_broker.create_topic(topic, partitions=1)
+    run = chaos_join.run_once(
+        seed=4,
+        kills=1,
+        count=6,
+        size=8,
+        lowering="stateful",
+        max_delay_s=20.0,
+        servers=kafka_broker.bootstrap_servers,
+        topics=topics,
+    )
+    assert len(run["kills"]) == 1
+    assert run["finished"] and run["restarts_failed"] == 0
+    assert run["rows"] > 0 and (run["lost"], run["duplicated"], run["wrong"]) == (0, 0, 0)

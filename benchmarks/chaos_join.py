@@ -1,0 +1,233 @@
+"""Crash recovery of a join under SIGKILL: Kafka in, a DuckDB table out, nothing lost or written twice.
+
+A *child* process runs a durable streaming join of two Kafka topics (one per
+side) into a :class:`~krishiv_py.DuckDBSink` in append mode (the join's
+changelog: every joined row, null-padded row and retraction once) and
+produces a fixed, seeded input one step at a time: a step is one side's
+batch, written in one Kafka transaction, then processed. The *parent* kills
+the child (and its JVM) with SIGKILL at random moments and starts it again
+until it has produced every step; a restarted child counts the records in
+the topics to find where it stopped. The table must then hold exactly the
+reference model's changelog for the same steps.
+
+Runs alternate the stateful lowering (a full outer interval join with
+allowed lateness and retractions: late rows withdraw padded rows) and the
+native one (an inner interval join on Spark's own stream-stream join).
+
+    python -m benchmarks.chaos_join --runs 4 --kills 3     # nox -s chaos -- --join
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from typing import Any
+
+LEFT = "k string, t bigint, a bigint"
+RIGHT = "k string, t bigint, b bigint"
+COLUMNS = ("k", "t", "a", "t_right", "b")
+
+
+def steps(seed: int, count: int, size: int) -> list[tuple[str, list[dict[str, Any]]]]:
+    """``count`` steps, each one side's batch: a few keys, time moving forward, disorder, late rows."""
+    rng = random.Random(seed)
+    out: list[tuple[str, list[dict[str, Any]]]] = []
+    t = 0
+    for i in range(count):
+        side = "left" if i % 2 == 0 else "right"
+        batch = []
+        for _ in range(size):
+            t += rng.randint(0, 20)
+            late = rng.random() < 0.15
+            row: dict[str, Any] = {
+                "k": f"k{rng.randint(0, 3)}",
+                "t": t - (rng.randint(30, 90) if late else 0),
+            }
+            row["a" if side == "left" else "b"] = rng.randint(1, 9)
+            batch.append(row)
+        out.append((side, batch))
+    return out
+
+
+def pipeline(left: Any, right: Any, lowering: str) -> Any:
+    keyed_left = left.watermark("t", 10).key_by("k")
+    keyed_right = right.watermark("t", 10).key_by("k")
+    if lowering == "native":
+        return keyed_left.interval_join(keyed_right, between=(-40, 20))
+    return (
+        keyed_left.interval_join(keyed_right, between=(-40, 20), how="full")
+        .allowed_lateness(60)
+        .accumulation("retracting")
+    )
+
+
+def child(
+    state_dir: str, servers: str, topics: list[str], seed: int, count: int, size: int, lowering: str
+) -> int:
+    from confluent_kafka import Producer
+
+    import krishiv_py as kp
+    from krishiv_py.kafka.client import read_topic
+
+    data = steps(seed, count, size)
+    with kp.Session.embedded(durability="single-node-durable", state_dir=state_dir) as session:
+        left = session.read_kafka(servers, topics[0], schema=LEFT, name="left").select("k", "t", "a")
+        right = session.read_kafka(servers, topics[1], schema=RIGHT, name="right").select("k", "t", "b")
+        sink = kp.DuckDBSink(os.path.join(state_dir, "out.duckdb"), "joined", mode="append")
+        job = pipeline(left, right, lowering).start(sink, name="chaos-join", lowering=lowering)
+        job.process_all_available()
+        held = {
+            side: len(read_topic(servers, topic))
+            for side, topic in zip(("left", "right"), topics, strict=True)
+        }
+        done, sent = 0, {"left": 0, "right": 0}
+        while done < len(data) and sent[data[done][0]] + len(data[done][1]) <= held[data[done][0]]:
+            sent[data[done][0]] += len(data[done][1])
+            done += 1
+        producer = Producer({"bootstrap.servers": servers, "transactional.id": f"chaos-{topics[0]}"})
+        producer.init_transactions(30)
+        for side, batch in data[done:]:
+            producer.begin_transaction()
+            for row in batch:
+                producer.produce(topics[0] if side == "left" else topics[1], value=json.dumps(row).encode())
+            producer.commit_transaction(30)
+            job.process_all_available()
+        job.stop()
+    return 0
+
+
+def expected(seed: int, count: int, size: int, lowering: str) -> list[dict[str, Any]]:
+    """The reference model's changelog for the same steps (a topic has no end: no close)."""
+    from krishiv_py.api.stream import placeholder
+    from krishiv_py.model.joins import join_model_for
+
+    joined = pipeline(placeholder(LEFT, "left"), placeholder(RIGHT, "right"), lowering)
+    model = join_model_for(joined.plan)
+    for side, batch in steps(seed, count, size):
+        model.send(batch, side=side)
+    return model.results
+
+
+def table_rows(state_dir: str, lowering: str) -> list[dict[str, Any]]:
+    import duckdb
+
+    with duckdb.connect(os.path.join(state_dir, "out.duckdb"), read_only=True) as con:
+        names = [r[0] for r in con.execute("DESCRIBE joined").fetchall()]
+        kind = "kind" if "kind" in names else "'emit'"
+        got = con.execute(f"SELECT {', '.join(COLUMNS)}, {kind} FROM joined").fetchall()
+    return [dict(zip((*COLUMNS, "kind"), r, strict=True)) for r in got]
+
+
+def run_once(
+    *,
+    seed: int,
+    kills: int,
+    count: int,
+    size: int,
+    lowering: str,
+    max_delay_s: float,
+    servers: str,
+    topics: list[str],
+    log: Any = print,
+) -> dict[str, Any]:
+    """One run: start, SIGKILL ``kills`` times at random moments, finish, compare the table with the model."""
+    rng = random.Random(seed)
+    run: dict[str, Any] = {"lowering": lowering, "kills": [], "restarts_failed": 0, "finished": False}
+    with tempfile.TemporaryDirectory(prefix="krishiv-chaos-join-") as state_dir:
+        cmd = [sys.executable, "-m", "benchmarks.chaos_join", "child", state_dir, servers, *topics]
+        cmd += [str(seed), str(count), str(size), lowering]
+        for attempt in range(kills + 1):
+            proc = subprocess.Popen(
+                cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+            )
+            if attempt < kills:
+                delay = rng.uniform(1.0, max_delay_s)
+                try:
+                    proc.wait(timeout=delay)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                    run["kills"].append(round(delay, 2))
+                    continue
+            else:
+                proc.wait(timeout=600)
+            if proc.returncode != 0:
+                run["restarts_failed"] += 1
+                err = proc.stderr.read().decode(errors="replace")[-2000:] if proc.stderr else ""
+                log(f"  child exited {proc.returncode}: {err}")
+            else:
+                run["finished"] = True
+                break
+        if run["finished"]:
+            got = Counter(tuple(r.values()) for r in table_rows(state_dir, lowering))
+            want = Counter(
+                (*(r[c] for c in COLUMNS), r.get("kind", "emit"))
+                for r in expected(seed, count, size, lowering)
+            )
+            run["rows"] = sum(want.values())
+            run["lost"] = sum((want - got).values())
+            run["duplicated"] = sum(got[k] - want[k] for k in got if got[k] > want[k] > 0)
+            run["wrong"] = sum(n for k, n in got.items() if k not in want)
+    run["ok"] = run["finished"] and not (
+        run["restarts_failed"] or run.get("lost") or run.get("duplicated") or run.get("wrong")
+    )
+    return run
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "child":
+        _, state_dir, servers, left, right, seed, count, size, lowering = argv
+        return child(state_dir, servers, [left, right], int(seed), int(count), int(size), lowering)
+    p = argparse.ArgumentParser(description="SIGKILL a durable Kafka -> DuckDB join at random points")
+    p.add_argument("--runs", type=int, default=4, help="runs, alternating the stateful and native lowerings")
+    p.add_argument("--kills", type=int, default=3, help="SIGKILLs per run")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--steps", type=int, default=16)
+    p.add_argument("--rows", type=int, default=20, help="rows per step")
+    p.add_argument("--max-delay", type=float, default=25.0, help="latest kill, seconds after a (re)start")
+    a = p.parse_args(argv)
+    from krishiv_py.devtools import KafkaBroker
+
+    runs = []
+    with KafkaBroker() as broker:
+        for i in range(a.runs):
+            lowering = ("stateful", "native")[i % 2]
+            topics = [f"join_left_{i}_{a.seed}", f"join_right_{i}_{a.seed}"]
+            for topic in topics:
+                broker.create_topic(topic, partitions=1)
+            run = run_once(
+                seed=a.seed + i,
+                kills=a.kills,
+                count=a.steps,
+                size=a.rows,
+                lowering=lowering,
+                max_delay_s=a.max_delay,
+                servers=broker.bootstrap_servers,
+                topics=topics,
+            )
+            runs.append(run)
+            print(json.dumps(run), flush=True)
+    kills = sum(len(r["kills"]) for r in runs)
+    print(
+        f"{len(runs)} runs, {kills} SIGKILLs: lost {sum(r.get('lost', 0) for r in runs)}, duplicated "
+        f"{sum(r.get('duplicated', 0) for r in runs)}, wrong {sum(r.get('wrong', 0) for r in runs)}, "
+        f"failed restarts {sum(r['restarts_failed'] for r in runs)}, unfinished "
+        f"{sum(not r['finished'] for r in runs)}"
+    )
+    return 0 if all(r["ok"] for r in runs) else 1
+
+
+if __name__ == "__main__":
+    t0 = time.monotonic()
+    code = main()
+    print(f"{time.monotonic() - t0:.0f} s", file=sys.stderr)
+    raise SystemExit(code)
