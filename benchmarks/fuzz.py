@@ -121,7 +121,7 @@ def _methods(cls: type) -> list[str]:
     )
 
 
-_METHODS = {cls: _methods(cls) for cls in (kp.Stream, kp.KeyedStream, kp.WindowedStream)}
+_METHODS = {cls: _methods(cls) for cls in (kp.Stream, kp.KeyedStream, kp.WindowedStream, kp.JoinedStream)}
 _JUNK: list[Any] = [
     None,
     True,
@@ -255,6 +255,10 @@ def _plausible(param: str, names: list[str]) -> st.SearchStrategy[Thunk]:
         )
     if param == "mode":
         return st.sampled_from(["accumulating", "discarding", "retracting"]).map(const)
+    if param == "between":
+        return st.sampled_from([(-5_000, 0), (0, 1_000), (-60_000, 60_000), (5, -5), (0, 0)]).map(const)
+    if param == "how":
+        return st.sampled_from(["inner", "left", "right", "full", "semi", "anti", "outer"]).map(const)
     if param == "trigger":
         return st.sampled_from(
             [
@@ -325,6 +329,8 @@ def builder_case(data: st.DataObject, tally: Tally) -> None:
             args += [_arg(data, star, names) for _ in range(data.draw(st.integers(0, 3)))]
             if name == "union" and data.draw(st.booleans()):
                 args = [Thunk("other", lambda: other)]
+        if name in ("interval_join", "as_of_join", "join") and args and data.draw(st.integers(0, 3)) > 0:
+            args[0] = _other_side(data, other, name, current)
         kwargs = {k: _arg(data, k, names) for k in kw if data.draw(st.booleans())}
         call = f"{name}({', '.join([a.text for a in args] + [f'{k}={v.text}' for k, v in kwargs.items()])})"
         steps.append(call)
@@ -337,7 +343,7 @@ def builder_case(data: st.DataObject, tally: Tally) -> None:
                 tally.problem("builder", "a refused call changed the stream", " . ".join(steps))
             continue
         tally.ok("builder")
-        if isinstance(result, (kp.Stream, kp.KeyedStream, kp.WindowedStream)):
+        if isinstance(result, (kp.Stream, kp.KeyedStream, kp.WindowedStream, kp.JoinedStream)):
             current = result
             names = list(result.columns) if isinstance(result, kp.Stream) else names
     if isinstance(current, kp.Stream):
@@ -351,6 +357,19 @@ def builder_case(data: st.DataObject, tally: Tally) -> None:
             tally.ok("builder")
 
 
+def _other_side(data: st.DataObject, other: Stream, name: str, current: Any) -> Thunk:
+    """The other stream as a join's right side: keyed (and windowed like ``current`` for ``join``)."""
+    key = data.draw(st.sampled_from(["user_id", "amount", "event_time"]))
+    if name != "join":
+        return Thunk(f"other.key_by({key!r})", lambda: other.key_by(key))
+    window = getattr(current, "window", None)
+    if window is not None and data.draw(st.booleans()):
+        return Thunk(f"other.key_by({key!r}).<same window>", lambda: kp.WindowedStream(other, (key,), window))
+    return Thunk(
+        f"other.key_by({key!r}).tumbling_window(60000)", lambda: other.key_by(key).tumbling_window(60_000)
+    )
+
+
 def _snapshot(obj: Any) -> Any:
     if isinstance(obj, kp.Stream):
         return obj.plan
@@ -360,6 +379,8 @@ def _snapshot(obj: Any) -> Any:
 # --- sql ----------------------------------------------------------------------------------------------
 
 SQL_SEEDS = [
+    "SET watermark.lag = INTERVAL '5' SECOND; SELECT * FROM events l LEFT JOIN events r "
+    "ON l.user_id = r.user_id AND r.event_time BETWEEN l.event_time - INTERVAL '1' MINUTE AND l.event_time",
     "SELECT tumble_start(event_time, INTERVAL '1 minute') AS window_start, "
     "tumble_end(event_time, INTERVAL '1 minute') AS window_end, COUNT(*) AS events FROM events "
     "GROUP BY tumble_start(event_time, INTERVAL '1 minute'), tumble_end(event_time, INTERVAL '1 minute')",
