@@ -35,6 +35,7 @@ a median's, not a maximum's.
     python -m benchmarks.soak                     # 1M keys, 200 batches: about 10 minutes on 2 cores
     python -m benchmarks.soak --spark-defaults    # Spark's own retention settings (for comparison)
     python -m benchmarks.soak --keys 100000 --batches 60 --warmup 20   # a quick look
+    python -m benchmarks.soak --join --keys 100000 --batches 60 --warmup 20   # a join's state
 
 Writes ``benchmarks/results/soak-latest.json`` and ``docs/soak.png`` (with
 ``--plot``), prints the table as markdown; exits 1 when a figure is not
@@ -58,6 +59,7 @@ from typing import Any
 import numpy as np
 import psutil
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from benchmarks.durability import dir_bytes
 from benchmarks.report import machine
@@ -202,9 +204,14 @@ SPARK_DEFAULTS = {
 
 
 def soak(
-    *, keys: int, batches: int, every: int, spark_defaults: bool = False, log: Any = print
+    *, keys: int, batches: int, every: int, spark_defaults: bool = False, join: bool = False, log: Any = print
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Run the job over the workload; the samples and the job's end figures."""
+    """Run the job over the workload; the samples and the job's end figures.
+
+    ``join``: instead of sessions, a full outer interval join (±5 s, allowed
+    lateness 10 s, retracting) of the workload with a second stream that
+    holds the same keys 1 s later: its state is bounded by the watermark alone.
+    """
     import krishiv_py as kp
 
     conf = dict(SPARK_DEFAULTS) if spark_defaults else {}
@@ -216,14 +223,28 @@ def soak(
         ) as session:
             # "committed": the spool deletes what the job committed, as a long-running job needs.
             stream, sender = session.memory_stream(SCHEMA, name="events", retention="committed")
-            windows = (
-                stream.watermark("t", LAG_MS)
-                .key_by("key")
-                .session_window(GAP_MS)
-                .allowed_lateness(LATENESS_MS)
-                .with_state_ttl(kp.StateTtlConfig(ttl_ms=TTL_MS))
-            )
-            pipeline = windows.agg(kp.count(kp.col("*")).alias("n"), kp.sum(kp.col("amount")).alias("total"))
+            other, other_sender = session.memory_stream(SCHEMA, name="others", retention="committed")
+            if join:
+                pipeline: Any = (
+                    stream.watermark("t", LAG_MS)
+                    .key_by("key")
+                    .interval_join(
+                        other.watermark("t", LAG_MS).key_by("key"), between=(-5_000, 5_000), how="full"
+                    )
+                    .allowed_lateness(LATENESS_MS)
+                    .accumulation("retracting")
+                )
+            else:
+                windows = (
+                    stream.watermark("t", LAG_MS)
+                    .key_by("key")
+                    .session_window(GAP_MS)
+                    .allowed_lateness(LATENESS_MS)
+                    .with_state_ttl(kp.StateTtlConfig(ttl_ms=TTL_MS))
+                )
+                pipeline = windows.agg(
+                    kp.count(kp.col("*")).alias("n"), kp.sum(kp.col("amount")).alias("total")
+                )
             job = pipeline.start(kp.ParquetSink(os.path.join(root, "out")), name="soak", lowering="stateful")
             jvm = jvm_pid()
             spool = os.path.join(root, "state", "sources")
@@ -232,12 +253,17 @@ def soak(
             for b, batch in enumerate(workload(keys, batches), start=1):
                 sender.send(batch)
                 sent += batch.num_rows
+                if join:
+                    later = pc.add(batch.column("t"), 1_000)
+                    other_sender.send(batch.set_column(1, "t", later))
+                    sent += batch.num_rows
                 job.process_all_available()
                 if b % every == 0 or b == batches:
                     samples.append(sample(job, session.spark, jvm, spool, b, time.monotonic() - t0))
                     s = samples[-1]
                     log(f"  batch {b:>4}: " + ", ".join(f"{FIGURES[k]} {_show(k, s[k])}" for k in FIGURES))
             sender.close()
+            other_sender.close()
             job.await_termination(timeout_s=600)
             m = job.metrics()
             end = {
@@ -348,6 +374,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="Spark's own checkpoint retention, maintenance interval and UI history (for comparison)",
     )
+    p.add_argument("--join", action="store_true", help="a full outer interval join instead of sessions")
     p.add_argument("--plot", action="store_true", help=f"draw {PLOT.relative_to(PLOT.parent.parent)}")
     p.add_argument("--out", type=Path, default=RESULTS)
     a = p.parse_args(argv)
@@ -355,10 +382,13 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--batches must leave at least 8 samples after --warmup")
     settings = "Spark's defaults" if a.spark_defaults else "krishiv_py's settings"
     print(f"soak: {a.keys:,} keys, {a.batches} batches, {settings}", flush=True)
-    samples, end = soak(keys=a.keys, batches=a.batches, every=a.every, spark_defaults=a.spark_defaults)
+    samples, end = soak(
+        keys=a.keys, batches=a.batches, every=a.every, spark_defaults=a.spark_defaults, join=a.join
+    )
     flat = flatness(samples, a.warmup)
-    # Every key's session ends: TTL expired it during the run, or the end of input closed it.
-    checks = end["state_windows_at_end"] == 0 and end["state_evictions"] > 0
+    # Every key's session ends: TTL expired it during the run, or the end of input closed it;
+    # a join's rows leave state as the watermark passes them.
+    checks = end["state_windows_at_end"] == 0 and (a.join or end["state_evictions"] > 0)
     ok = checks and all(f["flat"] for f in flat.values())
     print(markdown(flat, a.warmup, a.batches))
     print(json.dumps(end))

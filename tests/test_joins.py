@@ -290,3 +290,30 @@ def run_native(
         assert state <= 4, state  # rows far behind the watermark are gone
     finally:
         job.stop()
+
+
+def test_the_testing_scenarios_play_a_join_on_the_model_and_on_spark(session: kp.Session) -> None:
+    """``krishiv_py.testing``: each source of the scenario is a side of the join."""
+    from krishiv_py import testing as t
+
+    steps = [
+        t.Send([{"k": "a", "t": 3, "a": 1, "b": None}, {"k": "b", "t": 4, "a": 2, "b": None}], source="lhs"),
+        t.Send([{"k": "a", "t": 8, "a": None, "b": 1}, {"k": "c", "t": 9, "a": None, "b": 2}], source="rhs"),
+        t.AdvanceWatermark(20, source="lhs"),
+        t.AdvanceWatermark(20, source="rhs"),
+        t.Send([{"k": "b", "t": 12, "a": 3, "b": None}], source="lhs"),
+        t.Close(source="lhs"),
+        t.Close(source="rhs"),
+    ]
+    schema = "k string, t bigint, a bigint, b bigint"
+
+    def pipeline(lhs: kp.Stream, rhs: kp.Stream) -> kp.JoinedStream:
+        w = lhs.watermark("t", 0).key_by("k").tumbling_window(10)
+        return w.join(rhs.watermark("t", 0).key_by("k").tumbling_window(10), how="right")
+
+    expected = t.run_reference(schema, pipeline, steps, sources=("lhs", "rhs"))
+    got = t.run_streaming(session, schema, pipeline, steps, sources=("lhs", "rhs"))
+    assert len(got) == len(expected)
+    for actual, wanted in zip(got, expected, strict=True):
+        t.assert_same_rows(actual, wanted)
+    assert len(expected[-1]) == 2  # a's pair, c padded; b has no right row

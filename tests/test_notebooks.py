@@ -79,6 +79,7 @@ def test_quickstart_notebook_shows_rich_displays_and_a_timeline(run: Run) -> Non
     ):
         assert title in html, title
     assert "2024-01-01 00:01:00 UTC" in html  # result tables: window bounds as times
+    assert "retract" in html  # the join section: a late view withdrew bob's padded row
     assert "finished" in html and "end of input" in html
     pngs = [out for _, out in outputs(notebook) if "image/png" in out.get("data", {})]
     assert len(pngs) == 1  # the timeline, shown once

@@ -17,6 +17,7 @@ import attrs
 
 from krishiv_py.errors import PlanError
 from krishiv_py.model.cascade import CascadeModel
+from krishiv_py.model.joins import JoinModel, join_model_for
 from krishiv_py.model.ranking import TopNModel
 from krishiv_py.model.reference import AggSpec, ReferenceModel
 from krishiv_py.plan import nodes as n
@@ -126,6 +127,8 @@ def reference_model_for(
     ``stream`` may also be the plan itself (a job's ``plan``).
     """
     plan = plan_of(stream)
+    if isinstance(plan, n.Join):
+        raise PlanError("a join has its own model: use model_for() (a JoinModel)")
     if not isinstance(plan, n.WindowAggregate):
         raise PlanError("the reference model covers source -> watermark -> [key_by] -> window -> agg")
     if n.cascade_of(plan) is not None:
@@ -168,8 +171,12 @@ def reference_model_for(
 
 def model_for(
     stream: Planned | n.PlanNode, *, clock: Callable[[], float] | None = None
-) -> ReferenceModel | CascadeModel | TopNModel:
-    """The model of a pipeline: :func:`reference_model_for`, a :class:`CascadeModel` or a :class:`TopNModel`.
+) -> ReferenceModel | CascadeModel | TopNModel | JoinModel:
+    """The model of a pipeline: :func:`reference_model_for`, a :class:`CascadeModel`, a :class:`TopNModel`.
+
+    A join (``interval_join``, ``join``, ``as_of_join``) is modelled by a
+    :class:`~krishiv_py.model.joins.JoinModel` (send each side's rows with
+    ``send(rows, side="left" | "right")``).
 
     Window top-N right after a window's ``agg`` is modelled as the results
     fire and are corrected (``kind`` on every row); compare it with a
@@ -180,6 +187,8 @@ def model_for(
     build a :class:`CascadeModel` with ``between=`` for those).
     """
     plan = plan_of(stream)
+    if isinstance(plan, n.Join):
+        return join_model_for(plan)
     if isinstance(plan, n.TopN) and isinstance(plan.input, n.WindowAggregate):
         return TopNModel(
             model_for(plan.input, clock=clock),

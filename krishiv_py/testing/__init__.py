@@ -17,6 +17,7 @@ after every step::
 from __future__ import annotations
 
 from krishiv_py.model.cascade import CascadeModel
+from krishiv_py.model.joins import JoinModel, join_model_for
 from krishiv_py.model.ranking import TopNModel, top_n_rows
 from krishiv_py.model.reference import AggSpec, ReferenceMetrics, ReferenceModel
 from krishiv_py.testing.compare import assert_same_rows, normalize_rows
@@ -43,6 +44,7 @@ __all__ = [
     "AggSpec",
     "CascadeModel",
     "Close",
+    "JoinModel",
     "ManualClock",
     "ReferenceMetrics",
     "ReferenceModel",
@@ -51,6 +53,7 @@ __all__ = [
     "TopNModel",
     "assert_lowerings_agree",
     "assert_same_rows",
+    "join_model_for",
     "model_for",
     "normalize_rows",
     "reference_model_for",

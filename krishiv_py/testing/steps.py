@@ -31,11 +31,12 @@ The rows the model dropped (very late) or could not window (invalid), after each
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from krishiv_py.api.stream import placeholder
 from krishiv_py.errors import PlanError
 from krishiv_py.model.cascade import CascadeModel
+from krishiv_py.model.joins import JoinModel
 from krishiv_py.model.ranking import TopNModel
 from krishiv_py.model.reference import ReferenceModel
 from krishiv_py.model.steps import (
@@ -46,8 +47,10 @@ from krishiv_py.model.steps import (
     Send,
     Step,
     model_for,
+    plan_of,
     reference_model_for,
 )
+from krishiv_py.plan import nodes as n
 from krishiv_py.runtime.job import StreamingJob
 from krishiv_py.testing.compare import assert_same_rows
 
@@ -105,13 +108,14 @@ def _play(
     schema: Any,
     pipeline: Pipeline,
     steps: Sequence[Step],
-    observe: Callable[[ReferenceModel | CascadeModel | TopNModel], list[Result]],
+    observe: Callable[[ReferenceModel | CascadeModel | TopNModel | JoinModel], list[Result]],
     sources: Sequence[str],
 ) -> list[list[Result]]:
     """Play ``steps`` on the reference model; ``observe`` it after each step."""
-    model = model_for(
-        pipeline(*(_placeholder(schema, name) for name in sources)), clock=_scenario_clock(steps)
-    )
+    built = pipeline(*(_placeholder(schema, name) for name in sources))
+    model = model_for(built, clock=_scenario_clock(steps))
+    if isinstance(model, JoinModel):
+        return _play_join(model, plan_of(built), steps, observe, sources)
     out = []
     for step in steps:
         source = _model_source(step, sources)
@@ -123,6 +127,32 @@ def _play(
             model.advance_watermark(step.ts_ms, source=source)
         else:
             model.close(source=source)
+        out.append(observe(model))
+    return out
+
+
+def _play_join(
+    model: JoinModel,
+    plan: n.PlanNode,
+    steps: Sequence[Step],
+    observe: Callable[[JoinModel], list[Result]],
+    sources: Sequence[str],
+) -> list[list[Result]]:
+    """A join's steps: each source is a side of the join (its left or its right input)."""
+    assert isinstance(plan, n.Join)
+    left = {s.name for s in n.sources_of(plan.left)}
+    out = []
+    for step in steps:
+        source = _model_source(step, sources)
+        side: Literal["left", "right"] = "left" if source in left else "right"
+        if isinstance(step, AdvanceProcessingTime):
+            raise PlanError("a join's model has no processing time: its rules are in event time only")
+        if isinstance(step, Send):
+            model.send(step.rows, side=side)
+        elif isinstance(step, AdvanceWatermark):
+            model.advance_watermark(step.ts_ms, side=side)
+        else:
+            model.close(side=side)
         out.append(observe(model))
     return out
 
@@ -157,6 +187,11 @@ def run_reference_late_events(
 def run_reference_bounded(schema: Any, pipeline: Pipeline, rows: Sequence[Row]) -> list[Result]:
     """Reference results of a bounded run: all rows in one step, then end of input."""
     model = model_for(pipeline(_placeholder(schema)))
+    if isinstance(model, JoinModel):
+        raise PlanError(
+            "a join reads two inputs: play it with run_reference(..., sources=(left, right)) and "
+            "Send(rows, source=...) steps, then Close()"
+        )
     model.send(rows)
     model.close()
     return list(model.results)
