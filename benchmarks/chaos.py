@@ -235,29 +235,7 @@ def run_once(
         cmd = [sys.executable, "-m", "benchmarks.chaos", *where, str(seed), str(count), str(size), lowering]
         if not kafka:
             cmd += target.argv()
-        for attempt in range(kills + 1):
-            # A process group of its own: the kill takes the child's JVM down with it, like a crash.
-            proc = subprocess.Popen(
-                cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
-            )
-            if attempt < kills:
-                delay = rng.uniform(1.0, max_delay_s)
-                try:
-                    proc.wait(timeout=delay)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
-                    run.kills.append(round(delay, 2))
-                    continue
-            else:
-                proc.wait(timeout=600)
-            if proc.returncode != 0:
-                run.restarts_failed += 1
-                err = proc.stderr.read().decode(errors="replace")[-2000:] if proc.stderr else ""
-                log(f"  child exited {proc.returncode}: {err}")
-            else:
-                run.finished = True
-                break
+        run.finished = kill_and_restart(cmd, kills, max_delay_s, rng, run, log)
         if run.finished:
             corrected = target.corrected and lowering == "stateful"
             want = expected(seed, count, size, kafka=kafka is not None, corrected=corrected)
@@ -266,6 +244,46 @@ def run_once(
             else:
                 compare_table(run, table_rows(target, state_dir), want, append=target.mode == "append")
     return run
+
+
+class Kills(Protocol):
+    """What a run records of its kills and restarts."""
+
+    kills: list[float]
+    restarts_failed: int
+
+
+def kill_and_restart(
+    cmd: list[str], kills: int, max_delay_s: float, rng: random.Random, run: Kills, log: Any = print
+) -> bool:
+    """Start ``cmd``, SIGKILL it ``kills`` times at random moments, let the last start finish.
+
+    True when a start finished with exit code 0; each kill's delay and each
+    failed restart is recorded on ``run``.
+    """
+    for attempt in range(kills + 1):
+        # A process group of its own: the kill takes the child's JVM down with it, like a crash.
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+        )
+        if attempt < kills:
+            delay = rng.uniform(1.0, max_delay_s)
+            try:
+                proc.wait(timeout=delay)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                run.kills.append(round(delay, 2))
+                continue
+        else:
+            proc.wait(timeout=600)
+        if proc.returncode != 0:
+            run.restarts_failed += 1
+            err = proc.stderr.read().decode(errors="replace")[-2000:] if proc.stderr else ""
+            log(f"  child exited {proc.returncode}: {err}")
+        else:
+            return True
+    return False
 
 
 class Tally(Protocol):

@@ -23,13 +23,15 @@ import argparse
 import json
 import os
 import random
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
 from typing import Any
+
+import attrs
+
+from benchmarks.chaos import kill_and_restart
 
 LEFT = "k string, t bigint, a bigint"
 RIGHT = "k string, t bigint, b bigint"
@@ -140,46 +142,38 @@ def run_once(
 ) -> dict[str, Any]:
     """One run: start, SIGKILL ``kills`` times at random moments, finish, compare the table with the model."""
     rng = random.Random(seed)
-    run: dict[str, Any] = {"lowering": lowering, "kills": [], "restarts_failed": 0, "finished": False}
+    run = JoinRun(lowering=lowering)
     with tempfile.TemporaryDirectory(prefix="krishiv-chaos-join-") as state_dir:
         cmd = [sys.executable, "-m", "benchmarks.chaos_join", "child", state_dir, servers, *topics]
         cmd += [str(seed), str(count), str(size), lowering]
-        for attempt in range(kills + 1):
-            proc = subprocess.Popen(
-                cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
-            )
-            if attempt < kills:
-                delay = rng.uniform(1.0, max_delay_s)
-                try:
-                    proc.wait(timeout=delay)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
-                    run["kills"].append(round(delay, 2))
-                    continue
-            else:
-                proc.wait(timeout=600)
-            if proc.returncode != 0:
-                run["restarts_failed"] += 1
-                err = proc.stderr.read().decode(errors="replace")[-2000:] if proc.stderr else ""
-                log(f"  child exited {proc.returncode}: {err}")
-            else:
-                run["finished"] = True
-                break
-        if run["finished"]:
+        finished = kill_and_restart(cmd, kills, max_delay_s, rng, run, log)
+        out: dict[str, Any] = {
+            "lowering": lowering,
+            "kills": run.kills,
+            "restarts_failed": run.restarts_failed,
+        }
+        out["finished"] = finished
+        if finished:
             got = Counter(tuple(r.values()) for r in table_rows(state_dir, lowering))
             want = Counter(
                 (*(r[c] for c in COLUMNS), r.get("kind", "emit"))
                 for r in expected(seed, count, size, lowering)
             )
-            run["rows"] = sum(want.values())
-            run["lost"] = sum((want - got).values())
-            run["duplicated"] = sum(got[k] - want[k] for k in got if got[k] > want[k] > 0)
-            run["wrong"] = sum(n for k, n in got.items() if k not in want)
-    run["ok"] = run["finished"] and not (
-        run["restarts_failed"] or run.get("lost") or run.get("duplicated") or run.get("wrong")
+            out["rows"] = sum(want.values())
+            out["lost"] = sum((want - got).values())
+            out["duplicated"] = sum(got[k] - want[k] for k in got if got[k] > want[k] > 0)
+            out["wrong"] = sum(n for k, n in got.items() if k not in want)
+    out["ok"] = finished and not (
+        run.restarts_failed or out.get("lost") or out.get("duplicated") or out.get("wrong")
     )
-    return run
+    return out
+
+
+@attrs.define
+class JoinRun:
+    lowering: str
+    kills: list[float] = attrs.field(factory=list)
+    restarts_failed: int = 0
 
 
 def main(argv: list[str] | None = None) -> int:

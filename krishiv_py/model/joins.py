@@ -4,8 +4,9 @@ The model runs one join of two keyed streams, *left* and *right*, one
 *step* (micro-batch) at a time, and handles one row at a time. It keeps
 every stored row for good (only the state TTL drops rows), so it is slow
 and obviously right: the oracle the Spark lowerings of the interval, window
-and as-of joins are compared with, row for row. It shares no code with them
-nor with :mod:`krishiv_py.model.reference`.
+and as-of joins are compared with, row for row. It shares no code with them;
+from :mod:`krishiv_py.model.reference` it takes only the reading of event
+times (:func:`~krishiv_py.model.reference.event_time_us`).
 
 Time
     Event times are ``int`` epoch milliseconds or ``datetime`` values (a
@@ -139,9 +140,10 @@ from typing import Literal, TypeAlias
 
 import attrs
 
-from krishiv_py.errors import PlanError, SchemaError
+from krishiv_py.errors import PlanError
+from krishiv_py.model.reference import event_time_us
 from krishiv_py.plan.nodes import KIND_COLUMN, Join, schema_of
-from krishiv_py.plan.watermarks import END_OF_TIME_MS, MAX_EVENT_MS, MIN_EVENT_MS
+from krishiv_py.plan.watermarks import END_OF_TIME_MS
 from krishiv_py.plan.windows import SlidingWindow, TumblingWindow
 
 __all__ = ["END_OF_TIME_MS", "JoinModel", "join_model_for"]
@@ -364,7 +366,7 @@ class JoinModel:
         for side, rows in sides:
             max_us: int | None = None
             for row in rows:
-                ts_us = _event_time_us(row.get(self._time[side]))
+                ts_us = event_time_us(row.get(self._time[side]))
                 entry = self._accept(side, row, ts_us, w_ms)
                 if entry is not None:
                     new.append(entry)
@@ -704,20 +706,6 @@ def _canonical(value: object) -> object:
         if value == 0.0:
             return 0.0
     return value
-
-
-def _event_time_us(value: object) -> int | None:
-    """Event time in µs since the epoch; ``None`` when missing or out of the supported range."""
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-        us: int = (aware - _EPOCH) // _ONE_US
-    elif isinstance(value, int) and not isinstance(value, bool):
-        us = value * 1000
-    else:
-        raise SchemaError(f"event time must be an int (epoch ms) or a datetime, got {value!r}")
-    return us if MIN_EVENT_MS <= us // 1000 <= MAX_EVENT_MS else None
 
 
 def join_model_for(node: Join) -> JoinModel:

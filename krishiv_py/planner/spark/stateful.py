@@ -115,15 +115,18 @@ def lower_stateful_window(
 ) -> RecipeNode:
     """Encode the rows of ``child`` for the operator and apply it, grouped by key bucket."""
     spec = operator_spec(node, shift_ms=shift_ms)
-    schema = n.schema_of(node.input)
-    hashed = _hashed(node, schema)
+    hashed = _hashed(node, n.schema_of(node.input))
+    return _apply(spec, child, hashed, streaming=streaming)
+
+
+def _apply(spec: Any, child: RecipeNode, hashed: str | None, *, streaming: bool) -> StatefulApply:
+    """The operator of ``spec`` over ``child``'s rows, encoded and bucketed by ``hashed``."""
     exprs: list[str] = [f"{_bucket_expr(hashed, spec.buckets)} AS {quote(BUCKET)}"]
     # mapInArrow hands the packer exact Arrow columns (nulls, NaN, -0.0, µs timestamps of any
     # year): each column travels as it is, under a name no user column can take.
     exprs += [f"{quote(c.name)} AS {quote(c.value)}" for c in spec.columns]
-    shift_us = shift_ms * 1000
     exprs += [
-        f"unix_micros({quote(ET)}) - {shift_us}L AS {quote(TS_VALUE)}",
+        f"unix_micros({quote(ET)}) - {spec.shift_ms * 1000}L AS {quote(TS_VALUE)}",
         f"{quote(SEQ)} AS {quote(SEQ)}",
     ]
     ticks = (quote(BUCKET), f"CAST(NULL AS BINARY) AS {quote(PACKED)}")
@@ -237,13 +240,4 @@ def lower_stateful_join(
             side("right", right, node.right_keys, right_own),
         )
     )
-    hashed = _hashed_keys(kernel.keys, left_schema)
-    exprs: list[str] = [f"{_bucket_expr(hashed, spec.buckets)} AS {quote(BUCKET)}"]
-    exprs += [f"{quote(c.name)} AS {quote(c.value)}" for c in spec.columns]
-    exprs += [
-        f"unix_micros({quote(ET)}) - {shift_ms * 1000}L AS {quote(TS_VALUE)}",
-        f"{quote(SEQ)} AS {quote(SEQ)}",
-    ]
-    ticks = (quote(BUCKET), f"CAST(NULL AS BINARY) AS {quote(PACKED)}")
-    encoded = SelectExprs(child=both, exprs=tuple(exprs))
-    return StatefulApply(child=encoded, operator=spec, streaming=streaming, tick_exprs=ticks, hashed=hashed)
+    return _apply(spec, both, _hashed_keys(kernel.keys, left_schema), streaming=streaming)
