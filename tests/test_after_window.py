@@ -155,3 +155,54 @@ def test_a_stateful_sql_query_with_having_and_its_own_select_order_streams(sessi
         assert_same_rows(job.results(), [{"n": 2, "k": "a", "opens": 0}, {"n": 2, "k": "b", "opens": 0}])
     finally:
         job.stop()
+
+
+def test_the_stages_take_every_chunk_of_a_micro_batchs_results(session: kp.Session) -> None:
+    """Results in chunks with an empty one among them (one per bucket): every row reaches the stages.
+
+    PySpark 4.3's ``createDataFrame`` of an Arrow table keeps the record
+    batches up to the first empty one after data (chunks 2, 0, 3 give 2 rows).
+    """
+    import pyarrow as pa
+
+    from krishiv_py.planner.spark.recipe import AfterWindow
+    from krishiv_py.runtime.stages import AfterWindowRunner
+
+    stream, _ = session.memory_stream(SCHEMA)
+    (stage,) = busy(windows(stream)).lower(lowering="stateful").stages
+    assert isinstance(stage, AfterWindow)
+    parts = []
+    for start, n in ((0, 2), (2, 0), (2, 3)):
+        ms = pa.array([10 * i for i in range(start, start + n)], pa.int64()).cast(
+            pa.timestamp("ms", tz="UTC")
+        )
+        parts.append(
+            pa.table(
+                {
+                    "k": pa.array([f"k{i}" for i in range(start, start + n)], pa.string()),
+                    "window_start": ms.cast(pa.timestamp("us", tz="UTC")),
+                    "window_end": ms.cast(pa.timestamp("us", tz="UTC")),
+                    "count": pa.array([2] * n, pa.int64()),
+                    "sum_v": pa.array([1] * n, pa.int64()),
+                }
+            )
+        )
+    results = pa.concat_tables(parts)
+    assert [len(c) for c in results.column(0).chunks] == [2, 0, 3]
+    out = AfterWindowRunner(stage, session.spark).step(results, 0, None).table
+    assert out.column("k").to_pylist() == ["k0", "k1", "k2", "k3", "k4"]
+
+
+def test_records_with_an_empty_chunk_keep_every_row(session: kp.Session) -> None:
+    """``from_records`` of an Arrow table whose chunks are 2, 0 and 3 rows: all five are read."""
+    import pyarrow as pa
+
+    schema = pa.schema([("k", pa.string()), ("v", pa.int64())])
+    parts = [
+        pa.table({"k": [f"k{i}" for i in range(a, b)], "v": list(range(a, b))}, schema=schema)
+        for a, b in ((0, 2), (2, 2), (2, 5))
+    ]
+    table = pa.concat_tables(parts)
+    assert [len(c) for c in table.column(0).chunks] == [2, 0, 3]
+    got = session.from_records(table, "k string, v bigint").collect()
+    assert sorted(got.column("v").to_pylist()) == [0, 1, 2, 3, 4]

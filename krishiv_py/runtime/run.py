@@ -20,6 +20,7 @@ from krishiv_py.runtime.job import BoundedJob, JobSetup, StreamingJob
 from krishiv_py.runtime.output import deliver
 from krishiv_py.runtime.quarantine import Quarantine
 from krishiv_py.runtime.remote import is_remote
+from krishiv_py.runtime.sources import arrow_frame
 from krishiv_py.runtime.stages import Stages
 from krishiv_py.runtime.stateful import StatefulJob, TickWriter, run_stateful_bounded
 from krishiv_py.sinks import SinkWriter, user_code
@@ -281,7 +282,7 @@ def run_bounded(setup: JobSetup, *, metrics: bool = True) -> BoundedJob:
         if recipe.stages:  # a bounded recipe's: top_n ranked on the driver, the columns kept
             table = Stages(recipe, spark=spark).run(table, 0, None).table
             if spark_batch is not None:
-                ranked = spark.createDataFrame(table, schema=df.schema)
+                ranked = arrow_frame(spark, table, schema=df.schema)
                 spark_call("writing the results", lambda: spark_batch(ranked))
                 return BoundedJob(setup=setup, observed={k: _observed(o) for k, o in observations.items()})
         caller = user_code(writer)

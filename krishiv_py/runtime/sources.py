@@ -25,6 +25,7 @@ from krishiv_py.plan.nodes import SparkSource
 from krishiv_py.types import to_schema
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
     from krishiv_py.planner.spark.recipe import ReadSource
@@ -53,13 +54,23 @@ class SourceReader(Protocol):
     def read(self, spark: SparkSession, node: ReadSource, paths: ReadPaths) -> DataFrame: ...
 
 
+def arrow_frame(spark: SparkSession, table: pa.Table, schema: Any = None) -> DataFrame:
+    """``spark.createDataFrame(table)`` with every row: the table as one record batch.
+
+    PySpark 4.3's ``createDataFrame`` of an Arrow table silently drops every
+    record batch after an empty one (chunks of 2, 0 and 3 rows give 2 rows);
+    results and records often hold empty chunks.
+    """
+    return spark.createDataFrame(table.combine_chunks(), schema=schema)
+
+
 class RecordsReader:
     """In-memory records (``from_records``): a DataFrame of the Arrow table, row order = arrival order."""
 
     batch_sql = True
 
     def read(self, spark: SparkSession, node: ReadSource, paths: ReadPaths) -> DataFrame:
-        return spark.createDataFrame(with_hidden(node.records))
+        return arrow_frame(spark, with_hidden(node.records))
 
 
 class FilesReader:

@@ -29,6 +29,7 @@ from krishiv_py.errors import JobError
 from krishiv_py.names import RESULT_KIND, RESULT_ROW
 from krishiv_py.planner.spark.recipe import AfterStage, AfterWindow, CascadeStage, DriverRank, TopNStage
 from krishiv_py.runtime.build import build_after
+from krishiv_py.runtime.sources import arrow_frame
 from krishiv_py.types import Schema, conform
 
 if TYPE_CHECKING:
@@ -90,7 +91,8 @@ class AfterWindowRunner(StageRunner):
         if spark is None:
             raise JobError("stages after the window need the job's SparkSession")
         observations: dict[str, Any] = {}
-        frame = spark.createDataFrame(table)
+        # A stateful micro-batch's results come in one chunk per bucket, empty ones included.
+        frame = arrow_frame(spark, table)
         out = build_after(spark, stage, frame, observations).toArrow()
         failures = sum(int(v or 0) for o in observations.values() for v in o.get.values())
         if carry:
