@@ -43,6 +43,8 @@ pc: Any = _pc  # the stubs' overloads do not cover numpy-built arrays
 CACHE = Path(__file__).parent / ".cache"
 MAX_LATE_DELAY_MS = 60_000
 WATERMARK_LAG_MS = 5_000
+#: An auction lasts less than this: ``expires - date_time`` is drawn from [10 s, 120 s).
+MAX_AUCTION_DURATION_MS = 120_000
 
 CLICKSTREAM_DDL = "user_id string, event_time timestamp, amount double"
 BID_DDL = "auction bigint, bidder bigint, price bigint, channel string, url string, date_time timestamp"
@@ -186,7 +188,7 @@ def nexmark_tables(spec: NexmarkSpec) -> dict[str, pa.Table]:
             "initial_bid": initial,
             "reserve": initial + rng.integers(0, 1_000, size=len(a_ids)),
             "date_time": _ts(a_et),
-            "expires": _ts(a_et + rng.integers(10_000, 120_000, size=len(a_ids))),
+            "expires": _ts(a_et + rng.integers(10_000, MAX_AUCTION_DURATION_MS, size=len(a_ids))),
             "seller": np.maximum(last_person[auction] - rng.integers(0, 100, size=len(a_ids)), 1_000),
             "category": 10 + rng.integers(0, 5, size=len(a_ids)),
         }

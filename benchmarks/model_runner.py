@@ -7,6 +7,10 @@ runners read them one file per micro-batch, and reports the windows the model
 has emitted after the last step. It is the correctness reference of the
 streaming group; its speed (plain Python, one row at a time) is reported
 but is not a target.
+
+A join query plays file ``i`` of both its tables as step ``i``, through the
+join model (:mod:`krishiv_py.model.joins`) run once per key
+(:func:`benchmarks.joins.run_model`).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from benchmarks import protocol
+from benchmarks import joins, protocol
 from benchmarks.arrow import rows_of
 from benchmarks.queries import QUERIES, Query
 from benchmarks.spark_runner import krishiv_query
@@ -40,12 +44,15 @@ def main(argv: list[str] | None = None) -> int:
     args = protocol.parser("python -m benchmarks.model_runner").parse_args(argv)
     for name in args.query:
         query = QUERIES[name]
-        info = protocol.table_info(query, args)
+        infos = protocol.tables_info(query, args)
+        run = functools.partial(run_model, query, infos[0].files(), infos[0].ddl)
+        if query.is_join:
+            run = functools.partial(joins.run_model, query, infos)
         protocol.measure(
             RUNNER,
             name,
-            info.rows,
-            functools.partial(run_model, query, info.files(), info.ddl),
+            sum(i.rows for i in infos),
+            run,
             rows_of(query.columns),
             args.repeat,
             warmup=args.warmup,

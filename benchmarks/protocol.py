@@ -72,10 +72,17 @@ class TableInfo:
 
 
 def table_info(query: Query, args: argparse.Namespace) -> TableInfo:
-    """The dataset table ``query`` reads, from the ``--clickstream`` / ``--nexmark`` directory."""
+    """The dataset table ``query`` reads (a join's left table), from ``--clickstream`` / ``--nexmark``."""
+    return tables_info(query, args)[0]
+
+
+def tables_info(query: Query, args: argparse.Namespace) -> list[TableInfo]:
+    """Every dataset table ``query`` reads (a join: left, then right), as :func:`table_info`."""
     root = Path(args.clickstream if query.dataset == "clickstream" else args.nexmark)
-    table = json.loads((root / "meta.json").read_text())["tables"][query.table]
-    return TableInfo(root=root / query.table, ddl=str(table["ddl"]), rows=int(table["rows"]))
+    tables = json.loads((root / "meta.json").read_text())["tables"]
+    return [
+        TableInfo(root=root / t, ddl=str(tables[t]["ddl"]), rows=int(tables[t]["rows"])) for t in query.tables
+    ]
 
 
 def measure(

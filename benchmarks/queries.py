@@ -42,6 +42,37 @@ Queries
 ``nexmark-q11``
     Nexmark ``bid`` (user sessions): per ``bidder``, sessions with a 10 s gap,
     number of bids. Columns: bidder, window_start, window_end, count.
+
+Join queries (two tables; :mod:`benchmarks.joins` has each formulation and
+why it gives Nexmark's answer on this generator):
+
+``nexmark-q3``
+    Nexmark ``auction`` and ``person`` (local item suggestion): each auction of
+    category 10 with its seller, when the seller's state is OR, ID or CA.
+    Columns: name, city, state, id (the auction's).
+``nexmark-q8``
+    Nexmark ``person`` and ``auction`` (monitor new users): the persons who
+    opened an auction in the same 10 s tumbling window, once per window.
+    Columns: id, name, window_start.
+``nexmark-q20``
+    Nexmark ``bid`` and ``auction`` (expand bid): each bid with its auction's
+    columns, for auctions of category 10. Columns: the bid's, then the
+    auction's but its id (``date_time_right`` is the auction's ``date_time``).
+
+A join query's streaming runners read both tables' files, file ``i`` of each in
+micro-batch ``i``. How join rows compare across runners:
+
+* *Late rows*: a row behind the join's watermark (the minimum of both tables')
+  joins nothing, in every streaming runner (:mod:`benchmarks.joins` says how
+  the hand-written Spark join is told krishiv's rule ``t < W``); bounded
+  runners join every row.
+* *Windows still open*: a window join emits a window when the watermark
+  reaches its end, so a streaming run leaves out the windows the watermark at
+  the end of the input has not reached; Spark's stream-stream join emits a
+  match as soon as both rows are there, so the hand-written query's rows are
+  cut to the windows that watermark closed. Interval joins emit every match
+  at once: nothing is cut.
+* The joins are inner (and semi): there are no outer rows to compare.
 """
 
 from __future__ import annotations
@@ -53,11 +84,39 @@ from dataclasses import dataclass
 class Query:
     name: str
     dataset: str  # "clickstream" | "nexmark"
-    table: str  # the table read: "events" | "bid"
+    table: str  # the table read: "events" | "bid" (a join's left table)
     event_time: str
     columns: tuple[str, ...]
     description: str
+    right_table: str | None = None  # a join's right table (same event-time column name)
 
+    @property
+    def tables(self) -> tuple[str, ...]:
+        """Every table the query reads: ``(table,)``, or a join's left and right tables."""
+        return (self.table,) if self.right_table is None else (self.table, self.right_table)
+
+    @property
+    def is_join(self) -> bool:
+        return self.right_table is not None
+
+
+#: Nexmark Q20's columns: the bid's, then its auction's but the key (``date_time_right``: the auction's).
+Q20_COLUMNS = (
+    "auction",
+    "bidder",
+    "price",
+    "channel",
+    "url",
+    "date_time",
+    "item_name",
+    "description",
+    "initial_bid",
+    "reserve",
+    "date_time_right",
+    "expires",
+    "seller",
+    "category",
+)
 
 QUERIES: dict[str, Query] = {
     q.name: q
@@ -117,6 +176,33 @@ QUERIES: dict[str, Query] = {
             "date_time",
             ("bidder", "window_start", "window_end", "count"),
             "user sessions: bids per bidder, 10 s gap",
+        ),
+        Query(
+            "nexmark-q3",
+            "nexmark",
+            "auction",
+            "date_time",
+            ("name", "city", "state", "id"),
+            "local item suggestion: category-10 auctions with their OR/ID/CA sellers (interval join)",
+            right_table="person",
+        ),
+        Query(
+            "nexmark-q8",
+            "nexmark",
+            "person",
+            "date_time",
+            ("id", "name", "window_start"),
+            "monitor new users: persons with an auction in the same 10 s window (window join)",
+            right_table="auction",
+        ),
+        Query(
+            "nexmark-q20",
+            "nexmark",
+            "bid",
+            "date_time",
+            Q20_COLUMNS,
+            "expand bid: each bid with its category-10 auction (interval join)",
+            right_table="auction",
         ),
     )
 }

@@ -30,6 +30,11 @@ Every runner reads the same Parquet files, streaming ones one file per
 micro-batch, and materialises its full result as an Arrow table inside the
 timing.
 
+Nexmark's join queries (Q3, Q8, Q20) read two tables, one file of each per
+micro-batch; their pipelines and hand-written joins are in
+:mod:`benchmarks.joins`. ``krishiv-native`` reports a join it cannot run
+(the window join of Q8) as skipped, with the planner's reason.
+
 ``--master spark://host:port`` runs the krishiv runners and the hand-written
 ones that share their session on a standalone cluster, through
 ``kp.Session.connect(master)`` instead of ``kp.Session.embedded()`` (this
@@ -56,7 +61,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import krishiv_py as kp
-from benchmarks import protocol
+from benchmarks import joins, protocol
 from benchmarks.arrow import rows_of
 from benchmarks.queries import QUERIES, WATERMARK_LAG_MS, Query
 from krishiv_py.runtime.run import SINGLE_WATERMARK_CONF
@@ -469,11 +474,19 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.query:
             query = QUERIES[name]
             info = protocol.table_info(query, args)
+            run: Callable[..., pa.Table] = functools.partial(
+                run_pyspark_streaming, spark, query, info.files(), info.ddl
+            )
+            if query.is_join:
+                infos = protocol.tables_info(query, args)
+                run = functools.partial(
+                    joins.run_pyspark_streaming, spark, query, infos, _end_ms(query, infos)
+                )
             protocol.measure(
                 "pyspark-default",
                 name,
-                info.rows,
-                functools.partial(run_pyspark_streaming, spark, query, info.files(), info.ddl),
+                _events(query, args),
+                run,
                 rows_of(query.columns),
                 args.repeat,
                 warmup=args.warmup,
@@ -494,30 +507,20 @@ def main(argv: list[str] | None = None) -> int:
         session.spark.conf.set(SINGLE_WATERMARK_CONF, "false")
         for name in args.query:
             query = QUERIES[name]
-            info = protocol.table_info(query, args)
-            path, ddl = info.files(), info.ddl
-            runs: dict[str, Callable[..., pa.Table]] = {
-                "krishiv-native": functools.partial(run_krishiv_streaming, session, query, path, "native"),
-                "krishiv-stateful": functools.partial(
-                    run_krishiv_streaming, session, query, path, "stateful"
-                ),
-                "krishiv-bounded": functools.partial(run_krishiv_bounded, session, query, path),
-                "pyspark-streaming": functools.partial(
-                    run_pyspark_streaming, session.spark, query, path, ddl
-                ),
-                "pyspark-batch": functools.partial(run_pyspark_batch, session.spark, query, path, ddl),
-            }
-            chosen = {r: phases.wrap(r, name, runs[r]) if phases else runs[r] for r in args.runner}
+            runs = _join_runs(session, query, args) if query.is_join else _runs(session, query, args)
+            runners = [r for r in args.runner if r not in _skipped(session, query, args, r)]
+            chosen = {r: phases.wrap(r, name, runs[r]) if phases else runs[r] for r in runners}
+            events = _events(query, args)
             if args.interleave:
                 protocol.measure_interleaved(
-                    chosen, name, info.rows, rows_of(query.columns), args.repeat, warmup=args.warmup
+                    chosen, name, events, rows_of(query.columns), args.repeat, warmup=args.warmup
                 )
             else:
-                for runner in args.runner:
+                for runner in runners:
                     protocol.measure(
                         runner,
                         name,
-                        info.rows,
+                        events,
                         chosen[runner],
                         rows_of(query.columns),
                         args.repeat,
@@ -528,6 +531,56 @@ def main(argv: list[str] | None = None) -> int:
         if phases is not None:  # at the end: the executors have joined by now
             protocol.detail(phases.session_detail())
     return 0
+
+
+def _runs(session: kp.Session, query: Query, args: Any) -> dict[str, Callable[..., pa.Table]]:
+    """Each runner's run of a one-table query."""
+    info = protocol.table_info(query, args)
+    path, ddl = info.files(), info.ddl
+    return {
+        "krishiv-native": functools.partial(run_krishiv_streaming, session, query, path, "native"),
+        "krishiv-stateful": functools.partial(run_krishiv_streaming, session, query, path, "stateful"),
+        "krishiv-bounded": functools.partial(run_krishiv_bounded, session, query, path),
+        "pyspark-streaming": functools.partial(run_pyspark_streaming, session.spark, query, path, ddl),
+        "pyspark-batch": functools.partial(run_pyspark_batch, session.spark, query, path, ddl),
+    }
+
+
+def _join_runs(session: kp.Session, query: Query, args: Any) -> dict[str, Callable[..., pa.Table]]:
+    """Each runner's run of a join query (:mod:`benchmarks.joins`)."""
+    infos = protocol.tables_info(query, args)
+    spark = session.spark
+    return {
+        "krishiv-native": functools.partial(joins.run_krishiv_streaming, session, query, infos, "native"),
+        "krishiv-stateful": functools.partial(joins.run_krishiv_streaming, session, query, infos, "stateful"),
+        "krishiv-bounded": functools.partial(joins.run_krishiv_bounded, session, query, infos),
+        "pyspark-streaming": functools.partial(
+            joins.run_pyspark_streaming, spark, query, infos, _end_ms(query, infos)
+        ),
+        "pyspark-batch": functools.partial(joins.run_pyspark_batch, spark, query, infos),
+    }
+
+
+def _skipped(session: kp.Session, query: Query, args: Any, runner: str) -> set[str]:
+    """``{runner}`` if it cannot run ``query`` (reported as skipped, with the reason), else nothing."""
+    if runner != "krishiv-native" or not query.is_join:
+        return set()
+    infos = protocol.tables_info(query, args)
+    why = joins.native_skip(query, joins.streaming_sources(session, infos, query))
+    if why is None:
+        return set()
+    protocol.skip(runner, query.name, why)
+    return {runner}
+
+
+def _events(query: Query, args: Any) -> int:
+    """Rows a run of ``query`` reads: of its table, or of both tables of a join."""
+    return sum(i.rows for i in protocol.tables_info(query, args))
+
+
+def _end_ms(query: Query, infos: list[protocol.TableInfo]) -> int | None:
+    """A window join's watermark at the end of its input (its streaming rows are cut to it), else None."""
+    return joins.end_watermark(query, infos) if "window_start" in query.columns else None
 
 
 LATENCY_DDL = "k string, event_time timestamp, v double"

@@ -180,7 +180,7 @@ CASES = (
 
 
 @pytest.mark.parametrize(("kind", "how", "lateness", "options"), CASES, ids=str)
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 2**31))
 def test_the_kernel_agrees_with_the_model(
     kind: str, how: str, lateness: int, options: dict[str, Any], seed: int
@@ -192,7 +192,7 @@ def test_the_kernel_agrees_with_the_model(
 
 
 @pytest.mark.parametrize("kind", ["interval", "window", "as_of"])
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 2**31))
 def test_the_kernel_agrees_with_the_model_under_a_state_ttl(kind: str, seed: int) -> None:
     rng = random.Random(seed)
