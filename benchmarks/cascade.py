@@ -116,10 +116,11 @@ def model_rows(path: str) -> set[tuple[Any, ...]]:
 
     import pyarrow.parquet as pq
 
-    from krishiv_py.testing import model_for
+    from krishiv_py.testing import JoinModel, model_for
     from krishiv_py.testing.steps import _placeholder
 
     model = model_for(krishiv_pipeline(_placeholder(SCHEMA)))
+    assert not isinstance(model, JoinModel)
     for name in sorted(f for f in os.listdir(path) if f.endswith(".parquet")):
         table = pq.read_table(os.path.join(path, name), columns=["user_id", "event_time"])
         model.send(table.to_pylist())

@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 
@@ -36,15 +36,16 @@ from benchmarks.chaos import kill_and_restart
 LEFT = "k string, t bigint, a bigint"
 RIGHT = "k string, t bigint, b bigint"
 COLUMNS = ("k", "t", "a", "t_right", "b")
+Side = Literal["left", "right"]
 
 
-def steps(seed: int, count: int, size: int) -> list[tuple[str, list[dict[str, Any]]]]:
+def steps(seed: int, count: int, size: int) -> list[tuple[Side, list[dict[str, Any]]]]:
     """``count`` steps, each one side's batch: a few keys, time moving forward, disorder, late rows."""
     rng = random.Random(seed)
-    out: list[tuple[str, list[dict[str, Any]]]] = []
+    out: list[tuple[Side, list[dict[str, Any]]]] = []
     t = 0
     for i in range(count):
-        side = "left" if i % 2 == 0 else "right"
+        side: Side = "left" if i % 2 == 0 else "right"
         batch = []
         for _ in range(size):
             t += rng.randint(0, 20)

@@ -68,7 +68,9 @@ def orders_and_rates(session: kp.Session) -> None:
         .with_column("in_usd", kp.col("amount") * kp.col("rate"))
     )
     job = priced.start()
-    rate_sender.send([{"currency": "EUR", "ts": 0, "rate": 1.10}, {"currency": "EUR", "ts": 60, "rate": 1.20}])
+    rate_sender.send(
+        [{"currency": "EUR", "ts": 0, "rate": 1.10}, {"currency": "EUR", "ts": 60, "rate": 1.20}]
+    )
     order_sender.send(
         [
             {"currency": "EUR", "ts": 30, "amount": 100.0},  # the 1.10 rate is in force

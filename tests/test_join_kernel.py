@@ -29,11 +29,11 @@ from krishiv_py.stateful.operator import to_output
 
 LEFT = "k string, t bigint, a bigint"
 RIGHT = "k string, t bigint, b bigint"
-Step = tuple[str, str, Any]
+Step = tuple[str, Any, Any]
 
 
 def build(
-    kind: str, how: str, *, lateness: int = 0, lags: tuple[int, int] = (0, 0), **options: Any
+    kind: str, how: Any, *, lateness: int = 0, lags: tuple[int, int] = (0, 0), **options: Any
 ) -> JoinedStream:
     left = placeholder(LEFT, "left").watermark("t", lags[0])
     right = placeholder(RIGHT, "right").watermark("t", lags[1])
@@ -142,7 +142,7 @@ def random_steps(rng: random.Random, *, count: int, spread: int) -> list[Step]:
             rows = []
             for _ in range(rng.randint(1, 4)):
                 clock += rng.randint(0, 4)
-                t = clock - rng.randint(0, spread) if rng.random() < 0.4 else clock
+                t: int | None = clock - rng.randint(0, spread) if rng.random() < 0.4 else clock
                 if rng.random() < 0.03:
                     t = None
                 value = rng.randint(0, 9)
@@ -223,7 +223,7 @@ def test_the_kernel_keeps_state_bounded_by_the_watermark() -> None:
         state, _ = joins.step(spec, state, batch, max(t - 1, 0), 0)
         sizes.append(state.num_rows)
     assert max(sizes[20:]) <= 6, sizes  # rows within lateness + bound of the watermark only
-    assert joins.next_due(spec, state) > 0
+    assert state is not None and joins.next_due(spec, state) > 0
 
 
 def late_steps(late_side: str, late_row: dict[str, Any], first: list[Step]) -> list[Step]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pytest
@@ -46,7 +46,7 @@ def streams(session: kp.Session) -> tuple[Any, Any, kp.Sender, kp.Sender]:
 
 
 def run_steps(
-    joined: kp.JoinedStream, senders: dict[str, kp.Sender], steps: list[tuple[str, str, Any]]
+    joined: kp.JoinedStream, senders: dict[str, kp.Sender], steps: list[tuple[str, Any, Any]]
 ) -> None:
     node = joined.plan
     assert isinstance(node, n.Join)
@@ -75,7 +75,7 @@ def run_steps(
 
 
 #: Disorder, a late row within the lateness, a very late row, duplicate and null keys.
-STEPS: list[tuple[str, str, Any]] = [
+STEPS: list[tuple[str, Any, Any]] = [
     (
         "send",
         "left",
@@ -134,7 +134,7 @@ def test_an_inner_interval_join_without_lateness_drops_late_rows_and_keeps_state
         .interval_join(right.watermark("t", 1).key_by("k"), between=(0, 5))
         .filter(kp.col("a") > 0)
     )
-    steps: list[tuple[str, str, Any]] = [
+    steps: list[tuple[str, Any, Any]] = [
         ("send", "left", [{"k": "a", "t": 1, "a": 1}, {"k": "a", "t": 5, "a": 0}]),
         (
             "send",
@@ -154,7 +154,7 @@ def test_an_inner_interval_join_without_lateness_drops_late_rows_and_keeps_state
             model.send(arg, side=side)
             {"left": ls, "right": rs}[side].send(arg)
             job.process_all_available()
-        expected = [r for r in model.results if r["a"] > 0]
+        expected = [r for r in model.results if cast(int, r["a"]) > 0]
         assert rows(job.results()) == model_rows(expected)
         assert model.metrics["very_late_events"] == job.metrics().very_late_events == 1
         assert job.metrics().state_windows is not None and job.metrics().state_windows <= 3
@@ -163,7 +163,7 @@ def test_an_inner_interval_join_without_lateness_drops_late_rows_and_keeps_state
 
 
 @pytest.mark.parametrize("how", ["inner", "left", "right", "full"])
-def test_a_bounded_join_equals_one_step_then_close(session: kp.Session, how: str) -> None:
+def test_a_bounded_join_equals_one_step_then_close(session: kp.Session, how: Any) -> None:
     left_rows = [
         {"k": k, "t": t, "a": i} for i, (k, t) in enumerate([("a", 1), ("a", 7), ("b", 3), (None, 2)])
     ]
@@ -253,7 +253,7 @@ def test_an_inner_interval_join_runs_on_spark_s_own_join_exactly_and_bounds_its_
     left, right, ls, rs = streams(session)
     joined = left.watermark("t", 0).key_by("k").interval_join(right.watermark("t", 0).key_by("k"), (-5, 5))
     assert joined.lower().lowering == "native"
-    steps: list[tuple[str, str, Any]] = [
+    steps: list[tuple[str, Any, Any]] = [
         ("send", "left", [{"k": "a", "t": 100, "a": 1}, {"k": None, "t": 100, "a": 0}]),
         ("send", "right", [{"k": "a", "t": 100, "b": 1}, {"k": None, "t": 100, "b": 0}]),
         ("send", "left", [{"k": "b", "t": 30, "a": 2}]),  # very late
@@ -273,7 +273,7 @@ def test_an_inner_interval_join_runs_on_spark_s_own_join_exactly_and_bounds_its_
 
 
 def run_native(
-    joined: kp.JoinedStream, senders: dict[str, kp.Sender], steps: list[tuple[str, str, Any]]
+    joined: kp.JoinedStream, senders: dict[str, kp.Sender], steps: list[tuple[str, Any, Any]]
 ) -> None:
     node = joined.plan
     assert isinstance(node, n.Join)
@@ -296,7 +296,7 @@ def test_the_testing_scenarios_play_a_join_on_the_model_and_on_spark(session: kp
     """``krishiv_py.testing``: each source of the scenario is a side of the join."""
     from krishiv_py import testing as t
 
-    steps = [
+    steps: list[Any] = [
         t.Send([{"k": "a", "t": 3, "a": 1, "b": None}, {"k": "b", "t": 4, "a": 2, "b": None}], source="lhs"),
         t.Send([{"k": "a", "t": 8, "a": None, "b": 1}, {"k": "c", "t": 9, "a": None, "b": 2}], source="rhs"),
         t.AdvanceWatermark(20, source="lhs"),

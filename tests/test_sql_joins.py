@@ -454,7 +454,7 @@ def test_window_settings_are_the_joins_options() -> None:
                SET window.state_ttl = INTERVAL '1' HOUR;
                SELECT * FROM views v FULL JOIN clicks c ON v.user_id = c.user_id AND {BETWEEN}"""
     twin = (
-        interval(-5_000, 1_000, "full")
+        cast(kp.JoinedStream, interval(-5_000, 1_000, "full"))
         .allowed_lateness(60_000)
         .accumulation("retracting")
         .with_state_ttl(kp.StateTtlConfig(ttl_ms=3_600_000))
@@ -462,7 +462,7 @@ def test_window_settings_are_the_joins_options() -> None:
     same_plan(text, twin)
     assert sql(text).columns[-1] == "kind"
     text = f"SET window.allowed_lateness = INTERVAL '5' SECOND; {WINDOW_JOIN}"
-    same_plan(text, window_twin().allowed_lateness(5_000))
+    same_plan(text, cast(kp.JoinedStream, window_twin()).allowed_lateness(5_000))
 
 
 # --- what SQL refuses, and where ----------------------------------------------------------------
