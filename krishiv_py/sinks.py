@@ -116,8 +116,10 @@ class SinkContext:
     #: How a window's firings relate (``"accumulating"``, ``"discarding"``, ``"retracting"``);
     #: None for rows that are not window results.
     accumulation: str | None = None
-    #: The rows are a join's (SPEC 3.12): no columns identify a row, so no primary key.
-    joined: bool = False
+    #: For a join's rows (SPEC 3.12): the columns that identify a row together with the
+    #: columns a table sink's ``key=`` names (a window join's keys and bounds, else none);
+    #: ``None``: the rows are not a join's.
+    join_identity: tuple[str, ...] | None = None
     #: The SparkSession running the job (``None`` outside a job).
     spark: Any = attrs.field(default=None, repr=False, eq=False)
 
@@ -132,6 +134,11 @@ class SinkContext:
         return self.checkpoint_dir is None
 
     @property
+    def joined(self) -> bool:
+        """True for a join's rows: no columns of their own identify them."""
+        return self.join_identity is not None
+
+    @property
     def primary_key(self) -> tuple[str, ...] | None:
         """The columns that identify a window result: key columns, ``window_start``, ``window_end``.
 
@@ -141,7 +148,7 @@ class SinkContext:
         names = self.schema.names
         if (
             self.output != "results"
-            or self.joined
+            or self.join_identity is not None
             or "window_start" not in names
             or "window_end" not in names
         ):

@@ -317,3 +317,67 @@ def test_the_testing_scenarios_play_a_join_on_the_model_and_on_spark(session: kp
     for actual, wanted in zip(got, expected, strict=True):
         t.assert_same_rows(actual, wanted)
     assert len(expected[-1]) == 2  # a's pair, c padded; b has no right row
+
+
+def test_a_table_sink_upserts_a_joins_rows_by_the_columns_the_user_names(
+    session: kp.Session, tmp_path: Any
+) -> None:
+    """A late partner replaces the padded row in place: the table holds each left row's current match."""
+    import duckdb
+
+    from krishiv_py.errors import PlanError
+
+    left, right, ls, rs = streams(session)
+    joined = (
+        left.watermark("t", 0)
+        .key_by("k")
+        .interval_join(right.watermark("t", 0).key_by("k"), between=(0, 5), how="left")
+        .allowed_lateness(20)
+        .accumulation("retracting")
+    )
+    path = str(tmp_path / "out.duckdb")
+    with pytest.raises(PlanError, match="key="):
+        joined.start(kp.DuckDBSink(path, "joined"))
+    with pytest.raises(PlanError, match="no column 'id'"):
+        joined.start(kp.DuckDBSink(path, "joined", key="id"))
+    job = joined.start(kp.DuckDBSink(path, "joined", key="a"))  # a: unique per left row here
+    try:
+        ls.send([{"k": "x", "t": 10, "a": 1}, {"k": "y", "t": 11, "a": 2}])
+        rs.send([{"k": "x", "t": 12, "b": 7}])
+        ls.advance_watermark(30)
+        rs.advance_watermark(30)
+        job.process_all_available()  # x matched; y padded
+        rs.send([{"k": "y", "t": 14, "b": 8}])  # late by 16 ms < 20: y's padded row is replaced
+        job.process_all_available()
+    finally:
+        job.stop()
+    with duckdb.connect(path, read_only=True) as con:
+        got = sorted(con.execute("SELECT k, a, t_right, b FROM joined").fetchall())
+    assert got == [("x", 1, 12, 7), ("y", 2, 14, 8)]
+
+
+def test_key_is_for_a_joins_rows_only() -> None:
+    from krishiv_py.errors import PlanError
+    from krishiv_py.sinks import SinkContext
+    from krishiv_py.tables.changelog import target_for
+    from krishiv_py.types import Schema
+
+    windows = SinkContext(
+        schema=Schema.parse("k string, window_start timestamp, window_end timestamp, n bigint")
+    )
+    with pytest.raises(PlanError, match="leave key= out"):
+        target_for("DuckDBSink", "upsert", windows, "t", ("n",))
+    pairs = SinkContext(
+        schema=Schema.parse("k string, window_start timestamp, window_end timestamp, a bigint, b bigint"),
+        join_identity=("k", "window_start", "window_end"),
+    )
+    assert target_for("DuckDBSink", "upsert", pairs, "t", ("a", "b")).key == (
+        "k",
+        "window_start",
+        "window_end",
+        "a",
+        "b",
+    )
+    assert target_for("DuckDBSink", "append", pairs, "t").key == ()
+    with pytest.raises(PlanError, match="key= takes column names"):
+        kp.DuckDBSink("x.duckdb", "t", key=[1])

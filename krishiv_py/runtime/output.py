@@ -51,7 +51,7 @@ def open_writers(
             query_name=query_name,
             write_on_server=write_on_server,
             accumulation=accumulation(recipe),
-            joined=recipe.joined,
+            join_identity=recipe.join_identity,
             spark=spark,
         )
     )

@@ -65,7 +65,16 @@ if TYPE_CHECKING:
 
     from krishiv_py.sinks import SinkContext
 
-__all__ = ["BATCH_ID", "Changes", "Mode", "Target", "changelog_rows", "net_changes", "target_for"]
+__all__ = [
+    "key_columns",
+    "BATCH_ID",
+    "Changes",
+    "Mode",
+    "Target",
+    "changelog_rows",
+    "net_changes",
+    "target_for",
+]
 
 Mode = Literal["upsert", "append"]
 #: The column append mode adds: the micro-batch a changelog row came in.
@@ -128,11 +137,20 @@ class Target:
     resumable: bool
 
 
-def target_for(sink: str, mode: str, context: SinkContext, where: str) -> Target:
+def key_columns(value: object) -> tuple[str, ...]:
+    """A table sink's ``key=``: column names, as a tuple (a single name is one column)."""
+    names = (value,) if isinstance(value, str) else tuple(value) if isinstance(value, list | tuple) else None
+    if names is None or not all(isinstance(k, str) and k for k in names):
+        raise PlanError(f"key= takes column names, e.g. key=('order_id',), got {value!r}")
+    return names
+
+
+def target_for(sink: str, mode: str, context: SinkContext, where: str, key: Sequence[str] = ()) -> Target:
     """Check ``mode`` against the job's rows and derive the writer's :class:`Target`.
 
     ``sink`` names the sink in errors; ``where`` is its table or path (part
     of the sink id, so that two tables of one job keep separate records).
+    ``key``: the columns the user names to identify a join's rows (``key=``).
     """
     if mode not in ("upsert", "append"):
         raise PlanError(f"{sink}: mode must be 'upsert' or 'append', got {mode!r}")
@@ -141,14 +159,15 @@ def target_for(sink: str, mode: str, context: SinkContext, where: str) -> Target
     resumable = context.checkpoint_dir is not None
     if mode == "append" or context.output != "results":
         return Target(mode="append", key=(), sink_id=sink_id, resumable=resumable)
-    key = context.primary_key
-    if key is None and context.joined:
+    if context.join_identity is not None:
+        return _join_target(sink, context, tuple(key), sink_id, resumable)
+    if key:
         raise PlanError(
-            f"{sink}(mode='upsert') needs columns that identify a row, and a join's rows have none "
-            "(a key and window may hold many pairs); use mode='append', which writes every joined "
-            "row with its kind and batch id"
+            f"{sink}(key=...) names the columns that identify a join's rows; window results are "
+            "identified by their key columns and window bounds already: leave key= out"
         )
-    if key is None:
+    primary = context.primary_key
+    if primary is None:
         raise PlanError(
             f"{sink}(mode='upsert') needs window results (key columns, window_start, window_end) to "
             f"key its rows, and these rows have none ({', '.join(context.schema.names)}); use "
@@ -161,4 +180,25 @@ def target_for(sink: str, mode: str, context: SinkContext, where: str) -> Target
             "accumulation('accumulating') or ('retracting') with an upsert table, or mode='append' to "
             "keep every firing"
         )
-    return Target(mode="upsert", key=key, sink_id=sink_id, resumable=resumable)
+    return Target(mode="upsert", key=primary, sink_id=sink_id, resumable=resumable)
+
+
+def _join_target(
+    sink: str, context: SinkContext, key: tuple[str, ...], sink_id: str, resumable: bool
+) -> Target:
+    """Upsert a join's rows by its identity columns plus the user's ``key=`` (SPEC 3.12)."""
+    identity = context.join_identity or ()
+    if not key:
+        what = f"{', '.join(identity)} and " if identity else ""
+        raise PlanError(
+            f"{sink}(mode='upsert') needs columns that identify each joined row: a join's rows have "
+            f"none of their own (one key and window may hold many pairs), so name them with key=, "
+            f"e.g. key=('order_id',) (the table is keyed by {what}those columns), or use "
+            "mode='append', which writes every joined row with its kind and batch id"
+        )
+    names = context.schema.names
+    missing = [k for k in key if k not in names]
+    if missing:
+        raise PlanError(f"{sink}(key=...): no column {missing[0]!r} in the joined rows ({', '.join(names)})")
+    full = tuple(dict.fromkeys((*identity, *key)))
+    return Target(mode="upsert", key=full, sink_id=sink_id, resumable=resumable)

@@ -27,7 +27,7 @@ import attrs
 from krishiv_py.errors import JobError, MissingDependencyError, PlanError
 from krishiv_py.names import MERGE_OP as _OP
 from krishiv_py.tables.base import TableWriter, misfit, quote
-from krishiv_py.tables.changelog import Changes, Mode, Target, target_for
+from krishiv_py.tables.changelog import Changes, Mode, Target, key_columns, target_for
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -75,6 +75,10 @@ class DeltaSink:
         ``window_start``, added as a column).
     storage_options
         delta-rs storage settings (credentials, endpoints).
+    key
+        For a join's rows in ``"upsert"`` mode: the columns that identify
+        each joined row (a window join's keys and bounds come first), e.g.
+        ``key=("order_id",)``; a join's rows have none of their own.
 
     Examples
     --------
@@ -86,6 +90,7 @@ class DeltaSink:
     mode: Mode = attrs.field(default="upsert", kw_only=True)
     partition_by: tuple[str, ...] = attrs.field(default=(), kw_only=True, converter=_names)
     storage_options: tuple[tuple[str, str], ...] = attrs.field(default=(), kw_only=True, converter=_options)
+    key: tuple[str, ...] = attrs.field(default=(), kw_only=True, converter=key_columns)
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.path, str) or not self.path.strip():
@@ -97,7 +102,7 @@ class DeltaSink:
 
     def open(self, context: SinkContext) -> DeltaWriter:
         _require()
-        target = target_for("DeltaSink", self.mode, context, f"delta:{self._uri}")
+        target = target_for("DeltaSink", self.mode, context, f"delta:{self._uri}", self.key)
         names = context.schema.names
         for column in self.partition_by:
             if column != WINDOW_DATE and column not in names:

@@ -19,7 +19,7 @@ import attrs
 
 from krishiv_py.errors import JobError, MissingDependencyError, PlanError
 from krishiv_py.tables.base import COMMITS_TABLE, TableWriter, misfit, quote
-from krishiv_py.tables.changelog import Changes, Mode, target_for
+from krishiv_py.tables.changelog import Changes, Mode, key_columns, target_for
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -53,6 +53,10 @@ class DuckDBSink:
         ``"upsert"``: the table holds each window's current result;
         ``"append"``: every emit and retraction as a row with ``kind`` and
         ``batch_id``.
+    key
+        For a join's rows in ``"upsert"`` mode: the columns that identify
+        each joined row (a window join's keys and bounds come first), e.g.
+        ``key=("order_id",)``; a join's rows have none of their own.
 
     Examples
     --------
@@ -62,6 +66,7 @@ class DuckDBSink:
     path: str
     table: str
     mode: Mode = attrs.field(default="upsert", kw_only=True)
+    key: tuple[str, ...] = attrs.field(default=(), kw_only=True, converter=key_columns)
 
     def __attrs_post_init__(self) -> None:
         for arg in ("path", "table"):
@@ -72,7 +77,7 @@ class DuckDBSink:
     def open(self, context: SinkContext) -> DuckDBWriter:
         _require()
         path = os.path.abspath(self.path)
-        target = target_for("DuckDBSink", self.mode, context, f"duckdb:{path}:{self.table}")
+        target = target_for("DuckDBSink", self.mode, context, f"duckdb:{path}:{self.table}", self.key)
         writer = DuckDBWriter(path, self.table, context, target)
         writer.prepare()
         return writer

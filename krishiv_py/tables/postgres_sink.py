@@ -32,7 +32,7 @@ import attrs
 
 from krishiv_py.errors import JobError, MissingDependencyError, PlanError
 from krishiv_py.tables.base import COMMITS_TABLE, TableWriter, misfit, quote
-from krishiv_py.tables.changelog import Changes, Mode, Target, target_for
+from krishiv_py.tables.changelog import Changes, Mode, Target, key_columns, target_for
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -110,6 +110,10 @@ class PostgresSink:
         ``"append"``: every emit and retraction with ``kind`` and ``batch_id``.
     retries
         Connection failures a batch survives (with back-off) before the job fails.
+    key
+        For a join's rows in ``"upsert"`` mode: the columns that identify
+        each joined row (a window join's keys and bounds come first), e.g.
+        ``key=("order_id",)``; a join's rows have none of their own.
 
     Examples
     --------
@@ -120,6 +124,7 @@ class PostgresSink:
     table: str
     mode: Mode = attrs.field(default="upsert", kw_only=True)
     retries: int = attrs.field(default=len(_BACKOFF_S), kw_only=True)
+    key: tuple[str, ...] = attrs.field(default=(), kw_only=True, converter=key_columns)
 
     def __attrs_post_init__(self) -> None:
         for arg in ("dsn", "table"):
@@ -131,7 +136,8 @@ class PostgresSink:
 
     def open(self, context: SinkContext) -> PostgresWriter:
         _require()
-        target = target_for("PostgresSink", self.mode, context, f"postgres:{redact(self.dsn)}:{self.table}")
+        where = f"postgres:{redact(self.dsn)}:{self.table}"
+        target = target_for("PostgresSink", self.mode, context, where, self.key)
         writer = PostgresWriter(self, context, target)
         writer.prepare()
         return writer

@@ -123,6 +123,7 @@ def lower(plan: n.PlanNode, *, force_bounded: bool = False, lowering: Lowering |
         windowed=windowed,
         output_schema=n.schema_of(plan),
         stages=stages,
+        join_identity=join_identity(plan),
     )
 
 
@@ -242,6 +243,22 @@ JOIN_REASON = (
 )
 
 
+def join_identity(plan: n.PlanNode) -> tuple[str, ...] | None:
+    """What identifies a joined row of ``plan`` before the user's ``key=``; None: not a join.
+
+    A window join's rows of one key and window are many pairs, told apart
+    by the user's columns: the keys and window bounds come first when the
+    output still holds them. Other joins' rows have nothing of their own.
+    """
+    joins = n.joins_of(plan)
+    if not joins:
+        return None
+    node = joins[0]
+    names = set(n.schema_of(plan).names)
+    base = (*node.left_keys, "window_start", "window_end") if node.kind == "window" else ()
+    return base if set(base) <= names else ()
+
+
 def _lower_stateful_join(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkRecipe:
     """A join (optionally followed by filter, select and with_column) on krishiv's operator."""
     chain: list[n.Filter | n.Project | n.TopN] = []
@@ -273,7 +290,7 @@ def _lower_stateful_join(plan: n.PlanNode, reason: str, *, streaming: bool) -> S
         output_schema=n.schema_of(plan),
         late_handler=node.emission.late_handler,
         stages=(_after_window(node, chain),) if chain else (),
-        joined=True,
+        join_identity=join_identity(plan),
     )
 
 

@@ -343,9 +343,10 @@ class SparkRecipe:
     #: a cascade's second window, then window top-N (kept on the driver, or a batch job's
     #: ranked in Arrow), then stateless stages (filter, select, with_column).
     stages: tuple[AfterStage, ...] = ()
-    #: The rows are a join's (SPEC 3.12): a window join's key and window bounds do not
-    #: identify a row, so table sinks take them in append mode only.
-    joined: bool = False
+    #: For a join's rows (SPEC 3.12), the columns that identify a row together with the
+    #: columns the user names (a table sink's ``key=``): a window join's keys and window
+    #: bounds, else none; ``None``: the rows are not a join's.
+    join_identity: tuple[str, ...] | None = None
 
     @property
     def idle(self) -> tuple[TrackedSource, ...]:
