@@ -169,3 +169,38 @@ def test_the_demo_runs_where_the_session_runs(session: kp.Session) -> None:
     assert run_demo(lines.append, master=master, remote=remote) == 0
     text = "\n".join(lines)
     assert f"Spark ({master or remote}) started" in text and "Window results" in text
+
+
+@pytest.mark.parametrize("how", ["inner", "left"])
+def test_a_join_over_connect_equals_the_model(remote: kp.Session, how: str) -> None:
+    """An inner interval join on Spark's own join, a left one on krishiv's operator, both over Connect."""
+    from typing import cast
+
+    from krishiv_py.model.joins import join_model_for
+    from krishiv_py.plan import nodes as n
+    from krishiv_py.testing import assert_same_rows
+
+    left, left_sender = remote.memory_stream("k string, t bigint, a bigint")
+    right, right_sender = remote.memory_stream("k string, t bigint, b bigint")
+    joined = (
+        left.watermark("t", 0)
+        .key_by("k")
+        .interval_join(right.watermark("t", 0).key_by("k"), between=(-2, 2), how=cast(Any, how))
+    )
+    assert joined.lower().lowering == ("native" if how == "inner" else "stateful")
+    model = join_model_for(cast(n.Join, joined.plan))
+    job = joined.start()
+    try:
+        for side, rows in (
+            ("left", [{"k": "a", "t": 10, "a": 1}, {"k": "b", "t": 11, "a": 2}]),
+            ("right", [{"k": "a", "t": 12, "b": 1}, {"k": "a", "t": 5, "b": 2}]),
+            ("left", [{"k": "c", "t": 40, "a": 3}]),
+            ("right", [{"k": "c", "t": 40, "b": 3}]),
+        ):
+            model.send(rows, side=cast(Any, side))
+            (left_sender if side == "left" else right_sender).send(rows)
+            job.process_all_available()
+        assert_same_rows(job.results(), model.results)
+        assert len(model.results) == (2 if how == "inner" else 3)
+    finally:
+        job.stop()
