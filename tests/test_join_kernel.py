@@ -42,16 +42,16 @@ def build(
     elif kind == "as_of":
         joined = left.key_by("k").as_of_join(right.key_by("k"), how=how, max_age_ms=options.get("max_age_ms"))
     else:
-        size, slide = options["window"]
+        size, slide, *offset = options["window"]
         lw = (
             left.key_by("k").sliding_window(size, slide)
             if slide != size
-            else left.key_by("k").tumbling_window(size)
+            else left.key_by("k").tumbling_window(size, offset_ms=offset[0] if offset else 0)
         )
         rw = (
             right.key_by("k").sliding_window(size, slide)
             if slide != size
-            else right.key_by("k").tumbling_window(size)
+            else right.key_by("k").tumbling_window(size, offset_ms=offset[0] if offset else 0)
         )
         joined = lw.join(rw, how=how)
     if lateness:
@@ -170,6 +170,7 @@ CASES = (
         for lateness in (0, 6)
         for window in ((5, 5), (6, 2))
     ]
+    + [("window", how, 6, {"window": (5, 5, 2)}) for how in ("full", "anti")]  # offset 2
     + [
         ("as_of", how, lateness, {"max_age_ms": age})
         for how in ("inner", "left")

@@ -358,11 +358,23 @@ def _window(
 def _window_results(
     spec: JoinSpec, rows: pa.Table, groups: np.ndarray, fresh: np.ndarray, left: np.ndarray
 ) -> list[pa.Table]:
-    """The change in the results of the windows ``rows`` belong to; ``fresh``: rows not yet counted."""
-    li, ri = _pairs(groups, left, ~left)
-    both_old = ~fresh[li] & ~fresh[ri]
-    any_match = _flag(len(rows), np.concatenate([li, ri]))
-    old_match = _flag(len(rows), np.concatenate([li[both_old], ri[both_old]]))
+    """The change in the results of the windows ``rows`` belong to; ``fresh``: rows not yet counted.
+
+    Whether a row has a partner comes from counting the other side's rows of
+    its group (all, and those counted before); only the pairs with a fresh
+    row are built, so a late row costs what it changes, not the window's size.
+    """
+    valid = groups >= 0
+    size = int(groups.max(initial=0)) + 1
+    rights = np.bincount(groups[valid & ~left], minlength=size)
+    lefts = np.bincount(groups[valid & left], minlength=size)
+    old_rights = np.bincount(groups[valid & ~left & ~fresh], minlength=size)
+    old_lefts = np.bincount(groups[valid & left & ~fresh], minlength=size)
+    g = np.maximum(groups, 0)
+    partners = np.where(left, rights[g], lefts[g])
+    old_partners = np.where(left, old_rights[g], old_lefts[g])
+    any_match = valid & (partners > 0)
+    old_match = valid & (old_partners > 0)
     gained = ~fresh & ~old_match & any_match  # counted rows that met their first partner now
     retract: list[pa.Table] = []
     emit: list[pa.Table] = []
@@ -374,7 +386,10 @@ def _window_results(
         if how == "semi":
             return [fresh_rows, _semi_rows(spec, rows, changed, "emit")]
         return [_semi_rows(spec, rows, changed, "retract"), fresh_rows]
-    emit.append(_pair_rows(spec, rows, li[~both_old], ri[~both_old], "emit"))
+    # The new pairs: a fresh left row with any right row, a counted left row with a fresh right row.
+    li1, ri1 = _pairs(groups, left & fresh, ~left)
+    li2, ri2 = _pairs(groups, left & ~fresh, ~left & fresh)
+    emit.append(_pair_rows(spec, rows, np.concatenate([li1, li2]), np.concatenate([ri1, ri2]), "emit"))
     for side_mask, kept in ((left, how in ("left", "full")), (~left, how in ("right", "full"))):
         if not kept:
             continue
@@ -646,12 +661,6 @@ def _pairs(group: np.ndarray, lefts: np.ndarray, rights: np.ndarray) -> tuple[np
     offsets = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
     ri = ri_all[order][np.repeat(lo, counts) + offsets]
     return li.astype(np.int64), ri.astype(np.int64)
-
-
-def _flag(n: int, idx: np.ndarray) -> np.ndarray:
-    out = np.zeros(n, bool)
-    out[idx] = True
-    return out
 
 
 def _is_left(table: pa.Table) -> np.ndarray:
