@@ -1,4 +1,4 @@
-"""SQL joins (``session.sql``): the interval join and the window join against their builder twins.
+"""SQL joins (``session.sql``): the interval, window and as-of joins against their builder twins.
 
 Every test compares logical plans — the SQL's must equal the builder's — or
 checks a refusal's words and position; none starts Spark (a catalog of plan
@@ -34,13 +34,39 @@ USERS = n.MemorySource(
     name="users", schema=to_schema("uid string, code bigint, at timestamp, name string"), path="/data/users"
 )
 
+#: The as-of join's streams: each order with the rate of its currency in force at its time.
+ORDERS = n.MemorySource(
+    name="orders",
+    schema=to_schema("order_id string, currency string, amount double, ts timestamp, ts_ms bigint"),
+    path="/data/orders",
+)
+RATES = n.MemorySource(
+    name="rates",
+    schema=to_schema("currency string, rate double, ts timestamp, ts_ms bigint"),
+    path="/data/rates",
+)
+#: Rates with two timestamp columns: which one is event time must be said.
+QUOTES = n.MemorySource(
+    name="quotes",
+    schema=to_schema("currency string, rate double, quoted timestamp, fetched timestamp"),
+    path="/data/quotes",
+)
+
 SECOND = 1_000
 BETWEEN = "c.ts BETWEEN v.ts - INTERVAL '5' SECOND AND v.ts + INTERVAL '1' SECOND"
 
 
 def catalog(**plans: n.PlanNode) -> SqlCatalog:
     cat = SqlCatalog()
-    for name, plan in ({"clicks": CLICKS, "views": VIEWS, "users": USERS} | plans).items():
+    streams: dict[str, n.PlanNode] = {
+        "clicks": CLICKS,
+        "views": VIEWS,
+        "users": USERS,
+        "orders": ORDERS,
+        "rates": RATES,
+        "quotes": QUOTES,
+    }
+    for name, plan in (streams | plans).items():
         cat.register(name, plan)
     return cat
 
@@ -354,6 +380,177 @@ def test_window_tvfs_take_their_time_column_and_watermark_settings() -> None:
     same_plan(text, window_twin())
 
 
+# --- the as-of join ----------------------------------------------------------------------------
+
+AS_OF = "SELECT * FROM orders o JOIN rates FOR SYSTEM_TIME AS OF o.ts AS r ON o.currency = r.currency"
+
+
+def orders(lag: int = 0, column: str = "ts") -> Stream:
+    return source(ORDERS).watermark(column, lag)
+
+
+def rates(lag: int = 0, column: str = "ts") -> Stream:
+    return source(RATES).watermark(column, lag)
+
+
+def as_of(how: Any = "inner", max_age_ms: int | None = None, *keys: str) -> Stream:
+    """orders ⋈ rates, the as-of join of the tests' SQL (orders on the left)."""
+    keys = keys or ("currency",)
+    return orders().key_by(*keys).as_of_join(rates().key_by(*keys), how=how, max_age_ms=max_age_ms)
+
+
+def test_flinks_temporal_join_is_the_as_of_join() -> None:
+    same_plan(AS_OF, as_of())
+    # The joined row: the key once, the left columns, the right ones (_right on clashes).
+    assert sql(AS_OF).columns == (
+        "currency",
+        "order_id",
+        "amount",
+        "ts",
+        "ts_ms",
+        "rate",
+        "ts_right",
+        "ts_ms_right",
+    )
+
+
+@pytest.mark.parametrize(
+    ("join", "how"),
+    [("JOIN", "inner"), ("INNER JOIN", "inner"), ("LEFT JOIN", "left"), ("LEFT OUTER JOIN", "left")],
+)
+def test_inner_and_left_as_of_joins(join: str, how: str) -> None:
+    same_plan(AS_OF.replace(" JOIN ", f" {join} "), as_of(how))
+
+
+@pytest.mark.parametrize(
+    ("on", "max_age_ms"),
+    [
+        # the max age, written as r.ts >= o.ts - age in every form of an interval join's bound
+        ("o.currency = r.currency AND r.ts >= o.ts - INTERVAL '1' HOUR", 3_600_000),
+        ("r.ts >= o.ts - INTERVAL '1' HOUR AND r.currency = o.currency", 3_600_000),
+        ("(o.currency = r.currency) AND (o.ts - INTERVAL '90' SECOND <= r.ts)", 90_000),
+        ("o.currency = r.currency AND r.ts + INTERVAL '1' MINUTE >= o.ts", 60_000),
+        ("o.currency = r.currency AND o.ts <= INTERVAL '1' MINUTE + r.ts", 60_000),
+        (
+            "o.currency = r.currency AND r.ts >= o.ts - (INTERVAL '1' MINUTE + INTERVAL '500' MILLISECONDS)",
+            60_500,
+        ),
+        # a right row at the left row's time only
+        ("o.currency = r.currency AND r.ts >= o.ts", 0),
+        # no bound: no max age
+        ("R.CURRENCY = o.Currency", None),
+    ],
+)
+def test_as_of_join_conditions_and_the_max_age(on: str, max_age_ms: int | None) -> None:
+    text = f"SELECT * FROM orders o LEFT JOIN rates FOR SYSTEM_TIME AS OF o.ts AS r ON {on}"
+    same_plan(text, as_of("left", max_age_ms))
+
+
+def test_as_of_join_keys_names_and_time_columns() -> None:
+    # several keys, in the order written
+    text = (
+        "SELECT * FROM orders o JOIN rates FOR SYSTEM_TIME AS OF o.ts AS r "
+        "ON o.currency = r.currency AND r.ts_ms = o.ts_ms"
+    )
+    twin = orders().key_by("currency", "ts_ms").as_of_join(rates().key_by("currency", "ts_ms"))
+    same_plan(text, twin)
+    # without an alias the stream's name qualifies its columns; the alias without AS
+    text = (
+        "SELECT * FROM orders JOIN rates FOR SYSTEM_TIME AS OF orders.ts ON orders.currency = rates.currency"
+    )
+    same_plan(text, as_of())
+    same_plan(AS_OF.replace("o.ts AS r", "o.ts r"), as_of())
+    # an unqualified AS OF column that only the left side has; keys of other names
+    text = "SELECT * FROM users u JOIN clicks FOR SYSTEM_TIME AS OF at AS c ON u.uid = c.user_id"
+    twin = source(USERS).watermark("at", 0).key_by("uid").as_of_join(clicks().key_by("user_id"))
+    same_plan(text, twin)
+    # a bigint event time: the max age may be plain milliseconds
+    text = (
+        "SELECT * FROM orders o JOIN rates FOR SYSTEM_TIME AS OF o.ts_ms AS r "
+        "ON o.currency = r.currency AND r.ts_ms >= o.ts_ms - 5000"
+    )
+    twin = (
+        orders(column="ts_ms")
+        .key_by("currency")
+        .as_of_join(rates(column="ts_ms").key_by("currency"), max_age_ms=5_000)
+    )
+    same_plan(text, twin)
+
+
+def test_as_of_join_watermarks() -> None:
+    # SET watermark.* declares both sides' watermarks; the right side's on its one timestamp column
+    text = """SET watermark.lag = INTERVAL '2' SECOND, watermark.idle_timeout = INTERVAL '30' SECOND;
+              SELECT * FROM orders o LEFT JOIN rates FOR SYSTEM_TIME AS OF o.ts AS r
+              ON o.currency = r.currency"""
+
+    def timed(stream: Stream) -> Stream:
+        return stream.watermark("ts", 2_000, idle_timeout_ms=30_000)
+
+    twin = (
+        timed(source(ORDERS))
+        .key_by("currency")
+        .as_of_join(timed(source(RATES)).key_by("currency"), how="left")
+    )
+    same_plan(text, twin)
+    # SET watermark.column names the time column of both sides
+    text = f"SET watermark.column = ts_ms; {AS_OF.replace('o.ts AS', 'o.ts_ms AS')}"
+    twin = orders(column="ts_ms").key_by("currency").as_of_join(rates(column="ts_ms").key_by("currency"))
+    same_plan(text, twin)
+    # a right side of two timestamps: the max age names its time column (or SET watermark.column)
+    quotes = source(QUOTES).watermark("fetched", 0).key_by("currency")
+    text = (
+        "SELECT * FROM orders o JOIN quotes FOR SYSTEM_TIME AS OF o.ts AS q "
+        "ON o.currency = q.currency AND q.fetched >= o.ts - INTERVAL '1' DAY"
+    )
+    same_plan(text, orders().key_by("currency").as_of_join(quotes, max_age_ms=86_400_000))
+    # registered streams keep their own watermarks
+    own_orders, own_rates = orders(lag=1_000), rates(lag=5_000, column="ts_ms")
+    cat = catalog(own_orders=own_orders.plan, own_rates=own_rates.plan)
+    text = (
+        "SELECT * FROM own_orders o JOIN own_rates FOR SYSTEM_TIME AS OF o.ts AS r ON o.currency = r.currency"
+    )
+    same_plan(text, own_orders.key_by("currency").as_of_join(own_rates.key_by("currency")), cat)
+
+
+def test_select_where_and_window_settings_over_an_as_of_join() -> None:
+    a = kp.col
+    text = """SELECT o.order_id, o.amount * r.rate AS converted, r.ts AS rate_ts, currency
+              FROM orders o LEFT JOIN rates FOR SYSTEM_TIME AS OF o.ts AS r ON o.currency = r.currency
+              WHERE r.rate IS NOT NULL AND o.amount > 0"""
+    twin = (
+        as_of("left")
+        .filter(a("rate").is_not_null() & (a("amount") > 0))
+        .select(
+            "order_id",
+            (a("amount") * a("rate")).alias("converted"),
+            a("ts_right").alias("rate_ts"),
+            "currency",
+        )
+    )
+    same_plan(text, twin)
+    same_plan(
+        AS_OF.replace("SELECT *", "SELECT r.*"),
+        as_of().select("currency", "rate", a("ts_right").alias("ts"), a("ts_ms_right").alias("ts_ms")),
+    )
+    text = f"""SET window.allowed_lateness = INTERVAL '1' MINUTE;
+               SET window.accumulation = retracting;
+               SET window.state_ttl = INTERVAL '1' DAY;
+               {AS_OF}"""
+    twin = (
+        cast(kp.JoinedStream, as_of())
+        .allowed_lateness(60_000)
+        .accumulation("retracting")
+        .with_state_ttl(kp.StateTtlConfig(ttl_ms=86_400_000))
+    )
+    same_plan(text, twin)
+    assert sql(text).columns[-1] == "kind"
+    # a temporal join in a subquery is the pipeline so far
+    same_plan(
+        f"SELECT order_id FROM ({AS_OF}) j WHERE j.rate > 1",
+        as_of().filter(a("rate") > 1).select("order_id"),
+    )
+
+
 # --- SELECT and WHERE over a join --------------------------------------------------------------
 
 
@@ -478,7 +675,12 @@ ERRORS: list[tuple[str, list[str]]] = [
     ("SELECT * FROM views JOIN clicks USING (user_id)", ["USING is not supported", "line 1, column 21"]),
     (
         f"{J.replace(' JOIN', ' ASOF JOIN')}",
-        ["ASOF JOIN is not supported", "as_of_join()", "line 1, column 28"],
+        [
+            "ASOF JOIN is not supported",
+            "JOIN r FOR SYSTEM_TIME AS OF l.ts",
+            "as_of_join()",
+            "line 1, column 28",
+        ],
     ),
     (J, ["an interval join needs a time range", "r.ts BETWEEN l.ts", "line 1, column 40"]),
     (
@@ -729,6 +931,149 @@ ERRORS: list[tuple[str, list[str]]] = [
             "line 1, column 15",
         ],
     ),
+    # as-of joins: the kinds of join
+    (
+        AS_OF.replace(" JOIN", " RIGHT JOIN"),
+        [
+            "RIGHT JOIN is not supported with FOR SYSTEM_TIME AS OF",
+            "[INNER] JOIN or LEFT [OUTER] JOIN",
+            "column 24",
+        ],
+    ),
+    (
+        AS_OF.replace(" JOIN", " FULL OUTER JOIN"),
+        ["FULL OUTER JOIN is not supported with FOR SYSTEM_TIME", "column 24"],
+    ),
+    (
+        AS_OF.replace(" JOIN", " LEFT ANTI JOIN"),
+        ["LEFT ANTI JOIN is not supported with FOR SYSTEM_TIME", "column 24"],
+    ),
+    (
+        AS_OF.replace(" JOIN", " LEFT SEMI JOIN"),
+        ["LEFT SEMI JOIN is not supported with FOR SYSTEM_TIME", "column 24"],
+    ),
+    # the AS OF time is the left side's event-time column
+    (
+        AS_OF.replace("AS OF o.ts", "AS OF r.ts"),
+        [
+            "names the left side's event-time column",
+            "'ts' is a column of stream 'rates'",
+            "line 1, column 57",
+        ],
+    ),
+    (
+        AS_OF.replace("AS OF o.ts", "AS OF PROCTIME()"),
+        ["takes the left side's event-time column", "PROCTIME() and other expressions", "line 1, column 57"],
+    ),
+    (AS_OF.replace("AS OF o.ts", "AS OF ts"), ["'ts' is on both sides", "o.ts or r.ts", "line 1, column 57"]),
+    (
+        f"SET watermark.column = ts_ms; {AS_OF}",
+        [
+            "time column 'ts' is not the event-time column of stream 'orders'",
+            "on 'ts_ms'",
+            "line 1, column 87",
+        ],
+    ),
+    (
+        AS_OF.replace("rates", "joined").replace("o.currency = r.currency", "o.order_id = r.user_id"),
+        ["the result of a window or a join", "line 1, column 29"],
+    ),
+    (
+        AS_OF.replace("rates", "quotes"),
+        ["which column of stream 'quotes' is event time", "SET watermark.column", "line 1, column 29"],
+    ),
+    # ON: key equalities and at most a max age, r.ts >= l.ts - age
+    (
+        f"{AS_OF} AND r.ts <= o.ts",
+        [
+            "bounds the right side's time from below only",
+            "its upper bound is the AS OF time",
+            "line 1, column 98",
+        ],
+    ),
+    (
+        f"{AS_OF} AND r.ts BETWEEN o.ts - INTERVAL '1' HOUR AND o.ts",
+        ["from below only, its max age (r.ts >= l.ts - INTERVAL ...)", "line 1, column 98"],
+    ),
+    (
+        f"{AS_OF} AND r.ts > o.ts - INTERVAL '1' HOUR",
+        ["max age is inclusive: write <= or >=", "line 1, column 98"],
+    ),
+    (
+        f"{AS_OF} AND r.ts >= o.ts + INTERVAL '1' SECOND",
+        ["at or before the AS OF time", "this one is 1000 ms after it", "line 1, column 98"],
+    ),
+    (
+        f"{AS_OF} AND r.ts >= o.ts - INTERVAL '1' HOUR AND r.ts >= o.ts - INTERVAL '1' DAY",
+        ["an as-of join has one max age", "line 1, column 135"],
+    ),
+    (
+        f"{AS_OF} AND r.ts_ms >= o.ts_ms - 5000",
+        [
+            "compares the right side's event time with the AS OF column",
+            "o.ts - INTERVAL",
+            "line 1, column 109",
+        ],
+    ),
+    (f"{AS_OF} AND r.ts >= o.ts - 5000", ["only on a bigint event time", "line 1, column 113"]),
+    (
+        f"{AS_OF} AND r.rate > 0",
+        ["key equalities and a max age", "FOR SYSTEM_TIME AS OF l.ts", "WHERE", "line 1, column 98"],
+    ),
+    (
+        AS_OF.replace("o.currency = r.currency", "r.ts >= o.ts"),
+        ["at least one key equality", "FOR SYSTEM_TIME AS OF", "line 1, column 70"],
+    ),
+    (
+        "SELECT * FROM users u JOIN clicks FOR SYSTEM_TIME AS OF u.at AS c ON u.code = c.user_id",
+        ["JOIN: as_of_join(): key 'code' is bigint on the left", "line 1, column 23"],
+    ),
+    # FOR SYSTEM_TIME AS OF as Flink writes it, on the right side, of a stream
+    (
+        AS_OF.replace("SYSTEM_TIME AS OF", "TIMESTAMP AS OF"),
+        [
+            "takes Flink's FOR SYSTEM_TIME AS OF",
+            "time travel",
+            "line 1, column 35: `FOR TIMESTAMP AS OF o.ts`",
+        ],
+    ),
+    (
+        AS_OF.replace("FOR SYSTEM_TIME", "TIMESTAMP"),
+        ["time travel", "line 1, column 35: `TIMESTAMP AS OF o.ts`"],
+    ),
+    (AS_OF.replace("FOR SYSTEM_TIME AS OF o.ts", "VERSION AS OF 3"), ["time travel", "line 1, column 35"]),
+    (
+        AS_OF.replace("AS OF o.ts", "BETWEEN o.ts AND o.ts"),
+        ["does not apply to streams", "line 1, column 35: `FOR SYSTEM_TIME BETWEEN`"],
+    ),
+    (
+        "SELECT * FROM orders FOR SYSTEM_TIME AS OF rates.ts JOIN rates ON orders.currency = rates.currency",
+        ["FOR SYSTEM_TIME AS OF goes on the right side of the join", "line 1, column 22"],
+    ),
+    (
+        "SELECT * FROM rates FOR SYSTEM_TIME AS OF ts",
+        ["FOR SYSTEM_TIME AS OF is not supported", "right side of an as-of join", "line 1, column 21"],
+    ),
+    (
+        "SELECT * FROM TABLE(TUMBLE(TABLE orders, DESCRIPTOR(ts), INTERVAL '1' SECOND)) o "
+        "JOIN rates FOR SYSTEM_TIME AS OF o.ts AS r ON o.currency = r.currency",
+        ["an as-of join (FOR SYSTEM_TIME AS OF) joins two streams, not window TVFs", "line 1, column 15"],
+    ),
+    (
+        "SELECT * FROM orders o JOIN TABLE(TUMBLE(TABLE rates, DESCRIPTOR(ts), INTERVAL '1' SECOND)) "
+        "FOR SYSTEM_TIME AS OF o.ts AS r ON o.currency = r.currency",
+        ["FOR SYSTEM_TIME AS OF follows a stream name", "line 1, column 93"],
+    ),
+    # what holds for every join holds for the as-of join
+    (f"{AS_OF}\nGROUP BY o.currency", ["aggregating the rows of a join", "line 2, column 1"]),
+    (
+        f"SET window.trigger = on_every_element(); {AS_OF}",
+        [
+            "SET window.trigger does not apply to a join",
+            "line 1, column 65: `JOIN rates FOR SYSTEM_TIME AS OF o.ts",
+        ],
+    ),
+    (f"{AS_OF} JOIN users u ON u.uid = o.order_id", ["a join of three or more", "line 1, column 94"]),
 ]
 
 
@@ -783,6 +1128,10 @@ def test_the_docs_examples_make_the_builders_plan() -> None:
         .select("user_id", "ts", a("ts_right").alias("clicked_at"), a("amount_right").alias("amount"))
     )
     same_plan(text, twin)
+    text = """SELECT o.order_id, o.amount * r.rate AS converted
+              FROM orders o LEFT JOIN rates FOR SYSTEM_TIME AS OF o.ts AS r
+                ON o.currency = r.currency"""
+    same_plan(text, as_of("left").select("order_id", (a("amount") * a("rate")).alias("converted")))
     # docs/joins.md, SQL
     text = """SELECT * FROM clicks c JOIN views v
                 ON c.user_id = v.user_id AND c.ad = v.ad
@@ -808,6 +1157,9 @@ def test_the_docs_examples_make_the_builders_plan() -> None:
         .join(source(auctions).watermark("ts", 0).key_by("seller").tumbling_window(10_000))
     )
     same_plan(text, twin, catalog(persons=persons, auctions=auctions))
+    as_of_text = """SELECT * FROM orders o LEFT JOIN rates FOR SYSTEM_TIME AS OF o.ts AS r
+                      ON o.currency = r.currency AND r.ts >= o.ts - INTERVAL '1' DAY"""
+    same_plan(as_of_text, as_of("left", 86_400_000))
     assert sql(text, catalog(persons=persons, auctions=auctions)).columns == (
         "id",
         "window_start",

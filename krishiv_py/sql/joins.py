@@ -1,6 +1,6 @@
 """The joins of Krishiv's SQL: a ``JOIN`` clause read into the builder join it means.
 
-Two forms (docs/sql.md, "Joins"), both of two streams on key equalities:
+Three forms (docs/sql.md, "Joins"), all of two streams on key equalities:
 
 - the **interval join**
   ``FROM l JOIN r ON l.k = r.k AND r.ts BETWEEN l.ts - a AND l.ts + b`` is
@@ -9,14 +9,18 @@ Two forms (docs/sql.md, "Joins"), both of two streams on key equalities:
   ``FROM TABLE(TUMBLE(TABLE l, DESCRIPTOR(ts), size)) L JOIN TABLE(TUMBLE(TABLE r,
   DESCRIPTOR(ts), size)) R ON L.k = R.k AND L.window_start = R.window_start AND
   L.window_end = R.window_end`` is
-  ``l.key_by("k").tumbling_window(size).join(r.key_by("k").tumbling_window(size))``.
+  ``l.key_by("k").tumbling_window(size).join(r.key_by("k").tumbling_window(size))``;
+- the **as-of join** (Flink's event-time temporal join)
+  ``FROM l JOIN r FOR SYSTEM_TIME AS OF l.ts ON l.k = r.k [AND r.ts >= l.ts - max_age]`` is
+  ``l.key_by("k").as_of_join(r.key_by("k"), max_age_ms=max_age)``.
 
 ``LEFT``, ``RIGHT`` and ``FULL [OUTER] JOIN`` are ``how="left"``,
 ``"right"``, ``"full"``; a window join also takes ``LEFT SEMI JOIN`` and
-``LEFT ANTI JOIN``. ``HOP(TABLE t, DESCRIPTOR(ts), slide, size)`` is
-``sliding_window(size, slide)``. This module reads the clause (its sides,
-its kind, its ON condition); :mod:`krishiv_py.sql.query` scans the streams,
-declares their watermarks and calls the builder.
+``LEFT ANTI JOIN``; an as-of join is ``[INNER]`` or ``LEFT [OUTER]`` only.
+``HOP(TABLE t, DESCRIPTOR(ts), slide, size)`` is ``sliding_window(size,
+slide)``. This module reads the clause (its sides, its kind, its ON
+condition); :mod:`krishiv_py.sql.query` scans the streams, declares their
+watermarks and calls the builder.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import attrs
 
 from krishiv_py.errors import PlanError
 from krishiv_py.sql.settings import interval_ms
+from krishiv_py.sql.source import DIALECT
 from krishiv_py.sql.windows import WindowCall
 
 if TYPE_CHECKING:
@@ -37,10 +42,13 @@ if TYPE_CHECKING:
     from krishiv_py.sql.source import SqlText
 
 __all__ = [
+    "AS_OF_FORM",
     "BOUNDS",
     "INTERVAL_FORM",
     "WINDOW_FORM",
+    "AsOf",
     "JoinOn",
+    "MaxAge",
     "Side",
     "SideResolver",
     "SideSpec",
@@ -66,12 +74,28 @@ INTERVAL_FORM = (
 WINDOW_FORM = (
     "ON L.k = R.k [AND L.k2 = R.k2 ...] AND L.window_start = R.window_start AND L.window_end = R.window_end"
 )
+AS_OF_FORM = (
+    "FROM l [LEFT] JOIN r FOR SYSTEM_TIME AS OF l.ts ON l.k = r.k [AND l.k2 = r.k2 ...] "
+    "[AND r.ts >= l.ts - INTERVAL ... (the max age)]"
+)
 TVF_FORM = (
     "TABLE(TUMBLE(TABLE stream, DESCRIPTOR(ts), size [, offset])) or "
     "TABLE(HOP(TABLE stream, DESCRIPTOR(ts), slide, size))"
 )
 _JOIN_ARGS = {"this", "on", "side", "kind", "using", "method"}
 _JOIN_WORDS = {"JOIN", "LEFT", "RIGHT", "FULL", "INNER", "OUTER", "CROSS", "SEMI", "ANTI", "NATURAL"}
+
+
+@attrs.frozen
+class AsOf:
+    """The ``FOR SYSTEM_TIME AS OF <time>`` of a side: the as-of join's right side."""
+
+    #: The time as written (the left side's event-time column, for a valid join).
+    time: exp.Expression = attrs.field(eq=False)
+    #: Where the clause starts (its ``FOR``).
+    at: int | None
+    #: The clause as written, for errors about it.
+    shown: exp.Expression = attrs.field(eq=False)
 
 
 @attrs.frozen
@@ -84,7 +108,10 @@ class SideSpec:
     qualifier: str
     #: The window of a window TVF side (its time column as written), None for a plain stream.
     window: WindowCall | None
+    #: The side as written (without its ``FOR SYSTEM_TIME AS OF``).
     node: exp.Table = attrs.field(eq=False)
+    #: The side's ``FOR SYSTEM_TIME AS OF`` (an as-of join's right side), None without one.
+    as_of: AsOf | None = None
 
     @property
     def name(self) -> str:
@@ -107,12 +134,29 @@ class TimeRange:
 
 
 @attrs.frozen
+class MaxAge:
+    """The max age of an as-of join: ``r.ts >= l.ts - max_age_ms``."""
+
+    left: str
+    right: str
+    max_age_ms: int
+    #: The columns and the bound as written, for errors about them.
+    left_node: exp.Column = attrs.field(eq=False)
+    right_node: exp.Column = attrs.field(eq=False)
+    node: exp.Expression = attrs.field(eq=False)
+    #: Offsets written as plain numbers (milliseconds; only for a bigint event time).
+    numbers: tuple[exp.Expression, ...] = attrs.field(eq=False)
+
+
+@attrs.frozen
 class JoinOn:
     """What an ON condition says: key pairs ``(left column, right column)`` in order, and the time."""
 
     keys: tuple[tuple[str, str], ...]
-    #: The interval join's time range (None for a window join).
+    #: The interval join's time range (None for a window or an as-of join).
     time: TimeRange | None
+    #: The as-of join's max age (None: none written, or another join).
+    max_age: MaxAge | None = None
 
 
 def is_window_tvf(node: exp.Expression) -> bool:
@@ -158,7 +202,11 @@ def join_how(join: exp.Join, sql: SqlText, at: int | None) -> JoinHow:
             at=at,
         )
     if method:
-        also = "; the as-of join is the builder's: KeyedStream.as_of_join()" if method == "ASOF" else ""
+        also = (
+            f"; the as-of join is Flink's temporal join, {AS_OF_FORM} (as_of_join() in the builder)"
+            if method == "ASOF"
+            else ""
+        )
         raise sql.error(join, f"{method} JOIN is not supported{also}", at=at)
     on = join.args.get("on")
     if isinstance(on, exp.Boolean):  # Spark's JOIN without ON (sqlglot reads it as ON TRUE)
@@ -195,9 +243,24 @@ def read_side(node: exp.Expression, sql: SqlText) -> SideSpec:
     """A side of a join: a stream name, or a window TVF over one."""
     from sqlglot import exp
 
+    as_of = _as_of(node, sql) if isinstance(node, exp.Table) else None
+    if as_of is not None:
+        assert isinstance(node, exp.Table)
+        node = node.copy()  # the side without its FOR SYSTEM_TIME AS OF (a copy keeps the positions)
+        node.set("version", None)
+        if not isinstance(node.this, exp.Identifier):
+            raise sql.error(
+                as_of.shown,
+                f"FOR SYSTEM_TIME AS OF follows a stream name, the as-of join's right side: {AS_OF_FORM}",
+                at=as_of.at,
+            )
     if isinstance(node, exp.Table) and isinstance(node.this, exp.Identifier):
         return SideSpec(
-            table=node, qualifier=(str(node.alias) or str(node.name)).lower(), window=None, node=node
+            table=node,
+            qualifier=(str(node.alias) or str(node.name)).lower(),
+            window=None,
+            node=node,
+            as_of=as_of,
         )
     if is_window_tvf(node):
         assert isinstance(node, exp.Table)
@@ -216,6 +279,47 @@ def read_side(node: exp.Expression, sql: SqlText) -> SideSpec:
         node,
         f"a side of a JOIN is a stream name or a window TVF ({TVF_FORM}), not {type(node).__name__.upper()}",
     )
+
+
+def _as_of(node: exp.Table, sql: SqlText) -> AsOf | None:
+    """The side's ``FOR SYSTEM_TIME AS OF <time>`` (sqlglot's ``version``), None without one.
+
+    sqlglot reads Flink's ``FOR SYSTEM_TIME AS OF`` and Spark's time travel
+    (``TIMESTAMP AS OF``, ``VERSION AS OF``) as the same node; the tokens
+    tell them apart. Only Flink's form, with ``AS OF``, is an as-of join.
+    """
+    from sqlglot import exp
+
+    version = node.args.get("version")
+    if version is None:
+        return None
+    time = version.args.get("expression")
+    if isinstance(node.this, exp.Identifier) and "end" in node.this.meta:
+        after = int(node.this.meta["end"])
+        tokens = [t for t in sql.tokens if t.start > after]
+    else:  # a window TVF: its clause starts at the last FOR before the time
+        start = sql.keyword("FOR", time if isinstance(time, exp.Expression) else node)
+        tokens = [t for t in sql.tokens if start is not None and t.start >= start]
+    words = [t.text.upper() for t in tokens[:4]]
+    at = int(tokens[0].start) if tokens else sql.offset(node)
+    begin = sql.offset(time) if isinstance(time, exp.Expression) else None
+    lead = sql.text[at:begin] if at is not None and begin is not None and begin > at else ""
+    lead = " ".join(lead.split()) or " ".join(t.text for t in tokens[:3])
+    # the clause as written: its words, then the time of AS OF (the words alone for other kinds)
+    shown = exp.Var(
+        this=f"{lead} {time.sql(dialect=DIALECT)}"
+        if isinstance(time, exp.Expression) and version.text("kind") == "AS OF"
+        else lead
+    )
+    if words != ["FOR", "SYSTEM_TIME", "AS", "OF"] or not isinstance(time, exp.Expression):
+        raise sql.error(
+            shown,
+            "a side of a join takes Flink's FOR SYSTEM_TIME AS OF <the left side's event-time column>, "
+            f"the as-of join: {AS_OF_FORM}; time travel (TIMESTAMP AS OF, VERSION AS OF, FOR SYSTEM_TIME "
+            "BETWEEN/FROM/ALL) does not apply to streams",
+            at=at,
+        )
+    return AsOf(time=time, at=at, shown=shown)
 
 
 def _tvf(node: exp.Table, sql: SqlText) -> SideSpec:
@@ -302,11 +406,13 @@ class _Bound:
     numbers: tuple[exp.Expression, ...]
 
 
-def read_on(on: exp.Expression, sql: SqlText, resolve: SideResolver, *, windowed: bool) -> JoinOn:
-    """The keys and the time range (interval join) or window bounds (window join) of ``on``."""
+def read_on(
+    on: exp.Expression, sql: SqlText, resolve: SideResolver, *, windowed: bool, as_of: bool = False
+) -> JoinOn:
+    """The keys and the time range (interval join), window bounds (window join) or max age (as-of join)."""
     from sqlglot import exp
 
-    form = WINDOW_FORM if windowed else INTERVAL_FORM
+    form = WINDOW_FORM if windowed else AS_OF_FORM if as_of else INTERVAL_FORM
     keys: list[tuple[str, str]] = []
     bounds: list[str] = []
     times: list[_Bound] = []
@@ -338,9 +444,9 @@ def read_on(on: exp.Expression, sql: SqlText, resolve: SideResolver, *, windowed
                     f"a window join's rows meet by window, not by a time range: {form} (join the streams "
                     "themselves for a time range: an interval join)",
                 )
-            times += _time_bounds(part, sql, resolve)
+            times += _time_bounds(part, sql, resolve, form)
             continue
-        what = "the window bounds" if windowed else "one time range"
+        what = "the window bounds" if windowed else "a max age" if as_of else "one time range"
         raise sql.error(
             part,
             f"a join's ON condition is key equalities and {what}: {form}; filter the joined rows with WHERE",
@@ -355,7 +461,42 @@ def read_on(on: exp.Expression, sql: SqlText, resolve: SideResolver, *, windowed
                 "L.window_start = R.window_start AND L.window_end = R.window_end",
             )
         return JoinOn(keys=tuple(keys), time=None)
+    if as_of:
+        return JoinOn(keys=tuple(keys), time=None, max_age=_max_age(times, sql))
     return JoinOn(keys=tuple(keys), time=_time_range(on, times, sql))
+
+
+def _max_age(times: list[_Bound], sql: SqlText) -> MaxAge | None:
+    """The as-of join's max age: one lower bound ``r.ts >= l.ts - age`` (None: no bound written)."""
+    if not times:
+        return None
+    for upper in [t for t in times if not t.lower][:1]:
+        raise sql.error(
+            upper.node,
+            "an as-of join's ON bounds the right side's time from below only, its max age "
+            "(r.ts >= l.ts - INTERVAL ...): its upper bound is the AS OF time itself, a right row at or "
+            f"before the left row's: {AS_OF_FORM}",
+        )
+    for extra in times[1:2]:
+        raise sql.error(
+            extra.node, f"an as-of join has one max age, one bound r.ts >= l.ts - ...: {AS_OF_FORM}"
+        )
+    bound = times[0]
+    if bound.value > 0:
+        raise sql.error(
+            bound.node,
+            "an as-of join's max age bound is at or before the AS OF time, r.ts >= l.ts - INTERVAL ...; "
+            f"this one is {bound.value} ms after it",
+        )
+    return MaxAge(
+        left=bound.left[0],
+        right=bound.right[0],
+        max_age_ms=-bound.value,
+        left_node=bound.left[1],
+        right_node=bound.right[1],
+        node=bound.node,
+        numbers=bound.numbers,
+    )
 
 
 def _time_range(on: exp.Expression, times: list[_Bound], sql: SqlText) -> TimeRange:
@@ -411,24 +552,35 @@ def _is_column(node: exp.Expression) -> bool:
     return isinstance(node, exp.Column) and not isinstance(node.this, exp.Star)
 
 
-def _time_bounds(part: exp.Expression, sql: SqlText, resolve: SideResolver) -> list[_Bound]:
+def _time_bounds(part: exp.Expression, sql: SqlText, resolve: SideResolver, form: str) -> list[_Bound]:
     from sqlglot import exp
 
     if isinstance(part, exp.GT | exp.LT):
+        what = (
+            "an as-of join's max age is"
+            if form == AS_OF_FORM
+            else "the bounds of an interval join's time range are"
+        )
         raise sql.error(
             part,
-            "the bounds of an interval join's time range are inclusive: write <= or >= (or BETWEEN); "
+            f"{what} inclusive: write <= or >= (or BETWEEN); "
             "event time has microseconds, so < is not <= one millisecond less",
         )
     if isinstance(part, exp.Between):
         value = part.this
         return [
-            _compare(value, part.args["low"], lower=True, part=part, sql=sql, resolve=resolve),
-            _compare(value, part.args["high"], lower=False, part=part, sql=sql, resolve=resolve),
+            _compare(value, part.args["low"], lower=True, part=part, sql=sql, resolve=resolve, form=form),
+            _compare(value, part.args["high"], lower=False, part=part, sql=sql, resolve=resolve, form=form),
         ]
     return [
         _compare(
-            part.this, part.expression, lower=isinstance(part, exp.GTE), part=part, sql=sql, resolve=resolve
+            part.this,
+            part.expression,
+            lower=isinstance(part, exp.GTE),
+            part=part,
+            sql=sql,
+            resolve=resolve,
+            form=form,
         )
     ]
 
@@ -441,14 +593,16 @@ def _compare(
     part: exp.Expression,
     sql: SqlText,
     resolve: SideResolver,
+    form: str,
 ) -> _Bound:
     """``a >= b`` (``lower``) or ``a <= b`` as a bound on ``r - l``."""
-    ta, tb = _term(a, sql, resolve), _term(b, sql, resolve)
+    ta, tb = _term(a, sql, resolve, form), _term(b, sql, resolve, form)
     if ta.column is None or tb.column is None or ta.column[0] == tb.column[0]:
+        what = "the max age" if form == AS_OF_FORM else "a bound of the time range"
         raise sql.error(
             part,
-            "a bound of the time range compares a time column of one side with the other side's, "
-            f"plus or minus an INTERVAL: {INTERVAL_FORM}",
+            f"{what} compares a time column of one side with the other side's, "
+            f"plus or minus an INTERVAL: {form}",
         )
     assert ta.node is not None and tb.node is not None
     numbers = ta.numbers + tb.numbers
@@ -459,13 +613,13 @@ def _compare(
     return _Bound(not lower, ta.offset_ms - tb.offset_ms, col_a, col_b, part, numbers)
 
 
-def _term(node: exp.Expression, sql: SqlText, resolve: SideResolver) -> _Term:
+def _term(node: exp.Expression, sql: SqlText, resolve: SideResolver, form: str) -> _Term:
     """``node`` as ``column + offset``: a time column plus or minus INTERVALs (or milliseconds)."""
     from sqlglot import exp
 
-    what = "a bound of an interval join's time range"
+    what = "an as-of join's max age" if form == AS_OF_FORM else "a bound of an interval join's time range"
     if isinstance(node, exp.Paren):
-        return _term(node.this, sql, resolve)
+        return _term(node.this, sql, resolve, form)
     if _is_column(node):
         assert isinstance(node, exp.Column)
         side, name = resolve(node)
@@ -477,17 +631,16 @@ def _term(node: exp.Expression, sql: SqlText, resolve: SideResolver) -> _Term:
             raise sql.error(node, f"{what}: an offset is a whole number of milliseconds, or an INTERVAL")
         return _Term(None, None, int(str(node.this)), (node,))
     if isinstance(node, exp.Neg):
-        inner = _term(node.this, sql, resolve)
+        inner = _term(node.this, sql, resolve, form)
         if inner.column is None:
             return attrs.evolve(inner, offset_ms=-inner.offset_ms)
     if isinstance(node, exp.Add | exp.Sub):
-        a, b = _term(node.this, sql, resolve), _term(node.expression, sql, resolve)
+        a, b = _term(node.this, sql, resolve, form), _term(node.expression, sql, resolve, form)
         sign = 1 if isinstance(node, exp.Add) else -1
         if b.column is None or (sign == 1 and a.column is None):
             column, col_node = (a.column, a.node) if a.column is not None else (b.column, b.node)
             return _Term(column, col_node, a.offset_ms + sign * b.offset_ms, a.numbers + b.numbers)
     raise sql.error(
         node,
-        f"{what} is a time column plus or minus an INTERVAL, e.g. l.ts - INTERVAL '5' SECOND: "
-        f"{INTERVAL_FORM}",
+        f"{what} is a time column plus or minus an INTERVAL, e.g. l.ts - INTERVAL '5' SECOND: {form}",
     )

@@ -21,10 +21,11 @@ its builder twin make equal plans (and so run the same way everywhere):
   ``window_end``, aggregates) is a ``.select(...)`` after it.
 - ``FROM l JOIN r ON ...`` (:mod:`krishiv_py.sql.joins`) is
   ``l.key_by(...).interval_join(r.key_by(...), between=..., how=...)``, or
-  with window TVFs on both sides ``...tumbling_window(size).join(...)``;
+  with window TVFs on both sides ``...tumbling_window(size).join(...)``, or
+  with ``JOIN r FOR SYSTEM_TIME AS OF l.ts`` ``...as_of_join(...)``;
   each side without a watermark gets one on its time column in the ``ON``
-  condition (or ``DESCRIPTOR``). ``WHERE`` and ``SELECT`` follow the join,
-  naming each side's columns as the joined rows hold them.
+  condition (or ``DESCRIPTOR``, or ``AS OF``). ``WHERE`` and ``SELECT``
+  follow the join, naming each side's columns as the joined rows hold them.
 """
 
 from __future__ import annotations
@@ -74,6 +75,12 @@ _CLAUSES: dict[str, tuple[str, str, str]] = {
     "distinct": ("SELECT DISTINCT", "DISTINCT", "use GROUP BY with a window helper and an aggregate"),
     "laterals": ("LATERAL VIEW", "LATERAL", "nested values are not supported"),
     "windows": ("WINDOW", "WINDOW", "window functions are not supported; use a window helper in GROUP BY"),
+    "version": (
+        "FOR SYSTEM_TIME AS OF",
+        "FOR",
+        "it versions the right side of an as-of join, FROM l JOIN r FOR SYSTEM_TIME AS OF l.ts ON l.k = r.k "
+        "(docs/sql.md, Joins)",
+    ),
 }
 
 
@@ -448,7 +455,7 @@ def _join_query(node: exp.Select, left_node: exp.Expression, ctx: Context) -> St
     _refuse_grouped_join(node, ctx)
     for side in (left_node, join.this):
         if isinstance(side, exp.Table):
-            _refuse_clauses(side, ctx, {"this", "alias", "db", "catalog"})
+            _refuse_clauses(side, ctx, {"this", "alias", "db", "catalog", "version"})
     specs = (sj.read_side(left_node, ctx.sql), sj.read_side(join.this, ctx.sql))
     rels = (_join_scan(specs[0], ctx), _join_scan(specs[1], ctx))
     if specs[0].qualifier == specs[1].qualifier:
@@ -457,6 +464,40 @@ def _join_query(node: exp.Select, left_node: exp.Expression, ctx: Context) -> St
             f"both sides of the JOIN are called {specs[1].qualifier!r}; give one an alias "
             f"(JOIN {specs[1].name} AS {specs[1].name}2)",
         )
+    if specs[0].as_of is not None:
+        raise ctx.sql.error(
+            specs[0].as_of.shown,
+            "FOR SYSTEM_TIME AS OF goes on the right side of the join, the stream whose row in force at "
+            f"each left row's time the left row meets: {sj.AS_OF_FORM}",
+            at=specs[0].as_of.at,
+        )
+    build, lkeys, rkeys = (
+        _as_of_join(join, how, at, specs, rels, ctx)
+        if specs[1].as_of is not None
+        else _time_join(join, how, at, specs, rels, ctx)
+    )
+    try:
+        joined = _join_emission(build(), ctx)
+    except PlanError as exc:
+        raise ctx.sql.error(join, f"JOIN: {exc}", at=at) from None
+    ctx.joins.append(join)
+    rel = _joined_relation(joined, specs, rels, lkeys, rkeys, how)
+    return _project(node, _filtered(node, rel, ctx), ctx)
+
+
+#: A join as the builder makes it (called where its errors get the JOIN's position), and its keys.
+_JoinCall = tuple[Callable[[], "Stream"], tuple[str, ...], tuple[str, ...]]
+
+
+def _time_join(
+    join: exp.Join,
+    how: n.JoinHow,
+    at: int | None,
+    specs: tuple[sj.SideSpec, sj.SideSpec],
+    rels: tuple[Relation, Relation],
+    ctx: Context,
+) -> _JoinCall:
+    """The interval join of two streams, or the window join of two window TVFs."""
     windowed = specs[0].window is not None
     if windowed != (specs[1].window is not None):
         plain = specs[1] if windowed else specs[0]
@@ -483,15 +524,8 @@ def _join_query(node: exp.Select, left_node: exp.Expression, ctx: Context) -> St
             time = on.time
             times.append((time.left, time.left_node) if i == 0 else (time.right, time.right_node))
     left, right = (_join_time(spec, rel, *t, ctx) for spec, rel, t in zip(specs, rels, times, strict=True))
-    if on.time is not None and on.time.numbers:
-        for stream, (column, _) in ((left, times[0]), (right, times[1])):
-            dtype = stream.schema.field(column).dtype
-            if dtype.is_timestamp:
-                raise ctx.sql.error(
-                    on.time.numbers[0],
-                    f"a plain number is an offset in milliseconds only on a bigint event time; {column!r} is "
-                    "a timestamp: write an INTERVAL, e.g. INTERVAL '5' SECOND",
-                )
+    if on.time is not None:
+        _plain_numbers(on.time.numbers, ((left, times[0][0]), (right, times[1][0])), ctx)
     lkeys, rkeys = tuple(k for k, _ in on.keys), tuple(k for _, k in on.keys)
     wl, wr = specs[0].window, specs[1].window
     if wl is not None and wr is not None and wl.spec() != wr.spec():
@@ -500,23 +534,113 @@ def _join_query(node: exp.Select, left_node: exp.Expression, ctx: Context) -> St
             "the two sides of a window join need the same window; the left side's is "
             f"{wl.node.sql(dialect=DIALECT)}",
         )
-    joined: Stream
-    try:
+
+    def build() -> Stream:
         if wl is not None and wr is not None:
-            joined = wl.assign(left.key_by(*lkeys)).join(wr.assign(right.key_by(*rkeys)), how=how)
-        else:
-            assert on.time is not None
-            joined = left.key_by(*lkeys).interval_join(
-                right.key_by(*rkeys),
-                between=(on.time.lower_ms, on.time.upper_ms),
-                how=cast('Literal["inner", "left", "right", "full"]', how),
+            return wl.assign(left.key_by(*lkeys)).join(wr.assign(right.key_by(*rkeys)), how=how)
+        assert on.time is not None
+        return left.key_by(*lkeys).interval_join(
+            right.key_by(*rkeys),
+            between=(on.time.lower_ms, on.time.upper_ms),
+            how=cast('Literal["inner", "left", "right", "full"]', how),
+        )
+
+    return build, lkeys, rkeys
+
+
+def _as_of_join(
+    join: exp.Join,
+    how: n.JoinHow,
+    at: int | None,
+    specs: tuple[sj.SideSpec, sj.SideSpec],
+    rels: tuple[Relation, Relation],
+    ctx: Context,
+) -> _JoinCall:
+    """``FROM l [LEFT] JOIN r FOR SYSTEM_TIME AS OF l.ts ON l.k = r.k [AND r.ts >= l.ts - age]``.
+
+    ``l.key_by(k).as_of_join(r.key_by(k), how=..., max_age_ms=age)``: the
+    AS OF time is the left side's event-time column; the right side's is its
+    watermark's (the column of the max age, if written, for a stream without
+    a watermark; else ``SET watermark.column`` or its one timestamp column).
+    """
+    from sqlglot import exp
+
+    as_of = specs[1].as_of
+    assert as_of is not None
+    if how not in ("inner", "left"):
+        words = " ".join(w for w in (join.side, join.kind) if w)
+        raise ctx.sql.error(
+            join,
+            f"{words} JOIN is not supported with FOR SYSTEM_TIME AS OF: an as-of join is [INNER] JOIN or "
+            "LEFT [OUTER] JOIN (each left row with the right row of its key in force at its time, "
+            f"null-padded by LEFT when there is none): {sj.AS_OF_FORM}",
+            at=at,
+        )
+    windows = [spec for spec in specs if spec.window is not None]
+    if windows:
+        raise ctx.sql.error(
+            windows[0].node,
+            f"an as-of join (FOR SYSTEM_TIME AS OF) joins two streams, not window TVFs: {sj.AS_OF_FORM}",
+        )
+    resolve = _side_resolver(specs, rels, ctx)
+    on = sj.read_on(join.args["on"], ctx.sql, resolve, windowed=False, as_of=True)
+    time = as_of.time
+    form = f"FOR SYSTEM_TIME AS OF {specs[0].qualifier}.<its event-time column>"
+    if not isinstance(time, exp.Column) or isinstance(time.this, exp.Star):
+        raise ctx.sql.error(
+            time,
+            f"FOR SYSTEM_TIME AS OF takes the left side's event-time column, {form}: the as-of join is on "
+            "event time (PROCTIME() and other expressions are not supported)",
+        )
+    side, column = resolve(time)
+    if side != "left":
+        raise ctx.sql.error(
+            time,
+            f"FOR SYSTEM_TIME AS OF names the left side's event-time column, {form} (each left row meets "
+            f"the right row in force at its own time); {column!r} is a column of {rels[1].label}",
+        )
+    age = on.max_age
+    if age is not None and age.left != column:
+        raise ctx.sql.error(
+            age.left_node,
+            f"the max age compares the right side's event time with the AS OF column, r.ts >= "
+            f"{specs[0].qualifier}.{column} - INTERVAL ...; this one names {age.left!r}",
+        )
+    left = _join_time(specs[0], rels[0], column, time, ctx)
+    right = _join_time(
+        specs[1],
+        rels[1],
+        age.right if age is not None else None,
+        age.right_node if age is not None else specs[1].node,
+        ctx,
+    )
+    if age is not None:
+        _plain_numbers(age.numbers, ((left, column), (right, age.right)), ctx)
+    lkeys, rkeys = tuple(k for k, _ in on.keys), tuple(k for _, k in on.keys)
+
+    def build() -> Stream:
+        return left.key_by(*lkeys).as_of_join(
+            right.key_by(*rkeys),
+            how=how,
+            max_age_ms=age.max_age_ms if age is not None else None,
+        )
+
+    return build, lkeys, rkeys
+
+
+def _plain_numbers(
+    numbers: tuple[exp.Expression, ...], times: tuple[tuple[Stream, str], ...], ctx: Context
+) -> None:
+    """Offsets written as plain numbers are milliseconds, only on a bigint event time."""
+    if not numbers:
+        return
+    for stream, column in times:
+        if stream.schema.field(column).dtype.is_timestamp:
+            raise ctx.sql.error(
+                numbers[0],
+                f"a plain number is an offset in milliseconds only on a bigint event time; {column!r} is "
+                "a timestamp: write an INTERVAL, e.g. INTERVAL '5' SECOND",
             )
-        joined = _join_emission(joined, ctx)
-    except PlanError as exc:
-        raise ctx.sql.error(join, f"JOIN: {exc}", at=at) from None
-    ctx.joins.append(join)
-    rel = _joined_relation(joined, specs, rels, lkeys, rkeys, how)
-    return _project(node, _filtered(node, rel, ctx), ctx)
 
 
 def _refuse_grouped_join(node: exp.Select, ctx: Context) -> None:
@@ -609,11 +733,16 @@ def _descriptor_column(window: WindowCall, descriptor: exp.Expression, rel: Rela
     return column
 
 
-def _join_time(spec: sj.SideSpec, rel: Relation, column: str, where: exp.Expression, ctx: Context) -> Stream:
+def _join_time(
+    spec: sj.SideSpec, rel: Relation, column: str | None, where: exp.Expression, ctx: Context
+) -> Stream:
     """The side's stream with its watermark, which must be on ``column``, the join's time column for it.
 
     A stream without a watermark gets one on ``column`` (``SET watermark.column``
-    if set), with the lag of ``SET watermark.lag``, as for a window.
+    if set), with the lag of ``SET watermark.lag``, as for a window. ``column``
+    None (an as-of join's right side without a max age): whichever column its
+    watermark is on, for a stream without one ``SET watermark.column``, else its
+    one timestamp column.
     """
     stream = rel.stream
     if n.window_aggregates(stream.plan) or n.joins_of(stream.plan):
@@ -626,7 +755,7 @@ def _join_time(spec: sj.SideSpec, rel: Relation, column: str, where: exp.Express
         stream = _watermark(
             stream, spec.node, rel.label, attrs.evolve(ctx, time_column=ctx.settings.column or column)
         )
-    if _time_source(stream.plan, column) is None:
+    if column is not None and _time_source(stream.plan, column) is None:
         et = n.event_time(stream.plan)
         on = repr(et.column) if et is not None else "no column"
         raise ctx.sql.error(

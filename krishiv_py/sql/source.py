@@ -144,8 +144,19 @@ class SqlText:
 
 
 def _snippet(node: exp.Expression, limit: int = 60) -> str:
-    text = " ".join(node.sql(dialect=DIALECT).split())
+    text = " ".join(node.transform(_flink_version).sql(dialect=DIALECT).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _flink_version(node: exp.Expression) -> exp.Expression:
+    """``FOR SYSTEM_TIME AS OF t`` as written (sqlglot writes it as Spark's ``TIMESTAMP AS OF t``)."""
+    from sqlglot import exp
+
+    if not isinstance(node, exp.Version):
+        return node
+    time = node.args.get("expression")
+    words = ["FOR SYSTEM_TIME", node.text("kind"), time.sql(dialect=DIALECT) if time is not None else ""]
+    return exp.Var(this=" ".join(w for w in words if w))
 
 
 #: Flink's window table functions, whose first argument is ``TABLE <name>``.
