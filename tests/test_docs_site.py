@@ -81,3 +81,12 @@ def test_the_build_is_strict_and_runs_the_notebooks() -> None:
     assert jupyter["allow_errors"] is False
     python = plugins["mkdocstrings"]["mkdocstrings"]["handlers"]["python"]
     assert python["options"]["docstring_style"] == "numpy"
+
+
+def test_the_index_lists_every_page_and_every_example() -> None:
+    index = (DOCS / "index.md").read_text(encoding="utf-8")
+    pages = sorted(p.name for p in DOCS.glob("*.md") if p.name != "index.md")
+    examples = sorted(p.name for p in (DOCS.parent / "examples").glob("*.py"))
+    missing = [p for p in pages if f"]({p})" not in index]
+    missing += [e for e in examples if f"](../examples/{e})" not in index]
+    assert not missing, f"docs/index.md leaves out {missing}"

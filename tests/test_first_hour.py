@@ -423,3 +423,17 @@ def test_ctrl_c_runs_the_stop_action_off_the_main_thread(capsys: pytest.CaptureF
     assert calls == ["krishiv-interrupt"]
     assert capsys.readouterr().err == "stopped cleanly\n"
     assert signal.getsignal(signal.SIGINT) is before  # the previous handler is back
+
+
+def test_the_extras_in_the_readme_exist_and_dev_installs_the_devtools() -> None:
+    """The README's table of extras names real extras; the test command's ``.[dev]`` holds ``devtools``."""
+    import re
+    import tomllib
+
+    root = Path(__file__).parent.parent
+    extras = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert set(extras["devtools"]) <= set(extras["dev"])
+    readme = (root / "README.md").read_text()
+    table = readme[readme.index("| extra | for |") :].split("\n\n")[0]
+    named = set(re.findall(r"`([a-z]+)`", "".join(line.split("|")[1] for line in table.splitlines()[2:])))
+    assert named and named <= set(extras), named - set(extras)

