@@ -91,18 +91,42 @@ def run_demo(
         echo("\nWindow results (1-minute tumbling windows per user):")
         echo(table.to_pandas().to_string(index=False))
         counted = pc_sum(table.column("events"))
-        echo("\nJob metrics:")
+        echo(f"\nJob metrics ({job.lowering} lowering):")
         for name, value in sorted(vars_of(metrics).items()):
-            shown = "n/a (not observable in this lowering)" if value is None else value
-            if name == "watermark_ms" and value == kp.END_OF_TIME_MS:
-                shown = "end of input (+infinity)"
-            echo(f"  {name:20} {shown}")
+            echo(f"  {name:20} {shown_metric(name, value, job.lowering)}")
         echo(
             f"\nevents sent: {sent}; counted in windows: {counted}; "
             f"dropped as late (sent - counted): {sent - counted}"
         )
+        if metrics.very_late_events is None:
+            echo(
+                f"(the {job.lowering} lowering cannot count very late events as Spark drops them; "
+                "the difference above is the count)"
+            )
         echo(f"total time: {time.perf_counter() - t0:.1f} s")
     return 0
+
+
+def shown_metric(name: str, value: Any, lowering: str) -> str:
+    """One metric as the demo prints it: times as UTC, the end of input and empty sets in words."""
+    from krishiv_py.plan.watermarks import END_OF_TIME_MS
+
+    def time_of(ms: int) -> str:
+        if ms >= END_OF_TIME_MS:
+            return "end of input"
+        return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+
+    if value is None:
+        return f"n/a (not observable in the {lowering} lowering)"
+    if name == "watermark_ms":
+        return time_of(int(value))
+    if name == "source_watermarks":
+        return (
+            ", ".join(f"{source}: {time_of(int(ms))}" for source, ms in sorted(value.items())) or "none yet"
+        )
+    if name == "idle_sources":
+        return ", ".join(sorted(value)) or "none"
+    return str(value)
 
 
 def pc_sum(column: Any) -> int:

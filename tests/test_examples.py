@@ -31,3 +31,7 @@ def test_demo_prints_windows_and_metrics(session: kp.Session) -> None:
     assert "user-0" in text
     assert "input_rows" in text
     assert "dropped as late (sent - counted): 4" in text
+    # Values a reader can read: no raw epoch milliseconds, empty sets or unnamed lowerings.
+    assert "clicks: end of input" in text and "4503599627370496" not in text
+    assert "frozenset" not in text
+    assert "n/a (not observable in the native lowering)" in text
