@@ -10,7 +10,7 @@ table of the current answer.
 
 It needs a Kafka broker: ``$KRISHIV_KAFKA_BOOTSTRAP`` if set (topics are
 created), else a local test broker that the example starts and stops
-(``krishiv_py.devtools.KafkaBroker``; ``pip install -e '.[dev]'``).
+(``krishiv_py.devtools.KafkaBroker``; ``pip install 'krishiv_py[kafka,devtools]'``).
 
 Run with ``python examples/kafka_windows.py``.
 """
@@ -56,16 +56,20 @@ def send(servers: str, topic: str, partition: int, clicks: list[tuple[bytes, byt
     producer.flush(30)
 
 
+def create_topics(servers: str, partitions: dict[str, int]) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    admin = AdminClient({"bootstrap.servers": servers})  # let go of when this returns
+    for topic, count in partitions.items():
+        for future in admin.create_topics([NewTopic(topic, num_partitions=count)]).values():
+            future.result(timeout=30)
+
+
 def main() -> None:
     with broker() as kafka, kp.Session.embedded(app_name="krishiv-kafka") as session:
         servers = kafka if isinstance(kafka, str) else kafka.bootstrap_servers
         clicks, per_minute_topic = f"clicks_{uuid.uuid4().hex[:6]}", f"per_minute_{uuid.uuid4().hex[:6]}"
-        from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
-
-        admin = AdminClient({"bootstrap.servers": servers})
-        for topic, partitions in ((clicks, 3), (per_minute_topic, 1)):
-            for future in admin.create_topics([NewTopic(topic, num_partitions=partitions)]).values():
-                future.result(timeout=30)
+        create_topics(servers, {clicks: 3, per_minute_topic: 1})
 
         stream = session.read_kafka(servers, clicks, schema=SCHEMA, watermark_per_partition=True)
         per_minute = (
@@ -90,8 +94,10 @@ def main() -> None:
         now = {r["user_id"]: r["clicks"] for r in job.results().to_pylist() if r["window_start"] == T0}
         print("after alice's late click:", now)
         assert now == {"alice": 3, "bob": 2, "carol": 2}  # alice's window was replaced, not appended
-        print(job.source_watermarks())
-        job.stop()
+        for source, ms in sorted(job.source_watermarks().items()):
+            at = dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
+            print(f"watermark of {source}: {at:%Y-%m-%d %H:%M:%S} UTC")
+        job.stop()  # the sink's producer goes with the job, before the broker stops
 
 
 if __name__ == "__main__":

@@ -380,6 +380,19 @@ def test_kafka_sink_holds_the_latest_result_of_every_window(
     assert any(r["kind"] == "retract" for r in want)  # a correction happened, and was applied
 
 
+def test_a_kafka_writer_lets_go_of_its_producer_when_closed(kafka_broker: KafkaBroker) -> None:
+    """``close()`` (called when the job stops) drops the producer: it no longer reconnects to the broker."""
+    out = new_topic(kafka_broker, 1)
+    schema = Schema.parse("user_id string, window_start timestamp, window_end timestamp, n bigint")
+    writer = kp.KafkaSink(kafka_broker.bootstrap_servers, out).open(SinkContext(schema=schema))
+    end = T0 + dt.timedelta(minutes=1)
+    writer.write(pa.table({"user_id": ["a"], "window_start": [T0], "window_end": [end], "n": [3]}), 0)
+    assert writer._producer is not None
+    writer.close()
+    assert writer._producer is None
+    writer.close()  # twice is harmless
+
+
 @pytest.mark.spark
 def test_a_batch_written_again_after_a_restart_is_written_once(kafka_broker: KafkaBroker) -> None:
     out = new_topic(kafka_broker, 1)

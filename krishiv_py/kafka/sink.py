@@ -195,6 +195,12 @@ class KafkaWriter:
         if errors or left:
             raise RuntimeError(errors[0] if errors else f"{left} records not delivered in {_TIMEOUT_S:g} s")
 
+    def close(self) -> None:
+        """Let go of the producer when the job stops (it reconnects no more, to a broker that may be gone)."""
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            producer.flush(5)
+
     # --- transactions -----------------------------------------------------------------------
 
     def _ready(self) -> Any:

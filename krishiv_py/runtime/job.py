@@ -375,6 +375,10 @@ class StreamingJob(Job):
             if active:
                 spark_call("stopping the job", self._query.stop)
         self._refresh()  # a stopped query still reports its progress
+        for writer in (self._writer, self._late_writer):
+            close = getattr(writer, "close", None)
+            if callable(close):  # the optional method: a writer's connections end with the job
+                close()
 
     @property
     def is_active(self) -> bool:
