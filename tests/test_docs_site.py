@@ -16,7 +16,7 @@ DOCS = ROOT / "docs"
 REFERENCE = DOCS / "reference"
 _DIRECTIVE = re.compile(r"^::: krishiv_py\.(\S+)\s*$", re.MULTILINE)
 #: Public modules with a reference page of their own, beside the names of krishiv_py.__all__.
-MODULES = {"testing", "tables.changelog"}
+MODULES = {"testing", "tables.changelog", "devtools.KafkaBroker", "devtools.PostgresServer"}
 #: Public names of optional modules (``krishiv_py.viz`` needs the ``viz`` extra).
 OPTIONAL = {"viz.timeline", "viz.Timeline"}
 
