@@ -33,7 +33,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 import attrs
 
@@ -771,29 +771,37 @@ def _join_emission(joined: Stream, ctx: Context) -> Stream:
     from krishiv_py.api.stream import JoinedStream
 
     assert isinstance(joined, JoinedStream)
-    s = ctx.settings
-    if s.trigger is not None:
+    if ctx.settings.trigger is not None:
         raise PlanError("SET window.trigger does not apply to a join: a join emits as its rules say")
+    return _apply_settings(joined, _emission_options(ctx.settings))
+
+
+_Emitting = TypeVar("_Emitting")
+
+
+def _emission_options(s: SqlSettings) -> list[tuple[str, str, Any]]:
+    """The ``window.*`` settings windows and joins both take: (setting, builder method, argument)."""
     if s.state_ttl_time is not None and s.state_ttl_ms is None:
         raise PlanError("SET window.state_ttl_time needs SET window.state_ttl = INTERVAL ...")
-    options: list[tuple[str, Callable[[JoinedStream], JoinedStream]]] = []
+    out: list[tuple[str, str, Any]] = []
     if s.allowed_lateness_ms is not None:
-        lateness = s.allowed_lateness_ms
-        options.append(("window.allowed_lateness", lambda j: j.allowed_lateness(lateness)))
+        out.append(("window.allowed_lateness", "allowed_lateness", s.allowed_lateness_ms))
     if s.accumulation is not None:
-        mode = cast('Literal["accumulating", "retracting"]', s.accumulation)
-        options.append(("window.accumulation", lambda j: j.accumulation(mode)))
+        out.append(("window.accumulation", "accumulation", s.accumulation))
     if s.state_ttl_ms is not None:
-        ttl = StateTtlConfig(
-            ttl_ms=s.state_ttl_ms, time="processing" if s.state_ttl_time == "processing" else "event"
-        )
-        options.append(("window.state_ttl", lambda j: j.with_state_ttl(ttl)))
-    for key, apply in options:
+        time: Literal["event", "processing"] = "processing" if s.state_ttl_time == "processing" else "event"
+        out.append(("window.state_ttl", "with_state_ttl", StateTtlConfig(ttl_ms=s.state_ttl_ms, time=time)))
+    return out
+
+
+def _apply_settings(target: _Emitting, options: list[tuple[str, str, Any]]) -> _Emitting:
+    """``target`` with each option's builder method applied; a refusal names the ``SET`` it came from."""
+    for key, method, arg in options:
         try:
-            joined = apply(joined)
+            target = getattr(target, method)(arg)
         except PlanError as exc:
             raise PlanError(f"SET {key}: {exc}") from None
-    return joined
+    return target
 
 
 def _joined_relation(
@@ -1108,30 +1116,10 @@ def _time_source(plan: n.PlanNode, column: str) -> n.Watermark | None:
 
 def _emission(windowed: WindowedStream, ctx: Context) -> WindowedStream:
     """Apply the ``window.*`` settings through the builder's emission methods."""
-    s = ctx.settings
-    if s.state_ttl_time is not None and s.state_ttl_ms is None:
-        raise PlanError("SET window.state_ttl_time needs SET window.state_ttl = INTERVAL ...")
-    options: list[tuple[str, Callable[[WindowedStream], WindowedStream]]] = []
-    if s.trigger is not None:
-        trigger = s.trigger
-        options.append(("window.trigger", lambda w: w.trigger(trigger)))
-    if s.allowed_lateness_ms is not None:
-        lateness = s.allowed_lateness_ms
-        options.append(("window.allowed_lateness", lambda w: w.allowed_lateness(lateness)))
-    if s.accumulation is not None:
-        mode = s.accumulation
-        options.append(("window.accumulation", lambda w: w.accumulation(mode)))
-    if s.state_ttl_ms is not None:
-        ttl = StateTtlConfig(
-            ttl_ms=s.state_ttl_ms, time="processing" if s.state_ttl_time == "processing" else "event"
-        )
-        options.append(("window.state_ttl", lambda w: w.with_state_ttl(ttl)))
-    for key, apply in options:
-        try:
-            windowed = apply(windowed)
-        except PlanError as exc:
-            raise PlanError(f"SET {key}: {exc}") from None
-    return windowed
+    options = _emission_options(ctx.settings)
+    if ctx.settings.trigger is not None:
+        options.insert(0, ("window.trigger", "trigger", ctx.settings.trigger))
+    return _apply_settings(windowed, options)
 
 
 @attrs.frozen
