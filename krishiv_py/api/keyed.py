@@ -8,7 +8,6 @@ import attrs
 
 from krishiv_py.api.windowed import WindowAssigners, WindowedStream
 from krishiv_py.errors import PlanError
-from krishiv_py.plan import nodes as n
 from krishiv_py.plan.windows import WindowSpec
 
 if TYPE_CHECKING:
@@ -62,19 +61,16 @@ class KeyedStream(WindowAssigners):
         """
         from krishiv_py.api.stream import joined
 
+        keys = _keys_of(right)
         return joined(
             self.stream,
-            right,
-            lambda other: n.Join(
-                left=self.stream.plan,
-                right=other.plan,
-                left_keys=self.keys,
-                right_keys=_keys_of(right),
-                kind="interval",
-                how=how,
-                between=_between(between),
-            ),
+            self.keys,
+            right.stream,
+            keys,
             "interval_join()",
+            kind="interval",
+            how=how,
+            between=_between(between),
         )
 
     def as_of_join(
@@ -98,19 +94,16 @@ class KeyedStream(WindowAssigners):
         """
         from krishiv_py.api.stream import joined
 
+        keys = _keys_of(right)
         return joined(
             self.stream,
-            right,
-            lambda other: n.Join(
-                left=self.stream.plan,
-                right=other.plan,
-                left_keys=self.keys,
-                right_keys=_keys_of(right),
-                kind="as_of",
-                how=how,
-                max_age_ms=max_age_ms,
-            ),
+            self.keys,
+            right.stream,
+            keys,
             "as_of_join()",
+            kind="as_of",
+            how=how,
+            max_age_ms=max_age_ms,
         )
 
 

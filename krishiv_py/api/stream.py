@@ -7,7 +7,7 @@ or :meth:`Stream.to_spark`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
@@ -500,17 +500,19 @@ class JoinedStream(Stream):
         return self._emit(state_ttl=config)
 
 
-def joined(left: Stream, right: object, node: Callable[[Stream], n.Join], what: str) -> JoinedStream:
-    """The join of ``left`` with ``right``'s stream, checked to run on one engine."""
-    other = getattr(right, "stream", None)
-    if not isinstance(other, Stream):
-        raise PlanError(
-            f"{what} takes the other side keyed the same way (stream.watermark(...).key_by(...)), "
-            f"got {type(right).__name__}"
-        )
-    if left.session is not None and other.session is not None and left.session is not other.session:
+def joined(
+    left: Stream,
+    left_keys: tuple[str, ...],
+    right: Stream,
+    right_keys: tuple[str, ...],
+    what: str,
+    **join: Any,
+) -> JoinedStream:
+    """The join of ``left`` and ``right`` on their keys (``join``: the node's other fields), on one engine."""
+    if left.session is not None and right.session is not None and left.session is not right.session:
         raise PlanError(f"{what}: both sides must come from the same Session")
-    return JoinedStream(left.session if left.session is not None else other.session, node(other))
+    node = n.Join(left=left.plan, right=right.plan, left_keys=left_keys, right_keys=right_keys, **join)
+    return JoinedStream(left.session if left.session is not None else right.session, node)
 
 
 class Explanation(str):

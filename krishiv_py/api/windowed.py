@@ -314,17 +314,13 @@ class WindowedStream:
             )
         return joined(
             self.stream,
-            right,
-            lambda other: n.Join(
-                left=self.stream.plan,
-                right=other.plan,
-                left_keys=self.keys,
-                right_keys=right.keys,
-                kind="window",
-                how=how,
-                window=self.window,
-            ),
+            self.keys,
+            right.stream,
+            right.keys,
             "join()",
+            kind="window",
+            how=how,
+            window=self.window,
         )
 
     def collect_with_aggs(self, aggs: list[AggExpr] | tuple[AggExpr, ...]) -> pa.Table:
