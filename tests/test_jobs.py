@@ -407,6 +407,27 @@ def test_event_times_before_the_supported_range_are_counted_invalid(session: kp.
     assert pipeline.collect().num_rows == 1
 
 
+@pytest.mark.parametrize("lowering", ["native", "stateful"])
+def test_source_watermarks_at_the_ends_of_the_supported_range(session: kp.Session, lowering: str) -> None:
+    """One watermark operator: the source's newest event time is Spark's own, read from the progress."""
+    stream, sender = session.memory_stream(SCHEMA, name=f"ends_{lowering}")
+    job = per_minute(stream).start(lowering=lowering)  # type: ignore[arg-type]
+    try:
+        early = dt.datetime(1500, 3, 1, 0, 0, 1, 7_000, tzinfo=dt.UTC)
+        sender.send([{"user_id": "a", "event_time": early, "amount": 1.0}])
+        job.process_all_available()
+        early_ms = (early - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(milliseconds=1)
+        assert job.source_watermarks() == {f"ends_{lowering}": early_ms - 5_000}
+        late = dt.datetime(9999, 12, 31, 23, 59, 59, 999_999, tzinfo=dt.UTC)
+        sender.send([{"user_id": "a", "event_time": late, "amount": 1.0}])
+        job.process_all_available()
+        late_ms = (late - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(milliseconds=1)
+        assert job.source_watermarks() == {f"ends_{lowering}": late_ms - 5_000}
+        assert job.watermark_ms == late_ms - 5_000
+    finally:
+        job.stop()
+
+
 def test_huge_batch_is_one_step(session: kp.Session) -> None:
     n = 200_000
     table = pa.table(

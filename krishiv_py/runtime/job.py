@@ -14,8 +14,10 @@ the overall minimum, but not the source's own reported watermark.
 from __future__ import annotations
 
 import collections
+import datetime as dt
 import functools
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -550,9 +552,9 @@ class _History:
             self.totals[key] += value
         for t in self._tracked:
             m = observed.get(t.observe_name) or {}
-            max_us = m.get(MAX_ET_US)
-            if max_us is not None:
-                w = int(max_us) // 1000 - t.lag_ms - self._shift_ms
+            max_ms = _max_event_ms(raw, t, m)
+            if max_ms is not None:
+                w = max_ms - t.lag_ms - self._shift_ms
                 self.per_source[t.source] = max(self.per_source.get(t.source, w), w)
                 self.effective[t.observe_name] = max(self.effective.get(t.observe_name, w), w)
             marker = m.get(IDLE_WM)
@@ -567,6 +569,43 @@ class _History:
         self.watermark_ms = watermark
         self.batches += 1
         self.recent.append((raw, watermark))
+
+
+def _max_event_ms(raw: dict[str, Any], tracked: Any, observed: dict[str, Any]) -> int | None:
+    """A tracked source's maximum (shifted) event time in a micro-batch, in ms; None without data.
+
+    From the observed metric, or from Spark's own watermark operator when the
+    query has only that one (``eventTime.max`` of the progress report, a UTC
+    time in ms precision).
+    """
+    if not tracked.max_in_progress:
+        max_us = observed.get(MAX_ET_US)
+        return None if max_us is None else int(max_us) // 1000
+    text = (raw.get("eventTime") or {}).get("max")
+    return None if text is None else utc_millis(text)
+
+
+_ISO = re.compile(r"([+-]?\d{4,})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?Z")
+
+
+def utc_millis(text: str) -> int:
+    """Epoch ms of a time as Spark's progress reports print it (``2024-01-01T00:00:00.000Z``).
+
+    Years past 9999 (``+10400-...``, a far-future event time plus the
+    lowering's shift) are read too, on the proleptic Gregorian calendar.
+
+    >>> utc_millis("1970-01-01T00:00:01.250Z"), utc_millis("+10000-01-01T00:00:00.000Z")
+    (1250, 253402300800000)
+    """
+    m = _ISO.fullmatch(text)
+    if m is None:
+        raise ValueError(f"not a UTC time of a progress report: {text!r}")
+    year, month, day, hh, mm, ss = (int(g) for g in m.groups()[:6])
+    # 400 Gregorian years are exactly 146,097 days: move the year into datetime's range.
+    cycles = (year - 2000) // 400
+    days = (dt.date(year - 400 * cycles, month, day) - dt.date(1970, 1, 1)).days + cycles * 146_097
+    frac = (m.group(7) or "0").ljust(3, "0")[:3]
+    return ((days * 24 + hh) * 60 + mm) * 60_000 + ss * 1000 + int(frac)
 
 
 def _sum_observed(observed: Sequence[dict[str, Any]]) -> dict[str, int]:

@@ -39,7 +39,7 @@ from krishiv_py.planner.spark.recipe import (
     TopNStage,
 )
 from krishiv_py.planner.spark.sliding import pane_choice, stream_pane_choice
-from krishiv_py.planner.spark.sources import Lowerer, select_item, top_n
+from krishiv_py.planner.spark.sources import Lowerer, one_watermark, select_item, top_n
 from krishiv_py.planner.spark.stateful import kernel_aggs, lower_stateful_join, lower_stateful_window
 from krishiv_py.planner.sql import quote, to_sql
 from krishiv_py.types import DataType, Field, Schema
@@ -102,7 +102,11 @@ def lower(plan: n.PlanNode, *, force_bounded: bool = False, lowering: Lowering |
             "window fires once, all its keys in the same micro-batch"
         )
     ctx = Lowerer(
-        streaming=streaming, shift=time_shift(plan) if streaming else 0, window=lower_window, join=lower_join
+        streaming=streaming,
+        shift=time_shift(plan) if streaming else 0,
+        window=lower_window,
+        join=lower_join,
+        spark_max=one_watermark(query),
     )
     root, hidden = ctx.lower(query)
     user = [quote(c) for c in n.schema_of(query).names]
@@ -198,7 +202,9 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
             "replaces the one it corrects"
         )
     shift = time_shift(agg) if streaming else 0
-    ctx = Lowerer(streaming=streaming, shift=shift, window=lower_stateful_window)
+    ctx = Lowerer(
+        streaming=streaming, shift=shift, window=lower_stateful_window, spark_max=one_watermark(agg)
+    )
     root, _ = ctx.lower(agg)
     handler = agg.emission.late_handler
     if after is not None:

@@ -220,6 +220,10 @@ class TrackedSource:
     #: Such a source gets idle-marker rows (``__kp_kind`` 3) from the job's
     #: marker directory ``<markers>/<observe_name>``.
     idle_timeout_ms: int | None = None
+    #: The source's maximum event time is Spark's own (the progress report's ``eventTime.max``,
+    #: in ms): the query has one watermark operator, which sees the same rows, so no observed
+    #: metric computes it a second time per row.
+    max_in_progress: bool = False
 
 
 @attrs.frozen(kw_only=True)

@@ -25,7 +25,11 @@ Observed metrics
     ``observe`` counts data rows, rows with no valid event time and the
     maximum event time per source, so the job can report per-source
     watermarks exactly; idle markers are observed apart from the source's
-    own rows.
+    own rows. A streaming query with one watermark operator and no idle
+    markers (:func:`one_watermark`) leaves the maximum out: Spark's
+    watermark operator computes it over the same rows and reports it in
+    the progress (``eventTime.max``), and a second ``max`` per row cost
+    about a sixth of a simple aggregation's time (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -75,6 +79,7 @@ __all__ = [
     "ReadRule",
     "WindowRule",
     "data_rows",
+    "one_watermark",
     "read_rule",
     "register_read_rule",
     "select_item",
@@ -110,6 +115,9 @@ class Lowerer:
     #: The lowering's join rule (None: it runs no joins).
     join: JoinRule | None = None
     tracked: list[TrackedSource] = attrs.field(factory=list)
+    #: The query has one watermark operator (:func:`one_watermark`): its maximum event time
+    #: comes from Spark's progress report instead of an observed metric.
+    spark_max: bool = False
     inputs: int = 0
     #: Observations of arithmetic without a result (:func:`~krishiv_py.names.arithmetic_observation`)
     #: made so far.
@@ -219,8 +227,9 @@ class Lowerer:
         out: RecipeNode = SelectExprs(child=child, exprs=("*", self._event_time(node, plain=plain)))
         if self.streaming:
             out = WithWatermark(child=out, column=ET, delay=f"{node.lag_ms} milliseconds")
-        self._track(node, name, idle=idle)
-        metrics = _source_metrics(plain=plain, idle=idle, count_input=count_input)
+        spark_max = self.streaming and self.spark_max and not idle
+        self._track(node, name, idle=idle, spark_max=spark_max)
+        metrics = _source_metrics(plain=plain, idle=idle, count_input=count_input, spark_max=spark_max)
         out = Observe(child=out, name=name, exprs=metrics)
         if plain:
             return out
@@ -248,7 +257,7 @@ class Lowerer:
         punct_et = f"timestamp_micros(({quote(WM)} + {node.lag_ms + self.shift}L) * 1000L)"
         return f"CASE WHEN {quote(ROW_KIND)} = 0 THEN {data_et} ELSE {punct_et} END AS {quote(ET)}"
 
-    def _track(self, node: n.Watermark, name: str, *, idle: bool) -> None:
+    def _track(self, node: n.Watermark, name: str, *, idle: bool, spark_max: bool) -> None:
         """Record the sources of ``node`` as observed by ``name``, for the job's per-source watermarks."""
         sources = ",".join(s.name for s in n.sources_of(node))
         self.tracked.append(
@@ -257,8 +266,19 @@ class Lowerer:
                 source=sources,
                 lag_ms=node.lag_ms,
                 idle_timeout_ms=node.idle_timeout_ms if idle else None,
+                max_in_progress=spark_max,
             )
         )
+
+
+def one_watermark(plan: n.PlanNode) -> bool:
+    """Whether ``plan`` lowers to a query with exactly one watermark operator.
+
+    A Kafka source with a watermark per partition gets one operator per
+    partition; every other :class:`~krishiv_py.plan.nodes.Watermark` node one.
+    """
+    marks = [x for x in n.walk(plan) if isinstance(x, n.Watermark)]
+    return len(marks) == 1 and not _partitioned(marks[0].input)
 
 
 def _partitioned(node: n.PlanNode) -> bool:
@@ -274,12 +294,15 @@ def _check_partitioned(node: n.PlanNode) -> None:
         )
 
 
-def _source_metrics(*, plain: bool, idle: bool, count_input: bool) -> tuple[str, ...]:
+def _source_metrics(
+    *, plain: bool, idle: bool, count_input: bool, spark_max: bool = False
+) -> tuple[str, ...]:
     """The metrics a watermark observes of its input.
 
     Data rows (when ``count_input``), rows without a valid event time and the
-    maximum event time; with ``idle`` markers unioned in, the maximum and the
-    count of the source's own rows apart from the markers' target watermark.
+    maximum event time (unless ``spark_max``: Spark reports it); with ``idle``
+    markers unioned in, the maximum and the count of the source's own rows
+    apart from the markers' target watermark.
     """
     kind = quote(ROW_KIND)
     data_row = "" if plain else f"{kind} = 0 AND "
@@ -290,6 +313,8 @@ def _source_metrics(*, plain: bool, idle: bool, count_input: bool) -> tuple[str,
             f"max(CASE WHEN {kind} = 3 THEN {quote(WM)} END) AS {IDLE_WM}",
         )
         if idle
+        else ()
+        if spark_max
         else (f"max(unix_micros({quote(ET)})) AS {MAX_ET_US}",)
     )
     rows = f"count(1) AS {ROWS}" if plain else f"count_if({kind} = 0) AS {ROWS}"
