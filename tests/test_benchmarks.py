@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
 import krishiv_py as kp
-from benchmarks import data, packer_input, protocol, report
+from benchmarks import data, operator_api, packer_input, protocol, report
 from benchmarks.__main__ import (
     ALL_RUNNERS,
     FULL_RUN_QUERIES,
@@ -601,6 +602,26 @@ def test_both_packer_inputs_decode_to_the_same_rows() -> None:
     got_old, got_new = packer_input.old_decode(old), packer_input.new_decode(new)
     assert got_old.schema == got_new.schema
     assert repr(got_old.to_pylist()) == repr(got_new.to_pylist())  # repr: NaN equals NaN, -0.0 is not 0.0
+
+
+def test_the_operator_api_candidates_keep_a_running_count() -> None:
+    """``benchmarks.operator_api`` times like against like: each candidate counts the bucket's rows."""
+
+    class State:
+        exists = False
+        get: tuple[int, ...] = ()
+
+        def update(self, value: tuple[int, ...]) -> None:
+            self.exists, self.get = True, value
+
+    state = State()
+    frames = [pd.DataFrame({"user_id": [1, 2]}), pd.DataFrame({"user_id": [3]})]
+    first = list(operator_api.counted((2,), iter(frames), state))
+    again = list(operator_api.counted((2,), iter(frames[:1]), state))
+    got = [f.to_dict("list") for f in first + again]
+    assert got == [{"bucket": [2], "n": [3]}, {"bucket": [2], "n": [5]}]
+    batches = [pa.record_batch({"x": [1, 2, 3]}), pa.record_batch({"x": [4]})]
+    assert [b.column(1).to_pylist() for b in operator_api.arrow_count(iter(batches))] == [[3], [1]]
 
 
 # --- Nexmark's join queries (Q3, Q8, Q20) -----------------------------------------------------------------
