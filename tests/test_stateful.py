@@ -233,6 +233,48 @@ def test_restart_from_checkpoint_keeps_window_state(
         job.stop()
 
 
+def test_long_sliding_windows_keep_panes_across_a_restart(session: kp.Session, tmp_path: Any) -> None:
+    """Sliding windows that fire once each keep one state row per key and pane; a restart reads them back."""
+
+    def build(s: kp.Stream) -> kp.Stream:
+        windowed = s.watermark("t", 5).key_by("k").sliding_window(40, 10)
+        return windowed.agg(*AGGS)  # type: ignore[no-any-return]
+
+    first = [
+        {"k": "a", "t": 3, "v": 1},
+        {"k": "a", "t": 14, "v": 2},
+        {"k": "b", "t": 15, "v": None},
+        {"k": "a", "t": 27, "v": 4},
+        {"k": "b", "t": 60, "v": 64},
+    ]
+    second = [
+        {"k": "a", "t": 21, "v": 8},  # behind the watermark (60 - 5); the window [20, 60) is open
+        {"k": "a", "t": 2, "v": 16},  # every window over its pane ended by 40: very late
+        {"k": "b", "t": 70, "v": 32},
+    ]
+    steps: list[Step] = [Send(first), Send(second), Close()]
+    checkpoint = str(tmp_path / "cp")
+    stream, sender = session.memory_stream(SCHEMA)
+    pipeline = build(stream)
+    sink = kp.ParquetSink(str(tmp_path / "out"))
+    job = pipeline.start(sink, checkpoint_dir=checkpoint, lowering="stateful")
+    sender.send(first)
+    job.process_all_available()
+    job.stop()
+    sender.send(second)
+    job = pipeline.start(sink, checkpoint_dir=checkpoint, lowering="stateful")
+    try:
+        job.process_all_available()
+        sender.close()
+        assert job.await_termination(timeout_s=120)
+        expected = run_reference(SCHEMA, build, steps)[-1]
+        assert_same_rows(job.results(), expected)
+        metrics = job.metrics()
+        assert (metrics.mildly_late_events, metrics.very_late_events) == (1, 1)
+    finally:
+        job.stop()
+
+
 def test_timestamps_outside_pandas_range(session: kp.Session) -> None:
     schema = "k string, t timestamp, w timestamp"
     early, late = dt.datetime(1500, 3, 1, tzinfo=dt.UTC), dt.datetime(2500, 3, 1, tzinfo=dt.UTC)

@@ -26,9 +26,10 @@ from krishiv_py.model.reference import ReferenceModel
 from krishiv_py.names import BATCH_TS, SEQ
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.watermarks import END_OF_TIME_MS, MAX_EVENT_MS, MIN_EVENT_MS
-from krishiv_py.plan.windows import EventSlidingWindow
+from krishiv_py.plan.windows import EventSlidingWindow, SlidingWindow, TumblingWindow
 from krishiv_py.planner.spark.stateful import operator_spec
 from krishiv_py.stateful import kernel
+from krishiv_py.stateful.pane_layout import uses_panes
 from krishiv_py.stateful.premerge import premerge, premergeable
 from krishiv_py.stateful.state import FIRST, WINDOW_END, WINDOW_START
 from krishiv_py.testing import AdvanceWatermark, Close, Send, Step, assert_same_rows
@@ -801,3 +802,200 @@ def test_a_processing_time_ttl_keeps_rows_unmerged() -> None:
     spec = operator_spec(plan, shift_ms=0).kernel
     assert premergeable(attrs.evolve(spec, ttl_ms=10, ttl_time="event"))
     assert not premergeable(attrs.evolve(spec, ttl_ms=10, ttl_time="processing"))
+
+
+# --- long sliding windows: one state row per key and pane ---------------------------------------
+
+
+def sliding_spec(size: int, slide: int, **changes: Any) -> kernel.KernelSpec:
+    """The kernel spec of keyed sliding windows of ``size``/``slide`` ms with ``changes``."""
+    build = pipeline("sliding", size, slide, 0, True, 0, kp.Trigger.on_watermark(), "accumulating")
+    plan = build(_placeholder(SCHEMA)).plan
+    assert isinstance(plan, n.WindowAggregate)
+    spec = attrs.evolve(operator_spec(plan, shift_ms=0).kernel, **changes)
+    assert isinstance(spec, kernel.KernelSpec)
+    return spec
+
+
+@settings(max_examples=int(os.environ.get("KERNEL_EXAMPLES", "150")))
+@given(
+    data=st.data(),
+    slide=st.integers(1, 10),
+    panes=st.integers(2, 6),
+    lag=st.integers(0, 40),
+    keyed=st.booleans(),
+    tasks=st.integers(0, 3),
+    scenario=st.one_of(dense_steps, steps),
+)
+def test_sliding_windows_in_pane_state_match_the_model(
+    data: Any, slide: int, panes: int, lag: int, keyed: bool, tasks: int, scenario: list[Step]
+) -> None:
+    """Windows merged from their panes as they fire: the model's results after every step.
+
+    Rows come late and very late, some merged before the operator (``tasks``);
+    with some ticks skipped (the next batch comes first) the results are the
+    same once the input ends.
+    """
+    build = pipeline(
+        "sliding", slide * panes, slide, lag, keyed, 0, kp.Trigger.on_watermark(), "accumulating"
+    )
+    plan = build(_placeholder(SCHEMA)).plan
+    assert isinstance(plan, n.WindowAggregate)
+    assert kernel.pane_state(operator_spec(plan, shift_ms=0).kernel)
+    check(build, scenario, map_tasks=tasks)
+    skip = [
+        *data.draw(st.lists(st.booleans(), min_size=len(scenario) - 1, max_size=len(scenario) - 1)),
+        False,
+    ]
+    want, want_late = run_model(build, scenario, Clock())
+    got, got_late = run_kernel(build, scenario, Clock(), skip, map_tasks=tasks)
+    assert_same_rows(got[-1], want[-1])
+    assert_same_rows(got_late[-1], want_late[-1])
+
+
+def test_pane_state_holds_one_row_per_key_and_pane() -> None:
+    """Two keys with rows in three panes, over three batches: six state rows, where windows take 16."""
+    spec = sliding_spec(60, 10)
+    rows = [{"k": k, "t": t, "v": 1} for k in ("a", "b") for t in (1, 4, 12, 25, 29)]
+    state, _ = kernel.step(spec, None, _batch(rows[:4], 0), None, 0)
+    state, _ = kernel.step(spec, state, _batch(rows[4:7], 4), None, 0)
+    batch, merged = _premerged(spec, _batch(rows[7:], 7), None, 2)
+    state, _ = kernel.step(spec, state, batch, None, 0, merged=merged)
+    assert uses_panes(state)
+    columns = (state.column(c).to_pylist() for c in ("k0", "__ws", "p0_c"))  # p0_c: count(*)
+    assert sorted(zip(*columns, strict=True)) == [
+        (k, p * 1000, c) for k in ("a", "b") for p, c in ((0, 2), (10, 1), (20, 2))
+    ]
+    with _per_window():
+        windows, _ = kernel.step(spec, None, _batch(rows, 0), None, 0)
+    assert windows.num_rows == 2 * 8  # windows from [-50, 10) to [20, 80) for each key
+    assert not uses_panes(windows)
+
+
+def test_pane_state_keeps_a_row_while_one_of_its_windows_is_open() -> None:
+    """Rows at the edges of their panes' last windows: very late at ``W >= p + size``, else kept."""
+    build = pipeline("sliding", 30, 10, 100, True, 0, kp.Trigger.on_watermark(), "accumulating")
+    edge = [{"k": "a", "t": t, "v": t} for t in (9, 10, 11, 19, 20, 21, 29, 30, 40, 45)]
+    check(build, [Send([{"k": "a", "t": 0, "v": 0}]), AdvanceWatermark(40), Send(edge), Close()])
+    check(build, [AdvanceWatermark(40), Send(edge), AdvanceWatermark(50), Send(edge), Close()], map_tasks=2)
+
+
+def test_a_pane_state_tells_the_operator_when_its_next_window_fires() -> None:
+    """The operator wakes a bucket at its state's least ``__we`` (next due): each window end in turn."""
+    from krishiv_py.stateful.operator import OperatorSpec, _next_due
+
+    spec = sliding_spec(30, 10)
+    operator = OperatorSpec(kernel=spec, columns=(), shift_ms=0, buckets=1)
+    state, _ = kernel.step(spec, None, _batch([{"k": "a", "t": 5, "v": 1}], 0), None, 0)
+    fired = []
+    for watermark, due in [(None, 10), (12, 20), (19, 20), (25, 30)]:
+        state, out = kernel.step(spec, state, _batch([], 1), watermark, 0)
+        assert _next_due(operator, state)[0] == due
+        fired += _rows(out.results)
+    state, out = kernel.step(spec, state, _batch([], 1), 30, 0)
+    assert state.num_rows == 0
+    fired += _rows(out.results)
+    assert [(r["window_start"], r["window_end"], r["count"]) for r in fired] == [
+        (-20, 10, 1),
+        (-10, 20, 1),
+        (0, 30, 1),
+    ]
+
+
+@settings(max_examples=int(os.environ.get("KERNEL_EXAMPLES", "150")))
+@given(
+    slide=st.integers(1, 10),
+    panes=st.integers(2, 6),
+    lag=st.integers(0, 40),
+    switch=st.integers(1, 6),
+    scenario=st.one_of(dense_steps, steps),
+)
+def test_a_state_of_windows_stays_one_until_it_empties(
+    slide: int, panes: int, lag: int, switch: int, scenario: list[Step]
+) -> None:
+    """A state written one row per window (an older checkpoint) goes on so: the model's results.
+
+    The first ``switch`` steps run with one row per window; after them, a
+    stored state of windows keeps its layout, and the next state started
+    empty keeps panes.
+    """
+    from unittest import mock
+
+    build = pipeline("sliding", slide * panes, slide, lag, True, 0, kp.Trigger.on_watermark(), "accumulating")
+    done = [0]
+    layouts: list[tuple[bool | None, bool]] = []
+    real_step, real_rule = kernel.step, kernel.pane_state
+
+    def step(spec: kernel.KernelSpec, state: pa.Table | None, *args: Any, **kwargs: Any) -> Any:
+        new, out = real_step(spec, state, *args, **kwargs)
+        before = uses_panes(state) if state is not None and state.num_rows else None
+        layouts.append((before, uses_panes(new)))
+        return new, out
+
+    def rule(spec: kernel.KernelSpec) -> bool:
+        return done[0] >= switch and real_rule(spec)
+
+    def count(_: kernel.StepOutput) -> None:
+        done[0] += 1
+
+    want, want_late = run_model(build, scenario, Clock())
+    with mock.patch.object(kernel, "step", step), mock.patch.object(kernel, "pane_state", rule):
+        got, got_late = run_kernel(build, scenario, Clock(), on_step=count)
+    for g, w in zip(got, want, strict=True):
+        assert_same_rows(g, w)
+    assert_same_rows(got_late[-1], want_late[-1])
+    assert all(after == before for before, after in layouts if before is not None)
+    assert all(not after for before, after in layouts[:switch] if before is None)
+    assert all(after for before, after in layouts[switch:] if before is None)
+
+
+def test_a_state_of_windows_goes_on_with_windows_then_panes() -> None:
+    """A checkpoint's state of windows fires as windows; once its windows are gone, panes start."""
+    from unittest import mock
+
+    spec = sliding_spec(30, 10)
+    with _per_window():
+        state, _ = kernel.step(spec, None, _batch([{"k": "a", "t": 5, "v": 1}], 0), None, 0)
+    assert state.num_rows == 3 and not uses_panes(state)
+    state, out = kernel.step(spec, state, _batch([{"k": "a", "t": 15, "v": 2}], 1), 12, 0)
+    assert not uses_panes(state)
+    assert [(r["window_end"], r["sum_v"]) for r in _rows(out.results)] == [(10, 1)]
+    state, out = kernel.step(spec, state, _batch([], 2), 60, 0)
+    assert sorted((r["window_end"], r["sum_v"]) for r in _rows(out.results)) == [(20, 3), (30, 3), (40, 2)]
+    assert state.num_rows == 0
+    state, _ = kernel.step(spec, state, _batch([{"k": "a", "t": 65, "v": 4}], 3), 60, 0)
+    assert uses_panes(state) and state.num_rows == 1
+    with mock.patch.object(kernel, "pane_state", lambda _: False), pytest.raises(ValueError, match="panes"):
+        kernel.step(spec, state, _batch([], 4), 60, 0)
+
+
+@pytest.mark.parametrize(
+    ("changes", "panes"),
+    [
+        ({}, True),
+        ({"window": SlidingWindow(size_ms=600_000, slide_ms=10_000)}, True),
+        ({"window": SlidingWindow(size_ms=60, slide_ms=60)}, False),  # tumbling: a pane is a window
+        ({"window": SlidingWindow(size_ms=25, slide_ms=10)}, False),  # rows of a pane differ in windows
+        ({"window": TumblingWindow(size_ms=60)}, False),
+        ({"trigger": kp.Trigger.on_interval(100)}, False),  # a window fires more than once
+        ({"trigger": kp.Trigger.on_count(3)}, False),
+        ({"trigger": kp.Trigger.on_every_element()}, False),
+        ({"allowed_lateness_ms": 15}, False),
+        ({"accumulation": "discarding"}, False),
+        ({"accumulation": "retracting"}, False),
+        ({"pane_events": True}, False),
+        ({"ttl_ms": 100}, False),
+        ({"ttl_ms": 100, "ttl_time": "processing"}, False),
+    ],
+)
+def test_which_windows_keep_pane_state(changes: dict[str, Any], panes: bool) -> None:
+    spec = sliding_spec(60, 10, **changes)
+    assert kernel.pane_state(spec) is panes
+    assert uses_panes(kernel.empty_state(spec, _batch([], 0))) is panes
+
+
+def _per_window() -> Any:
+    """Within: new states keep one row per window, as before pane state."""
+    from unittest import mock
+
+    return mock.patch.object(kernel, "pane_state", lambda _: False)

@@ -4,7 +4,9 @@
 a pure function. ``state`` is an Arrow table with one row per open window
 (or session) of the bucket: the key columns ``k0, k1, ...``, the bounds
 ``__ws``/``__we`` (µs), the firing bookkeeping and the partial aggregates
-of :mod:`~krishiv_py.stateful.aggregates`. The batch is an Arrow table of
+of :mod:`~krishiv_py.stateful.aggregates` — or, for sliding windows that
+fire once each (:func:`pane_state`), one row per key and pane
+(:mod:`~krishiv_py.stateful.pane_layout`). The batch is an Arrow table of
 input rows with ``__kp_ts`` (event time in µs; null when invalid) and
 ``__kp_seq`` (arrival order).
 
@@ -64,6 +66,7 @@ from krishiv_py.stateful._arrow import Column, HashAggregation, arrow, table_of
 from krishiv_py.stateful.elements import ElementPatch, element_firings
 from krishiv_py.stateful.event_sliding import add_event_sliding, lookup_horizon_ms
 from krishiv_py.stateful.grouping import canonical, first_rows, group_ids
+from krishiv_py.stateful.pane_layout import add_panes, fire_panes, pane_fields, uses_panes
 from krishiv_py.stateful.premerge import MERGED_FUTURE, MERGED_ROWS, premergeable
 from krishiv_py.stateful.sessions import capped_groups, kept_session_rows, sweep_sessions
 from krishiv_py.stateful.state import (
@@ -84,7 +87,7 @@ from krishiv_py.stateful.state import (
     retract_rows,
 )
 
-__all__ = ["KernelSpec", "StepOutput", "phase", "step"]
+__all__ = ["KernelSpec", "StepOutput", "pane_state", "phase", "step"]
 
 
 @attrs.frozen(kw_only=True)
@@ -134,7 +137,11 @@ def step(
     """
     if merged is not None and not premergeable(spec):
         raise ValueError("merged partials given for windows whose rows are not merged")
-    state = state if state is not None else empty_state(spec, batch)
+    if state is None or (not state.num_rows and pane_state(spec)):
+        # A new state takes the spec's layout; a stored one keeps its own (an older checkpoint's windows).
+        state = empty_state(spec, batch)
+    elif uses_panes(state) and not pane_state(spec):
+        raise ValueError(f"a state of panes given for windows that keep one row per window: {spec!r}")
     if spec.ttl_ms is not None and spec.ttl_time == "processing":
         # A window's last update is the processing time of the step that added a row to it.
         batch = batch.append_column(NEWEST, pa.array(np.full(batch.num_rows, now_ms * 1000, np.int64)))
@@ -196,6 +203,9 @@ def step(
 
 
 def state_fields(spec: KernelSpec, key_types: Sequence[pa.DataType]) -> list[pa.Field[Any]]:
+    """The columns of a new state of ``spec``: one row per key and pane with :func:`pane_state`."""
+    if pane_state(spec):
+        return pane_fields(spec, key_types)
     fields = [pa.field(k, t) for k, t in zip(spec.key_names(), key_types, strict=True)]
     fields += [
         pa.field(WS, pa.int64()),
@@ -307,6 +317,9 @@ def _add_fixed(
 ) -> tuple[pa.Table, np.ndarray, np.ndarray]:
     assert not isinstance(spec.window, SessionWindow | EventSlidingWindow)
     idx = np.flatnonzero(valid)
+    if uses_panes(state):
+        state, kept = add_panes(spec, state, batch, ts, seq, idx, w_us, merged)
+        return state, kept, valid & ~kept
     if by_pane(spec):
         return _add_fixed_by_pane(spec, state, batch, ts, seq, idx, w_us, early, merged)
     rows, starts = assign_fixed(spec.window, np.floor_divide(ts[idx], 1000))
@@ -344,6 +357,38 @@ def by_pane(spec: KernelSpec) -> bool:
     if isinstance(w, TumblingWindow | SessionWindow | EventSlidingWindow):
         return False
     return w.size_ms % w.slide_ms == 0 and w.size_ms > w.slide_ms and not spec.trigger.element_count
+
+
+def pane_state(spec: KernelSpec) -> bool:
+    """Whether a new state of ``spec`` keeps one row per key and pane, not per window.
+
+    For sliding windows merged per pane (:func:`by_pane`) that each fire
+    exactly once, at the watermark, with the plain result: the default
+    trigger, no allowed lateness, accumulating, no pane events and no state
+    TTL. A window's aggregate is then the merge of its panes' partials when
+    it fires (every aggregate's partials merge, see
+    :func:`~krishiv_py.stateful.aggregates.merge`), so the state holds
+    each pane once instead of once per window
+    (:mod:`~krishiv_py.stateful.pane_layout`).
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> from krishiv_py.plan.windows import SlidingWindow
+    >>> from krishiv_py.stateful.aggregates import AggSpec
+    >>> spec = KernelSpec(keys=("k",), window=SlidingWindow(size_ms=600_000, slide_ms=10_000),
+    ...     aggs=(AggSpec(name="n", func="count", column=None, out_type=pa.int64()),))
+    >>> pane_state(spec), pane_state(attrs.evolve(spec, allowed_lateness_ms=1))
+    (True, False)
+    """
+    return (
+        by_pane(spec)
+        and spec.trigger.kind == "watermark"
+        and spec.allowed_lateness_ms == 0
+        and spec.accumulation == "accumulating"
+        and not spec.pane_events
+        and spec.ttl_ms is None
+    )
 
 
 def _add_fixed_by_pane(
@@ -699,8 +744,11 @@ def phase(
     """Fire what ``watermark_ms`` (and processing time ``now_ms``) makes due, then evict.
 
     ``interval=False`` leaves ``on_interval`` firings out (only the watermark's work);
-    ``closed`` receives the evicted windows (result-shaped) when given.
+    ``closed`` receives the evicted windows (result-shaped) when given. A state of
+    panes (:func:`pane_state`) fires the windows its panes make up.
     """
+    if uses_panes(state):
+        return fire_panes(spec, state, watermark_ms)
     n = state.num_rows
     we = state.column(WE).to_numpy()
     fired = state.column(FIRED).to_numpy(zero_copy_only=False)
