@@ -329,7 +329,23 @@ def test_stateful_recipe_keeps_invalid_rows_and_buckets_keys() -> None:
     assert "IS NOT NULL" not in text  # rows without event time reach the operator (late-event handler)
     assert "pmod(hash(`user_id`), 16)" in text
     assert "applyInPandasWithState" in text and "'NoTimeout'" in text
-    # Columns reach the packer as mapInArrow's exact Arrow columns, the event time as µs (null: invalid).
-    assert "'`event_time` AS `__kp_c1`'" in text and "'`amount` AS `__kp_c2`'" in text
+    # Columns reach the packer as mapInArrow's exact Arrow columns, the event time as µs (null: invalid);
+    # only those the operator reads: the keys and the aggregates' inputs (no late-event handler here).
+    assert "'`user_id` AS `__kp_c0`'" in text and "'`event_time` AS `__kp_c1`'" in text  # max(event_time)
+    assert "`amount` AS `__kp_c2`" not in text
     assert "unix_micros(`__kp_et`) - " in text and "coalesce(" not in text
     assert recipe.output_schema.names[-1] == "kind"
+
+
+def test_a_late_event_handler_gets_every_column_to_the_operator() -> None:
+    handled = (
+        events()
+        .watermark("event_time", 5_000)
+        .key_by("user_id")
+        .tumbling_window(60_000)
+        .allowed_lateness(60_000)
+        .with_late_event_handler(kp.SideOutputLateEventHandler())
+        .agg(kp.count(kp.col("*")))
+    )
+    text = handled.lower().render()
+    assert "'`event_time` AS `__kp_c1`'" in text and "'`amount` AS `__kp_c2`'" in text

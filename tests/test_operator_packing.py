@@ -31,8 +31,10 @@ UTC = dt.UTC
 
 
 def _spec() -> Any:
+    """A late-event handler receives whole rows, so every column travels to the operator."""
     stream = _placeholder(SCHEMA).watermark("t", 5_000).key_by("k").tumbling_window(60_000)
-    recipe = stream.agg(kp.count(kp.col("*"))).lower(lowering="stateful")
+    handled = stream.with_late_event_handler(kp.SideOutputLateEventHandler())
+    recipe = handled.agg(kp.count(kp.col("*"))).lower(lowering="stateful")
     assert recipe.stateful is not None
     return recipe.stateful.operator
 

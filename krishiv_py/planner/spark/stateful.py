@@ -60,6 +60,11 @@ def operator_spec(node: n.WindowAggregate, *, shift_ms: int) -> Any:
     et = n.event_time(node.input)
     assert et is not None
     arrow = schema.to_arrow()
+    # Every row crosses from the JVM into a Python worker: only the columns the operator reads
+    # travel. A late-event handler receives whole rows; otherwise the keys and the aggregates'
+    # inputs are all it reads (event time and arrival order travel apart, as __kp_tsv/__kp_seq).
+    needed = {*node.keys, *(a.column for a in node.aggregates if a.column is not None)}
+    whole = node.emission.late_handler is not None
     columns = tuple(
         InputColumn(
             name=f.name,
@@ -67,6 +72,7 @@ def operator_spec(node: n.WindowAggregate, *, shift_ms: int) -> Any:
             index=i,
         )
         for i, f in enumerate(schema)
+        if whole or f.name in needed
     )
     aggs = kernel_aggs(node)
     window = node.window
