@@ -20,6 +20,7 @@ import pytest
 
 import krishiv_py as kp
 from krishiv_py.names import BATCH_TS, BUCKET, PACKED, SEQ, TS_VALUE
+from krishiv_py.stateful import kernel
 from krishiv_py.stateful import operator as op
 from krishiv_py.testing.steps import _placeholder
 
@@ -263,3 +264,19 @@ def test_a_map_task_reads_the_watermark_of_its_micro_batch(
     assert BatchWatermark(checkpoint_dir="hdfs://nn/ckpt")() == (False, None)
     assert local_path("file:///tmp/x") == "/tmp/x" and local_path("file:/tmp/x") == "/tmp/x"
     assert local_path("s3a://bucket/x") is None and local_path("/tmp/x") == "/tmp/x"
+
+
+def test_an_operator_that_reads_no_input_column_still_reports_its_late_rows() -> None:
+    """A global count(*) without a late-event handler sends no input column; late rows are still counted."""
+    stream = _placeholder(SCHEMA).watermark("t", 0).tumbling_window(10)
+    recipe = stream.agg(kp.count(kp.col("*"))).lower(lowering="stateful")
+    assert recipe.stateful is not None
+    spec = recipe.stateful.operator
+    assert spec.columns == ()
+    batch = pa.table({BATCH_TS: pa.array([None, 5_000], pa.int64()), SEQ: pa.array([0, 1], pa.int64())})
+    _, out = kernel.step(spec.kernel, None, batch, 20, 0)
+    late = op._late_rows(spec, batch, out, 20)
+    assert late.to_pylist() == [
+        {"classification": "invalid", "watermark_ms": 20},
+        {"classification": "very_late", "watermark_ms": 20},
+    ]

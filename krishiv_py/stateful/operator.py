@@ -555,10 +555,14 @@ def _late_rows(
     pieces = []
     for label, idx in (("invalid", out.invalid), ("very_late", out.very_late)):
         if len(idx):
-            rows = batch.select(names).take(pa.array(idx))
-            rows = rows.rename_columns([_late_name(c) for c in names])
-            rows = rows.append_column(CLASSIFICATION, pa.array([label] * len(idx), pa.string()))
-            pieces.append(rows.append_column(WATERMARK, pa.array([watermark] * len(idx), pa.int64())))
+            # Column by column: without a late-event handler the operator may read no input column.
+            take = pa.array(idx)
+            cols: dict[str, pa.Array[Any]] = {
+                _late_name(c): batch.column(c).combine_chunks().take(take) for c in names
+            }
+            cols[CLASSIFICATION] = pa.array([label] * len(idx), pa.string())
+            cols[WATERMARK] = pa.array([watermark] * len(idx), pa.int64())
+            pieces.append(pa.table(cols))
     if not pieces:
         fields = [*spec.late_schema, pa.field(CLASSIFICATION, pa.string()), pa.field(WATERMARK, pa.int64())]
         return pa.schema(fields).empty_table()
