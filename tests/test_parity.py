@@ -68,7 +68,7 @@ steps = st.lists(step, min_size=1, max_size=4).map(lambda s: [*s, Close()])
 
 #: Random scenarios per test through real Spark (each is a streaming and a batch run); the
 #: stateful kernel's tests cover many more without Spark. KRISHIV_PARITY_EXAMPLES=30 digs deeper.
-EXAMPLES = int(os.environ.get("KRISHIV_PARITY_EXAMPLES", "3"))
+EXAMPLES = int(os.environ.get("KRISHIV_PARITY_EXAMPLES", "2"))
 
 
 def check(session: kp.Session, build: Pipeline, scenario: list[Step]) -> None:
