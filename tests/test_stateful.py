@@ -238,7 +238,7 @@ def test_long_sliding_windows_keep_panes_across_a_restart(session: kp.Session, t
 
     def build(s: kp.Stream) -> kp.Stream:
         windowed = s.watermark("t", 5).key_by("k").sliding_window(40, 10)
-        return windowed.agg(*AGGS)  # type: ignore[no-any-return]
+        return windowed.agg(*AGGS)
 
     first = [
         {"k": "a", "t": 3, "v": 1},
