@@ -383,7 +383,7 @@ def pipeline(kind: str, size: int, lag: int, lateness: int, trigger: kp.Trigger,
     return build
 
 
-@settings(max_examples=int(os.environ.get("KRISHIV_SPARK_EXAMPLES", "4")))
+@settings(max_examples=int(os.environ.get("KRISHIV_SPARK_EXAMPLES", "3")))
 @given(
     kind=st.sampled_from(["tumbling", "sliding", "session"]),
     size=st.integers(5, 40),
