@@ -146,6 +146,20 @@ def breakdown_bench(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def operator_api_bench(session: nox.Session) -> None:
+    """Spark's Python stateful APIs per micro-batch, against a stateless floor (``-- --rows N``)."""
+    session.install("-e", ".")
+    session.run("python", "-m", "benchmarks.operator_api", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def first_job_bench(session: nox.Session) -> None:
+    """A first job in fresh processes, phase by phase: krishiv_py against the same job by hand."""
+    session.install("-e", ".")
+    session.run("python", "-m", "benchmarks.first_job", *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def overhead_bench(session: nox.Session) -> None:
     """Per-micro-batch overhead (ms per tiny batch): krishiv_py's native job vs hand-written PySpark."""
     session.install("-e", ".")
