@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-__all__ = ["Column", "HashAggregation", "arrow", "list_array", "table_of"]
+__all__ = ["Column", "HashAggregation", "arrow", "list_array", "replaced", "table_of"]
 
 #: An Arrow column as the kernels receive it: a table's column or a plain array.
 Column: TypeAlias = "pa.Array[Any] | pa.ChunkedArray[Any]"
@@ -48,3 +48,9 @@ def list_array(offsets: npt.NDArray[np.int32], values: pa.Array[Any]) -> pa.List
 def table_of(columns: Mapping[str, Column | npt.NDArray[Any]]) -> pa.Table:
     """``pa.table(columns)``: a table of named columns, numpy arrays converted by Arrow."""
     return pa.table(cast("Mapping[str, pa.Array[Any]]", columns))
+
+
+def replaced(table: pa.Table, name: str, arr: Column) -> pa.Table:
+    """``table`` with its column ``name`` replaced by ``arr`` (same field, same place)."""
+    i = table.schema.get_field_index(name)
+    return table.set_column(i, table.schema.field(i), arr)

@@ -62,7 +62,7 @@ from krishiv_py.plan.windows import (
     TumblingWindow,
 )
 from krishiv_py.stateful import aggregates as agg
-from krishiv_py.stateful._arrow import Column, HashAggregation, arrow, table_of
+from krishiv_py.stateful._arrow import Column, HashAggregation, arrow, replaced, table_of
 from krishiv_py.stateful.elements import ElementPatch, element_firings
 from krishiv_py.stateful.event_sliding import add_event_sliding, lookup_horizon_ms
 from krishiv_py.stateful.grouping import canonical, first_rows, group_ids
@@ -560,7 +560,7 @@ def _merge_sessions_by_element(
         if due.any():
             fired, work = _fire(spec, work, due, now_ms)
             early.append(fired)
-            work = _set(work, PENDING, pc.if_else(pa.array(due), 0, work.column(PENDING)))
+            work = replaced(work, PENDING, pc.if_else(pa.array(due), 0, work.column(PENDING)))
     return pa.concat_tables([rest, work.select(rest.schema.names).cast(rest.schema)])
 
 
@@ -667,17 +667,17 @@ def _merge_new(
 def _apply_patch(spec: KernelSpec, merged: pa.Table, patch: ElementPatch) -> pa.Table:
     """Record element firings on the merged windows (pending, last result, open partials)."""
     fired = pa.array(patch.fired)
-    merged = _set(merged, PENDING, pc.if_else(fired, pa.array(patch.pending), merged.column(PENDING)))
-    merged = _set(merged, EMITTED, pc.or_(merged.column(EMITTED), fired))
+    merged = replaced(merged, PENDING, pc.if_else(fired, pa.array(patch.pending), merged.column(PENDING)))
+    merged = replaced(merged, EMITTED, pc.or_(merged.column(EMITTED), fired))
     if spec.retracting:
-        merged = _set(merged, "__r_ws", pc.if_else(fired, patch.last_ws, merged.column("__r_ws")))
-        merged = _set(merged, "__r_we", pc.if_else(fired, patch.last_we, merged.column("__r_we")))
+        merged = replaced(merged, "__r_ws", pc.if_else(fired, patch.last_ws, merged.column("__r_ws")))
+        merged = replaced(merged, "__r_we", pc.if_else(fired, patch.last_we, merged.column("__r_we")))
         for i, a in enumerate(spec.aggs):
-            merged = _set(
+            merged = replaced(
                 merged, f"__r_{i}", pc.if_else(fired, patch.last_values[a.name], merged.column(f"__r_{i}"))
             )
     for name, arr in patch.open_partials.items():
-        merged = _set(merged, name, pc.if_else(fired, arr, merged.column(name)))
+        merged = replaced(merged, name, pc.if_else(fired, arr, merged.column(name)))
     return merged
 
 
@@ -776,8 +776,8 @@ def phase(
     if spec.pane_events:
         results = results.append_column(FIRST, pa.array(final[emit]))
     if fire.any() or final.any():
-        state = _set(state, FIRED, pc.or_(state.column(FIRED), pa.array(final)))
-        state = _set(state, PENDING, pc.if_else(pa.array(fire), 0, state.column(PENDING)))
+        state = replaced(state, FIRED, pc.or_(state.column(FIRED), pa.array(final)))
+        state = replaced(state, PENDING, pc.if_else(pa.array(fire), 0, state.column(PENDING)))
     if watermark_ms is not None or stale.any():
         alive = np.ones(n, bool)
         if watermark_ms is not None:
@@ -821,17 +821,17 @@ def _fire(spec: KernelSpec, state: pa.Table, emit: np.ndarray, now_ms: int) -> t
         had = rows.column(EMITTED).to_numpy(zero_copy_only=False)
         if had.any():
             out.insert(0, retract_rows(spec, rows.filter(pa.array(had))))
-        state = _set(state, "__r_ws", _put(state.column("__r_ws"), idx, rows.column(WS)))
-        state = _set(state, "__r_we", _put(state.column("__r_we"), idx, rows.column(WE)))
+        state = replaced(state, "__r_ws", _put(state.column("__r_ws"), idx, rows.column(WS)))
+        state = replaced(state, "__r_we", _put(state.column("__r_we"), idx, rows.column(WE)))
         for i, a in enumerate(spec.aggs):
-            state = _set(state, f"__r_{i}", _put(state.column(f"__r_{i}"), idx, values[a.name]))
+            state = replaced(state, f"__r_{i}", _put(state.column(f"__r_{i}"), idx, values[a.name]))
     if len(idx):
-        state = _set(state, EMITTED, pc.or_(state.column(EMITTED), pa.array(emit)))
-        state = _set(state, LAST, pc.if_else(pa.array(emit), now_ms, state.column(LAST)))
+        state = replaced(state, EMITTED, pc.or_(state.column(EMITTED), pa.array(emit)))
+        state = replaced(state, LAST, pc.if_else(pa.array(emit), now_ms, state.column(LAST)))
         if spec.accumulation == "discarding":
             parts_all = {f.name: state.column(f.name).combine_chunks() for f in agg.partial_schema(spec.aggs)}
             for name, arr in agg.reset(spec.aggs, parts_all, emit).items():
-                state = _set(state, name, arr)
+                state = replaced(state, name, arr)
     return pa.concat_tables(out), state
 
 
@@ -850,11 +850,6 @@ def _without_errors(table: pa.Table) -> tuple[pa.Table, int]:
         return table, 0
     total = int(pc.sum(table.column(i)).as_py() or 0)
     return table.remove_column(i), total
-
-
-def _set(table: pa.Table, name: str, arr: Column) -> pa.Table:
-    i = table.schema.get_field_index(name)
-    return table.set_column(i, table.schema.field(i), arr)
 
 
 def _put(target: pa.ChunkedArray[Any], idx: np.ndarray, values: Column) -> Column:

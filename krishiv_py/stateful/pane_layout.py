@@ -72,14 +72,12 @@ import pyarrow.compute as pc
 from krishiv_py.names import BATCH_TS
 from krishiv_py.plan.windows import SlidingWindow, TimeIntervalWindow
 from krishiv_py.stateful import aggregates as agg
-from krishiv_py.stateful._arrow import Column, arrow, table_of
+from krishiv_py.stateful._arrow import Column, arrow, replaced, table_of
 from krishiv_py.stateful.grouping import canonical, first_rows, group_ids
-from krishiv_py.stateful.state import FIRED, WE, WS, KernelSpec, result_table
+from krishiv_py.stateful.state import FIRED, FIRED_TO, WE, WS, KernelSpec, result_table
 
-__all__ = ["FIRED_TO", "add_panes", "fire_panes", "pane_fields", "uses_panes"]
+__all__ = ["add_panes", "fire_panes", "pane_fields", "uses_panes"]
 
-#: The watermark (µs) up to which the windows over a state's panes have fired; marks the layout.
-FIRED_TO = "__fired_to"
 
 _I64_MAX = np.iinfo(np.int64).max
 
@@ -190,10 +188,10 @@ def _stamp(spec: KernelSpec, state: pa.Table, fired_to: int | None) -> pa.Table:
     nxt = state.column(WS).to_numpy() + slide
     if fired_to is not None:
         nxt = np.maximum(nxt, min((fired_to // slide + 1) * slide, _I64_MAX))
-    state = _set(state, WE, arrow(nxt, pa.int64()))
+    state = replaced(state, WE, arrow(nxt, pa.int64()))
     n = state.num_rows
     stamp = pa.nulls(n, pa.int64()) if fired_to is None else arrow(np.full(n, fired_to, np.int64))
-    return _set(state, FIRED_TO, stamp)
+    return replaced(state, FIRED_TO, stamp)
 
 
 def _pane_rows(
@@ -302,8 +300,3 @@ def _results(
     errors = agg.overflows(spec.aggs, partials)
     ws, we = arrow(ends - size, pa.int64()), arrow(ends, pa.int64())
     return result_table(spec, keys, ws, we, values, "emit", errors=errors)
-
-
-def _set(table: pa.Table, name: str, arr: Column) -> pa.Table:
-    i = table.schema.get_field_index(name)
-    return table.set_column(i, table.schema.field(i), arr)

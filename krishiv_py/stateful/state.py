@@ -34,6 +34,7 @@ from krishiv_py.stateful.grouping import canonical, group_ids
 __all__ = [
     "EMITTED",
     "FIRED",
+    "FIRED_TO",
     "FIRST",
     "LAST",
     "MAXTS",
@@ -52,6 +53,8 @@ __all__ = [
 ]
 
 WS, WE, FIRED, PENDING, LAST, EMITTED = "__ws", "__we", "__fired", "__pending", "__last", "__emitted"
+#: Pane state (:mod:`~krishiv_py.stateful.pane_layout`): the watermark (µs) up to which its windows fired.
+FIRED_TO = "__fired_to"
 FIRST = "__first"  # with pane events: True on a result row that is its window's first firing
 SEALED = "__sealed"  # capped sessions: a session that takes no more rows
 NEWEST = "__newest"  # with a state TTL: the window's last update (µs; event or processing time)
