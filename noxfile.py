@@ -160,6 +160,13 @@ def first_job_bench(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def metrics_bench(session: nox.Session) -> None:
+    """A job scraped through ``serve_metrics()`` every second against the same job unscraped."""
+    session.install("-e", ".[metrics]")
+    session.run("python", "-m", "benchmarks.metrics_scrape", *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def overhead_bench(session: nox.Session) -> None:
     """Per-micro-batch overhead (ms per tiny batch): krishiv_py's native job vs hand-written PySpark."""
     session.install("-e", ".")

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 import attrs
 
-__all__ = ["JobMetrics"]
+__all__ = ["JobMetrics", "metric_help"]
 
 _HELP = {
     "input_rows": ("counter", "Data rows read from the sources."),
@@ -27,7 +27,11 @@ _HELP = {
     "state_evictions": ("counter", "State entries evicted by TTL."),
     "watermark_ms": ("gauge", "Current overall watermark, epoch milliseconds."),
     "watermark_advances": ("counter", "Times the overall watermark advanced."),
-    "state_windows": ("gauge", "Windows held in state (open, or retained for late events)."),
+    "state_windows": (
+        "gauge",
+        "Windows held in state (open, or retained for late events); a job keeping long sliding "
+        "windows as panes counts its pane rows, a join the rows it holds.",
+    ),
     "state_bytes": ("gauge", "Bytes of window state held by the stateful operator."),
     "arithmetic_errors": (
         "counter",
@@ -38,6 +42,11 @@ _HELP = {
     "quarantined_rows": ("counter", "Rows set aside to the quarantine directory."),
     "quarantined_files": ("counter", "Source files set aside to the quarantine directory, unreadable."),
 }
+
+
+def metric_help(name: str) -> tuple[str, str]:
+    """A :class:`JobMetrics` figure's Prometheus type (``counter`` or ``gauge``) and help text."""
+    return _HELP[name]
 
 
 @attrs.frozen(kw_only=True, repr=False)

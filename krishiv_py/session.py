@@ -232,6 +232,16 @@ class Session:
         """Where a job's checkpoint goes: ``checkpoints/<name>`` (a fresh one when no name)."""
         return self.engine.checkpoint_dir(name)
 
+    def serve_metrics(self, port: int = 0, *, host: str = "127.0.0.1") -> str:
+        """Serve the metrics of every streaming job of this session for Prometheus; returns the URL.
+
+        As :meth:`Job.serve_metrics <krishiv_py.Job.serve_metrics>`, one
+        endpoint for all: jobs started later appear at the next scrape, each
+        labelled ``job="<name>"`` (``start(name=...)``, else its Spark query
+        name). Stopped with the session. Needs ``krishiv_py[metrics]``.
+        """
+        return self.engine.serve_metrics(port, host=host)
+
     def stop(self) -> None:
         """Stop running jobs, Spark (if this session started it) and remove temp state."""
         self.engine.stop()

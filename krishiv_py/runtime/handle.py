@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 
 from krishiv_py._display import fmt_ms, html_card, safe, text_card
-from krishiv_py.errors import NoResultsError, PlanError
+from krishiv_py.errors import NoResultsError, PlanError, SessionError
 from krishiv_py.metrics import JobMetrics
+from krishiv_py.runtime.metrics_endpoint import MetricsEndpoint, job_label
 from krishiv_py.runtime.output import late_schema
 
 if TYPE_CHECKING:
@@ -54,6 +55,8 @@ class Job:
     """
 
     lowering: str
+    #: The job's name: ``start(name=...)``'s, else its Spark query name (None: a bounded job).
+    name: str | None = None
     #: The logical plan this job runs.
     plan: PlanNode
     #: The SparkSession running it.
@@ -68,6 +71,28 @@ class Job:
     #: The writer of a late-event side output (``SideOutputLateEventHandler``), if any.
     _late_writer: SinkWriter | None = None
     _progress: bool | None = None
+    _endpoint: MetricsEndpoint | None = None
+
+    def serve_metrics(self, port: int = 0, *, host: str = "127.0.0.1") -> str:
+        """Serve this job's metrics for Prometheus; returns the URL (``http://host:port/metrics``).
+
+        ``port=0`` picks a free port. Every figure of :meth:`metrics` (a
+        ``job`` label with :attr:`name`), each source's watermark, the
+        watermark's lag behind the wall clock, the micro-batch durations as
+        a histogram and the rows in Spark's state stores, read afresh at
+        each scrape (docs/observability.md). ``host="0.0.0.0"`` serves other
+        machines. The endpoint stops with :meth:`stop`; a job that finishes
+        by itself keeps serving its final figures until then. Needs
+        ``krishiv_py[metrics]``; a port in use is a :class:`SessionError`.
+        """
+        if self._endpoint is not None and self._endpoint.serving:
+            raise SessionError(f"this job already serves its metrics on {self._endpoint.url}")
+        self._endpoint = MetricsEndpoint(lambda: [(job_label(self, 0), self)], port=port, host=host)
+        return self._endpoint.url
+
+    def _stop_endpoint(self) -> None:
+        if self._endpoint is not None:
+            self._endpoint.stop()
 
     def process_all_available(self) -> None:
         """Block until every batch sent so far has been processed."""

@@ -362,8 +362,9 @@ class StreamingJob(Job):
         """Stop the job. Its results so far stay readable; it processes nothing more.
 
         A job whose Spark Connect server is gone has stopped already: stopping
-        it does nothing.
+        it does nothing. A metrics endpoint (:meth:`serve_metrics`) stops too.
         """
+        self._stop_endpoint()
         with self._restart_lock:  # a restart past a bad file does not undo it
             try:
                 active = self._query.isActive
@@ -639,7 +640,7 @@ class BoundedJob(Job):
         return True
 
     def stop(self) -> None:
-        return None
+        self._stop_endpoint()
 
     @property
     def is_active(self) -> bool:

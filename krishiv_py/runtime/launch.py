@@ -254,6 +254,7 @@ def start_streaming_job(
             file_sources=file_sources,
         )
         checked_in(job)
+    job.name = options.name or query_name
     _record_running(checkpoint_dir, job)
     return job
 

@@ -26,6 +26,7 @@ from krishiv_py.plan import nodes as n
 from krishiv_py.runtime import launch
 from krishiv_py.runtime.build import build_dataframe
 from krishiv_py.runtime.durability import DurabilityProfile, is_uri, profile
+from krishiv_py.runtime.metrics_endpoint import MetricsEndpoint, job_label
 from krishiv_py.runtime.remote import is_remote
 from krishiv_py.runtime.run import explain_spark
 from krishiv_py.spark_errors import spark_call
@@ -76,6 +77,7 @@ class SparkEngine:
         self._feeds: dict[str, Feed] = {}
         #: The streaming jobs started, oldest first (stopped with the engine).
         self.jobs: list[Job] = []
+        self._endpoint: MetricsEndpoint | None = None
 
     @property
     def spark(self) -> SparkSession:
@@ -106,6 +108,22 @@ class SparkEngine:
     def checkpoint_dir(self, name: str | None = None) -> str:
         """Where a job's checkpoint goes: ``checkpoints/<name>`` (a fresh one when no name)."""
         return os.path.join(self.state_dir, "checkpoints", name or uuid.uuid4().hex)
+
+    def serve_metrics(self, port: int = 0, *, host: str = "127.0.0.1") -> str:
+        """Serve every streaming job's metrics (those started so far and later); the URL.
+
+        A name started again (a job resumed under the same name) is labelled
+        by its newest job. Stopped with the engine.
+        """
+        if self._endpoint is not None and self._endpoint.serving:
+            raise SessionError(f"this session already serves its jobs' metrics on {self._endpoint.url}")
+
+        def jobs() -> list[tuple[str, Job]]:
+            newest = {job_label(job, i): job for i, job in enumerate(self.jobs)}
+            return list(newest.items())
+
+        self._endpoint = MetricsEndpoint(jobs, port=port, host=host)
+        return self._endpoint.url
 
     def cancel_spark_jobs(self) -> None:
         """Cancel the Spark jobs running now (Ctrl-C during a bounded run)."""
@@ -176,6 +194,8 @@ class SparkEngine:
 
     def stop(self) -> None:
         """Stop the running jobs, Spark (when this engine started it) and remove a temporary state_dir."""
+        if self._endpoint is not None:
+            self._endpoint.stop()
         spark, self._spark = self._spark, None
         if spark is None:
             return
