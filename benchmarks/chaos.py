@@ -10,7 +10,7 @@ exactly once: the parent compares it with the reference model's results for
 the same batches.
 
     python -m benchmarks.chaos --runs 10 --kills 5 --seed 1      # the long run (nox -s chaos)
-    python -m benchmarks.chaos --sink duckdb --runs 4 --kills 3  # a table sink (duckdb, delta, postgres)
+    python -m benchmarks.chaos --sink duckdb --runs 4 --kills 3  # duckdb, delta, postgres, iceberg
     python -m benchmarks.chaos --cluster   # executors, workers, the Connect server: chaos_cluster.py
     python -m benchmarks.chaos --join --runs 4 --kills 3   # a Kafka -> DuckDB join: chaos_join.py
 
@@ -46,7 +46,7 @@ import attrs
 
 SCHEMA = "user string, t bigint, amount bigint"
 LOWERINGS = ("native", "stateful")
-TABLE_SINKS = ("duckdb", "delta", "postgres")
+TABLE_SINKS = ("duckdb", "delta", "postgres", "iceberg")
 
 
 #: Every third batch also carries three rows whose window sum has no bigint value (3 * 2**62):
@@ -106,6 +106,8 @@ class Target:
             return kp.DuckDBSink(os.path.join(state_dir, "out.duckdb"), "chaos", mode=mode)
         if self.sink == "delta":
             return kp.DeltaSink(os.path.join(state_dir, "out-delta"), mode=mode)
+        if self.sink == "iceberg":
+            return kp.IcebergSink("chaos.out", warehouse=os.path.join(state_dir, "out-iceberg"), mode=mode)
         if self.sink == "postgres":
             return kp.PostgresSink(
                 self.dsn, f"chaos_{os.path.basename(state_dir).replace('-', '_')}", mode=mode

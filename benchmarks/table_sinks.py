@@ -8,10 +8,10 @@ micro-batch, by the tumbling query with allowed lateness: per user, 1-minute
 windows, count and sum, watermark lag 5 s, ``allowed_lateness(60 s)``,
 ``retracting`` (the stateful lowering; late events re-fire their windows).
 The same job runs into ``MemorySink`` (the baseline), ``DuckDBSink``,
-``DeltaSink`` and ``PostgresSink`` (a server started for the run), in a
+``DeltaSink``, ``PostgresSink`` (a server started for the run) and ``IcebergSink``, in a
 rotating order, ``--rounds`` times after one warm-up round. Prints the
-median seconds of each and the ratio memory ÷ sink (the targets: DuckDB and
-Delta ≥ 0.7, PostgreSQL ≥ 0.5); checks that every table holds the memory
+median seconds of each and the ratio memory ÷ sink (the targets: DuckDB,
+Delta and Iceberg ≥ 0.7, PostgreSQL ≥ 0.5); checks that every table holds the memory
 sink's changelog folded to one row per window, and exits 1 when one does not.
 """
 
@@ -31,8 +31,8 @@ from benchmarks import data
 from benchmarks.queries import WATERMARK_LAG_MS
 from krishiv_py.devtools import PostgresServer
 
-SINKS = ("memory", "duckdb", "delta", "postgres")
-TARGETS = {"duckdb": 0.7, "delta": 0.7, "postgres": 0.5}
+SINKS = ("memory", "duckdb", "delta", "postgres", "iceberg")
+TARGETS = {"duckdb": 0.7, "delta": 0.7, "postgres": 0.5, "iceberg": 0.7}
 COLUMNS = ("user_id", "window_start", "window_end", "count", "sum_amount")
 
 
@@ -55,6 +55,8 @@ def make_sink(name: str, tmp: str, dsn: str) -> kp.Sink:
         return kp.DeltaSink(os.path.join(tmp, table))
     if name == "postgres":
         return kp.PostgresSink(dsn, table)
+    if name == "iceberg":
+        return kp.IcebergSink(f"bench.{table}", warehouse=os.path.join(tmp, "iceberg"))
     return kp.MemorySink()
 
 

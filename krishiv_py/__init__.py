@@ -73,6 +73,7 @@ if TYPE_CHECKING:
     from krishiv_py.sinks import SinkWriter as SinkWriter
     from krishiv_py.tables import DeltaSink as DeltaSink
     from krishiv_py.tables import DuckDBSink as DuckDBSink
+    from krishiv_py.tables import IcebergSink as IcebergSink
     from krishiv_py.tables import PostgresSink as PostgresSink
     from krishiv_py.types import Schema as Schema
 

@@ -23,6 +23,7 @@ EXPECTED_ALL = [
     "Expr",
     "FileOptions",
     "ForeachBatchSink",
+    "IcebergSink",
     "Job",
     "JobError",
     "JobMetrics",

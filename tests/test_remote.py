@@ -36,6 +36,10 @@ ROOT = Path(__file__).resolve().parent.parent
 TRANSCRIPTS = ["very_late_event_is_dropped", "sliding_membership", "sessions_exactly_gap_apart_merge"]
 SCHEMA = "k string, t bigint, v bigint"
 DEMO = "tests/test_remote.py::test_the_demo_runs_where_the_session_runs"
+#: Table sinks where the session runs: native results are written by the Spark Connect server
+#: (the writer travels there without its connections), the stateful operator's here.
+NATIVE_INTO = "tests/test_table_sinks.py::test_native_results_go_to_the_table"
+RIPPLE_INTO = "tests/test_table_sinks.py::test_the_ripple_example_leaves_one_row_per_window"
 
 
 def transcript_ids(names: list[str]) -> list[str]:
@@ -80,7 +84,8 @@ def remote(connect_server: Any) -> Iterator[kp.Session]:
 
 
 def test_transcripts_and_demo_over_connect(connect_server: Any) -> None:
-    child_pytest({"KRISHIV_TEST_REMOTE": connect_server.url}, [*transcript_ids(TRANSCRIPTS), DEMO])
+    sinks = [f"{NATIVE_INTO}[{k}]" for k in ("duckdb", "delta", "iceberg")] + [f"{RIPPLE_INTO}[iceberg]"]
+    child_pytest({"KRISHIV_TEST_REMOTE": connect_server.url}, [*transcript_ids(TRANSCRIPTS), DEMO, *sinks])
 
 
 def test_a_stateful_job_over_connect_routes_results_metrics_and_late_rows_here(remote: kp.Session) -> None:
@@ -153,7 +158,10 @@ def test_remote_session_errors_name_what_is_wrong() -> None:
 def test_transcripts_and_demo_on_a_standalone_cluster(spark_cluster: Any) -> None:
     # Sliding windows run on the cluster as tumbling ones do (native); over Connect all three run.
     on_cluster = [t for t in TRANSCRIPTS if t != "sliding_membership"]
-    child_pytest({"KRISHIV_TEST_MASTER": spark_cluster.master_url}, [*transcript_ids(on_cluster), DEMO])
+    sinks = [f"{NATIVE_INTO}[iceberg]", f"{RIPPLE_INTO}[duckdb]"]
+    child_pytest(
+        {"KRISHIV_TEST_MASTER": spark_cluster.master_url}, [*transcript_ids(on_cluster), DEMO, *sinks]
+    )
 
 
 @pytest.mark.skipif(

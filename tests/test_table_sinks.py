@@ -1,4 +1,4 @@
-"""Table sinks that hold the corrected answer: the changelog contract, DuckDB, Delta Lake, PostgreSQL.
+"""Table sinks that hold the corrected answer: the changelog contract, DuckDB, Delta, Iceberg, PostgreSQL.
 
 The oracle is the reference model's changelog folded row by row (an emit
 sets its window's row, a retraction removes it): after every step the
@@ -7,11 +7,14 @@ table must hold exactly that, one row per window.
 
 from __future__ import annotations
 
+import re
+import sys
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pyarrow as pa
 import pytest
 
@@ -153,13 +156,21 @@ def delta_sink(tmp: Path) -> SinkFactory:
     return lambda mode: kp.DeltaSink(str(tmp / f"delta_{uuid.uuid4().hex[:8]}"), mode=mode)  # type: ignore[arg-type]
 
 
-@pytest.fixture(params=["delta", "duckdb", "postgres"])
+def iceberg_sink(tmp: Path) -> SinkFactory:
+    def make(mode: str) -> kp.Sink:
+        table = f"krishiv.t_{uuid.uuid4().hex[:8]}"
+        return kp.IcebergSink(table, warehouse=str(tmp / "wh"), mode=mode)  # type: ignore[arg-type]
+
+    return make
+
+
+@pytest.fixture(params=["delta", "duckdb", "iceberg", "postgres"])
 def make_sink(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SinkFactory]:
     if request.param == "postgres":
         dsn = request.getfixturevalue("postgres_server").dsn
         yield lambda mode: kp.PostgresSink(dsn, f"t_{uuid.uuid4().hex[:8]}", mode=mode)  # type: ignore[arg-type]
     else:
-        yield (delta_sink if request.param == "delta" else duckdb_sink)(tmp_path)
+        yield {"delta": delta_sink, "duckdb": duckdb_sink, "iceberg": iceberg_sink}[request.param](tmp_path)
 
 
 def _window_table(rows: list[dict[str, Any]]) -> pa.Table:
@@ -334,3 +345,198 @@ def test_a_bounded_run_writes_its_windows_once(session: kp.Session, make_sink: S
     again = seed(session.from_records(rows, SCHEMA)).start(sink)  # a second bounded run writes again
     again.await_termination()
     assert_same_rows(again.results(), want)  # the same windows, replaced: still one row each
+
+
+# --- Iceberg: read back with pyiceberg and DuckDB (Spark's Iceberg reader needs a jar) -----------------
+
+
+def _iceberg_table(writer: Any) -> Any:
+    """The writer's table, loaded afresh from its catalog."""
+    return writer._catalog().load_table(writer.identifier)
+
+
+def _row(k: str | None, start: int, end: int, count: int, kind: str = "emit") -> dict[str, Any]:
+    return {"k": k, "window_start": start, "window_end": end, "count": count, "kind": kind}
+
+
+def test_an_iceberg_batch_is_one_commit_that_records_its_batch_id(tmp_path: Path) -> None:
+    sink = kp.IcebergSink("krishiv.per_10s", warehouse=str(tmp_path / "wh"))
+    context = _context(WINDOWS + ", kind string", accumulation="retracting")
+    writer: Any = sink.open(context)
+    writer.write(_window_table([_row("a", 0, 10, 1), _row("b", 0, 10, 1)]), 0)
+    commits = len(_iceberg_table(writer).metadata.metadata_log)
+    batch = _window_table(
+        [_row("a", 0, 10, 1, "retract"), _row("a", 0, 10, 2), _row("b", 0, 10, 1, "retract")]
+    )
+    writer.write(batch, 1)
+    table = _iceberg_table(writer)
+    assert len(table.metadata.metadata_log) == commits + 1  # the delete and the append: one commit
+    made = [s for s in table.metadata.snapshots if s.summary["krishiv.batch-id"] == "1"]
+    assert len(made) >= 2 and all(s.summary["krishiv.sink-id"] == writer.target.sink_id for s in made)
+    assert table.current_snapshot().summary["krishiv.batch-id"] == "1"
+    # A new writer on the same table (a restart of the job) reads the batch id back from the snapshots.
+    again: Any = sink.open(context)
+    assert again.last_batch(_iceberg_table(again)) == 1
+    snapshots = len(_iceberg_table(again).metadata.snapshots)
+    again.write(_window_table([_row("a", 0, 10, 3)]), 1)  # batch 1 run again: already committed
+    assert len(_iceberg_table(again).metadata.snapshots) == snapshots
+    assert [(r["k"], r["count"]) for r in again.results().to_pylist()] == [("a", 2)]
+    again.write(_window_table([_row("a", 0, 10, 3)]), 2)
+    assert [(r["k"], r["count"]) for r in again.results().to_pylist()] == [("a", 3)]
+    other: Any = sink.open(_context(WINDOWS + ", kind string", checkpoint="/other"))  # another job
+    assert other.last_batch(_iceberg_table(other)) is None
+
+
+def test_iceberg_deletes_match_null_keys_and_duckdb_reads_the_table(tmp_path: Path) -> None:
+    import duckdb
+
+    writer: Any = kp.IcebergSink("krishiv.nulls", warehouse=str(tmp_path / "wh")).open(
+        _context(WINDOWS + ", kind string", accumulation="retracting")
+    )
+    first = [_row(k, s, s + 10, 1) for k in ("a", None, "b") for s in (0, 10)]
+    writer.write(_window_table(first), 0)
+    writer.write(
+        _window_table([_row(None, 0, 10, 5), _row("a", 10, 20, 1, "retract"), _row("c", 0, 10, 7)]), 1
+    )
+    con = duckdb.connect()
+    con.register("t", _iceberg_table(writer).scan().to_arrow())  # the table's current data files
+    got = con.execute(
+        "SELECT k, epoch_us(window_start) AS s, count FROM t ORDER BY k NULLS FIRST, s"
+    ).fetchall()
+    assert got == [(None, 0, 5), (None, 10, 1), ("a", 0, 1), ("b", 0, 1), ("b", 10, 1), ("c", 0, 7)]
+    assert writer.results().schema == writer.schema  # read back as the results' types
+
+
+def test_the_iceberg_key_filter_is_exact(tmp_path: Path) -> None:
+    from krishiv_py.tables.iceberg_sink import key_filter
+
+    keys = pa.Table.from_pylist(
+        [
+            {"k": "a", "window_start": 0, "window_end": 10},
+            {"k": "b", "window_start": 0, "window_end": 10},
+            {"k": None, "window_start": 0, "window_end": 10},
+            {"k": "a", "window_start": 10, "window_end": 20},
+        ],
+        schema=Schema.parse("k string, window_start timestamp, window_end timestamp").to_arrow(),
+    )
+    where = key_filter(keys)
+    assert key_filter(keys.slice(0, 0)) is None
+    assert str(where).count("In(") == 1  # the keys of window [0, 10) in one In, grouped by its bounds
+    writer: Any = kp.IcebergSink("krishiv.keys", warehouse=str(tmp_path / "wh")).open(_context(WINDOWS))
+    rows = [_row(k, s, s + 10, 1) for k in ("a", "b", "c", None) for s in (0, 10)]
+    writer.write(_window_table(rows).drop_columns(["kind"]), 0)
+    hit = _iceberg_table(writer).scan(row_filter=where).to_arrow()
+    got = sorted((r["k"] or "", r["window_start"].microsecond) for r in hit.to_pylist())
+    assert got == [("", 0), ("a", 0), ("a", 10), ("b", 0)]
+
+
+def test_iceberg_append_mode_keeps_every_row_of_a_batch(tmp_path: Path) -> None:
+    sink = kp.IcebergSink("krishiv.changelog", warehouse=str(tmp_path / "wh"), mode="append")
+    writer: Any = sink.open(_context(WINDOWS + ", kind string", accumulation="retracting"))
+    writer.write(_window_table([_row("a", 0, 10, 1), _row("a", 0, 10, 1, "retract"), _row("a", 0, 10, 2)]), 0)
+    got = [(r["count"], r["kind"], r["batch_id"]) for r in writer.results().to_pylist()]
+    assert sorted(got) == [(1, "emit", 0), (1, "retract", 0), (2, "emit", 0)]
+    assert _iceberg_table(writer).current_snapshot().summary["krishiv.batch-id"] == "0"
+
+
+def test_iceberg_partitions_by_the_day_of_window_start(tmp_path: Path) -> None:
+    from pyiceberg.transforms import DayTransform
+
+    sink = kp.IcebergSink("krishiv.daily", warehouse=str(tmp_path / "wh"), partition_by="window_date")
+    writer: Any = sink.open(_context(WINDOWS))
+    day = 86_400_000_000
+    rows = [_row("a", 0, 10, 1), _row("a", day, day + 10, 2), _row("b", day, day + 10, 3)]
+    writer.write(_window_table(rows).drop_columns(["kind"]), 0)
+    table = _iceberg_table(writer)
+    (field,) = table.spec().fields
+    assert isinstance(field.transform, DayTransform)
+    assert table.schema().find_field(field.source_id).name == "window_start"
+    assert table.schema().column_names == ["k", "window_start", "window_end", "count"]  # hidden: no column
+    assert len(list(table.scan().plan_files())) == 2  # a data file per day
+    writer.write(_window_table([_row("b", day, day + 10, 4)]).drop_columns(["kind"]), 1)
+    assert sorted(r["count"] for r in writer.results().to_pylist()) == [1, 2, 4]
+    with pytest.raises(kp.PlanError, match=r"partition_by='window_date' needs window results"):
+        attrs.evolve(sink, mode="append").open(_context("k string, n bigint", accumulation=None))
+
+
+def test_iceberg_sink_arguments_are_checked(tmp_path: Path) -> None:
+    wh = str(tmp_path / "wh")
+    for bad in ("per_10s", "a.b.c", ".t", "krishiv."):
+        with pytest.raises(kp.PlanError, match=rf"table must be 'namespace.name'.*got '{re.escape(bad)}'"):
+            kp.IcebergSink(bad, warehouse=wh)
+    with pytest.raises(kp.PlanError, match=r"partition_by takes 'window_date' .*got \('k',\)"):
+        kp.IcebergSink("krishiv.t", warehouse=wh, partition_by="k")
+    with pytest.raises(kp.PlanError, match=r"give warehouse= .* or catalog= .*one of them$"):
+        kp.IcebergSink("krishiv.t")
+    with pytest.raises(kp.PlanError, match=r"one of them, not both"):
+        kp.IcebergSink("krishiv.t", warehouse=wh, catalog={"uri": "sqlite:///x.db"})
+    with pytest.raises(kp.PlanError, match=r"a local directory or a file:// URI .*catalog="):
+        kp.IcebergSink("krishiv.t", warehouse="s3://bucket/wh")
+    with pytest.raises(kp.PlanError, match=r"catalog= takes a pyiceberg Catalog or a mapping"):
+        kp.IcebergSink("krishiv.t", catalog="http://localhost:8181")  # type: ignore[arg-type]
+    with pytest.raises(kp.PlanError, match=r"mode must be 'upsert' or 'append'"):
+        kp.IcebergSink("krishiv.t", warehouse=wh, mode="merge").open(_context(WINDOWS))  # type: ignore[arg-type]
+    secret = kp.IcebergSink("krishiv.t", catalog={"type": "rest", "uri": "http://x", "token": "s3cr3t"})
+    assert "s3cr3t" not in repr(secret) and "http://x" in repr(secret)
+
+
+def test_iceberg_sink_without_pyiceberg_says_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sink = kp.IcebergSink("krishiv.t", warehouse=str(tmp_path / "wh"))  # made without pyiceberg
+    monkeypatch.setitem(sys.modules, "pyiceberg", None)  # import pyiceberg now raises ImportError
+    with pytest.raises(
+        kp.MissingDependencyError, match=r"IcebergSink needs pyiceberg: pip install 'krishiv_py\[iceberg\]'"
+    ):
+        sink.open(_context(WINDOWS))
+    assert not (tmp_path / "wh").exists()
+
+
+def test_iceberg_takes_a_catalog_by_properties_or_as_an_object(tmp_path: Path) -> None:
+    import pickle
+
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    (tmp_path / "wh").mkdir()
+    props = {
+        "type": "sql",
+        "uri": f"sqlite:///{tmp_path / 'cat.db'}",
+        "warehouse": (tmp_path / "wh").as_uri(),
+    }
+    by_props: Any = kp.IcebergSink("krishiv.t", catalog=props).open(_context(WINDOWS))
+    by_props.write(_window_table([_row("a", 0, 10, 1)]).drop_columns(["kind"]), 0)
+    assert (tmp_path / "cat.db").is_file()
+    catalog = SqlCatalog("krishiv", uri=props["uri"], warehouse=props["warehouse"])
+    live: Any = kp.IcebergSink("krishiv.t", catalog=catalog).open(_context(WINDOWS))
+    assert live.last_batch(_iceberg_table(live)) == 0  # the same catalog and table: the same job's record
+    assert [r["count"] for r in live.results().to_pylist()] == [1]
+    shipped: Any = pickle.loads(pickle.dumps(live))  # as Spark Connect ships a writer: no catalog inside
+    assert shipped._conn_catalog is None
+    shipped.write(_window_table([_row("a", 0, 10, 2)]).drop_columns(["kind"]), 1)
+    assert [r["count"] for r in by_props.results().to_pylist()] == [2]
+
+
+def test_an_iceberg_table_that_does_not_fit_names_the_fix(tmp_path: Path) -> None:
+    sink = kp.IcebergSink("krishiv.t", warehouse=str(tmp_path / "wh"))
+    sink.open(_context(WINDOWS))
+    with pytest.raises(kp.PlanError, match=r"count long.* need .*count string.*drop this one"):
+        sink.open(_context(WINDOWS.replace("count bigint", "count string")))
+
+
+def test_a_read_only_iceberg_warehouse_fails_the_batch_and_keeps_the_table(
+    tmp_path: Path, read_only_dir: Callable[[bool], None]
+) -> None:
+    warehouse = str(tmp_path / "ro" / "wh")
+    writer: Any = kp.IcebergSink("krishiv.t", warehouse=warehouse).open(_context(WINDOWS))
+    writer.write(_window_table([_row("a", 0, 10, 1)]).drop_columns(["kind"]), 0)
+    read_only_dir(True)
+    with pytest.raises(
+        kp.JobError, match=r"IcebergSink: writing batch 1 to .*not writable.*stay in the table"
+    ):
+        writer.write(_window_table([_row("a", 0, 10, 2)]).drop_columns(["kind"]), 1)
+    assert [r["count"] for r in writer.results().to_pylist()] == [1]  # batch 0 is still there
+    with pytest.raises(kp.JobError, match=r"IcebergSink: .*not writable"):
+        kp.IcebergSink("krishiv.other", warehouse=warehouse).open(_context(WINDOWS))
+    read_only_dir(False)
+    writer.write(_window_table([_row("a", 0, 10, 2)]).drop_columns(["kind"]), 1)  # the rerun
+    assert [r["count"] for r in writer.results().to_pylist()] == [2]

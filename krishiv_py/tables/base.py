@@ -6,7 +6,8 @@ backend's :meth:`TableWriter._apply`, which writes them and the batch id in
 one transaction, after checking the batch id against the last one committed
 for the job (:meth:`TableWriter.skip`). The backends differ only in how they
 do that: DuckDB and PostgreSQL in a SQL transaction with a commit table,
-Delta Lake in a table version with an application transaction.
+Delta Lake in a table version with an application transaction, Iceberg in
+one catalog commit whose snapshots carry the batch id in their summaries.
 """
 
 from __future__ import annotations
