@@ -177,6 +177,9 @@ def test_advice_refuses_bad_input_naming_it() -> None:
     )
     with pytest.raises(kp.PlanError, match="KafkaSource is not read here"):
         advise_watermark(Stream(cast(Any, None), kafka).watermark("event_time", 0))
+    empty = generated(10, mean_delay_ms=1, seed=1).slice(0, 0)
+    with pytest.raises(kp.PlanError, match="the stream 'quiet' has no rows yet: there is no data to profile"):
+        advise_watermark(records(empty, name="quiet").watermark("event_time", 0))
 
 
 # --- files and the command line -----------------------------------------------------------

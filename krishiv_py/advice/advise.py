@@ -144,7 +144,12 @@ def advise_plan(
     source = mark.input
     assert isinstance(source, n.SOURCE_TYPES)
     batches = read_batches(source)
-    table = pa.concat_tables(batches) if batches else pa.schema([]).empty_table()
+    if not sum(b.num_rows for b in batches):
+        raise PlanError(
+            f"the stream {source.name!r} has no rows yet: there is no data to profile; "
+            "send events (or give it files) first, then ask for advice"
+        )
+    table = pa.concat_tables(batches)
     ts = event_ms(table, mark.column)
     valid = ~np.isnan(ts)
     spec = window.window if window is not None else None
