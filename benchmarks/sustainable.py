@@ -478,9 +478,15 @@ def plot(runs: list[dict[str, Any]], path: str) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
-    fig, axes = plt.subplots(1, len(runs), figsize=(6 * len(runs), 4.2), squeeze=False)
-    for ax, run in zip(axes[0], runs, strict=True):
+    # One panel per file, two to a row: ``--from`` in the order query by query, budget by budget.
+    cols = min(2, len(runs))
+    rows = -(-len(runs) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(6 * cols, 4.2 * rows), squeeze=False)
+    for ax in axes.flat[len(runs) :]:
+        ax.set_visible(False)
+    for ax, run in zip(axes.flat, runs, strict=False):
         for runner in sorted({t["runner"] for t in run["trials"]}):
             trials = sorted((t for t in run["trials"] if t["runner"] == runner), key=lambda t: t["rate"])
             rates = [t["rate"] for t in trials]
@@ -494,11 +500,12 @@ def plot(runs: list[dict[str, Any]], path: str) -> None:
                     ax.plot([t["rate"]], [min(t["p99_s"], cap)], "x", color="black")
         ax.axhline(run["budget_s"], color="grey", linestyle="--", linewidth=1)
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())  # rates at decades only
         ax.set_xlabel("events/s fed in real time")
         ax.set_ylabel("window latency (s), p99 solid, p50 dotted")
         feed = "a memory stream" if run.get("feed", "memory") == "memory" else "files"
         how = f"krishiv reads {feed}, a send every {run.get('tick_s', TICK_S):g} s"
-        query = "" if run.get("query", "tumbling") == "tumbling" else f"{run['query']}: "
+        query = f"{run.get('query', 'tumbling')}: "
         ax.set_title(f"{query}p99 <= {run['budget_s']:g} s; {how} (x: not sustained)", fontsize=10)
         ax.legend(fontsize=8)
     fig.tight_layout()

@@ -410,7 +410,8 @@ def test_sustainable_throughput_plots_latency_against_rate(tmp_path: Path) -> No
         return {"budget_s": budget, "tick_s": tick, "feed": "files", "trials": trials}
 
     sources = []
-    for i, (budget, tick) in enumerate([(5.0, 1.0), (1.0, 0.1)]):
+    # Three files: two panels to a row, the fourth panel left empty.
+    for i, (budget, tick) in enumerate([(5.0, 1.0), (1.0, 0.1), (5.0, 1.0)]):
         path = tmp_path / f"run-{i}.json"
         path.write_text(json.dumps(run(budget, tick)))
         sources += ["--from", str(path)]
