@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 import attrs
 
-__all__ = ["JobMetrics", "metric_help"]
+__all__ = ["JobMetrics"]
 
 _HELP = {
     "input_rows": ("counter", "Data rows read from the sources."),
@@ -42,11 +42,6 @@ _HELP = {
     "quarantined_rows": ("counter", "Rows set aside to the quarantine directory."),
     "quarantined_files": ("counter", "Source files set aside to the quarantine directory, unreadable."),
 }
-
-
-def metric_help(name: str) -> tuple[str, str]:
-    """A :class:`JobMetrics` figure's Prometheus type (``counter`` or ``gauge``) and help text."""
-    return _HELP[name]
 
 
 @attrs.frozen(kw_only=True, repr=False)
@@ -134,38 +129,50 @@ class JobMetrics:
         ]
         return html_card("krishiv_py JobMetrics", rows)
 
+    def figures(self) -> dict[str, tuple[str, str, int]]:
+        """Each figure this lowering observes: ``{name: (Prometheus type, help text, value)}``.
+
+        ``None`` figures are left out; the per-source ones are :meth:`source_figures`.
+        """
+        out = {}
+        for field in attrs.fields(JobMetrics):
+            value = getattr(self, field.name)
+            if value is not None and field.name not in _PER_SOURCE:
+                kind, text = _HELP[field.name]
+                out[field.name] = (kind, text, int(value))
+        return out
+
+    def source_figures(self) -> dict[str, tuple[str, dict[str, int]]]:
+        """The per-source gauges: ``{name: (help text, {source: value})}`` (empty without sources)."""
+        if not self.source_watermarks:
+            return {}
+        return {
+            "source_watermark_ms": (
+                "Watermark of each source, epoch milliseconds.",
+                dict(self.source_watermarks),
+            ),
+            "source_idle": (
+                "1 while the source is idle (left out of the overall watermark), else 0.",
+                {s: int(s in self.idle_sources) for s in self.source_watermarks},
+            ),
+        }
+
     def to_prometheus(self, *, job: str | None = None) -> str:
         """Render as Prometheus text exposition (``krishiv_window_<name>[_total]``).
 
         Figures that are ``None`` are left out rather than reported as zero.
         """
-        label = f'{{job="{job}"}}' if job else ""
+        label = f'{{job="{_escape(job)}"}}' if job else ""
         lines = []
-        for field in attrs.fields(JobMetrics):
-            value = getattr(self, field.name)
-            if value is None or field.name in _PER_SOURCE:
-                continue
-            kind, text = _HELP[field.name]
-            metric = f"krishiv_window_{field.name}" + ("_total" if kind == "counter" else "")
+        for name, (kind, text, value) in self.figures().items():
+            metric = f"krishiv_window_{name}" + ("_total" if kind == "counter" else "")
             lines += [f"# HELP {metric} {text}", f"# TYPE {metric} {kind}", f"{metric}{label} {value}"]
-        if self.source_watermarks:
-            for metric, text, values in (
-                (
-                    "source_watermark_ms",
-                    "Watermark of each source, epoch milliseconds.",
-                    self.source_watermarks,
-                ),
-                (
-                    "source_idle",
-                    "1 while the source is idle (left out of the overall watermark), else 0.",
-                    {s: int(s in self.idle_sources) for s in self.source_watermarks},
-                ),
-            ):
-                name = f"krishiv_window_{metric}"
-                lines += [f"# HELP {name} {text}", f"# TYPE {name} gauge"]
-                for source, value in sorted(values.items()):
-                    labels = ([f'job="{_escape(job)}"'] if job else []) + [f'source="{_escape(source)}"']
-                    lines.append(f"{name}{{{','.join(labels)}}} {value}")
+        for metric, (text, values) in self.source_figures().items():
+            name = f"krishiv_window_{metric}"
+            lines += [f"# HELP {name} {text}", f"# TYPE {name} gauge"]
+            for source, value in sorted(values.items()):
+                labels = ([f'job="{_escape(job)}"'] if job else []) + [f'source="{_escape(source)}"']
+                lines.append(f"{name}{{{','.join(labels)}}} {value}")
         return "\n".join(lines) + "\n"
 
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import attrs
 
 from krishiv_py.errors import KrishivError, SessionError
-from krishiv_py.metrics import JobMetrics, metric_help
+from krishiv_py.metrics import JobMetrics
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -119,22 +119,11 @@ class _JobsCollector:
                 m, progress = job.metrics(), job.progress()
             except KrishivError:  # a job whose server is gone: its figures are unknown, not zero
                 continue
-            for field, value in _figures(m).items():
-                kind, text = metric_help(field)
+            for field, (kind, text, value) in m.figures().items():
                 family(PREFIX + field, kind, text).add_metric([name], value)
-            for source, watermark in sorted(m.source_watermarks.items()):
-                family(
-                    PREFIX + "source_watermark_ms",
-                    "gauge",
-                    "Watermark of each source, epoch milliseconds.",
-                    ("job", "source"),
-                ).add_metric([name, source], watermark)
-                family(
-                    PREFIX + "source_idle",
-                    "gauge",
-                    "1 while the source is idle (left out of the overall watermark), else 0.",
-                    ("job", "source"),
-                ).add_metric([name, source], int(source in m.idle_sources))
+            for field, (text, values) in m.source_figures().items():
+                for source, value in sorted(values.items()):
+                    family(PREFIX + field, "gauge", text, ("job", "source")).add_metric([name, source], value)
             if m.watermark_ms is not None and not m.end_of_input:
                 family(
                     "krishiv_job_watermark_lag_seconds",
@@ -154,15 +143,6 @@ class _JobsCollector:
             buckets = [(str(b), c) for b, c in zip(BATCH_SECONDS_BUCKETS, h.counts, strict=True)]
             durations.add_metric([name], [*buckets, ("+Inf", h.total)], sum_value=h.sum_s)
         return [*families.values(), durations]
-
-
-def _figures(m: JobMetrics) -> dict[str, int]:
-    """The job's scalar figures this lowering observes (``None``: left out, never zero)."""
-    return {
-        f.name: int(v)
-        for f in attrs.fields(JobMetrics)
-        if (v := getattr(m, f.name)) is not None and not isinstance(v, Mapping | frozenset)
-    }
 
 
 def _state_rows(raw: Mapping[str, Any]) -> int | None:
