@@ -143,41 +143,72 @@ def feed(job: Any, sender: Any, data: list[list[dict[str, Any]]]) -> bool:
     return bool(job.await_termination(timeout_s=300))
 
 
-def child_kafka(
-    state_dir: str, servers: str, topic: str, seed: int, count: int, size: int, lowering: str
-) -> int:
-    """The same job over a Kafka topic: produce the steps not yet in the topic, one step per batch.
+class KafkaSteps:
+    """The input's steps produced into a topic of three partitions, one transaction per step.
 
-    Each step goes to one partition (step ``i`` to partition ``i % 3``) in
-    one transaction, so it is visible whole or not at all, and the next is
-    produced only after the job processed it: a micro-batch is one step, as
-    in the reference model. A restarted child counts the records in the
-    topic to find where the producer stopped.
+    Step ``i`` goes to partition ``i % 3`` in one transaction, so it is
+    visible whole or not at all; the caller produces the next step only after
+    the job processed this one, so that a micro-batch is one step, as in the
+    reference model. Made again after a crash, it counts the records in the
+    topic to find where the producer stopped (``produced``).
     """
-    from confluent_kafka import Producer
 
-    import krishiv_py as kp
-    from krishiv_py.kafka.client import read_topic
+    def __init__(self, servers: str, topic: str, data: list[list[dict[str, Any]]]) -> None:
+        from confluent_kafka import Producer
 
-    data = batches(seed, count, size)
-    with kp.Session.embedded(durability="single-node-durable", state_dir=state_dir) as session:
-        stream = session.read_kafka(servers, topic, schema=SCHEMA, name="input")
-        job = pipeline(stream).start(
-            kp.ParquetSink(os.path.join(state_dir, "out")), name="chaos", lowering=lowering
-        )
-        job.process_all_available()
+        from krishiv_py.kafka.client import read_topic
+
+        self.topic, self.data = topic, data
         written, done = len(read_topic(servers, topic)), 0
         while done < len(data) and written >= sum(len(b) for b in data[: done + 1]):
             done += 1
-        producer = Producer({"bootstrap.servers": servers, "transactional.id": f"chaos-{topic}"})
-        producer.init_transactions(30)
-        for i, batch in enumerate(data[done:], start=done):
-            producer.begin_transaction()
-            for row in batch:
-                producer.produce(topic, value=json.dumps(row).encode(), partition=i % 3)
-            producer.commit_transaction(30)
+        self.produced = done
+        self._producer = Producer({"bootstrap.servers": servers, "transactional.id": f"chaos-{topic}"})
+        self._producer.init_transactions(30)
+
+    def produce_next(self) -> None:
+        """Produce the next step in one transaction; ``produced`` counts it once it is committed."""
+        i = self.produced
+        self._producer.begin_transaction()
+        for row in self.data[i]:
+            self._producer.produce(self.topic, value=json.dumps(row).encode(), partition=i % 3)
+        self._producer.commit_transaction(30)
+        self.produced = i + 1
+
+    def feed(self, job: Any) -> None:
+        """The steps not produced yet, each processed by ``job`` before the next; then stop ``job``.
+
+        A job (re)started first processes what the topic already holds: a
+        step produced before a crash is a micro-batch of its own.
+        """
+        job.process_all_available()
+        while self.produced < len(self.data):
+            self.produce_next()
             job.process_all_available()
         job.stop()
+
+
+def child_kafka(
+    state_dir: str,
+    servers: str,
+    topic: str,
+    seed: int,
+    count: int,
+    size: int,
+    lowering: str,
+    target: Target | None = None,
+) -> int:
+    """The same job over a Kafka topic (:class:`KafkaSteps`): produce the steps not yet in the topic."""
+    import krishiv_py as kp
+
+    target = target or Target()
+    with kp.Session.embedded(durability="single-node-durable", state_dir=state_dir) as session:
+        stream = session.read_kafka(servers, topic, schema=SCHEMA, name="input")
+        corrected = target.corrected and lowering == "stateful"
+        job = pipeline(stream, corrected=corrected).start(
+            target.open(state_dir), name="chaos", lowering=lowering
+        )
+        KafkaSteps(servers, topic, batches(seed, count, size)).feed(job)
     return 0
 
 
@@ -235,8 +266,7 @@ def run_once(
     with tempfile.TemporaryDirectory(prefix="krishiv-chaos-") as state_dir:
         where = ["child-kafka", state_dir, *kafka] if kafka else ["child", state_dir]
         cmd = [sys.executable, "-m", "benchmarks.chaos", *where, str(seed), str(count), str(size), lowering]
-        if not kafka:
-            cmd += target.argv()
+        cmd += target.argv()
         run.finished = kill_and_restart(cmd, kills, max_delay_s, rng, run, log)
         if run.finished:
             corrected = target.corrected and lowering == "stateful"
@@ -406,8 +436,10 @@ def main(argv: list[str] | None = None) -> int:
         _, state_dir, seed, count, size, lowering, *target = argv
         return child(state_dir, int(seed), int(count), int(size), lowering, Target(*target))
     if argv and argv[0] == "child-kafka":
-        _, state_dir, servers, topic, seed, count, size, lowering = argv
-        return child_kafka(state_dir, servers, topic, int(seed), int(count), int(size), lowering)
+        _, state_dir, servers, topic, seed, count, size, lowering, *target = argv
+        return child_kafka(
+            state_dir, servers, topic, int(seed), int(count), int(size), lowering, Target(*target)
+        )
     p = argparse.ArgumentParser(
         description="SIGKILL a durable streaming job at random points; compare its sink"
     )

@@ -57,6 +57,7 @@ from benchmarks.chaos import (
     LOWERINGS,
     SCHEMA,
     TABLE_SINKS,
+    KafkaSteps,
     Target,
     batches,
     compare,
@@ -84,6 +85,7 @@ class FaultRun:
     kind: str  # "cluster" or "connect"
     lowering: str
     sink: str = "parquet"
+    source: str = "memory"
     faults: list[tuple[str, float]] = attrs.field(factory=list)
     resumed: int = 0
     failed_tasks: int = 0
@@ -107,13 +109,26 @@ class FaultRun:
 # --- the children ---------------------------------------------------------------------
 
 
+#: A run's input: None for a memory stream, else ``(bootstrap servers, topic)`` of a 3-partition topic.
+Kafka = tuple[str, str] | None
+
+
 def child_cluster(
-    state_dir: str, master: str, seed: int, count: int, size: int, lowering: str, target: Target
+    state_dir: str,
+    master: str,
+    seed: int,
+    count: int,
+    size: int,
+    lowering: str,
+    target: Target,
+    kafka: Kafka = None,
 ) -> int:
     """A classic driver of the cluster: run the job and feed the whole input; exit 0 once it ended.
 
     A table sink on the stateful lowering gets allowed lateness and
     retractions (``Target.corrected``), as in :mod:`benchmarks.chaos`.
+    ``kafka``: the input is produced into that topic step by step
+    (:class:`~benchmarks.chaos.KafkaSteps`) and read by the executors.
     """
     import krishiv_py as kp
 
@@ -123,19 +138,28 @@ def child_cluster(
     with kp.Session.connect(
         master, durability="single-node-durable", state_dir=state_dir, spark_conf=keep
     ) as session:
-        stream, sender = session.memory_stream(SCHEMA, name="input")
+        if kafka:
+            stream, steps = session.read_kafka(*kafka, schema=SCHEMA, name="input"), KafkaSteps(*kafka, data)
+        else:
+            stream, sender = session.memory_stream(SCHEMA, name="input")
         corrected = target.corrected and lowering == "stateful"
         job = pipeline(stream, corrected=corrected).start(
             target.open(state_dir), name="chaos", lowering=lowering
         )
         print(RUNNING, flush=True)
         for batch in data:
-            sender.send(batch)
+            if kafka:
+                steps.produce_next()
+            else:
+                sender.send(batch)
             job.process_all_available()
             print(FED, flush=True)
-        sender.close()
-        if not job.await_termination(timeout_s=300):
-            return 2
+        if kafka:
+            job.stop()  # a topic has no end: the windows its watermark has not passed stay open
+        else:
+            sender.close()
+            if not job.await_termination(timeout_s=300):
+                return 2
         print(f"{TASKS} {json.dumps(task_failures(session.spark))}", flush=True)
     return 0
 
@@ -157,23 +181,44 @@ def task_failures(spark: Any) -> dict[str, int]:
     }
 
 
-def child_connect(state_dir: str, url: str, seed: int, count: int, size: int, lowering: str) -> int:
-    """A Spark Connect client: run the job; whenever its server went away, resume it from a new session."""
+def child_connect(
+    state_dir: str,
+    url: str,
+    seed: int,
+    count: int,
+    size: int,
+    lowering: str,
+    target: Target,
+    kafka: Kafka = None,
+) -> int:
+    """A Spark Connect client: run the job; whenever its server went away, resume it from a new session.
+
+    ``kafka``: the client produces the input into that topic, a step only
+    after the job processed the one before (the producer outlives the
+    server; a resumed job first processes what the topic holds).
+    """
     import krishiv_py as kp
     from krishiv_py.spark_errors import server_gone
 
     data = batches(seed, count, size)
+    steps = KafkaSteps(*kafka, data) if kafka else None
+    corrected = target.corrected and lowering == "stateful"
     deadline = time.monotonic() + 900
     while True:
         session: Any = None
         try:
             session = kp.Session.remote(url, state_dir=state_dir, durability="single-node-durable")
-            stream, sender = session.memory_stream(SCHEMA, name="input")
-            job = pipeline(stream).start(
-                kp.ParquetSink(os.path.join(state_dir, "out")), name="chaos", lowering=lowering
+            if kafka:
+                stream = session.read_kafka(*kafka, schema=SCHEMA, name="input")
+            else:
+                stream, sender = session.memory_stream(SCHEMA, name="input")
+            job = pipeline(stream, corrected=corrected).start(
+                target.open(state_dir), name="chaos", lowering=lowering
             )
             print(RUNNING, flush=True)
-            if not feed(job, sender, data):
+            if steps is not None:
+                steps.feed(job)
+            elif not feed(job, sender, data):
                 return 2
             with contextlib.suppress(kp.KrishivError):
                 session.stop()
@@ -203,9 +248,11 @@ def _child_cmd(
     size: int,
     lowering: str,
     target: Target | None = None,
+    kafka: Kafka = None,
 ) -> list[str]:
     cmd = [sys.executable, "-m", "benchmarks.chaos_cluster", f"child-{kind}", state_dir, where]
-    return [*cmd, str(seed), str(count), str(size), lowering, *(target or Target()).argv()]
+    source = list(kafka) if kafka else ["-", "-"]
+    return [*cmd, str(seed), str(count), str(size), lowering, *source, *(target or Target()).argv()]
 
 
 class _Child:
@@ -256,7 +303,14 @@ class _Child:
             reader.join(timeout=10)
 
     def finish(
-        self, run: FaultRun, state_dir: str, seed: int, count: int, size: int, target: Target | None = None
+        self,
+        run: FaultRun,
+        state_dir: str,
+        seed: int,
+        count: int,
+        size: int,
+        target: Target | None = None,
+        kafka: Kafka = None,
     ) -> None:
         """Read the child's report into ``run`` and compare its sink with the model."""
         run.resumed = self.count(RESUMED)
@@ -274,9 +328,9 @@ class _Child:
         run.finished = True
         target = target or Target()
         if not target.corrected:
-            compare(run, os.path.join(state_dir, "out"), expected(seed, count, size))
+            compare(run, os.path.join(state_dir, "out"), expected(seed, count, size, kafka=bool(kafka)))
             return
-        want = expected(seed, count, size, corrected=run.lowering == "stateful")
+        want = expected(seed, count, size, kafka=bool(kafka), corrected=run.lowering == "stateful")
         compare_table(run, table_rows(target, state_dir), want, append=target.mode == "append")
 
 
@@ -305,6 +359,7 @@ def cluster_run(
     worker_stays_down: bool = False,
     kinds: tuple[str, ...] = (),
     target: Target | None = None,
+    kafka: Kafka = None,
     log: Any = print,
 ) -> FaultRun:
     """A classic driver's job on ``cluster`` while executors and workers are SIGKILLed ``kills`` times.
@@ -313,16 +368,17 @@ def cluster_run(
     before the run ends (it is started after the comparison). ``kinds``:
     the faults in this order (``"executor"``, ``"worker"``) instead of
     drawn at random. ``target``: a table sink instead of Parquet.
+    ``kafka``: ``(bootstrap servers, topic)`` of an empty topic of three
+    partitions to read the input from, instead of a memory stream.
     """
     rng = random.Random(seed)
     target = target or Target()
-    sink = target.sink + (f" ({target.mode})" if target.corrected else "")
-    run = FaultRun(kind="cluster", lowering=lowering, sink=sink)
+    run = FaultRun(kind="cluster", lowering=lowering, sink=_sink_name(target), source=_source_name(kafka))
     down: set[int] = set()
     t0 = time.monotonic()
     with _run_dir(run, "krishiv-chaos-cluster-") as state_dir:
         child = _Child(
-            _child_cmd("cluster", state_dir, cluster.master_url, seed, count, size, lowering, target)
+            _child_cmd("cluster", state_dir, cluster.master_url, seed, count, size, lowering, target, kafka)
         )
         try:
             # The first fault only once the job runs on its executors, so that it hits a micro-batch.
@@ -364,10 +420,18 @@ def cluster_run(
             for worker in down:
                 cluster.start_worker(worker)
         run.seconds = round(time.monotonic() - t0, 1)
-        child.finish(run, state_dir, seed, count, size, target)
+        child.finish(run, state_dir, seed, count, size, target, kafka)
     if run.error:
         log(f"  {run.error}")
     return run
+
+
+def _sink_name(target: Target) -> str:
+    return target.sink + (f" ({target.mode})" if target.corrected else "")
+
+
+def _source_name(kafka: Kafka) -> str:
+    return "kafka" if kafka else "memory"
 
 
 def connect_run(
@@ -379,20 +443,28 @@ def connect_run(
     size: int,
     lowering: str,
     max_delay_s: float,
+    target: Target | None = None,
+    kafka: Kafka = None,
     log: Any = print,
 ) -> FaultRun:
-    """A Connect client's job while its server (on ``cluster``) dies and starts again ``restarts`` times."""
+    """A Connect client's job while its server (on ``cluster``) dies and starts again ``restarts`` times.
+
+    ``target`` and ``kafka`` as for :func:`cluster_run`.
+    """
     from krishiv_py.devtools import ConnectServer
 
     rng = random.Random(seed)
-    run = FaultRun(kind="connect", lowering=lowering)
+    target = target or Target()
+    run = FaultRun(kind="connect", lowering=lowering, sink=_sink_name(target), source=_source_name(kafka))
     t0 = time.monotonic()
     with _run_dir(run, "krishiv-chaos-connect-") as state_dir:
         logs = os.path.join(state_dir, "servers")
         server = ConnectServer(master=cluster.master_url, log_dir=os.path.join(logs, "0")).start()
         child: _Child | None = None
         try:
-            child = _Child(_child_cmd("connect", state_dir, server.url, seed, count, size, lowering))
+            child = _Child(
+                _child_cmd("connect", state_dir, server.url, seed, count, size, lowering, target, kafka)
+            )
             # Each fault only once the job runs again (the client resumed it), so that it hits the job.
             child.wait_for(RUNNING, 1)
             while len(run.faults) < restarts and not child.wait(rng.uniform(2.0, max_delay_s)):
@@ -414,7 +486,7 @@ def connect_run(
             server.stop()
         run.seconds = round(time.monotonic() - t0, 1)
         if child is not None:
-            child.finish(run, state_dir, seed, count, size)
+            child.finish(run, state_dir, seed, count, size, target, kafka)
     # Every restart hit a running job (the child was waited for), so each one must have been resumed.
     if not run.error and run.resumed < len(run.faults):
         run.error = f"{len(run.faults)} server restarts, but the client resumed {run.resumed} times"
@@ -426,11 +498,12 @@ def connect_run(
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in ("child-cluster", "child-connect"):
-        kind, state_dir, where, seed, count, size, lowering, *sink = argv
+        kind, state_dir, where, seed, count, size, lowering, servers, topic, *sink = argv
+        target, kafka = Target(*sink), None if servers == "-" else (servers, topic)
+        args = (state_dir, where, int(seed), int(count), int(size), lowering, target, kafka)
         if kind == "child-cluster":
-            target = Target(*sink)
-            return child_cluster(state_dir, where, int(seed), int(count), int(size), lowering, target)
-        code = child_connect(state_dir, where, int(seed), int(count), int(size), lowering)
+            return child_cluster(*args)
+        code = child_connect(*args)
         if kind == "child-connect":
             # pyspark's threads that release a gone server's operations retry for minutes, and the
             # interpreter's exit would wait for them: leave at once, everything is written.
@@ -449,24 +522,39 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--sinks",
         default="parquet,duckdb,delta,postgres",
-        help="the executor/worker runs' sinks in turn (parquet and the table sinks: duckdb, delta, postgres)",
+        help="the runs' sinks in turn (parquet and the table sinks: duckdb, delta, postgres, iceberg)",
+    )
+    p.add_argument(
+        "--kafka",
+        action="store_true",
+        help="read the input from a Kafka topic (a test broker, a new 3-partition topic per run)",
     )
     a = p.parse_args(argv)
     sinks = [x.strip() for x in a.sinks.split(",") if x.strip()]
     if not sinks or any(x not in ("parquet", *TABLE_SINKS) for x in sinks):
         p.error(f"--sinks: parquet, {', '.join(TABLE_SINKS)}; got {a.sinks!r}")
-    from krishiv_py.devtools import LocalCluster, PostgresServer
+    from krishiv_py.devtools import KafkaBroker, LocalCluster, PostgresServer
 
     runs: list[FaultRun] = []
     t0 = time.monotonic()
     with contextlib.ExitStack() as stack:
         dsn = stack.enter_context(PostgresServer()).dsn if "postgres" in sinks else ""
+        broker = stack.enter_context(KafkaBroker()) if a.kafka else None
+
+        def source_of(name: str) -> Kafka:
+            if broker is None:
+                return None
+            broker.create_topic(name, partitions=3)
+            return (broker.bootstrap_servers, name)
+
+        def target_of(i: int) -> Target:
+            sink = sinks[i % len(sinks)]
+            # Table sinks take append mode (the model's changelog exactly) and upsert in turn.
+            return Target(sink, ("append", "upsert")[(i // 2) % 2] if sink != "parquet" else "upsert", dsn)
+
         cluster = stack.enter_context(LocalCluster(workers=2, cores_per_worker=1, memory="1g"))
         print(f"cluster {cluster.master_url}, logs in {cluster.log_dir}", flush=True)
         for i in range(a.runs):
-            sink = sinks[i % len(sinks)]
-            # Table sinks take append mode (the model's changelog exactly) and upsert in turn.
-            mode = ("append", "upsert")[(i // 2) % 2] if sink != "parquet" else "upsert"
             run = cluster_run(
                 cluster,
                 seed=a.seed + i,
@@ -476,7 +564,8 @@ def main(argv: list[str] | None = None) -> int:
                 lowering=LOWERINGS[i % len(LOWERINGS)],
                 max_delay_s=a.max_delay,
                 worker_stays_down=i == 1,
-                target=Target(sink, mode, dsn),
+                target=target_of(i),
+                kafka=source_of(f"chaos_cluster_{i}"),
             )
             runs.append(run)
             print(json.dumps(attrs.asdict(run) | {"ok": run.ok}), flush=True)
@@ -487,8 +576,11 @@ def main(argv: list[str] | None = None) -> int:
                 restarts=a.restarts,
                 count=a.batches,
                 size=a.rows,
-                lowering=LOWERINGS[i % len(LOWERINGS)],
+                # The other lowering than the cluster run into the same sink had.
+                lowering=LOWERINGS[(i + 1) % len(LOWERINGS)],
                 max_delay_s=a.max_delay * 2,
+                target=target_of(i),
+                kafka=source_of(f"chaos_connect_{i}"),
             )
             runs.append(run)
             print(json.dumps(attrs.asdict(run) | {"ok": run.ok}), flush=True)

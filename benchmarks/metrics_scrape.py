@@ -1,6 +1,7 @@
 """What a scraped Prometheus endpoint costs a job: the same job with and without one, one run.
 
     PYTHONPATH=. python benchmarks/metrics_scrape.py [--events 1000000] [--files 20] [--rounds 3]
+        [--lowering native]
     nox -s metrics_bench
 
 The clickstream dataset (``--events`` events in ``--files`` Parquet files)
@@ -92,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--files", type=int, default=20)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--interval", type=float, default=1.0, help="seconds between two scrapes")
+    p.add_argument("--lowering", action="append", choices=LOWERINGS, help="only this lowering (repeatable)")
     p.add_argument("--json", help="write the figures to this file")
     a = p.parse_args(argv)
     clicks = data.clickstream(data.ClickstreamSpec(events=a.events, files=a.files))
@@ -104,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         "interval_s": a.interval,
     }
     with kp.Session.embedded(progress=False) as session:
-        for lowering in LOWERINGS:
+        for lowering in a.lowering or LOWERINGS:
             times: dict[str, list[float]] = {"plain": [], "scraped": []}
             rows: dict[str, list[tuple[Any, ...]]] = {}
             scrapes: list[int] = []

@@ -27,6 +27,8 @@ Spark and Py4J exceptions are never shown raw: they are wrapped with
 
 from __future__ import annotations
 
+import re
+
 __all__ = [
     "JobError",
     "JobStoppedError",
@@ -80,8 +82,25 @@ class JobError(KrishivError, RuntimeError):
 
     def __init__(self, message: str, *, cause: str | None = None) -> None:
         full = message if not cause else f"{message}\nSpark cause: {cause}"
+        own = _own_error(cause)
+        if own is not None:  # krishiv's own words from inside Spark say what to do: they come first
+            name, text = own
+            full = f"{text}\n{message} ({name} raised inside Spark; Spark's message is in the error's .cause)"
         super().__init__(full)
         self.cause = cause
+
+
+#: krishiv's own errors raised inside Spark's workers (a Kafka read, a client not installed there):
+#: their message says what is wrong and what to do.
+_OWN_ERROR = re.compile(r"(?:^|[\s.:])(?P<name>KafkaReadError|MissingDependencyError): (?P<message>.+)$")
+
+
+def _own_error(cause: str | None) -> tuple[str, str] | None:
+    """The name and message of krishiv's own error that a Spark cause ends in, else None."""
+    if not cause or not cause.strip():
+        return None
+    match = _OWN_ERROR.search(cause.strip().splitlines()[-1])
+    return (match.group("name"), match.group("message").strip()) if match else None
 
 
 class JobStoppedError(JobError):

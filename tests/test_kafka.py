@@ -227,6 +227,34 @@ def test_bad_read_kafka_and_sink_arguments_are_plan_errors(session: kp.Session) 
         kp.KafkaSink("127.0.0.1:9", "t", key=["nope"]).open(SinkContext(schema=Schema.parse("a int")))
 
 
+def test_a_job_error_from_inside_spark_leads_with_krishivs_own_words() -> None:
+    """An unreachable broker fails the job inside Spark; the JobError's first line is what to do.
+
+    The cause is the one a job reading ``127.0.0.1:1`` gets (21 s to fail, so
+    not run here); Spark's whole message stays in ``cause``.
+    """
+    said = (
+        "Kafka broker 127.0.0.1:1 did not answer within 15 s (asking for topic 'clicks'): "
+        'KafkaError{code=_TRANSPORT,val=-195,str="Failed to get metadata: Local: Broker transport '
+        'failure"}; check bootstrap_servers and that the broker runs'
+    )
+    for cause in (
+        f"krishiv_py.kafka.client.KafkaReadError: {said}",
+        f"[STREAM_FAILED] Query terminated\npyspark.errors.PySparkException: KafkaReadError: {said}",
+    ):
+        error = kp.JobError("processing the available input failed", cause=cause)
+        first, second = str(error).splitlines()
+        assert first == said
+        assert second.startswith("processing the available input failed (KafkaReadError raised inside Spark")
+        assert error.cause == cause
+    # Any other cause keeps its place after what failed.
+    other = kp.JobError("processing the available input failed", cause="java.lang.OutOfMemoryError: heap")
+    assert str(other).splitlines() == [
+        "processing the available input failed",
+        "Spark cause: java.lang.OutOfMemoryError: heap",
+    ]
+
+
 @pytest.mark.spark
 def test_auto_uses_the_python_connector_where_spark_cannot_load_its_own(session: kp.Session) -> None:
     stream = session.read_kafka("127.0.0.1:9", "t", schema=SCHEMA)
