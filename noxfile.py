@@ -97,7 +97,8 @@ def table_sinks_bench(session: nox.Session) -> None:
 def chaos(session: nox.Session) -> None:
     """SIGKILL durable streaming jobs at random points and check their sinks (``-- --runs N --kills K``).
 
-    ``-- --cluster``: kill executors, workers and the Spark Connect server instead (a local cluster).
+    ``-- --cluster``: kill executors, workers and the Spark Connect server instead (a local cluster);
+    ``-- --cluster --kafka --sinks duckdb,delta,postgres,iceberg``: a Kafka topic into the table sinks.
     """
     session.install("-e", ".[dev]")  # the table sinks, Kafka and Spark Connect clients
     session.run("python", "-m", "benchmarks.chaos", *session.posargs)

@@ -23,11 +23,18 @@ stateful lowering, in two kinds of run:
     opens a new ``Session.remote`` and starts the same pipeline under the
     same name, which resumes from its last committed micro-batch.
 
+The runs write to the sinks of ``--sinks`` in turn (Parquet and the table
+sinks). ``--kafka``: the input is a Kafka topic of three partitions on a
+test broker started for the runs, produced step by step by the child
+(:class:`~benchmarks.chaos.KafkaSteps`) and read by the executors.
+
 Each run ends with the sink compared window by window with the reference
 model: nothing lost, nothing twice, nothing wrong.
 
     python -m benchmarks.chaos --cluster                       # 4 cluster + 2 connect runs
     python -m benchmarks.chaos --cluster --runs 2 --connect-runs 1 --kills 2 --restarts 1
+    python -m benchmarks.chaos --cluster --kafka --sinks duckdb,delta,postgres,iceberg \
+        --runs 4 --kills 6 --connect-runs 4 --restarts 1     # Kafka into every table sink
 
 Exits 1 when a window was lost, duplicated or wrong, a child failed or a
 run did not finish.
