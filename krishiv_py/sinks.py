@@ -16,8 +16,9 @@ A sink is one class. The runtime calls it, and knows nothing else of it:
     The rows written so far, for ``job.results()``; without it
     ``job.results()`` raises :class:`~krishiv_py.NoResultsError`.
 
-A writer may also have ``close()``, called when the job stops, to release
-its connections (the job's writers are not used after it).
+A writer may also have ``close()``, called when the job stops (a bounded
+run: once its rows are written, or failed to be), to release its
+connections (the job's writers are not used after it).
 
 Two more optional methods let Spark itself write the rows, with no
 round trip through this process: ``spark_stream(writer)`` configures a

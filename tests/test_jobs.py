@@ -246,6 +246,44 @@ def test_bounded_job_metrics_and_sinks(session: kp.Session, tmp_path: Path) -> N
     assert pq.read_table(str(tmp_path / "p")).num_rows == 1
 
 
+class _ClosingWriter:
+    """A writer with the optional ``close()``, recording what the job called; ``fail``: write raises."""
+
+    def __init__(self, fail: bool) -> None:
+        self.fail = fail
+        self.calls: list[str] = []
+
+    def write(self, table: pa.Table, batch_id: int) -> None:
+        self.calls.append(f"write {table.num_rows} rows, batch {batch_id}")
+        if self.fail:
+            raise ValueError("the database went away")
+
+    def close(self) -> None:
+        self.calls.append("close")
+
+
+class _ClosingSink:
+    def __init__(self, writer: _ClosingWriter) -> None:
+        self.writer = writer
+
+    def open(self, context: Any) -> _ClosingWriter:
+        return self.writer
+
+
+def test_a_bounded_job_closes_its_writer_once_written_even_when_the_write_failed(
+    session: kp.Session,
+) -> None:
+    """A bounded run is over when ``start()`` returns: its writer's connections end there, as at stop()."""
+    bounded = per_minute(session.from_records([ev("a", 1), ev("a", 2)], SCHEMA))
+    fine = _ClosingWriter(fail=False)
+    bounded.start(_ClosingSink(fine))
+    assert fine.calls == ["write 1 rows, batch 0", "close"]
+    failing = _ClosingWriter(fail=True)
+    with pytest.raises(kp.JobError, match="the database went away"):
+        bounded.start(_ClosingSink(failing))
+    assert failing.calls == ["write 1 rows, batch 0", "close"]
+
+
 @pytest.mark.parametrize("fmt", ["parquet", "csv", "json"])
 def test_file_sources_bounded(session: kp.Session, tmp_path: Path, fmt: str) -> None:
     table = pa.table(

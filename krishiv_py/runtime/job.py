@@ -86,6 +86,14 @@ class JobSetup:
         job._progress = self.progress
 
 
+def close_writers(*writers: object) -> None:
+    """Call each writer's optional ``close()``: a writer's connections end with its job."""
+    for writer in writers:
+        close = getattr(writer, "close", None)
+        if callable(close):
+            close()
+
+
 def _plot_timeline(job: Job, ax: Any) -> Any:
     # The one call from the runtime up to a layer above it: a notebook convenience.
     from krishiv_py.viz import timeline
@@ -378,10 +386,7 @@ class StreamingJob(Job):
             if active:
                 spark_call("stopping the job", self._query.stop)
         self._refresh()  # a stopped query still reports its progress
-        for writer in (self._writer, self._late_writer):
-            close = getattr(writer, "close", None)
-            if callable(close):  # the optional method: a writer's connections end with the job
-                close()
+        close_writers(self._writer, self._late_writer)
 
     @property
     def is_active(self) -> bool:

@@ -16,7 +16,7 @@ from krishiv_py.planner.spark import SparkRecipe
 from krishiv_py.runtime.build import build_dataframe
 from krishiv_py.runtime.collector import BatchCollector
 from krishiv_py.runtime.handoff import HANDOFF_CONF
-from krishiv_py.runtime.job import BoundedJob, JobSetup, StreamingJob
+from krishiv_py.runtime.job import BoundedJob, JobSetup, StreamingJob, close_writers
 from krishiv_py.runtime.output import deliver
 from krishiv_py.runtime.quarantine import Quarantine
 from krishiv_py.runtime.remote import is_remote
@@ -265,8 +265,16 @@ def run_bounded(setup: JobSetup, *, metrics: bool = True) -> BoundedJob:
     """Run ``setup.recipe`` as one batch job, its rows to ``setup.writer``.
 
     ``metrics=False`` (``collect()``, which returns only the rows) skips
-    computing the job's metrics.
+    computing the job's metrics. The job is over when this returns (or
+    raises): its writers are closed (their optional ``close()``).
     """
+    try:
+        return _run_bounded(setup, metrics=metrics)
+    finally:
+        close_writers(setup.writer, setup.late_writer)
+
+
+def _run_bounded(setup: JobSetup, *, metrics: bool) -> BoundedJob:
     spark, recipe, writer = setup.spark, setup.recipe, setup.writer
     if recipe.stateful is not None:
         return run_stateful_bounded(setup)
