@@ -60,7 +60,7 @@ from typing import Any
 
 import attrs
 
-from benchmarks.chaos import (
+from benchmarks.chaos_job import (
     LOWERINGS,
     SCHEMA,
     TABLE_SINKS,

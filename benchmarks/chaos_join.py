@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 import attrs
 
-from benchmarks.chaos import kill_and_restart
+from benchmarks.chaos_job import kill_and_restart
 
 LEFT = "k string, t bigint, a bigint"
 RIGHT = "k string, t bigint, b bigint"

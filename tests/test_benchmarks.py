@@ -569,7 +569,7 @@ def test_sustainable_q7_counts_bids_per_window() -> None:
 
 
 def test_chaos_reads_window_starts_to_the_exact_millisecond() -> None:
-    from benchmarks.chaos import epoch_ms
+    from benchmarks.chaos_job import epoch_ms
 
     start = dt.datetime(1970, 1, 1, 0, 0, 32, 300_000, tzinfo=dt.UTC)
     assert int(start.timestamp() * 1000) == 32_299  # what a float product gives

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from benchmarks import chaos, chaos_cluster
+from benchmarks import chaos, chaos_cluster, chaos_job
 from krishiv_py.devtools import KafkaBroker, LocalCluster
 from krishiv_py.errors import SessionError
 
@@ -53,7 +53,7 @@ def test_sigkilled_job_writes_its_changelog_to_a_table_exactly_once() -> None:
         size=10,
         lowering="stateful",
         max_delay_s=12.0,
-        target=chaos.Target("duckdb", "append"),
+        target=chaos_job.Target("duckdb", "append"),
     )
     assert len(run.kills) == 1
     assert run.finished and run.restarts_failed == 0
@@ -97,7 +97,7 @@ def test_killed_executor_and_worker_under_a_kafka_job_keep_every_table_row_exact
         lowering="stateful",
         max_delay_s=5.0,
         kinds=("executor", "worker"),
-        target=chaos.Target("iceberg", "append"),
+        target=chaos_job.Target("iceberg", "append"),
         kafka=(kafka_broker.bootstrap_servers, topic),
     )
     assert [kind for kind, _ in run.faults] == ["executor", "worker"], run
@@ -127,7 +127,7 @@ def test_a_restarted_connect_server_under_a_kafka_job_keeps_every_table_row_exac
         size=20,
         lowering="native",
         max_delay_s=6.0,
-        target=chaos.Target("duckdb", "upsert"),
+        target=chaos_job.Target("duckdb", "upsert"),
         kafka=(kafka_broker.bootstrap_servers, topic),
     )
     assert [kind for kind, _ in run.faults] == ["connect server"] and run.resumed == 1, run
