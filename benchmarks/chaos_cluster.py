@@ -26,7 +26,7 @@ stateful lowering, in two kinds of run:
 The runs write to the sinks of ``--sinks`` in turn (Parquet and the table
 sinks). ``--kafka``: the input is a Kafka topic of three partitions on a
 test broker started for the runs, produced step by step by the child
-(:class:`~benchmarks.chaos.KafkaSteps`) and read by the executors.
+(:class:`~benchmarks.chaos_job.KafkaSteps`) and read by the executors.
 
 Each run ends with the sink compared window by window with the reference
 model: nothing lost, nothing twice, nothing wrong.
@@ -135,7 +135,7 @@ def child_cluster(
     A table sink on the stateful lowering gets allowed lateness and
     retractions (``Target.corrected``), as in :mod:`benchmarks.chaos`.
     ``kafka``: the input is produced into that topic step by step
-    (:class:`~benchmarks.chaos.KafkaSteps`) and read by the executors.
+    (:class:`~benchmarks.chaos_job.KafkaSteps`) and read by the executors.
     """
     import krishiv_py as kp
 

@@ -125,12 +125,15 @@ class KafkaSteps:
         from krishiv_py.kafka.client import read_topic
 
         self.topic, self.data = topic, data
+        self._producer = Producer({"bootstrap.servers": servers, "transactional.id": f"chaos-{topic}"})
+        # First: a transaction a killed producer left half committed is completed (or aborted) here.
+        self._producer.init_transactions(30)
         written, done = len(read_topic(servers, topic)), 0
         while done < len(data) and written >= sum(len(b) for b in data[: done + 1]):
             done += 1
+        if written != sum(len(b) for b in data[:done]):
+            raise RuntimeError(f"topic {topic!r} holds {written} records: not a whole number of steps")
         self.produced = done
-        self._producer = Producer({"bootstrap.servers": servers, "transactional.id": f"chaos-{topic}"})
-        self._producer.init_transactions(30)
 
     def produce_next(self) -> None:
         """Produce the next step in one transaction; ``produced`` counts it once it is committed."""

@@ -85,21 +85,29 @@ class JobError(KrishivError, RuntimeError):
         own = _own_error(cause)
         if own is not None:  # krishiv's own words from inside Spark say what to do: they come first
             name, text = own
-            full = f"{text}\n{message} ({name} raised inside Spark; Spark's message is in the error's .cause)"
+            first, _, hints = message.partition("\n")
+            note = f" ({name} raised inside Spark; Spark's message is in the error's .cause)"
+            full = f"{text}\n{first}{note}" + (f"\n{hints}" if hints else "")
         super().__init__(full)
         self.cause = cause
 
 
-#: krishiv's own errors raised inside Spark's workers (a Kafka read, a client not installed there):
-#: their message says what is wrong and what to do.
-_OWN_ERROR = re.compile(r"(?:^|[\s.:])(?P<name>KafkaReadError|MissingDependencyError): (?P<message>.+)$")
+#: krishiv's own errors raised inside Spark's workers (a Kafka read, a client not installed there),
+#: as Spark reports them (the qualified name first): their message says what is wrong and what to do.
+_OWN_ERROR = re.compile(
+    r"^krishiv_py(?:\.\w+)*\.(?P<name>KafkaReadError|MissingDependencyError): (?P<message>.+)$"
+)
 
 
 def _own_error(cause: str | None) -> tuple[str, str] | None:
-    """The name and message of krishiv's own error that a Spark cause ends in, else None."""
-    if not cause or not cause.strip():
+    """The name and message of krishiv's own error that a Spark cause ends in, else None.
+
+    Not for a failure in user code (a sink function, a handler), whose
+    error says which code failed on which batch first.
+    """
+    if not cause or not cause.strip() or "UserCodeError: " in cause:
         return None
-    match = _OWN_ERROR.search(cause.strip().splitlines()[-1])
+    match = _OWN_ERROR.match(cause.strip().splitlines()[-1].strip())
     return (match.group("name"), match.group("message").strip()) if match else None
 
 

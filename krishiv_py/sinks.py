@@ -18,7 +18,8 @@ A sink is one class. The runtime calls it, and knows nothing else of it:
 
 A writer may also have ``close()``, called when the job stops (a bounded
 run: once its rows are written, or failed to be), to release its
-connections (the job's writers are not used after it).
+connections. Nothing is written after it; ``results()`` may still be
+called (``job.results()``), so it opens what it needs again.
 
 Two more optional methods let Spark itself write the rows, with no
 round trip through this process: ``spark_stream(writer)`` configures a

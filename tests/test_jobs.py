@@ -249,8 +249,8 @@ def test_bounded_job_metrics_and_sinks(session: kp.Session, tmp_path: Path) -> N
 class _ClosingWriter:
     """A writer with the optional ``close()``, recording what the job called; ``fail``: write raises."""
 
-    def __init__(self, fail: bool) -> None:
-        self.fail = fail
+    def __init__(self, fail: bool, close_fails: bool = False) -> None:
+        self.fail, self.close_fails = fail, close_fails
         self.calls: list[str] = []
 
     def write(self, table: pa.Table, batch_id: int) -> None:
@@ -260,6 +260,8 @@ class _ClosingWriter:
 
     def close(self) -> None:
         self.calls.append("close")
+        if self.close_fails:
+            raise OSError("the socket is already gone")
 
 
 class _ClosingSink:
@@ -282,6 +284,14 @@ def test_a_bounded_job_closes_its_writer_once_written_even_when_the_write_failed
     with pytest.raises(kp.JobError, match="the database went away"):
         bounded.start(_ClosingSink(failing))
     assert failing.calls == ["write 1 rows, batch 0", "close"]
+    # A close that fails: after a failed write the write's error stands; else it is the job's error.
+    both = _ClosingWriter(fail=True, close_fails=True)
+    with pytest.raises(kp.JobError, match="the database went away"):
+        bounded.start(_ClosingSink(both))
+    only_close = _ClosingWriter(fail=False, close_fails=True)
+    with pytest.raises(kp.JobError, match="closing the sink's writer failed"):
+        bounded.start(_ClosingSink(only_close))
+    assert only_close.calls == ["write 1 rows, batch 0", "close"]
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "csv", "json"])

@@ -239,14 +239,24 @@ def test_a_job_error_from_inside_spark_leads_with_krishivs_own_words() -> None:
         'failure"}; check bootstrap_servers and that the broker runs'
     )
     for cause in (
-        f"krishiv_py.kafka.client.KafkaReadError: {said}",
-        f"[STREAM_FAILED] Query terminated\npyspark.errors.PySparkException: KafkaReadError: {said}",
+        f"krishiv_py.kafka.client.KafkaReadError: {said}",  # what the job above gets
+        f"[STREAM_FAILED] Query terminated\n  krishiv_py.kafka.client.KafkaReadError: {said}",
     ):
-        error = kp.JobError("processing the available input failed", cause=cause)
-        first, second = str(error).splitlines()
+        error = kp.JobError(f"processing the available input failed\na hint: {cause[:3]}", cause=cause)
+        first, second, third = str(error).splitlines()
         assert first == said
         assert second.startswith("processing the available input failed (KafkaReadError raised inside Spark")
+        assert third.startswith("a hint: ")  # what followed the first line stays after it
         assert error.cause == cause
+    # Only krishiv's own error as Spark reports it, and not inside a failure of user code.
+    for cause in (
+        f"myapp.KafkaReadError: {said}",
+        f"ValueError: see KafkaReadError: {said}",
+        f"krishiv_py.spark_errors.UserCodeError: ForeachBatchSink(f) raised on batch 3: "
+        f"krishiv_py.kafka.client.KafkaReadError: {said}",
+    ):
+        error = kp.JobError("processing the available input failed", cause=cause)
+        assert str(error).splitlines()[0] == "processing the available input failed", cause
     # Any other cause keeps its place after what failed.
     other = kp.JobError("processing the available input failed", cause="java.lang.OutOfMemoryError: heap")
     assert str(other).splitlines() == [

@@ -287,6 +287,12 @@ def test_a_dropped_connection_is_opened_again(postgres_server: Any) -> None:
         admin.execute("SELECT pg_terminate_backend(%s)", (writer._conn.info.backend_pid,))
     writer.write(_window_table([row | {"count": 2, "kind": "emit"}]).drop_columns(["kind"]), 1)
     assert [r["count"] for r in writer.results().to_pylist()] == [2]
+    backend = writer._conn.info.backend_pid
+    writer.close()  # when the job stops: the server's session ends
+    with psycopg.connect(postgres_server.dsn, autocommit=True) as admin:
+        alive = admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (backend,)).fetchone()
+    assert alive == (0,)
+    assert [r["count"] for r in writer.results().to_pylist()] == [2]  # results() connects again
 
 
 @pytest.fixture

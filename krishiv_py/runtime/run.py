@@ -266,12 +266,18 @@ def run_bounded(setup: JobSetup, *, metrics: bool = True) -> BoundedJob:
 
     ``metrics=False`` (``collect()``, which returns only the rows) skips
     computing the job's metrics. The job is over when this returns (or
-    raises): its writers are closed (their optional ``close()``).
+    raises): its writers are closed (their optional ``close()``); a close
+    that fails after a failed run does not hide the run's error.
     """
+    writers = (setup.writer, setup.late_writer)
     try:
-        return _run_bounded(setup, metrics=metrics)
-    finally:
-        close_writers(setup.writer, setup.late_writer)
+        job = _run_bounded(setup, metrics=metrics)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            close_writers(*writers)
+        raise
+    spark_call("closing the sink's writer", lambda: close_writers(*writers))
+    return job
 
 
 def _run_bounded(setup: JobSetup, *, metrics: bool) -> BoundedJob:

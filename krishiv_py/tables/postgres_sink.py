@@ -183,6 +183,10 @@ class PostgresWriter(TableWriter):
                 raise JobError(f"PostgresSink: {what} in table {self.table!r}: {str(exc).strip()}") from exc
         raise AssertionError("unreachable")
 
+    def close(self) -> None:
+        """Let go of the connection when the job stops (``results()`` connects again)."""
+        self._drop()
+
     def _drop(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
