@@ -546,3 +546,10 @@ def test_a_read_only_iceberg_warehouse_fails_the_batch_and_keeps_the_table(
     read_only_dir(False)
     writer.write(_window_table([_row("a", 0, 10, 2)]).drop_columns(["kind"]), 1)  # the rerun
     assert [r["count"] for r in writer.results().to_pylist()] == [2]
+
+
+def test_an_iceberg_warehouse_under_a_file_names_the_file_and_the_fix(tmp_path: Path) -> None:
+    (tmp_path / "notes").write_text("a file, not a directory")
+    for warehouse in (tmp_path / "notes", tmp_path / "notes" / "wh"):
+        with pytest.raises(kp.JobError, match=r"notes is a file; choose a warehouse= path"):
+            kp.IcebergSink("krishiv.t", warehouse=str(warehouse)).open(_context(WINDOWS))

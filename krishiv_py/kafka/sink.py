@@ -41,6 +41,7 @@ import attrs
 
 from krishiv_py.errors import JobError, PlanError
 from krishiv_py.names import RESULT_KIND
+from krishiv_py.tables.changelog import non_unique_key, second_rows
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -114,7 +115,7 @@ class KafkaSink:
                 raise PlanError(
                     f"KafkaSink: key column {column!r} is not a result column ({', '.join(names)})"
                 )
-        return KafkaWriter(self, context, tuple(key or ()))
+        return KafkaWriter(self, context, tuple(key or ()), checked=context.joined and self.key is not None)
 
 
 class KafkaWriter:
@@ -122,9 +123,13 @@ class KafkaWriter:
 
     user_code = None
 
-    def __init__(self, sink: KafkaSink, context: SinkContext, key: tuple[str, ...]) -> None:
+    def __init__(
+        self, sink: KafkaSink, context: SinkContext, key: tuple[str, ...], *, checked: bool = False
+    ) -> None:
         self.sink = sink
         self.key = key
+        #: The key is the user's claim on a join's rows (``key=``): each micro-batch is checked.
+        self.checked = checked
         self.columns = tuple(c for c in context.schema.names if c != RESULT_KIND)
         self.retracting = RESULT_KIND in context.schema.names and context.output == "results"
         self.schema = context.schema
@@ -147,6 +152,10 @@ class KafkaWriter:
         marked = self.transactional and self.resumable and batch_id >= 0
         if marked and batch_id < self._committed_batches():
             return  # written and committed before a restart: Spark runs the batch again
+        found = second_rows(table, self.key) if self.checked else []
+        if found:
+            fix = "leave key= out (records without a key keep every row)"
+            raise non_unique_key("KafkaSink", self.key, found, batch_id, fix=fix)
         records = list(self.records(table))
         if self.transactional:
             producer.begin_transaction()

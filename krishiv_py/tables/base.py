@@ -8,22 +8,37 @@ for the job (:meth:`TableWriter.skip`). The backends differ only in how they
 do that: DuckDB and PostgreSQL in a SQL transaction with a commit table,
 Delta Lake in a table version with an application transaction, Iceberg in
 one catalog commit whose snapshots carry the batch id in their summaries.
+
+A join's rows keyed by the user's ``key=`` are checked before anything of a
+micro-batch is written (:func:`~krishiv_py.tables.changelog.second_rows`):
+each backend reads the rows it holds for the keys the batch touches
+(:meth:`TableWriter._held`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from krishiv_py.errors import PlanError
+from krishiv_py.names import CHANGELOG_ROW as _ROW
 from krishiv_py.names import RESULT_KIND
-from krishiv_py.tables.changelog import BATCH_ID, Changes, Target, changelog_rows, net_changes
+from krishiv_py.tables.changelog import (
+    BATCH_ID,
+    Changes,
+    Target,
+    changelog_rows,
+    net_changes,
+    non_unique_key,
+    second_rows,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
     from krishiv_py.sinks import SinkContext
 
-__all__ = ["COMMITS_TABLE", "TableWriter", "misfit", "quote", "table_schema"]
+__all__ = ["COMMITS_TABLE", "TableWriter", "keyed_rows", "misfit", "quote", "table_schema"]
 
 #: The table DuckDB and PostgreSQL sinks record their last committed batch id in, per sink id.
 COMMITS_TABLE = "krishiv_commits"
@@ -39,6 +54,34 @@ def table_schema(context: SinkContext, target: Target) -> pa.Schema:
     if RESULT_KIND not in schema.names:
         schema = schema.append(pa.field(RESULT_KIND, pa.string()))
     return schema.append(pa.field(BATCH_ID, pa.int64()))
+
+
+def keyed_rows(rows: pa.Table, keys: pa.Table, key: Sequence[str]) -> pa.Table:
+    """The rows of ``rows`` whose ``key`` columns equal a row of ``keys`` (a null matches a null).
+
+    >>> import pyarrow as pa
+    >>> rows = pa.table({"k": ["a", None, "b"], "v": [1, 2, 3]})
+    >>> keyed_rows(rows, pa.table({"k": [None, "a"]}), ("k",))["v"].to_pylist()
+    [1, 2]
+    """
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    names = list(key)
+    side = rows.select(names)
+    marked = pa.concat_tables(
+        [
+            keys.select(names)
+            .cast(side.schema)
+            .append_column(_ROW, pa.array([-1] * keys.num_rows, pa.int64())),
+            side.append_column(_ROW, pa.array(np.arange(rows.num_rows, dtype=np.int64))),
+        ]
+    )
+    groups = marked.group_by(names, use_threads=False).aggregate([(_ROW, "min"), (_ROW, "list")])
+    hit = groups.filter(pc.equal(groups[f"{_ROW}_min"], pa.scalar(-1)))[f"{_ROW}_list"]
+    taken = pc.list_flatten(hit).to_numpy(zero_copy_only=False)
+    return rows.take(np.sort(taken[taken >= 0]))
 
 
 def quote(name: str) -> str:
@@ -72,7 +115,12 @@ class TableWriter:
         if table.num_rows == 0:
             return
         if self.target.mode == "upsert":
-            self._apply(batch_id, net_changes(table, self.target.key), None)
+            changes = net_changes(table, self.target.key)
+            if self.target.checked:
+                found = second_rows(table, self.target.key, self._held(changes.keys))
+                if found:
+                    raise non_unique_key(self.sink, self.target.key, found, batch_id)
+            self._apply(batch_id, changes, None)
         else:
             self._apply(batch_id, None, changelog_rows(table, batch_id).select(self.schema.names))
 
@@ -81,6 +129,10 @@ class TableWriter:
         return self.target.resumable and batch_id >= 0 and last is not None and batch_id <= last
 
     def _apply(self, batch_id: int, changes: Changes | None, rows: pa.Table | None) -> None:
+        raise NotImplementedError
+
+    def _held(self, keys: pa.Table) -> pa.Table:
+        """The rows the table holds under ``keys`` (null matches null), with the table's columns."""
         raise NotImplementedError
 
     def __getstate__(self) -> dict[str, Any]:

@@ -13,6 +13,21 @@ Upsert (``mode="upsert"``)
     merged away in the batch it fired) is a delete. After each committed
     micro-batch the table holds exactly the current result of every window
     that fired, one row per window, without the ``kind`` column.
+A key that is not unique
+    Window results are unique under their primary key by construction; a
+    join's rows are unique only if the columns named with ``key=`` make them
+    so (one click joined with two impressions is two rows under one
+    ``click_id``). An upsert would keep one of them and lose the other
+    without a word, so each micro-batch of a join is checked
+    (:func:`second_rows`) before anything of it is written: applied in order
+    to the rows the table holds for the keys it touches, a retraction
+    withdraws the equal live row, an emit equal to the live row is a
+    re-fire of the same result, and an emit of a *different* row while one
+    is live fails the micro-batch with a :class:`~krishiv_py.errors.JobError`
+    naming the key values, ``key=`` and ``mode="append"``. Nothing of that
+    micro-batch is written; the job restarts from its checkpoint once the
+    sink is fixed. Rows equal in every column are one row to an upsert
+    table, as to any table with a primary key.
 Append (``mode="append"``)
     The changelog itself: every row as it came, with ``kind`` (``"emit"``
     or ``"retract"``; ``"emit"`` for results without retractions) and the
@@ -52,11 +67,11 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
-from krishiv_py.errors import PlanError
+from krishiv_py.errors import JobError, PlanError
 from krishiv_py.names import CHANGELOG_ROW as _ROW
 from krishiv_py.names import RESULT_KIND
 
@@ -68,6 +83,8 @@ if TYPE_CHECKING:
 __all__ = [
     "key_columns",
     "BATCH_ID",
+    "second_rows",
+    "non_unique_key",
     "Changes",
     "Mode",
     "Target",
@@ -135,6 +152,8 @@ class Target:
     sink_id: str
     #: A streaming job's batches can come again after a restart; a bounded run's cannot.
     resumable: bool
+    #: The key is the user's claim (``key=`` on a join's rows), checked on every micro-batch.
+    checked: bool = False
 
 
 def key_columns(value: object) -> tuple[str, ...]:
@@ -201,4 +220,84 @@ def _join_target(
     if missing:
         raise PlanError(f"{sink}(key=...): no column {missing[0]!r} in the joined rows ({', '.join(names)})")
     full = tuple(dict.fromkeys((*identity, *key)))
-    return Target(mode="upsert", key=full, sink_id=sink_id, resumable=resumable)
+    return Target(mode="upsert", key=full, sink_id=sink_id, resumable=resumable, checked=True)
+
+
+#: How many keys a non-unique key error names.
+_SHOWN = 3
+
+
+def second_rows(batch: pa.Table, key: Sequence[str], held: pa.Table | None = None) -> list[dict[str, Any]]:
+    """The keys under which ``batch``, applied in order to ``held``, leaves a second live row.
+
+    ``held`` is what the table holds for the keys ``batch`` touches (its
+    columns, without ``kind``). A key that occurs once among the held and
+    the batch's rows cannot have two; only the others are replayed row by
+    row, so that a batch of unique keys costs one vectorized group-by.
+
+    >>> import pyarrow as pa
+    >>> joined = pa.table({"click": [1, 1, 2], "ad": ["x", "y", "z"]})
+    >>> second_rows(joined, ("click",))
+    [{'click': 1}]
+    >>> second_rows(joined.slice(1), ("click",), held=pa.table({"click": [1], "ad": ["y"]}))
+    []
+    """
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    names = [c for c in batch.column_names if c != RESULT_KIND]
+    kinds = batch[RESULT_KIND].to_pylist() if RESULT_KIND in batch.column_names else ["emit"] * batch.num_rows
+    rows = batch.select(names)
+    if held is not None and held.num_rows:
+        rows = pa.concat_tables([held.select(names).cast(rows.schema), rows])
+        kinds = ["held"] * held.num_rows + kinds
+    numbered = rows.select(list(key)).append_column(_ROW, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
+    groups = numbered.group_by(list(key), use_threads=False).aggregate([(_ROW, "list"), (_ROW, "count")])
+    shared = groups.filter(pc.greater(groups[f"{_ROW}_count"], pa.scalar(1)))
+    found = []
+    for at, order in enumerate(shared[f"{_ROW}_list"].to_pylist()):
+        taken = sorted(order or ())
+        replay = zip((kinds[i] for i in taken), map(_plain, rows.take(taken).to_pylist()), strict=True)
+        if _second_live(replay):
+            found.append({k: shared[k][at].as_py() for k in key})
+    return found
+
+
+def _second_live(changes: Any) -> bool:
+    """Replay ``(kind, row)`` pairs of one key: does an emit ever meet a different live row?"""
+    live: list[tuple[Any, ...]] = []
+    for kind, row in changes:
+        if kind == "retract":
+            if row in live:
+                live.remove(row)
+        elif row not in live:
+            if live:
+                return True
+            live.append(row)
+    return False
+
+
+def _plain(row: dict[str, Any]) -> tuple[Any, ...]:
+    """A row's values, comparable (NaN equals NaN, as an upsert's key match treats it)."""
+    return tuple("NaN" if isinstance(v, float) and v != v else v for v in row.values())
+
+
+def non_unique_key(
+    sink: str,
+    key: Sequence[str],
+    found: list[dict[str, Any]],
+    batch_id: int,
+    *,
+    fix: str = "use mode='append', which keeps every row with its kind",
+) -> JobError:
+    """The error of a micro-batch that would leave two rows under one upsert key."""
+    shown = "; ".join(", ".join(f"{k}={v!r}" for k, v in row.items()) for row in found[:_SHOWN])
+    more = f" (and {len(found) - _SHOWN} more keys)" if len(found) > _SHOWN else ""
+    names = ", ".join(key)
+    return JobError(
+        f"{sink}: batch {batch_id} has two different live rows under one key ({shown}){more}: an "
+        f"upsert keyed by ({names}) would keep one and lose the other, so nothing of the batch was "
+        "written; name columns that identify each row with key= (a join's rows are unique only on "
+        f"columns of both sides), or {fix}; then restart the job from its checkpoint"
+    )

@@ -26,7 +26,7 @@ import attrs
 
 from krishiv_py.errors import JobError, MissingDependencyError, PlanError
 from krishiv_py.names import MERGE_OP as _OP
-from krishiv_py.tables.base import TableWriter, misfit, quote
+from krishiv_py.tables.base import TableWriter, keyed_rows, misfit, quote
 from krishiv_py.tables.changelog import Changes, Mode, Target, key_columns, target_for
 
 if TYPE_CHECKING:
@@ -224,6 +224,21 @@ class DeltaWriter(TableWriter):
             .when_not_matched_insert(columns, predicate=is_upsert)
             .execute()
         )
+
+    def _held(self, keys: pa.Table) -> pa.Table:
+        import pyarrow.compute as pc
+
+        key = list(self.target.key)
+        dataset = self._table().to_pyarrow_dataset()
+        wanted = None
+        for k in key:  # a superset (each column among the keys' values), narrowed exactly below
+            kind = dataset.schema.field(k).type
+            # cast: delta-rs's merge writes strings as string_view, which pyarrow's is_in lacks
+            term = pc.field(k).cast(kind).isin(keys[k].drop_null().unique().cast(kind))
+            term = term | pc.field(k).is_null() if keys[k].null_count else term
+            wanted = term if wanted is None else wanted & term
+        found = dataset.to_table(filter=wanted).select(self.schema.names)
+        return keyed_rows(found.cast(self.schema), keys, key)
 
     def _dated(self, rows: pa.Table) -> pa.Table:
         """``rows`` with the ``window_date`` column when the table is partitioned by it."""

@@ -162,6 +162,22 @@ class DuckDBWriter(TableWriter):
         finally:
             con.close()
 
+    def _held(self, keys: pa.Table) -> pa.Table:
+        duckdb = _require()
+        con = self._connect()
+        try:
+            con.register("kp_keys", keys)
+            match = " AND ".join(f"t.{quote(k)} IS NOT DISTINCT FROM k.{quote(k)}" for k in self.target.key)
+            held: pa.Table = con.sql(
+                f"SELECT t.* FROM {quote(self.table)} AS t "
+                f"WHERE EXISTS (SELECT 1 FROM kp_keys AS k WHERE {match})"
+            ).to_arrow_table()
+        except duckdb.Error as exc:
+            raise JobError(f"DuckDBSink: reading {self.table!r} in {self.path}: {exc}") from exc
+        finally:
+            con.close()
+        return held.cast(self.schema)
+
     def results(self) -> pa.Table:
         """The table as it is now (the current results in upsert mode)."""
         con = self._connect()

@@ -265,6 +265,13 @@ class IcebergWriter(TableWriter):
                         "pip install 'krishiv_py[iceberg]'"
                     ) from None
                 if not os.path.isdir(self.warehouse):
+                    blocked = _file_in_the_way(self.warehouse)
+                    if blocked is not None:
+                        raise JobError(
+                            f"IcebergSink: cannot open the catalog of {self.where}: the warehouse "
+                            f"{self.warehouse} cannot be a directory, because {blocked} is a file; "
+                            "choose a warehouse= path whose parents are directories (or remove the file)"
+                        )
                     if not _creatable(self.warehouse):
                         raise JobError(
                             f"IcebergSink: cannot open the catalog of {self.where}: "
@@ -405,6 +412,22 @@ class IcebergWriter(TableWriter):
             why = _read_only(self.where, str(exc)) if _denied(exc) else str(exc)
             raise JobError(f"IcebergSink: writing batch {batch_id} to {self.where}: {why}") from exc
 
+    def _held(self, keys: pa.Table) -> pa.Table:
+        where = key_filter(keys)
+        try:
+            found = self._table().scan(row_filter=where).to_arrow() if where is not None else None
+        except KrishivError:
+            raise
+        except Exception as exc:
+            raise JobError(
+                f"IcebergSink: reading the rows of the batch's keys in {self.where}: {exc}"
+            ) from exc
+        finally:
+            self._idle()
+        if found is None:
+            return self.schema.empty_table()
+        return found.select(self.schema.names).cast(self.schema)
+
     def _local_paths(self, table: Table) -> list[str]:
         """What a commit writes to on this machine: the table's directories, the embedded catalog."""
         location = urlparse(table.location())
@@ -519,6 +542,16 @@ def _balanced(op: Any, terms: list[BooleanExpression]) -> BooleanExpression:
     middle = len(terms) // 2
     result: BooleanExpression = op(_balanced(op, terms[:middle]), _balanced(op, terms[middle:]))
     return result
+
+
+def _file_in_the_way(path: str) -> str | None:
+    """The existing file (not a directory) at ``path`` or one of its parents, if any."""
+    here = os.path.abspath(path)
+    while not os.path.isdir(here):
+        if os.path.exists(here):
+            return here
+        here = os.path.dirname(here)
+    return None
 
 
 def _creatable(path: str) -> bool:

@@ -296,17 +296,46 @@ class PostgresWriter(TableWriter):
         update = ", ".join(f"{quote(n)} = EXCLUDED.{quote(n)}" for n in rest)
         return sql + f" ON CONFLICT ({key}) " + (f"DO UPDATE SET {update}" if rest else "DO NOTHING")
 
+    def _held(self, keys: pa.Table) -> pa.Table:
+        key = self.target.key
+        types = [pg_type(self.schema.field(k).type) for k in key]
+        match = " AND ".join(f"t.{quote(k)} IS NOT DISTINCT FROM k.{quote(k)}" for k in key)
+        values = [tuple(r.values()) for r in keys.select(list(key)).to_pylist()]
+
+        def read(conn: Any) -> list[tuple[Any, ...]]:
+            found: list[tuple[Any, ...]] = []
+            with conn.transaction():
+                for at in range(0, len(values), _HELD_CHUNK):
+                    chunk = values[at : at + _HELD_CHUNK]
+                    row = "(" + ", ".join(f"%s::{t}" for t in types) + ")"
+                    found += conn.execute(
+                        f"SELECT t.* FROM {self.qualified} AS t WHERE EXISTS (SELECT 1 FROM "
+                        f"(VALUES {', '.join([row] * len(chunk))}) AS k({', '.join(map(quote, key))}) "
+                        f"WHERE {match})",
+                        [v for r in chunk for v in r],
+                    ).fetchall()
+            return found
+
+        return self._table_of(self._retrying("reading the rows of the batch's keys", read))
+
     def results(self) -> pa.Table:
         """The table as it is now (the current results in upsert mode)."""
-        import pyarrow as pa
 
         def read(conn: Any) -> list[tuple[Any, ...]]:
             with conn.transaction():
                 return list(conn.execute(f"SELECT * FROM {self.qualified}").fetchall())
 
-        rows = self._retrying("reading results", read)
+        return self._table_of(self._retrying("reading results", read))
+
+    def _table_of(self, rows: list[tuple[Any, ...]]) -> pa.Table:
+        import pyarrow as pa
+
         names = self.schema.names
         return pa.Table.from_pylist([dict(zip(names, r, strict=True)) for r in rows], schema=self.schema)
+
+
+#: Keys per query when reading the rows a batch's keys hold.
+_HELD_CHUNK = 1_000
 
 
 def _base(pg: str) -> str:
