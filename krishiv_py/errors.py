@@ -20,9 +20,10 @@ working for code that does not know about krishiv_py::
         │                               Ctrl-C) before its input ended
         └── NoResultsError              ``results()`` on a sink that keeps no rows
 
-Spark and Py4J exceptions are never shown raw: they are wrapped with
-``raise ... from exc`` so the original trace stays reachable as
-``__cause__``.
+Spark and Py4J exceptions are never shown raw: a ``JobError``'s
+``__cause__`` is Spark's error in brief (its message without the streaming
+query's plan or the JVM's stack trace), which holds the exception Spark
+raised, all of it, as ``.error``.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ class JobError(KrishivError, RuntimeError):
 
     def __init__(self, message: str, *, cause: str | None = None) -> None:
         full = message if not cause else f"{message}\nSpark cause: {cause}"
-        own = _own_error(cause)
+        own = own_error(cause)
         if own is not None:  # krishiv's own words from inside Spark say what to do: they come first
             name, text = own
             first, _, hints = message.partition("\n")
@@ -92,14 +93,15 @@ class JobError(KrishivError, RuntimeError):
         self.cause = cause
 
 
-#: krishiv's own errors raised inside Spark's workers (a Kafka read, a client not installed there),
-#: as Spark reports them (the qualified name first): their message says what is wrong and what to do.
+#: krishiv's own errors raised inside Spark (a Kafka read, a client not installed in a worker, a
+#: sink's writer that cannot write), as Spark reports them (the qualified name first): their message
+#: says what is wrong and what to do.
 _OWN_ERROR = re.compile(
-    r"^krishiv_py(?:\.\w+)*\.(?P<name>KafkaReadError|MissingDependencyError): (?P<message>.+)$"
+    r"^krishiv_py(?:\.\w+)*\.(?P<name>KafkaReadError|MissingDependencyError|JobError): (?P<message>.+)$"
 )
 
 
-def _own_error(cause: str | None) -> tuple[str, str] | None:
+def own_error(cause: str | None) -> tuple[str, str] | None:
     """The name and message of krishiv's own error that a Spark cause ends in, else None.
 
     Not for a failure in user code (a sink function, a handler), whose

@@ -4,7 +4,10 @@
 carries :func:`spark_cause` (the informative lines of Spark's message, not
 its Java or Py4J traceback), with :func:`restart_hint` where user code
 (a sink function, a late-event handler, a pane callback: a
-:class:`UserCodeError`) failed.
+:class:`UserCodeError`) failed. The ``JobError`` is raised from a
+:class:`SparkFailure`, Spark's error in brief, so that a traceback shows
+what Spark said without the streaming query's plan or the JVM's stack
+trace; the exception Spark raised is the ``SparkFailure``'s ``error``.
 """
 
 from __future__ import annotations
@@ -13,14 +16,16 @@ import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from krishiv_py.errors import JobError, KrishivError
+from krishiv_py.errors import JobError, KrishivError, own_error
 
 __all__ = [
     "GuardedQuery",
+    "SparkFailure",
     "UserCodeError",
     "restart_hint",
     "server_gone",
     "server_gone_hint",
+    "spark_brief",
     "spark_call",
     "spark_cause",
     "spark_error_text",
@@ -51,9 +56,23 @@ def spark_call(what: str, fn: Callable[[], T]) -> T:
         return fn()
     except KrishivError:
         raise
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - Spark's error in brief is the JobError's __cause__
         cause = spark_cause(exc)
-        raise JobError(f"{what} failed{restart_hint(cause)}{server_gone_hint(exc)}", cause=cause) from exc
+        raise JobError(
+            f"{what} failed{restart_hint(cause)}{server_gone_hint(exc)}", cause=cause
+        ) from SparkFailure(exc)
+
+
+class SparkFailure(RuntimeError):
+    """Spark's error in brief (:func:`spark_brief`), a :class:`JobError`'s ``__cause__``.
+
+    Its message is what Spark said without the streaming query's plan and
+    the JVM's stack trace; ``error`` is the exception Spark raised, all of it.
+    """
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(spark_brief(error))
+        self.error = error
 
 
 #: What a Spark Connect client says when its server is gone, or is a new server that does not know
@@ -71,6 +90,8 @@ _SERVER_GONE = (
 
 def server_gone(exc: BaseException) -> bool:
     """True for the error of a Spark Connect call whose server is gone or was restarted."""
+    if isinstance(exc, SparkFailure):
+        exc = exc.error
     text = f"{type(exc).__name__}: {exc}"
     return any(needle in text for needle in _SERVER_GONE)
 
@@ -134,6 +155,31 @@ def spark_cause(exc: BaseException) -> str:
 
 
 _ERROR_LINE = re.compile(r"^[A-Za-z_][\w.$]*(Error|Exception)(\[[^\]]*\])?: ")
+
+
+def spark_brief(exc: BaseException) -> str:
+    """What Spark said, without the streaming query's plan or the JVM's stack trace.
+
+    Python tracebacks in Spark's message (user code that raised in a
+    Python worker) stay. For krishiv's own error raised inside Spark (a
+    Kafka read, a client not installed), whose message the ``JobError``
+    leads with, it is Spark's first line: where the error was raised.
+
+    >>> print(spark_brief(RuntimeError("[STREAM_FAILED] failed\\n=== Streaming Query ===\\nLogical Plan:")))
+    [STREAM_FAILED] failed
+    """
+    text = str(exc).strip()
+    if own_error(spark_cause(exc)) is not None:
+        first = text.splitlines()[0] if text else ""
+        return first.removesuffix("Traceback (most recent call last):").strip() or spark_cause(exc)
+    for end in ("=== Streaming Query ===", "JVM stacktrace:"):
+        text = text.split(end)[0]
+    lines = [ln.rstrip() for ln in text.splitlines() if not _JVM_FRAME.match(ln)]
+    return "\n".join(lines).strip() or type(exc).__name__
+
+
+#: A line of a JVM stack trace: a frame, or the count of frames left out.
+_JVM_FRAME = re.compile(r"^\s*(at [\w$.<>]+\(.*\)|\.\.\. \d+ more)\s*$")
 
 
 def spark_error_text(exc: BaseException) -> str:

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import krishiv_py as kp
+from krishiv_py.spark_errors import SparkFailure
 
 SCHEMA = "user_id string, event_time timestamp, amount double"
 T0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
@@ -145,6 +147,12 @@ def test_failing_foreach_function_fails_the_job_with_job_error(session: kp.Sessi
         job.process_all_available()
     assert "downstream unavailable" in str(info.value)
     assert info.value.cause is not None
+    # What an uncaught error prints: Spark's words and the user's line, not the query's plan.
+    shown = "".join(traceback.format_exception(info.value))
+    assert "=== Streaming Query ===" not in shown and "Logical Plan" not in shown, shown
+    assert 'raise ValueError("downstream unavailable")' in shown
+    brief = info.value.__cause__
+    assert isinstance(brief, SparkFailure) and "=== Streaming Query ===" in str(brief.error)
     job.stop()
 
 

@@ -234,18 +234,20 @@ def test_a_job_error_from_inside_spark_leads_with_krishivs_own_words() -> None:
     not run here); Spark's whole message stays in ``cause``.
     """
     said = (
-        "Kafka broker 127.0.0.1:1 did not answer within 15 s (asking for topic 'clicks'): "
-        'KafkaError{code=_TRANSPORT,val=-195,str="Failed to get metadata: Local: Broker transport '
-        'failure"}; check bootstrap_servers and that the broker runs'
+        "Kafka broker 127.0.0.1:1 is unreachable: no answer within 15 s (asking for topic 'clicks': "
+        "Failed to get metadata: Local: Broker transport failure); check bootstrap_servers and that "
+        "the broker runs"
     )
     for cause in (
         f"krishiv_py.kafka.client.KafkaReadError: {said}",  # what the job above gets
         f"[STREAM_FAILED] Query terminated\n  krishiv_py.kafka.client.KafkaReadError: {said}",
+        f"[STREAM_FAILED] Query terminated\n  krishiv_py.errors.JobError: {said}",  # a sink's writer
     ):
         error = kp.JobError(f"processing the available input failed\na hint: {cause[:3]}", cause=cause)
         first, second, third = str(error).splitlines()
         assert first == said
-        assert second.startswith("processing the available input failed (KafkaReadError raised inside Spark")
+        assert second.startswith("processing the available input failed (")
+        assert second.endswith("Error raised inside Spark; Spark's message is in the error's .cause)")
         assert third.startswith("a hint: ")  # what followed the first line stays after it
         assert error.cause == cause
     # Only krishiv's own error as Spark reports it, and not inside a failure of user code.
@@ -263,6 +265,49 @@ def test_a_job_error_from_inside_spark_leads_with_krishivs_own_words() -> None:
         "processing the available input failed",
         "Spark cause: java.lang.OutOfMemoryError: heap",
     ]
+
+
+def test_an_unreachable_broker_is_one_error_naming_it_and_librdkafka_keeps_off_stderr(
+    capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broker nobody listens for: an error that names it, not librdkafka's line per connect attempt.
+
+    librdkafka's own log goes to the ``krishiv_py.kafka`` logger of every
+    client krishiv makes (timeouts shortened here from 15 s and 30 s).
+    """
+    import krishiv_py.kafka.client as client
+    import krishiv_py.kafka.sink as sink
+    from krishiv_py.devtools.servers import free_ports
+    from krishiv_py.kafka.source import kafka_source
+
+    monkeypatch.setattr(client, "REQUEST_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(sink, "_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(sink, "_PROBE_S", 1.0)
+    servers = f"127.0.0.1:{free_ports(1)[0]}"
+    with pytest.raises(kp.JobError) as read:  # the partitions are asked for when read_kafka is called
+        kafka_source(
+            name="clicks",
+            bootstrap_servers=servers,
+            topic="clicks",
+            spark=None,
+            remote=False,
+            schema=SCHEMA,
+            connector="python",
+            watermark_per_partition=True,
+        )
+    first = str(read.value).splitlines()[0]
+    assert first.startswith(f"Kafka broker {servers} is unreachable: no answer within 1 s"), first
+    schema = Schema.parse("user_id string, window_start timestamp, window_end timestamp, n bigint")
+    rows = pa.table({"user_id": ["a"], "window_start": [T0], "window_end": [T0], "n": [3]})
+    for delivery in ("auto", "at-least-once"):
+        writer = kp.KafkaSink(servers, "out", delivery=delivery).open(SinkContext(schema=schema))
+        with pytest.raises(kp.JobError, match=rf"^KafkaSink: .*{servers}.*") as wrote:
+            writer.write(rows, 0)
+        writer._producer = None  # nothing to flush to a broker that is not there
+        if delivery == "auto":
+            assert f"Kafka broker {servers} is unreachable" in str(wrote.value)
+    stderr = capfd.readouterr().err
+    assert "rdkafka" not in stderr and "Connection refused" not in stderr, stderr[:500]
 
 
 @pytest.mark.spark

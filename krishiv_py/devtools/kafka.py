@@ -90,7 +90,9 @@ class KafkaBroker(_Servers):
         """A ``confluent_kafka.admin.AdminClient`` of this broker."""
         from confluent_kafka.admin import AdminClient
 
-        return AdminClient({"bootstrap.servers": self.bootstrap_servers})
+        from krishiv_py.kafka.client import settings
+
+        return AdminClient(settings({"bootstrap.servers": self.bootstrap_servers}))
 
     def create_topic(self, topic: str, partitions: int = 1, config: Mapping[str, str] | None = None) -> None:
         """Create ``topic`` (an existing one is an error of the broker's)."""
@@ -125,10 +127,12 @@ class KafkaBroker(_Servers):
 
         from confluent_kafka import Producer
 
+        from krishiv_py.kafka.client import settings
+
         conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers, "linger.ms": 5}
         if atomic:
             conf["transactional.id"] = f"krishiv-devtools-{uuid.uuid4().hex}"
-        producer = Producer(conf)
+        producer = Producer(settings(conf))
         if atomic:
             producer.init_transactions(30)
             producer.begin_transaction()

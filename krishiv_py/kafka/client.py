@@ -11,10 +11,17 @@ End offsets
     with the base offset of the last record batch, and the fetch is what
     keeps a batch's last records from waiting for the next write. Under
     ``read_committed`` the fetch stops at the last stable offset.
+librdkafka's log
+    Every client krishiv makes (:func:`settings`) sends librdkafka's own log
+    lines to the ``krishiv_py.kafka`` logger (:data:`LOG`), not to stderr: a
+    broker that is down says so in krishiv's error, once, instead of a
+    ``Connection refused`` line every few milliseconds. Configure logging
+    (``logging.basicConfig()``) to see them.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -22,16 +29,29 @@ from typing import Any
 from krishiv_py.errors import MissingDependencyError
 
 __all__ = [
+    "LOG",
     "KafkaReadError",
+    "broker_unreachable",
     "consumer",
     "end_offsets",
     "partition_ids",
     "read_topic",
     "require_client",
+    "settings",
+    "unreachable",
 ]
 
 #: Seconds a metadata or offset request may take before krishiv reports the broker unreachable.
 REQUEST_TIMEOUT_S = 15.0
+
+#: The logger of librdkafka's own log lines (silent unless the application configures logging).
+LOG = logging.getLogger("krishiv_py.kafka")
+LOG.addHandler(logging.NullHandler())
+
+
+def settings(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` for a confluent-kafka client (consumer, producer, admin): its log to :data:`LOG`."""
+    return {"logger": LOG, **config}
 
 
 class KafkaReadError(RuntimeError):
@@ -69,7 +89,7 @@ def consumer(bootstrap_servers: str, config: Mapping[str, str] | None = None) ->
         **dict(config or {}),
         "bootstrap.servers": bootstrap_servers,
     }
-    return ck.Consumer(conf)
+    return ck.Consumer(settings(conf))
 
 
 def partition_ids(client: Any, topic: str, bootstrap_servers: str) -> list[int]:
@@ -78,9 +98,13 @@ def partition_ids(client: Any, topic: str, bootstrap_servers: str) -> list[int]:
     try:
         meta = client.list_topics(topic, timeout=REQUEST_TIMEOUT_S)
     except ck.KafkaException as exc:
+        said = unreachable(exc)
+        if said is None:
+            raise KafkaReadError(
+                f"Kafka broker {bootstrap_servers} did not give the metadata of topic {topic!r}: {exc}"
+            ) from exc
         raise KafkaReadError(
-            f"Kafka broker {bootstrap_servers} did not answer within {REQUEST_TIMEOUT_S:g} s "
-            f"(asking for topic {topic!r}): {exc}; check bootstrap_servers and that the broker runs"
+            broker_unreachable(bootstrap_servers, REQUEST_TIMEOUT_S, f"asking for topic {topic!r}: {said}")
         ) from exc
     info = meta.topics.get(topic)
     if info is None or info.error is not None or not info.partitions:
@@ -90,6 +114,31 @@ def partition_ids(client: Any, topic: str, bootstrap_servers: str) -> list[int]:
             "name (a deleted topic stops the job: restart it once the topic is back)"
         )
     return sorted(info.partitions)
+
+
+#: librdkafka's errors for a broker that does not answer.
+_NO_ANSWER = ("_TRANSPORT", "_ALL_BROKERS_DOWN", "_TIMED_OUT", "_RESOLVE")
+
+
+def unreachable(exc: BaseException) -> str | None:
+    """librdkafka's words when ``exc`` says the broker did not answer, else None."""
+    ck = require_client()
+    error = exc.args[0] if isinstance(exc, ck.KafkaException) and exc.args else None
+    if not isinstance(error, ck.KafkaError):
+        return None
+    return error.str() if error.code() in {getattr(ck.KafkaError, c) for c in _NO_ANSWER} else None
+
+
+def broker_unreachable(bootstrap_servers: str, timeout_s: float, doing: str) -> str:
+    """The message of a broker that did not answer ``doing`` within ``timeout_s``.
+
+    >>> broker_unreachable("127.0.0.1:1", 15, "asking for topic 't'").split(";")[0]
+    "Kafka broker 127.0.0.1:1 is unreachable: no answer within 15 s (asking for topic 't')"
+    """
+    return (
+        f"Kafka broker {bootstrap_servers} is unreachable: no answer within {timeout_s:g} s ({doing}); "
+        "check bootstrap_servers and that the broker runs"
+    )
 
 
 def end_offsets(client: Any, topic: str, partitions: Sequence[int]) -> dict[int, tuple[int, int]]:

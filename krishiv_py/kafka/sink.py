@@ -52,6 +52,8 @@ __all__ = ["KafkaSink"]
 
 Delivery = Literal["exactly-once", "at-least-once", "auto"]
 _TIMEOUT_S = 30.0
+#: Seconds a metadata request may take once a transaction could not start (is the broker there?).
+_PROBE_S = 5.0
 
 
 def _columns(key: Sequence[str] | None) -> tuple[str, ...] | None:
@@ -171,7 +173,8 @@ class KafkaWriter:
             if self.transactional:
                 producer.abort_transaction(_TIMEOUT_S)
             raise JobError(
-                f"KafkaSink: writing batch {batch_id} to topic {self.sink.topic!r} failed: {exc}"
+                f"KafkaSink: writing batch {batch_id} to topic {self.sink.topic!r} on "
+                f"{self.sink.bootstrap_servers} failed: {exc}"
             ) from exc
 
     def records(self, table: pa.Table) -> list[tuple[bytes | None, bytes | None]]:
@@ -215,18 +218,19 @@ class KafkaWriter:
     def _ready(self) -> Any:
         if self._producer is not None:
             return self._producer
-        from krishiv_py.kafka.client import require_client
+        from krishiv_py.kafka.client import require_client, settings
 
         ck = require_client()
         base = {**dict(self.sink.producer_config), "bootstrap.servers": self.sink.bootstrap_servers}
         if self.transactional is not False:
-            producer = ck.Producer({**base, "transactional.id": f"krishiv-{self.id}"})
+            producer = ck.Producer(settings({**base, "transactional.id": f"krishiv-{self.id}"}))
             try:
                 producer.init_transactions(_TIMEOUT_S)
                 self.transactional = True
                 self._producer = producer
                 return producer
             except ck.KafkaException as exc:
+                self._check_answers(producer, exc)
                 if self.transactional:
                     raise JobError(
                         f"KafkaSink(delivery='exactly-once'): the broker at {self.sink.bootstrap_servers} "
@@ -237,8 +241,28 @@ class KafkaWriter:
                     stacklevel=2,
                 )
         self.transactional = False
-        self._producer = ck.Producer({**base, "enable.idempotence": True})
+        self._producer = ck.Producer(settings({**base, "enable.idempotence": True}))
         return self._producer
+
+    def _check_answers(self, producer: Any, exc: BaseException) -> None:
+        """A :class:`JobError` naming the broker when ``exc`` is a broker that does not answer at all.
+
+        A broker that answers but keeps no transactions times out too: a
+        metadata request tells them apart.
+        """
+        from krishiv_py.kafka.client import broker_unreachable, require_client, unreachable
+
+        if unreachable(exc) is None:
+            return
+        try:
+            producer.list_topics(timeout=_PROBE_S)
+        except require_client().KafkaException as probe:
+            said = unreachable(probe)
+            if said is not None:
+                servers, waited = self.sink.bootstrap_servers, _TIMEOUT_S + _PROBE_S
+                raise JobError(
+                    f"KafkaSink: {broker_unreachable(servers, waited, f'starting a producer: {said}')}"
+                ) from exc
 
     @property
     def group(self) -> str:

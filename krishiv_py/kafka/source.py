@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal, TypeAlias, TypedDict
 
-from krishiv_py.errors import PlanError, SessionError
+from krishiv_py.errors import JobError, PlanError, SessionError
 from krishiv_py.names import HIDDEN_PREFIX, KAFKA_COLUMNS, KAFKA_DDL
 from krishiv_py.plan import nodes as n
 from krishiv_py.types import Schema, to_schema
@@ -235,8 +235,8 @@ def _partition_count(bootstrap_servers: str, topic: str, config: Mapping[str, st
     try:
         return len(partition_ids(client, topic, bootstrap_servers))
     except KafkaReadError as exc:
-        raise PlanError(
-            f"read_kafka(watermark_per_partition=True) needs the topic's partitions: {exc}"
+        raise JobError(
+            f"{exc}\nread_kafka(watermark_per_partition=True) asks the broker for the topic's partitions"
         ) from None
     finally:
         client.close()
