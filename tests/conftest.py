@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from typing import TypeVar
 
@@ -27,6 +29,27 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "krishiv"))
 # as they are (a second garbage collector would stop the JVM from starting).
 for _name in ("SPARK_SUBMIT_OPTS", "SPARK_LAUNCHER_OPTS"):
     os.environ.setdefault(_name, QUICK_START_JVM)
+
+# What Spark's JVMs (the shared session's, the child processes', the test servers') and the child
+# processes' krishiv sessions leave in the temporary directory goes to one directory of this test
+# process, removed when the run ends (pytest_unconfigure): Spark's local directories (spark-*,
+# blockmgr-*), which outlive a JVM that pyspark kills at exit, and java.io.tmpdir; the child
+# processes' TMPDIR. This process keeps its own temporary directory (pytest's tmp_path, and the
+# sessions that the fixtures stop): tempfile reads it once, here, before TMPDIR changes; so do
+# Spark's log files (krishiv-logs, the newest 20 kept), which a failed test's message may name.
+_OWN_TMP = tempfile.gettempdir()
+os.environ.setdefault("KRISHIV_LOG_DIR", os.path.join(_OWN_TMP, "krishiv-logs"))
+RUN_TMP = tempfile.mkdtemp(prefix="krishiv-tests-")
+os.environ.setdefault("SPARK_LOCAL_DIRS", RUN_TMP)
+os.environ.setdefault("TMPDIR", RUN_TMP)
+for _name in ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS"):
+    if "java.io.tmpdir" not in os.environ.get(_name, ""):
+        os.environ[_name] = f"{os.environ.get(_name, '')} -Djava.io.tmpdir={RUN_TMP}".strip()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove the run's temporary directory (every fixture's servers and sessions have stopped)."""
+    shutil.rmtree(RUN_TMP, ignore_errors=True)
 
 
 #: Run the tests that use ``session`` on a standalone cluster / over Spark Connect instead.

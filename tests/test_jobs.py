@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import traceback
 from pathlib import Path
 from typing import Any
@@ -233,6 +234,28 @@ def test_explain_shows_plan_lowering_and_spark_plan(session: kp.Session) -> None
     assert "EventTimeWatermark" in text
     bounded = session.from_records([ev("a", 1)], SCHEMA)
     assert "== Lowering: bounded ==" in per_minute(bounded).explain(show=False)
+
+
+def test_explain_and_to_spark_leave_no_temporary_directory_once_the_session_stops(
+    session: kp.Session, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plan that reads the operator's ticks and idle markers: explain() removes them, stop() the rest."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))  # the temporary directory of this test alone
+    other = kp.Session.embedded()  # on the running Spark, with a temporary state directory
+    stream, _ = other.memory_stream(SCHEMA)
+    windows = (
+        stream.watermark("event_time", 5_000, idle_timeout_ms=1_000)
+        .key_by("user_id")
+        .tumbling_window(60_000)
+        .agg(kp.count(kp.col("*")).alias("events"))
+    )
+    assert "== Lowering: stateful ==" in windows.explain(lowering="stateful")
+    assert [p.name for p in temp.iterdir()] == [os.path.basename(other.state_dir)]  # no ticks, no markers
+    assert windows.to_spark(lowering="stateful").isStreaming
+    other.stop()
+    assert [p.name for p in temp.iterdir() if p.name != "krishiv-logs"] == []
 
 
 def test_to_spark_is_streaming_only_for_unbounded(session: kp.Session) -> None:

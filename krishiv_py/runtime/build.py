@@ -32,14 +32,16 @@ def build_dataframe(
     markers_path: str | None = None,
     observe: bool = True,
     checkpoint_dir: str | None = None,
+    scratch: str | None = None,
 ) -> DataFrame:
     """Build the DataFrame for ``recipe``.
 
     ``observations``, when given, receives one ``pyspark.sql.Observation`` per
     observed source (batch jobs read their metrics from these).
     ``ticks_path`` is the stateful operator's tick source directory and
-    ``markers_path`` the directory of idle-source markers (temporary ones
-    when not given, e.g. for ``explain()``); ``checkpoint_dir`` the
+    ``markers_path`` the directory of idle-source markers (when not given,
+    e.g. for ``explain()``, empty ones are made under ``scratch``, or the
+    system's temporary directory when None); ``checkpoint_dir`` the
     streaming query's checkpoint, where the stateful operator's map tasks
     read each micro-batch's watermark. ``observe=False`` leaves the
     recipe's observed metrics out (a bounded run whose metrics nobody can
@@ -47,11 +49,14 @@ def build_dataframe(
     """
     import tempfile
 
+    if markers_path is None and recipe.idle:
+        markers_path = tempfile.mkdtemp(prefix="krishiv-idle-", dir=scratch)
     paths = ReadPaths(
         checkpoint=checkpoint_dir,
         ticks=ticks_path,
-        markers=markers_path or (tempfile.mkdtemp(prefix="krishiv-idle-") if recipe.idle else None),
+        markers=markers_path,
         observe=observe,
+        scratch=scratch,
     )
     if not observe and _as_one_query(recipe.root) and _ordinals(spark) and not is_remote(spark):
         # (Spark Connect analyses a plan when it runs, after the temporary views are gone.)
@@ -230,7 +235,7 @@ def _stateful(spark: SparkSession, node: r.StatefulApply, child: DataFrame, path
     marker = F.lit(None).cast("timestamp").alias(WATERMARK_MARKER, metadata={"spark.watermarkDelayMs": 0})
     packed = packed.select("*", marker)
 
-    path = ticks or tempfile.mkdtemp(prefix="krishiv-ticks-")
+    path = ticks or tempfile.mkdtemp(prefix="krishiv-ticks-", dir=paths.scratch)
     tick_rows = (
         spark.readStream.format("parquet")
         .schema(f"{BUCKET} int")

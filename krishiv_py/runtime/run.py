@@ -305,9 +305,13 @@ def _run_bounded(setup: JobSetup, *, metrics: bool) -> BoundedJob:
     return BoundedJob(setup=setup, observed=observed)
 
 
-def explain_spark(spark: SparkSession, recipe: SparkRecipe) -> str:
-    """Spark's own extended plan for ``recipe`` (parsed, analyzed, optimized, physical)."""
-    df = spark_call("building the plan", lambda: build_dataframe(spark, recipe))
+def explain_spark(spark: SparkSession, recipe: SparkRecipe, *, scratch: str | None = None) -> str:
+    """Spark's own extended plan for ``recipe`` (parsed, analyzed, optimized, physical).
+
+    ``scratch``: where the directories the plan would read are made (see
+    :func:`~krishiv_py.runtime.build.build_dataframe`).
+    """
+    df = spark_call("building the plan", lambda: build_dataframe(spark, recipe, scratch=scratch))
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         spark_call("explaining the plan", lambda: df.explain(extended=True))

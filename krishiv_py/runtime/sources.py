@@ -34,15 +34,27 @@ __all__ = ["ReadPaths", "SourceReader", "parallelism", "reader_for", "register_r
 
 
 class ReadPaths:
-    """The job's own directories a read may need (idle markers, ticks) and whether it observes."""
+    """The job's own directories a read may need (idle markers, ticks) and whether it observes.
+
+    ``scratch``: where a DataFrame built outside a job (``explain()``,
+    ``to_spark()``) makes the directories it reads instead (None: the
+    system's temporary directory).
+    """
 
     def __init__(
-        self, *, ticks: str | None, markers: str | None, observe: bool = True, checkpoint: str | None = None
+        self,
+        *,
+        ticks: str | None,
+        markers: str | None,
+        observe: bool = True,
+        checkpoint: str | None = None,
+        scratch: str | None = None,
     ) -> None:
         self.checkpoint = checkpoint
         self.ticks = ticks
         self.markers = markers
         self.observe = observe
+        self.scratch = scratch
 
 
 class SourceReader(Protocol):

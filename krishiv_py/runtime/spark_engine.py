@@ -78,6 +78,8 @@ class SparkEngine:
         #: The streaming jobs started, oldest first (stopped with the engine).
         self.jobs: list[Job] = []
         self._endpoint: MetricsEndpoint | None = None
+        #: Where DataFrames built outside a job (to_spark()) keep the directories they read.
+        self._scratch: str | None = None
 
     @property
     def spark(self) -> SparkSession:
@@ -162,11 +164,17 @@ class SparkEngine:
         return job
 
     def spark_dataframe(self, recipe: SparkRecipe) -> DataFrame:
+        """The DataFrame of ``recipe``; the directories it reads (ticks, idle markers) go at :meth:`stop`."""
         spark = self.spark
-        return spark_call("building the DataFrame", lambda: build_dataframe(spark, recipe))
+        if self._scratch is None:
+            self._scratch = tempfile.mkdtemp(prefix="krishiv-frames-")
+        scratch = self._scratch
+        return spark_call("building the DataFrame", lambda: build_dataframe(spark, recipe, scratch=scratch))
 
     def explain_spark(self, recipe: SparkRecipe) -> str:
-        return explain_spark(self.spark, recipe)
+        """Spark's plan of ``recipe``; the directories the plan would read go once it is explained."""
+        with tempfile.TemporaryDirectory(prefix="krishiv-explain-") as scratch:
+            return explain_spark(self.spark, recipe, scratch=scratch)
 
     def durability_text(self, *, bounded: bool) -> str:
         if bounded:
@@ -193,7 +201,11 @@ class SparkEngine:
     # --- stopping ---------------------------------------------------------------------
 
     def stop(self) -> None:
-        """Stop the running jobs, Spark (when this engine started it) and remove a temporary state_dir."""
+        """Stop the running jobs, Spark (when this engine started it) and remove its temporary directories.
+
+        They are a temporary ``state_dir`` and the directories that the
+        DataFrames of :meth:`spark_dataframe` read.
+        """
         if self._endpoint is not None:
             self._endpoint.stop()
         spark, self._spark = self._spark, None
@@ -208,6 +220,8 @@ class SparkEngine:
             self._on_stop()
         if self.temporary:
             shutil.rmtree(self.state_dir, ignore_errors=True)
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
 
 
 def _feed(engine: SparkEngine, source: n.SourceNode) -> Feed | None:
