@@ -7,6 +7,7 @@ stores the session, and nothing here runs anything.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any, cast
 
 import pytest
@@ -636,3 +637,40 @@ def test_wrong_arguments_found_by_the_fuzz_are_plan_errors() -> None:
     assert windowed.top_n(1, by=["n"]).plan == windowed.top_n(1, by="n").plan
     ranked = windowed.top_n(1, by="n", keys=["user_id"]).plan
     assert isinstance(ranked, n.TopN) and ranked.keys == ("user_id",)
+
+
+# --- joins: what goes where ---------------------------------------------------------------------
+
+
+def views() -> Stream:
+    return stream(n.MemorySource(name="views", schema=SCHEMA, path="/data/views")).watermark("event_time", 0)
+
+
+def test_everything_that_needs_event_time_after_a_join_says_one_thing() -> None:
+    """A window, a watermark or a top-N after a join: one message, that it is not built yet and what is."""
+    j = timed().key_by("user_id").interval_join(views().key_by("user_id"), (-5, 0))
+    window_join = (
+        timed().key_by("user_id").tumbling_window(10).join(views().key_by("user_id").tumbling_window(10))
+    )
+    attempts: list[Callable[[], object]] = [
+        lambda: j.tumbling_window(60_000),
+        lambda: j.key_by("user_id").tumbling_window(60_000),
+        lambda: j.filter(kp.col("amount") > 0).key_by("user_id").session_window(5_000),
+        lambda: j.watermark("event_time", 5_000),
+        lambda: j.with_watermark(kp.WatermarkSpec.fixed_lag_ms("event_time", 5_000)),
+        lambda: j.with_watermark(
+            kp.MultiSourceWatermarkSpec().source("events", kp.WatermarkSpec.fixed_lag_ms("event_time", 0))
+        ),
+        lambda: window_join.top_n(1, by="amount"),
+        lambda: window_join.tumbling_window(10),
+    ]
+    messages = set()
+    for attempt in attempts:
+        with raises_plan_error(
+            "not supported yet", "planned", "filter()", "select()", "sink", "new source", "window join"
+        ) as info:
+            attempt()
+        messages.add(str(info.value))
+    assert len(messages) == 1, messages
+    assert "call .watermark" not in messages.pop()  # no loop back to the watermark
+    assert j.filter(kp.col("amount") > 0).select("user_id", "amount").columns == ("user_id", "amount")

@@ -165,6 +165,8 @@ class Stream(WindowAssigners):
         the job's watermark is the minimum over them (without idle sources
         when the spec has an idle timeout).
         """
+        if n.joins_of(self._plan):
+            raise PlanError(n.AFTER_JOIN)
         if isinstance(spec, MultiSourceWatermarkSpec):
             return self._with(_per_source_watermarks(self._plan, spec))
         if not isinstance(spec, WatermarkSpec):
@@ -445,7 +447,9 @@ class JoinedStream(Stream):
     :meth:`allowed_lateness`, :meth:`accumulation`,
     :meth:`with_late_event_handler` and :meth:`with_state_ttl`; each returns
     a new ``JoinedStream``. Filters, projections and every sink apply to it
-    as to any stream (see docs/joins.md).
+    as to any stream (see docs/joins.md); a window, an aggregation, a top-N
+    or a ``.watermark()`` after a join is not supported yet (a
+    :class:`PlanError` says what works instead).
 
     Examples
     --------

@@ -148,6 +148,8 @@ class WindowedStream:
     emission: Emission = attrs.field(factory=Emission)
 
     def __attrs_post_init__(self) -> None:
+        if n.joins_of(self.stream.plan):
+            raise PlanError(n.AFTER_JOIN)
         if n.event_time(self.stream.plan) is None:
             if n.window_aggregates(self.stream.plan):
                 raise PlanError(n.NO_RESULT_TIME)
