@@ -674,3 +674,12 @@ def test_everything_that_needs_event_time_after_a_join_says_one_thing() -> None:
     assert len(messages) == 1, messages
     assert "call .watermark" not in messages.pop()  # no loop back to the watermark
     assert j.filter(kp.col("amount") > 0).select("user_id", "amount").columns == ("user_id", "amount")
+
+
+@pytest.mark.parametrize("how", ["semi", "anti"])
+def test_semi_and_anti_are_window_join_kinds(how: str) -> None:
+    with raises_plan_error(f"how={how!r}", "window-join kinds", f".tumbling_window(size_ms), how={how!r})"):
+        timed().key_by("user_id").interval_join(views().key_by("user_id"), (-5, 0), how=cast(Any, how))
+    windows = timed().key_by("user_id").tumbling_window(10)
+    semi = windows.join(views().key_by("user_id").tumbling_window(10), how=cast(Any, how))
+    assert isinstance(semi.plan, n.Join) and semi.plan.how == how

@@ -618,6 +618,13 @@ def _check_join(node: Join) -> None:
                 f"{what}: key {lk!r} is {lt} on the left but {rk!r} is {rt} on the right; "
                 "cast one side with with_column() so both have the same type"
             )
+    if node.kind == "interval" and node.how in ("semi", "anti"):
+        raise PlanError(
+            f"interval_join(): how={node.how!r} is not supported: semi and anti are window-join kinds; "
+            "window both sides and join the windows, left.key_by(...).tumbling_window(size_ms).join("
+            f"right.key_by(...).tumbling_window(size_ms), how={node.how!r}); an interval join is "
+            "'inner', 'left', 'right' or 'full'"
+        )
     if node.how not in JOIN_HOWS[node.kind]:
         raise PlanError(
             f"{what}: how={node.how!r} is not one of {', '.join(repr(h) for h in JOIN_HOWS[node.kind])}"
