@@ -93,7 +93,7 @@ def _spec(pipeline: Pipeline) -> tuple[KernelSpec, int]:
     assert isinstance(plan, n.WindowAggregate)
     et = n.event_time(plan.input)
     assert et is not None
-    return operator_spec(plan, shift_ms=0).kernel, et.lag_ms
+    return operator_spec(plan, shift_ms=0).kernel.spec, et.lag_ms
 
 
 def run_kernel(pipeline: Pipeline, data: pa.Table, batch: int) -> tuple[list[dict[str, Any]], float]:

@@ -30,9 +30,7 @@ from benchmarks.kernel import BUCKETS, KINDS, SCHEMA, clickstream
 from krishiv_py.names import BATCH_TS, SEQ
 from krishiv_py.plan import nodes as n
 from krishiv_py.planner.spark.stateful import operator_spec
-from krishiv_py.stateful import kernel
 from krishiv_py.stateful.operator import DELAY_COUNTS, OperatorSpec, _split, encode_payload
-from krishiv_py.stateful.state import KernelSpec
 from krishiv_py.testing.steps import _placeholder
 
 
@@ -55,8 +53,7 @@ def run(spec: OperatorSpec, data: pa.Table, batch: int) -> tuple[float, int, int
 
     def call(k: int, rows: pa.Table) -> None:
         nonlocal results, profiled
-        assert isinstance(spec.kernel, KernelSpec)
-        states[k], out = kernel.step(spec.kernel, states[k], rows, watermark, 0)
+        states[k], out = spec.kernel.step(states[k], rows, watermark, 0)
         state = states[k]
         assert state is not None
         payload = encode_payload(spec, k, rows, out, state, watermark, 0, stat_watermark=watermark)

@@ -104,7 +104,7 @@ def run_both(joined: JoinedStream, steps: list[Step]) -> None:
     node = joined.plan
     assert isinstance(node, n.Join)
     n.check_joins_complete(node)
-    spec = join_spec(node, shift_ms=0).kernel
+    spec = join_spec(node, shift_ms=0).kernel.spec
     model = join_model_for(node)
     state: pa.Table | None = None
     seq = 0
@@ -210,7 +210,7 @@ def test_the_kernel_keeps_state_bounded_by_the_watermark() -> None:
     joined = build("interval", "full", lateness=10, between=(-5, 5))
     node = joined.plan
     assert isinstance(node, n.Join)
-    spec = join_spec(node, shift_ms=0).kernel
+    spec = join_spec(node, shift_ms=0).kernel.spec
     state: pa.Table | None = None
     sizes = []
     for i in range(200):

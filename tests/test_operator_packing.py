@@ -20,7 +20,6 @@ import pytest
 
 import krishiv_py as kp
 from krishiv_py.names import BATCH_TS, BUCKET, PACKED, SEQ, TS_VALUE
-from krishiv_py.stateful import kernel
 from krishiv_py.stateful import operator as op
 from krishiv_py.testing.steps import _placeholder
 
@@ -142,10 +141,9 @@ def _keyed_rows(ts_ms: list[int | None]) -> tuple[pa.Table, list[int], list[int 
 def _run(spec: Any, batch: pa.Table, merged: pa.Table | None, watermark: int) -> list[dict[str, Any]]:
     """The bucket's step at ``watermark``, then the end of input: every window's final result."""
     from krishiv_py.plan.watermarks import END_OF_TIME_MS
-    from krishiv_py.stateful import kernel
 
-    state, first = kernel.step(spec.kernel, None, batch, watermark, 0, merged=merged)
-    _, last = kernel.step(spec.kernel, state, batch.slice(0, 0), END_OF_TIME_MS, 0)
+    state, first = spec.kernel.step(None, batch, watermark, 0, merged=merged)
+    _, last = spec.kernel.step(state, batch.slice(0, 0), END_OF_TIME_MS, 0)
     rows = pa.concat_tables([first.results, last.results]).to_pylist()
     return sorted(rows, key=repr)
 
@@ -274,7 +272,7 @@ def test_an_operator_that_reads_no_input_column_still_reports_its_late_rows() ->
     spec = recipe.stateful.operator
     assert spec.columns == ()
     batch = pa.table({BATCH_TS: pa.array([None, 5_000], pa.int64()), SEQ: pa.array([0, 1], pa.int64())})
-    _, out = kernel.step(spec.kernel, None, batch, 20, 0)
+    _, out = spec.kernel.step(None, batch, 20, 0)
     late = op._late_rows(spec, batch, out, 20)
     assert late.to_pylist() == [
         {"classification": "invalid", "watermark_ms": 20},

@@ -211,7 +211,7 @@ def test_lower_runs_plans_that_need_the_stateful_lowering() -> None:
 def test_lower_runs_capped_sessions_on_the_stateful_operator() -> None:
     recipe = lower(capped(unbounded()))
     assert recipe.stateful is not None
-    assert recipe.stateful.operator.kernel.capped
+    assert recipe.stateful.operator.kernel.spec.capped
 
 
 # --- forcing a lowering ------------------------------------------------------------

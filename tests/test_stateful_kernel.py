@@ -65,7 +65,7 @@ def run_kernel(
     """
     plan = pipeline(_placeholder(SCHEMA)).plan
     assert isinstance(plan, n.WindowAggregate)
-    spec = operator_spec(plan, shift_ms=0).kernel
+    spec = operator_spec(plan, shift_ms=0).kernel.spec
     et = n.event_time(plan.input)
     assert et is not None
     state = None
@@ -480,7 +480,7 @@ def test_event_sliding_rows_in_order_take_the_vectorized_path() -> None:
     assert isinstance(window, EventSlidingWindow)
     none = np.zeros(0, np.int64)
     wins = event_sliding._Windows.of_state(
-        kernel.empty_state(operator_spec(plan, shift_ms=0).kernel, _batch([], 0)), none, none
+        kernel.empty_state(operator_spec(plan, shift_ms=0).kernel.spec, _batch([], 0)), none, none
     )
     kid = np.array([0, 1, 0, 0, 0])  # keys a, b, a, a, a
     t = np.array([100, 101, 104, 103, 120])
@@ -580,7 +580,7 @@ def test_sliding_windows_merged_per_pane_match_the_model(
     build = pipeline("sliding", slide * panes, slide, lag, keyed, lateness, trigger, mode)
     plan = build(_placeholder("k string, t bigint, v bigint")).plan
     assert isinstance(plan, n.WindowAggregate)
-    assert kernel.by_pane(operator_spec(plan, shift_ms=0).kernel)
+    assert kernel.by_pane(operator_spec(plan, shift_ms=0).kernel.spec)
     check(build, scenario)
 
 
@@ -637,7 +637,7 @@ def test_which_sliding_windows_merge_rows_per_pane(
     build = pipeline("sliding", size, slide, 0, True, 0, trigger, "accumulating")
     plan = build(_placeholder("k string, t bigint, v bigint")).plan
     assert isinstance(plan, n.WindowAggregate)
-    assert kernel.by_pane(operator_spec(plan, shift_ms=0).kernel) is merged
+    assert kernel.by_pane(operator_spec(plan, shift_ms=0).kernel.spec) is merged
 
 
 def test_a_window_merged_per_pane_keeps_its_newest_row_for_the_ttl() -> None:
@@ -736,7 +736,7 @@ def test_rows_merged_before_the_operator_count_as_the_rows_do(
     build = pipeline("tumbling", size, size, lag, True, 15, kp.Trigger.on_watermark(), "accumulating")
     plan = build(_placeholder(SCHEMA)).plan
     assert isinstance(plan, n.WindowAggregate)
-    spec = attrs.evolve(operator_spec(plan, shift_ms=0).kernel, future_tolerance_ms=5)
+    spec = attrs.evolve(operator_spec(plan, shift_ms=0).kernel.spec, future_tolerance_ms=5)
 
     def counts(out: kernel.StepOutput) -> tuple[int, ...]:
         return (out.on_time, out.mildly_late, len(out.very_late), len(out.invalid), out.future, out.emitted)
@@ -788,7 +788,7 @@ def test_which_windows_merge_rows_before_the_operator(
     build = pipeline(kind, size, slide, 0, True, 0, trigger, "accumulating")
     plan = build(_placeholder("k string, t bigint, v bigint")).plan
     assert isinstance(plan, n.WindowAggregate)
-    spec = operator_spec(plan, shift_ms=0).kernel
+    spec = operator_spec(plan, shift_ms=0).kernel.spec
     assert premergeable(spec) is merges
     if not merges:
         with pytest.raises(ValueError, match="not merged"):
@@ -799,7 +799,7 @@ def test_a_processing_time_ttl_keeps_rows_unmerged() -> None:
     base = pipeline("tumbling", 60, 60, 0, True, 0, kp.Trigger.on_watermark(), "accumulating")
     plan = base(_placeholder(SCHEMA)).plan
     assert isinstance(plan, n.WindowAggregate)
-    spec = operator_spec(plan, shift_ms=0).kernel
+    spec = operator_spec(plan, shift_ms=0).kernel.spec
     assert premergeable(attrs.evolve(spec, ttl_ms=10, ttl_time="event"))
     assert not premergeable(attrs.evolve(spec, ttl_ms=10, ttl_time="processing"))
 
@@ -812,7 +812,7 @@ def sliding_spec(size: int, slide: int, **changes: Any) -> kernel.KernelSpec:
     build = pipeline("sliding", size, slide, 0, True, 0, kp.Trigger.on_watermark(), "accumulating")
     plan = build(_placeholder(SCHEMA)).plan
     assert isinstance(plan, n.WindowAggregate)
-    spec = attrs.evolve(operator_spec(plan, shift_ms=0).kernel, **changes)
+    spec = attrs.evolve(operator_spec(plan, shift_ms=0).kernel.spec, **changes)
     assert isinstance(spec, kernel.KernelSpec)
     return spec
 
@@ -841,7 +841,7 @@ def test_sliding_windows_in_pane_state_match_the_model(
     )
     plan = build(_placeholder(SCHEMA)).plan
     assert isinstance(plan, n.WindowAggregate)
-    assert kernel.pane_state(operator_spec(plan, shift_ms=0).kernel)
+    assert kernel.pane_state(operator_spec(plan, shift_ms=0).kernel.spec)
     check(build, scenario, map_tasks=tasks)
     skip = [
         *data.draw(st.lists(st.booleans(), min_size=len(scenario) - 1, max_size=len(scenario) - 1)),
@@ -882,15 +882,15 @@ def test_pane_state_keeps_a_row_while_one_of_its_windows_is_open() -> None:
 
 def test_a_pane_state_tells_the_operator_when_its_next_window_fires() -> None:
     """The operator wakes a bucket at its state's least ``__we`` (next due): each window end in turn."""
-    from krishiv_py.stateful.operator import OperatorSpec, _next_due
+    from krishiv_py.stateful.window_kernel import WindowKernel
 
     spec = sliding_spec(30, 10)
-    operator = OperatorSpec(kernel=spec, columns=(), shift_ms=0, buckets=1)
+    operator = WindowKernel(spec)
     state, _ = kernel.step(spec, None, _batch([{"k": "a", "t": 5, "v": 1}], 0), None, 0)
     fired = []
     for watermark, due in [(None, 10), (12, 20), (19, 20), (25, 30)]:
         state, out = kernel.step(spec, state, _batch([], 1), watermark, 0)
-        assert _next_due(operator, state)[0] == due
+        assert operator.next_due(state)[0] == due
         fired += _rows(out.results)
     state, out = kernel.step(spec, state, _batch([], 1), 30, 0)
     assert state.num_rows == 0

@@ -56,28 +56,19 @@ from krishiv_py.errors import JobError
 from krishiv_py.names import (
     BATCH_TS,
     BUCKET,
+    JOIN_SIDE,
     PACKED,
     PAYLOAD,
     SEQ,
     TS_VALUE,
     encoded_value,
 )
-from krishiv_py.plan.windows import EventSlidingWindow
-from krishiv_py.stateful import joins, kernel
+from krishiv_py.stateful import kernel
 from krishiv_py.stateful._arrow import arrow
 from krishiv_py.stateful.delays import bucket_of
-from krishiv_py.stateful.premerge import MERGED_ROWS, on_time_rows, premerge, premergeable
-from krishiv_py.stateful.state import (
-    FIRED,
-    LAST,
-    NEWEST,
-    PENDING,
-    WE,
-    WINDOW_END,
-    WINDOW_START,
-    WS,
-    KernelSpec,
-)
+from krishiv_py.stateful.premerge import MERGED_ROWS
+from krishiv_py.stateful.protocol import Kernel
+from krishiv_py.stateful.state import WINDOW_END, WINDOW_START
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -148,8 +139,8 @@ class InputColumn:
 class OperatorSpec:
     """What every bucket call needs: the kernel spec, the input layout, the time shift."""
 
-    #: The window kernel's spec, or the join kernel's.
-    kernel: KernelSpec | joins.JoinSpec
+    #: The operator's kernel: the glue runs any kernel alike, through the protocol.
+    kernel: Kernel
     columns: tuple[InputColumn, ...]
     shift_ms: int
     buckets: int
@@ -168,7 +159,7 @@ class OperatorSpec:
 
 
 def _late_name(name: str) -> str:
-    return "side" if name == joins.SIDE else name
+    return "side" if name == JOIN_SIDE else name
 
 
 # --- the Spark entry points -----------------------------------------------------------
@@ -186,7 +177,6 @@ def run_bucket(
         clock.append(time.perf_counter_ns())
         return (clock[-1] - clock[-2]) // 1000
 
-    step = _step_of(spec)
     spark_wm = int(state.getCurrentWatermarkMs())
     watermark = None if spark_wm <= 0 else spark_wm - spec.shift_ms
     stored = _load_table(state.get[0]) if state.exists else None
@@ -198,7 +188,7 @@ def run_bucket(
     batch = given.rows
     decode_us = lap()
     now = int(time.time() * 1000)
-    new_state, out = step(spec.kernel, stored, batch, watermark, now, merged=given.merged)
+    new_state, out = spec.kernel.step(stored, batch, watermark, now, merged=given.merged)
     kernel_us = lap()
     blob = _dump_table(new_state) if new_state.num_rows else None
     if blob is None:
@@ -233,9 +223,8 @@ def run_bounded_bucket(spec: OperatorSpec, key: tuple[Any, ...], frame: pd.DataF
     given.check_watermark(None)
     batch = given.rows
     now = int(time.time() * 1000)
-    step = _step_of(spec)
-    state, first = step(spec.kernel, None, batch, None, now, merged=given.merged)
-    state, last = step(spec.kernel, state, batch.slice(0, 0), END_OF_TIME_MS, now)
+    state, first = spec.kernel.step(None, batch, None, now, merged=given.merged)
+    state, last = spec.kernel.step(state, batch.slice(0, 0), END_OF_TIME_MS, now)
     merged = attrs.evolve(
         first,
         results=pa.concat_tables([first.results, last.results]),
@@ -254,11 +243,6 @@ def run_bounded_bucket(spec: OperatorSpec, key: tuple[Any, ...], frame: pd.DataF
         merged_rows=given.merged_rows,
     )
     return pd.DataFrame({BUCKET: [int(key[0])], PAYLOAD: [payload]})
-
-
-def _step_of(spec: OperatorSpec) -> Callable[..., tuple[pa.Table, kernel.StepOutput]]:
-    """The kernel step of ``spec``: the window kernel's, or the join kernel's."""
-    return joins.step if isinstance(spec.kernel, joins.JoinSpec) else kernel.step
 
 
 # --- input ------------------------------------------------------------------------------------
@@ -307,8 +291,7 @@ def pack_rows(
 
 
 def _merging(spec: OperatorSpec, merge_under: Callable[[], MapWatermark] | None) -> MapWatermark:
-    # Only the window kernel takes partials merged before the shuffle.
-    if merge_under is None or isinstance(spec.kernel, joins.JoinSpec) or not premergeable(spec.kernel):
+    if merge_under is None or not spec.kernel.mergeable:
         return False, None
     return merge_under()
 
@@ -318,12 +301,12 @@ def _pack(spec: OperatorSpec, batches: list[pa.RecordBatch], under: MapWatermark
     buckets = table.column(BUCKET).to_numpy()
     rows = decode_encoded(spec, table)
     known, watermark = under
-    if not known or not isinstance(spec.kernel, KernelSpec):
+    if not known or not spec.kernel.mergeable:
         out_buckets, blobs = _by_bucket(rows, buckets)
     else:
         # The bucket rides along as a key: it is a function of the keys, so the groups are the same.
-        by_bucket = attrs.evolve(spec.kernel, keys=(*spec.kernel.keys, BUCKET))
-        rest, merged = premerge(by_bucket, rows.append_column(BUCKET, pa.array(buckets)), watermark)
+        bucketed = rows.append_column(BUCKET, pa.array(buckets))
+        rest, merged = spec.kernel.premerge(bucketed, watermark, by=(BUCKET,))
         out_buckets, blobs = _by_bucket(rest.drop_columns([BUCKET]), rest.column(BUCKET).to_numpy())
         if merged is not None:
             delays = _merged_delays(spec, rows, buckets, watermark)
@@ -370,10 +353,10 @@ def _merged_delays(
     spec: OperatorSpec, rows: pa.Table, buckets: np.ndarray, watermark: int | None
 ) -> dict[int, np.ndarray]:
     """Per bucket, the delay histogram counts of its merged rows (the profile the operator keeps)."""
-    if spec.profile_lag_ms is None or watermark is None or not isinstance(spec.kernel, KernelSpec):
+    if spec.profile_lag_ms is None or watermark is None or not spec.kernel.mergeable:
         return {}
     ts_col = rows.column(BATCH_TS).combine_chunks()
-    merged = on_time_rows(spec.kernel, ts_col, watermark)
+    merged = spec.kernel.on_time(ts_col, watermark)
     ts = np.asarray(ts_col.fill_null(0).to_numpy(zero_copy_only=False), np.int64)[merged]
     slots = _delay_slots(ts, watermark, spec.profile_lag_ms)
     width = int(slots.max(initial=0)) + 1
@@ -485,7 +468,7 @@ def encode_payload(
 ) -> bytes:
     encode_started = time.perf_counter_ns()
     late = _late_rows(spec, batch, out, watermark)
-    due, interval = _next_due(spec, state)
+    due, interval = spec.kernel.next_due(state)
     stats = pa.table(
         {
             name: pa.array([value], pa.int64())
@@ -567,34 +550,6 @@ def _late_rows(
         fields = [*spec.late_schema, pa.field(CLASSIFICATION, pa.string()), pa.field(WATERMARK, pa.int64())]
         return pa.schema(fields).empty_table()
     return pa.concat_tables(pieces)
-
-
-def _next_due(spec: OperatorSpec, state: pa.Table) -> tuple[int, int]:
-    """The least watermark at which something in ``state`` fires or is evicted; the next interval firing."""
-    if isinstance(spec.kernel, joins.JoinSpec):
-        return joins.next_due(spec.kernel, state), -1
-    if not state.num_rows:
-        return -1, -1
-    we = state.column(WE).to_numpy() // 1000
-    fired = state.column(FIRED).to_numpy(zero_copy_only=False)
-    due = np.where(fired, we + spec.kernel.allowed_lateness_ms, we)
-    window = spec.kernel.window
-    if isinstance(window, EventSlidingWindow):  # a closed window goes once no row can look it up
-        starts = state.column(WS).to_numpy() // 1000
-        due = np.where(fired, starts + window.grace_ms + 3 * window.size_ms + 1, we)
-    if spec.kernel.ttl_ms is not None and spec.kernel.ttl_time == "event":  # newest row ttl behind
-        due = np.minimum(due, state.column(NEWEST).to_numpy() // 1000 + spec.kernel.ttl_ms)
-    interval = -1
-    if spec.kernel.trigger.kind == "interval":
-        pending = state.column(PENDING).to_numpy() > 0
-        last = state.column(LAST).to_numpy()
-        if pending.any():
-            interval = int(np.min(np.where(last[pending] < 0, 0, last[pending] + spec.kernel.trigger.every)))
-    if spec.kernel.ttl_ms is not None and spec.kernel.ttl_time == "processing":
-        # The bucket is woken (like an interval firing) when its oldest window expires.
-        expires = int(state.column(NEWEST).to_numpy().min() // 1000 + spec.kernel.ttl_ms)
-        interval = expires if interval < 0 else min(interval, expires)
-    return int(due.min()), interval
 
 
 @attrs.frozen(kw_only=True)

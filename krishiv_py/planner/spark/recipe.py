@@ -456,20 +456,7 @@ def _render(node: RecipeNode, lines: list[str]) -> str:
 
 
 def _render_stateful(node: StatefulApply) -> str:
-    k = node.operator.kernel
-    if hasattr(k, "how"):  # the join kernel's spec
-        rule = {"interval": f"between={k.between}", "window": f"window={k.window!r}", "as_of": "as of"}
-        what = (
-            f"<krishiv join operator: {k.kind} how={k.how} keys={list(k.keys)} {rule[k.kind]} "
-            f"allowed_lateness_ms={k.allowed_lateness_ms} accumulation={k.accumulation} "
-            f"buckets={node.operator.buckets}>"
-        )
-    else:
-        what = (
-            f"<krishiv window operator: keys={list(k.keys)} window={k.window!r} "
-            f"trigger={k.trigger.describe()} allowed_lateness_ms={k.allowed_lateness_ms} "
-            f"accumulation={k.accumulation} buckets={node.operator.buckets}>"
-        )
+    what = f"<{node.operator.kernel.describe()} buckets={node.operator.buckets}>"
     packed = f".mapInArrow(<pack rows per key bucket>, '{PACKED_DDL}')"
     if not node.streaming:
         return f"{packed}.groupBy('{_BUCKET}').applyInPandas({what}, '{OUTPUT_DDL}')"

@@ -55,6 +55,7 @@ def operator_spec(node: n.WindowAggregate, *, shift_ms: int) -> Any:
     """The picklable :class:`~krishiv_py.stateful.operator.OperatorSpec` of ``node``."""
     from krishiv_py.stateful.operator import InputColumn, OperatorSpec
     from krishiv_py.stateful.state import KernelSpec
+    from krishiv_py.stateful.window_kernel import WindowKernel
 
     schema = n.schema_of(node.input)
     et = n.event_time(node.input)
@@ -90,7 +91,7 @@ def operator_spec(node: n.WindowAggregate, *, shift_ms: int) -> Any:
     )
     marks = n.watermarks_of(node.input)
     return OperatorSpec(
-        kernel=kernel,
+        kernel=WindowKernel(kernel),
         columns=columns,
         shift_ms=shift_ms,
         buckets=BUCKETS,
@@ -186,7 +187,7 @@ def _bucket_expr(hashed: str | None, buckets: int) -> str:
 def join_spec(node: n.Join, *, shift_ms: int) -> Any:
     """The picklable operator spec of a join: the join kernel's spec and the input layout."""
 
-    from krishiv_py.stateful.joins import JoinSpec
+    from krishiv_py.stateful.joins import JoinKernel, JoinSpec
     from krishiv_py.stateful.operator import InputColumn, OperatorSpec
 
     left, right = n.schema_of(node.left).to_arrow(), n.schema_of(node.right).to_arrow()
@@ -213,7 +214,7 @@ def join_spec(node: n.Join, *, shift_ms: int) -> Any:
         ttl_ms=None if emission.state_ttl is None else emission.state_ttl.ttl_ms,
     )
     columns = tuple(InputColumn(name=f.name, type=f.type, index=i) for i, f in enumerate(kernel.row_schema))
-    return OperatorSpec(kernel=kernel, columns=columns, shift_ms=shift_ms, buckets=BUCKETS)
+    return OperatorSpec(kernel=JoinKernel(kernel), columns=columns, shift_ms=shift_ms, buckets=BUCKETS)
 
 
 def lower_stateful_join(
@@ -221,7 +222,7 @@ def lower_stateful_join(
 ) -> RecipeNode:
     """Both sides' rows in one layout, tagged by side, into krishiv's operator by key bucket."""
     spec = join_spec(node, shift_ms=shift_ms)
-    kernel = spec.kernel
+    kernel = spec.kernel.spec
     left_schema, right_schema = n.schema_of(node.left), n.schema_of(node.right)
     right_names = node.right_names
     types = {c: left_schema.field(c).dtype.name for c in kernel.left}

@@ -1,0 +1,104 @@
+"""The one protocol of krishiv's stateful operator: a :class:`Kernel`.
+
+A kernel is one stateful operator (a window, a join, ...) as a pure
+function over Arrow: state in, a batch of rows in, the watermark in →
+state out, rows out. The operator glue (:mod:`krishiv_py.stateful.operator`)
+knows kernels only through this protocol: it runs any kernel the same way,
+in one call per key bucket and micro-batch, and never asks which kind it
+has. A new operator kind is a new class that implements the protocol, not
+a branch in the glue.
+
+What a kernel says about itself
+    ``keys``: the columns its rows are bucketed by (rows of equal keys meet
+    in one call); ``accumulation``: how its firings relate; ``identity``:
+    the result columns that identify one result row (what a downstream
+    operator or a table sink replaces or withdraws by), ``()`` when its
+    rows have none of their own; :meth:`Kernel.output_watermark`: the
+    watermark it passes on, the input watermark held back only by its
+    structural delay (SPEC 3.13: a window or an inner interval join holds
+    back nothing, an outer interval join its pad bound, a window join its
+    window's length; never the allowed lateness).
+What a kernel does
+    :meth:`Kernel.step` (one micro-batch), :meth:`Kernel.next_due` (when the
+    watermark or the wall clock next makes the state change, so that the
+    job wakes the bucket), and, for kernels that take rows merged before
+    the shuffle (``mergeable``), :meth:`Kernel.premerge` and
+    :meth:`Kernel.on_time`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pyarrow as pa
+
+    from krishiv_py.stateful.kernel import StepOutput
+
+__all__ = ["NOT_DUE", "Kernel"]
+
+#: What :meth:`Kernel.next_due` answers for nothing due.
+NOT_DUE = -1
+
+
+@runtime_checkable
+class Kernel(Protocol):
+    """One stateful operator as a pure step over Arrow (see the module docstring)."""
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The columns rows are bucketed by: rows of equal keys meet in one call."""
+        ...
+
+    @property
+    def accumulation(self) -> str:
+        """``"accumulating"``, ``"discarding"`` or ``"retracting"``."""
+        ...
+
+    @property
+    def identity(self) -> tuple[str, ...]:
+        """The result columns that identify a result row; ``()``: its rows have none."""
+        ...
+
+    @property
+    def mergeable(self) -> bool:
+        """Whether map tasks may merge rows before the shuffle (:meth:`premerge`)."""
+        ...
+
+    def step(
+        self,
+        state: pa.Table | None,
+        batch: pa.Table,
+        watermark_ms: int | None,
+        now_ms: int,
+        *,
+        merged: pa.Table | None = None,
+    ) -> tuple[pa.Table, StepOutput]:
+        """Add ``batch`` to ``state`` under ``watermark_ms``; emit what is due; evict."""
+        ...
+
+    def next_due(self, state: pa.Table) -> tuple[int, int]:
+        """The least watermark at which ``state`` changes, and the next processing-time firing (ms).
+
+        Either is :data:`NOT_DUE` when nothing is due.
+        """
+        ...
+
+    def output_watermark(self, watermark_ms: int | None) -> int | None:
+        """The watermark the kernel's results pass on downstream when its input's is ``watermark_ms``."""
+        ...
+
+    def premerge(
+        self, rows: pa.Table, watermark_ms: int | None, *, by: tuple[str, ...] = ()
+    ) -> tuple[pa.Table, pa.Table | None]:
+        """Split a map task's ``rows`` into rows for the step and partials merged per key (and ``by``)."""
+        ...
+
+    def on_time(self, ts_us: pa.Array[Any], watermark_ms: int) -> np.ndarray:
+        """Which rows (by event time) :meth:`premerge` merges under ``watermark_ms``."""
+        ...
+
+    def describe(self) -> str:
+        """One line for ``explain()``: the kernel and its settings."""
+        ...
