@@ -8,7 +8,10 @@ working for code that does not know about krishiv_py::
     ├── SchemaError (ValueError)        bad input data: a row or batch that does
     │                                   not match the source schema
     ├── PlanError (ValueError)          an invalid pipeline, raised by the builder
-    │                                   method that made it invalid
+    │   │                               method that made it invalid
+    │   └── MisplacedCallError (AttributeError) a builder method called where
+    │                                   it is not, e.g. interval_join() before
+    │                                   key_by(); the message says where it goes
     ├── SessionError (RuntimeError)     no usable Java, Spark failed to start,
     │                                   the session was already stopped
     ├── SourceClosedError (RuntimeError) data sent to a closed source
@@ -34,6 +37,7 @@ __all__ = [
     "JobError",
     "JobStoppedError",
     "KrishivError",
+    "MisplacedCallError",
     "MissingDependencyError",
     "NoResultsError",
     "PlanError",
@@ -53,6 +57,24 @@ class SchemaError(KrishivError, ValueError):
 
 class PlanError(KrishivError, ValueError):
     """The pipeline is invalid: unknown column, bad window argument, ..."""
+
+
+class MisplacedCallError(PlanError, AttributeError):
+    """A builder method called on a stream that does not have it, e.g. ``interval_join`` before ``key_by``.
+
+    The stream has no such attribute (``hasattr`` is false, ``except
+    AttributeError`` catches it); the message says where the call goes.
+    """
+
+
+def attribute_error(obj: object, name: str, hints: dict[str, str]) -> AttributeError:
+    """What a missing attribute ``name`` of ``obj`` raises: a :class:`MisplacedCallError` with
+    the hint ``hints`` has for ``name``, else Python's own ``AttributeError``.
+    """
+    hint = hints.get(name)
+    if hint is not None:
+        return MisplacedCallError(hint)
+    return AttributeError(f"{type(obj).__name__!r} object has no attribute {name!r}", name=name, obj=obj)
 
 
 class SessionError(KrishivError, RuntimeError):

@@ -676,6 +676,30 @@ def test_everything_that_needs_event_time_after_a_join_says_one_thing() -> None:
     assert j.filter(kp.col("amount") > 0).select("user_id", "amount").columns == ("user_id", "amount")
 
 
+def test_a_join_before_key_by_and_a_watermark_after_it_say_where_the_call_goes() -> None:
+    with raises_plan_error("interval_join() needs keyed streams", ".key_by(...) on both sides"):
+        timed().interval_join(views().key_by("user_id"), between=(-5, 0))  # type: ignore[attr-defined]
+    with raises_plan_error("as_of_join() needs keyed streams", ".key_by(...) on both sides"):
+        timed().as_of_join(views().key_by("user_id"))  # type: ignore[attr-defined]
+    with raises_plan_error("join() is a window join", "tumbling_window", "interval_join"):
+        timed().join(views())  # type: ignore[attr-defined]
+    with raises_plan_error("watermark(...) goes before key_by(...)", "watermark(column, lag_ms).key_by"):
+        stream().key_by("user_id").watermark("event_time", 5_000)  # type: ignore[attr-defined]
+    with raises_plan_error("with_watermark(...) goes before key_by(...)"):
+        stream().key_by("user_id").with_watermark(  # type: ignore[attr-defined]
+            kp.WatermarkSpec.fixed_lag_ms("event_time", 0)
+        )
+    # Still a missing attribute to Python: hasattr() and getattr() with a default work as ever.
+    with pytest.raises(AttributeError):
+        timed().interval_join  # type: ignore[attr-defined]  # noqa: B018
+    assert not hasattr(timed(), "interval_join") and not hasattr(stream().key_by("user_id"), "watermark")
+    assert getattr(timed(), "as_of_join", None) is None
+    # Any other missing name is Python's own AttributeError, not a PlanError.
+    with pytest.raises(AttributeError, match="'KeyedStream' object has no attribute 'filtr'") as info:
+        stream().key_by("user_id").filtr  # type: ignore[attr-defined]  # noqa: B018
+    assert not isinstance(info.value, kp.PlanError)
+
+
 @pytest.mark.parametrize("how", ["semi", "anti"])
 def test_semi_and_anti_are_window_join_kinds(how: str) -> None:
     with raises_plan_error(f"how={how!r}", "window-join kinds", f".tumbling_window(size_ms), how={how!r})"):

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
 from krishiv_py.api.windowed import WindowAssigners, WindowedStream
-from krishiv_py.errors import PlanError
+from krishiv_py.errors import PlanError, attribute_error
 from krishiv_py.plan.windows import WindowSpec
 
 if TYPE_CHECKING:
@@ -36,6 +36,11 @@ class KeyedStream(WindowAssigners):
 
     def _windowed(self, window: WindowSpec) -> WindowedStream:
         return WindowedStream(self.stream, self.keys, window)
+
+    if not TYPE_CHECKING:  # at run time only: a type checker still flags these calls
+
+        def __getattr__(self, name: str) -> Any:
+            raise attribute_error(self, name, _KEYED_HINTS)
 
     # --- joins on event time (SPEC 3.12, docs/joins.md) ---------------------------------
 
@@ -105,6 +110,18 @@ class KeyedStream(WindowAssigners):
             how=how,
             max_age_ms=max_age_ms,
         )
+
+
+#: What the methods of a stream that go before key_by() say when called on a keyed stream.
+_KEYED_HINTS = {
+    "watermark": (
+        "watermark(...) goes before key_by(...): stream.watermark(column, lag_ms).key_by(...), "
+        "e.g. stream.watermark('event_time', 5_000).key_by('user_id').tumbling_window(60_000)"
+    ),
+    "with_watermark": (
+        "with_watermark(...) goes before key_by(...): stream.with_watermark(spec).key_by(...)"
+    ),
+}
 
 
 def _keys_of(right: object) -> tuple[str, ...]:

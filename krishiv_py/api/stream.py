@@ -14,7 +14,7 @@ import attrs
 
 from krishiv_py.api.keyed import KeyedStream
 from krishiv_py.api.windowed import WindowAssigners, WindowedStream
-from krishiv_py.errors import KrishivError, PlanError, SessionError
+from krishiv_py.errors import KrishivError, PlanError, SessionError, attribute_error
 from krishiv_py.expr import AggExpr, Alias, Column, Expr, col, output_name
 from krishiv_py.late import LateEventHandler
 from krishiv_py.plan import nodes as n
@@ -115,6 +115,11 @@ class Stream(WindowAssigners):
         except KrishivError as exc:
             return f"none ({exc})"
         return recipe.lowering
+
+    if not TYPE_CHECKING:  # at run time only: a type checker still flags these calls
+
+        def __getattr__(self, name: str) -> Any:
+            raise attribute_error(self, name, _STREAM_HINTS)
 
     def __repr__(self) -> str:
         kind = "bounded" if self.is_bounded else "unbounded"
@@ -597,3 +602,24 @@ def placeholder(schema: Any, name: str = "input") -> Stream:
     learn its plan (``pipeline(placeholder(schema))``).
     """
     return Stream(None, n.MemorySource(name=name, schema=to_schema(schema), path=""))
+
+
+#: What the methods a stream does not have but a keyed or windowed one does say when called on it.
+_STREAM_HINTS = {
+    "interval_join": (
+        "interval_join() needs keyed streams: call .key_by(...) on both sides first, e.g. "
+        "left.watermark('ts', 5_000).key_by('user').interval_join("
+        "right.watermark('ts', 5_000).key_by('user'), between=(-600_000, 0))"
+    ),
+    "as_of_join": (
+        "as_of_join() needs keyed streams: call .key_by(...) on both sides first, e.g. "
+        "orders.watermark('ts', 1_000).key_by('currency').as_of_join("
+        "rates.watermark('ts', 1_000).key_by('currency'))"
+    ),
+    "join": (
+        "join() is a window join of two windowed streams: "
+        "left.key_by(...).tumbling_window(size_ms).join(right.key_by(...).tumbling_window(size_ms)); "
+        "to join rows near each other in time use left.key_by(...).interval_join(right.key_by(...), "
+        "between=(lower_ms, upper_ms))"
+    ),
+}
