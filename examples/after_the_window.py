@@ -37,7 +37,7 @@ def main() -> None:
             .with_column("cents", (kp.col("spent") * 100).cast("bigint"))
             .select("user_id", "window_start", "cents")  # `kind` stays: emit or retract
         )
-        print(big_minutes.explain(show=False).split("== Durability ==")[0])
+        print(big_minutes.explain().split("== Durability ==")[0])
         job = big_minutes.start()
         try:
             sender.send([pay("ann", 5, 80.0), pay("bob", 10, 120.0), pay("ann", 20, 10.0)])

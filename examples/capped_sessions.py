@@ -32,7 +32,7 @@ def main() -> None:
             .session_window(30_000, max_duration_ms=120_000)
             .agg(kp.count(kp.col("*")).alias("beacons"), kp.avg(kp.col("snr")).alias("mean_snr"))
         )
-        print(passes.explain(show=False).split("== Spark recipe ==")[0])
+        print(passes.explain().split("== Spark recipe ==")[0])
         rows = sorted(passes.collect().to_pylist(), key=lambda r: r["window_start"])
         print("Sessions (gap 30 s, at most 2 minutes):")
         for r in rows:

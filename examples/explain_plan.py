@@ -1,5 +1,5 @@
-"""Inspect a pipeline: ``explain()`` prints the logical plan, the chosen
-lowering and why, the Spark recipe, and Spark's own plan.
+"""Inspect a pipeline: ``explain()`` returns the logical plan, the chosen
+lowering and why, the Spark recipe, and Spark's own plan, as text to print.
 
 The same pipeline is explained twice: over a memory stream (unbounded, the
 ``native`` Structured Streaming lowering) and over records (bounded, the
@@ -31,14 +31,15 @@ def per_minute(stream: kp.Stream) -> kp.Stream:
 def main() -> None:
     with kp.Session.embedded(app_name="krishiv-explain") as session:
         stream, _sender = session.memory_stream(SCHEMA, name="events")
-        text = per_minute(stream).explain()  # prints, like DataFrame.explain(), and returns the text
+        text = per_minute(stream).explain()  # the text, like Polars' LazyFrame.explain()
+        print(text)
         for section in SECTIONS:
             assert section in text, section
         assert "== Lowering: native ==" in text
         assert ".withWatermark(" in text  # the recipe uses Spark's own watermark operator
 
         records = [{"user_id": "alice", "event_time": dt.datetime(2024, 1, 1), "amount": 1.0}]
-        bounded = per_minute(session.from_records(records, SCHEMA)).explain(show=False)
+        bounded = per_minute(session.from_records(records, SCHEMA)).explain()
         lowering = bounded.split("== Spark recipe ==")[0].split("== Lowering:")[1]
         print(f"\n== Lowering:{lowering.rstrip()}")
         assert lowering.startswith(" bounded ==")

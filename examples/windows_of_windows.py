@@ -38,7 +38,7 @@ def main() -> None:
             .accumulation("retracting")
             .agg(kp.max(kp.col("clicks")).alias("peak"))
         )
-        print(busiest.explain(show=False).split("== Durability ==")[0])
+        print(busiest.explain().split("== Durability ==")[0])
         job = busiest.start()
         try:
             sender.send([click("ann", s) for s in (10, 20, 70, 130, 250)])

@@ -144,16 +144,17 @@ def test_result_tables_display_window_bounds_as_utc_times() -> None:
     assert "2024-01-01 00:00:00 UTC" in lines[2] and lines[-1] == "(1 rows)"
 
 
-def test_explain_prints_and_returns_the_text(session: kp.Session, capsys: pytest.CaptureFixture[str]) -> None:
+def test_explain_returns_the_text_and_prints_nothing(
+    session: kp.Session, capsys: pytest.CaptureFixture[str]
+) -> None:
     stream, _ = session.memory_stream(SCHEMA)
     text = per_minute(stream).explain()
-    printed = capsys.readouterr().out
-    assert isinstance(text, str) and "== Lowering: native ==" in text
-    assert printed.strip() == text.strip()  # printed like DataFrame.explain(), with real newlines
-    assert "\\n" not in printed
-    quiet = per_minute(stream).explain(show=False)
-    assert capsys.readouterr().out == ""
-    assert quiet.split("== Spark plan ==")[0] == text.split("== Spark plan ==")[0]
+    assert capsys.readouterr().out == ""  # print(stream.explain()) shows it once
+    assert isinstance(text, str) and "== Lowering: native ==" in text and "== Spark plan ==" in text
+    assert repr(text) == str(text)  # the REPL and a notebook display the text itself, real newlines
+    shown = per_minute(stream).explain(show=True)
+    assert capsys.readouterr().out.strip() == shown.strip()
+    assert shown.split("== Spark plan ==")[0] == text.split("== Spark plan ==")[0]
 
 
 # --- lifecycle ---------------------------------------------------------------------------------

@@ -84,7 +84,13 @@ def test_quickstart_notebook_shows_rich_displays_and_a_timeline(run: Run) -> Non
     pngs = [out for _, out in outputs(notebook) if "image/png" in out.get("data", {})]
     assert len(pngs) == 1  # the timeline, shown once
     printed = "".join(out.text for _, out in outputs(notebook) if out.output_type == "stream")
-    assert "== Lowering: native ==" in printed  # explain() prints
+    shown = [
+        out.data["text/plain"]
+        for _, out in outputs(notebook)
+        if out.output_type == "execute_result" and "== Lowering: native ==" in out.data.get("text/plain", "")
+    ]
+    assert len(shown) == 1 and "\\n" not in shown[0]  # explain() returns its text, shown once as itself
+    assert "== Lowering: native ==" not in printed  # ... and prints nothing
 
 
 @pytest.mark.spark

@@ -405,15 +405,16 @@ class Stream(WindowAssigners):
         engine = self._running_engine()
         return engine.spark_dataframe(self.lower(lowering=lowering))
 
-    def explain(self, *, lowering: Lowering | None = None, show: bool = True) -> Explanation:
-        """Print the logical plan, the chosen lowering and why, the recipe, and Spark's plan.
+    def explain(self, *, lowering: Lowering | None = None, show: bool = False) -> Explanation:
+        """The logical plan, the chosen lowering and why, the durability, the recipe and Spark's plan.
 
         A stream made by ``session.sql`` shows its SQL first (with the ``SET``
         statements it took).
 
-        Prints like ``DataFrame.explain()`` and also returns the text, an
-        :class:`Explanation` (a ``str``), which a notebook does not display a
-        second time. ``show=False`` returns the text without printing it.
+        Returns the text without printing it, like Polars'
+        ``LazyFrame.explain()``: ``print(stream.explain())`` in a script; in
+        a notebook or the REPL the returned :class:`Explanation` (a ``str``)
+        displays as the text itself. ``show=True`` prints it as well.
         """
         engine = self._running_engine()
         recipe = self.lower(lowering=lowering)
@@ -525,16 +526,12 @@ def joined(
 
 
 class Explanation(str):
-    """The text of :meth:`Stream.explain`: a ``str`` that notebooks do not echo twice."""
+    """The text of :meth:`Stream.explain`: a ``str`` that displays as itself in a notebook or the REPL."""
 
     __slots__ = ()
 
     def __repr__(self) -> str:
-        first = self.splitlines()[0] if self else ""
-        return f"<Explanation {first!r}... ({len(self.splitlines())} lines)>"
-
-    def _ipython_display_(self) -> None:
-        """Already printed by ``explain()``; nothing more to show."""
+        return str(self)
 
 
 def _retracting(plan: n.PlanNode) -> bool:
