@@ -10,7 +10,7 @@ table of the current answer.
 
 It needs a Kafka broker: ``$KRISHIV_KAFKA_BOOTSTRAP`` if set (topics are
 created), else a local test broker that the example starts and stops
-(``krishiv_py.devtools.KafkaBroker``; ``pip install 'krishiv_py[kafka,devtools]'``).
+(``krishiv_py.devtools.KafkaBroker``; ``python -m pip install '.[kafka,devtools]'``).
 
 Run with ``python examples/kafka_windows.py``.
 """

@@ -8,7 +8,7 @@ plus the watermark's lag behind the wall clock, the micro-batch durations
 scrapes it itself and reads the text with prometheus_client's parser;
 Prometheus would scrape the same URL (docs/observability.md).
 
-Needs the ``metrics`` extra: ``pip install 'krishiv_py[metrics]'``.
+Needs the ``metrics`` extra: ``python -m pip install '.[metrics]'``.
 Run with ``python examples/metrics_endpoint.py``.
 """
 

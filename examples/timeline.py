@@ -6,7 +6,7 @@ Runs the pipeline of ``examples/quickstart.py`` (per-user 1-minute windows,
 the one still waiting for the watermark, and the event that came too late.
 ``docs/lateness.md`` (The watermark timeline) explains how to read it.
 
-Needs matplotlib (``pip install 'krishiv_py[viz]'``). Saves a PNG to
+Needs matplotlib (``python -m pip install '.[viz]'``). Saves a PNG to
 ``--out`` (default: a temporary file); ``docs/timeline.png`` is made with::
 
     python examples/timeline.py --out docs/timeline.png

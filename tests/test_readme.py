@@ -25,3 +25,14 @@ def test_readme_snippet_runs_alone(
     exec(code, {"__name__": f"readme_{index}"})  # a fresh namespace: nothing from other snippets
     assert capsys.readouterr().out.strip(), "a README snippet shows something"
     assert session.spark.range(1).count() == 1  # the snippet did not stop the shared Spark
+
+
+def test_extras_install_from_the_clone() -> None:
+    """krishiv_py is not on PyPI: ``pip install 'krishiv_py[x]'`` fails, ``'.[x]'`` in the clone works."""
+    root = README.parent
+    texts = [README, *(root / "docs").rglob("*.md"), *(root / "examples").glob("*.py")]
+    wrong = [
+        p.relative_to(root).as_posix() for p in texts if re.search(r"install \S*krishiv_py\[", p.read_text())
+    ]
+    assert not wrong, f"install extras as python -m pip install '.[extra]' in: {wrong}"
+    assert "python -m pip install '.[kafka,duckdb]'" in README.read_text()
