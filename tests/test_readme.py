@@ -27,6 +27,12 @@ def test_readme_snippet_runs_alone(
     assert session.spark.range(1).count() == 1  # the snippet did not stop the shared Spark
 
 
+def test_the_readme_lists_every_docs_page() -> None:
+    listed = set(re.findall(r"\(docs/([\w-]+\.md)\)", README.read_text().split("## Documentation", 1)[1]))
+    pages = {p.name for p in (README.parent / "docs").glob("*.md")}
+    assert not pages - listed, f"README.md's Documentation list leaves out {sorted(pages - listed)}"
+
+
 def test_extras_install_from_the_clone() -> None:
     """krishiv_py is not on PyPI: ``pip install 'krishiv_py[x]'`` fails, ``'.[x]'`` in the clone works."""
     root = README.parent
