@@ -90,3 +90,15 @@ def test_the_index_lists_every_page_and_every_example() -> None:
     missing = [p for p in pages if f"]({p})" not in index]
     missing += [e for e in examples if f"](../examples/{e})" not in index]
     assert not missing, f"docs/index.md leaves out {missing}"
+
+
+def test_the_reference_index_names_what_each_page_documents() -> None:
+    """Each row of the reference's table of pages names every public name its page renders."""
+    rows = re.findall(
+        r"^\| \[[^]]+\]\((\w+)\.md\) \| (.*) \|$", (REFERENCE / "index.md").read_text(), re.MULTILINE
+    )
+    assert rows
+    for page, names in rows:
+        documented = _DIRECTIVE.findall((REFERENCE / f"{page}.md").read_text())
+        missing = [n for n in documented if n in kp.__all__ and f"`{n}`" not in names]
+        assert not missing, f"docs/reference/index.md: the row of {page}.md leaves out {missing}"
