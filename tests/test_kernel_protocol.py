@@ -109,3 +109,21 @@ def test_the_allowed_lateness_never_holds_the_watermark_back() -> None:
     assert late.output_watermark(100) == _join(how="left", between=(-5, 3)).output_watermark(100)
     window = KernelSpec(keys=(), window=TumblingWindow(size_ms=10), aggs=(COUNT,), allowed_lateness_ms=60_000)
     assert WindowKernel(window).output_watermark(100) == 100
+
+
+def test_every_plan_node_has_its_stateful_lowering() -> None:
+    """A node kind added to the plan without a place in the stateful lowering fails here."""
+    from typing import get_args
+
+    import krishiv_py.kafka  # noqa: F401  (registers the Kafka source's read rule)
+    from krishiv_py.plan import nodes as n
+    from krishiv_py.planner.spark.lower import OPERATOR_RULES, STATEFUL_ROLES
+    from krishiv_py.planner.spark.sources import read_rule
+
+    kinds = {k for alias in get_args(n.PlanNode) for k in (get_args(alias) or (alias,))}
+    assert set(STATEFUL_ROLES) == kinds
+    for kind, role in STATEFUL_ROLES.items():
+        if role == "operator":
+            assert kind in OPERATOR_RULES
+    for source in n.SOURCE_TYPES:
+        assert read_rule(object.__new__(source)) is not None

@@ -18,6 +18,8 @@ Examples
 
 from __future__ import annotations
 
+import attrs
+
 from krishiv_py._typing import Lowering
 from krishiv_py.errors import PlanError
 from krishiv_py.names import OUT_OBSERVE, RESULT_KIND, RESULT_ROW, ROW_KIND, ROWS
@@ -115,7 +117,7 @@ def lower(plan: n.PlanNode, *, force_bounded: bool = False, lowering: Lowering |
     if hidden:
         root = SelectExprs(child=root, exprs=tuple(user))
     windowed = bool(n.window_aggregates(plan))
-    if windowed:
+    if windowed or n.joins_of(plan):  # window results or a join's rows: counted (SparkRecipe.emits)
         root = Observe(child=root, name=OUT_OBSERVE, exprs=(f"count(1) AS {ROWS}",))
     return SparkRecipe(
         lowering=chosen,
@@ -181,50 +183,119 @@ def _snapshot(plan: n.PlanNode) -> tuple[Lowering, str]:
     )
 
 
+@attrs.frozen(kw_only=True)
+class OperatorRule:
+    """How the stateful lowering runs one kind of operator node: its rule, what its reason says."""
+
+    #: ``"window"`` or ``"join"``: the operator in the stage reasons.
+    noun: str
+    #: What the stages after it read of each micro-batch.
+    rows: str
+    #: What every plan with this operator adds to the reason.
+    reason: str = ""
+    #: Whether the Spark query's single watermark may give the maximum event time.
+    spark_max: bool = True
+    #: Why a filter after the operator is exact (""; nothing to add).
+    exact: str = ""
+
+
+#: The stateful lowering's operator kinds: each node the operator runs as a kernel
+#: (:mod:`krishiv_py.stateful.protocol`), lowered the same way by :func:`_lower_stateful`.
+OPERATOR_RULES: dict[type[n.PlanNode], OperatorRule] = {}
+
+
 def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkRecipe:
-    if n.joins_of(plan):
-        return _lower_stateful_join(plan, reason, streaming=streaming)
-    agg, after = _split_after(plan)
-    ranked = _top_n_stage(plan, agg)
-    if ranked is not None:
-        reason += (
-            "; window top-N runs on the driver: the windows whose results a micro-batch changed are "
-            "ranked again and the difference is emitted (a key pushed out of the top is retracted)"
-        )
-    cascade = None
-    cascaded = n.cascade_of(agg)
-    if cascaded is not None:
-        cascade = _cascade_stage(agg, cascaded)
-        agg = cascaded.upstream
-        reason += (
-            "; the second window runs on the driver over each micro-batch's results of the first "
-            "(event time window_end - 1 ms, the operator's watermark), where a corrected result "
-            "replaces the one it corrects"
-        )
-    shift = time_shift(agg) if streaming else 0
+    """Every stateful plan alike: the stages after the operator peeled off, the operator as a kernel."""
+    op, stages, why = _operator_and_stages(plan)
+    rule = OPERATOR_RULES[type(op)]
+    shift = time_shift(op) if streaming else 0
     ctx = Lowerer(
-        streaming=streaming, shift=shift, window=lower_stateful_window, spark_max=one_watermark(agg)
+        streaming=streaming,
+        shift=shift,
+        window=lower_stateful_window,
+        join=lower_stateful_join,
+        spark_max=rule.spark_max and one_watermark(op),
     )
-    root, _ = ctx.lower(agg)
-    handler = agg.emission.late_handler
-    if after is not None:
-        reason += (
-            "; the stages after the window (filter, select, with_column) run on each micro-batch's "
-            "results as a Spark batch job on the driver, so a retraction passes a filter exactly when "
-            "the emit it withdraws did"
-        )
+    root, _ = ctx.lower(op)
+    emission = op.emission
     return SparkRecipe(
         lowering="stateful",
-        reason=reason,
+        reason=reason + "".join(why) + rule.reason,
         root=root,
         output_mode="append",
         time_shift_ms=shift,
         tracked=tuple(ctx.tracked),
         windowed=True,
         output_schema=n.schema_of(plan),
-        late_handler=handler,
-        pane_callbacks=agg.emission.panes if agg.emission.panes.any else None,
-        stages=tuple(s for s in (cascade, ranked, after) if s is not None),
+        late_handler=emission.late_handler,
+        pane_callbacks=emission.panes if emission.panes.any else None,
+        stages=stages,
+        join_identity=join_identity(plan),
+    )
+
+
+def _operator_and_stages(
+    plan: n.PlanNode,
+) -> tuple[n.WindowAggregate | n.Join, tuple[AfterStage, ...], list[str]]:
+    """The node the operator runs, the stages after it (in order) and why they run as they do.
+
+    From the top: filters and projections (one :class:`AfterWindow`), a
+    top-N (:class:`TopNStage`), a second window over a window's results
+    (:class:`CascadeStage`); then the operator's node, whose inputs hold no
+    other operator.
+    """
+    chain: list[n.Filter | n.Project | n.TopN] = []
+    node = plan
+    while isinstance(node, n.Filter | n.Project) and _has_operator(node.input):
+        chain.append(node)
+        node = node.input
+    ranked = _top_n_stage(node)
+    if ranked is not None:
+        assert isinstance(node, n.TopN)
+        node = node.input
+    cascade = _cascade_stage(node) if isinstance(node, n.WindowAggregate) else None
+    op = cascade[0] if cascade is not None else node
+    if type(op) not in OPERATOR_RULES or _has_operator(*n.children(op)):
+        raise PlanError(_unsupported(node))
+    assert isinstance(op, n.WindowAggregate | n.Join)
+    rule = OPERATOR_RULES[type(op)]
+    why = []
+    if ranked is not None:
+        why.append(
+            "; window top-N runs on the driver: the windows whose results a micro-batch changed are "
+            "ranked again and the difference is emitted (a key pushed out of the top is retracted)"
+        )
+    if cascade is not None:
+        why.append(
+            "; the second window runs on the driver over each micro-batch's results of the first "
+            "(event time window_end - 1 ms, the operator's watermark), where a corrected result "
+            "replaces the one it corrects"
+        )
+    after = _after_window(node, chain) if chain else None
+    if after is not None:
+        why.append(
+            f"; the stages after the {rule.noun} (filter, select, with_column) run on each micro-batch's "
+            f"{rule.rows} as a Spark batch job on the driver{rule.exact}"
+        )
+    stages = (cascade[1] if cascade is not None else None, ranked, after)
+    return op, tuple(s for s in stages if s is not None), why
+
+
+def _has_operator(*nodes: n.PlanNode) -> bool:
+    return any(type(x) in OPERATOR_RULES for node in nodes for x in n.walk(node))
+
+
+def _unsupported(node: n.PlanNode) -> str:
+    if n.joins_of(node):
+        return (
+            "the stateful lowering runs one join, optionally followed by filter, select and "
+            "with_column; a union of joined streams or a join after other stages is not supported yet"
+        )
+    what = "a union of windowed results" if isinstance(node, n.Union) else "this plan"
+    return (
+        f"the stateful lowering runs one windowed aggregation (or a window over its results), "
+        f"optionally followed by filter, select and with_column; {what} needs more than that "
+        "(a union of windowed results is not supported on this lowering yet)"
     )
 
 
@@ -249,6 +320,28 @@ JOIN_REASON = (
 )
 
 
+OPERATOR_RULES[n.WindowAggregate] = OperatorRule(
+    noun="window",
+    rows="results",
+    exact=", so a retraction passes a filter exactly when the emit it withdraws did",
+)
+OPERATOR_RULES[n.Join] = OperatorRule(noun="join", rows="joined rows", reason=JOIN_REASON, spark_max=False)
+
+
+#: What the stateful lowering does with every kind of plan node: a source is read by its read
+#: rule, a stateless node becomes Spark SQL before the operator (or a stage after it), an
+#: operator runs as a kernel (:data:`OPERATOR_RULES`), a stage runs on the operator's results.
+STATEFUL_ROLES: dict[type[n.PlanNode], str] = {
+    **dict.fromkeys(n.SOURCE_TYPES, "source"),
+    n.Watermark: "stateless",
+    n.Union: "stateless",
+    n.Filter: "stateless or stage",
+    n.Project: "stateless or stage",
+    n.TopN: "stage",
+    **dict.fromkeys(OPERATOR_RULES, "operator"),
+}
+
+
 def join_identity(plan: n.PlanNode) -> tuple[str, ...] | None:
     """What identifies a joined row of ``plan`` before the user's ``key=``; None: not a join.
 
@@ -265,50 +358,18 @@ def join_identity(plan: n.PlanNode) -> tuple[str, ...] | None:
     return base if set(base) <= names else ()
 
 
-def _lower_stateful_join(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkRecipe:
-    """A join (optionally followed by filter, select and with_column) on krishiv's operator."""
-    chain: list[n.Filter | n.Project | n.TopN] = []
-    node = plan
-    while isinstance(node, n.Filter | n.Project):
-        chain.append(node)
-        node = node.input
-    if not isinstance(node, n.Join) or len(n.joins_of(node)) != 1:
-        raise PlanError(
-            "the stateful lowering runs one join, optionally followed by filter, select and "
-            "with_column; a union of joined streams or a join after other stages is not supported yet"
-        )
-    shift = time_shift(node) if streaming else 0
-    ctx = Lowerer(streaming=streaming, shift=shift, window=lower_stateful_window, join=lower_stateful_join)
-    root, _ = ctx.lower(node)
-    if chain:
-        reason += (
-            "; the stages after the join (filter, select, with_column) run on each micro-batch's "
-            "joined rows as a Spark batch job on the driver"
-        )
-    return SparkRecipe(
-        lowering="stateful",
-        reason=reason + JOIN_REASON,
-        root=root,
-        output_mode="append",
-        time_shift_ms=shift,
-        tracked=tuple(ctx.tracked),
-        windowed=True,
-        output_schema=n.schema_of(plan),
-        late_handler=node.emission.late_handler,
-        stages=(_after_window(node, chain),) if chain else (),
-        join_identity=join_identity(plan),
-    )
-
-
-def _top_n_stage(plan: n.PlanNode, agg: n.WindowAggregate) -> TopNStage | None:
-    """The top-N of a stateful plan's window results, kept on the driver (None: the plan has none)."""
+def _top_n_stage(node: n.PlanNode) -> TopNStage | None:
+    """The top-N of a stateful plan's window results, kept on the driver (None: ``node`` is no top-N)."""
     from krishiv_py.stateful.topn import TopNSpec
 
-    node = plan
-    while isinstance(node, n.Filter | n.Project):
-        node = node.input
     if not isinstance(node, n.TopN):
         return None
+    agg = node.input
+    if not isinstance(agg, n.WindowAggregate):
+        raise PlanError(
+            "on the stateful lowering top_n() must come right after the window's agg() "
+            "(filter, select and with_column may follow it)"
+        )
     if agg.emission.accumulation != "retracting":
         raise PlanError(
             "top_n() on the stateful lowering needs .accumulation('retracting') on the window: a "
@@ -326,10 +387,13 @@ def _top_n_stage(plan: n.PlanNode, agg: n.WindowAggregate) -> TopNStage | None:
     return TopNStage(rank=rank, spec=spec, schema=n.schema_of(node))
 
 
-def _cascade_stage(node: n.WindowAggregate, cascade: n.Cascade) -> CascadeStage:
-    """The second window of ``node``'s cascade as the driver runs it."""
+def _cascade_stage(node: n.WindowAggregate) -> tuple[n.WindowAggregate, CascadeStage] | None:
+    """The first window of ``node``'s cascade and its second window as the driver runs it (or None)."""
     from krishiv_py.stateful.cascade import CascadeSpec
 
+    cascade = n.cascade_of(node)
+    if cascade is None:
+        return None
     if n.cascade_of(cascade.upstream) is not None:
         raise PlanError("the stateful lowering runs two windows in a cascade, not more (yet)")
     up = cascade.upstream
@@ -345,7 +409,7 @@ def _cascade_stage(node: n.WindowAggregate, cascade: n.Cascade) -> CascadeStage:
         retracting=node.emission.accumulation == "retracting",
         identity=len(up.keys) + 2,
     )
-    return CascadeStage(
+    stage = CascadeStage(
         between=between,
         upstream_schema=n.schema_of(up),
         identity=(*up.keys, "window_start", "window_end"),
@@ -353,36 +417,7 @@ def _cascade_stage(node: n.WindowAggregate, cascade: n.Cascade) -> CascadeStage:
         spec=spec,
         schema=n.schema_of(node),
     )
-
-
-def _split_after(plan: n.PlanNode) -> tuple[n.WindowAggregate, AfterWindow | None]:
-    """The windowed aggregation the stateful operator runs, and the stages on its results.
-
-    Filters and projections after the window run on each micro-batch's
-    results (:class:`AfterWindow`); a plan may hold one windowed aggregation.
-    """
-    chain: list[n.Filter | n.Project | n.TopN] = []
-    node = plan
-    while isinstance(node, n.Filter | n.Project) and n.window_aggregates(node):
-        chain.append(node)
-        node = node.input
-    if isinstance(node, n.TopN):
-        if not isinstance(node.input, n.WindowAggregate):
-            raise PlanError(
-                "on the stateful lowering top_n() must come right after the window's agg() "
-                "(filter, select and with_column may follow it)"
-            )
-        node = node.input
-    cascade = n.cascade_of(node) if isinstance(node, n.WindowAggregate) else None
-    inner = cascade.upstream if cascade is not None else node
-    if not isinstance(node, n.WindowAggregate) or len(n.window_aggregates(inner)) != 1:
-        what = "a union of windowed results" if isinstance(node, n.Union) else "this plan"
-        raise PlanError(
-            f"the stateful lowering runs one windowed aggregation (or a window over its results), "
-            f"optionally followed by filter, select and with_column; {what} needs more than that "
-            "(a union of windowed results is not supported on this lowering yet)"
-        )
-    return node, (_after_window(node, chain) if chain else None)
+    return up, stage
 
 
 def _after_window(
