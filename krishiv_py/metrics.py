@@ -23,6 +23,7 @@ _HELP = {
     "very_late_events": ("counter", "Late events dropped because all their windows had closed."),
     "future_events": ("counter", "Events further ahead of the watermark than the future tolerance."),
     "windows_emitted": ("counter", "Window results emitted."),
+    "joined_rows": ("counter", "Rows a join emitted (its withdrawn rows are counted as retractions)."),
     "retractions": ("counter", "Retraction rows emitted."),
     "state_evictions": ("counter", "State entries evicted by TTL."),
     "watermark_ms": ("gauge", "Current overall watermark, epoch milliseconds."),
@@ -48,6 +49,10 @@ _HELP = {
 class JobMetrics:
     """What a job has done so far. ``None`` means "this lowering cannot observe it".
 
+    The rows out of a job are counted as what they are: window results in
+    ``windows_emitted``, a join's rows in ``joined_rows`` (each is ``None``
+    for a job whose output is not of its kind).
+
     ``watermark_ms`` is :data:`~krishiv_py.END_OF_TIME_MS` once every source
     has ended (:attr:`end_of_input`); displays spell it "end of input".
     """
@@ -64,6 +69,8 @@ class JobMetrics:
     state_evictions: int | None
     watermark_ms: int | None
     watermark_advances: int
+    #: Rows a join emitted (a job whose output is a join's rows; ``windows_emitted`` is None there).
+    joined_rows: int | None = None
     state_windows: int | None = None
     state_bytes: int | None = None
     #: Values that became null because arithmetic had no defined result

@@ -70,6 +70,10 @@ def run_steps(
         assert metrics.very_late_events == model.metrics["very_late_events"]
         assert metrics.mildly_late_events == model.metrics["mildly_late_events"]
         assert metrics.retractions == model.metrics["retractions"]
+        # A join's rows are counted as joined rows, not as window results (a window join's too).
+        assert (metrics.joined_rows, metrics.windows_emitted) == (model.metrics["emitted"], None)
+        assert "krishiv_window_joined_rows_total" in metrics.to_prometheus()
+        assert "windows_emitted" not in metrics.to_prometheus()
     finally:
         job.stop()
 
@@ -183,6 +187,7 @@ def test_a_bounded_join_equals_one_step_then_close(session: kp.Session, how: Any
     assert rows(joined.collect()) == model_rows(model.results)
     if how == "inner":  # the operator agrees with Spark's batch join
         assert rows(joined.start(lowering="stateful").results()) == model_rows(model.results)
+        assert joined.start().metrics().joined_rows == len(model.results)
 
 
 def test_a_window_join_collect_reads_what_was_sent_so_far(session: kp.Session) -> None:
@@ -288,6 +293,8 @@ def run_native(
         last = job.progress()[-1].raw
         state = last["stateOperators"][0]["numRowsTotal"]
         assert state <= 4, state  # rows far behind the watermark are gone
+        metrics = job.metrics()  # Spark's join counts its rows too
+        assert (metrics.joined_rows, metrics.windows_emitted) == (len(model.results), None)
     finally:
         job.stop()
 

@@ -138,6 +138,18 @@ def test_every_observed_figure_is_served_with_the_job_label_and_none_is_left_out
     }
 
 
+def test_a_joins_rows_are_served_as_joined_rows_not_as_window_results(endpoint_of: Any) -> None:
+    windows = FakeJob("per_minute")
+    join = FakeJob("enriched", m=figures(windows_emitted=None, joined_rows=14))
+    values = scrape(endpoint_of(windows, join).url)
+    assert job_series(values, "per_minute")["krishiv_window_windows_emitted_total"] == 9
+    assert "krishiv_window_joined_rows_total" not in job_series(values, "per_minute")
+    assert job_series(values, "enriched")["krishiv_window_joined_rows_total"] == 14
+    assert "krishiv_window_windows_emitted_total" not in job_series(values, "enriched")
+    text = join.m.to_prometheus(job="enriched")
+    assert 'krishiv_window_joined_rows_total{job="enriched"} 14' in text and "windows_emitted" not in text
+
+
 def test_micro_batch_durations_are_a_histogram_that_counts_each_batch_once(endpoint_of: Any) -> None:
     job = FakeJob("j", batches=[batch(0, 80), batch(1, 400)])
     e = endpoint_of(job)

@@ -200,7 +200,9 @@ class BatchCollector:
             mildly_late_events=totals["mildly_late"],
             very_late_events=totals["very_late"],
             future_events=totals["future"],
-            windows_emitted=totals["emitted"],
+            # The operator's rows are the job's window results or a join's rows, as ``metrics`` says.
+            windows_emitted=None if metrics.windows_emitted is None else totals["emitted"],
+            joined_rows=None if metrics.joined_rows is None else totals["emitted"],
             retractions=totals["retracted"],
             state_evictions=totals["expired"],
             # Expressions before the window are counted by Spark, its sums here.

@@ -215,7 +215,9 @@ class Job:
             rows += [
                 ("batches", str(m.batches)),
                 ("rows in", str(m.input_rows)),
-                ("windows out", _opt(m.windows_emitted)),
+                ("joined rows out", str(m.joined_rows))
+                if m.joined_rows is not None
+                else ("windows out", _opt(m.windows_emitted)),
                 ("late (mild / very)", f"{_opt(m.mildly_late_events)} / {_opt(m.very_late_events)}"),
                 ("invalid events", _opt(m.invalid_events)),
             ]

@@ -37,6 +37,7 @@ from krishiv_py.names import (
     is_arithmetic_metric,
 )
 from krishiv_py.planner.spark import SparkRecipe
+from krishiv_py.planner.spark.recipe import Emits
 from krishiv_py.runtime.bad_files import BadFiles, BadFileSource, disk_hint, fail_hint, quarantined_files
 from krishiv_py.runtime.handle import Job, JobProgress, JobState
 from krishiv_py.runtime.quarantine import Quarantine, quarantine_counts, restart_hint
@@ -489,7 +490,8 @@ class StreamingJob(Job):
             mildly_late_events=None,
             very_late_events=None,
             future_events=None,
-            windows_emitted=totals["emitted"] if self._recipe.windowed else None,
+            windows_emitted=_emitted(self._recipe, "windows", totals["emitted"]),
+            joined_rows=_emitted(self._recipe, "joined", totals["emitted"]),
             retractions=0,
             state_evictions=0,
             arithmetic_errors=totals["arith"],
@@ -614,8 +616,16 @@ def utc_millis(text: str) -> int:
     return ((days * 24 + hh) * 60 + mm) * 60_000 + ss * 1000 + int(frac)
 
 
+def _emitted(recipe: SparkRecipe, kind: Emits, count: int) -> int | None:
+    """``count``, the rows out of the query, when they are of ``kind`` (:attr:`SparkRecipe.emits`), else None.
+
+    Window results are ``windows_emitted``, a join's rows ``joined_rows``.
+    """
+    return count if recipe.emits == kind else None
+
+
 def _sum_observed(observed: Sequence[dict[str, Any]]) -> dict[str, int]:
-    """Totals of input rows, invalid rows, emitted windows and arithmetic errors over observations."""
+    """Totals of input rows, invalid rows, rows out of the query and arithmetic errors over observations."""
     totals = {"rows": 0, "invalid": 0, "emitted": 0, "arith": 0}
     for obs in observed:
         for name, m in obs.items():
@@ -679,7 +689,8 @@ class BoundedJob(Job):
             mildly_late_events=0 if tracked else None,
             very_late_events=0 if tracked else None,
             future_events=0 if tracked else None,
-            windows_emitted=totals["emitted"] if self._recipe.windowed else None,
+            windows_emitted=_emitted(self._recipe, "windows", totals["emitted"]),
+            joined_rows=_emitted(self._recipe, "joined", totals["emitted"]),
             retractions=0,
             state_evictions=0,
             arithmetic_errors=totals["arith"],

@@ -54,6 +54,7 @@ __all__ = [
     "AfterStage",
     "AfterWindow",
     "BASE_HIDDEN",
+    "Emits",
     "ET",
     "GLOBAL",
     "KIND",
@@ -322,6 +323,8 @@ class DriverRank:
 
 #: A stage after the window (:attr:`SparkRecipe.stages`), run on the driver.
 AfterStage: TypeAlias = CascadeStage | TopNStage | AfterWindow | DriverRank
+#: What the rows counted out of a query are: window results, or a join's rows.
+Emits: TypeAlias = Literal["windows", "joined"]
 _S = TypeVar("_S", bound=AfterStage)
 
 
@@ -351,6 +354,21 @@ class SparkRecipe:
     #: columns the user names (a table sink's ``key=``): a window join's keys and window
     #: bounds, else none; ``None``: the rows are not a join's.
     join_identity: tuple[str, ...] | None = None
+
+    @property
+    def emits(self) -> Emits | None:
+        """What the rows counted out of the query are (``OUT_OBSERVE``, or the stateful operator's count).
+
+        ``"windows"``: window results (``JobMetrics.windows_emitted``);
+        ``"joined"``: a join's rows (``JobMetrics.joined_rows``), the
+        stateful operator's when it runs a join (it runs one join or one
+        window), or a plan with a join and no window; None: not counted.
+        """
+        if self.stateful is not None:
+            return "windows" if self.join_identity is None else "joined"
+        if self.windowed:
+            return "windows"
+        return "joined" if self.join_identity is not None else None
 
     @property
     def idle(self) -> tuple[TrackedSource, ...]:
