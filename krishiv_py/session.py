@@ -371,14 +371,19 @@ class Session:
         ``kafka_value`` (the raw bytes of a record whose value did not
         decode; it counts as invalid). See docs/kafka.md.
 
+        ``name`` (SQL, metrics, source watermarks) is the topic's by default,
+        made an identifier (``orders.v1`` → ``orders_v1``), with ``_2``,
+        ``_3``, ... when a source of this session has it already.
+
         Examples
         --------
             events = session.read_kafka("127.0.0.1:9092", "events",
                                         schema="user_id string, event_time timestamp, amount double")
         """
         spark = None if options.get("connector") == "python" else self.spark
+        default = topic if isinstance(topic, str) and topic.strip() else None
         node = kafka_source(
-            name=self._sql.claim(name)[0],
+            name=self._sql.claim(name, default=default)[0],
             bootstrap_servers=bootstrap_servers,
             topic=topic,
             spark=spark,

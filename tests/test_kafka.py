@@ -310,6 +310,22 @@ def test_an_unreachable_broker_is_one_error_naming_it_and_librdkafka_keeps_off_s
     assert "rdkafka" not in stderr and "Connection refused" not in stderr, stderr[:500]
 
 
+def test_a_kafka_stream_without_a_name_is_named_after_its_topic(tmp_path: Path) -> None:
+    """The name metrics, source watermarks and SQL know it by: the topic's, unless a source has it."""
+    s = kp.Session(None, owns_spark=False, state_dir=str(tmp_path), progress=False)
+
+    def read(topic: str, **kwargs: Any) -> str:
+        node = s.read_kafka("127.0.0.1:9", topic, schema=SCHEMA, connector="python", **kwargs).plan
+        assert isinstance(node, n.KafkaSource)
+        return node.name
+
+    assert read("clicks") == "clicks"
+    assert read("clicks") == "clicks_2"  # the same topic twice (a self-join) needs two names
+    assert read("orders.v1-eu") == "orders_v1_eu"  # an identifier SQL can write
+    assert read("clicks", name="mine") == "mine"
+    s.stop()
+
+
 @pytest.mark.spark
 def test_auto_uses_the_python_connector_where_spark_cannot_load_its_own(session: kp.Session) -> None:
     stream = session.read_kafka("127.0.0.1:9", "t", schema=SCHEMA)

@@ -39,14 +39,30 @@ class SqlCatalog:
         self._counter = 0
         self._lock = threading.Lock()
 
-    def claim(self, name: str | None) -> tuple[str, int]:
+    def claim(self, name: str | None, *, default: str | None = None) -> tuple[str, int]:
         """The name of a new source and how many sources have had it (1: the first).
 
-        ``name`` None: the next free ``stream_<n>``. A name used again
-        replaces the earlier registration (a notebook cell run again).
+        ``name`` None: ``default`` made an identifier (what the source
+        reads, e.g. a Kafka topic), or ``<default>_2``, ``_3``, ... when a
+        source has that name already; without ``default``, the next free
+        ``stream_<n>``. A name given again replaces the earlier
+        registration (a notebook cell run again).
+
+        >>> catalog = SqlCatalog()
+        >>> [catalog.claim(None, default=t)[0] for t in ("clicks", "orders.v1-eu", "clicks", "7days")]
+        ['clicks', 'orders_v1_eu', 'clicks_2', '_7days']
+        >>> catalog.claim(None)[0], catalog.claim("clicks")
+        ('stream_1', ('clicks', 2))
         """
         with self._lock:
-            if name is None:
+            if name is None and default is not None:
+                base = re.sub(r"[^A-Za-z0-9_]", "_", default)
+                base = base if _NAME.match(base) else f"_{base}"
+                name, k = base, 1
+                while name in self._made:
+                    k += 1
+                    name = f"{base}_{k}"
+            elif name is None:
                 self._counter += 1
                 while f"stream_{self._counter}" in self._made:
                     self._counter += 1
