@@ -24,6 +24,12 @@ Examples
 from __future__ import annotations
 
 __all__ = [
+    "CHAIN_FIRST",
+    "CHAIN_ROWS",
+    "CHAIN_SEQ",
+    "CHAIN_THEN",
+    "CHAIN_WATERMARK",
+    "JOIN_EVENT_TIME",
     "ACTIVE",
     "ARITH_METRIC_PREFIX",
     "ARITH_SUMS_OBSERVATION",
@@ -236,6 +242,24 @@ MERGED_FUTURE = "__kp_future"
 CASCADE_EVENT_TIME = "__kp_t"
 #: A change row's retraction flag (true: the upstream result is gone).
 CASCADE_DELETE = "__kp_del"
+
+
+# --- a chain of kernels in one operator call (``stateful/chain.py``) -----------------------
+
+#: The event time of a join's rows in the plan (the later of its two rows'): no column of its
+#: own; the operator computes it.
+JOIN_EVENT_TIME = "__kp_join_ts"
+
+#: A chain's state: the first kernel's state table (Arrow IPC).
+CHAIN_FIRST = "__kp_chain_first"
+#: The second kernel's state table (Arrow IPC).
+CHAIN_THEN = "__kp_chain_then"
+#: The watermark the chain last ran at (ms; null: none yet).
+CHAIN_WATERMARK = "__kp_chain_wm"
+#: The arrival number the next row handed to the second kernel gets.
+CHAIN_SEQ = "__kp_chain_seq"
+#: The rows both states hold.
+CHAIN_ROWS = "__kp_chain_rows"
 
 
 def cascade_identity(i: int) -> str:

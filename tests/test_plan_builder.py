@@ -653,8 +653,6 @@ def test_everything_that_needs_event_time_after_a_join_says_one_thing() -> None:
         timed().key_by("user_id").tumbling_window(10).join(views().key_by("user_id").tumbling_window(10))
     )
     attempts: list[Callable[[], object]] = [
-        lambda: j.tumbling_window(60_000),
-        lambda: j.key_by("user_id").tumbling_window(60_000),
         lambda: j.filter(kp.col("amount") > 0).key_by("user_id").session_window(5_000),
         lambda: j.watermark("event_time", 5_000),
         lambda: j.with_watermark(kp.WatermarkSpec.fixed_lag_ms("event_time", 5_000)),
@@ -662,7 +660,9 @@ def test_everything_that_needs_event_time_after_a_join_says_one_thing() -> None:
             kp.MultiSourceWatermarkSpec().source("events", kp.WatermarkSpec.fixed_lag_ms("event_time", 0))
         ),
         lambda: window_join.top_n(1, by="amount"),
-        lambda: window_join.tumbling_window(10),
+        lambda: (
+            window_join.key_by("user_id").tumbling_window(10).agg(kp.count(kp.col("*"))).top_n(1, by="count")
+        ),
     ]
     messages = set()
     for attempt in attempts:
@@ -674,6 +674,16 @@ def test_everything_that_needs_event_time_after_a_join_says_one_thing() -> None:
     assert len(messages) == 1, messages
     assert "call .watermark" not in messages.pop()  # no loop back to the watermark
     assert j.filter(kp.col("amount") > 0).select("user_id", "amount").columns == ("user_id", "amount")
+    # A window keyed by the join's keys, right after the join, is built; keyed otherwise it says so.
+    unkeyed: list[Callable[[], object]] = [
+        lambda: j.tumbling_window(60_000),
+        lambda: window_join.tumbling_window(10),
+    ]
+    for attempt in unkeyed:
+        with raises_plan_error("keyed by the join's keys", "key_by('user_id', ...)", "not supported"):
+            attempt()
+    counted = j.key_by("user_id").tumbling_window(60_000).agg(kp.count(kp.col("*")))
+    assert counted.columns == ("user_id", "window_start", "window_end", "count")
 
 
 def test_a_join_before_key_by_and_a_watermark_after_it_say_where_the_call_goes() -> None:

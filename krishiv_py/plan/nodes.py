@@ -17,7 +17,7 @@ import attrs
 
 from krishiv_py.errors import PlanError
 from krishiv_py.expr import AggCall, Alias, Column, ExprNode, agg_type, dtype_of, output_name, render
-from krishiv_py.names import HIDDEN_PREFIX, KAFKA_COLUMNS, RESULT_KIND
+from krishiv_py.names import HIDDEN_PREFIX, JOIN_EVENT_TIME, KAFKA_COLUMNS, RESULT_KIND
 from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS, Emission
 from krishiv_py.plan.windows import (
     EventSlidingWindow,
@@ -234,7 +234,7 @@ class WindowAggregate:
 
     def __attrs_post_init__(self) -> None:
         if joins_of(self.input):
-            raise PlanError(AFTER_JOIN)
+            check_window_after_join(self.input, self.keys)
         if event_time(self.input) is None:
             raise PlanError(
                 NO_RESULT_TIME
@@ -253,13 +253,50 @@ class WindowAggregate:
 #: Why nothing that needs event time goes after a join yet (a window, an aggregation, a top-N,
 #: a watermark), and what does: the one message for all of them.
 AFTER_JOIN = (
-    "a window, an aggregation or a top-N over a join's rows is not supported yet (composing them is "
-    "planned: docs/joins.md, Not yet); a joined stream already has its watermark (the minimum of both "
-    "sides'), so .watermark() does not apply to it either. What works today: filter(), select() and "
-    "with_column() on the joined rows; writing the joined rows to a sink (ParquetSink, KafkaSink) and "
-    "reading them back as a new source with its own .watermark() to window them; or a window join of "
-    "each side's windows: left.key_by(...).tumbling_window(...).join(right.key_by(...).tumbling_window(...))"
+    "this after a join is not supported yet (more composition is planned: docs/joins.md, Not yet); a "
+    "joined stream already has its watermark (the minimum of both sides'), so .watermark() does not "
+    "apply to it either. What works today: a window keyed by the join's keys right after the join "
+    "(joined.key_by(<join keys>).tumbling_window(...).agg(...)); filter(), select() and with_column() "
+    "on the joined rows; writing the joined rows to a sink (ParquetSink, KafkaSink) and reading them "
+    "back as a new source with its own .watermark() to window them; or a window join of each side's "
+    "windows: left.key_by(...).tumbling_window(...).join(right.key_by(...).tumbling_window(...))"
 )
+
+
+def check_window_after_join(below: PlanNode, keys: tuple[str, ...]) -> None:
+    """What a window after a join takes today: right after an accumulating join, keyed by its keys.
+
+    The window then runs beside the join in the same operator call
+    (:mod:`krishiv_py.stateful.chain`). A window keyed by other columns
+    needs its rows moved across the cluster between the two, and a
+    retracting join sends retractions a window cannot take yet.
+    """
+    join = below
+    if not isinstance(join, Join) or joins_of(join.left) or joins_of(join.right):
+        raise PlanError(AFTER_JOIN)
+    if window_aggregates(join.left) or window_aggregates(join.right):
+        raise PlanError(AFTER_JOIN)
+    missing = [k for k in join.left_keys if k not in keys]
+    if missing:
+        raise PlanError(
+            f"a window after a join is keyed by the join's keys for now (it runs beside the join, on "
+            f"the rows of those keys): key_by({', '.join(repr(k) for k in join.left_keys)}, ...) "
+            f"before the window; {', '.join(repr(k) for k in missing)} is missing. A window keyed by "
+            "other columns only, or by none, is not supported after a join yet"
+        )
+    if join.emission.accumulation == "retracting":
+        raise PlanError(
+            "a window after a join takes the join's rows as emits only for now: a join in "
+            "accumulation('retracting') (needed by an outer or as-of join with allowed lateness) "
+            "withdraws rows, which a window over them cannot take yet; use an inner interval join "
+            "(allowed lateness is fine), or an outer one without allowed lateness"
+        )
+    if join.kind == "window" and join.emission.allowed_lateness_ms:
+        raise PlanError(
+            "a window after a window join with allowed lateness is not supported yet (a re-fired "
+            "window join sends its window's rows again); drop allowed_lateness() on the window join"
+        )
+
 
 #: Why a window over windowed results has no event time.
 NO_RESULT_TIME = (
@@ -390,6 +427,8 @@ class EventTime:
     future_tolerance_ms: int = DEFAULT_FUTURE_TOLERANCE_MS
     #: The stream is a window's results: a row's event time is ``window_end`` - 1 ms.
     from_window: bool = False
+    #: The stream is a join's rows: a row's event time is the later of its two rows'.
+    from_join: bool = False
 
 
 def with_children(node: PlanNode, new: tuple[PlanNode, ...]) -> PlanNode:
@@ -481,8 +520,11 @@ def event_time(node: PlanNode) -> EventTime | None:
         return EventTime(node.column, dtype, node.lag_ms, node.future_tolerance_ms)
     if isinstance(node, WindowAggregate):
         return EventTime("window_end", DataType("timestamp"), 0, from_window=True)
-    if isinstance(node, (*SOURCE_TYPES, TopN, Join)):
-        return None  # a join's event time (the later of its rows') is no column yet
+    if isinstance(node, Join):
+        # The later of its two rows' event times: no column of its own; the operator carries it.
+        return EventTime(JOIN_EVENT_TIME, DataType("timestamp"), 0, from_join=True)
+    if isinstance(node, (*SOURCE_TYPES, TopN)):
+        return None
     if isinstance(node, Union):
         return event_time(node.inputs[0])
     et = event_time(node.input)

@@ -78,6 +78,9 @@ class JoinSpec:
     allowed_lateness_ms: int = 0
     accumulation: str = "accumulating"
     ttl_ms: int | None = None
+    #: Results carry their event time (``__kp_ts``, µs: the later of the two rows'), for an
+    #: operator after the join (:mod:`krishiv_py.stateful.chain`).
+    event_times: bool = False
 
     @property
     def retracting(self) -> bool:
@@ -92,6 +95,7 @@ class JoinSpec:
         names += self.left
         if self.how not in ("semi", "anti"):
             names += self.right
+        names += (BATCH_TS,) if self.event_times else ()
         return names + ((RESULT_KIND,) if self.retracting else ())
 
     @property
@@ -498,6 +502,8 @@ def _pair_rows(spec: JoinSpec, table: pa.Table, li: np.ndarray, ri: np.ndarray, 
         cols.update(_bounds(spec, lt))
     cols.update({c: lt.column(c) for c in spec.left})
     cols.update({c: rt.column(c) for c in spec.right})
+    if spec.event_times:
+        cols[BATCH_TS] = pc.max_element_wise(lt.column(BATCH_TS), rt.column(BATCH_TS))
     return _with_kind(spec, pa.table(cols), kind)
 
 
@@ -508,6 +514,8 @@ def _padded_rows(spec: JoinSpec, table: pa.Table, idx: np.ndarray, kind: str) ->
     if spec.kind == "window":
         cols.update(_bounds(spec, rows))
     cols.update({c: rows.column(c) for c in (*spec.left, *spec.right)})
+    if spec.event_times:
+        cols[BATCH_TS] = rows.column(BATCH_TS)
     return _with_kind(spec, pa.table(cols), kind)
 
 
@@ -516,6 +524,8 @@ def _semi_rows(spec: JoinSpec, table: pa.Table, idx: np.ndarray, kind: str) -> p
     cols: dict[str, Any] = {k: rows.column(k) for k in spec.keys}
     cols.update(_bounds(spec, rows))
     cols.update({c: rows.column(c) for c in spec.left})
+    if spec.event_times:
+        cols[BATCH_TS] = rows.column(BATCH_TS)
     return _with_kind(spec, pa.table(cols), kind)
 
 
@@ -575,7 +585,9 @@ def _output_schema(spec: JoinSpec) -> pa.Schema:
             strict=True,
         )
     )
-    types.update({"window_start": pa.int64(), "window_end": pa.int64(), RESULT_KIND: pa.string()})
+    types.update(
+        {"window_start": pa.int64(), "window_end": pa.int64(), RESULT_KIND: pa.string(), BATCH_TS: pa.int64()}
+    )
     return pa.schema([pa.field(name, types[name]) for name in spec.output_names])
 
 
@@ -738,6 +750,9 @@ class JoinKernel:
 
     def next_due(self, state: pa.Table) -> tuple[int, int]:
         return next_due(self.spec, state), -1
+
+    def state_rows(self, state: pa.Table) -> int:
+        return state.num_rows
 
     def output_watermark(self, watermark_ms: int | None) -> int | None:
         if watermark_ms is None:

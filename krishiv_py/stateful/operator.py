@@ -483,7 +483,7 @@ def encode_payload(
                     len(out.invalid),
                     out.emitted,
                     out.retracted,
-                    state.num_rows,
+                    spec.kernel.state_rows(state),
                     state_bytes,
                     due,
                     interval,

@@ -89,6 +89,10 @@ class Kernel(Protocol):
         """The watermark the kernel's results pass on downstream when its input's is ``watermark_ms``."""
         ...
 
+    def state_rows(self, state: pa.Table) -> int:
+        """The rows (windows, stored join rows) ``state`` holds, for the job's metrics."""
+        ...
+
     def premerge(
         self, rows: pa.Table, watermark_ms: int | None, *, by: tuple[str, ...] = ()
     ) -> tuple[pa.Table, pa.Table | None]:

@@ -97,6 +97,9 @@ class WindowKernel:
     def output_watermark(self, watermark_ms: int | None) -> int | None:
         return watermark_ms
 
+    def state_rows(self, state: pa.Table) -> int:
+        return state.num_rows
+
     def premerge(
         self, rows: pa.Table, watermark_ms: int | None, *, by: tuple[str, ...] = ()
     ) -> tuple[pa.Table, pa.Table | None]:

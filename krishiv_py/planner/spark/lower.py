@@ -42,7 +42,12 @@ from krishiv_py.planner.spark.recipe import (
 )
 from krishiv_py.planner.spark.sliding import pane_choice, stream_pane_choice
 from krishiv_py.planner.spark.sources import Lowerer, one_watermark, select_item, top_n
-from krishiv_py.planner.spark.stateful import kernel_aggs, lower_stateful_join, lower_stateful_window
+from krishiv_py.planner.spark.stateful import (
+    kernel_aggs,
+    lower_stateful_chain,
+    lower_stateful_join,
+    lower_stateful_window,
+)
 from krishiv_py.planner.sql import quote, to_sql
 from krishiv_py.types import DataType, Field, Schema
 
@@ -209,15 +214,22 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
     op, stages, why = _operator_and_stages(plan)
     rule = OPERATOR_RULES[type(op)]
     shift = time_shift(op) if streaming else 0
+    chained = _chained_join(op)
+    join_rule = lower_stateful_join
+    if chained is not None:
+        assert isinstance(op, n.WindowAggregate)
+        join_rule = lower_stateful_chain(op)
     ctx = Lowerer(
         streaming=streaming,
         shift=shift,
         window=lower_stateful_window,
-        join=lower_stateful_join,
+        join=join_rule,
         spark_max=rule.spark_max and one_watermark(op),
     )
-    root, _ = ctx.lower(op)
+    root, _ = ctx.lower(op if chained is None else chained)
     emission = op.emission
+    if chained is not None:
+        why.append(CHAIN_REASON)
     return SparkRecipe(
         lowering="stateful",
         reason=reason + "".join(why) + rule.reason,
@@ -227,7 +239,7 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
         tracked=tuple(ctx.tracked),
         windowed=True,
         output_schema=n.schema_of(plan),
-        late_handler=emission.late_handler,
+        late_handler=(emission if chained is None else chained.emission).late_handler,
         pane_callbacks=emission.panes if emission.panes.any else None,
         stages=stages,
         join_identity=join_identity(plan),
@@ -255,7 +267,9 @@ def _operator_and_stages(
         node = node.input
     cascade = _cascade_stage(node) if isinstance(node, n.WindowAggregate) else None
     op = cascade[0] if cascade is not None else node
-    if type(op) not in OPERATOR_RULES or _has_operator(*n.children(op)):
+    chained = _chained_join(op)
+    below = n.children(op) if chained is None else n.children(chained)
+    if type(op) not in OPERATOR_RULES or _has_operator(*below):
         raise PlanError(_unsupported(node))
     assert isinstance(op, n.WindowAggregate | n.Join)
     rule = OPERATOR_RULES[type(op)]
@@ -279,6 +293,21 @@ def _operator_and_stages(
         )
     stages = (cascade[1] if cascade is not None else None, ranked, after)
     return op, tuple(s for s in stages if s is not None), why
+
+
+#: Why a window after a join runs with the join (docs/joins.md, "After a join").
+CHAIN_REASON = (
+    "; the window runs in the same operator call as the join, over the joined rows of its keys "
+    "(they include the join's, so no row crosses the cluster again), at the join's watermark; a "
+    "late partner's new pairs (within the join's allowed lateness) correct the windows they fall in"
+)
+
+
+def _chained_join(op: n.PlanNode) -> n.Join | None:
+    """The join a window runs right after, in the same operator call (None: not a window after a join)."""
+    if isinstance(op, n.WindowAggregate) and isinstance(op.input, n.Join):
+        return op.input
+    return None
 
 
 def _has_operator(*nodes: n.PlanNode) -> bool:
@@ -350,7 +379,7 @@ def join_identity(plan: n.PlanNode) -> tuple[str, ...] | None:
     output still holds them. Other joins' rows have nothing of their own.
     """
     joins = n.joins_of(plan)
-    if not joins:
+    if not joins or n.window_aggregates(plan):  # window results: their keys and bounds
         return None
     node = joins[0]
     names = set(n.schema_of(plan).names)

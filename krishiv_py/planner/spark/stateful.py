@@ -39,6 +39,7 @@ __all__ = [
     "BUCKETS",
     "StatefulApply",
     "join_spec",
+    "lower_stateful_chain",
     "lower_stateful_join",
     "lower_stateful_window",
     "operator_spec",
@@ -215,6 +216,37 @@ def join_spec(node: n.Join, *, shift_ms: int) -> Any:
     )
     columns = tuple(InputColumn(name=f.name, type=f.type, index=i) for i, f in enumerate(kernel.row_schema))
     return OperatorSpec(kernel=JoinKernel(kernel), columns=columns, shift_ms=shift_ms, buckets=BUCKETS)
+
+
+def lower_stateful_chain(window: n.WindowAggregate) -> Any:
+    """The join rule of a window right after a join: both in one operator call (a chain kernel).
+
+    The window's keys include the join's, so its rows of one key are in
+    the join's bucket already; it takes the join's rows with their event
+    time (the later of the two rows') and keeps its windows for the join's
+    allowed lateness more, so that a late partner's new pairs correct them.
+    """
+
+    def rule(
+        node: n.Join, left: RecipeNode, right: RecipeNode, *, streaming: bool, shift_ms: int
+    ) -> RecipeNode:
+        from krishiv_py.stateful.chain import ChainKernel
+        from krishiv_py.stateful.joins import JoinKernel
+        from krishiv_py.stateful.window_kernel import WindowKernel
+
+        apply = lower_stateful_join(node, left, right, streaming=streaming, shift_ms=shift_ms)
+        assert isinstance(apply, StatefulApply)
+        then = operator_spec(window, shift_ms=shift_ms)
+        window_spec = then.kernel.spec
+        kept = window_spec.allowed_lateness_ms + node.emission.allowed_lateness_ms
+        chain = ChainKernel(
+            first=JoinKernel(attrs.evolve(apply.operator.kernel.spec, event_times=True)),
+            then=WindowKernel(attrs.evolve(window_spec, allowed_lateness_ms=kept)),
+            columns=tuple((c.name, c.type) for c in then.columns),
+        )
+        return attrs.evolve(apply, operator=attrs.evolve(apply.operator, kernel=chain))
+
+    return rule
 
 
 def lower_stateful_join(

@@ -1,0 +1,192 @@
+"""Two kernels in one operator call: an operator over another operator's results (SPEC 3.13).
+
+:class:`ChainKernel` runs a ``first`` kernel (a join) and hands its results,
+with their event times, to a ``then`` kernel (a window) in the same call
+of the same key bucket. That is exact, and needs no second shuffle, when
+rows of equal ``then`` keys always meet in one call: ``then``'s keys
+include ``first``'s (the planner checks it), so a window keyed by the join
+keys (and more) runs beside the join.
+
+Watermarks
+    ``then`` runs at the watermark ``first`` passes on
+    (:meth:`~krishiv_py.stateful.protocol.Kernel.output_watermark`: the
+    input watermark held back by ``first``'s structural delay only, never
+    by its allowed lateness). A step hands ``first``'s new results to
+    ``then`` at the watermark ``then`` had before the step — a result of
+    on-time input is never late there — and then moves ``then`` on to the
+    new watermark, which fires what it passed: upstream results are
+    applied before the downstream windows that the same watermark closes
+    (SPEC 3.11).
+Corrections
+    A row late by less than ``first``'s allowed lateness ``L`` still makes
+    results (a late partner's new pairs). ``then`` applies them: its
+    allowed lateness is its own plus ``L``, so it keeps every window that
+    such a result can reach, and re-fires it with the correction. Nothing
+    ``first`` emits is dropped downstream.
+Limits
+    ``first``'s results must be emits only (a join in accumulating mode):
+    ``then`` takes no retractions yet, and the chain refuses them.
+State
+    One row: both kernels' state tables as Arrow IPC, the watermark of the
+    last step, the next arrival number for ``then``'s rows, and how many
+    rows both states hold.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import attrs
+import numpy as np
+import pyarrow as pa
+
+from krishiv_py.names import (
+    BATCH_TS,
+    CHAIN_FIRST,
+    CHAIN_ROWS,
+    CHAIN_SEQ,
+    CHAIN_THEN,
+    CHAIN_WATERMARK,
+    RESULT_KIND,
+    SEQ,
+)
+from krishiv_py.stateful.kernel import StepOutput
+from krishiv_py.stateful.protocol import NOT_DUE, Kernel
+
+__all__ = ["ChainKernel"]
+
+_STATE = pa.schema(
+    [pa.field(name, pa.binary()) for name in (CHAIN_FIRST, CHAIN_THEN)]
+    + [pa.field(name, pa.int64()) for name in (CHAIN_WATERMARK, CHAIN_SEQ, CHAIN_ROWS)]
+)
+
+
+@attrs.frozen(kw_only=True)
+class ChainKernel:
+    """``then`` over ``first``'s results, in one call (see the module docstring)."""
+
+    first: Kernel
+    then: Kernel
+    #: The columns ``then`` reads of ``first``'s results, with the types it takes them in.
+    columns: tuple[tuple[str, pa.DataType], ...]
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return self.then.keys
+
+    @property
+    def accumulation(self) -> str:
+        return self.then.accumulation
+
+    @property
+    def identity(self) -> tuple[str, ...]:
+        return self.then.identity
+
+    @property
+    def mergeable(self) -> bool:
+        return False
+
+    def step(
+        self,
+        state: pa.Table | None,
+        batch: pa.Table,
+        watermark_ms: int | None,
+        now_ms: int,
+        *,
+        merged: pa.Table | None = None,
+    ) -> tuple[pa.Table, StepOutput]:
+        first_state, then_state, before, seq = _split(state)
+        first_state, out = self.first.step(first_state, batch, watermark_ms, now_ms, merged=merged)
+        rows = self._handed_on(out.results, seq)
+        then_state, applied = self.then.step(then_state, rows, self.first.output_watermark(before), now_ms)
+        outputs = [applied]
+        after = self.first.output_watermark(watermark_ms)
+        if after != self.first.output_watermark(before):
+            then_state, fired = self.then.step(then_state, rows.slice(0, 0), after, now_ms)
+            outputs.append(fired)
+        new_state = _joined(first_state, then_state, watermark_ms, seq + rows.num_rows)
+        results = [o.results for o in outputs]
+        closed = [o.closed for o in outputs if o.closed is not None]
+        return new_state, attrs.evolve(
+            out,
+            results=pa.concat_tables(results) if len(results) > 1 else results[0],
+            closed=pa.concat_tables(closed) if closed else None,
+            expired=out.expired + sum(o.expired for o in outputs),
+            arithmetic_errors=out.arithmetic_errors + sum(o.arithmetic_errors for o in outputs),
+        )
+
+    def _handed_on(self, results: pa.Table, seq: int) -> pa.Table:
+        """``first``'s results as ``then``'s batch: its columns, event time (µs), arrival order."""
+        if RESULT_KIND in results.column_names:
+            raise ValueError("a chain hands emits only to its second kernel, and these rows retract")
+        cols: dict[str, Any] = {name: results.column(name).cast(kind) for name, kind in self.columns}
+        cols[BATCH_TS] = results.column(BATCH_TS)
+        cols[SEQ] = pa.chunked_array([pa.array(np.arange(seq, seq + results.num_rows, dtype=np.int64))])
+        return pa.table(cols)
+
+    def next_due(self, state: pa.Table) -> tuple[int, int]:
+        first_state, then_state, _, _ = _split(state)
+        due = [self.first.next_due(first_state)] if first_state is not None else []
+        if then_state is not None:
+            event, clock = self.then.next_due(then_state)
+            delay = 0 - (self.first.output_watermark(0) or 0)  # first passes on W - delay
+            due.append((event + delay if event != NOT_DUE else NOT_DUE, clock))
+        events = [d[0] for d in due if d[0] != NOT_DUE]
+        clocks = [d[1] for d in due if d[1] != NOT_DUE]
+        return (min(events) if events else NOT_DUE), (min(clocks) if clocks else NOT_DUE)
+
+    def output_watermark(self, watermark_ms: int | None) -> int | None:
+        return self.then.output_watermark(self.first.output_watermark(watermark_ms))
+
+    def premerge(
+        self, rows: pa.Table, watermark_ms: int | None, *, by: tuple[str, ...] = ()
+    ) -> tuple[pa.Table, pa.Table | None]:
+        return rows, None
+
+    def on_time(self, ts_us: pa.Array[Any], watermark_ms: int) -> np.ndarray:
+        return np.zeros(len(ts_us), bool)
+
+    def state_rows(self, state: pa.Table) -> int:
+        return int(state.column(CHAIN_ROWS)[0].as_py()) if state.num_rows else 0
+
+    def describe(self) -> str:
+        return f"{self.first.describe()}, then in the same call {self.then.describe()}"
+
+
+def _split(state: pa.Table | None) -> tuple[pa.Table | None, pa.Table | None, int | None, int]:
+    """Both kernels' states (None: empty), the last watermark and the next arrival number."""
+    if state is None or not state.num_rows:
+        return None, None, None, 0
+    row = state.slice(0, 1).to_pylist()[0]
+    return _load(row[CHAIN_FIRST]), _load(row[CHAIN_THEN]), row[CHAIN_WATERMARK], int(row[CHAIN_SEQ])
+
+
+def _joined(first: pa.Table, then: pa.Table, watermark_ms: int | None, seq: int) -> pa.Table:
+    """The chain's state, or an empty table when neither kernel holds a row."""
+    if not first.num_rows and not then.num_rows:
+        return _STATE.empty_table()
+    return pa.table(
+        {
+            CHAIN_FIRST: [_dump(first)],
+            CHAIN_THEN: [_dump(then)],
+            CHAIN_WATERMARK: [watermark_ms],
+            CHAIN_SEQ: [seq],
+            CHAIN_ROWS: [first.num_rows + then.num_rows],
+        },
+        schema=_STATE,
+    )
+
+
+def _dump(table: pa.Table) -> bytes:
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue()
+
+
+def _load(blob: bytes | None) -> pa.Table | None:
+    if blob is None:
+        return None
+    table = pa.ipc.open_stream(blob).read_all()
+    return table if table.num_rows or table.schema.metadata else None
