@@ -9,6 +9,27 @@ rows go to the late-event handler, pane events to their callbacks, and the
 statistics (event classification, firings, state size) to the job's
 metrics. Everything is keyed by batch id, so a micro-batch that Spark runs
 again after a restart replaces what it wrote instead of adding to it.
+
+The watermark of the stages after the operator
+    A bucket runs only in a micro-batch that has its rows or its tick, and
+    a tick can land a micro-batch after the watermark moved (rows of other
+    buckets made a micro-batch first). A bucket whose window is due then
+    fires it in a later micro-batch, with an event time (``window_end - 1``)
+    below the watermark the other buckets ran at. So the stages after the
+    operator (a cascade's second window, window top-N) do not run at the
+    micro-batch's watermark ``W`` but at :func:`stages_watermark`: ``W``,
+    held at ``due - 1`` by every bucket holding state whose next due
+    watermark ``due`` (its next window end, or its next eviction) it has
+    not yet run at — the least event time it can still fire a result at on
+    on-time input; then passed through the kernel's
+    :meth:`~krishiv_py.stateful.protocol.Kernel.output_watermark`. A bucket
+    without state fires nothing. A bucket of a streaming job that has not
+    reported since the job started (restarted on a checkpoint, its state
+    unknown) holds the stages where they are until it has (the job wakes
+    every such bucket). The job ticks every due bucket once the watermark
+    moves, so the stages catch up in the micro-batch that runs the last
+    of them; a correction of late input is not waited for (SPEC 3.13: the
+    watermark is never held back by the allowed lateness).
 """
 
 from __future__ import annotations
@@ -17,7 +38,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import attrs
@@ -38,7 +59,7 @@ if TYPE_CHECKING:
     from krishiv_py.sinks import SinkWriter
     from krishiv_py.stateful.operator import Payloads
 
-__all__ = ["BatchCollector", "call_pane_events"]
+__all__ = ["BatchCollector", "call_pane_events", "stages_watermark"]
 
 log = logging.getLogger("krishiv_py")
 
@@ -67,8 +88,12 @@ class BatchCollector:
         quarantine: Quarantine | None = None,
         spark: SparkSession | None = None,
         checkpoint: CheckpointLayout | None = None,
+        buckets: int | None = None,
     ) -> None:
         self._recipe = recipe
+        #: A streaming job's key buckets, each of which may hold state until it reports (None:
+        #: a bounded run, whose buckets without rows hold nothing).
+        self._bucket_count = buckets
         #: The stages after the window, their driver state under the checkpoint.
         self._stages = Stages(recipe, spark=spark, checkpoint=checkpoint)
         #: The operator's own result columns (before any stage after the window).
@@ -129,9 +154,11 @@ class BatchCollector:
         )
 
         results = to_output(payloads.results, self._window_schema)
-        column: list[Any] = payloads.stats.column("watermark_ms").to_pylist()
+        stats = payloads.stats.to_pydict()
+        column: list[Any] = stats["watermark_ms"]
         marks = [int(w) for w in column if w is not None and w != NO_WATERMARK]
-        staged = self._stages.run(results, batch_id, max(marks) if marks else None)
+        watermark = self._stages_watermark(max(marks) if marks else None, stats)
+        staged = self._stages.run(results, batch_id, watermark)
         deliver(self._writer, staged.table, batch_id, self._quarantine)
         if self._recipe.pane_callbacks is not None:
             callbacks = self._recipe.pane_callbacks
@@ -145,7 +172,6 @@ class BatchCollector:
             )
         if payloads.late.num_rows:
             self._hand_late(payloads.late, batch_id)
-        stats = payloads.stats.to_pydict()
         delays = _summed(stats.pop(DELAY_COUNTS, []))
         timing = {name: int(sum(v or 0 for v in stats.get(name, []))) for name in TIMING_NAMES}
         timing["buckets"] = len(stats["bucket"])
@@ -173,6 +199,16 @@ class BatchCollector:
                 batch_id,
                 totals["future"],
             )
+
+    def _stages_watermark(self, watermark: int | None, stats: dict[str, list[Any]]) -> int | None:
+        """The watermark the stages after the operator run at (see the module docstring)."""
+        with self._lock:
+            reports = {b: (s.state_windows, s.next_due_ms) for b, s in self.buckets.items()}
+        for i, b in enumerate(stats["bucket"]):
+            reports[int(b)] = (int(stats["state_windows"][i]), int(stats["next_due_ms"][i]))
+        held = stages_watermark(watermark, reports, self._bucket_count)
+        kernel = self._recipe.stateful.operator.kernel if self._recipe.stateful is not None else None
+        return held if kernel is None else kernel.output_watermark(held)
 
     def _hand_late(self, late: pa.Table, batch_id: int) -> None:
         handler, writer = self._handler, self._late_writer
@@ -221,6 +257,28 @@ class BatchCollector:
 
         with self._lock:
             return {name: self._totals.get(name, 0) for name in COUNTER_NAMES}
+
+
+def stages_watermark(
+    watermark: int | None, reports: Mapping[int, tuple[int, int]], buckets: int | None = None
+) -> int | None:
+    """The operator's watermark for the stages after it: ``watermark`` held below every due bucket.
+
+    ``reports`` holds each bucket's last report, ``(state rows, next due
+    watermark)``; with ``buckets``, a bucket in ``range(buckets)`` without
+    one may hold state, and nothing moves (None) until it reports.
+
+    >>> stages_watermark(105, {0: (2, 110), 1: (1, 100), 2: (0, -1)})
+    99
+    >>> stages_watermark(105, {0: (2, 110)}, buckets=2) is None
+    True
+    """
+    from krishiv_py.stateful.protocol import NOT_DUE
+
+    if watermark is None or (buckets is not None and any(b not in reports for b in range(buckets))):
+        return None
+    due = [d for rows, d in reports.values() if rows and d != NOT_DUE]
+    return min([watermark, *(d - 1 for d in due)])
 
 
 def _summed(parts: list[list[int] | None]) -> list[int]:

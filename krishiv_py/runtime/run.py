@@ -91,6 +91,7 @@ def start_streaming(
             quarantine=quarantine,
             spark=spark,
             checkpoint=checkpoint,
+            buckets=recipe.stateful.operator.buckets if recipe.stateful is not None else None,
         )
         # Over Spark Connect foreachBatch runs on the server: the payloads come back as files.
         handoff = checkpoint.handoff if is_remote(spark) else None

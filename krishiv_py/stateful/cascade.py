@@ -10,6 +10,10 @@ windows filter out, removes it. Every step recomputes the windows from the
 versions held, fires the due ones that are new or changed (retracting the
 previous value in retracting mode), retracts fired windows that no longer
 exist, and deletes windows (and versions) past ``end + allowed lateness``.
+A step runs at the watermark the job passes on to the stages after the
+operator: the operator's, held below every key bucket that can still fire
+a result (``stages_watermark`` in :mod:`krishiv_py.runtime.collector`); one
+lower than the last step's is ignored.
 
 Everything is vectorized over the versions held (Arrow hash grouping,
 numpy); the aggregates are the operator's own partials
@@ -125,7 +129,8 @@ def step(
     old_live = None if state is None else state.live
     live = _upsert(spec, old_live, changes)
     emitted = state.emitted if state is not None else None
-    wm = watermark_ms if watermark_ms is not None else before
+    # Watermarks never go back: one lower than the last step's is ignored (SPEC 3.4).
+    wm = before if watermark_ms is None or (before is not None and watermark_ms < before) else watermark_ms
     if wm is None:
         empty = _result_schema(spec, live).empty_table()
         return CascadeState(live, _emitted_or_empty(spec, live, emitted), None), StepOutput(
