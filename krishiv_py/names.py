@@ -30,6 +30,7 @@ __all__ = [
     "CHAIN_THEN",
     "CHAIN_WATERMARK",
     "JOIN_EVENT_TIME",
+    "keyed_output",
     "ACTIVE",
     "ARITH_METRIC_PREFIX",
     "ARITH_SUMS_OBSERVATION",
@@ -260,6 +261,11 @@ CHAIN_WATERMARK = "__kp_chain_wm"
 CHAIN_SEQ = "__kp_chain_seq"
 #: The rows both states hold.
 CHAIN_ROWS = "__kp_chain_rows"
+
+
+def keyed_output(i: int) -> str:
+    """An aggregation per key's state column: the value of its ``i``-th aggregate emitted last."""
+    return f"__kp_out_{i}"
 
 
 def cascade_identity(i: int) -> str:

@@ -19,6 +19,7 @@ import krishiv_py.stateful.operator as glue
 from krishiv_py.plan.windows import SessionWindow, SlidingWindow, TumblingWindow
 from krishiv_py.stateful.aggregates import AggSpec
 from krishiv_py.stateful.joins import JoinKernel, JoinSpec
+from krishiv_py.stateful.keyed_agg import KeyedAggKernel
 from krishiv_py.stateful.protocol import Kernel
 from krishiv_py.stateful.state import KernelSpec
 from krishiv_py.stateful.window_kernel import WindowKernel
@@ -48,6 +49,7 @@ def _kernels() -> list[Kernel]:
         _join(between=(-1, 1)),
         _join("window", window=TumblingWindow(size_ms=10)),
         _join("as_of"),
+        KeyedAggKernel(keys=("k",), aggs=(COUNT,)),
     ]
 
 

@@ -8,6 +8,8 @@ import attrs
 
 from krishiv_py.api.windowed import WindowAssigners, WindowedStream
 from krishiv_py.errors import PlanError, attribute_error
+from krishiv_py.expr import AggExpr
+from krishiv_py.plan import nodes as n
 from krishiv_py.plan.windows import WindowSpec
 
 if TYPE_CHECKING:
@@ -36,6 +38,34 @@ class KeyedStream(WindowAssigners):
 
     def _windowed(self, window: WindowSpec) -> WindowedStream:
         return WindowedStream(self.stream, self.keys, window)
+
+    def agg(self, *aggregates: AggExpr) -> Stream:
+        """Aggregate every row so far per key, without a window: an updating result per key.
+
+        Each micro-batch that changes a key's aggregates retracts the key's
+        previous row and emits the new one (a ``kind`` column, ``"retract"``
+        or ``"emit"``), as Flink's regular ``GROUP BY`` does; a key's state
+        is kept for as long as the job runs (``explain()`` says so). Result
+        columns: the keys, the aggregates in the order given, ``kind``.
+
+        Examples
+        --------
+        >>> import krishiv_py as kp
+        >>> from krishiv_py.api.stream import placeholder
+        >>> clicks = placeholder("user_id string, t bigint, amount double", "clicks")
+        >>> totals = clicks.watermark("t", 0).key_by("user_id").agg(kp.sum(kp.col("amount")))
+        >>> totals.columns
+        ('user_id', 'sum_amount', 'kind')
+        """
+        from krishiv_py.api.stream import Stream
+
+        for a in aggregates:
+            if not isinstance(a, AggExpr):
+                raise PlanError(f"agg() takes aggregates such as kp.count(kp.col('*')), got {a!r}")
+        plan = n.KeyedAggregate(
+            input=self.stream.plan, keys=self.keys, aggregates=tuple(a.call for a in aggregates)
+        )
+        return Stream(self.stream.session, plan)
 
     if not TYPE_CHECKING:  # at run time only: a type checker still flags these calls
 

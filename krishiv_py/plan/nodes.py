@@ -47,6 +47,7 @@ __all__ = [
     "Union",
     "Watermark",
     "WindowAggregate",
+    "KeyedAggregate",
     "cascade_lateness_ms",
     "cascade_of",
     "event_time",
@@ -250,6 +251,43 @@ class WindowAggregate:
             raise PlanError("a window over a union of windowed results is not supported yet")
 
 
+@attrs.frozen(kw_only=True)
+class KeyedAggregate:
+    """``aggregates`` per value of ``keys`` over every row so far: an updating aggregation (SPEC 3.13).
+
+    No window: one result row per key, which each change of the key's
+    aggregates retracts and emits again (Flink's regular group
+    aggregation); results carry a ``kind`` column. The watermark passes
+    through; a key's state is kept for as long as the job runs.
+    """
+
+    input: PlanNode
+    keys: tuple[str, ...]
+    aggregates: tuple[AggCall, ...]
+    emission: Emission = attrs.field(factory=Emission)
+
+    def __attrs_post_init__(self) -> None:
+        if not self.keys:
+            raise PlanError("agg() without a window needs key_by(...) columns: one result row per key")
+        if joins_of(self.input) or window_aggregates(self.input) or _keyed_aggregates(self.input):
+            raise PlanError(
+                "an aggregation per key without a window takes a source's rows for now; after a join "
+                "or a window it is not supported yet"
+            )
+        if event_time(self.input) is None:
+            raise PlanError(
+                "agg() without a window needs event time too: call .watermark(column, lag_ms) before "
+                "key_by(...), so that each result row has an event time and the watermark passes on"
+            )
+        if not self.aggregates:
+            raise PlanError("agg() needs at least one aggregate, e.g. kp.count(kp.col('*'))")
+        schema_of(self)
+
+
+def _keyed_aggregates(node: PlanNode) -> list[KeyedAggregate]:
+    return [x for x in walk(node) if isinstance(x, KeyedAggregate)]
+
+
 #: Why nothing that needs event time goes after a join yet (a window, an aggregation, a top-N,
 #: a watermark), and what does: the one message for all of them.
 AFTER_JOIN = (
@@ -413,7 +451,9 @@ class Join:
 
 
 SourceNode: TypeAlias = MemorySource | RecordsSource | FileSource | SparkSource | KafkaSource
-PlanNode: TypeAlias = SourceNode | Watermark | Filter | Project | Union | WindowAggregate | TopN | Join
+PlanNode: TypeAlias = (
+    SourceNode | Watermark | Filter | Project | Union | WindowAggregate | KeyedAggregate | TopN | Join
+)
 SOURCE_TYPES = (MemorySource, RecordsSource, FileSource, SparkSource, KafkaSource)
 
 
@@ -465,7 +505,23 @@ def schema_of(node: PlanNode) -> Schema:
         return _project_schema(node)
     if isinstance(node, Join):
         return _join_schema(node)
+    if isinstance(node, KeyedAggregate):
+        return _keyed_schema(node)
     return _window_schema(node)
+
+
+def _keyed_schema(node: KeyedAggregate) -> Schema:
+    inp = schema_of(node.input)
+    fields = [inp.field(k, role="key column") for k in node.keys]
+    fields += [Field(_output_name(c.name, "agg()"), agg_type(c, inp), True) for c in node.aggregates]
+    fields.append(Field(KIND_COLUMN, DataType("string"), False))
+    names = [f.name for f in fields]
+    dupes = sorted({x for x in names if names.count(x) > 1})
+    if dupes:
+        raise PlanError(
+            f"aggregate output has duplicate column names: {', '.join(dupes)}; use .alias() to rename"
+        )
+    return Schema(tuple(fields))
 
 
 def _project_schema(node: Project) -> Schema:
@@ -523,7 +579,7 @@ def event_time(node: PlanNode) -> EventTime | None:
     if isinstance(node, Join):
         # The later of its two rows' event times: no column of its own; the operator carries it.
         return EventTime(JOIN_EVENT_TIME, DataType("timestamp"), 0, from_join=True)
-    if isinstance(node, (*SOURCE_TYPES, TopN)):
+    if isinstance(node, (*SOURCE_TYPES, TopN, KeyedAggregate)):
         return None
     if isinstance(node, Union):
         return event_time(node.inputs[0])
@@ -819,6 +875,10 @@ def _describe(node: PlanNode) -> str:
             f"per=[window_start, window_end{''.join(', ' + k for k in n.keys)}] ties={n.ties}"
         ),
         Join: _join_text,
+        KeyedAggregate: lambda n: (
+            f"KeyedAggregate keys=[{', '.join(n.keys)}] "
+            f"aggs=[{', '.join(_agg_text(a) for a in n.aggregates)}]"
+        ),
         WindowAggregate: lambda n: (
             f"WindowAggregate keys=[{', '.join(n.keys)}] window={_window_text(n.window)} "
             f"aggs=[{', '.join(_agg_text(a) for a in n.aggregates)}]"

@@ -85,7 +85,9 @@ EmissionFeature: TypeAlias = Literal[
     "early_trigger", "allowed_lateness", "non_accumulating", "late_handler", "state_ttl"
 ]
 #: Stages after the window that a lowering may lack.
-StageFeature: TypeAlias = Literal["top_n", "cascade", "join", "interval_join", "window_after_join"]
+StageFeature: TypeAlias = Literal[
+    "top_n", "cascade", "join", "interval_join", "window_after_join", "keyed_agg"
+]
 FeatureName: TypeAlias = InputKind | WindowKind | EmissionFeature | StageFeature
 
 _ALL_WINDOWS: frozenset[WindowKind] = frozenset(
@@ -178,7 +180,7 @@ LOWERINGS: tuple[Capabilities, ...] = (
         ),
         # The second window of a cascade, and window top-N, run on the driver over the
         # operator's results, corrections included. Joins: one operator over both inputs.
-        stages=frozenset({"cascade", "top_n", "join", "interval_join", "window_after_join"}),
+        stages=frozenset({"cascade", "top_n", "join", "interval_join", "window_after_join", "keyed_agg"}),
         why="a custom Spark operator keeps the windows in state and fires them itself",
     ),
 )
@@ -257,6 +259,8 @@ def features_of(plan: n.PlanNode) -> list[Feature]:
         out.append(Feature("top_n", "window top-N (top_n)"))
     if any(n.cascade_of(a) is not None for a in n.window_aggregates(plan)):
         out.append(Feature("cascade", "a window over windowed results"))
+    if any(isinstance(x, n.KeyedAggregate) for x in n.walk(plan)):
+        out.append(Feature("keyed_agg", "an aggregation per key without a window"))
     if any(n.joins_of(a.input) for a in n.window_aggregates(plan)):
         out.append(Feature("window_after_join", "a window over a join's rows"))
     for join in n.joins_of(plan):

@@ -46,6 +46,7 @@ from krishiv_py.planner.spark.stateful import (
     kernel_aggs,
     lower_stateful_chain,
     lower_stateful_join,
+    lower_stateful_keyed,
     lower_stateful_window,
 )
 from krishiv_py.planner.sql import quote, to_sql
@@ -224,6 +225,7 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
         shift=shift,
         window=lower_stateful_window,
         join=join_rule,
+        keyed=lower_stateful_keyed,
         spark_max=rule.spark_max and one_watermark(op),
     )
     root, _ = ctx.lower(op if chained is None else chained)
@@ -248,7 +250,7 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
 
 def _operator_and_stages(
     plan: n.PlanNode,
-) -> tuple[n.WindowAggregate | n.Join, tuple[AfterStage, ...], list[str]]:
+) -> tuple[n.WindowAggregate | n.Join | n.KeyedAggregate, tuple[AfterStage, ...], list[str]]:
     """The node the operator runs, the stages after it (in order) and why they run as they do.
 
     From the top: filters and projections (one :class:`AfterWindow`), a
@@ -271,7 +273,7 @@ def _operator_and_stages(
     below = n.children(op) if chained is None else n.children(chained)
     if type(op) not in OPERATOR_RULES or _has_operator(*below):
         raise PlanError(_unsupported(node))
-    assert isinstance(op, n.WindowAggregate | n.Join)
+    assert isinstance(op, n.WindowAggregate | n.Join | n.KeyedAggregate)
     rule = OPERATOR_RULES[type(op)]
     why = []
     if ranked is not None:
@@ -294,6 +296,14 @@ def _operator_and_stages(
     stages = (cascade[1] if cascade is not None else None, ranked, after)
     return op, tuple(s for s in stages if s is not None), why
 
+
+#: Why an aggregation per key without a window runs as it does (docs/windows.md, "Without a window").
+KEYED_REASON = (
+    "; the aggregation per key without a window runs in krishiv's operator, by key bucket: each "
+    "micro-batch that changes a key's values retracts the key's previous row and emits the new one "
+    "(Spark's own streaming aggregation in update mode emits no retraction); the state holds one row "
+    "per key seen and grows with the keys"
+)
 
 #: Why a window after a join runs with the join (docs/joins.md, "After a join").
 CHAIN_REASON = (
@@ -355,6 +365,7 @@ OPERATOR_RULES[n.WindowAggregate] = OperatorRule(
     exact=", so a retraction passes a filter exactly when the emit it withdraws did",
 )
 OPERATOR_RULES[n.Join] = OperatorRule(noun="join", rows="joined rows", reason=JOIN_REASON, spark_max=False)
+OPERATOR_RULES[n.KeyedAggregate] = OperatorRule(noun="aggregation", rows="results", reason=KEYED_REASON)
 
 
 #: What the stateful lowering does with every kind of plan node: a source is read by its read

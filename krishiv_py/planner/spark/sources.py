@@ -97,6 +97,14 @@ class WindowRule(Protocol):
     ) -> RecipeNode: ...
 
 
+class KeyedRule(Protocol):
+    """Lowers an aggregation per key without a window over its lowered input."""
+
+    def __call__(
+        self, node: n.KeyedAggregate, child: RecipeNode, *, streaming: bool, shift_ms: int
+    ) -> RecipeNode: ...
+
+
 class JoinRule(Protocol):
     """How a lowering turns a join of ``left`` and ``right`` into a recipe."""
 
@@ -114,6 +122,8 @@ class Lowerer:
     window: WindowRule
     #: The lowering's join rule (None: it runs no joins).
     join: JoinRule | None = None
+    #: The lowering's rule for an aggregation per key without a window (None: it runs none).
+    keyed: KeyedRule | None = None
     tracked: list[TrackedSource] = attrs.field(factory=list)
     #: The query has one watermark operator (:func:`one_watermark`): its maximum event time
     #: comes from Spark's progress report instead of an observed metric.
@@ -163,6 +173,12 @@ class Lowerer:
             # stages after the window), since Spark ranks no unbounded input.
             assert not self.streaming, "top_n in a streaming query runs on each micro-batch"
             return top_n(node, child), hidden
+        if isinstance(node, n.KeyedAggregate):
+            if self.keyed is None:
+                raise PlanError(
+                    "this lowering runs no aggregation without a window: it runs on the stateful lowering"
+                )
+            return self.keyed(node, child, streaming=self.streaming, shift_ms=self.shift), ()
         assert isinstance(node, n.WindowAggregate)
         if n.cascade_of(node) is not None:
             # The rows are a window's results: event time window_end - 1 ms, one data row each.

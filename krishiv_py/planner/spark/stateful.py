@@ -40,6 +40,7 @@ __all__ = [
     "StatefulApply",
     "join_spec",
     "lower_stateful_chain",
+    "lower_stateful_keyed",
     "lower_stateful_join",
     "lower_stateful_window",
     "operator_spec",
@@ -100,7 +101,7 @@ def operator_spec(node: n.WindowAggregate, *, shift_ms: int) -> Any:
     )
 
 
-def kernel_aggs(node: n.WindowAggregate) -> tuple[Any, ...]:
+def kernel_aggs(node: n.WindowAggregate | n.KeyedAggregate) -> tuple[Any, ...]:
     """The kernel's :class:`~krishiv_py.stateful.aggregates.AggSpec` of each aggregate of ``node``."""
     from krishiv_py.stateful.aggregates import AggSpec
 
@@ -216,6 +217,26 @@ def join_spec(node: n.Join, *, shift_ms: int) -> Any:
     )
     columns = tuple(InputColumn(name=f.name, type=f.type, index=i) for i, f in enumerate(kernel.row_schema))
     return OperatorSpec(kernel=JoinKernel(kernel), columns=columns, shift_ms=shift_ms, buckets=BUCKETS)
+
+
+def lower_stateful_keyed(
+    node: n.KeyedAggregate, child: RecipeNode, *, streaming: bool, shift_ms: int
+) -> RecipeNode:
+    """An aggregation per key without a window: the rows by key bucket into its kernel."""
+    from krishiv_py.stateful.keyed_agg import KeyedAggKernel
+    from krishiv_py.stateful.operator import InputColumn, OperatorSpec
+
+    schema = n.schema_of(node.input)
+    arrow = schema.to_arrow()
+    needed = {*node.keys, *(a.column for a in node.aggregates if a.column is not None)}
+    columns = tuple(
+        InputColumn(name=f.name, type=arrow.field(f.name).type, index=i)
+        for i, f in enumerate(schema)
+        if f.name in needed
+    )
+    kernel = KeyedAggKernel(keys=node.keys, aggs=kernel_aggs(node))
+    spec = OperatorSpec(kernel=kernel, columns=columns, shift_ms=shift_ms, buckets=BUCKETS)
+    return _apply(spec, child, _hashed_keys(node.keys, schema), streaming=streaming)
 
 
 def lower_stateful_chain(window: n.WindowAggregate) -> Any:
