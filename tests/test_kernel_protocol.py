@@ -20,6 +20,7 @@ from krishiv_py.plan.windows import SessionWindow, SlidingWindow, TumblingWindow
 from krishiv_py.stateful.aggregates import AggSpec
 from krishiv_py.stateful.joins import JoinKernel, JoinSpec
 from krishiv_py.stateful.keyed_agg import KeyedAggKernel
+from krishiv_py.stateful.keyed_topn import KeyedTopNKernel
 from krishiv_py.stateful.protocol import Kernel
 from krishiv_py.stateful.state import KernelSpec
 from krishiv_py.stateful.window_kernel import WindowKernel
@@ -50,6 +51,7 @@ def _kernels() -> list[Kernel]:
         _join("window", window=TumblingWindow(size_ms=10)),
         _join("as_of"),
         KeyedAggKernel(keys=("k",), aggs=(COUNT,)),
+        KeyedTopNKernel(keys=("k",), n=1, by=("k",), columns=("k",)),
     ]
 
 

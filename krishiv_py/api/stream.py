@@ -245,12 +245,18 @@ class Stream(WindowAssigners):
         n: int,
         by: str | Sequence[str],
         *,
-        per: Literal["window"] = "window",
+        per: Literal["window", "key"] = "window",
         keys: Sequence[str] = (),
         ties: Literal["all", "first"] = "all",
         ascending: bool = False,
     ) -> Stream:
-        """Window top-N: the ``n`` result rows of each window that rank first by ``by``.
+        """Window top-N: the ``n`` result rows of each window that rank first by ``by``; or per key.
+
+        ``per="key"``: the ``n`` rows of each value of ``keys`` over every row
+        so far (SPEC 3.13), updating: a row that enters the top is emitted,
+        a row pushed out retracted (a ``kind`` column);
+        ``top_n(1, by="event_time", per="key", keys=("id",))`` keeps the
+        latest row per id (deduplication).
 
         Call it on the results of a window (after ``.agg(...)``). Rows of one
         window (``window_start``, ``window_end``, and ``keys`` when given)
@@ -273,12 +279,17 @@ class Stream(WindowAssigners):
                 .top_n(1, by="bids")
             )
         """
-        if per != "window":
-            raise PlanError(f"top_n(per=...) ranks per 'window' only, got {per!r}")
-        from krishiv_py.plan.nodes import TopN  # (``n`` is the count here)
+        if per not in ("window", "key"):
+            raise PlanError(f"top_n(per=...) ranks per 'window' or per 'key', got {per!r}")
+        from krishiv_py.plan.nodes import KeyedTopN, TopN  # (``n`` is the count here)
 
         columns = _names("top_n(by=...)", by)
         ranked_keys = () if isinstance(keys, (tuple, list)) and not keys else _names("top_n(keys=...)", keys)
+        if per == "key":
+            keyed = KeyedTopN(
+                input=self._plan, n=n, by=columns, keys=ranked_keys, ascending=bool(ascending), ties=ties
+            )
+            return self._with(keyed)
         return self._with(
             TopN(input=self._plan, n=n, by=columns, ascending=bool(ascending), keys=ranked_keys, ties=ties)
         )

@@ -48,6 +48,7 @@ __all__ = [
     "Watermark",
     "WindowAggregate",
     "KeyedAggregate",
+    "KeyedTopN",
     "cascade_lateness_ms",
     "cascade_of",
     "event_time",
@@ -284,8 +285,49 @@ class KeyedAggregate:
         schema_of(self)
 
 
-def _keyed_aggregates(node: PlanNode) -> list[KeyedAggregate]:
-    return [x for x in walk(node) if isinstance(x, KeyedAggregate)]
+def _keyed_aggregates(node: PlanNode) -> list[KeyedAggregate | KeyedTopN]:
+    return [x for x in walk(node) if isinstance(x, KeyedAggregate | KeyedTopN)]
+
+
+@attrs.frozen(kw_only=True)
+class KeyedTopN:
+    """The ``n`` rows of each value of ``keys`` that rank first by ``by``, over every row so far.
+
+    ``top_n(n, by=..., per="key", keys=...)`` (SPEC 3.13): a row that enters
+    the top is emitted, a row pushed out of it retracted (a ``kind``
+    column); ``n=1`` by the event time keeps the latest row per key.
+    """
+
+    input: PlanNode
+    n: int
+    by: tuple[str, ...]
+    keys: tuple[str, ...] = ()
+    ascending: bool = False
+    ties: TopNTies = "all"
+    emission: Emission = attrs.field(factory=Emission)
+
+    def __attrs_post_init__(self) -> None:
+        if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
+            raise PlanError(f"top_n() needs n >= 1, got {self.n!r}")
+        if self.ties not in ("all", "first"):
+            raise PlanError(f"top_n(ties=...) is 'all' or 'first', got {self.ties!r}")
+        if not self.by:
+            raise PlanError("top_n() needs by=: the column(s) to rank the rows of a key by")
+        if joins_of(self.input) or window_aggregates(self.input) or _keyed_aggregates(self.input):
+            raise PlanError(
+                "top_n(per='key') takes a source's rows for now; after a join, a window or an "
+                "aggregation it is not supported yet (per='window' ranks a window's results)"
+            )
+        if event_time(self.input) is None:
+            raise PlanError(
+                "top_n(per='key') needs event time: call .watermark(column, lag_ms) before it, so "
+                "that each row has an event time and the watermark passes on"
+            )
+        schema = schema_of(self.input)
+        for c in (*self.by, *self.keys):
+            schema.field(c, role="top_n() column")
+        if KIND_COLUMN in schema.names:
+            raise PlanError(f"top_n(per='key') adds a {KIND_COLUMN!r} column, and the rows have one already")
 
 
 #: Why nothing that needs event time goes after a join yet (a window, an aggregation, a top-N,
@@ -452,7 +494,16 @@ class Join:
 
 SourceNode: TypeAlias = MemorySource | RecordsSource | FileSource | SparkSource | KafkaSource
 PlanNode: TypeAlias = (
-    SourceNode | Watermark | Filter | Project | Union | WindowAggregate | KeyedAggregate | TopN | Join
+    SourceNode
+    | Watermark
+    | Filter
+    | Project
+    | Union
+    | WindowAggregate
+    | KeyedAggregate
+    | KeyedTopN
+    | TopN
+    | Join
 )
 SOURCE_TYPES = (MemorySource, RecordsSource, FileSource, SparkSource, KafkaSource)
 
@@ -507,6 +558,9 @@ def schema_of(node: PlanNode) -> Schema:
         return _join_schema(node)
     if isinstance(node, KeyedAggregate):
         return _keyed_schema(node)
+    if isinstance(node, KeyedTopN):
+        inp = schema_of(node.input)
+        return Schema((*inp, Field(KIND_COLUMN, DataType("string"), False)))
     return _window_schema(node)
 
 
@@ -579,7 +633,7 @@ def event_time(node: PlanNode) -> EventTime | None:
     if isinstance(node, Join):
         # The later of its two rows' event times: no column of its own; the operator carries it.
         return EventTime(JOIN_EVENT_TIME, DataType("timestamp"), 0, from_join=True)
-    if isinstance(node, (*SOURCE_TYPES, TopN, KeyedAggregate)):
+    if isinstance(node, (*SOURCE_TYPES, TopN, KeyedAggregate, KeyedTopN)):
         return None
     if isinstance(node, Union):
         return event_time(node.inputs[0])
@@ -875,6 +929,10 @@ def _describe(node: PlanNode) -> str:
             f"per=[window_start, window_end{''.join(', ' + k for k in n.keys)}] ties={n.ties}"
         ),
         Join: _join_text,
+        KeyedTopN: lambda n: (
+            f"KeyedTopN n={n.n} by=[{', '.join(n.by)}] {'ascending' if n.ascending else 'descending'} "
+            f"per=[{', '.join(n.keys)}] ties={n.ties}"
+        ),
         KeyedAggregate: lambda n: (
             f"KeyedAggregate keys=[{', '.join(n.keys)}] "
             f"aggs=[{', '.join(_agg_text(a) for a in n.aggregates)}]"

@@ -261,6 +261,8 @@ def features_of(plan: n.PlanNode) -> list[Feature]:
         out.append(Feature("cascade", "a window over windowed results"))
     if any(isinstance(x, n.KeyedAggregate) for x in n.walk(plan)):
         out.append(Feature("keyed_agg", "an aggregation per key without a window"))
+    if any(isinstance(x, n.KeyedTopN) for x in n.walk(plan)):
+        out.append(Feature("keyed_agg", "top_n per key over every row"))
     if any(n.joins_of(a.input) for a in n.window_aggregates(plan)):
         out.append(Feature("window_after_join", "a window over a join's rows"))
     for join in n.joins_of(plan):

@@ -250,7 +250,7 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
 
 def _operator_and_stages(
     plan: n.PlanNode,
-) -> tuple[n.WindowAggregate | n.Join | n.KeyedAggregate, tuple[AfterStage, ...], list[str]]:
+) -> tuple[n.WindowAggregate | n.Join | n.KeyedAggregate | n.KeyedTopN, tuple[AfterStage, ...], list[str]]:
     """The node the operator runs, the stages after it (in order) and why they run as they do.
 
     From the top: filters and projections (one :class:`AfterWindow`), a
@@ -273,7 +273,7 @@ def _operator_and_stages(
     below = n.children(op) if chained is None else n.children(chained)
     if type(op) not in OPERATOR_RULES or _has_operator(*below):
         raise PlanError(_unsupported(node))
-    assert isinstance(op, n.WindowAggregate | n.Join | n.KeyedAggregate)
+    assert isinstance(op, n.WindowAggregate | n.Join | n.KeyedAggregate | n.KeyedTopN)
     rule = OPERATOR_RULES[type(op)]
     why = []
     if ranked is not None:
@@ -303,6 +303,13 @@ KEYED_REASON = (
     "micro-batch that changes a key's values retracts the key's previous row and emits the new one "
     "(Spark's own streaming aggregation in update mode emits no retraction); the state holds one row "
     "per key seen and grows with the keys"
+)
+
+#: Why a top-N per key runs as it does (docs/windows.md, "Without a window").
+KEYED_TOP_N_REASON = (
+    "; top_n per key runs in krishiv's operator, by key bucket: a row that enters a key's top is "
+    "emitted and a row pushed out retracted (Spark ranks no unbounded input); the state holds the "
+    "rows in the top of each key seen, and grows with the keys"
 )
 
 #: Why a window after a join runs with the join (docs/joins.md, "After a join").
@@ -366,6 +373,7 @@ OPERATOR_RULES[n.WindowAggregate] = OperatorRule(
 )
 OPERATOR_RULES[n.Join] = OperatorRule(noun="join", rows="joined rows", reason=JOIN_REASON, spark_max=False)
 OPERATOR_RULES[n.KeyedAggregate] = OperatorRule(noun="aggregation", rows="results", reason=KEYED_REASON)
+OPERATOR_RULES[n.KeyedTopN] = OperatorRule(noun="top-N", rows="results", reason=KEYED_TOP_N_REASON)
 
 
 #: What the stateful lowering does with every kind of plan node: a source is read by its read

@@ -101,7 +101,7 @@ class KeyedRule(Protocol):
     """Lowers an aggregation per key without a window over its lowered input."""
 
     def __call__(
-        self, node: n.KeyedAggregate, child: RecipeNode, *, streaming: bool, shift_ms: int
+        self, node: n.KeyedAggregate | n.KeyedTopN, child: RecipeNode, *, streaming: bool, shift_ms: int
     ) -> RecipeNode: ...
 
 
@@ -173,7 +173,7 @@ class Lowerer:
             # stages after the window), since Spark ranks no unbounded input.
             assert not self.streaming, "top_n in a streaming query runs on each micro-batch"
             return top_n(node, child), hidden
-        if isinstance(node, n.KeyedAggregate):
+        if isinstance(node, n.KeyedAggregate | n.KeyedTopN):
             if self.keyed is None:
                 raise PlanError(
                     "this lowering runs no aggregation without a window: it runs on the stateful lowering"

@@ -220,21 +220,34 @@ def join_spec(node: n.Join, *, shift_ms: int) -> Any:
 
 
 def lower_stateful_keyed(
-    node: n.KeyedAggregate, child: RecipeNode, *, streaming: bool, shift_ms: int
+    node: n.KeyedAggregate | n.KeyedTopN, child: RecipeNode, *, streaming: bool, shift_ms: int
 ) -> RecipeNode:
-    """An aggregation per key without a window: the rows by key bucket into its kernel."""
+    """An operator per key over every row (aggregation or top-N): the rows by key bucket into its kernel."""
     from krishiv_py.stateful.keyed_agg import KeyedAggKernel
+    from krishiv_py.stateful.keyed_topn import KeyedTopNKernel
     from krishiv_py.stateful.operator import InputColumn, OperatorSpec
 
     schema = n.schema_of(node.input)
     arrow = schema.to_arrow()
-    needed = {*node.keys, *(a.column for a in node.aggregates if a.column is not None)}
+    kernel: Any
+    if isinstance(node, n.KeyedAggregate):
+        needed = {*node.keys, *(a.column for a in node.aggregates if a.column is not None)}
+        kernel = KeyedAggKernel(keys=node.keys, aggs=kernel_aggs(node))
+    else:  # a top-N's rows are its results: every column travels
+        needed = set(schema.names)
+        kernel = KeyedTopNKernel(
+            keys=node.keys,
+            n=node.n,
+            by=node.by,
+            columns=schema.names,
+            ascending=node.ascending,
+            ties=node.ties,
+        )
     columns = tuple(
         InputColumn(name=f.name, type=arrow.field(f.name).type, index=i)
         for i, f in enumerate(schema)
         if f.name in needed
     )
-    kernel = KeyedAggKernel(keys=node.keys, aggs=kernel_aggs(node))
     spec = OperatorSpec(kernel=kernel, columns=columns, shift_ms=shift_ms, buckets=BUCKETS)
     return _apply(spec, child, _hashed_keys(node.keys, schema), streaming=streaming)
 

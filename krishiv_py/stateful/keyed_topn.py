@@ -1,0 +1,182 @@
+"""The kernel of top-N per key over every row so far (SPEC 3.13): ``top_n(n, by=..., per="key")``.
+
+The state holds the rows in the top of each key (every row tied with the
+``n``-th with ``ties="all"``): a source's rows are only ever added, so a
+row pushed out of the top never comes back, and nothing else need be kept.
+A micro-batch's rows are ranked with the top they meet; a row that enters
+the top is emitted, a row pushed out is retracted (its retraction before
+the micro-batch's emits). ``top_n(1, by="event_time", per="key")`` keeps
+the latest row per key: deduplication.
+
+Order
+    By the ``by`` columns, largest first unless ``ascending``; nulls last;
+    ``NaN`` above every number (Spark's order). ``ties="all"``: a row's rank
+    is one more than the rows of its key that order strictly before it
+    (``RANK() <= n``); ``ties="first"``: exactly ``n`` rows, ties broken by
+    the remaining columns in order, then by arrival.
+
+Examples
+--------
+>>> import pyarrow as pa
+>>> from krishiv_py.names import BATCH_TS, SEQ
+>>> kernel = KeyedTopNKernel(keys=("k",), n=1, by=("t",), columns=("k", "t"))
+>>> def batch(rows, seq):
+...     return pa.table({"k": [r[0] for r in rows], "t": [r[1] for r in rows],
+...                      BATCH_TS: [r[1] * 1000 for r in rows], SEQ: list(range(seq, seq + len(rows)))})
+>>> state, out = kernel.step(None, batch([("a", 5), ("a", 3), ("b", 1)], 0), None, 0)
+>>> out.results.to_pylist()
+[{'k': 'a', 't': 5, 'kind': 'emit'}, {'k': 'b', 't': 1, 'kind': 'emit'}]
+>>> state, out = kernel.step(state, batch([("a", 9), ("b", 0)], 3), None, 0)
+>>> out.results.to_pylist()
+[{'k': 'a', 't': 5, 'kind': 'retract'}, {'k': 'a', 't': 9, 'kind': 'emit'}]
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import attrs
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from krishiv_py.names import BATCH_TS, RESULT_KIND, SEQ
+from krishiv_py.stateful.grouping import group_ids
+from krishiv_py.stateful.kernel import StepOutput
+from krishiv_py.stateful.protocol import NOT_DUE
+
+__all__ = ["KeyedTopNKernel", "top_rows"]
+
+
+@attrs.frozen(kw_only=True)
+class KeyedTopNKernel:
+    """Top-N per key over all rows, as a :class:`~krishiv_py.stateful.protocol.Kernel`."""
+
+    keys: tuple[str, ...]
+    n: int
+    by: tuple[str, ...]
+    #: The rows' columns, in order (the results carry them all).
+    columns: tuple[str, ...]
+    ascending: bool = False
+    ties: Literal["all", "first"] = "all"
+
+    @property
+    def accumulation(self) -> str:
+        return "retracting"
+
+    @property
+    def identity(self) -> tuple[str, ...]:
+        return ()
+
+    @property
+    def mergeable(self) -> bool:
+        return False
+
+    def step(
+        self,
+        state: pa.Table | None,
+        batch: pa.Table,
+        watermark_ms: int | None,
+        now_ms: int,
+        *,
+        merged: pa.Table | None = None,
+    ) -> tuple[pa.Table, StepOutput]:
+        del now_ms, merged
+        ts_col = batch.column(BATCH_TS).combine_chunks() if batch.num_rows else pa.array([], pa.int64())
+        valid = np.asarray(pc.is_valid(ts_col).to_numpy(zero_copy_only=False), bool)
+        ts = np.asarray(ts_col.fill_null(0).to_numpy(zero_copy_only=False), np.int64)
+        late = valid & (watermark_ms is not None) & (ts < (watermark_ms or 0) * 1000)
+        rows = batch.filter(pa.array(valid)).select([*self.columns, BATCH_TS, SEQ])
+        held = state if state is not None and state.num_rows else rows.slice(0, 0)
+        both = pa.concat_tables([held, rows.cast(held.schema)]) if rows.num_rows else held
+        kept = top_rows(both, self.n, by=self.by, group=self.keys, ascending=self.ascending, ties=self.ties)
+        was = np.zeros(both.num_rows, bool)
+        was[: held.num_rows] = True
+        out = [both.filter(pa.array(was & ~kept)), both.filter(pa.array(~was & kept))]
+        results = pa.concat_tables(
+            [t.select(list(self.columns)).append_column(RESULT_KIND, pa.array([k] * t.num_rows, pa.string()))
+             for t, k in zip(out, ("retract", "emit"), strict=True)]
+        )  # fmt: skip
+        return both.filter(pa.array(kept)), StepOutput(
+            results=results,
+            very_late=np.zeros(0, np.int64),
+            invalid=np.flatnonzero(~valid).astype(np.int64),
+            on_time=int(np.sum(valid & ~late)),
+            mildly_late=int(np.sum(late)),
+        )
+
+    def next_due(self, state: pa.Table) -> tuple[int, int]:
+        return NOT_DUE, NOT_DUE
+
+    def output_watermark(self, watermark_ms: int | None) -> int | None:
+        return watermark_ms
+
+    def state_rows(self, state: pa.Table) -> int:
+        return state.num_rows
+
+    def premerge(
+        self, rows: pa.Table, watermark_ms: int | None, *, by: tuple[str, ...] = ()
+    ) -> tuple[pa.Table, pa.Table | None]:
+        return rows, None
+
+    def on_time(self, ts_us: pa.Array[Any], watermark_ms: int) -> np.ndarray:
+        return np.zeros(len(ts_us), bool)
+
+    def describe(self) -> str:
+        order = "ascending" if self.ascending else "descending"
+        return (
+            f"krishiv top-N per key: n={self.n} by={list(self.by)} {order} keys={list(self.keys)} "
+            f"ties={self.ties} (over every row so far)"
+        )
+
+
+def top_rows(
+    table: pa.Table,
+    n: int,
+    *,
+    by: tuple[str, ...],
+    group: tuple[str, ...],
+    ascending: bool,
+    ties: Literal["all", "first"],
+) -> np.ndarray:
+    """Which rows of ``table`` are in the top ``n`` of their ``group`` (see the module docstring)."""
+    if not table.num_rows:
+        return np.zeros(0, bool)
+    gid = (
+        group_ids([table.column(c).combine_chunks() for c in group])[0]
+        if group
+        else np.zeros(table.num_rows, np.int64)
+    )
+    way: Literal["ascending", "descending"] = "ascending" if ascending else "descending"
+    cols: dict[str, Any] = {"__g": pa.array(gid)}
+    keys: list[tuple[str, Literal["ascending", "descending"]]] = [("__g", "ascending")]
+    for i, c in enumerate(by):
+        col = table.column(c).combine_chunks()
+        if pa.types.is_floating(col.type):  # NaN above every number, nulls still last
+            cols[f"__n{i}"] = pc.is_nan(col).fill_null(False).cast(pa.int8())
+            keys.append((f"__n{i}", way))
+        cols[f"__b{i}"] = col
+        keys.append((f"__b{i}", way))
+    ranked = len(keys)
+    if ties == "first":
+        rest = [c for c in table.column_names if c not in by and c not in (BATCH_TS, SEQ)] + [SEQ]
+        for i, c in enumerate(rest):
+            cols[f"__r{i}"] = table.column(c)
+            keys.append((f"__r{i}", "ascending"))
+    order = pc.sort_indices(pa.table(cols), sort_keys=keys).to_numpy()
+    g = gid[order]
+    pos = np.arange(len(order))
+    new_group = np.ones(len(order), bool)
+    new_group[1:] = g[1:] != g[:-1]
+    group_start = np.maximum.accumulate(np.where(new_group, pos, 0))
+    if ties == "first":
+        rank = pos - group_start + 1
+    else:
+        sorted_cols = pa.table(cols).take(order)
+        runs = group_ids([sorted_cols.column(k).combine_chunks() for k, _ in keys[:ranked]])[0]
+        new_run = np.ones(len(order), bool)
+        new_run[1:] = runs[1:] != runs[:-1]
+        rank = np.maximum.accumulate(np.where(new_run, pos, 0)) - group_start + 1
+    keep = np.zeros(table.num_rows, bool)
+    keep[order[rank <= n]] = True
+    return keep
