@@ -118,3 +118,52 @@ def test_a_window_after_a_join_collects_as_one_step_then_close(session: kp.Sessi
     _, total = _expected(joined)
     got = Counter({_window(r): r["pairs"] for r in counted.collect().to_pylist()})
     assert got == total  # one step: a5 is not late there, and c1 meets a1 and a5 as the steps did
+
+
+def _after_join(kind: str, joined: Any) -> Any:
+    if kind == "agg":
+        return joined.key_by("user").agg(
+            kp.count(kp.col("*")).alias("pairs"), kp.max(kp.col("ad")).alias("top_ad")
+        )
+    return joined.top_n(1, by="t_right", per="key", keys=("user",))
+
+
+def _model_after_join(kind: str, lateness: int) -> Any:
+    from krishiv_py.model.compose import AggOf, ComposedModel, JoinOf, Source, TopNOf
+    from krishiv_py.model.reference import AggSpec as ModelAgg
+
+    clicks = Source("clicks", "t", ("user", "t", "click"))
+    views = Source("views", "t", ("user", "t", "ad"))
+    join = JoinOf(clicks, views, keys=("user",), between=(-5_000, 0), allowed_lateness_ms=lateness)
+    if kind == "agg":
+        aggs = [
+            ModelAgg(name="pairs", func="count", column=None),
+            ModelAgg(name="top_ad", func="max", column="ad"),
+        ]
+        return ComposedModel(AggOf(join, keys=("user",), aggregates=aggs))
+    return ComposedModel(TopNOf(join, n=1, by=("t_right",), keys=("user",)))
+
+
+@pytest.mark.parametrize("kind", ["agg", "top_n"])
+def test_an_aggregation_or_top_n_per_key_after_a_join_equals_the_model_step_by_step(
+    session: kp.Session, kind: str
+) -> None:
+    joined, _, clicks, views = _pipeline(session, 20_000)
+    after = _after_join(kind, joined)
+    assert "same operator call as the join" in after.explain()
+    model = _model_after_join(kind, 20_000)
+    job = after.start()
+    seen = 0
+    try:
+        for side, rows in STEPS:
+            expected = model.send(rows, source=side)
+            (clicks if side == "clicks" else views).send(rows)
+            job.process_all_available()
+            got = job.results().to_pylist()
+            names = [c for c in after.columns if c != "kind"]
+            assert Counter(tuple(r[c] for c in (*names, "kind")) for r in got[seen:]) == Counter(
+                tuple(r[c] for c in (*names, "kind")) for r in expected
+            )
+            seen = len(got)
+    finally:
+        job.stop()

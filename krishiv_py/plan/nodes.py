@@ -270,10 +270,12 @@ class KeyedAggregate:
     def __attrs_post_init__(self) -> None:
         if not self.keys:
             raise PlanError("agg() without a window needs key_by(...) columns: one result row per key")
-        if joins_of(self.input) or window_aggregates(self.input) or _keyed_aggregates(self.input):
+        if joins_of(self.input):
+            check_window_after_join(self.input, self.keys, what="an aggregation per key")
+        elif window_aggregates(self.input) or _keyed_aggregates(self.input):
             raise PlanError(
-                "an aggregation per key without a window takes a source's rows for now; after a join "
-                "or a window it is not supported yet"
+                "an aggregation per key without a window takes a source's or a join's rows for now; "
+                "after a window or another aggregation it is not supported yet"
             )
         if event_time(self.input) is None:
             raise PlanError(
@@ -313,9 +315,11 @@ class KeyedTopN:
             raise PlanError(f"top_n(ties=...) is 'all' or 'first', got {self.ties!r}")
         if not self.by:
             raise PlanError("top_n() needs by=: the column(s) to rank the rows of a key by")
-        if joins_of(self.input) or window_aggregates(self.input) or _keyed_aggregates(self.input):
+        if joins_of(self.input):
+            check_window_after_join(self.input, self.keys, what="top_n(per='key')")
+        elif window_aggregates(self.input) or _keyed_aggregates(self.input):
             raise PlanError(
-                "top_n(per='key') takes a source's rows for now; after a join, a window or an "
+                "top_n(per='key') takes a source's or a join's rows for now; after a window or an "
                 "aggregation it is not supported yet (per='window' ranks a window's results)"
             )
         if event_time(self.input) is None:
@@ -343,13 +347,14 @@ AFTER_JOIN = (
 )
 
 
-def check_window_after_join(below: PlanNode, keys: tuple[str, ...]) -> None:
-    """What a window after a join takes today: right after an accumulating join, keyed by its keys.
+def check_window_after_join(below: PlanNode, keys: tuple[str, ...], *, what: str = "a window") -> None:
+    """What an operator after a join takes today: right after an accumulating join, keyed by its keys.
 
-    The window then runs beside the join in the same operator call
-    (:mod:`krishiv_py.stateful.chain`). A window keyed by other columns
-    needs its rows moved across the cluster between the two, and a
-    retracting join sends retractions a window cannot take yet.
+    The operator (``what``: a window, an aggregation or a top-N per key)
+    then runs beside the join in the same operator call
+    (:mod:`krishiv_py.stateful.chain`). One keyed by other columns needs its
+    rows moved across the cluster between the two, and a retracting join
+    sends retractions it cannot take yet.
     """
     join = below
     if not isinstance(join, Join) or joins_of(join.left) or joins_of(join.right):
@@ -359,21 +364,21 @@ def check_window_after_join(below: PlanNode, keys: tuple[str, ...]) -> None:
     missing = [k for k in join.left_keys if k not in keys]
     if missing:
         raise PlanError(
-            f"a window after a join is keyed by the join's keys for now (it runs beside the join, on "
+            f"{what} after a join is keyed by the join's keys for now (it runs beside the join, on "
             f"the rows of those keys): key_by({', '.join(repr(k) for k in join.left_keys)}, ...) "
-            f"before the window; {', '.join(repr(k) for k in missing)} is missing. A window keyed by "
-            "other columns only, or by none, is not supported after a join yet"
+            f"(keys=... for top_n) first; {', '.join(repr(k) for k in missing)} is missing. One keyed "
+            "by other columns only, or by none, is not supported after a join yet"
         )
     if join.emission.accumulation == "retracting":
         raise PlanError(
-            "a window after a join takes the join's rows as emits only for now: a join in "
+            f"{what} after a join takes the join's rows as emits only for now: a join in "
             "accumulation('retracting') (needed by an outer or as-of join with allowed lateness) "
-            "withdraws rows, which a window over them cannot take yet; use an inner interval join "
+            "withdraws rows, which it cannot take yet; use an inner interval join "
             "(allowed lateness is fine), or an outer one without allowed lateness"
         )
     if join.kind == "window" and join.emission.allowed_lateness_ms:
         raise PlanError(
-            "a window after a window join with allowed lateness is not supported yet (a re-fired "
+            f"{what} after a window join with allowed lateness is not supported yet (a re-fired "
             "window join sends its window's rows again); drop allowed_lateness() on the window join"
         )
 

@@ -218,7 +218,7 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
     chained = _chained_join(op)
     join_rule = lower_stateful_join
     if chained is not None:
-        assert isinstance(op, n.WindowAggregate)
+        assert isinstance(op, n.WindowAggregate | n.KeyedAggregate | n.KeyedTopN)
         join_rule = lower_stateful_chain(op)
     ctx = Lowerer(
         streaming=streaming,
@@ -314,15 +314,15 @@ KEYED_TOP_N_REASON = (
 
 #: Why a window after a join runs with the join (docs/joins.md, "After a join").
 CHAIN_REASON = (
-    "; the window runs in the same operator call as the join, over the joined rows of its keys "
+    "; it runs in the same operator call as the join, over the joined rows of its keys "
     "(they include the join's, so no row crosses the cluster again), at the join's watermark; a "
-    "late partner's new pairs (within the join's allowed lateness) correct the windows they fall in"
+    "late partner's new pairs (within the join's allowed lateness) correct its results"
 )
 
 
 def _chained_join(op: n.PlanNode) -> n.Join | None:
     """The join a window runs right after, in the same operator call (None: not a window after a join)."""
-    if isinstance(op, n.WindowAggregate) and isinstance(op.input, n.Join):
+    if isinstance(op, n.WindowAggregate | n.KeyedAggregate | n.KeyedTopN) and isinstance(op.input, n.Join):
         return op.input
     return None
 

@@ -41,6 +41,7 @@ __all__ = [
     "join_spec",
     "lower_stateful_chain",
     "lower_stateful_keyed",
+    "keyed_operator",
     "lower_stateful_join",
     "lower_stateful_window",
     "operator_spec",
@@ -219,13 +220,11 @@ def join_spec(node: n.Join, *, shift_ms: int) -> Any:
     return OperatorSpec(kernel=JoinKernel(kernel), columns=columns, shift_ms=shift_ms, buckets=BUCKETS)
 
 
-def lower_stateful_keyed(
-    node: n.KeyedAggregate | n.KeyedTopN, child: RecipeNode, *, streaming: bool, shift_ms: int
-) -> RecipeNode:
-    """An operator per key over every row (aggregation or top-N): the rows by key bucket into its kernel."""
+def keyed_operator(node: n.KeyedAggregate | n.KeyedTopN) -> tuple[Any, tuple[Any, ...]]:
+    """The kernel of an operator per key over every row, and the input columns it reads."""
     from krishiv_py.stateful.keyed_agg import KeyedAggKernel
     from krishiv_py.stateful.keyed_topn import KeyedTopNKernel
-    from krishiv_py.stateful.operator import InputColumn, OperatorSpec
+    from krishiv_py.stateful.operator import InputColumn
 
     schema = n.schema_of(node.input)
     arrow = schema.to_arrow()
@@ -248,17 +247,28 @@ def lower_stateful_keyed(
         for i, f in enumerate(schema)
         if f.name in needed
     )
+    return kernel, columns
+
+
+def lower_stateful_keyed(
+    node: n.KeyedAggregate | n.KeyedTopN, child: RecipeNode, *, streaming: bool, shift_ms: int
+) -> RecipeNode:
+    """An operator per key over every row (aggregation or top-N): the rows by key bucket into its kernel."""
+    from krishiv_py.stateful.operator import OperatorSpec
+
+    kernel, columns = keyed_operator(node)
     spec = OperatorSpec(kernel=kernel, columns=columns, shift_ms=shift_ms, buckets=BUCKETS)
-    return _apply(spec, child, _hashed_keys(node.keys, schema), streaming=streaming)
+    return _apply(spec, child, _hashed_keys(node.keys, n.schema_of(node.input)), streaming=streaming)
 
 
-def lower_stateful_chain(window: n.WindowAggregate) -> Any:
-    """The join rule of a window right after a join: both in one operator call (a chain kernel).
+def lower_stateful_chain(then: n.WindowAggregate | n.KeyedAggregate | n.KeyedTopN) -> Any:
+    """The join rule of an operator right after a join: both in one operator call (a chain kernel).
 
-    The window's keys include the join's, so its rows of one key are in
+    The operator's keys include the join's, so its rows of one key are in
     the join's bucket already; it takes the join's rows with their event
-    time (the later of the two rows') and keeps its windows for the join's
-    allowed lateness more, so that a late partner's new pairs correct them.
+    time (the later of the two rows'). A window keeps its windows for the
+    join's allowed lateness more, so that a late partner's new pairs
+    correct them; an operator over every row keeps every row anyway.
     """
 
     def rule(
@@ -270,13 +280,18 @@ def lower_stateful_chain(window: n.WindowAggregate) -> Any:
 
         apply = lower_stateful_join(node, left, right, streaming=streaming, shift_ms=shift_ms)
         assert isinstance(apply, StatefulApply)
-        then = operator_spec(window, shift_ms=shift_ms)
-        window_spec = then.kernel.spec
-        kept = window_spec.allowed_lateness_ms + node.emission.allowed_lateness_ms
+        kernel: Any
+        if isinstance(then, n.WindowAggregate):
+            spec = operator_spec(then, shift_ms=shift_ms)
+            window_spec = spec.kernel.spec
+            kept = window_spec.allowed_lateness_ms + node.emission.allowed_lateness_ms
+            kernel, columns = WindowKernel(attrs.evolve(window_spec, allowed_lateness_ms=kept)), spec.columns
+        else:
+            kernel, columns = keyed_operator(then)
         chain = ChainKernel(
             first=JoinKernel(attrs.evolve(apply.operator.kernel.spec, event_times=True)),
-            then=WindowKernel(attrs.evolve(window_spec, allowed_lateness_ms=kept)),
-            columns=tuple((c.name, c.type) for c in then.columns),
+            then=kernel,
+            columns=tuple((c.name, c.type) for c in columns),
         )
         return attrs.evolve(apply, operator=attrs.evolve(apply.operator, kernel=chain))
 
