@@ -19,6 +19,9 @@ its builder twin make equal plans (and so run the same way everywhere):
   ``HAVING`` is a ``.filter(...)`` on the results, and a ``SELECT`` that
   is not the results as they come (keys, ``window_start``,
   ``window_end``, aggregates) is a ``.select(...)`` after it.
+- ``GROUP BY keys`` without a window helper (Flink's regular group
+  aggregation) is ``.key_by(*keys).agg(...)``: one updating row per key,
+  with a ``kind`` column.
 - ``FROM l JOIN r ON ...`` (:mod:`krishiv_py.sql.joins`) is
   ``l.key_by(...).interval_join(r.key_by(...), between=..., how=...)``, or
   with window TVFs on both sides ``...tumbling_window(size).join(...)``, or
@@ -916,6 +919,8 @@ def _windowed(node: exp.Select, rel: Relation, ctx: Context) -> Stream:
     resolve = _resolver(rel, ctx)
     keys, window = _group_by(node, rel, ctx, resolve)
     outputs, aggs, shown_keys = _select_list(node, keys, window, ctx, resolve)
+    if window is None:
+        return _grouped(node, rel, keys, outputs, aggs, shown_keys, ctx)
     if n.joins_of(rel.stream.plan):
         raise ctx.sql.error(
             window.node,
@@ -952,9 +957,38 @@ def _windowed(node: exp.Select, rel: Relation, ctx: Context) -> Stream:
         return out.select(*(Expr(e) for e in exprs))
 
 
+def _grouped(
+    node: exp.Select,
+    rel: Relation,
+    keys: list[str],
+    outputs: list[_Output],
+    aggs: list[AggExpr],
+    shown_keys: list[str],
+    ctx: Context,
+) -> Stream:
+    """``GROUP BY`` columns without a window helper: an aggregation per key, updating (Flink's form)."""
+    for clause in ("having", "qualify"):
+        found = node.args.get(clause)
+        if found is not None:
+            raise ctx.sql.error(
+                found, f"{clause.upper()} after GROUP BY without a window helper is not supported yet"
+            )
+    if not aggs:
+        raise ctx.sql.error(node, "a query with GROUP BY needs at least one aggregate, e.g. COUNT(*)")
+    ordered = list(dict.fromkeys([*shown_keys, *keys]))
+    with _at(ctx, node, "GROUP BY: "):
+        out = rel.stream.key_by(*ordered).agg(*aggs)
+    natural = [c for c in out.columns if c != n.KIND_COLUMN]
+    if [(o.name, o.source) for o in outputs] == [(c, c) for c in natural]:
+        return out
+    exprs = [alias_of(Column(o.source), o.name) for o in outputs] + [Column(n.KIND_COLUMN)]
+    with _at(ctx, node, "SELECT: "):
+        return out.select(*(Expr(e) for e in exprs))
+
+
 def _group_by(
     node: exp.Select, rel: Relation, ctx: Context, resolve: Resolver
-) -> tuple[list[str], WindowCall]:
+) -> tuple[list[str], WindowCall | None]:
     from sqlglot import exp
 
     group = node.args.get("group")
@@ -976,11 +1010,14 @@ def _group_by(
                 item, "GROUP BY takes columns and a window helper such as tumble_start(ts, INTERVAL ...)"
             )
     if not calls:
+        if keys:
+            return list(dict.fromkeys(keys)), None  # an aggregation per key, without a window
         where = group if group is not None else node
         raise ctx.sql.error(
             where,
-            "an aggregate over a stream needs an event-time window: GROUP BY tumble_start(ts, size), "
-            "hop_start(ts, slide, size) or session_start(ts, gap)",
+            "an aggregate over a stream needs GROUP BY columns (one updating row per key) or an "
+            "event-time window: GROUP BY tumble_start(ts, size), hop_start(ts, slide, size) or "
+            "session_start(ts, gap)",
         )
     for other in calls[1:]:
         if other.window != calls[0].window:
@@ -1017,7 +1054,7 @@ def _call(node: exp.Expression, ctx: Context, resolve: Resolver) -> WindowCall:
 
 
 def _select_list(
-    node: exp.Select, keys: list[str], window: WindowCall, ctx: Context, resolve: Resolver
+    node: exp.Select, keys: list[str], window: WindowCall | None, ctx: Context, resolve: Resolver
 ) -> tuple[list[_Output], list[AggExpr], list[str]]:
     from sqlglot import exp
 
@@ -1032,6 +1069,8 @@ def _select_list(
             )
         if helper_of(inner):
             call = _call(inner, ctx, resolve)
+            if window is None:
+                raise ctx.sql.error(inner, "a window helper in SELECT needs the same helper in GROUP BY")
             if call.window != window.window:
                 raise ctx.sql.error(
                     inner,
