@@ -1,6 +1,8 @@
 """The ``krishiv`` command.
 
-``krishiv demo`` runs the embedded end-to-end demo; ``krishiv cluster
+``krishiv demo`` runs the embedded end-to-end demo; ``krishiv doctor``
+checks this machine for what krishiv_py needs, one line per check;
+``krishiv cluster
 start|status|stop``, ``krishiv connect-server start|status|stop`` and
 ``krishiv kafka start|status|stop`` run a Spark standalone cluster, a Spark
 Connect server or a Kafka-protocol broker on this machine
@@ -50,6 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(handler=_demo)
     version = sub.add_parser("version", help="print the version")
     version.set_defaults(handler=_version)
+    doctor = sub.add_parser(
+        "doctor",
+        help="check Java, Spark, the extras, writable directories and the servers named in the "
+        "environment (KRISHIV_KAFKA, KRISHIV_POSTGRES_DSN, SPARK_REMOTE), one line each",
+    )
+    doctor.set_defaults(handler=_doctor)
 
     advise = sub.add_parser(
         "advise", help="profile the event-time disorder of Parquet/CSV/JSON files and advise a watermark lag"
@@ -131,6 +139,109 @@ def _version(args: argparse.Namespace) -> int:
 
     print(__version__)
     return 0
+
+
+#: The extras and a module each brings, for ``krishiv doctor``.
+EXTRAS = {
+    "kafka": "confluent_kafka",
+    "duckdb": "duckdb",
+    "delta": "deltalake",
+    "iceberg": "pyiceberg",
+    "postgres": "psycopg",
+    "connect": "grpc",
+    "viz": "matplotlib",
+    "metrics": "prometheus_client",
+}
+#: Environment variables naming servers ``krishiv doctor`` tries to reach.
+SERVERS = ("KRISHIV_KAFKA", "KRISHIV_POSTGRES_DSN", "SPARK_REMOTE")
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    """One line per check: ``ok``, ``--`` (optional and missing) or ``FAIL`` with the fix; 1 on a FAIL."""
+    lines = [_check_java(), _check_spark(), *_check_extras(), *_check_dirs(), *_check_servers()]
+    for status, what, detail in lines:
+        print(f"{status:4s} {what:14s} {detail}")
+    return 1 if any(status == "FAIL" for status, _, _ in lines) else 0
+
+
+Check = tuple[str, str, str]
+
+
+def _check_java() -> Check:
+    from krishiv_py.runtime.spark_session import MIN_JAVA, find_java, java_major_version
+
+    java = find_java()
+    if java is None:
+        return "FAIL", "java", f"no java on JAVA_HOME or PATH: install Java {MIN_JAVA}+ (Spark 4 needs it)"
+    version = java_major_version(java)
+    if version is None or version < MIN_JAVA:
+        return "FAIL", "java", f"{java} is not Java {MIN_JAVA}+: point JAVA_HOME at Java {MIN_JAVA} or newer"
+    return "ok", "java", f"Java {version} ({java})"
+
+
+def _check_spark() -> Check:
+    import importlib.metadata
+
+    try:
+        return "ok", "pyspark", importlib.metadata.version("pyspark")
+    except importlib.metadata.PackageNotFoundError:
+        return "FAIL", "pyspark", "not installed: python -m pip install ."
+
+
+def _check_extras() -> list[Check]:
+    import importlib.util
+
+    return [
+        ("ok", f"extra {name}", module)
+        if importlib.util.find_spec(module) is not None
+        else ("--", f"extra {name}", f"not installed (optional): python -m pip install '.[{name}]'")
+        for name, module in EXTRAS.items()
+    ]
+
+
+def _check_dirs() -> list[Check]:
+    import os
+    import tempfile
+
+    out = []
+    state = os.environ.get("KRISHIV_STATE_DIR") or str(Path.home() / ".krishiv")
+    for what, where in (("temp dir", tempfile.gettempdir()), ("state dir", state)):
+        try:
+            os.makedirs(where, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=where):
+                pass
+            out.append(("ok", what, f"{where} is writable"))
+        except OSError as exc:
+            out.append(
+                ("FAIL", what, f"{where} is not writable ({exc.strerror}): set TMPDIR or KRISHIV_STATE_DIR")
+            )
+    return out
+
+
+def _check_servers() -> list[Check]:
+    import os
+    import socket
+    from urllib.parse import urlparse
+
+    out = []
+    for name in SERVERS:
+        value = os.environ.get(name)
+        if not value:
+            continue
+        if "://" in value:
+            url = urlparse(value)
+            hosts = [(url.hostname or "127.0.0.1", url.port or {"sc": 15002}.get(url.scheme, 5432))]
+        else:  # bootstrap servers: host:port,host:port
+            hosts = [(h.rpartition(":")[0], int(h.rpartition(":")[2])) for h in value.split(",") if h.strip()]
+        for host, port in hosts:
+            try:
+                socket.create_connection((host, port), timeout=3).close()
+                out.append(("ok", name, f"{host}:{port} answers"))
+            except OSError as exc:
+                out.append(
+                    ("FAIL", name, f"{host}:{port} is unreachable ({exc}): check that it runs and {name}")
+                )
+    return out
 
 
 def _demo(args: argparse.Namespace) -> int:

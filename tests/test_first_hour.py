@@ -438,3 +438,36 @@ def test_the_extras_in_the_readme_exist_and_dev_installs_the_devtools() -> None:
     table = readme[readme.index("| extra | for |") :].split("\n\n")[0]
     named = set(re.findall(r"`([a-z]+)`", "".join(line.split("|")[1] for line in table.splitlines()[2:])))
     assert named and named <= set(extras), named - set(extras)
+
+
+def test_krishiv_doctor_checks_each_part_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    import socket
+
+    from krishiv_py.cli import main
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("KRISHIV_KAFKA", f"127.0.0.1:{port}")
+    monkeypatch.delenv("KRISHIV_POSTGRES_DSN", raising=False)
+    monkeypatch.delenv("SPARK_REMOTE", raising=False)
+    monkeypatch.setenv("KRISHIV_STATE_DIR", str(tmp_path / "state"))
+    assert main(["doctor"]) == 1
+    lines = {line.split()[1]: line for line in capsys.readouterr().out.splitlines()}
+    assert lines["java"].startswith("ok") and "Java" in lines["java"]
+    assert lines["pyspark"].startswith("ok")
+    assert lines["state"].startswith("ok")
+    assert (
+        lines["KRISHIV_KAFKA"].startswith("FAIL")
+        and f"127.0.0.1:{port} is unreachable" in lines["KRISHIV_KAFKA"]
+    )
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("KRISHIV_STATE_DIR", str(tmp_path / "file" / "state"))
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-java"))
+    monkeypatch.delenv("KRISHIV_KAFKA")
+    assert main(["doctor"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL java" in out and "install Java 17+" in out
+    assert "FAIL state dir" in out and "KRISHIV_STATE_DIR" in out
