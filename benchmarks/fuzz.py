@@ -320,6 +320,10 @@ def builder_case(data: st.DataObject, tally: Tally) -> None:
         current = current.watermark("event_time", 5_000)
         other = other.watermark("event_time", 5_000)
         steps.append("watermark('event_time', 5000)")
+        if data.draw(st.integers(0, 2)) == 0:  # some from a join, and an operator after it
+            current, call = _joined_start(data, current, other)
+            steps.append(call)
+            names = list(current.columns)
     for _ in range(data.draw(st.integers(1, 8), label="calls")):
         name = data.draw(st.sampled_from(_METHODS[type(current)]))
         method = getattr(current, name)
@@ -355,6 +359,31 @@ def builder_case(data: st.DataObject, tally: Tally) -> None:
             tally.refused("builder", exc, " . ".join(steps))
         else:
             tally.ok("builder")
+            if n.joins_of(current.plan):
+                composed = any(not isinstance(x, n.Join) and n.joins_of(x) for x in _operators(current.plan))
+                tally.outcomes["builder"]["accepted chain" if composed else "accepted join"] += 1
+
+
+def _operators(plan: n.PlanNode) -> list[n.PlanNode]:
+    """The plan's stateful operators: windows, joins, aggregations and top-N per key."""
+    kinds = (n.WindowAggregate, n.Join, n.KeyedAggregate, n.KeyedTopN)
+    return [x for x in n.walk(plan) if isinstance(x, kinds)]
+
+
+def _joined_start(data: st.DataObject, current: Stream, other: Stream) -> tuple[Stream, str]:
+    """An interval join of the two streams by user, and (mostly) an operator keyed by user after it."""
+    lateness = data.draw(st.sampled_from([0, 10_000]))
+    joined: Stream = current.key_by("user_id").interval_join(other.key_by("user_id"), between=(-5_000, 0))
+    joined = joined.allowed_lateness(lateness) if lateness else joined  # type: ignore[attr-defined]
+    call = f"key_by('user_id').interval_join(other, (-5000, 0)).allowed_lateness({lateness})"
+    after = data.draw(st.sampled_from(["", "window", "agg", "top_n"]))
+    if after == "window":
+        joined = joined.key_by("user_id").tumbling_window(60_000).agg(kp.count(kp.col("*")))
+    elif after == "agg":
+        joined = joined.key_by("user_id").agg(kp.max(kp.col("amount")))
+    elif after == "top_n":
+        joined = joined.top_n(1, by="amount", per="key", keys=("user_id",))
+    return joined, call + (f" . <{after} by user_id>" if after else "")
 
 
 def _other_side(data: st.DataObject, other: Stream, name: str, current: Any) -> Thunk:

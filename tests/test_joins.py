@@ -188,6 +188,9 @@ def test_a_bounded_join_equals_one_step_then_close(session: kp.Session, how: Any
     if how == "inner":  # the operator agrees with Spark's batch join
         assert rows(joined.start(lowering="stateful").results()) == model_rows(model.results)
         assert joined.start().metrics().joined_rows == len(model.results)
+        late = joined.allowed_lateness(60_000)  # nothing is late in one step: the same batch join
+        assert late.lower().lowering == "bounded"
+        assert rows(late.collect()) == model_rows(model.results)
 
 
 def test_a_window_join_collect_reads_what_was_sent_so_far(session: kp.Session) -> None:
