@@ -125,6 +125,9 @@ class SinkContext:
     #: columns a table sink's ``key=`` names (a window join's keys and bounds, else none);
     #: ``None``: the rows are not a join's.
     join_identity: tuple[str, ...] | None = None
+    #: The columns that identify a result row when no window bounds do (an aggregation per
+    #: key's keys); ``None``: none such.
+    result_key: tuple[str, ...] | None = None
     #: The SparkSession running the job (``None`` outside a job).
     spark: Any = attrs.field(default=None, repr=False, eq=False)
 
@@ -151,6 +154,8 @@ class SinkContext:
         (SPEC "Result shape"); None for rows that are not window results.
         """
         names = self.schema.names
+        if self.output == "results" and self.result_key is not None:
+            return self.result_key if set(self.result_key) <= set(names) else None
         if (
             self.output != "results"
             or self.join_identity is not None

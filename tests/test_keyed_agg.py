@@ -137,3 +137,30 @@ def test_a_streaming_aggregation_per_key_retracts_and_emits_each_change(session:
     finally:
         job.stop()
     assert job.metrics().mildly_late_events == 1
+
+
+@pytest.mark.spark
+def test_a_table_sink_holds_each_keys_current_row(session: kp.Session, tmp_path: Any) -> None:
+    """An upsert table keyed by the keys: the retraction and the new emit of a key are one replace."""
+    import duckdb
+
+    stream, sender = session.memory_stream(SCHEMA, name=f"s_{uuid.uuid4().hex[:6]}")
+    path = str(tmp_path / "totals.duckdb")
+    job = _pipeline(stream).start(kp.DuckDBSink(path, "totals"))
+    model = _model()
+    try:
+        for rows in STEPS:
+            model.send(rows, source="s")
+            sender.send(rows)
+            job.process_all_available()
+            current: dict[Any, tuple[Any, ...]] = {}
+            for r in model.results:
+                if r["kind"] == "emit":
+                    current[r["k"]] = (r["k"], r["n"], r["total"])
+                elif current.get(r["k"]) == (r["k"], r["n"], r["total"]):
+                    del current[r["k"]]
+            with duckdb.connect(path, read_only=True) as con:
+                got = con.execute("SELECT k, n, total FROM totals").fetchall()
+            assert sorted(got, key=repr) == sorted(current.values(), key=repr)
+    finally:
+        job.stop()

@@ -182,7 +182,7 @@ def _net(changelog: list[dict[str, Any]]) -> Counter[tuple[Any, ...]]:
     return +net
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), how=st.sampled_from(["inner", "left", "full"]))
 def test_random_joins_with_duplicate_partners_never_lose_a_row_silently(
     tmp_path_factory: pytest.TempPathFactory, seed: int, how: str

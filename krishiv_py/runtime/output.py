@@ -52,6 +52,7 @@ def open_writers(
             write_on_server=write_on_server,
             accumulation=accumulation(recipe),
             join_identity=recipe.join_identity,
+            result_key=recipe.result_key,
             spark=spark,
         )
     )

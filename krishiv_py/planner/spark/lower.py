@@ -245,6 +245,7 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
         pane_callbacks=emission.panes if emission.panes.any else None,
         stages=stages,
         join_identity=join_identity(plan),
+        result_key=op.keys if isinstance(op, n.KeyedAggregate) else None,
     )
 
 
@@ -398,7 +399,8 @@ def join_identity(plan: n.PlanNode) -> tuple[str, ...] | None:
     output still holds them. Other joins' rows have nothing of their own.
     """
     joins = n.joins_of(plan)
-    if not joins or n.window_aggregates(plan):  # window results: their keys and bounds
+    aggregated = any(isinstance(x, n.KeyedAggregate) for x in n.walk(plan))
+    if not joins or n.window_aggregates(plan) or aggregated:  # results with keys (and bounds) of their own
         return None
     node = joins[0]
     names = set(n.schema_of(plan).names)

@@ -354,6 +354,9 @@ class SparkRecipe:
     #: columns the user names (a table sink's ``key=``): a window join's keys and window
     #: bounds, else none; ``None``: the rows are not a join's.
     join_identity: tuple[str, ...] | None = None
+    #: The columns that identify a result row when no window bounds do: an aggregation per
+    #: key's keys (a table sink upserts by them); ``None``: none such.
+    result_key: tuple[str, ...] | None = None
 
     @property
     def emits(self) -> Emits | None:
