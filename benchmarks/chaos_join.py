@@ -12,14 +12,19 @@ reference model's changelog for the same steps.
 
 Runs alternate the stateful lowering (a full outer interval join with
 allowed lateness and retractions: late rows withdraw padded rows) and the
-native one (an inner interval join on Spark's own stream-stream join).
+native one (an inner interval join on Spark's own stream-stream join);
+``--chain`` runs a window after a join instead (an inner interval join with
+allowed lateness, then a tumbling window per key in retracting mode, both in
+one operator call), checked against the composition model.
 
     python -m benchmarks.chaos_join --runs 4 --kills 3     # nox -s chaos -- --join
+    python -m benchmarks.chaos_join --chain --runs 2 --kills 4
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
 import random
@@ -36,6 +41,8 @@ from benchmarks.chaos_job import kill_and_restart
 LEFT = "k string, t bigint, a bigint"
 RIGHT = "k string, t bigint, b bigint"
 COLUMNS = ("k", "t", "a", "t_right", "b")
+#: The columns of a window after the join (``--chain``).
+CHAIN_COLUMNS = ("k", "window_start", "window_end", "pairs", "total_a")
 Side = Literal["left", "right"]
 
 
@@ -63,6 +70,12 @@ def steps(seed: int, count: int, size: int) -> list[tuple[Side, list[dict[str, A
 def pipeline(left: Any, right: Any, lowering: str) -> Any:
     keyed_left = left.watermark("t", 10).key_by("k")
     keyed_right = right.watermark("t", 10).key_by("k")
+    if lowering == "chain":
+        import krishiv_py as kp
+
+        joined = keyed_left.interval_join(keyed_right, between=(-40, 20)).allowed_lateness(60)
+        windowed = joined.key_by("k").tumbling_window(50).accumulation("retracting")
+        return windowed.agg(kp.count(kp.col("*")).alias("pairs"), kp.sum(kp.col("a")).alias("total_a"))
     if lowering == "native":
         return keyed_left.interval_join(keyed_right, between=(-40, 20))
     return (
@@ -85,7 +98,8 @@ def child(
         left = session.read_kafka(servers, topics[0], schema=LEFT, name="left").select("k", "t", "a")
         right = session.read_kafka(servers, topics[1], schema=RIGHT, name="right").select("k", "t", "b")
         sink = kp.DuckDBSink(os.path.join(state_dir, "out.duckdb"), "joined", mode="append")
-        job = pipeline(left, right, lowering).start(sink, name="chaos-join", lowering=lowering)
+        ran = "stateful" if lowering == "chain" else lowering
+        job = pipeline(left, right, lowering).start(sink, name="chaos-join", lowering=ran)
         job.process_all_available()
         held = {
             side: len(read_topic(servers, topic))
@@ -112,6 +126,9 @@ def expected(seed: int, count: int, size: int, lowering: str) -> list[dict[str, 
     from krishiv_py.api.stream import placeholder
     from krishiv_py.model.joins import join_model_for
 
+    if lowering == "chain":
+        return _chain_expected(seed, count, size)
+
     joined = pipeline(placeholder(LEFT, "left"), placeholder(RIGHT, "right"), lowering)
     model = join_model_for(joined.plan)
     for side, batch in steps(seed, count, size):
@@ -119,14 +136,41 @@ def expected(seed: int, count: int, size: int, lowering: str) -> list[dict[str, 
     return model.results
 
 
+def _chain_expected(seed: int, count: int, size: int) -> list[dict[str, Any]]:
+    """The composition model's changelog of the window after the join, window bounds in ms."""
+    from krishiv_py.model.compose import ComposedModel, JoinOf, Source, WindowOf
+    from krishiv_py.model.reference import AggSpec
+    from krishiv_py.plan.windows import TumblingWindow
+
+    left = Source("left", "t", ("k", "t", "a"), lag_ms=10)
+    right = Source("right", "t", ("k", "t", "b"), lag_ms=10)
+    joined = JoinOf(left, right, keys=("k",), between=(-40, 20), allowed_lateness_ms=60)
+    aggs = [AggSpec(name="pairs", func="count", column=None), AggSpec(name="total_a", func="sum", column="a")]
+    model = ComposedModel(WindowOf(joined, window=TumblingWindow(size_ms=50), keys=("k",), aggregates=aggs))
+    for side, batch in steps(seed, count, size):
+        model.send(batch, source=side)
+    return model.results
+
+
+def columns_of(lowering: str) -> tuple[str, ...]:
+    return CHAIN_COLUMNS if lowering == "chain" else COLUMNS
+
+
 def table_rows(state_dir: str, lowering: str) -> list[dict[str, Any]]:
     import duckdb
 
+    columns = columns_of(lowering)
     with duckdb.connect(os.path.join(state_dir, "out.duckdb"), read_only=True) as con:
         names = [r[0] for r in con.execute("DESCRIBE joined").fetchall()]
         kind = "kind" if "kind" in names else "'emit'"
-        got = con.execute(f"SELECT {', '.join(COLUMNS)}, {kind} FROM joined").fetchall()
-    return [dict(zip((*COLUMNS, "kind"), r, strict=True)) for r in got]
+        got = con.execute(f"SELECT {', '.join(columns)}, {kind} FROM joined").fetchall()
+    rows = [dict(zip((*columns, "kind"), r, strict=True)) for r in got]
+    for row in rows:  # window bounds as the model gives them: epoch ms (the table's are UTC)
+        for c in ("window_start", "window_end"):
+            if c in row:
+                at = row[c] if row[c].tzinfo is not None else row[c].replace(tzinfo=dt.UTC)
+                row[c] = int(at.timestamp() * 1000)
+    return rows
 
 
 def run_once(
@@ -157,7 +201,7 @@ def run_once(
         if finished:
             got = Counter(tuple(r.values()) for r in table_rows(state_dir, lowering))
             want = Counter(
-                (*(r[c] for c in COLUMNS), r.get("kind", "emit"))
+                (*(r[c] for c in columns_of(lowering)), r.get("kind", "emit"))
                 for r in expected(seed, count, size, lowering)
             )
             out["rows"] = sum(want.values())
@@ -189,13 +233,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=16)
     p.add_argument("--rows", type=int, default=20, help="rows per step")
     p.add_argument("--max-delay", type=float, default=25.0, help="latest kill, seconds after a (re)start")
+    p.add_argument("--chain", action="store_true", help="a window after the join, every run")
     a = p.parse_args(argv)
     from krishiv_py.devtools import KafkaBroker
 
     runs = []
     with KafkaBroker() as broker:
         for i in range(a.runs):
-            lowering = ("stateful", "native")[i % 2]
+            lowering = "chain" if a.chain else ("stateful", "native")[i % 2]
             topics = [f"join_left_{i}_{a.seed}", f"join_right_{i}_{a.seed}"]
             for topic in topics:
                 broker.create_topic(topic, partitions=1)
