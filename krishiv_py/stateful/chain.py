@@ -52,7 +52,7 @@ from krishiv_py.names import (
     SEQ,
 )
 from krishiv_py.stateful.kernel import StepOutput
-from krishiv_py.stateful.protocol import NOT_DUE, Kernel
+from krishiv_py.stateful.protocol import NOT_DUE, Kernel, Unmerged
 
 __all__ = ["ChainKernel"]
 
@@ -63,7 +63,7 @@ _STATE = pa.schema(
 
 
 @attrs.frozen(kw_only=True)
-class ChainKernel:
+class ChainKernel(Unmerged):
     """``then`` over ``first``'s results, in one call (see the module docstring)."""
 
     first: Kernel
@@ -82,10 +82,6 @@ class ChainKernel:
     @property
     def identity(self) -> tuple[str, ...]:
         return self.then.identity
-
-    @property
-    def mergeable(self) -> bool:
-        return False
 
     def step(
         self,
@@ -138,14 +134,6 @@ class ChainKernel:
 
     def output_watermark(self, watermark_ms: int | None) -> int | None:
         return self.then.output_watermark(self.first.output_watermark(watermark_ms))
-
-    def premerge(
-        self, rows: pa.Table, watermark_ms: int | None, *, by: tuple[str, ...] = ()
-    ) -> tuple[pa.Table, pa.Table | None]:
-        return rows, None
-
-    def on_time(self, ts_us: pa.Array[Any], watermark_ms: int) -> np.ndarray:
-        return np.zeros(len(ts_us), bool)
 
     def state_rows(self, state: pa.Table) -> int:
         return int(state.column(CHAIN_ROWS)[0].as_py()) if state.num_rows else 0

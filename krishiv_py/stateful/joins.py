@@ -40,6 +40,7 @@ from krishiv_py.names import BATCH_TS, JOIN_SIDE, RESULT_KIND, SEQ
 from krishiv_py.plan.windows import SlidingWindow, TumblingWindow
 from krishiv_py.stateful.grouping import canonical, group_ids
 from krishiv_py.stateful.kernel import StepOutput
+from krishiv_py.stateful.protocol import Unmerged
 
 __all__ = ["SIDE", "JoinKernel", "JoinSpec", "next_due", "step"]
 
@@ -701,7 +702,7 @@ def _int64(column: Any, fill: int) -> np.ndarray:
 
 
 @attrs.frozen
-class JoinKernel:
+class JoinKernel(Unmerged):
     """A join as a :class:`~krishiv_py.stateful.protocol.Kernel`: both sides' rows in one batch.
 
     Its results have no identity of their own but a window join's keys and
@@ -732,10 +733,6 @@ class JoinKernel:
     @property
     def identity(self) -> tuple[str, ...]:
         return (*self.spec.keys, "window_start", "window_end") if self.spec.kind == "window" else ()
-
-    @property
-    def mergeable(self) -> bool:
-        return False
 
     def step(
         self,
@@ -768,14 +765,6 @@ class JoinKernel:
             0,
         )
         return watermark_ms - delay
-
-    def premerge(
-        self, rows: pa.Table, watermark_ms: int | None, *, by: tuple[str, ...] = ()
-    ) -> tuple[pa.Table, pa.Table | None]:
-        return rows, None
-
-    def on_time(self, ts_us: pa.Array[Any], watermark_ms: int) -> np.ndarray:
-        return np.zeros(len(ts_us), bool)
 
     def describe(self) -> str:
         k = self.spec

@@ -87,7 +87,7 @@ from krishiv_py.stateful.state import (
     retract_rows,
 )
 
-__all__ = ["KernelSpec", "StepOutput", "pane_state", "phase", "step"]
+__all__ = ["KernelSpec", "StepOutput", "arrivals", "pane_state", "phase", "step"]
 
 
 @attrs.frozen(kw_only=True)
@@ -118,6 +118,14 @@ class StepOutput:
     @property
     def retracted(self) -> int:
         return self.results.num_rows - self.emitted
+
+
+def arrivals(batch: pa.Table, watermark_ms: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of ``batch``: whether it has an event time, and whether that is behind ``watermark_ms``."""
+    ts_col = batch.column(BATCH_TS).combine_chunks() if batch.num_rows else pa.array([], pa.int64())
+    valid = np.asarray(pc.is_valid(ts_col).to_numpy(zero_copy_only=False), bool)
+    ts = np.asarray(ts_col.fill_null(0).to_numpy(zero_copy_only=False), np.int64)
+    return valid, valid & (watermark_ms is not None) & (ts < (watermark_ms or 0) * 1000)
 
 
 def step(

@@ -42,14 +42,14 @@ from krishiv_py.names import BATCH_TS, RESULT_KIND, SEQ
 from krishiv_py.names import keyed_output as _out
 from krishiv_py.stateful.aggregates import AggSpec, finalize, merge, partial_schema, row_partials
 from krishiv_py.stateful.grouping import group_ids
-from krishiv_py.stateful.kernel import StepOutput
-from krishiv_py.stateful.protocol import NOT_DUE
+from krishiv_py.stateful.kernel import StepOutput, arrivals
+from krishiv_py.stateful.protocol import NOT_DUE, Unmerged
 
 __all__ = ["KeyedAggKernel"]
 
 
 @attrs.frozen(kw_only=True)
-class KeyedAggKernel:
+class KeyedAggKernel(Unmerged):
     """An aggregation per key without a window, as a :class:`~krishiv_py.stateful.protocol.Kernel`."""
 
     keys: tuple[str, ...]
@@ -63,10 +63,6 @@ class KeyedAggKernel:
     def identity(self) -> tuple[str, ...]:
         return self.keys
 
-    @property
-    def mergeable(self) -> bool:
-        return False
-
     def step(
         self,
         state: pa.Table | None,
@@ -77,10 +73,7 @@ class KeyedAggKernel:
         merged: pa.Table | None = None,
     ) -> tuple[pa.Table, StepOutput]:
         del now_ms, merged
-        ts_col = batch.column(BATCH_TS).combine_chunks() if batch.num_rows else pa.array([], pa.int64())
-        valid = np.asarray(pc.is_valid(ts_col).to_numpy(zero_copy_only=False), bool)
-        ts = np.asarray(ts_col.fill_null(0).to_numpy(zero_copy_only=False), np.int64)
-        late = valid & (watermark_ms is not None) & (ts < (watermark_ms or 0) * 1000)
+        valid, late = arrivals(batch, watermark_ms)
         rows = batch.filter(pa.array(valid)) if not valid.all() else batch
         held = state if state is not None and state.num_rows else None
         if not rows.num_rows:
@@ -177,14 +170,6 @@ class KeyedAggKernel:
 
     def state_rows(self, state: pa.Table) -> int:
         return state.num_rows
-
-    def premerge(
-        self, rows: pa.Table, watermark_ms: int | None, *, by: tuple[str, ...] = ()
-    ) -> tuple[pa.Table, pa.Table | None]:
-        return rows, None
-
-    def on_time(self, ts_us: pa.Array[Any], watermark_ms: int) -> np.ndarray:
-        return np.zeros(len(ts_us), bool)
 
     def describe(self) -> str:
         aggs = ", ".join(f"{a.func}({a.column or '*'})" for a in self.aggs)

@@ -42,14 +42,14 @@ import pyarrow.compute as pc
 
 from krishiv_py.names import BATCH_TS, RESULT_KIND, SEQ
 from krishiv_py.stateful.grouping import group_ids
-from krishiv_py.stateful.kernel import StepOutput
-from krishiv_py.stateful.protocol import NOT_DUE
+from krishiv_py.stateful.kernel import StepOutput, arrivals
+from krishiv_py.stateful.protocol import NOT_DUE, Unmerged
 
 __all__ = ["KeyedTopNKernel", "top_rows"]
 
 
 @attrs.frozen(kw_only=True)
-class KeyedTopNKernel:
+class KeyedTopNKernel(Unmerged):
     """Top-N per key over all rows, as a :class:`~krishiv_py.stateful.protocol.Kernel`."""
 
     keys: tuple[str, ...]
@@ -68,10 +68,6 @@ class KeyedTopNKernel:
     def identity(self) -> tuple[str, ...]:
         return ()
 
-    @property
-    def mergeable(self) -> bool:
-        return False
-
     def step(
         self,
         state: pa.Table | None,
@@ -82,10 +78,7 @@ class KeyedTopNKernel:
         merged: pa.Table | None = None,
     ) -> tuple[pa.Table, StepOutput]:
         del now_ms, merged
-        ts_col = batch.column(BATCH_TS).combine_chunks() if batch.num_rows else pa.array([], pa.int64())
-        valid = np.asarray(pc.is_valid(ts_col).to_numpy(zero_copy_only=False), bool)
-        ts = np.asarray(ts_col.fill_null(0).to_numpy(zero_copy_only=False), np.int64)
-        late = valid & (watermark_ms is not None) & (ts < (watermark_ms or 0) * 1000)
+        valid, late = arrivals(batch, watermark_ms)
         rows = batch.filter(pa.array(valid)).select([*self.columns, BATCH_TS, SEQ])
         held = state if state is not None and state.num_rows else rows.slice(0, 0)
         both = pa.concat_tables([held, rows.cast(held.schema)]) if rows.num_rows else held
@@ -113,14 +106,6 @@ class KeyedTopNKernel:
 
     def state_rows(self, state: pa.Table) -> int:
         return state.num_rows
-
-    def premerge(
-        self, rows: pa.Table, watermark_ms: int | None, *, by: tuple[str, ...] = ()
-    ) -> tuple[pa.Table, pa.Table | None]:
-        return rows, None
-
-    def on_time(self, ts_us: pa.Array[Any], watermark_ms: int) -> np.ndarray:
-        return np.zeros(len(ts_us), bool)
 
     def describe(self) -> str:
         order = "ascending" if self.ascending else "descending"

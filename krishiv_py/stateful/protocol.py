@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
     from krishiv_py.stateful.kernel import StepOutput
 
-__all__ = ["NOT_DUE", "Kernel"]
+__all__ = ["NOT_DUE", "Kernel", "Unmerged"]
 
 #: What :meth:`Kernel.next_due` answers for nothing due.
 NOT_DUE = -1
@@ -106,3 +106,21 @@ class Kernel(Protocol):
     def describe(self) -> str:
         """One line for ``explain()``: the kernel and its settings."""
         ...
+
+
+class Unmerged:
+    """What a kernel that takes no rows merged before the shuffle says of it (a mixin)."""
+
+    @property
+    def mergeable(self) -> bool:
+        return False
+
+    def premerge(
+        self, rows: pa.Table, watermark_ms: int | None, *, by: tuple[str, ...] = ()
+    ) -> tuple[pa.Table, pa.Table | None]:
+        return rows, None
+
+    def on_time(self, ts_us: pa.Array[Any], watermark_ms: int) -> np.ndarray:
+        import numpy as np
+
+        return np.zeros(len(ts_us), bool)
