@@ -46,6 +46,7 @@ __all__ = [
     "committed_batch",
     "file_source_batch",
     "file_source_log",
+    "local_path",
     "log_offset",
     "source_offsets",
 ]
@@ -130,6 +131,11 @@ class CheckpointLayout:
         """The driver state of a top-N after a window."""
         return os.path.join(self.root, "krishiv-topn")
 
+    def on_this_machine(self) -> CheckpointLayout | None:
+        """This layout with its root as a path of this machine's file system (None: another one)."""
+        local = local_path(self.root)
+        return None if local is None else CheckpointLayout(local)
+
     # --- reading the logs ----------------------------------------------------------------------
 
     def has_offsets(self) -> bool:
@@ -137,16 +143,36 @@ class CheckpointLayout:
         return os.path.isdir(self.offsets) and any(name.isdigit() for name in os.listdir(self.offsets))
 
     def committed_batch(self) -> int:
-        """The last committed micro-batch (-1: none yet); see :func:`committed_batch`."""
-        return committed_batch(self.root)
+        """The last committed micro-batch, the newest ``commits/<batch>`` (-1: none yet)."""
+        try:
+            names = os.listdir(self.commits)
+        except FileNotFoundError:
+            return -1
+        return max((int(name) for name in names if _BATCH_FILE.match(name)), default=-1)
 
     def source_offsets(self, batch_id: int) -> list[str]:
-        """Each source's offset after micro-batch ``batch_id``; see :func:`source_offsets`."""
-        return source_offsets(self.root, batch_id)
+        """Each source's offset after micro-batch ``batch_id`` (``offsets/<batch_id>``), one line per source.
+
+        ``-`` stands for no offset yet. Raises :class:`FileNotFoundError` when the
+        file is missing, :class:`~krishiv_py.errors.PlanError` when it is not ``v1``.
+        """
+        path = os.path.join(self.offsets, str(batch_id))
+        return _entries(path, "offset")[1:]  # the first entry is the batch's metadata
 
     def batch_watermark_ms(self, batch_id: int) -> int:
-        """The watermark micro-batch ``batch_id`` runs with; see :func:`batch_watermark_ms`."""
-        return batch_watermark_ms(self.root, batch_id)
+        """The watermark micro-batch ``batch_id`` runs with (``batchWatermarkMs`` of ``offsets/<batch_id>``).
+
+        Spark writes the entry before the micro-batch runs and runs it again
+        with the same entry after a restart. Raises :class:`FileNotFoundError`
+        when the file is missing, :class:`~krishiv_py.errors.PlanError` when it
+        is not ``v1`` or has no watermark.
+        """
+        path = os.path.join(self.offsets, str(batch_id))
+        entries = _entries(path, "offset")
+        try:
+            return int(json.loads(entries[0])["batchWatermarkMs"])
+        except (IndexError, KeyError, TypeError, ValueError):
+            raise PlanError(f"no batchWatermarkMs in Spark's offset log entry {path}") from None
 
 
 class FileEntry(NamedTuple):
@@ -167,39 +193,31 @@ def _entries(path: str, what: str) -> list[str]:
 
 
 def committed_batch(checkpoint_dir: str) -> int:
-    """The last committed micro-batch, the newest ``commits/<batch>`` (-1: none yet)."""
-    commits = os.path.join(checkpoint_dir, "commits")
-    try:
-        names = os.listdir(commits)
-    except FileNotFoundError:
-        return -1
-    return max((int(name) for name in names if _BATCH_FILE.match(name)), default=-1)
+    """:meth:`CheckpointLayout.committed_batch` of the checkpoint at ``checkpoint_dir``."""
+    return CheckpointLayout(checkpoint_dir).committed_batch()
 
 
 def source_offsets(checkpoint_dir: str, batch_id: int) -> list[str]:
-    """Each source's offset after micro-batch ``batch_id`` (``offsets/<batch_id>``), one line per source.
-
-    ``-`` stands for no offset yet. Raises :class:`FileNotFoundError` when the
-    file is missing, :class:`~krishiv_py.errors.PlanError` when it is not ``v1``.
-    """
-    path = os.path.join(checkpoint_dir, "offsets", str(batch_id))
-    return _entries(path, "offset")[1:]  # the first entry is the batch's metadata
+    """:meth:`CheckpointLayout.source_offsets` of the checkpoint at ``checkpoint_dir``."""
+    return CheckpointLayout(checkpoint_dir).source_offsets(batch_id)
 
 
 def batch_watermark_ms(checkpoint_dir: str, batch_id: int) -> int:
-    """The watermark micro-batch ``batch_id`` runs with (``batchWatermarkMs`` of ``offsets/<batch_id>``).
+    """:meth:`CheckpointLayout.batch_watermark_ms` of the checkpoint at ``checkpoint_dir``."""
+    return CheckpointLayout(checkpoint_dir).batch_watermark_ms(batch_id)
 
-    Spark writes the entry before the micro-batch runs and runs it again
-    with the same entry after a restart. Raises :class:`FileNotFoundError`
-    when the file is missing, :class:`~krishiv_py.errors.PlanError` when it
-    is not ``v1`` or has no watermark.
-    """
-    path = os.path.join(checkpoint_dir, "offsets", str(batch_id))
-    entries = _entries(path, "offset")
-    try:
-        return int(json.loads(entries[0])["batchWatermarkMs"])
-    except (IndexError, KeyError, TypeError, ValueError):
-        raise PlanError(f"no batchWatermarkMs in Spark's offset log entry {path}") from None
+
+def local_path(location: str | None) -> str | None:
+    """A checkpoint location as a path of this machine's file system (None: another file system)."""
+    if location is None:
+        return None
+    if location.startswith("file://"):
+        return location[len("file://") :]
+    if location.startswith("file:"):
+        return location[len("file:") :]
+    if "://" in location:
+        return None
+    return location
 
 
 def log_offset(value: object) -> int | None:

@@ -502,7 +502,7 @@ def _source_batches(
             break
     if index is None:
         return None, []
-    upto = _committed_offset(checkpoint, index)
+    upto = _committed_offset(layout, index)
     batches = []
     for log_batch in sorted(b for b in log if upto is not None and b <= upto):
         files = log[log_batch]
@@ -510,15 +510,14 @@ def _source_batches(
     return index, batches
 
 
-def _committed_offset(checkpoint: str, index: int) -> int | None:
+def _committed_offset(layout: CheckpointLayout, index: int) -> int | None:
     """The file-source log offset of source ``index`` in the last committed micro-batch."""
-    layout = CheckpointLayout(checkpoint)
     last = layout.committed_batch()
     if last < 0:
         return None
     offsets = layout.source_offsets(last)
     if index >= len(offsets):
-        raise PlanError(f"unknown Spark offset log format in {checkpoint}/offsets/{last}")
+        raise PlanError(f"unknown Spark offset log format in {layout.offsets}/{last}")
     return log_offset(offsets[index])
 
 

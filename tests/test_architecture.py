@@ -219,6 +219,83 @@ def test_the_checkpoint_layout_is_the_one_module_that_names_a_checkpoint_path() 
     assert found == []
 
 
+#: The checkpoint's free log readers, each a layout's method on a path string: outside
+#: ``checkpoint.py`` a job reads its logs through its layout.
+CHECKPOINT_READERS = frozenset({"committed_batch", "source_offsets", "batch_watermark_ms"})
+
+
+def test_no_module_reads_a_checkpoints_logs_around_its_layout() -> None:
+    # A path-name literal is not the only way around the layout: a free reader handed a
+    # directory string joins the names itself (the map tasks' watermark once read it so).
+    found = [
+        f"{p.relative_to(PACKAGE)}:{node.lineno}: {alias.name}"
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if p != PACKAGE / "checkpoint.py"
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ImportFrom) and node.module == "krishiv_py.checkpoint"
+        for alias in node.names
+        if alias.name in CHECKPOINT_READERS
+    ]
+    assert found == []
+
+
+#: Where a ``CheckpointLayout`` may be made from a directory, each with its reason: a job's
+#: layout is made once at launch and handed down.
+LAYOUT_MADE = {
+    ("runtime/launch.py", "start_streaming_job"),  # the job's one layout, at launch
+    ("runtime/launch.py", None),  # the record files' names (PLAN_FILE, BUCKETS_FILE)
+    ("sinks.py", "checkpoint"),  # SinkContext.checkpoint: a context names its job's directory
+    ("runtime/spool.py", "_committed_seq"),  # a reader of any process, named in its registration
+    ("viz.py", "_source_batches"),  # a timeline replays a job from the directory it reports
+}
+
+
+def layouts_made(path: Path) -> list[tuple[str | None, int]]:
+    """Each ``CheckpointLayout(...)`` call in ``path``: (the function it stands in, line)."""
+    found: list[tuple[str | None, int]] = []
+
+    def visit(node: ast.AST, function: str | None) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Call) and getattr(child.func, "id", None) == "CheckpointLayout":
+                found.append((function, child.lineno))
+            inner = child.name if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef) else function
+            visit(child, inner)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")), None)
+    return found
+
+
+def test_a_jobs_checkpoint_layout_is_made_once_at_launch_and_handed_down() -> None:
+    made = {
+        (str(p.relative_to(PACKAGE)), function): line
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if p != PACKAGE / "checkpoint.py"
+        for function, line in layouts_made(p)
+    }
+    assert [
+        f"{where}:{line} in {function}"
+        for (where, function), line in made.items()
+        if (where, function) not in LAYOUT_MADE
+    ] == []
+    assert set(made) == LAYOUT_MADE  # each allowance still needed
+
+
+def test_the_job_handle_reaches_no_job_and_nothing_above_the_runtime_floor() -> None:
+    graph, reached, todo = import_graph(), set(), ["krishiv_py.runtime.handle"]
+    while todo:
+        for target in graph.get(todo.pop(), {}):
+            if target not in reached:
+                reached.add(target)
+                todo.append(target)
+    runtime = FLOORS.index(("runtime", ("runtime",)))
+    assert [m for m in sorted(reached) if floor_of(m) > runtime] == []
+    assert {m for m in reached if floor_of(m) == runtime} == {
+        "krishiv_py.runtime.metrics_endpoint",
+        "krishiv_py.runtime.output",
+        "krishiv_py.runtime.quarantine",
+    }
+
+
 def test_the_checkpoint_layout_names_what_it_is_checked_against() -> None:
     from krishiv_py.checkpoint import CheckpointLayout
 

@@ -228,6 +228,7 @@ def test_a_map_task_reads_the_watermark_of_its_micro_batch(
 ) -> None:
     import pyspark
 
+    from krishiv_py.checkpoint import CheckpointLayout
     from krishiv_py.runtime.map_watermark import BATCH_ID_PROPERTY, BatchWatermark, local_path
 
     offsets = tmp_path / "offsets"
@@ -243,7 +244,7 @@ def test_a_map_task_reads_the_watermark_of_its_micro_batch(
         def getLocalProperty(self, key: str) -> str | None:
             return self.batch if key == BATCH_ID_PROPERTY else None
 
-    under = BatchWatermark(checkpoint_dir=str(tmp_path), shift_ms=5_000)
+    under = BatchWatermark(checkpoint=CheckpointLayout(str(tmp_path)), shift_ms=5_000)
     assert under() == (False, None)  # not in a task
     for batch, want in [
         ("7", (True, 120_000)),
@@ -255,11 +256,11 @@ def test_a_map_task_reads_the_watermark_of_its_micro_batch(
         assert under() == want, batch
     monkeypatch.setattr(pyspark.TaskContext, "get", staticmethod(lambda: Task(None)))
     assert under() == (False, None)  # a task outside a micro-batch
-    assert BatchWatermark(checkpoint_dir=None, streaming=False)() == (
+    assert BatchWatermark(checkpoint=None, streaming=False)() == (
         True,
         None,
     )  # bounded: none until the end
-    assert BatchWatermark(checkpoint_dir="hdfs://nn/ckpt")() == (False, None)
+    assert BatchWatermark(checkpoint=CheckpointLayout("hdfs://nn/ckpt"))() == (False, None)
     assert local_path("file:///tmp/x") == "/tmp/x" and local_path("file:/tmp/x") == "/tmp/x"
     assert local_path("s3a://bucket/x") is None and local_path("/tmp/x") == "/tmp/x"
 

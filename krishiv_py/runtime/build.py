@@ -20,6 +20,8 @@ from krishiv_py.runtime.sources import ReadPaths, reader_for
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from krishiv_py.checkpoint import CheckpointLayout
+
 __all__ = ["build_after", "build_dataframe"]
 
 
@@ -31,7 +33,7 @@ def build_dataframe(
     ticks_path: str | None = None,
     markers_path: str | None = None,
     observe: bool = True,
-    checkpoint_dir: str | None = None,
+    checkpoint: CheckpointLayout | None = None,
     scratch: str | None = None,
 ) -> DataFrame:
     """Build the DataFrame for ``recipe``.
@@ -41,8 +43,8 @@ def build_dataframe(
     ``ticks_path`` is the stateful operator's tick source directory and
     ``markers_path`` the directory of idle-source markers (when not given,
     e.g. for ``explain()``, empty ones are made under ``scratch``, or the
-    system's temporary directory when None); ``checkpoint_dir`` the
-    streaming query's checkpoint, where the stateful operator's map tasks
+    system's temporary directory when None); ``checkpoint`` the
+    streaming query's checkpoint layout, where the stateful operator's map tasks
     read each micro-batch's watermark. ``observe=False`` leaves the
     recipe's observed metrics out (a bounded run whose metrics nobody can
     read: Spark computes them row by row, outside generated code).
@@ -52,7 +54,7 @@ def build_dataframe(
     if markers_path is None and recipe.idle:
         markers_path = tempfile.mkdtemp(prefix="krishiv-idle-", dir=scratch)
     paths = ReadPaths(
-        checkpoint=checkpoint_dir,
+        checkpoint=checkpoint,
         ticks=ticks_path,
         markers=markers_path,
         observe=observe,
@@ -210,7 +212,7 @@ def _stateful(spark: SparkSession, node: r.StatefulApply, child: DataFrame, path
     ticks = paths.ticks
     # Map tasks merge on-time rows before the shuffle when they can learn the watermark: a
     # bounded run has none until its end, a streaming one's is in the query's offset log.
-    under = BatchWatermark(checkpoint_dir=paths.checkpoint, shift_ms=spec.shift_ms, streaming=node.streaming)
+    under = BatchWatermark(checkpoint=paths.checkpoint, shift_ms=spec.shift_ms, streaming=node.streaming)
 
     def pack(batches: Any) -> Any:
         return op.pack_rows(spec, batches, merge_under=under)

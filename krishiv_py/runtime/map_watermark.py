@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import attrs
 
-from krishiv_py.checkpoint import batch_watermark_ms
+from krishiv_py.checkpoint import CheckpointLayout, local_path
 from krishiv_py.errors import PlanError
 
 __all__ = ["BATCH_ID_PROPERTY", "BatchWatermark", "local_path"]
@@ -32,20 +32,20 @@ BATCH_ID_PROPERTY = "streaming.sql.batchId"
 class BatchWatermark:
     """``merge_under`` of :func:`~krishiv_py.stateful.operator.pack_rows`, as the job sets it up.
 
-    ``checkpoint_dir``: the streaming query's checkpoint; ``None`` for a
-    bounded run. ``shift_ms``: the plan's event-time shift, which the
+    ``checkpoint``: the streaming query's checkpoint, the job's layout;
+    ``None`` for a bounded run. ``shift_ms``: the plan's event-time shift, which the
     operator takes off Spark's watermark too.
     """
 
-    checkpoint_dir: str | None
+    checkpoint: CheckpointLayout | None
     shift_ms: int = 0
     streaming: bool = True
 
     def __call__(self) -> tuple[bool, int | None]:
         if not self.streaming:
             return True, None
-        path = local_path(self.checkpoint_dir)
-        if path is None:
+        local = self.checkpoint.on_this_machine() if self.checkpoint is not None else None
+        if local is None:
             return False, None
         from pyspark import TaskContext
 
@@ -54,20 +54,7 @@ class BatchWatermark:
         if batch is None:
             return False, None
         try:
-            spark_ms = batch_watermark_ms(path, int(batch))
+            spark_ms = local.batch_watermark_ms(int(batch))
         except (OSError, ValueError, PlanError):
             return False, None
         return True, (None if spark_ms <= 0 else spark_ms - self.shift_ms)
-
-
-def local_path(location: str | None) -> str | None:
-    """A checkpoint location as a path of this machine's file system (None: another file system)."""
-    if location is None:
-        return None
-    if location.startswith("file://"):
-        return location[len("file://") :]
-    if location.startswith("file:"):
-        return location[len("file:") :]
-    if "://" in location:
-        return None
-    return location

@@ -71,7 +71,7 @@ def start_streaming(
             recipe,
             markers_path=markers,
             ticks_path=ticks.path if ticks is not None else None,
-            checkpoint_dir=checkpoint_dir,
+            checkpoint=checkpoint,
         ),
     )
     writer = (

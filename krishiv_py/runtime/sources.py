@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
+    from krishiv_py.checkpoint import CheckpointLayout
     from krishiv_py.planner.spark.recipe import ReadSource
 
 __all__ = ["ReadPaths", "SourceReader", "parallelism", "reader_for", "register_reader", "spark_source"]
@@ -47,7 +48,7 @@ class ReadPaths:
         ticks: str | None,
         markers: str | None,
         observe: bool = True,
-        checkpoint: str | None = None,
+        checkpoint: CheckpointLayout | None = None,
         scratch: str | None = None,
     ) -> None:
         self.checkpoint = checkpoint
