@@ -180,6 +180,21 @@ def test_every_aggregate_with_default_names_and_aliases() -> None:
     assert sql(text.replace("COUNT(*)", "COUNT(1)")).plan == twin.plan
 
 
+def test_row_number_over_a_stream_is_top_n_per_key_and_dedup() -> None:
+    """Flink's deduplication and Top-N forms over a stream's rows: the builder's top_n(per="key")."""
+    dedup = timed().top_n(1, by="event_time", per="key", keys=("user_id",), ties="first")
+    same_plan(
+        "SELECT user_id, event_time, amount, region, ts_ms FROM (SELECT *, ROW_NUMBER() OVER "
+        "(PARTITION BY user_id ORDER BY event_time DESC) AS rn FROM events) WHERE rn = 1",
+        dedup,
+    )
+    top = sql(
+        "SELECT user_id, amount FROM (SELECT *, RANK() OVER (PARTITION BY region ORDER BY amount DESC) "
+        "AS r FROM events) WHERE r <= 2"
+    )
+    assert top.columns == ("user_id", "amount", "kind")  # the kind of each change comes along
+
+
 def test_group_by_without_a_window_helper_is_an_aggregation_per_key() -> None:
     """Flink's regular GROUP BY: one updating row per key, the builder's key_by(...).agg(...)."""
     a = kp.col("amount")

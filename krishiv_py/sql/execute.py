@@ -78,7 +78,8 @@ def _event_time(node: exp.Expression, sql: SqlText, settings: SqlSettings) -> tu
 
     calls = [x for x in node.walk() if isinstance(x, exp.Anonymous) and helper_of(x)]
     helpers = sorted(calls, key=lambda x: sql.offset(x) or 0)
-    grouped = any(isinstance(x, exp.Group) for x in node.walk())  # GROUP BY without a helper too
+    # GROUP BY without a helper, and a ranked subquery (top-N per key), need event time too.
+    grouped = any(isinstance(x, exp.Group | exp.Window) for x in node.walk())
     needs = bool(helpers) or bool(settings.watermark_keys) or grouped
     if settings.column is not None:
         return settings.column, needs

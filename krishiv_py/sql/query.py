@@ -22,6 +22,10 @@ its builder twin make equal plans (and so run the same way everywhere):
 - ``GROUP BY keys`` without a window helper (Flink's regular group
   aggregation) is ``.key_by(*keys).agg(...)``: one updating row per key,
   with a ``kind`` column.
+- A subquery ranked with ``ROW_NUMBER()``/``RANK() OVER (PARTITION BY ...
+  ORDER BY ...)`` and ``WHERE rank <= n`` outside is ``.top_n(...)``: per
+  window over window results (``PARTITION BY window_start, window_end``),
+  else per key over a stream's rows, keeping the ``kind`` column.
 - ``FROM l JOIN r ON ...`` (:mod:`krishiv_py.sql.joins`) is
   ``l.key_by(...).interval_join(r.key_by(...), between=..., how=...)``, or
   with window TVFs on both sides ``...tumbling_window(size).join(...)``, or
@@ -389,7 +393,8 @@ def _is_star(node: exp.Expression) -> bool:
     return isinstance(node, exp.Star) or (isinstance(node, exp.Column) and isinstance(node.this, exp.Star))
 
 
-def _project(node: exp.Select, rel: Relation, ctx: Context) -> Stream:
+def _project(node: exp.Select, rel: Relation, ctx: Context, *, keep: tuple[str, ...] = ()) -> Stream:
+    """``SELECT`` of ``node`` over ``rel``; columns of ``keep`` come along when the list leaves them out."""
     from sqlglot import exp
 
     items = node.expressions
@@ -412,6 +417,10 @@ def _project(node: exp.Select, rel: Relation, ctx: Context) -> Stream:
             exprs.append(value)
         else:
             raise ctx.sql.error(item, "name this SELECT expression with AS, e.g. <expression> AS name")
+    named = {kx.output_name(e) for e in exprs}
+    exprs += [Column(k) for k in keep if k not in named]
+    if keep and exprs == [Column(c) for c in rel.stream.columns]:
+        return rel.stream  # an updating stream's every column, in order: the builder's plan
     with _at(ctx, node, "SELECT: "):
         return rel.stream.select(*(Expr(e) for e in exprs))
 
@@ -1336,7 +1345,8 @@ def _ranked_subquery(node: exp.Select, source: exp.Expression, ctx: Context) -> 
         return resolve(x)
 
     parts = [column_of(x, "PARTITION BY") for x in over.args.get("partition_by") or []]
-    if sorted(parts[:2]) != ["window_end", "window_start"]:
+    per_key = not n.window_aggregates(stream.plan)  # over a stream's rows: top-N per key (dedup)
+    if not per_key and sorted(parts[:2]) != ["window_end", "window_start"]:
         raise ctx.sql.error(over, f"{_FLINK_TOP_N}: the partition starts with window_start and window_end")
     order = over.args.get("order")
     keys = order.expressions if order is not None else []
@@ -1351,20 +1361,23 @@ def _ranked_subquery(node: exp.Select, source: exp.Expression, ctx: Context) -> 
             order, "window top-N ranks nulls last: write NULLS LAST (an ASC column has NULLS FIRST)"
         )
     by = [column_of(k.this, "ORDER BY") for k in keys]
-    with _at(ctx, over, "window top-N: "):
+    with _at(ctx, over, "top-N per key: " if per_key else "window top-N: "):
         stream = stream.top_n(
             bound,
             by=by,
-            keys=parts[2:],
+            per="key" if per_key else "window",
+            keys=parts if per_key else parts[2:],
             ties="all" if isinstance(over.this, exp.Rank) else "first",
             ascending=not keys[0].args.get("desc"),
         )
+    kept = (n.KIND_COLUMN,) if per_key else ()  # an updating top-N's rows keep their kind
     rest.set("where", None)
-    ranked = _project(rest, attrs.evolve(rel, stream=stream), ctx)
+    ranked = _project(rest, attrs.evolve(rel, stream=stream), ctx, keep=kept)
     outer = node.copy()
     outer.set("where", None)
     alias = str(source.alias)
-    return _project(outer, Relation(ranked, frozenset({alias.lower()} - {""}), "the subquery"), ctx)
+    subquery = Relation(ranked, frozenset({alias.lower()} - {""}), "the subquery")
+    return _project(outer, subquery, ctx, keep=kept)
 
 
 def _rank_bound(node: exp.Expression | None, rank_name: str) -> int | None:
