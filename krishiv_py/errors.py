@@ -88,7 +88,7 @@ class SourceClosedError(KrishivError, RuntimeError):
 class MissingDependencyError(KrishivError, ImportError):
     """An optional dependency is missing, e.g. matplotlib for :mod:`krishiv_py.viz`.
 
-    The message names what to install (``pip install 'krishiv_py[viz]'``).
+    The message names what to install (``python -m pip install '.[viz]' (in the krishiv_py clone)``).
     """
 
 

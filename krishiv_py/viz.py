@@ -5,7 +5,7 @@ step it arrived in and its classification (on time, mildly late, very late,
 invalid), every window with its status (fired, re-fired, open) and the steps
 of its firings, and the watermark after each step, overall and per source.
 :func:`timeline` draws it with matplotlib (an optional dependency:
-``pip install 'krishiv_py[viz]'``):
+``python -m pip install '.[viz]' (in the krishiv_py clone)``):
 
 - x: event time (UTC); y: arrival, the step (one ``send``,
   ``advance_watermark`` or ``close``; for a job, one micro-batch that read
@@ -90,7 +90,7 @@ Key: TypeAlias = tuple[object, ...]
 #: on-time ones evenly spaced); the :class:`Timeline` keeps them all.
 DEFAULT_MAX_EVENTS = 5_000
 
-_INSTALL = "pip install 'krishiv_py[viz]'"
+_INSTALL = "python -m pip install '.[viz]' (in the krishiv_py clone)"
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
@@ -643,7 +643,7 @@ def timeline(
     Raises
     ------
     MissingDependencyError
-        matplotlib is not installed (``pip install 'krishiv_py[viz]'``).
+        matplotlib is not installed (``python -m pip install '.[viz]' (in the krishiv_py clone)``).
     """
     _matplotlib()
     if isinstance(max_events, bool) or not isinstance(max_events, int) or max_events < 0:

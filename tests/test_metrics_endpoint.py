@@ -204,7 +204,9 @@ def test_bad_ports_a_port_in_use_and_a_missing_client_are_session_errors_that_sa
         with pytest.raises(SessionError, match=f"cannot serve metrics on 127.0.0.1:{port}"):
             endpoint_of(FakeJob("j"), port=port)
     monkeypatch.setitem(sys.modules, "prometheus_client", None)
-    with pytest.raises(SessionError, match=r"pip install 'krishiv_py\[metrics\]'"):
+    with pytest.raises(
+        SessionError, match=r"python -m pip install '\.\[metrics\]' \(in the krishiv_py clone\)"
+    ):
         endpoint_of(FakeJob("j"))
 
 

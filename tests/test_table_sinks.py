@@ -492,7 +492,7 @@ def test_iceberg_sink_without_pyiceberg_says_what_to_install(
     sink = kp.IcebergSink("krishiv.t", warehouse=str(tmp_path / "wh"))  # made without pyiceberg
     monkeypatch.setitem(sys.modules, "pyiceberg", None)  # import pyiceberg now raises ImportError
     with pytest.raises(
-        kp.MissingDependencyError, match=r"IcebergSink needs pyiceberg: pip install 'krishiv_py\[iceberg\]'"
+        kp.MissingDependencyError, match=r"IcebergSink needs pyiceberg: python -m pip install '\.\[iceberg\]'"
     ):
         sink.open(_context(WINDOWS))
     assert not (tmp_path / "wh").exists()

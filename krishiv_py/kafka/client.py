@@ -64,7 +64,8 @@ def require_client() -> Any:
         import confluent_kafka
     except ImportError:
         raise MissingDependencyError(
-            "reading or writing Kafka needs the confluent-kafka client: pip install 'krishiv_py[kafka]' "
+            "reading or writing Kafka needs the confluent-kafka client: "
+            "python -m pip install '.[kafka]' (in the krishiv_py clone) "
             "(on a cluster, on every executor too)"
         ) from None
     return confluent_kafka

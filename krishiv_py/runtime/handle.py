@@ -171,7 +171,7 @@ class Job:
     def plot_timeline(self, *, ax: Any = None) -> Any:
         """The watermark timeline of this job: a matplotlib ``Figure`` (see :func:`krishiv_py.viz.timeline`).
 
-        Needs matplotlib (``pip install 'krishiv_py[viz]'``).
+        Needs matplotlib (``python -m pip install '.[viz]' (in the krishiv_py clone)``).
         """
         raise NotImplementedError
 

@@ -167,7 +167,8 @@ class MetricsEndpoint:
             from prometheus_client import CollectorRegistry, start_http_server
         except ImportError as exc:
             raise SessionError(
-                "serving metrics needs prometheus_client: pip install 'krishiv_py[metrics]'"
+                "serving metrics needs prometheus_client: "
+                "python -m pip install '.[metrics]' (in the krishiv_py clone)"
             ) from exc
         if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
             raise SessionError(f"port must be an integer from 0 (any free port) to 65535, not {port!r}")

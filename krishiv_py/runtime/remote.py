@@ -102,7 +102,7 @@ def build_remote(url: str, *, app_name: str, conf: dict[str, str]) -> SparkSessi
     if missing:
         raise SessionError(
             f"Spark Connect needs pyspark's connect extra ({', '.join(missing)} missing): "
-            "pip install 'krishiv_py[connect]'"
+            "python -m pip install '.[connect]' (in the krishiv_py clone)"
         )
     from pyspark.sql import SparkSession
 

@@ -44,7 +44,9 @@ def _require() -> Any:
     try:
         import deltalake
     except ImportError:
-        raise MissingDependencyError("DeltaSink needs delta-rs: pip install 'krishiv_py[delta]'") from None
+        raise MissingDependencyError(
+            "DeltaSink needs delta-rs: python -m pip install '.[delta]' (in the krishiv_py clone)"
+        ) from None
     return deltalake
 
 

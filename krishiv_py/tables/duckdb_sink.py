@@ -34,7 +34,7 @@ def _require() -> Any:
         import duckdb
     except ImportError:
         raise MissingDependencyError(
-            "DuckDBSink needs the duckdb package: pip install 'krishiv_py[duckdb]'"
+            "DuckDBSink needs the duckdb package: python -m pip install '.[duckdb]' (in the krishiv_py clone)"
         ) from None
     return duckdb
 

@@ -70,7 +70,7 @@ def _require() -> Any:
         import pyiceberg
     except ImportError:
         raise MissingDependencyError(
-            "IcebergSink needs pyiceberg: pip install 'krishiv_py[iceberg]'"
+            "IcebergSink needs pyiceberg: python -m pip install '.[iceberg]' (in the krishiv_py clone)"
         ) from None
     return pyiceberg
 
@@ -212,7 +212,7 @@ class IcebergSink:
             if importlib.util.find_spec("pyiceberg_core") is None:  # the day transform of a partitioned write
                 raise MissingDependencyError(
                     "IcebergSink(partition_by='window_date') needs pyiceberg-core: "
-                    "pip install 'krishiv_py[iceberg]'"
+                    "python -m pip install '.[iceberg]' (in the krishiv_py clone)"
                 )
         writer = IcebergWriter(self, context, target)
         writer.prepare()
@@ -262,7 +262,7 @@ class IcebergWriter(TableWriter):
                 except ImportError:
                     raise MissingDependencyError(
                         "IcebergSink needs pyiceberg with SQLAlchemy for its embedded catalog: "
-                        "pip install 'krishiv_py[iceberg]'"
+                        "python -m pip install '.[iceberg]' (in the krishiv_py clone)"
                     ) from None
                 if not os.path.isdir(self.warehouse):
                     blocked = _file_in_the_way(self.warehouse)

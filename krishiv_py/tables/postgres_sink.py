@@ -49,7 +49,7 @@ def _require() -> Any:
         import psycopg
     except ImportError:
         raise MissingDependencyError(
-            "PostgresSink needs psycopg 3: pip install 'krishiv_py[postgres]'"
+            "PostgresSink needs psycopg 3: python -m pip install '.[postgres]' (in the krishiv_py clone)"
         ) from None
     return psycopg
 
