@@ -270,21 +270,26 @@ class KeyedAggregate:
     def __attrs_post_init__(self) -> None:
         if not self.keys:
             raise PlanError("agg() without a window needs key_by(...) columns: one result row per key")
-        if joins_of(self.input):
-            check_window_after_join(self.input, self.keys, what="an aggregation per key")
-        elif window_aggregates(self.input) or _keyed_aggregates(self.input):
-            raise PlanError(
-                "an aggregation per key without a window takes a source's or a join's rows for now; "
-                "after a window or another aggregation it is not supported yet"
-            )
-        if event_time(self.input) is None:
-            raise PlanError(
-                "agg() without a window needs event time too: call .watermark(column, lag_ms) before "
-                "key_by(...), so that each result row has an event time and the watermark passes on"
-            )
+        _check_per_key_input(self.input, self.keys, "an aggregation per key without a window (agg())")
         if not self.aggregates:
             raise PlanError("agg() needs at least one aggregate, e.g. kp.count(kp.col('*'))")
         schema_of(self)
+
+
+def _check_per_key_input(below: PlanNode, keys: tuple[str, ...], what: str) -> None:
+    """What an operator per key over every row takes today: a source's rows with event time, or a join's."""
+    if joins_of(below):
+        check_window_after_join(below, keys, what=what)
+    elif window_aggregates(below) or _keyed_aggregates(below):
+        raise PlanError(
+            f"{what} takes a source's or a join's rows for now; after a window or an aggregation it "
+            "is not supported yet (top_n(per='window') ranks a window's results)"
+        )
+    if event_time(below) is None:
+        raise PlanError(
+            f"{what} needs event time: call .watermark(column, lag_ms) first, so that each result "
+            "row has an event time and the watermark passes on"
+        )
 
 
 def _keyed_aggregates(node: PlanNode) -> list[KeyedAggregate | KeyedTopN]:
@@ -315,18 +320,7 @@ class KeyedTopN:
             raise PlanError(f"top_n(ties=...) is 'all' or 'first', got {self.ties!r}")
         if not self.by:
             raise PlanError("top_n() needs by=: the column(s) to rank the rows of a key by")
-        if joins_of(self.input):
-            check_window_after_join(self.input, self.keys, what="top_n(per='key')")
-        elif window_aggregates(self.input) or _keyed_aggregates(self.input):
-            raise PlanError(
-                "top_n(per='key') takes a source's or a join's rows for now; after a window or an "
-                "aggregation it is not supported yet (per='window' ranks a window's results)"
-            )
-        if event_time(self.input) is None:
-            raise PlanError(
-                "top_n(per='key') needs event time: call .watermark(column, lag_ms) before it, so "
-                "that each row has an event time and the watermark passes on"
-            )
+        _check_per_key_input(self.input, self.keys, "top_n(per='key')")
         schema = schema_of(self.input)
         for c in (*self.by, *self.keys):
             schema.field(c, role="top_n() column")
