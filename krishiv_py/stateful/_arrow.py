@@ -16,14 +16,27 @@ Examples
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import io
+import struct
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, TypeAlias, cast
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-__all__ = ["Column", "HashAggregation", "arrow", "list_array", "replaced", "table_of"]
+__all__ = [
+    "Column",
+    "HashAggregation",
+    "arrow",
+    "framed",
+    "ipc_bytes",
+    "ipc_table",
+    "list_array",
+    "replaced",
+    "table_of",
+    "unframed",
+]
 
 #: An Arrow column as the kernels receive it: a table's column or a plain array.
 Column: TypeAlias = "pa.Array[Any] | pa.ChunkedArray[Any]"
@@ -54,3 +67,37 @@ def replaced(table: pa.Table, name: str, arr: Column) -> pa.Table:
     """``table`` with its column ``name`` replaced by ``arr`` (same field, same place)."""
     i = table.schema.get_field_index(name)
     return table.set_column(i, table.schema.field(i), arr)
+
+
+def ipc_bytes(table: pa.Table) -> bytes:
+    """``table`` as one Arrow IPC stream."""
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue()
+
+
+def ipc_table(blob: bytes) -> pa.Table:
+    """The table of one Arrow IPC stream (:func:`ipc_bytes`)."""
+    return pa.ipc.open_stream(pa.py_buffer(blob)).read_all()
+
+
+def framed(tables: Sequence[pa.Table]) -> bytes:
+    """Several tables in one value: each IPC stream after its length (8 bytes, little-endian)."""
+    parts = [ipc_bytes(t) for t in tables]
+    return b"".join(struct.pack("<Q", len(p)) + p for p in parts)
+
+
+def unframed(blob: bytes) -> list[pa.Table]:
+    """The tables of :func:`framed`, in order.
+
+    >>> [t.num_rows for t in unframed(framed([pa.table({"a": [1]}), pa.table({"b": []})]))]
+    [1, 0]
+    """
+    out, pos = [], 0
+    while pos < len(blob):
+        (size,) = struct.unpack_from("<Q", blob, pos)
+        pos += 8
+        out.append(ipc_table(blob[pos : pos + size]))
+        pos += size
+    return out

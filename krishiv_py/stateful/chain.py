@@ -34,7 +34,6 @@ State
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 import attrs
@@ -51,6 +50,7 @@ from krishiv_py.names import (
     RESULT_KIND,
     SEQ,
 )
+from krishiv_py.stateful._arrow import ipc_bytes, ipc_table
 from krishiv_py.stateful.kernel import StepOutput
 from krishiv_py.stateful.protocol import NOT_DUE, Kernel, Unmerged
 
@@ -156,8 +156,8 @@ def _joined(first: pa.Table, then: pa.Table, watermark_ms: int | None, seq: int)
         return _STATE.empty_table()
     return pa.table(
         {
-            CHAIN_FIRST: [_dump(first)],
-            CHAIN_THEN: [_dump(then)],
+            CHAIN_FIRST: [ipc_bytes(first)],
+            CHAIN_THEN: [ipc_bytes(then)],
             CHAIN_WATERMARK: [watermark_ms],
             CHAIN_SEQ: [seq],
             CHAIN_ROWS: [first.num_rows + then.num_rows],
@@ -166,15 +166,8 @@ def _joined(first: pa.Table, then: pa.Table, watermark_ms: int | None, seq: int)
     )
 
 
-def _dump(table: pa.Table) -> bytes:
-    sink = io.BytesIO()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue()
-
-
 def _load(blob: bytes | None) -> pa.Table | None:
     if blob is None:
         return None
-    table = pa.ipc.open_stream(blob).read_all()
+    table = ipc_table(blob)
     return table if table.num_rows or table.schema.metadata else None

@@ -40,7 +40,6 @@ Ticks
 
 from __future__ import annotations
 
-import io
 import itertools
 import struct
 import time
@@ -64,7 +63,7 @@ from krishiv_py.names import (
     encoded_value,
 )
 from krishiv_py.stateful import kernel
-from krishiv_py.stateful._arrow import arrow
+from krishiv_py.stateful._arrow import arrow, framed, ipc_bytes, ipc_table, unframed
 from krishiv_py.stateful.delays import bucket_of
 from krishiv_py.stateful.premerge import MERGED_ROWS
 from krishiv_py.stateful.protocol import Kernel
@@ -179,7 +178,7 @@ def run_bucket(
 
     spark_wm = int(state.getCurrentWatermarkMs())
     watermark = None if spark_wm <= 0 else spark_wm - spec.shift_ms
-    stored = _load_table(state.get[0]) if state.exists else None
+    stored = ipc_table(state.get[0]) if state.exists else None
     load_us = lap()
     received = list(frames)  # Spark's iterator: the rows arrive from the JVM as pandas frames
     receive_us = lap()
@@ -190,7 +189,7 @@ def run_bucket(
     now = int(time.time() * 1000)
     new_state, out = spec.kernel.step(stored, batch, watermark, now, merged=given.merged)
     kernel_us = lap()
-    blob = _dump_table(new_state) if new_state.num_rows else None
+    blob = ipc_bytes(new_state) if new_state.num_rows else None
     if blob is None:
         if state.exists:
             state.remove()
@@ -345,7 +344,7 @@ def _by_bucket(
                     MERGED_DELAYS: np.asarray(counts, "<i8").tobytes(),
                 }
             )
-        blobs.append(_dump_table(part))
+        blobs.append(ipc_bytes(part))
     return sorted_buckets[firsts].astype(np.int32), blobs
 
 
@@ -417,7 +416,7 @@ def decode_input(spec: OperatorSpec, frames: list[pd.DataFrame]) -> BucketInput:
     under: set[int | None] = set()
     delays = np.zeros(0, np.int64)
     for blob in blobs:
-        table = _load_table(bytes(blob))
+        table = ipc_table(bytes(blob))
         meta = table.schema.metadata or {}
         if MERGED_UNDER not in meta:
             rows.append(table)
@@ -496,7 +495,7 @@ def encode_payload(
             )
         }
     )
-    results = _dump_table(out.results)
+    results = ipc_bytes(out.results)
     encode_us = (time.perf_counter_ns() - encode_started) // 1000  # all but the small tables after it
     for name, value in zip(TIMING_NAMES, (*timings, encode_us), strict=True):
         stats = stats.append_column(name, pa.array([value], pa.int64()))
@@ -505,8 +504,7 @@ def encode_payload(
         counts = pa.array(_added(delay_counts(batch, watermark, spec.profile_lag_ms), merged_delays))
         stats = stats.append_column(DELAY_COUNTS, pa.ListArray.from_arrays([0, len(counts)], counts))
     tables = [late, stats] + ([out.closed] if out.closed is not None else [])
-    parts = [results, *(_dump_table(t) for t in tables)]
-    return b"".join(struct.pack("<Q", len(p)) + p for p in parts)
+    return struct.pack("<Q", len(results)) + results + framed(tables)
 
 
 def delay_counts(batch: pa.Table, watermark: int | None, lag_ms: int) -> np.ndarray:
@@ -567,7 +565,7 @@ def decode_payloads(blobs: Iterable[bytes]) -> Payloads | None:
     """Concatenate the payloads of one micro-batch (``None`` when there are none)."""
     results, late, stats, closed = [], [], [], []
     for blob in blobs:
-        tables = _split(blob)
+        tables = unframed(blob)
         results.append(tables[0])
         late.append(tables[1])
         stats.append(tables[2])
@@ -580,27 +578,6 @@ def decode_payloads(blobs: Iterable[bytes]) -> Payloads | None:
         stats=pa.concat_tables(stats, promote_options="default"),  # delay counts: some buckets only
         closed=pa.concat_tables(closed, promote_options="permissive") if closed else None,
     )
-
-
-def _split(blob: bytes) -> list[pa.Table]:
-    out, pos = [], 0
-    while pos < len(blob):
-        (size,) = struct.unpack_from("<Q", blob, pos)
-        pos += 8
-        out.append(_load_table(blob[pos : pos + size]))
-        pos += size
-    return out
-
-
-def _dump_table(table: pa.Table) -> bytes:
-    sink = io.BytesIO()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue()
-
-
-def _load_table(blob: bytes) -> pa.Table:
-    return pa.ipc.open_stream(pa.py_buffer(blob)).read_all()
 
 
 def to_output(results: pa.Table, schema: pa.Schema) -> pa.Table:
