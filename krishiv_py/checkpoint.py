@@ -127,6 +127,11 @@ class CheckpointLayout:
         return os.path.join(self.root, "krishiv-cascade")
 
     @property
+    def stages(self) -> str:
+        """The state of the operator's stages keyed by other columns, per stage bucket and micro-batch."""
+        return os.path.join(self.root, "krishiv-stages")
+
+    @property
     def top_n(self) -> str:
         """The driver state of a top-N after a window."""
         return os.path.join(self.root, "krishiv-topn")

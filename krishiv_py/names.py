@@ -58,6 +58,8 @@ __all__ = [
     "MERGED_ROWS",
     "MERGE_OP",
     "OUTPUT_DDL",
+    "ROUTE",
+    "ROUTED_DDL",
     "OUT_OBSERVE",
     "PACKED",
     "PACKED_DDL",
@@ -203,6 +205,9 @@ WATERMARK_MARKER = "__kp_wmark"
 PACKED = "__kp_packed"
 PACKED_DDL = f"{BUCKET} int, {PACKED} binary"
 OUTPUT_DDL = f"{BUCKET} int, {PAYLOAD} binary"
+#: Which stage bucket an operator's output row goes to (-1: the operator's own payload).
+ROUTE = "__kp_route"
+ROUTED_DDL = f"{OUTPUT_DDL}, {ROUTE} int"
 STATE_DDL = f"{STATE_BLOB} binary"
 
 

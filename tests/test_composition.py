@@ -1,4 +1,5 @@
-"""Operators after a join on Spark (SPEC 3.13): a window keyed by the join's keys, beside the join.
+"""Operators after a join on Spark (SPEC 3.13): keyed by the join's keys, beside the join; keyed
+by other columns, as a stage of their own (its rows moved, its state under the checkpoint).
 
 The oracle is the join's reference model: every pair it emits counts, with
 the later of its two rows' event times, into the tumbling window of that
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -129,19 +131,25 @@ def _after_join(kind: str, joined: Any) -> Any:
 
 
 def _model_after_join(kind: str, lateness: int) -> Any:
-    from krishiv_py.model.compose import AggOf, ComposedModel, JoinOf, Source, TopNOf
+    return _model(kind, key="user", column="ad", name="top_ad", by="t_right", lateness=lateness)
+
+
+def _model(kind: str, *, key: str, column: str, name: str, by: str, lateness: int) -> Any:
+    """The reference model of the join, then a window, an aggregation or a top-N per ``key``."""
+    from krishiv_py.model.compose import AggOf, ComposedModel, JoinOf, Source, TopNOf, WindowOf
     from krishiv_py.model.reference import AggSpec as ModelAgg
+    from krishiv_py.plan.windows import TumblingWindow
 
     clicks = Source("clicks", "t", ("user", "t", "click"))
     views = Source("views", "t", ("user", "t", "ad"))
     join = JoinOf(clicks, views, keys=("user",), between=(-5_000, 0), allowed_lateness_ms=lateness)
+    pairs = ModelAgg(name="pairs", func="count", column=None)
+    if kind == "window":
+        return ComposedModel(WindowOf(join, TumblingWindow(size_ms=SIZE), keys=(key,), aggregates=[pairs]))
     if kind == "agg":
-        aggs = [
-            ModelAgg(name="pairs", func="count", column=None),
-            ModelAgg(name="top_ad", func="max", column="ad"),
-        ]
-        return ComposedModel(AggOf(join, keys=("user",), aggregates=aggs))
-    return ComposedModel(TopNOf(join, n=1, by=("t_right",), keys=("user",)))
+        most = ModelAgg(name=name, func="max", column=column)
+        return ComposedModel(AggOf(join, keys=(key,), aggregates=[pairs, most]))
+    return ComposedModel(TopNOf(join, n=1, by=(by,), keys=(key,)))
 
 
 @pytest.mark.parametrize("kind", ["agg", "top_n"])
@@ -167,3 +175,99 @@ def test_an_aggregation_or_top_n_per_key_after_a_join_equals_the_model_step_by_s
             seen = len(got)
     finally:
         job.stop()
+
+
+def _by_ad(kind: str, joined: Any) -> Any:
+    """An operator after the join keyed by another column than the join's (the view's ad)."""
+    if kind == "window":
+        return joined.key_by("ad").tumbling_window(SIZE).agg(kp.count(kp.col("*")).alias("pairs"))
+    if kind == "agg":
+        return joined.key_by("ad").agg(
+            kp.count(kp.col("*")).alias("pairs"), kp.max(kp.col("t")).alias("last")
+        )
+    return joined.top_n(1, by="t", per="key", keys=("ad",))
+
+
+def _model_by_ad(kind: str, lateness: int) -> Any:
+    return _model(kind, key="ad", column="t", name="last", by="t", lateness=lateness)
+
+
+def _comparable(row: dict[str, Any], names: list[str]) -> tuple[Any, ...]:
+    values: list[Any] = [row.get(c) for c in names]
+    return tuple(int(v.timestamp() * 1000) if isinstance(v, datetime) else v for v in values)
+
+
+@pytest.mark.parametrize("kind", ["window", "agg", "top_n"])
+def test_an_operator_after_a_join_keyed_by_other_columns_runs_as_a_stage_and_equals_the_model(
+    session: kp.Session, kind: str
+) -> None:
+    joined, _, clicks, views = _pipeline(session, 20_000)
+    after = _by_ad(kind, joined)
+    assert "cross the cluster once more" in after.explain()
+    model = _model_by_ad(kind, 20_000)
+    names = [c for c in after.columns if c != "kind"] + (["kind"] if "kind" in after.columns else [])
+    job = after.start()
+    got_all: list[tuple[Any, ...]] = []
+    want_all: list[tuple[Any, ...]] = []
+    seen = 0
+    try:
+        for side, rows in STEPS:
+            expected = model.send(rows, source=side)
+            (clicks if side == "clicks" else views).send(rows)
+            job.process_all_available()
+            got = job.results().to_pylist()
+            got_all += [_comparable(r, names) for r in got[seen:]]
+            want_all += [_comparable(r, names) for r in expected]
+            seen = len(got)
+            assert Counter(got_all) == Counter(want_all)  # step by step
+    finally:
+        job.stop()
+
+
+def test_a_stage_after_a_join_restarted_on_its_checkpoint_keeps_its_state(
+    session: kp.Session, tmp_path: Any
+) -> None:
+    checkpoint, out = str(tmp_path / "cp"), str(tmp_path / "out")
+    joined, _, clicks, views = _pipeline(session, 20_000)
+    after = _by_ad("window", joined)
+    model = _model_by_ad("window", 20_000)
+    final: dict[tuple[Any, ...], int] = {}
+    for r in [r for side, rows in STEPS for r in model.send(rows, source=side)] + model.close():
+        final[(r["ad"], int(r["window_start"]))] = r["pairs"]  # the last firing of each window
+    job = after.start(kp.ParquetSink(out), checkpoint_dir=checkpoint)
+    try:
+        for side, rows in STEPS[:4]:
+            (clicks if side == "clicks" else views).send(rows)
+            job.process_all_available()
+    finally:
+        job.stop()
+    for side, rows in STEPS[4:]:
+        (clicks if side == "clicks" else views).send(rows)
+    job = after.start(kp.ParquetSink(out), checkpoint_dir=checkpoint)
+    try:
+        job.process_all_available()
+        clicks.close()
+        views.close()
+        assert job.await_termination(timeout_s=120)
+        got: dict[tuple[Any, ...], int] = {}
+        for r in job.results().to_pylist():
+            got[(r["ad"], int(r["window_start"].timestamp() * 1000))] = r["pairs"]
+    finally:
+        job.stop()
+    assert got == final and final
+
+
+def test_a_stage_after_a_join_collects_as_one_step_then_close(session: kp.Session) -> None:
+    joined, _, clicks, views = _pipeline(session, 20_000)
+    for side, rows in STEPS:
+        (clicks if side == "clicks" else views).send(rows)
+    model = join_model_for(joined.plan)
+    pairs = [
+        p for side, rows in STEPS for p in model.send(rows, side="left" if side == "clicks" else "right")
+    ]
+    total = Counter(_pair_window({**p, "user": p["ad"]}) for p in pairs + model.close())
+    got = {
+        (r["ad"], int(r["window_start"].timestamp() * 1000)): r["pairs"]
+        for r in _by_ad("window", joined).collect().to_pylist()
+    }
+    assert got == dict(total)

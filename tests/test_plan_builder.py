@@ -674,14 +674,13 @@ def test_everything_that_needs_event_time_after_a_join_says_one_thing() -> None:
     assert len(messages) == 1, messages
     assert "call .watermark" not in messages.pop()  # no loop back to the watermark
     assert j.filter(kp.col("amount") > 0).select("user_id", "amount").columns == ("user_id", "amount")
-    # A window keyed by the join's keys, right after the join, is built; keyed otherwise it says so.
-    unkeyed: list[Callable[[], object]] = [
-        lambda: j.tumbling_window(60_000),
-        lambda: window_join.tumbling_window(10),
-    ]
-    for attempt in unkeyed:
-        with raises_plan_error("keyed by the join's keys", "key_by('user_id', ...)", "not supported"):
-            attempt()
+    # A window right after the join is built, keyed by the join's keys, by other columns or by none.
+    assert j.tumbling_window(60_000).agg(kp.count(kp.col("*"))).columns == (
+        "window_start",
+        "window_end",
+        "count",
+    )
+    assert window_join.tumbling_window(10).agg(kp.count(kp.col("*"))).columns[-1] == "count"
     counted = j.key_by("user_id").tumbling_window(60_000).agg(kp.count(kp.col("*")))
     assert counted.columns == ("user_id", "window_start", "window_end", "count")
 

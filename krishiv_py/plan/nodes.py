@@ -333,36 +333,28 @@ class KeyedTopN:
 AFTER_JOIN = (
     "this after a join is not supported yet (more composition is planned: docs/joins.md, Not yet); a "
     "joined stream already has its watermark (the minimum of both sides'), so .watermark() does not "
-    "apply to it either. What works today: a window keyed by the join's keys right after the join "
-    "(joined.key_by(<join keys>).tumbling_window(...).agg(...)); filter(), select() and with_column() "
-    "on the joined rows; writing the joined rows to a sink (ParquetSink, KafkaSink) and reading them "
+    "apply to it either. What works today: a window, an aggregation or a top-N right after the "
+    "join (joined.key_by(...).tumbling_window(...).agg(...), keyed by any columns); filter(), "
+    "select() and with_column() on the joined rows; writing the joined rows to a sink (ParquetSink, KafkaSink) and reading them "
     "back as a new source with its own .watermark() to window them; or a window join of each side's "
     "windows: left.key_by(...).tumbling_window(...).join(right.key_by(...).tumbling_window(...))"
 )
 
 
 def check_window_after_join(below: PlanNode, keys: tuple[str, ...], *, what: str = "a window") -> None:
-    """What an operator after a join takes today: right after an accumulating join, keyed by its keys.
+    """What an operator after a join takes today: right after an accumulating join.
 
     The operator (``what``: a window, an aggregation or a top-N per key)
-    then runs beside the join in the same operator call
-    (:mod:`krishiv_py.stateful.chain`). One keyed by other columns needs its
-    rows moved across the cluster between the two, and a retracting join
-    sends retractions it cannot take yet.
+    runs beside the join in the same operator call when it is keyed by the
+    join's keys (:mod:`krishiv_py.stateful.chain`), and as a stage of its
+    own keyed by other columns (:mod:`krishiv_py.stateful.stage`). A
+    retracting join sends retractions it cannot take yet.
     """
     join = below
     if not isinstance(join, Join) or joins_of(join.left) or joins_of(join.right):
         raise PlanError(AFTER_JOIN)
     if window_aggregates(join.left) or window_aggregates(join.right):
         raise PlanError(AFTER_JOIN)
-    missing = [k for k in join.left_keys if k not in keys]
-    if missing:
-        raise PlanError(
-            f"{what} after a join is keyed by the join's keys for now (it runs beside the join, on "
-            f"the rows of those keys): key_by({', '.join(repr(k) for k in join.left_keys)}, ...) "
-            f"(keys=... for top_n) first; {', '.join(repr(k) for k in missing)} is missing. One keyed "
-            "by other columns only, or by none, is not supported after a join yet"
-        )
     if join.emission.accumulation == "retracting":
         raise PlanError(
             f"{what} after a join takes the join's rows as emits only for now: a join in "

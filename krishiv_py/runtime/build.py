@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from krishiv_py.names import (
     BUCKET,
     OUTPUT_DDL,
     PACKED_DDL,
+    ROUTE,
+    ROUTED_DDL,
     STATE_DDL,
     SUBQUERY,
     WATERMARK_MARKER,
@@ -218,12 +222,13 @@ def _stateful(spark: SparkSession, node: r.StatefulApply, child: DataFrame, path
         return op.pack_rows(spec, batches, merge_under=under)
 
     packed = child.mapInArrow(pack, PACKED_DDL)
+    ddl = OUTPUT_DDL if spec.then is None else ROUTED_DDL
     if not node.streaming:
 
         def bounded(key: Any, frame: Any) -> Any:
             return op.run_bounded_bucket(spec, key, frame)
 
-        return packed.groupBy(BUCKET).applyInPandas(bounded, OUTPUT_DDL)
+        return _staged(spec, packed.groupBy(BUCKET).applyInPandas(bounded, ddl), paths, streaming=False)
 
     def bucket(key: Any, frames: Any, state: Any) -> Any:
         return op.run_bucket(spec, key, frames, state)
@@ -247,4 +252,42 @@ def _stateful(spark: SparkSession, node: r.StatefulApply, child: DataFrame, path
         .selectExpr(*node.tick_exprs, f"CAST(NULL AS TIMESTAMP) AS {WATERMARK_MARKER}")
     )
     grouped = packed.unionByName(tick_rows).groupBy(BUCKET)
-    return grouped.applyInPandasWithState(bucket, OUTPUT_DDL, STATE_DDL, "append", "NoTimeout")
+    out = grouped.applyInPandasWithState(bucket, ddl, STATE_DDL, "append", "NoTimeout")
+    return _staged(spec, out, paths, streaming=True)
+
+
+def _staged(spec: Any, out: DataFrame, paths: ReadPaths, *, streaming: bool) -> DataFrame:
+    """With a stage keyed by other columns after the operator: its rows grouped by stage bucket into it.
+
+    The stage's state goes under the checkpoint (a query built without one,
+    for ``explain()``, gets a temporary directory it never writes).
+    """
+    import tempfile
+
+    from krishiv_py.stateful import operator as op
+
+    if spec.then is None:
+        return out
+    root = paths.checkpoint.stages if paths.checkpoint is not None else None
+    staged = attrs.evolve(
+        spec,
+        then=attrs.evolve(
+            spec.then, path=root or tempfile.mkdtemp(prefix="krishiv-stage-", dir=paths.scratch)
+        ),
+    )
+
+    def run(key: Any, table: Any) -> Any:
+        return op.run_stage(staged, key, table, _batch_id() if streaming else None)
+
+    return out.groupBy(ROUTE).applyInArrow(run, OUTPUT_DDL)
+
+
+def _batch_id() -> int:
+    """The streaming micro-batch a task runs for (Spark sets it on every task of the micro-batch)."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    value = context.getLocalProperty("streaming.sql.batchId") if context is not None else None
+    if value is None:
+        raise RuntimeError("a stage of krishiv's operator ran outside a streaming micro-batch")
+    return int(value)

@@ -38,7 +38,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import attrs
@@ -48,6 +48,7 @@ from krishiv_py.names import PANE, PAYLOAD
 from krishiv_py.runtime.output import deliver
 from krishiv_py.runtime.quarantine import Quarantine, guarded
 from krishiv_py.runtime.stages import Stages
+from krishiv_py.stateful.stage import stages_watermark
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -59,7 +60,7 @@ if TYPE_CHECKING:
     from krishiv_py.sinks import SinkWriter
     from krishiv_py.stateful.operator import Payloads
 
-__all__ = ["BatchCollector", "call_pane_events", "stages_watermark"]
+__all__ = ["BatchCollector", "call_pane_events"]
 
 log = logging.getLogger("krishiv_py")
 
@@ -257,28 +258,6 @@ class BatchCollector:
 
         with self._lock:
             return {name: self._totals.get(name, 0) for name in COUNTER_NAMES}
-
-
-def stages_watermark(
-    watermark: int | None, reports: Mapping[int, tuple[int, int]], buckets: int | None = None
-) -> int | None:
-    """The operator's watermark for the stages after it: ``watermark`` held below every due bucket.
-
-    ``reports`` holds each bucket's last report, ``(state rows, next due
-    watermark)``; with ``buckets``, a bucket in ``range(buckets)`` without
-    one may hold state, and nothing moves (None) until it reports.
-
-    >>> stages_watermark(105, {0: (2, 110), 1: (1, 100), 2: (0, -1)})
-    99
-    >>> stages_watermark(105, {0: (2, 110)}, buckets=2) is None
-    True
-    """
-    from krishiv_py.stateful.protocol import NOT_DUE
-
-    if watermark is None or (buckets is not None and any(b not in reports for b in range(buckets))):
-        return None
-    due = [d for rows, d in reports.values() if rows and d != NOT_DUE]
-    return min([watermark, *(d - 1 for d in due)])
 
 
 def _summed(parts: list[list[int] | None]) -> list[int]:

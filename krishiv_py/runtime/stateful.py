@@ -170,7 +170,9 @@ class StatefulJob(StreamingJob):
                         self._collector.buckets[b].next_interval_ms = -1
             if not due:
                 return False
-            self._ticks.write(sorted(due))
+            # A stage bucket (a negative number) runs in any micro-batch that runs one of the
+            # operator's buckets: every bucket call hands each stage bucket a row.
+            self._ticks.write(sorted({max(b, 0) for b in due}))
             self._note_write()
             return True
 

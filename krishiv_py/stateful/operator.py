@@ -58,15 +58,17 @@ from krishiv_py.names import (
     JOIN_SIDE,
     PACKED,
     PAYLOAD,
+    ROUTE,
     SEQ,
     TS_VALUE,
     encoded_value,
 )
-from krishiv_py.stateful import kernel
+from krishiv_py.stateful import kernel, stage
 from krishiv_py.stateful._arrow import arrow, framed, ipc_bytes, ipc_table, unframed
 from krishiv_py.stateful.delays import bucket_of
 from krishiv_py.stateful.premerge import MERGED_ROWS
 from krishiv_py.stateful.protocol import Kernel
+from krishiv_py.stateful.stage import StageSpec
 from krishiv_py.stateful.state import WINDOW_END, WINDOW_START
 
 if TYPE_CHECKING:
@@ -82,6 +84,7 @@ __all__ = [
     "pack_rows",
     "run_bounded_bucket",
     "run_bucket",
+    "run_stage",
 ]
 
 CLASSIFICATION, WATERMARK = "classification", "watermark_ms"
@@ -146,6 +149,8 @@ class OperatorSpec:
     #: The source's watermark lag, to profile each event's delay behind the stream as of the
     #: previous micro-batch (``W + lag - ts``); ``None``: no profile (several sources).
     profile_lag_ms: int | None = None
+    #: A stage keyed by other columns that takes the results (:mod:`krishiv_py.stateful.stage`).
+    then: StageSpec | None = None
 
     @property
     def input_schema(self) -> pa.Schema:
@@ -168,7 +173,6 @@ def run_bucket(
     spec: OperatorSpec, key: tuple[Any, ...], frames: Iterable[pd.DataFrame], state: Any
 ) -> Iterator[pd.DataFrame]:
     """``applyInPandasWithState`` function: one micro-batch of one bucket."""
-    import pandas as pd
 
     clock = [time.perf_counter_ns()]
 
@@ -188,6 +192,7 @@ def run_bucket(
     decode_us = lap()
     now = int(time.time() * 1000)
     new_state, out = spec.kernel.step(stored, batch, watermark, now, merged=given.merged)
+    out, handed = _handed_on(spec, int(key[0]), out, new_state, watermark)
     kernel_us = lap()
     blob = ipc_bytes(new_state) if new_state.num_rows else None
     if blob is None:
@@ -209,12 +214,11 @@ def run_bucket(
         merged_delays=given.merged_delays,
         merged_rows=given.merged_rows,
     )
-    yield pd.DataFrame({BUCKET: [int(key[0])], PAYLOAD: [payload]})
+    yield _output(spec, int(key[0]), payload, handed)
 
 
 def run_bounded_bucket(spec: OperatorSpec, key: tuple[Any, ...], frame: pd.DataFrame) -> pd.DataFrame:
     """``applyInPandas`` function for bounded input: every row in one step, then end of input."""
-    import pandas as pd
 
     from krishiv_py.plan.watermarks import END_OF_TIME_MS
 
@@ -230,6 +234,7 @@ def run_bounded_bucket(spec: OperatorSpec, key: tuple[Any, ...], frame: pd.DataF
         closed=last.closed,
         arithmetic_errors=first.arithmetic_errors + last.arithmetic_errors,
     )
+    merged, handed = _handed_on(spec, int(key[0]), merged, state, END_OF_TIME_MS)
     payload = encode_payload(
         spec,
         int(key[0]),
@@ -241,7 +246,86 @@ def run_bounded_bucket(spec: OperatorSpec, key: tuple[Any, ...], frame: pd.DataF
         stat_watermark=END_OF_TIME_MS,
         merged_rows=given.merged_rows,
     )
-    return pd.DataFrame({BUCKET: [int(key[0])], PAYLOAD: [payload]})
+    return _output(spec, int(key[0]), payload, handed)
+
+
+def _handed_on(
+    spec: OperatorSpec, bucket: int, out: kernel.StepOutput, state: pa.Table, watermark: int | None
+) -> tuple[kernel.StepOutput, list[bytes]]:
+    """With a stage after the operator: its results go to the stage (:func:`stage.hand_on`), not out."""
+    if spec.then is None:
+        return out, []
+    due, _ = spec.kernel.next_due(state)
+    handed = stage.hand_on(spec.then, bucket, out.results, watermark, spec.kernel.state_rows(state), due)
+    return attrs.evolve(out, results=out.results.slice(0, 0)), handed
+
+
+def _output(spec: OperatorSpec, bucket: int, payload: bytes, handed: list[bytes]) -> pd.DataFrame:
+    """The rows of one bucket call: its payload; with a stage, the rows handed on (route >= 0)."""
+    import pandas as pd
+
+    if spec.then is None:
+        return pd.DataFrame({BUCKET: [bucket], PAYLOAD: [payload]})
+    return pd.DataFrame(
+        {
+            BUCKET: [bucket] * (1 + len(handed)),
+            PAYLOAD: [payload, *handed],
+            ROUTE: [-1, *range(len(handed))],
+        }
+    )
+
+
+def run_stage(spec: OperatorSpec, key: tuple[Any, ...], table: pa.Table, batch_id: int | None) -> pa.Table:
+    """``applyInArrow`` function after the operator: the operator's payloads passed on (route -1),
+    or one stage bucket's micro-batch (route >= 0) as a payload of its own.
+
+    ``batch_id``: the micro-batch (its state is read and written under the
+    stage's path); None: a bounded run, all in one step, then end of input.
+    """
+    route = int(key[0])
+    then = spec.then
+    assert then is not None
+    if route < 0:
+        return table.select([BUCKET, PAYLOAD])
+    handed = [bytes(b) for b in table.column(PAYLOAD).to_pylist() if b is not None]
+    now = int(time.time() * 1000)
+    store = stage.StageStore(then.path, route) if batch_id is not None else None
+    before = store.load_before(batch_id) if store is not None and batch_id is not None else None
+    state, out, upstream_wm = stage.step(then, before, handed, now, bounded=batch_id is None)
+    if store is not None and batch_id is not None:
+        store.save(batch_id, state)
+    due, interval = stage.next_due(then, state, upstream_wm)
+    payload = _stage_payload(then, -1 - route, out, state, due, interval, upstream_wm)
+    return pa.table({BUCKET: pa.array([-1 - route], pa.int32()), PAYLOAD: pa.array([payload], pa.binary())})
+
+
+def _stage_payload(
+    then: StageSpec,
+    bucket: int,
+    out: kernel.StepOutput,
+    state: stage.StageState,
+    due: int,
+    interval: int,
+    watermark: int | None,
+) -> bytes:
+    """A stage bucket's payload: its results, no late rows, its statistics (``bucket`` < 0)."""
+    rows = then.kernel.state_rows(state.kernel) if state.kernel is not None else 0
+    values = dict.fromkeys(STAT_NAMES, 0)
+    values.update(
+        bucket=bucket,
+        emitted=out.emitted,
+        retracted=out.retracted,
+        state_windows=rows,
+        next_due_ms=due,
+        next_interval_ms=interval,
+        expired=out.expired,
+        arith=out.arithmetic_errors,
+        watermark_ms=NO_WATERMARK if watermark is None else watermark,
+    )
+    values.update(dict.fromkeys(TIMING_NAMES, 0))
+    stats = pa.table({name: pa.array([v], pa.int64()) for name, v in values.items()})
+    late = pa.table({CLASSIFICATION: pa.array([], pa.string()), WATERMARK: pa.array([], pa.int64())})
+    return framed([out.results, late, stats])
 
 
 # --- input ------------------------------------------------------------------------------------

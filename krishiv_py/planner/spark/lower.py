@@ -47,6 +47,7 @@ from krishiv_py.planner.spark.stateful import (
     lower_stateful_chain,
     lower_stateful_join,
     lower_stateful_keyed,
+    lower_stateful_staged,
     lower_stateful_window,
 )
 from krishiv_py.planner.sql import quote, to_sql
@@ -217,9 +218,11 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
     shift = time_shift(op) if streaming else 0
     chained = _chained_join(op)
     join_rule = lower_stateful_join
+    beside = True
     if chained is not None:
         assert isinstance(op, n.WindowAggregate | n.KeyedAggregate | n.KeyedTopN)
-        join_rule = lower_stateful_chain(op)
+        beside = set(chained.left_keys) <= set(op.keys)
+        join_rule = lower_stateful_chain(op) if beside else lower_stateful_staged(op)
     ctx = Lowerer(
         streaming=streaming,
         shift=shift,
@@ -231,7 +234,7 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
     root, _ = ctx.lower(op if chained is None else chained)
     emission = op.emission
     if chained is not None:
-        why.append(CHAIN_REASON)
+        why.append(CHAIN_REASON if beside else STAGED_REASON)
     return SparkRecipe(
         lowering="stateful",
         reason=reason + "".join(why) + rule.reason,
@@ -318,6 +321,17 @@ CHAIN_REASON = (
     "; it runs in the same operator call as the join, over the joined rows of its keys "
     "(they include the join's, so no row crosses the cluster again), at the join's watermark; a "
     "late partner's new pairs (within the join's allowed lateness) correct its results"
+)
+
+
+#: Why an operator after a join keyed by other columns runs as it does (docs/joins.md, "After a join").
+STAGED_REASON = (
+    "; it is keyed by other columns than the join, so the joined rows cross the cluster once more "
+    "in the same micro-batch: each join bucket splits its rows by the operator's key bucket, Spark "
+    "groups them by it (applyInArrow) and the operator runs there with state of its own, one Arrow "
+    "file per bucket and micro-batch under the checkpoint (the micro-batch Spark runs again reads "
+    "the version before it); it runs at the join's watermark, and a late partner's new pairs "
+    "(within the join's allowed lateness) correct its results"
 )
 
 

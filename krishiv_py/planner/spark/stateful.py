@@ -160,11 +160,12 @@ def with_buckets(recipe: SparkRecipe, buckets: int) -> SparkRecipe:
     encoded = node.child
     assert isinstance(encoded, SelectExprs) and encoded.exprs[0].endswith(f" AS {quote(BUCKET)}")
     exprs = (f"{_bucket_expr(node.hashed, buckets)} AS {quote(BUCKET)}", *encoded.exprs[1:])
-    root = attrs.evolve(
-        node,
-        child=attrs.evolve(encoded, exprs=exprs),
-        operator=attrs.evolve(node.operator, buckets=buckets),
-    )
+    operator = attrs.evolve(node.operator, buckets=buckets)
+    if operator.then is not None:  # a stage keyed by other columns: as many buckets of its own
+        operator = attrs.evolve(
+            operator, then=attrs.evolve(operator.then, buckets=buckets, upstream_buckets=buckets)
+        )
+    root = attrs.evolve(node, child=attrs.evolve(encoded, exprs=exprs), operator=operator)
     return attrs.evolve(recipe, root=root)
 
 
@@ -275,27 +276,69 @@ def lower_stateful_chain(then: n.WindowAggregate | n.KeyedAggregate | n.KeyedTop
         node: n.Join, left: RecipeNode, right: RecipeNode, *, streaming: bool, shift_ms: int
     ) -> RecipeNode:
         from krishiv_py.stateful.chain import ChainKernel
-        from krishiv_py.stateful.joins import JoinKernel
-        from krishiv_py.stateful.window_kernel import WindowKernel
 
-        apply = lower_stateful_join(node, left, right, streaming=streaming, shift_ms=shift_ms)
-        assert isinstance(apply, StatefulApply)
-        kernel: Any
-        if isinstance(then, n.WindowAggregate):
-            spec = operator_spec(then, shift_ms=shift_ms)
-            window_spec = spec.kernel.spec
-            kept = window_spec.allowed_lateness_ms + node.emission.allowed_lateness_ms
-            kernel, columns = WindowKernel(attrs.evolve(window_spec, allowed_lateness_ms=kept)), spec.columns
-        else:
-            kernel, columns = keyed_operator(then)
-        chain = ChainKernel(
-            first=JoinKernel(attrs.evolve(apply.operator.kernel.spec, event_times=True)),
-            then=kernel,
-            columns=tuple((c.name, c.type) for c in columns),
+        apply, first, kernel, columns = _after_join(
+            then, node, left, right, streaming=streaming, shift_ms=shift_ms
         )
+        chain = ChainKernel(first=first, then=kernel, columns=columns)
         return attrs.evolve(apply, operator=attrs.evolve(apply.operator, kernel=chain))
 
     return rule
+
+
+def lower_stateful_staged(then: n.WindowAggregate | n.KeyedAggregate | n.KeyedTopN) -> Any:
+    """The join rule of an operator after a join keyed by other columns: a stage of its own.
+
+    The join's results cross the cluster to the operator's key buckets in
+    the same micro-batch (:mod:`krishiv_py.stateful.stage`); the operator
+    takes them as the chain does (event time, the join's allowed lateness).
+    """
+
+    def rule(
+        node: n.Join, left: RecipeNode, right: RecipeNode, *, streaming: bool, shift_ms: int
+    ) -> RecipeNode:
+        from krishiv_py.stateful.stage import StageSpec
+
+        apply, first, kernel, columns = _after_join(
+            then, node, left, right, streaming=streaming, shift_ms=shift_ms
+        )
+        stage = StageSpec(
+            kernel=kernel,
+            upstream=first,
+            columns=columns,
+            buckets=apply.operator.buckets,
+            upstream_buckets=apply.operator.buckets,
+        )
+        return attrs.evolve(apply, operator=attrs.evolve(apply.operator, kernel=first, then=stage))
+
+    return rule
+
+
+def _after_join(
+    then: n.WindowAggregate | n.KeyedAggregate | n.KeyedTopN,
+    node: n.Join,
+    left: RecipeNode,
+    right: RecipeNode,
+    *,
+    streaming: bool,
+    shift_ms: int,
+) -> tuple[StatefulApply, Any, Any, tuple[tuple[str, Any], ...]]:
+    """The join's operator, its kernel (results with event times), the next operator's kernel and columns."""
+    from krishiv_py.stateful.joins import JoinKernel
+    from krishiv_py.stateful.window_kernel import WindowKernel
+
+    apply = lower_stateful_join(node, left, right, streaming=streaming, shift_ms=shift_ms)
+    assert isinstance(apply, StatefulApply)
+    kernel: Any
+    if isinstance(then, n.WindowAggregate):
+        spec = operator_spec(then, shift_ms=shift_ms)
+        window_spec = spec.kernel.spec
+        kept = window_spec.allowed_lateness_ms + node.emission.allowed_lateness_ms
+        kernel, columns = WindowKernel(attrs.evolve(window_spec, allowed_lateness_ms=kept)), spec.columns
+    else:
+        kernel, columns = keyed_operator(then)
+    first = JoinKernel(attrs.evolve(apply.operator.kernel.spec, event_times=True))
+    return apply, first, kernel, tuple((c.name, c.type) for c in columns)
 
 
 def lower_stateful_join(

@@ -1,0 +1,305 @@
+"""A stage keyed by other columns than the operator before it: its rows moved, its state its own.
+
+An operator after another one (a window after a join, SPEC 3.13) runs in
+the same operator call when its keys include the first one's
+(:mod:`krishiv_py.stateful.chain`). Keyed by other columns, its rows of one
+key come out of many of the first operator's key buckets, so they cross
+the cluster once more, in the same micro-batch:
+
+1. The first operator's bucket call splits its results by the stage's
+   key bucket (:func:`hand_on`) and sends each stage bucket one row: its
+   rows and a *report* of the call (the operator bucket, the watermark,
+   the rows its state holds and the watermark at which it next fires).
+   Every stage bucket gets a row from every call, rows or not.
+2. Spark groups those rows by stage bucket (``groupBy(...).applyInArrow``)
+   and each stage bucket runs :func:`step`: the stage's kernel over the
+   rows, at the watermark the first operator passes on.
+3. The stage's state is krishiv's own, not Spark's state store: one Arrow
+   file per stage bucket and micro-batch under the checkpoint
+   (:class:`StageStore`), written before the micro-batch commits; the
+   micro-batch that Spark runs again after a failure reads the version
+   the micro-batch before it left — the scheme of Spark's own HDFS state
+   store. The micro-batch's id comes from the task (Spark sets it as the
+   ``streaming.sql.batchId`` local property of every task it runs).
+
+The stage's watermark
+    A first-operator bucket runs only in a micro-batch that has its rows or
+    its tick, so a bucket whose window is due may fire it a micro-batch
+    after the watermark passed its end. The stage runs at
+    :func:`stages_watermark`: the watermark, held at ``due - 1`` by every
+    bucket that holds state it has not yet fired at ``due`` (from the
+    reports the stage keeps of every bucket), then passed through the first
+    operator's :meth:`~krishiv_py.stateful.protocol.Kernel.output_watermark`
+    (its structural delay, never its allowed lateness). Rows handed on are
+    applied at the watermark of the stage's previous step (a result of
+    on-time input is never late there), then the stage moves to the new
+    one and fires what it passed (SPEC 3.11, as the chain does).
+
+Examples
+--------
+>>> stages_watermark(105, {0: (2, 110), 1: (1, 100), 2: (0, -1)})
+99
+>>> stages_watermark(105, {0: (2, 110)}, buckets=2) is None
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+import pyarrow as pa
+
+from krishiv_py.names import BATCH_TS, RESULT_KIND, SEQ
+from krishiv_py.plan.watermarks import END_OF_TIME_MS
+from krishiv_py.stateful._arrow import framed, ipc_bytes, ipc_table, unframed
+from krishiv_py.stateful.grouping import canonical
+from krishiv_py.stateful.kernel import StepOutput
+from krishiv_py.stateful.protocol import NOT_DUE, Kernel
+
+__all__ = ["StageSpec", "StageState", "StageStore", "hand_on", "route_of", "stages_watermark", "step"]
+
+#: A report's watermark when the micro-batch had none yet.
+NO_WATERMARK = -(2**63)
+
+_REPORT = pa.schema(
+    [pa.field(name, pa.int64()) for name in ("bucket", "watermark_ms", "state_rows", "next_due_ms")]
+)
+
+
+def stages_watermark(
+    watermark: int | None, reports: Mapping[int, tuple[int, int]], buckets: int | None = None
+) -> int | None:
+    """``watermark`` held below every due bucket (see the module docstring).
+
+    ``reports`` holds each bucket's last report, ``(state rows, next due
+    watermark)``; with ``buckets``, a bucket in ``range(buckets)`` without
+    one may hold state, and nothing moves (None) until it reports.
+    """
+    if watermark is None or (buckets is not None and any(b not in reports for b in range(buckets))):
+        return None
+    due = [d for rows, d in reports.values() if rows and d != NOT_DUE]
+    return min([watermark, *(d - 1 for d in due)])
+
+
+@attrs.frozen(kw_only=True)
+class StageSpec:
+    """A stage's kernel, what it reads of the first operator's results, and where its state goes."""
+
+    kernel: Kernel
+    #: The first operator's kernel (the watermark it passes on).
+    upstream: Kernel
+    #: The columns the stage reads of the first operator's results, with the types it takes.
+    columns: tuple[tuple[str, pa.DataType], ...]
+    #: The stage's key buckets, and the first operator's.
+    buckets: int
+    upstream_buckets: int
+    #: Where the stage's state versions go (a directory or URI under the checkpoint; set when
+    #: the job's query is built).
+    path: str = ""
+    #: Whether the first operator's results carry ``kind`` (emits and retractions).
+    retracting: bool = False
+
+    def describe(self) -> str:
+        return (
+            f"{self.kernel.describe()}, over the rows of the operator before it moved to "
+            f"{self.buckets} bucket(s) of its own keys"
+        )
+
+
+def route_of(rows: pa.Table, keys: Sequence[str], buckets: int) -> np.ndarray:
+    """Each row's stage bucket: a hash of its key values (equal keys, equal bucket, on any machine)."""
+    import pandas as pd
+
+    if not keys or buckets == 1 or not rows.num_rows:
+        return np.zeros(rows.num_rows, np.int64)
+    frame = pa.table({f"k{i}": canonical(rows.column(k)) for i, k in enumerate(keys)}).to_pandas()
+    hashed = pd.util.hash_pandas_object(frame, index=False).to_numpy(np.uint64)
+    out: np.ndarray = (hashed % np.uint64(buckets)).astype(np.int64)
+    return out
+
+
+def hand_on(
+    spec: StageSpec,
+    bucket: int,
+    results: pa.Table,
+    watermark_ms: int | None,
+    state_rows: int,
+    next_due_ms: int,
+) -> list[bytes]:
+    """One value per stage bucket: its share of ``results`` and the report of this bucket call."""
+    report = pa.table(
+        {
+            "bucket": [bucket],
+            "watermark_ms": [NO_WATERMARK if watermark_ms is None else watermark_ms],
+            "state_rows": [state_rows],
+            "next_due_ms": [next_due_ms],
+        },
+        schema=_REPORT,
+    )
+    cols: dict[str, Any] = {name: results.column(name).cast(kind) for name, kind in spec.columns}
+    cols[BATCH_TS] = results.column(BATCH_TS)
+    if spec.retracting:
+        cols[RESULT_KIND] = results.column(RESULT_KIND)
+    rows = pa.table(cols)
+    routes = route_of(rows, spec.kernel.keys, spec.buckets)
+    return [framed([rows.filter(pa.array(routes == s)), report]) for s in range(spec.buckets)]
+
+
+@attrs.frozen
+class StageState:
+    """A stage bucket's state: its kernel's, the reports it holds, its watermark, the next arrival."""
+
+    kernel: pa.Table | None = None
+    #: The last report of each first-operator bucket (``_REPORT``'s columns).
+    reports: pa.Table = attrs.field(factory=_REPORT.empty_table)
+    watermark_ms: int | None = None
+    seq: int = 0
+
+    def report_map(self) -> dict[int, tuple[int, int]]:
+        r = self.reports.to_pydict()
+        return {
+            int(b): (int(n), int(d))
+            for b, n, d in zip(r["bucket"], r["state_rows"], r["next_due_ms"], strict=True)
+        }
+
+
+def step(
+    spec: StageSpec, state: StageState | None, handed: Sequence[bytes], now_ms: int, *, bounded: bool = False
+) -> tuple[StageState, StepOutput, int | None]:
+    """One micro-batch of one stage bucket: the rows handed on, then the watermark moved.
+
+    Returns the new state, what the kernel emitted, and the watermark of
+    the first operator's input this micro-batch (None: none yet).
+    ``bounded``: every row of a bounded run at once, then the end of input.
+    """
+    state = state or StageState()
+    parts = sorted((unframed(blob) for blob in handed), key=lambda p: int(p[1].column("bucket")[0].as_py()))
+    reports = [p[1] for p in parts]
+    marks = [int(r.column("watermark_ms")[0].as_py()) for r in reports]
+    known = [m for m in marks if m != NO_WATERMARK]
+    upstream_wm = max(known) if known else None
+    all_reports = _merged_reports(state.reports, reports)
+    held_state = attrs.evolve(state, reports=all_reports)
+    wanted = stages_watermark(upstream_wm, held_state.report_map(), spec.upstream_buckets)
+    target = END_OF_TIME_MS if bounded else spec.upstream.output_watermark(wanted)
+    before = state.watermark_ms
+    if target is not None and before is not None and target < before:
+        target = before  # never backwards
+    rows = _rows([p[0] for p in parts], spec, state.seq)
+    kernel_state, applied = spec.kernel.step(state.kernel, rows, before, now_ms)
+    outputs = [applied]
+    if target is not None and target != before:
+        kernel_state, fired = spec.kernel.step(kernel_state, rows.slice(0, 0), target, now_ms)
+        outputs.append(fired)
+    new = StageState(
+        kernel=kernel_state if kernel_state.num_rows else None,
+        reports=all_reports,
+        watermark_ms=target if target is not None else before,
+        seq=state.seq + rows.num_rows,
+    )
+    results = [o.results for o in outputs]
+    closed = [o.closed for o in outputs if o.closed is not None]
+    out = StepOutput(
+        results=pa.concat_tables(results) if len(results) > 1 else results[0],
+        very_late=np.zeros(0, np.int64),
+        invalid=np.zeros(0, np.int64),
+        closed=pa.concat_tables(closed) if closed else None,
+        expired=sum(o.expired for o in outputs),
+        arithmetic_errors=sum(o.arithmetic_errors for o in outputs),
+    )
+    return new, out, upstream_wm
+
+
+def next_due(spec: StageSpec, state: StageState, upstream_wm: int | None) -> tuple[int, int]:
+    """When the stage next fires, as a watermark of the first operator's input, and by the clock."""
+    if state.kernel is None:
+        return NOT_DUE, NOT_DUE
+    event, clock = spec.kernel.next_due(state.kernel)
+    if event != NOT_DUE:
+        base = upstream_wm if upstream_wm is not None else 0
+        out = spec.upstream.output_watermark(base)
+        event += base - (out if out is not None else base)  # the first operator's delay
+    return event, clock
+
+
+def _merged_reports(held: pa.Table, new: list[pa.Table]) -> pa.Table:
+    """The newest report of every first-operator bucket."""
+    if not new:
+        return held
+    table = pa.concat_tables([held, *new])
+    buckets = table.column("bucket").to_numpy()
+    last = {int(b): i for i, b in enumerate(buckets)}
+    return table.take(pa.array(sorted(last.values())))
+
+
+def _rows(parts: list[pa.Table], spec: StageSpec, seq: int) -> pa.Table:
+    """The rows handed on, in bucket order, numbered in arrival order from ``seq``."""
+    rows = pa.concat_tables(parts) if len(parts) > 1 else parts[0] if parts else _empty(spec)
+    return rows.append_column(SEQ, pa.array(np.arange(seq, seq + rows.num_rows, dtype=np.int64)))
+
+
+def _empty(spec: StageSpec) -> pa.Table:
+    fields = [pa.field(name, kind) for name, kind in spec.columns] + [pa.field(BATCH_TS, pa.int64())]
+    if spec.retracting:
+        fields.append(pa.field(RESULT_KIND, pa.string()))
+    return pa.schema(fields).empty_table()
+
+
+class StageStore:
+    """A stage bucket's state, one Arrow file per micro-batch under ``path`` (local or a URI).
+
+    ``<path>/<bucket>/<batch id>.arrow``, written to a temporary name and
+    moved in place. :meth:`load_before` reads the newest version before a
+    micro-batch, so the micro-batch Spark runs again starts where the one
+    before it ended; :meth:`save` keeps the version before the new one and
+    deletes older ones.
+    """
+
+    def __init__(self, path: str, bucket: int) -> None:
+        from pyarrow import fs
+
+        self._fs, root = fs.FileSystem.from_uri(path) if "://" in path else (fs.LocalFileSystem(), path)
+        self._dir = f"{root.rstrip('/')}/{bucket}"
+
+    def _versions(self) -> list[int]:
+        from pyarrow import fs
+
+        infos = self._fs.get_file_info(fs.FileSelector(self._dir, allow_not_found=True))
+        names = [i.base_name for i in infos if i.base_name.endswith(".arrow")]
+        return sorted(int(n.split(".")[0]) for n in names if n.split(".")[0].isdigit())
+
+    def load_before(self, batch_id: int) -> StageState | None:
+        older = [v for v in self._versions() if v < batch_id]
+        if not older:
+            return None
+        with self._fs.open_input_stream(f"{self._dir}/{older[-1]}.arrow") as f:
+            row = ipc_table(f.read()).to_pylist()[0]
+        kernel = ipc_table(row["kernel"]) if row["kernel"] is not None else None
+        return StageState(
+            kernel=kernel,
+            reports=ipc_table(row["reports"]),
+            watermark_ms=row["watermark_ms"],
+            seq=int(row["seq"]),
+        )
+
+    def save(self, batch_id: int, state: StageState) -> None:
+        row = pa.table(
+            {
+                "kernel": pa.array([None if state.kernel is None else ipc_bytes(state.kernel)], pa.binary()),
+                "reports": pa.array([ipc_bytes(state.reports)], pa.binary()),
+                "watermark_ms": pa.array([state.watermark_ms], pa.int64()),
+                "seq": pa.array([state.seq], pa.int64()),
+            }
+        )
+        self._fs.create_dir(self._dir, recursive=True)
+        final = f"{self._dir}/{batch_id}.arrow"
+        temp = f"{final}.{np.random.default_rng().integers(1 << 62)}.tmp"
+        with self._fs.open_output_stream(temp) as f:
+            f.write(ipc_bytes(row))
+        self._fs.move(temp, final)
+        older = [v for v in self._versions() if v < batch_id]
+        for v in older[:-1]:
+            self._fs.delete_file(f"{self._dir}/{v}.arrow")

@@ -1,0 +1,86 @@
+"""A stage keyed by other columns after an operator (krishiv_py.stateful.stage), without Spark."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+
+from krishiv_py.names import BATCH_TS
+from krishiv_py.plan.windows import TumblingWindow
+from krishiv_py.stateful.aggregates import AggSpec
+from krishiv_py.stateful.protocol import NOT_DUE
+from krishiv_py.stateful.stage import StageSpec, StageState, StageStore, hand_on, route_of, step
+from krishiv_py.stateful.state import KernelSpec
+from krishiv_py.stateful.window_kernel import WindowKernel
+
+COUNT = AggSpec(name="n", func="count", column=None, out_type=pa.int64(), in_type=None)
+
+
+def _spec(buckets: int = 2, upstream_buckets: int = 2) -> StageSpec:
+    kernel = WindowKernel(KernelSpec(keys=("ad",), window=TumblingWindow(size_ms=10), aggs=(COUNT,)))
+    return StageSpec(
+        kernel=kernel,
+        upstream=WindowKernel(KernelSpec(keys=("u",), window=TumblingWindow(size_ms=10), aggs=(COUNT,))),
+        columns=(("ad", pa.string()),),
+        buckets=buckets,
+        upstream_buckets=upstream_buckets,
+    )
+
+
+def _results(ads: list[str | None], ts_ms: list[int]) -> pa.Table:
+    return pa.table(
+        {"ad": pa.array(ads, pa.string()), "u": ["x"] * len(ads), BATCH_TS: [t * 1000 for t in ts_ms]}
+    )
+
+
+def test_rows_of_equal_keys_go_to_one_stage_bucket_whatever_bucket_sent_them() -> None:
+    rows = pa.table({"ad": ["a", "b", None, "a", "c", None] * 50})
+    routes = route_of(rows, ("ad",), 4)
+    by_key: dict[object, set[int]] = {}
+    for key, route in zip(rows.column("ad").to_pylist(), routes.tolist(), strict=True):
+        by_key.setdefault(key, set()).add(route)
+    assert all(len(r) == 1 for r in by_key.values())
+    assert set(routes.tolist()) <= set(range(4))
+    floats = pa.table({"x": pa.array([0.0, -0.0, float("nan"), float("nan")])})
+    f = route_of(floats, ("x",), 8).tolist()
+    assert f[0] == f[1] and f[2] == f[3]  # -0.0 is 0.0, NaN is NaN: as the kernels group them
+
+
+def test_every_stage_bucket_gets_a_row_from_every_call_with_its_share_of_the_rows() -> None:
+    spec = _spec(buckets=3)
+    handed = hand_on(spec, 1, _results(["a", "b", "c", "a"], [1, 2, 3, 4]), 0, 5, 10)
+    assert len(handed) == 3
+    states = [step(spec, None, [blob], 0)[0] for blob in handed]
+    assert sum(s.seq for s in states) == 4  # each row went to exactly one stage bucket
+    assert all(s.report_map() == {1: (5, 10)} for s in states)
+
+
+def test_the_stage_waits_for_every_bucket_and_below_a_due_one() -> None:
+    spec = _spec(buckets=1, upstream_buckets=2)
+    first = hand_on(spec, 0, _results(["a"], [5]), 20, 0, NOT_DUE)
+    state, out, _ = step(spec, None, first, 0)
+    assert state.watermark_ms is None and not out.results.num_rows  # bucket 1 never reported
+    # Bucket 1 holds a window due at 10 it has not fired yet: the stage stays below 10.
+    second = hand_on(spec, 1, _results([], []), 20, 1, 10)
+    state, out, _ = step(spec, state, second, 0)
+    assert state.watermark_ms == 9 and not out.results.num_rows
+    # Bucket 1 fires it (its result reaches the stage at the old watermark), then the window fires.
+    third = hand_on(spec, 1, _results(["a"], [9]), 20, 0, NOT_DUE)
+    state, out, _ = step(spec, state, third, 0)
+    assert state.watermark_ms == 20
+    assert out.results.to_pylist() == [{"ad": "a", "window_start": 0, "window_end": 10_000, "n": 2}]
+
+
+def test_a_micro_batch_run_again_starts_from_the_version_before_it(tmp_path: Path) -> None:
+    store = StageStore(str(tmp_path), 3)
+    assert store.load_before(0) is None
+    for batch in range(5):
+        store.save(batch, StageState(seq=batch * 10, watermark_ms=batch))
+    again = store.load_before(4)
+    assert again is not None and again.seq == 30 and again.watermark_ms == 3
+    latest = store.load_before(5)
+    assert latest is not None and latest.seq == 40
+    assert sorted(p.name for p in (tmp_path / "3").iterdir()) == ["3.arrow", "4.arrow"]  # older ones go
+    store.save(4, StageState(seq=41))  # the micro-batch run again writes its version anew
+    assert (store.load_before(5) or StageState()).seq == 41
