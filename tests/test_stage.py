@@ -84,3 +84,27 @@ def test_a_micro_batch_run_again_starts_from_the_version_before_it(tmp_path: Pat
     assert sorted(p.name for p in (tmp_path / "3").iterdir()) == ["3.arrow", "4.arrow"]  # older ones go
     store.save(4, StageState(seq=41))  # the micro-batch run again writes its version anew
     assert (store.load_before(5) or StageState()).seq == 41
+
+
+def test_an_expression_between_two_operators_that_arrow_cannot_evaluate_exactly_is_a_plan_error() -> None:
+    import pytest
+
+    import krishiv_py as kp
+    from krishiv_py.api.stream import Stream
+    from krishiv_py.errors import PlanError
+    from krishiv_py.plan import nodes as n
+    from krishiv_py.planner.spark.lower import lower
+    from krishiv_py.types import to_schema
+
+    def keyed(name: str) -> kp.KeyedStream:
+        source = n.MemorySource(
+            name=name, schema=to_schema("user string, t bigint, v string"), path=f"/{name}"
+        )
+        return Stream(None, source).watermark("t", 0).key_by("user")
+
+    joined = keyed("a").interval_join(keyed("b"), between=(-5, 0))
+    fine = joined.filter(kp.col("t") > kp.col("t_right")).key_by("v").agg(kp.count(kp.col("*")))
+    assert "cross the cluster once more" in lower(fine.plan).reason
+    parsed = joined.filter(kp.col("v").cast("int") > 1).key_by("user").agg(kp.count(kp.col("*")))
+    with pytest.raises(PlanError, match=r"between two operators.*cast from string"):
+        lower(parsed.plan)

@@ -277,19 +277,35 @@ class KeyedAggregate:
 
 
 def _check_per_key_input(below: PlanNode, keys: tuple[str, ...], what: str) -> None:
-    """What an operator per key over every row takes today: a source's rows with event time, or a join's."""
+    """What an operator per key over every row takes today: a source's rows with event time, a join's,
+    or (an aggregation) another aggregation's changes."""
+    under = stateless_below(below)
+    if what.startswith("an aggregation") and isinstance(under, KeyedAggregate) and not joins_of(under.input):
+        if window_aggregates(under.input) or _keyed_aggregates(under.input):
+            raise PlanError(f"{what} after two operators is not supported yet")
+        return  # a changelog of updating rows: each retraction withdraws an earlier row
     if joins_of(below):
+        if isinstance(under, KeyedAggregate) and what.startswith("an aggregation"):
+            check_window_after_join(under.input, under.keys, what=what)
+            return
         check_window_after_join(below, keys, what=what)
     elif window_aggregates(below) or _keyed_aggregates(below):
         raise PlanError(
-            f"{what} takes a source's or a join's rows for now; after a window or an aggregation it "
-            "is not supported yet (top_n(per='window') ranks a window's results)"
+            f"{what} takes a source's or a join's rows, or an aggregation's changes, for now; after a "
+            "window or a top-N it is not supported yet (top_n(per='window') ranks a window's results)"
         )
     if event_time(below) is None:
         raise PlanError(
             f"{what} needs event time: call .watermark(column, lag_ms) first, so that each result "
             "row has an event time and the watermark passes on"
         )
+
+
+def stateless_below(node: PlanNode) -> PlanNode:
+    """The first node under ``node``'s filters and projections (``node`` itself when it is neither)."""
+    while isinstance(node, Filter | Project):
+        node = node.input
+    return node
 
 
 def _keyed_aggregates(node: PlanNode) -> list[KeyedAggregate | KeyedTopN]:
@@ -335,9 +351,10 @@ AFTER_JOIN = (
     "joined stream already has its watermark (the minimum of both sides'), so .watermark() does not "
     "apply to it either. What works today: a window, an aggregation or a top-N right after the "
     "join (joined.key_by(...).tumbling_window(...).agg(...), keyed by any columns); filter(), "
-    "select() and with_column() on the joined rows; writing the joined rows to a sink (ParquetSink, KafkaSink) and reading them "
-    "back as a new source with its own .watermark() to window them; or a window join of each side's "
-    "windows: left.key_by(...).tumbling_window(...).join(right.key_by(...).tumbling_window(...))"
+    "select() and with_column() on the joined rows; writing the joined rows to a sink (ParquetSink, "
+    "KafkaSink) and reading them back as a new source with its own .watermark() to window them; or a "
+    "window join of each side's windows: "
+    "left.key_by(...).tumbling_window(...).join(right.key_by(...).tumbling_window(...))"
 )
 
 
@@ -350,7 +367,7 @@ def check_window_after_join(below: PlanNode, keys: tuple[str, ...], *, what: str
     own keyed by other columns (:mod:`krishiv_py.stateful.stage`). A
     retracting join sends retractions it cannot take yet.
     """
-    join = below
+    join = stateless_below(below)
     if not isinstance(join, Join) or joins_of(join.left) or joins_of(join.right):
         raise PlanError(AFTER_JOIN)
     if window_aggregates(join.left) or window_aggregates(join.right):

@@ -23,9 +23,17 @@ Corrections
     allowed lateness is its own plus ``L``, so it keeps every window that
     such a result can reach, and re-fires it with the correction. Nothing
     ``first`` emits is dropped downstream.
-Limits
-    ``first``'s results must be emits only (a join in accumulating mode):
-    ``then`` takes no retractions yet, and the chain refuses them.
+Between the two
+    Filters and projections (:class:`~krishiv_py.stateful.between.Between`)
+    run over ``first``'s results in Arrow, exactly as Spark SQL would;
+    the event time and ``kind`` pass through them.
+Event time and retractions
+    A join's result carries its event time (the later of its rows'), a
+    window's is ``window_end - 1`` ms; an aggregation's changes have none
+    of their own and reach ``then`` at the watermark (on time). ``first``'s
+    retractions (``kind``) reach ``then`` only when it takes them
+    (``retracting``, an aggregation per key); otherwise the planner
+    refuses the chain.
 State
     One row: both kernels' state tables as Arrow IPC, the watermark of the
     last step, the next arrival number for ``then``'s rows, and how many
@@ -34,23 +42,20 @@ State
 
 from __future__ import annotations
 
-from typing import Any
-
 import attrs
 import numpy as np
 import pyarrow as pa
 
 from krishiv_py.names import (
-    BATCH_TS,
     CHAIN_FIRST,
     CHAIN_ROWS,
     CHAIN_SEQ,
     CHAIN_THEN,
     CHAIN_WATERMARK,
-    RESULT_KIND,
     SEQ,
 )
 from krishiv_py.stateful._arrow import ipc_bytes, ipc_table
+from krishiv_py.stateful.between import Between, handed_rows
 from krishiv_py.stateful.kernel import StepOutput
 from krishiv_py.stateful.protocol import NOT_DUE, Kernel, Unmerged
 
@@ -70,6 +75,10 @@ class ChainKernel(Unmerged):
     then: Kernel
     #: The columns ``then`` reads of ``first``'s results, with the types it takes them in.
     columns: tuple[tuple[str, pa.DataType], ...]
+    #: Filters and projections between the two, over ``first``'s results.
+    between: Between | None = None
+    #: Whether ``first``'s results carry ``kind`` (retractions), which ``then`` takes.
+    retracting: bool = False
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -94,7 +103,7 @@ class ChainKernel(Unmerged):
     ) -> tuple[pa.Table, StepOutput]:
         first_state, then_state, before, seq = _split(state)
         first_state, out = self.first.step(first_state, batch, watermark_ms, now_ms, merged=merged)
-        rows = self._handed_on(out.results, seq)
+        rows = self._handed_on(out.results, seq, self.first.output_watermark(before))
         then_state, applied = self.then.step(then_state, rows, self.first.output_watermark(before), now_ms)
         outputs = [applied]
         after = self.first.output_watermark(watermark_ms)
@@ -112,14 +121,13 @@ class ChainKernel(Unmerged):
             arithmetic_errors=out.arithmetic_errors + sum(o.arithmetic_errors for o in outputs),
         )
 
-    def _handed_on(self, results: pa.Table, seq: int) -> pa.Table:
-        """``first``'s results as ``then``'s batch: its columns, event time (µs), arrival order."""
-        if RESULT_KIND in results.column_names:
-            raise ValueError("a chain hands emits only to its second kernel, and these rows retract")
-        cols: dict[str, Any] = {name: results.column(name).cast(kind) for name, kind in self.columns}
-        cols[BATCH_TS] = results.column(BATCH_TS)
-        cols[SEQ] = pa.chunked_array([pa.array(np.arange(seq, seq + results.num_rows, dtype=np.int64))])
-        return pa.table(cols)
+    def _handed_on(self, results: pa.Table, seq: int, watermark_ms: int | None) -> pa.Table:
+        """``first``'s results as ``then``'s batch: its columns, event time (µs), kind, arrival order."""
+        rows = handed_rows(
+            results, self.columns, between=self.between, retracting=self.retracting, at=watermark_ms
+        )
+        seqs = pa.array(np.arange(seq, seq + rows.num_rows, dtype=np.int64))
+        return rows.append_column(SEQ, seqs)
 
     def next_due(self, state: pa.Table) -> tuple[int, int]:
         first_state, then_state, _, _ = _split(state)

@@ -46,7 +46,6 @@ True
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import attrs
 import numpy as np
@@ -55,6 +54,7 @@ import pyarrow as pa
 from krishiv_py.names import BATCH_TS, RESULT_KIND, SEQ
 from krishiv_py.plan.watermarks import END_OF_TIME_MS
 from krishiv_py.stateful._arrow import framed, ipc_bytes, ipc_table, unframed
+from krishiv_py.stateful.between import Between, handed_rows
 from krishiv_py.stateful.grouping import canonical
 from krishiv_py.stateful.kernel import StepOutput
 from krishiv_py.stateful.protocol import NOT_DUE, Kernel
@@ -99,8 +99,10 @@ class StageSpec:
     #: Where the stage's state versions go (a directory or URI under the checkpoint; set when
     #: the job's query is built).
     path: str = ""
-    #: Whether the first operator's results carry ``kind`` (emits and retractions).
+    #: Whether the first operator's results carry ``kind`` (emits and retractions), which it takes.
     retracting: bool = False
+    #: Filters and projections between the two, over the first operator's results.
+    between: Between | None = None
 
     def describe(self) -> str:
         return (
@@ -139,11 +141,9 @@ def hand_on(
         },
         schema=_REPORT,
     )
-    cols: dict[str, Any] = {name: results.column(name).cast(kind) for name, kind in spec.columns}
-    cols[BATCH_TS] = results.column(BATCH_TS)
-    if spec.retracting:
-        cols[RESULT_KIND] = results.column(RESULT_KIND)
-    rows = pa.table(cols)
+    rows = handed_rows(
+        results, spec.columns, between=spec.between, retracting=spec.retracting, at=watermark_ms
+    )
     routes = route_of(rows, spec.kernel.keys, spec.buckets)
     return [framed([rows.filter(pa.array(routes == s)), report]) for s in range(spec.buckets)]
 

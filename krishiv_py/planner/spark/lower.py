@@ -18,6 +18,8 @@ Examples
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
 from krishiv_py._typing import Lowering
@@ -44,11 +46,11 @@ from krishiv_py.planner.spark.sliding import pane_choice, stream_pane_choice
 from krishiv_py.planner.spark.sources import Lowerer, one_watermark, select_item, top_n
 from krishiv_py.planner.spark.stateful import (
     kernel_aggs,
-    lower_stateful_chain,
     lower_stateful_join,
     lower_stateful_keyed,
-    lower_stateful_staged,
     lower_stateful_window,
+    moves,
+    stacked_operators,
 )
 from krishiv_py.planner.sql import quote, to_sql
 from krishiv_py.types import DataType, Field, Schema
@@ -212,29 +214,41 @@ OPERATOR_RULES: dict[type[n.PlanNode], OperatorRule] = {}
 
 
 def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkRecipe:
-    """Every stateful plan alike: the stages after the operator peeled off, the operator as a kernel."""
+    """Every stateful plan alike: the stages after the operator peeled off, the operators in order.
+
+    The bottom operator is lowered by its rule; each operator above it runs
+    in the same call when its keys include those its rows are bucketed by,
+    else as a stage of its own (:func:`stacked_operators`).
+    """
     op, stages, why = _operator_and_stages(plan)
+    links = operator_links(op)
+    bottom = links[0][0]
+    assert isinstance(bottom, n.WindowAggregate | n.Join | n.KeyedAggregate | n.KeyedTopN)
     rule = OPERATOR_RULES[type(op)]
     shift = time_shift(op) if streaming else 0
-    chained = _chained_join(op)
-    join_rule = lower_stateful_join
-    beside = True
-    if chained is not None:
-        assert isinstance(op, n.WindowAggregate | n.KeyedAggregate | n.KeyedTopN)
-        beside = set(chained.left_keys) <= set(op.keys)
-        join_rule = lower_stateful_chain(op) if beside else lower_stateful_staged(op)
+    rules: dict[str, Any] = {
+        "window": lower_stateful_window,
+        "join": lower_stateful_join,
+        "keyed": lower_stateful_keyed,
+    }
+    if len(links) > 1:
+        slot = (
+            "join"
+            if isinstance(bottom, n.Join)
+            else "window"
+            if isinstance(bottom, n.WindowAggregate)
+            else "keyed"
+        )
+        rules[slot] = stacked_operators(rules[slot], links[1:])
+        why += [CHAIN_REASON if beside else STAGED_REASON for beside in moves(links)]
     ctx = Lowerer(
         streaming=streaming,
         shift=shift,
-        window=lower_stateful_window,
-        join=join_rule,
-        keyed=lower_stateful_keyed,
-        spark_max=rule.spark_max and one_watermark(op),
+        **rules,
+        spark_max=OPERATOR_RULES[type(bottom)].spark_max and one_watermark(bottom),
     )
-    root, _ = ctx.lower(op if chained is None else chained)
+    root, _ = ctx.lower(bottom)
     emission = op.emission
-    if chained is not None:
-        why.append(CHAIN_REASON if beside else STAGED_REASON)
     return SparkRecipe(
         lowering="stateful",
         reason=reason + "".join(why) + rule.reason,
@@ -244,7 +258,7 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
         tracked=tuple(ctx.tracked),
         windowed=True,
         output_schema=n.schema_of(plan),
-        late_handler=(emission if chained is None else chained.emission).late_handler,
+        late_handler=bottom.emission.late_handler,
         pane_callbacks=emission.panes if emission.panes.any else None,
         stages=stages,
         join_identity=join_identity(plan),
@@ -273,9 +287,7 @@ def _operator_and_stages(
         node = node.input
     cascade = _cascade_stage(node) if isinstance(node, n.WindowAggregate) else None
     op = cascade[0] if cascade is not None else node
-    chained = _chained_join(op)
-    below = n.children(op) if chained is None else n.children(chained)
-    if type(op) not in OPERATOR_RULES or _has_operator(*below):
+    if type(op) not in OPERATOR_RULES or _has_operator(*n.children(operator_links(op)[0][0])):
         raise PlanError(_unsupported(node))
     assert isinstance(op, n.WindowAggregate | n.Join | n.KeyedAggregate | n.KeyedTopN)
     rule = OPERATOR_RULES[type(op)]
@@ -335,11 +347,23 @@ STAGED_REASON = (
 )
 
 
-def _chained_join(op: n.PlanNode) -> n.Join | None:
-    """The join a window runs right after, in the same operator call (None: not a window after a join)."""
-    if isinstance(op, n.WindowAggregate | n.KeyedAggregate | n.KeyedTopN) and isinstance(op.input, n.Join):
-        return op.input
-    return None
+def operator_links(op: n.PlanNode) -> list[tuple[n.PlanNode, tuple[n.Filter | n.Project, ...]]]:
+    """The operators of a stateful plan from the bottom up to ``op``, each with the filters and
+    projections between it and the one below it (first to last)."""
+    links: list[tuple[n.PlanNode, tuple[n.Filter | n.Project, ...]]] = []
+    node = op
+    while isinstance(node, n.WindowAggregate | n.KeyedAggregate | n.KeyedTopN):
+        between: list[n.Filter | n.Project] = []
+        below = node.input
+        while isinstance(below, n.Filter | n.Project):
+            between.append(below)
+            below = below.input
+        if type(below) not in OPERATOR_RULES:
+            break
+        links.append((node, tuple(reversed(between))))
+        node = below
+    links.append((node, ()))
+    return list(reversed(links))
 
 
 def _has_operator(*nodes: n.PlanNode) -> bool:

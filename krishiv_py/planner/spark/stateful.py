@@ -28,6 +28,7 @@ from typing import Any
 
 import attrs
 
+from krishiv_py.errors import PlanError
 from krishiv_py.names import BUCKET, ET, JOIN_SIDE, PACKED, SEQ, TS_VALUE
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.windows import SlidingWindow, TumblingWindow
@@ -39,12 +40,13 @@ __all__ = [
     "BUCKETS",
     "StatefulApply",
     "join_spec",
-    "lower_stateful_chain",
     "lower_stateful_keyed",
     "keyed_operator",
     "lower_stateful_join",
     "lower_stateful_window",
+    "moves",
     "operator_spec",
+    "stacked_operators",
     "with_buckets",
 ]
 
@@ -262,83 +264,143 @@ def lower_stateful_keyed(
     return _apply(spec, child, _hashed_keys(node.keys, n.schema_of(node.input)), streaming=streaming)
 
 
-def lower_stateful_chain(then: n.WindowAggregate | n.KeyedAggregate | n.KeyedTopN) -> Any:
-    """The join rule of an operator right after a join: both in one operator call (a chain kernel).
+#: An operator above another, with the filters and projections between the two (first to last).
+Link = tuple[n.PlanNode, tuple[n.Filter | n.Project, ...]]
 
-    The operator's keys include the join's, so its rows of one key are in
-    the join's bucket already; it takes the join's rows with their event
-    time (the later of the two rows'). A window keeps its windows for the
-    join's allowed lateness more, so that a late partner's new pairs
-    correct them; an operator over every row keeps every row anyway.
+
+def moves(links: list[Link]) -> list[bool]:
+    """Per operator above the bottom one: whether it runs in the same call (True) or as a stage."""
+    keys = _bucket_keys(links[0][0])
+    out = []
+    moved = False
+    for node, _ in links[1:]:
+        assert isinstance(node, n.WindowAggregate | n.KeyedAggregate | n.KeyedTopN)
+        beside = set(keys) <= set(node.keys)
+        if not beside:
+            if moved:
+                raise PlanError(
+                    "the stateful lowering moves rows across the cluster once between operators for "
+                    f"now: {_describe(node)} is keyed by {list(node.keys)}, not by the keys "
+                    f"{list(keys)} of the operator before it, which already ran as a stage of its own"
+                )
+            moved, keys = True, node.keys
+        out.append(beside)
+    return out
+
+
+def _bucket_keys(node: n.PlanNode) -> tuple[str, ...]:
+    if isinstance(node, n.Join):
+        return node.left_keys
+    assert isinstance(node, n.WindowAggregate | n.KeyedAggregate | n.KeyedTopN)
+    return node.keys
+
+
+def _describe(node: n.PlanNode) -> str:
+    if isinstance(node, n.WindowAggregate):
+        return "the window"
+    return "the aggregation" if isinstance(node, n.KeyedAggregate) else "the top-N"
+
+
+def stacked_operators(base: Any, uppers: list[Link]) -> Any:
+    """``base`` (the bottom operator's rule) with the operators ``uppers`` after it, in order.
+
+    Each runs in the same call as the one below it when its keys include
+    those the rows are bucketed by (a :class:`~krishiv_py.stateful.chain.ChainKernel`),
+    else as a stage of its own after the operator
+    (:class:`~krishiv_py.stateful.stage.StageSpec`); the filters and
+    projections between two run over the results in Arrow. A window keeps
+    its windows for the allowed lateness of a join below it more, so that a
+    late partner's new pairs correct them.
     """
 
-    def rule(
-        node: n.Join, left: RecipeNode, right: RecipeNode, *, streaming: bool, shift_ms: int
-    ) -> RecipeNode:
+    def rule(node: n.PlanNode, *children: RecipeNode, streaming: bool, shift_ms: int) -> RecipeNode:
         from krishiv_py.stateful.chain import ChainKernel
-
-        apply, first, kernel, columns = _after_join(
-            then, node, left, right, streaming=streaming, shift_ms=shift_ms
-        )
-        chain = ChainKernel(first=first, then=kernel, columns=columns)
-        return attrs.evolve(apply, operator=attrs.evolve(apply.operator, kernel=chain))
-
-    return rule
-
-
-def lower_stateful_staged(then: n.WindowAggregate | n.KeyedAggregate | n.KeyedTopN) -> Any:
-    """The join rule of an operator after a join keyed by other columns: a stage of its own.
-
-    The join's results cross the cluster to the operator's key buckets in
-    the same micro-batch (:mod:`krishiv_py.stateful.stage`); the operator
-    takes them as the chain does (event time, the join's allowed lateness).
-    """
-
-    def rule(
-        node: n.Join, left: RecipeNode, right: RecipeNode, *, streaming: bool, shift_ms: int
-    ) -> RecipeNode:
+        from krishiv_py.stateful.joins import JoinKernel
         from krishiv_py.stateful.stage import StageSpec
 
-        apply, first, kernel, columns = _after_join(
-            then, node, left, right, streaming=streaming, shift_ms=shift_ms
-        )
-        stage = StageSpec(
-            kernel=kernel,
-            upstream=first,
-            columns=columns,
-            buckets=apply.operator.buckets,
-            upstream_buckets=apply.operator.buckets,
-        )
-        return attrs.evolve(apply, operator=attrs.evolve(apply.operator, kernel=first, then=stage))
+        apply = base(node, *children, streaming=streaming, shift_ms=shift_ms)
+        assert isinstance(apply, StatefulApply)
+        kernel = apply.operator.kernel
+        carried = 0
+        if isinstance(node, n.Join):
+            kernel = JoinKernel(attrs.evolve(kernel.spec, event_times=True))
+            carried = node.emission.allowed_lateness_ms
+        stage: Any = None
+        below = node
+        for (upper, between), beside in zip(uppers, moves([(node, ()), *uppers]), strict=True):
+            then, columns = _upper_kernel(upper, carried, shift_ms, retracting=_retracts(below))
+            step = {
+                "columns": columns,
+                "between": _between(between),
+                "retracting": _retracts(below),
+            }
+            if stage is None and beside:
+                kernel = ChainKernel(first=kernel, then=then, **step)
+            elif stage is None:
+                buckets = apply.operator.buckets
+                stage = StageSpec(
+                    kernel=then, upstream=kernel, buckets=buckets, upstream_buckets=buckets, **step
+                )
+            else:
+                stage = attrs.evolve(stage, kernel=ChainKernel(first=stage.kernel, then=then, **step))
+            below = upper
+        return attrs.evolve(apply, operator=attrs.evolve(apply.operator, kernel=kernel, then=stage))
 
     return rule
 
 
-def _after_join(
-    then: n.WindowAggregate | n.KeyedAggregate | n.KeyedTopN,
-    node: n.Join,
-    left: RecipeNode,
-    right: RecipeNode,
-    *,
-    streaming: bool,
-    shift_ms: int,
-) -> tuple[StatefulApply, Any, Any, tuple[tuple[str, Any], ...]]:
-    """The join's operator, its kernel (results with event times), the next operator's kernel and columns."""
-    from krishiv_py.stateful.joins import JoinKernel
+def _retracts(node: n.PlanNode) -> bool:
+    """Whether ``node``'s results carry ``kind`` (retractions among them)."""
+    if isinstance(node, n.KeyedAggregate | n.KeyedTopN):
+        return True
+    assert isinstance(node, n.Join | n.WindowAggregate)
+    return node.emission.accumulation == "retracting"
+
+
+def _upper_kernel(
+    node: n.PlanNode, carried_ms: int, shift_ms: int, *, retracting: bool
+) -> tuple[Any, tuple[tuple[str, Any], ...]]:
+    """The kernel of an operator above another, and the columns it reads (with Arrow types)."""
     from krishiv_py.stateful.window_kernel import WindowKernel
 
-    apply = lower_stateful_join(node, left, right, streaming=streaming, shift_ms=shift_ms)
-    assert isinstance(apply, StatefulApply)
     kernel: Any
-    if isinstance(then, n.WindowAggregate):
-        spec = operator_spec(then, shift_ms=shift_ms)
+    if isinstance(node, n.WindowAggregate):
+        spec = operator_spec(node, shift_ms=shift_ms)
         window_spec = spec.kernel.spec
-        kept = window_spec.allowed_lateness_ms + node.emission.allowed_lateness_ms
+        kept = window_spec.allowed_lateness_ms + carried_ms
         kernel, columns = WindowKernel(attrs.evolve(window_spec, allowed_lateness_ms=kept)), spec.columns
     else:
-        kernel, columns = keyed_operator(then)
-    first = JoinKernel(attrs.evolve(apply.operator.kernel.spec, event_times=True))
-    return apply, first, kernel, tuple((c.name, c.type) for c in columns)
+        assert isinstance(node, n.KeyedAggregate | n.KeyedTopN)
+        kernel, columns = keyed_operator(node)
+        if retracting and isinstance(node, n.KeyedAggregate):
+            kernel = attrs.evolve(kernel, retracting=True)
+    return kernel, tuple((c.name, c.type) for c in columns)
+
+
+def _between(nodes: tuple[n.Filter | n.Project, ...]) -> Any:
+    """The filters and projections between two operators, run in Arrow (None: none)."""
+    from krishiv_py.expr import dtype_of
+    from krishiv_py.stateful.arrow_expr import result_type, unsupported
+    from krishiv_py.stateful.between import Between
+
+    if not nodes:
+        return None
+    steps = []
+    for node in nodes:
+        schema = n.schema_of(node.input)
+        exprs = (node.predicate,) if isinstance(node, n.Filter) else node.exprs
+        for e in exprs:
+            why = unsupported(e, schema)
+            if why is None and result_type(e, schema) != dtype_of(e, schema):
+                why = f"{e!r} (Spark computes it as {result_type(e, schema).name})"
+            if why is not None:
+                raise PlanError(
+                    f"between two operators, filter(), select() and with_column() run in krishiv's "
+                    f"operator, which evaluates {why} differently from Spark SQL or not at all; "
+                    "move it after the last operator"
+                )
+        steps.append(("filter" if isinstance(node, n.Filter) else "select", exprs, schema))
+    return Between(steps=tuple(steps))
 
 
 def lower_stateful_join(
