@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
+from datetime import datetime
 from typing import Any
 
 import pytest
 
 import krishiv_py as kp
-from krishiv_py.model.compose import AggOf, ComposedModel, FilterOf, JoinOf, Source, TopNOf
+from krishiv_py.errors import PlanError
+from krishiv_py.model.compose import AggOf, ComposedModel, FilterOf, JoinOf, Source, TopNOf, WindowOf
 from krishiv_py.model.reference import AggSpec as ModelAgg
+from krishiv_py.plan.windows import TumblingWindow
 
 pytestmark = pytest.mark.spark
 
@@ -78,7 +81,12 @@ def _run(session: kp.Session, pipeline: Any, model: ComposedModel, senders: dict
 
 
 def _key(row: dict[str, Any], names: list[str]) -> tuple[Any, ...]:
-    return tuple(round(v, 9) if isinstance(v, float) else v for v in (row.get(c) for c in names))
+    def plain(v: Any) -> Any:
+        if isinstance(v, datetime):
+            return int(v.timestamp() * 1000)
+        return round(v, 9) if isinstance(v, float) else v
+
+    return tuple(plain(row.get(c)) for c in names)
 
 
 def test_nexmark_q9_shape_a_filter_between_a_join_and_its_top_n_runs_in_the_operator(
@@ -136,3 +144,37 @@ def test_a_histogram_of_running_counts_an_aggregation_over_an_aggregation_of_a_s
     second = AggOf(first, keys=("n",), aggregates=[ModelAgg(name="users", func="count", column=None)])
     assert _run(session, histogram, ComposedModel(second), {"clicks": click_sender}) > 0
     view_sender.close()
+
+
+def test_a_join_then_a_retracting_window_then_an_aggregation_keyed_otherwise(session: kp.Session) -> None:
+    _, joined, clicks, views = _streams(session)
+    per_user = (
+        joined.key_by("user")
+        .tumbling_window(10_000)
+        .accumulation("retracting")
+        .agg(kp.count(kp.col("*")).alias("pairs"))
+    )
+    per_window = per_user.key_by("window_start").agg(
+        kp.sum(kp.col("pairs")).alias("total"), kp.max(kp.col("pairs")).alias("most")
+    )
+    plan = per_window.explain()
+    assert "same operator call as the join" in plan and "cross the cluster once more" in plan
+    windows = WindowOf(
+        _model_join(),
+        TumblingWindow(size_ms=10_000),
+        keys=("user",),
+        aggregates=[ModelAgg(name="pairs", func="count", column=None)],
+    )
+    second = AggOf(
+        windows,
+        keys=("window_start",),
+        aggregates=[
+            ModelAgg(name="total", func="sum", column="pairs"),
+            ModelAgg(name="most", func="max", column="pairs"),
+        ],
+    )
+    assert _run(session, per_window, ComposedModel(second), {"clicks": clicks, "views": views}) > 0
+    with pytest.raises(PlanError, match="accumulation"):  # a window that fires again, not retracting
+        joined.key_by("user").tumbling_window(10_000).agg(kp.count(kp.col("*")).alias("pairs")).key_by(
+            "window_start"
+        ).agg(kp.count(kp.col("*")))

@@ -277,28 +277,50 @@ class KeyedAggregate:
 
 
 def _check_per_key_input(below: PlanNode, keys: tuple[str, ...], what: str) -> None:
-    """What an operator per key over every row takes today: a source's rows with event time, a join's,
-    or (an aggregation) another aggregation's changes."""
+    """What an operator per key over every row takes today: a source's rows with event time, a
+    join's, or (an aggregation) the changes of an aggregation, a top-N or a window."""
     under = stateless_below(below)
-    if what.startswith("an aggregation") and isinstance(under, KeyedAggregate) and not joins_of(under.input):
-        if window_aggregates(under.input) or _keyed_aggregates(under.input):
-            raise PlanError(f"{what} after two operators is not supported yet")
+    aggregation = what.startswith("an aggregation")
+    if isinstance(under, KeyedAggregate | KeyedTopN):
+        if not aggregation:
+            raise PlanError(
+                f"{what} after an aggregation or a top-N per key is not supported yet (their changes "
+                "retract rows, which it cannot take); an aggregation per key can follow them"
+            )
         return  # a changelog of updating rows: each retraction withdraws an earlier row
+    if isinstance(under, WindowAggregate):
+        if not (aggregation or (under.emission.accumulation != "retracting" and _fires_once(under))):
+            raise PlanError(
+                f"{what} after a window that may withdraw its results is not supported yet; an "
+                "aggregation per key can follow it"
+            )
+        if under.emission.accumulation != "retracting" and not _fires_once(under):
+            raise PlanError(
+                f"{what} after a window that may fire a window again (allowed lateness, an early "
+                "trigger, a join's allowed lateness before it) needs .accumulation('retracting') on "
+                "the window: each firing then withdraws the one before, and the aggregation stays exact"
+            )
+        return
     if joins_of(below):
-        if isinstance(under, KeyedAggregate) and what.startswith("an aggregation"):
-            check_window_after_join(under.input, under.keys, what=what)
-            return
         check_window_after_join(below, keys, what=what)
     elif window_aggregates(below) or _keyed_aggregates(below):
         raise PlanError(
-            f"{what} takes a source's or a join's rows, or an aggregation's changes, for now; after a "
-            "window or a top-N it is not supported yet (top_n(per='window') ranks a window's results)"
+            f"{what} takes a source's or a join's rows, or the changes of an aggregation or a "
+            "window, for now; the filters and projections between may not hide another operator"
         )
     if event_time(below) is None:
         raise PlanError(
             f"{what} needs event time: call .watermark(column, lag_ms) first, so that each result "
             "row has an event time and the watermark passes on"
         )
+
+
+def _fires_once(window: WindowAggregate) -> bool:
+    """Whether every window of ``window`` fires once: no lateness (its own or a join's), no early trigger."""
+    joined = stateless_below(window.input)
+    carried = joined.emission.allowed_lateness_ms if isinstance(joined, Join) else 0
+    e = window.emission
+    return not (e.allowed_lateness_ms or carried or e.trigger.is_early)
 
 
 def stateless_below(node: PlanNode) -> PlanNode:

@@ -257,7 +257,8 @@ def _handed_on(
         return out, []
     due, _ = spec.kernel.next_due(state)
     handed = stage.hand_on(spec.then, bucket, out.results, watermark, spec.kernel.state_rows(state), due)
-    return attrs.evolve(out, results=out.results.slice(0, 0)), handed
+    # Its own payload then holds no results, and no columns of them: the stage's are the job's.
+    return attrs.evolve(out, results=pa.schema([]).empty_table()), handed
 
 
 def _output(spec: OperatorSpec, bucket: int, payload: bytes, handed: list[bytes]) -> pd.DataFrame:

@@ -24,6 +24,7 @@ operator, which hands them to the late-event handler as ``invalid``.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import attrs
@@ -273,8 +274,14 @@ def moves(links: list[Link]) -> list[bool]:
     keys = _bucket_keys(links[0][0])
     out = []
     moved = False
-    for node, _ in links[1:]:
+    for (below, _), (node, _) in itertools.pairwise(links):
         assert isinstance(node, n.WindowAggregate | n.KeyedAggregate | n.KeyedTopN)
+        if isinstance(node, n.WindowAggregate) and not isinstance(below, n.Join):
+            raise PlanError(
+                "on the stateful lowering a window follows a join or a source, or runs as the second "
+                "window of a cascade right after another window; a window after "
+                f"{_describe(below)} inside a longer chain is not supported yet"
+            )
         beside = set(keys) <= set(node.keys)
         if not beside:
             if moved:
@@ -296,6 +303,8 @@ def _bucket_keys(node: n.PlanNode) -> tuple[str, ...]:
 
 
 def _describe(node: n.PlanNode) -> str:
+    if isinstance(node, n.Join):
+        return "the join"
     if isinstance(node, n.WindowAggregate):
         return "the window"
     return "the aggregation" if isinstance(node, n.KeyedAggregate) else "the top-N"
