@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from krishiv_py.errors import PlanError
+from krishiv_py.sql.joins import is_window_tvf
 from krishiv_py.sql.query import Context, translate
 from krishiv_py.sql.settings import SqlSettings, parse_set
 from krishiv_py.sql.source import SqlText, Statement
@@ -60,6 +61,7 @@ def _query(
         settings=settings,
         time_column=column,
         needs_watermark=needs,
+        has_window=_has_window(statement.node),
     )
     stream = translate(statement.node, ctx)
     if settings.window_keys and not ctx.windows and not ctx.joins:
@@ -70,6 +72,20 @@ def _query(
         )
     shown = "\n".join((*(f"{s.rstrip(';')};" for s in settings.statements), statement.text))
     return Stream(session, stream.plan, sql=shown)
+
+
+def _has_window(node: exp.Expression) -> bool:
+    """Whether the query has a window: a window helper, or a window TVF aggregated (not a join side)."""
+    from sqlglot import exp
+
+    for x in node.walk():
+        if isinstance(x, exp.Anonymous) and helper_of(x):
+            return True
+        if isinstance(x, exp.Table) and is_window_tvf(x) and isinstance(x.parent, exp.From):
+            select = x.parent.parent
+            if not (select is not None and select.args.get("joins")):
+                return True
+    return False
 
 
 def _event_time(node: exp.Expression, sql: SqlText, settings: SqlSettings) -> tuple[str | None, bool]:

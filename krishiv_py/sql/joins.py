@@ -14,6 +14,10 @@ Three forms (docs/sql.md, "Joins"), all of two streams on key equalities:
   ``FROM l JOIN r FOR SYSTEM_TIME AS OF l.ts ON l.k = r.k [AND r.ts >= l.ts - max_age]`` is
   ``l.key_by("k").as_of_join(r.key_by("k"), max_age_ms=max_age)``.
 
+Flink's ``FROM l, r WHERE l.k = r.k AND r.ts BETWEEN ...`` is the inner
+interval join too: the ``WHERE`` holds its condition (:func:`read_where`),
+and what else it says filters the joined rows.
+
 ``LEFT``, ``RIGHT`` and ``FULL [OUTER] JOIN`` are ``how="left"``,
 ``"right"``, ``"full"``; a window join also takes ``LEFT SEMI JOIN`` and
 ``LEFT ANTI JOIN``; an as-of join is ``[INNER]`` or ``LEFT [OUTER]`` only.
@@ -31,6 +35,7 @@ from typing import TYPE_CHECKING, Literal
 import attrs
 
 from krishiv_py.errors import PlanError
+from krishiv_py.plan import nodes as n
 from krishiv_py.sql.settings import interval_ms
 from krishiv_py.sql.source import DIALECT
 from krishiv_py.sql.windows import WindowCall
@@ -38,13 +43,13 @@ from krishiv_py.sql.windows import WindowCall
 if TYPE_CHECKING:
     from sqlglot import exp
 
-    from krishiv_py.plan.nodes import JoinHow
     from krishiv_py.sql.source import SqlText
 
 __all__ = [
     "AS_OF_FORM",
     "BOUNDS",
     "INTERVAL_FORM",
+    "WHERE_FORM",
     "WINDOW_FORM",
     "AsOf",
     "JoinOn",
@@ -53,11 +58,15 @@ __all__ = [
     "SideResolver",
     "SideSpec",
     "TimeRange",
+    "WhereJoin",
+    "event_time_columns",
+    "is_comma_join",
     "is_window_tvf",
     "join_how",
     "join_start",
     "read_on",
     "read_side",
+    "read_where",
 ]
 
 Side = Literal["left", "right"]
@@ -77,6 +86,10 @@ WINDOW_FORM = (
 AS_OF_FORM = (
     "FROM l [LEFT] JOIN r FOR SYSTEM_TIME AS OF l.ts ON l.k = r.k [AND l.k2 = r.k2 ...] "
     "[AND r.ts >= l.ts - INTERVAL ... (the max age)]"
+)
+WHERE_FORM = (
+    "FROM l, r WHERE l.k = r.k [AND ...] AND r.ts BETWEEN l.ts - INTERVAL ... AND l.ts + INTERVAL ... "
+    "[AND other conditions]"
 )
 TVF_FORM = (
     "TABLE(TUMBLE(TABLE stream, DESCRIPTOR(ts), size [, offset])) or "
@@ -187,7 +200,7 @@ def join_start(join: exp.Join, sql: SqlText) -> int | None:
     return start
 
 
-def join_how(join: exp.Join, sql: SqlText, at: int | None) -> JoinHow:
+def join_how(join: exp.Join, sql: SqlText, at: int | None) -> n.JoinHow:
     """``how`` of the builder's join for the join clause's kind."""
     from sqlglot import exp
 
@@ -218,7 +231,7 @@ def join_how(join: exp.Join, sql: SqlText, at: int | None) -> JoinHow:
         raise sql.error(
             shown,
             "CROSS JOIN (and FROM a, b) is not supported: a join of streams matches rows by key and event "
-            f"time, JOIN r {INTERVAL_FORM}",
+            f"time, JOIN r {INTERVAL_FORM}, or (Flink's form) {WHERE_FORM}",
             at=at,
         )
     if join.args.get("using"):
@@ -233,7 +246,7 @@ def join_how(join: exp.Join, sql: SqlText, at: int | None) -> JoinHow:
         return "semi" if kind == "SEMI" else "anti"
     if kind not in ("", "INNER", "OUTER"):
         raise sql.error(join, f"{kind} JOIN is not supported", at=at)
-    hows: dict[str, JoinHow] = {"": "inner", "LEFT": "left", "RIGHT": "right", "FULL": "full"}
+    hows: dict[str, n.JoinHow] = {"": "inner", "LEFT": "left", "RIGHT": "right", "FULL": "full"}
     if side not in hows or (kind == "OUTER" and not side):
         raise sql.error(join, "a JOIN is [INNER], LEFT, RIGHT or FULL [OUTER]", at=at)
     return hows[side]
@@ -516,7 +529,10 @@ def _time_range(on: exp.Expression, times: list[_Bound], sql: SqlText) -> TimeRa
     low, high = lowers[0], uppers[0]
     if (low.left[0], low.right[0]) != (high.left[0], high.right[0]):
         raise sql.error(
-            high.node, "both bounds of the time range compare the same two time columns, one of each side"
+            high.node,
+            "both bounds of the time range compare the same two time columns, one of each side, a fixed "
+            f"INTERVAL apart: {INTERVAL_FORM}; a comparison with another column (an auction's end time) "
+            "filters the joined rows: write it in WHERE, and bound the range by an INTERVAL",
         )
     return TimeRange(
         left=low.left[0],
@@ -644,3 +660,223 @@ def _term(node: exp.Expression, sql: SqlText, resolve: SideResolver, form: str) 
         node,
         f"{what} is a time column plus or minus an INTERVAL, e.g. l.ts - INTERVAL '5' SECOND: {form}",
     )
+
+
+# --- FROM l, r WHERE ...: the join's condition in WHERE ---------------------------------------
+
+
+def is_comma_join(join: exp.Join, sql: SqlText) -> bool:
+    """Whether ``join`` is written ``FROM l, r`` (a comma, not a JOIN keyword)."""
+    at = join_start(join, sql)
+    return join.kind == "CROSS" and at is not None and sql.text[at] == ","
+
+
+@attrs.frozen
+class WhereJoin:
+    """A comma join's ``WHERE``, split: the join's condition, and a filter of the joined rows."""
+
+    #: The key equalities and the bounds of the time range, ANDed: the join's ON.
+    on: exp.Expression = attrs.field(eq=False)
+    #: The other conditions, ANDed (None: there are none).
+    rest: exp.Expression | None = attrs.field(eq=False)
+
+
+@attrs.frozen
+class _Comparison:
+    """``>=``, ``<=``, ``>`` or ``<`` of a column of each side: a bound on ``right - left``."""
+
+    node: exp.Expression = attrs.field(eq=False)
+    left: str
+    right: str
+    #: It bounds the right side's time from below (``r >= l + a``), else from above.
+    lower: bool
+    left_node: exp.Column = attrs.field(eq=False)
+    right_node: exp.Column = attrs.field(eq=False)
+
+
+def read_where(
+    where: exp.Expression,
+    sql: SqlText,
+    resolve: SideResolver,
+    *,
+    times: tuple[str | None, str | None],
+    is_time: Callable[[Side, str], bool],
+) -> WhereJoin:
+    """Split the ``WHERE`` of ``FROM l, r`` into the join's ``ON`` and a filter after the join.
+
+    An equality of a column of each side is a key. A comparison of a column
+    of each side (``>=``, ``<=``, ``>``, ``<``, either half of a ``BETWEEN``)
+    bounds the time range when its columns are the sides' event-time
+    columns: ``times`` (a side's watermark column, or ``SET
+    watermark.column``), else, for a side without one, its timestamp column
+    in the first pair compared both ways (from below and from above), else
+    in the first comparison. The rest filters the joined rows: the
+    inner join on the first two kinds filtered by the rest is the cross
+    product filtered by the whole ``WHERE``.
+    """
+
+    keys: list[exp.Expression] = []
+    pieces: list[exp.Expression | _Comparison] = []  # the rest, in the order written
+    for part in _conjuncts(where):
+        if _is_key(part, resolve):
+            keys.append(part)
+            continue
+        pieces += [_comparison(half, resolve) or half for half in _halves(part, resolve)]
+    bounds = [p for p in pieces if isinstance(p, _Comparison)]
+    pair = _time_pair(bounds, times, is_time)
+    ranged = [b for b in bounds if (b.left, b.right) == pair]
+    others = [b for b in bounds if (b.left, b.right) != pair]
+    filters = [p.node if isinstance(p, _Comparison) else p for p in pieces if all(p is not b for b in ranged)]
+    if not keys or not ranged:
+        missing = "key equality of the two sides" if not keys else "time range of their event-time columns"
+        raise sql.error(
+            where, f"FROM l, r is an interval join, and this WHERE has no {missing}: {WHERE_FORM}"
+        )
+    _check_fixed_offsets(ranged, others, sql)
+    return WhereJoin(on=_and([*keys, *(b.node for b in ranged)]), rest=_and(filters) if filters else None)
+
+
+def _and(parts: list[exp.Expression]) -> exp.Expression:
+    """``parts`` ANDed in order, left to right (copies: each keeps its position in the text)."""
+    from sqlglot import exp
+
+    out = parts[0].copy()
+    for part in parts[1:]:
+        out = exp.And(this=out, expression=part.copy())
+    return out
+
+
+def _is_key(part: exp.Expression, resolve: SideResolver) -> bool:
+    """Whether ``part`` is ``l.x = r.y``: an equality of a column of each side."""
+    from sqlglot import exp
+
+    return (
+        isinstance(part, exp.EQ)
+        and _is_column(part.this)
+        and _is_column(part.expression)
+        and _sides_of(part, resolve) == {"left", "right"}
+    )
+
+
+def _sides_of(part: exp.Expression, resolve: SideResolver) -> set[Side]:
+    """The sides whose columns ``part`` names (a column neither side has counts for none)."""
+    from sqlglot import exp
+
+    sides: set[Side] = set()
+    for column in part.find_all(exp.Column):
+        found = _resolved(column, resolve)
+        if found is not None:
+            sides.add(found[0])
+    return sides
+
+
+def _resolved(column: exp.Column, resolve: SideResolver) -> tuple[Side, str] | None:
+    """``resolve(column)``, or None for a name that is not one side's column (the joined rows' own)."""
+    if not _is_column(column):
+        return None
+    try:
+        return resolve(column)
+    except PlanError:
+        return None
+
+
+def _halves(part: exp.Expression, resolve: SideResolver) -> list[exp.Expression]:
+    """``part``, or the two comparisons of a ``BETWEEN`` that relates the two sides."""
+    from sqlglot import exp
+
+    if not isinstance(part, exp.Between) or _sides_of(part, resolve) != {"left", "right"}:
+        return [part]
+    value = part.this
+    return [
+        exp.GTE(this=value.copy(), expression=part.args["low"].copy()),
+        exp.LTE(this=value.copy(), expression=part.args["high"].copy()),
+    ]
+
+
+def _comparison(node: exp.Expression, resolve: SideResolver) -> _Comparison | None:
+    """``node`` as a bound of one side's column by the other's; None for anything else."""
+    from sqlglot import exp
+
+    if not isinstance(node, exp.GTE | exp.LTE | exp.GT | exp.LT):
+        return None
+    a, b = _one_column(node.this, resolve), _one_column(node.expression, resolve)
+    if a is None or b is None or a[0] == b[0]:
+        return None
+    greater = isinstance(node, exp.GTE | exp.GT)
+    if a[0] == "right":  # r (>= or <=) l + ...
+        return _Comparison(node, b[1], a[1], greater, b[2], a[2])
+    return _Comparison(node, a[1], b[1], not greater, a[2], b[2])
+
+
+def _one_column(node: exp.Expression, resolve: SideResolver) -> tuple[Side, str, exp.Column] | None:
+    from sqlglot import exp
+
+    columns = [c for c in node.find_all(exp.Column) if _is_column(c)]
+    found = _resolved(columns[0], resolve) if len(columns) == 1 else None
+    return None if found is None else (found[0], found[1], columns[0])
+
+
+def _time_pair(
+    bounds: list[_Comparison], times: tuple[str | None, str | None], is_time: Callable[[Side, str], bool]
+) -> tuple[str, str] | None:
+    """The sides' event-time columns: known, else the first pair bounded both ways, else the first pair."""
+
+    def fits(side: Side, column: str, known: str | None) -> bool:
+        return column == known if known is not None else is_time(side, column)
+
+    pairs = [
+        (b.left, b.right)
+        for b in bounds
+        if fits("left", b.left, times[0]) and fits("right", b.right, times[1])
+    ]
+    ranged = [p for p in pairs if {b.lower for b in bounds if (b.left, b.right) == p} == {True, False}]
+    chosen = ranged or pairs
+    return chosen[0] if chosen else None
+
+
+def _check_fixed_offsets(ranged: list[_Comparison], others: list[_Comparison], sql: SqlText) -> None:
+    """A bound of the range missing, with a comparison of another column in its place: say why."""
+    first = ranged[0]
+    for lower in (True, False):
+        if any(b.lower == lower for b in ranged):
+            continue
+        near = [b for b in others if b.lower == lower and (b.left == first.left or b.right == first.right)]
+        if not near:
+            continue
+        b = near[0]
+        other = b.left_node if b.left != first.left else b.right_node
+        rt, lt = (x.sql(dialect=DIALECT) for x in (first.right_node, first.left_node))
+        example = f"{rt} >= {lt} - INTERVAL '1' HOUR" if lower else f"{rt} <= {lt} + INTERVAL '1' DAY"
+        raise sql.error(
+            b.node,
+            f"an interval join bounds {rt} by {lt} plus or minus a fixed INTERVAL (its state is bounded by "
+            f"the watermark); this {'lower' if lower else 'upper'} bound compares with another column, "
+            f"{other.sql(dialect=DIALECT)}, so it filters the joined rows and the join has no "
+            f"{'lower' if lower else 'upper'} bound: add the one your data allows, e.g. AND {example}, "
+            "and keep this comparison as a filter",
+        )
+
+
+def event_time_columns(join: n.Join) -> tuple[str, ...]:
+    """The columns of ``join``'s rows that hold each row's event time: the later of its two rows'.
+
+    An as-of join's right row is at or before its left row: the left time. An
+    interval join's right row is at or after the left one when ``lower >= 0``
+    (the right time), at or before it when ``upper <= 0`` (the left time); a
+    padded row of an outer join has only its own side's. A window join's
+    later row may be either side's: no column holds it, nor does one hold a
+    side's time when that side is a join's rows itself.
+    """
+    left, right = join.left_time.column, join.right_time.column
+    if right in join.right_keys:
+        right = join.left_keys[join.right_keys.index(right)]
+    elif right in join.right_names:
+        right = join.right_names[right]
+    if join.kind == "as_of":
+        return () if join.left_time.from_join else (left,)
+    if join.kind != "interval" or join.between is None:
+        return ()
+    lower, upper = join.between
+    later_left = upper <= 0 and join.how in ("inner", "left") and not join.left_time.from_join
+    later_right = lower >= 0 and join.how in ("inner", "right") and not join.right_time.from_join
+    return tuple(c for c, holds in ((left, later_left), (right, later_right)) if holds)

@@ -33,6 +33,14 @@ its builder twin make equal plans (and so run the same way everywhere):
   each side without a watermark gets one on its time column in the ``ON``
   condition (or ``DESCRIPTOR``, or ``AS OF``). ``WHERE`` and ``SELECT``
   follow the join, naming each side's columns as the joined rows hold them.
+  ``FROM l, r WHERE ...`` is the inner interval join whose condition the
+  ``WHERE`` holds, the rest of it a filter. ``GROUP BY`` (with or without a
+  window helper) and a ranked subquery follow a join as they follow a
+  stream; a window takes the joined rows' event time, so its helper must
+  name the column that holds it.
+- ``FROM TABLE(TUMBLE(TABLE s, DESCRIPTOR(ts), size)) GROUP BY window_start,
+  window_end, keys`` (Flink's window aggregation) is the helpers' window
+  over ``s``, a stream or a ``WITH`` name.
 """
 
 from __future__ import annotations
@@ -103,6 +111,8 @@ class Context:
     time_column: str | None
     #: Whether sources without a watermark get one.
     needs_watermark: bool
+    #: Whether the query has a window: its ``window.*`` settings are the window's, not a join's.
+    has_window: bool = False
     ctes: dict[str, Stream] = attrs.field(factory=dict)
     #: The windows built (shared by the subqueries: SET window.* needs one).
     windows: list[WindowCall] = attrs.field(factory=list)
@@ -130,6 +140,9 @@ class Relation:
     label: str
     #: A join's two sides (empty for one stream): how its columns are named.
     sides: tuple[JoinedSide, ...] = ()
+    #: The window of a window TVF (its time column resolved): what its ``window_start`` and
+    #: ``window_end`` are (None: not a window TVF).
+    window: WindowCall | None = None
 
 
 def translate(node: exp.Expression, ctx: Context) -> Stream:
@@ -171,12 +184,10 @@ def _select(node: exp.Select, ctx: Context) -> Stream:
     source = _arg(node, "from")
     if source is None:
         raise ctx.sql.error(node, "a query reads a stream: add FROM <stream name>")
-    if node.args.get("joins"):
-        return _join_query(node, source.this, ctx)
-    ranked = _ranked_subquery(node, source.this, ctx)
+    ranked = None if node.args.get("joins") else _ranked_subquery(node, source.this, ctx)
     if ranked is not None:
         return ranked
-    rel = _filtered(node, _relation(source.this, ctx), ctx)
+    rel = _from(node, source.this, ctx)
     if _is_grouped(node):
         return _windowed(node, rel, ctx)
     qualify = node.args.get("qualify")
@@ -184,10 +195,22 @@ def _select(node: exp.Select, ctx: Context) -> Stream:
         raise ctx.sql.error(
             qualify,
             "QUALIFY is not supported here: it ranks window results (window top-N), in a query "
-            "with GROUP BY and a window helper",
+            "with GROUP BY and a window helper; to rank a stream's or a join's rows per key, use "
+            "ROW_NUMBER() in a subquery (docs/sql.md, Composed queries)",
             at=ctx.sql.keyword("QUALIFY", qualify),
         )
     return _project(node, rel, ctx)
+
+
+def _from(node: exp.Select, source: exp.Expression, ctx: Context) -> Relation:
+    """The rows ``node`` reads, filtered by its ``WHERE``: a stream's, a subquery's, a join's or a TVF's."""
+    if node.args.get("joins"):
+        return _join_relation(node, source, ctx)
+    if sj.is_window_tvf(source):
+        if not _is_grouped(node):
+            raise ctx.sql.error(source, _TVF_ALONE)
+        return _filtered(node, _tvf_relation(source, ctx), ctx)
+    return _filtered(node, _relation(source, ctx), ctx)
 
 
 def _filtered(node: exp.Select, rel: Relation, ctx: Context) -> Relation:
@@ -259,14 +282,45 @@ def _relation(node: exp.Expression, ctx: Context) -> Relation:
         alias = str(node.alias)
         return Relation(translate(node.this, ctx), frozenset({alias.lower()} - {""}), "the subquery")
     if isinstance(node, exp.Table) and isinstance(node.this, exp.Anonymous):
-        raise ctx.sql.error(
-            node,
-            "a window TVF (TABLE(TUMBLE(...)), TABLE(HOP(...))) is a side of a window join; to aggregate "
-            "over windows, GROUP BY tumble_start(ts, size) or hop_start(ts, slide, size)",
-        )
+        raise ctx.sql.error(node, _TVF_ALONE)
     raise ctx.sql.error(
         node, f"FROM {type(node).__name__.upper()} is not supported; FROM takes a stream name or a subquery"
     )
+
+
+_TVF_ALONE = (
+    "a window TVF (TABLE(TUMBLE(...)), TABLE(HOP(...))) is a side of a window join, or the input of a "
+    "window aggregation, FROM TABLE(TUMBLE(TABLE s, DESCRIPTOR(ts), size)) GROUP BY window_start, "
+    "window_end[, keys] (or GROUP BY tumble_start(ts, size) or hop_start(ts, slide, size) over s)"
+)
+
+
+def _tvf_relation(tvf: exp.Expression, ctx: Context) -> Relation:
+    """The rows of a window TVF, ``TABLE(TUMBLE(TABLE s, DESCRIPTOR(ts), size))``: ``s`` and its window.
+
+    ``s`` is a registered stream (given its watermark on ``ts`` when it has
+    none, as for a window helper) or a ``WITH`` name, such as a join's rows.
+    """
+    _refuse_clauses(tvf, ctx, {"this", "alias", "version"})
+    spec = sj.read_side(tvf, ctx.sql)
+    assert spec.window is not None
+    column = ctx.settings.column or spec.window.column
+    rel = _scan(spec.table, attrs.evolve(ctx, needs_watermark=True, time_column=column))
+    descriptor = spec.window.node.expressions[1]
+    window = attrs.evolve(spec.window, column=_descriptor_column(spec.window, descriptor, rel, ctx))
+    return attrs.evolve(rel, qualifiers=frozenset({spec.qualifier}), window=window)
+
+
+def _tvf_bound(x: exp.Expression, rel: Relation) -> str | None:
+    """``window_start`` or ``window_end`` when ``x`` names that bound of ``rel``'s window TVF."""
+    from sqlglot import exp
+
+    if rel.window is None or not isinstance(x, exp.Column) or _is_star(x):
+        return None
+    name = str(x.name).lower()
+    if name not in sj.BOUNDS or (x.table and str(x.table).lower() not in rel.qualifiers):
+        return None
+    return name
 
 
 def _scan(table: exp.Table, ctx: Context) -> Relation:
@@ -405,7 +459,7 @@ def _project(node: exp.Select, rel: Relation, ctx: Context, *, keep: tuple[str, 
     for item in items:
         if _is_star(item):
             columns = _star_exprs(item, rel, ctx)
-            exprs += [Column(c) for c in rel.stream.columns] if columns is None else columns
+            exprs += [Column(c) for c in rel.stream.columns if c not in keep] if columns is None else columns
             continue
         inner, alias = _unalias(item)
         if alias is None and rel.sides and isinstance(inner, exp.Column) and not _is_star(inner):
@@ -450,8 +504,13 @@ def _star_exprs(item: exp.Expression, rel: Relation, ctx: Context) -> list[ExprN
 # --- JOIN: two streams ------------------------------------------------------------------
 
 
-def _join_query(node: exp.Select, left_node: exp.Expression, ctx: Context) -> Stream:
-    """``FROM l JOIN r ON ...``: the builder's interval or window join, then ``WHERE`` and ``SELECT``."""
+def _join_relation(node: exp.Select, left_node: exp.Expression, ctx: Context) -> Relation:
+    """The rows of ``node``'s join (an interval, window or as-of join) filtered by its ``WHERE``.
+
+    ``FROM l, r WHERE ...`` (Flink's form) is the inner interval join whose
+    condition the ``WHERE`` holds; the rest of it filters the joined rows
+    (:func:`krishiv_py.sql.joins.read_where`).
+    """
     from sqlglot import exp
 
     joins: list[exp.Join] = list(node.args["joins"])
@@ -463,8 +522,8 @@ def _join_query(node: exp.Select, left_node: exp.Expression, ctx: Context) -> St
             "a query joins two streams; a join of three or more is not supported",
             at=sj.join_start(joins[1], ctx.sql),
         )
-    how = sj.join_how(join, ctx.sql, at)
-    _refuse_grouped_join(node, ctx)
+    comma = sj.is_comma_join(join, ctx.sql) and node.args.get("where") is not None
+    how: n.JoinHow = "inner" if comma else sj.join_how(join, ctx.sql, at)
     for side in (left_node, join.this):
         if isinstance(side, exp.Table):
             _refuse_clauses(side, ctx, {"this", "alias", "db", "catalog", "version"})
@@ -483,6 +542,8 @@ def _join_query(node: exp.Select, left_node: exp.Expression, ctx: Context) -> St
             f"each left row's time the left row meets: {sj.AS_OF_FORM}",
             at=specs[0].as_of.at,
         )
+    if comma:
+        join, node = _join_from_where(node, join, specs, rels, ctx)
     build, lkeys, rkeys = (
         _as_of_join(join, how, at, specs, rels, ctx)
         if specs[1].as_of is not None
@@ -493,8 +554,55 @@ def _join_query(node: exp.Select, left_node: exp.Expression, ctx: Context) -> St
     except PlanError as exc:
         raise ctx.sql.error(join, f"JOIN: {exc}", at=at) from None
     ctx.joins.append(join)
-    rel = _joined_relation(joined, specs, rels, lkeys, rkeys, how)
-    return _project(node, _filtered(node, rel, ctx), ctx)
+    return _filtered(node, _joined_relation(joined, specs, rels, lkeys, rkeys, how), ctx)
+
+
+def _join_from_where(
+    node: exp.Select,
+    join: exp.Join,
+    specs: tuple[sj.SideSpec, sj.SideSpec],
+    rels: tuple[Relation, Relation],
+    ctx: Context,
+) -> tuple[exp.Join, exp.Select]:
+    """``FROM l, r WHERE ...`` as ``FROM l JOIN r ON <its join condition> WHERE <the rest>``."""
+    from sqlglot import exp
+
+    if specs[1].as_of is not None:
+        raise ctx.sql.error(
+            specs[1].as_of.shown,
+            f"an as-of join is written with JOIN and ON: {sj.AS_OF_FORM}",
+            at=specs[1].as_of.at,
+        )
+    for spec in specs:
+        if spec.window is not None:
+            raise ctx.sql.error(
+                spec.node,
+                f"a window join is written with JOIN and ON, as in Flink: JOIN ... {sj.WINDOW_FORM}",
+            )
+    split = sj.read_where(
+        node.args["where"].this,
+        ctx.sql,
+        _side_resolver(specs, rels, ctx),
+        times=(_known_time(rels[0], ctx), _known_time(rels[1], ctx)),
+        is_time=lambda side, column: (
+            rels[0 if side == "left" else 1].stream.schema.field(column).dtype.is_timestamp
+        ),
+    )
+    on_join = join.copy()
+    on_join.set("kind", None)
+    on_join.set("on", split.on)
+    rest = node.copy()
+    rest.set("where", exp.Where(this=split.rest) if split.rest is not None else None)
+    return on_join, rest
+
+
+def _known_time(rel: Relation, ctx: Context) -> str | None:
+    """A side's event-time column before its join: its watermark's, else ``SET watermark.column``."""
+    et = n.event_time(rel.stream.plan)
+    if et is not None:
+        return et.column
+    column = ctx.settings.column
+    return _column_named(rel.stream.columns, column) if column is not None else None
 
 
 #: A join as the builder makes it (called where its errors get the JOIN's position), and its keys.
@@ -655,25 +763,6 @@ def _plain_numbers(
             )
 
 
-def _refuse_grouped_join(node: exp.Select, ctx: Context) -> None:
-    """Aggregations over a join are not supported: a :class:`PlanError` at the first one."""
-    why = (
-        "aggregating the rows of a join (GROUP BY, HAVING, QUALIFY, aggregates, window helpers) is not "
-        "supported: aggregate each stream on its own, or join their windows (a window join)"
-    )
-    for key in ("group", "having"):
-        clause = node.args.get(key)
-        if clause is not None:
-            raise ctx.sql.error(clause, why)
-    qualify = node.args.get("qualify")
-    if qualify is not None:
-        raise ctx.sql.error(qualify, why, at=ctx.sql.keyword("QUALIFY", qualify))
-    for item in node.expressions:
-        for x in item.walk():
-            if is_aggregate(x) or helper_of(x) is not None:
-                raise ctx.sql.error(x, why)
-
-
 def _join_scan(spec: sj.SideSpec, ctx: Context) -> Relation:
     """A side's registered stream, as it is (its watermark comes with the join's time columns)."""
     if spec.name.lower() in ctx.ctes:
@@ -783,6 +872,8 @@ def _join_emission(joined: Stream, ctx: Context) -> Stream:
     from krishiv_py.api.stream import JoinedStream
 
     assert isinstance(joined, JoinedStream)
+    if ctx.has_window:
+        return joined  # a window over the join's rows takes the window.* settings
     if ctx.settings.trigger is not None:
         raise PlanError("SET window.trigger does not apply to a join: a join emits as its rules say")
     return _apply_settings(joined, _emission_options(ctx.settings))
@@ -927,15 +1018,9 @@ class _Output:
 def _windowed(node: exp.Select, rel: Relation, ctx: Context) -> Stream:
     resolve = _resolver(rel, ctx)
     keys, window = _group_by(node, rel, ctx, resolve)
-    outputs, aggs, shown_keys = _select_list(node, keys, window, ctx, resolve)
+    outputs, aggs, shown_keys = _select_list(node, keys, window, rel, ctx, resolve)
     if window is None:
         return _grouped(node, rel, keys, outputs, aggs, shown_keys, ctx)
-    if n.joins_of(rel.stream.plan):
-        raise ctx.sql.error(
-            window.node,
-            "a window over the rows of a join is not supported: aggregate each stream on its own, or join "
-            "their windows (a window join)",
-        )
     if n.window_aggregates(rel.stream.plan):
         raise ctx.sql.error(
             window.node, "a window over the results of a window (chained windows) is not supported"
@@ -985,7 +1070,7 @@ def _grouped(
     if not aggs:
         raise ctx.sql.error(node, "a query with GROUP BY needs at least one aggregate, e.g. COUNT(*)")
     ordered = list(dict.fromkeys([*shown_keys, *keys]))
-    with _at(ctx, node, "GROUP BY: "):
+    with _at(ctx, node.args.get("group") or node, "GROUP BY: "):
         out = rel.stream.key_by(*ordered).agg(*aggs)
     natural = [c for c in out.columns if c != n.KIND_COLUMN]
     if [(o.name, o.source) for o in outputs] == [(c, c) for c in natural]:
@@ -1008,9 +1093,13 @@ def _group_by(
                 raise ctx.sql.error(group, f"GROUP BY {key.upper().replace('_', ' ')} is not supported")
     keys: list[str] = []
     calls: list[WindowCall] = []
+    bounds: list[str] = []
     for item in items:
         target = _group_target(item, node, rel, ctx)
-        if helper_of(target):
+        bound = _tvf_bound(target, rel)
+        if bound is not None:
+            bounds.append(bound)
+        elif helper_of(target):
             calls.append(_call(target, ctx, resolve))
         elif isinstance(target, exp.Column) and not isinstance(target.this, exp.Star):
             keys.append(resolve(target))
@@ -1018,15 +1107,25 @@ def _group_by(
             raise ctx.sql.error(
                 item, "GROUP BY takes columns and a window helper such as tumble_start(ts, INTERVAL ...)"
             )
+    if rel.window is not None:
+        if calls or sorted(set(bounds)) != sorted(sj.BOUNDS):
+            raise ctx.sql.error(
+                group if group is not None else node,
+                "the rows of a window TVF are grouped by its window, as in Flink: GROUP BY window_start, "
+                "window_end[, keys] (both bounds; a window helper is for a stream's rows)",
+            )
+        return list(dict.fromkeys(keys)), rel.window
     if not calls:
         if keys:
             return list(dict.fromkeys(keys)), None  # an aggregation per key, without a window
-        where = group if group is not None else node
+        used = [x for item in node.expressions for x in item.walk() if is_aggregate(x) or helper_of(x)]
+        what = (
+            "aggregating the rows of a join" if n.joins_of(rel.stream.plan) else "an aggregate over a stream"
+        )
         raise ctx.sql.error(
-            where,
-            "an aggregate over a stream needs GROUP BY columns (one updating row per key) or an "
-            "event-time window: GROUP BY tumble_start(ts, size), hop_start(ts, slide, size) or "
-            "session_start(ts, gap)",
+            group if group is not None else (used or [node])[0],
+            f"{what} needs GROUP BY columns (one updating row per key) or an event-time window: GROUP BY "
+            "tumble_start(ts, size), hop_start(ts, slide, size) or session_start(ts, gap)",
         )
     for other in calls[1:]:
         if other.window != calls[0].window:
@@ -1062,11 +1161,24 @@ def _call(node: exp.Expression, ctx: Context, resolve: Resolver) -> WindowCall:
     return attrs.evolve(call, column=resolve(ts))
 
 
+def _sql_name(rel: Relation, ctx: Context) -> Callable[[exp.Column], str]:
+    """The name SQL gives a plain column of ``rel`` in a ``SELECT`` list: ``c.amount`` is ``amount``."""
+    if rel.sides:
+        return lambda column: _joined_column(column, rel, ctx)[1]
+    return _resolver(rel, ctx)
+
+
 def _select_list(
-    node: exp.Select, keys: list[str], window: WindowCall | None, ctx: Context, resolve: Resolver
+    node: exp.Select,
+    keys: list[str],
+    window: WindowCall | None,
+    rel: Relation,
+    ctx: Context,
+    resolve: Resolver,
 ) -> tuple[list[_Output], list[AggExpr], list[str]]:
     from sqlglot import exp
 
+    name_of = _sql_name(rel, ctx)
     outputs: list[_Output] = []
     aggs: list[AggExpr] = []
     shown_keys: list[str] = []
@@ -1076,7 +1188,10 @@ def _select_list(
             raise ctx.sql.error(
                 item, "SELECT * cannot be windowed; list the keys, window helpers and aggregates"
             )
-        if helper_of(inner):
+        bound = _tvf_bound(inner, rel)
+        if bound is not None:
+            outputs.append(_Output(alias or bound, bound, item))
+        elif helper_of(inner):
             call = _call(inner, ctx, resolve)
             if window is None:
                 raise ctx.sql.error(inner, "a window helper in SELECT needs the same helper in GROUP BY")
@@ -1097,7 +1212,7 @@ def _select_list(
             if key not in keys:
                 raise ctx.sql.error(inner, f"column {key!r} must be in GROUP BY or inside an aggregate")
             shown_keys.append(key)
-            outputs.append(_Output(alias or key, key, item))
+            outputs.append(_Output(alias or name_of(inner), key, item))
         else:
             raise ctx.sql.error(
                 item,
@@ -1133,11 +1248,17 @@ def _aggregate(node: exp.Expression, alias: str | None, ctx: Context, resolve: R
 
 
 def _check_time(window: WindowCall, rel: Relation, ctx: Context) -> None:
-    """The helper's time column must be the event-time column, arriving unchanged from the watermark."""
+    """The helper's time column must be the event-time column, arriving unchanged from the watermark.
+
+    Over a join's rows it is the column that holds their event time, the
+    later of the two rows' times (:func:`krishiv_py.sql.joins.event_time_columns`).
+    """
     et = n.event_time(rel.stream.plan)
     if et is None:
         raise ctx.sql.error(window.node, f"{rel.label} has no event time; SET watermark.column names it")
-    if _time_source(rel.stream.plan, window.column) is None:
+    if et.from_join:
+        _check_join_time(window, rel, ctx)
+    elif _time_source(rel.stream.plan, window.column) is None:
         raise ctx.sql.error(
             window.node,
             f"the window's time column {window.column!r} is not the event-time column of {rel.label} "
@@ -1145,20 +1266,71 @@ def _check_time(window: WindowCall, rel: Relation, ctx: Context) -> None:
         )
 
 
-def _time_source(plan: n.PlanNode, column: str) -> n.Watermark | None:
-    """The watermark whose column ``column`` of ``plan`` is, passed on unchanged; None if it is not one."""
-    if isinstance(plan, n.Watermark):
-        return plan if plan.column == column else None
+def _check_join_time(window: WindowCall, rel: Relation, ctx: Context) -> None:
+    """A window over a join's rows assigns each by its event time: the helper must name that column."""
+    join = n.stateless_below(rel.stream.plan)
+    if not isinstance(join, n.Join):  # joins under a UNION ALL: their rows' times differ
+        raise ctx.sql.error(
+            window.node, f"a window over {rel.label} is not supported: window each join's rows on its own"
+        )
+    times = sj.event_time_columns(join)
+    origin = _origin(rel.stream.plan, window.column)
+    if origin is not None and origin[0] is join and origin[1] in times:
+        return
+    later = "a joined row's event time is the later of its two rows' times"
+    if join.kind == "window":
+        raise ctx.sql.error(
+            window.node,
+            f"a window over the rows of a window join is not supported: {later}, which no column holds; "
+            "GROUP BY window_start, window_end and keys aggregates per window (without a helper)",
+        )
+    if not times:
+        assert join.between is not None
+        padded = f", or a {join.how.upper()} join's padded rows lack one side" if join.how != "inner" else ""
+        raise ctx.sql.error(
+            window.node,
+            f"a window over the rows of a join is not supported with this time range: {later}, which no "
+            f"column holds when the range lets either row be the later (between {join.between[0]} and "
+            f"{join.between[1]} ms){padded}. Write an inner join whose range puts one side's row at or "
+            "after the other's and window on that side's time: r.ts BETWEEN l.ts AND l.ts + INTERVAL ... "
+            "(on r.ts) or r.ts BETWEEN l.ts - INTERVAL ... AND l.ts (on l.ts)",
+        )
+    shown = " or ".join(
+        f"the {'left' if t == join.left_time.column else 'right'} side's time, {t!r} in the joined rows"
+        for t in times
+    )
+    raise ctx.sql.error(
+        window.node,
+        f"over the rows of a join a window takes each row's event time: {later}, here {shown}; the "
+        f"window's time column {window.column!r} is not it",
+    )
+
+
+def _origin(plan: n.PlanNode, column: str) -> tuple[n.PlanNode, str] | None:
+    """The node under ``plan``'s filters and projections, and the name there of ``column`` (None:
+    a projection computes it)."""
     if isinstance(plan, n.Filter):
-        return _time_source(plan.input, column)
-    if isinstance(plan, n.Union):
-        found = [_time_source(i, column) for i in plan.inputs]
-        return found[0] if all(f is not None for f in found) else None
+        return _origin(plan.input, column)
     if isinstance(plan, n.Project):
         for e in plan.exprs:
             inner = e.operand if isinstance(e, kx.Alias) else e
             if kx.output_name(e) == column:
-                return _time_source(plan.input, inner.name) if isinstance(inner, Column) else None
+                return _origin(plan.input, inner.name) if isinstance(inner, Column) else None
+        return None
+    return plan, column
+
+
+def _time_source(plan: n.PlanNode, column: str) -> n.Watermark | None:
+    """The watermark whose column ``column`` of ``plan`` is, passed on unchanged; None if it is not one."""
+    found = _origin(plan, column)
+    if found is None:
+        return None
+    node, name = found
+    if isinstance(node, n.Watermark):
+        return node if node.column == name else None
+    if isinstance(node, n.Union):
+        sources = [_time_source(i, name) for i in node.inputs]
+        return sources[0] if all(f is not None for f in sources) else None
     return None
 
 
@@ -1290,11 +1462,14 @@ _FLINK_TOP_N = (
 
 
 def _ranked_subquery(node: exp.Select, source: exp.Expression, ctx: Context) -> Stream | None:
-    """Flink's window top-N: a ranked subquery in ``FROM`` and ``WHERE rownum <= n`` outside.
+    """Flink's Top-N: a ranked subquery in ``FROM`` and ``WHERE rownum <= n`` outside.
 
     ``None`` when ``source`` is not a subquery that ranks with ``ROW_NUMBER()``/``RANK()``.
-    The rank itself is not a column of the result (Flink's "no ranking number"
-    form): the outer ``SELECT`` lists the columns it keeps.
+    Over window results (``PARTITION BY window_start, window_end, ...``) it is
+    window top-N, else top-N per key over the rows of a stream or a join
+    (filtered by the subquery's ``WHERE``). The rank is not a column of the
+    result (Flink's "no ranking number" form) unless every row kept ranks 1
+    (``rownum <= 1``, ``= 1``): then the outer ``SELECT`` may show it, as 1.
     """
     from sqlglot import exp
 
@@ -1315,61 +1490,17 @@ def _ranked_subquery(node: exp.Select, source: exp.Expression, ctx: Context) -> 
     rest.set("expressions", [e for i, e in enumerate(inner.expressions) if i != position])
     if len(items) > 1 or _is_grouped(rest) or inner.args.get("qualify") is not None:
         raise ctx.sql.error(inner, _FLINK_TOP_N)
-    over = inner.expressions[position].this
     where = node.args.get("where")
     bound = _rank_bound(where.this if where is not None else None, rank_name)
     if bound is None:
         raise ctx.sql.error(
             where if where is not None else node, f"{_FLINK_TOP_N} (nothing else in that WHERE)"
         )
-    for item in node.expressions:
-        refs = [c for c in item.find_all(exp.Column) if c.name.lower() == rank_name.lower()]
-        if _is_star(item) or refs:
-            raise ctx.sql.error(
-                item,
-                f"the rank {rank_name!r} is not a column of window top-N results; list the columns to keep "
-                "in the outer SELECT (Flink's form without the rank number)",
-            )
-    # The inner query without its rank column, ranked by QUALIFY-like rules on its input's columns.
-    _refuse_clauses(inner, ctx)
-    inner_source = _arg(inner, "from")
-    if inner_source is None:
-        raise ctx.sql.error(inner, "a query reads a stream: add FROM <stream name>")
-    rel = _relation(inner_source.this, ctx)
-    stream = _filtered(inner, rel, ctx).stream
-    resolve = _resolver(rel, ctx)
-
-    def column_of(x: exp.Expression, where: str) -> str:
-        if not isinstance(x, exp.Column):
-            raise ctx.sql.error(x, f"{where} in window top-N takes columns of {rel.label}")
-        return resolve(x)
-
-    parts = [column_of(x, "PARTITION BY") for x in over.args.get("partition_by") or []]
-    per_key = not n.window_aggregates(stream.plan)  # over a stream's rows: top-N per key (dedup)
-    if not per_key and sorted(parts[:2]) != ["window_end", "window_start"]:
-        raise ctx.sql.error(over, f"{_FLINK_TOP_N}: the partition starts with window_start and window_end")
-    order = over.args.get("order")
-    keys = order.expressions if order is not None else []
-    if not keys:
-        raise ctx.sql.error(over, f"{_FLINK_TOP_N}: ORDER BY says what ranks first")
-    if len({bool(k.args.get("desc")) for k in keys}) > 1:
-        raise ctx.sql.error(
-            order, "window top-N ranks all ORDER BY columns the same way (all DESC, or all ASC)"
-        )
-    if any(k.args.get("nulls_first") for k in keys):
-        raise ctx.sql.error(
-            order, "window top-N ranks nulls last: write NULLS LAST (an ASC column has NULLS FIRST)"
-        )
-    by = [column_of(k.this, "ORDER BY") for k in keys]
-    with _at(ctx, over, "top-N per key: " if per_key else "window top-N: "):
-        stream = stream.top_n(
-            bound,
-            by=by,
-            per="key" if per_key else "window",
-            keys=parts if per_key else parts[2:],
-            ties="all" if isinstance(over.this, exp.Rank) else "first",
-            ascending=not keys[0].args.get("desc"),
-        )
+    if _shows_rank(node, rank_name, bound, ctx):
+        shown = exp.alias_(exp.Literal.number(1), rank_name)
+        rest.set("expressions", [shown if i == position else e for i, e in enumerate(inner.expressions)])
+    rel = _ranked_input(inner, ctx)
+    stream, per_key = _top_n(inner.expressions[position].this, rel, bound, ctx)
     kept = (n.KIND_COLUMN,) if per_key else ()  # an updating top-N's rows keep their kind
     rest.set("where", None)
     ranked = _project(rest, attrs.evolve(rel, stream=stream), ctx, keep=kept)
@@ -1378,6 +1509,75 @@ def _ranked_subquery(node: exp.Select, source: exp.Expression, ctx: Context) -> 
     alias = str(source.alias)
     subquery = Relation(ranked, frozenset({alias.lower()} - {""}), "the subquery")
     return _project(outer, subquery, ctx, keep=kept)
+
+
+def _shows_rank(node: exp.Select, rank_name: str, bound: int, ctx: Context) -> bool:
+    """Whether the outer ``SELECT`` shows the rank (``*`` or by name): only when it is 1 in every row."""
+    from sqlglot import exp
+
+    for item in node.expressions:
+        refs = [c for c in item.find_all(exp.Column) if c.name.lower() == rank_name.lower()]
+        if (_is_star(item) or refs) and bound != 1:
+            raise ctx.sql.error(
+                item,
+                f"the rank {rank_name!r} is not a column of top-N results (Flink's form without the rank "
+                f"number); list the columns to keep in the outer SELECT (with {rank_name} <= 1 or = 1 "
+                "every row kept ranks 1, and SELECT * shows it)",
+            )
+        if _is_star(item) or refs:
+            return True
+    return False
+
+
+def _ranked_input(inner: exp.Select, ctx: Context) -> Relation:
+    """What a ranked subquery ranks: its ``FROM`` (stream, subquery or join) filtered by its ``WHERE``."""
+    _refuse_clauses(inner, ctx, _ALLOWED | {"joins"})
+    inner_source = _arg(inner, "from")
+    if inner_source is None:
+        raise ctx.sql.error(inner, "a query reads a stream: add FROM <stream name>")
+    return _from(inner, inner_source.this, ctx)
+
+
+def _top_n(over: exp.Window, rel: Relation, bound: int, ctx: Context) -> tuple[Stream, bool]:
+    """``rel`` ranked as ``over`` says, and whether per key (else per window, over window results)."""
+    from sqlglot import exp
+
+    resolve = _resolver(rel, ctx)
+
+    def column_of(x: exp.Expression, where: str) -> str:
+        if not isinstance(x, exp.Column):
+            raise ctx.sql.error(x, f"{where} in window top-N takes columns of {rel.label}")
+        return resolve(x)
+
+    parts = [column_of(x, "PARTITION BY") for x in over.args.get("partition_by") or []]
+    per_key = not n.window_aggregates(rel.stream.plan)  # over a stream's rows: top-N per key (dedup)
+    what = "top-N per key" if per_key else "window top-N"
+    if not per_key and sorted(parts[:2]) != ["window_end", "window_start"]:
+        raise ctx.sql.error(over, f"{_FLINK_TOP_N}: the partition starts with window_start and window_end")
+    order = over.args.get("order")
+    keys = order.expressions if order is not None else []
+    if not keys:
+        raise ctx.sql.error(over, f"{_FLINK_TOP_N}: ORDER BY says what ranks first")
+    if len({bool(k.args.get("desc")) for k in keys}) > 1:
+        raise ctx.sql.error(
+            order,
+            f"{what} ranks all ORDER BY columns the same way (all DESC, or all ASC), as top_n(ascending=...) "
+            "does: write one direction (ties of the first column are then broken by the next ones that way)",
+        )
+    if any(k.args.get("nulls_first") for k in keys):
+        raise ctx.sql.error(
+            order, f"{what} ranks nulls last: write NULLS LAST (an ASC column has NULLS FIRST)"
+        )
+    by = [column_of(k.this, "ORDER BY") for k in keys]
+    with _at(ctx, over, f"{what}: "):
+        return rel.stream.top_n(
+            bound,
+            by=by,
+            per="key" if per_key else "window",
+            keys=parts if per_key else parts[2:],
+            ties="all" if isinstance(over.this, exp.Rank) else "first",
+            ascending=not keys[0].args.get("desc"),
+        ), per_key
 
 
 def _rank_bound(node: exp.Expression | None, rank_name: str) -> int | None:
