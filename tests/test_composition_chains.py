@@ -178,3 +178,54 @@ def test_a_join_then_a_retracting_window_then_an_aggregation_keyed_otherwise(ses
         joined.key_by("user").tumbling_window(10_000).agg(kp.count(kp.col("*")).alias("pairs")).key_by(
             "window_start"
         ).agg(kp.count(kp.col("*")))
+
+
+ADS = "ad string, at bigint, campaign string"
+AD_STEPS: list[list[dict[str, Any]]] = [
+    [{"ad": "a1", "at": 500, "campaign": "spring"}, {"ad": "a2", "at": 1_500, "campaign": "summer"}],
+    [{"ad": "a3", "at": 12_000, "campaign": "spring"}, {"ad": "a1", "at": 20_000, "campaign": "autumn"}],
+    [{"ad": "a2", "at": 30_000, "campaign": "winter"}],
+]
+
+
+def test_a_join_of_a_join_three_streams_equals_the_model(session: kp.Session) -> None:
+    """Clicks joined with views by user, then with the ads they saw by ad: a join stage after the join."""
+    _, joined, clicks, views = _streams(session)
+    ads, to_ads = session.memory_stream(ADS, name=f"ads_{uuid.uuid4().hex[:6]}")
+    three = (
+        joined.key_by("ad")
+        .interval_join(ads.watermark("at", 0).key_by("ad"), between=(-15_000, 15_000))
+        .allowed_lateness(40_000)
+    )
+    assert "the second join is a stage after the first join" in three.explain()
+    first = _model_join()
+    model = ComposedModel(
+        JoinOf(
+            first,
+            Source("ads", "at", ("ad", "at", "campaign")),
+            keys=("ad",),
+            between=(-15_000, 15_000),
+            allowed_lateness_ms=60_000,
+        )
+    )
+    names = list(three.columns)
+    expected: list[tuple[Any, ...]] = []
+    job = three.start()
+    try:
+        for i, (side, rows) in enumerate(STEPS):
+            expected += [_key(r, names) for r in model.send(rows, source=side)]
+            (clicks if side == "clicks" else views).send(rows)
+            if i < len(AD_STEPS):
+                expected += [_key(r, names) for r in model.send(AD_STEPS[i], source="ads")]
+                to_ads.send(AD_STEPS[i])
+            job.process_all_available()
+        for sender in (clicks, views, to_ads):
+            sender.close()
+        expected += [_key(r, names) for r in model.close()]
+        assert job.await_termination(timeout_s=120)
+        got = [_key(r, names) for r in job.results().to_pylist()]
+    finally:
+        job.stop()
+    assert got and Counter(got) == Counter(expected)
+    bounded = [_key(r, names) for r in three.collect().to_pylist()]  # the same operator, as one batch job
+    assert Counter(bounded) == Counter(expected)

@@ -108,3 +108,25 @@ def test_an_expression_between_two_operators_that_arrow_cannot_evaluate_exactly_
     parsed = joined.filter(kp.col("v").cast("int") > 1).key_by("user").agg(kp.count(kp.col("*")))
     with pytest.raises(PlanError, match=r"between two operators.*cast from string"):
         lower(parsed.plan)
+
+
+def test_an_operator_after_a_join_of_a_join_is_a_plan_error_that_says_so() -> None:
+    import pytest
+
+    import krishiv_py as kp
+    from krishiv_py.api.stream import Stream
+    from krishiv_py.errors import PlanError
+    from krishiv_py.plan import nodes as n
+    from krishiv_py.planner.spark.lower import lower
+    from krishiv_py.types import to_schema
+
+    def source(name: str, ddl: str) -> Stream:
+        return Stream(None, n.MemorySource(name=name, schema=to_schema(ddl), path=f"/{name}"))
+
+    a = source("a", "user string, t bigint, ad string").watermark("t", 0).key_by("user")
+    b = source("b", "user string, tb bigint").watermark("tb", 0).key_by("user")
+    c = source("c", "ad string, tc bigint").watermark("tc", 0).key_by("ad")
+    three = a.interval_join(b, between=(-5, 0)).key_by("ad").interval_join(c, between=(-5, 5))
+    assert "the second join is a stage" in lower(three.plan).reason
+    with pytest.raises(PlanError, match="after a join of a join"):
+        three.key_by("ad").agg(kp.count(kp.col("*")))

@@ -390,6 +390,12 @@ def check_window_after_join(below: PlanNode, keys: tuple[str, ...], *, what: str
     retracting join sends retractions it cannot take yet.
     """
     join = stateless_below(below)
+    if isinstance(join, Join) and (joins_of(join.left) or joins_of(join.right)):
+        raise PlanError(
+            f"{what} after a join of a join's rows is not supported yet (the second join runs as a "
+            "stage of its own already); write the joined rows to a sink and read them back as a new "
+            "source to aggregate them"
+        )
     if not isinstance(join, Join) or joins_of(join.left) or joins_of(join.right):
         raise PlanError(AFTER_JOIN)
     if window_aggregates(join.left) or window_aggregates(join.right):
@@ -775,11 +781,13 @@ def _check_join(node: Join) -> None:
     """What SPEC 3.12 allows of a join, as :class:`PlanError` naming what is wrong."""
     what = {"interval": "interval_join()", "window": "join()", "as_of": "as_of_join()"}[node.kind]
     for side, plan, keys in (("left", node.left, node.left_keys), ("right", node.right, node.right_keys)):
-        if window_aggregates(plan) or joins_of(plan):
+        if window_aggregates(plan) or _keyed_aggregates(plan):
             raise PlanError(
-                f"{what}: the {side} side is the result of a window or a join, which is not supported "
-                "as a join input yet; join the streams the window reads"
+                f"{what}: the {side} side is the result of a window or an aggregation, which is not "
+                "supported as a join input yet; join the streams the window reads"
             )
+        if joins_of(plan):
+            _check_join_input(what, side, plan)
         if event_time(plan) is None:
             raise PlanError(
                 f"{what}: the {side} side has no watermark; call .watermark(column, lag_ms) on it "
@@ -787,6 +795,8 @@ def _check_join(node: Join) -> None:
             )
         if not keys:
             raise PlanError(f"{what}: the {side} side needs key columns: call key_by(...) on it first")
+    if joins_of(node.left) and joins_of(node.right):
+        raise PlanError(f"{what}: a join of two joins is not supported yet; one side may be a join")
     if len(node.left_keys) != len(node.right_keys):
         raise PlanError(
             f"{what}: both sides need the same number of key columns, got "
@@ -830,6 +840,21 @@ def _check_join(node: Join) -> None:
         check_ms("as_of_join(max_age_ms)", node.max_age_ms, positive=False)
     _check_join_emission(node, what)
     _join_schema(node)
+
+
+def _check_join_input(what: str, side: str, plan: PlanNode) -> None:
+    """A join's results as one side of another join: right there, emits only, of two streams."""
+    if not isinstance(plan, Join) or joins_of(plan.left) or joins_of(plan.right):
+        raise PlanError(
+            f"{what}: the {side} side is a join's rows with more between (a filter, a select, another "
+            "join): not supported yet; join the joined stream itself (key_by() right after the join), "
+            "and filter after the second join"
+        )
+    if plan.emission.accumulation == "retracting":
+        raise PlanError(
+            f"{what}: the {side} side is a join in accumulation('retracting'), whose withdrawn rows a "
+            "join does not take yet; use an inner interval join (allowed lateness is fine)"
+        )
 
 
 def _check_join_emission(node: Join, what: str) -> None:

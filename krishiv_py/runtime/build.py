@@ -159,7 +159,8 @@ def _build(
         return out
     child = _build(spark, node.child, obs, paths, results=results)
     if isinstance(node, r.StatefulApply):
-        return _stateful(spark, node, child, paths)
+        side = _build(spark, node.side_input, obs, paths) if node.side_input is not None else None
+        return _stateful(spark, node, child, paths, side)
     if isinstance(node, r.MapArrow):
         return child.mapInArrow(node.function, node.schema)
     if isinstance(node, r.SelectExprs):
@@ -205,7 +206,9 @@ def _stream_join(
     return joined.selectExpr(*node.exprs)
 
 
-def _stateful(spark: SparkSession, node: r.StatefulApply, child: DataFrame, paths: ReadPaths) -> DataFrame:
+def _stateful(
+    spark: SparkSession, node: r.StatefulApply, child: DataFrame, paths: ReadPaths, side: DataFrame | None
+) -> DataFrame:
     """Pack the encoded rows per key bucket, group them by bucket and apply krishiv's operator."""
     import tempfile
 
@@ -228,7 +231,7 @@ def _stateful(spark: SparkSession, node: r.StatefulApply, child: DataFrame, path
         def bounded(key: Any, frame: Any) -> Any:
             return op.run_bounded_bucket(spec, key, frame)
 
-        return _staged(spec, packed.groupBy(BUCKET).applyInPandas(bounded, ddl), paths, streaming=False)
+        return _staged(spec, packed.groupBy(BUCKET).applyInPandas(bounded, ddl), paths, side, streaming=False)
 
     def bucket(key: Any, frames: Any, state: Any) -> Any:
         return op.run_bucket(spec, key, frames, state)
@@ -253,14 +256,18 @@ def _stateful(spark: SparkSession, node: r.StatefulApply, child: DataFrame, path
     )
     grouped = packed.unionByName(tick_rows).groupBy(BUCKET)
     out = grouped.applyInPandasWithState(bucket, ddl, STATE_DDL, "append", "NoTimeout")
-    return _staged(spec, out, paths, streaming=True)
+    return _staged(spec, out, paths, side, streaming=True)
 
 
-def _staged(spec: Any, out: DataFrame, paths: ReadPaths, *, streaming: bool) -> DataFrame:
+def _staged(
+    spec: Any, out: DataFrame, paths: ReadPaths, side: DataFrame | None, *, streaming: bool
+) -> DataFrame:
     """With a stage keyed by other columns after the operator: its rows grouped by stage bucket into it.
 
-    The stage's state goes under the checkpoint (a query built without one,
-    for ``explain()``, gets a temporary directory it never writes).
+    ``side``: a join stage's other side (encoded rows), routed by its keys
+    into the same groups. The stage's state goes under the checkpoint (a
+    query built without one, for ``explain()``, gets a temporary directory
+    it never writes).
     """
     import tempfile
 
@@ -279,6 +286,12 @@ def _staged(spec: Any, out: DataFrame, paths: ReadPaths, *, streaming: bool) -> 
     def run(key: Any, table: Any) -> Any:
         return op.run_stage(staged, key, table, _batch_id() if streaming else None)
 
+    if side is not None:
+
+        def route(batches: Any) -> Any:
+            return op.route_side(staged, batches)
+
+        out = out.unionByName(side.mapInArrow(route, ROUTED_DDL))
     return out.groupBy(ROUTE).applyInArrow(run, OUTPUT_DDL)
 
 

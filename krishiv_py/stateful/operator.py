@@ -84,6 +84,7 @@ __all__ = [
     "pack_rows",
     "run_bounded_bucket",
     "run_bucket",
+    "route_side",
     "run_stage",
 ]
 
@@ -288,16 +289,42 @@ def run_stage(spec: OperatorSpec, key: tuple[Any, ...], table: pa.Table, batch_i
     assert then is not None
     if route < 0:
         return table.select([BUCKET, PAYLOAD])
-    handed = [bytes(b) for b in table.column(PAYLOAD).to_pylist() if b is not None]
+    blobs = table.column(PAYLOAD).to_pylist()
+    kinds = table.column(BUCKET).to_pylist()
+    handed = [bytes(b) for b, k in zip(blobs, kinds, strict=True) if b is not None and k != SIDE_ROWS]
+    side = [
+        ipc_table(bytes(b)) for b, k in zip(blobs, kinds, strict=True) if b is not None and k == SIDE_ROWS
+    ]
     now = int(time.time() * 1000)
     store = stage.StageStore(then.path, route) if batch_id is not None else None
     before = store.load_before(batch_id) if store is not None and batch_id is not None else None
-    state, out, upstream_wm = stage.step(then, before, handed, now, bounded=batch_id is None)
+    state, out, upstream_wm = stage.step(then, before, handed, now, bounded=batch_id is None, side=side)
     if store is not None and batch_id is not None:
         store.save(batch_id, state)
     due, interval = stage.next_due(then, state, upstream_wm)
     payload = _stage_payload(then, -1 - route, out, state, due, interval, upstream_wm)
     return pa.table({BUCKET: pa.array([-1 - route], pa.int32()), PAYLOAD: pa.array([payload], pa.binary())})
+
+
+#: ``BUCKET`` of a row routed to a join stage from its other side (not from an operator call).
+SIDE_ROWS = -2
+
+
+def route_side(spec: OperatorSpec, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` function: a join stage's other side, its rows as one stream per stage bucket."""
+    then = spec.then
+    assert then is not None
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        routed = stage.side_rows(then, pa.Table.from_batches([batch]))
+        yield pa.RecordBatch.from_pydict(
+            {
+                BUCKET: pa.array([SIDE_ROWS] * len(routed), pa.int32()),
+                PAYLOAD: pa.array([blob for _, blob in routed], pa.binary()),
+                ROUTE: pa.array([r for r, _ in routed], pa.int32()),
+            }
+        )
 
 
 def _stage_payload(

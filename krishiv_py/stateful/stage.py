@@ -46,12 +46,13 @@ True
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import attrs
 import numpy as np
 import pyarrow as pa
 
-from krishiv_py.names import BATCH_TS, RESULT_KIND, SEQ
+from krishiv_py.names import BATCH_TS, JOIN_SIDE, RESULT_KIND, SEQ, TS_VALUE
 from krishiv_py.plan.watermarks import END_OF_TIME_MS
 from krishiv_py.stateful._arrow import framed, ipc_bytes, ipc_table, unframed
 from krishiv_py.stateful.between import Between, handed_rows
@@ -59,7 +60,17 @@ from krishiv_py.stateful.grouping import canonical
 from krishiv_py.stateful.kernel import StepOutput
 from krishiv_py.stateful.protocol import NOT_DUE, Kernel
 
-__all__ = ["StageSpec", "StageState", "StageStore", "hand_on", "route_of", "stages_watermark", "step"]
+__all__ = [
+    "JoinSide",
+    "StageSpec",
+    "StageState",
+    "StageStore",
+    "hand_on",
+    "route_of",
+    "side_rows",
+    "stages_watermark",
+    "step",
+]
 
 #: A report's watermark when the micro-batch had none yet.
 NO_WATERMARK = -(2**63)
@@ -85,6 +96,40 @@ def stages_watermark(
 
 
 @attrs.frozen(kw_only=True)
+class JoinSide:
+    """How the first operator's results enter a join after it: as one side of the join's rows.
+
+    ``layout``: each column of the join's rows (its kernel's row schema),
+    its type and the result column it comes from (None: null, a column of
+    the other side).
+    """
+
+    side: str
+    layout: tuple[tuple[str, pa.DataType, str | None], ...]
+
+    @property
+    def sources(self) -> tuple[tuple[str, pa.DataType], ...]:
+        """The result columns read, with the types they are taken in."""
+        return tuple((source, kind) for _, kind, source in self.layout if source is not None)
+
+    def rows(self, handed: pa.Table) -> pa.Table:
+        """``handed`` (the result columns and event time) as the join's rows of this side."""
+        count = handed.num_rows
+        cols: dict[str, Any] = {JOIN_SIDE: pa.array([self.side] * count, pa.string())}
+        for name, kind, source in self.layout:
+            if source is not None:
+                cols[name] = handed.column(source).cast(kind)
+            else:
+                cols[name] = pa.array([None] * count, kind)
+        cols[BATCH_TS] = handed.column(BATCH_TS)
+        return pa.table(cols)
+
+    def empty(self) -> pa.Table:
+        fields = [pa.field(JOIN_SIDE, pa.string())] + [pa.field(name, kind) for name, kind, _ in self.layout]
+        return pa.schema([*fields, pa.field(BATCH_TS, pa.int64())]).empty_table()
+
+
+@attrs.frozen(kw_only=True)
 class StageSpec:
     """A stage's kernel, what it reads of the first operator's results, and where its state goes."""
 
@@ -103,6 +148,15 @@ class StageSpec:
     retracting: bool = False
     #: Filters and projections between the two, over the first operator's results.
     between: Between | None = None
+    #: A join stage: how the first operator's results become one side of its rows.
+    join_side: JoinSide | None = None
+    #: A join stage: the other side's columns as its map tasks encode them (name, type, encoded name).
+    side_input: tuple[tuple[str, pa.DataType, str], ...] = ()
+
+    @property
+    def read(self) -> tuple[tuple[str, pa.DataType], ...]:
+        """The result columns the stage reads."""
+        return self.columns if self.join_side is None else self.join_side.sources
 
     def describe(self) -> str:
         return (
@@ -141,9 +195,9 @@ def hand_on(
         },
         schema=_REPORT,
     )
-    rows = handed_rows(
-        results, spec.columns, between=spec.between, retracting=spec.retracting, at=watermark_ms
-    )
+    rows = handed_rows(results, spec.read, between=spec.between, retracting=spec.retracting, at=watermark_ms)
+    if spec.join_side is not None:
+        rows = spec.join_side.rows(rows)
     routes = route_of(rows, spec.kernel.keys, spec.buckets)
     return [framed([rows.filter(pa.array(routes == s)), report]) for s in range(spec.buckets)]
 
@@ -166,8 +220,24 @@ class StageState:
         }
 
 
+def side_rows(spec: StageSpec, encoded: pa.Table) -> list[tuple[int, bytes]]:
+    """A map task's rows of a join stage's other side: one IPC stream per stage bucket (route)."""
+    cols: dict[str, Any] = {name: encoded.column(value).cast(kind) for name, kind, value in spec.side_input}
+    cols[BATCH_TS] = encoded.column(TS_VALUE).cast(pa.int64())
+    cols[SEQ] = encoded.column(SEQ).cast(pa.int64())
+    rows = pa.table(cols)
+    routes = route_of(rows, spec.kernel.keys, spec.buckets)
+    return [(int(r), ipc_bytes(rows.filter(pa.array(routes == r)))) for r in np.unique(routes)]
+
+
 def step(
-    spec: StageSpec, state: StageState | None, handed: Sequence[bytes], now_ms: int, *, bounded: bool = False
+    spec: StageSpec,
+    state: StageState | None,
+    handed: Sequence[bytes],
+    now_ms: int,
+    *,
+    bounded: bool = False,
+    side: Sequence[pa.Table] = (),
 ) -> tuple[StageState, StepOutput, int | None]:
     """One micro-batch of one stage bucket: the rows handed on, then the watermark moved.
 
@@ -188,7 +258,7 @@ def step(
     before = state.watermark_ms
     if target is not None and before is not None and target < before:
         target = before  # never backwards
-    rows = _rows([p[0] for p in parts], spec, state.seq)
+    rows = _rows([p[0] for p in parts] + _in_arrival_order(side), spec, state.seq)
     kernel_state, applied = spec.kernel.step(state.kernel, rows, before, now_ms)
     outputs = [applied]
     if target is not None and target != before:
@@ -235,6 +305,15 @@ def _merged_reports(held: pa.Table, new: list[pa.Table]) -> pa.Table:
     return table.take(pa.array(sorted(last.values())))
 
 
+def _in_arrival_order(side: Sequence[pa.Table]) -> list[pa.Table]:
+    """The other side's rows by their own arrival order, without it (the stage numbers them anew)."""
+    if not side:
+        return []
+    rows = pa.concat_tables(side)
+    order = np.argsort(rows.column(SEQ).to_numpy(), kind="stable")
+    return [rows.take(order).drop_columns([SEQ])]
+
+
 def _rows(parts: list[pa.Table], spec: StageSpec, seq: int) -> pa.Table:
     """The rows handed on, in bucket order, numbered in arrival order from ``seq``."""
     rows = pa.concat_tables(parts) if len(parts) > 1 else parts[0] if parts else _empty(spec)
@@ -242,6 +321,8 @@ def _rows(parts: list[pa.Table], spec: StageSpec, seq: int) -> pa.Table:
 
 
 def _empty(spec: StageSpec) -> pa.Table:
+    if spec.join_side is not None:
+        return spec.join_side.empty()
     fields = [pa.field(name, kind) for name, kind in spec.columns] + [pa.field(BATCH_TS, pa.int64())]
     if spec.retracting:
         fields.append(pa.field(RESULT_KIND, pa.string()))

@@ -241,6 +241,8 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
         )
         rules[slot] = stacked_operators(rules[slot], links[1:])
         why += [CHAIN_REASON if beside else STAGED_REASON for beside in moves(links)]
+    if isinstance(bottom, n.Join) and any(isinstance(c, n.Join) for c in n.children(bottom)):
+        why.append(JOIN_STAGE_REASON)
     ctx = Lowerer(
         streaming=streaming,
         shift=shift,
@@ -287,7 +289,7 @@ def _operator_and_stages(
         node = node.input
     cascade = _cascade_stage(node) if isinstance(node, n.WindowAggregate) else None
     op = cascade[0] if cascade is not None else node
-    if type(op) not in OPERATOR_RULES or _has_operator(*n.children(operator_links(op)[0][0])):
+    if type(op) not in OPERATOR_RULES or _has_operator(*_operator_inputs(operator_links(op)[0][0])):
         raise PlanError(_unsupported(node))
     assert isinstance(op, n.WindowAggregate | n.Join | n.KeyedAggregate | n.KeyedTopN)
     rule = OPERATOR_RULES[type(op)]
@@ -336,6 +338,15 @@ CHAIN_REASON = (
 )
 
 
+#: Why a join of a join's rows runs as it does (docs/joins.md, "A join of a join").
+JOIN_STAGE_REASON = (
+    "; the second join is a stage after the first join's operator: the first join's rows (with "
+    "their event times) cross the cluster once more to the second join's key buckets in the same "
+    "micro-batch, the other stream's rows are routed there by their keys, and the second join keeps "
+    "its state of its own (one Arrow file per bucket and micro-batch under the checkpoint); it keeps "
+    "rows the first join's allowed lateness longer, so that late pairs still meet their partners"
+)
+
 #: Why an operator after a join keyed by other columns runs as it does (docs/joins.md, "After a join").
 STAGED_REASON = (
     "; it is keyed by other columns than the join, so the joined rows cross the cluster once more "
@@ -364,6 +375,14 @@ def operator_links(op: n.PlanNode) -> list[tuple[n.PlanNode, tuple[n.Filter | n.
         node = below
     links.append((node, ()))
     return list(reversed(links))
+
+
+def _operator_inputs(bottom: n.PlanNode) -> list[n.PlanNode]:
+    """What the bottom operator reads: its inputs, a join's join side as the inputs of that join."""
+    out: list[n.PlanNode] = []
+    for child in n.children(bottom):
+        out += n.children(child) if isinstance(bottom, n.Join) and isinstance(child, n.Join) else [child]
+    return out
 
 
 def _has_operator(*nodes: n.PlanNode) -> bool:

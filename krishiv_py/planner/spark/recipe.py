@@ -40,6 +40,8 @@ from krishiv_py.names import (
     OUT_OBSERVE,
     OUTPUT_DDL,
     PACKED_DDL,
+    ROUTE,
+    ROUTED_DDL,
     ROW_KIND,
     SEQ,
     STATE_DDL,
@@ -194,6 +196,9 @@ class StatefulApply:
     tick_exprs: tuple[str, ...]
     #: What ``hash()`` takes to bucket a row (its key columns); ``None``: no keys, one bucket.
     hashed: str | None = None
+    #: A join's other side after the operator (a join of the operator's results, SPEC 3.13): its
+    #: rows encoded as the stage's input, routed by its keys into the stage (``operator.then``).
+    side_input: RecipeNode | None = None
 
 
 RecipeNode: TypeAlias = (
@@ -460,6 +465,10 @@ def _render(node: RecipeNode, lines: list[str]) -> str:
         lines.append(f"{var} = {join}.selectExpr({exprs})")
         return var
     inner = _render(node.child, lines)
+    if isinstance(node, StatefulApply) and node.side_input is not None:
+        side = _render(node.side_input, lines)
+        lines.append(f"{side} = {side}.mapInArrow(<route rows per stage bucket>, '{ROUTED_DDL}')")
+        inner = f"{inner}, side={side}"
     var = f"df_{len(lines)}"
     call = {
         SelectExprs: lambda x: f".selectExpr({', '.join(repr(e) for e in x.exprs)})",
@@ -479,11 +488,18 @@ def _render(node: RecipeNode, lines: list[str]) -> str:
 def _render_stateful(node: StatefulApply) -> str:
     what = f"<{node.operator.kernel.describe()} buckets={node.operator.buckets}>"
     packed = f".mapInArrow(<pack rows per key bucket>, '{PACKED_DDL}')"
+    then = node.operator.then
+    ddl = OUTPUT_DDL if then is None else ROUTED_DDL
     if not node.streaming:
-        return f"{packed}.groupBy('{_BUCKET}').applyInPandas({what}, '{OUTPUT_DDL}')"
-    tick_cols = ", ".join(repr(e) for e in node.tick_exprs)
-    ticks = f"spark.readStream.parquet(<tick source>).selectExpr({tick_cols})"
-    return (
-        f"{packed}.unionByName({ticks}).groupBy('{_BUCKET}').applyInPandasWithState({what}, "
-        f"'{OUTPUT_DDL}', '{STATE_DDL}', 'append', 'NoTimeout')"
-    )
+        out = f"{packed}.groupBy('{_BUCKET}').applyInPandas({what}, '{ddl}')"
+    else:
+        tick_cols = ", ".join(repr(e) for e in node.tick_exprs)
+        ticks = f"spark.readStream.parquet(<tick source>).selectExpr({tick_cols})"
+        out = (
+            f"{packed}.unionByName({ticks}).groupBy('{_BUCKET}').applyInPandasWithState({what}, "
+            f"'{ddl}', '{STATE_DDL}', 'append', 'NoTimeout')"
+        )
+    if then is None:
+        return out
+    side = ".unionByName(side)" if node.side_input is not None else ""
+    return f"{out}{side}.groupBy('{ROUTE}').applyInArrow(<{then.describe()}>, '{OUTPUT_DDL}')"

@@ -329,6 +329,11 @@ def stacked_operators(base: Any, uppers: list[Link]) -> Any:
 
         apply = base(node, *children, streaming=streaming, shift_ms=shift_ms)
         assert isinstance(apply, StatefulApply)
+        if apply.operator.then is not None:
+            raise PlanError(
+                "an operator after a join of a join's rows is not supported yet on the stateful "
+                "lowering (the second join runs as a stage already)"
+            )
         kernel = apply.operator.kernel
         carried = 0
         if isinstance(node, n.Join):
@@ -415,31 +420,87 @@ def _between(nodes: tuple[n.Filter | n.Project, ...]) -> Any:
 def lower_stateful_join(
     node: n.Join, left: RecipeNode, right: RecipeNode, *, streaming: bool, shift_ms: int
 ) -> RecipeNode:
-    """Both sides' rows in one layout, tagged by side, into krishiv's operator by key bucket."""
+    """Both sides' rows in one layout, tagged by side, into krishiv's operator by key bucket.
+
+    A side that is another join's operator (a join of a join, SPEC 3.13)
+    makes this join a stage after it (:func:`_join_after_join`).
+    """
+    if isinstance(left, StatefulApply) or isinstance(right, StatefulApply):
+        return _join_after_join(node, left, right, shift_ms=shift_ms)
     spec = join_spec(node, shift_ms=shift_ms)
     kernel = spec.kernel.spec
-    left_schema, right_schema = n.schema_of(node.left), n.schema_of(node.right)
-    right_names = node.right_names
-    types = {c: left_schema.field(c).dtype.name for c in kernel.left}
-    types.update({new: right_schema.field(old).dtype.name for old, new in right_names.items()})
-
-    def side(name: str, child: RecipeNode, keys: tuple[str, ...], own: dict[str, str]) -> RecipeNode:
-        exprs = [f"'{name}' AS {quote(JOIN_SIDE)}"]
-        exprs += [f"{quote(src)} AS {quote(k)}" for src, k in zip(keys, kernel.keys, strict=True)]
-        for c in (*kernel.left, *kernel.right):
-            if c in own:
-                exprs.append(f"{quote(own[c])} AS {quote(c)}")
-            else:
-                exprs.append(f"CAST(NULL AS {types[c]}) AS {quote(c)}")
-        exprs += [quote(ET), quote(SEQ)]
-        return SelectExprs(child=child, exprs=tuple(exprs))
-
-    left_own = {c: c for c in kernel.left}
-    right_own = {new: old for old, new in right_names.items()}
     both = UnionAll(
         children=(
-            side("left", left, node.left_keys, left_own),
-            side("right", right, node.right_keys, right_own),
+            _join_side(node, kernel, "left", left),
+            _join_side(node, kernel, "right", right),
         )
     )
-    return _apply(spec, both, _hashed_keys(kernel.keys, left_schema), streaming=streaming)
+    return _apply(spec, both, _hashed_keys(kernel.keys, n.schema_of(node.left)), streaming=streaming)
+
+
+def _join_side(node: n.Join, kernel: Any, name: str, child: RecipeNode) -> RecipeNode:
+    """One side's rows in the join's row layout: its side, the keys, its columns, the other's as nulls."""
+    left_schema, right_schema = n.schema_of(node.left), n.schema_of(node.right)
+    types = {c: left_schema.field(c).dtype.name for c in kernel.left}
+    types.update({new: right_schema.field(old).dtype.name for old, new in node.right_names.items()})
+    if name == "left":
+        keys, own = node.left_keys, {c: c for c in kernel.left}
+    else:
+        keys, own = node.right_keys, {new: old for old, new in node.right_names.items()}
+    exprs = [f"'{name}' AS {quote(JOIN_SIDE)}"]
+    exprs += [f"{quote(src)} AS {quote(k)}" for src, k in zip(keys, kernel.keys, strict=True)]
+    for c in (*kernel.left, *kernel.right):
+        exprs.append(
+            f"{quote(own[c])} AS {quote(c)}" if c in own else f"CAST(NULL AS {types[c]}) AS {quote(c)}"
+        )
+    exprs += [quote(ET), quote(SEQ)]
+    return SelectExprs(child=child, exprs=tuple(exprs))
+
+
+def _join_after_join(node: n.Join, left: RecipeNode, right: RecipeNode, *, shift_ms: int) -> RecipeNode:
+    """A join whose one side is another join's results: a join stage after that join's operator.
+
+    The first join's results (with their event times) cross the cluster to
+    this join's key buckets as one side of its rows; the other side's rows
+    are routed there by their keys in the same micro-batch. This join keeps
+    rows the first join's allowed lateness longer, so that a late partner's
+    new pairs still meet theirs (one lateness per join: the other side's
+    rows are kept as long).
+    """
+    from krishiv_py.stateful.joins import JoinKernel
+    from krishiv_py.stateful.stage import JoinSide, StageSpec
+
+    upstream_left = isinstance(left, StatefulApply)
+    apply, other = (left, right) if upstream_left else (right, left)
+    inner = node.left if upstream_left else node.right
+    assert isinstance(apply, StatefulApply) and isinstance(inner, n.Join)
+    if isinstance(other, StatefulApply) or apply.operator.then is not None:
+        raise PlanError(
+            "the stateful lowering joins one join's results with a stream for now; a join of two "
+            "joins, or of a join of joins, is not supported yet"
+        )
+    spec = join_spec(node, shift_ms=shift_ms)
+    lateness = spec.kernel.spec.allowed_lateness_ms + inner.emission.allowed_lateness_ms
+    kernel = attrs.evolve(spec.kernel.spec, allowed_lateness_ms=lateness)
+    side = "left" if upstream_left else "right"
+    if upstream_left:
+        sources = dict(zip(kernel.keys, node.left_keys, strict=True)) | {c: c for c in kernel.left}
+    else:
+        renamed = {new: old for old, new in node.right_names.items()}
+        sources = dict(zip(kernel.keys, node.right_keys, strict=True)) | renamed
+    layout = tuple((c.name, c.type, sources.get(c.name)) for c in spec.columns if c.name != JOIN_SIDE)
+    encoded = _apply(
+        spec, _join_side(node, kernel, "right" if upstream_left else "left", other), None, streaming=False
+    )
+    stage = StageSpec(
+        kernel=JoinKernel(kernel),
+        upstream=JoinKernel(attrs.evolve(apply.operator.kernel.spec, event_times=True)),
+        columns=(),
+        buckets=apply.operator.buckets,
+        upstream_buckets=apply.operator.buckets,
+        join_side=JoinSide(side=side, layout=layout),
+        side_input=tuple((c.name, c.type, c.value) for c in spec.columns),
+    )
+    operator = attrs.evolve(apply.operator, kernel=stage.upstream, then=stage)
+    assert isinstance(encoded.child, SelectExprs)
+    return attrs.evolve(apply, operator=operator, side_input=encoded.child)
