@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import attrs
 import pyarrow as pa
 
 from krishiv_py.names import BATCH_TS
@@ -59,15 +60,15 @@ def test_every_stage_bucket_gets_a_row_from_every_call_with_its_share_of_the_row
 def test_the_stage_waits_for_every_bucket_and_below_a_due_one() -> None:
     spec = _spec(buckets=1, upstream_buckets=2)
     first = hand_on(spec, 0, _results(["a"], [5]), 20, 0, NOT_DUE)
-    state, out, _ = step(spec, None, first, 0)
+    state, out, _, _ = step(spec, None, first, 0)
     assert state.watermark_ms is None and not out.results.num_rows  # bucket 1 never reported
     # Bucket 1 holds a window due at 10 it has not fired yet: the stage stays below 10.
     second = hand_on(spec, 1, _results([], []), 20, 1, 10)
-    state, out, _ = step(spec, state, second, 0)
+    state, out, _, _ = step(spec, state, second, 0)
     assert state.watermark_ms == 9 and not out.results.num_rows
     # Bucket 1 fires it (its result reaches the stage at the old watermark), then the window fires.
     third = hand_on(spec, 1, _results(["a"], [9]), 20, 0, NOT_DUE)
-    state, out, _ = step(spec, state, third, 0)
+    state, out, _, _ = step(spec, state, third, 0)
     assert state.watermark_ms == 20
     assert out.results.to_pylist() == [{"ad": "a", "window_start": 0, "window_end": 10_000, "n": 2}]
 
@@ -130,3 +131,36 @@ def test_an_operator_after_a_join_of_a_join_is_a_plan_error_that_says_so() -> No
     assert "the second join is a stage" in lower(three.plan).reason
     with pytest.raises(PlanError, match="after a join of a join"):
         three.key_by("ad").agg(kp.count(kp.col("*")))
+
+
+def test_a_join_stages_other_side_is_classified_at_the_stages_watermark_and_its_very_late_rows_kept() -> None:
+    from krishiv_py.api.stream import Stream
+    from krishiv_py.names import JOIN_SIDE, SEQ
+    from krishiv_py.plan import nodes as n
+    from krishiv_py.planner.spark.lower import lower
+    from krishiv_py.types import to_schema
+
+    def source(name: str, ddl: str) -> Stream:
+        return Stream(None, n.MemorySource(name=name, schema=to_schema(ddl), path=f"/{name}"))
+
+    a = source("a", "user string, t bigint, ad string").watermark("t", 0).key_by("user")
+    b = source("b", "user string, tb bigint").watermark("tb", 0).key_by("user")
+    c = source("c", "ad string, tc bigint").watermark("tc", 0).key_by("ad")
+    three = a.interval_join(b, between=(-5, 0)).key_by("ad").interval_join(c, between=(-5, 5))
+    recipe = lower(three.plan)
+    assert recipe.stateful is not None and recipe.stateful.operator.then is not None
+    spec = attrs.evolve(recipe.stateful.operator.then, upstream_buckets=1)
+
+    def side(ad: str, tc_ms: int, seq: int) -> pa.Table:
+        row: dict[str, object] = {name: None for name, _, _ in spec.side_input}
+        row.update({JOIN_SIDE: "right", "ad": ad, "tc": tc_ms, BATCH_TS: tc_ms * 1000, SEQ: seq})
+        types = {name: kind for name, kind, _ in spec.side_input} | {BATCH_TS: pa.int64(), SEQ: pa.int64()}
+        return pa.table({k: pa.array([v], types[k]) for k, v in row.items()})
+
+    results = pa.schema([*(pa.field(name, kind) for name, kind in spec.read), pa.field(BATCH_TS, pa.int64())])
+    report = hand_on(spec, 0, results.empty_table(), 100, 0, NOT_DUE)
+    state, out, _, late = step(spec, None, report, 0, side=[side("x", 200, 0)])
+    assert out.on_time == 1 and not len(out.very_late) and state.watermark_ms == 100
+    state, out, _, late = step(spec, state, report, 0, side=[side("x", 10, 1)])
+    assert len(out.very_late) == 1 and late.column("classification").to_pylist() == ["very_late"]
+    assert late.column("ad").to_pylist() == ["x"] and late.column("side").to_pylist() == ["right"]

@@ -298,11 +298,11 @@ def run_stage(spec: OperatorSpec, key: tuple[Any, ...], table: pa.Table, batch_i
     now = int(time.time() * 1000)
     store = stage.StageStore(then.path, route) if batch_id is not None else None
     before = store.load_before(batch_id) if store is not None and batch_id is not None else None
-    state, out, upstream_wm = stage.step(then, before, handed, now, bounded=batch_id is None, side=side)
+    state, out, upstream_wm, late = stage.step(then, before, handed, now, bounded=batch_id is None, side=side)
     if store is not None and batch_id is not None:
         store.save(batch_id, state)
     due, interval = stage.next_due(then, state, upstream_wm)
-    payload = _stage_payload(then, -1 - route, out, state, due, interval, upstream_wm)
+    payload = _stage_payload(then, -1 - route, out, state, due, interval, upstream_wm, late)
     return pa.table({BUCKET: pa.array([-1 - route], pa.int32()), PAYLOAD: pa.array([payload], pa.binary())})
 
 
@@ -335,12 +335,22 @@ def _stage_payload(
     due: int,
     interval: int,
     watermark: int | None,
+    late: pa.Table,
 ) -> bytes:
-    """A stage bucket's payload: its results, no late rows, its statistics (``bucket`` < 0)."""
+    """A stage bucket's payload: its results, a join stage's other side's late rows, its statistics.
+
+    The statistics' ``bucket`` is negative; its event counts are those of a
+    join stage's other side (the rows handed on were counted where they came in).
+    """
     rows = then.kernel.state_rows(state.kernel) if state.kernel is not None else 0
     values = dict.fromkeys(STAT_NAMES, 0)
     values.update(
         bucket=bucket,
+        on_time=out.on_time,
+        mildly_late=out.mildly_late,
+        very_late=len(out.very_late),
+        future=out.future,
+        invalid=len(out.invalid),
         emitted=out.emitted,
         retracted=out.retracted,
         state_windows=rows,
@@ -352,7 +362,6 @@ def _stage_payload(
     )
     values.update(dict.fromkeys(TIMING_NAMES, 0))
     stats = pa.table({name: pa.array([v], pa.int64()) for name, v in values.items()})
-    late = pa.table({CLASSIFICATION: pa.array([], pa.string()), WATERMARK: pa.array([], pa.int64())})
     return framed([out.results, late, stats])
 
 

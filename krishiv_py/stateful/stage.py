@@ -238,11 +238,13 @@ def step(
     *,
     bounded: bool = False,
     side: Sequence[pa.Table] = (),
-) -> tuple[StageState, StepOutput, int | None]:
+) -> tuple[StageState, StepOutput, int | None, pa.Table]:
     """One micro-batch of one stage bucket: the rows handed on, then the watermark moved.
 
-    Returns the new state, what the kernel emitted, and the watermark of
-    the first operator's input this micro-batch (None: none yet).
+    Returns the new state, what the kernel emitted (the counts and late
+    rows of a join stage's other side), the watermark of the first
+    operator's input this micro-batch (None: none yet) and the other side's
+    very late and invalid rows.
     ``bounded``: every row of a bounded run at once, then the end of input.
     """
     state = state or StageState()
@@ -258,29 +260,61 @@ def step(
     before = state.watermark_ms
     if target is not None and before is not None and target < before:
         target = before  # never backwards
-    rows = _rows([p[0] for p in parts] + _in_arrival_order(side), spec, state.seq)
+    rows = _rows([p[0] for p in parts], spec, state.seq)
+    extra = _rows(_in_arrival_order(side), spec, state.seq + rows.num_rows)
+    # The rows handed on at the watermark before (a result of on-time input is never late
+    # there); a join's other side, input like any source's, at the watermark now.
+    # (A bounded run has no watermark until its end: all its rows come before it.)
+    side_at = before if bounded else target
     kernel_state, applied = spec.kernel.step(state.kernel, rows, before, now_ms)
     outputs = [applied]
-    if target is not None and target != before:
-        kernel_state, fired = spec.kernel.step(kernel_state, rows.slice(0, 0), target, now_ms)
+    took = None
+    if extra.num_rows:
+        kernel_state, took = spec.kernel.step(kernel_state, extra, side_at, now_ms)
+        outputs.append(took)
+    if target is not None and target != (side_at if extra.num_rows else before):
+        kernel_state, fired = spec.kernel.step(kernel_state, extra.slice(0, 0), target, now_ms)
         outputs.append(fired)
     new = StageState(
         kernel=kernel_state if kernel_state.num_rows else None,
         reports=all_reports,
         watermark_ms=target if target is not None else before,
-        seq=state.seq + rows.num_rows,
+        seq=state.seq + rows.num_rows + extra.num_rows,
     )
     results = [o.results for o in outputs]
     closed = [o.closed for o in outputs if o.closed is not None]
     out = StepOutput(
         results=pa.concat_tables(results) if len(results) > 1 else results[0],
-        very_late=np.zeros(0, np.int64),
-        invalid=np.zeros(0, np.int64),
+        very_late=took.very_late if took is not None else np.zeros(0, np.int64),
+        invalid=took.invalid if took is not None else np.zeros(0, np.int64),
+        on_time=took.on_time if took is not None else 0,
+        mildly_late=took.mildly_late if took is not None else 0,
+        future=took.future if took is not None else 0,
         closed=pa.concat_tables(closed) if closed else None,
         expired=sum(o.expired for o in outputs),
         arithmetic_errors=sum(o.arithmetic_errors for o in outputs),
     )
-    return new, out, upstream_wm
+    return new, out, upstream_wm, _late(extra, out, side_at)
+
+
+def _late(side: pa.Table, out: StepOutput, watermark: int | None) -> pa.Table:
+    """A join stage's other side's very late and invalid rows, as the late-event side output takes them."""
+    pieces = []
+    names = [c for c in side.column_names if c not in (BATCH_TS, SEQ)]
+    for label, idx in (("invalid", out.invalid), ("very_late", out.very_late)):
+        if len(idx):
+            take = pa.array(idx)
+            cols: dict[str, Any] = {
+                ("side" if c == JOIN_SIDE else c): side.column(c).take(take) for c in names
+            }
+            cols["classification"] = pa.array([label] * len(idx), pa.string())
+            cols["watermark_ms"] = pa.array([watermark] * len(idx), pa.int64())
+            pieces.append(pa.table(cols))
+    if not pieces:
+        return pa.table(
+            {"classification": pa.array([], pa.string()), "watermark_ms": pa.array([], pa.int64())}
+        )
+    return pa.concat_tables(pieces)
 
 
 def next_due(spec: StageSpec, state: StageState, upstream_wm: int | None) -> tuple[int, int]:
