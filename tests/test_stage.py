@@ -6,14 +6,21 @@ from pathlib import Path
 
 import attrs
 import pyarrow as pa
+import pytest
 
-from krishiv_py.names import BATCH_TS
+import krishiv_py as kp
+from krishiv_py.api.stream import Stream
+from krishiv_py.errors import PlanError
+from krishiv_py.names import BATCH_TS, JOIN_SIDE, SEQ
+from krishiv_py.plan import nodes as n
 from krishiv_py.plan.windows import TumblingWindow
+from krishiv_py.planner.spark.lower import lower
 from krishiv_py.stateful.aggregates import AggSpec
 from krishiv_py.stateful.protocol import NOT_DUE
 from krishiv_py.stateful.stage import StageSpec, StageState, StageStore, hand_on, route_of, step
 from krishiv_py.stateful.state import KernelSpec
 from krishiv_py.stateful.window_kernel import WindowKernel
+from krishiv_py.types import to_schema
 
 COUNT = AggSpec(name="n", func="count", column=None, out_type=pa.int64(), in_type=None)
 
@@ -87,15 +94,19 @@ def test_a_micro_batch_run_again_starts_from_the_version_before_it(tmp_path: Pat
     assert (store.load_before(5) or StageState()).seq == 41
 
 
-def test_an_expression_between_two_operators_that_arrow_cannot_evaluate_exactly_is_a_plan_error() -> None:
-    import pytest
+def _source(name: str, ddl: str) -> Stream:
+    return Stream(None, n.MemorySource(name=name, schema=to_schema(ddl), path=f"/{name}"))
 
-    import krishiv_py as kp
-    from krishiv_py.api.stream import Stream
-    from krishiv_py.errors import PlanError
-    from krishiv_py.plan import nodes as n
-    from krishiv_py.planner.spark.lower import lower
-    from krishiv_py.types import to_schema
+
+def _three_streams() -> Stream:
+    """``a`` joined with ``b`` by user, then with ``c`` by ad: a join of a join's rows."""
+    a = _source("a", "user string, t bigint, ad string").watermark("t", 0).key_by("user")
+    b = _source("b", "user string, tb bigint").watermark("tb", 0).key_by("user")
+    c = _source("c", "ad string, tc bigint").watermark("tc", 0).key_by("ad")
+    return a.interval_join(b, between=(-5, 0)).key_by("ad").interval_join(c, between=(-5, 5))
+
+
+def test_an_expression_between_two_operators_that_arrow_cannot_evaluate_exactly_is_a_plan_error() -> None:
 
     def keyed(name: str) -> kp.KeyedStream:
         source = n.MemorySource(
@@ -112,41 +123,16 @@ def test_an_expression_between_two_operators_that_arrow_cannot_evaluate_exactly_
 
 
 def test_an_operator_after_a_join_of_a_join_is_a_plan_error_that_says_so() -> None:
-    import pytest
 
-    import krishiv_py as kp
-    from krishiv_py.api.stream import Stream
-    from krishiv_py.errors import PlanError
-    from krishiv_py.plan import nodes as n
-    from krishiv_py.planner.spark.lower import lower
-    from krishiv_py.types import to_schema
-
-    def source(name: str, ddl: str) -> Stream:
-        return Stream(None, n.MemorySource(name=name, schema=to_schema(ddl), path=f"/{name}"))
-
-    a = source("a", "user string, t bigint, ad string").watermark("t", 0).key_by("user")
-    b = source("b", "user string, tb bigint").watermark("tb", 0).key_by("user")
-    c = source("c", "ad string, tc bigint").watermark("tc", 0).key_by("ad")
-    three = a.interval_join(b, between=(-5, 0)).key_by("ad").interval_join(c, between=(-5, 5))
+    three = _three_streams()
     assert "the second join is a stage" in lower(three.plan).reason
     with pytest.raises(PlanError, match="after a join of a join"):
         three.key_by("ad").agg(kp.count(kp.col("*")))
 
 
 def test_a_join_stages_other_side_is_classified_at_the_stages_watermark_and_its_very_late_rows_kept() -> None:
-    from krishiv_py.api.stream import Stream
-    from krishiv_py.names import JOIN_SIDE, SEQ
-    from krishiv_py.plan import nodes as n
-    from krishiv_py.planner.spark.lower import lower
-    from krishiv_py.types import to_schema
 
-    def source(name: str, ddl: str) -> Stream:
-        return Stream(None, n.MemorySource(name=name, schema=to_schema(ddl), path=f"/{name}"))
-
-    a = source("a", "user string, t bigint, ad string").watermark("t", 0).key_by("user")
-    b = source("b", "user string, tb bigint").watermark("tb", 0).key_by("user")
-    c = source("c", "ad string, tc bigint").watermark("tc", 0).key_by("ad")
-    three = a.interval_join(b, between=(-5, 0)).key_by("ad").interval_join(c, between=(-5, 5))
+    three = _three_streams()
     recipe = lower(three.plan)
     assert recipe.stateful is not None and recipe.stateful.operator.then is not None
     spec = attrs.evolve(recipe.stateful.operator.then, upstream_buckets=1)
