@@ -36,6 +36,7 @@ __all__ = [
     "ARITH_SUMS_OBSERVATION",
     "BASE_HIDDEN",
     "BATCH_TS",
+    "BRANCH",
     "BUCKET",
     "CASCADE_DELETE",
     "CASCADE_EVENT_TIME",
@@ -218,6 +219,8 @@ def encoded_value(i: int) -> str:
 
 #: A join's input rows: which side a row comes from, ``"left"`` or ``"right"``.
 JOIN_SIDE = "__kp_side"
+#: A union's input rows: which branch (0, 1, ...) a row comes from.
+BRANCH = "__kp_branch"
 #: Spark's own join (the native lowering of an inner interval join): each side's event time
 #: as the join reads it (one µs later than the event, see ``docs/joins.md``).
 JOIN_LEFT_TIME, JOIN_RIGHT_TIME = "__kp_jl", "__kp_jr"

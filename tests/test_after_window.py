@@ -13,7 +13,6 @@ from typing import Any, cast
 import pytest
 
 import krishiv_py as kp
-from krishiv_py.errors import PlanError
 from krishiv_py.testing import Close, Send, Step, assert_same_rows, run_reference, run_streaming
 
 SCHEMA = "k string, t bigint, v bigint"
@@ -58,12 +57,15 @@ def test_the_recipe_shows_the_stages_the_driver_runs_on_the_results(session: kp.
     assert recipe.after.window_schema.names == ("k", "window_start", "window_end", "count", "sum_v", "kind")
 
 
-def test_a_union_of_windowed_results_is_refused_by_the_stateful_lowering(session: kp.Session) -> None:
+def test_a_union_of_windowed_results_runs_as_one_operator_on_the_stateful_lowering(
+    session: kp.Session,
+) -> None:
     a, _ = session.memory_stream(SCHEMA)
     b, _ = session.memory_stream(SCHEMA)
     both = windows(a, lateness=50).union(windows(b, lateness=50))
-    with pytest.raises(PlanError, match=r"one windowed aggregation.*union of windowed results"):
-        both.lower()
+    recipe = both.lower()
+    assert recipe.lowering == "stateful" and "the union of windows runs as one operator" in recipe.reason
+    assert recipe.stateful is not None and "krishiv union of" in recipe.stateful.operator.kernel.describe()
 
 
 # Steps: a and b fill [0, 10); the watermark closes it; late rows re-fire it.

@@ -54,6 +54,7 @@ import pyarrow.compute as pc
 from krishiv_py.errors import JobError
 from krishiv_py.names import (
     BATCH_TS,
+    BRANCH,
     BUCKET,
     JOIN_SIDE,
     PACKED,
@@ -164,7 +165,7 @@ class OperatorSpec:
 
 
 def _late_name(name: str) -> str:
-    return "side" if name == JOIN_SIDE else name
+    return "side" if name == JOIN_SIDE else "branch" if name == BRANCH else name
 
 
 # --- the Spark entry points -----------------------------------------------------------

@@ -48,6 +48,7 @@ from krishiv_py.planner.spark.stateful import (
     kernel_aggs,
     lower_stateful_join,
     lower_stateful_keyed,
+    lower_stateful_union,
     lower_stateful_window,
     moves,
     stacked_operators,
@@ -221,6 +222,8 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
     else as a stage of its own (:func:`stacked_operators`).
     """
     op, stages, why = _operator_and_stages(plan)
+    if isinstance(op, n.Union):
+        return _lower_union(plan, op, stages, reason + "".join(why), streaming=streaming)
     links = operator_links(op)
     bottom = links[0][0]
     assert isinstance(bottom, n.WindowAggregate | n.Join | n.KeyedAggregate | n.KeyedTopN)
@@ -268,9 +271,52 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
     )
 
 
+def _lower_union(
+    plan: n.PlanNode, op: n.Union, stages: tuple[AfterStage, ...], reason: str, *, streaming: bool
+) -> SparkRecipe:
+    """A union of windows: one operator whose bucket calls step every branch's window."""
+    shift = time_shift(op) if streaming else 0
+    ctx = Lowerer(streaming=streaming, shift=shift, window=lower_stateful_window)
+    root = lower_stateful_union(op, [ctx.lower(branch)[0] for branch in op.inputs], streaming=streaming)
+    return SparkRecipe(
+        lowering="stateful",
+        reason=reason + UNION_REASON,
+        root=root,
+        output_mode="append",
+        time_shift_ms=shift,
+        tracked=tuple(ctx.tracked),
+        windowed=True,
+        output_schema=n.schema_of(plan),
+        stages=stages,
+    )
+
+
+#: Why a union of windows runs as it does (docs/windows.md, "A union of windows").
+UNION_REASON = (
+    "; the union of windows runs as one operator: every branch's rows travel in one layout, "
+    "bucketed by their own branch's keys, and each bucket call steps each branch's window over its "
+    "own rows (corrections and retractions pass through); the query's one watermark is the least "
+    "of every branch's sources"
+)
+
+
+def windows_union(node: n.PlanNode) -> n.Union | None:
+    """``node`` when it is a union of windows over streams (no other operator below), else None."""
+    if not isinstance(node, n.Union) or len(node.inputs) < 2:
+        return None
+    for branch in node.inputs:
+        if not isinstance(branch, n.WindowAggregate) or n.cascade_of(branch) is not None:
+            return None
+        if _has_operator(branch.input) or isinstance(branch.window, EventSlidingWindow | TimeIntervalWindow):
+            return None
+    return node
+
+
 def _operator_and_stages(
     plan: n.PlanNode,
-) -> tuple[n.WindowAggregate | n.Join | n.KeyedAggregate | n.KeyedTopN, tuple[AfterStage, ...], list[str]]:
+) -> tuple[
+    n.WindowAggregate | n.Join | n.KeyedAggregate | n.KeyedTopN | n.Union, tuple[AfterStage, ...], list[str]
+]:
     """The node the operator runs, the stages after it (in order) and why they run as they do.
 
     From the top: filters and projections (one :class:`AfterWindow`), a
@@ -289,10 +335,13 @@ def _operator_and_stages(
         node = node.input
     cascade = _cascade_stage(node) if isinstance(node, n.WindowAggregate) else None
     op = cascade[0] if cascade is not None else node
-    if type(op) not in OPERATOR_RULES or _has_operator(*_operator_inputs(operator_links(op)[0][0])):
+    union = windows_union(op)
+    if union is None and (
+        type(op) not in OPERATOR_RULES or _has_operator(*_operator_inputs(operator_links(op)[0][0]))
+    ):
         raise PlanError(_unsupported(node))
-    assert isinstance(op, n.WindowAggregate | n.Join | n.KeyedAggregate | n.KeyedTopN)
-    rule = OPERATOR_RULES[type(op)]
+    assert isinstance(op, n.WindowAggregate | n.Join | n.KeyedAggregate | n.KeyedTopN | n.Union)
+    rule = OPERATOR_RULES[n.WindowAggregate if union is not None else type(op)]
     why = []
     if ranked is not None:
         why.append(

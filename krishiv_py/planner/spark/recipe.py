@@ -199,6 +199,8 @@ class StatefulApply:
     #: A join's other side after the operator (a join of the operator's results, SPEC 3.13): its
     #: rows encoded as the stage's input, routed by its keys into the stage (``operator.then``).
     side_input: RecipeNode | None = None
+    #: A union of windows: what ``hash()`` takes in each branch (its child is a union of them).
+    branch_hashed: tuple[str | None, ...] | None = None
 
 
 RecipeNode: TypeAlias = (

@@ -44,6 +44,7 @@ __all__ = [
     "lower_stateful_keyed",
     "keyed_operator",
     "lower_stateful_join",
+    "lower_stateful_union",
     "lower_stateful_window",
     "moves",
     "operator_spec",
@@ -160,16 +161,28 @@ def with_buckets(recipe: SparkRecipe, buckets: int) -> SparkRecipe:
         return recipe
     if buckets < 1:
         raise ValueError(f"buckets must be at least 1, got {buckets}")
-    encoded = node.child
-    assert isinstance(encoded, SelectExprs) and encoded.exprs[0].endswith(f" AS {quote(BUCKET)}")
-    exprs = (f"{_bucket_expr(node.hashed, buckets)} AS {quote(BUCKET)}", *encoded.exprs[1:])
     operator = attrs.evolve(node.operator, buckets=buckets)
     if operator.then is not None:  # a stage keyed by other columns: as many buckets of its own
         operator = attrs.evolve(
             operator, then=attrs.evolve(operator.then, buckets=buckets, upstream_buckets=buckets)
         )
-    root = attrs.evolve(node, child=attrs.evolve(encoded, exprs=exprs), operator=operator)
+    child: RecipeNode
+    if node.branch_hashed is not None:  # a union of windows: each branch by its own keys
+        assert isinstance(node.child, UnionAll)
+        parts = zip(node.child.children, node.branch_hashed, strict=True)
+        child = UnionAll(children=tuple(_rebucketed(c, hashed, buckets) for c, hashed in parts))
+    else:
+        child = _rebucketed(node.child, node.hashed, buckets)
+    root = attrs.evolve(node, child=child, operator=operator)
     return attrs.evolve(recipe, root=root)
+
+
+def _rebucketed(encoded: RecipeNode, hashed: str | None, buckets: int) -> RecipeNode:
+    """The encoded rows of ``encoded`` spread over ``buckets`` key buckets by ``hashed``."""
+    assert isinstance(encoded, SelectExprs) and encoded.exprs[0].endswith(f" AS {quote(BUCKET)}")
+    return attrs.evolve(
+        encoded, exprs=(f"{_bucket_expr(hashed, buckets)} AS {quote(BUCKET)}", *encoded.exprs[1:])
+    )
 
 
 def _hashed(node: n.WindowAggregate, schema: Schema) -> str | None:
@@ -189,6 +202,62 @@ def _hashed_keys(keys: tuple[str, ...], schema: Schema) -> str | None:
 
 def _bucket_expr(hashed: str | None, buckets: int) -> str:
     return "0" if hashed is None else f"CAST(pmod(hash({hashed}), {buckets}) AS INT)"
+
+
+def lower_stateful_union(node: n.Union, branches: list[RecipeNode], *, streaming: bool) -> RecipeNode:
+    """A union of windows as one operator: the branches' rows in one layout, a branch number each.
+
+    ``branches``: each branch lowered by the window rule (a
+    :class:`StatefulApply` of its own), whose rows, encoding and key
+    buckets are kept; the columns of every branch share one layout by name.
+    """
+    import pyarrow as pa
+
+    from krishiv_py.names import BRANCH
+    from krishiv_py.stateful.operator import InputColumn, OperatorSpec
+    from krishiv_py.stateful.union import UnionKernel
+
+    applies = [b for b in branches if isinstance(b, StatefulApply)]
+    assert len(applies) == len(branches)
+    layout: dict[str, tuple[Any, str]] = {}
+    for branch, apply in zip(node.inputs, applies, strict=True):
+        assert isinstance(branch, n.WindowAggregate)
+        schema = n.schema_of(branch.input)
+        for c in apply.operator.columns:
+            held = layout.setdefault(c.name, (c.type, schema.field(c.name).dtype.name))
+            if held[0] != c.type:
+                raise PlanError(
+                    f"a union of windows reads column {c.name!r} as {held[1]} in one branch and as "
+                    f"{schema.field(c.name).dtype.name} in another; cast one with with_column() first"
+                )
+    columns = [InputColumn(name=BRANCH, type=pa.int32(), index=0)]
+    columns += [
+        InputColumn(name=name, type=t, index=i + 1) for i, (name, (t, _)) in enumerate(layout.items())
+    ]
+    children = []
+    for i, apply in enumerate(applies):
+        encoded = apply.child
+        assert isinstance(encoded, SelectExprs)
+        own = {c.name for c in apply.operator.columns}
+        exprs = [encoded.exprs[0], f"CAST({i} AS INT) AS {quote(columns[0].value)}"]
+        for c in columns[1:]:
+            value = quote(c.name) if c.name in own else f"CAST(NULL AS {layout[c.name][1]})"
+            exprs.append(f"{value} AS {quote(c.value)}")
+        exprs += encoded.exprs[-2:]  # the event time and the arrival order
+        children.append(SelectExprs(child=encoded.child, exprs=tuple(exprs)))
+    spec = OperatorSpec(
+        kernel=UnionKernel(branches=tuple(a.operator.kernel for a in applies)),
+        columns=tuple(columns),
+        shift_ms=applies[0].operator.shift_ms,
+        buckets=applies[0].operator.buckets,
+    )
+    return StatefulApply(
+        child=UnionAll(children=tuple(children)),
+        operator=spec,
+        streaming=streaming,
+        tick_exprs=applies[0].tick_exprs,
+        branch_hashed=tuple(a.hashed for a in applies),
+    )
 
 
 def join_spec(node: n.Join, *, shift_ms: int) -> Any:

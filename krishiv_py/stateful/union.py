@@ -1,0 +1,137 @@
+"""A union of windows over different streams as one kernel: each branch's rows into its own window.
+
+``stream_a.key_by(...).tumbling_window(...).agg(...).union(stream_b. ...)``
+on the stateful lowering is one operator: the rows of every branch travel
+in one layout (the columns of all branches by name, a branch number in
+``__kp_branch``), bucketed by their own branch's keys, and each bucket call
+steps every branch's kernel over its own rows. The union's rows are the
+branches' results, corrections included (a retracting window's retractions
+pass through), in branch order within a call.
+
+State
+    One row: each branch's state table as Arrow IPC, and how many rows
+    they hold together.
+
+Examples
+--------
+>>> import pyarrow as pa
+>>> from krishiv_py.plan.windows import TumblingWindow
+>>> from krishiv_py.stateful.aggregates import AggSpec
+>>> from krishiv_py.stateful.state import KernelSpec
+>>> from krishiv_py.stateful.window_kernel import WindowKernel
+>>> n = AggSpec(name="n", func="count", column=None, out_type=pa.int64(), in_type=None)
+>>> one = WindowKernel(KernelSpec(keys=("k",), window=TumblingWindow(size_ms=10), aggs=(n,)))
+>>> union = UnionKernel(branches=(one, one))
+>>> batch = pa.table({"k": ["a", "a", "b"], "__kp_branch": pa.array([0, 1, 1], pa.int32()),
+...                   "__kp_ts": [1_000, 2_000, 3_000], "__kp_seq": [0, 1, 2]})
+>>> state, out = union.step(None, batch, None, 0)
+>>> state, out = union.step(state, batch.slice(0, 0), 10, 0)
+>>> sorted((r["k"], r["n"]) for r in out.results.to_pylist())
+[('a', 1), ('a', 1), ('b', 1)]
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+import pyarrow as pa
+
+from krishiv_py.names import BRANCH
+from krishiv_py.stateful._arrow import ipc_bytes, ipc_table
+from krishiv_py.stateful.kernel import StepOutput
+from krishiv_py.stateful.protocol import NOT_DUE, Kernel, Unmerged
+
+__all__ = ["UnionKernel"]
+
+
+@attrs.frozen(kw_only=True)
+class UnionKernel(Unmerged):
+    """The branches of a union of windows, each over its own rows (see the module docstring)."""
+
+    branches: tuple[Kernel, ...]
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return self.branches[0].keys
+
+    @property
+    def accumulation(self) -> str:
+        return self.branches[0].accumulation
+
+    @property
+    def identity(self) -> tuple[str, ...]:
+        return ()  # two branches may emit rows of the same keys and window
+
+    def step(
+        self,
+        state: pa.Table | None,
+        batch: pa.Table,
+        watermark_ms: int | None,
+        now_ms: int,
+        *,
+        merged: pa.Table | None = None,
+    ) -> tuple[pa.Table, StepOutput]:
+        del merged
+        states = _split(state, len(self.branches))
+        tags = (
+            np.asarray(batch.column(BRANCH).to_numpy(), np.int64) if batch.num_rows else np.zeros(0, np.int64)
+        )
+        outs: list[StepOutput] = []
+        very_late: list[np.ndarray] = []
+        invalid: list[np.ndarray] = []
+        for i, kernel in enumerate(self.branches):
+            where = np.flatnonzero(tags == i)
+            rows = batch.take(where) if len(where) != batch.num_rows else batch
+            states[i], out = kernel.step(states[i], rows, watermark_ms, now_ms)
+            outs.append(out)
+            very_late.append(where[out.very_late])
+            invalid.append(where[out.invalid])
+        results = [o.results for o in outs]
+        closed = [o.closed for o in outs if o.closed is not None]
+        return _joined(states), StepOutput(
+            results=pa.concat_tables(results, promote_options="permissive"),
+            very_late=np.concatenate(very_late),
+            invalid=np.concatenate(invalid),
+            on_time=sum(o.on_time for o in outs),
+            mildly_late=sum(o.mildly_late for o in outs),
+            future=sum(o.future for o in outs),
+            closed=pa.concat_tables(closed, promote_options="permissive") if closed else None,
+            expired=sum(o.expired for o in outs),
+            arithmetic_errors=sum(o.arithmetic_errors for o in outs),
+        )
+
+    def next_due(self, state: pa.Table) -> tuple[int, int]:
+        states = _split(state, len(self.branches))
+        due = [k.next_due(s) for k, s in zip(self.branches, states, strict=True) if s is not None]
+        events = [d[0] for d in due if d[0] != NOT_DUE]
+        clocks = [d[1] for d in due if d[1] != NOT_DUE]
+        return (min(events) if events else NOT_DUE), (min(clocks) if clocks else NOT_DUE)
+
+    def output_watermark(self, watermark_ms: int | None) -> int | None:
+        marks = [k.output_watermark(watermark_ms) for k in self.branches]
+        known = [m for m in marks if m is not None]
+        return min(known) if len(known) == len(marks) else None
+
+    def state_rows(self, state: pa.Table) -> int:
+        return int(state.column("rows")[0].as_py()) if state.num_rows else 0
+
+    def describe(self) -> str:
+        return "krishiv union of " + "; ".join(k.describe() for k in self.branches)
+
+
+def _split(state: pa.Table | None, count: int) -> list[pa.Table | None]:
+    if state is None or not state.num_rows:
+        return [None] * count
+    row = state.slice(0, 1).to_pylist()[0]
+    return [ipc_table(row[f"branch_{i}"]) if row[f"branch_{i}"] is not None else None for i in range(count)]
+
+
+def _joined(states: list[pa.Table | None]) -> pa.Table:
+    held = [s for s in states if s is not None]
+    total = sum(s.num_rows for s in held)
+    names = [f"branch_{i}" for i in range(len(states))]
+    schema = pa.schema([(name, pa.binary()) for name in names] + [("rows", pa.int64())])
+    if not total:
+        return schema.empty_table()
+    cols = {f"branch_{i}": [ipc_bytes(s) if s is not None else None] for i, s in enumerate(states)}
+    return pa.table({**cols, "rows": [total]}, schema=schema)
