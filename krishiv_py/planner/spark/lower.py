@@ -489,7 +489,7 @@ OPERATOR_RULES[n.KeyedTopN] = OperatorRule(noun="top-N", rows="results", reason=
 STATEFUL_ROLES: dict[type[n.PlanNode], str] = {
     **dict.fromkeys(n.SOURCE_TYPES, "source"),
     n.Watermark: "stateless",
-    n.Union: "stateless",
+    n.Union: "stateless, or an operator (a union of windows)",
     n.Filter: "stateless or stage",
     n.Project: "stateless or stage",
     n.TopN: "stage",
