@@ -36,6 +36,18 @@ a median's, not a maximum's.
     python -m benchmarks.soak --spark-defaults    # Spark's own retention settings (for comparison)
     python -m benchmarks.soak --keys 100000 --batches 60 --warmup 20   # a quick look
     python -m benchmarks.soak --join --keys 100000 --batches 60 --warmup 20   # a join's state
+    python -m benchmarks.soak --chain campaign --keys 100000 --batches 80 --warmup 20 --every 4
+
+``--chain BY``: the join (inner, allowed lateness 10 s), a 10 s tumbling
+window per key in retracting mode after it in the same operator call, then
+an aggregation per ``BY`` over the windows' changes: ``campaign`` (a column
+of 16 values, ``key % 16``, the window keyed by key and campaign) or
+``window_start`` (a new key every window). Keyed by other columns than the
+join, the aggregation is a stage of its own, its state one Arrow file per
+stage bucket and micro-batch under the checkpoint's ``krishiv-stages/``; the
+run also records the rows of its state (``stage_rows``, part of
+``state_windows``) and its files' bytes (``stage_bytes``, part of the
+checkpoint, not of ``state_bytes``).
 
 Writes ``benchmarks/results/soak-latest.json`` and ``docs/soak.png`` (with
 ``--plot``), prints the table as markdown; exits 1 when a figure is not
@@ -45,6 +57,7 @@ flat or a check fails.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -67,6 +80,8 @@ from benchmarks.report import machine
 RESULTS = Path(__file__).parent / "results" / "soak-latest.json"
 PLOT = Path(__file__).parent.parent / "docs" / "soak.png"
 SCHEMA = "key bigint, t bigint, amount bigint"
+#: ``--chain``: the first stream's rows carry a campaign, ``key % CAMPAIGNS``.
+CAMPAIGNS = 16
 APPEARANCES = 3  # consecutive batches each key sends a row in
 PERIOD_MS = 10_000  # event time one batch covers
 GAP_MS = 3_600_000  # longer than the run: only TTL ends a session
@@ -86,6 +101,11 @@ FIGURES = {
     "driver_rss_bytes": "driver Python RSS",
     "checkpoint_bytes": "checkpoint on disk",
     "spool_bytes": "memory stream spool",
+}
+#: ``--chain``'s stage after the operator (its rows are counted in ``state_windows`` too).
+STAGE_FIGURES = {
+    "stage_rows": "rows in the stage's state",
+    "stage_bytes": "the stage's files on disk",
 }
 
 
@@ -116,17 +136,43 @@ def workload(keys: int, batches: int, seed: int = 1) -> Iterator[pa.Table]:
 # --- measuring ----------------------------------------------------------------------------
 
 
+#: The directory of a stage's state under a checkpoint (``CheckpointLayout.stages``).
+STAGES = "krishiv-stages"
+
+
 def checkpoint_parts(checkpoint: str) -> dict[str, int]:
-    """Bytes on disk of a checkpoint: ``state``, ``logs`` (offsets, commits), ``sources``, ``other``."""
-    parts = {"state": 0, "logs": 0, "sources": 0, "other": 0}
+    """Bytes on disk of a checkpoint by part: state, stages, logs (offsets, commits), sources, other."""
+    parts = {"state": 0, "stages": 0, "logs": 0, "sources": 0, "other": 0}
+    names = {"state": "state", "sources": "sources", STAGES: "stages", "offsets": "logs", "commits": "logs"}
     for entry in os.listdir(checkpoint) if os.path.isdir(checkpoint) else ():
         path = os.path.join(checkpoint, entry)
         size = dir_bytes(path) if os.path.isdir(path) else os.path.getsize(path)
-        part = (
-            entry if entry in ("state", "sources") else "logs" if entry in ("offsets", "commits") else "other"
-        )
-        parts[part] += size
+        parts[names.get(entry, "other")] += size
     return parts
+
+
+def stage_state(checkpoint: str) -> tuple[int, int]:
+    """Rows of the newest state of every stage bucket under ``checkpoint``, and its files' count."""
+    root = os.path.join(checkpoint, STAGES)
+    buckets = [int(b) for b in os.listdir(root) if b.isdigit()] if os.path.isdir(root) else []
+    rows = 0
+    for bucket in buckets:
+        kernel = _newest_stage(root, bucket)
+        rows += kernel.num_rows if kernel is not None else 0
+    files = sum(len(fs) for _, _, fs in os.walk(root))
+    return rows, files
+
+
+def _newest_stage(root: str, bucket: int) -> pa.Table | None:
+    """A stage bucket's newest kernel state; read again if a micro-batch deleted it meanwhile."""
+    from krishiv_py.stateful.stage import StageStore
+
+    for _ in range(2):
+        with contextlib.suppress(FileNotFoundError):
+            state = StageStore(root, bucket).load_before(2**62)
+            return None if state is None else state.kernel
+    state = StageStore(root, bucket).load_before(2**62)
+    return None if state is None else state.kernel
 
 
 def jvm_pid() -> int:
@@ -164,6 +210,7 @@ def heap_after_gc(spark: Any) -> tuple[int, int]:
 def sample(job: Any, spark: Any, jvm: int, spool: str, batch: int, seconds: float) -> dict[str, Any]:
     m = job.metrics()
     parts = checkpoint_parts(job.checkpoint_dir)
+    stage_rows, stage_files = stage_state(job.checkpoint_dir)
     workers_rss, workers = python_workers_rss(jvm)
     heap, committed = heap_after_gc(spark)
     rss = psutil.Process(jvm).memory_info().rss
@@ -186,6 +233,9 @@ def sample(job: Any, spark: Any, jvm: int, spool: str, batch: int, seconds: floa
         "checkpoint_bytes": sum(parts.values()),
         "checkpoint_parts": parts,
         "spool_bytes": dir_bytes(spool),
+        "stage_rows": stage_rows,
+        "stage_bytes": parts["stages"],
+        "stage_files": stage_files,
     }
 
 
@@ -204,13 +254,22 @@ SPARK_DEFAULTS = {
 
 
 def soak(
-    *, keys: int, batches: int, every: int, spark_defaults: bool = False, join: bool = False, log: Any = print
+    *,
+    keys: int,
+    batches: int,
+    every: int,
+    spark_defaults: bool = False,
+    join: bool = False,
+    chain: str | None = None,
+    log: Any = print,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Run the job over the workload; the samples and the job's end figures.
 
     ``join``: instead of sessions, a full outer interval join (±5 s, allowed
     lateness 10 s, retracting) of the workload with a second stream that
     holds the same keys 1 s later: its state is bounded by the watermark alone.
+    ``chain``: an inner join of the same streams, a window after it and an
+    aggregation per ``chain`` after that (:func:`chained`).
     """
     import krishiv_py as kp
 
@@ -222,10 +281,13 @@ def soak(
             durability="single-node-durable", state_dir=os.path.join(root, "state"), spark_conf=conf
         ) as session:
             # "committed": the spool deletes what the job committed, as a long-running job needs.
-            stream, sender = session.memory_stream(SCHEMA, name="events", retention="committed")
+            first = f"{SCHEMA}, campaign bigint" if chain else SCHEMA
+            stream, sender = session.memory_stream(first, name="events", retention="committed")
             other, other_sender = session.memory_stream(SCHEMA, name="others", retention="committed")
-            if join:
-                pipeline: Any = (
+            if chain:
+                pipeline: Any = chained(stream, other, chain)
+            elif join:
+                pipeline = (
                     stream.watermark("t", LAG_MS)
                     .key_by("key")
                     .interval_join(
@@ -251,9 +313,13 @@ def soak(
             t0 = time.monotonic()
             sent = 0
             for b, batch in enumerate(workload(keys, batches), start=1):
-                sender.send(batch)
+                if chain:
+                    campaign = pc.bit_wise_and(batch.column("key"), CAMPAIGNS - 1)
+                    sender.send(batch.append_column("campaign", campaign))
+                else:
+                    sender.send(batch)
                 sent += batch.num_rows
-                if join:
+                if join or chain:
                     later = pc.add(batch.column("t"), 1_000)
                     other_sender.send(batch.set_column(1, "t", later))
                     sent += batch.num_rows
@@ -261,11 +327,13 @@ def soak(
                 if b % every == 0 or b == batches:
                     samples.append(sample(job, session.spark, jvm, spool, b, time.monotonic() - t0))
                     s = samples[-1]
-                    log(f"  batch {b:>4}: " + ", ".join(f"{FIGURES[k]} {_show(k, s[k])}" for k in FIGURES))
+                    shown = figures_of(chain)
+                    log(f"  batch {b:>4}: " + ", ".join(f"{shown[k]} {_show(k, s[k])}" for k in shown))
             sender.close()
             other_sender.close()
             job.await_termination(timeout_s=600)
             m = job.metrics()
+            stage_rows, stage_files = stage_state(job.checkpoint_dir)
             end = {
                 "rows_sent": sent,
                 "micro_batches": m.batches,
@@ -275,18 +343,57 @@ def soak(
                 "very_late_events": m.very_late_events,
                 "seconds": round(time.monotonic() - t0, 1),
                 "out_bytes": dir_bytes(os.path.join(root, "out")),
+                "stage_rows_at_end": stage_rows,
+                "stage_files_at_end": stage_files,
+                "checkpoint_parts_at_end": checkpoint_parts(job.checkpoint_dir),
             }
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return samples, end
 
 
-def flatness(samples: list[dict[str, Any]], warmup: int) -> dict[str, dict[str, Any]]:
+def chained(stream: Any, other: Any, by: str) -> Any:
+    """Join, a window per key after it (one operator call), an aggregation per ``by`` (a stage).
+
+    The window is keyed by key and campaign for ``by="campaign"``, by key
+    alone for ``by="window_start"``.
+    """
+    import krishiv_py as kp
+
+    joined = (
+        stream.watermark("t", LAG_MS)
+        .key_by("key")
+        .interval_join(other.watermark("t", LAG_MS).key_by("key"), between=(-5_000, 5_000))
+        .allowed_lateness(LATENESS_MS)
+    )
+    window_keys = ("key", "campaign") if by == "campaign" else ("key",)
+    windows = (
+        joined.key_by(*window_keys)
+        .tumbling_window(PERIOD_MS)
+        .accumulation("retracting")
+        .agg(kp.count(kp.col("*")).alias("pairs"), kp.sum(kp.col("amount")).alias("total"))
+    )
+    return windows.key_by(by).agg(
+        kp.count(kp.col("*")).alias("windows"),
+        kp.sum(kp.col("pairs")).alias("pairs"),
+        kp.sum(kp.col("total")).alias("total"),
+        kp.max(kp.col("pairs")).alias("most"),
+    )
+
+
+def figures_of(chain: str | None) -> dict[str, str]:
+    """The figures a run judges: with a stage after the operator (``chain``), the stage's too."""
+    return {**FIGURES, **STAGE_FIGURES} if chain else FIGURES
+
+
+def flatness(
+    samples: list[dict[str, Any]], warmup: int, figures: dict[str, str] = FIGURES
+) -> dict[str, dict[str, Any]]:
     """Per figure: the median over the first and the last quarter after warm-up, their ratio, flat or not."""
     after = [s for s in samples if s["batch"] > warmup]
     quarter = max(1, len(after) // 4)
     out = {}
-    for key in FIGURES:
+    for key in figures:
         first = statistics.median(s[key] for s in after[:quarter])
         last = statistics.median(s[key] for s in after[-quarter:])
         ratio = last / first if first else (1.0 if not last else float("inf"))
@@ -295,16 +402,20 @@ def flatness(samples: list[dict[str, Any]], warmup: int) -> dict[str, dict[str, 
 
 
 def _show(key: str, value: float) -> str:
-    return f"{value:,.0f}" if key == "state_windows" else f"{value / 2**20:,.1f} MB"
+    if key in ("state_windows", "stage_rows"):
+        return f"{value:,.0f}"
+    return f"{value / 2**10:,.1f} KB" if key == "stage_bytes" else f"{value / 2**20:,.1f} MB"
 
 
-def markdown(flat: dict[str, dict[str, Any]], warmup: int, batches: int) -> str:
+def markdown(
+    flat: dict[str, dict[str, Any]], warmup: int, batches: int, figures: dict[str, str] = FIGURES
+) -> str:
     lines = [
         f"| figure | first quarter after batch {warmup} (median) | last quarter (median) "
         "| last ÷ first | flat |",
         "|---|---:|---:|---:|:---:|",
     ]
-    for key, label in FIGURES.items():
+    for key, label in figures.items():
         f = flat[key]
         lines.append(
             f"| {label} | {_show(key, f['first'])} | {_show(key, f['last'])} | {f['ratio']:.2f} | "
@@ -374,7 +485,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="Spark's own checkpoint retention, maintenance interval and UI history (for comparison)",
     )
-    p.add_argument("--join", action="store_true", help="a full outer interval join instead of sessions")
+    shape = p.add_mutually_exclusive_group()
+    shape.add_argument("--join", action="store_true", help="a full outer interval join instead of sessions")
+    shape.add_argument(
+        "--chain",
+        choices=("campaign", "window_start"),
+        help="a join, a window per key after it, then an aggregation per campaign or window start",
+    )
     p.add_argument("--plot", action="store_true", help=f"draw {PLOT.relative_to(PLOT.parent.parent)}")
     p.add_argument("--out", type=Path, default=RESULTS)
     a = p.parse_args(argv)
@@ -383,14 +500,22 @@ def main(argv: list[str] | None = None) -> int:
     settings = "Spark's defaults" if a.spark_defaults else "krishiv_py's settings"
     print(f"soak: {a.keys:,} keys, {a.batches} batches, {settings}", flush=True)
     samples, end = soak(
-        keys=a.keys, batches=a.batches, every=a.every, spark_defaults=a.spark_defaults, join=a.join
+        keys=a.keys,
+        batches=a.batches,
+        every=a.every,
+        spark_defaults=a.spark_defaults,
+        join=a.join,
+        chain=a.chain,
     )
-    flat = flatness(samples, a.warmup)
+    figures = figures_of(a.chain)
+    flat = flatness(samples, a.warmup, figures)
     # Every key's session ends: TTL expired it during the run, or the end of input closed it;
-    # a join's rows leave state as the watermark passes them.
-    checks = end["state_windows_at_end"] == 0 and (a.join or end["state_evictions"] > 0)
+    # a join's rows leave state as the watermark passes them, and a window's once it closed:
+    # only a stage's aggregation per key is left (a row per key, kept as long as the job runs).
+    left = end["state_windows_at_end"] - end["stage_rows_at_end"]
+    checks = left == 0 and (a.join or bool(a.chain) or end["state_evictions"] > 0)
     ok = checks and all(f["flat"] for f in flat.values())
-    print(markdown(flat, a.warmup, a.batches))
+    print(markdown(flat, a.warmup, a.batches, figures))
     print(json.dumps(end))
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(
