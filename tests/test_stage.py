@@ -92,6 +92,9 @@ def test_a_micro_batch_run_again_starts_from_the_version_before_it(tmp_path: Pat
     assert sorted(p.name for p in (tmp_path / "3").iterdir()) == ["3.arrow", "4.arrow"]  # older ones go
     store.save(4, StageState(seq=41))  # the micro-batch run again writes its version anew
     assert (store.load_before(5) or StageState()).seq == 41
+    (tmp_path / "3" / "4.arrow.123.tmp").write_bytes(b"half")  # a write killed before its move
+    assert store.save(5, StageState(seq=50)) > 0
+    assert sorted(p.name for p in (tmp_path / "3").iterdir()) == ["4.arrow", "5.arrow"]
 
 
 def _source(name: str, ddl: str) -> Stream:

@@ -300,10 +300,11 @@ def run_stage(spec: OperatorSpec, key: tuple[Any, ...], table: pa.Table, batch_i
     store = stage.StageStore(then.path, route) if batch_id is not None else None
     before = store.load_before(batch_id) if store is not None and batch_id is not None else None
     state, out, upstream_wm, late = stage.step(then, before, handed, now, bounded=batch_id is None, side=side)
+    size = 0
     if store is not None and batch_id is not None:
-        store.save(batch_id, state)
+        size = store.save(batch_id, state)
     due, interval = stage.next_due(then, state, upstream_wm)
-    payload = _stage_payload(then, -1 - route, out, state, due, interval, upstream_wm, late)
+    payload = _stage_payload(then, -1 - route, out, state, (due, interval), upstream_wm, late, size)
     return pa.table({BUCKET: pa.array([-1 - route], pa.int32()), PAYLOAD: pa.array([payload], pa.binary())})
 
 
@@ -333,10 +334,10 @@ def _stage_payload(
     bucket: int,
     out: kernel.StepOutput,
     state: stage.StageState,
-    due: int,
-    interval: int,
+    due: tuple[int, int],
     watermark: int | None,
     late: pa.Table,
+    state_bytes: int,
 ) -> bytes:
     """A stage bucket's payload: its results, a join stage's other side's late rows, its statistics.
 
@@ -355,8 +356,9 @@ def _stage_payload(
         emitted=out.emitted,
         retracted=out.retracted,
         state_windows=rows,
-        next_due_ms=due,
-        next_interval_ms=interval,
+        state_bytes=state_bytes,
+        next_due_ms=due[0],
+        next_interval_ms=due[1],
         expired=out.expired,
         arith=out.arithmetic_errors,
         watermark_ms=NO_WATERMARK if watermark is None else watermark,

@@ -400,7 +400,8 @@ class StageStore:
             seq=int(row["seq"]),
         )
 
-    def save(self, batch_id: int, state: StageState) -> None:
+    def save(self, batch_id: int, state: StageState) -> int:
+        """Write ``state`` as the version of ``batch_id``; returns its size in bytes."""
         row = pa.table(
             {
                 "kernel": pa.array([None if state.kernel is None else ipc_bytes(state.kernel)], pa.binary()),
@@ -412,9 +413,21 @@ class StageStore:
         self._fs.create_dir(self._dir, recursive=True)
         final = f"{self._dir}/{batch_id}.arrow"
         temp = f"{final}.{np.random.default_rng().integers(1 << 62)}.tmp"
+        blob = ipc_bytes(row)
         with self._fs.open_output_stream(temp) as f:
-            f.write(ipc_bytes(row))
+            f.write(blob)
         self._fs.move(temp, final)
         older = [v for v in self._versions() if v < batch_id]
         for v in older[:-1]:
             self._fs.delete_file(f"{self._dir}/{v}.arrow")
+        self._forget_temporaries(batch_id)
+        return len(blob)
+
+    def _forget_temporaries(self, batch_id: int) -> None:
+        """Delete what a write killed before its move left, of micro-batches before ``batch_id``."""
+        from pyarrow import fs
+
+        for info in self._fs.get_file_info(fs.FileSelector(self._dir, allow_not_found=True)):
+            head = info.base_name.split(".")[0]
+            if info.base_name.endswith(".tmp") and head.isdigit() and int(head) < batch_id:
+                self._fs.delete_file(info.path)
