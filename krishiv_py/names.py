@@ -24,6 +24,8 @@ Examples
 from __future__ import annotations
 
 __all__ = [
+    "HANDED_TS",
+    "KEYED_LIVE",
     "CHAIN_FIRST",
     "CHAIN_ROWS",
     "CHAIN_SEQ",
@@ -31,6 +33,8 @@ __all__ = [
     "CHAIN_WATERMARK",
     "JOIN_EVENT_TIME",
     "keyed_output",
+    "keyed_special",
+    "keyed_values",
     "ACTIVE",
     "ARITH_METRIC_PREFIX",
     "ARITH_SUMS_OBSERVATION",
@@ -274,6 +278,25 @@ CHAIN_ROWS = "__kp_chain_rows"
 def keyed_output(i: int) -> str:
     """An aggregation per key's state column: the value of its ``i``-th aggregate emitted last."""
     return f"__kp_out_{i}"
+
+
+#: A retracting aggregation per key's state column: each key's live rows.
+KEYED_LIVE = "__kp_live"
+
+
+def keyed_values(j: int) -> str:
+    """A retracting aggregation per key's state column: the multiset of a column's live values."""
+    return f"__kp_values_{j}"
+
+
+def keyed_special(j: int, name: str) -> str:
+    """A retracting aggregation per key's state column: a float sum's count of NaN or an infinity."""
+    return f"__kp_{name}_{j}"
+
+
+#: An operator's results on their way to the next one: their event time (µs) through the
+#: filters and projections between the two.
+HANDED_TS = "__kp_handed_ts"
 
 
 def cascade_identity(i: int) -> str:

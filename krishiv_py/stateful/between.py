@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from krishiv_py.expr import ExprNode
-from krishiv_py.names import BATCH_TS, RESULT_KIND
+from krishiv_py.names import BATCH_TS, HANDED_TS, RESULT_KIND
 from krishiv_py.stateful.arrow_expr import filter_rows, project
 from krishiv_py.types import Schema
 
@@ -77,8 +77,8 @@ def handed_rows(
         raise ValueError("these results retract, and the operator after them takes emits only")
     times = _event_times(results, at)
     if between is not None:
-        results = between.apply(results.append_column("__kp_handed_ts", times))
-        times = results.column("__kp_handed_ts")
+        results = between.apply(results.append_column(HANDED_TS, times))
+        times = results.column(HANDED_TS)
     cols: dict[str, Any] = {name: results.column(name).cast(kind) for name, kind in columns}
     cols[BATCH_TS] = times
     if retracting:

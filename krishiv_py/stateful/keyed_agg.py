@@ -93,7 +93,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from krishiv_py.names import BATCH_TS, RESULT_KIND, SEQ
+from krishiv_py.names import BATCH_TS, KEYED_LIVE, RESULT_KIND, SEQ, keyed_special, keyed_values
 from krishiv_py.names import keyed_output as _out
 from krishiv_py.stateful._arrow import arrow, list_array, table_of
 from krishiv_py.stateful.aggregates import (
@@ -117,7 +117,7 @@ Bools = npt.NDArray[np.bool_]
 _ADDITIVE = ("count", "sum", "avg")
 _BY_VALUE = ("min", "max", "count_distinct")
 #: A retracting kernel's state column: each key's live rows.
-_LIVE = "__kp_live"
+_LIVE = KEYED_LIVE
 #: The values a float sum counts apart from its finite part.
 _SPECIAL: dict[str, float] = {"nan": float("nan"), "pinf": float("inf"), "ninf": float("-inf")}
 
@@ -562,7 +562,7 @@ def _pairs(groups: Ints, values: pa.Array[Any]) -> tuple[Ints, int, Ints]:
 
 def _values(j: int) -> str:
     """A retracting kernel's state column: the multiset of the ``j``-th tracked column's live values."""
-    return f"__kp_values_{j}"
+    return keyed_values(j)
 
 
 def _values_type(value_type: pa.DataType) -> pa.DataType:
@@ -571,7 +571,7 @@ def _values_type(value_type: pa.DataType) -> pa.DataType:
 
 def _special(j: int, name: str) -> str:
     """A retracting kernel's state column: the ``j``-th float sum's count of NaN or an infinity."""
-    return f"__kp_{name}_{j}"
+    return keyed_special(j, name)
 
 
 def _stacked(
