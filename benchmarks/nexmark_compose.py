@@ -12,7 +12,12 @@ Four of Nexmark's queries over this repository's Nexmark tables
   (the Parquet files), which is the *final answer once all input is in*;
 * a PyFlink run of the same SQL on the same data (:func:`flink_rows`), in
   streaming mode, where Flink can run it;
-* :func:`compare`: both engines, and whether they agree row for row.
+* :func:`compare`: both engines, and whether they agree row for row;
+* krishiv's pipelines of q4, q9 and q23 with the builder
+  (:func:`krishiv_pipeline`, each query's docstring says how), q4 and q9
+  also in krishiv SQL, whose plans equal the builder's
+  (:func:`sql_plan_agrees`), and :func:`krishiv_rows`, which runs one
+  bounded and streamed and compares it with DuckDB's rows.
 
 The queries join on keys (and, for q4/q6/q9, a condition between the event
 times) as *regular* joins: Flink keeps every row of both inputs and drops
@@ -62,11 +67,26 @@ Nexmark's text is not valid SQL as it stands either (its ``WHERE rownum <=
 1`` names an alias of its own ``SELECT``, and ``A``/``B`` out of scope);
 :func:`q6` fixes the scoping. The DuckDB reference is the only answer.
 
+How krishiv is run
+------------------
+Each table is a Parquet file source (:func:`krishiv_sources`): bounded, a
+``collect()``; streamed, one file of each table per micro-batch, then
+``process_all_available()`` and ``stop()``. The watermark is on
+``date_time`` with a lag of the generator's disorder plus its longest
+lateness (:func:`watermark_lag_ms`, 62 s): no row is behind it, so a
+streamed run has every row the reference has, and its final rows are the
+bounded answer. An updating result (q4, q9) is applied by its ``kind``
+column (:func:`current_rows`): each ``retract`` withdraws an equal
+``emit``. q6 is not run: its frame of rows over the top-N's updating rows is
+not a krishiv stage yet.
+
 Run::
 
-    python -m benchmarks.nexmark_compose --query q9 --events 20000
+    python -m benchmarks.nexmark_compose --query q9 --events 20000 [--krishiv]
 
-prints DuckDB's row count, Flink's, whether they agree, and the times.
+prints DuckDB's row count, Flink's, whether they agree, and the times;
+``--krishiv`` adds krishiv's streamed and bounded runs (and whether its SQL
+makes the builder's plan).
 """
 
 from __future__ import annotations
@@ -80,17 +100,21 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
 
+import krishiv_py as kp
 from benchmarks import data, protocol
-from benchmarks.data import Dataset, NexmarkSpec
+from benchmarks.data import MAX_AUCTION_DURATION_MS, Dataset, NexmarkSpec
 from benchmarks.flink_runner import FlinkRunner
 from benchmarks.queries import Query
+from krishiv_py.api.stream import placeholder
+from krishiv_py.names import RESULT_KIND
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLES = ("person", "auction", "bid")
@@ -118,6 +142,8 @@ class NexmarkQuery:
     key: tuple[str, ...] = ()
     #: The text Flink runs, when it is not ``sql`` (q6: Nexmark's single ordering column).
     flink_sql: str = ""
+    #: The query in krishiv SQL (the form docs/sql.md accepts), ``""`` where it has none.
+    krishiv_sql: str = ""
 
     @property
     def column_names(self) -> tuple[str, ...]:
@@ -139,6 +165,14 @@ _AUCTION_COLUMNS = (
     ("seller", "BIGINT"),
     ("category", "BIGINT"),
 )
+
+
+#: The join of q4 and q9 in krishiv SQL (Flink's ``FROM A, B WHERE``): Nexmark's ``BETWEEN A.date_time
+#: AND A.expires`` with a fixed upper bound, the longest auction, for the join's state; expiry a filter.
+_LIFETIME_SQL = f"""FROM auction A, bid B
+    WHERE A.id = B.auction
+        AND B.date_time BETWEEN A.date_time AND A.date_time + INTERVAL '{MAX_AUCTION_DURATION_MS}' MILLISECOND
+        AND B.date_time <= A.expires"""
 
 
 def q4() -> NexmarkQuery:
@@ -165,11 +199,20 @@ def q4() -> NexmarkQuery:
 
     krishiv plan
     ------------
-    The join and filter of :func:`q9`; then ``key_by("id", "category")
-    .agg(max(price))``, an updating maximum per auction (a ``kind`` column:
-    each new maximum retracts the previous row); then ``key_by("category")
-    .agg(avg(max_price))`` over those retracting maxima: the category's
-    average takes the retracted maximum out and the new one in.
+    The join and filter of :func:`q9` (:func:`lifetime_bids`); then
+    ``key_by("id", "category").agg(max(price).alias("final"))``, an updating
+    maximum per auction (a ``kind`` column: each new maximum retracts the
+    previous row); then ``key_by("category").agg(avg(final))`` over those
+    retracting maxima, a stage of its own: the category's average takes the
+    retracted maximum out and the new one in. krishiv's ``avg`` of a bigint
+    is a ``DOUBLE`` (an exact integer sum over a count), so no cast. In
+    krishiv SQL (``krishiv_sql``) the inner ``SELECT`` lists ``A.id,
+    A.category`` first, as the aggregation's keys come: the same plan
+    (:func:`sql_plan_agrees`), with nothing between the two aggregations.
+    docs/sql.md's ``SELECT MAX(B.price) AS final, A.category`` puts a
+    projection there, which the stateful lowering fails on as of 2026-11-26
+    (``KeyError: '__kp_handed_ts'``: a projection between two operators
+    drops the handed rows' event time).
     """
     return NexmarkQuery(
         name="q4",
@@ -184,6 +227,13 @@ FROM (
 GROUP BY Q.category""",
         columns=(("category", "BIGINT"), ("avg_final", "DOUBLE")),
         key=("category",),
+        krishiv_sql=f"""SELECT Q.category, AVG(Q.final) AS avg_final
+FROM (
+    SELECT A.id, A.category, MAX(B.price) AS final
+    {_LIFETIME_SQL}
+    GROUP BY A.id, A.category
+) Q
+GROUP BY Q.category""",
     )
 
 
@@ -281,11 +331,20 @@ def q9() -> NexmarkQuery:
     that bound, so it cuts no pair of the ``BETWEEN``); then
     ``filter(col("date_time_right") <= col("expires"))`` (the bid's
     ``date_time`` is ``date_time_right`` in the joined row); then
-    ``top_n(1, by=price descending, date_time_right ascending, bidder
-    ascending, per="key", keys=("id",))``: updating, a new top bid retracts
-    the auction's previous row. Streamed, rows behind the watermark are
-    dropped (Flink's regular join drops none): the reference is the answer
-    with every row in, which a bounded run gives.
+    ``top_n(1, by="price", per="key", keys=("id",), ties="first")``:
+    updating, a new top bid retracts the auction's previous row; then
+    Nexmark's columns. ``top_n`` ranks every ``by`` column one way, so it
+    cannot say ``price DESC, date_time ASC``; with ``ties="first"`` it
+    breaks a tie by the remaining columns in order, ascending. The bids are
+    read with their columns in :data:`RANKED_BID_DDL`'s order (price, date
+    time, bidder, ...), so a joined row's columns after the auction's (equal
+    within an auction) are the bid's time, then its bidder: the tie order of
+    the reference, exactly. In krishiv SQL the same, ``ORDER BY B.price
+    DESC`` alone.
+
+    Streamed, rows behind the watermark would be dropped (Flink's regular
+    join drops none); the sources' lag (:func:`watermark_lag_ms`) covers the
+    generator's disorder and lateness, so none is.
     """
     return NexmarkQuery(
         name="q9",
@@ -307,6 +366,14 @@ WHERE rownum <= 1""",
             ("bid_date_time", "TIMESTAMP(3)"),
         ),
         key=("id",),
+        krishiv_sql=f"""SELECT id, item_name, description, initial_bid, reserve, date_time, expires,
+    seller, category, auction, bidder, price, bid_date_time
+FROM (
+    SELECT A.*, B.auction, B.bidder, B.price, B.date_time AS bid_date_time,
+        ROW_NUMBER() OVER (PARTITION BY A.id ORDER BY B.price DESC) AS rownum
+    {_LIFETIME_SQL}
+)
+WHERE rownum <= 1""",
     )
 
 
@@ -364,7 +431,13 @@ def q23() -> NexmarkQuery:
     bidder's and (-67 s, 112 s) of each of the bidder's auctions' (a bidder
     is among the 1,000 newest persons or a hot one, a seller among the 100
     newest, plus 2 s of disorder and up to 60 s of lateness on each side), so
-    that bound holds every pair.
+    that bound holds every pair. The second join measures from the first
+    join's row, at the later of the bid's and the person's times: an auction
+    follows its seller's person row in arrival order, so it is at most 67 s
+    after and 112 s before that row too. Then Nexmark's columns
+    (``person_id`` and ``seller`` are the key, ``bidder``; the auction's
+    ``date_time`` is ``date_time_right_right``). krishiv SQL has one join per
+    query, so q23 is the builder's only.
     """
     return NexmarkQuery(
         name="q23",
@@ -643,6 +716,215 @@ def compare(query: str, dataset: Dataset) -> bool:
     return rows_agree(duckdb_rows(q, dataset), run_flink(q, dataset).result.rows)
 
 
+# --- krishiv: the builder's pipelines, their SQL, and runs --------------------------------------
+
+#: The queries krishiv runs (q6's frame of rows over top-N results is not a krishiv stage yet).
+KRISHIV_QUERIES = ("q4", "q9", "q23")
+#: q23's joins: a partner at most the longest auction before or after (``benchmarks.joins.BETWEEN``).
+BETWEEN = (-MAX_AUCTION_DURATION_MS, MAX_AUCTION_DURATION_MS)
+#: The bid table as krishiv reads it: the columns Nexmark's q9 ranks a tie by first (see :func:`q9`).
+RANKED_BID_DDL = (
+    "auction bigint, price bigint, date_time timestamp, bidder bigint, channel string, url string"
+)
+DDLS = {"person": data.PERSON_DDL, "auction": data.AUCTION_DDL, "bid": RANKED_BID_DDL}
+
+Streams = Mapping[str, kp.Stream]
+
+
+def watermark_lag_ms(dataset: Dataset) -> int:
+    """A lag that leaves no row of ``dataset`` late: its disorder plus its longest lateness (62 s).
+
+    An event is at most that far behind the events before it in arrival
+    order, so behind no watermark (each source's newest event time minus the
+    lag, the least of the sources'), and a streamed run sees every row the
+    reference does.
+    """
+    return int(dataset.meta["params"]["disorder_ms"]) + data.MAX_LATE_DELAY_MS
+
+
+def _timed(streams: Streams, table: str, lag_ms: int) -> kp.Stream:
+    return streams[table].watermark(EVENT_TIME, lag_ms)
+
+
+def lifetime_bids(streams: Streams, lag_ms: int) -> kp.Stream:
+    """Each auction with its bids from its start until it expires: the join and filter of q4 and q9."""
+    bids = _timed(streams, "bid", lag_ms).key_by("auction")
+    auctions = _timed(streams, "auction", lag_ms).key_by("id")
+    joined = auctions.interval_join(bids, between=(0, MAX_AUCTION_DURATION_MS))
+    return joined.filter(kp.col("date_time_right") <= kp.col("expires"))
+
+
+def q4_pipeline(streams: Streams, lag_ms: int) -> kp.Stream:
+    """q4 with the builder (see :func:`q4`)."""
+    final = (
+        lifetime_bids(streams, lag_ms).key_by("id", "category").agg(kp.max(kp.col("price")).alias("final"))
+    )
+    return final.key_by("category").agg(kp.avg(kp.col("final")).alias("avg_final"))
+
+
+def q9_pipeline(streams: Streams, lag_ms: int) -> kp.Stream:
+    """q9 with the builder (see :func:`q9`); the bids' columns in :data:`RANKED_BID_DDL`'s order."""
+    best = lifetime_bids(streams, lag_ms).top_n(1, by="price", per="key", keys=("id",), ties="first")
+    renamed = {"auction": "id", "bid_date_time": "date_time_right"}
+    return best.select(
+        *(kp.col(renamed[c]).alias(c) if c in renamed else c for c in QUERIES["q9"].column_names),
+        RESULT_KIND,
+    )
+
+
+def q23_pipeline(streams: Streams, lag_ms: int) -> kp.Stream:
+    """q23 with the builder (see :func:`q23`): a join of a join, then Nexmark's columns."""
+    persons = _timed(streams, "person", lag_ms).key_by("id")
+    auctions = _timed(streams, "auction", lag_ms).key_by("seller")
+    with_person = _timed(streams, "bid", lag_ms).key_by("bidder").interval_join(persons, between=BETWEEN)
+    three = with_person.key_by("bidder").interval_join(auctions, between=BETWEEN)
+    renamed = {"person_id": "bidder", "auction_date_time": "date_time_right_right", "seller": "bidder"}
+    return three.select(
+        *(kp.col(renamed[c]).alias(c) if c in renamed else c for c in QUERIES["q23"].column_names)
+    )
+
+
+PIPELINES: dict[str, Callable[[Streams, int], kp.Stream]] = {
+    "q4": q4_pipeline,
+    "q9": q9_pipeline,
+    "q23": q23_pipeline,
+}
+
+
+def krishiv_sql(query: NexmarkQuery, lag_ms: int) -> str | None:
+    """``query`` in krishiv SQL, its watermark lag ``SET`` first; None when SQL cannot say it (q23)."""
+    if not query.krishiv_sql:
+        return None
+    return f"SET watermark.lag = INTERVAL '{lag_ms}' MILLISECOND;\n{query.krishiv_sql}"
+
+
+def sql_plan_agrees(query: NexmarkQuery, lag_ms: int = 62_000) -> bool | None:
+    """Does ``query``'s krishiv SQL make its builder pipeline's plan? None: it has no SQL. No Spark.
+
+    Both read placeholder streams of the three tables' schemas: the plan is
+    what the query means, whatever the files.
+    """
+    from krishiv_py.sql import SqlCatalog, execute  # sqlglot: not in the PyFlink environment
+
+    text = krishiv_sql(query, lag_ms)
+    if text is None:
+        return None
+    streams = {t: placeholder(DDLS[t], t) for t in TABLES}
+    catalog = SqlCatalog()
+    for table, stream in streams.items():
+        catalog.register(table, stream.plan)
+    no_engine: Any = None  # a plan, never run: execute() keeps the engine for the stream it returns
+    got = execute(catalog, text, no_engine)
+    return got is not None and got.plan == PIPELINES[query.name](streams, lag_ms).plan
+
+
+def krishiv_sources(session: kp.Session, dataset: Dataset, *, streaming: bool) -> dict[str, kp.Stream]:
+    """The three tables' Parquet files, under their names for SQL; streamed one file per micro-batch."""
+    if streaming:
+        return {
+            t: session.read_parquet(
+                dataset.table_dir(t), DDLS[t], name=t, streaming=True, max_files_per_trigger=1
+            )
+            for t in TABLES
+        }
+    return {t: session.read_parquet(dataset.table_dir(t), DDLS[t], name=t) for t in TABLES}
+
+
+def krishiv_pipeline(
+    query: NexmarkQuery, session: kp.Session, dataset: Dataset, *, streaming: bool, sql: bool = False
+) -> kp.Stream:
+    """``query`` over ``dataset``'s files with the builder (or, ``sql=True``, its krishiv SQL)."""
+    if query.name not in PIPELINES:
+        raise ValueError(f"krishiv runs {', '.join(KRISHIV_QUERIES)}, not {query.name}")
+    streams = krishiv_sources(session, dataset, streaming=streaming)
+    lag_ms = watermark_lag_ms(dataset)
+    if not sql:
+        return PIPELINES[query.name](streams, lag_ms)
+    text = krishiv_sql(query, lag_ms)
+    stream = session.sql(text) if text is not None else None
+    if stream is None:
+        raise ValueError(f"{query.name} has no krishiv SQL: one join per query")
+    return stream
+
+
+def current_rows(table: pa.Table, columns: Sequence[str]) -> list[Row]:
+    """The rows a result leaves: with a ``kind`` column, each ``retract`` withdraws an equal ``emit``.
+
+    Taken as multisets, so the order of a micro-batch's changes does not
+    matter; a retraction of a row never emitted is an error.
+
+    Examples
+    --------
+    >>> changes = pa.table({"k": ["a", "a", "a"], "v": [1, 1, 2], "kind": ["emit", "retract", "emit"]})
+    >>> current_rows(changes, ("k", "v"))
+    [('a', 2)]
+    """
+    rows = arrow_rows(table.select(list(columns)))
+    if RESULT_KIND not in table.column_names:
+        return rows
+    kinds = [str(k) for k in table.column(RESULT_KIND).to_pylist()]
+    emitted = Counter(r for r, k in zip(rows, kinds, strict=True) if k == "emit")
+    retracted = Counter(r for r, k in zip(rows, kinds, strict=True) if k == "retract")
+    if unknown := set(kinds) - {"emit", "retract"}:
+        raise ValueError(f"a kind other than emit and retract: {sorted(unknown)}")
+    if extra := retracted - emitted:
+        raise ValueError(f"retractions of rows never emitted: {list(extra)[:3]}")
+    return list((emitted - retracted).elements())
+
+
+@dataclass(frozen=True)
+class KrishivResult:
+    rows: list[Row]
+    #: The rows the job wrote (emits and retractions).
+    changes: int
+    #: From ``start()`` (or ``collect()``) to the last row, Spark's query start included.
+    seconds: float
+
+
+def run_krishiv(
+    query: NexmarkQuery, session: kp.Session, dataset: Dataset, *, streaming: bool, sql: bool = False
+) -> KrishivResult:
+    """Run ``query`` to the end of ``dataset``: bounded, ``collect()``; streamed, every file, then stop."""
+    pipeline = krishiv_pipeline(query, session, dataset, streaming=streaming, sql=sql)
+    start = time.perf_counter()
+    if streaming:
+        job = pipeline.start()
+        try:
+            job.process_all_available()
+            table = job.results()
+        finally:
+            job.stop()
+    else:
+        table = pipeline.collect()
+    seconds = time.perf_counter() - start
+    return KrishivResult(current_rows(table, query.column_names), table.num_rows, seconds)
+
+
+@dataclass(frozen=True)
+class KrishivCheck:
+    """krishiv's rows, bounded and streamed, next to the DuckDB reference."""
+
+    reference: list[Row]
+    bounded: KrishivResult
+    streaming: KrishivResult
+
+    @property
+    def agree(self) -> bool:
+        return all(rows_agree(self.reference, r.rows) for r in (self.bounded, self.streaming))
+
+
+def krishiv_rows(
+    query: str | NexmarkQuery, dataset: Dataset, session: kp.Session, *, sql: bool = False
+) -> KrishivCheck:
+    """Run ``query`` in krishiv bounded and streamed on ``dataset``; compare with :func:`duckdb_rows`."""
+    q = QUERIES[query] if isinstance(query, str) else query
+    return KrishivCheck(
+        reference=duckdb_rows(q, dataset),
+        bounded=run_krishiv(q, session, dataset, streaming=False, sql=sql),
+        streaming=run_krishiv(q, session, dataset, streaming=True, sql=sql),
+    )
+
+
 # --- command line ------------------------------------------------------------------------
 
 
@@ -653,14 +935,51 @@ def _dataset(args: argparse.Namespace) -> Dataset:
     return data.nexmark(NexmarkSpec(events=args.events))
 
 
+def _yes(agree: bool) -> str:
+    return "yes" if agree else "no"
+
+
+def _print_krishiv(query: NexmarkQuery, dataset: Dataset, reference: list[Row], events: int) -> None:
+    """Run ``query`` in krishiv, streamed then bounded, and print each next to the reference."""
+    agrees = sql_plan_agrees(query, watermark_lag_ms(dataset))
+    if agrees is not None:
+        print(f"krishiv SQL: {'the builder plan' if agrees else 'a plan other than the builder one'}")
+    with kp.Session.embedded(progress=False) as session:
+        for streaming in (True, False):
+            r = run_krishiv(query, session, dataset, streaming=streaming)
+            how = "krishiv streaming" if streaming else "krishiv bounded  "
+            print(f"{how}: {len(r.rows):,} rows ({r.changes:,} changes) in {r.seconds:.2f} s", end="")
+            per_core = events / r.seconds / (os.cpu_count() or 1)
+            print(f" ({per_core:,.0f} events/s per core); agrees: {_yes(rows_agree(reference, r.rows))}")
+
+
+def _print_flink(
+    query: NexmarkQuery, dataset: Dataset, reference: list[Row], args: argparse.Namespace
+) -> None:
+    try:
+        run = run_flink(query, dataset, flink_python=args.flink_python, parallelism=args.parallelism)
+    except FlinkError as exc:
+        print(f"pyflink: cannot run it: {exc}")
+        return
+    r = run.result
+    print(f"pyflink: {len(r.rows):,} rows ({r.changes:,} changes) in {r.job_s:.2f} s", end="")
+    print(
+        f" (process {run.process_s:.1f} s, JVM start included); agrees: {_yes(rows_agree(reference, r.rows))}"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.nexmark_compose",
-        description="Nexmark q4, q6, q9, q23: DuckDB reference vs PyFlink",
+        description="Nexmark q4, q6, q9, q23: DuckDB reference vs PyFlink (and krishiv)",
     )
     p.add_argument("--query", choices=sorted(QUERIES), required=True)
     p.add_argument("--events", type=int, default=20_000, help="size of the generated Nexmark dataset")
     p.add_argument("--dataset", help="an existing Nexmark dataset directory (instead of --events)")
+    p.add_argument(
+        "--krishiv", action="store_true", help="also run krishiv (q4, q9, q23), streamed and bounded"
+    )
+    p.add_argument("--no-flink", action="store_true", help="leave PyFlink out")
     p.add_argument("--flink-python", help="the interpreter of a PyFlink environment")
     p.add_argument("--parallelism", type=int, default=os.cpu_count() or 1)
     p.add_argument("--worker", help=argparse.SUPPRESS)  # run Flink here, write the rows to this file
@@ -673,16 +992,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{query.name} ({query.title}) on {dataset.root.name}: {events:,} events")
     start = time.perf_counter()
     reference = duckdb_rows(query, dataset)
-    print(f"duckdb:  {len(reference):,} rows in {time.perf_counter() - start:.2f} s")
-    try:
-        run = run_flink(query, dataset, flink_python=args.flink_python, parallelism=args.parallelism)
-    except FlinkError as exc:
-        print(f"pyflink: cannot run it: {exc}")
-        return 0
-    r = run.result
-    print(f"pyflink: {len(r.rows):,} rows ({r.changes:,} changes) in {r.job_s:.2f} s", end="")
-    print(f" (process {run.process_s:.1f} s, JVM start included)")
-    print(f"agree:   {'yes' if rows_agree(reference, r.rows) else 'no'}")
+    print(f"duckdb:  {len(reference):,} rows in {time.perf_counter() - start:.2f} s (the reference)")
+    if args.krishiv and query.name in PIPELINES:
+        _print_krishiv(query, dataset, reference, events)
+    elif args.krishiv:
+        print(f"krishiv: not run, it runs {', '.join(KRISHIV_QUERIES)}")
+    if not args.no_flink:
+        _print_flink(query, dataset, reference, args)
     return 0
 
 
