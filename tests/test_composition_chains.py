@@ -144,6 +144,9 @@ def test_a_histogram_of_running_counts_an_aggregation_over_an_aggregation_of_a_s
     second = AggOf(first, keys=("n",), aggregates=[ModelAgg(name="users", func="count", column=None)])
     assert _run(session, histogram, ComposedModel(second), {"clicks": click_sender}) > 0
     view_sender.close()
+    # A projection between the two operators keeps the changes' event time and kind.
+    selected = per_user.select("n", "user", "kind").key_by("n").agg(kp.count(kp.col("*")).alias("users"))
+    assert selected.collect().to_pylist() == histogram.collect().to_pylist()
 
 
 def test_a_join_then_a_retracting_window_then_an_aggregation_keyed_otherwise(session: kp.Session) -> None:

@@ -22,6 +22,13 @@ Examples
 >>> results = pa.table({"k": ["a", "b"], "n": [1, 2], "__kp_ts": [5_000, 6_000]})
 >>> handed_rows(results, (("k", pa.string()),), between=between, retracting=False, at=None).to_pylist()
 [{'k': 'b', '__kp_ts': 6000}]
+
+A projection between keeps the event time and ``kind``:
+
+>>> select = Between(steps=(("select", (col("k").node,), to_schema("k string, n bigint")),))
+>>> changes = pa.table({"k": ["a"], "n": [1], "kind": ["retract"]})
+>>> handed_rows(changes, (("k", pa.string()),), between=select, retracting=True, at=7).to_pylist()
+[{'k': 'a', '__kp_ts': 7000, 'kind': 'retract'}]
 """
 
 from __future__ import annotations
@@ -52,14 +59,15 @@ class Between:
     steps: tuple[tuple[str, tuple[ExprNode, ...], Schema], ...]
 
     def apply(self, rows: pa.Table) -> pa.Table:
-        hidden = [c for c in (BATCH_TS, RESULT_KIND) if c in rows.column_names]
+        hidden = [c for c in (BATCH_TS, RESULT_KIND, HANDED_TS) if c in rows.column_names]
         for kind, exprs, schema in self.steps:
             if kind == "filter":
                 rows = filter_rows(exprs[0], rows, schema)
             else:
                 out = project(exprs, rows, schema)
                 for c in hidden:
-                    out = out.append_column(c, rows.column(c))
+                    if c not in out.column_names:  # (a select may name ``kind`` itself)
+                        out = out.append_column(c, rows.column(c))
                 rows = out
         return rows
 
