@@ -100,18 +100,9 @@ VALUES: dict[str, tuple[Any, ...]] = {
     "campaign": ("x", "y"),
 }
 
-BUG_STAGE_CHAIN = (
-    "stage.hand_on (and side_rows) route the first operator's results by the stage kernel's keys; when "
-    "the stage runs a second operator in its call (stacked_operators wraps both in a ChainKernel), those "
-    "are the second operator's keys, which the first operator's results do not hold: KeyError"
-)
 BUG_TIES_NULLS = (
     "KeyedTopNKernel (keyed_topn.top_rows) breaks ties='first' by the other columns with nulls last; "
     "docs/windows.md: by the other columns in order, nulls first (ROW_NUMBER() ORDER BY them)"
-)
-BUG_ROUTE_NULLS = (
-    "stage.route_of hashes the keys through pandas: an int64 column holding a null turns float64, "
-    "whose hash differs, so the rows of one key go to two stage buckets and their aggregates split"
 )
 BUG_SIDE_LATE = (
     "stage.step classifies a join stage's other side at `target`, None in a micro-batch where no bucket "
@@ -299,9 +290,8 @@ def _then_agg(
 
 
 def _any_keys(draw: st.DrawFn, columns: Sequence[str]) -> list[str]:
-    """Keys among ``columns``, but not a nullable number (BUG_ROUTE_NULLS)."""
-    allowed = [c for c in columns if c not in NULLABLE]
-    return draw(st.lists(st.sampled_from(allowed), min_size=1, max_size=2, unique=True))
+    """Keys among ``columns`` (nullable numbers included)."""
+    return draw(st.lists(st.sampled_from(list(columns)), min_size=1, max_size=2, unique=True))
 
 
 @st.composite
@@ -330,8 +320,9 @@ def join_then_one(draw: st.DrawFn) -> Case:
 @st.composite
 def join_then_two(draw: st.DrawFn) -> Case:
     """A join, an aggregation or a retracting window in the join's call, then an aggregation over
-    its results in the same call or as a stage (a first operator keyed otherwise would be a stage
-    with the second in its call: BUG_STAGE_CHAIN)."""
+    its results in the same call or as a stage (a first operator keyed otherwise is a stage, and a
+    second move across the cluster is a PlanError; the stage with a second operator in its call is
+    test_an_aggregation_in_the_call_of_a_stage_after_a_join_equals_the_model)."""
     stream, op, label = _joined_rows(draw)
     keys = draw(st.sampled_from([k for k in AFTER_JOIN_KEYS if "user" in k]))
     stream, op, more, columns = _first(draw, stream, op, keys, JOIN_AGGS, retracting=True)
@@ -726,7 +717,6 @@ PAIR: list[Step] = [
 ]
 
 
-@pytest.mark.xfail(strict=True, raises=KeyError, reason=BUG_STAGE_CHAIN)
 def test_an_aggregation_in_the_call_of_a_stage_after_a_join_equals_the_model() -> None:
     joined, model = _joined()
     (per_ad, n_spec), (per_count, c_spec) = _count("n"), _count("c")
@@ -744,7 +734,6 @@ def test_a_top_n_per_key_with_ties_first_breaks_ties_nulls_first() -> None:
     check(Case("join -> top_n ties first", final, ranked, ("a", "b")), [("send", "a", tied), PAIR[1]])
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=BUG_ROUTE_NULLS)
 def test_an_aggregation_keyed_by_a_sum_that_may_be_null_equals_the_model() -> None:
     sums = _stream("a", 0).key_by("user").sliding_window(10, 5).agg(kp.sum(kp.col("v")).alias("sv"))
     per_sum, c_spec = _count("c")

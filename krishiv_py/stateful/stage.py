@@ -56,6 +56,7 @@ from krishiv_py.names import BATCH_TS, JOIN_SIDE, RESULT_KIND, SEQ, TS_VALUE
 from krishiv_py.plan.watermarks import END_OF_TIME_MS
 from krishiv_py.stateful._arrow import framed, ipc_bytes, ipc_table, unframed
 from krishiv_py.stateful.between import Between, handed_rows
+from krishiv_py.stateful.chain import ChainKernel
 from krishiv_py.stateful.grouping import canonical
 from krishiv_py.stateful.kernel import StepOutput
 from krishiv_py.stateful.protocol import NOT_DUE, Kernel
@@ -166,15 +167,37 @@ class StageSpec:
 
 
 def route_of(rows: pa.Table, keys: Sequence[str], buckets: int) -> np.ndarray:
-    """Each row's stage bucket: a hash of its key values (equal keys, equal bucket, on any machine)."""
+    """Each row's stage bucket: a hash of its key values (equal keys, equal bucket, on any machine).
+
+    Column by column: a value's hash does not depend on the other rows (an
+    integer column with a null is still hashed as integers), a null hashes
+    to one constant, and the columns' hashes combine in order.
+    """
     import pandas as pd
 
     if not keys or buckets == 1 or not rows.num_rows:
         return np.zeros(rows.num_rows, np.int64)
-    frame = pa.table({f"k{i}": canonical(rows.column(k)) for i, k in enumerate(keys)}).to_pandas()
-    hashed = pd.util.hash_pandas_object(frame, index=False).to_numpy(np.uint64)
-    out: np.ndarray = (hashed % np.uint64(buckets)).astype(np.int64)
+    combined = np.zeros(rows.num_rows, np.uint64)
+    for k in keys:
+        col = canonical(rows.column(k))
+        valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), bool)
+        present = col.drop_null()
+        if len(present):
+            filled = col.fill_null(present[0]) if col.null_count else col
+            hashed = pd.util.hash_array(filled.to_numpy(zero_copy_only=False)).astype(np.uint64)
+        else:
+            hashed = np.zeros(rows.num_rows, np.uint64)
+        hashed = np.where(valid, hashed, np.uint64(0x9E3779B97F4A7C15))
+        combined = combined * np.uint64(1_000_003) ^ hashed
+    out: np.ndarray = (combined % np.uint64(buckets)).astype(np.int64)
     return out
+
+
+def _route_keys(kernel: Kernel) -> tuple[str, ...]:
+    """The keys a stage's rows are routed by: its first kernel's (a chain's first one's)."""
+    while isinstance(kernel, ChainKernel):
+        kernel = kernel.first
+    return kernel.keys
 
 
 def hand_on(
@@ -198,7 +221,7 @@ def hand_on(
     rows = handed_rows(results, spec.read, between=spec.between, retracting=spec.retracting, at=watermark_ms)
     if spec.join_side is not None:
         rows = spec.join_side.rows(rows)
-    routes = route_of(rows, spec.kernel.keys, spec.buckets)
+    routes = route_of(rows, _route_keys(spec.kernel), spec.buckets)
     return [framed([rows.filter(pa.array(routes == s)), report]) for s in range(spec.buckets)]
 
 
@@ -226,7 +249,7 @@ def side_rows(spec: StageSpec, encoded: pa.Table) -> list[tuple[int, bytes]]:
     cols[BATCH_TS] = encoded.column(TS_VALUE).cast(pa.int64())
     cols[SEQ] = encoded.column(SEQ).cast(pa.int64())
     rows = pa.table(cols)
-    routes = route_of(rows, spec.kernel.keys, spec.buckets)
+    routes = route_of(rows, _route_keys(spec.kernel), spec.buckets)
     return [(int(r), ipc_bytes(rows.filter(pa.array(routes == r)))) for r in np.unique(routes)]
 
 
