@@ -100,10 +100,6 @@ VALUES: dict[str, tuple[Any, ...]] = {
     "campaign": ("x", "y"),
 }
 
-BUG_TIES_NULLS = (
-    "KeyedTopNKernel (keyed_topn.top_rows) breaks ties='first' by the other columns with nulls last; "
-    "docs/windows.md: by the other columns in order, nulls first (ROW_NUMBER() ORDER BY them)"
-)
 BUG_SIDE_LATE = (
     "stage.step classifies a join stage's other side at `target`, None in a micro-batch where no bucket "
     "of the first operator ran (the third stream's rows alone): a very late row is kept and joins, and "
@@ -309,7 +305,7 @@ def join_then_one(draw: st.DrawFn) -> Case:
         more = f" -> agg keys={keys} {names}"
     else:
         count, by = draw(st.integers(1, 2)), draw(st.sampled_from([("t_right",), ("v",), ("w", "t")]))
-        ties: Literal["all", "first"] = "all"  # BUG_TIES_NULLS
+        ties: Literal["all", "first"] = draw(st.sampled_from(["all", "first"]))
         ascending = draw(st.booleans())
         final = stream.top_n(count, by=by, per="key", keys=keys, ties=ties, ascending=ascending)
         op = TopNOf(op, n=count, by=by, keys=keys, ties=ties, ascending=ascending)
@@ -725,7 +721,6 @@ def test_an_aggregation_in_the_call_of_a_stage_after_a_join_equals_the_model() -
     check(Case("join -> agg(ad) -> agg(ad, n)", final, ops, ("a", "b")), PAIR)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=BUG_TIES_NULLS)
 def test_a_top_n_per_key_with_ties_first_breaks_ties_nulls_first() -> None:
     joined, model = _joined()
     final = joined.top_n(1, by="t_right", per="key", keys=("user",), ties="first")

@@ -145,8 +145,11 @@ def top_rows(
     ranked = len(keys)
     if ties == "first":
         rest = [c for c in table.column_names if c not in by and c not in (BATCH_TS, SEQ)] + [SEQ]
-        for i, c in enumerate(rest):
-            cols[f"__r{i}"] = table.column(c)
+        for i, c in enumerate(rest):  # ascending, nulls first (SQL's ORDER BY c)
+            rest_col = table.column(c)
+            cols[f"__v{i}"] = pc.is_valid(rest_col).cast(pa.int8())
+            keys.append((f"__v{i}", "ascending"))
+            cols[f"__r{i}"] = rest_col
             keys.append((f"__r{i}", "ascending"))
     order = pc.sort_indices(pa.table(cols), sort_keys=keys).to_numpy()
     g = gid[order]
