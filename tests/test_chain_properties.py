@@ -25,9 +25,8 @@ The composition model (:class:`~krishiv_py.model.compose.ComposedModel`)
 takes the same steps; after every step, and after every source closes, the
 current results of both must agree: the net rows of a changelog (emits less
 retractions), or for a window that fires again without retracting, the
-last firing of each window. The bugs found are pinned at the end, each at
-its smallest, as strict expected failures; the property cases steer clear of
-them (their names say where).
+last firing of each window. The bugs found are kept at the end, each at
+its smallest, as a test of its own.
 """
 
 from __future__ import annotations
@@ -40,7 +39,6 @@ from typing import Any, Literal
 
 import attrs
 import pyarrow as pa
-import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -99,14 +97,6 @@ VALUES: dict[str, tuple[Any, ...]] = {
     "w": (0, 1, None),
     "campaign": ("x", "y"),
 }
-
-BUG_SIDE_LATE = (
-    "stage.step classifies a join stage's other side at `target`, None in a micro-batch where no bucket "
-    "of the first operator ran (the third stream's rows alone): a very late row is kept and joins, and "
-    "the outer pad of a late row, due already, waits for the next move of the watermark (the stage's own "
-    "watermark would not do either: it lags the query's while no bucket is due)"
-)
-
 
 # --- the cases: a stream built with the builder, and the same operators for the model --------------
 
@@ -531,7 +521,7 @@ class Glue:
     def _stage(self, route: int, handed: list[bytes], side: list[pa.Table]) -> None:
         then = self.then
         assert then is not None
-        stepped = stage.step(then, self.stages.get(route), handed, 0, side=side)
+        stepped = stage.step(then, self.stages.get(route), handed, 0, side=side, watermark_ms=self.watermark)
         state, out, upstream = stepped[0], stepped[1], stepped[2]
         kernel = None if state.kernel is None else ipc_table(ipc_bytes(state.kernel))
         self.stages[route] = attrs.evolve(state, kernel=kernel, reports=ipc_table(ipc_bytes(state.reports)))
@@ -632,7 +622,6 @@ def _known_differences(model: Op, steps: list[Step]) -> bool:
       sources' (docs/joins.md: Spark keeps one per query); the model runs it
       at its own two sources'. A row very late at one of them and not at the
       other joins in one only.
-    - BUG_SIDE_LATE: a third-stream row behind the watermark.
     """
     assert isinstance(model, JoinOf)
     first, third = (model.left, model.right) if isinstance(model.left, JoinOf) else (model.right, model.left)
@@ -650,8 +639,6 @@ def _known_differences(model: Op, steps: list[Step]) -> bool:
         mark = payload
         if kind == "send":
             times = [r[TIME[name]] for r in payload if r[TIME[name]] is not None]
-            if name == third.name and any(very_late(t, query, 0) for t in times):
-                return True
             lateness = first.allowed_lateness_ms
             if any(very_late(t, own, lateness) != very_late(t, query, lateness) for t in times):
                 return True
@@ -746,7 +733,6 @@ def test_an_aggregation_keyed_by_a_sum_that_may_be_null_equals_the_model() -> No
     check(Case("window -> agg by sum", sums.key_by("sv").agg(per_sum), model, ("a",)), steps)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=BUG_SIDE_LATE)
 def test_a_very_late_row_of_the_third_stream_joins_nothing() -> None:
     joined, model = _joined()
     three = _stream("c", 0).key_by("ad").interval_join(joined.key_by("ad"), between=(0, 0), how="left")

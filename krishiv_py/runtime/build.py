@@ -231,7 +231,7 @@ def _stateful(
         def bounded(key: Any, frame: Any) -> Any:
             return op.run_bounded_bucket(spec, key, frame)
 
-        return _staged(spec, packed.groupBy(BUCKET).applyInPandas(bounded, ddl), paths, side, streaming=False)
+        return _staged(spec, packed.groupBy(BUCKET).applyInPandas(bounded, ddl), paths, side, None)
 
     def bucket(key: Any, frames: Any, state: Any) -> Any:
         return op.run_bucket(spec, key, frames, state)
@@ -256,16 +256,17 @@ def _stateful(
     )
     grouped = packed.unionByName(tick_rows).groupBy(BUCKET)
     out = grouped.applyInPandasWithState(bucket, ddl, STATE_DDL, "append", "NoTimeout")
-    return _staged(spec, out, paths, side, streaming=True)
+    return _staged(spec, out, paths, side, under)
 
 
 def _staged(
-    spec: Any, out: DataFrame, paths: ReadPaths, side: DataFrame | None, *, streaming: bool
+    spec: Any, out: DataFrame, paths: ReadPaths, side: DataFrame | None, watermark: Any
 ) -> DataFrame:
     """With a stage keyed by other columns after the operator: its rows grouped by stage bucket into it.
 
     ``side``: a join stage's other side (encoded rows), routed by its keys
-    into the same groups. The stage's state goes under the checkpoint (a
+    into the same groups; ``watermark`` tells a stage task its micro-batch's
+    watermark (None: a bounded run). The stage's state goes under the checkpoint (a
     query built without one, for ``explain()``, gets a temporary directory
     it never writes).
     """
@@ -284,7 +285,9 @@ def _staged(
     )
 
     def run(key: Any, table: Any) -> Any:
-        return op.run_stage(staged, key, table, _batch_id() if streaming else None)
+        if watermark is None:
+            return op.run_stage(staged, key, table, None)
+        return op.run_stage(staged, key, table, _batch_id(), watermark)
 
     if side is not None:
 

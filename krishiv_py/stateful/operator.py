@@ -278,12 +278,21 @@ def _output(spec: OperatorSpec, bucket: int, payload: bytes, handed: list[bytes]
     )
 
 
-def run_stage(spec: OperatorSpec, key: tuple[Any, ...], table: pa.Table, batch_id: int | None) -> pa.Table:
+def run_stage(
+    spec: OperatorSpec,
+    key: tuple[Any, ...],
+    table: pa.Table,
+    batch_id: int | None,
+    watermark: Callable[[], MapWatermark] | None = None,
+) -> pa.Table:
     """``applyInArrow`` function after the operator: the operator's payloads passed on (route -1),
     or one stage bucket's micro-batch (route >= 0) as a payload of its own.
 
     ``batch_id``: the micro-batch (its state is read and written under the
     stage's path); None: a bounded run, all in one step, then end of input.
+    ``watermark``: tells the micro-batch's watermark (as ``merge_under`` of
+    :func:`pack_rows`), for a join stage's other side in a micro-batch that
+    calls no bucket of the operator.
     """
     route = int(key[0])
     then = spec.then
@@ -299,7 +308,16 @@ def run_stage(spec: OperatorSpec, key: tuple[Any, ...], table: pa.Table, batch_i
     now = int(time.time() * 1000)
     store = stage.StageStore(then.path, route) if batch_id is not None else None
     before = store.load_before(batch_id) if store is not None and batch_id is not None else None
-    state, out, upstream_wm, late = stage.step(then, before, handed, now, bounded=batch_id is None, side=side)
+    known, batch_wm = watermark() if side and watermark is not None else (False, None)
+    state, out, upstream_wm, late = stage.step(
+        then,
+        before,
+        handed,
+        now,
+        bounded=batch_id is None,
+        side=side,
+        watermark_ms=(batch_wm if known else None),
+    )
     size = 0
     if store is not None and batch_id is not None:
         size = store.save(batch_id, state)

@@ -261,6 +261,7 @@ def step(
     *,
     bounded: bool = False,
     side: Sequence[pa.Table] = (),
+    watermark_ms: int | None = None,
 ) -> tuple[StageState, StepOutput, int | None, pa.Table]:
     """One micro-batch of one stage bucket: the rows handed on, then the watermark moved.
 
@@ -269,12 +270,18 @@ def step(
     operator's input this micro-batch (None: none yet) and the other side's
     very late and invalid rows.
     ``bounded``: every row of a bounded run at once, then the end of input.
+    ``watermark_ms``: the micro-batch's watermark of the first operator's
+    input as the task read it from the query's offset log (None: it could
+    not); what a micro-batch with no bucket of the first operator in it
+    (a join stage's other side alone) runs at.
     """
     state = state or StageState()
     parts = sorted((unframed(blob) for blob in handed), key=lambda p: int(p[1].column("bucket")[0].as_py()))
     reports = [p[1] for p in parts]
     marks = [int(r.column("watermark_ms")[0].as_py()) for r in reports]
     known = [m for m in marks if m != NO_WATERMARK]
+    if watermark_ms is not None:
+        known.append(watermark_ms)
     upstream_wm = max(known) if known else None
     all_reports = _merged_reports(state.reports, reports)
     held_state = attrs.evolve(state, reports=all_reports)
