@@ -24,7 +24,11 @@ Examples
 from __future__ import annotations
 
 __all__ = [
+    "CHANGES_EMITTED",
+    "CHANGES_LIVE",
+    "CHANGES_STATE",
     "HANDED_TS",
+    "IN_TOP",
     "KEYED_LIVE",
     "CHAIN_FIRST",
     "CHAIN_ROWS",
@@ -293,6 +297,15 @@ def keyed_special(j: int, name: str) -> str:
     """A retracting aggregation per key's state column: a float sum's count of NaN or an infinity."""
     return f"__kp_{name}_{j}"
 
+
+#: A window over a changelog's state (``stateful/window_changes.py``): the rows it holds (Arrow
+#: IPC), the windows it fired with their values (Arrow IPC), and one row of numbers.
+CHANGES_LIVE = "__kp_changes_live"
+CHANGES_EMITTED = "__kp_changes_emitted"
+CHANGES_STATE = "__kp_changes_state"
+
+#: A retracting top-N per key's state column: whether the live row is in the top (emitted).
+IN_TOP = "__kp_in_top"
 
 #: An operator's results on their way to the next one: their event time (µs) through the
 #: filters and projections between the two.

@@ -186,14 +186,18 @@ def _lags(draw: st.DrawFn) -> dict[str, int]:
     return {s: draw(st.integers(0, 4)) for s in DDL}
 
 
-def _join(draw: st.DrawFn, lags: dict[str, int], *, outer: bool = True) -> tuple[JoinedStream, JoinOf, str]:
-    """``a`` joined with ``b`` by user: inner with any allowed lateness, or outer without any
-    (an operator after a join takes its emits only)."""
+def _join(
+    draw: st.DrawFn, lags: dict[str, int], *, outer: bool = True, retracting: bool = False
+) -> tuple[JoinedStream, JoinOf, str]:
+    """``a`` joined with ``b`` by user: inner with any allowed lateness, or outer without any —
+    or, with ``retracting`` (a window or an aggregation follows), with some: a retracting join."""
     lower_ms, upper_ms = -draw(st.integers(0, 10)), draw(st.integers(0, 6))
     how = draw(st.sampled_from(HOWS)) if outer else "inner"
-    lateness = draw(st.sampled_from([0, 0, 5, 15, 40])) if how == "inner" else 0
+    lateness = draw(st.sampled_from([0, 0, 5, 15, 40])) if how == "inner" or retracting else 0
     left, right = (_stream(s, lags[s]).key_by("user") for s in ("a", "b"))
     joined = left.interval_join(right, between=(lower_ms, upper_ms), how=how).allowed_lateness(lateness)
+    if how != "inner" and lateness:
+        joined = joined.accumulation("retracting")
     model = JoinOf(
         _source("a", lags["a"]),
         _source("b", lags["b"]),
@@ -221,8 +225,8 @@ def _between(draw: st.DrawFn, joined: Stream, model: Op) -> tuple[Stream, Op, st
     return joined.filter(expr()), FilterOf(model, predicate), f" -> filter {which}"
 
 
-def _joined_rows(draw: st.DrawFn) -> tuple[Stream, Op, str]:
-    joined, model, label = _join(draw, _lags(draw))
+def _joined_rows(draw: st.DrawFn, *, retracting: bool = False) -> tuple[Stream, Op, str]:
+    joined, model, label = _join(draw, _lags(draw), retracting=retracting)
     stream, op, more = _between(draw, joined, model)
     return stream, op, label + more
 
@@ -269,7 +273,15 @@ def _first(
 def _then_agg(
     draw: st.DrawFn, stream: Stream, op: Op, columns: list[str], keys: list[str]
 ) -> tuple[Stream, Op, str]:
-    """An aggregation over the results of ``op`` (whose columns are ``columns``), keyed by ``keys``."""
+    """An aggregation (or a top-N) over the results of ``op`` (whose columns are ``columns``), keyed
+    by ``keys``: both take the retractions of what they follow."""
+    if draw(st.integers(0, 2)) == 0:
+        count, ascending = draw(st.integers(1, 2)), draw(st.booleans())
+        by = tuple(draw(st.lists(st.sampled_from(columns), min_size=1, max_size=2, unique=True)))
+        ties: Literal["all", "first"] = draw(st.sampled_from(["all", "first"]))
+        top = stream.top_n(count, by=by, per="key", keys=tuple(keys), ties=ties, ascending=ascending)
+        model = TopNOf(op, n=count, by=by, keys=tuple(keys), ties=ties, ascending=ascending)
+        return top, model, f" -> top_n {count} by={by} keys={tuple(keys)} ascending={ascending} ties={ties}"
     names, built, specs = _aggs(draw, _over([c for c in columns if c in JOIN_AGGS and c not in keys]))
     final = stream.key_by(*keys).agg(*built)
     return final, AggOf(op, keys=tuple(keys), aggregates=specs), f" -> agg keys={tuple(keys)} {names}"
@@ -284,11 +296,13 @@ def _any_keys(draw: st.DrawFn, columns: Sequence[str]) -> list[str]:
 def join_then_one(draw: st.DrawFn) -> Case:
     """A join, maybe a filter, then a window, an aggregation or a top-N per key, keyed by the join's
     key and more (in the join's call) or by other columns (a stage)."""
-    stream, op, label = _joined_rows(draw)
     what = draw(st.sampled_from(["window", "agg", "top_n"]))
+    stream, op, label = _joined_rows(draw, retracting=True)
     keys = draw(st.sampled_from(AFTER_JOIN_KEYS + ([()] if what == "window" else [])))
     if what == "window":
-        final, op, more, _ = _window(draw, stream, op, keys, JOIN_AGGS, retracting=draw(st.booleans()))
+        # A window over a retracting join retracts too (it may lose every row it fired with).
+        retracting = RESULT_KIND in stream.columns or draw(st.booleans())
+        final, op, more, _ = _window(draw, stream, op, keys, JOIN_AGGS, retracting=retracting)
     elif what == "agg":
         names, built, specs = _aggs(draw, JOIN_AGGS)
         final, op, more = stream.key_by(*keys).agg(*built), AggOf(op, keys=keys, aggregates=specs), ""
@@ -309,7 +323,7 @@ def join_then_two(draw: st.DrawFn) -> Case:
     its results in the same call or as a stage (a first operator keyed otherwise is a stage, and a
     second move across the cluster is a PlanError; the stage with a second operator in its call is
     test_an_aggregation_in_the_call_of_a_stage_after_a_join_equals_the_model)."""
-    stream, op, label = _joined_rows(draw)
+    stream, op, label = _joined_rows(draw, retracting=True)
     keys = draw(st.sampled_from([k for k in AFTER_JOIN_KEYS if "user" in k]))
     stream, op, more, columns = _first(draw, stream, op, keys, JOIN_AGGS, retracting=True)
     final, model, last = _then_agg(draw, stream, op, columns, _any_keys(draw, columns))

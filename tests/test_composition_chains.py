@@ -281,3 +281,46 @@ def _net(into: Counter[tuple[Any, ...]], rows: list[dict[str, Any]], names: list
     """Add emits and take away retractions: what a retracting changelog leaves."""
     for r in rows:
         into[_key(r, names)] += -1 if r.get("kind") == "retract" else 1
+
+
+def test_views_left_join_clicks_then_a_window_per_ad_is_corrected_by_retractions(session: kp.Session) -> None:
+    """The view without a click is emitted padded; a click within the join's lateness retracts the
+    pad, and the window per ad (a stage: keyed otherwise) retracts its count and emits the new one."""
+    tag = uuid.uuid4().hex[:6]
+    (views, to_views), (clicks, to_clicks) = (
+        session.memory_stream(ddl, name=f"{name}_{tag}")
+        for name, ddl in (("views", VIEWS), ("clicks", CLICKS))
+    )
+    joined = (
+        views.watermark("t", 0)
+        .key_by("user")
+        .interval_join(clicks.watermark("t", 0).key_by("user"), between=(0, 5_000), how="left")
+        .allowed_lateness(20_000)
+        .accumulation("retracting")
+    )
+    per_ad = (
+        joined.key_by("ad")
+        .tumbling_window(10_000)
+        .accumulation("retracting")
+        .agg(kp.count(kp.col("*")).alias("views"), kp.count(kp.col("click")).alias("clicks"))
+    )
+    assert "window over retractions" in per_ad.explain()
+    model = ComposedModel(
+        WindowOf(
+            JoinOf(
+                Source("views", "t", ("user", "t", "ad")),
+                Source("clicks", "t", ("user", "t", "click")),
+                keys=("user",),
+                between=(0, 5_000),
+                how="left",
+                allowed_lateness_ms=20_000,
+            ),
+            TumblingWindow(size_ms=10_000),
+            keys=("ad",),
+            aggregates=[
+                ModelAgg(name="views", func="count", column=None),
+                ModelAgg(name="clicks", func="count", column="click"),
+            ],
+        )
+    )
+    assert _run(session, per_ad, model, {"clicks": to_clicks, "views": to_views}) > 0

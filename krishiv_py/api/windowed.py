@@ -149,7 +149,7 @@ class WindowedStream:
 
     def __attrs_post_init__(self) -> None:
         if n.joins_of(self.stream.plan):
-            n.check_window_after_join(self.stream.plan, self.keys)
+            n.check_window_after_join(self.stream.plan, self.keys, window=self.window)
         if n.event_time(self.stream.plan) is None:
             if n.window_aggregates(self.stream.plan):
                 raise PlanError(n.NO_RESULT_TIME)

@@ -236,7 +236,9 @@ class WindowAggregate:
 
     def __attrs_post_init__(self) -> None:
         if joins_of(self.input):
-            check_window_after_join(self.input, self.keys)
+            check_window_after_join(self.input, self.keys, window=self.window)
+            if retracting_join_below(self.input):
+                check_window_over_retractions(self)
         if event_time(self.input) is None:
             raise PlanError(
                 NO_RESULT_TIME
@@ -273,6 +275,12 @@ class KeyedAggregate:
         _check_per_key_input(self.input, self.keys, "an aggregation per key without a window (agg())")
         if not self.aggregates:
             raise PlanError("agg() needs at least one aggregate, e.g. kp.count(kp.col('*'))")
+        if _takes_retractions(self.input) and any(a.func in ("first", "last") for a in self.aggregates):
+            raise PlanError(
+                "first()/last() in agg() over rows that may be withdrawn (a retracting join, an "
+                "aggregation, a top-N or a window) is not supported: a withdrawn row may be the one "
+                "they picked (use min/max)"
+            )
         schema_of(self)
 
 
@@ -280,20 +288,9 @@ def _check_per_key_input(below: PlanNode, keys: tuple[str, ...], what: str) -> N
     """What an operator per key over every row takes today: a source's rows with event time, a
     join's, or (an aggregation) the changes of an aggregation, a top-N or a window."""
     under = stateless_below(below)
-    aggregation = what.startswith("an aggregation")
     if isinstance(under, KeyedAggregate | KeyedTopN):
-        if not aggregation:
-            raise PlanError(
-                f"{what} after an aggregation or a top-N per key is not supported yet (their changes "
-                "retract rows, which it cannot take); an aggregation per key can follow them"
-            )
         return  # a changelog of updating rows: each retraction withdraws an earlier row
     if isinstance(under, WindowAggregate):
-        if not (aggregation or (under.emission.accumulation != "retracting" and _fires_once(under))):
-            raise PlanError(
-                f"{what} after a window that may withdraw its results is not supported yet; an "
-                "aggregation per key can follow it"
-            )
         if under.emission.accumulation != "retracting" and not _fires_once(under):
             raise PlanError(
                 f"{what} after a window that may fire a window again (allowed lateness, an early "
@@ -313,6 +310,18 @@ def _check_per_key_input(below: PlanNode, keys: tuple[str, ...], what: str) -> N
             f"{what} needs event time: call .watermark(column, lag_ms) first, so that each result "
             "row has an event time and the watermark passes on"
         )
+
+
+def _takes_retractions(below: PlanNode) -> bool:
+    """Whether the rows ``below`` hands on may withdraw earlier ones."""
+    under = stateless_below(below)
+    if isinstance(under, KeyedAggregate | KeyedTopN):
+        return True
+    if isinstance(under, Join | WindowAggregate):
+        return under.emission.accumulation == "retracting" or (
+            isinstance(under, WindowAggregate) and not _fires_once(under)
+        )
+    return False
 
 
 def _fires_once(window: WindowAggregate) -> bool:
@@ -362,7 +371,7 @@ class KeyedTopN:
         schema = schema_of(self.input)
         for c in (*self.by, *self.keys):
             schema.field(c, role="top_n() column")
-        if KIND_COLUMN in schema.names:
+        if KIND_COLUMN in schema.names and not _takes_retractions(self.input):
             raise PlanError(f"top_n(per='key') adds a {KIND_COLUMN!r} column, and the rows have one already")
 
 
@@ -380,14 +389,18 @@ AFTER_JOIN = (
 )
 
 
-def check_window_after_join(below: PlanNode, keys: tuple[str, ...], *, what: str = "a window") -> None:
+def check_window_after_join(
+    below: PlanNode, keys: tuple[str, ...], *, what: str = "a window", window: WindowSpec | None = None
+) -> None:
     """What an operator after a join takes today: right after an accumulating join.
 
     The operator (``what``: a window, an aggregation or a top-N per key)
     runs beside the join in the same operator call when it is keyed by the
     join's keys (:mod:`krishiv_py.stateful.chain`), and as a stage of its
     own keyed by other columns (:mod:`krishiv_py.stateful.stage`). A
-    retracting join sends retractions it cannot take yet.
+    retracting join's retractions are taken by a window (tumbling, sliding
+    or session: :mod:`krishiv_py.stateful.window_changes`), an aggregation
+    and a top-N per key, not yet by a join.
     """
     join = stateless_below(below)
     if isinstance(join, Join) and (joins_of(join.left) or joins_of(join.right)):
@@ -401,16 +414,61 @@ def check_window_after_join(below: PlanNode, keys: tuple[str, ...], *, what: str
     if window_aggregates(join.left) or window_aggregates(join.right):
         raise PlanError(AFTER_JOIN)
     if join.emission.accumulation == "retracting":
-        raise PlanError(
-            f"{what} after a join takes the join's rows as emits only for now: a join in "
-            "accumulation('retracting') (needed by an outer or as-of join with allowed lateness) "
-            "withdraws rows, which it cannot take yet; use an inner interval join "
-            "(allowed lateness is fine), or an outer one without allowed lateness"
-        )
+        _check_over_retractions(what, window)
     if join.kind == "window" and join.emission.allowed_lateness_ms:
         raise PlanError(
             f"{what} after a window join with allowed lateness is not supported yet (a re-fired "
             "window join sends its window's rows again); drop allowed_lateness() on the window join"
+        )
+
+
+def _check_over_retractions(what: str, window: WindowSpec | None) -> None:
+    """What takes a retracting join's rows: an aggregation or a top-N per key, a tumbling, sliding or
+    session window."""
+    if what.startswith("an aggregation") or what.startswith("top_n"):
+        return
+    if what == "a window":
+        if window is None or not (
+            isinstance(window, EventSlidingWindow | TimeIntervalWindow)
+            or (isinstance(window, SessionWindow) and window.max_duration_ms is not None)
+        ):
+            return
+        raise PlanError(
+            "a window over a join in accumulation('retracting') may be tumbling, sliding or session "
+            f"(without max_duration_ms); {type(window).__name__} there is not supported yet"
+        )
+    raise PlanError(
+        f"{what} after a join takes the join's rows as emits only for now: a join in "
+        "accumulation('retracting') (needed by an outer or as-of join with allowed lateness) "
+        "withdraws rows, which it cannot take yet (a window or an aggregation per key can); use an "
+        "inner interval join (allowed lateness is fine), or an outer one without allowed lateness"
+    )
+
+
+def retracting_join_below(node: PlanNode) -> bool:
+    """Whether ``node``'s rows come (through filters and projections) from a join that retracts."""
+    under = stateless_below(node)
+    return isinstance(under, Join) and under.emission.accumulation == "retracting"
+
+
+def check_window_over_retractions(node: WindowAggregate) -> None:
+    """What a window over a retracting join's rows supports now (clear errors for the rest)."""
+    e = node.emission
+    if e.accumulation != "retracting":
+        raise PlanError(
+            "a window over a join in accumulation('retracting') needs .accumulation('retracting') "
+            "itself: a window may lose rows it fired with, even all of them, and only a retraction "
+            "withdraws what it emitted"
+        )
+    if e.trigger.is_early or e.late_handler is not None or e.state_ttl:
+        raise PlanError(
+            "a window over a join in accumulation('retracting') fires on the watermark, with no "
+            "early trigger, late-event handler or state TTL of its own (not supported there yet)"
+        )
+    if any(a.func in ("first", "last") for a in node.aggregates):
+        raise PlanError(
+            "first()/last() over a join in accumulation('retracting') is not supported: a withdrawn "
+            "row may be the one they picked (use min/max)"
         )
 
 
@@ -594,9 +652,11 @@ def schema_of(node: PlanNode) -> Schema:
         return _join_schema(node)
     if isinstance(node, KeyedAggregate):
         return _keyed_schema(node)
-    if isinstance(node, KeyedTopN):
+    if isinstance(node, KeyedTopN):  # over a changelog, its rows' kind is its own
         inp = schema_of(node.input)
-        return Schema((*inp, Field(KIND_COLUMN, DataType("string"), False)))
+        return Schema(
+            (*(f for f in inp if f.name != KIND_COLUMN), Field(KIND_COLUMN, DataType("string"), False))
+        )
     return _window_schema(node)
 
 

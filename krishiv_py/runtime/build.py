@@ -259,9 +259,7 @@ def _stateful(
     return _staged(spec, out, paths, side, under)
 
 
-def _staged(
-    spec: Any, out: DataFrame, paths: ReadPaths, side: DataFrame | None, watermark: Any
-) -> DataFrame:
+def _staged(spec: Any, out: DataFrame, paths: ReadPaths, side: DataFrame | None, watermark: Any) -> DataFrame:
     """With a stage keyed by other columns after the operator: its rows grouped by stage bucket into it.
 
     ``side``: a join stage's other side (encoded rows), routed by its keys

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from krishiv_py.stateful._arrow import Column
 
-__all__ = ["canonical", "first_rows", "group_ids", "segment_starts"]
+__all__ = ["canonical", "first_rows", "group_ids", "segment_starts", "withdrawn"]
 
 _NAN = float("nan")
 
@@ -95,3 +95,50 @@ def segment_starts(sorted_ids: np.ndarray) -> np.ndarray:
         return np.zeros(0, np.int64)
     change = np.flatnonzero(np.diff(sorted_ids)) + 1
     return np.concatenate([[0], change]).astype(np.int64)
+
+
+def withdrawn(
+    held: list[pa.Table], gone: pa.Table, on: list[str]
+) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_], int]:
+    """Which rows of two tables of live rows each retraction in ``gone`` withdraws (a multiset).
+
+    A retraction withdraws one live row of equal ``on`` values (nulls equal,
+    one NaN): rows of ``held[0]`` before those of ``held[1]``, earlier
+    before later. Returns the rows withdrawn of each table and how many
+    retractions found no row.
+
+    >>> live = pa.table({"k": ["a", "a", "b"]})
+    >>> new = pa.table({"k": ["a"]})
+    >>> first, second, unmatched = withdrawn([live, new], pa.table({"k": ["a", "a", "a", "c"]}), ["k"])
+    >>> first.tolist(), second.tolist(), unmatched
+    ([True, True, False], [True], 1)
+    """
+    first, second = held
+    if not gone.num_rows:
+        return np.zeros(first.num_rows, bool), np.zeros(second.num_rows, bool), 0
+    columns = [
+        pa.concat_arrays(
+            [canonical(t.column(c)).cast(first.schema.field(c).type) for t in (first, second, gone)]
+        )
+        for c in on
+    ]
+    ids, n_groups, _ = group_ids(columns)
+    n_held = first.num_rows + second.num_rows
+    live, wanting = ids[:n_held], ids[n_held:]
+    wanted = np.bincount(wanting, minlength=n_groups)
+    have = np.bincount(live, minlength=n_groups)
+    taken = _rank(live) < wanted[live]
+    unmatched = int((_rank(wanting) >= have[wanting]).sum())
+    return taken[: first.num_rows], taken[first.num_rows :], unmatched
+
+
+def _rank(ids: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Each row's occurrence number within its group (0 for the first)."""
+    order = np.argsort(ids, kind="stable")
+    sorted_ids = ids[order]
+    new = np.ones(len(ids), bool)
+    new[1:] = sorted_ids[1:] != sorted_ids[:-1]
+    starts = np.maximum.accumulate(np.where(new, np.arange(len(ids)), 0))
+    rank = np.empty(len(ids), np.int64)
+    rank[order] = np.arange(len(ids)) - starts
+    return rank

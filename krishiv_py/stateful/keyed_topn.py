@@ -8,6 +8,16 @@ the top is emitted, a row pushed out is retracted (its retraction before
 the micro-batch's emits). ``top_n(1, by="event_time", per="key")`` keeps
 the latest row per key: deduplication.
 
+Retracting input
+    A kernel built with ``retracting=True`` (the planner's choice when its
+    input is a changelog: an aggregation's or a top-N's changes, a
+    retracting window's or join's) takes rows that may carry ``kind``. A
+    retraction withdraws one live row equal in every column (a multiset);
+    one that finds none is dropped and counted in ``arithmetic_errors``.
+    A row withdrawn from the top lets the next one in, so the state holds
+    every live row of a key, not only its top (``__kp_in_top`` marks the
+    rows emitted): it grows with the live rows, as Flink's retract rank's.
+
 Order
     By the ``by`` columns, largest first unless ``ascending``; nulls last;
     ``NaN`` above every number (Spark's order). ``ties="all"``: a row's rank
@@ -40,8 +50,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from krishiv_py.names import BATCH_TS, RESULT_KIND, SEQ
-from krishiv_py.stateful.grouping import group_ids
+from krishiv_py.names import BATCH_TS, IN_TOP, RESULT_KIND, SEQ
+from krishiv_py.stateful.grouping import group_ids, withdrawn
 from krishiv_py.stateful.kernel import StepOutput, arrivals
 from krishiv_py.stateful.protocol import NOT_DUE, Unmerged
 
@@ -59,6 +69,8 @@ class KeyedTopNKernel(Unmerged):
     columns: tuple[str, ...]
     ascending: bool = False
     ties: Literal["all", "first"] = "all"
+    #: Whether its rows may withdraw earlier ones (``kind``): it then holds every live row.
+    retracting: bool = False
 
     @property
     def accumulation(self) -> str:
@@ -79,6 +91,10 @@ class KeyedTopNKernel(Unmerged):
     ) -> tuple[pa.Table, StepOutput]:
         del now_ms, merged
         valid, late = arrivals(batch, watermark_ms)
+        if self.retracting:
+            return self._changes(state, batch, valid, late)
+        if RESULT_KIND in batch.column_names:
+            raise ValueError("a top-N built without retracting takes emits only")
         rows = batch.filter(pa.array(valid)).select([*self.columns, BATCH_TS, SEQ])
         held = state if state is not None and state.num_rows else rows.slice(0, 0)
         both = pa.concat_tables([held, rows.cast(held.schema)]) if rows.num_rows else held
@@ -98,6 +114,55 @@ class KeyedTopNKernel(Unmerged):
             mildly_late=int(np.sum(late)),
         )
 
+    def _changes(
+        self, state: pa.Table | None, batch: pa.Table, valid: np.ndarray, late: np.ndarray
+    ) -> tuple[pa.Table, StepOutput]:
+        """A step over emits and retractions: every live row held, the top marked."""
+        rows = batch.filter(pa.array(valid))
+        if RESULT_KIND in rows.column_names:
+            retract = np.asarray(
+                pc.equal(rows.column(RESULT_KIND), pa.scalar("retract")).to_numpy(zero_copy_only=False), bool
+            )
+        else:
+            retract = np.zeros(rows.num_rows, bool)
+        rows = rows.select([*self.columns, BATCH_TS, SEQ])
+        fresh = rows.filter(pa.array(~retract)).append_column(
+            IN_TOP, pa.array(np.zeros(int((~retract).sum()), bool))
+        )
+        held = state if state is not None and state.num_rows else fresh.slice(0, 0)
+        fresh = fresh.cast(held.schema)
+        gone = rows.filter(pa.array(retract))
+        out_held, out_fresh, unmatched = withdrawn([held, fresh], gone, list(self.columns))
+        was = np.asarray(held.column(IN_TOP).to_numpy(zero_copy_only=False), bool)
+        left = held.filter(pa.array(out_held & was))  # withdrawn from the top
+        live = pa.concat_tables([held.filter(pa.array(~out_held)), fresh.filter(pa.array(~out_fresh))])
+        before = np.concatenate([was[~out_held], np.zeros(int((~out_fresh).sum()), bool)])
+        kept = top_rows(
+            live.drop_columns([IN_TOP]),
+            self.n,
+            by=self.by,
+            group=self.keys,
+            ascending=self.ascending,
+            ties=self.ties,
+        )
+        parts = [
+            (pa.concat_tables([left, live.filter(pa.array(before & ~kept))]), "retract"),
+            (live.filter(pa.array(~before & kept)), "emit"),
+        ]
+        results = pa.concat_tables(
+            [t.select(list(self.columns)).append_column(RESULT_KIND, pa.array([k] * t.num_rows, pa.string()))
+             for t, k in parts]
+        )  # fmt: skip
+        live = live.set_column(live.schema.get_field_index(IN_TOP), IN_TOP, pa.array(kept))
+        return live, StepOutput(
+            results=results,
+            very_late=np.zeros(0, np.int64),
+            invalid=np.flatnonzero(~valid).astype(np.int64),
+            on_time=int(np.sum(valid & ~late)),
+            mildly_late=int(np.sum(late)),
+            arithmetic_errors=unmatched,
+        )
+
     def next_due(self, state: pa.Table) -> tuple[int, int]:
         return NOT_DUE, NOT_DUE
 
@@ -111,7 +176,7 @@ class KeyedTopNKernel(Unmerged):
         order = "ascending" if self.ascending else "descending"
         return (
             f"krishiv top-N per key: n={self.n} by={list(self.by)} {order} keys={list(self.keys)} "
-            f"ties={self.ties} (over every row so far)"
+            f"ties={self.ties} (over every row so far{'; takes retractions' if self.retracting else ''})"
         )
 
 

@@ -30,7 +30,7 @@ from typing import Any
 import attrs
 
 from krishiv_py.errors import PlanError
-from krishiv_py.names import BUCKET, ET, JOIN_SIDE, PACKED, SEQ, TS_VALUE
+from krishiv_py.names import BUCKET, ET, JOIN_SIDE, PACKED, RESULT_KIND, SEQ, TS_VALUE
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.windows import SlidingWindow, TumblingWindow
 from krishiv_py.planner.spark.recipe import RecipeNode, SelectExprs, SparkRecipe, StatefulApply, UnionAll
@@ -305,13 +305,13 @@ def keyed_operator(node: n.KeyedAggregate | n.KeyedTopN) -> tuple[Any, tuple[Any
     if isinstance(node, n.KeyedAggregate):
         needed = {*node.keys, *(a.column for a in node.aggregates if a.column is not None)}
         kernel = KeyedAggKernel(keys=node.keys, aggs=kernel_aggs(node))
-    else:  # a top-N's rows are its results: every column travels
-        needed = set(schema.names)
+    else:  # a top-N's rows are its results: every column travels (a changelog's kind aside)
+        needed = set(schema.names) - {RESULT_KIND}
         kernel = KeyedTopNKernel(
             keys=node.keys,
             n=node.n,
             by=node.by,
-            columns=schema.names,
+            columns=tuple(c for c in schema.names if c != RESULT_KIND),
             ascending=node.ascending,
             ties=node.ties,
         )
@@ -452,10 +452,20 @@ def _upper_kernel(
         window_spec = spec.kernel.spec
         kept = window_spec.allowed_lateness_ms + carried_ms
         kernel, columns = WindowKernel(attrs.evolve(window_spec, allowed_lateness_ms=kept)), spec.columns
+        if retracting:  # its rows may withdraw earlier ones: a window that holds its rows
+            from krishiv_py.stateful.window_changes import ChangesWindowKernel
+
+            kernel = ChangesWindowKernel(
+                keys=window_spec.keys,
+                window=window_spec.window,
+                aggs=window_spec.aggs,
+                allowed_lateness_ms=kept,
+                accumulation=str(window_spec.accumulation),
+            )
     else:
         assert isinstance(node, n.KeyedAggregate | n.KeyedTopN)
         kernel, columns = keyed_operator(node)
-        if retracting and isinstance(node, n.KeyedAggregate):
+        if retracting:  # its rows may withdraw earlier ones
             kernel = attrs.evolve(kernel, retracting=True)
     return kernel, tuple((c.name, c.type) for c in columns)
 
