@@ -112,6 +112,17 @@ def chaos(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def deep(session: nox.Session) -> None:
+    """The suite's random properties with many more examples each (the kernels, chains, parity)."""
+    session.install("-e", ".[dev]")
+    env = {"KERNEL_EXAMPLES": "600", "CHAIN_EXAMPLES": "400", "KRISHIV_PARITY_EXAMPLES": "30"}
+    files = [
+        f"tests/test_{name}.py" for name in ("stateful_kernel", "join_kernel", "chain_properties", "parity")
+    ]
+    session.run("python", "-m", "pytest", *files, *session.posargs, env=env)
+
+
+@nox.session(python=PYTHON)
 def soak(session: nox.Session) -> None:
     """The stateful lowering with 1M keys, TTL and allowed lateness over 200 batches: flat or not."""
     session.install("-e", ".[bench]")

@@ -10,6 +10,7 @@ new watermark) sweeps. Per step, the rows out must be the same multiset.
 
 from __future__ import annotations
 
+import os
 import random
 from collections import Counter
 from typing import Any
@@ -180,8 +181,12 @@ CASES = (
 )
 
 
+#: Random streams per case (many cases): ``nox -s deep`` (``KERNEL_EXAMPLES=600``) tries 120.
+JOIN_EXAMPLES = max(int(os.environ.get("KERNEL_EXAMPLES", "60")) // 5, 1)
+
+
 @pytest.mark.parametrize(("kind", "how", "lateness", "options"), CASES, ids=str)
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=JOIN_EXAMPLES, deadline=None)
 @given(seed=st.integers(0, 2**31))
 def test_the_kernel_agrees_with_the_model(
     kind: str, how: str, lateness: int, options: dict[str, Any], seed: int
@@ -193,7 +198,7 @@ def test_the_kernel_agrees_with_the_model(
 
 
 @pytest.mark.parametrize("kind", ["interval", "window", "as_of"])
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=JOIN_EXAMPLES, deadline=None)
 @given(seed=st.integers(0, 2**31))
 def test_the_kernel_agrees_with_the_model_under_a_state_ttl(kind: str, seed: int) -> None:
     rng = random.Random(seed)

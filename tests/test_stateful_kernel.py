@@ -36,6 +36,8 @@ from krishiv_py.testing import AdvanceWatermark, Close, Send, Step, assert_same_
 from krishiv_py.testing.steps import _placeholder, reference_model_for
 
 SCHEMA = "k string, t bigint, v bigint"
+#: Random streams per property: the suite's share; ``nox -s deep`` (``KERNEL_EXAMPLES=600``) digs deeper.
+KERNEL_EXAMPLES = int(os.environ.get("KERNEL_EXAMPLES", "60"))
 Pipeline = Callable[[kp.Stream], kp.Stream]
 
 
@@ -238,7 +240,7 @@ steps = st.lists(step, min_size=1, max_size=6).map(lambda s: [*s, Close()])
 
 
 @pytest.mark.parametrize("kind", ["tumbling", "sliding", "session", "capped_session"])
-@settings(max_examples=int(os.environ.get("KERNEL_EXAMPLES", "150")))
+@settings(max_examples=KERNEL_EXAMPLES)
 @given(
     data=st.data(),
     lag=st.integers(0, 40),
@@ -266,7 +268,7 @@ def test_kernel_matches_model(
 
 
 @pytest.mark.parametrize("kind", ["tumbling", "sliding", "session", "capped_session"])
-@settings(max_examples=int(os.environ.get("KERNEL_EXAMPLES", "150")))
+@settings(max_examples=KERNEL_EXAMPLES)
 @given(
     data=st.data(),
     lag=st.integers(0, 40),
@@ -330,7 +332,7 @@ def time_interval(
     return build, events
 
 
-@settings(max_examples=int(os.environ.get("KERNEL_EXAMPLES", "150")))
+@settings(max_examples=KERNEL_EXAMPLES)
 @given(
     data=st.data(),
     lag=st.integers(0, 40),
@@ -380,7 +382,7 @@ def _event(e: kp.PaneEvent) -> tuple[Any, ...]:
     return (e.kind, e.key, e.window_start_ms, e.window_end_ms, e.values["count"], e.values["sum_v"])
 
 
-@settings(max_examples=int(os.environ.get("KERNEL_EXAMPLES", "150")))
+@settings(max_examples=KERNEL_EXAMPLES)
 @given(
     size=st.integers(1, 40),
     grace=st.sampled_from([0, 0, 5, 30]),
@@ -435,7 +437,7 @@ def mostly_in_order(draw: Any) -> tuple[int, list[Step]]:
     return size, [*out, Close()]
 
 
-@settings(max_examples=int(os.environ.get("KERNEL_EXAMPLES", "150")))
+@settings(max_examples=KERNEL_EXAMPLES)
 @given(
     case=mostly_in_order(),
     grace=st.sampled_from([0, 3, 20]),
@@ -499,7 +501,7 @@ def test_event_sliding_rows_in_order_take_the_vectorized_path() -> None:
     ("kind", "time"),
     [(k, t) for t in ("event", "processing") for k in ("tumbling", "session", "capped_session")],
 )
-@settings(max_examples=int(os.environ.get("KERNEL_EXAMPLES", "150")))
+@settings(max_examples=KERNEL_EXAMPLES)
 @given(
     data=st.data(),
     lag=st.integers(0, 40),
@@ -553,7 +555,7 @@ dense_steps = st.lists(
 ).map(lambda s: [*s, Close()])
 
 
-@settings(max_examples=int(os.environ.get("KERNEL_EXAMPLES", "150")))
+@settings(max_examples=KERNEL_EXAMPLES)
 @given(
     slide=st.integers(1, 10),
     panes=st.integers(2, 6),
@@ -585,7 +587,7 @@ def test_sliding_windows_merged_per_pane_match_the_model(
 
 
 @pytest.mark.parametrize("time", ["event", "processing"])
-@settings(max_examples=int(os.environ.get("KERNEL_EXAMPLES", "150")))
+@settings(max_examples=KERNEL_EXAMPLES)
 @given(
     slide=st.integers(1, 10),
     panes=st.integers(2, 6),
@@ -665,7 +667,7 @@ MERGING_TRIGGERS = [kp.Trigger.on_watermark(), kp.Trigger.on_interval(1), kp.Tri
 
 
 @pytest.mark.parametrize("kind", ["tumbling", "sliding"])
-@settings(max_examples=int(os.environ.get("KERNEL_EXAMPLES", "150")))
+@settings(max_examples=KERNEL_EXAMPLES)
 @given(
     data=st.data(),
     lag=st.integers(0, 40),
@@ -696,7 +698,7 @@ def test_rows_merged_before_the_operator_match_the_model(
     check(pipeline(kind, size, slide, lag, keyed, lateness, trigger, mode), scenario, map_tasks=tasks)
 
 
-@settings(max_examples=int(os.environ.get("KERNEL_EXAMPLES", "150")))
+@settings(max_examples=KERNEL_EXAMPLES)
 @given(
     size=st.integers(5, 60),
     lag=st.integers(0, 40),
@@ -722,7 +724,7 @@ def test_rows_merged_before_the_operator_expire_as_the_model(
     check(build, scenario, map_tasks=tasks)
 
 
-@settings(max_examples=int(os.environ.get("KERNEL_EXAMPLES", "150")))
+@settings(max_examples=KERNEL_EXAMPLES)
 @given(
     size=st.integers(5, 60),
     lag=st.integers(0, 40),
@@ -817,7 +819,7 @@ def sliding_spec(size: int, slide: int, **changes: Any) -> kernel.KernelSpec:
     return spec
 
 
-@settings(max_examples=int(os.environ.get("KERNEL_EXAMPLES", "150")))
+@settings(max_examples=KERNEL_EXAMPLES)
 @given(
     data=st.data(),
     slide=st.integers(1, 10),
@@ -902,7 +904,7 @@ def test_a_pane_state_tells_the_operator_when_its_next_window_fires() -> None:
     ]
 
 
-@settings(max_examples=int(os.environ.get("KERNEL_EXAMPLES", "150")))
+@settings(max_examples=KERNEL_EXAMPLES)
 @given(
     slide=st.integers(1, 10),
     panes=st.integers(2, 6),
