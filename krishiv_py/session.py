@@ -35,10 +35,12 @@ from krishiv_py.sender import Sender, memory_source, to_arrow_batch
 from krishiv_py.sql import execute
 from krishiv_py.sql.catalog import SqlCatalog
 from krishiv_py.types import to_schema
+from krishiv_py.viz import timeline
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from krishiv_py.runtime.handle import Job
     from krishiv_py.runtime.spool import Retention
 
 __all__ = ["Durability", "Session"]
@@ -85,6 +87,7 @@ class Session:
             progress=progress,
             on_stop=on_stop,
             register=self._sql.register,
+            timeline=_timeline,
         )
         self._visible = master.startswith("local")  # proven for other masters by a probe
 
@@ -411,3 +414,8 @@ class Session:
         Raises :class:`PlanError` for invalid or unsupported SQL, naming the construct, line and column.
         """
         return execute(self._sql, text, self.engine)
+
+
+def _timeline(job: Job, ax: Any) -> Any:
+    """How a job started by a session draws :meth:`~krishiv_py.runtime.handle.Job.plot_timeline`."""
+    return timeline(job, ax=ax)

@@ -57,15 +57,13 @@ class KeyedStream(WindowAssigners):
         >>> totals.columns
         ('user_id', 'sum_amount', 'kind')
         """
-        from krishiv_py.api.stream import Stream
-
         for a in aggregates:
             if not isinstance(a, AggExpr):
                 raise PlanError(f"agg() takes aggregates such as kp.count(kp.col('*')), got {a!r}")
         plan = n.KeyedAggregate(
             input=self.stream.plan, keys=self.keys, aggregates=tuple(a.call for a in aggregates)
         )
-        return Stream(self.stream.session, plan)
+        return self.stream._with(plan)
 
     if not TYPE_CHECKING:  # at run time only: a type checker still flags these calls
 
@@ -94,11 +92,8 @@ class KeyedStream(WindowAssigners):
             clicks.watermark("ts", 5_000).key_by("ad").interval_join(
                 views.watermark("ts", 5_000).key_by("ad"), between=(-600_000, 0))
         """
-        from krishiv_py.api.stream import joined
-
         keys = _keys_of(right)
-        return joined(
-            self.stream,
+        return self.stream._joined(
             self.keys,
             right.stream,
             keys,
@@ -127,11 +122,8 @@ class KeyedStream(WindowAssigners):
             orders.watermark("ts", 1_000).key_by("currency").as_of_join(
                 rates.watermark("ts", 1_000).key_by("currency"), how="left")
         """
-        from krishiv_py.api.stream import joined
-
         keys = _keys_of(right)
-        return joined(
-            self.stream,
+        return self.stream._joined(
             self.keys,
             right.stream,
             keys,

@@ -92,7 +92,17 @@ class Stream(WindowAssigners):
         return n.is_bounded(self._plan)
 
     def _with(self, plan: n.PlanNode) -> Stream:
+        """A stream of ``plan`` on this stream's engine (how the builders below make their results)."""
         return Stream(self._engine, plan)
+
+    def _joined(
+        self, keys: tuple[str, ...], right: Stream, right_keys: tuple[str, ...], what: str, **join: Any
+    ) -> JoinedStream:
+        """This stream joined with ``right`` on their keys (``join``: the node's other fields), one engine."""
+        if self._engine is not None and right.session is not None and self._engine is not right.session:
+            raise PlanError(f"{what}: both sides must come from the same Session")
+        node = n.Join(left=self._plan, right=right.plan, left_keys=keys, right_keys=right_keys, **join)
+        return JoinedStream(self._engine if self._engine is not None else right.session, node)
 
     def register(self, name: str) -> Stream:
         """Make this stream readable by ``session.sql`` as ``name``; returns this stream.
@@ -519,21 +529,6 @@ class JoinedStream(Stream):
         if not isinstance(config, StateTtlConfig):
             raise PlanError(f"with_state_ttl() takes a StateTtlConfig(ttl_ms=...), got {config!r}")
         return self._emit(state_ttl=config)
-
-
-def joined(
-    left: Stream,
-    left_keys: tuple[str, ...],
-    right: Stream,
-    right_keys: tuple[str, ...],
-    what: str,
-    **join: Any,
-) -> JoinedStream:
-    """The join of ``left`` and ``right`` on their keys (``join``: the node's other fields), on one engine."""
-    if left.session is not None and right.session is not None and left.session is not right.session:
-        raise PlanError(f"{what}: both sides must come from the same Session")
-    node = n.Join(left=left.plan, right=right.plan, left_keys=left_keys, right_keys=right_keys, **join)
-    return JoinedStream(left.session if left.session is not None else right.session, node)
 
 
 class Explanation(str):

@@ -264,8 +264,6 @@ class WindowedStream:
         Result columns: the keys, ``window_start``, ``window_end`` (UTC
         timestamps) and the aggregates in the order given.
         """
-        from krishiv_py.api.stream import Stream
-
         for a in aggregates:
             if not isinstance(a, AggExpr):
                 raise PlanError(f"agg() takes aggregates such as kp.count(kp.col('*')), got {a!r}")
@@ -276,7 +274,7 @@ class WindowedStream:
             aggregates=tuple(a.call for a in aggregates),
             emission=self.emission,
         )
-        return Stream(self.stream.session, plan)
+        return self.stream._with(plan)
 
     def join(
         self,
@@ -298,8 +296,6 @@ class WindowedStream:
             persons.watermark("ts", 0).key_by("id").tumbling_window(10_000).join(
                 auctions.watermark("ts", 0).key_by("seller").tumbling_window(10_000))
         """
-        from krishiv_py.api.stream import joined
-
         if not isinstance(right, WindowedStream):
             raise PlanError(
                 "join() takes the other side windowed the same way: "
@@ -314,8 +310,7 @@ class WindowedStream:
                 "join(): set allowed_lateness, accumulation, a late-event handler or a state TTL on the "
                 "join's result (.join(...).allowed_lateness(...)), not on the windows"
             )
-        return joined(
-            self.stream,
+        return self.stream._joined(
             self.keys,
             right.stream,
             right.keys,

@@ -9,6 +9,7 @@ implement it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
@@ -168,12 +169,21 @@ class Job:
         table: pa.Table = read()
         return table
 
+    #: What draws :meth:`plot_timeline` (``krishiv_py.viz.timeline``): the engine that starts the
+    #: job sets it; a job started otherwise draws nothing.
+    timeline_plotter: Callable[[Job, Any], Any] | None = None
+
     def plot_timeline(self, *, ax: Any = None) -> Any:
         """The watermark timeline of this job: a matplotlib ``Figure`` (see :func:`krishiv_py.viz.timeline`).
 
         Needs matplotlib (``python -m pip install '.[viz]' (in the krishiv_py clone)``).
         """
-        raise NotImplementedError
+        if self.timeline_plotter is None:
+            raise SessionError(
+                "this job was not started by a Session, which draws timelines; call "
+                "krishiv_py.viz.timeline(job) instead"
+            )
+        return self.timeline_plotter(self, ax)
 
     @property
     def is_active(self) -> bool:

@@ -95,13 +95,6 @@ def close_writers(*writers: object) -> None:
             close()
 
 
-def _plot_timeline(job: Job, ax: Any) -> Any:
-    # The one call from the runtime up to a layer above it: a notebook convenience.
-    from krishiv_py.viz import timeline
-
-    return timeline(job, ax=ax)
-
-
 class StreamingJob(Job):
     """A Spark Structured Streaming query running a native recipe."""
 
@@ -151,9 +144,6 @@ class StreamingJob(Job):
         )
         self._relaunch = relaunch
         self._restart_lock = threading.Lock()
-
-    def plot_timeline(self, *, ax: Any = None) -> Any:
-        return _plot_timeline(self, ax)
 
     def _recover(self, failed: Any = None) -> bool:
         """If the query failed on a file of a ``bad_files="quarantine"`` source: set it aside, run again.
@@ -647,9 +637,6 @@ class BoundedJob(Job):
 
     def process_all_available(self) -> None:
         return None
-
-    def plot_timeline(self, *, ax: Any = None) -> Any:
-        return _plot_timeline(self, ax)
 
     def await_termination(self, timeout_s: float | None = None) -> bool:
         return True

@@ -18,7 +18,7 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from krishiv_py._display import safe
 from krishiv_py.errors import SessionError
@@ -62,8 +62,11 @@ class SparkEngine:
         progress: bool | None = None,
         on_stop: Callable[[], None] | None = None,
         register: Callable[[str, n.PlanNode], None] | None = None,
+        timeline: Callable[[Job, Any], Any] | None = None,
     ) -> None:
         self._spark = spark
+        #: What draws a job's timeline (the session's ``krishiv_py.viz.timeline``), handed to each job.
+        self._timeline = timeline
         self._register = register
         self._owns_spark = owns_spark
         self.profile = profile
@@ -137,7 +140,7 @@ class SparkEngine:
     # --- the Engine protocol ---------------------------------------------------------
 
     def run_bounded(self, plan: n.PlanNode, recipe: SparkRecipe, sink: Sink, *, metrics: bool = True) -> Job:
-        return launch.run_bounded(
+        job = launch.run_bounded(
             self.spark,
             plan,
             recipe,
@@ -146,6 +149,8 @@ class SparkEngine:
             progress=self.progress,
             on_interrupt=self.cancel_spark_jobs,
         )
+        job.timeline_plotter = self._timeline
+        return job
 
     def start_job(self, plan: n.PlanNode, recipe: SparkRecipe, options: StartOptions) -> Job:
         job = launch.launch(
@@ -159,6 +164,7 @@ class SparkEngine:
             progress=self.progress,
             on_interrupt=self.cancel_spark_jobs,
         )
+        job.timeline_plotter = self._timeline
         if job.checkpoint_dir is not None:
             self.jobs.append(job)
         return job
