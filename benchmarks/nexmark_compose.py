@@ -13,7 +13,7 @@ Four of Nexmark's queries over this repository's Nexmark tables
 * a PyFlink run of the same SQL on the same data (:func:`flink_rows`), in
   streaming mode, where Flink can run it;
 * :func:`compare`: both engines, and whether they agree row for row;
-* krishiv's pipelines of q4, q9 and q23 with the builder
+* krishiv's pipelines of q4, q6, q9 and q23 with the builder
   (:func:`krishiv_pipeline`, each query's docstring says how), q4 and q9
   also in krishiv SQL, whose plans equal the builder's
   (:func:`sql_plan_agrees`), and :func:`krishiv_rows`, which runs one
@@ -77,8 +77,9 @@ lateness (:func:`watermark_lag_ms`, 62 s): no row is behind it, so a
 streamed run has every row the reference has, and its final rows are the
 bounded answer. An updating result (q4, q9) is applied by its ``kind``
 column (:func:`current_rows`): each ``retract`` withdraws an equal
-``emit``. q6 is not run: its frame of rows over the top-N's updating rows is
-not a krishiv stage yet.
+``emit``. q6's ``OVER`` gives a row per winning bid; krishiv's q6 holds each
+seller's current row, checked against the reference's last row per seller
+(:meth:`NexmarkQuery.as_current`).
 
 Run::
 
@@ -102,7 +103,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -144,6 +145,15 @@ class NexmarkQuery:
     flink_sql: str = ""
     #: The query in krishiv SQL (the form docs/sql.md accepts), ``""`` where it has none.
     krishiv_sql: str = ""
+    #: Where krishiv's result is each key's current row and ``sql``'s is one row per input
+    #: (q6's ``OVER``): the SQL of the rows it leaves, one per ``key``.
+    current_sql: str = ""
+
+    def as_current(self) -> NexmarkQuery:
+        """The query whose rows krishiv's result leaves (itself, unless :attr:`current_sql`)."""
+        if not self.current_sql:
+            return self
+        return replace(self, sql=self.current_sql, flink_sql="", key=(self.columns[0][0],))
 
     @property
     def column_names(self) -> tuple[str, ...]:
@@ -273,11 +283,18 @@ def q6() -> NexmarkQuery:
 
     krishiv plan
     ------------
-    q9's winning bid per auction (``top_n(1, ..., per="key", keys=("id",))``,
-    updating); then per seller, over the winning bids ordered by bid time, a
-    frame of the current row and the ten before it, its rows retracted and
-    re-emitted as a winning bid changes. krishiv has no such rows-frame stage
-    yet; the reference stands for when it has.
+    krishiv's result holds each seller's *current* average: that of the
+    seller's last row of the ``OVER`` query, the mean of its 11 latest
+    winning prices (:attr:`NexmarkQuery.current_sql`, checked against the
+    ``OVER`` reference's last rows in the tests). The join and filter of
+    :func:`q9` (:func:`lifetime_bids`); q9's winning bid per auction
+    (``top_n(1, by="price", per="key", keys=("id",), ties="first")``,
+    updating, beside the join); the seller's 11 latest winning bids
+    (``top_n(11, by=("date_time_right", "id"), per="key", keys=("seller",))``
+    over those changes: a stage of its own, keyed by seller, holding every
+    live winning bid of a seller); then ``key_by("seller").agg(avg(price))``
+    over its changes, in the stage's call. A new winning bid of an auction
+    retracts the old one all the way down.
     """
     sql = """SELECT Q.seller, AVG(CAST(Q.price AS DOUBLE)) OVER
     (PARTITION BY Q.seller ORDER BY {order} ROWS BETWEEN 10 PRECEDING AND CURRENT ROW) AS avg_price
@@ -295,6 +312,17 @@ FROM (
         sql=sql.format(order="Q.date_time, Q.id"),
         flink_sql=sql.format(order="Q.date_time"),
         columns=(("seller", "BIGINT"), ("avg_price", "DOUBLE")),
+        current_sql="""SELECT seller, AVG(CAST(price AS DOUBLE)) AS avg_price
+FROM (
+    SELECT *, ROW_NUMBER() OVER (PARTITION BY seller ORDER BY date_time DESC, id DESC) AS recent
+    FROM (
+        SELECT *, ROW_NUMBER() OVER (PARTITION BY id, seller ORDER BY price DESC, date_time ASC) AS rownum
+        FROM (SELECT A.id, A.seller, B.price, B.date_time
+            FROM auction AS A, bid AS B
+            WHERE A.id = B.auction AND B.date_time BETWEEN A.date_time AND A.expires)
+    ) WHERE rownum <= 1
+) WHERE recent <= 11
+GROUP BY seller""",
     )
 
 
@@ -719,7 +747,7 @@ def compare(query: str, dataset: Dataset) -> bool:
 # --- krishiv: the builder's pipelines, their SQL, and runs --------------------------------------
 
 #: The queries krishiv runs (q6's frame of rows over top-N results is not a krishiv stage yet).
-KRISHIV_QUERIES = ("q4", "q9", "q23")
+KRISHIV_QUERIES = ("q4", "q6", "q9", "q23")
 #: q23's joins: a partner at most the longest auction before or after (``benchmarks.joins.BETWEEN``).
 BETWEEN = (-MAX_AUCTION_DURATION_MS, MAX_AUCTION_DURATION_MS)
 #: The bid table as krishiv reads it: the columns Nexmark's q9 ranks a tie by first (see :func:`q9`).
@@ -762,6 +790,13 @@ def q4_pipeline(streams: Streams, lag_ms: int) -> kp.Stream:
     return final.key_by("category").agg(kp.avg(kp.col("final")).alias("avg_final"))
 
 
+def q6_pipeline(streams: Streams, lag_ms: int) -> kp.Stream:
+    """q6 with the builder (see :func:`q6`): each seller's current average of its 11 latest winning bids."""
+    winning = lifetime_bids(streams, lag_ms).top_n(1, by="price", per="key", keys=("id",), ties="first")
+    latest = winning.top_n(11, by=("date_time_right", "id"), per="key", keys=("seller",))
+    return latest.key_by("seller").agg(kp.avg(kp.col("price")).alias("avg_price"))
+
+
 def q9_pipeline(streams: Streams, lag_ms: int) -> kp.Stream:
     """q9 with the builder (see :func:`q9`); the bids' columns in :data:`RANKED_BID_DDL`'s order."""
     best = lifetime_bids(streams, lag_ms).top_n(1, by="price", per="key", keys=("id",), ties="first")
@@ -786,6 +821,7 @@ def q23_pipeline(streams: Streams, lag_ms: int) -> kp.Stream:
 
 PIPELINES: dict[str, Callable[[Streams, int], kp.Stream]] = {
     "q4": q4_pipeline,
+    "q6": q6_pipeline,
     "q9": q9_pipeline,
     "q23": q23_pipeline,
 }
@@ -919,7 +955,7 @@ def krishiv_rows(
     """Run ``query`` in krishiv bounded and streamed on ``dataset``; compare with :func:`duckdb_rows`."""
     q = QUERIES[query] if isinstance(query, str) else query
     return KrishivCheck(
-        reference=duckdb_rows(q, dataset),
+        reference=duckdb_rows(q.as_current(), dataset),
         bounded=run_krishiv(q, session, dataset, streaming=False, sql=sql),
         streaming=run_krishiv(q, session, dataset, streaming=True, sql=sql),
     )
@@ -977,7 +1013,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--events", type=int, default=20_000, help="size of the generated Nexmark dataset")
     p.add_argument("--dataset", help="an existing Nexmark dataset directory (instead of --events)")
     p.add_argument(
-        "--krishiv", action="store_true", help="also run krishiv (q4, q9, q23), streamed and bounded"
+        "--krishiv", action="store_true", help="also run krishiv (q4, q6, q9, q23), streamed and bounded"
     )
     p.add_argument("--no-flink", action="store_true", help="leave PyFlink out")
     p.add_argument("--flink-python", help="the interpreter of a PyFlink environment")
@@ -994,7 +1030,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     reference = duckdb_rows(query, dataset)
     print(f"duckdb:  {len(reference):,} rows in {time.perf_counter() - start:.2f} s (the reference)")
     if args.krishiv and query.name in PIPELINES:
-        _print_krishiv(query, dataset, reference, events)
+        current = duckdb_rows(query.as_current(), dataset) if query.current_sql else reference
+        if query.current_sql:
+            print(f"duckdb:  {len(current):,} rows: the last of each {query.as_current().key[0]} (krishiv's)")
+        _print_krishiv(query, dataset, current, events)
     elif args.krishiv:
         print(f"krishiv: not run, it runs {', '.join(KRISHIV_QUERIES)}")
     if not args.no_flink:

@@ -94,6 +94,19 @@ def test_q6_averages_each_winning_price_with_the_sellers_ten_before(
     assert rows_agree(rows, list(zip(won["seller"], won["avg"].astype(float), strict=True)))
 
 
+def test_q6s_current_rows_are_each_sellers_last_row_of_the_over_query(
+    dataset: data.Dataset, in_lifetime: pd.DataFrame
+) -> None:
+    """krishiv's q6 holds a row per seller: the reference's row of its latest winning bid."""
+    current = duckdb_rows(QUERIES["q6"].as_current(), dataset)
+
+    won = winners(in_lifetime).sort_values(["seller", "bid_date_time", "id"])
+    won["avg"] = won.groupby("seller")["price"].transform(lambda p: p.rolling(11, min_periods=1).mean())
+    last = won.groupby("seller").tail(1)
+    assert len(current) == len(last) < len(won)
+    assert rows_agree(current, list(zip(last["seller"], last["avg"].astype(float), strict=True)))
+
+
 def test_q23_one_row_per_bid_and_each_auction_its_bidder_sells(dataset: data.Dataset) -> None:
     rows = duckdb_rows(QUERIES["q23"], dataset)
     got = pd.DataFrame(rows, columns=QUERIES["q23"].column_names)
