@@ -30,6 +30,7 @@ __all__ = [
     "HANDED_TS",
     "IN_TOP",
     "KEYED_LIVE",
+    "KEYED_NEWEST",
     "CHAIN_FIRST",
     "CHAIN_ROWS",
     "CHAIN_SEQ",
@@ -286,6 +287,8 @@ def keyed_output(i: int) -> str:
 
 #: A retracting aggregation per key's state column: each key's live rows.
 KEYED_LIVE = "__kp_live"
+#: An aggregation per key with a state TTL: the newest event time (µs) of each key's rows.
+KEYED_NEWEST = "__kp_newest"
 
 
 def keyed_values(j: int) -> str:

@@ -22,6 +22,7 @@ from krishiv_py.api.stream import placeholder
 from krishiv_py.model.compose import AggOf, ComposedModel, Source
 from krishiv_py.model.reference import AggSpec as ModelAgg
 from krishiv_py.names import BATCH_TS, SEQ
+from krishiv_py.plan import nodes as n
 from krishiv_py.planner.spark.stateful import kernel_aggs
 from krishiv_py.stateful.keyed_agg import KeyedAggKernel
 
@@ -164,3 +165,77 @@ def test_a_table_sink_holds_each_keys_current_row(session: kp.Session, tmp_path:
             assert sorted(got, key=repr) == sorted(current.values(), key=repr)
     finally:
         job.stop()
+
+
+# --- a state TTL --------------------------------------------------------------------------------
+
+
+def _counts(ttl_ms: int) -> KeyedAggKernel:
+    plan = placeholder(SCHEMA, "s").watermark("t", 0).key_by("k").agg(kp.count(kp.col("*"))).plan
+    assert isinstance(plan, n.KeyedAggregate)
+    count = kernel_aggs(plan)
+    return KeyedAggKernel(keys=("k",), aggs=count, ttl_ms=ttl_ms)
+
+
+def _batch(rows: list[tuple[str, int]], seq: int = 0) -> pa.Table:
+    return pa.table(
+        {
+            "k": pa.array([k for k, _ in rows], pa.string()),
+            BATCH_TS: pa.array([t * 1_000 for _, t in rows], pa.int64()),
+            SEQ: pa.array(range(seq, seq + len(rows)), pa.int64()),
+        }
+    )
+
+
+def test_a_key_quiet_for_the_ttl_leaves_the_state_and_its_last_row_stands() -> None:
+    kernel = _counts(10)
+    state, _ = kernel.step(None, _batch([("a", 1), ("b", 5), ("b", 6)]), None, 0)
+    assert kernel.next_due(state)[0] == 11  # a's newest row (1 ms) plus the TTL
+    state, out = kernel.step(state, _batch([], 3), 11, 0)
+    assert out.expired == 1 and out.results.num_rows == 0  # silently, as Flink's state TTL
+    assert [r["k"] for r in state.to_pylist()] == ["b"] and kernel.next_due(state)[0] == 16
+    state, out = kernel.step(state, _batch([("a", 30), ("b", 30)], 3), 12, 0)
+    got = {tuple(r.values()) for r in out.results.to_pylist()}  # (key, count, kind)
+    assert got == {("a", 1, "emit"), ("b", 2, "retract"), ("b", 3, "emit")}  # a starts again
+
+
+@pytest.mark.spark
+def test_a_ttl_on_agg_reaches_the_kernel_and_explain(session: kp.Session) -> None:
+    stream, _ = session.memory_stream(SCHEMA, name=f"s_{uuid.uuid4().hex[:6]}")
+    keyed = stream.watermark("t", 0).key_by("k")
+    counts = keyed.with_state_ttl(kp.StateTtlConfig(ttl_ms=60_000)).agg(kp.count(kp.col("*")))
+    assert "state TTL 60000 ms of event time" in counts.explain()
+    with pytest.raises(kp.PlanError, match="event-time state TTL"):
+        keyed.with_state_ttl(kp.StateTtlConfig(ttl_ms=5, time="processing")).agg(kp.count(kp.col("*")))
+    with pytest.raises(kp.PlanError, match="takes its own"):
+        keyed.with_state_ttl(kp.StateTtlConfig(ttl_ms=5)).interval_join(keyed, between=(0, 1))
+    window = keyed.with_state_ttl(kp.StateTtlConfig(ttl_ms=7)).tumbling_window(10)
+    assert window.emission.state_ttl == kp.StateTtlConfig(ttl_ms=7)
+
+
+@pytest.mark.spark
+def test_a_streaming_aggregation_with_a_ttl_expires_quiet_keys(session: kp.Session) -> None:
+    stream, sender = session.memory_stream(SCHEMA, name=f"s_{uuid.uuid4().hex[:6]}")
+    keyed = stream.watermark("t", 0).key_by("k").with_state_ttl(kp.StateTtlConfig(ttl_ms=10))
+    job = keyed.agg(kp.count(kp.col("*")).alias("n")).start()
+    try:
+        sender.send([{"k": "a", "t": 1, "v": 1}, {"k": "b", "t": 2, "v": 1}])
+        job.process_all_available()
+        sender.send([{"k": "b", "t": 30, "v": 1}])  # the watermark passes a's and b's first rows + 10 ms
+        job.process_all_available()
+        sender.advance_watermark(35)
+        job.process_all_available()
+        sender.send([{"k": "a", "t": 40, "v": 1}])  # a starts again
+        job.process_all_available()
+        rows = [(r["k"], r["n"], r["kind"]) for r in job.results().to_pylist()]
+        m = job.metrics()
+    finally:
+        job.stop()
+    assert rows == [
+        ("a", 1, "emit"),
+        ("b", 1, "emit"),
+        ("b", 1, "retract"),
+        ("b", 2, "emit"),
+        ("a", 1, "emit"),
+    ]
+    assert (m.state_evictions or 0) >= 1

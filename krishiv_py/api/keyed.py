@@ -10,6 +10,7 @@ from krishiv_py.api.windowed import WindowAssigners, WindowedStream
 from krishiv_py.errors import PlanError, attribute_error
 from krishiv_py.expr import AggExpr
 from krishiv_py.plan import nodes as n
+from krishiv_py.plan.emission import Emission, StateTtlConfig
 from krishiv_py.plan.windows import WindowSpec
 
 if TYPE_CHECKING:
@@ -24,6 +25,8 @@ class KeyedStream(WindowAssigners):
 
     stream: Stream
     keys: tuple[str, ...]
+    #: Per-key state TTL (:meth:`with_state_ttl`) of the aggregation or windows that follow.
+    state_ttl: StateTtlConfig | None = None
 
     def __attrs_post_init__(self) -> None:
         if not self.keys:
@@ -37,7 +40,31 @@ class KeyedStream(WindowAssigners):
             raise PlanError(f"key_by() names a column twice: {', '.join(self.keys)}")
 
     def _windowed(self, window: WindowSpec) -> WindowedStream:
-        return WindowedStream(self.stream, self.keys, window)
+        return WindowedStream(self.stream, self.keys, window, Emission(state_ttl=self.state_ttl))
+
+    def with_state_ttl(self, config: StateTtlConfig) -> KeyedStream:
+        """Bound the state per key of the ``agg()`` (or the windows) that follow: SPEC 3.9's TTL.
+
+        After ``agg()`` without a window, a key whose newest row is
+        ``config.ttl_ms`` of event time behind the watermark leaves the state
+        (as Flink's state TTL: its last row stands downstream, and a later row
+        of the key starts it again; each expiry counts in
+        ``JobMetrics.state_evictions``). Windows take it as
+        ``WindowedStream.with_state_ttl`` does.
+
+        Examples
+        --------
+        >>> import krishiv_py as kp
+        >>> from krishiv_py.api.stream import placeholder
+        >>> clicks = placeholder("user_id string, t bigint", "clicks")
+        >>> day = kp.StateTtlConfig(ttl_ms=86_400_000)
+        >>> per_user = clicks.watermark("t", 0).key_by("user_id").with_state_ttl(day)
+        >>> per_user.agg(kp.count(kp.col("*"))).plan.emission.state_ttl.ttl_ms
+        86400000
+        """
+        if not isinstance(config, StateTtlConfig):
+            raise PlanError(f"with_state_ttl() takes a StateTtlConfig(ttl_ms=...), got {config!r}")
+        return attrs.evolve(self, state_ttl=config)
 
     def agg(self, *aggregates: AggExpr) -> Stream:
         """Aggregate every row so far per key, without a window: an updating result per key.
@@ -61,9 +88,19 @@ class KeyedStream(WindowAssigners):
             if not isinstance(a, AggExpr):
                 raise PlanError(f"agg() takes aggregates such as kp.count(kp.col('*')), got {a!r}")
         plan = n.KeyedAggregate(
-            input=self.stream.plan, keys=self.keys, aggregates=tuple(a.call for a in aggregates)
+            input=self.stream.plan,
+            keys=self.keys,
+            aggregates=tuple(a.call for a in aggregates),
+            emission=Emission(state_ttl=self.state_ttl),
         )
         return self.stream._with(plan)
+
+    def _no_ttl(self, what: str, right: KeyedStream) -> None:
+        if self.state_ttl is not None or right.state_ttl is not None:
+            raise PlanError(
+                f"key_by(...).with_state_ttl() applies to agg() and windows; {what} takes its own: "
+                ".interval_join(...).with_state_ttl(...)"
+            )
 
     if not TYPE_CHECKING:  # at run time only: a type checker still flags these calls
 
@@ -93,6 +130,7 @@ class KeyedStream(WindowAssigners):
                 views.watermark("ts", 5_000).key_by("ad"), between=(-600_000, 0))
         """
         keys = _keys_of(right)
+        self._no_ttl("a join", right)
         return self.stream._joined(
             self.keys,
             right.stream,
@@ -123,6 +161,7 @@ class KeyedStream(WindowAssigners):
                 rates.watermark("ts", 1_000).key_by("currency"), how="left")
         """
         keys = _keys_of(right)
+        self._no_ttl("a join", right)
         return self.stream._joined(
             self.keys,
             right.stream,

@@ -143,7 +143,8 @@ class Trigger:
 
 @attrs.frozen(kw_only=True)
 class StateTtlConfig:
-    """Drop window state that has not been updated for ``ttl_ms``.
+    """Drop window state (or, after ``key_by(...).with_state_ttl(...).agg(...)``, a key's) that has
+    not been updated for ``ttl_ms``.
 
     ``time="event"`` (the default) measures in event time: a window whose
     newest row is ``ttl_ms`` or more behind the watermark expires, and a row

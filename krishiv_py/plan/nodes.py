@@ -275,6 +275,12 @@ class KeyedAggregate:
         _check_per_key_input(self.input, self.keys, "an aggregation per key without a window (agg())")
         if not self.aggregates:
             raise PlanError("agg() needs at least one aggregate, e.g. kp.count(kp.col('*'))")
+        ttl = self.emission.state_ttl
+        if ttl is not None and ttl.time != "event":
+            raise PlanError(
+                "agg() without a window takes an event-time state TTL for now "
+                f"(StateTtlConfig(ttl_ms={ttl.ttl_ms})), not time={ttl.time!r}"
+            )
         if _takes_retractions(self.input) and any(a.func in ("first", "last") for a in self.aggregates):
             raise PlanError(
                 "first()/last() in agg() over rows that may be withdrawn (a retracting join, an "

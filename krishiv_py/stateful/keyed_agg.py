@@ -51,6 +51,16 @@ Retracting input
     NaN and infinity counts of each float sum and the value multisets
     (``__kp_values_<j>``: a list of ``{v, n}``, ascending, NaN last).
 
+State TTL
+    With ``ttl_ms`` (``key_by(...).with_state_ttl(StateTtlConfig(ttl_ms))``),
+    each key keeps the newest event time of its rows (``__kp_newest``); a
+    key whose newest row is ``ttl_ms`` or more behind the watermark leaves
+    the state silently (counted in ``expired``), as Flink's state TTL does:
+    its last row stands downstream, and a later row of the key starts it
+    again, emitted without a retraction (an upsert table replaces the
+    key's row; an operator after it holds both). The bucket is woken when
+    its oldest key expires.
+
 Examples
 --------
 >>> import pyarrow as pa
@@ -93,7 +103,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from krishiv_py.names import BATCH_TS, KEYED_LIVE, RESULT_KIND, SEQ, keyed_special, keyed_values
+from krishiv_py.names import BATCH_TS, KEYED_LIVE, KEYED_NEWEST, RESULT_KIND, SEQ, keyed_special, keyed_values
 from krishiv_py.names import keyed_output as _out
 from krishiv_py.stateful._arrow import arrow, list_array, table_of
 from krishiv_py.stateful.aggregates import (
@@ -140,6 +150,8 @@ class KeyedAggKernel(Unmerged):
     keys: tuple[str, ...]
     aggs: tuple[AggSpec, ...]
     retracting: bool = False
+    #: Event-time state TTL (ms): a key whose newest row is this far behind the watermark goes.
+    ttl_ms: int | None = None
 
     def __attrs_post_init__(self) -> None:
         picks = [f"{a.func}({a.column})" for a in self.aggs if a.func in ("first", "last")]
@@ -170,6 +182,8 @@ class KeyedAggKernel(Unmerged):
         valid, late = arrivals(batch, watermark_ms)
         rows = batch.filter(pa.array(valid)) if not valid.all() else batch
         held = state if state is not None and state.num_rows else None
+        if self.ttl_ms is not None:
+            return self._with_ttl(held, rows, watermark_ms)
         retract = self._retractions(rows)
         unmatched = 0
         if not rows.num_rows:
@@ -187,6 +201,47 @@ class KeyedAggKernel(Unmerged):
             arithmetic_errors=unmatched,
         )
         return (new_state if new_state is not None else self._state_schema(rows).empty_table()), out
+
+    def _with_ttl(
+        self, held: pa.Table | None, rows: pa.Table, watermark_ms: int | None
+    ) -> tuple[pa.Table, StepOutput]:
+        """A step of a kernel with a state TTL: the plain step, each key's newest event time kept
+        beside its state, then the keys the TTL expires dropped (see the module docstring)."""
+        plain = attrs.evolve(self, ttl_ms=None)
+        newest_held = held.column(KEYED_NEWEST) if held is not None else None
+        inner = held.drop_columns([KEYED_NEWEST]) if held is not None else None
+        state, out = plain.step(inner, rows, watermark_ms, 0)  # (the invalid rows are not in ``rows``)
+        # Each key's newest event time: the held one, or the newest of its rows in this batch.
+        parts = [state.select(list(self.keys))]
+        if held is not None:
+            parts.append(held.select(list(self.keys)).cast(parts[0].schema))
+        if rows.num_rows:
+            parts.append(rows.select(list(self.keys)).cast(parts[0].schema))
+        both = pa.concat_tables(parts)
+        ids, groups, _ = (
+            group_ids([both.column(k).combine_chunks() for k in self.keys])
+            if both.num_rows
+            else (
+                np.zeros(0, np.int64),
+                0,
+                None,
+            )
+        )
+        newest = np.full(groups, np.iinfo(np.int64).min, np.int64)
+        at = state.num_rows
+        if held is not None and newest_held is not None:
+            np.maximum.at(newest, ids[at : at + held.num_rows], newest_held.to_numpy().astype(np.int64))
+            at += held.num_rows
+        if rows.num_rows:
+            np.maximum.at(newest, ids[at:], rows.column(BATCH_TS).to_numpy().astype(np.int64))
+        kept_newest = newest[ids[: state.num_rows]]
+        gone = np.zeros(state.num_rows, bool)
+        if watermark_ms is not None and self.ttl_ms is not None:
+            gone = kept_newest + self.ttl_ms * 1000 <= watermark_ms * 1000
+        state = state.filter(pa.array(~gone)).append_column(
+            KEYED_NEWEST, pa.array(kept_newest[~gone], pa.int64())
+        )
+        return state, attrs.evolve(out, expired=int(gone.sum()))
 
     def _retractions(self, rows: pa.Table) -> Bools:
         """Which rows withdraw an earlier one (none without a ``kind`` column)."""
@@ -419,7 +474,10 @@ class KeyedAggKernel(Unmerged):
         return pa.schema(fields)
 
     def next_due(self, state: pa.Table) -> tuple[int, int]:
-        return NOT_DUE, NOT_DUE
+        if self.ttl_ms is None or not state.num_rows:
+            return NOT_DUE, NOT_DUE
+        oldest = int(pc.min(state.column(KEYED_NEWEST)).as_py())
+        return -(-oldest // 1000) + self.ttl_ms, NOT_DUE  # the watermark at which a key expires
 
     def output_watermark(self, watermark_ms: int | None) -> int | None:
         return watermark_ms
@@ -430,7 +488,10 @@ class KeyedAggKernel(Unmerged):
     def describe(self) -> str:
         aggs = ", ".join(f"{a.func}({a.column or '*'})" for a in self.aggs)
         input_kind = ", retracting input" if self.retracting else ""
-        return f"krishiv aggregation per key: keys={list(self.keys)} aggs=[{aggs}] (no window{input_kind})"
+        ttl = f", state TTL {self.ttl_ms} ms of event time" if self.ttl_ms is not None else ""
+        return (
+            f"krishiv aggregation per key: keys={list(self.keys)} aggs=[{aggs}] (no window{input_kind}{ttl})"
+        )
 
 
 @attrs.frozen(kw_only=True)

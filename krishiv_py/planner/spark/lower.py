@@ -369,7 +369,7 @@ KEYED_REASON = (
     "; the aggregation per key without a window runs in krishiv's operator, by key bucket: each "
     "micro-batch that changes a key's values retracts the key's previous row and emits the new one "
     "(Spark's own streaming aggregation in update mode emits no retraction); the state holds one row "
-    "per key seen and grows with the keys"
+    "per key seen and grows with the keys, unless key_by(...).with_state_ttl() expires the quiet ones"
 )
 
 #: Why a top-N per key runs as it does (docs/windows.md, "Without a window").

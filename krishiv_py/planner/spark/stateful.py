@@ -304,7 +304,8 @@ def keyed_operator(node: n.KeyedAggregate | n.KeyedTopN) -> tuple[Any, tuple[Any
     kernel: Any
     if isinstance(node, n.KeyedAggregate):
         needed = {*node.keys, *(a.column for a in node.aggregates if a.column is not None)}
-        kernel = KeyedAggKernel(keys=node.keys, aggs=kernel_aggs(node))
+        ttl = node.emission.state_ttl
+        kernel = KeyedAggKernel(keys=node.keys, aggs=kernel_aggs(node), ttl_ms=ttl.ttl_ms if ttl else None)
     else:  # a top-N's rows are its results: every column travels (a changelog's kind aside)
         needed = set(schema.names) - {RESULT_KIND}
         kernel = KeyedTopNKernel(
