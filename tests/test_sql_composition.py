@@ -288,6 +288,19 @@ def test_group_by_over_a_retracting_outer_join_takes_its_retractions() -> None:
 # --- aggregations stacked -------------------------------------------------------------------------
 
 
+def test_a_ranked_subquery_over_a_group_by_is_a_top_n_over_its_changes() -> None:
+    """Flink's Top-N over an aggregation: the three sellers with the most auctions per category."""
+    text = """SET watermark.column = date_time;
+              SELECT category, seller, n FROM (
+                  SELECT *, ROW_NUMBER() OVER (PARTITION BY category ORDER BY n DESC) AS rn
+                  FROM (SELECT category, seller, COUNT(*) AS n FROM auction GROUP BY category, seller)
+              ) WHERE rn <= 3"""
+    counts = timed(AUCTION).key_by("category", "seller").agg(COUNT.alias("n"))
+    top = counts.top_n(3, by="n", per="key", keys=("category",), ties="first")
+    assert top.columns == ("category", "seller", "n", "kind")
+    same_plan(text, top)
+
+
 def test_group_by_over_a_group_by_is_an_aggregation_over_an_aggregation() -> None:
     per_user = timed(EVENTS, "event_time").key_by("user_id").agg(COUNT.alias("n"))
     inner = "SELECT user_id, COUNT(*) AS n FROM events GROUP BY user_id"
