@@ -70,6 +70,7 @@ __all__ = [
     "CascadeState",
     "StepOutput",
     "changes_of",
+    "last_end",
     "step",
     "upsert_versions",
 ]
@@ -122,7 +123,7 @@ def step(
     very_late = 0
     if before is not None and changes.num_rows:
         t = changes.column(EVENT_TIME).to_numpy()
-        late = _last_end(spec, t) + spec.lateness_ms <= before
+        late = last_end(spec.window, t) + spec.lateness_ms <= before
         very_late = int(late.sum())
         if very_late:
             changes = changes.filter(pa.array(~late))
@@ -235,12 +236,13 @@ def _affected(
 # --- versions ------------------------------------------------------------------------------------
 
 
-def _last_end(spec: CascadeSpec, t: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+def last_end(
+    window: TumblingWindow | SlidingWindow | SessionWindow, t: npt.NDArray[np.int64]
+) -> npt.NDArray[np.int64]:
     """The end of the last window an event time falls in (a session: its proto-window's)."""
-    w = spec.window
-    if isinstance(w, SessionWindow):
-        return t + w.gap_ms
-    return t - np.mod(t - w.offset_ms, w.slide_ms) + w.size_ms
+    if isinstance(window, SessionWindow):
+        return t + window.gap_ms
+    return t - np.mod(t - window.offset_ms, window.slide_ms) + window.size_ms
 
 
 def _upsert(spec: CascadeSpec, live: pa.Table | None, changes: pa.Table) -> pa.Table:

@@ -102,10 +102,7 @@ class KeyedTopNKernel(Unmerged):
         was = np.zeros(both.num_rows, bool)
         was[: held.num_rows] = True
         out = [both.filter(pa.array(was & ~kept)), both.filter(pa.array(~was & kept))]
-        results = pa.concat_tables(
-            [t.select(list(self.columns)).append_column(RESULT_KIND, pa.array([k] * t.num_rows, pa.string()))
-             for t, k in zip(out, ("retract", "emit"), strict=True)]
-        )  # fmt: skip
+        results = self._changelog(out[0], out[1])
         return both.filter(pa.array(kept)), StepOutput(
             results=results,
             very_late=np.zeros(0, np.int64),
@@ -145,14 +142,10 @@ class KeyedTopNKernel(Unmerged):
             ascending=self.ascending,
             ties=self.ties,
         )
-        parts = [
-            (pa.concat_tables([left, live.filter(pa.array(before & ~kept))]), "retract"),
-            (live.filter(pa.array(~before & kept)), "emit"),
-        ]
-        results = pa.concat_tables(
-            [t.select(list(self.columns)).append_column(RESULT_KIND, pa.array([k] * t.num_rows, pa.string()))
-             for t, k in parts]
-        )  # fmt: skip
+        results = self._changelog(
+            pa.concat_tables([left, live.filter(pa.array(before & ~kept))]),
+            live.filter(pa.array(~before & kept)),
+        )
         live = live.set_column(live.schema.get_field_index(IN_TOP), IN_TOP, pa.array(kept))
         return live, StepOutput(
             results=results,
@@ -162,6 +155,13 @@ class KeyedTopNKernel(Unmerged):
             mildly_late=int(np.sum(late)),
             arithmetic_errors=unmatched,
         )
+
+    def _changelog(self, retracted: pa.Table, emitted: pa.Table) -> pa.Table:
+        """The rows that left the top (retracted first), then those that entered it."""
+        return pa.concat_tables(
+            [t.select(list(self.columns)).append_column(RESULT_KIND, pa.array([k] * t.num_rows, pa.string()))
+             for t, k in ((retracted, "retract"), (emitted, "emit"))]
+        )  # fmt: skip
 
     def next_due(self, state: pa.Table) -> tuple[int, int]:
         return NOT_DUE, NOT_DUE

@@ -163,7 +163,7 @@ class ChangesWindowKernel(Unmerged):
         mark = max(marks) if marks else None
         very = np.zeros(len(t), bool)
         if mark is not None:
-            very = valid & (_last_end(self.window, t) + self.allowed_lateness_ms <= mark)
+            very = valid & (cascade.last_end(self.window, t) + self.allowed_lateness_ms <= mark)
         late = valid & ~very & (mark is not None) & (t < (mark or 0))
         kept = np.flatnonzero(valid & ~very)
         rows = batch.take(pa.array(kept, pa.int64()))
@@ -226,13 +226,6 @@ class ChangesWindowKernel(Unmerged):
             f"krishiv window over retractions: keys={list(self.keys)} window={self.window!r} "
             f"allowed_lateness_ms={self.allowed_lateness_ms} accumulation={self.accumulation}"
         )
-
-
-def _last_end(window: TumblingWindow | SlidingWindow | SessionWindow, t: Ints) -> Ints:
-    """The end of the last window an event time falls in (a session: its proto-window's)."""
-    if isinstance(window, SessionWindow):
-        return t + window.gap_ms
-    return t - np.mod(t - window.offset_ms, window.slide_ms) + window.size_ms
 
 
 def _changes(rows: pa.Table, *, deleted: bool) -> pa.Table:
