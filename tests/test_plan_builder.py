@@ -717,3 +717,23 @@ def test_semi_and_anti_are_window_join_kinds(how: str) -> None:
     windows = timed().key_by("user_id").tumbling_window(10)
     semi = windows.join(views().key_by("user_id").tumbling_window(10), how=cast(Any, how))
     assert isinstance(semi.plan, n.Join) and semi.plan.how == how
+
+
+def test_a_join_takes_a_window_of_a_stream_that_fires_each_window_once() -> None:
+    counts = timed().key_by("user_id").tumbling_window(60_000).agg(kp.count(kp.col("*")).alias("n"))
+    other = timed().key_by("user_id")
+    joined = counts.key_by("user_id").interval_join(other, between=(-60_000, 0), how="left")
+    assert joined.lower().lowering == "stateful"
+    assert "the join is a stage after the window's operator" in joined.lower().reason
+    with raises_plan_error("fires more than once", "allowed lateness"):
+        timed().key_by("user_id").tumbling_window(60_000).allowed_lateness(5_000).agg(
+            kp.count(kp.col("*"))
+        ).key_by("user_id").interval_join(other, between=(0, 0))
+    with raises_plan_error("two windows' results"):
+        counts.key_by("user_id").interval_join(counts.key_by("user_id"), between=(0, 0))
+    with raises_plan_error("a window over another operator's results"):
+        counts.key_by("user_id").tumbling_window(120_000).agg(kp.sum(kp.col("n")).alias("s")).key_by(
+            "user_id"
+        ).interval_join(other, between=(0, 0))
+    with raises_plan_error("after a join of a window's results"):
+        joined.key_by("user_id").agg(kp.count(kp.col("*")))

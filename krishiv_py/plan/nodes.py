@@ -418,7 +418,11 @@ def check_window_after_join(
     if not isinstance(join, Join) or joins_of(join.left) or joins_of(join.right):
         raise PlanError(AFTER_JOIN)
     if window_aggregates(join.left) or window_aggregates(join.right):
-        raise PlanError(AFTER_JOIN)
+        raise PlanError(
+            f"{what} after a join of a window's results is not supported yet (the join runs as a "
+            "stage after the window already); write the joined rows to a sink and read them back as "
+            "a new source to aggregate them"
+        )
     if join.emission.accumulation == "retracting":
         _check_over_retractions(what, window)
     if join.kind == "window" and join.emission.allowed_lateness_ms:
@@ -847,12 +851,15 @@ def _check_join(node: Join) -> None:
     """What SPEC 3.12 allows of a join, as :class:`PlanError` naming what is wrong."""
     what = {"interval": "interval_join()", "window": "join()", "as_of": "as_of_join()"}[node.kind]
     for side, plan, keys in (("left", node.left, node.left_keys), ("right", node.right, node.right_keys)):
-        if window_aggregates(plan) or _keyed_aggregates(plan):
+        if isinstance(plan, WindowAggregate):
+            _check_window_input(what, side, plan)
+        elif window_aggregates(plan) or _keyed_aggregates(plan):
             raise PlanError(
-                f"{what}: the {side} side is the result of a window or an aggregation, which is not "
-                "supported as a join input yet; join the streams the window reads"
+                f"{what}: the {side} side is the result of an aggregation, or of a window with more "
+                "between (a filter, a select), which is not supported as a join input yet; key_by() "
+                "the window's results right after agg() and filter after the join"
             )
-        if joins_of(plan):
+        elif joins_of(plan):
             _check_join_input(what, side, plan)
         if event_time(plan) is None:
             raise PlanError(
@@ -863,6 +870,15 @@ def _check_join(node: Join) -> None:
             raise PlanError(f"{what}: the {side} side needs key columns: call key_by(...) on it first")
     if joins_of(node.left) and joins_of(node.right):
         raise PlanError(f"{what}: a join of two joins is not supported yet; one side may be a join")
+    if window_aggregates(node.left) and window_aggregates(node.right):
+        raise PlanError(
+            f"{what}: a join of two windows' results is not supported yet; one side may be a window's "
+            "results (or join the windows themselves: left.key_by(...).tumbling_window(...).join(...))"
+        )
+    if (window_aggregates(node.left) or window_aggregates(node.right)) and (
+        joins_of(node.left) or joins_of(node.right)
+    ):
+        raise PlanError(f"{what}: a join of a window's results and a join's rows is not supported yet")
     if len(node.left_keys) != len(node.right_keys):
         raise PlanError(
             f"{what}: both sides need the same number of key columns, got "
@@ -920,6 +936,27 @@ def _check_join_input(what: str, side: str, plan: PlanNode) -> None:
         raise PlanError(
             f"{what}: the {side} side is a join in accumulation('retracting'), whose withdrawn rows a "
             "join does not take yet; use an inner interval join (allowed lateness is fine)"
+        )
+
+
+def _check_window_input(what: str, side: str, plan: WindowAggregate) -> None:
+    """A window's results as one side of a join: of a stream, each window fired once (emits only)."""
+    if joins_of(plan.input) or window_aggregates(plan.input) or _keyed_aggregates(plan.input):
+        raise PlanError(
+            f"{what}: the {side} side is a window over another operator's results; a join takes a "
+            "window of a stream for now"
+        )
+    e = plan.emission
+    if e.trigger.is_early or e.allowed_lateness_ms or e.accumulation == "retracting":
+        raise PlanError(
+            f"{what}: the {side} side is a window that fires more than once (an early trigger, "
+            "allowed lateness or accumulation('retracting')); a join takes a window's results as "
+            "emits, each window fired once, for now: drop those options on the window"
+        )
+    if isinstance(plan.window, EventSlidingWindow | TimeIntervalWindow):
+        raise PlanError(
+            f"{what}: the {side} side is a {type(plan.window).__name__}'s results; a join takes a "
+            "tumbling, sliding or session window's results"
         )
 
 

@@ -267,6 +267,8 @@ def features_of(plan: n.PlanNode) -> list[Feature]:
         out.append(Feature("window_after_join", "a window over a join's rows"))
     if any(n.joins_of(j.left) or n.joins_of(j.right) for j in n.joins_of(plan)):
         out.append(Feature("window_after_join", "a join of a join's rows"))
+    if any(n.window_aggregates(j.left) or n.window_aggregates(j.right) for j in n.joins_of(plan)):
+        out.append(Feature("window_after_join", "a join of a window's results"))
     for join in n.joins_of(plan):
         if join.kind == "interval" and join.how == "inner":
             out.append(Feature("interval_join", "an inner interval join"))

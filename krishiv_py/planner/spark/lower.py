@@ -246,6 +246,8 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
         why += [CHAIN_REASON if beside else STAGED_REASON for beside in moves(links)]
     if isinstance(bottom, n.Join) and any(isinstance(c, n.Join) for c in n.children(bottom)):
         why.append(JOIN_STAGE_REASON)
+    if isinstance(bottom, n.Join) and any(isinstance(c, n.WindowAggregate) for c in n.children(bottom)):
+        why.append(JOIN_WINDOW_REASON)
     ctx = Lowerer(
         streaming=streaming,
         shift=shift,
@@ -396,6 +398,15 @@ JOIN_STAGE_REASON = (
     "rows the first join's allowed lateness longer, so that late pairs still meet their partners"
 )
 
+#: Why a join of a window's results runs as it does (docs/joins.md, "A join of a window's results").
+JOIN_WINDOW_REASON = (
+    "; the join is a stage after the window's operator: each window's result (event time "
+    "window_end - 1 ms) crosses the cluster to the join's key buckets in the micro-batch that fires "
+    "it, the other stream's rows are routed there by their keys, and the join keeps its state of its "
+    "own (one Arrow file per bucket and micro-batch under the checkpoint); the join runs at the "
+    "window's watermark, which the window does not hold back"
+)
+
 #: Why an operator after a join keyed by other columns runs as it does (docs/joins.md, "After a join").
 STAGED_REASON = (
     "; it is keyed by other columns than the join, so the joined rows cross the cluster once more "
@@ -430,7 +441,8 @@ def _operator_inputs(bottom: n.PlanNode) -> list[n.PlanNode]:
     """What the bottom operator reads: its inputs, a join's join side as the inputs of that join."""
     out: list[n.PlanNode] = []
     for child in n.children(bottom):
-        out += n.children(child) if isinstance(bottom, n.Join) and isinstance(child, n.Join) else [child]
+        staged = isinstance(bottom, n.Join) and isinstance(child, n.Join | n.WindowAggregate)
+        out += n.children(child) if staged else [child]
     return out
 
 

@@ -553,14 +553,16 @@ def _join_after_join(node: n.Join, left: RecipeNode, right: RecipeNode, *, shift
     upstream_left = isinstance(left, StatefulApply)
     apply, other = (left, right) if upstream_left else (right, left)
     inner = node.left if upstream_left else node.right
-    assert isinstance(apply, StatefulApply) and isinstance(inner, n.Join)
+    assert isinstance(apply, StatefulApply) and isinstance(inner, n.Join | n.WindowAggregate)
     if isinstance(other, StatefulApply) or apply.operator.then is not None:
         raise PlanError(
-            "the stateful lowering joins one join's results with a stream for now; a join of two "
-            "joins, or of a join of joins, is not supported yet"
+            "the stateful lowering joins one join's or one window's results with a stream for now; "
+            "a join of two of them, or of a join of joins, is not supported yet"
         )
     spec = join_spec(node, shift_ms=shift_ms)
-    lateness = spec.kernel.spec.allowed_lateness_ms + inner.emission.allowed_lateness_ms
+    # A window's results come once each (checked by the plan): no lateness of its own to carry.
+    carried = inner.emission.allowed_lateness_ms if isinstance(inner, n.Join) else 0
+    lateness = spec.kernel.spec.allowed_lateness_ms + carried
     kernel = attrs.evolve(spec.kernel.spec, allowed_lateness_ms=lateness)
     side = "left" if upstream_left else "right"
     if upstream_left:
@@ -574,7 +576,11 @@ def _join_after_join(node: n.Join, left: RecipeNode, right: RecipeNode, *, shift
     )
     stage = StageSpec(
         kernel=JoinKernel(kernel),
-        upstream=JoinKernel(attrs.evolve(apply.operator.kernel.spec, event_times=True)),
+        upstream=(
+            JoinKernel(attrs.evolve(apply.operator.kernel.spec, event_times=True))
+            if isinstance(inner, n.Join)
+            else apply.operator.kernel
+        ),
         columns=(),
         buckets=apply.operator.buckets,
         upstream_buckets=apply.operator.buckets,
