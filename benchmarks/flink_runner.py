@@ -144,9 +144,9 @@ def _file_table(name: str, columns: Sequence[str], path: Path) -> str:
     )
 
 
-def source_ddl(name: str, ddl: str, event_time: str, path: Path) -> str:
+def source_ddl(name: str, ddl: str, event_time: str, path: Path, lag_ms: int = WATERMARK_LAG_MS) -> str:
     cols = [f"`{c}` {t}" for c, t in flink_columns(ddl)]
-    cols.append(f"WATERMARK FOR `{event_time}` AS `{event_time}` - {interval(WATERMARK_LAG_MS)}")
+    cols.append(f"WATERMARK FOR `{event_time}` AS `{event_time}` - {interval(lag_ms)}")
     return _file_table(name, cols, path)
 
 
@@ -295,13 +295,15 @@ class FlinkRunner:
     def close(self) -> None:
         self.tmp.cleanup()
 
-    def prepare(self, query: Query, infos: Sequence[protocol.TableInfo]) -> None:
-        """Register the query's source tables (a join's two; once per table)."""
+    def prepare(
+        self, query: Query, infos: Sequence[protocol.TableInfo], *, lag_ms: int = WATERMARK_LAG_MS
+    ) -> None:
+        """Register the query's source tables (a join's two; once per table), watermarks ``lag_ms`` behind."""
         for table, info in zip(query.tables, infos, strict=True):
             if table not in self.sources:
-                self._register(table, query.event_time, info)
+                self._register(table, query.event_time, info, lag_ms)
 
-    def _register(self, table: str, event_time: str, info: protocol.TableInfo) -> None:
+    def _register(self, table: str, event_time: str, info: protocol.TableInfo, lag_ms: int) -> None:
         parts = sorted(Path(info.files("csv")).glob("part-*.csv"))
         if not parts:
             raise FileNotFoundError(f"no CSV parts in {info.files('csv')}")
@@ -311,7 +313,7 @@ class FlinkRunner:
             for part in parts:
                 with open(part, "rb") as src:
                     shutil.copyfileobj(src, out)
-        self.env.execute_sql(source_ddl(table, info.ddl, event_time, ordered))
+        self.env.execute_sql(source_ddl(table, info.ddl, event_time, ordered, lag_ms))
         self.sources.add(table)
 
     def run(self, query: Query) -> SinkResult:

@@ -1,28 +1,30 @@
-"""Nexmark q4, q6, q9 and q23 (joins composed with aggregations, top-N and a second join): references.
+"""Nexmark q4, q6, q7, q9 and q23 (joins composed with aggregations, top-N, a window and a join): references.
 
-Four of Nexmark's queries over this repository's Nexmark tables
+Five of Nexmark's queries over this repository's Nexmark tables
 (:func:`benchmarks.data.nexmark`), each as
 
 * Nexmark's own SQL (``nexmark-flink/src/main/resources/queries/qN.sql`` of
   the Nexmark benchmark repository, nexmark/nexmark, as of commit ``6b3646c``,
-  2025-12-26), quoted in the docstring of :func:`q4`, :func:`q6`, :func:`q9`
-  and :func:`q23`, and rewritten to this repository's column names
+  2025-12-26), quoted in the docstring of :func:`q4`, :func:`q6`, :func:`q7`,
+  :func:`q9` and :func:`q23`, and rewritten to this repository's column names
   (``date_time``, ``item_name``, ...; the tables have no ``extra`` column);
 * a DuckDB reference (:func:`duckdb_rows`): that SQL on the bounded tables
   (the Parquet files), which is the *final answer once all input is in*;
 * a PyFlink run of the same SQL on the same data (:func:`flink_rows`), in
   streaming mode, where Flink can run it;
 * :func:`compare`: both engines, and whether they agree row for row;
-* krishiv's pipelines of q4, q6, q9 and q23 with the builder
+* krishiv's pipelines of q4, q6, q7, q9 and q23 with the builder
   (:func:`krishiv_pipeline`, each query's docstring says how), q4 and q9
   also in krishiv SQL, whose plans equal the builder's
   (:func:`sql_plan_agrees`), and :func:`krishiv_rows`, which runs one
   bounded and streamed and compares it with DuckDB's rows.
 
-The queries join on keys (and, for q4/q6/q9, a condition between the event
+The queries join on keys (and, for q4/q6/q7/q9, a condition between the event
 times) as *regular* joins: Flink keeps every row of both inputs and drops
 nothing behind a watermark, so its final state is the bounded answer, and
-the DuckDB rows are the reference a streamed run is checked against.
+the DuckDB rows are the reference a streamed run is checked against. q7's
+window drops rows behind the watermark in both engines; the watermark lag
+leaves none there.
 
 Result rows compare as multisets: rows are sorted and compared pairwise,
 timestamps as epoch milliseconds, floats to a relative tolerance of 1e-9
@@ -39,7 +41,8 @@ pandas versions that clash with pyspark's): ``nox -s bench`` makes
 ``--flink-python``, ``KRISHIV_BENCH_FLINK_PYTHON``). :func:`run_flink` starts
 this module there as a worker process (``--worker OUT``), which registers the
 three tables as :mod:`benchmarks.flink_runner` does (the CSV parts in arrival
-order, one reader, watermark 5 s behind), runs ``INSERT INTO`` a filesystem
+order, one reader, the watermark :func:`watermark_lag_ms` behind, as krishiv's, so
+that q7's windows drop no row), runs ``INSERT INTO`` a filesystem
 sink in the ``debezium-json`` format and writes the rows the changelog leaves
 (:func:`final_rows`) as JSON. An updating result (q4's averages, q9's top
 row per auction) is applied by the query's unique key, so both of Flink's
@@ -148,6 +151,16 @@ class NexmarkQuery:
     #: Where krishiv's result is each key's current row and ``sql``'s is one row per input
     #: (q6's ``OVER``): the SQL of the rows it leaves, one per ``key``.
     current_sql: str = ""
+    #: Where a row waits for its window to close (q7): ``sql`` keeping only the rows of windows the
+    #: watermark ``{watermark_ms}`` (epoch ms) closed. A streamed run of files has no end of input:
+    #: its last windows never close, and it is checked against these rows.
+    fired_sql: str = ""
+
+    def fired(self, watermark_ms: int) -> NexmarkQuery:
+        """The query of the rows a run whose watermark reached ``watermark_ms`` has (itself: all)."""
+        if not self.fired_sql:
+            return self
+        return replace(self, sql=self.fired_sql.format(watermark_ms=watermark_ms), flink_sql="")
 
     def as_current(self) -> NexmarkQuery:
         """The query whose rows krishiv's result leaves (itself, unless :attr:`current_sql`)."""
@@ -326,6 +339,80 @@ GROUP BY seller""",
     )
 
 
+#: q7's window: 10 s of event time.
+Q7_WINDOW_MS = 10_000
+
+
+def q7() -> NexmarkQuery:
+    """Nexmark q7, highest bid: every bid at the highest price of the 10 s window it falls in.
+
+    Nexmark's SQL (q7.sql)::
+
+        INSERT INTO nexmark_q7
+        SELECT B.auction, B.price, B.bidder, B.dateTime, B.extra
+        from bid B
+        JOIN (
+          SELECT MAX(price) AS maxprice, window_end as dateTime
+          FROM TABLE(
+                  TUMBLE(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '10' SECOND))
+          GROUP BY window_start, window_end
+        ) B1
+        ON B.price = B1.maxprice
+        WHERE B.dateTime BETWEEN B1.dateTime  - INTERVAL '10' SECOND AND B1.dateTime;
+
+    Here without ``extra`` (the tables have none). Flink runs Nexmark's text
+    (``flink_sql``); DuckDB has no ``TUMBLE``, so its form (``sql``) makes
+    the windows with epoch arithmetic. Columns: auction, price, bidder,
+    date_time; insert-only. A bid meets the window it falls in and, when it
+    is exactly on a window's end, that window too (``BETWEEN`` takes both
+    ends). A streamed run of files has no end of input, so its last windows
+    never close: it is checked against the rows of the windows its
+    watermark closed (``fired_sql``).
+
+    krishiv plan
+    ------------
+    ``bids.tumbling_window(10_000).agg(max(price).alias("maxprice"))`` (one
+    row per window, no keys), then ``key_by("maxprice").interval_join(
+    bids.key_by("price"), between=(-9_999, 1))``: a join of a window's
+    results (docs/joins.md). A window's result has event time
+    ``window_end - 1 ms``, so ``window_end - 10 s <= B.date_time <=
+    window_end`` is ``-9,999 ms .. +1 ms`` from it. The join runs as a stage
+    after the window's operator, keyed by price.
+    """
+    flink = """SELECT B.auction, B.price, B.bidder, B.date_time
+FROM bid B
+JOIN (
+    SELECT MAX(price) AS maxprice, window_end AS date_time
+    FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(date_time), INTERVAL '10' SECOND))
+    GROUP BY window_start, window_end
+) B1
+ON B.price = B1.maxprice
+WHERE B.date_time BETWEEN B1.date_time - INTERVAL '10' SECOND AND B1.date_time"""
+    end = f"epoch_ms((epoch_ms(date_time) // {Q7_WINDOW_MS}) * {Q7_WINDOW_MS} + {Q7_WINDOW_MS})"
+    sql = f"""SELECT B.auction, B.price, B.bidder, B.date_time
+FROM bid B
+JOIN (
+    SELECT MAX(price) AS maxprice, {end} AS date_time
+    FROM bid
+    GROUP BY epoch_ms(date_time) // {Q7_WINDOW_MS}
+) B1
+ON B.price = B1.maxprice
+WHERE B.date_time BETWEEN B1.date_time - INTERVAL '10' SECOND AND B1.date_time"""
+    return NexmarkQuery(
+        name="q7",
+        title="bids at their window's highest price",
+        sql=sql,
+        flink_sql=flink,
+        fired_sql=sql + "\n    AND B1.date_time <= epoch_ms({watermark_ms})",
+        columns=(
+            ("auction", "BIGINT"),
+            ("price", "BIGINT"),
+            ("bidder", "BIGINT"),
+            ("date_time", "TIMESTAMP(3)"),
+        ),
+    )
+
+
 def q9() -> NexmarkQuery:
     """Nexmark q9, winning bids: each auction with its highest bid within its lifetime.
 
@@ -499,7 +586,7 @@ FROM bid B
     )
 
 
-QUERIES: dict[str, NexmarkQuery] = {q.name: q for q in (q4(), q6(), q9(), q23())}
+QUERIES: dict[str, NexmarkQuery] = {q.name: q for q in (q4(), q6(), q7(), q9(), q23())}
 
 
 # --- DuckDB: the bounded reference ---------------------------------------------------------
@@ -629,7 +716,8 @@ def flink_rows(query: NexmarkQuery, dataset: Dataset, parallelism: int) -> Flink
             info = protocol.TableInfo(
                 root=dataset.root / table, ddl=dataset.ddl(table), rows=dataset.rows(table)
             )
-            runner.prepare(Query(table, "nexmark", table, EVENT_TIME, (), f"Nexmark {table}"), [info])
+            table_query = Query(table, "nexmark", table, EVENT_TIME, (), f"Nexmark {table}")
+            runner.prepare(table_query, [info], lag_ms=watermark_lag_ms(dataset))
         out = Path(runner.tmp.name) / "result"
         out.mkdir()
         runner.env.execute_sql(sink_ddl("result", query, out))
@@ -747,7 +835,7 @@ def compare(query: str, dataset: Dataset) -> bool:
 # --- krishiv: the builder's pipelines, their SQL, and runs --------------------------------------
 
 #: The queries krishiv runs (q6's frame of rows over top-N results is not a krishiv stage yet).
-KRISHIV_QUERIES = ("q4", "q6", "q9", "q23")
+KRISHIV_QUERIES = ("q4", "q6", "q7", "q9", "q23")
 #: q23's joins: a partner at most the longest auction before or after (``benchmarks.joins.BETWEEN``).
 BETWEEN = (-MAX_AUCTION_DURATION_MS, MAX_AUCTION_DURATION_MS)
 #: The bid table as krishiv reads it: the columns Nexmark's q9 ranks a tie by first (see :func:`q9`).
@@ -760,14 +848,17 @@ Streams = Mapping[str, kp.Stream]
 
 
 def watermark_lag_ms(dataset: Dataset) -> int:
-    """A lag that leaves no row of ``dataset`` late: its disorder plus its longest lateness (62 s).
+    """A lag that leaves no row of ``dataset`` late: its disorder plus its longest lateness (62 s;
+    none when the dataset has no late events).
 
     An event is at most that far behind the events before it in arrival
     order, so behind no watermark (each source's newest event time minus the
     lag, the least of the sources'), and a streamed run sees every row the
     reference does.
     """
-    return int(dataset.meta["params"]["disorder_ms"]) + data.MAX_LATE_DELAY_MS
+    params = dataset.meta["params"]
+    late = data.MAX_LATE_DELAY_MS if float(params.get("late_fraction", 1)) > 0 else 0
+    return int(params["disorder_ms"]) + late
 
 
 def _timed(streams: Streams, table: str, lag_ms: int) -> kp.Stream:
@@ -797,6 +888,14 @@ def q6_pipeline(streams: Streams, lag_ms: int) -> kp.Stream:
     return latest.key_by("seller").agg(kp.avg(kp.col("price")).alias("avg_price"))
 
 
+def q7_pipeline(streams: Streams, lag_ms: int) -> kp.Stream:
+    """q7 with the builder (see :func:`q7`): each window's highest price joined back with the bids."""
+    bids = _timed(streams, "bid", lag_ms)
+    highest = bids.tumbling_window(Q7_WINDOW_MS).agg(kp.max(kp.col("price")).alias("maxprice"))
+    joined = highest.key_by("maxprice").interval_join(bids.key_by("price"), between=(1 - Q7_WINDOW_MS, 1))
+    return joined.select("auction", kp.col("maxprice").alias("price"), "bidder", "date_time")
+
+
 def q9_pipeline(streams: Streams, lag_ms: int) -> kp.Stream:
     """q9 with the builder (see :func:`q9`); the bids' columns in :data:`RANKED_BID_DDL`'s order."""
     best = lifetime_bids(streams, lag_ms).top_n(1, by="price", per="key", keys=("id",), ties="first")
@@ -822,6 +921,7 @@ def q23_pipeline(streams: Streams, lag_ms: int) -> kp.Stream:
 PIPELINES: dict[str, Callable[[Streams, int], kp.Stream]] = {
     "q4": q4_pipeline,
     "q6": q6_pipeline,
+    "q7": q7_pipeline,
     "q9": q9_pipeline,
     "q23": q23_pipeline,
 }
@@ -915,6 +1015,8 @@ class KrishivResult:
     changes: int
     #: From ``start()`` (or ``collect()``) to the last row, Spark's query start included.
     seconds: float
+    #: A streamed run's watermark at its end (None: bounded).
+    watermark_ms: int | None = None
 
 
 def run_krishiv(
@@ -923,17 +1025,19 @@ def run_krishiv(
     """Run ``query`` to the end of ``dataset``: bounded, ``collect()``; streamed, every file, then stop."""
     pipeline = krishiv_pipeline(query, session, dataset, streaming=streaming, sql=sql)
     start = time.perf_counter()
+    watermark: int | None = None
     if streaming:
         job = pipeline.start()
         try:
             job.process_all_available()
             table = job.results()
+            watermark = job.watermark_ms
         finally:
             job.stop()
     else:
         table = pipeline.collect()
     seconds = time.perf_counter() - start
-    return KrishivResult(current_rows(table, query.column_names), table.num_rows, seconds)
+    return KrishivResult(current_rows(table, query.column_names), table.num_rows, seconds, watermark)
 
 
 @dataclass(frozen=True)
@@ -943,10 +1047,14 @@ class KrishivCheck:
     reference: list[Row]
     bounded: KrishivResult
     streaming: KrishivResult
+    #: The reference's rows the streamed run has (:meth:`NexmarkQuery.fired`: of the windows closed).
+    streamed_reference: list[Row]
 
     @property
     def agree(self) -> bool:
-        return all(rows_agree(self.reference, r.rows) for r in (self.bounded, self.streaming))
+        return rows_agree(self.reference, self.bounded.rows) and rows_agree(
+            self.streamed_reference, self.streaming.rows
+        )
 
 
 def krishiv_rows(
@@ -954,10 +1062,16 @@ def krishiv_rows(
 ) -> KrishivCheck:
     """Run ``query`` in krishiv bounded and streamed on ``dataset``; compare with :func:`duckdb_rows`."""
     q = QUERIES[query] if isinstance(query, str) else query
+    reference = duckdb_rows(q.as_current(), dataset)
+    streamed = run_krishiv(q, session, dataset, streaming=True, sql=sql)
+    closed = reference
+    if q.fired_sql and streamed.watermark_ms is not None:
+        closed = duckdb_rows(q.as_current().fired(streamed.watermark_ms), dataset)
     return KrishivCheck(
-        reference=duckdb_rows(q.as_current(), dataset),
+        reference=reference,
         bounded=run_krishiv(q, session, dataset, streaming=False, sql=sql),
-        streaming=run_krishiv(q, session, dataset, streaming=True, sql=sql),
+        streaming=streamed,
+        streamed_reference=closed,
     )
 
 
@@ -976,7 +1090,8 @@ def _yes(agree: bool) -> str:
 
 
 def _print_krishiv(query: NexmarkQuery, dataset: Dataset, reference: list[Row], events: int) -> None:
-    """Run ``query`` in krishiv, streamed then bounded, and print each next to the reference."""
+    """Run ``query`` in krishiv, streamed then bounded, and print each next to the reference (a
+    streamed run's: the rows of the windows its watermark closed, :meth:`NexmarkQuery.fired`)."""
     agrees = sql_plan_agrees(query, watermark_lag_ms(dataset))
     if agrees is not None:
         print(f"krishiv SQL: {'the builder plan' if agrees else 'a plan other than the builder one'}")
@@ -986,7 +1101,11 @@ def _print_krishiv(query: NexmarkQuery, dataset: Dataset, reference: list[Row], 
             how = "krishiv streaming" if streaming else "krishiv bounded  "
             print(f"{how}: {len(r.rows):,} rows ({r.changes:,} changes) in {r.seconds:.2f} s", end="")
             per_core = events / r.seconds / (os.cpu_count() or 1)
-            print(f" ({per_core:,.0f} events/s per core); agrees: {_yes(rows_agree(reference, r.rows))}")
+            expected = reference
+            if streaming and query.fired_sql and r.watermark_ms is not None:
+                expected = duckdb_rows(query.as_current().fired(r.watermark_ms), dataset)
+                print(f" ({len(expected):,} rows of the closed windows)", end="")
+            print(f" ({per_core:,.0f} events/s per core); agrees: {_yes(rows_agree(expected, r.rows))}")
 
 
 def _print_flink(
@@ -1007,13 +1126,13 @@ def _print_flink(
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.nexmark_compose",
-        description="Nexmark q4, q6, q9, q23: DuckDB reference vs PyFlink (and krishiv)",
+        description="Nexmark q4, q6, q7, q9, q23: DuckDB reference vs PyFlink (and krishiv)",
     )
     p.add_argument("--query", choices=sorted(QUERIES), required=True)
     p.add_argument("--events", type=int, default=20_000, help="size of the generated Nexmark dataset")
     p.add_argument("--dataset", help="an existing Nexmark dataset directory (instead of --events)")
     p.add_argument(
-        "--krishiv", action="store_true", help="also run krishiv (q4, q6, q9, q23), streamed and bounded"
+        "--krishiv", action="store_true", help="also run krishiv (q4, q6, q7, q9, q23), streamed and bounded"
     )
     p.add_argument("--no-flink", action="store_true", help="leave PyFlink out")
     p.add_argument("--flink-python", help="the interpreter of a PyFlink environment")

@@ -1,4 +1,4 @@
-"""Nexmark q4, q6, q9 and q23 in krishiv (benchmarks.nexmark_compose) against the DuckDB reference.
+"""Nexmark q4, q6, q7, q9 and q23 in krishiv (benchmarks.nexmark_compose) against the DuckDB reference.
 
 The builder's pipelines run bounded and streamed on a tiny dataset and must
 leave DuckDB's rows (q6: each seller's last row of its ``OVER`` query).
@@ -76,9 +76,25 @@ def test_q4_q6_q9_q23_bounded_and_streamed_leave_the_duckdb_rows(
     session: kp.Session, dataset: data.Dataset
 ) -> None:
     for query in KRISHIV_QUERIES:
+        if query == "q7":  # its windows need more event time than this dataset has: below
+            continue
         check = krishiv_rows(query, dataset, session)
         assert check.reference, query
         assert rows_agree(check.reference, check.bounded.rows), query
-        assert rows_agree(check.reference, check.streaming.rows), query
+        assert rows_agree(check.streamed_reference, check.streaming.rows), query
         if QUERIES[query].key:  # updating: the streamed run retracted rows on its way there
             assert check.streaming.changes > len(check.reference), query
+
+
+def test_q7_a_join_of_each_windows_highest_price_with_the_bids_leaves_the_duckdb_rows(
+    session: kp.Session, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """30 s of bids without late ones (a 2 s lag): the streamed run closes two of the three windows."""
+    spec = data.NexmarkSpec(events=30_000, files=3, late_fraction=0.0)
+    dataset = data.nexmark(spec, cache=tmp_path_factory.mktemp("nexmark_q7"))
+    assert watermark_lag_ms(dataset) == spec.disorder_ms
+    check = krishiv_rows("q7", dataset, session)
+    assert rows_agree(check.reference, check.bounded.rows)
+    assert check.streamed_reference and len(check.streamed_reference) < len(check.reference)
+    assert rows_agree(check.streamed_reference, check.streaming.rows)
+
