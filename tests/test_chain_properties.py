@@ -343,6 +343,33 @@ def one_source_then_two(draw: st.DrawFn) -> Case:
     return Case("a" + label + last, final, model, ("a",))
 
 
+def _maybe_after(
+    draw: st.DrawFn,
+    stream: Stream,
+    op: Op,
+    keys: tuple[str, ...],
+    table: Aggs = JOIN_AGGS,
+    ranks: tuple[tuple[str, ...], ...] = (("v",), ("w", "t")),
+    *,
+    windows: bool = True,
+) -> tuple[Stream, Op, str]:
+    """Maybe a window, an aggregation (of ``table``) or a top-N (by one of ``ranks``) per ``keys``
+    (the join's) after a join stage: in its call."""
+    what = draw(st.sampled_from([None, "agg", "top_n", *(["window"] if windows else [])]))
+    if what is None:
+        return stream, op, ""
+    if what == "window":
+        retracting = RESULT_KIND in stream.columns or draw(st.booleans())
+        final, window, more, _ = _window(draw, stream, op, keys, table, retracting=retracting)
+        return final, window, more
+    if what == "agg":
+        names, built, specs = _aggs(draw, table)
+        return stream.key_by(*keys).agg(*built), AggOf(op, keys=keys, aggregates=specs), f" -> agg {names}"
+    count, by = draw(st.integers(1, 2)), draw(st.sampled_from(ranks))
+    top = stream.top_n(count, by=by, per="key", keys=keys, ties="first")
+    return top, TopNOf(op, n=count, by=by, keys=keys, ties="first"), f" -> top_n {count} by={by}"
+
+
 @st.composite
 def join_of_join(draw: st.DrawFn) -> Case:
     """``a`` joined with ``b`` by user, then with ``c`` by ad, on either side: a join stage."""
@@ -368,7 +395,8 @@ def join_of_join(draw: st.DrawFn) -> Case:
         allowed_lateness_ms=lateness + first.allowed_lateness_ms,
     )
     label += f" -> join {how} with c ({'right' if on_left else 'left'}) between=({low}, {high}) L={lateness}"
-    return Case(label, three, model, ("a", "b", "c"))
+    final, op, more = _maybe_after(draw, three, model, ("ad",))
+    return Case(label + more, final, op, ("a", "b", "c"))
 
 
 @st.composite
@@ -406,7 +434,10 @@ def window_then_join(draw: st.DrawFn) -> Case:
         f"a (lag {lags['a']}) -> window {window!r} keys={keys} {names} -> join {how} with b "
         f"(lag {lags['b']}, {'right' if on_left else 'left'}) between=({low}, {high}) L={lateness}"
     )
-    return Case(label, joined, model, ("a", "b"))
+    after: Aggs = {"c": ("count", None), "mw": ("max", "w"), "sw": ("sum", "w"), "lt": ("min", "t")}
+    # (A window over a join of a window's results is a PlanError for now.)
+    final, op, more = _maybe_after(draw, joined, model, ("user",), after, (("w",), ("t", "w")), windows=False)
+    return Case(label + more, final, op, ("a", "b"))
 
 
 # --- the Spark glue, in Python -----------------------------------------------------------------------
@@ -656,7 +687,7 @@ def steps_of(draw: st.DrawFn, sources: tuple[str, ...]) -> list[Step]:
 
 def check(case: Case, steps: list[Step], *, every_step: bool = True) -> None:
     """After every step, and the close of every source, the glue's current results are the model's
-    (``every_step=False``: the current results are a part of the model's, and equal at the end)."""
+    (``every_step=False``: equal at the end, and a join's a part of the model's before)."""
     glue = Glue(case.stream.plan)
     model = ComposedModel(case.model)
     for i, (kind, name, payload) in enumerate([*steps, ("close", "", None)]):
@@ -672,8 +703,16 @@ def check(case: Case, steps: list[Step], *, every_step: bool = True) -> None:
         expected = _net(model.results, glue.names)
         if every_step or kind == "close":
             assert glue.current() == expected, f"{case.label}: step {i} of {steps}"
-        else:
+        elif isinstance(case.model, JoinOf):  # a join's rows only grow (an operator after it's change)
             assert not glue.current() - expected, f"{case.label}: step {i} of {steps}"
+
+
+def _the_join(model: Op) -> JoinOf:
+    """The top join of ``model``, under the operators after it."""
+    while not isinstance(model, JoinOf):
+        assert isinstance(model, AggOf | TopNOf | WindowOf)
+        model = model.input
+    return model
 
 
 def _known_differences(model: Op, steps: list[Step]) -> bool:
@@ -684,7 +723,7 @@ def _known_differences(model: Op, steps: list[Step]) -> bool:
       at its own two sources'. A row very late at one of them and not at the
       other joins in one only.
     """
-    assert isinstance(model, JoinOf)
+    model = _the_join(model)
     first, third = (model.left, model.right) if isinstance(model.left, JoinOf) else (model.right, model.left)
     assert isinstance(first, JoinOf) and isinstance(first.left, Source) and isinstance(first.right, Source)
     assert isinstance(third, Source)
@@ -751,8 +790,8 @@ def test_a_join_of_a_windows_results_equals_the_model(case: Case, data: st.DataO
     watermarks only is a known difference."""
     steps = data.draw(steps_of(case.sources))
     lags = {n.sources_of(w)[0].name: w.lag_ms for w in n.walk(case.stream.plan) if isinstance(w, n.Watermark)}
-    assert isinstance(case.model, JoinOf)
-    windows = case.model.left if isinstance(case.model.left, WindowOf) else case.model.right
+    join = _the_join(case.model)
+    windows = join.left if isinstance(join.left, WindowOf) else join.right
     assert isinstance(windows, WindowOf)
     assume(not _late_at_one_watermark(steps, lags, windows.window))
     check(case, steps, every_step=False)

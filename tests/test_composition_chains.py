@@ -232,6 +232,14 @@ def test_a_join_of_a_join_three_streams_equals_the_model(session: kp.Session) ->
     assert got and Counter(got) == Counter(expected)
     bounded = [_key(r, names) for r in three.collect().to_pylist()]  # the same operator, as one batch job
     assert Counter(bounded) == Counter(expected)
+    # An aggregation keyed by the second join's key runs in the join stage's call.
+    per_ad = three.key_by("ad").agg(kp.count(kp.col("*")).alias("rows"))
+    assert "same operator call as the join" in per_ad.explain()
+    counts: Counter[Any] = Counter()
+    for row in per_ad.collect().to_pylist():
+        counts[(row["ad"], row["rows"])] += 1 if row["kind"] == "emit" else -1
+    wanted = Counter(r[names.index("ad")] for r in expected)
+    assert +counts == Counter({(ad, n): 1 for ad, n in wanted.items()})
 
 
 def _windows_joined_model() -> ComposedModel:

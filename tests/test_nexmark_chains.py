@@ -97,4 +97,3 @@ def test_q7_a_join_of_each_windows_highest_price_with_the_bids_leaves_the_duckdb
     assert rows_agree(check.reference, check.bounded.rows)
     assert check.streamed_reference and len(check.streamed_reference) < len(check.reference)
     assert rows_agree(check.streamed_reference, check.streaming.rows)
-

@@ -735,5 +735,9 @@ def test_a_join_takes_a_window_of_a_stream_that_fires_each_window_once() -> None
         counts.key_by("user_id").tumbling_window(120_000).agg(kp.sum(kp.col("n")).alias("s")).key_by(
             "user_id"
         ).interval_join(other, between=(0, 0))
-    with raises_plan_error("after a join of a window's results"):
-        joined.key_by("user_id").agg(kp.count(kp.col("*")))
+    per_user = joined.key_by("user_id").agg(kp.count(kp.col("*")).alias("pairs"))  # in the join's call
+    operator = per_user.lower().stateful
+    assert operator is not None and operator.operator.then is not None
+    assert "then in the same call" in operator.operator.then.kernel.describe()
+    with raises_plan_error("once between operators", "key it by the join's keys"):
+        joined.key_by("n").agg(kp.count(kp.col("*"))).lower()

@@ -125,12 +125,15 @@ def test_an_expression_between_two_operators_that_arrow_cannot_evaluate_exactly_
         lower(parsed.plan)
 
 
-def test_an_operator_after_a_join_of_a_join_is_a_plan_error_that_says_so() -> None:
+def test_an_operator_after_a_join_of_a_join_runs_in_its_call_keyed_alike_and_is_a_plan_error_else() -> None:
 
     three = _three_streams()
     assert "the second join is a stage" in lower(three.plan).reason
-    with pytest.raises(PlanError, match="after a join of a join"):
-        three.key_by("ad").agg(kp.count(kp.col("*")))
+    per_ad = lower(three.key_by("ad").agg(kp.count(kp.col("*"))).plan).stateful
+    assert per_ad is not None and per_ad.operator.then is not None
+    assert "then in the same call" in per_ad.operator.then.kernel.describe()
+    with pytest.raises(PlanError, match="once between operators"):
+        lower(three.key_by("user").agg(kp.count(kp.col("*"))).plan)
 
 
 def test_a_join_stages_other_side_is_classified_at_the_stages_watermark_and_its_very_late_rows_kept() -> None:

@@ -251,7 +251,10 @@ class WindowAggregate:
         if cascade_of(self) is not None:
             _check_cascade(self)
         elif window_aggregates(self.input):
-            raise PlanError("a window over a union of windowed results is not supported yet")
+            raise PlanError(
+                "a window over a union of windowed results, or over a join of a window's results, is "
+                "not supported yet"
+            )
 
 
 @attrs.frozen(kw_only=True)
@@ -398,31 +401,21 @@ AFTER_JOIN = (
 def check_window_after_join(
     below: PlanNode, keys: tuple[str, ...], *, what: str = "a window", window: WindowSpec | None = None
 ) -> None:
-    """What an operator after a join takes today: right after an accumulating join.
+    """What an operator after a join takes today: right after the join (filters and projections between).
 
     The operator (``what``: a window, an aggregation or a top-N per key)
     runs beside the join in the same operator call when it is keyed by the
     join's keys (:mod:`krishiv_py.stateful.chain`), and as a stage of its
-    own keyed by other columns (:mod:`krishiv_py.stateful.stage`). A
+    own keyed by other columns (:mod:`krishiv_py.stateful.stage`); after a
+    join of a join's or a window's rows (a stage already), only keyed by the
+    join's keys (the lowering says so otherwise). A
     retracting join's retractions are taken by a window (tumbling, sliding
     or session: :mod:`krishiv_py.stateful.window_changes`), an aggregation
     and a top-N per key, not yet by a join.
     """
     join = stateless_below(below)
-    if isinstance(join, Join) and (joins_of(join.left) or joins_of(join.right)):
-        raise PlanError(
-            f"{what} after a join of a join's rows is not supported yet (the second join runs as a "
-            "stage of its own already); write the joined rows to a sink and read them back as a new "
-            "source to aggregate them"
-        )
-    if not isinstance(join, Join) or joins_of(join.left) or joins_of(join.right):
+    if not isinstance(join, Join):
         raise PlanError(AFTER_JOIN)
-    if window_aggregates(join.left) or window_aggregates(join.right):
-        raise PlanError(
-            f"{what} after a join of a window's results is not supported yet (the join runs as a "
-            "stage after the window already); write the joined rows to a sink and read them back as "
-            "a new source to aggregate them"
-        )
     if join.emission.accumulation == "retracting":
         _check_over_retractions(what, window)
     if join.kind == "window" and join.emission.allowed_lateness_ms:

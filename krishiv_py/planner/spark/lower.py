@@ -242,7 +242,7 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
             if isinstance(bottom, n.WindowAggregate)
             else "keyed"
         )
-        rules[slot] = stacked_operators(rules[slot], links[1:])
+        rules[slot] = stacked_operators(rules[slot], bottom, links[1:])
         why += [CHAIN_REASON if beside else STAGED_REASON for beside in moves(links)]
     if isinstance(bottom, n.Join) and any(isinstance(c, n.Join) for c in n.children(bottom)):
         why.append(JOIN_STAGE_REASON)

@@ -380,8 +380,11 @@ def _describe(node: n.PlanNode) -> str:
     return "the aggregation" if isinstance(node, n.KeyedAggregate) else "the top-N"
 
 
-def stacked_operators(base: Any, uppers: list[Link]) -> Any:
-    """``base`` (the bottom operator's rule) with the operators ``uppers`` after it, in order.
+def stacked_operators(base: Any, bottom: n.PlanNode, uppers: list[Link]) -> Any:
+    """``base`` (the bottom operator's rule) with the operators ``uppers`` after ``bottom``, in order.
+
+    Other nodes of ``base``'s kind under ``bottom`` (a join of a join's first
+    join) are lowered by ``base`` alone.
 
     Each runs in the same call as the one below it when its keys include
     those the rows are bucketed by (a :class:`~krishiv_py.stateful.chain.ChainKernel`),
@@ -399,16 +402,15 @@ def stacked_operators(base: Any, uppers: list[Link]) -> Any:
 
         apply = base(node, *children, streaming=streaming, shift_ms=shift_ms)
         assert isinstance(apply, StatefulApply)
-        if apply.operator.then is not None:
-            raise PlanError(
-                "an operator after a join of a join's rows is not supported yet on the stateful "
-                "lowering (the second join runs as a stage already)"
-            )
-        kernel = apply.operator.kernel
+        if node is not bottom:
+            return apply
+        # A join of a join's or a window's rows is a stage already: what follows it runs in its call.
+        staged = apply.operator.then
+        kernel = apply.operator.kernel if staged is None else staged.kernel
         carried = 0
         if isinstance(node, n.Join):
             kernel = JoinKernel(attrs.evolve(kernel.spec, event_times=True))
-            carried = node.emission.allowed_lateness_ms
+            carried = kernel.spec.allowed_lateness_ms  # a join stage's: its own and the first join's
         stage: Any = None
         below = node
         for (upper, between), beside in zip(uppers, moves([(node, ()), *uppers]), strict=True):
@@ -418,7 +420,15 @@ def stacked_operators(base: Any, uppers: list[Link]) -> Any:
                 "between": _between(between),
                 "retracting": _retracts(below),
             }
-            if stage is None and beside:
+            if staged is not None and not beside:
+                raise PlanError(
+                    "the stateful lowering moves rows across the cluster once between operators for "
+                    f"now: {_describe(upper)} is keyed by {list(_bucket_keys(upper))}, not by the keys "
+                    f"{list(_bucket_keys(node))} of the join before it, which already runs as a stage "
+                    "of its own (after the join or the window whose rows it joins); key it by the "
+                    "join's keys (and more)"
+                )
+            if staged is not None or (stage is None and beside):
                 kernel = ChainKernel(first=kernel, then=then, **step)
             elif stage is None:
                 buckets = apply.operator.buckets
@@ -428,6 +438,10 @@ def stacked_operators(base: Any, uppers: list[Link]) -> Any:
             else:
                 stage = attrs.evolve(stage, kernel=ChainKernel(first=stage.kernel, then=then, **step))
             below = upper
+        if staged is not None:
+            return attrs.evolve(
+                apply, operator=attrs.evolve(apply.operator, then=attrs.evolve(staged, kernel=kernel))
+            )
         return attrs.evolve(apply, operator=attrs.evolve(apply.operator, kernel=kernel, then=stage))
 
     return rule
