@@ -350,12 +350,10 @@ def _maybe_after(
     keys: tuple[str, ...],
     table: Aggs = JOIN_AGGS,
     ranks: tuple[tuple[str, ...], ...] = (("v",), ("w", "t")),
-    *,
-    windows: bool = True,
 ) -> tuple[Stream, Op, str]:
     """Maybe a window, an aggregation (of ``table``) or a top-N (by one of ``ranks``) per ``keys``
     (the join's) after a join stage: in its call."""
-    what = draw(st.sampled_from([None, "agg", "top_n", *(["window"] if windows else [])]))
+    what = draw(st.sampled_from([None, "window", "agg", "top_n"]))
     if what is None:
         return stream, op, ""
     if what == "window":
@@ -435,8 +433,7 @@ def window_then_join(draw: st.DrawFn) -> Case:
         f"(lag {lags['b']}, {'right' if on_left else 'left'}) between=({low}, {high}) L={lateness}"
     )
     after: Aggs = {"c": ("count", None), "mw": ("max", "w"), "sw": ("sum", "w"), "lt": ("min", "t")}
-    # (A window over a join of a window's results is a PlanError for now.)
-    final, op, more = _maybe_after(draw, joined, model, ("user",), after, (("w",), ("t", "w")), windows=False)
+    final, op, more = _maybe_after(draw, joined, model, ("user",), after, (("w",), ("t", "w")))
     return Case(label + more, final, op, ("a", "b"))
 
 

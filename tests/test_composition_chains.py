@@ -243,19 +243,21 @@ def test_a_join_of_a_join_three_streams_equals_the_model(session: kp.Session) ->
 
 
 def _windows_joined_model() -> ComposedModel:
-    return ComposedModel(
-        JoinOf(
-            WindowOf(
-                Source("clicks", "t", ("user", "t", "click")),
-                TumblingWindow(size_ms=10_000),
-                keys=("user",),
-                aggregates=[ModelAgg(name="n", func="count", column=None)],
-            ),
-            Source("views", "t", ("user", "t", "ad")),
+    return ComposedModel(_windows_joined())
+
+
+def _windows_joined() -> JoinOf:
+    return JoinOf(
+        WindowOf(
+            Source("clicks", "t", ("user", "t", "click")),
+            TumblingWindow(size_ms=10_000),
             keys=("user",),
-            between=(-8_000, 0),
-            how="left",
-        )
+            aggregates=[ModelAgg(name="n", func="count", column=None)],
+        ),
+        Source("views", "t", ("user", "t", "ad")),
+        keys=("user",),
+        between=(-8_000, 0),
+        how="left",
     )
 
 
@@ -302,6 +304,23 @@ def test_each_windows_clicks_left_joined_with_the_views_before_it_equals_the_mod
         whole.send([r for s, rows in STEPS if s == side for r in rows], source=side)
     once = [_key(r, names) for r in [*whole.results, *whole.close()]]
     assert Counter(_key(r, names) for r in joined.collect().to_pylist()) == Counter(once)
+    # A window after it, keyed by the join's key: in the join stage's call (one batch job here).
+    per_user = joined.key_by("user").tumbling_window(30_000).agg(kp.count(kp.col("ad")).alias("seen"))
+    windows = ComposedModel(
+        WindowOf(
+            _windows_joined(),
+            TumblingWindow(size_ms=30_000),
+            keys=("user",),
+            aggregates=[ModelAgg(name="seen", func="count", column="ad")],
+        )
+    )
+    for side in ("clicks", "views"):
+        windows.send([r for s, rows in STEPS if s == side for r in rows], source=side)
+    windows.close()
+    cols = list(per_user.columns)
+    assert Counter(_key(r, cols) for r in per_user.collect().to_pylist()) == Counter(
+        _key(r, cols) for r in windows.results
+    )
     with pytest.raises(PlanError, match="fires more than once"):
         clicks.watermark("t", 0).key_by("user").tumbling_window(10_000).allowed_lateness(5_000).agg(
             kp.count(kp.col("*")).alias("n")

@@ -250,11 +250,8 @@ class WindowAggregate:
         schema_of(self)
         if cascade_of(self) is not None:
             _check_cascade(self)
-        elif window_aggregates(self.input):
-            raise PlanError(
-                "a window over a union of windowed results, or over a join of a window's results, is "
-                "not supported yet"
-            )
+        elif window_aggregates(self.input) and not isinstance(stateless_below(self.input), Join):
+            raise PlanError("a window over a union of windowed results is not supported yet")
 
 
 @attrs.frozen(kw_only=True)
