@@ -948,6 +948,12 @@ def _check_window_input(what: str, side: str, plan: WindowAggregate) -> None:
             f"{what}: the {side} side is a {type(plan.window).__name__}'s results; a join takes a "
             "tumbling, sliding or session window's results"
         )
+    if e.late_handler is not None or e.state_ttl is not None or e.panes.any:
+        raise PlanError(
+            f"{what}: the {side} side is a window with a late-event handler, a state TTL or pane "
+            "callbacks, which are not supported there yet (the window's late rows are counted in "
+            "the job's metrics); drop them on the window"
+        )
 
 
 def _check_join_emission(node: Join, what: str) -> None:
