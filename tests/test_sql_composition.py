@@ -471,3 +471,27 @@ def test_the_docs_examples_make_the_builders_plan() -> None:
         .select(*(f.name for f in AUCTION.schema), "bidder", "price", "kind")
         .select("id", "item_name", "price", "bidder", "kind"),
     )
+
+
+def test_a_registered_windows_results_joined_with_a_stream_is_the_builders_join_nexmark_q7() -> None:
+    """Nexmark q7 with the window's results registered (a join's side is a registered stream): the
+    bounds on ``window_end`` are 1 ms past the results' event time, ``window_end - 1 ms``."""
+    highest = timed(BID).tumbling_window(10_000).agg(kp.max(col("price")).alias("maxprice"))
+    cat = catalog()
+    cat.register("highest", highest.plan)
+    text = (
+        "SELECT B.auction, H.maxprice AS price, B.bidder, B.date_time "
+        "FROM highest H JOIN bid B ON H.maxprice = B.price "
+        "AND B.date_time BETWEEN H.window_end - INTERVAL '10' SECOND AND H.window_end"
+    )
+    got = execute(cat, "SET watermark.lag = INTERVAL '0' SECOND;\n" + text, NO_SESSION)
+    joined = highest.key_by("maxprice").interval_join(timed(BID).key_by("price"), between=(-9_999, 1))
+    twin = joined.select("auction", col("maxprice").alias("price"), "bidder", "date_time")
+    assert got is not None and got.plan == twin.plan
+    flipped = text.replace("FROM highest H JOIN bid B", "FROM bid B JOIN highest H")
+    got = execute(cat, "SET watermark.lag = INTERVAL '0' SECOND;\n" + flipped, NO_SESSION)
+    assert got is not None
+    join = n.stateless_below(got.plan)
+    assert isinstance(join, n.Join) and join.between == (-1, 9_999)  # right: the window's, 1 ms earlier
+    with plan_error("window's results", "window_end"):
+        execute(cat, text.replace("H.window_end", "H.window_start"), NO_SESSION)

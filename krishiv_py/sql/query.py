@@ -345,7 +345,8 @@ def _scan(table: exp.Table, ctx: Context) -> Relation:
     has_time = n.event_time(plan) is not None
     if not has_time and ctx.needs_watermark:
         stream = _watermark(stream, table, label, ctx)
-    elif has_time and ctx.settings.watermark_keys:
+    elif has_time and ctx.settings.watermark_keys and not isinstance(plan, n.WindowAggregate):
+        # (A window's results have the event time their window gives them, no watermark of their own.)
         et = n.event_time(plan)
         assert et is not None
         raise ctx.sql.error(
@@ -659,13 +660,20 @@ def _time_join(
         if wl is not None and wr is not None:
             return wl.assign(left.key_by(*lkeys)).join(wr.assign(right.key_by(*rkeys)), how=how)
         assert on.time is not None
+        # The bounds relate the time columns; a window's results' column is 1 ms past its event time.
+        shift = _window_shift(left) - _window_shift(right)
         return left.key_by(*lkeys).interval_join(
             right.key_by(*rkeys),
-            between=(on.time.lower_ms, on.time.upper_ms),
+            between=(on.time.lower_ms + shift, on.time.upper_ms + shift),
             how=cast('Literal["inner", "left", "right", "full"]', how),
         )
 
     return build, lkeys, rkeys
+
+
+def _window_shift(stream: Stream) -> int:
+    """How far a side's time column is past its event time: 1 ms for a window's results (window_end)."""
+    return 1 if isinstance(stream.plan, n.WindowAggregate) else 0
 
 
 def _as_of_join(
@@ -846,11 +854,21 @@ def _join_time(
     one timestamp column.
     """
     stream = rel.stream
+    if isinstance(stream.plan, n.WindowAggregate) and spec.window is None:
+        # A registered window's results: their event time is window_end - 1 ms (see _window_shift).
+        if column is None or column.lower() != "window_end":
+            raise ctx.sql.error(
+                where,
+                f"{rel.label} is a window's results: the join's time column for it is window_end "
+                "(a result's event time is window_end - 1 ms)",
+            )
+        return stream
     if n.window_aggregates(stream.plan) or n.joins_of(stream.plan):
         raise ctx.sql.error(
             spec.node,
-            f"{rel.label} is the result of a window or a join, which a join does not take as a side yet; "
-            "join the streams it reads",
+            f"{rel.label} is the result of a window or a join, which a join does not take as a side yet "
+            "(a window's results registered as they are, stream.register(name), it does); join the "
+            "streams it reads",
         )
     if n.event_time(stream.plan) is None:
         stream = _watermark(
