@@ -417,3 +417,37 @@ def test_views_left_join_clicks_then_a_window_per_ad_is_corrected_by_retractions
         )
     )
     assert _run(session, per_ad, model, {"clicks": to_clicks, "views": to_views}) > 0
+
+
+def test_a_join_stages_late_rows_of_both_layouts_reach_the_handler_in_one(session: kp.Session) -> None:
+    """A very late click (the window's input) and a very late view (the join stage's other side) have
+    different columns; the handler gets both in the job's one late-event layout."""
+    tag = uuid.uuid4().hex[:6]
+    clicks, to_clicks = session.memory_stream(CLICKS, name=f"clicks_{tag}")
+    views, to_views = session.memory_stream(VIEWS, name=f"views_{tag}")
+    counts = (
+        clicks.watermark("t", 0).key_by("user").tumbling_window(10_000).agg(kp.count(kp.col("*")).alias("n"))
+    )
+    joined = (
+        counts.key_by("user")
+        .interval_join(views.watermark("t", 0).key_by("user"), between=(-8_000, 0), how="left")
+        .with_late_event_handler(kp.SideOutputLateEventHandler())
+    )
+    job = joined.start()
+    try:
+        to_clicks.send([{"user": "u", "t": 30_000, "click": "c"}])
+        to_views.send([{"user": "u", "t": 30_000, "ad": "a"}])
+        job.process_all_available()
+        to_clicks.send([{"user": "u", "t": 1_000, "click": "late"}])
+        job.process_all_available()
+        to_views.send([{"user": "v", "t": 1_000, "ad": "late"}])
+        job.process_all_available()
+        late = job.late_events()
+    finally:
+        job.stop()
+    assert job.metrics().very_late_events == 2
+    rows = sorted(late.to_pylist(), key=lambda r: str(r["side"]))
+    assert [(r["user"], r["side"], r["ad"], r["classification"]) for r in rows] == [
+        ("u", None, None, "very_late"),  # the window reads the key only: the rest is null
+        ("v", "right", "late", "very_late"),
+    ]

@@ -731,7 +731,7 @@ def test_a_join_takes_a_window_of_a_stream_that_fires_each_window_once() -> None
         ).key_by("user_id").interval_join(other, between=(0, 0))
     with raises_plan_error("late-event handler", "drop them on the window"):
         timed().key_by("user_id").tumbling_window(60_000).with_late_event_handler(
-            kp.CountingLateEventHandler()
+            kp.SideOutputLateEventHandler()
         ).agg(kp.count(kp.col("*"))).key_by("user_id").interval_join(other, between=(0, 0))
     with raises_plan_error("two windows' results"):
         counts.key_by("user_id").interval_join(counts.key_by("user_id"), between=(0, 0))

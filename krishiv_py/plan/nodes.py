@@ -18,7 +18,7 @@ import attrs
 from krishiv_py.errors import PlanError
 from krishiv_py.expr import AggCall, Alias, Column, ExprNode, agg_type, dtype_of, output_name, render
 from krishiv_py.names import HIDDEN_PREFIX, JOIN_EVENT_TIME, KAFKA_COLUMNS, RESULT_KIND
-from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS, Emission
+from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS, Emission, counts_only
 from krishiv_py.plan.windows import (
     EventSlidingWindow,
     SessionWindow,
@@ -948,7 +948,8 @@ def _check_window_input(what: str, side: str, plan: WindowAggregate) -> None:
             f"{what}: the {side} side is a {type(plan.window).__name__}'s results; a join takes a "
             "tumbling, sliding or session window's results"
         )
-    if e.late_handler is not None or e.state_ttl is not None or e.panes.any:
+    handler = e.late_handler is not None and not counts_only(e.late_handler)
+    if handler or e.state_ttl is not None or e.panes.any:
         raise PlanError(
             f"{what}: the {side} side is a window with a late-event handler, a state TTL or pane "
             "callbacks, which are not supported there yet (the window's late rows are counted in "

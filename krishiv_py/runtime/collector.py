@@ -45,7 +45,7 @@ import attrs
 
 from krishiv_py.metrics import JobMetrics
 from krishiv_py.names import PANE, PAYLOAD
-from krishiv_py.runtime.output import deliver
+from krishiv_py.runtime.output import conformed_late, deliver, late_schema
 from krishiv_py.runtime.quarantine import Quarantine, guarded
 from krishiv_py.runtime.stages import Stages
 from krishiv_py.stateful.stage import stages_watermark
@@ -213,6 +213,8 @@ class BatchCollector:
 
     def _hand_late(self, late: pa.Table, batch_id: int) -> None:
         handler, writer = self._handler, self._late_writer
+        if self._recipe.stateful is not None:  # one layout, whichever operator or stage the rows met
+            late = conformed_late(late, late_schema(self._recipe))
         if writer is not None:
             call = functools.partial(writer.write, late, batch_id)
         elif handler is not None:

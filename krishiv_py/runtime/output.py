@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from krishiv_py.planner.spark import SparkRecipe
 
-__all__ = ["accumulation", "deliver", "late_schema", "open_writers"]
+__all__ = ["accumulation", "conformed_late", "deliver", "late_schema", "open_writers"]
 
 
 def accumulation(recipe: SparkRecipe) -> str | None:
@@ -78,11 +78,28 @@ def late_schema(recipe: SparkRecipe) -> pa.Schema:
     assert recipe.stateful is not None, "late events come from the stateful lowering"
     return pa.schema(
         [
-            *recipe.stateful.operator.late_schema,
+            *recipe.stateful.operator.handed_late_schema,
             pa.field(CLASSIFICATION_COLUMN, pa.string()),
             pa.field(WATERMARK_COLUMN, pa.int64()),
         ]
     )
+
+
+def conformed_late(late: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``late`` with the columns of ``schema`` in its order: a column it lacks as nulls.
+
+    A job with a join stage has late rows of two layouts (the operator's
+    input, the stage's other side): the handler always gets one.
+    """
+    import pyarrow as pa
+
+    if late.schema.equals(schema):
+        return late
+    columns = [
+        late.column(f.name).cast(f.type) if f.name in late.column_names else pa.nulls(late.num_rows, f.type)
+        for f in schema
+    ]
+    return pa.table(columns, schema=schema)
 
 
 def deliver(writer: SinkWriter, table: pa.Table, batch_id: int, quarantine: Quarantine | None) -> None:

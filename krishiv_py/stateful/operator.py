@@ -163,6 +163,20 @@ class OperatorSpec:
         """The input columns as a late-event handler sees them (a join's side as ``side``)."""
         return pa.schema([pa.field(_late_name(c.name), c.type) for c in self.columns])
 
+    @property
+    def handed_late_schema(self) -> pa.Schema:
+        """Every late row's columns, the operator's input's then a join stage's other side's
+        (a column of both once): each late row has those it comes with, the others null."""
+        fields = list(self.late_schema)
+        if self.then is not None and self.then.join_side is not None:
+            names = {f.name for f in fields}
+            fields += [
+                pa.field(_late_name(name), kind)
+                for name, kind, _ in self.then.side_input
+                if _late_name(name) not in names
+            ]
+        return pa.schema(fields)
+
 
 def _late_name(name: str) -> str:
     return "side" if name == JOIN_SIDE else "branch" if name == BRANCH else name
