@@ -80,6 +80,17 @@ def _run(session: kp.Session, pipeline: Any, model: ComposedModel, senders: dict
     return seen
 
 
+def _closed(
+    job: Any, senders: tuple[kp.Sender, ...], model: ComposedModel, names: list[str], expected: list[Any]
+) -> list[tuple[Any, ...]]:
+    """Close every source (the model too, its rows added to ``expected``); the job's rows once it ends."""
+    for sender in senders:
+        sender.close()
+    expected += [_key(r, names) for r in model.close()]
+    assert job.await_termination(timeout_s=120)
+    return [_key(r, names) for r in job.results().to_pylist()]
+
+
 def _key(row: dict[str, Any], names: list[str]) -> tuple[Any, ...]:
     def plain(v: Any) -> Any:
         if isinstance(v, datetime):
@@ -222,11 +233,7 @@ def test_a_join_of_a_join_three_streams_equals_the_model(session: kp.Session) ->
                 expected += [_key(r, names) for r in model.send(AD_STEPS[i], source="ads")]
                 to_ads.send(AD_STEPS[i])
             job.process_all_available()
-        for sender in (clicks, views, to_ads):
-            sender.close()
-        expected += [_key(r, names) for r in model.close()]
-        assert job.await_termination(timeout_s=120)
-        got = [_key(r, names) for r in job.results().to_pylist()]
+        got = _closed(job, (clicks, views, to_ads), model, names, expected)
     finally:
         job.stop()
     assert got and Counter(got) == Counter(expected)
@@ -289,11 +296,7 @@ def test_each_windows_clicks_left_joined_with_the_views_before_it_equals_the_mod
             # The window fires at the query's watermark (the least of both sources', SPEC 3.4), the
             # model's at its own source's: a row may come a step later, none other than the model's.
             assert not Counter(got) - Counter(expected), side
-        for sender in (to_clicks, to_views):
-            sender.close()
-        expected += [_key(r, names) for r in model.close()]
-        assert job.await_termination(timeout_s=120)
-        got = [_key(r, names) for r in job.results().to_pylist()]
+        got = _closed(job, (to_clicks, to_views), model, names, expected)
     finally:
         job.stop()
     assert any(r[names.index("ad")] is None for r in expected) and any(r[names.index("ad")] for r in expected)

@@ -101,6 +101,7 @@ class BatchCollector:
         self._window_schema = self._stages.input_schema.to_arrow()
         self._writer = writer
         self._late_writer = late_writer
+        self._late_schema = late_schema(recipe) if recipe.stateful is not None else None
         self._quarantine = quarantine
         self._handler = recipe.late_handler
         self._keys = list(recipe.stateful.operator.kernel.keys) if recipe.stateful is not None else []
@@ -213,8 +214,8 @@ class BatchCollector:
 
     def _hand_late(self, late: pa.Table, batch_id: int) -> None:
         handler, writer = self._handler, self._late_writer
-        if self._recipe.stateful is not None:  # one layout, whichever operator or stage the rows met
-            late = conformed_late(late, late_schema(self._recipe))
+        if self._late_schema is not None:  # one layout, whichever operator or stage the rows met
+            late = conformed_late(late, self._late_schema)
         if writer is not None:
             call = functools.partial(writer.write, late, batch_id)
         elif handler is not None:
