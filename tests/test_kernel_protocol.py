@@ -21,7 +21,7 @@ from krishiv_py.stateful.aggregates import AggSpec
 from krishiv_py.stateful.joins import JoinKernel, JoinSpec
 from krishiv_py.stateful.keyed_agg import KeyedAggKernel
 from krishiv_py.stateful.keyed_topn import KeyedTopNKernel
-from krishiv_py.stateful.protocol import Kernel
+from krishiv_py.stateful.protocol import NOT_DUE, Kernel
 from krishiv_py.stateful.state import KernelSpec
 from krishiv_py.stateful.window_kernel import WindowKernel
 
@@ -60,7 +60,7 @@ def test_every_kernel_implements_the_protocol() -> None:
         assert isinstance(kernel, Kernel)
         state, out = kernel.step(None, _empty_batch(kernel), None, 0)
         assert out.results.num_rows == 0
-        assert kernel.next_due(state)[0] == -1
+        assert kernel.next_due(state)[0] == NOT_DUE
 
 
 def _empty_batch(kernel: Kernel) -> pa.Table:

@@ -30,6 +30,7 @@ from krishiv_py.names import RESULT_KIND, RESULT_ROW
 from krishiv_py.planner.spark.recipe import AfterStage, AfterWindow, CascadeStage, DriverRank, TopNStage
 from krishiv_py.runtime.build import build_after
 from krishiv_py.runtime.sources import arrow_frame
+from krishiv_py.stateful.protocol import NOT_DUE
 from krishiv_py.types import Schema, conform
 
 if TYPE_CHECKING:
@@ -156,7 +157,7 @@ class CascadeRunner(StageRunner):
         if self._store is not None:
             self._store.save(batch_id, {"emitted": state.emitted, "live": state.live}, state.watermark_ms)
         self._state, self._batch = state, batch_id
-        self.next_due_ms = out.next_due_ms if out.next_due_ms >= 0 else None
+        self.next_due_ms = out.next_due_ms if out.next_due_ms != NOT_DUE else None
         self.state_windows = state.live.num_rows
         counts = {"emitted": out.emitted, "retracted": out.retracted, "very_late_results": out.very_late}
         return StageOutput(conform(_with_timestamps(out.results), stage.schema), failures, counts)

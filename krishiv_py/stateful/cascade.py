@@ -62,6 +62,7 @@ from krishiv_py.names import cascade_identity
 from krishiv_py.plan.windows import SessionWindow, SlidingWindow, TumblingWindow
 from krishiv_py.stateful.aggregates import AggSpec, finalize, merge, row_partials
 from krishiv_py.stateful.grouping import group_ids
+from krishiv_py.stateful.protocol import NOT_DUE
 
 __all__ = [
     "DELETE",
@@ -76,7 +77,7 @@ __all__ = [
 ]
 
 _WS, _WE = "window_start", "window_end"
-_NO_DUE = -1
+_NO_DUE = NOT_DUE
 
 
 @attrs.frozen(kw_only=True)
@@ -111,7 +112,7 @@ class StepOutput:
     very_late: int
     emitted: int
     retracted: int
-    #: The least watermark at which something fires or is deleted (-1: nothing held).
+    #: The least watermark at which something fires or is deleted (``NOT_DUE``: nothing held).
     next_due_ms: int
 
 
@@ -134,8 +135,9 @@ def step(
     wm = before if watermark_ms is None or (before is not None and watermark_ms < before) else watermark_ms
     if wm is None:
         empty = _result_schema(spec, live).empty_table()
+        # Nothing fires before the first watermark, but the windows held are due at theirs.
         return CascadeState(live, _emitted_or_empty(spec, live, emitted), None), StepOutput(
-            empty, very_late, 0, 0, _NO_DUE
+            empty, very_late, 0, 0, _next_due(spec, live, NOT_DUE)
         )
     emitted = _emitted_or_empty(spec, live, emitted)
     # Only keys whose versions changed, or whose windows fire or go at this watermark, are
@@ -183,7 +185,7 @@ def _points(
 
 
 def _next_due(spec: CascadeSpec, live: pa.Table, wm: int) -> int:
-    """The least watermark after ``wm`` at which a window of ``live`` fires or goes (-1: none)."""
+    """The least watermark after ``wm`` at which a window of ``live`` fires or goes (``NOT_DUE``: none)."""
     if not live.num_rows:
         return _NO_DUE
     _, points = _points(spec, live.column(EVENT_TIME).to_numpy().astype(np.int64))

@@ -40,7 +40,7 @@ from krishiv_py.names import BATCH_TS, JOIN_SIDE, RESULT_KIND, SEQ
 from krishiv_py.plan.windows import SlidingWindow, TumblingWindow
 from krishiv_py.stateful.grouping import canonical, group_ids
 from krishiv_py.stateful.kernel import StepOutput
-from krishiv_py.stateful.protocol import Unmerged
+from krishiv_py.stateful.protocol import NOT_DUE, Unmerged
 
 __all__ = ["SIDE", "JoinKernel", "JoinSpec", "next_due", "step"]
 
@@ -598,7 +598,7 @@ def _output_schema(spec: JoinSpec) -> pa.Schema:
 def next_due(spec: JoinSpec, state: pa.Table) -> int:
     """The least watermark (ms) at which a sweep changes ``state``: output due, or rows to drop."""
     if not state.num_rows:
-        return -1
+        return NOT_DUE
     ts = _int64(state.column(BATCH_TS), 0)
     left = _is_left(state)
     lateness = spec.allowed_lateness_ms
@@ -746,7 +746,7 @@ class JoinKernel(Unmerged):
         return step(self.spec, state, batch, watermark_ms, now_ms, merged=merged)
 
     def next_due(self, state: pa.Table) -> tuple[int, int]:
-        return next_due(self.spec, state), -1
+        return next_due(self.spec, state), NOT_DUE
 
     def state_rows(self, state: pa.Table) -> int:
         return state.num_rows

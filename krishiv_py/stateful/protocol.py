@@ -38,8 +38,9 @@ if TYPE_CHECKING:
 
 __all__ = ["NOT_DUE", "Kernel", "Unmerged"]
 
-#: What :meth:`Kernel.next_due` answers for nothing due.
-NOT_DUE = -1
+#: What :meth:`Kernel.next_due` answers for nothing due: far below any watermark (a window
+#: ending at 0 is due at -1, a legitimate watermark).
+NOT_DUE = -(2**62)
 
 
 @runtime_checkable

@@ -213,7 +213,7 @@ class ChangesWindowKernel(Unmerged):
         if not state.num_rows:
             return NOT_DUE, NOT_DUE
         due = state.column(CHANGES_STATE)[0].as_py()[1]
-        return (NOT_DUE if due < 0 else int(due)), NOT_DUE
+        return int(due), NOT_DUE  # (the window's own NOT_DUE when nothing is due)
 
     def output_watermark(self, watermark_ms: int | None) -> int | None:
         return watermark_ms
