@@ -284,7 +284,10 @@ def _then_agg(
         top = stream.top_n(count, by=by, per="key", keys=tuple(keys), ties=ties, ascending=ascending)
         model = TopNOf(op, n=count, by=by, keys=tuple(keys), ties=ties, ascending=ascending)
         return top, model, f" -> top_n {count} by={by} keys={tuple(keys)} ascending={ascending} ties={ties}"
-    names, built, specs = _aggs(draw, _over([c for c in columns if c in JOIN_AGGS and c not in keys]))
+    table = _over([c for c in columns if c in JOIN_AGGS and c not in keys])
+    if "c" in keys:  # (a count before is a key now)
+        table["c2"] = table.pop("c")
+    names, built, specs = _aggs(draw, table)
     final = stream.key_by(*keys).agg(*built)
     return final, AggOf(op, keys=tuple(keys), aggregates=specs), f" -> agg keys={tuple(keys)} {names}"
 
@@ -321,12 +324,11 @@ def join_then_one(draw: st.DrawFn) -> Case:
 
 @st.composite
 def join_then_two(draw: st.DrawFn) -> Case:
-    """A join, an aggregation or a retracting window in the join's call, then an aggregation over
-    its results in the same call or as a stage (a first operator keyed otherwise is a stage, and a
-    second move across the cluster is a PlanError; the stage with a second operator in its call is
-    test_an_aggregation_in_the_call_of_a_stage_after_a_join_equals_the_model)."""
+    """A join, an aggregation or a retracting window in the join's call or as a stage, then an
+    aggregation or a top-N over its results in the same call or as a stage (after a stage: a second
+    move across the cluster, a stage after a stage)."""
     stream, op, label = _joined_rows(draw, retracting=True)
-    keys = draw(st.sampled_from([k for k in AFTER_JOIN_KEYS if "user" in k]))
+    keys = draw(st.sampled_from(AFTER_JOIN_KEYS))
     stream, op, more, columns = _first(draw, stream, op, keys, JOIN_AGGS, retracting=True)
     final, model, last = _then_agg(draw, stream, op, columns, _any_keys(draw, columns))
     return Case(label + more + last, final, model, ("a", "b"))
@@ -341,6 +343,28 @@ def one_source_then_two(draw: st.DrawFn) -> Case:
     stream, op, label, columns = first
     final, model, last = _then_agg(draw, stream, op, columns, _any_keys(draw, columns))
     return Case("a" + label + last, final, model, ("a",))
+
+
+@st.composite
+def chains_of_three(draw: st.DrawFn) -> Case:
+    """A join or one source, then three operators, each keyed by any columns of the one before
+    (the same call, or a stage: up to three moves across the cluster, each stage after a stage)."""
+    keys: tuple[str, ...]
+    sources: tuple[str, ...]
+    if draw(st.booleans()):
+        stream, op, label = _joined_rows(draw, retracting=True)
+        keys, table, sources = draw(st.sampled_from(AFTER_JOIN_KEYS)), JOIN_AGGS, ("a", "b")
+    else:
+        lag = draw(st.integers(0, 4))
+        stream, op, label = _stream("a", lag), _source("a", lag), "a"
+        keys = draw(st.sampled_from([("user",), ("ad",), ("user", "ad")]))
+        table, sources = SOURCE_AGGS, ("a",)
+    stream, op, more, columns = _first(draw, stream, op, keys, table, retracting=True)
+    label += more
+    for _ in range(2):
+        stream, op, more = _then_agg(draw, stream, op, columns, _any_keys(draw, columns))
+        columns, label = [c for c in stream.columns if c != RESULT_KIND], label + more
+    return Case(label, stream, op, sources)
 
 
 def _maybe_after(
@@ -490,15 +514,19 @@ class Glue:
         assert apply is not None
         self.op: OperatorSpec = apply.operator
         self.then = self.op.then
+        #: The stages after the operator, first to last (each keyed otherwise than the one before).
+        self.levels = stage.levels(self.then)
         self.entries = _entries(plan)
         self.lags = {n.sources_of(w)[0].name: w.lag_ms for w in n.walk(plan) if isinstance(w, n.Watermark)}
         names = n.schema_of(plan).names
         self.names = [c for c in names if c != RESULT_KIND]
         self.retracting = RESULT_KIND in names
-        self.identity = (self.then.kernel if self.then is not None else self.op.kernel).identity
+        self.identity = (self.levels[-1].kernel if self.levels else self.op.kernel).identity
         self.states: dict[int, pa.Table] = {}
-        self.stages: dict[int, stage.StageState] = {}
-        #: The last statistics of each bucket (a stage bucket's number is -1 - route): state rows, next due.
+        #: Each stage bucket's state, by (level, route).
+        self.stages: dict[tuple[int, int], stage.StageState] = {}
+        #: The last statistics of each bucket (a stage bucket's number counts down from -1, level
+        #: after level: ``stage.bucket_base``): state rows, next due.
         self.reports: dict[int, tuple[int, int]] = {}
         self.marks: dict[str, int] = {}
         self.watermark: int | None = None
@@ -599,19 +627,32 @@ class Glue:
             else:
                 for route, blob in enumerate(stage.hand_on(self.then, b, out.results, w, count, due)):
                     handed[route].append(blob)
-        for route in sorted(set(handed) | set(side)):
-            self._stage(route, handed[route], side.get(route, []))
+        self._stages(0, handed, side)
 
-    def _stage(self, route: int, handed: list[bytes], side: list[pa.Table]) -> None:
-        then = self.then
-        assert then is not None
-        stepped = stage.step(then, self.stages.get(route), handed, 0, side=side, watermark_ms=self.watermark)
-        state, out, upstream = stepped[0], stepped[1], stepped[2]
-        kernel = None if state.kernel is None else ipc_table(ipc_bytes(state.kernel))
-        self.stages[route] = attrs.evolve(state, kernel=kernel, reports=ipc_table(ipc_bytes(state.reports)))
-        count = then.kernel.state_rows(state.kernel) if state.kernel is not None else 0
-        self.reports[-1 - route] = (count, stage.next_due(then, state, upstream)[0])
-        self._collect(out.results)
+    def _stages(self, level: int, handed: dict[int, list[bytes]], side: dict[int, list[pa.Table]]) -> None:
+        """The stage ``level``'s buckets that got a row; their results handed on to the next stage."""
+        if level == len(self.levels):
+            return
+        then, first = self.levels[level], self.then
+        assert first is not None
+        onward: dict[int, list[bytes]] = defaultdict(list)
+        for route in sorted(set(handed) | set(side)):
+            mark = self.watermark if level == 0 else None  # only a join stage's other side reads it
+            before = self.stages.get((level, route))
+            stepped = stage.step(then, before, handed[route], 0, side=side.get(route, []), watermark_ms=mark)
+            state, out, upstream = stepped[0], stepped[1], stepped[2]
+            kernel = None if state.kernel is None else ipc_table(ipc_bytes(state.kernel))
+            kept = attrs.evolve(state, kernel=kernel, reports=ipc_table(ipc_bytes(state.reports)))
+            self.stages[(level, route)] = kept
+            count = then.kernel.state_rows(state.kernel) if state.kernel is not None else 0
+            due = stage.next_due(then, state, upstream)[0]
+            self.reports[stage.bucket_base(first, level) - route] = (count, due)
+            if then.then is None:
+                self._collect(out.results)
+            else:
+                for r, blob in enumerate(stage.handed_from(then, route, kept, out, upstream, bounded=False)):
+                    onward[r].append(blob)
+        self._stages(level + 1, onward, {})
 
     def _empty(self) -> pa.Table:
         fields = [*self.op.input_schema, pa.field(BATCH_TS, pa.int64()), pa.field(SEQ, pa.int64())]
@@ -771,6 +812,12 @@ def test_two_operators_over_one_source_equal_the_model(case: Case, data: st.Data
 
 
 @settings(max_examples=EXAMPLES)
+@given(case=chains_of_three(), data=st.data())
+def test_three_operators_each_keyed_by_any_columns_equal_the_model(case: Case, data: st.DataObject) -> None:
+    check(case, data.draw(steps_of(case.sources)))
+
+
+@settings(max_examples=EXAMPLES)
 @given(case=join_of_join(), data=st.data())
 def test_a_join_of_a_join_equals_the_model(case: Case, data: st.DataObject) -> None:
     steps = data.draw(steps_of(case.sources))
@@ -879,3 +926,29 @@ def test_a_very_late_row_of_the_third_stream_joins_nothing() -> None:
         ("send", "c", [{"ad": "a1", "at": -1, "campaign": "x"}]),  # very late: no pad for it, ever
     ]
     check(Case("c left join (a join b)", three, ops, ("a", "b", "c")), steps)
+
+
+def test_a_window_that_got_its_rows_before_the_first_watermark_says_when_it_is_due() -> None:
+    """A retracting window over a join that got its rows before the first watermark said nothing
+    was due: the chain reported the join's next due instead, and the job did not wake the bucket
+    when the watermark passed the window's end (here 0: due at -1, a watermark like any other)."""
+    left, right = (_stream(s, 0).key_by("user") for s in ("a", "b"))
+    joined = left.interval_join(right, between=(0, 0), how="left").allowed_lateness(15)
+    counted, n_spec = _count("n")
+    windows = joined.accumulation("retracting").key_by("user").tumbling_window(5)
+    final = windows.accumulation("retracting").agg(counted)
+    join = JoinOf(
+        _source("a", 0), _source("b", 0), keys=("user",), between=(0, 0), how="left", allowed_lateness_ms=15
+    )
+    model = WindowOf(join, TumblingWindow(size_ms=5), keys=("user",), aggregates=n_spec)
+    a_row, b_row = {"user": "u1", "t": -5, "ad": "a1", "v": 0}, {"user": "u1", "t": -5, "page": "p1", "w": 0}
+    case = Case("left join -> window ending at 0", final, model, ("a", "b"))
+    for first in ([], [("advance", "a", -10), ("advance", "b", -10)]):  # no watermark yet, or one
+        steps: list[Step] = [
+            *first,
+            ("send", "a", [a_row]),
+            ("send", "b", [b_row]),
+            ("advance", "a", 1),
+            ("advance", "b", 1),  # the watermark 0: the window [-5, 0) closed
+        ]
+        check(case, steps)

@@ -91,6 +91,12 @@ def _closed(
     return [_key(r, names) for r in job.results().to_pylist()]
 
 
+def _pairs_per(joined: Any, key: str) -> Any:
+    """The joined pairs counted per ``key`` and 10 s, retracting (the join's corrections flow on)."""
+    windows = joined.key_by(key).tumbling_window(10_000).accumulation("retracting")
+    return windows.agg(kp.count(kp.col("*")).alias("pairs"))
+
+
 def _key(row: dict[str, Any], names: list[str]) -> tuple[Any, ...]:
     def plain(v: Any) -> Any:
         if isinstance(v, datetime):
@@ -143,6 +149,53 @@ def test_nexmark_q4_shape_an_aggregation_over_an_aggregation_keyed_otherwise_tak
     assert _run(session, per_ad, ComposedModel(second), {"clicks": clicks, "views": views}) > 0
 
 
+def test_three_operators_each_keyed_otherwise_move_their_rows_across_the_cluster_twice(
+    session: kp.Session,
+) -> None:
+    """A join by user, a window per ad after it (a stage), then per window how many ads had how
+    many pairs (a stage after the stage): streamed step by step and as one batch, equal the model."""
+    _, joined, clicks, views = _streams(session)
+    per_ad = _pairs_per(joined, "ad")
+    spread = per_ad.key_by("window_start", "pairs").agg(kp.count(kp.col("*")).alias("ads"))
+    plan = spread.explain()
+    assert plan.count(".applyInArrow(") == 2, plan  # two stages, each its own move across the cluster
+    windows = WindowOf(
+        _model_join(),
+        TumblingWindow(size_ms=10_000),
+        keys=("ad",),
+        aggregates=[ModelAgg(name="pairs", func="count", column=None)],
+    )
+    ads = [ModelAgg(name="ads", func="count", column=None)]
+    model = ComposedModel(AggOf(windows, keys=("window_start", "pairs"), aggregates=ads))
+    senders = {"clicks": clicks, "views": views}
+    names = [c for c in spread.columns if c != "kind"]
+    want: Counter[tuple[Any, ...]] = Counter()
+    got: Counter[tuple[Any, ...]] = Counter()
+    job = spread.start()
+    try:
+        seen = 0
+        for side, rows in STEPS:
+            _net(want, model.send(rows, source=side), names)
+            senders[side].send(rows)
+            job.process_all_available()
+            rows_now = job.results().to_pylist()
+            _net(got, rows_now[seen:], names)
+            seen = len(rows_now)
+            assert +got == +want, side
+        for sender in senders.values():
+            sender.close()
+        _net(want, model.close(), names)
+        assert job.await_termination(timeout_s=120)
+        got = Counter()
+        _net(got, job.results().to_pylist(), names)
+    finally:
+        job.stop()
+    assert +got == +want and len(+want) > 1
+    bounded: Counter[tuple[Any, ...]] = Counter()
+    _net(bounded, spread.collect().to_pylist(), names)  # the same stages in one batch job
+    assert +bounded == +want
+
+
 def test_a_histogram_of_running_counts_an_aggregation_over_an_aggregation_of_a_source(
     session: kp.Session,
 ) -> None:
@@ -162,12 +215,7 @@ def test_a_histogram_of_running_counts_an_aggregation_over_an_aggregation_of_a_s
 
 def test_a_join_then_a_retracting_window_then_an_aggregation_keyed_otherwise(session: kp.Session) -> None:
     _, joined, clicks, views = _streams(session)
-    per_user = (
-        joined.key_by("user")
-        .tumbling_window(10_000)
-        .accumulation("retracting")
-        .agg(kp.count(kp.col("*")).alias("pairs"))
-    )
+    per_user = _pairs_per(joined, "user")
     per_window = per_user.key_by("window_start").agg(
         kp.sum(kp.col("pairs")).alias("total"), kp.max(kp.col("pairs")).alias("most")
     )

@@ -743,5 +743,6 @@ def test_a_join_takes_a_window_of_a_stream_that_fires_each_window_once() -> None
     operator = per_user.lower().stateful
     assert operator is not None and operator.operator.then is not None
     assert "then in the same call" in operator.operator.then.kernel.describe()
-    with raises_plan_error("once between operators", "key it by the join's keys"):
-        joined.key_by("n").agg(kp.count(kp.col("*"))).lower()
+    per_count = joined.key_by("n").agg(kp.count(kp.col("*"))).lower().stateful  # a stage after the stage
+    assert per_count is not None and per_count.operator.then is not None
+    assert per_count.operator.then.then is not None and per_count.operator.then.then.kernel.keys == ("n",)

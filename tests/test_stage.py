@@ -15,9 +15,21 @@ from krishiv_py.names import BATCH_TS, JOIN_SIDE, SEQ
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.windows import TumblingWindow
 from krishiv_py.planner.spark.lower import lower
+from krishiv_py.stateful._arrow import unframed
 from krishiv_py.stateful.aggregates import AggSpec
 from krishiv_py.stateful.protocol import NOT_DUE
-from krishiv_py.stateful.stage import StageSpec, StageState, StageStore, hand_on, route_of, step
+from krishiv_py.stateful.stage import (
+    StageSpec,
+    StageState,
+    StageStore,
+    Upstream,
+    bucket_base,
+    hand_on,
+    handed_from,
+    levels,
+    route_of,
+    step,
+)
 from krishiv_py.stateful.state import KernelSpec
 from krishiv_py.stateful.window_kernel import WindowKernel
 from krishiv_py.types import to_schema
@@ -38,7 +50,11 @@ def _spec(buckets: int = 2, upstream_buckets: int = 2) -> StageSpec:
 
 def _results(ads: list[str | None], ts_ms: list[int]) -> pa.Table:
     return pa.table(
-        {"ad": pa.array(ads, pa.string()), "u": ["x"] * len(ads), BATCH_TS: [t * 1000 for t in ts_ms]}
+        {
+            "ad": pa.array(ads, pa.string()),
+            "u": pa.array(["x"] * len(ads), pa.string()),
+            BATCH_TS: pa.array([t * 1000 for t in ts_ms], pa.int64()),
+        }
     )
 
 
@@ -78,6 +94,31 @@ def test_the_stage_waits_for_every_bucket_and_below_a_due_one() -> None:
     state, out, _, _ = step(spec, state, third, 0)
     assert state.watermark_ms == 20
     assert out.results.to_pylist() == [{"ad": "a", "window_start": 0, "window_end": 10_000, "n": 2}]
+
+
+def test_a_stage_hands_the_next_stage_its_rows_and_the_watermark_held_below_every_bucket_before() -> None:
+    first = _spec(buckets=1, upstream_buckets=2)
+    operator = first.upstream
+    assert not isinstance(operator, Upstream)
+    second = StageSpec(
+        kernel=WindowKernel(KernelSpec(keys=("n",), window=TumblingWindow(size_ms=10), aggs=(COUNT,))),
+        upstream=Upstream((operator, first.kernel)),
+        columns=(("n", pa.int64()),),
+        buckets=2,
+        upstream_buckets=1,
+    )
+    spec = attrs.evolve(first, then=second)
+    assert levels(spec) == [spec, second] and bucket_base(spec, 1) == -2
+    # Operator bucket 0 reports at 20; bucket 1 holds a window due at 10 it has not fired.
+    handed = [*hand_on(spec, 0, _results(["a", "a"], [-5, -4]), 20, 0, NOT_DUE)]
+    handed += hand_on(spec, 1, _results([], []), 20, 1, 10)
+    state, out, upstream, _ = step(spec, None, handed, 0)
+    onward = handed_from(spec, 0, state, out, upstream, bounded=False)
+    assert len(onward) == 2  # a row for every bucket of the next stage
+    reports = [unframed(blob)[1].to_pylist()[0] for blob in onward]
+    assert {r["watermark_ms"] for r in reports} == {9}  # 20, held below bucket 1's due window
+    rows = sum(unframed(blob)[0].num_rows for blob in onward)
+    assert rows == out.results.num_rows == 1  # the window [-10, 0) of "a" fired at 9, its count 2
 
 
 def test_a_micro_batch_run_again_starts_from_the_version_before_it(tmp_path: Path) -> None:
@@ -125,15 +166,20 @@ def test_an_expression_between_two_operators_that_arrow_cannot_evaluate_exactly_
         lower(parsed.plan)
 
 
-def test_an_operator_after_a_join_of_a_join_runs_in_its_call_keyed_alike_and_is_a_plan_error_else() -> None:
+def test_an_operator_after_a_join_of_a_join_runs_in_its_call_keyed_alike_and_as_a_stage_else() -> None:
 
     three = _three_streams()
     assert "the second join is a stage" in lower(three.plan).reason
     per_ad = lower(three.key_by("ad").agg(kp.count(kp.col("*"))).plan).stateful
     assert per_ad is not None and per_ad.operator.then is not None
     assert "then in the same call" in per_ad.operator.then.kernel.describe()
-    with pytest.raises(PlanError, match="once between operators"):
-        lower(three.key_by("user").agg(kp.count(kp.col("*"))).plan)
+    assert per_ad.operator.then.then is None
+    per_user = lower(three.key_by("user").agg(kp.count(kp.col("*"))).plan).stateful
+    assert per_user is not None and per_user.operator.then is not None
+    second = per_user.operator.then.then
+    assert second is not None and second.then is None and second.kernel.keys == ("user",)
+    assert isinstance(second.upstream, Upstream)  # held by the first join and the join stage
+    assert [k.keys for k in second.upstream.kernels] == [("user",), ("ad",)]
 
 
 def test_a_join_stages_other_side_is_classified_at_the_stages_watermark_and_its_very_late_rows_kept() -> None:

@@ -271,29 +271,32 @@ def _staged(spec: Any, out: DataFrame, paths: ReadPaths, side: DataFrame | None,
     import tempfile
 
     from krishiv_py.stateful import operator as op
+    from krishiv_py.stateful.stage import levels
 
     if spec.then is None:
         return out
     root = paths.checkpoint.stages if paths.checkpoint is not None else None
-    staged = attrs.evolve(
-        spec,
-        then=attrs.evolve(
-            spec.then, path=root or tempfile.mkdtemp(prefix="krishiv-stage-", dir=paths.scratch)
-        ),
-    )
-
-    def run(key: Any, table: Any) -> Any:
-        if watermark is None:
-            return op.run_stage(staged, key, table, None)
-        return op.run_stage(staged, key, table, _batch_id(), watermark)
-
+    path = root or tempfile.mkdtemp(prefix="krishiv-stage-", dir=paths.scratch)
+    staged = attrs.evolve(spec, then=spec.then.with_path(path))
     if side is not None:
 
         def route(batches: Any) -> Any:
             return op.route_side(staged, batches)
 
         out = out.unionByName(side.mapInArrow(route, ROUTED_DDL))
-    return out.groupBy(ROUTE).applyInArrow(run, OUTPUT_DDL)
+
+    def runner(level: int) -> Any:  # (Spark reads the function's arguments: key and table only)
+        def run(key: Any, table: Any) -> Any:
+            if watermark is None:
+                return op.run_stage(staged, key, table, None, level=level)
+            return op.run_stage(staged, key, table, _batch_id(), watermark, level=level)
+
+        return run
+
+    count = len(levels(spec.then))
+    for level in range(count):  # each stage after the one before it, its rows moved once more
+        out = out.groupBy(ROUTE).applyInArrow(runner(level), ROUTED_DDL if level < count - 1 else OUTPUT_DDL)
+    return out
 
 
 def _batch_id() -> int:

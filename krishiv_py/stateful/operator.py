@@ -298,9 +298,12 @@ def run_stage(
     table: pa.Table,
     batch_id: int | None,
     watermark: Callable[[], MapWatermark] | None = None,
+    *,
+    level: int = 0,
 ) -> pa.Table:
-    """``applyInArrow`` function after the operator: the operator's payloads passed on (route -1),
-    or one stage bucket's micro-batch (route >= 0) as a payload of its own.
+    """``applyInArrow`` function after the operator: the payloads before passed on (route -1), or
+    one bucket of the stage ``level`` (0: the first) for a micro-batch (route >= 0) as a payload
+    of its own; with a stage after it, its results handed on to that stage's buckets instead.
 
     ``batch_id``: the micro-batch (its state is read and written under the
     stage's path); None: a bounded run, all in one step, then end of input.
@@ -309,16 +312,17 @@ def run_stage(
     calls no bucket of the operator.
     """
     route = int(key[0])
-    then = spec.then
-    assert then is not None
+    assert spec.then is not None
+    then = stage.levels(spec.then)[level]
+    last = then.then is None
     if route < 0:
-        return table.select([BUCKET, PAYLOAD])
+        return table.select([BUCKET, PAYLOAD] if last else [BUCKET, PAYLOAD, ROUTE])
     blobs = table.column(PAYLOAD).to_pylist()
     kinds = table.column(BUCKET).to_pylist()
-    handed = [bytes(b) for b, k in zip(blobs, kinds, strict=True) if b is not None and k != SIDE_ROWS]
-    side = [
-        ipc_table(bytes(b)) for b, k in zip(blobs, kinds, strict=True) if b is not None and k == SIDE_ROWS
-    ]
+    # Only the first stage takes a join's other side (routed to it by its keys).
+    is_side = [level == 0 and k == SIDE_ROWS for k in kinds]
+    handed = [bytes(b) for b, s in zip(blobs, is_side, strict=True) if b is not None and not s]
+    side = [ipc_table(bytes(b)) for b, s in zip(blobs, is_side, strict=True) if b is not None and s]
     now = int(time.time() * 1000)
     store = stage.StageStore(then.path, route) if batch_id is not None else None
     before = store.load_before(batch_id) if store is not None and batch_id is not None else None
@@ -336,8 +340,19 @@ def run_stage(
     if store is not None and batch_id is not None:
         size = store.save(batch_id, state)
     due, interval = stage.next_due(then, state, upstream_wm)
-    payload = _stage_payload(then, -1 - route, out, state, (due, interval), upstream_wm, late, size)
-    return pa.table({BUCKET: pa.array([-1 - route], pa.int32()), PAYLOAD: pa.array([payload], pa.binary())})
+    number = stage.bucket_base(spec.then, level) - route
+    onward: list[bytes] = []
+    if not last:
+        onward = stage.handed_from(then, route, state, out, upstream_wm, bounded=batch_id is None)
+        out = attrs.evolve(out, results=pa.schema([]).empty_table())  # the next stage's are the job's
+    payload = _stage_payload(then, number, out, state, (due, interval), upstream_wm, late, size)
+    cols: dict[str, pa.Array[Any]] = {
+        BUCKET: pa.array([number] * (1 + len(onward)), pa.int32()),
+        PAYLOAD: pa.array([payload, *onward], pa.binary()),
+    }
+    if not last:
+        cols[ROUTE] = pa.array([-1, *range(len(onward))], pa.int32())
+    return pa.table(cols)
 
 
 #: ``BUCKET`` of a row routed to a join stage from its other side (not from an operator call).

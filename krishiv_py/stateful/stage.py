@@ -64,9 +64,12 @@ from krishiv_py.stateful.protocol import NOT_DUE, Kernel
 __all__ = [
     "JoinSide",
     "StageSpec",
+    "Upstream",
     "StageState",
     "StageStore",
     "hand_on",
+    "handed_from",
+    "levels",
     "route_of",
     "side_rows",
     "stages_watermark",
@@ -130,13 +133,35 @@ class JoinSide:
         return pa.schema([*fields, pa.field(BATCH_TS, pa.int64())]).empty_table()
 
 
+@attrs.frozen
+class Upstream:
+    """The operator and the stages before a stage that follows another stage, first to last: the
+    watermark they pass on is each one's in turn (their structural delays add up)."""
+
+    kernels: tuple[Kernel, ...]
+
+    def output_watermark(self, watermark_ms: int | None) -> int | None:
+        for kernel in self.kernels:
+            watermark_ms = kernel.output_watermark(watermark_ms)
+        return watermark_ms
+
+
 @attrs.frozen(kw_only=True)
 class StageSpec:
-    """A stage's kernel, what it reads of the first operator's results, and where its state goes."""
+    """A stage's kernel, what it reads of the first operator's results, and where its state goes.
+
+    ``then``: the next stage, keyed by other columns again (its rows cross
+    the cluster once more, in the same micro-batch). A stage hands it its
+    results and a report exactly as the operator hands them to the first
+    stage; the watermark in the report is the stage's own input watermark
+    held below the buckets before it (:func:`handed_from`), so each stage's
+    watermark is held by every operator and stage before it.
+    """
 
     kernel: Kernel
-    #: The first operator's kernel (the watermark it passes on).
-    upstream: Kernel
+    #: The kernels before the stage (the watermark they pass on): the first operator's, or
+    #: for a stage after a stage every one before it (:class:`Upstream`).
+    upstream: Kernel | Upstream
     #: The columns the stage reads of the first operator's results, with the types it takes.
     columns: tuple[tuple[str, pa.DataType], ...]
     #: The stage's key buckets, and the first operator's.
@@ -153,6 +178,8 @@ class StageSpec:
     join_side: JoinSide | None = None
     #: A join stage: the other side's columns as its map tasks encode them (name, type, encoded name).
     side_input: tuple[tuple[str, pa.DataType, str], ...] = ()
+    #: The next stage, keyed by other columns again (None: this one's results are the job's).
+    then: StageSpec | None = None
 
     @property
     def read(self) -> tuple[tuple[str, pa.DataType], ...]:
@@ -164,6 +191,47 @@ class StageSpec:
             f"{self.kernel.describe()}, over the rows of the operator before it moved to "
             f"{self.buckets} bucket(s) of its own keys"
         )
+
+    def with_path(self, path: str) -> StageSpec:
+        """This stage's state under ``path``, each stage after it under ``<path>/then-<n>``."""
+        then = self.then
+        if then is None:
+            return attrs.evolve(self, path=path)
+        root = path.rstrip("/")
+        out = [attrs.evolve(self, path=path)]
+        for i, level in enumerate(levels(then), start=1):
+            out.append(attrs.evolve(level, path=f"{root}/then-{i}"))
+        return nested(out)
+
+    def with_buckets(self, buckets: int) -> StageSpec:
+        """Every stage from this one on with ``buckets`` key buckets (as the operator before it)."""
+        return nested(
+            [attrs.evolve(level, buckets=buckets, upstream_buckets=buckets) for level in levels(self)]
+        )
+
+
+def levels(spec: StageSpec | None) -> list[StageSpec]:
+    """``spec`` and the stages after it, first to last."""
+    out = []
+    while spec is not None:
+        out.append(spec)
+        spec = spec.then
+    return out
+
+
+def nested(stages: Sequence[StageSpec]) -> StageSpec:
+    """``stages`` (first to last; their own ``then`` ignored) as one chain: each one's next is the next."""
+    then: StageSpec | None = None
+    for level in reversed(stages):
+        then = attrs.evolve(level, then=then)
+    assert then is not None
+    return then
+
+
+def bucket_base(spec: StageSpec, level: int) -> int:
+    """The first statistics bucket number of ``level`` (0: the first stage): stage buckets count down
+    from -1, level after level (the operator's count up from 0)."""
+    return -1 - sum(s.buckets for s in levels(spec)[:level])
 
 
 def route_of(rows: pa.Table, keys: Sequence[str], buckets: int) -> np.ndarray:
@@ -223,6 +291,25 @@ def hand_on(
         rows = spec.join_side.rows(rows)
     routes = route_of(rows, _route_keys(spec.kernel), spec.buckets)
     return [framed([rows.filter(pa.array(routes == s)), report]) for s in range(spec.buckets)]
+
+
+def handed_from(
+    spec: StageSpec, route: int, state: StageState, out: StepOutput, upstream_wm: int | None, *, bounded: bool
+) -> list[bytes]:
+    """A stage bucket's results and report for the next stage, as :func:`hand_on` makes the operator's.
+
+    The report's watermark is the input watermark held below every bucket
+    before this stage that still holds something due
+    (:func:`stages_watermark` over the reports this stage holds), so that
+    the next stage is held by the operator's buckets and this stage's alike.
+    """
+    nxt = spec.then
+    assert nxt is not None
+    reports = state.report_map()
+    held = END_OF_TIME_MS if bounded else stages_watermark(upstream_wm, reports, spec.upstream_buckets)
+    rows = spec.kernel.state_rows(state.kernel) if state.kernel is not None else 0
+    due = next_due(spec, state, upstream_wm)[0]
+    return hand_on(nxt, route, out.results, held, rows, due)
 
 
 @attrs.frozen

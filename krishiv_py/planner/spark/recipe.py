@@ -501,7 +501,9 @@ def _render_stateful(node: StatefulApply) -> str:
             f"{packed}.unionByName({ticks}).groupBy('{_BUCKET}').applyInPandasWithState({what}, "
             f"'{ddl}', '{STATE_DDL}', 'append', 'NoTimeout')"
         )
-    if then is None:
-        return out
     side = ".unionByName(side)" if node.side_input is not None else ""
-    return f"{out}{side}.groupBy('{ROUTE}').applyInArrow(<{then.describe()}>, '{OUTPUT_DDL}')"
+    while then is not None:  # each stage, its rows moved across the cluster once more
+        ddl = OUTPUT_DDL if then.then is None else ROUTED_DDL
+        out = f"{out}{side}.groupBy('{ROUTE}').applyInArrow(<{then.describe()}>, '{ddl}')"
+        side, then = "", then.then
+    return out

@@ -163,9 +163,7 @@ def with_buckets(recipe: SparkRecipe, buckets: int) -> SparkRecipe:
         raise ValueError(f"buckets must be at least 1, got {buckets}")
     operator = attrs.evolve(node.operator, buckets=buckets)
     if operator.then is not None:  # a stage keyed by other columns: as many buckets of its own
-        operator = attrs.evolve(
-            operator, then=attrs.evolve(operator.then, buckets=buckets, upstream_buckets=buckets)
-        )
+        operator = attrs.evolve(operator, then=operator.then.with_buckets(buckets))
     child: RecipeNode
     if node.branch_hashed is not None:  # a union of windows: each branch by its own keys
         assert isinstance(node.child, UnionAll)
@@ -340,10 +338,10 @@ Link = tuple[n.PlanNode, tuple[n.Filter | n.Project, ...]]
 
 
 def moves(links: list[Link]) -> list[bool]:
-    """Per operator above the bottom one: whether it runs in the same call (True) or as a stage."""
+    """Per operator above the bottom one: whether it runs in the same call as the one before it
+    (True: keyed by its keys and more) or as a stage of its own, its rows moved across the cluster."""
     keys = _bucket_keys(links[0][0])
     out = []
-    moved = False
     for (below, _), (node, _) in itertools.pairwise(links):
         assert isinstance(node, n.WindowAggregate | n.KeyedAggregate | n.KeyedTopN)
         if isinstance(node, n.WindowAggregate) and not isinstance(below, n.Join):
@@ -354,13 +352,7 @@ def moves(links: list[Link]) -> list[bool]:
             )
         beside = set(keys) <= set(node.keys)
         if not beside:
-            if moved:
-                raise PlanError(
-                    "the stateful lowering moves rows across the cluster once between operators for "
-                    f"now: {_describe(node)} is keyed by {list(node.keys)}, not by the keys "
-                    f"{list(keys)} of the operator before it, which already ran as a stage of its own"
-                )
-            moved, keys = True, node.keys
+            keys = node.keys
         out.append(beside)
     return out
 
@@ -398,7 +390,7 @@ def stacked_operators(base: Any, bottom: n.PlanNode, uppers: list[Link]) -> Any:
     def rule(node: n.PlanNode, *children: RecipeNode, streaming: bool, shift_ms: int) -> RecipeNode:
         from krishiv_py.stateful.chain import ChainKernel
         from krishiv_py.stateful.joins import JoinKernel
-        from krishiv_py.stateful.stage import StageSpec
+        from krishiv_py.stateful.stage import StageSpec, Upstream, nested
 
         apply = base(node, *children, streaming=streaming, shift_ms=shift_ms)
         assert isinstance(apply, StatefulApply)
@@ -411,7 +403,11 @@ def stacked_operators(base: Any, bottom: n.PlanNode, uppers: list[Link]) -> Any:
         if isinstance(node, n.Join):
             kernel = JoinKernel(attrs.evolve(kernel.spec, event_times=True))
             carried = kernel.spec.allowed_lateness_ms  # a join stage's: its own and the first join's
-        stage: Any = None
+        # The kernel of the operator (0) and of each stage after it (1...), and how each stage
+        # reads the rows before it; an operator keyed alike joins the last one's call.
+        kernels: list[Any] = [apply.operator.kernel] if staged is None else [apply.operator.kernel, kernel]
+        kernels[-1] = kernel
+        reads: list[dict[str, Any]] = []
         below = node
         for (upper, between), beside in zip(uppers, moves([(node, ()), *uppers]), strict=True):
             then, columns = _upper_kernel(upper, carried, shift_ms, retracting=_retracts(below))
@@ -420,31 +416,32 @@ def stacked_operators(base: Any, bottom: n.PlanNode, uppers: list[Link]) -> Any:
                 "between": _between(between),
                 "retracting": _retracts(below),
             }
-            if staged is not None and not beside:
-                raise PlanError(
-                    "the stateful lowering moves rows across the cluster once between operators for "
-                    f"now: {_describe(upper)} is keyed by {list(_bucket_keys(upper))}, not by the keys "
-                    f"{list(_bucket_keys(node))} of the join before it, which already runs as a stage "
-                    "of its own (after the join or the window whose rows it joins); key it by the "
-                    "join's keys (and more)"
-                )
-            if staged is not None or (stage is None and beside):
-                kernel = ChainKernel(first=kernel, then=then, **step)
-            elif stage is None:
-                buckets = apply.operator.buckets
-                stage = StageSpec(
-                    kernel=then, upstream=kernel, buckets=buckets, upstream_buckets=buckets, **step
-                )
+            if beside:
+                kernels[-1] = ChainKernel(first=kernels[-1], then=then, **step)
             else:
-                stage = attrs.evolve(stage, kernel=ChainKernel(first=stage.kernel, then=then, **step))
+                kernels.append(then)
+                reads.append(step)
             below = upper
-        if staged is not None:
-            return attrs.evolve(
-                apply, operator=attrs.evolve(apply.operator, then=attrs.evolve(staged, kernel=kernel))
+        buckets = apply.operator.buckets
+        stages: list[StageSpec] = [] if staged is None else [attrs.evolve(staged, kernel=kernels[1])]
+        first_new = len(stages) + 1
+        for i, step in enumerate(reads, start=first_new):
+            upstream = kernels[0] if i == 1 else Upstream((*_upstreams(stages[-1]), stages[-1].kernel))
+            spec = StageSpec(
+                kernel=kernels[i], upstream=upstream, buckets=buckets, upstream_buckets=buckets, **step
             )
-        return attrs.evolve(apply, operator=attrs.evolve(apply.operator, kernel=kernel, then=stage))
+            stages.append(spec)
+        operator = attrs.evolve(apply.operator, kernel=kernels[0], then=nested(stages) if stages else None)
+        return attrs.evolve(apply, operator=operator)
 
     return rule
+
+
+def _upstreams(spec: Any) -> tuple[Any, ...]:
+    """The kernels before the stage ``spec``, first to last."""
+    from krishiv_py.stateful.stage import Upstream
+
+    return spec.upstream.kernels if isinstance(spec.upstream, Upstream) else (spec.upstream,)
 
 
 def _retracts(node: n.PlanNode) -> bool:
