@@ -24,6 +24,10 @@ It reads commands on stdin, one per line, and answers on stdout:
   The print sink hands each row to the pipe the moment the window fires (a
   collect iterator would poll for it, and its iteration in a second Python
   thread breaks the planner's thread-local state for the next job).
+  ``nexmark-q9`` (Nexmark's winning bids: its SQL, a regular join and
+  ``ROW_NUMBER() ... <= 1``, an updating result) reads two directories,
+  ``start <n> <auctions> <bids>``, and its rows are inserts and updates
+  (``+I``, ``+U``; the ``-U`` before an update is not read).
 * ``stop <n>``: cancels job ``n``; answers ``stopped <n>``.
 * ``quit`` (or the end of stdin): stops every job and exits.
 
@@ -53,7 +57,14 @@ from benchmarks.flink_runner import interval
 WINDOW_MS = 2_000
 GAP_MS = 2_000
 LAG_MS = 5_000
-QUERIES = ("tumbling", "session", "nexmark-q7")
+QUERIES = ("tumbling", "session", "nexmark-q7", "nexmark-q9", "nexmark-q4")
+#: The queries over auctions and bids.
+JOINS = ("nexmark-q9", "nexmark-q4")
+#: q9's tables as CSV columns (event time ``ts`` and ``expires_ms`` in epoch ms).
+Q9_COLUMNS = {
+    "auction": "id BIGINT, category BIGINT, ts BIGINT, expires_ms BIGINT",
+    "bid": "auction BIGINT, price BIGINT, ts BIGINT, bidder BIGINT, sent BIGINT",
+}
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _out = threading.Lock()
 
@@ -64,13 +75,16 @@ def say(line: str) -> None:
         sys.stdout.flush()
 
 
-def source_sql(name: str, directory: str, monitor_ms: int, query: str = "tumbling") -> str:
-    """The CSV source table over ``directory``, its event time and watermark."""
-    columns = (
-        "auction BIGINT, ts BIGINT, price BIGINT"
-        if query == "nexmark-q7"
-        else "user_id STRING, ts BIGINT, amount DOUBLE"
-    )
+def source_sql(name: str, directory: str, monitor_ms: int, query: str = "tumbling", table: str = "") -> str:
+    """The CSV source table over ``directory`` (of q9: its ``table``), its event time and watermark."""
+    if query in JOINS:
+        columns = Q9_COLUMNS[table]
+        if table == "auction":
+            columns += ",\n  expires AS TO_TIMESTAMP_LTZ(expires_ms, 3)"
+    elif query == "nexmark-q7":
+        columns = "auction BIGINT, ts BIGINT, price BIGINT"
+    else:
+        columns = "user_id STRING, ts BIGINT, amount DOUBLE"
     return (
         f"CREATE TEMPORARY TABLE `{name}` (\n"
         f"  {columns},\n"
@@ -83,7 +97,27 @@ def source_sql(name: str, directory: str, monitor_ms: int, query: str = "tumblin
 
 
 def query_sql(name: str, query: str = "tumbling") -> str:
-    """The query's SQL; its columns are :func:`sink_columns`."""
+    """The query's SQL; its columns are :func:`sink_columns` (q9: ``name`` is the tables' suffix)."""
+    lifetime = (
+        f"  FROM `auction_{name}` A, `bid_{name}` B\n"
+        "  WHERE A.id = B.auction AND B.event_time BETWEEN A.event_time AND A.expires\n"
+    )
+    if query == "nexmark-q4":  # Nexmark's q4.sql, and the latest send behind each row
+        return (
+            "SELECT category, AVG(final) AS avg_final, MAX(sent) AS sent FROM (\n"
+            "  SELECT A.category, MAX(B.price) AS final, MAX(B.sent) AS sent\n"
+            f"{lifetime}"
+            "  GROUP BY A.id, A.category\n"
+            ") Q\nGROUP BY category"
+        )
+    if query == "nexmark-q9":  # Nexmark's q9.sql, on the harness's columns
+        return (
+            "SELECT id, price, sent FROM (\n"
+            "  SELECT A.id, B.price, B.sent,\n"
+            "    ROW_NUMBER() OVER (PARTITION BY A.id ORDER BY B.price DESC, B.event_time ASC) AS rownum\n"
+            f"{lifetime}"
+            ")\nWHERE rownum <= 1"
+        )
     if query == "session":
         return (
             "SELECT user_id, window_start, window_end, COUNT(*) AS n\n"
@@ -110,6 +144,10 @@ def sink_columns(query: str) -> str:
         return "user_id STRING, window_start TIMESTAMP(3), window_end TIMESTAMP(3), n BIGINT"
     if query == "nexmark-q7":
         return "window_end TIMESTAMP(3), max_price BIGINT, n BIGINT"
+    if query == "nexmark-q9":
+        return "id BIGINT, price BIGINT, sent BIGINT"
+    if query == "nexmark-q4":  # (Flink's AVG of a BIGINT is a BIGINT)
+        return "category BIGINT, avg_final BIGINT, sent BIGINT"
     return "window_end TIMESTAMP(3), n BIGINT"
 
 
@@ -121,11 +159,11 @@ def epoch_ms(value: dt.datetime) -> int:
 
 
 #: A sink with one subtask (a window without keys) prints no subtask number.
-_ROW = re.compile(r"row (\d+)(?::\d+)?> \+I\[(.*)\]")
+_ROW = re.compile(r"row (\d+)(?::\d+)?> \+[IU]\[(.*)\]")
 
 
 def parse_row(line: str) -> tuple[str, list[str]] | None:
-    """``(job, fields)`` of a row the print sink wrote (an insert), else None."""
+    """``(job, fields)`` of a row the print sink wrote (an insert, or an update's new row), else None."""
     m = _ROW.match(line)
     if m is None:
         return None
@@ -150,9 +188,15 @@ class Jobs:
         self.query = query
         self.running: dict[str, Any] = {}
 
-    def start(self, n: str, directory: str) -> None:
-        name = f"events_{n}"
-        self.env.execute_sql(source_sql(name, directory, self.monitor_ms, self.query))
+    def start(self, n: str, *directories: str) -> None:
+        if self.query in JOINS:
+            for table, directory in zip(Q9_COLUMNS, directories, strict=True):
+                sql = source_sql(f"{table}_{n}", directory, self.monitor_ms, self.query, table)
+                self.env.execute_sql(sql)
+            name = n
+        else:
+            name = f"events_{n}"
+            self.env.execute_sql(source_sql(name, directories[0], self.monitor_ms, self.query))
         self.env.execute_sql(
             f"CREATE TEMPORARY TABLE `rows_{n}` ({sink_columns(self.query)})\n"
             f"WITH ('connector' = 'print', 'print-identifier' = 'row {n}')"
@@ -184,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     for line in sys.stdin:
         cmd, *args = line.split()
         if cmd == "start":
-            jobs.start(args[0], args[1])
+            jobs.start(args[0], *args[1:])
         elif cmd == "stop":
             jobs.stop(args[0])
         elif cmd == "quit":

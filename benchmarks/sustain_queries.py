@@ -23,9 +23,32 @@ but PyFlink's).
     window is its end; permitted at ``end + lag``. (Nexmark's window is
     10 s; at 2 s a 30 s trial has enough windows in its steady state for a
     p99.)
+``nexmark-q9``
+    Nexmark's *winning bids*, two tables: each send brings new auctions
+    and bids (Nexmark's ratio, 3 auctions to 46 bids); a bid goes to an
+    auction of the last :data:`AUCTION_BACK_S` seconds' sends, inside its
+    lifetime. Per auction, its highest bid within its lifetime (an inner
+    join, then a top-1 per auction: an updating result). A "window" is an
+    auction, its result the auction's current winner; each bid carries the
+    moment it was sent (``sent``, Nexmark's ``extra``), and a result row
+    is permitted at its bid's send: the latency is the time from sending
+    the bid that won to the winner reaching the sink (an updating query
+    has no watermark to wait for). Tick 1 s (auctions are numbered by the
+    second they were sent in).
+``nexmark-q4``
+    Nexmark's *average price per category* on q9's data: per auction, its
+    highest bid within its lifetime, then per category the average of
+    those (two updating aggregations after the join). The harness adds the
+    latest send among the bids behind each row (``MAX(sent)`` at both
+    levels, Nexmark's ``extra`` again): a "window" is a category and a
+    send, permitted at the send, and its latency the time until a row of
+    that category reflecting the send (its ``sent`` at or after it)
+    reaches the sink: how far the answer lags its input.
 
 Event time is the send time minus up to 2 s of disorder, 1 % of events 5 to
-60 s behind, for every query.
+60 s behind, for every query but q9 and q4 (no late events: Flink's
+regular join drops none, krishiv's interval join drops a row behind its
+watermark; both would give different answers).
 """
 
 from __future__ import annotations
@@ -53,7 +76,23 @@ OFFSETS = np.arange(PAIRS, dtype=np.int64) * (2 * TURN_MS) // PAIRS
 #: The most an event lags its send time (ms): 2 s of disorder, or 5 to 60 s late.
 MAX_BEHIND_MS = 62_000
 AUCTIONS = 1_000
-QUERIES = ("tumbling", "session", "nexmark-q7")
+QUERIES = ("tumbling", "session", "nexmark-q7", "nexmark-q9", "nexmark-q4")
+#: The queries over auctions and bids, whose results update (see :attr:`Workload.reflects`).
+NEXMARK_JOINS = ("nexmark-q9", "nexmark-q4")
+#: q9: a bid goes to an auction sent in one of the last this many seconds (the current one
+#: included); auctions last this long; an auction's number is its send's second times ``SPAN``
+#: plus its index in the send.
+AUCTION_BACK_S = 5
+AUCTION_LIFE_MS = 60_000
+SPAN = 10_000_000
+#: q9: bids per auction (Nexmark's 46 bids to 3 auctions).
+BIDS, AUCTIONS_PER = 46, 3
+#: q9's tables: an auction starts 2 s before the second it is sent in (so every bid at or after
+#: its send is in its lifetime), and lasts ``AUCTION_LIFE_MS``.
+Q9_TABLES = {
+    "auction": "id bigint, category bigint, event_time timestamp, expires timestamp",
+    "bid": "auction bigint, price bigint, event_time timestamp, bidder bigint, sent bigint",
+}
 
 
 @attrs.frozen
@@ -63,8 +102,10 @@ class Draw:
     behind: np.ndarray[Any, np.dtype[np.int64]]
     keys: np.ndarray[Any, np.dtype[np.int64]]
     values: pa.Array[Any]
-    #: The users' names (tumbling), drawn ahead: stamping only adds event times.
+    #: The users' names (tumbling), drawn ahead: stamping only adds event times; q9: bidders.
     names: pa.Array[Any] | None = None
+    #: q9: the auctions a send brings.
+    auctions: int = 0
 
 
 def _behind(rng: np.random.Generator, n: int) -> np.ndarray[Any, np.dtype[np.int64]]:
@@ -98,12 +139,29 @@ class Workload:
     name: str
 
     @property
+    def tables(self) -> dict[str, str]:
+        """A query over several tables: each one's columns (empty: one table, :attr:`ddl`)."""
+        return Q9_TABLES if self.name in NEXMARK_JOINS else {}
+
+    @property
+    def reflects(self) -> bool:
+        """Whether a window is (key, send) and waits for a row of its key reflecting that send (q4)."""
+        return self.name == "nexmark-q4"
+
+    @property
     def ddl(self) -> str:
         if self.name == "nexmark-q7":
             return "auction bigint, event_time timestamp, price bigint"
         return "user_id string, event_time timestamp, amount double"
 
     def draw(self, rng: np.random.Generator, n: int) -> Draw:
+        if self.name in NEXMARK_JOINS:
+            auctions = max(1, n * AUCTIONS_PER // (AUCTIONS_PER + BIDS))
+            bids = max(1, n - auctions)
+            picks = rng.integers(0, AUCTION_BACK_S, bids) * auctions + rng.integers(0, auctions, bids)
+            prices, bidders = rng.integers(1, 10_000_000, bids), rng.integers(0, 100_000, bids)
+            disorder = rng.integers(0, 2_001, bids)
+            return Draw(disorder, picks, pa.array(prices), pa.array(bidders), auctions=auctions)
         behind = _behind(rng, n)
         if self.name == "nexmark-q7":
             return Draw(behind, rng.integers(0, AUCTIONS, n), pa.array(rng.integers(1, 10_000_000, n)))
@@ -112,8 +170,16 @@ class Workload:
         users = rng.integers(0, USERS, n)
         return Draw(behind, users, pa.array(np.ones(n)), USER_NAMES.take(users))
 
-    def emit(self, d: Draw, now_ms: int) -> tuple[pa.Table, dict[Hashable, int]]:
-        """The events of ``d`` sent at ``now_ms``, and how many of them fall in each window."""
+    def emit(self, d: Draw, now_ms: int) -> tuple[Any, dict[Hashable, int]]:
+        """The events of ``d`` sent at ``now_ms`` (a table, or one per table of :attr:`tables`), and
+        how many of them fall in each window."""
+        if self.name in NEXMARK_JOINS:
+            tables, auctions = _q9_emit(d, now_ms)
+            if self.name == "nexmark-q9":
+                return tables, auctions
+            # q4: each category a bid of this send went to
+            categories = np.unique(tables["bid"].column("auction").to_numpy() % 10)
+            return tables, {(int(c), now_ms): 1 for c in categories}
         et_ms = now_ms - d.behind
         if self.name == "session":
             user, turn = turns(d.keys, et_ms)
@@ -138,6 +204,12 @@ class Workload:
 
     def steady(self, window: Hashable, first_ms: float, end_ms: float, budget_s: float) -> bool:
         """Whether ``window`` closes in the steady state: after ``first_ms``, a budget before the end."""
+        if self.name == "nexmark-q4":  # a category and a send: after first_ms, a budget before the end
+            sent = cast("tuple[int, int]", window)[1]
+            return sent >= first_ms and sent + budget_s * 1000 <= end_ms
+        if self.name == "nexmark-q9":  # an auction: sent after first_ms, its last bid a budget before the end
+            sent_ms = cast(int, window) // SPAN * 1000
+            return sent_ms >= first_ms and sent_ms + (AUCTION_BACK_S + budget_s) * 1000 <= end_ms
         if self.name == "session":
             user, turn = cast("tuple[int, int]", window)
             if turn % 2 != user % 2:
@@ -147,6 +219,21 @@ class Workload:
             return bool(latest - LAG_MS >= first_ms) and bool(latest + budget_s * 1000 <= end_ms)
         end = cast(int, window)
         return end >= first_ms and end + LAG_MS + budget_s * 1000 <= end_ms
+
+    def krishiv_tables(self, streams: dict[str, kp.Stream]) -> kp.Stream:
+        """A query over several tables (:attr:`tables`) over ``streams`` (event time not yet declared):
+        q9, each auction with its bids, the highest one within its lifetime first."""
+        auctions = streams["auction"].watermark("event_time", LAG_MS).key_by("id")
+        bids = streams["bid"].watermark("event_time", LAG_MS).key_by("auction")
+        joined = auctions.interval_join(bids, between=(0, AUCTION_LIFE_MS))
+        lifetime = joined.filter(kp.col("event_time_right") <= kp.col("expires"))
+        if self.name == "nexmark-q4":
+            latest = kp.max(kp.col("sent")).alias("sent")
+            final = lifetime.key_by("id", "category").agg(kp.max(kp.col("price")).alias("final"), latest)
+            per_category = final.key_by("category").agg(kp.avg(kp.col("final")).alias("avg_final"), latest)
+            return per_category.select("category", "avg_final", "sent", "kind")
+        best = lifetime.top_n(1, by="price", per="key", keys=("id",), ties="first")
+        return best.select("id", "price", "sent", "kind")
 
     def krishiv(self, stream: kp.Stream) -> kp.Stream:
         """The query over ``stream`` (event time not yet declared)."""
@@ -183,6 +270,11 @@ class Workload:
 
     def results(self, table: pa.Table) -> tuple[list[Hashable], list[int], list[int]]:
         """Result rows: each one's window, the moment (epoch ms) the watermark permitted it, its count."""
+        if self.name in NEXMARK_JOINS:  # a new row: its auction (category), its send (a retraction: none)
+            emits = table.filter(pc.not_equal(table.column("kind"), pa.scalar("retract")))
+            key = "id" if self.name == "nexmark-q9" else "category"
+            ids, sent = emits.column(key).to_pylist(), emits.column("sent").to_pylist()
+            return list(ids), [int(s or 0) for s in sent], [1] * len(ids)
         ends = _ms(table.column("window_end"))
         counts = [int(c or 0) for c in table.column("count").to_pylist()]
         if self.name != "session":
@@ -198,6 +290,8 @@ class Workload:
         if self.name == "session":
             user, start, end, n = fields
             return self._sessions([int(user[1:])], [parse_time(start)], [parse_time(end)], [int(n)])
+        if self.name in NEXMARK_JOINS:  # id, price, sent (q4: category, avg_final, sent)
+            return [int(fields[0])], [int(fields[2])], [1]
         end_ms = parse_time(fields[0])
         return [end_ms], [end_ms + LAG_MS], [int(fields[-1])]
 
@@ -209,6 +303,36 @@ class Workload:
             (u, (s + int(OFFSETS[u // 2])) // TURN_MS) for u, s in zip(users, starts, strict=True)
         ]
         return windows, [e + LAG_MS for e in ends], counts
+
+
+def _q9_emit(d: Draw, now_ms: int) -> tuple[dict[str, pa.Table], dict[Hashable, int]]:
+    """q9's send at ``now_ms``: its auctions and bids, and the auctions it starts (a window each)."""
+    second = now_ms // 1000
+    start_ms = second * 1000 - 2_000
+    ids = second * SPAN + np.arange(d.auctions, dtype=np.int64)
+    stamp = pa.timestamp("us", tz="UTC")
+    auctions = pa.table(
+        {
+            "id": pa.array(ids),
+            "category": pa.array(ids % 10),
+            "event_time": pa.array(np.full(d.auctions, start_ms * 1000), stamp),
+            "expires": pa.array(np.full(d.auctions, (start_ms + AUCTION_LIFE_MS) * 1000), stamp),
+        }
+    )
+    back, index = d.keys // d.auctions, d.keys % d.auctions
+    to = (second - back) * SPAN + index
+    bids = pa.table(
+        {
+            "auction": pa.array(to),
+            "price": d.values,
+            "event_time": _et(now_ms, d.behind),
+            "bidder": d.names if d.names is not None else pa.nulls(len(to), pa.int64()),
+            "sent": pa.array(np.full(len(to), now_ms, np.int64)),
+        }
+    )
+    # Each auction once, in its own send (it gets ~15 bids over the next sends: one without any,
+    # e^-15 of them, would show as a result that never came).
+    return {"auction": auctions, "bid": bids}, dict.fromkeys(ids.tolist(), 1)
 
 
 WORKLOADS = {name: Workload(name) for name in QUERIES}

@@ -455,8 +455,8 @@ def test_sustainable_feeds_flink_csv_files_with_epoch_milliseconds() -> None:
     assert q7 == ([1_800_000_002_000], [1_800_000_007_000], [4])
     session = sq.WORKLOADS["session"].flink_results(["u7", "2027-01-15T08:00", "2027-01-15T08:00:05", "3"])
     assert session[1:] == ([1_800_000_010_000], [3]) and session[0][0][0] == 7  # type: ignore[index]
-    for query in fs.QUERIES:
-        assert "DESCRIPTOR(event_time)" in fs.query_sql("events_1", query)
+    for query in fs.QUERIES:  # every windowed query (q9 and q4 join: their own test)
+        assert "DESCRIPTOR(event_time)" in fs.query_sql("events_1", query) or query in fs.JOINS
     assert "SESSION(TABLE `events_1` PARTITION BY user_id" in fs.query_sql("events_1", "session")
     assert "auction BIGINT, ts BIGINT, price BIGINT" in fs.source_sql(
         "events_1", directory, 100, "nexmark-q7"
@@ -770,3 +770,61 @@ def test_every_runner_of_a_join_query_agrees_with_its_reference() -> None:
         assert got[query, MODEL]["rows"] > 50
         # Nexmark's SQL (DuckDB) is the bounded answer; the streaming runs drop late rows.
         assert got[query, "duckdb"]["rows"] >= got[query, MODEL]["rows"]
+
+
+def test_sustainable_q9_sends_auctions_and_bids_within_their_lifetimes() -> None:
+    from benchmarks import flink_sustain as fs
+    from benchmarks import sustain_queries as q
+    from benchmarks import sustainable as sb
+
+    work = q.WORKLOADS["nexmark-q9"]
+    assert set(work.tables) == {"auction", "bid"} and sb.runners_of(work) == ("krishiv-stateful", "pyflink")
+    d = work.draw(np.random.default_rng(3), 49_000)
+    now = 1_800_000_000_700
+    tables, generated = work.emit(d, now)
+    auctions, bids = tables["auction"], tables["bid"]
+    assert (auctions.num_rows, bids.num_rows) == (3_000, 46_000)  # Nexmark's 3 auctions to 46 bids
+    assert auctions.column_names == ["id", "category", "event_time", "expires"]
+    assert bids.column_names == ["auction", "price", "event_time", "bidder", "sent"]
+    assert sorted(generated) == auctions.column("id").to_pylist()  # each auction once, in its send
+    # Every bid goes to an auction of this send or of the four before, inside that auction's life.
+    second = now // 1000
+    seconds = (bids.column("auction").to_numpy() // q.SPAN).tolist()
+    assert set(seconds) == set(range(second - q.AUCTION_BACK_S + 1, second + 1))
+    bid_ms = bids.column("event_time").cast(pa.int64()).to_numpy() // 1000
+    starts = np.array(seconds) * 1000 - 2_000
+    assert (bid_ms >= starts).all() and (bid_ms <= starts + q.AUCTION_LIFE_MS).all()
+    assert (now - bid_ms <= 2_000).all() and set(bids.column("sent").to_pylist()) == {now}
+    # steady: sent after the first third, its last bids a budget before the end
+    auction = second * q.SPAN + 7
+    assert work.steady(auction, second * 1000, second * 1000 + 10_000, 5.0)
+    assert not work.steady(auction, second * 1000, second * 1000 + 9_999, 5.0)
+    assert not work.steady(auction, second * 1000 + 1, second * 1000 + 20_000, 5.0)
+    # a result row: its auction, permitted at its bid's send; a retraction is no new winner
+    rows = pa.table(
+        {"id": [auction, auction], "price": [9, 5], "sent": [now, now - 1_000], "kind": ["emit", "retract"]}
+    )
+    assert work.results(rows) == ([auction], [now], [1])
+    assert work.flink_results([str(auction), "9", str(now)]) == ([auction], [now], [1])
+    assert fs.parse_row(f"row 4:1> +U[{auction}, 9, {now}]") == ("4", [str(auction), "9", str(now)])
+    sql = fs.query_sql("4", "nexmark-q9")
+    assert "FROM `auction_4` A, `bid_4` B" in sql and "ROW_NUMBER() OVER (PARTITION BY A.id" in sql
+    ddl = fs.source_sql("auction_4", "/tmp", 100, "nexmark-q9", "auction")
+    assert "expires AS TO_TIMESTAMP_LTZ(expires_ms, 3)" in ddl
+    # q4: a window per category and send, waiting for a row of the category that reflects the send
+    q4 = q.WORKLOADS["nexmark-q4"]
+    assert q4.reflects and not work.reflects and q4.tables == work.tables
+    q4_tables, windows = q4.emit(d, now)
+    assert q4_tables["bid"].equals(bids) and sorted(windows) == [(c, now) for c in range(10)]
+    assert q4.steady((3, now), now, now + 5_000, 5.0) and not q4.steady((3, now), now, now + 4_999, 5.0)
+    arrivals = sb.Arrivals()
+    arrivals.add([3, 3, 4], [now - 1_000, now + 1_000, now], [1, 1, 1])
+    assert sb._latency(q4, arrivals, (3, now)) != float("inf")  # the row sent at now + 1 s reflects it
+    assert sb._latency(q4, arrivals, (4, now + 1)) == float("inf")  # 4's only row is from before
+    q4_sql = fs.query_sql("4", "nexmark-q4")
+    assert "GROUP BY A.id, A.category" in q4_sql and "MAX(sent) AS sent" in q4_sql
+    # The CSV feed writes every timestamp in epoch ms (the event time as ``ts``).
+    directory, send = sb.csv_feed("krishiv-test-q9-feed-")
+    send(auctions.slice(0, 1))
+    fields = next(Path(directory).iterdir()).read_text().split(",")
+    assert [int(f) for f in fields[2:]] == [second * 1000 - 2_000, second * 1000 - 2_000 + q.AUCTION_LIFE_MS]
