@@ -21,10 +21,14 @@ columns than the join, it is a stage of its own (its rows moved to its key
 buckets, its state one Arrow file per bucket and micro-batch under the
 checkpoint). Its table is checked as an upsert view: each key's emits and
 retractions folded into its current rows, which must be the model's, once.
+``--twice`` adds, after that, an aggregation per number of keys: a stage
+after the stage, its rows moved across the cluster a second time, its state
+under the first stage's (``then-1``); checked the same way.
 
     python -m benchmarks.chaos_join --runs 4 --kills 3     # nox -s chaos -- --join
     python -m benchmarks.chaos_join --chain --runs 2 --kills 4
     python -m benchmarks.chaos_join --staged --runs 2 --kills 4
+    python -m benchmarks.chaos_join --twice --runs 2 --kills 4
 """
 
 from __future__ import annotations
@@ -51,6 +55,12 @@ COLUMNS = ("k", "t", "a", "t_right", "b")
 CHAIN_COLUMNS = ("k", "window_start", "window_end", "pairs", "total_a")
 #: The columns of an aggregation per window start after that window (``--staged``): its key first.
 STAGED_COLUMNS = ("window_start", "keys", "pairs", "total_a", "most")
+#: The columns of an aggregation per number of keys after that one (``--twice``: a stage after the
+#: stage, the rows moved across the cluster twice): its key first.
+TWICE_COLUMNS = ("keys", "starts", "pairs")
+#: The shapes whose steps have late rows that correct fired windows, and whose tables are compared
+#: by each key's current row.
+STAGED = ("staged", "twice")
 Side = Literal["left", "right"]
 
 
@@ -65,7 +75,7 @@ def steps(
     of them, and later) find partners behind the watermark and correct
     windows that have fired.
     """
-    staged = lowering == "staged"
+    staged = lowering in STAGED
     late_ms, late_share = ((30, 150), 0.3) if staged else ((30, 90), 0.15)
     rng = random.Random(seed)
     out: list[tuple[Side, list[dict[str, Any]]]] = []
@@ -89,13 +99,13 @@ def steps(
 
 def lateness_of(lowering: str) -> int:
     """The allowed lateness of the join before a window: more for ``staged``'s later rows."""
-    return 100 if lowering == "staged" else 60
+    return 100 if lowering in STAGED else 60
 
 
 def pipeline(left: Any, right: Any, lowering: str) -> Any:
     keyed_left = left.watermark("t", 10).key_by("k")
     keyed_right = right.watermark("t", 10).key_by("k")
-    if lowering in ("chain", "staged"):
+    if lowering in ("chain", *STAGED):
         import krishiv_py as kp
 
         joined = keyed_left.interval_join(keyed_right, between=(-40, 20)).allowed_lateness(
@@ -105,11 +115,16 @@ def pipeline(left: Any, right: Any, lowering: str) -> Any:
         per_key = windowed.agg(kp.count(kp.col("*")).alias("pairs"), kp.sum(kp.col("a")).alias("total_a"))
         if lowering == "chain":
             return per_key
-        return per_key.key_by("window_start").agg(
+        per_start = per_key.key_by("window_start").agg(
             kp.count(kp.col("*")).alias("keys"),
             kp.sum(kp.col("pairs")).alias("pairs"),
             kp.sum(kp.col("total_a")).alias("total_a"),
             kp.max(kp.col("pairs")).alias("most"),
+        )
+        if lowering == "staged":
+            return per_start
+        return per_start.key_by("keys").agg(
+            kp.count(kp.col("*")).alias("starts"), kp.sum(kp.col("pairs")).alias("pairs")
         )
     if lowering == "native":
         return keyed_left.interval_join(keyed_right, between=(-40, 20))
@@ -133,7 +148,7 @@ def child(
         left = session.read_kafka(servers, topics[0], schema=LEFT, name="left").select("k", "t", "a")
         right = session.read_kafka(servers, topics[1], schema=RIGHT, name="right").select("k", "t", "b")
         sink = kp.DuckDBSink(os.path.join(state_dir, "out.duckdb"), "joined", mode="append")
-        ran = "stateful" if lowering in ("chain", "staged") else lowering
+        ran = "stateful" if lowering in ("chain", *STAGED) else lowering
         job = pipeline(left, right, lowering).start(sink, name="chaos-join", lowering=ran)
         job.process_all_available()
         held = {
@@ -161,8 +176,8 @@ def expected(seed: int, count: int, size: int, lowering: str) -> list[dict[str, 
     from krishiv_py.api.stream import placeholder
     from krishiv_py.model.joins import join_model_for
 
-    if lowering in ("chain", "staged"):
-        return _chain_expected(seed, count, size, staged=lowering == "staged")
+    if lowering in ("chain", *STAGED):
+        return _chain_expected(seed, count, size, lowering)
 
     joined = pipeline(placeholder(LEFT, "left"), placeholder(RIGHT, "right"), lowering)
     model = join_model_for(joined.plan)
@@ -171,10 +186,11 @@ def expected(seed: int, count: int, size: int, lowering: str) -> list[dict[str, 
     return model.results
 
 
-def _chain_expected(seed: int, count: int, size: int, *, staged: bool = False) -> list[dict[str, Any]]:
+def _chain_expected(seed: int, count: int, size: int, lowering: str) -> list[dict[str, Any]]:
     """The composition model's changelog of the window after the join, window bounds in ms.
 
-    ``staged``: of the aggregation per window start after that window.
+    ``staged``: of the aggregation per window start after that window; ``twice``: of the
+    aggregation per number of keys after that one.
     """
     from krishiv_py.model.compose import AggOf, ComposedModel, JoinOf, Source, WindowOf
     from krishiv_py.model.reference import AggSpec
@@ -182,7 +198,8 @@ def _chain_expected(seed: int, count: int, size: int, *, staged: bool = False) -
 
     left = Source("left", "t", ("k", "t", "a"), lag_ms=10)
     right = Source("right", "t", ("k", "t", "b"), lag_ms=10)
-    lateness = lateness_of("staged" if staged else "chain")
+    staged = lowering in STAGED
+    lateness = lateness_of(lowering)
     joined = JoinOf(left, right, keys=("k",), between=(-40, 20), allowed_lateness_ms=lateness)
     aggs = [AggSpec(name="pairs", func="count", column=None), AggSpec(name="total_a", func="sum", column="a")]
     op: Any = WindowOf(joined, window=TumblingWindow(size_ms=50), keys=("k",), aggregates=aggs)
@@ -194,14 +211,20 @@ def _chain_expected(seed: int, count: int, size: int, *, staged: bool = False) -
             AggSpec(name="most", func="max", column="pairs"),
         ]
         op = AggOf(op, keys=("window_start",), aggregates=per_start)
+    if lowering == "twice":
+        per_keys = [
+            AggSpec(name="starts", func="count", column=None),
+            AggSpec(name="pairs", func="sum", column="pairs"),
+        ]
+        op = AggOf(op, keys=("keys",), aggregates=per_keys)
     model = ComposedModel(op)
-    for side, batch in steps(seed, count, size, "staged" if staged else "chain"):
+    for side, batch in steps(seed, count, size, lowering):
         model.send(batch, source=side)
     return model.results
 
 
 def columns_of(lowering: str) -> tuple[str, ...]:
-    return {"chain": CHAIN_COLUMNS, "staged": STAGED_COLUMNS}.get(lowering, COLUMNS)
+    return {"chain": CHAIN_COLUMNS, "staged": STAGED_COLUMNS, "twice": TWICE_COLUMNS}.get(lowering, COLUMNS)
 
 
 def upsert_view(changes: list[tuple[Any, ...]]) -> tuple[dict[Any, list[tuple[Any, ...]]], int]:
@@ -269,7 +292,7 @@ def run_once(
                 for r in expected(seed, count, size, lowering)
             )
             out["rows"] = sum(want.values())
-            if lowering == "staged":
+            if lowering in STAGED:
                 out.update(compare_current(got, want))
             else:
                 out["lost"] = sum((want - got).values())
@@ -336,13 +359,19 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="a window after the join, then an aggregation per window start (a stage), every run",
     )
+    shape.add_argument(
+        "--twice",
+        action="store_true",
+        help="as --staged, then an aggregation per number of keys (a stage after the stage), every run",
+    )
     a = p.parse_args(argv)
     from krishiv_py.devtools import KafkaBroker
 
     runs = []
     with KafkaBroker() as broker:
         for i in range(a.runs):
-            lowering = "chain" if a.chain else "staged" if a.staged else ("stateful", "native")[i % 2]
+            chosen = "chain" if a.chain else "staged" if a.staged else "twice" if a.twice else None
+            lowering = chosen or ("stateful", "native")[i % 2]
             topics = [f"join_left_{i}_{a.seed}", f"join_right_{i}_{a.seed}"]
             for topic in topics:
                 broker.create_topic(topic, partitions=1)

@@ -243,7 +243,10 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
             else "keyed"
         )
         rules[slot] = stacked_operators(rules[slot], bottom, links[1:])
-        why += [CHAIN_REASON if beside else STAGED_REASON for beside in moves(links)]
+        moved = False
+        for beside in moves(links):
+            why.append(CHAIN_REASON if beside else STAGED_AGAIN_REASON if moved else STAGED_REASON)
+            moved = moved or not beside
     if isinstance(bottom, n.Join) and any(isinstance(c, n.Join) for c in n.children(bottom)):
         why.append(JOIN_STAGE_REASON)
     if isinstance(bottom, n.Join) and any(isinstance(c, n.WindowAggregate) for c in n.children(bottom)):
@@ -415,6 +418,15 @@ STAGED_REASON = (
     "file per bucket and micro-batch under the checkpoint (the micro-batch Spark runs again reads "
     "the version before it); it runs at the join's watermark, and a late partner's new pairs "
     "(within the join's allowed lateness) correct its results"
+)
+
+
+#: Why an operator keyed by other columns again after a stage runs as it does (a second move).
+STAGED_AGAIN_REASON = (
+    "; it is keyed by other columns than the stage before it, so that stage's results cross the "
+    "cluster once more in the same micro-batch: a stage after the stage (one more applyInArrow, by "
+    "its own key buckets), its state of its own under the first stage's, its watermark held below "
+    "every bucket of the operators before it that can still fire"
 )
 
 
