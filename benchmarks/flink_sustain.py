@@ -57,10 +57,16 @@ from benchmarks.flink_runner import interval
 WINDOW_MS = 2_000
 GAP_MS = 2_000
 LAG_MS = 5_000
-QUERIES = ("tumbling", "session", "nexmark-q7", "nexmark-q9", "nexmark-q4")
+QUERIES = ("tumbling", "session", "nexmark-q7", "nexmark-q9", "nexmark-q4", "nexmark-q23")
 #: The queries over auctions and bids.
-JOINS = ("nexmark-q9", "nexmark-q4")
+JOINS = ("nexmark-q9", "nexmark-q4", "nexmark-q23")
 #: q9's tables as CSV columns (event time ``ts`` and ``expires_ms`` in epoch ms).
+#: q23's tables as CSV columns.
+Q23_COLUMNS = {
+    "person": "id BIGINT, ts BIGINT",
+    "auction": "id BIGINT, seller BIGINT, ts BIGINT",
+    "bid": "bidder BIGINT, price BIGINT, ts BIGINT, sent BIGINT",
+}
 Q9_COLUMNS = {
     "auction": "id BIGINT, category BIGINT, ts BIGINT, expires_ms BIGINT",
     "bid": "auction BIGINT, price BIGINT, ts BIGINT, bidder BIGINT, sent BIGINT",
@@ -75,10 +81,15 @@ def say(line: str) -> None:
         sys.stdout.flush()
 
 
+def tables_of(query: str) -> dict[str, str]:
+    """A join query's tables (in the order of their directories) and their CSV columns."""
+    return Q23_COLUMNS if query == "nexmark-q23" else Q9_COLUMNS
+
+
 def source_sql(name: str, directory: str, monitor_ms: int, query: str = "tumbling", table: str = "") -> str:
     """The CSV source table over ``directory`` (of q9: its ``table``), its event time and watermark."""
     if query in JOINS:
-        columns = Q9_COLUMNS[table]
+        columns = tables_of(query)[table]
         if table == "auction":
             columns += ",\n  expires AS TO_TIMESTAMP_LTZ(expires_ms, 3)"
     elif query == "nexmark-q7":
@@ -102,6 +113,13 @@ def query_sql(name: str, query: str = "tumbling") -> str:
         f"  FROM `auction_{name}` A, `bid_{name}` B\n"
         "  WHERE A.id = B.auction AND B.event_time BETWEEN A.event_time AND A.expires\n"
     )
+    if query == "nexmark-q23":  # Nexmark's q23.sql, on the harness's columns
+        return (
+            "SELECT B.bidder, B.price, P.id AS person_id, A.id AS auction_id, B.sent\n"
+            f"FROM `bid_{name}` B\n"
+            f"  JOIN `person_{name}` P ON P.id = B.bidder\n"
+            f"  JOIN `auction_{name}` A ON A.seller = B.bidder"
+        )
     if query == "nexmark-q4":  # Nexmark's q4.sql, and the latest send behind each row
         return (
             "SELECT category, AVG(final) AS avg_final, MAX(sent) AS sent FROM (\n"
@@ -146,6 +164,8 @@ def sink_columns(query: str) -> str:
         return "window_end TIMESTAMP(3), max_price BIGINT, n BIGINT"
     if query == "nexmark-q9":
         return "id BIGINT, price BIGINT, sent BIGINT"
+    if query == "nexmark-q23":
+        return "bidder BIGINT, price BIGINT, person_id BIGINT, auction_id BIGINT, sent BIGINT"
     if query == "nexmark-q4":  # (Flink's AVG of a BIGINT is a BIGINT)
         return "category BIGINT, avg_final BIGINT, sent BIGINT"
     return "window_end TIMESTAMP(3), n BIGINT"
@@ -190,7 +210,7 @@ class Jobs:
 
     def start(self, n: str, *directories: str) -> None:
         if self.query in JOINS:
-            for table, directory in zip(Q9_COLUMNS, directories, strict=True):
+            for table, directory in zip(tables_of(self.query), directories, strict=True):
                 sql = source_sql(f"{table}_{n}", directory, self.monitor_ms, self.query, table)
                 self.env.execute_sql(sql)
             name = n

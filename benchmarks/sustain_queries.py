@@ -44,6 +44,15 @@ but PyFlink's).
     send, permitted at the send, and its latency the time until a row of
     that category reflecting the send (its ``sent`` at or after it)
     reaches the sink: how far the answer lags its input.
+``nexmark-q23``
+    Nexmark's three-way join (2025): each bid with its bidder's person row
+    and each auction the bidder sells. Three tables; each send brings new
+    persons, one auction sold by each of them (so a bid makes one row; the
+    auctions are a fiftieth of the events, not Nexmark's three in fifty)
+    and bids by persons of the last :data:`AUCTION_BACK_S` sends.
+    Append-only results; a "window" is a bidder group (``bidder % 10``) and
+    a send, measured as q4's: until a row of the group from that send or a
+    later one reaches the sink.
 
 Event time is the send time minus up to 2 s of disorder, 1 % of events 5 to
 60 s behind, for every query but q9 and q4 (no late events: Flink's
@@ -76,9 +85,10 @@ OFFSETS = np.arange(PAIRS, dtype=np.int64) * (2 * TURN_MS) // PAIRS
 #: The most an event lags its send time (ms): 2 s of disorder, or 5 to 60 s late.
 MAX_BEHIND_MS = 62_000
 AUCTIONS = 1_000
-QUERIES = ("tumbling", "session", "nexmark-q7", "nexmark-q9", "nexmark-q4")
+QUERIES = ("tumbling", "session", "nexmark-q7", "nexmark-q9", "nexmark-q4", "nexmark-q23")
 #: The queries over auctions and bids, whose results update (see :attr:`Workload.reflects`).
 NEXMARK_JOINS = ("nexmark-q9", "nexmark-q4")
+Q23 = "nexmark-q23"
 #: q9: a bid goes to an auction sent in one of the last this many seconds (the current one
 #: included); auctions last this long; an auction's number is its send's second times ``SPAN``
 #: plus its index in the send.
@@ -89,6 +99,14 @@ SPAN = 10_000_000
 BIDS, AUCTIONS_PER = 46, 3
 #: q9's tables: an auction starts 2 s before the second it is sent in (so every bid at or after
 #: its send is in its lifetime), and lasts ``AUCTION_LIFE_MS``.
+#: q23's tables: a person and the auction it sells start 2 s before the second they are sent in.
+Q23_TABLES = {
+    "person": "id bigint, event_time timestamp",
+    "auction": "id bigint, seller bigint, event_time timestamp",
+    "bid": "bidder bigint, price bigint, event_time timestamp, sent bigint",
+}
+#: q23: persons (each selling one auction) per event.
+PERSONS_PER = 50
 Q9_TABLES = {
     "auction": "id bigint, category bigint, event_time timestamp, expires timestamp",
     "bid": "auction bigint, price bigint, event_time timestamp, bidder bigint, sent bigint",
@@ -141,12 +159,14 @@ class Workload:
     @property
     def tables(self) -> dict[str, str]:
         """A query over several tables: each one's columns (empty: one table, :attr:`ddl`)."""
+        if self.name == Q23:
+            return Q23_TABLES
         return Q9_TABLES if self.name in NEXMARK_JOINS else {}
 
     @property
     def reflects(self) -> bool:
         """Whether a window is (key, send) and waits for a row of its key reflecting that send (q4)."""
-        return self.name == "nexmark-q4"
+        return self.name in ("nexmark-q4", Q23)
 
     @property
     def ddl(self) -> str:
@@ -155,6 +175,12 @@ class Workload:
         return "user_id string, event_time timestamp, amount double"
 
     def draw(self, rng: np.random.Generator, n: int) -> Draw:
+        if self.name == Q23:  # bids by persons of the last sends
+            persons = max(1, n // PERSONS_PER)
+            bids = max(1, n - 2 * persons)
+            picks = rng.integers(0, AUCTION_BACK_S, bids) * persons + rng.integers(0, persons, bids)
+            disorder = rng.integers(0, 2_001, bids)
+            return Draw(disorder, picks, pa.array(rng.integers(1, 10_000_000, bids)), auctions=persons)
         if self.name in NEXMARK_JOINS:
             auctions = max(1, n * AUCTIONS_PER // (AUCTIONS_PER + BIDS))
             bids = max(1, n - auctions)
@@ -173,6 +199,8 @@ class Workload:
     def emit(self, d: Draw, now_ms: int) -> tuple[Any, dict[Hashable, int]]:
         """The events of ``d`` sent at ``now_ms`` (a table, or one per table of :attr:`tables`), and
         how many of them fall in each window."""
+        if self.name == Q23:
+            return _q23_emit(d, now_ms)
         if self.name in NEXMARK_JOINS:
             tables, auctions = _q9_emit(d, now_ms)
             if self.name == "nexmark-q9":
@@ -204,7 +232,7 @@ class Workload:
 
     def steady(self, window: Hashable, first_ms: float, end_ms: float, budget_s: float) -> bool:
         """Whether ``window`` closes in the steady state: after ``first_ms``, a budget before the end."""
-        if self.name == "nexmark-q4":  # a category and a send: after first_ms, a budget before the end
+        if self.reflects:  # a key and a send: after first_ms, a budget before the end
             sent = cast("tuple[int, int]", window)[1]
             return sent >= first_ms and sent + budget_s * 1000 <= end_ms
         if self.name == "nexmark-q9":  # an auction: sent after first_ms, its last bid a budget before the end
@@ -222,7 +250,24 @@ class Workload:
 
     def krishiv_tables(self, streams: dict[str, kp.Stream]) -> kp.Stream:
         """A query over several tables (:attr:`tables`) over ``streams`` (event time not yet declared):
-        q9, each auction with its bids, the highest one within its lifetime first."""
+        q9, each auction with its bids, the highest one within its lifetime first; q4, the average
+        of those per category; q23, each bid with its person and the auctions it sells."""
+        if self.name == Q23:
+            timed = {name: s.watermark("event_time", LAG_MS) for name, s in streams.items()}
+            near = (-PARTNER_MS, 2_000)  # a bid is 0-7 s after its bidder's person and auctions
+            with_person = (
+                timed["bid"].key_by("bidder").interval_join(timed["person"].key_by("id"), between=near)
+            )
+            three = with_person.key_by("bidder").interval_join(
+                timed["auction"].key_by("seller"), between=near
+            )
+            return three.select(
+                "bidder",
+                "price",
+                kp.col("bidder").alias("person_id"),
+                kp.col("id").alias("auction_id"),
+                "sent",
+            )
         auctions = streams["auction"].watermark("event_time", LAG_MS).key_by("id")
         bids = streams["bid"].watermark("event_time", LAG_MS).key_by("auction")
         joined = auctions.interval_join(bids, between=(0, AUCTION_LIFE_MS))
@@ -270,6 +315,9 @@ class Workload:
 
     def results(self, table: pa.Table) -> tuple[list[Hashable], list[int], list[int]]:
         """Result rows: each one's window, the moment (epoch ms) the watermark permitted it, its count."""
+        if self.name == Q23:  # a row: its bidder group, its bid's send
+            groups = (table.column("bidder").to_numpy() % 10).tolist()
+            return list(groups), [int(s or 0) for s in table.column("sent").to_pylist()], [1] * len(groups)
         if self.name in NEXMARK_JOINS:  # a new row: its auction (category), its send (a retraction: none)
             emits = table.filter(pc.not_equal(table.column("kind"), pa.scalar("retract")))
             key = "id" if self.name == "nexmark-q9" else "category"
@@ -290,6 +338,8 @@ class Workload:
         if self.name == "session":
             user, start, end, n = fields
             return self._sessions([int(user[1:])], [parse_time(start)], [parse_time(end)], [int(n)])
+        if self.name == Q23:  # bidder, price, person_id, auction_id, sent
+            return [int(fields[0]) % 10], [int(fields[4])], [1]
         if self.name in NEXMARK_JOINS:  # id, price, sent (q4: category, avg_final, sent)
             return [int(fields[0])], [int(fields[2])], [1]
         end_ms = parse_time(fields[0])
@@ -303,6 +353,33 @@ class Workload:
             (u, (s + int(OFFSETS[u // 2])) // TURN_MS) for u, s in zip(users, starts, strict=True)
         ]
         return windows, [e + LAG_MS for e in ends], counts
+
+
+#: q23: the most a bid's event time is after its bidder's person row or auction (the last sends').
+PARTNER_MS = 10_000
+
+
+def _q23_emit(d: Draw, now_ms: int) -> tuple[dict[str, pa.Table], dict[Hashable, int]]:
+    """q23's send at ``now_ms``: its persons, the auction each sells, bids by persons of the last
+    sends; and each bidder group with a bid in it."""
+    second = now_ms // 1000
+    ids = second * SPAN + np.arange(d.auctions, dtype=np.int64)
+    start = pa.array(np.full(d.auctions, (second * 1000 - 2_000) * 1000), pa.timestamp("us", tz="UTC"))
+    back, index = d.keys // d.auctions, d.keys % d.auctions
+    bidders = (second - back) * SPAN + index
+    tables = {
+        "person": pa.table({"id": pa.array(ids), "event_time": start}),
+        "auction": pa.table({"id": pa.array(ids), "seller": pa.array(ids), "event_time": start}),
+        "bid": pa.table(
+            {
+                "bidder": pa.array(bidders),
+                "price": d.values,
+                "event_time": _et(now_ms, d.behind),
+                "sent": pa.array(np.full(len(bidders), now_ms, np.int64)),
+            }
+        ),
+    }
+    return tables, {(int(g), now_ms): 1 for g in np.unique(bidders % 10)}
 
 
 def _q9_emit(d: Draw, now_ms: int) -> tuple[dict[str, pa.Table], dict[Hashable, int]]:

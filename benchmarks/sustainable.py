@@ -14,7 +14,11 @@ default); ``session``, per-user sessions with a 2 s gap over users who take
 turns being active; ``nexmark-q7``, the highest price and the number of bids
 per 2-second window. Each window result's **latency** is the wall time it
 reaches the sink minus the moment the watermark permitted it
-(``window_end + lag``: event time is wall time).
+(``window_end + lag``: event time is wall time). Three Nexmark joins read
+several tables (``nexmark-q9``, ``nexmark-q4``, ``nexmark-q23``): their
+results update or never close, so a result's latency counts from the send
+of the bid it reflects (:mod:`benchmarks.sustain_queries`); they run on
+``krishiv-stateful`` and ``pyflink`` only (:func:`runners_of`).
 A rate is **sustained** when the p99 latency over the steady state (after
 the first third of the run) stays within the budget, the generator kept
 its rate, and the steady-state windows counted at least 95 % of the events

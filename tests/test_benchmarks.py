@@ -786,7 +786,7 @@ def test_sustainable_q9_sends_auctions_and_bids_within_their_lifetimes() -> None
     assert (auctions.num_rows, bids.num_rows) == (3_000, 46_000)  # Nexmark's 3 auctions to 46 bids
     assert auctions.column_names == ["id", "category", "event_time", "expires"]
     assert bids.column_names == ["auction", "price", "event_time", "bidder", "sent"]
-    assert sorted(generated) == auctions.column("id").to_pylist()  # each auction once, in its send
+    assert list(generated) == auctions.column("id").to_pylist()  # each auction once, in its send
     # Every bid goes to an auction of this send or of the four before, inside that auction's life.
     second = now // 1000
     seconds = (bids.column("auction").to_numpy() // q.SPAN).tolist()
@@ -815,7 +815,7 @@ def test_sustainable_q9_sends_auctions_and_bids_within_their_lifetimes() -> None
     q4 = q.WORKLOADS["nexmark-q4"]
     assert q4.reflects and not work.reflects and q4.tables == work.tables
     q4_tables, windows = q4.emit(d, now)
-    assert q4_tables["bid"].equals(bids) and sorted(windows) == [(c, now) for c in range(10)]
+    assert q4_tables["bid"].equals(bids) and set(windows) == {(c, now) for c in range(10)}
     assert q4.steady((3, now), now, now + 5_000, 5.0) and not q4.steady((3, now), now, now + 4_999, 5.0)
     arrivals = sb.Arrivals()
     arrivals.add([3, 3, 4], [now - 1_000, now + 1_000, now], [1, 1, 1])
@@ -828,3 +828,30 @@ def test_sustainable_q9_sends_auctions_and_bids_within_their_lifetimes() -> None
     send(auctions.slice(0, 1))
     fields = next(Path(directory).iterdir()).read_text().split(",")
     assert [int(f) for f in fields[2:]] == [second * 1000 - 2_000, second * 1000 - 2_000 + q.AUCTION_LIFE_MS]
+
+
+def test_sustainable_q23_sends_bids_by_persons_who_each_sell_one_auction() -> None:
+    from benchmarks import flink_sustain as fs
+    from benchmarks import sustain_queries as q
+
+    work = q.WORKLOADS["nexmark-q23"]
+    assert list(work.tables) == list(fs.tables_of("nexmark-q23")) == ["person", "auction", "bid"]
+    now = 1_800_000_000_700
+    tables, windows = work.emit(work.draw(np.random.default_rng(4), 50_000), now)
+    persons, auctions, bids = tables["person"], tables["auction"], tables["bid"]
+    assert (persons.num_rows, auctions.num_rows, bids.num_rows) == (1_000, 1_000, 48_000)
+    assert auctions.column("seller").equals(persons.column("id"))  # each person sells one auction
+    second = now // 1000
+    made = (bids.column("bidder").to_numpy() // q.SPAN).tolist()
+    assert set(made) == set(range(second - q.AUCTION_BACK_S + 1, second + 1))
+    # every bid is within the joins' bounds of its person and auction (made 2 s before their second)
+    behind = bids.column("event_time").cast(pa.int64()).to_numpy() // 1000 - (np.array(made) * 1000 - 2_000)
+    assert (behind >= 0).all() and (behind <= q.PARTNER_MS).all()
+    assert set(windows) == {(g, now) for g in range(10)} and work.reflects
+    rows = pa.table({"bidder": [second * q.SPAN + 13], "price": [5], "sent": [now]})
+    assert work.results(rows) == ([3], [now], [1])
+    assert work.flink_results([str(second * q.SPAN + 13), "5", "1", "2", str(now)]) == ([3], [now], [1])
+    sql = fs.query_sql("2", "nexmark-q23")
+    assert (
+        "JOIN `person_2` P ON P.id = B.bidder" in sql and "JOIN `auction_2` A ON A.seller = B.bidder" in sql
+    )
