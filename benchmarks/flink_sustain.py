@@ -90,7 +90,7 @@ def source_sql(name: str, directory: str, monitor_ms: int, query: str = "tumblin
     """The CSV source table over ``directory`` (of q9: its ``table``), its event time and watermark."""
     if query in JOINS:
         columns = tables_of(query)[table]
-        if table == "auction":
+        if "expires_ms" in columns:  # (q9 and q4's auctions)
             columns += ",\n  expires AS TO_TIMESTAMP_LTZ(expires_ms, 3)"
     elif query == "nexmark-q7":
         columns = "auction BIGINT, ts BIGINT, price BIGINT"

@@ -851,6 +851,7 @@ def test_sustainable_q23_sends_bids_by_persons_who_each_sell_one_auction() -> No
     rows = pa.table({"bidder": [second * q.SPAN + 13], "price": [5], "sent": [now]})
     assert work.results(rows) == ([3], [now], [1])
     assert work.flink_results([str(second * q.SPAN + 13), "5", "1", "2", str(now)]) == ([3], [now], [1])
+    assert "expires" not in fs.source_sql("auction_2", "/tmp", 100, "nexmark-q23", "auction")
     sql = fs.query_sql("2", "nexmark-q23")
     assert (
         "JOIN `person_2` P ON P.id = B.bidder" in sql and "JOIN `auction_2` A ON A.seller = B.bidder" in sql
