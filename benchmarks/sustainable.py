@@ -112,7 +112,8 @@ class Arrivals:
     permission: the one that completed it.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, reflect: bool = False) -> None:
+        self._reflect = reflect
         self.seen: dict[Hashable, tuple[float, float]] = {}
         self.counted: dict[Hashable, int] = {}
         #: Per key, per moment permitted, the first arrival (a query whose windows are (key, send),
@@ -128,7 +129,8 @@ class Arrivals:
                 if window not in self.seen or permitted > self.seen[window][0]:
                     self.seen[window] = (permitted, now)
                 self.counted[window] = self.counted.get(window, 0) + n
-                self.first.setdefault(window, {}).setdefault(permitted, now)
+                if self._reflect:
+                    self.first.setdefault(window, {}).setdefault(permitted, now)
 
     def reflected(self, key: Hashable, since: float) -> float | None:
         """When a row of ``key`` permitted at ``since`` or later first arrived (None: none did)."""
@@ -366,7 +368,7 @@ def trial(
     tick_s = feed.tick_s
     per_tick = max(1, round(rate * tick_s))
     pool = [work.draw(rng, per_tick) for _ in range(POOL)]
-    arrivals = Arrivals()
+    arrivals = Arrivals(reflect=work.reflects)
     send, stop = start_runner(session, runner, arrivals, feed, flink, work)
     started = time.time()
     sent, behind_s = 0, 0.0

@@ -817,7 +817,7 @@ def test_sustainable_q9_sends_auctions_and_bids_within_their_lifetimes() -> None
     q4_tables, windows = q4.emit(d, now)
     assert q4_tables["bid"].equals(bids) and set(windows) == {(c, now) for c in range(10)}
     assert q4.steady((3, now), now, now + 5_000, 5.0) and not q4.steady((3, now), now, now + 4_999, 5.0)
-    arrivals = sb.Arrivals()
+    arrivals = sb.Arrivals(reflect=True)
     arrivals.add([3, 3, 4], [now - 1_000, now + 1_000, now], [1, 1, 1])
     assert sb._latency(q4, arrivals, (3, now)) != float("inf")  # the row sent at now + 1 s reflects it
     assert sb._latency(q4, arrivals, (4, now + 1)) == float("inf")  # 4's only row is from before

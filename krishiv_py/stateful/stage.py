@@ -182,6 +182,11 @@ class StageSpec:
     then: StageSpec | None = None
 
     @property
+    def before(self) -> tuple[Kernel, ...]:
+        """The kernels before the stage, first to last (the operator's, then each stage's)."""
+        return self.upstream.kernels if isinstance(self.upstream, Upstream) else (self.upstream,)
+
+    @property
     def read(self) -> tuple[tuple[str, pa.DataType], ...]:
         """The result columns the stage reads."""
         return self.columns if self.join_side is None else self.join_side.sources

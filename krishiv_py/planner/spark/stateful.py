@@ -405,8 +405,7 @@ def stacked_operators(base: Any, bottom: n.PlanNode, uppers: list[Link]) -> Any:
             carried = kernel.spec.allowed_lateness_ms  # a join stage's: its own and the first join's
         # The kernel of the operator (0) and of each stage after it (1...), and how each stage
         # reads the rows before it; an operator keyed alike joins the last one's call.
-        kernels: list[Any] = [apply.operator.kernel] if staged is None else [apply.operator.kernel, kernel]
-        kernels[-1] = kernel
+        kernels: list[Any] = [kernel] if staged is None else [apply.operator.kernel, kernel]
         reads: list[dict[str, Any]] = []
         below = node
         for (upper, between), beside in zip(uppers, moves([(node, ()), *uppers]), strict=True):
@@ -424,24 +423,14 @@ def stacked_operators(base: Any, bottom: n.PlanNode, uppers: list[Link]) -> Any:
             below = upper
         buckets = apply.operator.buckets
         stages: list[StageSpec] = [] if staged is None else [attrs.evolve(staged, kernel=kernels[1])]
-        first_new = len(stages) + 1
-        for i, step in enumerate(reads, start=first_new):
-            upstream = kernels[0] if i == 1 else Upstream((*_upstreams(stages[-1]), stages[-1].kernel))
-            spec = StageSpec(
-                kernel=kernels[i], upstream=upstream, buckets=buckets, upstream_buckets=buckets, **step
-            )
-            stages.append(spec)
+        for then, step in zip(kernels[len(stages) + 1 :], reads, strict=True):
+            upstream = Upstream((*stages[-1].before, stages[-1].kernel)) if stages else kernels[0]
+            sizes = {"buckets": buckets, "upstream_buckets": buckets}
+            stages.append(StageSpec(kernel=then, upstream=upstream, **sizes, **step))
         operator = attrs.evolve(apply.operator, kernel=kernels[0], then=nested(stages) if stages else None)
         return attrs.evolve(apply, operator=operator)
 
     return rule
-
-
-def _upstreams(spec: Any) -> tuple[Any, ...]:
-    """The kernels before the stage ``spec``, first to last."""
-    from krishiv_py.stateful.stage import Upstream
-
-    return spec.upstream.kernels if isinstance(spec.upstream, Upstream) else (spec.upstream,)
 
 
 def _retracts(node: n.PlanNode) -> bool:
