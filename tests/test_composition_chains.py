@@ -373,10 +373,76 @@ def test_each_windows_clicks_left_joined_with_the_views_before_it_equals_the_mod
     assert Counter(_key(r, cols) for r in per_user.collect().to_pylist()) == Counter(
         _key(r, cols) for r in windows.results
     )
-    with pytest.raises(PlanError, match="fires more than once"):
-        clicks.watermark("t", 0).key_by("user").tumbling_window(10_000).allowed_lateness(5_000).agg(
-            kp.count(kp.col("*")).alias("n")
-        ).key_by("user").interval_join(views.watermark("t", 0).key_by("user"), between=(-10_000, 0))
+
+
+#: Clicks and views; a late click (the last one) corrects a window that was fired already.
+LATE_CLICK: list[tuple[str, list[dict[str, Any]]]] = [
+    ("clicks", [{"user": "u", "t": 3_000, "click": "c1"}, {"user": "v", "t": 4_000, "click": "c2"}]),
+    ("views", [{"user": "u", "t": 1_000, "ad": "a1"}, {"user": "v", "t": 2_000, "ad": "a2"}]),
+    ("views", [{"user": "u", "t": 12_000, "ad": "a1"}, {"user": "v", "t": 21_000, "ad": "a3"}]),
+    ("clicks", [{"user": "u", "t": 14_000, "click": "c3"}, {"user": "w", "t": 23_000, "click": "c4"}]),
+    ("clicks", [{"user": "u", "t": 5_000, "click": "c5"}]),  # late: [0 s, 10 s) fired at 14 s
+]
+
+
+def test_a_corrected_windows_results_joined_retract_the_pairs_of_the_value_withdrawn(
+    session: kp.Session,
+) -> None:
+    """A window with allowed lateness in accumulation('retracting') re-fires when a late click
+    comes: the join after it withdraws the pairs of the count it retracts and pairs the new one."""
+    tag = uuid.uuid4().hex[:6]
+    clicks, to_clicks = session.memory_stream(CLICKS, name=f"clicks_{tag}")
+    views, to_views = session.memory_stream(VIEWS, name=f"views_{tag}")
+    counts = (
+        clicks.watermark("t", 0)
+        .key_by("user")
+        .tumbling_window(10_000)
+        .allowed_lateness(20_000)
+        .accumulation("retracting")
+        .agg(kp.count(kp.col("*")).alias("n"))
+    )
+    joined = (
+        counts.key_by("user")
+        .interval_join(views.watermark("t", 0).key_by("user"), between=(-10_000, 0))
+        .accumulation("retracting")
+    )
+    with pytest.raises(PlanError, match=r"needs \.accumulation"):
+        counts.key_by("user").interval_join(views.watermark("t", 0).key_by("user"), between=(0, 0)).lower()
+    model = ComposedModel(
+        JoinOf(
+            WindowOf(
+                Source("clicks", "t", ("user", "t", "click")),
+                TumblingWindow(size_ms=10_000),
+                keys=("user",),
+                aggregates=[ModelAgg(name="n", func="count", column=None)],
+                allowed_lateness_ms=20_000,
+            ),
+            Source("views", "t", ("user", "t", "ad")),
+            keys=("user",),
+            between=(-10_000, 0),
+            allowed_lateness_ms=20_001,  # the window's corrections come as late as its lateness
+        )
+    )
+    names = [c for c in joined.columns if c != "kind"]
+    want: Counter[tuple[Any, ...]] = Counter()
+    got: Counter[tuple[Any, ...]] = Counter()
+    job = joined.start()
+    try:
+        for side, rows in LATE_CLICK:
+            _net(want, model.send(rows, source=side), names)
+            (to_clicks if side == "clicks" else to_views).send(rows)
+            job.process_all_available()
+        to_clicks.close()
+        to_views.close()
+        _net(want, model.close(), names)
+        assert job.await_termination(timeout_s=120)
+        results = job.results().to_pylist()
+    finally:
+        job.stop()
+    _net(got, results, names)
+    assert +got == +want
+    withdrawn = [r for r in results if r["kind"] == "retract"]
+    assert [(r["user"], r["n"], r["ad"]) for r in withdrawn] == [("u", 1, "a1")]
 
 
 def test_a_union_of_retracting_windows_over_two_streams_runs_as_one_operator(session: kp.Session) -> None:

@@ -281,7 +281,7 @@ class KeyedAggregate:
                 "agg() without a window takes an event-time state TTL for now "
                 f"(StateTtlConfig(ttl_ms={ttl.ttl_ms})), not time={ttl.time!r}"
             )
-        if _takes_retractions(self.input) and any(a.func in ("first", "last") for a in self.aggregates):
+        if takes_retractions(self.input) and any(a.func in ("first", "last") for a in self.aggregates):
             raise PlanError(
                 "first()/last() in agg() over rows that may be withdrawn (a retracting join, an "
                 "aggregation, a top-N or a window) is not supported: a withdrawn row may be the one "
@@ -318,7 +318,7 @@ def _check_per_key_input(below: PlanNode, keys: tuple[str, ...], what: str) -> N
         )
 
 
-def _takes_retractions(below: PlanNode) -> bool:
+def takes_retractions(below: PlanNode) -> bool:
     """Whether the rows ``below`` hands on may withdraw earlier ones."""
     under = stateless_below(below)
     if isinstance(under, KeyedAggregate | KeyedTopN):
@@ -377,7 +377,7 @@ class KeyedTopN:
         schema = schema_of(self.input)
         for c in (*self.by, *self.keys):
             schema.field(c, role="top_n() column")
-        if KIND_COLUMN in schema.names and not _takes_retractions(self.input):
+        if KIND_COLUMN in schema.names and not takes_retractions(self.input):
             raise PlanError(f"top_n(per='key') adds a {KIND_COLUMN!r} column, and the rows have one already")
 
 
@@ -569,6 +569,11 @@ class Join:
         return et
 
     @property
+    def left_names(self) -> tuple[str, ...]:
+        """The left side's non-key columns in the joined row (a changelog's ``kind`` is not one)."""
+        return tuple(f.name for f in _join_left_fields(self))
+
+    @property
     def right_names(self) -> dict[str, str]:
         """Each right non-key column's name in the joined row (``_right`` added when taken)."""
         taken = set(self.left_keys) | {f.name for f in _join_left_fields(self)}
@@ -576,7 +581,7 @@ class Join:
             taken |= {"window_start", "window_end"}
         out = {}
         for f in schema_of(self.right):
-            if f.name in self.right_keys:
+            if f.name in self.right_keys or not _carried(self.right, f.name):
                 continue
             name = f.name
             while name in taken:
@@ -841,6 +846,12 @@ def _check_join(node: Join) -> None:
     """What SPEC 3.12 allows of a join, as :class:`PlanError` naming what is wrong."""
     what = {"interval": "interval_join()", "window": "join()", "as_of": "as_of_join()"}[node.kind]
     for side, plan, keys in (("left", node.left, node.left_keys), ("right", node.right, node.right_keys)):
+        if takes_retractions(plan) and node.kind != "interval":
+            raise PlanError(
+                f"{what}: the {side} side withdraws rows it sent (a window that fires more than once, "
+                "a join in accumulation('retracting')), which an interval join takes, not a "
+                f"{'window' if node.kind == 'window' else 'as-of'} join yet"
+            )
         if isinstance(plan, WindowAggregate):
             _check_window_input(what, side, plan)
         elif window_aggregates(plan) or _keyed_aggregates(plan):
@@ -922,11 +933,6 @@ def _check_join_input(what: str, side: str, plan: PlanNode) -> None:
             "join): not supported yet; join the joined stream itself (key_by() right after the join), "
             "and filter after the second join"
         )
-    if plan.emission.accumulation == "retracting":
-        raise PlanError(
-            f"{what}: the {side} side is a join in accumulation('retracting'), whose withdrawn rows a "
-            "join does not take yet; use an inner interval join (allowed lateness is fine)"
-        )
 
 
 def _check_window_input(what: str, side: str, plan: WindowAggregate) -> None:
@@ -937,11 +943,12 @@ def _check_window_input(what: str, side: str, plan: WindowAggregate) -> None:
             "window of a stream for now"
         )
     e = plan.emission
-    if e.trigger.is_early or e.allowed_lateness_ms or e.accumulation == "retracting":
+    if not _fires_once(plan) and e.accumulation != "retracting":
         raise PlanError(
-            f"{what}: the {side} side is a window that fires more than once (an early trigger, "
-            "allowed lateness or accumulation('retracting')); a join takes a window's results as "
-            "emits, each window fired once, for now: drop those options on the window"
+            f"{what}: the {side} side is a window that fires more than once (an early trigger or "
+            f"allowed lateness) in accumulation({e.accumulation!r}): it sends a window's value again "
+            "without withdrawing the one before, which a join cannot tell apart from a new row; set "
+            ".accumulation('retracting') on the window (the join then takes its corrections)"
         )
     if isinstance(plan.window, EventSlidingWindow | TimeIntervalWindow):
         raise PlanError(
@@ -983,6 +990,13 @@ def check_joins_complete(plan: PlanNode) -> None:
     """
     for node in joins_of(plan):
         e = node.emission
+        for side, below in (("left", node.left), ("right", node.right)):
+            if takes_retractions(below) and e.accumulation != "retracting":
+                raise PlanError(
+                    f"{what_join(node)}: the {side} side withdraws rows it sent (a window that fires "
+                    "more than once, a join in accumulation('retracting')), and a withdrawn row takes "
+                    "the joined rows it made with it: the join needs .accumulation('retracting')"
+                )
         corrects = node.how != "inner" or node.kind == "as_of"
         if e.allowed_lateness_ms and corrects and e.accumulation != "retracting":
             kind = "an as-of" if node.kind == "as_of" else f"a {node.how}"
@@ -994,7 +1008,13 @@ def check_joins_complete(plan: PlanNode) -> None:
 
 
 def _join_left_fields(node: Join) -> list[Field]:
-    return [f for f in schema_of(node.left) if f.name not in node.left_keys]
+    return [f for f in schema_of(node.left) if f.name not in node.left_keys and _carried(node.left, f.name)]
+
+
+def _carried(side: PlanNode, name: str) -> bool:
+    """Whether column ``name`` of a join's input is a column of the joined rows (a changelog's kind is
+    not: the join sends kinds of its own)."""
+    return name != KIND_COLUMN or not takes_retractions(side)
 
 
 def _join_schema(node: Join) -> Schema:

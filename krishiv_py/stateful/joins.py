@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 
 from krishiv_py.names import BATCH_TS, JOIN_SIDE, RESULT_KIND, SEQ
 from krishiv_py.plan.windows import SlidingWindow, TumblingWindow
-from krishiv_py.stateful.grouping import canonical, group_ids
+from krishiv_py.stateful.grouping import canonical, group_ids, withdrawn
 from krishiv_py.stateful.kernel import StepOutput
 from krishiv_py.stateful.protocol import NOT_DUE, Unmerged
 
@@ -49,6 +49,7 @@ SIDE = JOIN_SIDE
 ARR = "__j_arr"  # arrival order within the bucket
 MATCHED = "__j_matched"  # interval: the row has met a partner
 PADDED = "__j_padded"  # interval: the row was emitted null-padded
+PARTNERS = "__j_partners"  # interval over changes: how many held partners the row is paired with
 WS = "__j_ws"  # window: the window start (ms) this copy of the row belongs to
 EMITTED = "__j_emitted"  # as-of: the left row was emitted
 MTS, MARR = "__j_mts", "__j_marr"  # as-of: event time and arrival of the right row it emitted with
@@ -82,6 +83,10 @@ class JoinSpec:
     #: Results carry their event time (``__kp_ts``, µs: the later of the two rows'), for an
     #: operator after the join (:mod:`krishiv_py.stateful.chain`).
     event_times: bool = False
+    #: Rows may carry ``kind`` (an interval join over a changelog, SPEC 3.13): a retraction
+    #: withdraws one held row of its side with equal values and event time, and the pairs
+    #: (or the pad) it was emitted in.
+    changes: bool = False
 
     @property
     def retracting(self) -> bool:
@@ -151,14 +156,20 @@ def step(
         )
         results.append(due)
         swept = watermark_ms
+    retract = _retractions(spec, batch)
     ts = _int64(batch.column(BATCH_TS), NONE)
-    valid = _bool(batch.column(BATCH_TS).is_valid())
-    late = valid & (watermark_ms is not None) & (ts < (watermark_ms or 0) * 1000)
-    very = valid & _very_late(spec, ts, watermark_ms)
-    accepted = valid & ~very
+    valid = _bool(batch.column(BATCH_TS).is_valid()) | retract
+    late = valid & ~retract & (watermark_ms is not None) & (ts < (watermark_ms or 0) * 1000)
+    very = valid & ~retract & _very_late(spec, ts, watermark_ms)
+    accepted = valid & ~very & ~retract
     if spec.kind in ("interval", "as_of") and batch.num_rows:
         accepted &= _worth_keeping(spec, batch)
     rows = _as_state(spec, batch, accepted, _next_arrival(old), watermark_ms)
+    unmatched = 0
+    if retract.any():  # withdrawn before the new rows meet the state (a row never kept: nothing)
+        gone = batch.filter(pa.array(retract & _worth_keeping(spec, batch)))
+        old, rows, undone, unmatched = _withdraw(spec, old, rows, gone)
+        results.append(undone)
     new_state, out_rows, more = run(spec, old, rows, watermark_ms, swept)
     results.append(out_rows)
     expired += more
@@ -168,11 +179,56 @@ def step(
         results=pa.concat_tables(results) if len(results) > 1 else results[0],
         very_late=np.flatnonzero(very).astype(np.int64),
         invalid=np.flatnonzero(~valid).astype(np.int64),
-        on_time=int(np.sum(valid & ~very & ~late)),
+        on_time=int(np.sum(valid & ~very & ~late & ~retract)),
         mildly_late=int(np.sum(valid & ~very & late)),
         expired=expired,
+        arithmetic_errors=unmatched,
     )
     return new_state, out
+
+
+def _retractions(spec: JoinSpec, batch: pa.Table) -> np.ndarray:
+    """The rows of ``batch`` that are retractions (none unless the join takes changes)."""
+    if not spec.changes or RESULT_KIND not in batch.column_names or not batch.num_rows:
+        return np.zeros(batch.num_rows, bool)
+    if spec.kind != "interval":
+        raise ValueError(f"a {spec.kind} join does not take retractions")
+    kinds = batch.column(RESULT_KIND)
+    out: np.ndarray = np.asarray(pc.equal(kinds, pa.scalar("retract")).fill_null(False), np.bool_)
+    return out
+
+
+def _withdraw(
+    spec: JoinSpec, old: pa.Table, new: pa.Table, gone: pa.Table
+) -> tuple[pa.Table, pa.Table, pa.Table, int]:
+    """Withdraw a held row for each retraction in ``gone``: its pairs (or its pad) are retracted.
+
+    A retraction takes one row of its side with equal keys, columns and
+    event time: of the state first, earlier before later, else one of this
+    batch's new rows (they cancel: nothing was emitted for it). A row that
+    loses its last partner is unpadded, so the sweep pads it again once its
+    partner's bound has passed (Flink's outer joins). Returns the state and
+    the new rows left, the retractions, and how many retractions found no
+    row (counted as errors: a row withdrawn twice, or after it was dropped).
+    """
+    on = [SIDE, *spec.keys, *spec.left, *spec.right, BATCH_TS]
+    gone = gone.select(on).cast(pa.schema([old.schema.field(c) for c in on]))
+    taken_old, taken_new, unmatched = withdrawn([old, new], gone, on)
+    li, ri = _pairs_of(spec, old, taken_old)  # every pair a withdrawn row was in
+    partners = _int64(old.column(PARTNERS), 0)
+    padded = _bool(old.column(PADDED))
+    pad_out = padded & (partners == 0)
+    pieces = [_pair_rows(spec, old, li, ri, "retract")]
+    pieces.append(_padded_rows(spec, old, np.flatnonzero(taken_old & pad_out), "retract"))
+    after = partners.copy()
+    np.subtract.at(after, li, 1)
+    np.subtract.at(after, ri, 1)
+    padded = padded & ~((partners > 0) & (after == 0))  # alone again: padded anew when due
+    old = old.set_column(old.schema.get_field_index(PARTNERS), PARTNERS, pa.array(after, pa.int64()))
+    old = old.set_column(old.schema.get_field_index(MATCHED), MATCHED, pa.array(after > 0))
+    old = old.set_column(old.schema.get_field_index(PADDED), PADDED, pa.array(padded))
+    old = old.filter(pa.array(~taken_old))
+    return old, new.filter(pa.array(~taken_new)), _concat(spec, pieces), unmatched
 
 
 def _very_late(spec: JoinSpec, ts: np.ndarray, watermark_ms: int | None) -> np.ndarray:
@@ -216,6 +272,7 @@ def _state_schema(spec: JoinSpec) -> pa.Schema:
     fields = [*spec.row_schema, pa.field(BATCH_TS, pa.int64()), pa.field(ARR, pa.int64())]
     if spec.kind == "interval":
         fields += [pa.field(MATCHED, pa.bool_()), pa.field(PADDED, pa.bool_())]
+        fields += [pa.field(PARTNERS, pa.int64())] if spec.changes else []
     elif spec.kind == "window":
         fields += [pa.field(WS, pa.int64())]
     else:
@@ -254,6 +311,8 @@ def _as_state(
     if spec.kind == "interval":
         cols[MATCHED] = pa.array(np.zeros(n, bool))
         cols[PADDED] = pa.array(np.zeros(n, bool))
+        if spec.changes:
+            cols[PARTNERS] = pa.array(np.zeros(n, np.int64))
         return pa.table(cols, schema=_state_schema(spec))
     if spec.kind == "as_of":
         cols[EMITTED] = pa.array(np.zeros(n, bool))
@@ -296,18 +355,17 @@ def _interval(
     is_new = np.arange(table.num_rows) >= old.num_rows
     left = _is_left(table)
     ts = _int64(table.column(BATCH_TS), 0)
-    kid = _key_ids(spec, table)
-    # The new pairs: a new left row with any right row, an old left row with a new right row.
-    li1, ri1 = _pairs(kid, left & is_new, ~left)
-    li2, ri2 = _pairs(kid, left & ~is_new, ~left & is_new)
-    li, ri = np.concatenate([li1, li2]), np.concatenate([ri1, ri2])
-    inside = (ts[ri] >= ts[li] + lower) & (ts[ri] <= ts[li] + upper)
-    li, ri = li[inside], ri[inside]
+    li, ri = _pairs_of(spec, table, is_new)
     matched = _bool(table.column(MATCHED))
     padded = _bool(table.column(PADDED))
     now_matched = matched.copy()
     now_matched[li] = True
     now_matched[ri] = True
+    if spec.changes:  # a row withdrawn later takes its pairs with it: count them
+        partners = _int64(table.column(PARTNERS), 0)
+        np.add.at(partners, li, 1)
+        np.add.at(partners, ri, 1)
+        table = table.set_column(table.schema.get_field_index(PARTNERS), PARTNERS, pa.array(partners))
     pieces = []
     if spec.retracting:  # a padded row that met a partner is withdrawn first
         gone = padded & ~matched & now_matched
@@ -329,6 +387,20 @@ def _interval(
     state = state.set_column(state.schema.get_field_index(PADDED), PADDED, pa.array(padded | sweep_pad))
     state = state.filter(pa.array(~drop))
     return state, _concat(spec, pieces), expired
+
+
+def _pairs_of(spec: JoinSpec, table: pa.Table, marked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every pair of rows of ``table`` inside the interval with a ``marked`` row in it: a marked left
+    row with any right row, an unmarked left row with a marked right row (index arrays)."""
+    lower, upper = spec.between[0] * 1000, spec.between[1] * 1000
+    left = _is_left(table)
+    ts = _int64(table.column(BATCH_TS), 0)
+    kid = _key_ids(spec, table)
+    li1, ri1 = _pairs(kid, left & marked, ~left)
+    li2, ri2 = _pairs(kid, left & ~marked, ~left & marked)
+    li, ri = np.concatenate([li1, li2]), np.concatenate([ri1, ri2])
+    inside = (ts[ri] >= ts[li] + lower) & (ts[ri] <= ts[li] + upper)
+    return li[inside], ri[inside]
 
 
 def _window(

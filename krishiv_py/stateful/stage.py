@@ -110,6 +110,8 @@ class JoinSide:
 
     side: str
     layout: tuple[tuple[str, pa.DataType, str | None], ...]
+    #: The results carry ``kind`` (emits and retractions), which the join takes.
+    retracting: bool = False
 
     @property
     def sources(self) -> tuple[tuple[str, pa.DataType], ...]:
@@ -126,11 +128,16 @@ class JoinSide:
             else:
                 cols[name] = pa.array([None] * count, kind)
         cols[BATCH_TS] = handed.column(BATCH_TS)
+        if self.retracting:
+            cols[RESULT_KIND] = handed.column(RESULT_KIND)
         return pa.table(cols)
 
     def empty(self) -> pa.Table:
         fields = [pa.field(JOIN_SIDE, pa.string())] + [pa.field(name, kind) for name, kind, _ in self.layout]
-        return pa.schema([*fields, pa.field(BATCH_TS, pa.int64())]).empty_table()
+        fields.append(pa.field(BATCH_TS, pa.int64()))
+        if self.retracting:
+            fields.append(pa.field(RESULT_KIND, pa.string()))
+        return pa.schema(fields).empty_table()
 
 
 @attrs.frozen

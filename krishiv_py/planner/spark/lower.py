@@ -251,6 +251,8 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
         why.append(JOIN_STAGE_REASON)
     if isinstance(bottom, n.Join) and any(isinstance(c, n.WindowAggregate) for c in n.children(bottom)):
         why.append(JOIN_WINDOW_REASON)
+    if isinstance(bottom, n.Join) and any(n.takes_retractions(c) for c in n.children(bottom)):
+        why.append(JOIN_CHANGES_REASON)
     ctx = Lowerer(
         streaming=streaming,
         shift=shift,
@@ -408,6 +410,14 @@ JOIN_WINDOW_REASON = (
     "it, the other stream's rows are routed there by their keys, and the join keeps its state of its "
     "own (one Arrow file per bucket and micro-batch under the checkpoint); the join runs at the "
     "window's watermark, which the window does not hold back"
+)
+
+#: Why a join of a changelog runs as it does (docs/joins.md, "A join of corrected rows").
+JOIN_CHANGES_REASON = (
+    "; its input withdraws rows it sent (a window that fires again, a retracting join): a "
+    "retraction withdraws the held row of equal values and event time and the joined rows it made "
+    "(an outer row left without a partner is padded again), and the join keeps rows as much longer "
+    "as the input can still correct them (its allowed lateness; a window's, one ms more)"
 )
 
 #: Why an operator after a join keyed by other columns runs as it does (docs/joins.md, "After a join").

@@ -265,7 +265,7 @@ def join_spec(node: n.Join, *, shift_ms: int) -> Any:
     from krishiv_py.stateful.operator import InputColumn, OperatorSpec
 
     left, right = n.schema_of(node.left).to_arrow(), n.schema_of(node.right).to_arrow()
-    left_cols = tuple(f.name for f in left if f.name not in node.left_keys)
+    left_cols = node.left_names
     names = node.right_names
     right_cols = tuple(names.values())
     window = node.window
@@ -560,10 +560,15 @@ def _join_after_join(node: n.Join, left: RecipeNode, right: RecipeNode, *, shift
             "a join of two of them, or of a join of joins, is not supported yet"
         )
     spec = join_spec(node, shift_ms=shift_ms)
-    # A window's results come once each (checked by the plan): no lateness of its own to carry.
-    carried = inner.emission.allowed_lateness_ms if isinstance(inner, n.Join) else 0
+    # The rows before may be corrected for as long as their allowed lateness: a join's (its rows
+    # are late by as much) or a re-firing window's, one ms more (a window retained while
+    # W < end + L is corrected at up to W = end + L - 1, with a row at end - 1).
+    carried = inner.emission.allowed_lateness_ms
+    if isinstance(inner, n.WindowAggregate) and carried:
+        carried += 1
+    retracting = _retracts(inner)
     lateness = spec.kernel.spec.allowed_lateness_ms + carried
-    kernel = attrs.evolve(spec.kernel.spec, allowed_lateness_ms=lateness)
+    kernel = attrs.evolve(spec.kernel.spec, allowed_lateness_ms=lateness, changes=retracting)
     side = "left" if upstream_left else "right"
     if upstream_left:
         sources = dict(zip(kernel.keys, node.left_keys, strict=True)) | {c: c for c in kernel.left}
@@ -584,7 +589,8 @@ def _join_after_join(node: n.Join, left: RecipeNode, right: RecipeNode, *, shift
         columns=(),
         buckets=apply.operator.buckets,
         upstream_buckets=apply.operator.buckets,
-        join_side=JoinSide(side=side, layout=layout),
+        retracting=retracting,
+        join_side=JoinSide(side=side, layout=layout, retracting=retracting),
         side_input=tuple((c.name, c.type, c.value) for c in spec.columns),
     )
     operator = attrs.evolve(apply.operator, kernel=stage.upstream, then=stage)
