@@ -125,6 +125,10 @@ def _positive_v(row: Any) -> bool:
     return row["v"] is not None and bool(row["v"] > 0)
 
 
+def _not_u2(row: Any) -> bool:
+    return row["user"] is not None and row["user"] != "u2"
+
+
 def _not_a2(row: Any) -> bool:
     return row["ad"] is not None and row["ad"] != "a2"
 
@@ -397,7 +401,9 @@ def _maybe_after(
 def join_of_join(draw: st.DrawFn) -> Case:
     """``a`` joined with ``b`` by user, then with ``c`` by ad, on either side: a join stage."""
     lags = _lags(draw)
-    joined, first, label = _join(draw, lags, retracting=True)  # an outer one with lateness retracts
+    joined_rows, first, label = _join(draw, lags, retracting=True)  # an outer one with lateness retracts
+    joined, first_model, more = _between(draw, joined_rows, first)  # run in the join stage
+    label += more
     low, high = -draw(st.integers(0, 8)), draw(st.integers(0, 8))
     how = draw(st.sampled_from(HOWS))
     lateness = draw(st.sampled_from([0, 0, 10]))
@@ -410,8 +416,8 @@ def join_of_join(draw: st.DrawFn) -> Case:
         three = three.accumulation("retracting")
     # The second join keeps the rows of both its sides the first join's lateness more (docs/joins.md).
     model = JoinOf(
-        first if on_left else ads_model,
-        ads_model if on_left else first,
+        first_model if on_left else ads_model,
+        ads_model if on_left else first_model,
         keys=("ad",),
         between=(low, high),
         how=how,
@@ -437,10 +443,14 @@ def window_then_join(draw: st.DrawFn) -> Case:
     refires = draw(st.sampled_from([0, 0, 5, 20]))  # a window corrected by late rows re-fires
     if refires:
         windowed = windowed.allowed_lateness(refires).accumulation("retracting")
-    results = windowed.agg(*built).key_by("user")
-    windows = WindowOf(
+    windows_of: Op = WindowOf(
         _source("a", lags["a"]), window, keys=keys, aggregates=specs, allowed_lateness_ms=refires
     )
+    counted, windows = windowed.agg(*built), windows_of
+    if draw(st.booleans()):  # a filter between the window and the join: run in the join stage
+        counted, windows = counted.filter(kp.col("user") != "u2"), FilterOf(windows_of, _not_u2)
+        names = [*names, "filter user != 'u2'"]
+    results = counted.key_by("user")
     low, high = -draw(st.integers(0, 12)), draw(st.integers(0, 8))
     how = draw(st.sampled_from(HOWS))
     lateness = draw(st.sampled_from([0, 0, 10]))
@@ -487,8 +497,9 @@ def _entries(plan: n.PlanNode) -> dict[str, Entry]:
         return {s.name: Entry() for s in n.sources_of(plan)}
     out: dict[str, Entry] = {}
     for join in joins:
-        staged = any(isinstance(c, n.Join | n.WindowAggregate) for c in (join.left, join.right))
-        for side, child in (("left", join.left), ("right", join.right)):
+        sides = [n.stateless_below(c) for c in (join.left, join.right)]
+        staged = any(isinstance(c, n.Join | n.WindowAggregate) for c in sides)
+        for side, child in zip(("left", "right"), sides, strict=True):
             if isinstance(child, n.WindowAggregate):  # the window's rows enter as they are
                 out |= {s.name: Entry() for s in n.sources_of(child)}
             elif not isinstance(child, n.Join):
@@ -500,7 +511,7 @@ def _entries(plan: n.PlanNode) -> dict[str, Entry]:
 def _own(join: n.Join, side: str) -> tuple[tuple[str, str], ...]:
     """As the lowering's ``_join_side`` selects them: the keys under the left's names, then its columns."""
     if side == "left":
-        rest = [f.name for f in n.schema_of(join.left) if f.name not in join.left_keys]
+        rest = join.left_names
         return (*zip(join.left_keys, join.left_keys, strict=True), *((c, c) for c in rest))
     renamed = ((new, old) for old, new in join.right_names.items())
     return (*zip(join.left_keys, join.right_keys, strict=True), *renamed)
@@ -752,6 +763,13 @@ def check(case: Case, steps: list[Step], *, every_step: bool = True) -> None:
             assert not glue.current() - expected, f"{case.label}: step {i} of {steps}"
 
 
+def _unfiltered(op: Op) -> Op:
+    """``op`` under the filters and projections over it."""
+    while isinstance(op, FilterOf | SelectOf):
+        op = op.input
+    return op
+
+
 def _the_join(model: Op) -> JoinOf:
     """The top join of ``model``, under the operators after it."""
     while not isinstance(model, JoinOf):
@@ -773,7 +791,8 @@ def _known_differences(model: Op, steps: list[Step]) -> bool:
       back), joins in one only.
     """
     model = _the_join(model)
-    first, third = (model.left, model.right) if isinstance(model.left, JoinOf) else (model.right, model.left)
+    left, right = _unfiltered(model.left), _unfiltered(model.right)
+    first, third = (left, right) if isinstance(left, JoinOf) else (right, left)
     assert isinstance(first, JoinOf) and isinstance(first.left, Source) and isinstance(first.right, Source)
     assert isinstance(third, Source)
     lags = {s.name: s.lag_ms for s in (first.left, first.right, third)}
@@ -855,7 +874,8 @@ def test_a_join_of_a_join_equals_the_model(case: Case, data: st.DataObject) -> N
     steps = data.draw(steps_of(case.sources))
     assume(not _known_differences(case.model, steps))
     model = _the_join(case.model)
-    first = model.left if isinstance(model.left, JoinOf) else model.right
+    left = _unfiltered(model.left)
+    first = left if isinstance(left, JoinOf) else _unfiltered(model.right)
     assert isinstance(first, JoinOf)
     check(case, steps, every_step=first.how == "inner")
 
@@ -870,7 +890,8 @@ def test_a_join_of_a_windows_results_equals_the_model(case: Case, data: st.DataO
     steps = data.draw(steps_of(case.sources))
     lags = {n.sources_of(w)[0].name: w.lag_ms for w in n.walk(case.stream.plan) if isinstance(w, n.Watermark)}
     join = _the_join(case.model)
-    windows = join.left if isinstance(join.left, WindowOf) else join.right
+    sides = _unfiltered(join.left), _unfiltered(join.right)
+    windows = sides[0] if isinstance(sides[0], WindowOf) else sides[1]
     assert isinstance(windows, WindowOf)
     assume(not _late_at_one_watermark(steps, lags, windows.window, windows.allowed_lateness_ms))
     check(case, steps, every_step=False)

@@ -385,11 +385,12 @@ LATE_CLICK: list[tuple[str, list[dict[str, Any]]]] = [
 ]
 
 
-def test_a_corrected_windows_results_joined_retract_the_pairs_of_the_value_withdrawn(
+def test_a_corrected_windows_filtered_results_joined_retract_the_pairs_of_the_value_withdrawn(
     session: kp.Session,
 ) -> None:
     """A window with allowed lateness in accumulation('retracting') re-fires when a late click
-    comes: the join after it withdraws the pairs of the count it retracts and pairs the new one."""
+    comes: the join after it (a filter between) withdraws the pairs of the count it retracts and
+    pairs the new one."""
     tag = uuid.uuid4().hex[:6]
     clicks, to_clicks = session.memory_stream(CLICKS, name=f"clicks_{tag}")
     views, to_views = session.memory_stream(VIEWS, name=f"views_{tag}")
@@ -402,7 +403,8 @@ def test_a_corrected_windows_results_joined_retract_the_pairs_of_the_value_withd
         .agg(kp.count(kp.col("*")).alias("n"))
     )
     joined = (
-        counts.key_by("user")
+        counts.filter(kp.col("user") != "v")  # runs in the join stage, over emits and retractions
+        .key_by("user")
         .interval_join(views.watermark("t", 0).key_by("user"), between=(-10_000, 0))
         .accumulation("retracting")
     )
@@ -410,12 +412,15 @@ def test_a_corrected_windows_results_joined_retract_the_pairs_of_the_value_withd
         counts.key_by("user").interval_join(views.watermark("t", 0).key_by("user"), between=(0, 0)).lower()
     model = ComposedModel(
         JoinOf(
-            WindowOf(
-                Source("clicks", "t", ("user", "t", "click")),
-                TumblingWindow(size_ms=10_000),
-                keys=("user",),
-                aggregates=[ModelAgg(name="n", func="count", column=None)],
-                allowed_lateness_ms=20_000,
+            FilterOf(
+                WindowOf(
+                    Source("clicks", "t", ("user", "t", "click")),
+                    TumblingWindow(size_ms=10_000),
+                    keys=("user",),
+                    aggregates=[ModelAgg(name="n", func="count", column=None)],
+                    allowed_lateness_ms=20_000,
+                ),
+                lambda r: r["user"] != "v",
             ),
             Source("views", "t", ("user", "t", "ad")),
             keys=("user",),
@@ -443,6 +448,7 @@ def test_a_corrected_windows_results_joined_retract_the_pairs_of_the_value_withd
     assert +got == +want
     withdrawn = [r for r in results if r["kind"] == "retract"]
     assert [(r["user"], r["n"], r["ad"]) for r in withdrawn] == [("u", 1, "a1")]
+    assert {r["user"] for r in results} == {"u"}  # v's pairs filtered out before the join
 
 
 def test_a_union_of_retracting_windows_over_two_streams_runs_as_one_operator(session: kp.Session) -> None:

@@ -852,13 +852,16 @@ def _check_join(node: Join) -> None:
                 "a join in accumulation('retracting')), which an interval join takes, not a "
                 f"{'window' if node.kind == 'window' else 'as-of'} join yet"
             )
-        if isinstance(plan, WindowAggregate):
-            _check_window_input(what, side, plan)
+        below = stateless_below(plan)
+        if isinstance(below, WindowAggregate):
+            _check_window_input(what, side, below)
+            if event_time(plan) is None:
+                raise PlanError(f"{what}: the {side} side is a window's results; {NO_RESULT_TIME}")
         elif window_aggregates(plan) or _keyed_aggregates(plan):
             raise PlanError(
-                f"{what}: the {side} side is the result of an aggregation, or of a window with more "
-                "between (a filter, a select), which is not supported as a join input yet; key_by() "
-                "the window's results right after agg() and filter after the join"
+                f"{what}: the {side} side is the result of an aggregation without a window or a "
+                "top-N, or of a window with another operator after it, which is not supported as a "
+                "join input yet; a window's or a join's results (filtered or not) are"
             )
         elif joins_of(plan):
             _check_join_input(what, side, plan)
@@ -926,12 +929,12 @@ def _check_join(node: Join) -> None:
 
 
 def _check_join_input(what: str, side: str, plan: PlanNode) -> None:
-    """A join's results as one side of another join: right there, emits only, of two streams."""
-    if not isinstance(plan, Join) or joins_of(plan.left) or joins_of(plan.right):
+    """A join's results as one side of another join: of two streams (filtered or not)."""
+    below = stateless_below(plan)
+    if not isinstance(below, Join) or joins_of(below.left) or joins_of(below.right):
         raise PlanError(
-            f"{what}: the {side} side is a join's rows with more between (a filter, a select, another "
-            "join): not supported yet; join the joined stream itself (key_by() right after the join), "
-            "and filter after the second join"
+            f"{what}: the {side} side is a join of a join's rows (or of another operator's "
+            "results): not supported yet; a join's side may be a join of two streams"
         )
 
 

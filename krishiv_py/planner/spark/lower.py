@@ -247,9 +247,10 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
         for beside in moves(links):
             why.append(CHAIN_REASON if beside else STAGED_AGAIN_REASON if moved else STAGED_REASON)
             moved = moved or not beside
-    if isinstance(bottom, n.Join) and any(isinstance(c, n.Join) for c in n.children(bottom)):
+    sides = [n.stateless_below(c) for c in n.children(bottom)] if isinstance(bottom, n.Join) else []
+    if any(isinstance(c, n.Join) for c in sides):
         why.append(JOIN_STAGE_REASON)
-    if isinstance(bottom, n.Join) and any(isinstance(c, n.WindowAggregate) for c in n.children(bottom)):
+    if any(isinstance(c, n.WindowAggregate) for c in sides):
         why.append(JOIN_WINDOW_REASON)
     if isinstance(bottom, n.Join) and any(n.takes_retractions(c) for c in n.children(bottom)):
         why.append(JOIN_CHANGES_REASON)
@@ -258,6 +259,7 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
         shift=shift,
         **rules,
         spark_max=OPERATOR_RULES[type(bottom)].spark_max and one_watermark(bottom),
+        staged_sides=True,
     )
     root, _ = ctx.lower(bottom)
     emission = op.emission
@@ -463,8 +465,9 @@ def _operator_inputs(bottom: n.PlanNode) -> list[n.PlanNode]:
     """What the bottom operator reads: its inputs, a join's join side as the inputs of that join."""
     out: list[n.PlanNode] = []
     for child in n.children(bottom):
-        staged = isinstance(bottom, n.Join) and isinstance(child, n.Join | n.WindowAggregate)
-        out += n.children(child) if staged else [child]
+        below = n.stateless_below(child)
+        staged = isinstance(bottom, n.Join) and isinstance(below, n.Join | n.WindowAggregate)
+        out += n.children(below) if staged else [child]
     return out
 
 

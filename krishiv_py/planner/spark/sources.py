@@ -113,6 +113,12 @@ class JoinRule(Protocol):
     ) -> RecipeNode: ...
 
 
+def _results_of(side: n.PlanNode) -> n.PlanNode:
+    """A join's side as it is lowered: the operator under its filters and projections, if any."""
+    below = n.stateless_below(side)
+    return below if isinstance(below, n.Join | n.WindowAggregate) else side
+
+
 @attrs.define
 class Lowerer:
     """One lowering run: the options it lowers with and the sources it has tracked."""
@@ -132,6 +138,9 @@ class Lowerer:
     #: Observations of arithmetic without a result (:func:`~krishiv_py.names.arithmetic_observation`)
     #: made so far.
     arithmetic: int = 0
+    #: A join's side that is an operator's results is a stage's input (the stateful lowering):
+    #: the operator is lowered without the filters and projections after it, which the stage runs.
+    staged_sides: bool = False
 
     def lower(self, node: n.PlanNode, *, count_input: bool = True) -> tuple[RecipeNode, tuple[str, ...]]:
         """Recipe for ``node`` and the hidden columns it carries.
@@ -150,7 +159,10 @@ class Lowerer:
         if isinstance(node, n.Join):
             if self.join is None:
                 raise PlanError("this lowering runs no joins: joins run on the stateful lowering")
-            (left, _), (right, _) = self.lower(node.left), self.lower(node.right)
+            # A side that is an operator's results (filtered or not) is that operator's: the
+            # join's rule runs it as a stage after it, the filters and projections in the stage.
+            sides = (_results_of(s) if self.staged_sides else s for s in (node.left, node.right))
+            (left, _), (right, _) = (self.lower(side) for side in sides)
             return self.join(node, left, right, streaming=self.streaming, shift_ms=self.shift), ()
         direct = isinstance(node, n.Watermark) and isinstance(node.input, n.SOURCE_TYPES)
         child, hidden = self.lower(node.input, count_input=not direct)

@@ -552,8 +552,13 @@ def _join_after_join(node: n.Join, left: RecipeNode, right: RecipeNode, *, shift
 
     upstream_left = isinstance(left, StatefulApply)
     apply, other = (left, right) if upstream_left else (right, left)
-    inner = node.left if upstream_left else node.right
+    side_plan = node.left if upstream_left else node.right
+    inner = n.stateless_below(side_plan)
     assert isinstance(apply, StatefulApply) and isinstance(inner, n.Join | n.WindowAggregate)
+    between: list[n.Filter | n.Project] = []  # first to last
+    while isinstance(side_plan, n.Filter | n.Project):
+        between.insert(0, side_plan)
+        side_plan = side_plan.input
     if isinstance(other, StatefulApply) or apply.operator.then is not None:
         raise PlanError(
             "the stateful lowering joins one join's or one window's results with a stream for now; "
@@ -590,6 +595,7 @@ def _join_after_join(node: n.Join, left: RecipeNode, right: RecipeNode, *, shift
         buckets=apply.operator.buckets,
         upstream_buckets=apply.operator.buckets,
         retracting=retracting,
+        between=_between(tuple(between)),
         join_side=JoinSide(side=side, layout=layout, retracting=retracting),
         side_input=tuple((c.name, c.type, c.value) for c in spec.columns),
     )
