@@ -372,6 +372,45 @@ def chains_of_three(draw: st.DrawFn) -> Case:
     return Case(label, stream, op, sources)
 
 
+@st.composite
+def join_then_windows(draw: st.DrawFn) -> Case:
+    """A join, a window of its rows per any keys, then a window of that window's results (a cascade,
+    keyed by some of its keys: in the same call or a stage), maybe an aggregation after it."""
+    joined, model, label = _joined_rows(draw, retracting=True)
+    keys = draw(st.sampled_from(AFTER_JOIN_KEYS))
+    join = n.stateless_below(joined.plan)
+    assert isinstance(join, n.Join)
+    refires = join.emission.allowed_lateness_ms > 0 or RESULT_KIND in joined.columns
+    first, first_model, more, names = _window(
+        draw, joined, model, keys, JOIN_AGGS, retracting=True if refires else None
+    )
+    label += more
+    retracting = RESULT_KIND in first.columns
+    table: Aggs = {"c": ("count", None), **{f"s_{a}": ("sum", a) for a in names if a.startswith(("n", "s"))}}
+    second_keys = tuple(draw(st.lists(st.sampled_from(keys), unique=True, max_size=len(keys))))
+    size = draw(st.sampled_from([10, 20]))
+    lateness = draw(st.sampled_from([0, 0, 10]))
+    agg_names, built, specs = _aggs(draw, table)
+    by: WindowAssigners = first.key_by(*second_keys) if second_keys else first
+    windowed = by.tumbling_window(size).allowed_lateness(lateness)
+    if retracting or lateness or refires or draw(st.booleans()):  # (it may fire again)
+        windowed = windowed.accumulation("retracting")
+    final: Stream = windowed.agg(*built)
+    op: Op = WindowOf(
+        first_model,
+        TumblingWindow(size_ms=size),
+        keys=second_keys,
+        aggregates=specs,
+        allowed_lateness_ms=lateness,
+    )
+    label += f" -> window tumbling {size} keys={second_keys} L={lateness} {agg_names}"
+    if draw(st.booleans()):
+        columns = [*second_keys, "window_start", "window_end", *agg_names]
+        final, op, more = _then_agg(draw, final, op, columns, _any_keys(draw, columns))
+        label += more
+    return Case(label, final, op, ("a", "b"))
+
+
 def _maybe_after(
     draw: st.DrawFn,
     stream: Stream,
@@ -862,6 +901,12 @@ def test_two_operators_over_one_source_equal_the_model(case: Case, data: st.Data
 @settings(max_examples=EXAMPLES)
 @given(case=chains_of_three(), data=st.data())
 def test_three_operators_each_keyed_by_any_columns_equal_the_model(case: Case, data: st.DataObject) -> None:
+    check(case, data.draw(steps_of(case.sources)))
+
+
+@settings(max_examples=EXAMPLES)
+@given(case=join_then_windows(), data=st.data())
+def test_a_window_of_a_windows_results_after_a_join_equals_the_model(case: Case, data: st.DataObject) -> None:
     check(case, data.draw(steps_of(case.sources)))
 
 

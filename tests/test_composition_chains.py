@@ -575,3 +575,67 @@ def test_a_join_stages_late_rows_of_both_layouts_reach_the_handler_in_one(sessio
         ("u", None, None, "very_late"),  # the window reads the key only: the rest is null
         ("v", "right", "late", "very_late"),
     ]
+
+
+def _streamed(query: Any, senders: dict[str, kp.Sender]) -> list[dict[str, Any]]:
+    """Send every step, then close the sources: the job's rows once it ends."""
+    job = query.start()
+    try:
+        for side, rows in STEPS:
+            senders[side].send(rows)
+            job.process_all_available()
+        for sender in senders.values():
+            sender.close()
+        assert job.await_termination(timeout_s=120)
+        rows = job.results().to_pylist()
+    finally:
+        job.stop()
+    return list(rows)
+
+
+def test_a_window_of_the_windows_after_a_join_and_their_top_n_take_the_joins_corrections(
+    session: kp.Session,
+) -> None:
+    """Joined pairs counted per ad and 10 s (retracting: the join's late partner corrects them),
+    then the counts summed per 30 s over all ads (a window of the windows' results, a stage after
+    the stage), and apart from that the top ad of each 10 s (ranked on the driver)."""
+    count = [ModelAgg(name="n", func="count", column=None)]
+    per_ad_model = WindowOf(_model_join(), TumblingWindow(size_ms=10_000), keys=("ad",), aggregates=count)
+    total = [ModelAgg(name="total", func="sum", column="n")]
+    model = ComposedModel(WindowOf(per_ad_model, TumblingWindow(size_ms=30_000), aggregates=total))
+    for side, rows in STEPS:
+        model.send(rows, source=side)
+    model.close()
+    _, joined, clicks, views = _streams(session)
+    per_ad = joined.key_by("ad").tumbling_window(10_000).accumulation("retracting")
+    counts = per_ad.agg(kp.count(kp.col("*")).alias("n"))
+    summed = counts.tumbling_window(30_000).accumulation("retracting").agg(kp.sum(kp.col("n")).alias("total"))
+    assert summed.explain().count("applyInArrow") >= 2  # no row through the driver
+    names = [c for c in summed.columns if c != "kind"]
+    want: Counter[tuple[Any, ...]] = Counter()
+    got: Counter[tuple[Any, ...]] = Counter()
+    _net(want, model.results, names)
+    _net(got, _streamed(summed, {"clicks": clicks, "views": views}), names)
+    assert +got == +want and want
+    # The top ad of each 10 s: the late view's pair makes a2 the only top of [0 s, 10 s).
+    per_ad_counts = ComposedModel(per_ad_model)
+    for side, rows in STEPS:
+        per_ad_counts.send(rows, source=side)
+    per_ad_counts.close()
+    windows: Counter[tuple[Any, ...]] = Counter()
+    _net(windows, per_ad_counts.results, ["window_start", "ad", "n"])
+    best = {ws: max(n for (w, _, n) in +windows if w == ws) for (ws, _, _) in +windows}
+    expected = Counter({(ws, ad, n): 1 for (ws, ad, n) in +windows if n == best[ws]})
+    _, joined, clicks, views = _streams(session)
+    top = (
+        joined.key_by("ad")
+        .tumbling_window(10_000)
+        .accumulation("retracting")
+        .agg(kp.count(kp.col("*")).alias("n"))
+        .top_n(1, by="n", per="window")
+    )
+    ranked: Counter[tuple[Any, ...]] = Counter()
+    rows = _streamed(top, {"clicks": clicks, "views": views})
+    _net(ranked, rows, ["window_start", "ad", "n"])
+    assert +ranked == expected
+    assert any(r["kind"] == "retract" for r in rows)  # a2's count of 1 and a1's pushed out

@@ -407,7 +407,7 @@ ERRORS: list[tuple[str, list[str]]] = [
     (
         f"SELECT A.category, {WINDOW}, COUNT(*) AS n {ON} GROUP BY A.category, {WINDOW} "
         f"QUALIFY ROW_NUMBER() OVER (PARTITION BY window_start, window_end ORDER BY n DESC) <= 1",
-        ["QUALIFY: this after a join is not supported yet"],
+        ["QUALIFY over a window of a join's rows needs SET window.accumulation = retracting"],
     ),
     # aggregations over a join
     (
@@ -495,3 +495,19 @@ def test_a_registered_windows_results_joined_with_a_stream_is_the_builders_join_
     assert isinstance(join, n.Join) and join.between == (-1, 9_999)  # right: the window's, 1 ms earlier
     with plan_error("window's results", "window_end"):
         execute(cat, text.replace("H.window_end", "H.window_start"), NO_SESSION)
+
+
+def test_qualify_ranks_a_retracting_window_of_a_joins_rows() -> None:
+    """Window top-N after a window after a join: the window retracts (SET window.accumulation), so
+    a late partner's correction re-ranks the window and withdraws what left the top."""
+    text = (
+        f"SET window.accumulation = retracting; SELECT A.category, {WINDOW}, COUNT(*) AS n {ON} "
+        f"GROUP BY A.category, {WINDOW} "
+        "QUALIFY ROW_NUMBER() OVER (PARTITION BY window_start, window_end ORDER BY n DESC) <= 1"
+    )
+    ranked = execute(catalog(), text, NO_SESSION)
+    assert ranked is not None
+    top = n.stateless_below(ranked.plan)
+    assert isinstance(top, n.TopN) and top.n == 1 and top.ties == "first"
+    assert isinstance(top.input, n.WindowAggregate) and top.input.emission.accumulation == "retracting"
+    assert n.joins_of(top.input) and ranked.lower().lowering == "stateful"

@@ -334,6 +334,8 @@ def _fires_once(window: WindowAggregate) -> bool:
     """Whether every window of ``window`` fires once: no lateness (its own or a join's), no early trigger."""
     joined = stateless_below(window.input)
     carried = joined.emission.allowed_lateness_ms if isinstance(joined, Join) else 0
+    if isinstance(joined, WindowAggregate) and not _fires_once(joined):
+        return False  # a window of a window's results re-fires with it
     e = window.emission
     return not (e.allowed_lateness_ms or carried or e.trigger.is_early)
 
@@ -411,6 +413,8 @@ def check_window_after_join(
     and a top-N per key, not yet by a join.
     """
     join = stateless_below(below)
+    if isinstance(join, WindowAggregate) and what == "a window":
+        return  # a window over a window's results (a cascade): checked as one (_check_cascade)
     if not isinstance(join, Join):
         raise PlanError(AFTER_JOIN)
     if join.emission.accumulation == "retracting":
@@ -506,8 +510,8 @@ class TopN:
             raise PlanError(f"top_n(ties=...) is 'all' or 'first', got {self.ties!r}")
         if not self.by:
             raise PlanError("top_n() needs by=: the column(s) to rank the rows of a window by")
-        if joins_of(self.input):
-            raise PlanError(AFTER_JOIN)
+        if joins_of(self.input) and not isinstance(stateless_below(self.input), WindowAggregate):
+            raise PlanError(AFTER_JOIN)  # a window after a join is ranked as any window
         schema = schema_of(self.input)
         if not window_aggregates(self.input) or not {"window_start", "window_end"} <= set(schema.names):
             raise PlanError(
@@ -774,9 +778,14 @@ def cascade_lateness_ms(node: WindowAggregate) -> int:
 
     A cascade's upstream window can correct a result while its own allowed
     lateness lasts; the downstream window stays open for those corrections.
+    A window after a join is corrected by a late partner's pairs for the
+    join's allowed lateness more.
     """
     cascade = cascade_of(node)
     own = node.emission.allowed_lateness_ms
+    joined = stateless_below(node.input)
+    if isinstance(joined, Join):
+        own += joined.emission.allowed_lateness_ms
     if cascade is None:
         return own
     return max(own, cascade_lateness_ms(cascade.upstream))
@@ -799,6 +808,12 @@ def _check_cascade(node: WindowAggregate) -> None:
         raise PlanError(
             "a window over windowed results fires on the watermark, accumulating or retracting, "
             "with no late-event handler or state TTL of its own (not supported there yet)"
+        )
+    if joins_of(up) and not _fires_once(up) and up.emission.accumulation != "retracting":
+        raise PlanError(
+            "a window over the results of a window after a join that may fire a window again (allowed "
+            "lateness, the join's or its own) needs .accumulation('retracting') on that window: each "
+            "firing then withdraws the one before, and the window over it stays exact"
         )
     if up.emission.accumulation == "discarding" or up.emission.trigger.is_early:
         raise PlanError(

@@ -1466,6 +1466,15 @@ def _qualify(
         )
     by = [column_of(i.this, "ORDER BY") for i in items]
     ascending = not items[0].args.get("desc")
+    windows = n.stateless_below(out.plan)
+    retracting = isinstance(windows, n.WindowAggregate) and windows.emission.accumulation == "retracting"
+    if n.joins_of(out.plan) and isinstance(windows, n.WindowAggregate) and not retracting:
+        raise ctx.sql.error(
+            node,
+            "QUALIFY over a window of a join's rows needs SET window.accumulation = retracting: "
+            "the window's keys may fire in different micro-batches, and a row pushed out of the top "
+            "is withdrawn",
+        )
     with _at(ctx, node, "QUALIFY: "):
         if isinstance(over.this, exp.Rank):
             return out.top_n(limit, by=by, keys=parts[2:], ties="all", ascending=ascending)

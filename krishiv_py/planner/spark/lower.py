@@ -342,7 +342,8 @@ def _operator_and_stages(
     if ranked is not None:
         assert isinstance(node, n.TopN)
         node = node.input
-    cascade = _cascade_stage(node) if isinstance(node, n.WindowAggregate) else None
+    # A cascade after a join is a chain of operators like any other (stacked_operators).
+    cascade = _cascade_stage(node) if isinstance(node, n.WindowAggregate) and not n.joins_of(node) else None
     op = cascade[0] if cascade is not None else node
     union = windows_union(op)
     if union is None and (

@@ -344,11 +344,10 @@ def moves(links: list[Link]) -> list[bool]:
     out = []
     for (below, _), (node, _) in itertools.pairwise(links):
         assert isinstance(node, n.WindowAggregate | n.KeyedAggregate | n.KeyedTopN)
-        if isinstance(node, n.WindowAggregate) and not isinstance(below, n.Join):
+        if isinstance(node, n.WindowAggregate) and not isinstance(below, n.Join | n.WindowAggregate):
             raise PlanError(
-                "on the stateful lowering a window follows a join or a source, or runs as the second "
-                "window of a cascade right after another window; a window after "
-                f"{_describe(below)} inside a longer chain is not supported yet"
+                "on the stateful lowering a window follows a join, a source or another window; a "
+                f"window after {_describe(below)} inside a longer chain is not supported yet"
             )
         beside = set(keys) <= set(node.keys)
         if not beside:
