@@ -639,3 +639,42 @@ def test_a_window_of_the_windows_after_a_join_and_their_top_n_take_the_joins_cor
     _net(ranked, rows, ["window_start", "ad", "n"])
     assert +ranked == expected
     assert any(r["kind"] == "retract" for r in rows)  # a2's count of 1 and a1's pushed out
+
+
+def test_clicks_and_views_counted_per_user_and_window_joined_by_window_one_operator_then_a_stage(
+    session: kp.Session,
+) -> None:
+    """A join of two windows' results (clicks and views per user and 10 s, by user and window_end,
+    right outer: a window of views without clicks is padded): both windows run as one operator."""
+    tag = uuid.uuid4().hex[:6]
+    clicks, to_clicks = session.memory_stream(CLICKS, name=f"clicks_{tag}")
+    views, to_views = session.memory_stream(VIEWS, name=f"views_{tag}")
+    count = kp.count(kp.col("*"))
+    per_click = clicks.watermark("t", 0).key_by("user").tumbling_window(10_000).agg(count.alias("clicks"))
+    per_view = views.watermark("t", 0).key_by("user").tumbling_window(10_000).agg(count.alias("views"))
+    ctr = per_click.key_by("user", "window_end").interval_join(
+        per_view.key_by("user", "window_end"), between=(0, 0), how="right"
+    )
+    assert "both windows run as one operator" in ctr.explain()
+    windows = [
+        WindowOf(
+            Source(name, "t", columns),
+            TumblingWindow(size_ms=10_000),
+            keys=("user",),
+            aggregates=[ModelAgg(name=name, func="count", column=None)],
+        )
+        for name, columns in (("clicks", ("user", "t", "click")), ("views", ("user", "t", "ad")))
+    ]
+    model = ComposedModel(
+        JoinOf(windows[0], windows[1], keys=("user", "window_end"), between=(0, 0), how="right")
+    )
+    for side, rows in STEPS:
+        model.send(rows, source=side)
+    model.close()
+    names = list(ctr.columns)
+    want: Counter[tuple[Any, ...]] = Counter()
+    _net(want, model.results, names)
+    got: Counter[tuple[Any, ...]] = Counter()
+    _net(got, _streamed(ctr, {"clicks": to_clicks, "views": to_views}), names)
+    assert +got == +want
+    assert any(k[names.index("clicks")] is None for k in want)  # a padded window of views

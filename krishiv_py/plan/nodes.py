@@ -889,11 +889,6 @@ def _check_join(node: Join) -> None:
             raise PlanError(f"{what}: the {side} side needs key columns: call key_by(...) on it first")
     if joins_of(node.left) and joins_of(node.right):
         raise PlanError(f"{what}: a join of two joins is not supported yet; one side may be a join")
-    if window_aggregates(node.left) and window_aggregates(node.right):
-        raise PlanError(
-            f"{what}: a join of two windows' results is not supported yet; one side may be a window's "
-            "results (or join the windows themselves: left.key_by(...).tumbling_window(...).join(...))"
-        )
     if (window_aggregates(node.left) or window_aggregates(node.right)) and (
         joins_of(node.left) or joins_of(node.right)
     ):

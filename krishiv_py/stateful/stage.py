@@ -52,7 +52,7 @@ import attrs
 import numpy as np
 import pyarrow as pa
 
-from krishiv_py.names import BATCH_TS, JOIN_SIDE, RESULT_KIND, SEQ, TS_VALUE
+from krishiv_py.names import BATCH_TS, BRANCH, JOIN_SIDE, RESULT_KIND, SEQ, TS_VALUE
 from krishiv_py.plan.watermarks import END_OF_TIME_MS
 from krishiv_py.stateful._arrow import framed, ipc_bytes, ipc_table, unframed
 from krishiv_py.stateful.between import Between, handed_rows
@@ -112,14 +112,27 @@ class JoinSide:
     layout: tuple[tuple[str, pa.DataType, str | None], ...]
     #: The results carry ``kind`` (emits and retractions), which the join takes.
     retracting: bool = False
+    #: A join of two windows' results (one operator, :class:`~krishiv_py.stateful.union.UnionKernel`
+    #: with ``tagged``): the other side, made of the results of branch 1 (this one: of branch 0).
+    other: JoinSide | None = None
 
     @property
     def sources(self) -> tuple[tuple[str, pa.DataType], ...]:
         """The result columns read, with the types they are taken in."""
-        return tuple((source, kind) for _, kind, source in self.layout if source is not None)
+        own = tuple((source, kind) for _, kind, source in self.layout if source is not None)
+        if self.other is None:
+            return own
+        more = tuple(s for s in self.other.sources if s[0] not in {name for name, _ in own})
+        return (*own, *more, (BRANCH, pa.int32()))
 
     def rows(self, handed: pa.Table) -> pa.Table:
-        """``handed`` (the result columns and event time) as the join's rows of this side."""
+        """``handed`` (the result columns and event time) as the join's rows of this side (of both,
+        by branch, with ``other``)."""
+        if self.other is not None:
+            branch = np.asarray(handed.column(BRANCH).to_numpy(zero_copy_only=False), np.int64)
+            first = attrs.evolve(self, other=None).rows(handed.filter(pa.array(branch == 0)))
+            second = self.other.rows(handed.filter(pa.array(branch == 1)))
+            return pa.concat_tables([first, second])
         count = handed.num_rows
         cols: dict[str, Any] = {JOIN_SIDE: pa.array([self.side] * count, pa.string())}
         for name, kind, source in self.layout:

@@ -49,6 +49,8 @@ class UnionKernel(Unmerged):
     """The branches of a union of windows, each over its own rows (see the module docstring)."""
 
     branches: tuple[Kernel, ...]
+    #: Each result says which branch made it (``__kp_branch``): the two sides of a join after it.
+    tagged: bool = False
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -87,6 +89,9 @@ class UnionKernel(Unmerged):
             very_late.append(where[out.very_late])
             invalid.append(where[out.invalid])
         results = [o.results for o in outs]
+        if self.tagged:
+            numbers = [pa.array(np.full(r.num_rows, i, np.int32)) for i, r in enumerate(results)]
+            results = [r.append_column(BRANCH, b) for r, b in zip(results, numbers, strict=True)]
         closed = [o.closed for o in outs if o.closed is not None]
         return _joined(states), StepOutput(
             results=pa.concat_tables(results, promote_options="permissive"),

@@ -250,7 +250,9 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
     sides = [n.stateless_below(c) for c in n.children(bottom)] if isinstance(bottom, n.Join) else []
     if any(isinstance(c, n.Join) for c in sides):
         why.append(JOIN_STAGE_REASON)
-    if any(isinstance(c, n.WindowAggregate) for c in sides):
+    if all(isinstance(c, n.WindowAggregate) for c in sides) and sides:
+        why.append(JOIN_WINDOWS_REASON)
+    elif any(isinstance(c, n.WindowAggregate) for c in sides):
         why.append(JOIN_WINDOW_REASON)
     if isinstance(bottom, n.Join) and any(n.takes_retractions(c) for c in n.children(bottom)):
         why.append(JOIN_CHANGES_REASON)
@@ -413,6 +415,15 @@ JOIN_WINDOW_REASON = (
     "it, the other stream's rows are routed there by their keys, and the join keeps its state of its "
     "own (one Arrow file per bucket and micro-batch under the checkpoint); the join runs at the "
     "window's watermark, which the window does not hold back"
+)
+
+#: Why a join of two windows' results runs as it does (docs/joins.md, "A join of two windows' results").
+JOIN_WINDOWS_REASON = (
+    "; both windows run as one operator (each over its own stream's rows, by its own keys), and the "
+    "join is a stage after it: each window's results (event time window_end - 1 ms) cross the "
+    "cluster to the join's key buckets in the micro-batch that fires them, one window's as the left "
+    "side's rows, the other's as the right side's, and the join keeps its state of its own (one "
+    "Arrow file per bucket and micro-batch under the checkpoint)"
 )
 
 #: Why a join of a changelog runs as it does (docs/joins.md, "A join of corrected rows").

@@ -209,6 +209,16 @@ def lower_stateful_union(node: n.Union, branches: list[RecipeNode], *, streaming
     :class:`StatefulApply` of its own), whose rows, encoding and key
     buckets are kept; the columns of every branch share one layout by name.
     """
+    windows = [b for b in node.inputs if isinstance(b, n.WindowAggregate)]
+    assert len(windows) == len(node.inputs)
+    return _windows_as_one(windows, branches, streaming=streaming, tagged=False)
+
+
+def _windows_as_one(
+    windows: list[n.WindowAggregate], branches: list[RecipeNode], *, streaming: bool, tagged: bool
+) -> StatefulApply:
+    """The windows (each lowered by the window rule) as one operator, a branch number per row;
+    ``tagged``: each result says which window made it (``__kp_branch``)."""
     import pyarrow as pa
 
     from krishiv_py.names import BRANCH
@@ -218,8 +228,7 @@ def lower_stateful_union(node: n.Union, branches: list[RecipeNode], *, streaming
     applies = [b for b in branches if isinstance(b, StatefulApply)]
     assert len(applies) == len(branches)
     layout: dict[str, tuple[Any, str]] = {}
-    for branch, apply in zip(node.inputs, applies, strict=True):
-        assert isinstance(branch, n.WindowAggregate)
+    for branch, apply in zip(windows, applies, strict=True):
         schema = n.schema_of(branch.input)
         for c in apply.operator.columns:
             held = layout.setdefault(c.name, (c.type, schema.field(c.name).dtype.name))
@@ -244,7 +253,7 @@ def lower_stateful_union(node: n.Union, branches: list[RecipeNode], *, streaming
         exprs += encoded.exprs[-2:]  # the event time and the arrival order
         children.append(SelectExprs(child=encoded.child, exprs=tuple(exprs)))
     spec = OperatorSpec(
-        kernel=UnionKernel(branches=tuple(a.operator.kernel for a in applies)),
+        kernel=UnionKernel(branches=tuple(a.operator.kernel for a in applies), tagged=tagged),
         columns=tuple(columns),
         shift_ms=applies[0].operator.shift_ms,
         buckets=applies[0].operator.buckets,
@@ -504,6 +513,8 @@ def lower_stateful_join(
     A side that is another join's operator (a join of a join, SPEC 3.13)
     makes this join a stage after it (:func:`_join_after_join`).
     """
+    if isinstance(left, StatefulApply) and isinstance(right, StatefulApply):
+        return _join_of_windows(node, left, right, streaming=streaming, shift_ms=shift_ms)
     if isinstance(left, StatefulApply) or isinstance(right, StatefulApply):
         return _join_after_join(node, left, right, shift_ms=shift_ms)
     spec = join_spec(node, shift_ms=shift_ms)
@@ -601,3 +612,67 @@ def _join_after_join(node: n.Join, left: RecipeNode, right: RecipeNode, *, shift
     operator = attrs.evolve(apply.operator, kernel=stage.upstream, then=stage)
     assert isinstance(encoded.child, SelectExprs)
     return attrs.evolve(apply, operator=operator, side_input=encoded.child)
+
+
+def _join_of_windows(
+    node: n.Join, left: StatefulApply, right: StatefulApply, *, streaming: bool, shift_ms: int
+) -> RecipeNode:
+    """A join of two windows' results: both windows as one operator, the join a stage after it.
+
+    The two windows run as the branches of one operator (as a union of
+    windows does), each over its own stream's rows by its own keys; their
+    results, each tagged with its window, cross the cluster to the join's
+    key buckets, where the first window's are the left side's rows and the
+    second's the right side's. The join keeps rows the windows' allowed
+    lateness (and one ms) longer, so that a corrected result meets its
+    partners (:func:`_join_after_join`).
+    """
+    from krishiv_py.stateful.joins import JoinKernel
+    from krishiv_py.stateful.stage import JoinSide, StageSpec
+
+    windows = [n.stateless_below(side) for side in (node.left, node.right)]
+    if not all(isinstance(w, n.WindowAggregate) for w in windows) or any(
+        isinstance(side, n.Filter | n.Project) for side in (node.left, node.right)
+    ):
+        raise PlanError(
+            "the stateful lowering joins two windows' results right after their agg(); a join of "
+            "two joins, of a join and a window, or with a filter or select between is not supported yet"
+        )
+    left_w, right_w = windows
+    assert isinstance(left_w, n.WindowAggregate) and isinstance(right_w, n.WindowAggregate)
+    both_windows = (left_w, right_w)
+    results = [n.schema_of(w) for w in windows]
+    for f in results[0]:
+        if f.name in results[1].names and results[1].field(f.name).dtype != f.dtype:
+            raise PlanError(
+                f"a join of two windows' results reads column {f.name!r} as {f.dtype.name} on the "
+                f"left and as {results[1].field(f.name).dtype.name} on the right; rename one of them "
+                "with .alias() in its agg()"
+            )
+    both = _windows_as_one([left_w, right_w], [left, right], streaming=streaming, tagged=True)
+    spec = join_spec(node, shift_ms=shift_ms)
+    lateness = [w.emission.allowed_lateness_ms for w in both_windows]
+    carried = max(ms + 1 if ms else 0 for ms in lateness)  # as for one window's (_join_after_join)
+    retracting = _retracts(left_w) or _retracts(right_w)
+    own = spec.kernel.spec.allowed_lateness_ms
+    kernel = attrs.evolve(spec.kernel.spec, allowed_lateness_ms=own + carried, changes=retracting)
+    renamed = {new: old for old, new in node.right_names.items()}
+    sources = {
+        "left": dict(zip(kernel.keys, node.left_keys, strict=True)) | {c: c for c in kernel.left},
+        "right": dict(zip(kernel.keys, node.right_keys, strict=True)) | renamed,
+    }
+    layouts = {
+        side: tuple((c.name, c.type, own.get(c.name)) for c in spec.columns if c.name != JOIN_SIDE)
+        for side, own in sources.items()
+    }
+    second = JoinSide(side="right", layout=layouts["right"], retracting=retracting)
+    stage = StageSpec(
+        kernel=JoinKernel(kernel),
+        upstream=both.operator.kernel,
+        columns=(),
+        buckets=both.operator.buckets,
+        upstream_buckets=both.operator.buckets,
+        retracting=retracting,
+        join_side=JoinSide(side="left", layout=layouts["left"], retracting=retracting, other=second),
+    )
+    return attrs.evolve(both, operator=attrs.evolve(both.operator, then=stage))
