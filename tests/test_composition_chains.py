@@ -678,3 +678,50 @@ def test_clicks_and_views_counted_per_user_and_window_joined_by_window_one_opera
     _net(got, _streamed(ctr, {"clicks": to_clicks, "views": to_views}), names)
     assert +got == +want
     assert any(k[names.index("clicks")] is None for k in want)  # a padded window of views
+
+
+def test_a_union_of_corrected_windows_then_an_aggregation_keyed_otherwise_takes_their_corrections(
+    session: kp.Session,
+) -> None:
+    """Clicks and views counted per user and 10 s (corrected by the late view), their union, then
+    how many windows have each count: a stage after the union's operator, over retractions."""
+    tag = uuid.uuid4().hex[:6]
+    (clicks, to_clicks), (views, to_views) = (
+        session.memory_stream(ddl, name=f"{name}_{tag}") for name, ddl in (("c", CLICKS), ("v", VIEWS))
+    )
+    count = kp.count(kp.col("*"))
+    per_user = [
+        s.watermark("t", 0).key_by("user").tumbling_window(10_000).allowed_lateness(20_000)
+        for s in (clicks, views)
+    ]
+    both = (
+        per_user[0]
+        .accumulation("retracting")
+        .agg(count.alias("n"))
+        .union(per_user[1].accumulation("retracting").agg(count.alias("n")))
+    )
+    histogram = both.key_by("n").agg(count.alias("windows"))
+    assert "the operator after the union is keyed by other columns" in histogram.explain()
+    n = [ModelAgg(name="n", func="count", column=None)]
+    branches = [
+        WindowOf(
+            Source(name, "t", ("user", "t", other)),
+            TumblingWindow(size_ms=10_000),
+            ("user",),
+            n,
+            allowed_lateness_ms=20_000,
+        )
+        for name, other in (("clicks", "click"), ("views", "ad"))
+    ]
+    windows = [ModelAgg(name="windows", func="count", column=None)]
+    model = ComposedModel(AggOf(UnionOf(branches), keys=("n",), aggregates=windows))
+    for side, rows in STEPS:
+        model.send(rows, source=side)
+    model.close()
+    names = [c for c in histogram.columns if c != "kind"]
+    want: Counter[tuple[Any, ...]] = Counter()
+    got: Counter[tuple[Any, ...]] = Counter()
+    _net(want, model.results, names)
+    rows = _streamed(histogram, {"clicks": to_clicks, "views": to_views})
+    _net(got, rows, names)
+    assert +got == +want and any(r["kind"] == "retract" for r in rows)

@@ -250,6 +250,9 @@ class WindowAggregate:
         schema_of(self)
         if cascade_of(self) is not None:
             _check_cascade(self)
+        elif union_windows(self.input) is not None:
+            for up in union_windows(self.input) or ():
+                _check_over_results(self, up)
         elif window_aggregates(self.input) and not isinstance(stateless_below(self.input), Join):
             raise PlanError("a window over a union of windowed results is not supported yet")
 
@@ -296,13 +299,15 @@ def _check_per_key_input(below: PlanNode, keys: tuple[str, ...], what: str) -> N
     under = stateless_below(below)
     if isinstance(under, KeyedAggregate | KeyedTopN):
         return  # a changelog of updating rows: each retraction withdraws an earlier row
-    if isinstance(under, WindowAggregate):
-        if under.emission.accumulation != "retracting" and not _fires_once(under):
+    windows = union_windows(below) or ((under,) if isinstance(under, WindowAggregate) else ())
+    for window in windows:
+        if window.emission.accumulation != "retracting" and not _fires_once(window):
             raise PlanError(
                 f"{what} after a window that may fire a window again (allowed lateness, an early "
                 "trigger, a join's allowed lateness before it) needs .accumulation('retracting') on "
                 "the window: each firing then withdraws the one before, and the aggregation stays exact"
             )
+    if windows:
         return
     if joins_of(below):
         check_window_after_join(below, keys, what=what)
@@ -318,9 +323,20 @@ def _check_per_key_input(below: PlanNode, keys: tuple[str, ...], what: str) -> N
         )
 
 
+def union_windows(node: PlanNode) -> tuple[WindowAggregate, ...] | None:
+    """The windows of a union of windows' results under ``node``'s filters and projections (or None)."""
+    under = stateless_below(node)
+    if isinstance(under, Union) and all(isinstance(i, WindowAggregate) for i in under.inputs):
+        return tuple(i for i in under.inputs if isinstance(i, WindowAggregate))
+    return None
+
+
 def takes_retractions(below: PlanNode) -> bool:
     """Whether the rows ``below`` hands on may withdraw earlier ones."""
     under = stateless_below(below)
+    windows = union_windows(below)
+    if windows is not None:
+        return any(takes_retractions(w) for w in windows)
     if isinstance(under, KeyedAggregate | KeyedTopN):
         return True
     if isinstance(under, Join | WindowAggregate):
@@ -336,6 +352,8 @@ def _fires_once(window: WindowAggregate) -> bool:
     carried = joined.emission.allowed_lateness_ms if isinstance(joined, Join) else 0
     if isinstance(joined, WindowAggregate) and not _fires_once(joined):
         return False  # a window of a window's results re-fires with it
+    if not all(_fires_once(w) for w in union_windows(window.input) or ()):
+        return False  # so does a window of a union of windows' results
     e = window.emission
     return not (e.allowed_lateness_ms or carried or e.trigger.is_early)
 
@@ -795,7 +813,11 @@ def _check_cascade(node: WindowAggregate) -> None:
     """What a window over windowed results supports now (clear errors for the rest)."""
     cascade = cascade_of(node)
     assert cascade is not None
-    up = cascade.upstream
+    _check_over_results(node, cascade.upstream)
+
+
+def _check_over_results(node: WindowAggregate, up: WindowAggregate) -> None:
+    """What a window over the results of the window ``up`` supports now."""
     if isinstance(node.window, EventSlidingWindow | TimeIntervalWindow) or (
         isinstance(node.window, SessionWindow) and node.window.max_duration_ms is not None
     ):
@@ -809,11 +831,12 @@ def _check_cascade(node: WindowAggregate) -> None:
             "a window over windowed results fires on the watermark, accumulating or retracting, "
             "with no late-event handler or state TTL of its own (not supported there yet)"
         )
-    if joins_of(up) and not _fires_once(up) and up.emission.accumulation != "retracting":
+    unioned = union_windows(node.input) is not None
+    if (joins_of(up) or unioned) and not _fires_once(up) and up.emission.accumulation != "retracting":
         raise PlanError(
-            "a window over the results of a window after a join that may fire a window again (allowed "
-            "lateness, the join's or its own) needs .accumulation('retracting') on that window: each "
-            "firing then withdraws the one before, and the window over it stays exact"
+            "a window over the results of a window after a join or in a union that may fire a window "
+            "again (allowed lateness, the join's or its own) needs .accumulation('retracting') on that "
+            "window: each firing then withdraws the one before, and the window over it stays exact"
         )
     if up.emission.accumulation == "discarding" or up.emission.trigger.is_early:
         raise PlanError(

@@ -86,7 +86,7 @@ EmissionFeature: TypeAlias = Literal[
 ]
 #: Stages after the window that a lowering may lack.
 StageFeature: TypeAlias = Literal[
-    "top_n", "cascade", "join", "interval_join", "window_after_join", "keyed_agg"
+    "top_n", "cascade", "join", "interval_join", "window_after_join", "keyed_agg", "after_union"
 ]
 FeatureName: TypeAlias = InputKind | WindowKind | EmissionFeature | StageFeature
 
@@ -180,7 +180,9 @@ LOWERINGS: tuple[Capabilities, ...] = (
         ),
         # The second window of a cascade, and window top-N, run on the driver over the
         # operator's results, corrections included. Joins: one operator over both inputs.
-        stages=frozenset({"cascade", "top_n", "join", "interval_join", "window_after_join", "keyed_agg"}),
+        stages=frozenset(
+            {"cascade", "top_n", "join", "interval_join", "window_after_join", "keyed_agg", "after_union"}
+        ),
         why="a custom Spark operator keeps the windows in state and fires them itself",
     ),
 )
@@ -259,6 +261,8 @@ def features_of(plan: n.PlanNode) -> list[Feature]:
         out.append(Feature("top_n", "window top-N (top_n)"))
     if any(n.cascade_of(a) is not None for a in n.window_aggregates(plan)):
         out.append(Feature("cascade", "a window over windowed results"))
+    if any(n.union_windows(a.input) is not None for a in n.window_aggregates(plan)):
+        out.append(Feature("after_union", "a window over a union of windows' results"))
     if any(isinstance(x, n.KeyedAggregate) for x in n.walk(plan)):
         out.append(Feature("keyed_agg", "an aggregation per key without a window"))
     if any(isinstance(x, n.KeyedTopN) for x in n.walk(plan)):

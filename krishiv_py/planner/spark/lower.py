@@ -226,6 +226,8 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
         return _lower_union(plan, op, stages, reason + "".join(why), streaming=streaming)
     links = operator_links(op)
     bottom = links[0][0]
+    if isinstance(bottom, n.Union):  # a union of windows, operators after it
+        return _lower_union(plan, bottom, stages, reason + "".join(why), streaming=streaming, links=links)
     assert isinstance(bottom, n.WindowAggregate | n.Join | n.KeyedAggregate | n.KeyedTopN)
     rule = OPERATOR_RULES[type(op)]
     shift = time_shift(op) if streaming else 0
@@ -283,15 +285,35 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
 
 
 def _lower_union(
-    plan: n.PlanNode, op: n.Union, stages: tuple[AfterStage, ...], reason: str, *, streaming: bool
+    plan: n.PlanNode,
+    op: n.Union,
+    stages: tuple[AfterStage, ...],
+    reason: str,
+    *,
+    streaming: bool,
+    links: list[tuple[n.PlanNode, tuple[n.Filter | n.Project, ...]]] | None = None,
 ) -> SparkRecipe:
-    """A union of windows: one operator whose bucket calls step every branch's window."""
+    """A union of windows: one operator whose bucket calls step every branch's window; ``links``:
+    the operators after it (:func:`operator_links`), each in its call or a stage of its own."""
     shift = time_shift(op) if streaming else 0
     ctx = Lowerer(streaming=streaming, shift=shift, window=lower_stateful_window)
-    root = lower_stateful_union(op, [ctx.lower(branch)[0] for branch in op.inputs], streaming=streaming)
+
+    def union(node: n.PlanNode, *branches: RecipeNode, streaming: bool, shift_ms: int) -> RecipeNode:
+        del shift_ms
+        assert isinstance(node, n.Union)
+        return lower_stateful_union(node, list(branches), streaming=streaming)
+
+    rule = union if links is None or len(links) < 2 else stacked_operators(union, op, links[1:])
+    root = rule(op, *(ctx.lower(branch)[0] for branch in op.inputs), streaming=streaming, shift_ms=shift)
+    why = ""
+    if links is not None and len(links) > 1:
+        moved = False
+        for beside in moves(links):
+            why += UNION_CHAIN_REASON if beside else STAGED_AGAIN_REASON if moved else UNION_STAGED_REASON
+            moved = moved or not beside
     return SparkRecipe(
         lowering="stateful",
-        reason=reason + UNION_REASON,
+        reason=reason + UNION_REASON + why,
         root=root,
         output_mode="append",
         time_shift_ms=shift,
@@ -308,6 +330,20 @@ UNION_REASON = (
     "bucketed by their own branch's keys, and each bucket call steps each branch's window over its "
     "own rows (corrections and retractions pass through); the query's one watermark is the least "
     "of every branch's sources"
+)
+
+
+#: Why an operator after a union of windows runs in the union's call.
+UNION_CHAIN_REASON = (
+    "; the operator after the union runs in the same call, over the results of the keys every "
+    "branch is bucketed by (no row crosses the cluster again), and takes their corrections"
+)
+
+#: Why an operator after a union of windows keyed otherwise runs as a stage.
+UNION_STAGED_REASON = (
+    "; the operator after the union is keyed by other columns than its branches, so their results "
+    "cross the cluster once more in the same micro-batch, to a stage of its own by its key buckets "
+    "(applyInArrow), which takes their corrections"
 )
 
 
@@ -465,7 +501,7 @@ def operator_links(op: n.PlanNode) -> list[tuple[n.PlanNode, tuple[n.Filter | n.
         while isinstance(below, n.Filter | n.Project):
             between.append(below)
             below = below.input
-        if type(below) not in OPERATOR_RULES:
+        if type(below) not in OPERATOR_RULES and windows_union(below) is None:
             break
         links.append((node, tuple(reversed(between))))
         node = below
@@ -479,7 +515,8 @@ def _operator_inputs(bottom: n.PlanNode) -> list[n.PlanNode]:
     for child in n.children(bottom):
         below = n.stateless_below(child)
         staged = isinstance(bottom, n.Join) and isinstance(below, n.Join | n.WindowAggregate)
-        out += n.children(below) if staged else [child]
+        branch = isinstance(bottom, n.Union) and isinstance(child, n.WindowAggregate)  # one operator
+        out += n.children(below) if staged or branch else [child]
     return out
 
 

@@ -353,7 +353,9 @@ def moves(links: list[Link]) -> list[bool]:
     out = []
     for (below, _), (node, _) in itertools.pairwise(links):
         assert isinstance(node, n.WindowAggregate | n.KeyedAggregate | n.KeyedTopN)
-        if isinstance(node, n.WindowAggregate) and not isinstance(below, n.Join | n.WindowAggregate):
+        if isinstance(node, n.WindowAggregate) and not isinstance(
+            below, n.Join | n.WindowAggregate | n.Union
+        ):
             raise PlanError(
                 "on the stateful lowering a window follows a join, a source or another window; a "
                 f"window after {_describe(below)} inside a longer chain is not supported yet"
@@ -368,6 +370,9 @@ def moves(links: list[Link]) -> list[bool]:
 def _bucket_keys(node: n.PlanNode) -> tuple[str, ...]:
     if isinstance(node, n.Join):
         return node.left_keys
+    if isinstance(node, n.Union):  # each branch by its own keys: an operator beside needs them all
+        keys = [k for w in n.union_windows(node) or () for k in w.keys]
+        return tuple(dict.fromkeys(keys))
     assert isinstance(node, n.WindowAggregate | n.KeyedAggregate | n.KeyedTopN)
     return node.keys
 
@@ -375,6 +380,8 @@ def _bucket_keys(node: n.PlanNode) -> tuple[str, ...]:
 def _describe(node: n.PlanNode) -> str:
     if isinstance(node, n.Join):
         return "the join"
+    if isinstance(node, n.Union):
+        return "the union"
     if isinstance(node, n.WindowAggregate):
         return "the window"
     return "the aggregation" if isinstance(node, n.KeyedAggregate) else "the top-N"
@@ -411,6 +418,8 @@ def stacked_operators(base: Any, bottom: n.PlanNode, uppers: list[Link]) -> Any:
         if isinstance(node, n.Join):
             kernel = JoinKernel(attrs.evolve(kernel.spec, event_times=True))
             carried = kernel.spec.allowed_lateness_ms  # a join stage's: its own and the first join's
+        if isinstance(node, n.Union):  # a union of windows corrects a window for its lateness
+            carried = max(w.emission.allowed_lateness_ms for w in n.union_windows(node) or ())
         # The kernel of the operator (0) and of each stage after it (1...), and how each stage
         # reads the rows before it; an operator keyed alike joins the last one's call.
         kernels: list[Any] = [kernel] if staged is None else [apply.operator.kernel, kernel]
@@ -418,6 +427,8 @@ def stacked_operators(base: Any, bottom: n.PlanNode, uppers: list[Link]) -> Any:
         below = node
         for (upper, between), beside in zip(uppers, moves([(node, ()), *uppers]), strict=True):
             then, columns = _upper_kernel(upper, carried, shift_ms, retracting=_retracts(below))
+            if isinstance(upper, n.WindowAggregate):  # it corrects a window as long as it keeps it
+                carried += upper.emission.allowed_lateness_ms
             step = {
                 "columns": columns,
                 "between": _between(between),
@@ -445,6 +456,8 @@ def _retracts(node: n.PlanNode) -> bool:
     """Whether ``node``'s results carry ``kind`` (retractions among them)."""
     if isinstance(node, n.KeyedAggregate | n.KeyedTopN):
         return True
+    if isinstance(node, n.Union):  # the branches' results, each window's corrections among them
+        return any(_retracts(w) for w in n.union_windows(node) or ())
     assert isinstance(node, n.Join | n.WindowAggregate)
     return node.emission.accumulation == "retracting"
 
