@@ -245,10 +245,7 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
             else "keyed"
         )
         rules[slot] = stacked_operators(rules[slot], bottom, links[1:])
-        moved = False
-        for beside in moves(links):
-            why.append(CHAIN_REASON if beside else STAGED_AGAIN_REASON if moved else STAGED_REASON)
-            moved = moved or not beside
+        why += _move_reasons(links, CHAIN_REASON, STAGED_REASON)
     sides = [n.stateless_below(c) for c in n.children(bottom)] if isinstance(bottom, n.Join) else []
     if any(isinstance(c, n.Join) for c in sides):
         why.append(JOIN_STAGE_REASON)
@@ -303,17 +300,13 @@ def _lower_union(
         assert isinstance(node, n.Union)
         return lower_stateful_union(node, list(branches), streaming=streaming)
 
-    rule = union if links is None or len(links) < 2 else stacked_operators(union, op, links[1:])
+    after = links[1:] if links is not None else []
+    rule = stacked_operators(union, op, after) if after else union
     root = rule(op, *(ctx.lower(branch)[0] for branch in op.inputs), streaming=streaming, shift_ms=shift)
-    why = ""
-    if links is not None and len(links) > 1:
-        moved = False
-        for beside in moves(links):
-            why += UNION_CHAIN_REASON if beside else STAGED_AGAIN_REASON if moved else UNION_STAGED_REASON
-            moved = moved or not beside
+    moved = _move_reasons([(op, ()), *after], UNION_CHAIN_REASON, UNION_STAGED_REASON) if after else []
     return SparkRecipe(
         lowering="stateful",
-        reason=reason + UNION_REASON + why,
+        reason=reason + UNION_REASON + "".join(moved),
         root=root,
         output_mode="append",
         time_shift_ms=shift,
@@ -322,6 +315,18 @@ def _lower_union(
         output_schema=n.schema_of(plan),
         stages=stages,
     )
+
+
+def _move_reasons(
+    links: list[tuple[n.PlanNode, tuple[n.Filter | n.Project, ...]]], beside: str, staged: str
+) -> list[str]:
+    """Why each operator above the bottom one runs where it does: ``beside`` in the call of the
+    one before it, ``staged`` as the first stage, a stage after the stage from then on."""
+    out, moved = [], False
+    for alike in moves(links):
+        out.append(beside if alike else STAGED_AGAIN_REASON if moved else staged)
+        moved = moved or not alike
+    return out
 
 
 #: Why a union of windows runs as it does (docs/windows.md, "A union of windows").

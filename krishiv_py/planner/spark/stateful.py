@@ -588,22 +588,11 @@ def _join_after_join(node: n.Join, left: RecipeNode, right: RecipeNode, *, shift
             "a join of two of them, or of a join of joins, is not supported yet"
         )
     spec = join_spec(node, shift_ms=shift_ms)
-    # The rows before may be corrected for as long as their allowed lateness: a join's (its rows
-    # are late by as much) or a re-firing window's, one ms more (a window retained while
-    # W < end + L is corrected at up to W = end + L - 1, with a row at end - 1).
-    carried = inner.emission.allowed_lateness_ms
-    if isinstance(inner, n.WindowAggregate) and carried:
-        carried += 1
     retracting = _retracts(inner)
-    lateness = spec.kernel.spec.allowed_lateness_ms + carried
+    lateness = spec.kernel.spec.allowed_lateness_ms + _corrected_for_ms(inner)
     kernel = attrs.evolve(spec.kernel.spec, allowed_lateness_ms=lateness, changes=retracting)
     side = "left" if upstream_left else "right"
-    if upstream_left:
-        sources = dict(zip(kernel.keys, node.left_keys, strict=True)) | {c: c for c in kernel.left}
-    else:
-        renamed = {new: old for old, new in node.right_names.items()}
-        sources = dict(zip(kernel.keys, node.right_keys, strict=True)) | renamed
-    layout = tuple((c.name, c.type, sources.get(c.name)) for c in spec.columns if c.name != JOIN_SIDE)
+    layout = _side_layout(node, kernel, spec.columns, side)
     encoded = _apply(
         spec, _join_side(node, kernel, "right" if upstream_left else "left", other), None, streaming=False
     )
@@ -664,20 +653,11 @@ def _join_of_windows(
             )
     both = _windows_as_one([left_w, right_w], [left, right], streaming=streaming, tagged=True)
     spec = join_spec(node, shift_ms=shift_ms)
-    lateness = [w.emission.allowed_lateness_ms for w in both_windows]
-    carried = max(ms + 1 if ms else 0 for ms in lateness)  # as for one window's (_join_after_join)
+    carried = max(_corrected_for_ms(w) for w in both_windows)
     retracting = _retracts(left_w) or _retracts(right_w)
-    own = spec.kernel.spec.allowed_lateness_ms
-    kernel = attrs.evolve(spec.kernel.spec, allowed_lateness_ms=own + carried, changes=retracting)
-    renamed = {new: old for old, new in node.right_names.items()}
-    sources = {
-        "left": dict(zip(kernel.keys, node.left_keys, strict=True)) | {c: c for c in kernel.left},
-        "right": dict(zip(kernel.keys, node.right_keys, strict=True)) | renamed,
-    }
-    layouts = {
-        side: tuple((c.name, c.type, own.get(c.name)) for c in spec.columns if c.name != JOIN_SIDE)
-        for side, own in sources.items()
-    }
+    lateness = spec.kernel.spec.allowed_lateness_ms + carried
+    kernel = attrs.evolve(spec.kernel.spec, allowed_lateness_ms=lateness, changes=retracting)
+    layouts = {side: _side_layout(node, kernel, spec.columns, side) for side in ("left", "right")}
     second = JoinSide(side="right", layout=layouts["right"], retracting=retracting)
     stage = StageSpec(
         kernel=JoinKernel(kernel),
@@ -689,3 +669,25 @@ def _join_of_windows(
         join_side=JoinSide(side="left", layout=layouts["left"], retracting=retracting, other=second),
     )
     return attrs.evolve(both, operator=attrs.evolve(both.operator, then=stage))
+
+
+def _corrected_for_ms(inner: n.Join | n.WindowAggregate) -> int:
+    """How much longer than its own lateness a join after ``inner`` keeps rows: as long as
+    ``inner`` may still correct its results. A join's rows are late by its allowed lateness; a
+    re-firing window's by one ms more (a window kept while ``W < end + L`` is corrected up to
+    ``W = end + L - 1``, with a row at ``end - 1``)."""
+    lateness = inner.emission.allowed_lateness_ms
+    return lateness + 1 if isinstance(inner, n.WindowAggregate) and lateness else lateness
+
+
+def _side_layout(
+    node: n.Join, kernel: Any, columns: tuple[Any, ...], side: str
+) -> tuple[tuple[str, Any, str | None], ...]:
+    """Each column of the join's rows, its type and the column of ``side``'s results it comes
+    from (None: the other side's)."""
+    if side == "left":
+        sources = dict(zip(kernel.keys, node.left_keys, strict=True)) | {c: c for c in kernel.left}
+    else:
+        renamed = {new: old for old, new in node.right_names.items()}
+        sources = dict(zip(kernel.keys, node.right_keys, strict=True)) | renamed
+    return tuple((c.name, c.type, sources.get(c.name)) for c in columns if c.name != JOIN_SIDE)
