@@ -124,9 +124,10 @@ def test_the_transcript_streams_on_the_stateful_lowering(session: kp.Session) ->
 def test_explain_shows_both_windows_and_where_each_runs(session: kp.Session) -> None:
     stream, _ = session.memory_stream(SCHEMA)
     text = minute_peaks(stream).explain(show=False)
-    assert "the second window runs on the driver over each micro-batch's results" in text
-    assert "over window results (event time window_end - 1 ms, the upstream watermark; kept 60000 ms" in text
-    assert "# the second window, kept on the driver: keys=['user']" in text
+    assert "the operator after it runs in the same call, over the results of its keys" in text
+    assert "then in the same call krishiv window over retractions: keys=['user']" in text
+    assert "allowed_lateness_ms=60000 accumulation=retracting buckets=16" in text  # kept for corrections
+    assert "on the driver" not in text
     with pytest.raises(PlanError, match=r"native lowering.*a window over windowed results"):
         minute_peaks(stream).lower(lowering="native")
     bounded = sliding_totals(session.from_records([{"user": "a", "t": 1}], SCHEMA)).lower()

@@ -82,6 +82,44 @@ def test_ties_first_keeps_exactly_n_breaking_ties_by_the_other_columns() -> None
     assert sorted((r["t"], r["v"]) for r in out.results.to_pylist()) == [(2, 7), (3, 7)]
 
 
+def test_window_top_n_forgets_a_window_once_the_watermark_passes_its_end_and_kept_time() -> None:
+    """``expires=("window_end", 5)``: window [0, 10)'s rows go at watermark 15, [10, 20)'s stay; a
+    retraction of a forgotten row finds nothing (counted), one of a kept row re-ranks its window."""
+    kernel = KeyedTopNKernel(
+        keys=("window_end",),
+        n=1,
+        by=("v",),
+        columns=("window_end", "v"),
+        retracting=True,
+        expires=("window_end", 5),
+    )
+
+    def batch(rows: list[tuple[int, int, str]], seq: int) -> pa.Table:
+        return pa.table(
+            {
+                "window_end": pa.array([r[0] * 1000 for r in rows], pa.int64()),
+                "v": pa.array([r[1] for r in rows], pa.int64()),
+                "kind": pa.array([r[2] for r in rows], pa.string()),
+                BATCH_TS: pa.array([(r[0] - 1) * 1000 for r in rows], pa.int64()),
+                SEQ: pa.array(range(seq, seq + len(rows)), pa.int64()),
+            }
+        )
+
+    rows = [(10, 1, "emit"), (10, 2, "emit"), (20, 3, "emit"), (20, 4, "emit")]
+    state, out = kernel.step(None, batch(rows, 0), 14, 0)
+    assert sorted(state.column("v").to_numpy().tolist()) == [1, 2, 3, 4]  # W=14 < 10 + 5: all kept
+    state, out = kernel.step(state, batch([], 4), 15, 0)
+    assert sorted(state.column("v").to_numpy().tolist()) == [3, 4]
+    state, out = kernel.step(state, batch([(10, 2, "retract")], 4), 15, 0)
+    assert out.results.num_rows == 0 and out.arithmetic_errors == 1
+    state, out = kernel.step(state, batch([(20, 4, "retract")], 5), 15, 0)
+    assert out.results.to_pylist() == [
+        {"window_end": 20_000, "v": 4, "kind": "retract"},
+        {"window_end": 20_000, "v": 3, "kind": "emit"},
+    ]
+    assert "kept until the watermark reaches window_end + 5 ms" in kernel.describe()
+
+
 def test_top_n_per_key_needs_event_time_and_ranks_known_columns(session: kp.Session) -> None:
     stream, _ = session.memory_stream(SCHEMA, name=f"s_{uuid.uuid4().hex[:6]}")
     with pytest.raises(kp.PlanError, match="watermark"):

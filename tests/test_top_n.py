@@ -139,8 +139,11 @@ def test_a_correction_that_pushes_a_key_out_of_the_top_retracts_it(session: kp.S
         Close(),
     ]
     recipe = corrected_top3(session.memory_stream(SCHEMA)[0]).lower()
-    assert recipe.lowering == "stateful" and recipe.top_n is not None
-    assert "window top-N runs on the driver" in recipe.reason
+    assert recipe.lowering == "stateful" and not recipe.stages  # nothing runs on the driver
+    assert "window top-N runs in krishiv's operator after the window" in recipe.reason
+    assert "keyed by other columns" in recipe.reason  # ranked per window: a stage of its own
+    assert "applyInArrow(<krishiv top-N per key: n=3" in recipe.render()
+    assert "kept until the watermark reaches window_end + 30 ms" in recipe.render()
 
     def row(k: str, n: int, kind: str) -> dict[str, Any]:
         return {"k": k, "window_start": 0, "window_end": 10, "count": n, "sum_v": n, "kind": kind}

@@ -301,7 +301,7 @@ def _check_per_key_input(below: PlanNode, keys: tuple[str, ...], what: str) -> N
         return  # a changelog of updating rows: each retraction withdraws an earlier row
     windows = union_windows(below) or ((under,) if isinstance(under, WindowAggregate) else ())
     for window in windows:
-        if window.emission.accumulation != "retracting" and not _fires_once(window):
+        if window.emission.accumulation != "retracting" and not fires_once(window):
             raise PlanError(
                 f"{what} after a window that may fire a window again (allowed lateness, an early "
                 "trigger, a join's allowed lateness before it) needs .accumulation('retracting') on "
@@ -341,18 +341,18 @@ def takes_retractions(below: PlanNode) -> bool:
         return True
     if isinstance(under, Join | WindowAggregate):
         return under.emission.accumulation == "retracting" or (
-            isinstance(under, WindowAggregate) and not _fires_once(under)
+            isinstance(under, WindowAggregate) and not fires_once(under)
         )
     return False
 
 
-def _fires_once(window: WindowAggregate) -> bool:
+def fires_once(window: WindowAggregate) -> bool:
     """Whether every window of ``window`` fires once: no lateness (its own or a join's), no early trigger."""
     joined = stateless_below(window.input)
     carried = joined.emission.allowed_lateness_ms if isinstance(joined, Join) else 0
-    if isinstance(joined, WindowAggregate) and not _fires_once(joined):
+    if isinstance(joined, WindowAggregate) and not fires_once(joined):
         return False  # a window of a window's results re-fires with it
-    if not all(_fires_once(w) for w in union_windows(window.input) or ()):
+    if not all(fires_once(w) for w in union_windows(window.input) or ()):
         return False  # so does a window of a union of windows' results
     e = window.emission
     return not (e.allowed_lateness_ms or carried or e.trigger.is_early)
@@ -832,7 +832,7 @@ def _check_over_results(node: WindowAggregate, up: WindowAggregate) -> None:
             "with no late-event handler or state TTL of its own (not supported there yet)"
         )
     unioned = union_windows(node.input) is not None
-    if (joins_of(up) or unioned) and not _fires_once(up) and up.emission.accumulation != "retracting":
+    if (joins_of(up) or unioned) and not fires_once(up) and up.emission.accumulation != "retracting":
         raise PlanError(
             "a window over the results of a window after a join or in a union that may fire a window "
             "again (allowed lateness, the join's or its own) needs .accumulation('retracting') on that "
@@ -979,7 +979,7 @@ def _check_window_input(what: str, side: str, plan: WindowAggregate) -> None:
             "window of a stream for now"
         )
     e = plan.emission
-    if not _fires_once(plan) and e.accumulation != "retracting":
+    if not fires_once(plan) and e.accumulation != "retracting":
         raise PlanError(
             f"{what}: the {side} side is a window that fires more than once (an early trigger or "
             f"allowed lateness) in accumulation({e.accumulation!r}): it sends a window's value again "

@@ -71,6 +71,10 @@ class KeyedTopNKernel(Unmerged):
     ties: Literal["all", "first"] = "all"
     #: Whether its rows may withdraw earlier ones (``kind``): it then holds every live row.
     retracting: bool = False
+    #: ``(column, ms)``: a held row goes once the watermark reaches its ``column`` time (a
+    #: timestamp, or µs) plus ``ms``; window top-N forgets a window at ``window_end`` plus the
+    #: time its window can still be corrected (None: rows are kept while the job runs).
+    expires: tuple[str, int] | None = None
 
     @property
     def accumulation(self) -> str:
@@ -90,6 +94,12 @@ class KeyedTopNKernel(Unmerged):
         merged: pa.Table | None = None,
     ) -> tuple[pa.Table, StepOutput]:
         del now_ms, merged
+        state, out = self._step(state, batch, watermark_ms)
+        return self._expired(state, watermark_ms), out
+
+    def _step(
+        self, state: pa.Table | None, batch: pa.Table, watermark_ms: int | None
+    ) -> tuple[pa.Table, StepOutput]:
         valid, late = arrivals(batch, watermark_ms)
         if self.retracting:
             return self._changes(state, batch, valid, late)
@@ -156,6 +166,15 @@ class KeyedTopNKernel(Unmerged):
             arithmetic_errors=unmatched,
         )
 
+    def _expired(self, state: pa.Table, watermark_ms: int | None) -> pa.Table:
+        """``state`` without the rows whose time plus the kept time the watermark reached."""
+        if self.expires is None or watermark_ms is None or not state.num_rows:
+            return state
+        column, ms = self.expires
+        at = state.column(column)
+        micros = (at.cast(pa.timestamp("us")) if pa.types.is_timestamp(at.type) else at).cast(pa.int64())
+        return state.filter(pa.array(micros.to_numpy() + ms * 1000 > watermark_ms * 1000))
+
     def _changelog(self, retracted: pa.Table, emitted: pa.Table) -> pa.Table:
         """The rows that left the top (retracted first), then those that entered it."""
         return pa.concat_tables(
@@ -174,9 +193,14 @@ class KeyedTopNKernel(Unmerged):
 
     def describe(self) -> str:
         order = "ascending" if self.ascending else "descending"
+        kept = (
+            "over every row so far"
+            if self.expires is None
+            else f"a group's rows kept until the watermark reaches {self.expires[0]} + {self.expires[1]} ms"
+        )
         return (
             f"krishiv top-N per key: n={self.n} by={list(self.by)} {order} keys={list(self.keys)} "
-            f"ties={self.ties} (over every row so far{'; takes retractions' if self.retracting else ''})"
+            f"ties={self.ties} ({kept}{'; takes retractions' if self.retracting else ''})"
         )
 
 

@@ -24,7 +24,7 @@ import attrs
 
 from krishiv_py._typing import Lowering
 from krishiv_py.errors import PlanError
-from krishiv_py.names import OUT_OBSERVE, RESULT_KIND, RESULT_ROW, ROW_KIND, ROWS
+from krishiv_py.names import OUT_OBSERVE, ROW_KIND, ROWS
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.windows import EventSlidingWindow, SlidingWindow, TimeIntervalWindow
 from krishiv_py.planner.spark.choose import capabilities, choose, features_of, force
@@ -32,7 +32,6 @@ from krishiv_py.planner.spark.native import lower_join, lower_window, time_shift
 from krishiv_py.planner.spark.recipe import (
     AfterStage,
     AfterWindow,
-    CascadeStage,
     DriverRank,
     FilterExpr,
     Observe,
@@ -40,12 +39,10 @@ from krishiv_py.planner.spark.recipe import (
     RecipeNode,
     SelectExprs,
     SparkRecipe,
-    TopNStage,
 )
 from krishiv_py.planner.spark.sliding import pane_choice, stream_pane_choice
 from krishiv_py.planner.spark.sources import Lowerer, one_watermark, select_item, top_n
 from krishiv_py.planner.spark.stateful import (
-    kernel_aggs,
     lower_stateful_join,
     lower_stateful_keyed,
     lower_stateful_union,
@@ -54,7 +51,6 @@ from krishiv_py.planner.spark.stateful import (
     stacked_operators,
 )
 from krishiv_py.planner.sql import quote, to_sql
-from krishiv_py.types import DataType, Field, Schema
 
 __all__ = ["lower"]
 
@@ -245,7 +241,12 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
             else "keyed"
         )
         rules[slot] = stacked_operators(rules[slot], bottom, links[1:])
-        why += _move_reasons(links, CHAIN_REASON, STAGED_REASON)
+        joined = isinstance(bottom, n.Join)
+        why += _move_reasons(
+            links,
+            CHAIN_REASON if joined else AFTER_CHAIN_REASON,
+            STAGED_REASON if joined else AFTER_STAGED_REASON,
+        )
     sides = [n.stateless_below(c) for c in n.children(bottom)] if isinstance(bottom, n.Join) else []
     if any(isinstance(c, n.Join) for c in sides):
         why.append(JOIN_STAGE_REASON)
@@ -263,7 +264,9 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
         staged_sides=True,
     )
     root, _ = ctx.lower(bottom)
-    emission = op.emission
+    top = op.input if isinstance(op, n.TopN) else op  # window top-N: its window's callbacks
+    assert isinstance(top, n.WindowAggregate | n.Join | n.KeyedAggregate | n.KeyedTopN)
+    emission = top.emission
     return SparkRecipe(
         lowering="stateful",
         reason=reason + "".join(why) + rule.reason,
@@ -367,54 +370,38 @@ def windows_union(node: n.PlanNode) -> n.Union | None:
 def _operator_and_stages(
     plan: n.PlanNode,
 ) -> tuple[
-    n.WindowAggregate | n.Join | n.KeyedAggregate | n.KeyedTopN | n.Union, tuple[AfterStage, ...], list[str]
+    n.WindowAggregate | n.Join | n.KeyedAggregate | n.KeyedTopN | n.TopN | n.Union,
+    tuple[AfterStage, ...],
+    list[str],
 ]:
-    """The node the operator runs, the stages after it (in order) and why they run as they do.
+    """The top operator of the chain, the stage after it and why it runs as it does.
 
-    From the top: filters and projections (one :class:`AfterWindow`), a
-    top-N (:class:`TopNStage`), a second window over a window's results
-    (:class:`CascadeStage`); then the operator's node, whose inputs hold no
-    other operator.
+    From the top: filters and projections (one :class:`AfterWindow`); then
+    the top operator, the last of the chain :func:`operator_links` walks.
     """
     chain: list[n.Filter | n.Project | n.TopN] = []
     node = plan
     while isinstance(node, n.Filter | n.Project) and _has_operator(node.input):
         chain.append(node)
         node = node.input
-    ranked = _top_n_stage(node)
-    if ranked is not None:
-        assert isinstance(node, n.TopN)
-        node = node.input
-    # A cascade after a join is a chain of operators like any other (stacked_operators).
-    cascade = _cascade_stage(node) if isinstance(node, n.WindowAggregate) and not n.joins_of(node) else None
-    op = cascade[0] if cascade is not None else node
+    if isinstance(node, n.TopN):
+        _check_window_top_n(node)
+    op = node
     union = windows_union(op)
     if union is None and (
         type(op) not in OPERATOR_RULES or _has_operator(*_operator_inputs(operator_links(op)[0][0]))
     ):
         raise PlanError(_unsupported(node))
-    assert isinstance(op, n.WindowAggregate | n.Join | n.KeyedAggregate | n.KeyedTopN | n.Union)
+    assert isinstance(op, n.WindowAggregate | n.Join | n.KeyedAggregate | n.KeyedTopN | n.TopN | n.Union)
     rule = OPERATOR_RULES[n.WindowAggregate if union is not None else type(op)]
     why = []
-    if ranked is not None:
-        why.append(
-            "; window top-N runs on the driver: the windows whose results a micro-batch changed are "
-            "ranked again and the difference is emitted (a key pushed out of the top is retracted)"
-        )
-    if cascade is not None:
-        why.append(
-            "; the second window runs on the driver over each micro-batch's results of the first "
-            "(event time window_end - 1 ms, the operator's watermark), where a corrected result "
-            "replaces the one it corrects"
-        )
     after = _after_window(node, chain) if chain else None
     if after is not None:
         why.append(
             f"; the stages after the {rule.noun} (filter, select, with_column) run on each micro-batch's "
             f"{rule.rows} as a Spark batch job on the driver{rule.exact}"
         )
-    stages = (cascade[1] if cascade is not None else None, ranked, after)
-    return op, tuple(s for s in stages if s is not None), why
+    return op, () if after is None else (after,), why
 
 
 #: Why an aggregation per key without a window runs as it does (docs/windows.md, "Without a window").
@@ -430,6 +417,14 @@ KEYED_TOP_N_REASON = (
     "; top_n per key runs in krishiv's operator, by key bucket: a row that enters a key's top is "
     "emitted and a row pushed out retracted (Spark ranks no unbounded input); the state holds the "
     "rows in the top of each key seen, and grows with the keys"
+)
+
+#: Why window top-N runs as it does on the stateful lowering (docs/windows.md, "Top-N").
+WINDOW_TOP_N_REASON = (
+    "; window top-N runs in krishiv's operator after the window, per window and key (in the "
+    "window's call when keyed by the window's keys, else a stage by its own): the window's "
+    "corrections re-rank the window, a row that enters its top is emitted and a row pushed out "
+    "retracted, and a window's ranking goes once the window can no longer be corrected"
 )
 
 #: Why a window after a join runs with the join (docs/joins.md, "After a join").
@@ -486,6 +481,23 @@ STAGED_REASON = (
 )
 
 
+#: Why an operator after a window, an aggregation or a top-N keyed alike runs in its call.
+AFTER_CHAIN_REASON = (
+    "; the operator after it runs in the same call, over the results of its keys (no row crosses "
+    "the cluster again), at its watermark, and takes its changes: a window that fires again "
+    "withdraws the result before (it runs retracting inside the chain)"
+)
+
+#: Why an operator after a window, an aggregation or a top-N keyed otherwise runs as a stage.
+AFTER_STAGED_REASON = (
+    "; the operator after it is keyed by other columns, so its results cross the cluster once more "
+    "in the same micro-batch, to a stage of its own by its key buckets (applyInArrow; its state one "
+    "Arrow file per bucket and micro-batch under the checkpoint), whose watermark is held below "
+    "every bucket before it that can still fire; it takes the changes of what it follows (a window "
+    "that fires again withdraws the result before)"
+)
+
+
 #: Why an operator keyed by other columns again after a stage runs as it does (a second move).
 STAGED_AGAIN_REASON = (
     "; it is keyed by other columns than the stage before it, so that stage's results cross the "
@@ -500,7 +512,7 @@ def operator_links(op: n.PlanNode) -> list[tuple[n.PlanNode, tuple[n.Filter | n.
     projections between it and the one below it (first to last)."""
     links: list[tuple[n.PlanNode, tuple[n.Filter | n.Project, ...]]] = []
     node = op
-    while isinstance(node, n.WindowAggregate | n.KeyedAggregate | n.KeyedTopN):
+    while isinstance(node, n.WindowAggregate | n.KeyedAggregate | n.KeyedTopN | n.TopN):
         between: list[n.Filter | n.Project] = []
         below = node.input
         while isinstance(below, n.Filter | n.Project):
@@ -572,6 +584,7 @@ OPERATOR_RULES[n.WindowAggregate] = OperatorRule(
 OPERATOR_RULES[n.Join] = OperatorRule(noun="join", rows="joined rows", reason=JOIN_REASON, spark_max=False)
 OPERATOR_RULES[n.KeyedAggregate] = OperatorRule(noun="aggregation", rows="results", reason=KEYED_REASON)
 OPERATOR_RULES[n.KeyedTopN] = OperatorRule(noun="top-N", rows="results", reason=KEYED_TOP_N_REASON)
+OPERATOR_RULES[n.TopN] = OperatorRule(noun="top-N", rows="results", reason=WINDOW_TOP_N_REASON)
 
 
 #: What the stateful lowering does with every kind of plan node: a source is read by its read
@@ -583,7 +596,6 @@ STATEFUL_ROLES: dict[type[n.PlanNode], str] = {
     n.Union: "stateless, or an operator (a union of windows)",
     n.Filter: "stateless or stage",
     n.Project: "stateless or stage",
-    n.TopN: "stage",
     **dict.fromkeys(OPERATOR_RULES, "operator"),
 }
 
@@ -605,81 +617,26 @@ def join_identity(plan: n.PlanNode) -> tuple[str, ...] | None:
     return base if set(base) <= names else ()
 
 
-def _top_n_stage(node: n.PlanNode) -> TopNStage | None:
-    """The top-N of a stateful plan's window results, kept on the driver (None: ``node`` is no top-N)."""
-    from krishiv_py.stateful.topn import TopNSpec
-
-    if not isinstance(node, n.TopN):
-        return None
-    agg = node.input
-    if not isinstance(agg, n.WindowAggregate):
+def _check_window_top_n(node: n.TopN) -> None:
+    """What window top-N on the stateful lowering needs (a clear error for the rest)."""
+    if not isinstance(node.input, n.WindowAggregate):
         raise PlanError(
             "on the stateful lowering top_n() must come right after the window's agg() "
             "(filter, select and with_column may follow it)"
         )
-    if agg.emission.accumulation != "retracting":
+    if node.input.emission.accumulation != "retracting":
         raise PlanError(
             "top_n() on the stateful lowering needs .accumulation('retracting') on the window: a "
             "window may fire again there (or its keys in different micro-batches), and a row pushed "
             "out of the top must be withdrawn"
         )
-    values = Schema(tuple(f for f in n.schema_of(agg) if f.name != RESULT_KIND))
-    read = ReadSource(name="window results", kind="results", schema=values, streaming=False)
-    rank = AfterWindow(root=top_n(node, read, schema=values), window_schema=values, schema=values)
-    spec = TopNSpec(
-        identity=(*agg.keys, "window_start", "window_end"),
-        group=("window_start", "window_end", *node.keys),
-        lateness_ms=n.cascade_lateness_ms(agg),
-    )
-    return TopNStage(rank=rank, spec=spec, schema=n.schema_of(node))
 
 
-def _cascade_stage(node: n.WindowAggregate) -> tuple[n.WindowAggregate, CascadeStage] | None:
-    """The first window of ``node``'s cascade and its second window as the driver runs it (or None)."""
-    from krishiv_py.stateful.cascade import CascadeSpec
-
-    cascade = n.cascade_of(node)
-    if cascade is None:
-        return None
-    if n.cascade_of(cascade.upstream) is not None:
-        raise PlanError("the stateful lowering runs two windows in a cascade, not more (yet)")
-    up = cascade.upstream
-    between = _after_window(up, list(cascade.between), carry=RESULT_ROW) if cascade.between else None
-    aggs = kernel_aggs(node)
-    window = node.window
-    assert not isinstance(window, EventSlidingWindow | TimeIntervalWindow)
-    spec = CascadeSpec(
-        keys=node.keys,
-        window=window,
-        aggs=aggs,
-        lateness_ms=n.cascade_lateness_ms(node),
-        retracting=node.emission.accumulation == "retracting",
-        identity=len(up.keys) + 2,
-    )
-    stage = CascadeStage(
-        between=between,
-        upstream_schema=n.schema_of(up),
-        identity=(*up.keys, "window_start", "window_end"),
-        upstream_retracting=up.emission.accumulation == "retracting",
-        spec=spec,
-        schema=n.schema_of(node),
-    )
-    return up, stage
-
-
-def _after_window(
-    below: n.PlanNode, chain: list[n.Filter | n.Project | n.TopN], *, carry: str | None = None
-) -> AfterWindow:
-    """``chain`` (top first) as stages over one micro-batch's rows of ``below``.
-
-    ``carry``: a hidden column of the rows that every projection keeps.
-    """
+def _after_window(below: n.PlanNode, chain: list[n.Filter | n.Project | n.TopN]) -> AfterWindow:
+    """``chain`` (top first) as stages over one micro-batch's rows of ``below``."""
     ctx = Lowerer(streaming=False, shift=0, window=lower_stateful_window)
     window_schema = n.schema_of(below)
-    read_schema = window_schema
-    if carry is not None:
-        read_schema = Schema((*window_schema, Field(carry, DataType("bigint"), False)))
-    out: RecipeNode = ReadSource(name="window results", kind="results", schema=read_schema, streaming=False)
+    out: RecipeNode = ReadSource(name="window results", kind="results", schema=window_schema, streaming=False)
     for stage in reversed(chain):
         schema = n.schema_of(stage.input)
         if isinstance(stage, n.Filter):
@@ -687,8 +644,7 @@ def _after_window(
             out = FilterExpr(child=out, condition=to_sql(stage.predicate, schema))
         elif isinstance(stage, n.Project):
             out = ctx.count_failures(out, stage.exprs, schema)
-            kept = (quote(carry),) if carry is not None else ()
-            out = SelectExprs(child=out, exprs=tuple(select_item(e, schema) for e in stage.exprs) + kept)
+            out = SelectExprs(child=out, exprs=tuple(select_item(e, schema) for e in stage.exprs))
         else:
             out = top_n(stage, out)
     schema = n.schema_of(chain[0]) if chain else window_schema

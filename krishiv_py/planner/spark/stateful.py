@@ -300,8 +300,9 @@ def join_spec(node: n.Join, *, shift_ms: int) -> Any:
     return OperatorSpec(kernel=JoinKernel(kernel), columns=columns, shift_ms=shift_ms, buckets=BUCKETS)
 
 
-def keyed_operator(node: n.KeyedAggregate | n.KeyedTopN) -> tuple[Any, tuple[Any, ...]]:
-    """The kernel of an operator per key over every row, and the input columns it reads."""
+def keyed_operator(node: n.KeyedAggregate | n.KeyedTopN | n.TopN) -> tuple[Any, tuple[Any, ...]]:
+    """The kernel of an operator per key over every row, and the input columns it reads (window
+    top-N: per window and key, its windows' bounds the first keys)."""
     from krishiv_py.stateful.keyed_agg import KeyedAggKernel
     from krishiv_py.stateful.keyed_topn import KeyedTopNKernel
     from krishiv_py.stateful.operator import InputColumn
@@ -316,7 +317,7 @@ def keyed_operator(node: n.KeyedAggregate | n.KeyedTopN) -> tuple[Any, tuple[Any
     else:  # a top-N's rows are its results: every column travels (a changelog's kind aside)
         needed = set(schema.names) - {RESULT_KIND}
         kernel = KeyedTopNKernel(
-            keys=node.keys,
+            keys=_bucket_keys(node),
             n=node.n,
             by=node.by,
             columns=tuple(c for c in schema.names if c != RESULT_KIND),
@@ -352,7 +353,7 @@ def moves(links: list[Link]) -> list[bool]:
     keys = _bucket_keys(links[0][0])
     out = []
     for (below, _), (node, _) in itertools.pairwise(links):
-        assert isinstance(node, n.WindowAggregate | n.KeyedAggregate | n.KeyedTopN)
+        assert isinstance(node, n.WindowAggregate | n.KeyedAggregate | n.KeyedTopN | n.TopN)
         if isinstance(node, n.WindowAggregate) and not isinstance(
             below, n.Join | n.WindowAggregate | n.Union
         ):
@@ -362,7 +363,7 @@ def moves(links: list[Link]) -> list[bool]:
             )
         beside = set(keys) <= set(node.keys)
         if not beside:
-            keys = node.keys
+            keys = _bucket_keys(node)
         out.append(beside)
     return out
 
@@ -373,6 +374,8 @@ def _bucket_keys(node: n.PlanNode) -> tuple[str, ...]:
     if isinstance(node, n.Union):  # each branch by its own keys: an operator beside needs them all
         keys = [k for w in n.union_windows(node) or () for k in w.keys]
         return tuple(dict.fromkeys(keys))
+    if isinstance(node, n.TopN):  # window top-N: each window's ranking by itself
+        return ("window_start", "window_end", *node.keys)
     assert isinstance(node, n.WindowAggregate | n.KeyedAggregate | n.KeyedTopN)
     return node.keys
 
@@ -384,6 +387,8 @@ def _describe(node: n.PlanNode) -> str:
         return "the union"
     if isinstance(node, n.WindowAggregate):
         return "the window"
+    if isinstance(node, n.TopN):
+        return "the window top-N"
     return "the aggregation" if isinstance(node, n.KeyedAggregate) else "the top-N"
 
 
@@ -420,26 +425,31 @@ def stacked_operators(base: Any, bottom: n.PlanNode, uppers: list[Link]) -> Any:
             carried = kernel.spec.allowed_lateness_ms  # a join stage's: its own and the first join's
         if isinstance(node, n.Union):  # a union of windows corrects a window for its lateness
             carried = max(w.emission.allowed_lateness_ms for w in n.union_windows(node) or ())
+        retracts = _retracts(node)
+        if isinstance(node, n.WindowAggregate):  # it corrects what it fed for as long as it keeps a window
+            carried = node.emission.allowed_lateness_ms
+            if not retracts and not n.fires_once(node):  # each firing withdraws the one before
+                kernel = attrs.evolve(kernel, spec=attrs.evolve(kernel.spec, accumulation="retracting"))
+                retracts = True
         # The kernel of the operator (0) and of each stage after it (1...), and how each stage
         # reads the rows before it; an operator keyed alike joins the last one's call.
         kernels: list[Any] = [kernel] if staged is None else [apply.operator.kernel, kernel]
         reads: list[dict[str, Any]] = []
-        below = node
         for (upper, between), beside in zip(uppers, moves([(node, ()), *uppers]), strict=True):
-            then, columns = _upper_kernel(upper, carried, shift_ms, retracting=_retracts(below))
+            then, columns = _upper_kernel(upper, carried, shift_ms, retracting=retracts)
             if isinstance(upper, n.WindowAggregate):  # it corrects a window as long as it keeps it
                 carried += upper.emission.allowed_lateness_ms
             step = {
                 "columns": columns,
                 "between": _between(between),
-                "retracting": _retracts(below),
+                "retracting": retracts,
             }
+            retracts = _retracts(upper)
             if beside:
                 kernels[-1] = ChainKernel(first=kernels[-1], then=then, **step)
             else:
                 kernels.append(then)
                 reads.append(step)
-            below = upper
         buckets = apply.operator.buckets
         stages: list[StageSpec] = [] if staged is None else [attrs.evolve(staged, kernel=kernels[1])]
         for then, step in zip(kernels[len(stages) + 1 :], reads, strict=True):
@@ -454,7 +464,7 @@ def stacked_operators(base: Any, bottom: n.PlanNode, uppers: list[Link]) -> Any:
 
 def _retracts(node: n.PlanNode) -> bool:
     """Whether ``node``'s results carry ``kind`` (retractions among them)."""
-    if isinstance(node, n.KeyedAggregate | n.KeyedTopN):
+    if isinstance(node, n.KeyedAggregate | n.KeyedTopN | n.TopN):
         return True
     if isinstance(node, n.Union):  # the branches' results, each window's corrections among them
         return any(_retracts(w) for w in n.union_windows(node) or ())
@@ -485,8 +495,10 @@ def _upper_kernel(
                 accumulation=str(window_spec.accumulation),
             )
     else:
-        assert isinstance(node, n.KeyedAggregate | n.KeyedTopN)
+        assert isinstance(node, n.KeyedAggregate | n.KeyedTopN | n.TopN)
         kernel, columns = keyed_operator(node)
+        if isinstance(node, n.TopN):  # a window's ranking goes when the window can no longer change
+            kernel = attrs.evolve(kernel, expires=("window_end", carried_ms))
         if retracting:  # its rows may withdraw earlier ones
             kernel = attrs.evolve(kernel, retracting=True)
     return kernel, tuple((c.name, c.type) for c in columns)
