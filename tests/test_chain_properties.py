@@ -475,10 +475,56 @@ def two_windows_joined(draw: st.DrawFn) -> Case:
     return Case(label, joined, joined_model, ("a", "b"))
 
 
+def _second_window(
+    draw: st.DrawFn,
+    first: Stream,
+    first_model: Op,
+    keys: tuple[str, ...],
+    names: list[str],
+    *,
+    retracting: bool,
+) -> tuple[Stream, Op, str, tuple[str, ...], list[str]]:
+    """A tumbling window of ``first``'s results (a cascade) keyed by some of its ``keys`` (the same
+    call or a stage); ``retracting``: it must retract (else drawn, or forced by its lateness)."""
+    table: Aggs = {"c": ("count", None), **{f"s_{a}": ("sum", a) for a in names if a.startswith(("n", "s"))}}
+    second_keys = tuple(draw(st.lists(st.sampled_from(keys), unique=True, max_size=len(keys))))
+    size = draw(st.sampled_from([10, 20]))
+    lateness = draw(st.sampled_from([0, 0, 10]))
+    agg_names, built, specs = _aggs(draw, table)
+    by: WindowAssigners = first.key_by(*second_keys) if second_keys else first
+    windowed = by.tumbling_window(size).allowed_lateness(lateness)
+    if retracting or lateness or draw(st.booleans()):
+        windowed = windowed.accumulation("retracting")
+    op: Op = WindowOf(
+        first_model,
+        TumblingWindow(size_ms=size),
+        keys=second_keys,
+        aggregates=specs,
+        allowed_lateness_ms=lateness,
+    )
+    label = f" -> window tumbling {size} keys={second_keys} L={lateness} {agg_names}"
+    return windowed.agg(*built), op, label, second_keys, agg_names
+
+
+def _window_top_n(
+    draw: st.DrawFn, windowed: Stream, op: Op, keys: tuple[str, ...], names: list[str]
+) -> tuple[Stream, Op, str]:
+    """Window top-N of a retracting window's results: per window and some of its ``keys``."""
+    count, ascending = draw(st.integers(1, 2)), draw(st.booleans())
+    by = tuple(draw(st.lists(st.sampled_from(names), min_size=1, max_size=2, unique=True)))
+    per = tuple(draw(st.lists(st.sampled_from(keys), unique=True, max_size=len(keys)))) if keys else ()
+    ties: Literal["all", "first"] = draw(st.sampled_from(["all", "first"]))
+    top = windowed.top_n(count, by=by, keys=per, ties=ties, ascending=ascending)
+    group = ("window_start", "window_end", *per)
+    model = TopNOf(op, n=count, by=by, keys=group, ties=ties, ascending=ascending)
+    return top, model, f" -> window top_n {count} by={by} keys={per} ascending={ascending} ties={ties}"
+
+
 @st.composite
 def join_then_windows(draw: st.DrawFn) -> Case:
     """A join, a window of its rows per any keys, then a window of that window's results (a cascade,
-    keyed by some of its keys: in the same call or a stage), maybe an aggregation after it."""
+    keyed by some of its keys: in the same call or a stage), maybe an aggregation or a window top-N
+    after it."""
     joined, model, label = _joined_rows(draw, retracting=True)
     keys = draw(st.sampled_from(AFTER_JOIN_KEYS))
     join = n.stateless_below(joined.plan)
@@ -488,30 +534,52 @@ def join_then_windows(draw: st.DrawFn) -> Case:
         draw, joined, model, keys, JOIN_AGGS, retracting=True if refires else None
     )
     label += more
-    retracting = RESULT_KIND in first.columns
-    table: Aggs = {"c": ("count", None), **{f"s_{a}": ("sum", a) for a in names if a.startswith(("n", "s"))}}
-    second_keys = tuple(draw(st.lists(st.sampled_from(keys), unique=True, max_size=len(keys))))
-    size = draw(st.sampled_from([10, 20]))
-    lateness = draw(st.sampled_from([0, 0, 10]))
-    agg_names, built, specs = _aggs(draw, table)
-    by: WindowAssigners = first.key_by(*second_keys) if second_keys else first
-    windowed = by.tumbling_window(size).allowed_lateness(lateness)
-    if retracting or lateness or refires or draw(st.booleans()):  # (it may fire again)
-        windowed = windowed.accumulation("retracting")
-    final: Stream = windowed.agg(*built)
-    op: Op = WindowOf(
-        first_model,
-        TumblingWindow(size_ms=size),
-        keys=second_keys,
-        aggregates=specs,
-        allowed_lateness_ms=lateness,
+    final, op, more, second_keys, agg_names = _second_window(
+        draw, first, first_model, keys, names, retracting=RESULT_KIND in first.columns or refires
     )
-    label += f" -> window tumbling {size} keys={second_keys} L={lateness} {agg_names}"
+    label += more
     if draw(st.booleans()):
         columns = [*second_keys, "window_start", "window_end", *agg_names]
         final, op, more = _then_agg(draw, final, op, columns, _any_keys(draw, columns))
         label += more
+    elif RESULT_KIND in final.columns and draw(st.booleans()):
+        final, op, more = _window_top_n(draw, final, op, second_keys, agg_names)
+        label += more
     return Case(label, final, op, ("a", "b"))
+
+
+def _many(row: Any) -> bool:
+    return row["n"] is not None and bool(row["n"] > 1)
+
+
+@st.composite
+def source_then_windows(draw: st.DrawFn) -> Case:
+    """One source, a window per key (accumulating or retracting, firing once or again), then a
+    window top-N of its results, or a window of them keyed by some of its keys (a cascade: the same
+    call or a stage; maybe a filter between), maybe a window top-N or an aggregation after that."""
+    lag = draw(st.integers(0, 4))
+    keys = draw(st.sampled_from([("user",), ("user", "ad"), ("ad",)]))
+    retracting = draw(st.booleans())
+    first, op, label, names = _window(
+        draw, _stream("a", lag), _source("a", lag), keys, SOURCE_AGGS, retracting=retracting
+    )
+    label = "a" + label
+    if retracting and draw(st.booleans()):
+        final, op, more = _window_top_n(draw, first, op, keys, names)
+        return Case(label + more, final, op, ("a",))
+    if "n" in names and draw(st.booleans()):
+        first, op, label = first.filter(kp.col("n") > 1), FilterOf(op, _many), label + " -> filter n > 1"
+    final, op, more, second_keys, agg_names = _second_window(draw, first, op, keys, names, retracting=False)
+    label += more
+    after = draw(st.sampled_from(["top_n", "agg", None])) if RESULT_KIND in final.columns else None
+    if after == "top_n":
+        final, op, more = _window_top_n(draw, final, op, second_keys, agg_names)
+        label += more
+    elif after == "agg":
+        columns = [*second_keys, "window_start", "window_end", *agg_names]
+        final, op, more = _then_agg(draw, final, op, columns, _any_keys(draw, columns))
+        label += more
+    return Case(label, final, op, ("a",))
 
 
 def _maybe_after(
@@ -1029,6 +1097,14 @@ def test_three_operators_each_keyed_by_any_columns_equal_the_model(case: Case, d
 @settings(max_examples=EXAMPLES)
 @given(case=join_then_windows(), data=st.data())
 def test_a_window_of_a_windows_results_after_a_join_equals_the_model(case: Case, data: st.DataObject) -> None:
+    check(case, data.draw(steps_of(case.sources)))
+
+
+@settings(max_examples=EXAMPLES)
+@given(case=source_then_windows(), data=st.data())
+def test_a_window_of_a_windows_results_or_its_top_n_over_one_source_equals_the_model(
+    case: Case, data: st.DataObject
+) -> None:
     check(case, data.draw(steps_of(case.sources)))
 
 
