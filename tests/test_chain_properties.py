@@ -560,6 +560,7 @@ def source_then_windows(draw: st.DrawFn) -> Case:
     lag = draw(st.integers(0, 4))
     keys = draw(st.sampled_from([("user",), ("user", "ad"), ("ad",)]))
     retracting = draw(st.booleans())
+    op: Op
     first, op, label, names = _window(
         draw, _stream("a", lag), _source("a", lag), keys, SOURCE_AGGS, retracting=retracting
     )
