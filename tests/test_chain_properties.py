@@ -487,7 +487,9 @@ def _second_window(
     """A tumbling window of ``first``'s results (a cascade) keyed by some of its ``keys`` (the same
     call or a stage); ``retracting``: it must retract (else drawn, or forced by its lateness)."""
     table: Aggs = {"c": ("count", None), **{f"s_{a}": ("sum", a) for a in names if a.startswith(("n", "s"))}}
-    second_keys = tuple(draw(st.lists(st.sampled_from(keys), unique=True, max_size=len(keys))))
+    second_keys = (
+        tuple(draw(st.lists(st.sampled_from(keys), unique=True, max_size=len(keys)))) if keys else ()
+    )
     size = draw(st.sampled_from([10, 20]))
     lateness = draw(st.sampled_from([0, 0, 10]))
     agg_names, built, specs = _aggs(draw, table)
@@ -556,7 +558,8 @@ def _many(row: Any) -> bool:
 def source_then_windows(draw: st.DrawFn) -> Case:
     """One source, a window per key (accumulating or retracting, firing once or again), then a
     window top-N of its results, or a window of them keyed by some of its keys (a cascade: the same
-    call or a stage; maybe a filter between), maybe a window top-N or an aggregation after that."""
+    call or a stage; maybe a filter between), maybe a third window, a window top-N or an aggregation
+    after that."""
     lag = draw(st.integers(0, 4))
     keys = draw(st.sampled_from([("user",), ("user", "ad"), ("ad",)]))
     retracting = draw(st.booleans())
@@ -572,8 +575,12 @@ def source_then_windows(draw: st.DrawFn) -> Case:
         first, op, label = first.filter(kp.col("n") > 1), FilterOf(op, _many), label + " -> filter n > 1"
     final, op, more, second_keys, agg_names = _second_window(draw, first, op, keys, names, retracting=False)
     label += more
-    after = draw(st.sampled_from(["top_n", "agg", None])) if RESULT_KIND in final.columns else None
-    if after == "top_n":
+    retracting = RESULT_KIND in final.columns
+    after = draw(st.sampled_from(["top_n", "agg", "window", None] if retracting else ["window", None]))
+    if after == "window":  # a third level, over a window that may fire again without retracting
+        final, op, more, _, _ = _second_window(draw, final, op, second_keys, agg_names, retracting=False)
+        label += more
+    elif after == "top_n":
         final, op, more = _window_top_n(draw, final, op, second_keys, agg_names)
         label += more
     elif after == "agg":

@@ -425,18 +425,20 @@ def stacked_operators(base: Any, bottom: n.PlanNode, uppers: list[Link]) -> Any:
             carried = kernel.spec.allowed_lateness_ms  # a join stage's: its own and the first join's
         if isinstance(node, n.Union):  # a union of windows corrects a window for its lateness
             carried = max(w.emission.allowed_lateness_ms for w in n.union_windows(node) or ())
-        retracts = _retracts(node)
+        retracts = _feeds_retractions(node)
         if isinstance(node, n.WindowAggregate):  # it corrects what it fed for as long as it keeps a window
             carried = node.emission.allowed_lateness_ms
-            if not retracts and not n.fires_once(node):  # each firing withdraws the one before
+            if retracts and not _retracts(node):
                 kernel = attrs.evolve(kernel, spec=attrs.evolve(kernel.spec, accumulation="retracting"))
-                retracts = True
         # The kernel of the operator (0) and of each stage after it (1...), and how each stage
         # reads the rows before it; an operator keyed alike joins the last one's call.
         kernels: list[Any] = [kernel] if staged is None else [apply.operator.kernel, kernel]
         reads: list[dict[str, Any]] = []
-        for (upper, between), beside in zip(uppers, moves([(node, ()), *uppers]), strict=True):
-            then, columns = _upper_kernel(upper, carried, shift_ms, retracting=retracts)
+        for i, ((upper, between), beside) in enumerate(
+            zip(uppers, moves([(node, ()), *uppers]), strict=True)
+        ):
+            fed = i + 1 < len(uppers)  # it feeds the operator after it
+            then, columns = _upper_kernel(upper, carried, shift_ms, retracting=retracts, feeds=fed)
             if isinstance(upper, n.WindowAggregate):  # it corrects a window as long as it keeps it
                 carried += upper.emission.allowed_lateness_ms
             step = {
@@ -444,7 +446,7 @@ def stacked_operators(base: Any, bottom: n.PlanNode, uppers: list[Link]) -> Any:
                 "between": _between(between),
                 "retracting": retracts,
             }
-            retracts = _retracts(upper)
+            retracts = _feeds_retractions(upper) if fed else _retracts(upper)
             if beside:
                 kernels[-1] = ChainKernel(first=kernels[-1], then=then, **step)
             else:
@@ -472,16 +474,26 @@ def _retracts(node: n.PlanNode) -> bool:
     return node.emission.accumulation == "retracting"
 
 
+def _feeds_retractions(node: n.PlanNode) -> bool:
+    """Whether ``node``'s results carry ``kind`` when another operator takes them: a window that may
+    fire again runs retracting there whatever its accumulation (its results are not the job's), so
+    that each firing withdraws the one before."""
+    return _retracts(node) or (isinstance(node, n.WindowAggregate) and not n.fires_once(node))
+
+
 def _upper_kernel(
-    node: n.PlanNode, carried_ms: int, shift_ms: int, *, retracting: bool
+    node: n.PlanNode, carried_ms: int, shift_ms: int, *, retracting: bool, feeds: bool = False
 ) -> tuple[Any, tuple[tuple[str, Any], ...]]:
-    """The kernel of an operator above another, and the columns it reads (with Arrow types)."""
+    """The kernel of an operator above another, and the columns it reads (with Arrow types);
+    ``feeds``: another operator takes its results."""
     from krishiv_py.stateful.window_kernel import WindowKernel
 
     kernel: Any
     if isinstance(node, n.WindowAggregate):
         spec = operator_spec(node, shift_ms=shift_ms)
         window_spec = spec.kernel.spec
+        if feeds and _feeds_retractions(node):
+            window_spec = attrs.evolve(window_spec, accumulation="retracting")
         kept = window_spec.allowed_lateness_ms + carried_ms
         kernel, columns = WindowKernel(attrs.evolve(window_spec, allowed_lateness_ms=kept)), spec.columns
         if retracting:  # its rows may withdraw earlier ones: a window that holds its rows
