@@ -3,8 +3,9 @@
 :class:`CheckpointLayout` is built once when a job starts, from its
 checkpoint directory, and handed to everything that writes or reads
 there: the launcher (the plan and bucket records), the runtime (idle
-markers, ticks, the Connect hand-off, the stages after the window), the
-memory streams' spools, sinks (``SinkContext.checkpoint``) and timelines.
+markers, ticks, the Connect hand-off, the state of the operator's stages),
+the memory streams' spools, sinks (``SinkContext.checkpoint``) and
+timelines.
 
 Spark's streaming checkpoint logs, read from a checkpoint directory on this machine:
 
@@ -122,19 +123,9 @@ class CheckpointLayout:
         return os.path.join(self.root, "krishiv-handoff")
 
     @property
-    def cascade(self) -> str:
-        """The driver state of a window over windowed results."""
-        return os.path.join(self.root, "krishiv-cascade")
-
-    @property
     def stages(self) -> str:
         """The state of the operator's stages keyed by other columns, per stage bucket and micro-batch."""
         return os.path.join(self.root, "krishiv-stages")
-
-    @property
-    def top_n(self) -> str:
-        """The driver state of a top-N after a window."""
-        return os.path.join(self.root, "krishiv-topn")
 
     def on_this_machine(self) -> CheckpointLayout | None:
         """This layout with its root as a path of this machine's file system (None: another one)."""

@@ -3,8 +3,8 @@
 Every name a user does not choose lives here, so the parts of the package
 that write a name and the parts that read it cannot disagree, and two names
 cannot collide unnoticed. The values are fixed: they are written into memory
-streams' batch files, streaming checkpoints, operator and driver state and
-quarantined rows, and Spark reports observed metrics under them.
+streams' batch files, streaming checkpoints, operator state and quarantined
+rows, and Spark reports observed metrics under them.
 
 Two names keep an older prefix, ``__krishiv_``: the table sinks' working
 columns :data:`CHANGELOG_ROW` and :data:`MERGE_OP`. They never reach a
@@ -81,7 +81,6 @@ __all__ = [
     "RANK",
     "RESULT_ARITH",
     "RESULT_KIND",
-    "RESULT_ROW",
     "ROWS",
     "ROW_KIND",
     "SEQ",
@@ -156,8 +155,6 @@ KAFKA_PARSED, KAFKA_CORRUPT = "__kp_kafka_value", "__kp_corrupt"
 ET = "__kp_et"
 #: A row's rank within its window, for ``top_n``.
 RANK = "__kp_rank"
-#: A cascade's stages between its windows: the row's index in the micro-batch's results.
-RESULT_ROW = "__kp_result_row"
 #: The ``window``/``session_window`` struct a window aggregation groups by.
 WINDOW = "__kp_window"
 #: The constant key of a session window without keys.
@@ -254,11 +251,11 @@ MERGED_ROWS = "__kp_rows"
 #: Premerged rows: how many of those rows lay beyond the watermark plus the future tolerance.
 MERGED_FUTURE = "__kp_future"
 
-# --- the second window of a cascade (its driver state) ------------------------------------
+# --- the changes a window over a changelog applies (``stateful/cascade.py``) ----------------
 
-#: A change row's event time (ms): an upstream result's (kept in the cascade's driver state).
+#: A change row's event time (ms), kept with the version it adds.
 CASCADE_EVENT_TIME = "__kp_t"
-#: A change row's retraction flag (true: the upstream result is gone).
+#: A change row's retraction flag (true: its identity's version is gone).
 CASCADE_DELETE = "__kp_del"
 
 
@@ -316,7 +313,7 @@ HANDED_TS = "__kp_handed_ts"
 
 
 def cascade_identity(i: int) -> str:
-    """A change row's ``i``-th identity column (an upstream result's keys and bounds)."""
+    """A change row's ``i``-th identity column (a window over a changelog: an emit's arrival number)."""
     return f"__kp_id_{i}"
 
 

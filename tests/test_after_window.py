@@ -191,7 +191,7 @@ def test_the_stages_take_every_chunk_of_a_micro_batchs_results(session: kp.Sessi
         )
     results = pa.concat_tables(parts)
     assert [len(c) for c in results.column(0).chunks] == [2, 0, 3]
-    out = AfterWindowRunner(stage, session.spark).step(results, 0, None).table
+    out = AfterWindowRunner(stage, session.spark).step(results).table
     assert out.column("k").to_pylist() == ["k0", "k1", "k2", "k3", "k4"]
 
 

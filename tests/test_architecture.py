@@ -221,8 +221,6 @@ CHECKPOINT_NAMES = frozenset(
         "krishiv-idle",
         "krishiv-ticks",
         "krishiv-handoff",
-        "krishiv-cascade",
-        "krishiv-topn",
         "krishiv-plan.txt",
         "krishiv-buckets.txt",
     }

@@ -1,43 +1,30 @@
-"""The second window of a cascade as the driver runs it, against the reference model, without Spark.
+"""The window over a changelog against the reference model of a cascade, without Spark.
 
-The upstream reference model produces each step's window results; they go
-through :func:`krishiv_py.stateful.cascade.step` as a micro-batch's results
-would, and every step's output must equal :class:`CascadeModel`'s.
+The upstream reference model produces each step's window results, as a
+retracting window does when it fires again (the planner makes it so before
+a window over its results). They reach :class:`ChangesWindowKernel` as
+:class:`~krishiv_py.stateful.chain.ChainKernel` hands them on: each
+result's event time ``window_end - 1`` ms, applied at the watermark before
+the step, then the kernel moved to the new one; it keeps its windows for
+its own allowed lateness plus the first window's. Every step's output must
+equal :class:`CascadeModel`'s, for tumbling, sliding and session windows
+(:func:`krishiv_py.stateful.cascade.step` computes them).
 """
 
 from __future__ import annotations
 
 import random
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pytest
 
+from krishiv_py.names import BATCH_TS, RESULT_KIND, SEQ, cascade_identity
 from krishiv_py.plan.windows import SessionWindow, SlidingWindow, TumblingWindow
 from krishiv_py.stateful import cascade as c
 from krishiv_py.stateful.aggregates import AggSpec as KernelAgg
+from krishiv_py.stateful.window_changes import ChangesWindowKernel
 from krishiv_py.testing import AggSpec, CascadeModel, ReferenceModel, assert_same_rows
-
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def _stamp(ms: int) -> datetime:
-    return EPOCH + timedelta(milliseconds=ms)
-
-
-def _results_table(rows: list[dict[str, Any]], retracting: bool) -> pa.Table:
-    cols: dict[str, Any] = {
-        "k": pa.array([r["k"] for r in rows], pa.string()),
-        "window_start": pa.array([_stamp(r["window_start"]) for r in rows], pa.timestamp("us", "UTC")),
-        "window_end": pa.array([_stamp(r["window_end"]) for r in rows], pa.timestamp("us", "UTC")),
-        "n": pa.array([r["n"] for r in rows], pa.int64()),
-        "s": pa.array([r["s"] for r in rows], pa.float64()),
-    }
-    if retracting:
-        cols["kind"] = pa.array([r["kind"] for r in rows], pa.string())
-    return pa.table(cols)
 
 
 def _between(row: dict[str, Any]) -> dict[str, Any] | None:
@@ -47,24 +34,55 @@ def _between(row: dict[str, Any]) -> dict[str, Any] | None:
     return {"g": row["k"][0], "n": row["n"], "s": row["s"]}
 
 
+def _handed_on(results: list[dict[str, Any]], *, filtered: bool, seq: int) -> pa.Table:
+    """Upstream results as the kernel takes them: the columns it reads, event time (µs), kind."""
+    rows = [
+        {**kept, "t": r["window_end"] - 1, RESULT_KIND: r[RESULT_KIND]}
+        for r in results
+        if (kept := _between(r) if filtered else {"k": r["k"], "n": r["n"], "s": r["s"]}) is not None
+    ]
+    key = "g" if filtered else "k"
+    return pa.table(
+        {
+            key: pa.array([r[key] for r in rows], pa.string()),
+            "n": pa.array([r["n"] for r in rows], pa.int64()),
+            "s": pa.array([r["s"] for r in rows], pa.float64()),
+            RESULT_KIND: pa.array([r[RESULT_KIND] for r in rows], pa.string()),
+            BATCH_TS: pa.array([r["t"] * 1000 for r in rows], pa.int64()),
+            SEQ: pa.array(range(seq, seq + len(rows)), pa.int64()),
+        }
+    )
+
+
+def _in_ms(results: pa.Table) -> list[dict[str, Any]]:
+    """The kernel's results with their window bounds in ms, as the model's."""
+    return [
+        {**r, "window_start": r["window_start"] // 1000, "window_end": r["window_end"] // 1000}
+        for r in results.to_pylist()
+    ]
+
+
 WINDOWS = [TumblingWindow(size_ms=30), SlidingWindow(size_ms=30, slide_ms=10), SessionWindow(gap_ms=25)]
 
 
 @pytest.mark.parametrize("window", WINDOWS, ids=["tumbling", "sliding", "session"])
 @pytest.mark.parametrize("mode", ["accumulating", "retracting"])
 @pytest.mark.parametrize("filtered", [False, True], ids=["direct", "filtered"])
-def test_the_driver_step_equals_the_model_on_random_streams(window: Any, mode: Any, filtered: bool) -> None:
+def test_the_window_over_changes_equals_the_model_on_random_streams(
+    window: Any, mode: Any, filtered: bool
+) -> None:
     rnd = random.Random(f"{window}{mode}{filtered}")
     for _ in range(25):
         aggs = [AggSpec(name="n", func="count", column=None), AggSpec(name="s", func="sum", column="v")]
+        kept = rnd.choice([0, 15, 40])
         upstream = ReferenceModel(
             window=TumblingWindow(size_ms=10),
             event_time="t",
             lag_ms=rnd.choice([0, 3]),
             keys=["k"],
             aggregates=aggs,
-            allowed_lateness_ms=rnd.choice([0, 15, 40]),
-            accumulation=mode,
+            allowed_lateness_ms=kept,
+            accumulation="retracting",
         )
         down_aggs = [
             AggSpec(name="peak", func="max", column="n"),
@@ -72,7 +90,7 @@ def test_the_driver_step_equals_the_model_on_random_streams(window: Any, mode: A
             AggSpec(name="windows", func="count", column=None),
         ]
         keys = ["g"] if filtered else ["k"]
-        lateness = rnd.choice([0, 20])
+        lateness = kept + rnd.choice([0, 20])  # its own and the first window's, as the planner's
         model = CascadeModel(
             upstream,
             window=window,
@@ -82,12 +100,11 @@ def test_the_driver_step_equals_the_model_on_random_streams(window: Any, mode: A
             accumulation=mode,
             between=_between if filtered else None,
         )
-        spec = c.CascadeSpec(
+        kernel = ChangesWindowKernel(
             keys=tuple(keys),
             window=window,
-            lateness_ms=lateness,
-            retracting=mode == "retracting",
-            identity=3,
+            allowed_lateness_ms=lateness,
+            accumulation=mode,
             aggs=(
                 KernelAgg(name="peak", func="max", column="n", out_type=pa.int64(), in_type=pa.int64()),
                 KernelAgg(name="total", func="sum", column="s", out_type=pa.float64(), in_type=pa.float64()),
@@ -95,11 +112,12 @@ def test_the_driver_step_equals_the_model_on_random_streams(window: Any, mode: A
             ),
         )
         state = None
-        t = 0
+        t = seq = 0
         for _ in range(rnd.randrange(3, 9)):
+            before = model.watermark_ms
             if rnd.random() < 0.15:
                 t += rnd.randrange(5, 40)
-                before = len(upstream.results)
+                start = len(upstream.results)
                 want = model.advance_watermark(t)
             else:
                 rows = []
@@ -109,84 +127,41 @@ def test_the_driver_step_equals_the_model_on_random_streams(window: Any, mode: A
                         {"k": rnd.choice(["a1", "a2", "b1"]), "t": t_row, "v": rnd.choice([1.0, 2.5, -1.0])}
                     )
                 t += rnd.randrange(0, 15)
-                before = len(upstream.results)
+                start = len(upstream.results)
                 want = model.send(rows)
-            emitted = upstream.results[before:]
-            table = _results_table(emitted, mode == "retracting")
-            if filtered:
-                kept_rows = [
-                    i
-                    for i, r in enumerate(emitted)
-                    if _between(dict(r)) is not None and r.get("kind") != "retract"
-                ]
-                kept = pa.table(
-                    {
-                        "g": pa.array([str(emitted[i]["k"])[0] for i in kept_rows], pa.string()),
-                        "n": pa.array([emitted[i]["n"] for i in kept_rows], pa.int64()),
-                        "s": pa.array([emitted[i]["s"] for i in kept_rows], pa.float64()),
-                    }
-                )
-                rows_idx = np.array(kept_rows, np.int64)
-            else:
-                kept = table.select(["k", "n", "s"])
-                rows_idx = np.arange(table.num_rows, dtype=np.int64)
-            changes = c.changes_of(
-                table, ["k", "window_start", "window_end"], kept, rows_idx, retracting=mode == "retracting"
-            )
-            state, out = c.step(spec, state, changes, model.watermark_ms)
-            assert_same_rows(out.results.to_pylist(), want)
+            batch = _handed_on(upstream.results[start:], filtered=filtered, seq=seq)
+            seq += batch.num_rows
+            state, out = kernel.step(state, batch, before, 0)
+            got = _in_ms(out.results)
+            if model.watermark_ms != before:
+                state, fired = kernel.step(state, batch.slice(0, 0), model.watermark_ms, 0)
+                got += _in_ms(fired.results)
+            assert_same_rows(got, want)
 
 
-# --- window top-N over corrected results -------------------------------------------------------
+def test_a_watermark_lower_than_the_last_step_is_ignored() -> None:
+    spec = c.CascadeSpec(
+        keys=(),
+        window=TumblingWindow(size_ms=100),
+        aggs=(KernelAgg(name="total", func="sum", column="n", out_type=pa.int64(), in_type=pa.int64()),),
+        lateness_ms=0,
+        retracting=False,
+        identity=1,
+    )
 
-
-@pytest.mark.parametrize("ties", ["all", "first"])
-def test_the_driver_top_n_step_equals_the_model_on_random_streams(ties: Any) -> None:
-    from krishiv_py.stateful import topn
-    from krishiv_py.testing import TopNModel, top_n_rows
-
-    rnd = random.Random(ties)
-    for _ in range(30):
-        lateness = rnd.choice([10, 30])
-        upstream = ReferenceModel(
-            window=TumblingWindow(size_ms=10),
-            event_time="t",
-            lag_ms=0,
-            keys=["k"],
-            aggregates=[AggSpec(name="n", func="count", column=None)],
-            allowed_lateness_ms=lateness,
-            accumulation="retracting",
-        )
-        model = TopNModel(upstream, n=2, by=["n"], ties=ties, allowed_lateness_ms=lateness)
-        spec = topn.TopNSpec(
-            identity=("k", "window_start", "window_end"),
-            group=("window_start", "window_end"),
-            lateness_ms=lateness,
+    def changes(*ends: int) -> pa.Table:
+        return pa.table(
+            {
+                cascade_identity(0): [str(e) for e in ends],
+                c.EVENT_TIME: pa.array([e - 1 for e in ends], pa.int64()),
+                c.DELETE: [False] * len(ends),
+                "n": pa.array([1] * len(ends), pa.int64()),
+            }
         )
 
-        def rank(rows: pa.Table) -> pa.Table:
-            top = top_n_rows(rows.to_pylist(), 2, by=["n"], ties=ties)
-            return pa.Table.from_pylist(top, schema=rows.schema)
-
-        state = None
-        t = 0
-        for _ in range(rnd.randrange(3, 10)):
-            rows = [
-                {"k": rnd.choice("abcde"), "t": max(0, t + rnd.randrange(-25, 8))}
-                for _ in range(rnd.randrange(1, 9))
-            ]
-            t += rnd.randrange(0, 12)
-            before = len(upstream.results)
-            want = model.send(rows)
-            emitted = upstream.results[before:]
-            table = pa.table(
-                {
-                    "k": pa.array([r["k"] for r in emitted], pa.string()),
-                    "window_start": pa.array([r["window_start"] for r in emitted], pa.int64()),
-                    "window_end": pa.array([r["window_end"] for r in emitted], pa.int64()),
-                    "n": pa.array([r["n"] for r in emitted], pa.int64()),
-                    "kind": pa.array([r["kind"] for r in emitted], pa.string()),
-                }
-            )
-            state, out = topn.step(spec, state, table, model.watermark_ms, rank)
-            assert_same_rows(out.to_pylist(), want)
+    state, out = c.step(spec, None, changes(100), 100)
+    assert out.results.to_pylist() == [{"window_start": 0, "window_end": 100, "total": 1}]
+    state, out = c.step(spec, state, changes(150), 99)
+    assert state.watermark_ms == 100 and not out.results.num_rows
+    state, out = c.step(spec, state, changes(100), 120)  # a version of [0, 100) after its end: very late
+    assert out.very_late == 1

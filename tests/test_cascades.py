@@ -1,22 +1,26 @@
 """A window over windowed results (SPEC 3.11): minute counts into five-minute maxima, and more.
 
 The event time of a result is ``window_end - 1 ms`` and the watermark is
-the upstream one. Under the stateful lowering the second window runs on the
-driver over each micro-batch's results, where a corrected upstream result
-replaces the one it corrects; the bounded lowering runs both windows in one
-Spark batch job. Both are checked against :class:`CascadeModel`.
+the upstream one. Under the stateful lowering the second window runs in
+krishiv's operator after the first (in its call when keyed alike, else a
+stage of its own), taking a corrected upstream result as the retraction of
+the one it corrects; the bounded lowering runs both windows in one Spark
+batch job. Both are checked against :class:`CascadeModel`.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import krishiv_py as kp
+from krishiv_py.api.stream import placeholder
 from krishiv_py.errors import PlanError
+from krishiv_py.runtime.stateful import StatefulJob, TickWriter
 from krishiv_py.testing import (
     AggSpec,
     CascadeModel,
@@ -310,5 +314,99 @@ def test_a_restarted_cascade_keeps_its_second_window(session: kp.Session, tmp_pa
         assert job.await_termination(timeout_s=120)
         assert_same_rows(job.results(), EXPECTED[-1])
         assert job.metrics().retractions == 1
+    finally:
+        job.stop()
+
+
+# --- a key bucket whose tick comes late ---------------------------------------------------------
+
+
+def tens_into_hundreds(s: kp.Stream) -> kp.Stream:
+    """Counts per user and 10 ms (kept 5 ms for corrections), then totals over all users per 100 ms.
+
+    The second window has no keys: it runs as a stage of its own, its rows
+    from every key bucket of the first.
+    """
+    tens = (
+        s.watermark("t", 0)
+        .key_by("user")
+        .tumbling_window(10)
+        .allowed_lateness(5)
+        .accumulation("retracting")
+        .agg(kp.count(kp.col("*")).alias("n"))
+    )
+    return (
+        tens.tumbling_window(100)
+        .accumulation("retracting")
+        .agg(kp.sum(kp.col("n")).alias("total"), kp.count(kp.col("*")).alias("windows"))
+    )
+
+
+# Users a and b in different buckets. Both fill the ten [90, 100); at watermark 105 both are due,
+# and the hundred [0, 100) fires (total 2) and is deleted (100 + 5 <= 105).
+STEPS: list[list[dict[str, Any]]] = [
+    [{"user": "a", "t": 95}, {"user": "b", "t": 97}],
+    [{"user": "a", "t": 105}],
+    [{"user": "a", "t": 150}],
+]
+
+
+def _model_results() -> list[dict[str, Any]]:
+    model = model_for(tens_into_hundreds(placeholder(SCHEMA)))
+    assert isinstance(model, CascadeModel)
+    for rows in STEPS:
+        model.send(rows)
+    model.close()
+    assert model.very_late_results == 0
+    return model.results
+
+
+class DelayedTick(TickWriter):
+    """The job's tick writer, holding back the first tick of ``bucket`` until its next write."""
+
+    def __init__(self, path: str, bucket: int) -> None:
+        super().__init__(path)
+        self.bucket = bucket
+        self.held = self.delayed = False
+
+    def write(self, buckets: Sequence[int]) -> None:
+        woken = set(buckets)
+        if self.held:
+            woken.add(self.bucket)
+            self.held = False
+        elif not self.delayed and self.bucket in woken:
+            woken.discard(self.bucket)
+            self.held = self.delayed = True
+        if woken:
+            super().write(sorted(woken))
+
+
+@pytest.mark.spark
+def test_a_job_whose_tick_for_one_bucket_comes_late_gives_the_model(session: kp.Session) -> None:
+    """The second window stays below what a due bucket can still fire: a result that bucket fires a
+    micro-batch late is on time upstream and counts downstream, as in :class:`CascadeModel`."""
+    stream, sender = session.memory_stream(SCHEMA)
+    job = tens_into_hundreds(stream).start()
+    try:
+        assert isinstance(job, StatefulJob)
+        # Two users in different buckets (pmod(hash(user), buckets)); the second one's tick comes late.
+        users = session.spark.sql(
+            f"SELECT u, CAST(pmod(hash(u), {job._buckets}) AS INT) AS b "
+            "FROM VALUES ('a'), ('b'), ('c'), ('d'), ('e'), ('f'), ('g'), ('h') AS v(u)"
+        ).collect()
+        bucket_of = {str(r["u"]): int(r["b"]) for r in users}
+        late = next(u for u in bucket_of if bucket_of[u] != bucket_of["a"])
+        job._ticks = DelayedTick(job._ticks.path, bucket_of[late])
+        steps = [[{**r, "user": late} if r["user"] == "b" else r for r in rows] for rows in STEPS]
+        got = []
+        for rows in steps:
+            sender.send(rows)
+            job.process_all_available()
+            got.append(job.results().to_pylist())
+        sender.close()
+        assert job.await_termination(timeout_s=120)
+        assert isinstance(job._ticks, DelayedTick) and job._ticks.delayed
+        assert_same_rows(job.results(), _model_results())
+        assert got[1] == []  # at watermark 105 the late bucket has not fired [90, 100): nothing yet
     finally:
         job.stop()

@@ -4,32 +4,19 @@ Every micro-batch's output reaches :class:`BatchCollector` through
 ``foreachBatch`` (over Spark Connect, through the hand-off:
 :mod:`krishiv_py.runtime.handoff`): the per-bucket payloads are decoded
 once, the result rows run through the recipe's stages after the window
-(:mod:`krishiv_py.runtime.stages`) to the job's sink, very late and invalid
-rows go to the late-event handler, pane events to their callbacks, and the
-statistics (event classification, firings, state size) to the job's
-metrics. Everything is keyed by batch id, so a micro-batch that Spark runs
-again after a restart replaces what it wrote instead of adding to it.
+(:mod:`krishiv_py.runtime.stages`: the filters and projections after the
+last operator, which keep no state) to the job's sink, very late and
+invalid rows go to the late-event handler, pane events to their callbacks,
+and the statistics (event classification, firings, state size) to the
+job's metrics. Everything is keyed by batch id, so a micro-batch that Spark
+runs again after a restart replaces what it wrote instead of adding to it.
 
-The watermark of the stages after the operator
-    A bucket runs only in a micro-batch that has its rows or its tick, and
-    a tick can land a micro-batch after the watermark moved (rows of other
-    buckets made a micro-batch first). A bucket whose window is due then
-    fires it in a later micro-batch, with an event time (``window_end - 1``)
-    below the watermark the other buckets ran at. So the stages after the
-    operator (a cascade's second window, window top-N) do not run at the
-    micro-batch's watermark ``W`` but at :func:`stages_watermark`: ``W``,
-    held at ``due - 1`` by every bucket holding state whose next due
-    watermark ``due`` (its next window end, or its next eviction) it has
-    not yet run at — the least event time it can still fire a result at on
-    on-time input; then passed through the kernel's
-    :meth:`~krishiv_py.stateful.protocol.Kernel.output_watermark`. A bucket
-    without state fires nothing. A bucket of a streaming job that has not
-    reported since the job started (restarted on a checkpoint, its state
-    unknown) holds the stages where they are until it has (the job wakes
-    every such bucket). The job ticks every due bucket once the watermark
-    moves, so the stages catch up in the micro-batch that runs the last
-    of them; a correction of late input is not waited for (SPEC 3.13: the
-    watermark is never held back by the allowed lateness).
+Each key bucket's report (the state it holds, the watermark at which it
+next fires or evicts) tells the job which buckets to tick
+(:mod:`krishiv_py.runtime.stateful`). An operator after the first one runs
+in krishiv's operator, never here: in its call, or as a stage of its own
+that holds its watermark below every bucket that can still fire
+(:mod:`krishiv_py.stateful.stage`).
 """
 
 from __future__ import annotations
@@ -48,13 +35,11 @@ from krishiv_py.names import PANE, PAYLOAD
 from krishiv_py.runtime.output import conformed_late, deliver, late_schema
 from krishiv_py.runtime.quarantine import Quarantine, guarded
 from krishiv_py.runtime.stages import Stages
-from krishiv_py.stateful.stage import stages_watermark
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
-    from krishiv_py.checkpoint import CheckpointLayout
     from krishiv_py.panes import PaneCallbacks
     from krishiv_py.planner.spark.recipe import SparkRecipe
     from krishiv_py.sinks import SinkWriter
@@ -88,15 +73,10 @@ class BatchCollector:
         late_writer: SinkWriter | None = None,
         quarantine: Quarantine | None = None,
         spark: SparkSession | None = None,
-        checkpoint: CheckpointLayout | None = None,
-        buckets: int | None = None,
     ) -> None:
         self._recipe = recipe
-        #: A streaming job's key buckets, each of which may hold state until it reports (None:
-        #: a bounded run, whose buckets without rows hold nothing).
-        self._bucket_count = buckets
-        #: The stages after the window, their driver state under the checkpoint.
-        self._stages = Stages(recipe, spark=spark, checkpoint=checkpoint)
+        #: The stages after the window.
+        self._stages = Stages(recipe, spark=spark)
         #: The operator's own result columns (before any stage after the window).
         self._window_schema = self._stages.input_schema.to_arrow()
         self._writer = writer
@@ -147,20 +127,11 @@ class BatchCollector:
 
     def accept(self, payloads: Payloads, batch_id: int) -> None:
         """Route one micro-batch's results, late rows and statistics."""
-        from krishiv_py.stateful.operator import (
-            COUNTER_NAMES,
-            DELAY_COUNTS,
-            NO_WATERMARK,
-            TIMING_NAMES,
-            to_output,
-        )
+        from krishiv_py.stateful.operator import COUNTER_NAMES, DELAY_COUNTS, TIMING_NAMES, to_output
 
         results = to_output(payloads.results, self._window_schema)
         stats = payloads.stats.to_pydict()
-        column: list[Any] = stats["watermark_ms"]
-        marks = [int(w) for w in column if w is not None and w != NO_WATERMARK]
-        watermark = self._stages_watermark(max(marks) if marks else None, stats)
-        staged = self._stages.run(results, batch_id, watermark)
+        staged = self._stages.run(results)
         deliver(self._writer, staged.table, batch_id, self._quarantine)
         if self._recipe.pane_callbacks is not None:
             callbacks = self._recipe.pane_callbacks
@@ -179,8 +150,6 @@ class BatchCollector:
         timing["buckets"] = len(stats["bucket"])
         totals = {name: int(sum(stats[name])) for name in COUNTER_NAMES}
         totals["arith"] += staged.arithmetic_failures
-        if staged.counts:  # a cascade ran: the job's results are the second window's
-            totals["emitted"], totals["retracted"] = staged.counts["emitted"], staged.counts["retracted"]
         with self._lock:
             if batch_id > self._counted:
                 self._counted = batch_id
@@ -202,16 +171,6 @@ class BatchCollector:
                 totals["future"],
             )
 
-    def _stages_watermark(self, watermark: int | None, stats: dict[str, list[Any]]) -> int | None:
-        """The watermark the stages after the operator run at (see the module docstring)."""
-        with self._lock:
-            reports = {b: (s.state_windows, s.next_due_ms) for b, s in self.buckets.items()}
-        for i, b in enumerate(stats["bucket"]):
-            reports[int(b)] = (int(stats["state_windows"][i]), int(stats["next_due_ms"][i]))
-        held = stages_watermark(watermark, reports, self._bucket_count)
-        kernel = self._recipe.stateful.operator.kernel if self._recipe.stateful is not None else None
-        return held if kernel is None else kernel.output_watermark(held)
-
     def _hand_late(self, late: pa.Table, batch_id: int) -> None:
         handler, writer = self._handler, self._late_writer
         if self._late_schema is not None:  # one layout, whichever operator or stage the rows met
@@ -223,10 +182,6 @@ class BatchCollector:
         else:
             return
         guarded(self._quarantine, "late-events", batch_id, late, call, caller="the late-event handler")
-
-    def next_due_ms(self) -> int | None:
-        """When the second window of a cascade has something to fire or delete (None: nothing)."""
-        return self._stages.next_due_ms
 
     def fold_into(self, metrics: JobMetrics) -> JobMetrics:
         """``metrics`` with the operator's exact counts and state size."""
@@ -247,7 +202,7 @@ class BatchCollector:
             state_evictions=totals["expired"],
             # Expressions before the window are counted by Spark, its sums here.
             arithmetic_errors=(metrics.arithmetic_errors or 0) + totals["arith"],
-            state_windows=sum(b.state_windows for b in buckets) + self._stages.state_windows,
+            state_windows=sum(b.state_windows for b in buckets),
             state_bytes=sum(b.state_bytes for b in buckets),
         )
 

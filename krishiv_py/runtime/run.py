@@ -90,8 +90,6 @@ def start_streaming(
             late_writer=setup.late_writer,
             quarantine=quarantine,
             spark=spark,
-            checkpoint=checkpoint,
-            buckets=recipe.stateful.operator.buckets if recipe.stateful is not None else None,
         )
         # Over Spark Connect foreachBatch runs on the server: the payloads come back as files.
         handoff = checkpoint.handoff if is_remote(spark) else None
@@ -257,7 +255,7 @@ def _arrow_batches(writer: SinkWriter, recipe: SparkRecipe, quarantine: Quaranti
     stages = Stages(recipe)
 
     def call(batch: DataFrame, batch_id: int) -> None:
-        deliver(writer, stages.run_frame(batch, batch_id).table, batch_id, quarantine)
+        deliver(writer, stages.run_frame(batch).table, batch_id, quarantine)
 
     return call
 
@@ -295,7 +293,7 @@ def _run_bounded(setup: JobSetup, *, metrics: bool) -> BoundedJob:
     else:
         table = conform(spark_call("running the batch job", df.toArrow), recipe.output_schema)
         if recipe.stages:  # a bounded recipe's: top_n ranked on the driver, the columns kept
-            table = Stages(recipe, spark=spark).run(table, 0, None).table
+            table = Stages(recipe, spark=spark).run(table).table
             if spark_batch is not None:
                 ranked = arrow_frame(spark, table, schema=df.schema)
                 spark_call("writing the results", lambda: spark_batch(ranked))

@@ -158,9 +158,6 @@ class StatefulJob(StreamingJob):
                 # checkpoint) may hold state: wake it until it reports.
                 due |= set(range(self._buckets)) - set(known)
                 due |= {b for b, s in known.items() if s.state_windows and s.next_due_ms <= wm}
-                cascade_due = self._collector.next_due_ms()
-                if cascade_due is not None and cascade_due <= wm:
-                    due.add(0)  # any bucket: its micro-batch runs the second window at wm
                 self._ticked_wm = wm
             now = int(time.time() * 1000)
             with self._collector._lock:

@@ -1,34 +1,33 @@
-"""The second window of a cascade: a window over windowed results, as a pure Arrow step.
+"""A window over versioned rows, as a pure Arrow step: the core of the window over a changelog.
 
-The stateful operator runs the first window; each micro-batch's results
-reach the driver, where :func:`step` runs the second window over them. The
-rules are those of :mod:`krishiv_py.model.cascade` (the reference model):
-each upstream result is the current *version* of its identity (the
-upstream keys, ``window_start`` and ``window_end``) with event time
-``window_end - 1`` ms; a retraction, or a version the stages between the
-windows filter out, removes it. Every step recomputes the windows from the
-versions held, fires the due ones that are new or changed (retracting the
-previous value in retracting mode), retracts fired windows that no longer
-exist, and deletes windows (and versions) past ``end + allowed lateness``.
-A step runs at the watermark the job passes on to the stages after the
-operator: the operator's, held below every key bucket that can still fire
-a result (``stages_watermark`` in :mod:`krishiv_py.runtime.collector`); one
-lower than the last step's is ignored.
+:class:`~krishiv_py.stateful.window_changes.ChangesWindowKernel`, the
+window over a changelog (a window over a retracting window's results, a
+retracting join's or aggregation's rows; SPEC 3.11, 3.13), turns each batch
+of emits and retractions into *changes* and :func:`step` computes the
+window over the rows held. The rules are those of
+:mod:`krishiv_py.model.cascade` (the reference model): each row held is the
+current *version* of its identity (the hidden ``__kp_id_*`` columns; the
+kernel gives every emit one of its own) with its event time ``__kp_t``
+(ms); a change flagged ``__kp_del`` removes its identity (the kernel's
+retraction of the row it withdraws), and a change whose windows all went
+at the last step's watermark is very late and dropped. Every step
+recomputes the windows from the versions held, fires the due ones that are
+new or changed (retracting the previous value in retracting mode),
+retracts fired windows that no longer exist, and deletes windows (and
+versions) past ``end + allowed lateness``; a watermark lower than the last
+step's is ignored.
 
 Everything is vectorized over the versions held (Arrow hash grouping,
 numpy); the aggregates are the operator's own partials
 (:mod:`krishiv_py.stateful.aggregates`), so values follow Spark SQL exactly
-as the first window's do.
+as every window's do.
 
 State
     ``live``: one row per version — hidden identity columns, the event
-    time ``__kp_t`` (ms) and the columns the second window reads.
+    time ``__kp_t`` (ms) and the columns the window reads.
     ``emitted``: one row per fired window — its keys, bounds (ms) and the
-    values it last emitted. Both are Arrow tables; the job writes them to
-    the checkpoint after every micro-batch
-    (:class:`~krishiv_py.runtime.driver_state.DriverStateStore`), keyed by
-    batch id, so a micro-batch Spark runs again starts from the state
-    before it.
+    values it last emitted. Both are Arrow tables, which the kernel keeps
+    in its state row (Arrow IPC) in the operator's state.
 
 Examples
 --------
@@ -70,10 +69,8 @@ __all__ = [
     "CascadeSpec",
     "CascadeState",
     "StepOutput",
-    "changes_of",
     "last_end",
     "step",
-    "upsert_versions",
 ]
 
 _WS, _WE = "window_start", "window_end"
@@ -253,10 +250,10 @@ def _upsert(spec: CascadeSpec, live: pa.Table | None, changes: pa.Table) -> pa.T
     if live is None:
         live = changes.schema.empty_table().select(value_names)
     dels = changes.column(DELETE).to_numpy(zero_copy_only=False).astype(bool)
-    return upsert_versions(live, changes.select(value_names), dels, spec.identity_names)
+    return _upsert_versions(live, changes.select(value_names), dels, spec.identity_names)
 
 
-def upsert_versions(
+def _upsert_versions(
     live: pa.Table, values: pa.Table, removed: npt.NDArray[np.bool_], identity: Sequence[str]
 ) -> pa.Table:
     """``live`` after one micro-batch's ``values``: the last row of an identity is its version.
@@ -417,55 +414,3 @@ def _equal_values(spec: CascadeSpec, a: pa.Table, b: pa.Table) -> npt.NDArray[np
 def _result_schema(spec: CascadeSpec, live: pa.Table) -> pa.Schema:
     table = _windows(spec, live.slice(0, 0))[0]
     return _kinded(table.select([*spec.keys, _WS, _WE, *(a.name for a in spec.aggs)]), "emit", spec).schema
-
-
-def changes_of(
-    results: pa.Table,
-    identity: Sequence[str],
-    kept: pa.Table,
-    rows: npt.NDArray[np.int64],
-    *,
-    retracting: bool,
-) -> pa.Table:
-    """The change table of one micro-batch's upstream ``results``.
-
-    ``kept`` are the rows the stages between the windows let through (all
-    of them when there are none), ``rows`` the index in ``results`` of each.
-    A retraction, and a version the stages dropped, removes its identity.
-    """
-    n = results.num_rows
-    ends = results.column(_WE).cast(pa.int64()).to_numpy(zero_copy_only=False)
-    t_all = ends // 1000 - 1
-    passed = np.zeros(n, bool)
-    if retracting:
-        is_emit = (
-            pc.equal(results.column("kind"), pa.scalar("emit")).to_numpy(zero_copy_only=False).astype(bool)
-        )
-    else:
-        is_emit = np.ones(n, bool)
-    passed[rows[is_emit[rows]]] = True
-    kept = kept.filter(pa.array(is_emit[rows]))
-    kept_rows = rows[is_emit[rows]]
-    gone = np.flatnonzero(~passed)
-    ids: dict[str, Any] = {cascade_identity(i): results.column(c) for i, c in enumerate(identity)}
-    upserts: dict[str, Any] = {k: v.take(pa.array(kept_rows, pa.int64())) for k, v in ids.items()}
-    deletes: dict[str, Any] = {k: v.take(pa.array(gone, pa.int64())) for k, v in ids.items()}
-    values: dict[str, Any] = {c: kept.column(c) for c in kept.column_names}
-    up = pa.table(
-        {
-            **upserts,
-            EVENT_TIME: pa.array(t_all[kept_rows]),
-            DELETE: pa.array(np.zeros(len(kept_rows), bool)),
-            **values,
-        }
-    )
-    down = pa.table(
-        {
-            **deletes,
-            EVENT_TIME: pa.array(t_all[gone]),
-            DELETE: pa.array(np.ones(len(gone), bool)),
-            **{c: pa.nulls(len(gone), kept.schema.field(c).type) for c in kept.column_names},
-        }
-    )
-    # Arrival order: what ``step`` applies (deletes before emits within one batch).
-    return pa.concat_tables([down, up])

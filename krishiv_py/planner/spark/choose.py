@@ -26,15 +26,18 @@ the table keeps every non-default accumulation as one feature.)
 
 A window over windowed results (a cascade) runs on the bounded lowering
 (one Spark batch job, both windows in it) and on the stateful lowering,
-whose operator runs the first window and whose driver keeps the second
-over each micro-batch's results (:mod:`krishiv_py.stateful.cascade`).
+where krishiv's operator runs the second window after the first: in the
+first one's call when keyed alike, else as a stage of its own
+(``applyInArrow``), taking the first window's corrections as retractions
+(:mod:`krishiv_py.stateful.window_changes`).
 
 Window top-N (``top_n``) runs on the bounded and native lowerings, where
 every window fires once and all its keys fire in the same micro-batch, so
 ranking each micro-batch's results is exact. The stateful operator may
-re-fire a window, or fire its keys in different micro-batches, so there the
-driver keeps each window's results and its shown top
-(:mod:`krishiv_py.stateful.topn`), retracting what a correction pushes out.
+re-fire a window, or fire its keys in different micro-batches, so there
+window top-N runs in krishiv's operator after the window, the same way:
+each window ranked by itself (:mod:`krishiv_py.stateful.keyed_topn`), a
+correction re-ranking it, what it pushes out of the top retracted.
 
 Examples
 --------
@@ -178,8 +181,8 @@ LOWERINGS: tuple[Capabilities, ...] = (
         emission=frozenset(
             {"early_trigger", "allowed_lateness", "non_accumulating", "late_handler", "state_ttl"}
         ),
-        # The second window of a cascade, and window top-N, run on the driver over the
-        # operator's results, corrections included. Joins: one operator over both inputs.
+        # The second window of a cascade, and window top-N, run in the operator after the
+        # first window, corrections included. Joins: one operator over both inputs.
         stages=frozenset(
             {"cascade", "top_n", "join", "interval_join", "window_after_join", "keyed_agg", "after_union"}
         ),

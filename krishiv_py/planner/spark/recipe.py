@@ -258,60 +258,6 @@ class AfterWindow:
 
 
 @attrs.frozen(kw_only=True)
-class CascadeStage:
-    """A window over the stateful operator's results, run on the driver (:mod:`krishiv_py.stateful.cascade`).
-
-    ``between`` are the stages between the two windows (their rows carry
-    :data:`~krishiv_py.names.RESULT_ROW`, the row's index in the micro-batch's
-    results); ``identity`` names the columns of an upstream result's
-    identity; ``spec`` is the second window's
-    :class:`~krishiv_py.stateful.cascade.CascadeSpec`; ``schema`` what comes out.
-    """
-
-    between: AfterWindow | None
-    upstream_schema: Schema
-    identity: tuple[str, ...]
-    upstream_retracting: bool
-    spec: Any = attrs.field(eq=False, repr=False)
-    schema: Schema
-
-    def render(self) -> str:
-        lines = []
-        if self.between is not None:
-            lines.append(self.between.render())
-        s = self.spec
-        lines.append(
-            f"# the second window, kept on the driver: keys={list(s.keys)} window={s.window!r} "
-            f"aggs=[{', '.join(f'{a.func}({a.column or chr(42)}) AS {a.name}' for a in s.aggs)}] "
-            f"allowed_lateness_ms={s.lateness_ms} "
-            f"accumulation={'retracting' if s.retracting else 'accumulating'}; each result's event time "
-            f"is window_end - 1 ms, its identity ({', '.join(self.identity)}) replaced by corrections"
-        )
-        return "\n".join(lines)
-
-
-@attrs.frozen(kw_only=True)
-class TopNStage:
-    """Window top-N over results that may be corrected, kept on the driver (:mod:`krishiv_py.stateful.topn`).
-
-    ``rank`` ranks the current results of the windows a micro-batch touched
-    (a Spark batch job over rows without ``kind``); ``spec`` is the
-    :class:`~krishiv_py.stateful.topn.TopNSpec`; ``schema`` the result
-    columns, ``kind`` last.
-    """
-
-    rank: AfterWindow
-    spec: Any = attrs.field(eq=False, repr=False)
-    schema: Schema
-
-    def render(self) -> str:
-        return (
-            "# window top-N, kept on the driver: the windows whose results changed are ranked again,\n"
-            "# rows that left the top retracted, rows that entered it emitted\n" + self.rank.render()
-        )
-
-
-@attrs.frozen(kw_only=True)
 class DriverRank:
     """``top_n`` with ``ties="all"`` over a batch job's results, ranked in Arrow on the driver."""
 
@@ -329,7 +275,7 @@ class DriverRank:
 
 
 #: A stage after the window (:attr:`SparkRecipe.stages`), run on the driver.
-AfterStage: TypeAlias = CascadeStage | TopNStage | AfterWindow | DriverRank
+AfterStage: TypeAlias = AfterWindow | DriverRank
 #: What the rows counted out of a query are: window results, or a join's rows.
 Emits: TypeAlias = Literal["windows", "joined"]
 _S = TypeVar("_S", bound=AfterStage)
@@ -354,8 +300,9 @@ class SparkRecipe:
     #: Pane-event callbacks (:class:`~krishiv_py.panes.PaneCallbacks`), run on the driver.
     pane_callbacks: Any = attrs.field(default=None, eq=False, repr=False)
     #: What runs after the window on the driver, in order (:mod:`krishiv_py.runtime.stages`):
-    #: a cascade's second window, then window top-N (kept on the driver, or a batch job's
-    #: ranked in Arrow), then stateless stages (filter, select, with_column).
+    #: stateless stages (filter, select, with_column; a native micro-batch's top-N), or a
+    #: top-N ranked in Arrow. No stage keeps state: an operator after the stateful one runs
+    #: in krishiv's operator (its call, or a stage of its own), not here.
     stages: tuple[AfterStage, ...] = ()
     #: For a join's rows (SPEC 3.12), the columns that identify a row together with the
     #: columns the user names (a table sink's ``key=``): a window join's keys and window
@@ -394,16 +341,6 @@ class SparkRecipe:
     def after(self) -> AfterWindow | None:
         """The stateless stages after the window (filter, select, with_column), if any."""
         return _stage_of(self.stages, AfterWindow)
-
-    @property
-    def cascade(self) -> CascadeStage | None:
-        """A second window over the stateful operator's results, if any."""
-        return _stage_of(self.stages, CascadeStage)
-
-    @property
-    def top_n(self) -> TopNStage | None:
-        """Window top-N over the (possibly corrected) results, kept on the driver, if any."""
-        return _stage_of(self.stages, TopNStage)
 
     @property
     def driver_rank(self) -> DriverRank | None:

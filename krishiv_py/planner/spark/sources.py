@@ -194,7 +194,7 @@ class Lowerer:
         assert isinstance(node, n.WindowAggregate)
         if n.cascade_of(node) is not None:
             # The rows are a window's results: event time window_end - 1 ms, one data row each.
-            assert not self.streaming, "a streaming cascade keeps its second window on the driver"
+            assert not self.streaming, "a streaming cascade runs its second window in the operator chain"
             et = f"timestamp_micros(unix_micros({quote('window_end')}) - 1000L + {self.shift * 1000}L)"
             child = SelectExprs(
                 child=child,
