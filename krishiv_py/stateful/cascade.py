@@ -114,10 +114,19 @@ class StepOutput:
 
 
 def step(
-    spec: CascadeSpec, state: CascadeState | None, changes: pa.Table, watermark_ms: int | None
+    spec: CascadeSpec,
+    state: CascadeState | None,
+    changes: pa.Table,
+    watermark_ms: int | None,
+    *,
+    since_ms: int | None = None,
 ) -> tuple[CascadeState, StepOutput]:
-    """One micro-batch: apply ``changes`` (in arrival order), then fire and delete at ``watermark_ms``."""
-    before = None if state is None else state.watermark_ms
+    """One micro-batch: apply ``changes`` (in arrival order), then fire and delete at ``watermark_ms``.
+
+    ``since_ms``: without ``state``, the watermark the changes come at (a window whose end plus
+    the allowed lateness is at or below it went already, and never fires).
+    """
+    before = since_ms if state is None else state.watermark_ms
     very_late = 0
     if before is not None and changes.num_rows:
         t = changes.column(EVENT_TIME).to_numpy()

@@ -195,7 +195,7 @@ class ChangesWindowKernel(Unmerged):
             ]
         )
         old = None if held is None else cascade.CascadeState(held[0], held[1], before)
-        after, out = cascade.step(self._spec, old, changes, watermark_ms)
+        after, out = cascade.step(self._spec, old, changes, watermark_ms, since_ms=mark)
         results = out.results
         for bound in ("window_start", "window_end"):  # the kernels' results carry µs
             at = results.schema.get_field_index(bound)
