@@ -244,13 +244,13 @@ def _joined_rows(draw: st.DrawFn, *, retracting: bool = False) -> tuple[Stream, 
 def _window(
     draw: st.DrawFn, stream: Stream, op: Op, keys: tuple[str, ...], table: Aggs, *, retracting: bool | None
 ) -> tuple[Stream, WindowOf, str, list[str]]:
-    """A tumbling or sliding window per ``keys`` after ``stream``; ``retracting=None``: drawn, but a
-    window over a source's rows that may fire again retracts (an aggregation follows it)."""
+    """A tumbling or sliding window per ``keys`` after ``stream``; ``retracting=None``: drawn (a
+    window that an operator follows runs retracting under it whatever its accumulation)."""
     size = draw(st.sampled_from([5, 10]))
     slide = draw(st.sampled_from([size, size // 2 if size > 5 else size]))
     lateness = draw(st.sampled_from([0, 10]))
     if retracting is None:
-        retracting = lateness > 0 or draw(st.booleans())
+        retracting = draw(st.booleans())
     names, built, specs = _aggs(draw, table)
     window = TumblingWindow(size_ms=size) if slide == size else SlidingWindow(size_ms=size, slide_ms=slide)
     assigners: WindowAssigners = stream.key_by(*keys) if keys else stream
@@ -261,6 +261,12 @@ def _window(
     model = WindowOf(op, window, keys=keys, aggregates=specs, allowed_lateness_ms=lateness)
     label = f" -> {'retracting ' if retracting else ''}window {window!r} keys={keys} L={lateness} {names}"
     return windowed.agg(*built), model, label, names
+
+
+def _retracting_over(stream: Stream) -> bool | None:
+    """A window's ``retracting`` over ``stream``: a window over retractions retracts itself (it may
+    lose every row it fired with); else drawn."""
+    return True if RESULT_KIND in stream.columns else None
 
 
 def _first(
@@ -337,7 +343,7 @@ def join_then_two(draw: st.DrawFn) -> Case:
     move across the cluster, a stage after a stage)."""
     stream, op, label = _joined_rows(draw, retracting=True)
     keys = draw(st.sampled_from(AFTER_JOIN_KEYS))
-    stream, op, more, columns = _first(draw, stream, op, keys, JOIN_AGGS, retracting=True)
+    stream, op, more, columns = _first(draw, stream, op, keys, JOIN_AGGS, retracting=_retracting_over(stream))
     final, model, last = _then_agg(draw, stream, op, columns, _any_keys(draw, columns))
     return Case(label + more + last, final, model, ("a", "b"))
 
@@ -367,7 +373,7 @@ def chains_of_three(draw: st.DrawFn) -> Case:
         stream, op, label = _stream("a", lag), _source("a", lag), "a"
         keys = draw(st.sampled_from([("user",), ("ad",), ("user", "ad")]))
         table, sources = SOURCE_AGGS, ("a",)
-    stream, op, more, columns = _first(draw, stream, op, keys, table, retracting=True)
+    stream, op, more, columns = _first(draw, stream, op, keys, table, retracting=_retracting_over(stream))
     label += more
     for _ in range(2):
         stream, op, more = _then_agg(draw, stream, op, columns, _any_keys(draw, columns))
@@ -531,13 +537,12 @@ def join_then_windows(draw: st.DrawFn) -> Case:
     keys = draw(st.sampled_from(AFTER_JOIN_KEYS))
     join = n.stateless_below(joined.plan)
     assert isinstance(join, n.Join)
-    refires = join.emission.allowed_lateness_ms > 0 or RESULT_KIND in joined.columns
     first, first_model, more, names = _window(
-        draw, joined, model, keys, JOIN_AGGS, retracting=True if refires else None
+        draw, joined, model, keys, JOIN_AGGS, retracting=_retracting_over(joined)
     )
     label += more
     final, op, more, second_keys, agg_names = _second_window(
-        draw, first, first_model, keys, names, retracting=RESULT_KIND in first.columns or refires
+        draw, first, first_model, keys, names, retracting=False
     )
     label += more
     if draw(st.booleans()):

@@ -237,10 +237,11 @@ def test_a_join_then_a_retracting_window_then_an_aggregation_keyed_otherwise(ses
         ],
     )
     assert _run(session, per_window, ComposedModel(second), {"clicks": clicks, "views": views}) > 0
-    with pytest.raises(PlanError, match="accumulation"):  # a window that fires again, not retracting
-        joined.key_by("user").tumbling_window(10_000).agg(kp.count(kp.col("*")).alias("pairs")).key_by(
-            "window_start"
-        ).agg(kp.count(kp.col("*")))
+    # A window that fires again without retracting runs retracting under the aggregation.
+    plain = joined.key_by("user").tumbling_window(10_000).agg(kp.count(kp.col("*")).alias("pairs"))
+    recipe = plain.key_by("window_start").agg(kp.count(kp.col("*"))).lower()
+    assert "accumulation=retracting" in recipe.render().split("krishiv window operator")[1]
+    assert "runs retracting there" in recipe.reason
 
 
 ADS = "ad string, at bigint, campaign string"

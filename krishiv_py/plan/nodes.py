@@ -299,15 +299,16 @@ def _check_per_key_input(below: PlanNode, keys: tuple[str, ...], what: str) -> N
     under = stateless_below(below)
     if isinstance(under, KeyedAggregate | KeyedTopN):
         return  # a changelog of updating rows: each retraction withdraws an earlier row
-    windows = union_windows(below) or ((under,) if isinstance(under, WindowAggregate) else ())
-    for window in windows:
+    # A window the operator takes runs retracting under it whatever its accumulation (its results
+    # are not the job's); a union's windows are the union's results and keep theirs.
+    for window in union_windows(below) or ():
         if window.emission.accumulation != "retracting" and not fires_once(window):
             raise PlanError(
-                f"{what} after a window that may fire a window again (allowed lateness, an early "
-                "trigger, a join's allowed lateness before it) needs .accumulation('retracting') on "
-                "the window: each firing then withdraws the one before, and the aggregation stays exact"
+                f"{what} after a union of windows that may fire a window again (allowed lateness, an "
+                "early trigger, a join's allowed lateness before it) needs .accumulation('retracting') "
+                "on each window: each firing then withdraws the one before, and the aggregation stays exact"
             )
-    if windows:
+    if union_windows(below) or isinstance(under, WindowAggregate):
         return
     if joins_of(below):
         check_window_after_join(below, keys, what=what)
@@ -832,11 +833,11 @@ def _check_over_results(node: WindowAggregate, up: WindowAggregate) -> None:
             "with no late-event handler or state TTL of its own (not supported there yet)"
         )
     unioned = union_windows(node.input) is not None
-    if (joins_of(up) or unioned) and not fires_once(up) and up.emission.accumulation != "retracting":
+    if unioned and not fires_once(up) and up.emission.accumulation != "retracting":
         raise PlanError(
-            "a window over the results of a window after a join or in a union that may fire a window "
-            "again (allowed lateness, the join's or its own) needs .accumulation('retracting') on that "
-            "window: each firing then withdraws the one before, and the window over it stays exact"
+            "a window over the results of a window in a union that may fire a window again (allowed "
+            "lateness, a join's or its own) needs .accumulation('retracting') on that window: each "
+            "firing then withdraws the one before, and the window over it stays exact"
         )
     if up.emission.accumulation == "discarding" or up.emission.trigger.is_early:
         raise PlanError(

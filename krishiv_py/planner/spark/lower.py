@@ -242,6 +242,9 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
         )
         rules[slot] = stacked_operators(rules[slot], bottom, links[1:])
         joined = isinstance(bottom, n.Join)
+        fed = [w for w, _ in links[:-1] if isinstance(w, n.WindowAggregate)]
+        if any(w.emission.accumulation != "retracting" and not n.fires_once(w) for w in fed):
+            why.append(FED_REASON)
         why += _move_reasons(
             links,
             CHAIN_REASON if joined else AFTER_CHAIN_REASON,
@@ -484,8 +487,7 @@ STAGED_REASON = (
 #: Why an operator after a window, an aggregation or a top-N keyed alike runs in its call.
 AFTER_CHAIN_REASON = (
     "; the operator after it runs in the same call, over the results of its keys (no row crosses "
-    "the cluster again), at its watermark, and takes its changes: a window that fires again "
-    "withdraws the result before (it runs retracting inside the chain)"
+    "the cluster again), at its watermark, and takes its changes"
 )
 
 #: Why an operator after a window, an aggregation or a top-N keyed otherwise runs as a stage.
@@ -493,8 +495,14 @@ AFTER_STAGED_REASON = (
     "; the operator after it is keyed by other columns, so its results cross the cluster once more "
     "in the same micro-batch, to a stage of its own by its key buckets (applyInArrow; its state one "
     "Arrow file per bucket and micro-batch under the checkpoint), whose watermark is held below "
-    "every bucket before it that can still fire; it takes the changes of what it follows (a window "
-    "that fires again withdraws the result before)"
+    "every bucket before it that can still fire; it takes the changes of what it follows"
+)
+
+#: Why a window whose results another operator takes runs retracting there.
+FED_REASON = (
+    "; a window whose results another operator takes and that may fire a window again runs "
+    "retracting there, whatever its accumulation (its results are not the job's): each firing "
+    "withdraws the one before"
 )
 
 
