@@ -31,6 +31,8 @@ __all__ = [
     "IN_TOP",
     "KEYED_LIVE",
     "KEYED_NEWEST",
+    "KEYED_OUT_TS",
+    "CHANGE_EVENT_TIME",
     "CHAIN_FIRST",
     "CHAIN_ROWS",
     "CHAIN_SEQ",
@@ -286,6 +288,10 @@ def keyed_output(i: int) -> str:
 KEYED_LIVE = "__kp_live"
 #: An aggregation per key with a state TTL: the newest event time (µs) of each key's rows.
 KEYED_NEWEST = "__kp_newest"
+#: An aggregation per key whose changes carry event times: the time (µs) of the row it emitted last.
+KEYED_OUT_TS = "__kp_out_ts"
+#: The event time of an aggregation's or a top-N's change per key (the row that changed it).
+CHANGE_EVENT_TIME = "__kp_change_ts"
 
 
 def keyed_values(j: int) -> str:

@@ -542,7 +542,7 @@ def join_then_windows(draw: st.DrawFn) -> Case:
     )
     label += more
     final, op, more, second_keys, agg_names = _second_window(
-        draw, first, first_model, keys, names, retracting=False
+        draw, first, first_model, keys, names, retracting=RESULT_KIND in joined.columns
     )
     label += more
     if draw(st.booleans()):
@@ -593,6 +593,47 @@ def source_then_windows(draw: st.DrawFn) -> Case:
         final, op, more = _then_agg(draw, final, op, columns, _any_keys(draw, columns))
         label += more
     return Case(label, final, op, ("a",))
+
+
+@st.composite
+def per_key_then_window(draw: st.DrawFn) -> Case:
+    """One source, an aggregation or a top-N per key without a window, then a retracting window of
+    its changes (each at the event time of the row that made it, a retraction at its emit's) keyed
+    by any of its columns (the same call or a stage), maybe an aggregation or a window after it."""
+    lag = draw(st.integers(0, 4))
+    keys = draw(st.sampled_from([("user",), ("ad",), ("user", "ad")]))
+    op: Op
+    stream, op = _stream("a", lag), _source("a", lag)
+    label = "a"
+    if draw(st.booleans()):
+        names, built, specs = _aggs(draw, SOURCE_AGGS)
+        stream, op = stream.key_by(*keys).agg(*built), AggOf(op, keys=keys, aggregates=specs)
+        label += f" -> agg keys={keys} {names}"
+        numbers = [a for a in names if a != "av"]
+    else:
+        count, by = draw(st.integers(1, 2)), draw(st.sampled_from([("v",), ("t",), ("v", "t")]))
+        ties: Literal["all", "first"] = draw(st.sampled_from(["all", "first"]))
+        stream = stream.top_n(count, by=by, per="key", keys=keys, ties=ties)
+        op = TopNOf(op, n=count, by=by, keys=keys, ties=ties)
+        label += f" -> top_n {count} by={by} keys={keys} ties={ties}"
+        numbers = ["v"]
+    columns = [c for c in stream.columns if c != RESULT_KIND]
+    window_keys = tuple(draw(st.lists(st.sampled_from(columns), unique=True, max_size=2)))
+    size = draw(st.sampled_from([5, 10]))
+    slide = draw(st.sampled_from([size, size // 2 if size > 5 else size]))
+    agg_names, built, specs = _aggs(draw, _over(numbers))
+    by_keys: WindowAssigners = stream.key_by(*window_keys) if window_keys else stream
+    window = TumblingWindow(size_ms=size) if slide == size else SlidingWindow(size_ms=size, slide_ms=slide)
+    windowed = by_keys.tumbling_window(size) if slide == size else by_keys.sliding_window(size, slide)
+    final: Stream = windowed.accumulation("retracting").agg(*built)
+    model: Op = WindowOf(op, window, keys=window_keys, aggregates=specs)
+    label += f" -> window {window!r} keys={window_keys} {agg_names}"
+    after = [*window_keys, "window_start", "window_end", *agg_names]
+    if draw(st.booleans()):  # keyed by the window's keys or bounds (its aggregates' names are taken)
+        by_window = _any_keys(draw, [*window_keys, "window_start", "window_end"])
+        final, model, more = _then_agg(draw, final, model, after, by_window)
+        label += more
+    return Case(label, final, model, ("a",))
 
 
 def _maybe_after(
@@ -1116,6 +1157,14 @@ def test_a_window_of_a_windows_results_after_a_join_equals_the_model(case: Case,
 @settings(max_examples=EXAMPLES)
 @given(case=source_then_windows(), data=st.data())
 def test_a_window_of_a_windows_results_or_its_top_n_over_one_source_equals_the_model(
+    case: Case, data: st.DataObject
+) -> None:
+    check(case, data.draw(steps_of(case.sources)))
+
+
+@settings(max_examples=EXAMPLES)
+@given(case=per_key_then_window(), data=st.data())
+def test_a_window_of_an_aggregations_or_a_top_ns_changes_per_key_equals_the_model(
     case: Case, data: st.DataObject
 ) -> None:
     check(case, data.draw(steps_of(case.sources)))

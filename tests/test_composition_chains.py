@@ -726,3 +726,24 @@ def test_a_union_of_corrected_windows_then_an_aggregation_keyed_otherwise_takes_
     rows = _streamed(histogram, {"clicks": to_clicks, "views": to_views})
     _net(got, rows, names)
     assert +got == +want and any(r["kind"] == "retract" for r in rows)
+
+
+def test_users_counted_by_the_window_of_their_latest_view_a_window_over_a_dedup(session: kp.Session) -> None:
+    """The latest view per user (``top_n(1, by="t", per="key")``: deduplication), then per 10 s
+    window the users whose latest view falls in it. A newer view moves its user to a later window
+    (a retraction at the old view's time, an emit at the new one's), and the windows fire when the
+    watermark passes their end, not when the last update could come."""
+    stream, to_views = session.memory_stream(VIEWS, name=f"views_{uuid.uuid4().hex[:6]}")
+    latest = stream.watermark("t", 0).top_n(1, by="t", per="key", keys=("user",))
+    per_window = (
+        latest.tumbling_window(10_000).accumulation("retracting").agg(kp.count(kp.col("*")).alias("users"))
+    )
+    recipe = per_window.lower()
+    assert recipe.lowering == "stateful" and "krishiv window over retractions" in recipe.render()
+    assert "keeps its windows while the job runs" in recipe.reason
+    model = WindowOf(
+        TopNOf(Source("views", "t", ("user", "t", "ad")), n=1, by=("t",), keys=("user",)),
+        TumblingWindow(size_ms=10_000),
+        aggregates=[ModelAgg(name="users", func="count", column=None)],
+    )
+    assert _run(session, per_window, ComposedModel(model), {"views": to_views}) > 0

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from krishiv_py.model.compose import AggOf, ComposedModel, Source
 from krishiv_py.model.reference import AggSpec as ModelAgg
-from krishiv_py.names import BATCH_TS, SEQ, keyed_output
+from krishiv_py.names import BATCH_TS, KEYED_OUT_TS, SEQ, keyed_output
 from krishiv_py.stateful.aggregates import AggSpec
 from krishiv_py.stateful.keyed_agg import KeyedAggKernel
 
@@ -482,3 +482,39 @@ def test_retractions_beyond_a_keys_live_rows_are_dropped_and_counted(
         assert out.arithmetic_errors == dropped
         held = {r["k"]: (r["__kp_live"], r[keyed_output(0)]) for r in state.to_pylist()}
         assert held == {k: (n, n) for k, n in live.items() if n}
+
+
+def test_changes_carry_the_event_time_of_the_row_that_made_them() -> None:
+    """With ``event_times``: an emit at its key's last row of the batch (by arrival, not the
+    largest time), a retraction at the time of the emit it withdraws; an unchanged value emits
+    nothing and keeps the time it was emitted at."""
+    kernel = KeyedAggKernel(
+        keys=("k",),
+        aggs=(AggSpec(name="n", func="count", column=None, out_type=pa.int64()),),
+        event_times=True,
+    )
+
+    def batch(rows: list[tuple[str, int]], seq: int) -> pa.Table:
+        return pa.table(
+            {
+                "k": [r[0] for r in rows],
+                BATCH_TS: pa.array([r[1] * 1000 for r in rows], pa.int64()),
+                SEQ: pa.array(range(seq, seq + len(rows)), pa.int64()),
+            }
+        )
+
+    def changes(out: Any) -> list[tuple[Any, ...]]:
+        return [(r["k"], r["n"], r["kind"], r[BATCH_TS] // 1000) for r in out.results.to_pylist()]
+
+    state, out = kernel.step(None, batch([("a", 9), ("a", 4), ("b", 2)], 0), None, 0)
+    assert changes(out) == [("a", 2, "emit", 4), ("b", 1, "emit", 2)]
+    state, out = kernel.step(state, batch([("b", 1)], 3), 5, 0)
+    assert changes(out) == [("b", 1, "retract", 2), ("b", 2, "emit", 1)]
+    state, out = kernel.step(state, batch([("a", 7)], 4), 5, 0)
+    assert changes(out) == [("a", 2, "retract", 4), ("a", 3, "emit", 7)]
+    assert sorted(
+        zip(state.column("k").to_pylist(), state.column(KEYED_OUT_TS).to_pylist(), strict=True)
+    ) == [
+        ("a", 7_000),
+        ("b", 1_000),
+    ]

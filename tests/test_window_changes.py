@@ -178,6 +178,22 @@ def test_a_window_over_a_retracting_join_must_retract_itself() -> None:
     assert RESULT_KIND in built.columns
 
 
+def test_a_window_of_windows_that_may_lose_every_row_must_retract_itself() -> None:
+    """Its windows may lose every row they fired with (the first window's results are withdrawn
+    when the join's rows are): only a retraction withdraws what it emitted."""
+    counts = _retracting_join().key_by("ad").tumbling_window(10).accumulation("retracting")
+    per_ad = counts.agg(kp.count(kp.col("click")).alias("clicks"))
+    with pytest.raises(
+        PlanError, match=r"rows may be withdrawn .* needs \.accumulation\('retracting'\) itself"
+    ):
+        per_ad.tumbling_window(20).agg(kp.sum(kp.col("clicks")).alias("total"))
+    latest = _retracting_join().top_n(1, by="t", per="key", keys=("user",))
+    with pytest.raises(PlanError, match=r"over an aggregation or a top-N per key .* needs \.accumulation"):
+        latest.tumbling_window(10).agg(kp.count(kp.col("*")))
+    built = per_ad.tumbling_window(20).accumulation("retracting").agg(kp.sum(kp.col("clicks")).alias("total"))
+    assert RESULT_KIND in built.columns
+
+
 def test_a_top_n_per_key_takes_a_retracting_joins_rows() -> None:
     top = _retracting_join().top_n(1, by="t", per="key", keys=("ad",))
     assert list(top.columns).count(RESULT_KIND) == 1

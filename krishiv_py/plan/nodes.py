@@ -17,7 +17,7 @@ import attrs
 
 from krishiv_py.errors import PlanError
 from krishiv_py.expr import AggCall, Alias, Column, ExprNode, agg_type, dtype_of, output_name, render
-from krishiv_py.names import HIDDEN_PREFIX, JOIN_EVENT_TIME, KAFKA_COLUMNS, RESULT_KIND
+from krishiv_py.names import CHANGE_EVENT_TIME, HIDDEN_PREFIX, JOIN_EVENT_TIME, KAFKA_COLUMNS, RESULT_KIND
 from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS, Emission, counts_only
 from krishiv_py.plan.windows import (
     EventSlidingWindow,
@@ -239,6 +239,16 @@ class WindowAggregate:
             check_window_after_join(self.input, self.keys, window=self.window)
             if retracting_join_below(self.input):
                 check_window_over_retractions(self)
+        if isinstance(stateless_below(self.input), KeyedAggregate | KeyedTopN):
+            _check_over_retractions("a window", self.window, over=CHANGES)
+            check_window_over_retractions(self, over=CHANGES)
+        elif _may_empty(self.input) and self.emission.accumulation != "retracting":
+            raise PlanError(
+                "a window over the results of a window whose rows may be withdrawn (a join in "
+                "accumulation('retracting'), an aggregation or a top-N per key, before it) needs "
+                ".accumulation('retracting') itself: it may lose every row it fired with, and only a "
+                "retraction withdraws what it emitted"
+            )
         if event_time(self.input) is None:
             raise PlanError(
                 NO_RESULT_TIME
@@ -253,7 +263,9 @@ class WindowAggregate:
         elif union_windows(self.input) is not None:
             for up in union_windows(self.input) or ():
                 _check_over_results(self, up)
-        elif window_aggregates(self.input) and not isinstance(stateless_below(self.input), Join):
+        elif window_aggregates(self.input) and not isinstance(
+            stateless_below(self.input), Join | KeyedAggregate | KeyedTopN
+        ):
             raise PlanError("a window over a union of windowed results is not supported yet")
 
 
@@ -432,8 +444,8 @@ def check_window_after_join(
     and a top-N per key, not yet by a join.
     """
     join = stateless_below(below)
-    if isinstance(join, WindowAggregate) and what == "a window":
-        return  # a window over a window's results (a cascade): checked as one (_check_cascade)
+    if isinstance(join, WindowAggregate | KeyedAggregate | KeyedTopN) and what == "a window":
+        return  # over a window's results (a cascade) or changes per key: checked with the window
     if not isinstance(join, Join):
         raise PlanError(AFTER_JOIN)
     if join.emission.accumulation == "retracting":
@@ -445,9 +457,13 @@ def check_window_after_join(
         )
 
 
-def _check_over_retractions(what: str, window: WindowSpec | None) -> None:
-    """What takes a retracting join's rows: an aggregation or a top-N per key, a tumbling, sliding or
-    session window."""
+#: What a window over an aggregation's or a top-N's changes per key is over (in messages).
+CHANGES = "an aggregation or a top-N per key without a window"
+
+
+def _check_over_retractions(what: str, window: WindowSpec | None, *, over: str = "") -> None:
+    """What takes a retracting join's rows (or ``over``'s changes): an aggregation or a top-N per
+    key, a tumbling, sliding or session window."""
     if what.startswith("an aggregation") or what.startswith("top_n"):
         return
     if what == "a window":
@@ -457,7 +473,7 @@ def _check_over_retractions(what: str, window: WindowSpec | None) -> None:
         ):
             return
         raise PlanError(
-            "a window over a join in accumulation('retracting') may be tumbling, sliding or session "
+            f"a window over {over or RETRACTING_JOIN} may be tumbling, sliding or session "
             f"(without max_duration_ms); {type(window).__name__} there is not supported yet"
         )
     raise PlanError(
@@ -468,30 +484,49 @@ def _check_over_retractions(what: str, window: WindowSpec | None) -> None:
     )
 
 
+def _may_empty(node: PlanNode) -> bool:
+    """Whether a window over ``node`` (a window's results) may lose every row it fired with: the
+    windows below it may lose theirs (a retracting join, an aggregation or a top-N per key under
+    them)."""
+    under = stateless_below(node)
+    if not isinstance(under, WindowAggregate):
+        return False
+    below = stateless_below(under.input)
+    return (
+        retracting_join_below(under.input)
+        or isinstance(below, KeyedAggregate | KeyedTopN)
+        or _may_empty(under.input)
+    )
+
+
 def retracting_join_below(node: PlanNode) -> bool:
     """Whether ``node``'s rows come (through filters and projections) from a join that retracts."""
     under = stateless_below(node)
     return isinstance(under, Join) and under.emission.accumulation == "retracting"
 
 
-def check_window_over_retractions(node: WindowAggregate) -> None:
-    """What a window over a retracting join's rows supports now (clear errors for the rest)."""
+#: A retracting join (in messages).
+RETRACTING_JOIN = "a join in accumulation('retracting')"
+
+
+def check_window_over_retractions(node: WindowAggregate, *, over: str = RETRACTING_JOIN) -> None:
+    """What a window over a retracting join's rows (or ``over``'s changes) supports now (clear
+    errors for the rest)."""
     e = node.emission
     if e.accumulation != "retracting":
         raise PlanError(
-            "a window over a join in accumulation('retracting') needs .accumulation('retracting') "
-            "itself: a window may lose rows it fired with, even all of them, and only a retraction "
-            "withdraws what it emitted"
+            f"a window over {over} needs .accumulation('retracting') itself: a window may lose rows "
+            "it fired with, even all of them, and only a retraction withdraws what it emitted"
         )
     if e.trigger.is_early or e.late_handler is not None or e.state_ttl:
         raise PlanError(
-            "a window over a join in accumulation('retracting') fires on the watermark, with no "
-            "early trigger, late-event handler or state TTL of its own (not supported there yet)"
+            f"a window over {over} fires on the watermark, with no early trigger, late-event "
+            "handler or state TTL of its own (not supported there yet)"
         )
     if any(a.func in ("first", "last") for a in node.aggregates):
         raise PlanError(
-            "first()/last() over a join in accumulation('retracting') is not supported: a withdrawn "
-            "row may be the one they picked (use min/max)"
+            f"first()/last() over {over} is not supported: a withdrawn row may be the one they "
+            "picked (use min/max)"
         )
 
 
@@ -642,6 +677,9 @@ class EventTime:
     from_window: bool = False
     #: The stream is a join's rows: a row's event time is the later of its two rows'.
     from_join: bool = False
+    #: The stream is an aggregation's or a top-N's changes per key: a change's event time is the
+    #: one of the row that made it (a retraction's, the one of the change it withdraws).
+    from_change: bool = False
 
 
 def with_children(node: PlanNode, new: tuple[PlanNode, ...]) -> PlanNode:
@@ -757,7 +795,12 @@ def event_time(node: PlanNode) -> EventTime | None:
     if isinstance(node, Join):
         # The later of its two rows' event times: no column of its own; the operator carries it.
         return EventTime(JOIN_EVENT_TIME, DataType("timestamp"), 0, from_join=True)
-    if isinstance(node, (*SOURCE_TYPES, TopN, KeyedAggregate, KeyedTopN)):
+    if isinstance(node, KeyedAggregate | KeyedTopN):
+        # The row's that made the change: no column of its own; the operator carries it.
+        if event_time(node.input) is None:
+            return None
+        return EventTime(CHANGE_EVENT_TIME, DataType("timestamp"), 0, from_change=True)
+    if isinstance(node, (*SOURCE_TYPES, TopN)):
         return None
     if isinstance(node, Union):
         return event_time(node.inputs[0])

@@ -94,6 +94,7 @@ Over a changelog, a withdrawn maximum gives way to the next live value:
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, cast
 
 import attrs
@@ -103,7 +104,16 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from krishiv_py.names import BATCH_TS, KEYED_LIVE, KEYED_NEWEST, RESULT_KIND, SEQ, keyed_special, keyed_values
+from krishiv_py.names import (
+    BATCH_TS,
+    KEYED_LIVE,
+    KEYED_NEWEST,
+    KEYED_OUT_TS,
+    RESULT_KIND,
+    SEQ,
+    keyed_special,
+    keyed_values,
+)
 from krishiv_py.names import keyed_output as _out
 from krishiv_py.stateful._arrow import arrow, list_array, table_of
 from krishiv_py.stateful.aggregates import (
@@ -152,6 +162,10 @@ class KeyedAggKernel(Unmerged):
     retracting: bool = False
     #: Event-time state TTL (ms): a key whose newest row is this far behind the watermark goes.
     ttl_ms: int | None = None
+    #: Whether its changes carry their event time (``__kp_ts``, µs; an operator after it reads it):
+    #: an emit the time of its key's last row in the batch (the row that changed it), a
+    #: retraction the time of the emit it withdraws (kept per key in ``__kp_out_ts``).
+    event_times: bool = False
 
     def __attrs_post_init__(self) -> None:
         picks = [f"{a.func}({a.column})" for a in self.aggs if a.func in ("first", "last")]
@@ -178,7 +192,9 @@ class KeyedAggKernel(Unmerged):
         *,
         merged: pa.Table | None = None,
     ) -> tuple[pa.Table, StepOutput]:
-        del now_ms, merged
+        del merged
+        if self.event_times:
+            return self._timed(state, batch, watermark_ms, now_ms)
         valid, late = arrivals(batch, watermark_ms)
         rows = batch.filter(pa.array(valid)) if not valid.all() else batch
         held = state if state is not None and state.num_rows else None
@@ -242,6 +258,43 @@ class KeyedAggKernel(Unmerged):
             KEYED_NEWEST, pa.array(kept_newest[~gone], pa.int64())
         )
         return state, attrs.evolve(out, expired=int(gone.sum()))
+
+    def _timed(
+        self, state: pa.Table | None, batch: pa.Table, watermark_ms: int | None, now_ms: int
+    ) -> tuple[pa.Table, StepOutput]:
+        """A step whose changes carry event times (see ``event_times``): the plain step, then each
+        change's time from its key's rows in the batch or the time kept for its key."""
+        held = state if state is not None and state.num_rows else None
+        inner = held.drop_columns([KEYED_OUT_TS]) if held is not None else None
+        new_state, out = attrs.evolve(self, event_times=False).step(inner, batch, watermark_ms, now_ms)
+        valid, _ = arrivals(batch, watermark_ms)
+        rows = batch.filter(pa.array(valid)) if not valid.all() else batch
+        results = out.results
+        empty = new_state.select(list(self.keys)).slice(0, 0)
+        tables = [new_state, held if held is not None else empty, rows, results]
+        keys = pa.concat_tables([t.select(list(self.keys)).cast(empty.schema) for t in tables])
+        ids = np.zeros(0, np.int64)
+        if keys.num_rows:
+            ids = np.asarray(group_ids([keys.column(k).combine_chunks() for k in self.keys])[0], np.int64)
+        bounds = np.cumsum([0, *(t.num_rows for t in tables)])
+        state_ids, held_ids, row_ids, result_ids = (ids[a:b] for a, b in itertools.pairwise(bounds))
+        groups = int(ids.max()) + 1 if len(ids) else 0
+        kept = np.zeros(groups, np.int64)
+        if held is not None:
+            kept[held_ids] = held.column(KEYED_OUT_TS).to_numpy().astype(np.int64)
+        last = np.zeros(groups, np.int64)
+        if rows.num_rows:  # each key's row that came last (by arrival): the one that changed it
+            seq = rows.column(SEQ).to_numpy().astype(np.int64)
+            newest = np.full(groups, np.iinfo(np.int64).min, np.int64)
+            np.maximum.at(newest, row_ids, seq)
+            is_last = seq == newest[row_ids]
+            last[row_ids[is_last]] = rows.column(BATCH_TS).to_numpy().astype(np.int64)[is_last]
+        emitted = _bools(pc.equal(results.column(RESULT_KIND), pa.scalar("emit")))
+        times = np.where(emitted, last[result_ids], kept[result_ids])
+        kept[result_ids[emitted]] = last[result_ids[emitted]]
+        new_state = new_state.append_column(KEYED_OUT_TS, pa.array(kept[state_ids], pa.int64()))
+        timed = results.append_column(BATCH_TS, pa.array(times, pa.int64()))
+        return new_state, attrs.evolve(out, results=timed)
 
     def _retractions(self, rows: pa.Table) -> Bools:
         """Which rows withdraw an earlier one (none without a ``kind`` column)."""

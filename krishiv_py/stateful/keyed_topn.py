@@ -75,6 +75,9 @@ class KeyedTopNKernel(Unmerged):
     #: timestamp, or µs) plus ``ms``; window top-N forgets a window at ``window_end`` plus the
     #: time its window can still be corrected (None: rows are kept while the job runs).
     expires: tuple[str, int] | None = None
+    #: Whether its changes carry their rows' event times (``__kp_ts``, µs; an operator after it
+    #: reads them): a row's own, entering the top or leaving it.
+    event_times: bool = False
 
     @property
     def accumulation(self) -> str:
@@ -177,8 +180,9 @@ class KeyedTopNKernel(Unmerged):
 
     def _changelog(self, retracted: pa.Table, emitted: pa.Table) -> pa.Table:
         """The rows that left the top (retracted first), then those that entered it."""
+        kept = [*self.columns, BATCH_TS] if self.event_times else list(self.columns)
         return pa.concat_tables(
-            [t.select(list(self.columns)).append_column(RESULT_KIND, pa.array([k] * t.num_rows, pa.string()))
+            [t.select(kept).append_column(RESULT_KIND, pa.array([k] * t.num_rows, pa.string()))
              for t, k in ((retracted, "retract"), (emitted, "emit"))]
         )  # fmt: skip
 

@@ -18,6 +18,7 @@ Examples
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import attrs
@@ -242,6 +243,12 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
         )
         rules[slot] = stacked_operators(rules[slot], bottom, links[1:])
         joined = isinstance(bottom, n.Join)
+        pairs = itertools.pairwise(node for node, _ in links)
+        if any(
+            isinstance(a, n.KeyedAggregate | n.KeyedTopN) and isinstance(b, n.WindowAggregate)
+            for a, b in pairs
+        ):
+            why.append(OVER_CHANGES_REASON)
         fed = [w for w, _ in links[:-1] if isinstance(w, n.WindowAggregate)]
         if any(w.emission.accumulation != "retracting" and not n.fires_once(w) for w in fed):
             why.append(FED_REASON)
@@ -496,6 +503,14 @@ AFTER_STAGED_REASON = (
     "in the same micro-batch, to a stage of its own by its key buckets (applyInArrow; its state one "
     "Arrow file per bucket and micro-batch under the checkpoint), whose watermark is held below "
     "every bucket before it that can still fire; it takes the changes of what it follows"
+)
+
+#: Why a window after an aggregation or a top-N per key runs as it does (docs/windows.md).
+OVER_CHANGES_REASON = (
+    "; a window after an aggregation or a top-N per key takes its changes at the event time of the "
+    "rows that made them (a retraction at the time of the emit it withdraws) and keeps its windows "
+    "while the job runs, since a change may withdraw a row of any age: its state holds the live "
+    "changes (one per key of the operator before it) and the windows they are in"
 )
 
 #: Why a window whose results another operator takes runs retracting there.

@@ -32,6 +32,7 @@ import attrs
 from krishiv_py.errors import PlanError
 from krishiv_py.names import BUCKET, ET, JOIN_SIDE, PACKED, RESULT_KIND, SEQ, TS_VALUE
 from krishiv_py.plan import nodes as n
+from krishiv_py.plan.watermarks import END_OF_TIME_MS
 from krishiv_py.plan.windows import SlidingWindow, TumblingWindow
 from krishiv_py.planner.spark.recipe import RecipeNode, SelectExprs, SparkRecipe, StatefulApply, UnionAll
 from krishiv_py.planner.sql import quote
@@ -355,7 +356,7 @@ def moves(links: list[Link]) -> list[bool]:
     for (below, _), (node, _) in itertools.pairwise(links):
         assert isinstance(node, n.WindowAggregate | n.KeyedAggregate | n.KeyedTopN | n.TopN)
         if isinstance(node, n.WindowAggregate) and not isinstance(
-            below, n.Join | n.WindowAggregate | n.Union
+            below, n.Join | n.WindowAggregate | n.Union | n.KeyedAggregate | n.KeyedTopN
         ):
             raise PlanError(
                 "on the stateful lowering a window follows a join, a source or another window; a "
@@ -425,6 +426,8 @@ def stacked_operators(base: Any, bottom: n.PlanNode, uppers: list[Link]) -> Any:
             carried = kernel.spec.allowed_lateness_ms  # a join stage's: its own and the first join's
         if isinstance(node, n.Union):  # a union of windows corrects a window for its lateness
             carried = max(w.emission.allowed_lateness_ms for w in n.union_windows(node) or ())
+        if isinstance(node, n.KeyedAggregate | n.KeyedTopN):  # a change may withdraw a row of any age
+            kernel, carried = attrs.evolve(kernel, event_times=True), END_OF_TIME_MS
         retracts = _feeds_retractions(node)
         if isinstance(node, n.WindowAggregate):  # it corrects what it fed for as long as it keeps a window
             carried = node.emission.allowed_lateness_ms
@@ -441,6 +444,8 @@ def stacked_operators(base: Any, bottom: n.PlanNode, uppers: list[Link]) -> Any:
             then, columns = _upper_kernel(upper, carried, shift_ms, retracting=retracts, feeds=fed)
             if isinstance(upper, n.WindowAggregate):  # it corrects a window as long as it keeps it
                 carried += upper.emission.allowed_lateness_ms
+            elif not isinstance(upper, n.TopN):  # per key: a change may withdraw a row of any age
+                carried = END_OF_TIME_MS
             step = {
                 "columns": columns,
                 "between": _between(between),
@@ -511,6 +516,8 @@ def _upper_kernel(
         kernel, columns = keyed_operator(node)
         if isinstance(node, n.TopN):  # a window's ranking goes when the window can no longer change
             kernel = attrs.evolve(kernel, expires=("window_end", carried_ms))
+        elif feeds:  # its changes carry the event time of the rows that made them
+            kernel = attrs.evolve(kernel, event_times=True)
         if retracting:  # its rows may withdraw earlier ones
             kernel = attrs.evolve(kernel, retracting=True)
     return kernel, tuple((c.name, c.type) for c in columns)
