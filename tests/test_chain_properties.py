@@ -618,10 +618,19 @@ def per_key_then_window(draw: st.DrawFn) -> Case:
         label += f" -> top_n {count} by={by} keys={keys} ties={ties}"
         numbers = ["v"]
     columns = [c for c in stream.columns if c != RESULT_KIND]
+    if draw(st.booleans()):  # an aggregation or a top-N over its changes first
+        stream, op, more = _then_agg(draw, stream, op, columns, _any_keys(draw, columns))
+        label += more
+        schema = n.schema_of(stream.plan)
+        columns = [f.name for f in schema if f.name != RESULT_KIND]
+        numbers = [f.name for f in schema if f.dtype.name == "bigint" and f.name != "t"]
     window_keys = tuple(draw(st.lists(st.sampled_from(columns), unique=True, max_size=2)))
+    table = _over(numbers)
+    if "c" in window_keys:  # (a count before is a key now)
+        table["c2"] = table.pop("c")
     size = draw(st.sampled_from([5, 10]))
     slide = draw(st.sampled_from([size, size // 2 if size > 5 else size]))
-    agg_names, built, specs = _aggs(draw, _over(numbers))
+    agg_names, built, specs = _aggs(draw, table)
     by_keys: WindowAssigners = stream.key_by(*window_keys) if window_keys else stream
     window = TumblingWindow(size_ms=size) if slide == size else SlidingWindow(size_ms=size, slide_ms=slide)
     windowed = by_keys.tumbling_window(size) if slide == size else by_keys.sliding_window(size, slide)

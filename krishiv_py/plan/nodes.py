@@ -678,7 +678,7 @@ class EventTime:
     #: The stream is a join's rows: a row's event time is the later of its two rows'.
     from_join: bool = False
     #: The stream is an aggregation's or a top-N's changes per key: a change's event time is the
-    #: one of the row that made it (a retraction's, the one of the change it withdraws).
+    #: latest of the rows that made it (a retraction's, the one of the change it withdraws).
     from_change: bool = False
 
 

@@ -9,9 +9,11 @@ next one reads, its event time and, when it takes retractions, ``kind``.
 
 Event time
     A join's result carries its own (``__kp_ts``, the later of its rows'),
-    a window's is ``window_end - 1`` ms (µs in the kernels' results), and
-    an aggregation's change has none: it takes the watermark it is handed
-    on at, so it is on time.
+    a window's is ``window_end - 1`` ms (µs in the kernels' results). An
+    aggregation's or a top-N's change per key carries its own when a window
+    reads it (``event_times``: the latest of the rows that made it, a
+    retraction the one of the emit it withdraws); else it has none and takes
+    the watermark it is handed on at, so it is on time.
 
 Examples
 --------

@@ -163,8 +163,9 @@ class KeyedAggKernel(Unmerged):
     #: Event-time state TTL (ms): a key whose newest row is this far behind the watermark goes.
     ttl_ms: int | None = None
     #: Whether its changes carry their event time (``__kp_ts``, µs; an operator after it reads it):
-    #: an emit the time of its key's last row in the batch (the row that changed it), a
-    #: retraction the time of the emit it withdraws (kept per key in ``__kp_out_ts``).
+    #: an emit the latest time among its key's rows of the batch (the rows that changed it, in
+    #: whatever order they came), a retraction the time of the emit it withdraws (kept per key
+    #: in ``__kp_out_ts``).
     event_times: bool = False
 
     def __attrs_post_init__(self) -> None:
@@ -282,13 +283,9 @@ class KeyedAggKernel(Unmerged):
         kept = np.zeros(groups, np.int64)
         if held is not None:
             kept[held_ids] = held.column(KEYED_OUT_TS).to_numpy().astype(np.int64)
-        last = np.zeros(groups, np.int64)
-        if rows.num_rows:  # each key's row that came last (by arrival): the one that changed it
-            seq = rows.column(SEQ).to_numpy().astype(np.int64)
-            newest = np.full(groups, np.iinfo(np.int64).min, np.int64)
-            np.maximum.at(newest, row_ids, seq)
-            is_last = seq == newest[row_ids]
-            last[row_ids[is_last]] = rows.column(BATCH_TS).to_numpy().astype(np.int64)[is_last]
+        last = np.full(groups, np.iinfo(np.int64).min, np.int64)
+        if rows.num_rows:  # the latest event time among each key's rows of the batch
+            np.maximum.at(last, row_ids, rows.column(BATCH_TS).to_numpy().astype(np.int64))
         emitted = _bools(pc.equal(results.column(RESULT_KIND), pa.scalar("emit")))
         times = np.where(emitted, last[result_ids], kept[result_ids])
         kept[result_ids[emitted]] = last[result_ids[emitted]]

@@ -180,7 +180,7 @@ class Node:
 
     def hold_by_key(self, held: dict[Key, list[_Held]], names: Sequence[str]) -> dict[Key, int]:
         """Apply the input's changes to ``held`` by their ``names`` values: the keys changed, each with
-        the event time of its last change, in order."""
+        the latest event time of its changes in the step, in order."""
         touched: dict[Key, int] = {}
         for change in self.inputs[0].out:
             key = _key(change.row, names)
@@ -189,7 +189,7 @@ class Node:
                 _withdraw(rows, change)
             else:
                 rows.append(self.hold(change))
-            touched[key] = change.ts_ms
+            touched[key] = max(touched.get(key, change.ts_ms), change.ts_ms)
         return touched
 
     def late_events(self) -> list[Result]:

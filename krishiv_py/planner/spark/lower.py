@@ -508,7 +508,8 @@ AFTER_STAGED_REASON = (
 #: Why a window after an aggregation or a top-N per key runs as it does (docs/windows.md).
 OVER_CHANGES_REASON = (
     "; a window after an aggregation or a top-N per key takes its changes at the event time of the "
-    "rows that made them (a retraction at the time of the emit it withdraws) and keeps its windows "
+    "rows that made them (an aggregation's: the latest among its key's rows of the micro-batch; a "
+    "retraction at the time of the emit it withdraws) and keeps its windows "
     "while the job runs, since a change may withdraw a row of any age: its state holds the live "
     "changes (one per key of the operator before it) and the windows they are in"
 )

@@ -427,7 +427,9 @@ def stacked_operators(base: Any, bottom: n.PlanNode, uppers: list[Link]) -> Any:
         if isinstance(node, n.Union):  # a union of windows corrects a window for its lateness
             carried = max(w.emission.allowed_lateness_ms for w in n.union_windows(node) or ())
         if isinstance(node, n.KeyedAggregate | n.KeyedTopN):  # a change may withdraw a row of any age
-            kernel, carried = attrs.evolve(kernel, event_times=True), END_OF_TIME_MS
+            carried = END_OF_TIME_MS
+            if _times_read([u for u, _ in uppers]):  # a window after it reads its changes' times
+                kernel = attrs.evolve(kernel, event_times=True)
         retracts = _feeds_retractions(node)
         if isinstance(node, n.WindowAggregate):  # it corrects what it fed for as long as it keeps a window
             carried = node.emission.allowed_lateness_ms
@@ -441,7 +443,10 @@ def stacked_operators(base: Any, bottom: n.PlanNode, uppers: list[Link]) -> Any:
             zip(uppers, moves([(node, ()), *uppers]), strict=True)
         ):
             fed = i + 1 < len(uppers)  # it feeds the operator after it
-            then, columns = _upper_kernel(upper, carried, shift_ms, retracting=retracts, feeds=fed)
+            timed = _times_read([u for u, _ in uppers[i + 1 :]])  # what follows reads event times
+            then, columns = _upper_kernel(
+                upper, carried, shift_ms, retracting=retracts, feeds=fed, timed=timed
+            )
             if isinstance(upper, n.WindowAggregate):  # it corrects a window as long as it keeps it
                 carried += upper.emission.allowed_lateness_ms
             elif not isinstance(upper, n.TopN):  # per key: a change may withdraw a row of any age
@@ -479,6 +484,16 @@ def _retracts(node: n.PlanNode) -> bool:
     return node.emission.accumulation == "retracting"
 
 
+def _times_read(after: list[n.PlanNode]) -> bool:
+    """Whether the operators ``after`` an aggregation or a top-N per key read its changes' event
+    times: a window does, and so does one after aggregations and top-Ns per key (a change's time
+    is the one of the change that made it)."""
+    for node in after:
+        if not isinstance(node, n.KeyedAggregate | n.KeyedTopN):
+            return isinstance(node, n.WindowAggregate)
+    return False
+
+
 def _feeds_retractions(node: n.PlanNode) -> bool:
     """Whether ``node``'s results carry ``kind`` when another operator takes them: a window that may
     fire again runs retracting there whatever its accumulation (its results are not the job's), so
@@ -487,10 +502,16 @@ def _feeds_retractions(node: n.PlanNode) -> bool:
 
 
 def _upper_kernel(
-    node: n.PlanNode, carried_ms: int, shift_ms: int, *, retracting: bool, feeds: bool = False
+    node: n.PlanNode,
+    carried_ms: int,
+    shift_ms: int,
+    *,
+    retracting: bool,
+    feeds: bool = False,
+    timed: bool = False,
 ) -> tuple[Any, tuple[tuple[str, Any], ...]]:
     """The kernel of an operator above another, and the columns it reads (with Arrow types);
-    ``feeds``: another operator takes its results."""
+    ``feeds``: another operator takes its results; ``timed``: it reads their event times."""
     from krishiv_py.stateful.window_kernel import WindowKernel
 
     kernel: Any
@@ -516,7 +537,7 @@ def _upper_kernel(
         kernel, columns = keyed_operator(node)
         if isinstance(node, n.TopN):  # a window's ranking goes when the window can no longer change
             kernel = attrs.evolve(kernel, expires=("window_end", carried_ms))
-        elif feeds:  # its changes carry the event time of the rows that made them
+        elif timed:  # its changes carry the event time of the rows that made them
             kernel = attrs.evolve(kernel, event_times=True)
         if retracting:  # its rows may withdraw earlier ones
             kernel = attrs.evolve(kernel, retracting=True)
