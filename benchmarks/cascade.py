@@ -10,8 +10,8 @@ timed ``--rounds`` times after one warm-up, alternating:
 
 ``krishiv``
     The pipeline streamed over the Parquet directory; the planner picks the
-    stateful lowering (the operator runs the first window, the driver the
-    second over each micro-batch's results).
+    stateful lowering (the operator runs the first window and the second
+    over its changes, in the same call: both are keyed by the user).
 ``pyspark-chain``
     The same two windows written by hand as Spark users chain them:
     ``groupBy(window(...))`` then ``groupBy(window(window_time(window), ...))``

@@ -359,7 +359,8 @@ def moves(links: list[Link]) -> list[bool]:
             below, n.Join | n.WindowAggregate | n.Union | n.KeyedAggregate | n.KeyedTopN
         ):
             raise PlanError(
-                "on the stateful lowering a window follows a join, a source or another window; a "
+                "on the stateful lowering a window follows a source, a join, a window, a union of "
+                "windows, or an aggregation or a top-N per key; a "
                 f"window after {_describe(below)} inside a longer chain is not supported yet"
             )
         beside = set(keys) <= set(node.keys)
