@@ -440,8 +440,9 @@ def union_then_more(draw: st.DrawFn) -> Case:
 
 @st.composite
 def two_windows_joined(draw: st.DrawFn) -> Case:
-    """A window of ``a`` and one of ``b`` per user (each fired once, or corrected), their results
-    joined by user: both windows in one operator, the join a stage after it."""
+    """A window of ``a`` and one of ``b`` per user (each fired once, or corrected), maybe a filter or
+    a projection after either, their results joined by user: both windows in one operator, the join
+    a stage after it (the filters and projections in it, each over its own side's results)."""
     lags = _lags(draw)
     sides: list[tuple[KeyedStream, Op]] = []
     label = ""
@@ -454,15 +455,28 @@ def two_windows_joined(draw: st.DrawFn) -> Case:
         if refires:
             windowed = windowed.allowed_lateness(refires).accumulation("retracting")
             refired = max(refired, refires + 1)
-        model = WindowOf(
+        model: Op = WindowOf(
             _source(name, lags[name]),
             TumblingWindow(size_ms=size),
             keys=("user",),
             aggregates=specs,
             allowed_lateness_ms=refires,
         )
-        sides.append((windowed.agg(*built).key_by("user"), model))
-        label += f"{name} (lag {lags[name]}) -> window {size} L={refires} {names}; "
+        results: Stream = windowed.agg(*built)
+        label += f"{name} (lag {lags[name]}) -> window {size} L={refires} {names}"
+        if draw(st.booleans()):  # runs in the join stage, over this side's results only
+            results, model, label = (
+                results.filter(kp.col("user") != "u2"),
+                FilterOf(model, _not_u2),
+                label + " -> filter",
+            )
+        if draw(st.booleans()):
+            kind = [RESULT_KIND] if RESULT_KIND in results.columns else []
+            results = results.select("user", "window_start", "window_end", *names, *kind)
+            model = SelectOf(model, ("user", "window_start", "window_end", *names))
+            label += " -> select"
+        sides.append((results.key_by("user"), model))
+        label += "; "
     low, high = -draw(st.integers(0, 12)), draw(st.integers(0, 12))
     how = draw(st.sampled_from(HOWS))
     lateness = draw(st.sampled_from([0, 0, 10]))
@@ -1204,7 +1218,7 @@ def test_a_join_of_two_windows_results_equals_the_model(case: Case, data: st.Dat
     steps = data.draw(steps_of(case.sources))
     lags = {n.sources_of(w)[0].name: w.lag_ms for w in n.walk(case.stream.plan) if isinstance(w, n.Watermark)}
     join = _the_join(case.model)
-    for name, side in (("a", join.left), ("b", join.right)):
+    for name, side in (("a", _unfiltered(join.left)), ("b", _unfiltered(join.right))):
         assert isinstance(side, WindowOf)
         assume(not _late_at_one_watermark(steps, lags, side.window, side.allowed_lateness_ms, name))
     check(case, steps, every_step=False)

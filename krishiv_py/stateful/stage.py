@@ -115,24 +115,31 @@ class JoinSide:
     #: A join of two windows' results (one operator, :class:`~krishiv_py.stateful.union.UnionKernel`
     #: with ``tagged``): the other side, made of the results of branch 1 (this one: of branch 0).
     other: JoinSide | None = None
+    #: With ``other``: the filters and projections between this side's window and the join, over
+    #: its results (the layout's sources are their columns).
+    between: Between | None = None
 
     @property
     def sources(self) -> tuple[tuple[str, pa.DataType], ...]:
-        """The result columns read, with the types they are taken in."""
-        own = tuple((source, kind) for _, kind, source in self.layout if source is not None)
-        if self.other is None:
-            return own
-        more = tuple(s for s in self.other.sources if s[0] not in {name for name, _ in own})
-        return (*own, *more, (BRANCH, pa.int32()))
+        """The result columns this side reads (after the filters and projections between), with
+        the types it takes them in."""
+        return tuple((source, kind) for _, kind, source in self.layout if source is not None)
+
+    def handed(self, results: pa.Table, *, retracting: bool, at: int | None) -> pa.Table:
+        """A join of two windows' results (``other``): each window's results, through the filters
+        and projections between it and the join, as the join's rows of its side."""
+        assert self.other is not None
+        branch = np.asarray(results.column(BRANCH).to_numpy(zero_copy_only=False), np.int64)
+        parts = []
+        for i, side in enumerate((attrs.evolve(self, other=None), self.other)):
+            mine = results.filter(pa.array(branch == i))
+            handed = handed_rows(mine, side.sources, between=side.between, retracting=retracting, at=at)
+            parts.append(side.rows(handed))
+        return pa.concat_tables(parts)
 
     def rows(self, handed: pa.Table) -> pa.Table:
-        """``handed`` (the result columns and event time) as the join's rows of this side (of both,
-        by branch, with ``other``)."""
-        if self.other is not None:
-            branch = np.asarray(handed.column(BRANCH).to_numpy(zero_copy_only=False), np.int64)
-            first = attrs.evolve(self, other=None).rows(handed.filter(pa.array(branch == 0)))
-            second = self.other.rows(handed.filter(pa.array(branch == 1)))
-            return pa.concat_tables([first, second])
+        """``handed`` (the result columns and event time) as the join's rows of this side."""
+        assert self.other is None, "a join of two windows' results hands each side its rows (handed)"
         count = handed.num_rows
         cols: dict[str, Any] = {JOIN_SIDE: pa.array([self.side] * count, pa.string())}
         for name, kind, source in self.layout:
@@ -311,9 +318,14 @@ def hand_on(
         },
         schema=_REPORT,
     )
-    rows = handed_rows(results, spec.read, between=spec.between, retracting=spec.retracting, at=watermark_ms)
-    if spec.join_side is not None:
-        rows = spec.join_side.rows(rows)
+    side = spec.join_side
+    if side is not None and side.other is not None:  # two windows' results, each its side's rows
+        rows = side.handed(results, retracting=spec.retracting, at=watermark_ms)
+    else:
+        rows = handed_rows(
+            results, spec.read, between=spec.between, retracting=spec.retracting, at=watermark_ms
+        )
+        rows = side.rows(rows) if side is not None else rows
     routes = route_of(rows, _route_keys(spec.kernel), spec.buckets)
     return [framed([rows.filter(pa.array(routes == s)), report]) for s in range(spec.buckets)]
 

@@ -631,10 +631,7 @@ def _join_after_join(node: n.Join, left: RecipeNode, right: RecipeNode, *, shift
     side_plan = node.left if upstream_left else node.right
     inner = n.stateless_below(side_plan)
     assert isinstance(apply, StatefulApply) and isinstance(inner, n.Join | n.WindowAggregate)
-    between: list[n.Filter | n.Project] = []  # first to last
-    while isinstance(side_plan, n.Filter | n.Project):
-        between.insert(0, side_plan)
-        side_plan = side_plan.input
+    between = _between_below(side_plan)
     if isinstance(other, StatefulApply) or apply.operator.then is not None:
         raise PlanError(
             "the stateful lowering joins one join's or one window's results with a stream for now; "
@@ -660,7 +657,7 @@ def _join_after_join(node: n.Join, left: RecipeNode, right: RecipeNode, *, shift
         buckets=apply.operator.buckets,
         upstream_buckets=apply.operator.buckets,
         retracting=retracting,
-        between=_between(tuple(between)),
+        between=_between(between),
         join_side=JoinSide(side=side, layout=layout, retracting=retracting),
         side_input=tuple((c.name, c.type, c.value) for c in spec.columns),
     )
@@ -686,12 +683,10 @@ def _join_of_windows(
     from krishiv_py.stateful.stage import JoinSide, StageSpec
 
     windows = [n.stateless_below(side) for side in (node.left, node.right)]
-    if not all(isinstance(w, n.WindowAggregate) for w in windows) or any(
-        isinstance(side, n.Filter | n.Project) for side in (node.left, node.right)
-    ):
+    if not all(isinstance(w, n.WindowAggregate) for w in windows):
         raise PlanError(
-            "the stateful lowering joins two windows' results right after their agg(); a join of "
-            "two joins, of a join and a window, or with a filter or select between is not supported yet"
+            "the stateful lowering joins two windows' results, or one join's or window's results "
+            "and a stream; a join of two joins, or of a join and a window, is not supported yet"
         )
     left_w, right_w = windows
     assert isinstance(left_w, n.WindowAggregate) and isinstance(right_w, n.WindowAggregate)
@@ -711,7 +706,8 @@ def _join_of_windows(
     lateness = spec.kernel.spec.allowed_lateness_ms + carried
     kernel = attrs.evolve(spec.kernel.spec, allowed_lateness_ms=lateness, changes=retracting)
     layouts = {side: _side_layout(node, kernel, spec.columns, side) for side in ("left", "right")}
-    second = JoinSide(side="right", layout=layouts["right"], retracting=retracting)
+    left_between, right_between = (_between(_between_below(side)) for side in (node.left, node.right))
+    second = JoinSide(side="right", layout=layouts["right"], retracting=retracting, between=right_between)
     stage = StageSpec(
         kernel=JoinKernel(kernel),
         upstream=both.operator.kernel,
@@ -719,9 +715,20 @@ def _join_of_windows(
         buckets=both.operator.buckets,
         upstream_buckets=both.operator.buckets,
         retracting=retracting,
-        join_side=JoinSide(side="left", layout=layouts["left"], retracting=retracting, other=second),
+        join_side=JoinSide(
+            side="left", layout=layouts["left"], retracting=retracting, other=second, between=left_between
+        ),
     )
     return attrs.evolve(both, operator=attrs.evolve(both.operator, then=stage))
+
+
+def _between_below(side: n.PlanNode) -> tuple[n.Filter | n.Project, ...]:
+    """The filters and projections between a join and the operator under ``side`` (first to last)."""
+    between: list[n.Filter | n.Project] = []
+    while isinstance(side, n.Filter | n.Project):
+        between.insert(0, side)
+        side = side.input
+    return tuple(between)
 
 
 def _corrected_for_ms(inner: n.Join | n.WindowAggregate) -> int:
