@@ -193,6 +193,31 @@ def test_a_checkpoint_records_what_shapes_state_not_callbacks() -> None:
     assert len({plan(), plan(ttl=event), plan(ttl=processing)}) == 3
 
 
+def test_a_checkpoint_records_how_a_chain_of_operators_lays_out_its_state() -> None:
+    """A job whose operator runs more than one kernel records their kinds: a checkpoint whose state
+    was laid out for other kernels (a cascade's second window once ran elsewhere) is refused, not
+    read as this one's. One kernel records nothing more, as before."""
+    from krishiv_py.runtime.launch import recorded_identity
+    from krishiv_py.testing.steps import _placeholder
+
+    counts = (
+        _placeholder(SCHEMA)
+        .watermark("t", 0)
+        .key_by("k")
+        .tumbling_window(10)
+        .allowed_lateness(5)
+        .accumulation("retracting")
+        .agg(kp.count(kp.col("*")).alias("n"))
+    )
+    cascade = counts.key_by("k").tumbling_window(20).agg(kp.sum(kp.col("n")).alias("s"))
+    top = counts.top_n(1, by="n")
+    assert "operators:" not in recorded_identity(counts.plan, counts.lower())
+    assert recorded_identity(cascade.plan, cascade.lower()).endswith(
+        "operators: WindowKernel > ChangesWindowKernel\n"
+    )
+    assert recorded_identity(top.plan, top.lower()).endswith("operators: WindowKernel | KeyedTopNKernel\n")
+
+
 class Flaky:
     """A late-event handler that fails while ``broken`` (a bug fixed between two runs)."""
 

@@ -217,7 +217,7 @@ def start_streaming_job(
             "give the job a directory for them with start(..., quarantine_dir=<a directory>)"
         )
     quarantine = None if options.quarantine_dir is None else Quarantine(options.quarantine_dir)
-    check_plan(layout, f"lowering: {recipe.lowering}\n{n.checkpoint_identity(plan)}\n")
+    check_plan(layout, recorded_identity(plan, recipe))
     if recipe.stateful is not None:
         partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 0)
         recipe = with_buckets(recipe, operator_buckets(layout, partitions))
@@ -300,6 +300,14 @@ def operator_buckets(checkpoint: CheckpointLayout, shuffle_partitions: int) -> i
         f.write(f"{chosen}\n")
     os.replace(tmp, path)
     return chosen
+
+
+def recorded_identity(plan: n.PlanNode, recipe: SparkRecipe) -> str:
+    """What a checkpoint records of the pipeline that writes it: the lowering, the plan's identity
+    and, when the stateful operator runs more than one kernel, how its state is laid out."""
+    text = f"lowering: {recipe.lowering}\n{n.checkpoint_identity(plan)}\n"
+    layout = recipe.stateful.operator.state_layout if recipe.stateful is not None else None
+    return text if layout is None else f"{text}operators: {layout}\n"
 
 
 def check_plan(checkpoint: CheckpointLayout, plan_text: str) -> None:

@@ -66,6 +66,7 @@ from krishiv_py.names import (
 )
 from krishiv_py.stateful import kernel, stage
 from krishiv_py.stateful._arrow import arrow, framed, ipc_bytes, ipc_table, unframed
+from krishiv_py.stateful.chain import ChainKernel
 from krishiv_py.stateful.delays import bucket_of
 from krishiv_py.stateful.premerge import MERGED_ROWS
 from krishiv_py.stateful.protocol import Kernel
@@ -159,6 +160,16 @@ class OperatorSpec:
         return pa.schema([pa.field(c.name, c.type) for c in self.columns])
 
     @property
+    def state_layout(self) -> str | None:
+        """How the state is laid out when the operator runs more than one kernel: the kernels'
+        kinds in the order they run, `` > `` between two in one call, `` | `` before a stage
+        (None: one kernel). A checkpoint records it, so that state laid out for other kernels is
+        never read as this one's."""
+        calls = [self.kernel, *(s.kernel for s in stage.levels(self.then))]
+        kinds = [" > ".join(_kinds(k)) for k in calls]
+        return None if kinds == [type(self.kernel).__name__] else " | ".join(kinds)
+
+    @property
     def late_schema(self) -> pa.Schema:
         """The input columns as a late-event handler sees them (a join's side as ``side``)."""
         return pa.schema([pa.field(_late_name(c.name), c.type) for c in self.columns])
@@ -176,6 +187,13 @@ class OperatorSpec:
                 if _late_name(name) not in names
             ]
         return pa.schema(fields)
+
+
+def _kinds(k: Kernel) -> list[str]:
+    """The kinds of the kernels ``k`` runs, first to last (a chain's, each of its own)."""
+    if isinstance(k, ChainKernel):
+        return [*_kinds(k.first), *_kinds(k.then)]
+    return [type(k).__name__]
 
 
 def _late_name(name: str) -> str:
