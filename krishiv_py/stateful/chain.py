@@ -59,7 +59,7 @@ from krishiv_py.stateful.between import Between, handed_rows
 from krishiv_py.stateful.kernel import StepOutput
 from krishiv_py.stateful.protocol import NOT_DUE, Kernel, Unmerged
 
-__all__ = ["ChainKernel"]
+__all__ = ["ChainKernel", "kinds_of"]
 
 _STATE = pa.schema(
     [pa.field(name, pa.binary()) for name in (CHAIN_FIRST, CHAIN_THEN)]
@@ -148,6 +148,13 @@ class ChainKernel(Unmerged):
 
     def describe(self) -> str:
         return f"{self.first.describe()}, then in the same call {self.then.describe()}"
+
+
+def kinds_of(kernel: Kernel) -> list[str]:
+    """The kinds of the kernels ``kernel`` runs, first to last (a chain's, each of its own)."""
+    if isinstance(kernel, ChainKernel):
+        return [*kinds_of(kernel.first), *kinds_of(kernel.then)]
+    return [type(kernel).__name__]
 
 
 def _split(state: pa.Table | None) -> tuple[pa.Table | None, pa.Table | None, int | None, int]:

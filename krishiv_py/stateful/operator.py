@@ -66,7 +66,7 @@ from krishiv_py.names import (
 )
 from krishiv_py.stateful import kernel, stage
 from krishiv_py.stateful._arrow import arrow, framed, ipc_bytes, ipc_table, unframed
-from krishiv_py.stateful.chain import ChainKernel
+from krishiv_py.stateful.chain import kinds_of
 from krishiv_py.stateful.delays import bucket_of
 from krishiv_py.stateful.premerge import MERGED_ROWS
 from krishiv_py.stateful.protocol import Kernel
@@ -166,7 +166,7 @@ class OperatorSpec:
         (None: one kernel). A checkpoint records it, so that state laid out for other kernels is
         never read as this one's."""
         calls = [self.kernel, *(s.kernel for s in stage.levels(self.then))]
-        kinds = [" > ".join(_kinds(k)) for k in calls]
+        kinds = [" > ".join(kinds_of(k)) for k in calls]
         return None if kinds == [type(self.kernel).__name__] else " | ".join(kinds)
 
     @property
@@ -187,13 +187,6 @@ class OperatorSpec:
                 if _late_name(name) not in names
             ]
         return pa.schema(fields)
-
-
-def _kinds(k: Kernel) -> list[str]:
-    """The kinds of the kernels ``k`` runs, first to last (a chain's, each of its own)."""
-    if isinstance(k, ChainKernel):
-        return [*_kinds(k.first), *_kinds(k.then)]
-    return [type(k).__name__]
 
 
 def _late_name(name: str) -> str:
