@@ -19,6 +19,7 @@ import krishiv_py as kp
 from krishiv_py.errors import PlanError
 from krishiv_py.model.compose import AggOf, ComposedModel, FilterOf, JoinOf, Source, TopNOf, UnionOf, WindowOf
 from krishiv_py.model.reference import AggSpec as ModelAgg
+from krishiv_py.plan.watermarks import END_OF_TIME_MS
 from krishiv_py.plan.windows import TumblingWindow
 
 pytestmark = pytest.mark.spark
@@ -749,3 +750,92 @@ def test_users_counted_by_the_window_of_their_latest_view_a_window_over_a_dedup(
         aggregates=[ModelAgg(name="users", func="count", column=None)],
     )
     assert _run(session, per_window, ComposedModel(model), {"views": to_views}) > 0
+
+
+def test_each_users_running_click_count_joined_with_their_views_around_it_takes_its_retractions(
+    session: kp.Session,
+) -> None:
+    """A running count of clicks per user (an aggregation without a window: each click retracts the
+    user's count and emits the new one, at the click's time), joined with the user's views 5 s
+    either side: a new count withdraws the pairs of the old one (a join stage after the aggregation)."""
+    tag = uuid.uuid4().hex[:6]
+    (clicks, to_clicks), (views, to_views) = (
+        session.memory_stream(ddl, name=f"{name}_{tag}")
+        for name, ddl in (("clicks", CLICKS), ("views", VIEWS))
+    )
+    counts = clicks.watermark("t", 0).key_by("user").agg(kp.count(kp.col("*")).alias("clicks"))
+    joined = (
+        counts.key_by("user")
+        .interval_join(views.watermark("t", 0).key_by("user"), between=(-5_000, 5_000))
+        .accumulation("retracting")
+    )
+    reason = joined.lower().reason
+    assert "a stage after the aggregation's" in reason and "while the job runs" in reason
+    model = JoinOf(
+        AggOf(
+            Source("clicks", "t", ("user", "t", "click")),
+            keys=("user",),
+            aggregates=[ModelAgg(name="clicks", func="count", column=None)],
+        ),
+        Source("views", "t", ("user", "t", "ad")),
+        keys=("user",),
+        between=(-5_000, 5_000),
+        allowed_lateness_ms=END_OF_TIME_MS,
+    )
+    assert _run(session, joined, ComposedModel(model), {"clicks": to_clicks, "views": to_views}) > 0
+
+
+def test_a_join_of_two_joins_four_streams_equals_the_model_streamed_and_bounded(session: kp.Session) -> None:
+    """Clicks with the views of their user, joined by ad with each ad's campaign changes and the
+    budgets set around them: both joins run as one operator, the third a stage after it."""
+    _, joined, clicks, views = _streams(session)
+    tag = uuid.uuid4().hex[:6]
+    (ads, to_ads), (budgets, to_budgets) = (
+        session.memory_stream(ddl, name=f"{name}_{tag}")
+        for name, ddl in (("ads", ADS), ("budgets", "ad string, bt bigint, budget bigint"))
+    )
+    funded = (
+        ads.watermark("at", 0)
+        .key_by("ad")
+        .interval_join(budgets.watermark("bt", 0).key_by("ad"), between=(-10_000, 10_000))
+    )
+    four = joined.key_by("ad").interval_join(funded.key_by("ad"), between=(-20_000, 20_000))
+    assert "both operators under the join run as one" in four.explain()
+    budget_steps = [
+        [{"ad": "a1", "bt": 1_000, "budget": 10}, {"ad": "a2", "bt": 5_000, "budget": 20}],
+        [{"ad": "a3", "bt": 15_000, "budget": 5}],
+        [{"ad": "a1", "bt": 25_000, "budget": 15}],
+    ]
+    model = ComposedModel(
+        JoinOf(
+            _model_join(),
+            JoinOf(
+                Source("ads", "at", ("ad", "at", "campaign")),
+                Source("budgets", "bt", ("ad", "bt", "budget")),
+                keys=("ad",),
+                between=(-10_000, 10_000),
+            ),
+            keys=("ad",),
+            between=(-20_000, 20_000),
+            allowed_lateness_ms=20_000,  # the first join's: the third keeps rows as long (docs/joins.md)
+        )
+    )
+    names = list(four.columns)
+    expected: list[tuple[Any, ...]] = []
+    job = four.start()
+    try:
+        for i, (side, rows) in enumerate(STEPS):
+            expected += [_key(r, names) for r in model.send(rows, source=side)]
+            (clicks if side == "clicks" else views).send(rows)
+            if i < len(AD_STEPS):
+                more_steps = (("ads", to_ads, AD_STEPS[i]), ("budgets", to_budgets, budget_steps[i]))
+                for name, sender, more in more_steps:
+                    expected += [_key(r, names) for r in model.send(more, source=name)]
+                    sender.send(more)
+            job.process_all_available()
+        got = _closed(job, (clicks, views, to_ads, to_budgets), model, names, expected)
+    finally:
+        job.stop()
+    assert got and Counter(got) == Counter(expected)
+    bounded = [_key(r, names) for r in four.collect().to_pylist()]
+    assert Counter(bounded) == Counter(expected)

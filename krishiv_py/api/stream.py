@@ -474,9 +474,10 @@ class JoinedStream(Stream):
     :meth:`allowed_lateness`, :meth:`accumulation`,
     :meth:`with_late_event_handler` and :meth:`with_state_ttl`; each returns
     a new ``JoinedStream``. Filters, projections and every sink apply to it
-    as to any stream (see docs/joins.md); a window, an aggregation, a top-N
-    or a ``.watermark()`` after a join is not supported yet (a
-    :class:`PlanError` says what works instead).
+    as to any stream (see docs/joins.md), and so do windows, aggregations,
+    top-Ns and other joins after it (SPEC 3.13); a ``.watermark()`` after a
+    join is a :class:`PlanError` (the joined rows carry their event time:
+    the later of the two rows').
 
     Examples
     --------

@@ -939,14 +939,13 @@ def _check_join(node: Join) -> None:
             _check_window_input(what, side, below)
             if event_time(plan) is None:
                 raise PlanError(f"{what}: the {side} side is a window's results; {NO_RESULT_TIME}")
-        elif window_aggregates(plan) or _keyed_aggregates(plan):
+        elif isinstance(below, Join | KeyedAggregate | KeyedTopN):
+            _check_operator_input(what, side, below)
+        elif window_aggregates(plan) or _keyed_aggregates(plan) or joins_of(plan):
             raise PlanError(
-                f"{what}: the {side} side is the result of an aggregation without a window or a "
-                "top-N, or of a window with another operator after it, which is not supported as a "
-                "join input yet; a window's or a join's results (filtered or not) are"
+                f"{what}: the {side} side is {_what_below(below)}'s results, which a join does not "
+                f"take yet; {JOIN_INPUTS}"
             )
-        elif joins_of(plan):
-            _check_join_input(what, side, plan)
         if event_time(plan) is None:
             raise PlanError(
                 f"{what}: the {side} side has no watermark; call .watermark(column, lag_ms) on it "
@@ -954,12 +953,6 @@ def _check_join(node: Join) -> None:
             )
         if not keys:
             raise PlanError(f"{what}: the {side} side needs key columns: call key_by(...) on it first")
-    if joins_of(node.left) and joins_of(node.right):
-        raise PlanError(f"{what}: a join of two joins is not supported yet; one side may be a join")
-    if (window_aggregates(node.left) or window_aggregates(node.right)) and (
-        joins_of(node.left) or joins_of(node.right)
-    ):
-        raise PlanError(f"{what}: a join of a window's results and a join's rows is not supported yet")
     if len(node.left_keys) != len(node.right_keys):
         raise PlanError(
             f"{what}: both sides need the same number of key columns, got "
@@ -1005,14 +998,33 @@ def _check_join(node: Join) -> None:
     _join_schema(node)
 
 
-def _check_join_input(what: str, side: str, plan: PlanNode) -> None:
-    """A join's results as one side of another join: of two streams (filtered or not)."""
-    below = stateless_below(plan)
-    if not isinstance(below, Join) or joins_of(below.left) or joins_of(below.right):
+#: What a join takes as a side today (SPEC 3.13), for the errors that name what it does not.
+JOIN_INPUTS = (
+    "a join's side is a stream, or the results of one join, window, aggregation or top-N per key "
+    "over streams (filtered or projected or not)"
+)
+
+
+def _check_operator_input(what: str, side: str, below: Join | KeyedAggregate | KeyedTopN) -> None:
+    """A join's, an aggregation's or a top-N's results per key as one side of a join: of streams."""
+    inputs = children(below)
+    if any(window_aggregates(i) or joins_of(i) or _keyed_aggregates(i) for i in inputs):
         raise PlanError(
-            f"{what}: the {side} side is a join of a join's rows (or of another operator's "
-            "results): not supported yet; a join's side may be a join of two streams"
+            f"{what}: the {side} side is {_what_below(below)} of another operator's results, which "
+            f"a join does not take yet (a join of a join of a join, say); {JOIN_INPUTS}"
         )
+
+
+def _what_below(node: PlanNode) -> str:
+    if isinstance(node, Join):
+        return "a join"
+    if isinstance(node, WindowAggregate):
+        return "a window"
+    if isinstance(node, KeyedAggregate):
+        return "an aggregation per key"
+    if isinstance(node, KeyedTopN | TopN):
+        return "a top-N"
+    return "a union" if isinstance(node, Union) else f"a {type(node).__name__}"
 
 
 def _check_window_input(what: str, side: str, plan: WindowAggregate) -> None:
@@ -1074,8 +1086,9 @@ def check_joins_complete(plan: PlanNode) -> None:
             if takes_retractions(below) and e.accumulation != "retracting":
                 raise PlanError(
                     f"{what_join(node)}: the {side} side withdraws rows it sent (a window that fires "
-                    "more than once, a join in accumulation('retracting')), and a withdrawn row takes "
-                    "the joined rows it made with it: the join needs .accumulation('retracting')"
+                    "more than once, a join in accumulation('retracting'), an aggregation or a top-N "
+                    "per key), and a withdrawn row takes the joined rows it made with it: the join "
+                    "needs .accumulation('retracting')"
                 )
         corrects = node.how != "inner" or node.kind == "as_of"
         if e.allowed_lateness_ms and corrects and e.accumulation != "retracting":

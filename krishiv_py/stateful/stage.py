@@ -112,12 +112,15 @@ class JoinSide:
     layout: tuple[tuple[str, pa.DataType, str | None], ...]
     #: The results carry ``kind`` (emits and retractions), which the join takes.
     retracting: bool = False
-    #: A join of two windows' results (one operator, :class:`~krishiv_py.stateful.union.UnionKernel`
+    #: A join of two operators' results (one operator, :class:`~krishiv_py.stateful.union.UnionKernel`
     #: with ``tagged``): the other side, made of the results of branch 1 (this one: of branch 0).
     other: JoinSide | None = None
-    #: With ``other``: the filters and projections between this side's window and the join, over
+    #: With ``other``: the filters and projections between this side's operator and the join, over
     #: its results (the layout's sources are their columns).
     between: Between | None = None
+    #: The operator's results carry their own event times (``__kp_ts``: a join's, an aggregation's
+    #: or a top-N's per key); False: a window's, ``window_end - 1 ms``.
+    timed: bool = True
 
     @property
     def sources(self) -> tuple[tuple[str, pa.DataType], ...]:
@@ -126,20 +129,27 @@ class JoinSide:
         return tuple((source, kind) for _, kind, source in self.layout if source is not None)
 
     def handed(self, results: pa.Table, *, retracting: bool, at: int | None) -> pa.Table:
-        """A join of two windows' results (``other``): each window's results, through the filters
-        and projections between it and the join, as the join's rows of its side."""
+        """A join of two operators' results (``other``): each one's results, through the filters
+        and projections between it and the join, as the join's rows of its side.
+
+        The two operators' results travel as one table (the columns of both,
+        nulls where one has none): a window's rows drop the event times the
+        other operator's results carry (and a row with no ``kind`` is an emit).
+        """
         assert self.other is not None
         branch = np.asarray(results.column(BRANCH).to_numpy(zero_copy_only=False), np.int64)
         parts = []
         for i, side in enumerate((attrs.evolve(self, other=None), self.other)):
             mine = results.filter(pa.array(branch == i))
+            if not side.timed and BATCH_TS in mine.column_names:
+                mine = mine.drop_columns([BATCH_TS])
             handed = handed_rows(mine, side.sources, between=side.between, retracting=retracting, at=at)
             parts.append(side.rows(handed))
         return pa.concat_tables(parts)
 
     def rows(self, handed: pa.Table) -> pa.Table:
         """``handed`` (the result columns and event time) as the join's rows of this side."""
-        assert self.other is None, "a join of two windows' results hands each side its rows (handed)"
+        assert self.other is None, "a join of two operators' results hands each side its rows (handed)"
         count = handed.num_rows
         cols: dict[str, Any] = {JOIN_SIDE: pa.array([self.side] * count, pa.string())}
         for name, kind, source in self.layout:

@@ -42,7 +42,7 @@ from krishiv_py.planner.spark.recipe import (
     SparkRecipe,
 )
 from krishiv_py.planner.spark.sliding import pane_choice, stream_pane_choice
-from krishiv_py.planner.spark.sources import Lowerer, one_watermark, select_item, top_n
+from krishiv_py.planner.spark.sources import STAGED_SIDES, Lowerer, one_watermark, select_item, top_n
 from krishiv_py.planner.spark.stateful import (
     lower_stateful_join,
     lower_stateful_keyed,
@@ -258,12 +258,21 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
             STAGED_REASON if joined else AFTER_STAGED_REASON,
         )
     sides = [n.stateless_below(c) for c in n.children(bottom)] if isinstance(bottom, n.Join) else []
-    if any(isinstance(c, n.Join) for c in sides):
-        why.append(JOIN_STAGE_REASON)
-    if all(isinstance(c, n.WindowAggregate) for c in sides) and sides:
-        why.append(JOIN_WINDOWS_REASON)
-    elif any(isinstance(c, n.WindowAggregate) for c in sides):
-        why.append(JOIN_WINDOW_REASON)
+    operators = [c for c in sides if isinstance(c, STAGED_SIDES)]
+    if len(operators) == 2:
+        windows = all(isinstance(c, n.WindowAggregate) for c in operators)
+        why.append(JOIN_WINDOWS_REASON if windows else JOIN_OPERATORS_REASON)
+    elif operators:
+        one = operators[0]
+        why.append(
+            JOIN_STAGE_REASON
+            if isinstance(one, n.Join)
+            else JOIN_WINDOW_REASON
+            if isinstance(one, n.WindowAggregate)
+            else JOIN_PER_KEY_REASON
+        )
+    if any(isinstance(c, n.KeyedAggregate | n.KeyedTopN) for c in operators):
+        why.append(JOIN_CHANGES_KEPT_REASON)
     if isinstance(bottom, n.Join) and any(n.takes_retractions(c) for c in n.children(bottom)):
         why.append(JOIN_CHANGES_REASON)
     ctx = Lowerer(
@@ -472,9 +481,35 @@ JOIN_WINDOWS_REASON = (
     "Arrow file per bucket and micro-batch under the checkpoint)"
 )
 
+#: Why a join of two operators' results runs as it does (docs/joins.md, "A join of two operators' results").
+JOIN_OPERATORS_REASON = (
+    "; both operators under the join run as one (each over its own rows, by its own keys), and the "
+    "join is a stage after it: each one's results (with their event times) cross the cluster to "
+    "the join's key buckets in the micro-batch that makes them, the first's as the left side's "
+    "rows, the second's as the right side's, and the join keeps its state of its own (one Arrow "
+    "file per bucket and micro-batch under the checkpoint)"
+)
+
+#: Why a join of an aggregation's or a top-N's changes per key runs as it does (docs/joins.md).
+JOIN_PER_KEY_REASON = (
+    "; the join is a stage after the aggregation's or top-N's operator: each change (event time: "
+    "the rows' that made it; a retraction the time of the emit it withdraws) crosses the cluster "
+    "to the join's key buckets in the micro-batch that makes it, the other stream's rows are "
+    "routed there by their keys, and the join keeps its state of its own (one Arrow file per "
+    "bucket and micro-batch under the checkpoint)"
+)
+
+#: Why a join of changes per key keeps its rows while the job runs.
+JOIN_CHANGES_KEPT_REASON = (
+    "; a change per key may withdraw a row of any age, so the join keeps the rows of both its "
+    "sides while the job runs (and takes the other side's rows however late): its state grows "
+    "with the rows, unless with_state_ttl() on the join expires them"
+)
+
 #: Why a join of a changelog runs as it does (docs/joins.md, "A join of corrected rows").
 JOIN_CHANGES_REASON = (
-    "; its input withdraws rows it sent (a window that fires again, a retracting join): a "
+    "; its input withdraws rows it sent (a window that fires again, a retracting join, an "
+    "aggregation or a top-N per key): a "
     "retraction withdraws the held row of equal values and event time and the joined rows it made "
     "(an outer row left without a partner is padded again), and the join keeps rows as much longer "
     "as the input can still correct them (its allowed lateness; a window's, one ms more)"
@@ -555,7 +590,7 @@ def _operator_inputs(bottom: n.PlanNode) -> list[n.PlanNode]:
     out: list[n.PlanNode] = []
     for child in n.children(bottom):
         below = n.stateless_below(child)
-        staged = isinstance(bottom, n.Join) and isinstance(below, n.Join | n.WindowAggregate)
+        staged = isinstance(bottom, n.Join) and isinstance(below, STAGED_SIDES)
         branch = isinstance(bottom, n.Union) and isinstance(child, n.WindowAggregate)  # one operator
         out += n.children(below) if staged or branch else [child]
     return out

@@ -74,6 +74,7 @@ from krishiv_py.planner.sql import failure_checks, quote, to_sql
 from krishiv_py.types import Schema
 
 __all__ = [
+    "STAGED_SIDES",
     "JoinRule",
     "Lowerer",
     "ReadRule",
@@ -113,10 +114,14 @@ class JoinRule(Protocol):
     ) -> RecipeNode: ...
 
 
+#: The operators whose results a join on the stateful lowering takes as a side: a stage after them.
+STAGED_SIDES = (n.Join, n.WindowAggregate, n.KeyedAggregate, n.KeyedTopN)
+
+
 def _results_of(side: n.PlanNode) -> n.PlanNode:
     """A join's side as it is lowered: the operator under its filters and projections, if any."""
     below = n.stateless_below(side)
-    return below if isinstance(below, n.Join | n.WindowAggregate) else side
+    return below if isinstance(below, STAGED_SIDES) else side
 
 
 @attrs.define

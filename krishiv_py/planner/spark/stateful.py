@@ -36,7 +36,7 @@ from krishiv_py.plan.watermarks import END_OF_TIME_MS
 from krishiv_py.plan.windows import SlidingWindow, TumblingWindow
 from krishiv_py.planner.spark.recipe import RecipeNode, SelectExprs, SparkRecipe, StatefulApply, UnionAll
 from krishiv_py.planner.sql import quote
-from krishiv_py.types import Schema
+from krishiv_py.types import DataType, Schema
 
 __all__ = [
     "BUCKETS",
@@ -210,33 +210,31 @@ def lower_stateful_union(node: n.Union, branches: list[RecipeNode], *, streaming
     :class:`StatefulApply` of its own), whose rows, encoding and key
     buckets are kept; the columns of every branch share one layout by name.
     """
-    windows = [b for b in node.inputs if isinstance(b, n.WindowAggregate)]
-    assert len(windows) == len(node.inputs)
-    return _windows_as_one(windows, branches, streaming=streaming, tagged=False)
+    assert all(isinstance(b, n.WindowAggregate) for b in node.inputs)
+    applies = [b for b in branches if isinstance(b, StatefulApply)]
+    assert len(applies) == len(branches)
+    return operators_as_one(applies, streaming=streaming, tagged=False)
 
 
-def _windows_as_one(
-    windows: list[n.WindowAggregate], branches: list[RecipeNode], *, streaming: bool, tagged: bool
-) -> StatefulApply:
-    """The windows (each lowered by the window rule) as one operator, a branch number per row;
-    ``tagged``: each result says which window made it (``__kp_branch``)."""
+def operators_as_one(applies: list[StatefulApply], *, streaming: bool, tagged: bool) -> StatefulApply:
+    """The operators (each lowered by its rule, in one call) as one, a branch number per row;
+    ``tagged``: each result says which operator made it (``__kp_branch``)."""
     import pyarrow as pa
 
     from krishiv_py.names import BRANCH
     from krishiv_py.stateful.operator import InputColumn, OperatorSpec
     from krishiv_py.stateful.union import UnionKernel
 
-    applies = [b for b in branches if isinstance(b, StatefulApply)]
-    assert len(applies) == len(branches)
     layout: dict[str, tuple[Any, str]] = {}
-    for branch, apply in zip(windows, applies, strict=True):
-        schema = n.schema_of(branch.input)
+    for apply in applies:
         for c in apply.operator.columns:
-            held = layout.setdefault(c.name, (c.type, schema.field(c.name).dtype.name))
+            sql = DataType.from_arrow(c.type, c.name).name
+            held = layout.setdefault(c.name, (c.type, sql))
             if held[0] != c.type:
                 raise PlanError(
-                    f"a union of windows reads column {c.name!r} as {held[1]} in one branch and as "
-                    f"{schema.field(c.name).dtype.name} in another; cast one with with_column() first"
+                    f"operators run as one (a union of windows, a join of two operators' results) "
+                    f"read column {c.name!r} as {held[1]} in one and as {sql} in another; cast one "
+                    "with with_column() first"
                 )
     columns = [InputColumn(name=BRANCH, type=pa.int32(), index=0)]
     columns += [
@@ -576,13 +574,15 @@ def lower_stateful_join(
 ) -> RecipeNode:
     """Both sides' rows in one layout, tagged by side, into krishiv's operator by key bucket.
 
-    A side that is another join's operator (a join of a join, SPEC 3.13)
-    makes this join a stage after it (:func:`_join_after_join`).
+    A side that is another operator's results (a join's, a window's, an
+    aggregation's or a top-N's per key: SPEC 3.13) makes this join a stage
+    after that operator (:func:`_join_after_operator`); both sides such
+    results, a stage after both operators run as one (:func:`_join_of_operators`).
     """
     if isinstance(left, StatefulApply) and isinstance(right, StatefulApply):
-        return _join_of_windows(node, left, right, streaming=streaming, shift_ms=shift_ms)
+        return _join_of_operators(node, left, right, streaming=streaming, shift_ms=shift_ms)
     if isinstance(left, StatefulApply) or isinstance(right, StatefulApply):
-        return _join_after_join(node, left, right, shift_ms=shift_ms)
+        return _join_after_operator(node, left, right, shift_ms=shift_ms)
     spec = join_spec(node, shift_ms=shift_ms)
     kernel = spec.kernel.spec
     both = UnionAll(
@@ -613,15 +613,45 @@ def _join_side(node: n.Join, kernel: Any, name: str, child: RecipeNode) -> Recip
     return SelectExprs(child=child, exprs=tuple(exprs))
 
 
-def _join_after_join(node: n.Join, left: RecipeNode, right: RecipeNode, *, shift_ms: int) -> RecipeNode:
-    """A join whose one side is another join's results: a join stage after that join's operator.
+@attrs.frozen
+class _Upstream:
+    """How one operator's results enter a join stage after it."""
 
-    The first join's results (with their event times) cross the cluster to
+    #: The operator's kernel, its results carrying their event times where it has its own.
+    kernel: Any
+    #: How much longer than its own lateness the join keeps rows: as long as the operator may
+    #: still correct the results it sent.
+    carried_ms: int
+    #: Its results carry ``kind`` (emits and retractions).
+    retracting: bool
+    #: Its results carry their own event times (``__kp_ts``); False: a window's, ``window_end - 1 ms``.
+    timed: bool
+
+
+def _upstream(inner: n.PlanNode, kernel: Any) -> _Upstream:
+    """``inner`` (the operator under a join's side, lowered to ``kernel``) as a join stage's input."""
+    from krishiv_py.stateful.joins import JoinKernel
+
+    if isinstance(inner, n.Join):
+        timed = JoinKernel(attrs.evolve(kernel.spec, event_times=True))
+        return _Upstream(timed, inner.emission.allowed_lateness_ms, _retracts(inner), timed=True)
+    if isinstance(inner, n.KeyedAggregate | n.KeyedTopN):  # a change may withdraw a row of any age
+        return _Upstream(attrs.evolve(kernel, event_times=True), END_OF_TIME_MS, True, timed=True)
+    assert isinstance(inner, n.WindowAggregate)
+    return _Upstream(kernel, _corrected_for_ms(inner), _retracts(inner), timed=False)
+
+
+def _join_after_operator(node: n.Join, left: RecipeNode, right: RecipeNode, *, shift_ms: int) -> RecipeNode:
+    """A join whose one side is another operator's results: a join stage after that operator.
+
+    The operator's results (with their event times) cross the cluster to
     this join's key buckets as one side of its rows; the other side's rows
     are routed there by their keys in the same micro-batch. This join keeps
-    rows the first join's allowed lateness longer, so that a late partner's
-    new pairs still meet theirs (one lateness per join: the other side's
-    rows are kept as long).
+    rows as much longer as the operator may still correct its results (a
+    join's allowed lateness, a window's and one ms, an aggregation's or a
+    top-N's per key: while the job runs), so that a corrected row still
+    meets its partners (one lateness per join: the other side's rows are
+    kept as long, and taken as late).
     """
     from krishiv_py.stateful.joins import JoinKernel
     from krishiv_py.stateful.stage import JoinSide, StageSpec
@@ -630,17 +660,17 @@ def _join_after_join(node: n.Join, left: RecipeNode, right: RecipeNode, *, shift
     apply, other = (left, right) if upstream_left else (right, left)
     side_plan = node.left if upstream_left else node.right
     inner = n.stateless_below(side_plan)
-    assert isinstance(apply, StatefulApply) and isinstance(inner, n.Join | n.WindowAggregate)
-    between = _between_below(side_plan)
+    assert isinstance(apply, StatefulApply)
     if isinstance(other, StatefulApply) or apply.operator.then is not None:
         raise PlanError(
-            "the stateful lowering joins one join's or one window's results with a stream for now; "
-            "a join of two of them, or of a join of joins, is not supported yet"
+            "the stateful lowering joins the results of operators that each run in one call; a "
+            "join of a stage's results (a join of a join of a join, an operator keyed otherwise "
+            "below the join) is not supported yet"
         )
+    source = _upstream(inner, apply.operator.kernel)
     spec = join_spec(node, shift_ms=shift_ms)
-    retracting = _retracts(inner)
-    lateness = spec.kernel.spec.allowed_lateness_ms + _corrected_for_ms(inner)
-    kernel = attrs.evolve(spec.kernel.spec, allowed_lateness_ms=lateness, changes=retracting)
+    lateness = spec.kernel.spec.allowed_lateness_ms + source.carried_ms
+    kernel = attrs.evolve(spec.kernel.spec, allowed_lateness_ms=lateness, changes=source.retracting)
     side = "left" if upstream_left else "right"
     layout = _side_layout(node, kernel, spec.columns, side)
     encoded = _apply(
@@ -648,17 +678,13 @@ def _join_after_join(node: n.Join, left: RecipeNode, right: RecipeNode, *, shift
     )
     stage = StageSpec(
         kernel=JoinKernel(kernel),
-        upstream=(
-            JoinKernel(attrs.evolve(apply.operator.kernel.spec, event_times=True))
-            if isinstance(inner, n.Join)
-            else apply.operator.kernel
-        ),
+        upstream=source.kernel,
         columns=(),
         buckets=apply.operator.buckets,
         upstream_buckets=apply.operator.buckets,
-        retracting=retracting,
-        between=_between(between),
-        join_side=JoinSide(side=side, layout=layout, retracting=retracting),
+        retracting=source.retracting,
+        between=_between(_between_below(side_plan)),
+        join_side=JoinSide(side=side, layout=layout, retracting=source.retracting, timed=source.timed),
         side_input=tuple((c.name, c.type, c.value) for c in spec.columns),
     )
     operator = attrs.evolve(apply.operator, kernel=stage.upstream, then=stage)
@@ -666,48 +692,56 @@ def _join_after_join(node: n.Join, left: RecipeNode, right: RecipeNode, *, shift
     return attrs.evolve(apply, operator=operator, side_input=encoded.child)
 
 
-def _join_of_windows(
+def _join_of_operators(
     node: n.Join, left: StatefulApply, right: StatefulApply, *, streaming: bool, shift_ms: int
 ) -> RecipeNode:
-    """A join of two windows' results: both windows as one operator, the join a stage after it.
+    """A join of two operators' results: both operators as one, the join a stage after it.
 
-    The two windows run as the branches of one operator (as a union of
-    windows does), each over its own stream's rows by its own keys; their
-    results, each tagged with its window, cross the cluster to the join's
-    key buckets, where the first window's are the left side's rows and the
-    second's the right side's. The join keeps rows the windows' allowed
-    lateness (and one ms) longer, so that a corrected result meets its
-    partners (:func:`_join_after_join`).
+    The two operators (windows, joins, aggregations or top-Ns per key) run as
+    the branches of one operator (as a union of windows does), each over its
+    own rows by its own keys; their results, each tagged with its branch,
+    cross the cluster to the join's key buckets, where the first's are the
+    left side's rows and the second's the right side's. The join keeps rows
+    as much longer as either may still correct its results
+    (:func:`_join_after_operator`).
     """
     from krishiv_py.stateful.joins import JoinKernel
     from krishiv_py.stateful.stage import JoinSide, StageSpec
 
-    windows = [n.stateless_below(side) for side in (node.left, node.right)]
-    if not all(isinstance(w, n.WindowAggregate) for w in windows):
+    if left.operator.then is not None or right.operator.then is not None:
         raise PlanError(
-            "the stateful lowering joins two windows' results, or one join's or window's results "
-            "and a stream; a join of two joins, or of a join and a window, is not supported yet"
+            "the stateful lowering joins the results of operators that each run in one call; a "
+            "join of a stage's results (a join of a join of a join, an operator keyed otherwise "
+            "below the join) is not supported yet"
         )
-    left_w, right_w = windows
-    assert isinstance(left_w, n.WindowAggregate) and isinstance(right_w, n.WindowAggregate)
-    both_windows = (left_w, right_w)
-    results = [n.schema_of(w) for w in windows]
+    inners = [n.stateless_below(side) for side in (node.left, node.right)]
+    results = [n.schema_of(inner) for inner in inners]
     for f in results[0]:
-        if f.name in results[1].names and results[1].field(f.name).dtype != f.dtype:
+        if f.name in results[1].names and results[1].field(f.name).dtype != f.dtype and f.name != RESULT_KIND:
             raise PlanError(
-                f"a join of two windows' results reads column {f.name!r} as {f.dtype.name} on the "
+                f"a join of two operators' results reads column {f.name!r} as {f.dtype.name} on the "
                 f"left and as {results[1].field(f.name).dtype.name} on the right; rename one of them "
-                "with .alias() in its agg()"
+                "(.alias() in its agg(), or select() before its operator)"
             )
-    both = _windows_as_one([left_w, right_w], [left, right], streaming=streaming, tagged=True)
+    applies = (left, right)
+    sources = [_upstream(inner, a.operator.kernel) for inner, a in zip(inners, applies, strict=True)]
+    timed = [
+        attrs.evolve(a, operator=attrs.evolve(a.operator, kernel=s.kernel))
+        for a, s in zip(applies, sources, strict=True)
+    ]
+    both = operators_as_one(timed, streaming=streaming, tagged=True)
     spec = join_spec(node, shift_ms=shift_ms)
-    carried = max(_corrected_for_ms(w) for w in both_windows)
-    retracting = _retracts(left_w) or _retracts(right_w)
-    lateness = spec.kernel.spec.allowed_lateness_ms + carried
+    retracting = any(s.retracting for s in sources)
+    lateness = spec.kernel.spec.allowed_lateness_ms + max(s.carried_ms for s in sources)
     kernel = attrs.evolve(spec.kernel.spec, allowed_lateness_ms=lateness, changes=retracting)
-    layouts = {side: _side_layout(node, kernel, spec.columns, side) for side in ("left", "right")}
     left_between, right_between = (_between(_between_below(side)) for side in (node.left, node.right))
-    second = JoinSide(side="right", layout=layouts["right"], retracting=retracting, between=right_between)
+    second = JoinSide(
+        side="right",
+        layout=_side_layout(node, kernel, spec.columns, "right"),
+        retracting=retracting,
+        between=right_between,
+        timed=sources[1].timed,
+    )
     stage = StageSpec(
         kernel=JoinKernel(kernel),
         upstream=both.operator.kernel,
@@ -716,7 +750,12 @@ def _join_of_windows(
         upstream_buckets=both.operator.buckets,
         retracting=retracting,
         join_side=JoinSide(
-            side="left", layout=layouts["left"], retracting=retracting, other=second, between=left_between
+            side="left",
+            layout=_side_layout(node, kernel, spec.columns, "left"),
+            retracting=retracting,
+            other=second,
+            between=left_between,
+            timed=sources[0].timed,
         ),
     )
     return attrs.evolve(both, operator=attrs.evolve(both.operator, then=stage))
