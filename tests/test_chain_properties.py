@@ -768,6 +768,33 @@ def _on_time(steps: list[Step], lags: dict[str, int]) -> list[Step]:
     return out
 
 
+@st.composite
+def three_joins(draw: st.DrawFn) -> Case:
+    """``a`` joined with ``b`` by user, then with ``c`` by ad, then with ``d`` by ad (each on
+    either side): a join stage after a join stage, ``d``'s rows routed into the second."""
+    lags = _lags(draw)
+    first_rows, first, label = _join(draw, lags, retracting=True)
+    op: Op = first
+    stream: Stream = first_rows
+    kept = first.allowed_lateness_ms  # how much longer each join keeps rows than its own lateness
+    for name in ("c", "d"):
+        low, high = -draw(st.integers(0, 8)), draw(st.integers(0, 8))
+        how = draw(st.sampled_from(HOWS))
+        lateness = draw(st.sampled_from([0, 0, 10]))
+        other, other_model = _stream(name, lags[name]).key_by("ad"), _source(name, lags[name])
+        on_left = draw(st.booleans())
+        pair = (stream.key_by("ad"), other) if on_left else (other, stream.key_by("ad"))
+        joined = pair[0].interval_join(pair[1], between=(low, high), how=how).allowed_lateness(lateness)
+        if (how != "inner" and lateness) or RESULT_KIND in stream.columns:
+            joined = joined.accumulation("retracting")
+        left, right = (op, other_model) if on_left else (other_model, op)
+        kept += lateness
+        op = JoinOf(left, right, keys=("ad",), between=(low, high), how=how, allowed_lateness_ms=kept)
+        stream = joined
+        label += f" -> join {how} with {name} ({'right' if on_left else 'left'}) ({low}, {high}) L={lateness}"
+    return Case(label, stream, op, ("a", "b", "c", "d"))
+
+
 def _maybe_after(
     draw: st.DrawFn,
     stream: Stream,
@@ -885,6 +912,8 @@ class Entry:
     side: str | None = None
     own: tuple[tuple[str, str], ...] = ()
     staged: bool = False
+    #: With ``staged``: the level of the join stage it enters (0: the first stage).
+    level: int = 0
     #: A window of a join of two windows' results: which of the operator's two windows it feeds.
     branch: int | None = None
 
@@ -911,8 +940,22 @@ def _entries(plan: n.PlanNode) -> dict[str, Entry]:
                 out |= {s.name: Entry(branch=i if two else None) for s in n.sources_of(child)}
             else:
                 own = _own(join, side)
-                out |= {s.name: Entry(side=side, own=own, staged=staged) for s in n.sources_of(child)}
+                level = _stage_count(join) - 1
+                entry = Entry(side=side, own=own, staged=staged, level=level)
+                out |= {s.name: entry for s in n.sources_of(child)}
     return out
+
+
+def _stage_count(join: n.Join) -> int:
+    """How many stages the lowering runs ``join`` as (0: the operator itself): one more than the
+    join under its operator side (a join of a join of a join), one after two operators."""
+    below = [n.stateless_below(c) for c in (join.left, join.right)]
+    kinds = n.Join | n.WindowAggregate | n.KeyedAggregate | n.KeyedTopN
+    operators = [c for c in below if isinstance(c, kinds)]
+    if len(operators) != 1:
+        return len(operators) // 2
+    inner = operators[0]
+    return 1 + (_stage_count(inner) if isinstance(inner, n.Join) else 0)
 
 
 def _own(join: n.Join, side: str) -> tuple[tuple[str, str], ...]:
@@ -965,9 +1008,9 @@ class Glue:
         table = self._encoded(name, rows)
         own: dict[int, pa.Table] = {}
         side: dict[int, list[pa.Table]] = defaultdict(list)
-        if self.entries[name].staged:
-            assert self.then is not None
-            for route, blob in stage.side_rows(self.then, table):
+        entry = self.entries[name]
+        if entry.staged:
+            for route, blob in stage.side_rows(self.levels[entry.level], table):
                 side[route].append(ipc_table(blob))
         else:
             bottom = _bottom(self.op.kernel)
@@ -979,7 +1022,7 @@ class Glue:
             values = zip(*(table.column(k).to_pylist() for k in keys), strict=True) if keys else ()
             buckets = [zlib.crc32(repr(v).encode()) % BUCKETS for v in values] or [0] * table.num_rows
             own = {b: table.filter(pa.array([x == b for x in buckets])) for b in sorted(set(buckets))}
-        self._micro_batch(own, side, set())
+        self._micro_batch(own, {entry.level: side} if side else {}, set())
         times = [r[TIME[name]] for r in rows if r[TIME[name]] is not None]
         if times:
             self._mark(name, max(times) - self.lags[name])
@@ -1023,8 +1066,7 @@ class Glue:
         entry = self.entries[name]
         own = dict(entry.own)
         if entry.staged:
-            assert self.then is not None
-            layout = list(self.then.side_input)
+            layout = list(self.levels[entry.level].side_input)
         else:
             layout = [(c.name, c.type, c.name) for c in self.op.columns]
         cols: dict[str, Any] = {}
@@ -1047,8 +1089,10 @@ class Glue:
         return pa.table(cols)
 
     def _micro_batch(
-        self, rows: dict[int, pa.Table], side: dict[int, list[pa.Table]], ticks: set[int]
+        self, rows: dict[int, pa.Table], sides: dict[int, dict[int, list[pa.Table]]], ticks: set[int]
     ) -> None:
+        """One micro-batch: the operator's buckets with rows or ticked, then each stage; ``sides``:
+        the rows of each join stage's other side, by level and route."""
         kernel, w = self.op.kernel, self.watermark
         handed: dict[int, list[bytes]] = defaultdict(list)
         for b in sorted(set(rows) | ticks):
@@ -1063,17 +1107,20 @@ class Glue:
             else:
                 for route, blob in enumerate(stage.hand_on(self.then, b, out.results, w, count, due)):
                     handed[route].append(blob)
-        self._stages(0, handed, side)
+        self._stages(0, handed, sides)
 
-    def _stages(self, level: int, handed: dict[int, list[bytes]], side: dict[int, list[pa.Table]]) -> None:
+    def _stages(
+        self, level: int, handed: dict[int, list[bytes]], sides: dict[int, dict[int, list[pa.Table]]]
+    ) -> None:
         """The stage ``level``'s buckets that got a row; their results handed on to the next stage."""
         if level == len(self.levels):
             return
         then, first = self.levels[level], self.then
         assert first is not None
         onward: dict[int, list[bytes]] = defaultdict(list)
+        side = sides.get(level, {})
         for route in sorted(set(handed) | set(side)):
-            mark = self.watermark if level == 0 else None  # only a join stage's other side reads it
+            mark = self.watermark if level == 0 else None  # only the first join stage's other side reads it
             before = self.stages.get((level, route))
             stepped = stage.step(then, before, handed[route], 0, side=side.get(route, []), watermark_ms=mark)
             state, out, upstream = stepped[0], stepped[1], stepped[2]
@@ -1088,7 +1135,7 @@ class Glue:
             else:
                 for r, blob in enumerate(stage.handed_from(then, route, kept, out, upstream, bounded=False)):
                     onward[r].append(blob)
-        self._stages(level + 1, onward, {})
+        self._stages(level + 1, onward, sides)
 
     def _empty(self) -> pa.Table:
         fields = [*self.op.input_schema, pa.field(BATCH_TS, pa.int64()), pa.field(SEQ, pa.int64())]
@@ -1375,6 +1422,15 @@ def test_a_join_of_a_windows_results_equals_the_model(case: Case, data: st.DataO
 def test_a_join_of_two_operators_results_or_of_one_and_a_stream_equals_the_model(
     case: Case, data: st.DataObject
 ) -> None:
+    """Compared when every source has closed, over rows on time at their own source's watermark."""
+    lags = {n.sources_of(w)[0].name: w.lag_ms for w in n.walk(case.stream.plan) if isinstance(w, n.Watermark)}
+    steps = _on_time(data.draw(steps_of(case.sources)), lags)
+    check(case, steps, every_step=False, growing=False)
+
+
+@settings(max_examples=EXAMPLES)
+@given(case=three_joins(), data=st.data())
+def test_a_chain_of_three_joins_equals_the_model(case: Case, data: st.DataObject) -> None:
     """Compared when every source has closed, over rows on time at their own source's watermark."""
     lags = {n.sources_of(w)[0].name: w.lag_ms for w in n.walk(case.stream.plan) if isinstance(w, n.Watermark)}
     steps = _on_time(data.draw(steps_of(case.sources)), lags)

@@ -785,57 +785,91 @@ def test_each_users_running_click_count_joined_with_their_views_around_it_takes_
     assert _run(session, joined, ComposedModel(model), {"clicks": to_clicks, "views": to_views}) > 0
 
 
-def test_a_join_of_two_joins_four_streams_equals_the_model_streamed_and_bounded(session: kp.Session) -> None:
-    """Clicks with the views of their user, joined by ad with each ad's campaign changes and the
-    budgets set around them: both joins run as one operator, the third a stage after it."""
+BUDGETS = "ad string, bt bigint, budget bigint"
+BUDGET_STEPS: list[list[dict[str, Any]]] = [
+    [{"ad": "a1", "bt": 1_000, "budget": 10}, {"ad": "a2", "bt": 5_000, "budget": 20}],
+    [{"ad": "a3", "bt": 15_000, "budget": 5}],
+    [{"ad": "a1", "bt": 25_000, "budget": 15}],
+]
+
+
+def _four_streams(session: kp.Session) -> tuple[Any, Any, Any, dict[str, kp.Sender]]:
+    """Clicks joined with views (as :func:`_streams`), the ads and the budgets, and their senders."""
     _, joined, clicks, views = _streams(session)
     tag = uuid.uuid4().hex[:6]
     (ads, to_ads), (budgets, to_budgets) = (
-        session.memory_stream(ddl, name=f"{name}_{tag}")
-        for name, ddl in (("ads", ADS), ("budgets", "ad string, bt bigint, budget bigint"))
+        session.memory_stream(ddl, name=f"{name}_{tag}") for name, ddl in (("ads", ADS), ("budgets", BUDGETS))
     )
-    funded = (
-        ads.watermark("at", 0)
-        .key_by("ad")
-        .interval_join(budgets.watermark("bt", 0).key_by("ad"), between=(-10_000, 10_000))
-    )
-    four = joined.key_by("ad").interval_join(funded.key_by("ad"), between=(-20_000, 20_000))
-    assert "both operators under the join run as one" in four.explain()
-    budget_steps = [
-        [{"ad": "a1", "bt": 1_000, "budget": 10}, {"ad": "a2", "bt": 5_000, "budget": 20}],
-        [{"ad": "a3", "bt": 15_000, "budget": 5}],
-        [{"ad": "a1", "bt": 25_000, "budget": 15}],
-    ]
-    model = ComposedModel(
-        JoinOf(
-            _model_join(),
-            JoinOf(
-                Source("ads", "at", ("ad", "at", "campaign")),
-                Source("budgets", "bt", ("ad", "bt", "budget")),
-                keys=("ad",),
-                between=(-10_000, 10_000),
-            ),
-            keys=("ad",),
-            between=(-20_000, 20_000),
-            allowed_lateness_ms=20_000,  # the first join's: the third keeps rows as long (docs/joins.md)
-        )
-    )
-    names = list(four.columns)
+    senders = {"clicks": clicks, "views": views, "ads": to_ads, "budgets": to_budgets}
+    return joined, ads.watermark("at", 0), budgets.watermark("bt", 0), senders
+
+
+def _run_four(pipeline: Any, model: ComposedModel, senders: dict[str, kp.Sender]) -> list[tuple[Any, ...]]:
+    """Send the steps of the four streams, close them; the job's rows equal the model's, streamed
+    and bounded (the same operators as one batch job). The job's rows."""
+    names = list(pipeline.columns)
     expected: list[tuple[Any, ...]] = []
-    job = four.start()
+    job = pipeline.start()
     try:
         for i, (side, rows) in enumerate(STEPS):
-            expected += [_key(r, names) for r in model.send(rows, source=side)]
-            (clicks if side == "clicks" else views).send(rows)
+            more = [(side, rows)]
             if i < len(AD_STEPS):
-                more_steps = (("ads", to_ads, AD_STEPS[i]), ("budgets", to_budgets, budget_steps[i]))
-                for name, sender, more in more_steps:
-                    expected += [_key(r, names) for r in model.send(more, source=name)]
-                    sender.send(more)
+                more += [("ads", AD_STEPS[i]), ("budgets", BUDGET_STEPS[i])]
+            for name, batch in more:
+                expected += [_key(r, names) for r in model.send(batch, source=name)]
+                senders[name].send(batch)
             job.process_all_available()
-        got = _closed(job, (clicks, views, to_ads, to_budgets), model, names, expected)
+        got = _closed(job, tuple(senders.values()), model, names, expected)
     finally:
         job.stop()
     assert got and Counter(got) == Counter(expected)
-    bounded = [_key(r, names) for r in four.collect().to_pylist()]
+    bounded = [_key(r, names) for r in pipeline.collect().to_pylist()]
     assert Counter(bounded) == Counter(expected)
+    return got
+
+
+def test_a_join_of_two_joins_four_streams_equals_the_model_streamed_and_bounded(session: kp.Session) -> None:
+    """Clicks with the views of their user, joined by ad with each ad's campaign changes and the
+    budgets set around them: both joins run as one operator, the third a stage after it."""
+    joined, ads, budgets, senders = _four_streams(session)
+    funded = ads.key_by("ad").interval_join(budgets.key_by("ad"), between=(-10_000, 10_000))
+    four = joined.key_by("ad").interval_join(funded.key_by("ad"), between=(-20_000, 20_000))
+    assert "both operators under the join run as one" in four.explain()
+    model = JoinOf(
+        _model_join(),
+        JoinOf(
+            Source("ads", "at", ("ad", "at", "campaign")),
+            Source("budgets", "bt", ("ad", "bt", "budget")),
+            keys=("ad",),
+            between=(-10_000, 10_000),
+        ),
+        keys=("ad",),
+        between=(-20_000, 20_000),
+        allowed_lateness_ms=20_000,  # the first join's: the third keeps rows as long (docs/joins.md)
+    )
+    _run_four(four, ComposedModel(model), senders)
+
+
+def test_a_chain_of_three_joins_routes_the_fourth_streams_rows_into_the_second_stage(
+    session: kp.Session,
+) -> None:
+    """Clicks with the views of their user, with the ads they saw, then with the budgets set
+    around each ad: a join stage after a join stage, the budgets routed into the second by ad."""
+    joined, ads, budgets, senders = _four_streams(session)
+    three = joined.key_by("ad").interval_join(ads.key_by("ad"), between=(-15_000, 15_000))
+    four = three.key_by("ad").interval_join(budgets.key_by("ad"), between=(-10_000, 10_000), how="left")
+    assert "a stage after that stage" in four.lower().reason
+    ads_model = Source("ads", "at", ("ad", "at", "campaign"))
+    second = JoinOf(
+        _model_join(), ads_model, keys=("ad",), between=(-15_000, 15_000), allowed_lateness_ms=20_000
+    )
+    model = JoinOf(
+        second,
+        Source("budgets", "bt", ("ad", "bt", "budget")),
+        keys=("ad",),
+        between=(-10_000, 10_000),
+        how="left",
+        allowed_lateness_ms=20_000,  # the joins' below: each join keeps rows as long (docs/joins.md)
+    )
+    got = _run_four(four, ComposedModel(model), senders)
+    assert any(r[list(four.columns).index("budget")] is None for r in got)  # a pad of the third join

@@ -1000,18 +1000,20 @@ def _check_join(node: Join) -> None:
 
 #: What a join takes as a side today (SPEC 3.13), for the errors that name what it does not.
 JOIN_INPUTS = (
-    "a join's side is a stream, or the results of one join, window, aggregation or top-N per key "
-    "over streams (filtered or projected or not)"
+    "a join's side is a stream, a join's rows, or the results of one window, aggregation or top-N "
+    "per key over a stream (filtered or projected or not)"
 )
 
 
 def _check_operator_input(what: str, side: str, below: Join | KeyedAggregate | KeyedTopN) -> None:
-    """A join's, an aggregation's or a top-N's results per key as one side of a join: of streams."""
-    inputs = children(below)
-    if any(window_aggregates(i) or joins_of(i) or _keyed_aggregates(i) for i in inputs):
+    """A join's, an aggregation's or a top-N's results per key as one side of a join: of streams,
+    or (a join) of what a join takes (the join below checked it)."""
+    if isinstance(below, Join):
+        return
+    if window_aggregates(below.input) or joins_of(below.input) or _keyed_aggregates(below.input):
         raise PlanError(
             f"{what}: the {side} side is {_what_below(below)} of another operator's results, which "
-            f"a join does not take yet (a join of a join of a join, say); {JOIN_INPUTS}"
+            f"a join does not take yet; {JOIN_INPUTS}"
         )
 
 

@@ -159,8 +159,8 @@ def _build(
         return out
     child = _build(spark, node.child, obs, paths, results=results)
     if isinstance(node, r.StatefulApply):
-        side = _build(spark, node.side_input, obs, paths) if node.side_input is not None else None
-        return _stateful(spark, node, child, paths, side)
+        sides = {level: _build(spark, side, obs, paths) for level, side in node.side_inputs}
+        return _stateful(spark, node, child, paths, sides)
     if isinstance(node, r.MapArrow):
         return child.mapInArrow(node.function, node.schema)
     if isinstance(node, r.SelectExprs):
@@ -207,7 +207,11 @@ def _stream_join(
 
 
 def _stateful(
-    spark: SparkSession, node: r.StatefulApply, child: DataFrame, paths: ReadPaths, side: DataFrame | None
+    spark: SparkSession,
+    node: r.StatefulApply,
+    child: DataFrame,
+    paths: ReadPaths,
+    sides: dict[int, DataFrame],
 ) -> DataFrame:
     """Pack the encoded rows per key bucket, group them by bucket and apply krishiv's operator."""
     import tempfile
@@ -231,7 +235,7 @@ def _stateful(
         def bounded(key: Any, frame: Any) -> Any:
             return op.run_bounded_bucket(spec, key, frame)
 
-        return _staged(spec, packed.groupBy(BUCKET).applyInPandas(bounded, ddl), paths, side, None)
+        return _staged(spec, packed.groupBy(BUCKET).applyInPandas(bounded, ddl), paths, sides, None)
 
     def bucket(key: Any, frames: Any, state: Any) -> Any:
         return op.run_bucket(spec, key, frames, state)
@@ -256,14 +260,16 @@ def _stateful(
     )
     grouped = packed.unionByName(tick_rows).groupBy(BUCKET)
     out = grouped.applyInPandasWithState(bucket, ddl, STATE_DDL, "append", "NoTimeout")
-    return _staged(spec, out, paths, side, under)
+    return _staged(spec, out, paths, sides, under)
 
 
-def _staged(spec: Any, out: DataFrame, paths: ReadPaths, side: DataFrame | None, watermark: Any) -> DataFrame:
+def _staged(
+    spec: Any, out: DataFrame, paths: ReadPaths, sides: dict[int, DataFrame], watermark: Any
+) -> DataFrame:
     """With a stage keyed by other columns after the operator: its rows grouped by stage bucket into it.
 
-    ``side``: a join stage's other side (encoded rows), routed by its keys
-    into the same groups; ``watermark`` tells a stage task its micro-batch's
+    ``sides``: each join stage's other side (encoded rows) by the stage's
+    level, routed by its keys into its groups; ``watermark`` tells a stage task its micro-batch's
     watermark (None: a bounded run). The stage's state goes under the checkpoint (a
     query built without one, for ``explain()``, gets a temporary directory
     it never writes).
@@ -278,12 +284,12 @@ def _staged(spec: Any, out: DataFrame, paths: ReadPaths, side: DataFrame | None,
     root = paths.checkpoint.stages if paths.checkpoint is not None else None
     path = root or tempfile.mkdtemp(prefix="krishiv-stage-", dir=paths.scratch)
     staged = attrs.evolve(spec, then=spec.then.with_path(path))
-    if side is not None:
 
+    def router(level: int) -> Any:
         def route(batches: Any) -> Any:
-            return op.route_side(staged, batches)
+            return op.route_side(staged, batches, level=level)
 
-        out = out.unionByName(side.mapInArrow(route, ROUTED_DDL))
+        return route
 
     def runner(level: int) -> Any:  # (Spark reads the function's arguments: key and table only)
         def run(key: Any, table: Any) -> Any:
@@ -295,6 +301,8 @@ def _staged(spec: Any, out: DataFrame, paths: ReadPaths, side: DataFrame | None,
 
     count = len(levels(spec.then))
     for level in range(count):  # each stage after the one before it, its rows moved once more
+        if level in sides:  # a join stage's other side, routed into its groups
+            out = out.unionByName(sides[level].mapInArrow(router(level), ROUTED_DDL))
         out = out.groupBy(ROUTE).applyInArrow(runner(level), ROUTED_DDL if level < count - 1 else OUTPUT_DDL)
     return out
 

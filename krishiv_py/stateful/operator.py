@@ -179,13 +179,12 @@ class OperatorSpec:
         """Every late row's columns, the operator's input's then a join stage's other side's
         (a column of both once): each late row has those it comes with, the others null."""
         fields = list(self.late_schema)
-        if self.then is not None and self.then.join_side is not None:
-            names = {f.name for f in fields}
-            fields += [
-                pa.field(_late_name(name), kind)
-                for name, kind, _ in self.then.side_input
-                if _late_name(name) not in names
-            ]
+        names = {f.name for f in fields}
+        for level in stage.levels(self.then):  # every join stage's other side
+            for name, kind, _ in level.side_input:
+                if _late_name(name) not in names:
+                    fields.append(pa.field(_late_name(name), kind))
+                    names.add(_late_name(name))
         return pa.schema(fields)
 
 
@@ -330,14 +329,17 @@ def run_stage(
         return table.select([BUCKET, PAYLOAD] if last else [BUCKET, PAYLOAD, ROUTE])
     blobs = table.column(PAYLOAD).to_pylist()
     kinds = table.column(BUCKET).to_pylist()
-    # Only the first stage takes a join's other side (routed to it by its keys).
-    is_side = [level == 0 and k == SIDE_ROWS for k in kinds]
+    # A join stage's other side, routed to it by its keys (marked for its level).
+    is_side = [k == side_rows_of(level) for k in kinds]
     handed = [bytes(b) for b, s in zip(blobs, is_side, strict=True) if b is not None and not s]
     side = [ipc_table(bytes(b)) for b, s in zip(blobs, is_side, strict=True) if b is not None and s]
     now = int(time.time() * 1000)
     store = stage.StageStore(then.path, route) if batch_id is not None else None
     before = store.load_before(batch_id) if store is not None and batch_id is not None else None
-    known, batch_wm = watermark() if side and watermark is not None else (False, None)
+    # The first stage's other side in a micro-batch without an operator call runs at the
+    # micro-batch's watermark; a later stage's at the watermark it last ran at (stage.step).
+    read = side and watermark is not None and level == 0
+    known, batch_wm = watermark() if read and watermark is not None else (False, None)
     state, out, upstream_wm, late = stage.step(
         then,
         before,
@@ -366,21 +368,31 @@ def run_stage(
     return pa.table(cols)
 
 
-#: ``BUCKET`` of a row routed to a join stage from its other side (not from an operator call).
+#: ``BUCKET`` of a row routed to the first join stage from its other side (not from an operator
+#: call); a later stage's are below ``SIDE_ROWS_AFTER`` (:func:`side_rows_of`), far below any
+#: stage bucket's number (:func:`~krishiv_py.stateful.stage.bucket_base`).
 SIDE_ROWS = -2
+SIDE_ROWS_AFTER = -(2**30)
 
 
-def route_side(spec: OperatorSpec, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow`` function: a join stage's other side, its rows as one stream per stage bucket."""
-    then = spec.then
-    assert then is not None
+def side_rows_of(level: int) -> int:
+    """The ``BUCKET`` that marks the rows of the join stage ``level``'s other side."""
+    return SIDE_ROWS if level == 0 else SIDE_ROWS_AFTER - level
+
+
+def route_side(
+    spec: OperatorSpec, batches: Iterable[pa.RecordBatch], *, level: int = 0
+) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` function: the other side of the join stage ``level``, its rows as one stream
+    per stage bucket."""
+    then = stage.levels(spec.then)[level]
     for batch in batches:
         if not batch.num_rows:
             continue
         routed = stage.side_rows(then, pa.Table.from_batches([batch]))
         yield pa.RecordBatch.from_pydict(
             {
-                BUCKET: pa.array([SIDE_ROWS] * len(routed), pa.int32()),
+                BUCKET: pa.array([side_rows_of(level)] * len(routed), pa.int32()),
                 PAYLOAD: pa.array([blob for _, blob in routed], pa.binary()),
                 ROUTE: pa.array([r for r, _ in routed], pa.int32()),
             }

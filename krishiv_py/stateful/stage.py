@@ -429,7 +429,9 @@ def step(
     # The rows handed on at the watermark before (a result of on-time input is never late
     # there); a join's other side, input like any source's, at the watermark now.
     # (A bounded run has no watermark until its end: all its rows come before it.)
-    side_at = before if bounded else target
+    # (A stage that learns no watermark this micro-batch, a later join stage's other side alone,
+    # takes its rows at the one it last ran at.)
+    side_at = before if bounded or target is None else target
     kernel_state, applied = spec.kernel.step(state.kernel, rows, before, now_ms)
     outputs = [applied]
     took = None

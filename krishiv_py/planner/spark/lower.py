@@ -271,6 +271,8 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
             if isinstance(one, n.WindowAggregate)
             else JOIN_PER_KEY_REASON
         )
+    if len(operators) == 1 and isinstance(operators[0], n.Join) and _operator_below(operators[0]):
+        why.append(JOIN_AFTER_STAGE_REASON)
     if any(isinstance(c, n.KeyedAggregate | n.KeyedTopN) for c in operators):
         why.append(JOIN_CHANGES_KEPT_REASON)
     if isinstance(bottom, n.Join) and any(n.takes_retractions(c) for c in n.children(bottom)):
@@ -499,6 +501,14 @@ JOIN_PER_KEY_REASON = (
     "bucket and micro-batch under the checkpoint)"
 )
 
+#: Why a join of a join of a join runs as it does (docs/joins.md, "A chain of joins").
+JOIN_AFTER_STAGE_REASON = (
+    "; the join below it is itself a stage after a join, so this join is a stage after that "
+    "stage: the rows of the join below cross the cluster once more to this join's key buckets, "
+    "its other stream's rows are routed there, and it keeps rows as much longer as every join "
+    "below it may still correct them"
+)
+
 #: Why a join of changes per key keeps its rows while the job runs.
 JOIN_CHANGES_KEPT_REASON = (
     "; a change per key may withdraw a row of any age, so the join keeps the rows of both its "
@@ -585,14 +595,23 @@ def operator_links(op: n.PlanNode) -> list[tuple[n.PlanNode, tuple[n.Filter | n.
     return list(reversed(links))
 
 
+def _operator_below(join: n.Join) -> bool:
+    """Whether a side of ``join`` is another operator's results (``join`` then runs as a stage)."""
+    return any(isinstance(n.stateless_below(c), STAGED_SIDES) for c in n.children(join))
+
+
 def _operator_inputs(bottom: n.PlanNode) -> list[n.PlanNode]:
-    """What the bottom operator reads: its inputs, a join's join side as the inputs of that join."""
+    """What the bottom operator reads: its inputs, a join's operator side as the inputs of that
+    operator (a join's, again, as its own: a join of a join of a join)."""
     out: list[n.PlanNode] = []
     for child in n.children(bottom):
         below = n.stateless_below(child)
         staged = isinstance(bottom, n.Join) and isinstance(below, STAGED_SIDES)
         branch = isinstance(bottom, n.Union) and isinstance(child, n.WindowAggregate)  # one operator
-        out += n.children(below) if staged or branch else [child]
+        if staged and isinstance(below, n.Join):
+            out += _operator_inputs(below)
+        else:
+            out += n.children(below) if staged or branch else [child]
     return out
 
 

@@ -196,9 +196,10 @@ class StatefulApply:
     tick_exprs: tuple[str, ...]
     #: What ``hash()`` takes to bucket a row (its key columns); ``None``: no keys, one bucket.
     hashed: str | None = None
-    #: A join's other side after the operator (a join of the operator's results, SPEC 3.13): its
-    #: rows encoded as the stage's input, routed by its keys into the stage (``operator.then``).
-    side_input: RecipeNode | None = None
+    #: The other side of each join stage after the operator (a join of the operator's results,
+    #: SPEC 3.13), by the stage's level (0: ``operator.then``): its rows encoded as the stage's
+    #: input, routed by its keys into that stage.
+    side_inputs: tuple[tuple[int, RecipeNode], ...] = ()
     #: A union of windows: what ``hash()`` takes in each branch (its child is a union of them).
     branch_hashed: tuple[str | None, ...] | None = None
 
@@ -404,10 +405,11 @@ def _render(node: RecipeNode, lines: list[str]) -> str:
         lines.append(f"{var} = {join}.selectExpr({exprs})")
         return var
     inner = _render(node.child, lines)
-    if isinstance(node, StatefulApply) and node.side_input is not None:
-        side = _render(node.side_input, lines)
-        lines.append(f"{side} = {side}.mapInArrow(<route rows per stage bucket>, '{ROUTED_DDL}')")
-        inner = f"{inner}, side={side}"
+    if isinstance(node, StatefulApply):
+        for level, side_input in node.side_inputs:
+            side = _render(side_input, lines)
+            lines.append(f"{side} = {side}.mapInArrow(<route rows per stage bucket>, '{ROUTED_DDL}')")
+            inner = f"{inner}, side={side}" if not level else f"{inner}, side_{level}={side}"
     var = f"df_{len(lines)}"
     call = {
         SelectExprs: lambda x: f".selectExpr({', '.join(repr(e) for e in x.exprs)})",
@@ -438,9 +440,10 @@ def _render_stateful(node: StatefulApply) -> str:
             f"{packed}.unionByName({ticks}).groupBy('{_BUCKET}').applyInPandasWithState({what}, "
             f"'{ddl}', '{STATE_DDL}', 'append', 'NoTimeout')"
         )
-    side = ".unionByName(side)" if node.side_input is not None else ""
+    sides = {level: f".unionByName(side{f'_{level}' if level else ''})" for level, _ in node.side_inputs}
+    level = 0
     while then is not None:  # each stage, its rows moved across the cluster once more
         ddl = OUTPUT_DDL if then.then is None else ROUTED_DDL
-        out = f"{out}{side}.groupBy('{ROUTE}').applyInArrow(<{then.describe()}>, '{ddl}')"
-        side, then = "", then.then
+        out = f"{out}{sides.get(level, '')}.groupBy('{ROUTE}').applyInArrow(<{then.describe()}>, '{ddl}')"
+        level, then = level + 1, then.then
     return out

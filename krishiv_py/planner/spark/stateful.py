@@ -410,15 +410,16 @@ def stacked_operators(base: Any, bottom: n.PlanNode, uppers: list[Link]) -> Any:
     def rule(node: n.PlanNode, *children: RecipeNode, streaming: bool, shift_ms: int) -> RecipeNode:
         from krishiv_py.stateful.chain import ChainKernel
         from krishiv_py.stateful.joins import JoinKernel
-        from krishiv_py.stateful.stage import StageSpec, Upstream, nested
+        from krishiv_py.stateful.stage import StageSpec, Upstream, levels, nested
 
         apply = base(node, *children, streaming=streaming, shift_ms=shift_ms)
         assert isinstance(apply, StatefulApply)
         if node is not bottom:
             return apply
-        # A join of a join's or a window's rows is a stage already: what follows it runs in its call.
-        staged = apply.operator.then
-        kernel = apply.operator.kernel if staged is None else staged.kernel
+        # A join of an operator's results is a stage already (a join of a join of a join, the
+        # last of several): what follows it runs in its call.
+        staged = levels(apply.operator.then)
+        kernel: Any = staged[-1].kernel if staged else apply.operator.kernel
         carried = 0
         if isinstance(node, n.Join):
             kernel = JoinKernel(attrs.evolve(kernel.spec, event_times=True))
@@ -436,7 +437,9 @@ def stacked_operators(base: Any, bottom: n.PlanNode, uppers: list[Link]) -> Any:
                 kernel = attrs.evolve(kernel, spec=attrs.evolve(kernel.spec, accumulation="retracting"))
         # The kernel of the operator (0) and of each stage after it (1...), and how each stage
         # reads the rows before it; an operator keyed alike joins the last one's call.
-        kernels: list[Any] = [kernel] if staged is None else [apply.operator.kernel, kernel]
+        kernels: list[Any] = [kernel]
+        if staged:
+            kernels = [apply.operator.kernel, *(s.kernel for s in staged[:-1]), kernel]
         reads: list[dict[str, Any]] = []
         for i, ((upper, between), beside) in enumerate(
             zip(uppers, moves([(node, ()), *uppers]), strict=True)
@@ -462,7 +465,9 @@ def stacked_operators(base: Any, bottom: n.PlanNode, uppers: list[Link]) -> Any:
                 kernels.append(then)
                 reads.append(step)
         buckets = apply.operator.buckets
-        stages: list[StageSpec] = [] if staged is None else [attrs.evolve(staged, kernel=kernels[1])]
+        stages: list[StageSpec] = [
+            attrs.evolve(level, kernel=k, then=None) for level, k in zip(staged, kernels[1:], strict=False)
+        ]
         for then, step in zip(kernels[len(stages) + 1 :], reads, strict=True):
             upstream = Upstream((*stages[-1].before, stages[-1].kernel)) if stages else kernels[0]
             sizes = {"buckets": buckets, "upstream_buckets": buckets}
@@ -632,9 +637,9 @@ def _upstream(inner: n.PlanNode, kernel: Any) -> _Upstream:
     """``inner`` (the operator under a join's side, lowered to ``kernel``) as a join stage's input."""
     from krishiv_py.stateful.joins import JoinKernel
 
-    if isinstance(inner, n.Join):
+    if isinstance(inner, n.Join):  # late by its kernel's lateness (a join stage's: the joins' below too)
         timed = JoinKernel(attrs.evolve(kernel.spec, event_times=True))
-        return _Upstream(timed, inner.emission.allowed_lateness_ms, _retracts(inner), timed=True)
+        return _Upstream(timed, kernel.spec.allowed_lateness_ms, _retracts(inner), timed=True)
     if isinstance(inner, n.KeyedAggregate | n.KeyedTopN):  # a change may withdraw a row of any age
         return _Upstream(attrs.evolve(kernel, event_times=True), END_OF_TIME_MS, True, timed=True)
     assert isinstance(inner, n.WindowAggregate)
@@ -654,20 +659,18 @@ def _join_after_operator(node: n.Join, left: RecipeNode, right: RecipeNode, *, s
     kept as long, and taken as late).
     """
     from krishiv_py.stateful.joins import JoinKernel
-    from krishiv_py.stateful.stage import JoinSide, StageSpec
+    from krishiv_py.stateful.stage import JoinSide, StageSpec, Upstream, levels, nested
 
     upstream_left = isinstance(left, StatefulApply)
     apply, other = (left, right) if upstream_left else (right, left)
     side_plan = node.left if upstream_left else node.right
     inner = n.stateless_below(side_plan)
-    assert isinstance(apply, StatefulApply)
-    if isinstance(other, StatefulApply) or apply.operator.then is not None:
-        raise PlanError(
-            "the stateful lowering joins the results of operators that each run in one call; a "
-            "join of a stage's results (a join of a join of a join, an operator keyed otherwise "
-            "below the join) is not supported yet"
-        )
-    source = _upstream(inner, apply.operator.kernel)
+    assert isinstance(apply, StatefulApply) and not isinstance(other, StatefulApply)
+    # The operator's results are its last stage's when it has stages (a join of a join of a
+    # join): this join is one more stage after them, its other side routed into it.
+    before = levels(apply.operator.then)
+    last = before[-1].kernel if before else apply.operator.kernel
+    source = _upstream(inner, last)
     spec = join_spec(node, shift_ms=shift_ms)
     lateness = spec.kernel.spec.allowed_lateness_ms + source.carried_ms
     kernel = attrs.evolve(spec.kernel.spec, allowed_lateness_ms=lateness, changes=source.retracting)
@@ -676,9 +679,11 @@ def _join_after_operator(node: n.Join, left: RecipeNode, right: RecipeNode, *, s
     encoded = _apply(
         spec, _join_side(node, kernel, "right" if upstream_left else "left", other), None, streaming=False
     )
+    if before:
+        before[-1] = attrs.evolve(before[-1], kernel=source.kernel)
     stage = StageSpec(
         kernel=JoinKernel(kernel),
-        upstream=source.kernel,
+        upstream=Upstream((apply.operator.kernel, *(b.kernel for b in before))) if before else source.kernel,
         columns=(),
         buckets=apply.operator.buckets,
         upstream_buckets=apply.operator.buckets,
@@ -687,9 +692,11 @@ def _join_after_operator(node: n.Join, left: RecipeNode, right: RecipeNode, *, s
         join_side=JoinSide(side=side, layout=layout, retracting=source.retracting, timed=source.timed),
         side_input=tuple((c.name, c.type, c.value) for c in spec.columns),
     )
-    operator = attrs.evolve(apply.operator, kernel=stage.upstream, then=stage)
+    first = apply.operator.kernel if before else source.kernel
+    operator = attrs.evolve(apply.operator, kernel=first, then=nested([*before, stage]))
     assert isinstance(encoded.child, SelectExprs)
-    return attrs.evolve(apply, operator=operator, side_input=encoded.child)
+    sides = (*apply.side_inputs, (len(before), encoded.child))
+    return attrs.evolve(apply, operator=operator, side_inputs=sides)
 
 
 def _join_of_operators(
@@ -710,9 +717,9 @@ def _join_of_operators(
 
     if left.operator.then is not None or right.operator.then is not None:
         raise PlanError(
-            "the stateful lowering joins the results of operators that each run in one call; a "
-            "join of a stage's results (a join of a join of a join, an operator keyed otherwise "
-            "below the join) is not supported yet"
+            "the stateful lowering joins two operators' results when each runs in one call; a join "
+            "of a join's rows and another operator's results (a join of a join of a join and a "
+            "window, say) is not supported yet: a join's rows with a stream's are"
         )
     inners = [n.stateless_below(side) for side in (node.left, node.right)]
     results = [n.schema_of(inner) for inner in inners]
