@@ -66,8 +66,8 @@ from krishiv_py.names import BATCH_TS, BRANCH, JOIN_SIDE, RESULT_KIND, SEQ, TS_V
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.watermarks import END_OF_TIME_MS
 from krishiv_py.plan.windows import SlidingWindow, TumblingWindow
-from krishiv_py.planner.spark.lower import lower
-from krishiv_py.planner.spark.stateful import with_buckets
+from krishiv_py.planner.spark.lower import lower, operator_links
+from krishiv_py.planner.spark.stateful import moves, with_buckets
 from krishiv_py.stateful import stage
 from krishiv_py.stateful._arrow import ipc_bytes, ipc_table
 from krishiv_py.stateful.chain import ChainKernel
@@ -669,10 +669,21 @@ def _operator_side(
     it (as the join does: docs/joins.md)."""
     name, partner = ("a", "b") if left else ("c", "d")
     kinds = ["join", "window", "agg", "top_n"] + (["stream"] if stream_ok else [])
+    kinds += ["window of a join", "agg of a join"] if left else []
     kind = draw(st.sampled_from(kinds))
     raw, op = _stream(name, lags[name]), _source(name, lags[name])
     if kind == "stream":
         return raw.key_by("ad"), op, 0, name
+    if kind in ("window of a join", "agg of a join"):  # a chain of two operators as the side
+        joined, join_model, label = _join(draw, lags, retracting=True)
+        per_join: Aggs = {"nj": ("count", None)}
+        if kind == "agg of a join":
+            _, built, specs = _aggs(draw, per_join)
+            agg = AggOf(join_model, keys=("ad",), aggregates=specs)
+            return joined.key_by("ad").agg(*built).key_by("ad"), agg, END_OF_TIME_MS, f"{label} -> agg per ad"
+        counted, window, more, _ = _window(draw, joined, join_model, ("ad",), per_join, retracting=True)
+        kept = window.allowed_lateness_ms + join_model.allowed_lateness_ms  # its own, and the join's
+        return counted.key_by("ad"), window, kept + 1 if kept else 0, label + more
     if kind == "join":
         if left:
             joined, model, label = _join(draw, lags, retracting=True)
@@ -722,9 +733,21 @@ def joins_of_operators(draw: st.DrawFn) -> Case:
     on the left; ``c``, or the same kinds over ``c`` (and ``d``) on the right; maybe an operator after."""
     lags = _lags(draw)
     left, left_model, left_kept, left_label = _operator_side(draw, lags, True, stream_ok=True)
-    right, right_model, right_kept, right_label = _operator_side(
-        draw, lags, False, stream_ok=not isinstance(left_model, Source)
-    )
+    # A chain on the left (a window of a join by user per ad) runs its second operator as a stage;
+    # two operators' results are joined when each runs in one call (docs/joins.md), so a stream.
+    chain = isinstance(left_model, WindowOf | AggOf) and isinstance(left_model.input, JoinOf)
+    right_model: Op
+    if chain:
+        right, right_model, right_kept, right_label = (
+            _stream("c", lags["c"]).key_by("ad"),
+            _source("c", lags["c"]),
+            0,
+            "c",
+        )
+    else:
+        right, right_model, right_kept, right_label = _operator_side(
+            draw, lags, False, stream_ok=not isinstance(left_model, Source)
+        )
     low, high = -draw(st.integers(0, 8)), draw(st.integers(0, 8))
     how = draw(st.sampled_from(HOWS))
     lateness = draw(st.sampled_from([0, 0, 10]))
@@ -933,7 +956,7 @@ def _entries(plan: n.PlanNode) -> dict[str, Entry]:
         staged = any(isinstance(c, operators) for c in sides)
         two = all(isinstance(c, operators) for c in sides)  # one operator, two branches
         for i, (side, child) in enumerate(zip(("left", "right"), sides, strict=True)):
-            if isinstance(child, n.Join):  # its sources' entries are made: the branch they feed
+            if n.joins_of(child):  # a join's sources' entries are made: the branch they feed
                 if two:
                     out |= {s.name: attrs.evolve(out[s.name], branch=i) for s in n.sources_of(child)}
             elif isinstance(child, operators):  # the operator's rows enter as they are
@@ -954,8 +977,10 @@ def _stage_count(join: n.Join) -> int:
     operators = [c for c in below if isinstance(c, kinds)]
     if len(operators) != 1:
         return len(operators) // 2
-    inner = operators[0]
-    return 1 + (_stage_count(inner) if isinstance(inner, n.Join) else 0)
+    links = operator_links(operators[0])  # a chain under the side: each operator keyed otherwise a stage
+    bottom = links[0][0]
+    staged = sum(not beside for beside in moves(links)) if len(links) > 1 else 0
+    return 1 + staged + (_stage_count(bottom) if isinstance(bottom, n.Join) else 0)
 
 
 def _own(join: n.Join, side: str) -> tuple[tuple[str, str], ...]:

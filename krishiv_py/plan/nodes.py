@@ -1000,19 +1000,17 @@ def _check_join(node: Join) -> None:
 
 #: What a join takes as a side today (SPEC 3.13), for the errors that name what it does not.
 JOIN_INPUTS = (
-    "a join's side is a stream, a join's rows, or the results of one window, aggregation or top-N "
-    "per key over a stream (filtered or projected or not)"
+    "a join's side is a stream, or the results of a join, a window, an aggregation or a top-N per "
+    "key (filtered or projected or not)"
 )
 
 
 def _check_operator_input(what: str, side: str, below: Join | KeyedAggregate | KeyedTopN) -> None:
-    """A join's, an aggregation's or a top-N's results per key as one side of a join: of streams,
-    or (a join) of what a join takes (the join below checked it)."""
-    if isinstance(below, Join):
-        return
-    if window_aggregates(below.input) or joins_of(below.input) or _keyed_aggregates(below.input):
+    """A join's, an aggregation's or a top-N's results per key as one side of a join: what each
+    takes (checked where it was built), but not over a union of windows' results."""
+    if not isinstance(below, Join) and union_windows(below.input):
         raise PlanError(
-            f"{what}: the {side} side is {_what_below(below)} of another operator's results, which "
+            f"{what}: the {side} side is {_what_below(below)} of a union of windows' results, which "
             f"a join does not take yet; {JOIN_INPUTS}"
         )
 
@@ -1031,10 +1029,10 @@ def _what_below(node: PlanNode) -> str:
 
 def _check_window_input(what: str, side: str, plan: WindowAggregate) -> None:
     """A window's results as one side of a join: of a stream, each window fired once (emits only)."""
-    if joins_of(plan.input) or window_aggregates(plan.input) or _keyed_aggregates(plan.input):
+    if union_windows(plan.input):
         raise PlanError(
-            f"{what}: the {side} side is a window over another operator's results; a join takes a "
-            "window of a stream for now"
+            f"{what}: the {side} side is a window over a union of windows' results; a join takes "
+            "a window of a stream or of one operator's results for now"
         )
     e = plan.emission
     if not fires_once(plan) and e.accumulation != "retracting":

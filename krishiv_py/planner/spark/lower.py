@@ -234,13 +234,7 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
         "keyed": lower_stateful_keyed,
     }
     if len(links) > 1:
-        slot = (
-            "join"
-            if isinstance(bottom, n.Join)
-            else "window"
-            if isinstance(bottom, n.WindowAggregate)
-            else "keyed"
-        )
+        slot = _rule_slot(bottom)
         rules[slot] = stacked_operators(rules[slot], bottom, links[1:])
         joined = isinstance(bottom, n.Join)
         pairs = itertools.pairwise(node for node, _ in links)
@@ -273,6 +267,8 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
         )
     if len(operators) == 1 and isinstance(operators[0], n.Join) and _operator_below(operators[0]):
         why.append(JOIN_AFTER_STAGE_REASON)
+    if any(len(operator_links(c)) > 1 for c in operators):
+        why.append(JOIN_OF_CHAIN_REASON)
     if any(isinstance(c, n.KeyedAggregate | n.KeyedTopN) for c in operators):
         why.append(JOIN_CHANGES_KEPT_REASON)
     if isinstance(bottom, n.Join) and any(n.takes_retractions(c) for c in n.children(bottom)):
@@ -283,6 +279,7 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
         **rules,
         spark_max=OPERATOR_RULES[type(bottom)].spark_max and one_watermark(bottom),
         staged_sides=True,
+        chain=_side_chain,
     )
     root, _ = ctx.lower(bottom)
     top = op.input if isinstance(op, n.TopN) else op  # window top-N: its window's callbacks
@@ -509,6 +506,13 @@ JOIN_AFTER_STAGE_REASON = (
     "below it may still correct them"
 )
 
+#: Why a join whose side is a chain of operators runs as it does (docs/joins.md).
+JOIN_OF_CHAIN_REASON = (
+    "; a side of the join is a chain of operators (a window of a join's rows, say), lowered as "
+    "every chain is: each operator in the call of the one before it when keyed by its keys, else "
+    "a stage of its own; the join is a stage after the last of them"
+)
+
 #: Why a join of changes per key keeps its rows while the job runs.
 JOIN_CHANGES_KEPT_REASON = (
     "; a change per key may withdraw a row of any age, so the join keeps the rows of both its "
@@ -595,6 +599,30 @@ def operator_links(op: n.PlanNode) -> list[tuple[n.PlanNode, tuple[n.Filter | n.
     return list(reversed(links))
 
 
+def _rule_slot(bottom: n.PlanNode) -> str:
+    """The :class:`Lowerer` rule that lowers the bottom operator of a chain."""
+    if isinstance(bottom, n.Join):
+        return "join"
+    return "window" if isinstance(bottom, n.WindowAggregate) else "keyed"
+
+
+def _side_chain(ctx: Lowerer, node: n.PlanNode) -> RecipeNode:
+    """A join's side that is an operator's results, lowered with the operators under it as every
+    chain is (:func:`stacked_operators`: a window of a join's rows in the join's call or as a
+    stage); the join is then a stage after its last one."""
+    links = operator_links(node)
+    bottom = links[0][0]
+    if len(links) == 1:
+        return ctx.lower(node)[0]
+    slot = _rule_slot(bottom)
+    base = getattr(ctx, slot)
+    setattr(ctx, slot, stacked_operators(base, bottom, links[1:]))
+    try:
+        return ctx.lower(bottom)[0]
+    finally:
+        setattr(ctx, slot, base)
+
+
 def _operator_below(join: n.Join) -> bool:
     """Whether a side of ``join`` is another operator's results (``join`` then runs as a stage)."""
     return any(isinstance(n.stateless_below(c), STAGED_SIDES) for c in n.children(join))
@@ -608,8 +636,13 @@ def _operator_inputs(bottom: n.PlanNode) -> list[n.PlanNode]:
         below = n.stateless_below(child)
         staged = isinstance(bottom, n.Join) and isinstance(below, STAGED_SIDES)
         branch = isinstance(bottom, n.Union) and isinstance(child, n.WindowAggregate)  # one operator
-        if staged and isinstance(below, n.Join):
-            out += _operator_inputs(below)
+        if staged:  # the bottom operator of the side's chain (itself, when it is one operator)
+            chain_bottom = operator_links(below)[0][0]
+            out += (
+                _operator_inputs(chain_bottom)
+                if isinstance(chain_bottom, n.Join)
+                else n.children(chain_bottom)
+            )
         else:
             out += n.children(below) if staged or branch else [child]
     return out

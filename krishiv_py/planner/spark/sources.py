@@ -75,6 +75,7 @@ from krishiv_py.types import Schema
 
 __all__ = [
     "STAGED_SIDES",
+    "ChainRule",
     "JoinRule",
     "Lowerer",
     "ReadRule",
@@ -114,6 +115,13 @@ class JoinRule(Protocol):
     ) -> RecipeNode: ...
 
 
+class ChainRule(Protocol):
+    """Lowers the operator ``node`` with the operators under it (a chain: a window of a join's
+    rows, say), each run as the stateful lowering runs chains, by ``ctx``."""
+
+    def __call__(self, ctx: Lowerer, node: n.PlanNode) -> RecipeNode: ...
+
+
 #: The operators whose results a join on the stateful lowering takes as a side: a stage after them.
 STAGED_SIDES = (n.Join, n.WindowAggregate, n.KeyedAggregate, n.KeyedTopN)
 
@@ -146,6 +154,8 @@ class Lowerer:
     #: A join's side that is an operator's results is a stage's input (the stateful lowering):
     #: the operator is lowered without the filters and projections after it, which the stage runs.
     staged_sides: bool = False
+    #: How a join's side that is a chain of operators is lowered (None: each operator by its rule).
+    chain: ChainRule | None = None
 
     def lower(self, node: n.PlanNode, *, count_input: bool = True) -> tuple[RecipeNode, tuple[str, ...]]:
         """Recipe for ``node`` and the hidden columns it carries.
@@ -167,7 +177,7 @@ class Lowerer:
             # A side that is an operator's results (filtered or not) is that operator's: the
             # join's rule runs it as a stage after it, the filters and projections in the stage.
             sides = (_results_of(s) if self.staged_sides else s for s in (node.left, node.right))
-            (left, _), (right, _) = (self.lower(side) for side in sides)
+            left, right = (self._side(side) for side in sides)
             return self.join(node, left, right, streaming=self.streaming, shift_ms=self.shift), ()
         direct = isinstance(node, n.Watermark) and isinstance(node.input, n.SOURCE_TYPES)
         child, hidden = self.lower(node.input, count_input=not direct)
@@ -206,6 +216,12 @@ class Lowerer:
                 exprs=("*", f"{et} AS {quote(ET)}", f"0L AS {quote(SEQ)}", f"0 AS {quote(ROW_KIND)}"),
             )
         return self.window(node, child, streaming=self.streaming, shift_ms=self.shift), ()
+
+    def _side(self, side: n.PlanNode) -> RecipeNode:
+        """A join's side: an operator with the operators under it by the chain rule, if any."""
+        if self.chain is not None and isinstance(side, STAGED_SIDES):
+            return self.chain(self, side)
+        return self.lower(side)[0]
 
     def _per_partition(self, node: n.Watermark) -> RecipeNode:
         """A Kafka source with a watermark per partition: one read, watermark and tracker each.

@@ -641,9 +641,35 @@ def _upstream(inner: n.PlanNode, kernel: Any) -> _Upstream:
         timed = JoinKernel(attrs.evolve(kernel.spec, event_times=True))
         return _Upstream(timed, kernel.spec.allowed_lateness_ms, _retracts(inner), timed=True)
     if isinstance(inner, n.KeyedAggregate | n.KeyedTopN):  # a change may withdraw a row of any age
-        return _Upstream(attrs.evolve(kernel, event_times=True), END_OF_TIME_MS, True, timed=True)
+        timed = _last_evolved(kernel, event_times=True)
+        return _Upstream(timed, END_OF_TIME_MS, True, timed=True)
     assert isinstance(inner, n.WindowAggregate)
-    return _Upstream(kernel, _corrected_for_ms(inner), _retracts(inner), timed=False)
+    # A re-firing window's results are late by its kept lateness (its own and what it carries for
+    # the operators under it) and one ms more: a window kept while ``W < end + L`` is corrected up
+    # to ``W = end + L - 1``, with a row at ``end - 1``.
+    kept = _window_kept_ms(kernel)
+    return _Upstream(kernel, kept + 1 if kept else 0, _retracts(inner), timed=False)
+
+
+def _last_evolved(kernel: Any, **changes: Any) -> Any:
+    """``kernel`` with its last kernel (a chain's, in the same call) evolved by ``changes``."""
+    from krishiv_py.stateful.chain import ChainKernel
+
+    if isinstance(kernel, ChainKernel):
+        return attrs.evolve(kernel, then=_last_evolved(kernel.then, **changes))
+    return attrs.evolve(kernel, **changes)
+
+
+def _window_kept_ms(kernel: Any) -> int:
+    """How long a window kernel (a chain's last) keeps a window past its end for corrections."""
+    from krishiv_py.stateful.chain import ChainKernel
+    from krishiv_py.stateful.window_changes import ChangesWindowKernel
+
+    while isinstance(kernel, ChainKernel):
+        kernel = kernel.then
+    if isinstance(kernel, ChangesWindowKernel):
+        return int(kernel.allowed_lateness_ms)
+    return int(kernel.spec.allowed_lateness_ms)
 
 
 def _join_after_operator(node: n.Join, left: RecipeNode, right: RecipeNode, *, shift_ms: int) -> RecipeNode:
@@ -775,15 +801,6 @@ def _between_below(side: n.PlanNode) -> tuple[n.Filter | n.Project, ...]:
         between.insert(0, side)
         side = side.input
     return tuple(between)
-
-
-def _corrected_for_ms(inner: n.Join | n.WindowAggregate) -> int:
-    """How much longer than its own lateness a join after ``inner`` keeps rows: as long as
-    ``inner`` may still correct its results. A join's rows are late by its allowed lateness; a
-    re-firing window's by one ms more (a window kept while ``W < end + L`` is corrected up to
-    ``W = end + L - 1``, with a row at ``end - 1``)."""
-    lateness = inner.emission.allowed_lateness_ms
-    return lateness + 1 if isinstance(inner, n.WindowAggregate) and lateness else lateness
 
 
 def _side_layout(
