@@ -646,8 +646,9 @@ def views() -> Stream:
     return stream(n.MemorySource(name="views", schema=SCHEMA, path="/data/views")).watermark("event_time", 0)
 
 
-def test_everything_that_needs_event_time_after_a_join_says_one_thing() -> None:
-    """A window, a watermark or a top-N after a join: one message, that it is not built yet and what is."""
+def test_a_watermark_after_a_join_says_the_joined_rows_have_one_and_what_to_do_instead() -> None:
+    """``.watermark()`` in every form after a join: one message, what the joined rows' event time is
+    and what to build instead; window top-N of the joined rows (not a window's) says to rank per key."""
     j = timed().key_by("user_id").interval_join(views().key_by("user_id"), (-5, 0))
     window_join = (
         timed().key_by("user_id").tumbling_window(10).join(views().key_by("user_id").tumbling_window(10))
@@ -660,15 +661,21 @@ def test_everything_that_needs_event_time_after_a_join_says_one_thing() -> None:
         lambda: j.with_watermark(
             kp.MultiSourceWatermarkSpec().source("events", kp.WatermarkSpec.fixed_lag_ms("event_time", 0))
         ),
-        lambda: window_join.top_n(1, by="amount"),
     ]
+    with raises_plan_error("per='key'", "window them first"):
+        window_join.top_n(1, by="amount")
     # Window top-N of a window after a join is built: it ranks that window's results.
     counts = window_join.key_by("user_id").tumbling_window(10).agg(kp.count(kp.col("*")))
     assert isinstance(counts.top_n(1, by="count").plan, n.TopN)
     messages = set()
     for attempt in attempts:
         with raises_plan_error(
-            "not supported yet", "planned", "filter()", "select()", "sink", "new source", "window join"
+            "the later of its two rows'",
+            "tumbling_window",
+            "per='key'",
+            "interval_join",
+            "sink",
+            "new source",
         ) as info:
             attempt()
         messages.add(str(info.value))

@@ -414,17 +414,14 @@ class KeyedTopN:
             raise PlanError(f"top_n(per='key') adds a {KIND_COLUMN!r} column, and the rows have one already")
 
 
-#: Why nothing that needs event time goes after a join yet (a window, an aggregation, a top-N,
-#: a watermark), and what does: the one message for all of them.
+#: Why ``.watermark()`` does not go after a join, and what does.
 AFTER_JOIN = (
-    "this after a join is not supported yet (more composition is planned: docs/joins.md, Not yet); a "
-    "joined stream already has its watermark (the minimum of both sides'), so .watermark() does not "
-    "apply to it either. What works today: a window, an aggregation or a top-N right after the "
-    "join (joined.key_by(...).tumbling_window(...).agg(...), keyed by any columns); filter(), "
-    "select() and with_column() on the joined rows; writing the joined rows to a sink (ParquetSink, "
-    "KafkaSink) and reading them back as a new source with its own .watermark() to window them; or a "
-    "window join of each side's windows: "
-    "left.key_by(...).tumbling_window(...).join(right.key_by(...).tumbling_window(...))"
+    "a joined stream carries its event time (the later of its two rows') and the watermark of both "
+    "sides already, so .watermark() does not apply to it: window, aggregate, rank or join it as it "
+    "is (joined.key_by(...).tumbling_window(...).agg(...), joined.key_by(...).agg(...), "
+    "joined.top_n(n, by=..., per='key', keys=(...)), joined.key_by(...).interval_join(...)); to time "
+    "its rows by another column, write them to a sink (ParquetSink, KafkaSink) and read them back "
+    "as a new source with its own .watermark()"
 )
 
 
@@ -447,7 +444,10 @@ def check_window_after_join(
     if isinstance(join, WindowAggregate | KeyedAggregate | KeyedTopN) and what == "a window":
         return  # over a window's results (a cascade) or changes per key: checked with the window
     if not isinstance(join, Join):
-        raise PlanError(AFTER_JOIN)
+        raise PlanError(
+            f"{what} takes a join's rows right after the join (filters and projections between), "
+            f"not {_what_below(join)}'s results over a join; {JOIN_INPUTS}"
+        )
     if join.emission.accumulation == "retracting":
         _check_over_retractions(what, window)
     if join.kind == "window" and join.emission.allowed_lateness_ms:
@@ -565,7 +565,10 @@ class TopN:
         if not self.by:
             raise PlanError("top_n() needs by=: the column(s) to rank the rows of a window by")
         if joins_of(self.input) and not isinstance(stateless_below(self.input), WindowAggregate):
-            raise PlanError(AFTER_JOIN)  # a window after a join is ranked as any window
+            raise PlanError(  # a window after a join is ranked as any window
+                "top_n(per='window') ranks a window's results; rank a join's rows per key with "
+                "top_n(n, by=..., per='key', keys=(...)), or window them first"
+            )
         schema = schema_of(self.input)
         if not window_aggregates(self.input) or not {"window_start", "window_end"} <= set(schema.names):
             raise PlanError(
