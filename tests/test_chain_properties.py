@@ -71,6 +71,7 @@ from krishiv_py.planner.spark.stateful import moves, with_buckets
 from krishiv_py.stateful import stage
 from krishiv_py.stateful._arrow import ipc_bytes, ipc_table
 from krishiv_py.stateful.chain import ChainKernel
+from krishiv_py.stateful.joins import JoinKernel
 from krishiv_py.stateful.operator import OperatorSpec
 from krishiv_py.stateful.protocol import Kernel
 from krishiv_py.stateful.union import UnionKernel
@@ -749,22 +750,37 @@ def joins_of_operators(draw: st.DrawFn) -> Case:
             draw, lags, False, stream_ok=not isinstance(left_model, Source)
         )
     low, high = -draw(st.integers(0, 8)), draw(st.integers(0, 8))
-    how = draw(st.sampled_from(HOWS))
     lateness = draw(st.sampled_from([0, 0, 10]))
-    joined = left.interval_join(right, between=(low, high), how=how).allowed_lateness(lateness)
+    kept = lateness + max(left_kept, right_kept)
+    model: Op
+    if draw(st.booleans()):  # an interval join
+        how = draw(st.sampled_from(HOWS))
+        joined = left.interval_join(right, between=(low, high), how=how).allowed_lateness(lateness)
+        model = JoinOf(
+            left_model, right_model, keys=("ad",), between=(low, high), how=how, allowed_lateness_ms=kept
+        )
+        label = f"[{left_label}] join {how} ({low}, {high}) L={lateness} [{right_label}]"
+    else:  # a window join: the rows of each key and window of both sides (not of windows' results:
+        # their window_start is the join's too)
+        assume(not isinstance(left_model, WindowOf) and not isinstance(right_model, WindowOf))
+        size = draw(st.sampled_from([5, 10]))
+        how = draw(st.sampled_from([*HOWS, "semi", "anti"]))
+        joined = (
+            left.tumbling_window(size).join(right.tumbling_window(size), how=how).allowed_lateness(lateness)
+        )
+        tumbling = TumblingWindow(size_ms=size)
+        model = JoinOf(
+            left_model, right_model, keys=("ad",), window=tumbling, how=how, allowed_lateness_ms=kept
+        )
+        label = f"[{left_label}] window join {how} {size} L={lateness} [{right_label}]"
     changes = n.takes_retractions(left.stream.plan) or n.takes_retractions(right.stream.plan)
     if (how != "inner" and lateness) or changes:
         joined = joined.accumulation("retracting")
-    model: Op = JoinOf(
-        left_model,
-        right_model,
-        keys=("ad",),
-        between=(low, high),
-        how=how,
-        allowed_lateness_ms=lateness + max(left_kept, right_kept),
-    )
-    label = f"[{left_label}] join {how} ({low}, {high}) L={lateness} [{right_label}]"
-    final, op, more = _maybe_after(draw, joined, model, ("ad",), {"c": ("count", None)}, (("ad",),))
+    final: Stream = joined
+    op: Op = model
+    more = ""
+    if not (isinstance(model, JoinOf) and model.window is not None and lateness):  # else: a PlanError
+        final, op, more = _maybe_after(draw, joined, model, ("ad",), {"c": ("count", None)}, (("ad",),))
     sources = tuple(s.name for s in n.sources_of(final.plan))
     return Case(label + more, final, op, tuple(dict.fromkeys(sources)))
 
@@ -1016,7 +1032,9 @@ class Glue:
         self.retracting = RESULT_KIND in names
         #: The window bounds among the results (``window_start_right`` of a join of two windows too).
         self.bounds = {f.name for f in n.schema_of(plan) if f.dtype.name == "timestamp"}
-        self.identity = (self.levels[-1].kernel if self.levels else self.op.kernel).identity
+        last = self.levels[-1].kernel if self.levels else self.op.kernel
+        # A window join's many rows of one key and window are its results, not firings of one row.
+        self.identity = () if isinstance(last, JoinKernel) else last.identity
         self.states: dict[int, pa.Table] = {}
         #: Each stage bucket's state, by (level, route).
         self.stages: dict[tuple[int, int], stage.StageState] = {}

@@ -659,7 +659,7 @@ def test_plan_errors() -> None:
     with pytest.raises(PlanError, match=r"between=.*or window="):
         ComposedModel(JoinOf(src, src, keys=["k"]))
     with pytest.raises(PlanError, match="this join is one of"):
-        ComposedModel(JoinOf(src, src, keys=["k"], window=TumblingWindow(size_ms=5), how="left"))
+        ComposedModel(JoinOf(src, src, keys=["k"], between=(0, 1), how="semi"))
     with pytest.raises(PlanError, match="no column"):
         ComposedModel(AggOf(src, keys=["nope"], aggregates=[COUNT]))
     with pytest.raises(PlanError, match="time column"):

@@ -37,13 +37,17 @@ STEPS: list[tuple[str, list[dict[str, Any]]]] = [
 ]
 
 
+def _clicks_and_views(session: kp.Session) -> tuple[tuple[Any, kp.Sender], tuple[Any, kp.Sender]]:
+    """A clicks and a views memory stream of names of their own, each with its sender."""
+    tag = uuid.uuid4().hex[:6]
+    clicks = session.memory_stream(CLICKS, name=f"clicks_{tag}")
+    views = session.memory_stream(VIEWS, name=f"views_{tag}")
+    return clicks, views
+
+
 def _streams(session: kp.Session) -> tuple[Any, Any, kp.Sender, kp.Sender]:
     """Clicks, the clicks joined with the views of their user in the 5 s before, and both senders."""
-    tag = uuid.uuid4().hex[:6]
-    (clicks, to_clicks), (views, to_views) = (
-        session.memory_stream(ddl, name=f"{name}_{tag}")
-        for name, ddl in (("clicks", CLICKS), ("views", VIEWS))
-    )
+    (clicks, to_clicks), (views, to_views) = _clicks_and_views(session)
     left, right = (s.watermark("t", 0).key_by("user") for s in (clicks, views))
     return (
         clicks,
@@ -758,11 +762,7 @@ def test_each_users_running_click_count_joined_with_their_views_around_it_takes_
     """A running count of clicks per user (an aggregation without a window: each click retracts the
     user's count and emits the new one, at the click's time), joined with the user's views 5 s
     either side: a new count withdraws the pairs of the old one (a join stage after the aggregation)."""
-    tag = uuid.uuid4().hex[:6]
-    (clicks, to_clicks), (views, to_views) = (
-        session.memory_stream(ddl, name=f"{name}_{tag}")
-        for name, ddl in (("clicks", CLICKS), ("views", VIEWS))
-    )
+    (clicks, to_clicks), (views, to_views) = _clicks_and_views(session)
     counts = clicks.watermark("t", 0).key_by("user").agg(kp.count(kp.col("*")).alias("clicks"))
     joined = (
         counts.key_by("user")
@@ -929,3 +929,32 @@ def test_joined_clicks_counted_per_ad_and_window_then_joined_with_the_ads_a_chai
     del senders["budgets"]
     got = _run_four(with_ads, ComposedModel(model), senders, net=True)
     assert any(r[list(with_ads.columns).index("campaign")] is not None for r in got)
+
+
+def test_a_running_click_count_window_joined_with_views_takes_its_retractions(session: kp.Session) -> None:
+    """Each user's running click count (a change at the time of the clicks that made it, which
+    retracts the count before it) window-joined with the user's views per 10 s, left: a new
+    count withdraws the old one's pairs in every window that fired, and pads a view left alone."""
+    (clicks, to_clicks), (views, to_views) = _clicks_and_views(session)
+    counts = clicks.watermark("t", 0).key_by("user").agg(kp.count(kp.col("*")).alias("clicks"))
+    joined = (
+        views.watermark("t", 0)
+        .key_by("user")
+        .tumbling_window(10_000)
+        .join(counts.key_by("user").tumbling_window(10_000), how="left")
+        .accumulation("retracting")
+    )
+    model = JoinOf(
+        Source("views", "t", ("user", "t", "ad")),
+        AggOf(
+            Source("clicks", "t", ("user", "t", "click")),
+            keys=("user",),
+            aggregates=[ModelAgg(name="clicks", func="count", column=None)],
+        ),
+        keys=("user",),
+        window=TumblingWindow(size_ms=10_000),
+        how="left",
+        allowed_lateness_ms=END_OF_TIME_MS,
+    )
+    got = _run_four(joined, ComposedModel(model), {"clicks": to_clicks, "views": to_views}, net=True)
+    assert any(r[list(joined.columns).index("clicks")] is None for r in got)  # a view without a count

@@ -22,14 +22,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from krishiv_py.names import BATCH_TS, RESULT_KIND, SEQ
+from krishiv_py.plan.windows import SlidingWindow
 from krishiv_py.stateful import joins
 
 Row = tuple[str, str | None, int, int]  # side, key, event time (ms), value
 
 
-def _spec(how: str, between: tuple[int, int]) -> joins.JoinSpec:
+def _spec(how: str, between: tuple[int, int] = (0, 0), window: SlidingWindow | None = None) -> joins.JoinSpec:
     return joins.JoinSpec(
-        kind="interval",
+        kind="interval" if window is None else "window",
+        window=window,
         how=how,
         keys=("k",),
         left=("a",),
@@ -162,3 +164,36 @@ def test_a_left_row_is_padded_again_when_its_last_partner_is_withdrawn() -> None
     assert [(r["b"], r[RESULT_KIND]) for r in met.results.to_pylist()] == [(None, "retract"), (8, "emit")]
     state, gone = joins.step(spec, state, _batch([("retract", partner)], 2), 10, 0)
     assert [(r["b"], r[RESULT_KIND]) for r in gone.results.to_pylist()] == [(8, "retract"), (None, "emit")]
+
+
+def _changes(out: pa.Table) -> Counter[tuple[Any, ...]]:
+    """Net results by (window start in ms, key, a, b): emits less retractions."""
+    net: Counter[tuple[Any, ...]] = Counter()
+    rows = out.to_pylist()
+    for r in rows:
+        start = r["window_start"]
+        ms = start // 1000 if isinstance(start, int) else int(start.timestamp() * 1000)
+        key = (ms, r["k"], r["a"], r.get("b"))
+        net[key] += -1 if r[RESULT_KIND] == "retract" else 1
+    return net
+
+
+def test_a_window_join_takes_a_retraction_from_every_window_it_fired_and_pads_what_loses_its_partner() -> (
+    None
+):
+    """A row withdrawn after its windows fired takes its pairs out of each sliding window it is
+    in; a left row left without a partner is padded again (left join), an anti row emitted (anti)."""
+    for how, after in (
+        ("inner", Counter()),
+        ("left", Counter({(0, "x", 1, None): 1, (5, "x", 1, None): 1})),
+        ("anti", Counter({(0, "x", 1, None): 1, (5, "x", 1, None): 1})),
+    ):
+        spec = _spec(how, window=SlidingWindow(size_ms=10, slide_ms=5))
+        left, right = ("left", "x", 7, 1), ("right", "x", 8, 2)  # both in windows [0, 10) and [5, 15)
+        state, first = joins.step(spec, None, _batch([("emit", left), ("emit", right)], 0), None, 0)
+        state, fired = joins.step(spec, state, _batch([], 2), 20, 0)  # both windows fire
+        before = _changes(pa.concat_tables([first.results, fired.results]))
+        paired = Counter({(0, "x", 1, 2): 1, (5, "x", 1, 2): 1})
+        assert +before == (Counter() if how == "anti" else paired), how
+        state, gone = joins.step(spec, state, _batch([("retract", right)], 2), 20, 0)
+        assert +(before + _changes(gone.results)) == after, how

@@ -437,8 +437,8 @@ def check_window_after_join(
     join of a join's or a window's rows (a stage already), only keyed by the
     join's keys (the lowering says so otherwise). A
     retracting join's retractions are taken by a window (tumbling, sliding
-    or session: :mod:`krishiv_py.stateful.window_changes`), an aggregation
-    and a top-N per key, not yet by a join.
+    or session: :mod:`krishiv_py.stateful.window_changes`), an aggregation,
+    a top-N per key and an interval or a window join.
     """
     join = stateless_below(below)
     if isinstance(join, WindowAggregate | KeyedAggregate | KeyedTopN) and what == "a window":
@@ -931,11 +931,11 @@ def _check_join(node: Join) -> None:
     """What SPEC 3.12 allows of a join, as :class:`PlanError` naming what is wrong."""
     what = {"interval": "interval_join()", "window": "join()", "as_of": "as_of_join()"}[node.kind]
     for side, plan, keys in (("left", node.left, node.left_keys), ("right", node.right, node.right_keys)):
-        if takes_retractions(plan) and node.kind != "interval":
+        if takes_retractions(plan) and node.kind == "as_of":
             raise PlanError(
                 f"{what}: the {side} side withdraws rows it sent (a window that fires more than once, "
-                "a join in accumulation('retracting')), which an interval join takes, not a "
-                f"{'window' if node.kind == 'window' else 'as-of'} join yet"
+                "a join in accumulation('retracting'), an aggregation or a top-N per key), which an "
+                "interval or a window join takes, not an as-of join yet"
             )
         below = stateless_below(plan)
         if isinstance(below, WindowAggregate):

@@ -168,7 +168,10 @@ def step(
     unmatched = 0
     if retract.any():  # withdrawn before the new rows meet the state (a row never kept: nothing)
         gone = batch.filter(pa.array(retract & _worth_keeping(spec, batch)))
-        old, rows, undone, unmatched = _withdraw(spec, old, rows, gone)
+        if spec.kind == "window":
+            old, rows, undone, unmatched = _withdraw_window(spec, old, rows, gone, swept)
+        else:
+            old, rows, undone, unmatched = _withdraw(spec, old, rows, gone)
         results.append(undone)
     new_state, out_rows, more = run(spec, old, rows, watermark_ms, swept)
     results.append(out_rows)
@@ -191,8 +194,8 @@ def _retractions(spec: JoinSpec, batch: pa.Table) -> np.ndarray:
     """The rows of ``batch`` that are retractions (none unless the join takes changes)."""
     if not spec.changes or RESULT_KIND not in batch.column_names or not batch.num_rows:
         return np.zeros(batch.num_rows, bool)
-    if spec.kind != "interval":
-        raise ValueError(f"a {spec.kind} join does not take retractions")
+    if spec.kind == "as_of":
+        raise ValueError("an as-of join does not take retractions")
     kinds = batch.column(RESULT_KIND)
     out: np.ndarray = np.asarray(pc.equal(kinds, pa.scalar("retract")).fill_null(False), np.bool_)
     return out
@@ -229,6 +232,43 @@ def _withdraw(
     old = old.set_column(old.schema.get_field_index(PADDED), PADDED, pa.array(padded))
     old = old.filter(pa.array(~taken_old))
     return old, new.filter(pa.array(~taken_new)), _concat(spec, pieces), unmatched
+
+
+def _withdraw_window(
+    spec: JoinSpec, old: pa.Table, new: pa.Table, gone: pa.Table, swept: int | None
+) -> tuple[pa.Table, pa.Table, pa.Table, int]:
+    """A window join's :func:`_withdraw`: each retraction takes its row from every window it is
+    held in (a sliding window's copies), and every window that fired already and lost a row
+    retracts what it emitted and emits what it holds now (its pairs, pads, semi or anti rows).
+
+    A row is held in the windows it was retained for (a late row in those still open), so a
+    retraction looks for it in each window of its event time and takes it from those it finds
+    it in (a retraction that finds none is not counted, unlike an interval join's: a window
+    that was never retained holds nothing to find). Returns the state and the new rows left,
+    the changes, and 0.
+    """
+    window = spec.window
+    assert window is not None
+    copies = _as_state(spec, gone, np.ones(gone.num_rows, bool), 0, None)
+    on = [SIDE, *spec.keys, *spec.left, *spec.right, BATCH_TS, WS]
+    copies = copies.select(on).cast(pa.schema([old.schema.field(c) for c in on]))
+    taken_old, taken_new, _ = withdrawn([old, new], copies, on)
+    pieces: list[pa.Table] = []
+    if swept is not None and taken_old.any():
+        ws = _int64(old.column(WS), 0)
+        fired = ws + window.size_ms <= swept
+        groups = _group(ws, _key_ids(spec, old))
+        hit = taken_old & fired
+        keyed = groups >= 0
+        affected = fired & ((keyed & np.isin(groups, groups[hit & keyed])) | (hit & ~keyed))
+        idx = np.flatnonzero(affected)
+        sub, sub_groups, stays = old.take(pa.array(idx, pa.int64())), groups[idx], ~taken_old[idx]
+        left = _is_left(sub)
+        every = np.ones(len(idx), bool)
+        pieces += _window_results(spec, sub, sub_groups, every, left, kind="retract")
+        kept = sub.filter(pa.array(stays))
+        pieces += _window_results(spec, kept, sub_groups[stays], every[stays], left[stays])
+    return old.filter(pa.array(~taken_old)), new.filter(pa.array(~taken_new)), _concat(spec, pieces), 0
 
 
 def _very_late(spec: JoinSpec, ts: np.ndarray, watermark_ms: int | None) -> np.ndarray:
@@ -433,9 +473,16 @@ def _window(
 
 
 def _window_results(
-    spec: JoinSpec, rows: pa.Table, groups: np.ndarray, fresh: np.ndarray, left: np.ndarray
+    spec: JoinSpec,
+    rows: pa.Table,
+    groups: np.ndarray,
+    fresh: np.ndarray,
+    left: np.ndarray,
+    *,
+    kind: str = "emit",
 ) -> list[pa.Table]:
-    """The change in the results of the windows ``rows`` belong to; ``fresh``: rows not yet counted.
+    """The change in the results of the windows ``rows`` belong to; ``fresh``: rows not yet counted
+    (every row fresh: the windows' whole results, as ``kind``).
 
     Whether a row has a partner comes from counting the other side's rows of
     its group (all, and those counted before); only the pairs with a fresh
@@ -458,7 +505,7 @@ def _window_results(
     how = spec.how
     if how in ("semi", "anti"):
         wanted = any_match if how == "semi" else ~any_match
-        fresh_rows = _semi_rows(spec, rows, np.flatnonzero(left & fresh & wanted), "emit")
+        fresh_rows = _semi_rows(spec, rows, np.flatnonzero(left & fresh & wanted), kind)
         changed = np.flatnonzero(left & gained)  # semi: now a match; anti: no longer without one
         if how == "semi":
             return [fresh_rows, _semi_rows(spec, rows, changed, "emit")]
@@ -466,12 +513,12 @@ def _window_results(
     # The new pairs: a fresh left row with any right row, a counted left row with a fresh right row.
     li1, ri1 = _pairs(groups, left & fresh, ~left)
     li2, ri2 = _pairs(groups, left & ~fresh, ~left & fresh)
-    emit.append(_pair_rows(spec, rows, np.concatenate([li1, li2]), np.concatenate([ri1, ri2]), "emit"))
+    emit.append(_pair_rows(spec, rows, np.concatenate([li1, li2]), np.concatenate([ri1, ri2]), kind))
     for side_mask, kept in ((left, how in ("left", "full")), (~left, how in ("right", "full"))):
         if not kept:
             continue
         retract.append(_padded_rows(spec, rows, np.flatnonzero(side_mask & gained), "retract"))
-        emit.append(_padded_rows(spec, rows, np.flatnonzero(side_mask & fresh & ~any_match), "emit"))
+        emit.append(_padded_rows(spec, rows, np.flatnonzero(side_mask & fresh & ~any_match), kind))
     return [*retract, *emit]
 
 

@@ -348,7 +348,7 @@ class ComposedModel:
     def _join(self, op: JoinOf) -> Node:
         if (op.between is None) == (op.window is None):
             raise PlanError("a join needs between=(lower, upper) or window=, one of them")
-        hows = ("inner", "left", "right", "full") if op.window is None else ("inner",)
+        hows = ("inner", "left", "right", "full") + (("semi", "anti") if op.window is not None else ())
         if op.how not in hows:
             raise PlanError(f"how={op.how!r}: this join is one of {list(hows)}")
         right_keys = op.keys if op.right_keys is None else op.right_keys

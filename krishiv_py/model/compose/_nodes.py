@@ -405,6 +405,8 @@ class JoinNode(Node):
         return [x for x in mine if x in theirs]
 
     def _desired(self, w: int | None) -> list[tuple[Result, int]]:
+        if self.op.window is not None:
+            return [] if w is None else self._closed_windows(w)
         lefts, rights = self.sides
         out: list[tuple[Result, int]] = []
         partnered: set[int] = set()
@@ -416,7 +418,7 @@ class JoinNode(Node):
                         out.append(
                             (self.layout.row(left.row, right.row, window), max(left.ts_ms, right.ts_ms))
                         )
-        if w is None or self.op.window is not None:
+        if w is None:
             return out
         if self.op.how in ("left", "full"):
             out += [
@@ -430,6 +432,42 @@ class JoinNode(Node):
                 for h in rights
                 if id(h) not in partnered and w > h.ts_ms - self.lower
             ]
+        return out
+
+    def _closed_windows(self, w: int) -> list[tuple[Result, int]]:
+        """A window join's results: in each window the watermark closed, per key, the pairs (and
+        pads), or the semi or anti rows; a row with a null key has no partner (padded on an outer
+        side, an anti row on the left)."""
+        window = self.op.window
+        assert window is not None
+        how, layout = self.op.how, self.layout
+        groups: dict[tuple[Key, Window], tuple[list[_Held], list[_Held]]] = {}
+        alone: list[tuple[int, _Held, Window]] = []
+        for i, (held, names) in enumerate(
+            ((self.sides[0], layout.left_keys), (self.sides[1], layout.right_keys))
+        ):
+            for h in held:
+                for x in h.windows or window.assign(h.ts_ms):
+                    if w < x[1]:
+                        continue
+                    key = _key(h.row, names)
+                    if any(v is None for v in key):
+                        alone.append((i, h, x))
+                    else:
+                        groups.setdefault((key, x), ([], []))[i].append(h)
+        out: list[tuple[Result, int]] = []
+        for (_, x), (ls, rs) in groups.items():
+            if how in ("semi", "anti"):
+                out += [(layout.row(e.row, None, x), e.ts_ms) for e in ls if bool(rs) == (how == "semi")]
+                continue
+            out += [(layout.row(a.row, b.row, x), max(a.ts_ms, b.ts_ms)) for a in ls for b in rs]
+            if how in ("left", "full") and not rs:
+                out += [(layout.row(e.row, None, x), e.ts_ms) for e in ls]
+            if how in ("right", "full") and not ls:
+                out += [(layout.row(None, e.row, x), e.ts_ms) for e in rs]
+        for i, h, x in alone:  # no partner: a pad, or (a left row) an anti row
+            if how in (("left", "full", "anti") if i == 0 else ("right", "full")):
+                out.append((layout.row(h.row, None, x) if i == 0 else layout.row(None, h.row, x), h.ts_ms))
         return out
 
 

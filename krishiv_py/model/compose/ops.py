@@ -169,7 +169,11 @@ def columns_of(op: Op) -> tuple[str, ...]:
     if isinstance(op, AggOf):
         return (*op.keys, *(s.name for s in op.aggregates))
     if isinstance(op, JoinOf):
-        return Layout(op).columns
+        columns = Layout(op).columns
+        if op.how in ("semi", "anti"):  # the left side's columns only
+            layout = Layout(op)
+            return columns[: len(columns) - len(layout.right_rest)]
+        return columns
     if isinstance(op, UnionOf):
         return columns_of(op.inputs[0])
     return columns_of(op.input)
