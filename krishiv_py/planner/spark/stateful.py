@@ -516,6 +516,7 @@ def _upper_kernel(
 ) -> tuple[Any, tuple[tuple[str, Any], ...]]:
     """The kernel of an operator above another, and the columns it reads (with Arrow types);
     ``feeds``: another operator takes its results; ``timed``: it reads their event times."""
+    from krishiv_py.stateful.window_changes import ChangesWindowKernel
     from krishiv_py.stateful.window_kernel import WindowKernel
 
     kernel: Any
@@ -525,10 +526,8 @@ def _upper_kernel(
         if feeds and _feeds_retractions(node):
             window_spec = attrs.evolve(window_spec, accumulation="retracting")
         kept = window_spec.allowed_lateness_ms + carried_ms
-        kernel, columns = WindowKernel(attrs.evolve(window_spec, allowed_lateness_ms=kept)), spec.columns
+        columns = spec.columns
         if retracting:  # its rows may withdraw earlier ones: a window that holds its rows
-            from krishiv_py.stateful.window_changes import ChangesWindowKernel
-
             kernel = ChangesWindowKernel(
                 keys=window_spec.keys,
                 window=window_spec.window,
@@ -536,6 +535,8 @@ def _upper_kernel(
                 allowed_lateness_ms=kept,
                 accumulation=str(window_spec.accumulation),
             )
+        else:
+            kernel = WindowKernel(attrs.evolve(window_spec, allowed_lateness_ms=kept))
     else:
         assert isinstance(node, n.KeyedAggregate | n.KeyedTopN | n.TopN)
         kernel, columns = keyed_operator(node)
