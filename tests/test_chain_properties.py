@@ -176,6 +176,16 @@ HOWS: tuple[Literal["inner", "left", "right", "full"], ...] = (
 #: Result columns that may be null (an aggregate of nulls only).
 NULLABLE = {"sv", "mw", "lt", "av"}
 #: Keys of an operator after the join: the join's and more (the same call) or others (a stage).
+AS_OF_HOWS: tuple[Literal["inner", "left"], ...] = ("inner", "left")
+WINDOW_HOWS: tuple[Literal["inner", "left", "right", "full", "semi", "anti"], ...] = (
+    "inner",
+    "inner",
+    "left",
+    "right",
+    "full",
+    "semi",
+    "anti",
+)
 AFTER_JOIN_KEYS: list[tuple[str, ...]] = [("user",), ("user", "ad"), ("ad",), ("page",), ("ad", "page")]
 
 
@@ -676,7 +686,9 @@ def _operator_side(
     if kind == "stream":
         return raw.key_by("ad"), op, 0, name
     if kind in ("window of a join", "agg of a join"):  # a chain of two operators as the side
-        joined, join_model, label = _join(draw, lags, retracting=True)
+        # (an inner join: an outer join pads at the query's watermark, the model's at its own two
+        # sources', and an aggregation's change takes the time of the rows of its micro-batch)
+        joined, join_model, label = _join(draw, lags, outer=kind == "window of a join", retracting=True)
         per_join: Aggs = {"nj": ("count", None)}
         if kind == "agg of a join":
             _, built, specs = _aggs(draw, per_join)
@@ -753,7 +765,24 @@ def joins_of_operators(draw: st.DrawFn) -> Case:
     lateness = draw(st.sampled_from([0, 0, 10]))
     kept = lateness + max(left_kept, right_kept)
     model: Op
-    if draw(st.booleans()):  # an interval join
+    kind = draw(st.sampled_from(["interval", "interval", "window", "as-of"]))
+    how: str
+    if kind == "as-of":  # each left row with the right row of its key in force at its time
+        as_of_how = draw(st.sampled_from(AS_OF_HOWS))
+        how = as_of_how
+        age = draw(st.sampled_from([None, 3, 10]))
+        joined = left.as_of_join(right, how=as_of_how, max_age_ms=age).allowed_lateness(lateness)
+        model = JoinOf(
+            left_model,
+            right_model,
+            keys=("ad",),
+            as_of=True,
+            max_age_ms=age,
+            how=how,
+            allowed_lateness_ms=kept,
+        )
+        label = f"[{left_label}] as-of join {how} age={age} L={lateness} [{right_label}]"
+    elif kind == "interval":
         how = draw(st.sampled_from(HOWS))
         joined = left.interval_join(right, between=(low, high), how=how).allowed_lateness(lateness)
         model = JoinOf(
@@ -764,9 +793,12 @@ def joins_of_operators(draw: st.DrawFn) -> Case:
         # their window_start is the join's too)
         assume(not isinstance(left_model, WindowOf) and not isinstance(right_model, WindowOf))
         size = draw(st.sampled_from([5, 10]))
-        how = draw(st.sampled_from([*HOWS, "semi", "anti"]))
+        window_how = draw(st.sampled_from(WINDOW_HOWS))
+        how = window_how
         joined = (
-            left.tumbling_window(size).join(right.tumbling_window(size), how=how).allowed_lateness(lateness)
+            left.tumbling_window(size)
+            .join(right.tumbling_window(size), how=window_how)
+            .allowed_lateness(lateness)
         )
         tumbling = TumblingWindow(size_ms=size)
         model = JoinOf(
@@ -774,7 +806,7 @@ def joins_of_operators(draw: st.DrawFn) -> Case:
         )
         label = f"[{left_label}] window join {how} {size} L={lateness} [{right_label}]"
     changes = n.takes_retractions(left.stream.plan) or n.takes_retractions(right.stream.plan)
-    if (how != "inner" and lateness) or changes:
+    if ((how != "inner" or kind == "as-of") and lateness) or changes:
         joined = joined.accumulation("retracting")
     final: Stream = joined
     op: Op = model

@@ -656,7 +656,7 @@ def test_plan_errors() -> None:
     src = Source("main", "t", ("k", "t"))
     with pytest.raises(PlanError, match="session window reads source rows only directly"):
         ComposedModel(WindowOf(FilterOf(src, bool), SessionWindow(gap_ms=5), aggregates=[COUNT]))
-    with pytest.raises(PlanError, match=r"between=.*or window="):
+    with pytest.raises(PlanError, match=r"between=.*window=.*as_of=True"):
         ComposedModel(JoinOf(src, src, keys=["k"]))
     with pytest.raises(PlanError, match="this join is one of"):
         ComposedModel(JoinOf(src, src, keys=["k"], between=(0, 1), how="semi"))

@@ -958,3 +958,31 @@ def test_a_running_click_count_window_joined_with_views_takes_its_retractions(se
     )
     got = _run_four(joined, ComposedModel(model), {"clicks": to_clicks, "views": to_views}, net=True)
     assert any(r[list(joined.columns).index("clicks")] is None for r in got)  # a view without a count
+
+
+def test_each_click_with_the_users_view_count_in_force_an_as_of_join_of_changes(session: kp.Session) -> None:
+    """Each click with its user's running view count in force at the click (an as-of join of an
+    aggregation's changes): a count withdrawn by the next view decides the clicks it was in force
+    for again, with the count before it or padded."""
+    (clicks, to_clicks), (views, to_views) = _clicks_and_views(session)
+    seen = views.watermark("t", 0).key_by("user").agg(kp.count(kp.col("*")).alias("views"))
+    joined = (
+        clicks.watermark("t", 0)
+        .key_by("user")
+        .as_of_join(seen.key_by("user"), how="left")
+        .accumulation("retracting")
+    )
+    model = JoinOf(
+        Source("clicks", "t", ("user", "t", "click")),
+        AggOf(
+            Source("views", "t", ("user", "t", "ad")),
+            keys=("user",),
+            aggregates=[ModelAgg(name="views", func="count", column=None)],
+        ),
+        keys=("user",),
+        as_of=True,
+        how="left",
+        allowed_lateness_ms=END_OF_TIME_MS,
+    )
+    got = _run_four(joined, ComposedModel(model), {"clicks": to_clicks, "views": to_views}, net=True)
+    assert any(r[list(joined.columns).index("views")] is not None for r in got)

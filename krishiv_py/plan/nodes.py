@@ -931,12 +931,6 @@ def _check_join(node: Join) -> None:
     """What SPEC 3.12 allows of a join, as :class:`PlanError` naming what is wrong."""
     what = {"interval": "interval_join()", "window": "join()", "as_of": "as_of_join()"}[node.kind]
     for side, plan, keys in (("left", node.left, node.left_keys), ("right", node.right, node.right_keys)):
-        if takes_retractions(plan) and node.kind == "as_of":
-            raise PlanError(
-                f"{what}: the {side} side withdraws rows it sent (a window that fires more than once, "
-                "a join in accumulation('retracting'), an aggregation or a top-N per key), which an "
-                "interval or a window join takes, not an as-of join yet"
-            )
         below = stateless_below(plan)
         if isinstance(below, WindowAggregate):
             _check_window_input(what, side, below)

@@ -167,9 +167,12 @@ def step(
     rows = _as_state(spec, batch, accepted, _next_arrival(old), watermark_ms)
     unmatched = 0
     if retract.any():  # withdrawn before the new rows meet the state (a row never kept: nothing)
-        gone = batch.filter(pa.array(retract & _worth_keeping(spec, batch)))
+        kept = _worth_keeping(spec, batch) if spec.kind in ("interval", "as_of") else True  # as accepted
+        gone = batch.filter(pa.array(retract & kept))
         if spec.kind == "window":
             old, rows, undone, unmatched = _withdraw_window(spec, old, rows, gone, swept)
+        elif spec.kind == "as_of":
+            old, rows, undone, unmatched = _withdraw_as_of(spec, old, rows, gone)
         else:
             old, rows, undone, unmatched = _withdraw(spec, old, rows, gone)
         results.append(undone)
@@ -194,8 +197,6 @@ def _retractions(spec: JoinSpec, batch: pa.Table) -> np.ndarray:
     """The rows of ``batch`` that are retractions (none unless the join takes changes)."""
     if not spec.changes or RESULT_KIND not in batch.column_names or not batch.num_rows:
         return np.zeros(batch.num_rows, bool)
-    if spec.kind == "as_of":
-        raise ValueError("an as-of join does not take retractions")
     kinds = batch.column(RESULT_KIND)
     out: np.ndarray = np.asarray(pc.equal(kinds, pa.scalar("retract")).fill_null(False), np.bool_)
     return out
@@ -269,6 +270,48 @@ def _withdraw_window(
         kept = sub.filter(pa.array(stays))
         pieces += _window_results(spec, kept, sub_groups[stays], every[stays], left[stays])
     return old.filter(pa.array(~taken_old)), new.filter(pa.array(~taken_new)), _concat(spec, pieces), 0
+
+
+def _withdraw_as_of(
+    spec: JoinSpec, old: pa.Table, new: pa.Table, gone: pa.Table
+) -> tuple[pa.Table, pa.Table, pa.Table, int]:
+    """An as-of join's :func:`_withdraw`: a withdrawn left row retracts what it emitted; a withdrawn
+    right row retracts the rows of the left rows it was in force for, which are decided again at
+    the next sweep (with the right row in force without it, or padded, or nothing).
+
+    A left row is held with the right columns it was emitted with, so a retraction finds it by its
+    own columns (and a right row by its own). Returns the state and the new rows left, the
+    retractions, and how many retractions found no row.
+    """
+    unmatched = 0
+    taken: list[tuple[np.ndarray, np.ndarray]] = []
+    for side, own in (("left", spec.left), ("right", spec.right)):
+        on = [SIDE, *spec.keys, *own, BATCH_TS]
+        mine = gone.filter(pc.equal(gone.column(SIDE), pa.scalar(side)))
+        mine = mine.select(on).cast(pa.schema([old.schema.field(c) for c in on]))
+        taken_old, taken_new, missed = withdrawn([old, new], mine, on)
+        taken.append((taken_old, taken_new))
+        unmatched += missed
+    (left_old, left_new), (right_old, right_new) = taken
+    # ``EMITTED``: decided (an inner join's row without a match emitted nothing).
+    emitted = _bool(old.column(EMITTED))
+    mts, marr = _int64(old.column(MTS), NONE), _int64(old.column(MARR), -1)
+    sent = emitted & ((marr >= 0) | (spec.how == "left"))
+    pieces = [_stored_rows(spec, old, np.flatnonzero(left_old & sent), "retract")]
+    # The left rows a withdrawn right row was in force for: retracted, decided again.
+    ts, arr = _int64(old.column(BATCH_TS), 0), _int64(old.column(ARR), 0)
+    gone_versions = set(zip(ts[right_old].tolist(), arr[right_old].tolist(), strict=True))
+    in_force = [(t, a) in gone_versions for t, a in zip(mts.tolist(), marr.tolist(), strict=True)]
+    again = _is_left(old) & emitted & ~left_old & np.array(in_force, bool)
+    pieces.append(_stored_rows(spec, old, np.flatnonzero(again), "retract"))
+    for name, values in (
+        (EMITTED, emitted & ~again),
+        (MTS, np.where(again, NONE, mts)),
+        (MARR, np.where(again, -1, marr)),
+    ):
+        old = old.set_column(old.schema.get_field_index(name), name, pa.array(values))
+    keep_old, keep_new = ~(left_old | right_old), ~(left_new | right_new)
+    return old.filter(pa.array(keep_old)), new.filter(pa.array(keep_new)), _concat(spec, pieces), unmatched
 
 
 def _very_late(spec: JoinSpec, ts: np.ndarray, watermark_ms: int | None) -> np.ndarray:

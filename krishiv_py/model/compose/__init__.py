@@ -346,9 +346,10 @@ class ComposedModel:
         return WindowNode(op, self._changelog(op.input))
 
     def _join(self, op: JoinOf) -> Node:
-        if (op.between is None) == (op.window is None):
-            raise PlanError("a join needs between=(lower, upper) or window=, one of them")
+        if [op.between is not None, op.window is not None, op.as_of].count(True) != 1:
+            raise PlanError("a join needs between=(lower, upper), window= or as_of=True, one of them")
         hows = ("inner", "left", "right", "full") + (("semi", "anti") if op.window is not None else ())
+        hows = ("inner", "left") if op.as_of else hows
         if op.how not in hows:
             raise PlanError(f"how={op.how!r}: this join is one of {list(hows)}")
         right_keys = op.keys if op.right_keys is None else op.right_keys

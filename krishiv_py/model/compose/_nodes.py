@@ -407,6 +407,8 @@ class JoinNode(Node):
     def _desired(self, w: int | None) -> list[tuple[Result, int]]:
         if self.op.window is not None:
             return [] if w is None else self._closed_windows(w)
+        if self.op.as_of:
+            return [] if w is None else self._in_force(w)
         lefts, rights = self.sides
         out: list[tuple[Result, int]] = []
         partnered: set[int] = set()
@@ -432,6 +434,30 @@ class JoinNode(Node):
                 for h in rights
                 if id(h) not in partnered and w > h.ts_ms - self.lower
             ]
+        return out
+
+    def _in_force(self, w: int) -> list[tuple[Result, int]]:
+        """An as-of join's results: each left row the watermark passed, with the right row of its
+        key in force at its time (the latest at or before it, by time then arrival, no older than
+        the max age), or padded (a left join)."""
+        lefts, rights = self.sides
+        layout, age = self.layout, self.op.max_age_ms
+        out: list[tuple[Result, int]] = []
+        for a in lefts:
+            if a.ts_ms >= w:
+                continue
+            key = _key(a.row, layout.left_keys)
+            found = [
+                b
+                for b in rights
+                if None not in key
+                and _key(b.row, layout.right_keys) == key
+                and b.ts_ms <= a.ts_ms
+                and (age is None or b.ts_ms >= a.ts_ms - age)
+            ]
+            best = max(found, key=lambda b: (b.ts_ms, b.seq), default=None)
+            if best is not None or self.op.how == "left":
+                out.append((layout.row(a.row, None if best is None else best.row), a.ts_ms))
         return out
 
     def _closed_windows(self, w: int) -> list[tuple[Result, int]]:

@@ -100,7 +100,9 @@ class WindowOf:
 
 @attrs.frozen
 class JoinOf:
-    """An interval join (``between=(lower, upper)``) or window join (``window=``) of two streams."""
+    """An interval join (``between=(lower, upper)``), a window join (``window=``) or an as-of join
+    (``as_of=True``: each left row with the latest right row of its key at or before its time,
+    within ``max_age_ms``) of two streams."""
 
     left: Op
     right: Op
@@ -110,6 +112,8 @@ class JoinOf:
     window: TumblingWindow | SlidingWindow | None = None
     how: str = "inner"
     allowed_lateness_ms: int = 0
+    as_of: bool = False
+    max_age_ms: int | None = None
 
 
 @attrs.frozen
@@ -220,6 +224,8 @@ def delay_of(op: JoinOf) -> int:
     """How far a join holds its watermark back (SPEC 3.13)."""
     if op.window is not None:
         return op.window.size_ms
+    if op.as_of:
+        return 0
     assert op.between is not None
     lower, upper = op.between
     pads = [upper] if op.how in ("left", "full") else []
@@ -265,7 +271,7 @@ def join_model_of(op: JoinOf) -> JoinModel:
     if not isinstance(left, Source) or not isinstance(right, Source):
         raise PlanError("a JoinModel runs a join of two sources")
     return JoinModel(
-        kind="interval" if op.window is None else "window",
+        kind="as_of" if op.as_of else "interval" if op.window is None else "window",
         keys=op.keys,
         right_keys=op.right_keys,
         left_time=left.time,
@@ -277,6 +283,7 @@ def join_model_of(op: JoinOf) -> JoinModel:
         how=op.how,
         between=op.between,
         window=op.window,
+        max_age_ms=op.max_age_ms,
         allowed_lateness_ms=op.allowed_lateness_ms,
         accumulation="retracting",
     )
