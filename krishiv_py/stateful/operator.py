@@ -338,7 +338,7 @@ def run_stage(
     before = store.load_before(batch_id) if store is not None and batch_id is not None else None
     # The first stage's other side in a micro-batch without an operator call runs at the
     # micro-batch's watermark; a later stage's at the watermark it last ran at (stage.step).
-    read = side and watermark is not None and level == 0
+    read = bool(side) and level == 0
     known, batch_wm = watermark() if read and watermark is not None else (False, None)
     state, out, upstream_wm, late = stage.step(
         then,
