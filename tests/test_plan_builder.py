@@ -646,6 +646,17 @@ def views() -> Stream:
     return stream(n.MemorySource(name="views", schema=SCHEMA, path="/data/views")).watermark("event_time", 0)
 
 
+def test_a_window_of_a_union_of_joins_rows_says_to_window_each_join_and_union_the_windows() -> None:
+    j = (
+        timed()
+        .key_by("user_id")
+        .interval_join(views().key_by("user_id"), (-5, 0))
+        .select("user_id", "amount")
+    )
+    with raises_plan_error("union of joins' rows", "window each join's rows"):
+        j.union(j).key_by("user_id").tumbling_window(10).agg(kp.count(kp.col("*")))
+
+
 def test_a_watermark_after_a_join_says_the_joined_rows_have_one_and_what_to_do_instead() -> None:
     """``.watermark()`` in every form after a join: one message, what the joined rows' event time is
     and what to build instead; window top-N of the joined rows (not a window's) says to rank per key."""

@@ -445,8 +445,10 @@ def check_window_after_join(
         return  # over a window's results (a cascade) or changes per key: checked with the window
     if not isinstance(join, Join):
         raise PlanError(
-            f"{what} takes a join's rows right after the join (filters and projections between), "
-            f"not {_what_below(join)}'s results over a join; {JOIN_INPUTS}"
+            f"{what} takes a join's rows right after the join (filters and projections between); "
+            f"{_what_below(join)}'s results over a join (a union of joins' rows, say) are not taken "
+            "by a window, an aggregation or a top-N yet: window each join's rows and union the "
+            "windows' results, which an operator takes"
         )
     if join.emission.accumulation == "retracting":
         _check_over_retractions(what, window)

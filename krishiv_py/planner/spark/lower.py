@@ -653,16 +653,13 @@ def _has_operator(*nodes: n.PlanNode) -> bool:
 
 
 def _unsupported(node: n.PlanNode) -> str:
-    if n.joins_of(node):
-        return (
-            "the stateful lowering runs one join, optionally followed by filter, select and "
-            "with_column; a union of joined streams or a join after other stages is not supported yet"
-        )
-    what = "a union of windowed results" if isinstance(node, n.Union) else "this plan"
+    what = "a union of operators' results" if isinstance(node, n.Union) else "this plan"
     return (
-        f"the stateful lowering runs one windowed aggregation (or a window over its results), "
-        f"optionally followed by filter, select and with_column; {what} needs more than that "
-        "(a union of windowed results is not supported on this lowering yet)"
+        "the stateful lowering runs a chain of operators over streams (joins, windows, "
+        "aggregations and top-Ns per key, each over the one before it or a stream, and a union "
+        f"of windows of streams), filters and projections between and after them; {what} has an "
+        "operator under another one the chain does not reach (a union of joins' or of "
+        "aggregations' results, say), which it does not run yet"
     )
 
 
