@@ -298,11 +298,10 @@ def _withdraw_as_of(
     mts, marr = _int64(old.column(MTS), NONE), _int64(old.column(MARR), -1)
     sent = emitted & ((marr >= 0) | (spec.how == "left"))
     pieces = [_stored_rows(spec, old, np.flatnonzero(left_old & sent), "retract")]
-    # The left rows a withdrawn right row was in force for: retracted, decided again.
-    ts, arr = _int64(old.column(BATCH_TS), 0), _int64(old.column(ARR), 0)
-    gone_versions = set(zip(ts[right_old].tolist(), arr[right_old].tolist(), strict=True))
-    in_force = [(t, a) in gone_versions for t, a in zip(mts.tolist(), marr.tolist(), strict=True)]
-    again = _is_left(old) & emitted & ~left_old & np.array(in_force, bool)
+    # The left rows a withdrawn right row was in force for (a held row's arrival number is its
+    # own): retracted, decided again.
+    arr = _int64(old.column(ARR), 0)
+    again = _is_left(old) & emitted & ~left_old & (marr >= 0) & np.isin(marr, arr[right_old])
     pieces.append(_stored_rows(spec, old, np.flatnonzero(again), "retract"))
     for name, values in (
         (EMITTED, emitted & ~again),
