@@ -34,7 +34,7 @@ from __future__ import annotations
 import os
 import zlib
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
@@ -66,7 +66,7 @@ from krishiv_py.names import BATCH_TS, BRANCH, JOIN_SIDE, RESULT_KIND, SEQ, TS_V
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.watermarks import END_OF_TIME_MS
 from krishiv_py.plan.windows import SlidingWindow, TumblingWindow
-from krishiv_py.planner.spark.lower import lower, operator_links
+from krishiv_py.planner.spark.lower import lower, operator_links, operators_union
 from krishiv_py.planner.spark.stateful import moves, with_buckets
 from krishiv_py.stateful import stage
 from krishiv_py.stateful._arrow import ipc_bytes, ipc_table
@@ -817,15 +817,142 @@ def joins_of_operators(draw: st.DrawFn) -> Case:
     return Case(label + more, final, op, tuple(dict.fromkeys(sources)))
 
 
-def _on_time(steps: list[Step], lags: dict[str, int]) -> list[Step]:
-    """``steps`` without the rows late at their own source's watermark: the glue runs every
-    operator at the query's watermark, the model each at its own sources', so a late row may count
-    in one and not the other (the properties above draw late rows where that is known)."""
+def _page_as_ad(row: Any) -> Any:
+    return {"ad": row["page"], "n": row["n"], "s": row["s"]}
+
+
+def _joined_pair(
+    draw: st.DrawFn, lags: dict[str, int], second: bool, retracting: bool
+) -> tuple[Stream, Op, str]:
+    """``a`` joined with ``b`` by user, or ``c`` with ``d`` by ad, as (ad, v) rows; both retracting
+    or neither (a union's branches have the same columns)."""
+    low, high = -draw(st.integers(0, 8)), draw(st.integers(0, 8))
+    how = draw(st.sampled_from(HOWS))
+    lateness = draw(st.sampled_from([0, 10, 20])) if retracting or how == "inner" else 0
+    names, key, value = (("c", "d"), "ad", "z") if second else (("a", "b"), "user", "v")
+    left, right = (_stream(s, lags[s]).key_by(key) for s in names)
+    joined = left.interval_join(right, between=(low, high), how=how).allowed_lateness(lateness)
+    if retracting:
+        joined = joined.accumulation("retracting")
+    model: Op = JoinOf(
+        _source(names[0], lags[names[0]]),
+        _source(names[1], lags[names[1]]),
+        keys=(key,),
+        between=(low, high),
+        how=how,
+        allowed_lateness_ms=lateness,
+    )
+    label = f"{names[0]} join {how} {names[1]} by {key} ({low}, {high}) L={lateness}"
+    rows: Stream = joined
+    if draw(st.booleans()):  # a filter after the join, in the union's call
+        rows = joined.filter(kp.col(value).is_not_null())
+        model = FilterOf(model, _not_null(value))
+        label += f" -> filter {value} is not null"
+    kind = [kp.col(RESULT_KIND)] if retracting else []
+    projected = rows.select(kp.col("ad"), kp.col(value).alias("v"), *kind)
+    return projected, SelectOf(model, ("ad", "v"), fn=_as_v(value)), label
+
+
+def _not_null(column: str) -> Callable[[Mapping[str, object]], bool]:
+    return lambda row: row[column] is not None
+
+
+def _as_v(column: str) -> Callable[[Mapping[str, object]], Mapping[str, object]]:
+    return lambda row: {"ad": row["ad"], "v": row[column]}
+
+
+@st.composite
+def unions_of_operators(draw: st.DrawFn) -> Case:
+    """A union of two joins' rows or of two aggregations' changes (SPEC 3.13, a union of
+    changelogs), each branch filtered or projected after its operator; then a window, an
+    aggregation or a top-N per any keys, or a join with a stream."""
+    lags = _lags(draw)
+    if draw(st.booleans()):
+        retracting = draw(st.booleans())
+        pairs = [_joined_pair(draw, lags, second, retracting) for second in (False, True)]
+        streams, models, labels = zip(*pairs, strict=True)
+        columns = ["ad", "v"]
+    else:  # a's count and sum of v per ad; b's per page, the page named ad
+        first = (
+            _stream("a", lags["a"])
+            .key_by("ad")
+            .agg(kp.count(kp.col("*")).alias("n"), kp.sum(kp.col("v")).alias("s"))
+        )
+        second = (
+            _stream("b", lags["b"])
+            .key_by("page")
+            .agg(kp.count(kp.col("*")).alias("n"), kp.sum(kp.col("w")).alias("s"))
+            .select(kp.col("page").alias("ad"), kp.col("n"), kp.col("s"), kp.col(RESULT_KIND))
+        )
+        count = ModelAgg(name="n", func="count", column=None)
+        first_model = AggOf(
+            _source("a", lags["a"]),
+            keys=("ad",),
+            aggregates=(count, ModelAgg(name="s", func="sum", column="v")),
+        )
+        second_model = SelectOf(
+            AggOf(
+                _source("b", lags["b"]),
+                keys=("page",),
+                aggregates=(count, ModelAgg(name="s", func="sum", column="w")),
+            ),
+            ("ad", "n", "s"),
+            fn=_page_as_ad,
+        )
+        streams, models = (first, second), (first_model, second_model)
+        labels = ("a -> agg per ad", "b -> agg per page (as ad)")
+        columns = ["ad", "n", "s"]
+    union, model = streams[0].union(streams[1]), UnionOf(tuple(models))
+    label = f"[{labels[0]}] union [{labels[1]}]"
+    what = draw(st.sampled_from(["window", "window", "agg", "top_n", "join", None]))
+    changes = RESULT_KIND in union.columns
+    if what == "join" and "n" in columns:  # the changes joined with c's rows by ad
+        other = _stream("c", lags["c"]).key_by("ad")
+        low, high = -draw(st.integers(0, 8)), draw(st.integers(0, 8))
+        lateness = draw(st.sampled_from([0, 0, 10]))
+        joined = union.key_by("ad").interval_join(other, between=(low, high)).allowed_lateness(lateness)
+        final: Stream = joined.accumulation("retracting")
+        op: Op = JoinOf(
+            model,
+            _source("c", lags["c"]),
+            keys=("ad",),
+            between=(low, high),
+            allowed_lateness_ms=END_OF_TIME_MS,
+        )
+        return Case(label + f" -> join c ({low}, {high}) L={lateness}", final, op, ("a", "b", "c"))
+    if what in ("window", "join"):
+        keys = tuple(
+            draw(st.sampled_from([("ad",), ("v",), ()] if "v" in columns else [("ad",), ("n",), ()]))
+        )
+        retracting = changes or draw(st.booleans())
+        table = {"c": ("count", None), **({"sv": ("sum", "v")} if "v" in columns else {"sn": ("sum", "n")})}
+        windowed, window, more, _ = _window(draw, union, model, keys, table, retracting=retracting or None)
+        return Case(
+            label + more, windowed, window, tuple(sorted(s.name for s in n.sources_of(windowed.plan)))
+        )
+    if what is None:
+        return Case(label, union, model, tuple(sorted(s.name for s in n.sources_of(union.plan))))
+    by = _any_keys(draw, columns)
+    after, op, more = _then_agg(draw, union, model, columns, by)
+    return Case(label + more, after, op, tuple(sorted(s.name for s in n.sources_of(after.plan))))
+
+
+def _on_time(steps: list[Step], lags: dict[str, int], slack: dict[str, int] | None = None) -> list[Step]:
+    """``steps`` without the rows late at their own source's watermark (by ``slack[source]`` ms or
+    more, when given: a join's allowed lateness, within which a late row joins at either
+    watermark): the glue runs every operator at the query's watermark, the model each at its own
+    sources', so a late row may count in one and not the other (the properties above draw late
+    rows where that is known)."""
     marks: dict[str, int] = {}
     out: list[Step] = []
     for kind, name, payload in steps:
         if kind == "send":
             own = marks.get(name)
+            own = (
+                None
+                if own is None
+                else own - (slack or {}).get(name, 0) + (1 if (slack or {}).get(name) else 0)
+            )
             rows = [r for r in payload if own is None or r[TIME[name]] is None or r[TIME[name]] >= own]
             times = [r[TIME[name]] for r in rows if r[TIME[name]] is not None]
             if rows:
@@ -991,6 +1118,9 @@ class Entry:
 
 def _entries(plan: n.PlanNode) -> dict[str, Entry]:
     joins = [x for x in n.walk(plan) if isinstance(x, n.Join)]
+    union = next((x for x in n.walk(plan) if operators_union(x) is not None), None)
+    if union is not None and n.union_windows(union) is None:  # a union of operators' results
+        return _union_entries(plan, union)
     if not joins:
         union = next((x for x in n.walk(plan) if n.union_windows(x) is not None), None)
         if union is not None:  # a union of windows: one operator, a branch per window
@@ -1014,6 +1144,26 @@ def _entries(plan: n.PlanNode) -> dict[str, Entry]:
                 level = _stage_count(join) - 1
                 entry = Entry(side=side, own=own, staged=staged, level=level)
                 out |= {s.name: entry for s in n.sources_of(child)}
+    return out
+
+
+def _union_entries(plan: n.PlanNode, union: n.PlanNode) -> dict[str, Entry]:
+    """A union of operators' results is one operator, a branch each (a join's sources as its
+    sides); a join after it is a stage, its other stream routed there."""
+    assert isinstance(union, n.Union)
+    out: dict[str, Entry] = {}
+    for i, branch in enumerate(union.inputs):
+        op = n.stateless_below(branch)
+        if isinstance(op, n.Join):
+            for side, child in (("left", op.left), ("right", op.right)):
+                out |= {s.name: Entry(side=side, own=_own(op, side), branch=i) for s in n.sources_of(child)}
+        else:
+            out |= {s.name: Entry(branch=i) for s in n.sources_of(op)}
+    for join in (x for x in n.walk(plan) if isinstance(x, n.Join)):
+        for side, child in (("left", join.left), ("right", join.right)):
+            if n.stateless_below(child) is not union and union in list(n.walk(join)):
+                entry = Entry(side=side, own=_own(join, side), staged=True)
+                out |= {s.name: entry for s in n.sources_of(child) if s.name not in out}
     return out
 
 
@@ -1051,7 +1201,10 @@ class Glue:
     """The stateful lowering's operator, stage and ticks as the job runs them (see the module docstring)."""
 
     def __init__(self, plan: n.PlanNode) -> None:
-        apply = with_buckets(lower(plan), BUCKETS).stateful
+        recipe = lower(plan)
+        if recipe.stateful is None:  # (a union of inner joins runs on Spark's own; here the operator)
+            recipe = lower(plan, lowering="stateful")
+        apply = with_buckets(recipe, BUCKETS).stateful
         assert apply is not None
         self.op: OperatorSpec = apply.operator
         self.then = self.op.then
@@ -1504,6 +1657,24 @@ def test_a_join_of_two_operators_results_or_of_one_and_a_stream_equals_the_model
 
 
 @settings(max_examples=EXAMPLES)
+@given(case=unions_of_operators(), data=st.data())
+def test_an_operator_after_a_union_of_joins_or_of_aggregations_equals_the_model(
+    case: Case, data: st.DataObject
+) -> None:
+    """Compared when every source has closed, over rows on time at their own source's watermark
+    (each branch runs at the query's watermark, the model's at its own sources')."""
+    plan = case.stream.plan
+    lags = {n.sources_of(w)[0].name: w.lag_ms for w in n.walk(plan) if isinstance(w, n.Watermark)}
+    union = next(x for x in n.walk(plan) if isinstance(x, n.Union))
+    # A row late by less than its branch join's allowed lateness joins at either watermark.
+    slack = {
+        s.name: join.emission.allowed_lateness_ms for join in n.joins_of(union) for s in n.sources_of(join)
+    }
+    steps = _on_time(data.draw(steps_of(case.sources)), lags, slack)
+    check(case, steps, every_step=False, growing=False)
+
+
+@settings(max_examples=EXAMPLES)
 @given(case=three_joins(), data=st.data())
 def test_a_chain_of_three_joins_equals_the_model(case: Case, data: st.DataObject) -> None:
     """Compared when every source has closed, over rows on time at their own source's watermark."""
@@ -1626,3 +1797,35 @@ def test_a_window_that_got_its_rows_before_the_first_watermark_says_when_it_is_d
             ("advance", "b", 1),  # the watermark 0: the window [-5, 0) closed
         ]
         check(case, steps)
+
+
+def test_a_window_over_a_union_of_joins_counts_a_late_pair_within_the_joins_allowed_lateness() -> None:
+    """A row 18 ms late at its own source (the join's allowed lateness is 20) meets its partner in
+    a window long closed on time: the window after the union keeps it for the join's lateness."""
+    branches: list[tuple[Stream, Op]] = []
+    for names, key, value in ((("a", "b"), "user", "v"), (("c", "d"), "ad", "z")):
+        left, right = (_stream(s, 0).key_by(key) for s in names)
+        joined = left.interval_join(right, between=(-10, 10)).allowed_lateness(20)
+        sources = (_source(names[0], 0), _source(names[1], 0))
+        join = JoinOf(*sources, keys=(key,), between=(-10, 10), allowed_lateness_ms=20)
+        rows = joined.select(kp.col("ad"), kp.col(value).alias("v"))
+        branches.append((rows, SelectOf(join, ("ad", "v"), fn=_as_v(value))))
+    count = kp.count(kp.col("*")).alias("c")
+    union = branches[0][0].union(branches[1][0])
+    windowed = union.key_by("ad").tumbling_window(5).accumulation("retracting").agg(count)
+    model = WindowOf(
+        UnionOf((branches[0][1], branches[1][1])),
+        TumblingWindow(size_ms=5),
+        keys=("ad",),
+        aggregates=[ModelAgg(name="c", func="count", column=None)],
+    )
+    a = [{"user": user, "t": t, "ad": "a1", "v": 1} for user, t in (("u1", 10), ("u2", 30))]
+    b = [{"user": user, "t": t, "page": "p1", "w": 1} for user, t in (("u2", 30), ("u1", 12))]
+    steps: list[Step] = [
+        ("send", "a", a),
+        ("send", "b", b[:1]),
+        ("send", "c", [{"ad": "a2", "at": 30, "campaign": "x"}]),
+        ("send", "d", [{"ad": "a2", "dt": 30, "z": 0}]),
+        ("send", "b", b[1:]),  # 18 ms late at b
+    ]
+    check(Case("window over a union of joins", windowed, model, ("a", "b", "c", "d")), steps)

@@ -17,7 +17,17 @@ import pytest
 
 import krishiv_py as kp
 from krishiv_py.errors import PlanError
-from krishiv_py.model.compose import AggOf, ComposedModel, FilterOf, JoinOf, Source, TopNOf, UnionOf, WindowOf
+from krishiv_py.model.compose import (
+    AggOf,
+    ComposedModel,
+    FilterOf,
+    JoinOf,
+    SelectOf,
+    Source,
+    TopNOf,
+    UnionOf,
+    WindowOf,
+)
 from krishiv_py.model.reference import AggSpec as ModelAgg
 from krishiv_py.plan.watermarks import END_OF_TIME_MS
 from krishiv_py.plan.windows import TumblingWindow
@@ -986,3 +996,52 @@ def test_each_click_with_the_users_view_count_in_force_an_as_of_join_of_changes(
     )
     got = _run_four(joined, ComposedModel(model), {"clicks": to_clicks, "views": to_views}, net=True)
     assert any(r[list(joined.columns).index("views")] is not None for r in got)
+
+
+def test_a_union_of_two_joins_rows_counted_per_ad_and_window_equals_the_model(session: kp.Session) -> None:
+    """Clicks with the views of their user and the ads with the budgets set around them, each as
+    (ad, what), their union counted per ad and 10 s: one operator steps both joins (a branch
+    each, the projections after them in its call), the window a stage keyed by ad after it; the
+    first join's late pairs (within its 20 s) correct the window, which retracts."""
+    joined, ads, budgets, senders = _four_streams(session)
+    clicks = joined.select(kp.col("ad"), kp.col("click").alias("what"), kp.col("t"))
+    funded = (
+        ads.key_by("ad")
+        .interval_join(budgets.key_by("ad"), between=(-10_000, 10_000))
+        .select(kp.col("ad"), kp.col("campaign").alias("what"), kp.col("at").alias("t"))
+    )
+    counted = (
+        clicks.union(funded)
+        .key_by("ad")
+        .tumbling_window(10_000)
+        .accumulation("retracting")
+        .agg(kp.count(kp.col("*")).alias("n"), kp.max(kp.col("t")).alias("last"))
+    )
+    reason = counted.lower().reason
+    assert "the union of operators' results runs as one operator" in reason
+    assert "a stage of its own" in reason
+    ad_rows = JoinOf(
+        Source("ads", "at", ("ad", "at", "campaign")),
+        Source("budgets", "bt", ("ad", "bt", "budget")),
+        keys=("ad",),
+        between=(-10_000, 10_000),
+    )
+    branches = (
+        SelectOf(
+            _model_join(), ("ad", "what", "t"), fn=lambda r: {"ad": r["ad"], "what": r["click"], "t": r["t"]}
+        ),
+        SelectOf(
+            ad_rows, ("ad", "what", "t"), fn=lambda r: {"ad": r["ad"], "what": r["campaign"], "t": r["at"]}
+        ),
+    )
+    model = WindowOf(
+        UnionOf(branches),
+        TumblingWindow(size_ms=10_000),
+        keys=("ad",),
+        aggregates=[
+            ModelAgg(name="n", func="count", column=None),
+            ModelAgg(name="last", func="max", column="t"),
+        ],
+    )
+    got = _run_four(counted, ComposedModel(model), senders, net=True)
+    assert {r[0] for r in got} >= {"a1", "a2"}

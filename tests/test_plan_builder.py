@@ -19,6 +19,7 @@ from krishiv_py.api.stream import Stream
 from krishiv_py.expr import AggCall, BinaryOp, Column, Literal
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.windows import SessionWindow, SlidingWindow, TumblingWindow
+from krishiv_py.planner.spark.lower import lower
 from krishiv_py.types import DataType, Field, Schema, to_schema
 
 DDL = "user_id string, event_time timestamp, amount double, x bigint, name string, ok boolean"
@@ -646,15 +647,32 @@ def views() -> Stream:
     return stream(n.MemorySource(name="views", schema=SCHEMA, path="/data/views")).watermark("event_time", 0)
 
 
-def test_a_window_of_a_union_of_joins_rows_says_to_window_each_join_and_union_the_windows() -> None:
+def test_a_window_of_a_union_of_joins_rows_is_a_window_over_each_join_and_a_union_of_unions_is_refused() -> (
+    None
+):
     j = (
         timed()
         .key_by("user_id")
         .interval_join(views().key_by("user_id"), (-5, 0))
         .select("user_id", "amount")
     )
-    with raises_plan_error("union of joins' rows", "window each join's rows"):
-        j.union(j).key_by("user_id").tumbling_window(10).agg(kp.count(kp.col("*")))
+    counted = j.union(j).key_by("user_id").tumbling_window(10).agg(kp.count(kp.col("*")))
+    assert list(counted.columns) == ["user_id", "window_start", "window_end", "count"]
+    assert "the union of operators' results runs as one operator" in lower(counted.plan).reason
+    # Each branch is checked as if the window followed it alone: an outer join's rows in
+    # accumulation("retracting") need a retracting window.
+    outer = (
+        timed()
+        .key_by("user_id")
+        .interval_join(views().key_by("user_id"), (-5, 0), how="left")
+        .allowed_lateness(10)
+        .accumulation("retracting")
+        .select("user_id", "amount", "kind")
+    )
+    with raises_plan_error("a window over a join in accumulation('retracting') needs"):
+        outer.union(outer).key_by("user_id").tumbling_window(10).agg(kp.count(kp.col("*")))
+    with raises_plan_error("not a union of unions"):
+        j.union(j.union(j)).key_by("user_id").tumbling_window(10).agg(kp.count(kp.col("*")))
 
 
 def test_a_watermark_after_a_join_says_the_joined_rows_have_one_and_what_to_do_instead() -> None:
@@ -763,3 +781,17 @@ def test_a_join_takes_a_window_of_a_stream_that_fires_each_window_once() -> None
     per_count = joined.key_by("n").agg(kp.count(kp.col("*"))).lower().stateful  # a stage after the stage
     assert per_count is not None and per_count.operator.then is not None
     assert per_count.operator.then.then is not None and per_count.operator.then.then.kernel.keys == ("n",)
+
+
+def test_a_join_of_a_union_of_changes_and_a_windows_results_names_what_to_do_instead() -> None:
+    """A union of aggregations' changes joins a stream (a stage after the union); joined with
+    another operator's results it is refused on the stateful lowering, saying what to build."""
+    count = kp.count(kp.col("*")).alias("n")
+    changes = timed().key_by("user_id").agg(count).union(timed().key_by("user_id").agg(count))
+    with_views = changes.key_by("user_id").interval_join(views().key_by("user_id"), (-5, 0))
+    reason = lower(with_views.accumulation("retracting").plan).reason
+    assert "a side of the join is a union of operators' results" in reason
+    per_window = views().key_by("user_id").tumbling_window(10).agg(kp.count(kp.col("*")).alias("m"))
+    joined = changes.key_by("user_id").interval_join(per_window.key_by("user_id"), (-5, 0))
+    with pytest.raises(kp.PlanError, match="join each branch with it and union the joins' rows"):
+        lower(joined.accumulation("retracting").plan)

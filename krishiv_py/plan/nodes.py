@@ -235,6 +235,12 @@ class WindowAggregate:
     emission: Emission = attrs.field(factory=Emission)
 
     def __attrs_post_init__(self) -> None:
+        branches = union_branches(self.input)
+        if branches is not None:  # a window over a union is one over each of its branches
+            for branch in branches:
+                attrs.evolve(self, input=branch)
+            schema_of(self)
+            return
         if joins_of(self.input):
             check_window_after_join(self.input, self.keys, window=self.window)
             if retracting_join_below(self.input):
@@ -307,7 +313,13 @@ class KeyedAggregate:
 
 def _check_per_key_input(below: PlanNode, keys: tuple[str, ...], what: str) -> None:
     """What an operator per key over every row takes today: a source's rows with event time, a
-    join's, or (an aggregation) the changes of an aggregation, a top-N or a window."""
+    join's, or (an aggregation) the changes of an aggregation, a top-N or a window; over a union
+    of operators' results, what it takes over each of them."""
+    branches = union_branches(below)
+    if branches is not None:
+        for branch in branches:
+            _check_per_key_input(branch, keys, what)
+        return
     under = stateless_below(below)
     if isinstance(under, KeyedAggregate | KeyedTopN):
         return  # a changelog of updating rows: each retraction withdraws an earlier row
@@ -344,12 +356,33 @@ def union_windows(node: PlanNode) -> tuple[WindowAggregate, ...] | None:
     return None
 
 
+def union_branches(below: PlanNode, *, of_windows: bool = False) -> tuple[PlanNode, ...] | None:
+    """A union of operators' results under ``below``'s filters and projections (a union of joins'
+    rows, of aggregations' changes), each branch as an operator over ``below`` sees it: ``below``
+    with the union replaced by the branch. An operator over the union is valid when it is over
+    each branch. None: no such union (a union of windows' results is checked as one,
+    :func:`union_windows`, unless ``of_windows``; a union of streams is a stream)."""
+    under = stateless_below(below)
+    if not isinstance(under, Union) or (union_windows(below) is not None and not of_windows):
+        return None
+    if not all(isinstance(stateless_below(i), BRANCH_OPERATORS) for i in under.inputs):
+        return None
+    return tuple(_replaced(below, under, i) for i in under.inputs)
+
+
+def _replaced(node: PlanNode, old: PlanNode, new: PlanNode) -> PlanNode:
+    """``node`` with ``old`` (under its filters and projections) replaced by ``new``."""
+    if node is old:
+        return new
+    assert isinstance(node, Filter | Project)
+    return with_children(node, (_replaced(node.input, old, new),))
+
+
 def takes_retractions(below: PlanNode) -> bool:
     """Whether the rows ``below`` hands on may withdraw earlier ones."""
     under = stateless_below(below)
-    windows = union_windows(below)
-    if windows is not None:
-        return any(takes_retractions(w) for w in windows)
+    if isinstance(under, Union):  # a union carries each input's retractions
+        return any(takes_retractions(i) for i in under.inputs)
     if isinstance(under, KeyedAggregate | KeyedTopN):
         return True
     if isinstance(under, Join | WindowAggregate):
@@ -367,6 +400,9 @@ def fires_once(window: WindowAggregate) -> bool:
         return False  # a window of a window's results re-fires with it
     if not all(fires_once(w) for w in union_windows(window.input) or ()):
         return False  # so does a window of a union of windows' results
+    for branch in union_branches(window.input) or ():  # and one of a union of operators' results
+        if not fires_once(attrs.evolve(window, input=branch)):
+            return False
     e = window.emission
     return not (e.allowed_lateness_ms or carried or e.trigger.is_early)
 
@@ -440,15 +476,22 @@ def check_window_after_join(
     or session: :mod:`krishiv_py.stateful.window_changes`), an aggregation,
     a top-N per key and an interval or a window join.
     """
+    branches = union_branches(below)
+    if branches is not None:  # over a union of operators' results: over each of them
+        for branch in branches:
+            if joins_of(branch):
+                check_window_after_join(branch, keys, what=what, window=window)
+        return
     join = stateless_below(below)
     if isinstance(join, WindowAggregate | KeyedAggregate | KeyedTopN) and what == "a window":
         return  # over a window's results (a cascade) or changes per key: checked with the window
     if not isinstance(join, Join):
         raise PlanError(
-            f"{what} takes a join's rows right after the join (filters and projections between); "
-            f"{_what_below(join)}'s results over a join (a union of joins' rows, say) are not taken "
-            "by a window, an aggregation or a top-N yet: window each join's rows and union the "
-            "windows' results, which an operator takes"
+            f"{what} takes a join's rows right after the join (filters and projections between), "
+            "or a union of operators' results each branch of which is one operator (a join, a "
+            "window, an aggregation or a top-N per key, filtered or projected or not); "
+            f"{_what_below(join)}'s results over a join are neither: union the joins' rows "
+            "themselves (a.union(b, c), not a union of unions)"
         )
     if join.emission.accumulation == "retracting":
         _check_over_retractions(what, window)
@@ -668,6 +711,9 @@ PlanNode: TypeAlias = (
     | Join
 )
 SOURCE_TYPES = (MemorySource, RecordsSource, FileSource, SparkSource, KafkaSource)
+#: The operators whose results a union of changelogs carries (SPEC 3.13): each branch of a union
+#: of operators' results is one of them (filtered or projected or not).
+BRANCH_OPERATORS = (Join, WindowAggregate, KeyedAggregate, KeyedTopN)
 
 
 @attrs.frozen
@@ -934,7 +980,14 @@ def _check_join(node: Join) -> None:
     what = {"interval": "interval_join()", "window": "join()", "as_of": "as_of_join()"}[node.kind]
     for side, plan, keys in (("left", node.left, node.left_keys), ("right", node.right, node.right_keys)):
         below = stateless_below(plan)
-        if isinstance(below, WindowAggregate):
+        branches = union_branches(plan, of_windows=True)
+        if branches is not None:  # a join of a union of operators' results: of each of them
+            for branch in branches:
+                if side == "left":
+                    attrs.evolve(node, left=branch)
+                else:
+                    attrs.evolve(node, right=branch)
+        elif isinstance(below, WindowAggregate):
             _check_window_input(what, side, below)
             if event_time(plan) is None:
                 raise PlanError(f"{what}: the {side} side is a window's results; {NO_RESULT_TIME}")

@@ -32,12 +32,15 @@ Examples
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 import numpy as np
 import pyarrow as pa
 
-from krishiv_py.names import BRANCH
+from krishiv_py.names import BRANCH, RESULT_KIND
 from krishiv_py.stateful._arrow import ipc_bytes, ipc_table
+from krishiv_py.stateful.between import Between
 from krishiv_py.stateful.kernel import StepOutput
 from krishiv_py.stateful.protocol import NOT_DUE, Kernel, Unmerged
 
@@ -51,6 +54,8 @@ class UnionKernel(Unmerged):
     branches: tuple[Kernel, ...]
     #: Each result says which branch made it (``__kp_branch``): the two sides of a join after it.
     tagged: bool = False
+    #: The filters and projections over each branch's results (none: ``()`` or None per branch).
+    betweens: tuple[Between | None, ...] = ()
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -89,6 +94,14 @@ class UnionKernel(Unmerged):
             very_late.append(where[out.very_late])
             invalid.append(where[out.invalid])
         results = [o.results for o in outs]
+        for i, between in enumerate(self.betweens):
+            if between is not None:
+                results[i] = between.apply(results[i])
+        if any(RESULT_KIND in r.column_names for r in results):  # a branch that emits only: emits
+            results = [
+                r if RESULT_KIND in r.column_names else r.append_column(RESULT_KIND, _emits(r.num_rows))
+                for r in results
+            ]
         if self.tagged:
             numbers = [pa.array(np.full(r.num_rows, i, np.int32)) for i, r in enumerate(results)]
             results = [r.append_column(BRANCH, b) for r, b in zip(results, numbers, strict=True)]
@@ -122,6 +135,10 @@ class UnionKernel(Unmerged):
 
     def describe(self) -> str:
         return "krishiv union of " + "; ".join(k.describe() for k in self.branches)
+
+
+def _emits(count: int) -> pa.Array[Any]:
+    return pa.array(["emit"] * count, pa.string())
 
 
 def _split(state: pa.Table | None, count: int) -> list[pa.Table | None]:

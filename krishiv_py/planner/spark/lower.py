@@ -269,6 +269,8 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
         why.append(JOIN_AFTER_STAGE_REASON)
     if any(len(operator_links(c)) > 1 for c in operators):
         why.append(JOIN_OF_CHAIN_REASON)
+    if any(operators_union(c) is not None for c in sides):
+        why.append(JOIN_UNION_REASON)
     if any(isinstance(c, n.KeyedAggregate | n.KeyedTopN) for c in operators):
         why.append(JOIN_CHANGES_KEPT_REASON)
     if isinstance(bottom, n.Join) and any(n.takes_retractions(c) for c in n.children(bottom)):
@@ -280,6 +282,7 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
         spark_max=OPERATOR_RULES[type(bottom)].spark_max and one_watermark(bottom),
         staged_sides=True,
         chain=_side_chain,
+        union=_side_union,
     )
     root, _ = ctx.lower(bottom)
     top = op.input if isinstance(op, n.TopN) else op  # window top-N: its window's callbacks
@@ -311,10 +314,17 @@ def _lower_union(
     streaming: bool,
     links: list[tuple[n.PlanNode, tuple[n.Filter | n.Project, ...]]] | None = None,
 ) -> SparkRecipe:
-    """A union of windows: one operator whose bucket calls step every branch's window; ``links``:
-    the operators after it (:func:`operator_links`), each in its call or a stage of its own."""
+    """A union of operators' results (windows', joins', aggregations' or top-Ns' per key): one
+    operator whose bucket calls step every branch's operator over its own rows; ``links``: the
+    operators after it (:func:`operator_links`), each in its call or a stage of its own."""
     shift = time_shift(op) if streaming else 0
-    ctx = Lowerer(streaming=streaming, shift=shift, window=lower_stateful_window)
+    ctx = Lowerer(
+        streaming=streaming,
+        shift=shift,
+        window=lower_stateful_window,
+        join=lower_stateful_join,
+        keyed=lower_stateful_keyed,
+    )
 
     def union(node: n.PlanNode, *branches: RecipeNode, streaming: bool, shift_ms: int) -> RecipeNode:
         del shift_ms
@@ -323,11 +333,14 @@ def _lower_union(
 
     after = links[1:] if links is not None else []
     rule = stacked_operators(union, op, after) if after else union
-    root = rule(op, *(ctx.lower(branch)[0] for branch in op.inputs), streaming=streaming, shift_ms=shift)
+    # Each branch's operator by its rule; the filters and projections after it run in the union.
+    branches = (ctx.lower(n.stateless_below(branch))[0] for branch in op.inputs)
+    root = rule(op, *branches, streaming=streaming, shift_ms=shift)
     moved = _move_reasons([(op, ()), *after], UNION_CHAIN_REASON, UNION_STAGED_REASON) if after else []
+    windows = n.union_windows(op) is not None
     return SparkRecipe(
         lowering="stateful",
-        reason=reason + UNION_REASON + "".join(moved),
+        reason=reason + (UNION_REASON if windows else UNION_OPERATORS_REASON) + "".join(moved),
         root=root,
         output_mode="append",
         time_shift_ms=shift,
@@ -358,6 +371,15 @@ UNION_REASON = (
     "of every branch's sources"
 )
 
+#: Why a union of operators' results runs as it does (docs/composition.md, "A union of changelogs").
+UNION_OPERATORS_REASON = (
+    "; the union of operators' results runs as one operator: every branch's rows travel in one "
+    "layout, bucketed by their own branch's keys, and each bucket call steps each branch's "
+    "operator (a window, a join, an aggregation or a top-N per key) over its own rows, the "
+    "filters and projections after it over its results; the union carries every branch's emits "
+    "and retractions, each with its own event time, and its watermark is the least of every "
+    "branch's sources"
+)
 
 #: Why an operator after a union of windows runs in the union's call.
 UNION_CHAIN_REASON = (
@@ -373,14 +395,18 @@ UNION_STAGED_REASON = (
 )
 
 
-def windows_union(node: n.PlanNode) -> n.Union | None:
-    """``node`` when it is a union of windows over streams (no other operator below), else None."""
+def operators_union(node: n.PlanNode) -> n.Union | None:
+    """``node`` when it is a union of operators' results, each branch one operator over streams
+    (a window, a join, an aggregation or a top-N per key; filtered or projected or not), else None."""
     if not isinstance(node, n.Union) or len(node.inputs) < 2:
         return None
     for branch in node.inputs:
-        if not isinstance(branch, n.WindowAggregate) or n.cascade_of(branch) is not None:
+        op = n.stateless_below(branch)
+        if not isinstance(op, STAGED_SIDES) or _has_operator(*n.children(op)):
             return None
-        if _has_operator(branch.input) or isinstance(branch.window, EventSlidingWindow | TimeIntervalWindow):
+        if isinstance(op, n.WindowAggregate) and isinstance(
+            op.window, EventSlidingWindow | TimeIntervalWindow
+        ):
             return None
     return node
 
@@ -405,13 +431,13 @@ def _operator_and_stages(
     if isinstance(node, n.TopN):
         _check_window_top_n(node)
     op = node
-    union = windows_union(op)
+    union = operators_union(op)
     if union is None and (
         type(op) not in OPERATOR_RULES or _has_operator(*_operator_inputs(operator_links(op)[0][0]))
     ):
         raise PlanError(_unsupported(node))
     assert isinstance(op, n.WindowAggregate | n.Join | n.KeyedAggregate | n.KeyedTopN | n.TopN | n.Union)
-    rule = OPERATOR_RULES[n.WindowAggregate if union is not None else type(op)]
+    rule = UNION_RULE if union is not None else OPERATOR_RULES[type(op)]
     why = []
     after = _after_window(node, chain) if chain else None
     if after is not None:
@@ -496,6 +522,14 @@ JOIN_PER_KEY_REASON = (
     "to the join's key buckets in the micro-batch that makes it, the other stream's rows are "
     "routed there by their keys, and the join keeps its state of its own (one Arrow file per "
     "bucket and micro-batch under the checkpoint)"
+)
+
+#: Why a join of a union of operators' results runs as it does (docs/stateless.md).
+JOIN_UNION_REASON = (
+    "; a side of the join is a union of operators' results, which runs as one operator (each "
+    "branch's operator over its own rows); the join is a stage after it, the union's results "
+    "crossing the cluster to the join's key buckets with their event times, the other stream's "
+    "rows routed there, and it keeps rows as long as any branch may still correct its results"
 )
 
 #: Why a join of a join of a join runs as it does (docs/joins.md, "A chain of joins").
@@ -591,7 +625,7 @@ def operator_links(op: n.PlanNode) -> list[tuple[n.PlanNode, tuple[n.Filter | n.
         while isinstance(below, n.Filter | n.Project):
             between.append(below)
             below = below.input
-        if type(below) not in OPERATOR_RULES and windows_union(below) is None:
+        if type(below) not in OPERATOR_RULES and operators_union(below) is None:
             break
         links.append((node, tuple(reversed(between))))
         node = below
@@ -623,6 +657,15 @@ def _side_chain(ctx: Lowerer, node: n.PlanNode) -> RecipeNode:
         setattr(ctx, slot, base)
 
 
+def _side_union(ctx: Lowerer, node: n.Union) -> RecipeNode | None:
+    """A join's side that is a union of operators' results: one operator, a branch each (the join
+    is then a stage after it); None: a union of streams, Spark's union."""
+    if operators_union(node) is None:
+        return None
+    branches = [ctx.lower(n.stateless_below(b))[0] for b in node.inputs]
+    return lower_stateful_union(node, branches, streaming=ctx.streaming)
+
+
 def _operator_below(join: n.Join) -> bool:
     """Whether a side of ``join`` is another operator's results (``join`` then runs as a stage)."""
     return any(isinstance(n.stateless_below(c), STAGED_SIDES) for c in n.children(join))
@@ -635,8 +678,10 @@ def _operator_inputs(bottom: n.PlanNode) -> list[n.PlanNode]:
     for child in n.children(bottom):
         below = n.stateless_below(child)
         staged = isinstance(bottom, n.Join) and isinstance(below, STAGED_SIDES)
-        branch = isinstance(bottom, n.Union) and isinstance(child, n.WindowAggregate)  # one operator
-        if staged:  # the bottom operator of the side's chain (itself, when it is one operator)
+        branch = isinstance(bottom, n.Union) and isinstance(below, STAGED_SIDES)  # one operator
+        if isinstance(bottom, n.Join) and operators_union(below) is not None:  # one operator too
+            out += _operator_inputs(below)
+        elif staged:  # the bottom operator of the side's chain (itself, when it is one operator)
             chain_bottom = operator_links(below)[0][0]
             out += (
                 _operator_inputs(chain_bottom)
@@ -693,6 +738,12 @@ OPERATOR_RULES[n.Join] = OperatorRule(noun="join", rows="joined rows", reason=JO
 OPERATOR_RULES[n.KeyedAggregate] = OperatorRule(noun="aggregation", rows="results", reason=KEYED_REASON)
 OPERATOR_RULES[n.KeyedTopN] = OperatorRule(noun="top-N", rows="results", reason=KEYED_TOP_N_REASON)
 OPERATOR_RULES[n.TopN] = OperatorRule(noun="top-N", rows="results", reason=WINDOW_TOP_N_REASON)
+#: A union of operators' results, run as one operator (:func:`_lower_union`).
+UNION_RULE = OperatorRule(
+    noun="union",
+    rows="results",
+    exact=", so a retraction passes a filter exactly when the emit it withdraws did",
+)
 
 
 #: What the stateful lowering does with every kind of plan node: a source is read by its read
@@ -701,7 +752,7 @@ OPERATOR_RULES[n.TopN] = OperatorRule(noun="top-N", rows="results", reason=WINDO
 STATEFUL_ROLES: dict[type[n.PlanNode], str] = {
     **dict.fromkeys(n.SOURCE_TYPES, "source"),
     n.Watermark: "stateless",
-    n.Union: "stateless, or an operator (a union of windows)",
+    n.Union: "stateless, or an operator (a union of operators' results)",
     n.Filter: "stateless or stage",
     n.Project: "stateless or stage",
     **dict.fromkeys(OPERATOR_RULES, "operator"),

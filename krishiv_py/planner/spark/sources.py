@@ -76,6 +76,7 @@ from krishiv_py.types import Schema
 __all__ = [
     "STAGED_SIDES",
     "ChainRule",
+    "UnionRule",
     "JoinRule",
     "Lowerer",
     "ReadRule",
@@ -122,6 +123,12 @@ class ChainRule(Protocol):
     def __call__(self, ctx: Lowerer, node: n.PlanNode) -> RecipeNode: ...
 
 
+class UnionRule(Protocol):
+    """Lowers a union of operators' results as one operator (None: ``node`` is another union)."""
+
+    def __call__(self, ctx: Lowerer, node: n.Union) -> RecipeNode | None: ...
+
+
 #: The operators whose results a join on the stateful lowering takes as a side: a stage after them.
 STAGED_SIDES = (n.Join, n.WindowAggregate, n.KeyedAggregate, n.KeyedTopN)
 
@@ -129,7 +136,8 @@ STAGED_SIDES = (n.Join, n.WindowAggregate, n.KeyedAggregate, n.KeyedTopN)
 def _results_of(side: n.PlanNode) -> n.PlanNode:
     """A join's side as it is lowered: the operator under its filters and projections, if any."""
     below = n.stateless_below(side)
-    return below if isinstance(below, STAGED_SIDES) else side
+    of_operators = n.union_branches(side, of_windows=True) is not None  # a union of their results
+    return below if isinstance(below, STAGED_SIDES) or of_operators else side
 
 
 @attrs.define
@@ -156,6 +164,8 @@ class Lowerer:
     staged_sides: bool = False
     #: How a join's side that is a chain of operators is lowered (None: each operator by its rule).
     chain: ChainRule | None = None
+    #: How a union of operators' results is lowered (None: as Spark's union of its inputs).
+    union: UnionRule | None = None
 
     def lower(self, node: n.PlanNode, *, count_input: bool = True) -> tuple[RecipeNode, tuple[str, ...]]:
         """Recipe for ``node`` and the hidden columns it carries.
@@ -169,6 +179,9 @@ class Lowerer:
         if isinstance(node, n.Watermark) and _partitioned(node.input):
             return self._per_partition(node), (*BASE_HIDDEN, ET)
         if isinstance(node, n.Union):
+            one = self.union(self, node) if self.union is not None else None
+            if one is not None:
+                return one, ()
             parts = [self.lower(i) for i in node.inputs]
             return UnionAll(children=tuple(p[0] for p in parts)), parts[0][1]
         if isinstance(node, n.Join):

@@ -30,6 +30,7 @@ from typing import Any
 import attrs
 
 from krishiv_py.errors import PlanError
+from krishiv_py.expr import Column
 from krishiv_py.names import BUCKET, ET, JOIN_SIDE, PACKED, RESULT_KIND, SEQ, TS_VALUE
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.watermarks import END_OF_TIME_MS
@@ -204,21 +205,34 @@ def _bucket_expr(hashed: str | None, buckets: int) -> str:
 
 
 def lower_stateful_union(node: n.Union, branches: list[RecipeNode], *, streaming: bool) -> RecipeNode:
-    """A union of windows as one operator: the branches' rows in one layout, a branch number each.
+    """A union of operators' results as one operator: the branches' rows in one layout, a branch
+    number each.
 
-    ``branches``: each branch lowered by the window rule (a
-    :class:`StatefulApply` of its own), whose rows, encoding and key
-    buckets are kept; the columns of every branch share one layout by name.
+    ``branches``: each branch's operator lowered by its rule (a
+    :class:`StatefulApply` of its own, in one call), whose rows, encoding and
+    key buckets are kept; the columns of every branch share one layout by
+    name. The filters and projections between a branch's operator and the
+    union run over its results in the union's kernel.
     """
-    assert all(isinstance(b, n.WindowAggregate) for b in node.inputs)
     applies = [b for b in branches if isinstance(b, StatefulApply)]
     assert len(applies) == len(branches)
-    return operators_as_one(applies, streaming=streaming, tagged=False)
+    for branch, apply in zip(node.inputs, applies, strict=True):
+        if apply.operator.then is not None or apply.side_inputs:
+            raise PlanError(
+                f"a union of operators' results takes each branch as one operator over streams; "
+                f"{_describe(n.stateless_below(branch))} of this branch runs as a stage after another "
+                "one, which a union does not take yet"
+            )
+    betweens = tuple(_between(_between_below(branch)) for branch in node.inputs)
+    return operators_as_one(applies, streaming=streaming, tagged=False, betweens=betweens)
 
 
-def operators_as_one(applies: list[StatefulApply], *, streaming: bool, tagged: bool) -> StatefulApply:
+def operators_as_one(
+    applies: list[StatefulApply], *, streaming: bool, tagged: bool, betweens: tuple[Any, ...] = ()
+) -> StatefulApply:
     """The operators (each lowered by its rule, in one call) as one, a branch number per row;
-    ``tagged``: each result says which operator made it (``__kp_branch``)."""
+    ``tagged``: each result says which operator made it (``__kp_branch``); ``betweens``: the
+    filters and projections over each one's results (a union's branches)."""
     import pyarrow as pa
 
     from krishiv_py.names import BRANCH
@@ -252,7 +266,9 @@ def operators_as_one(applies: list[StatefulApply], *, streaming: bool, tagged: b
         exprs += encoded.exprs[-2:]  # the event time and the arrival order
         children.append(SelectExprs(child=encoded.child, exprs=tuple(exprs)))
     spec = OperatorSpec(
-        kernel=UnionKernel(branches=tuple(a.operator.kernel for a in applies), tagged=tagged),
+        kernel=UnionKernel(
+            branches=tuple(a.operator.kernel for a in applies), tagged=tagged, betweens=betweens
+        ),
         columns=tuple(columns),
         shift_ms=applies[0].operator.shift_ms,
         buckets=applies[0].operator.buckets,
@@ -372,12 +388,24 @@ def _bucket_keys(node: n.PlanNode) -> tuple[str, ...]:
     if isinstance(node, n.Join):
         return node.left_keys
     if isinstance(node, n.Union):  # each branch by its own keys: an operator beside needs them all
-        keys = [k for w in n.union_windows(node) or () for k in w.keys]
+        keys = [k for branch in node.inputs for k in _branch_keys(branch)]
         return tuple(dict.fromkeys(keys))
     if isinstance(node, n.TopN):  # window top-N: each window's ranking by itself
         return ("window_start", "window_end", *node.keys)
     assert isinstance(node, n.WindowAggregate | n.KeyedAggregate | n.KeyedTopN)
     return node.keys
+
+
+def _branch_keys(branch: n.PlanNode) -> tuple[str, ...]:
+    """The keys a union's branch buckets its rows by, as the union's results name them (a column
+    no name matches when a projection after the branch's operator does not keep them as they are)."""
+    keys = _bucket_keys(n.stateless_below(branch))
+    for node in _between_below(branch):
+        if isinstance(node, n.Project):
+            plain = {e.name for e in node.exprs if isinstance(e, Column)}
+            if not set(keys) <= plain:
+                return ("\x00 keys not kept",)
+    return keys
 
 
 def _describe(node: n.PlanNode) -> str:
@@ -424,8 +452,8 @@ def stacked_operators(base: Any, bottom: n.PlanNode, uppers: list[Link]) -> Any:
         if isinstance(node, n.Join):
             kernel = JoinKernel(attrs.evolve(kernel.spec, event_times=True))
             carried = kernel.spec.allowed_lateness_ms  # a join stage's: its own and the first join's
-        if isinstance(node, n.Union):  # a union of windows corrects a window for its lateness
-            carried = max(w.emission.allowed_lateness_ms for w in n.union_windows(node) or ())
+        if isinstance(node, n.Union):  # each branch corrects its results as long as it may
+            kernel, carried = _union_fed(node, kernel, times=_times_read([u for u, _ in uppers]))
         if isinstance(node, n.KeyedAggregate | n.KeyedTopN):  # a change may withdraw a row of any age
             carried = END_OF_TIME_MS
             if _times_read([u for u, _ in uppers]):  # a window after it reads its changes' times
@@ -482,8 +510,8 @@ def _retracts(node: n.PlanNode) -> bool:
     """Whether ``node``'s results carry ``kind`` (retractions among them)."""
     if isinstance(node, n.KeyedAggregate | n.KeyedTopN | n.TopN):
         return True
-    if isinstance(node, n.Union):  # the branches' results, each window's corrections among them
-        return any(_retracts(w) for w in n.union_windows(node) or ())
+    if isinstance(node, n.Union):  # the branches' results, each one's corrections among them
+        return any(_feeds_retractions(n.stateless_below(b)) for b in node.inputs)
     assert isinstance(node, n.Join | n.WindowAggregate)
     return node.emission.accumulation == "retracting"
 
@@ -644,12 +672,51 @@ def _upstream(inner: n.PlanNode, kernel: Any) -> _Upstream:
     if isinstance(inner, n.KeyedAggregate | n.KeyedTopN):  # a change may withdraw a row of any age
         timed = _last_evolved(kernel, event_times=True)
         return _Upstream(timed, END_OF_TIME_MS, True, timed=True)
+    if isinstance(inner, n.Union):  # each branch as it would enter alone; kept as long as the longest
+        ups = [_upstream(n.stateless_below(b), k) for b, k in zip(inner.inputs, kernel.branches, strict=True)]
+        return _Upstream(
+            attrs.evolve(kernel, branches=tuple(u.kernel for u in ups)),
+            max(u.carried_ms for u in ups),
+            any(u.retracting for u in ups),
+            timed=ups[0].timed,  # (a union's branches share their kind of event time)
+        )
     assert isinstance(inner, n.WindowAggregate)
     # A re-firing window's results are late by its kept lateness (its own and what it carries for
     # the operators under it) and one ms more: a window kept while ``W < end + L`` is corrected up
     # to ``W = end + L - 1``, with a row at ``end - 1``.
     kept = _window_kept_ms(kernel)
     return _Upstream(kernel, kept + 1 if kept else 0, _retracts(inner), timed=False)
+
+
+def _union_fed(node: n.Union, kernel: Any, *, times: bool) -> tuple[Any, int]:
+    """A union's kernel as another operator takes its results, and how much longer that operator
+    keeps what it holds (as long as a branch may still correct its results): a join's carry
+    their event times and are corrected for its lateness; an aggregation's or a top-N's changes
+    carry theirs when ``times`` (an operator after reads them) and may withdraw a row of any
+    age; a window that may fire again retracts there whatever its accumulation."""
+    branches, carried = [], 0
+    for branch, inner in zip(node.inputs, kernel.branches, strict=True):
+        op = n.stateless_below(branch)
+        if isinstance(op, n.Join):
+            inner = _timed_join(inner)
+            carried = max(carried, inner.spec.allowed_lateness_ms)
+        elif isinstance(op, n.KeyedAggregate | n.KeyedTopN):
+            carried = END_OF_TIME_MS
+            if times:
+                inner = attrs.evolve(inner, event_times=True)
+        else:
+            assert isinstance(op, n.WindowAggregate)
+            carried = max(carried, op.emission.allowed_lateness_ms)
+            if _feeds_retractions(op) and not _retracts(op):
+                inner = attrs.evolve(inner, spec=attrs.evolve(inner.spec, accumulation="retracting"))
+        branches.append(inner)
+    return attrs.evolve(kernel, branches=tuple(branches)), carried
+
+
+def _timed_join(kernel: Any) -> Any:
+    from krishiv_py.stateful.joins import JoinKernel
+
+    return JoinKernel(attrs.evolve(kernel.spec, event_times=True))
 
 
 def _last_evolved(kernel: Any, **changes: Any) -> Any:
@@ -749,6 +816,11 @@ def _join_of_operators(
             "window, say) is not supported yet: a join's rows with a stream's are"
         )
     inners = [n.stateless_below(side) for side in (node.left, node.right)]
+    if any(isinstance(inner, n.Union) for inner in inners):
+        raise PlanError(
+            "the stateful lowering joins a union of operators' results with a stream, not yet with "
+            "another operator's results: join each branch with it and union the joins' rows"
+        )
     results = [n.schema_of(inner) for inner in inners]
     for f in results[0]:
         if f.name in results[1].names and results[1].field(f.name).dtype != f.dtype and f.name != RESULT_KIND:
