@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from krishiv_py.expr import max as max
     from krishiv_py.expr import min as min
     from krishiv_py.expr import sum as sum
+    from krishiv_py.expr import when as when
     from krishiv_py.kafka.sink import KafkaSink as KafkaSink
     from krishiv_py.kafka.source import KafkaOptions as KafkaOptions
     from krishiv_py.late import CountingLateEventHandler as CountingLateEventHandler

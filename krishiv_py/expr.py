@@ -28,6 +28,7 @@ from krishiv_py.types import DataType, Schema
 __all__ = [
     "AggCall",
     "AggExpr",
+    "Case",
     "Expr",
     "ExprNode",
     "avg",
@@ -40,6 +41,7 @@ __all__ = [
     "max",
     "min",
     "sum",
+    "when",
 ]
 
 LiteralValue: TypeAlias = bool | int | float | str | _dt.datetime | _dt.date | None
@@ -85,16 +87,29 @@ class Alias:
     name: str
 
 
-ExprNode: TypeAlias = Column | Literal | BinaryOp | UnaryOp | Cast | Alias
+@attrs.frozen
+class Case:
+    """``CASE WHEN c1 THEN v1 [WHEN ...] [ELSE otherwise] END``: the value of the first branch whose
+    condition is true (not false, not null), else ``otherwise`` (null without one)."""
+
+    branches: tuple[tuple[ExprNode, ExprNode], ...]
+    otherwise: ExprNode | None = None
+    #: ``otherwise()`` was called: no branch may follow.
+    closed: bool = False
+
+
+ExprNode: TypeAlias = Column | Literal | BinaryOp | UnaryOp | Cast | Alias | Case
 
 
 @attrs.frozen
 class AggCall:
-    """An aggregate function over one column (``column is None``: count rows)."""
+    """An aggregate function over one column (``column is None``: count rows); ``filter``: over
+    the rows where it is true only (SQL's ``FILTER (WHERE ...)``)."""
 
     func: AggFunc
     column: str | None
     name: str
+    filter: ExprNode | None = None
 
 
 def _wrap(value: object) -> ExprNode:
@@ -209,6 +224,22 @@ class Expr:
     def alias(self, name: str) -> Expr:
         return Expr(Alias(self.node, _check_alias(name)))
 
+    def when(self, condition: Expr, value: object) -> Expr:
+        """One more branch of a :func:`when` expression: ``kp.when(c1, v1).when(c2, v2)``."""
+        node = self.node
+        if not isinstance(node, Case) or node.closed:
+            raise PlanError(
+                "when() continues kp.when(condition, value) before otherwise(); start one with kp.when(...)"
+            )
+        return Expr(attrs.evolve(node, branches=(*node.branches, _branch(condition, value))))
+
+    def otherwise(self, value: object) -> Expr:
+        """The value of a :func:`when` expression where no condition is true (else null)."""
+        node = self.node
+        if not isinstance(node, Case) or node.closed:
+            raise PlanError("otherwise() ends kp.when(condition, value)...; call it once, last")
+        return Expr(attrs.evolve(node, otherwise=_wrap(value), closed=True))
+
     def __repr__(self) -> str:
         return f"Expr({self.node!r})"
 
@@ -227,6 +258,10 @@ class AggExpr:
 
     def alias(self, name: str) -> AggExpr:
         return AggExpr(attrs.evolve(self.call, name=_check_alias(name)))
+
+    @property
+    def filter(self) -> ExprNode | None:
+        return self.call.filter
 
     def __repr__(self) -> str:
         return f"AggExpr({self.call!r})"
@@ -250,55 +285,81 @@ def lit(value: LiteralValue) -> Expr:
     return Expr(_wrap(value))
 
 
-def _agg(func: AggFunc, arg: Expr) -> AggExpr:
+def when(condition: Expr, value: object) -> Expr:
+    """A conditional value, SQL's ``CASE WHEN``: ``value`` where ``condition`` is true.
+
+    Chain more branches with ``.when(condition, value)`` and end with
+    ``.otherwise(value)`` (without it: null where no condition is true).
+    The first true condition decides; a null condition is not true. The
+    values share one type: numbers of any width (the widest), or one type.
+
+    >>> import krishiv_py as kp
+    >>> kp.when(kp.col("price") > 100, "high").otherwise("low").node.branches[0][1]
+    Literal(value='high')
+    """
+    return Expr(Case(branches=(_branch(condition, value),)))
+
+
+def _branch(condition: Expr, value: object) -> tuple[ExprNode, ExprNode]:
+    if not isinstance(condition, Expr):
+        raise PlanError(f"when() takes a condition expression, e.g. kp.col('x') > 1; got {condition!r}")
+    return condition.node, _wrap(value)
+
+
+def _agg(func: AggFunc, arg: Expr, where: Expr | None = None) -> AggExpr:
     if not isinstance(arg, Expr) or not isinstance(arg.node, Column):
         raise PlanError(f"{func}() takes a column, e.g. {func}(col('amount')); got {arg!r}")
+    if where is not None and not isinstance(where, Expr):
+        raise PlanError(
+            f"{func}(filter=...) takes a condition expression, e.g. kp.col('price') < 10; got {where!r}"
+        )
+    predicate = where.node if where is not None else None
     name = arg.node.name
     if name == "*":
         if func != "count":
             raise PlanError(f"{func}(col('*')) is not defined; only count(col('*')) counts rows")
-        return AggExpr(AggCall("count", None, "count"))
-    return AggExpr(AggCall(func, name, f"{func}_{name}"))
+        return AggExpr(AggCall("count", None, "count", predicate))
+    return AggExpr(AggCall(func, name, f"{func}_{name}", predicate))
 
 
-def count(arg: Expr) -> AggExpr:
+def count(arg: Expr, *, filter: Expr | None = None) -> AggExpr:
     """Number of rows (``count(col("*"))``) or of non-null values of a column."""
-    return _agg("count", arg)
+    return _agg("count", arg, filter)
 
 
-def sum(arg: Expr) -> AggExpr:  # noqa: A001 - mirrors SQL
+def sum(arg: Expr, *, filter: Expr | None = None) -> AggExpr:  # noqa: A001 - mirrors SQL
     """Sum of the non-null values (null when there are none)."""
-    return _agg("sum", arg)
+    return _agg("sum", arg, filter)
 
 
-def avg(arg: Expr) -> AggExpr:
+def avg(arg: Expr, *, filter: Expr | None = None) -> AggExpr:
     """Mean of the non-null values, as a double."""
-    return _agg("avg", arg)
+    return _agg("avg", arg, filter)
 
 
-def min(arg: Expr) -> AggExpr:  # noqa: A001
+def min(arg: Expr, *, filter: Expr | None = None) -> AggExpr:  # noqa: A001
     """Smallest non-null value (NaN sorts above every number, as in Spark)."""
-    return _agg("min", arg)
+    return _agg("min", arg, filter)
 
 
-def max(arg: Expr) -> AggExpr:  # noqa: A001
+def max(arg: Expr, *, filter: Expr | None = None) -> AggExpr:  # noqa: A001
     """Largest non-null value (NaN sorts above every number, as in Spark)."""
-    return _agg("max", arg)
+    return _agg("max", arg, filter)
 
 
-def count_distinct(arg: Expr) -> AggExpr:
+def count_distinct(arg: Expr, *, filter: Expr | None = None) -> AggExpr:
     """Number of distinct non-null values."""
-    return _agg("count_distinct", arg)
+    return _agg("count_distinct", arg, filter)
 
 
-def first(arg: Expr) -> AggExpr:
+def first(arg: Expr, *, filter: Expr | None = None) -> AggExpr:
     """Value of the earliest row by event time (ties: arrival order where known)."""
-    return _agg("first", arg)
+    return _agg("first", arg, filter)
 
 
-def last(arg: Expr) -> AggExpr:
+def last(arg: Expr, *, filter: Expr | None = None) -> AggExpr:
     """Value of the latest row by event time (ties: arrival order where known)."""
-    return _agg("last", arg)
+    return _agg("last", arg, filter)
 
 
 # --- typing -----------------------------------------------------------------
@@ -326,6 +387,8 @@ def dtype_of(node: ExprNode, schema: Schema) -> DataType:
     if isinstance(node, Cast):
         dtype_of(node.operand, schema)
         return node.dtype
+    if isinstance(node, Case):
+        return _case_type(node, schema)
     if isinstance(node, UnaryOp):
         inner = dtype_of(node.operand, schema)
         if node.op == "neg":
@@ -353,10 +416,35 @@ def _binary_type(node: BinaryOp, schema: Schema) -> DataType:
     _check_divisor(node)
     if node.op == "/":
         return DataType("double")
-    order = ["void", "tinyint", "smallint", "int", "bigint", "float", "double"]
     if left.is_decimal or right.is_decimal:
         return DataType("double")
-    return left if order.index(left.name) >= order.index(right.name) else right
+    return left if _WIDTHS.index(left.name) >= _WIDTHS.index(right.name) else right
+
+
+_WIDTHS = ["void", "tinyint", "smallint", "int", "bigint", "float", "double"]
+
+
+def _case_type(node: Case, schema: Schema) -> DataType:
+    """A :func:`when` expression's type: its values' one type, numbers of any width the widest."""
+    for condition, _ in node.branches:
+        kind = dtype_of(condition, schema)
+        if kind.name not in ("boolean", "void"):
+            raise PlanError(
+                f"{render(node)}: when() needs a boolean condition, {render(condition)} is {kind}"
+            )
+    values = [v for _, v in node.branches] + ([node.otherwise] if node.otherwise is not None else [])
+    types = [t for t in (dtype_of(v, schema) for v in values) if t.name != "void"]
+    if not types:
+        return DataType("void")
+    if all(t == types[0] for t in types):
+        return types[0]
+    if all(t.name in _WIDTHS for t in types):
+        return sorted(types, key=lambda t: _WIDTHS.index(t.name))[-1]
+    shown = ", ".join(sorted({str(t) for t in types}))
+    raise PlanError(
+        f"{render(node)}: the values of when() need one type (numbers of any width are one), got "
+        f"{shown}; cast them to one with .cast()"
+    )
 
 
 def _check_divisor(node: BinaryOp) -> None:
@@ -405,6 +493,24 @@ def _literal_type(value: LiteralValue) -> DataType:
     return DataType("date")
 
 
+def check_filter(call: AggCall, schema: Schema) -> None:
+    """A :class:`PlanError` naming what is wrong with ``call``'s ``filter=``, if anything."""
+    if call.filter is None:
+        return
+    if call.func in ("first", "last"):
+        raise PlanError(
+            f"{call.func}(filter=...) is not supported: {call.func} takes the "
+            f"{'earliest' if call.func == 'first' else 'latest'} row's value, and a filter that skips "
+            "rows has no column form; filter the stream before the aggregation instead"
+        )
+    kind = dtype_of(call.filter, schema)
+    if kind.name not in ("boolean", "void"):
+        raise PlanError(
+            f"{call.name}: filter={render(call.filter)} is {kind}; filter= takes a condition "
+            "(e.g. kp.col('price') < 10_000)"
+        )
+
+
 def agg_type(call: AggCall, schema: Schema) -> DataType:
     """Result type of an aggregate, following Spark SQL."""
     if call.column is None or call.func in ("count", "count_distinct"):
@@ -446,4 +552,9 @@ def render(node: ExprNode) -> str:
         return f"{node.op}({render(node.operand)})"
     if isinstance(node, Cast):
         return f"{'try_cast' if node.safe else 'cast'}({render(node.operand)} as {node.dtype})"
+    if isinstance(node, Case):
+        parts = [f"WHEN {render(c)} THEN {render(v)}" for c, v in node.branches]
+        if node.otherwise is not None:
+            parts.append(f"ELSE {render(node.otherwise)}")
+        return f"CASE {' '.join(parts)} END"
     return f"{render(node.operand)} AS {node.name}"

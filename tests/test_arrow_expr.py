@@ -42,6 +42,7 @@ from krishiv_py.expr import (
     dtype_of,
     render,
 )
+from krishiv_py.expr import Case as CaseWhen
 from krishiv_py.planner.sql import failure_checks, quote, to_sql
 from krishiv_py.stateful.arrow_expr import evaluate, failures, filter_rows, project, result_type, unsupported
 from krishiv_py.types import DataType, Schema
@@ -178,6 +179,38 @@ CASES = [
     Case("ntz to timestamp", c("ntz").cast("timestamp"), {"ntz": [dt.datetime(2024, 1, 1)]}, [T0]),
     Case("typed null", lit(None).cast("int"), {"b": [None]}, [None]),
     Case("nested failures", (c("i32") + 1) * 2, {"i32": [2**31 - 1, 2**30]}, [None, None], 2),
+    Case(
+        "when: the first true branch",
+        kp.when(c("i32") > 1, "big").when(c("i32") > 0, "one").otherwise("none"),
+        {"i32": [5, 1, None, -1]},
+        ["big", "one", "none", "none"],
+    ),
+    Case(
+        "when without otherwise",
+        kp.when(c("b"), c("i64")),
+        {"b": [True, None, False], "i64": [1, 2, 3]},
+        [1, None, None],
+    ),
+    Case(
+        "when widens",
+        kp.when(c("b"), c("i8")).otherwise(c("f64")),
+        {"b": [True, False], "i8": [3, 3], "f64": [0.5, 0.5]},
+        [3.0, 0.5],
+    ),
+    Case(
+        "when counts failures where taken only",
+        kp.when(c("i32") < 0, c("i32") + 1).otherwise(c("i32") * 2),
+        {"i32": [2**31 - 1, -5, -(2**31)]},
+        [None, -4, -(2**31) + 1],
+        1,
+    ),
+    Case(
+        "a failed condition is not true",
+        kp.when((c("i32") + 1) > 0, 1).otherwise(2),
+        {"i32": [2**31 - 1, 0]},
+        [2, 1],
+        1,
+    ),
 ]
 
 
@@ -374,6 +407,17 @@ def numbers(depth: int) -> st.SearchStrategy[ExprNode]:
         binary(["+", "-", "*", "/", "%"], inner, inner),
         st.builds(UnaryOp, st.just("neg"), inner),
         casts(st.one_of(inner, booleans(depth - 1)), NUMBER_TYPES),
+        whens(inner, depth - 1),
+    )
+
+
+def whens(values: st.SearchStrategy[ExprNode], depth: int) -> st.SearchStrategy[ExprNode]:
+    """``kp.when(...)`` of one to three branches, with an ``otherwise`` or not."""
+    branches = st.lists(st.tuples(booleans(depth), values), min_size=1, max_size=3).map(tuple)
+    return st.builds(
+        lambda b, o: CaseWhen(branches=b, otherwise=o, closed=o is not None),
+        branches,
+        st.one_of(st.none(), values),
     )
 
 
@@ -440,6 +484,8 @@ OPERATIONS = evaluable(
         binary(COMPARISONS, strings(), strings()),
         casts(times(1), TIME_TYPES),
         st.builds(UnaryOp, st.sampled_from(["is_null", "is_not_null"]), anything(2)),
+        whens(numbers(1), 1),
+        whens(strings(), 1),
     )
 )
 

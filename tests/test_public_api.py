@@ -72,6 +72,7 @@ EXPECTED_ALL = [
     "min",
     "sum",
     "what_if",
+    "when",
 ]
 
 #: Names SPEC.md section 2 promises at the top level ("must not be renamed").

@@ -198,6 +198,9 @@ class AggSpec:
         ``count_distinct``, ``first``, ``last``.
     column
         Input column; ``None`` only with ``count`` (count rows, ``count(*)``).
+    where
+        The rows aggregated: those where it returns True (SQL's ``FILTER
+        (WHERE ...)``; None or False leaves a row out); ``None``: every row.
 
     Examples
     --------
@@ -208,6 +211,8 @@ class AggSpec:
     name: str
     func: AggFunc
     column: str | None
+    #: The rows it aggregates (SQL's ``FILTER (WHERE ...)``): those where it is true; None: all.
+    where: Callable[[Mapping[str, object]], bool | None] | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.func not in _AGG_FUNCS:
@@ -1241,6 +1246,9 @@ def _value(spec: AggSpec, entries: Sequence[_Entry]) -> object:
 
 def _aggregate(spec: AggSpec, entries: Sequence[_Entry]) -> object:
     """The value of ``spec`` over the events of one pane, as Spark SQL computes it."""
+    if spec.where is not None:
+        where = spec.where
+        entries = [e for e in entries if where(e.row) is True]
     if spec.column is None:
         return len(entries)
     column = spec.column

@@ -16,7 +16,17 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 import attrs
 
 from krishiv_py.errors import PlanError
-from krishiv_py.expr import AggCall, Alias, Column, ExprNode, agg_type, dtype_of, output_name, render
+from krishiv_py.expr import (
+    AggCall,
+    Alias,
+    Column,
+    ExprNode,
+    agg_type,
+    check_filter,
+    dtype_of,
+    output_name,
+    render,
+)
 from krishiv_py.names import CHANGE_EVENT_TIME, HIDDEN_PREFIX, JOIN_EVENT_TIME, KAFKA_COLUMNS, RESULT_KIND
 from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS, Emission, counts_only
 from krishiv_py.plan.windows import (
@@ -780,7 +790,7 @@ def schema_of(node: PlanNode) -> Schema:
 def _keyed_schema(node: KeyedAggregate) -> Schema:
     inp = schema_of(node.input)
     fields = [inp.field(k, role="key column") for k in node.keys]
-    fields += [Field(_output_name(c.name, "agg()"), agg_type(c, inp), True) for c in node.aggregates]
+    fields += [Field(_output_name(c.name, "agg()"), _agg_type(c, inp), True) for c in node.aggregates]
     fields.append(Field(KIND_COLUMN, DataType("string"), False))
     names = [f.name for f in fields]
     dupes = sorted({x for x in names if names.count(x) > 1})
@@ -814,7 +824,7 @@ def _window_schema(node: WindowAggregate) -> Schema:
     fields.append(Field("window_start", DataType("timestamp"), False))
     fields.append(Field("window_end", DataType("timestamp"), False))
     for call in node.aggregates:
-        fields.append(Field(_output_name(call.name, "agg()"), agg_type(call, inp), True))
+        fields.append(Field(_output_name(call.name, "agg()"), _agg_type(call, inp), True))
     if node.emission.accumulation == "retracting":
         fields.append(Field(KIND_COLUMN, DataType("string"), False))
     names = [f.name for f in fields]
@@ -824,6 +834,12 @@ def _window_schema(node: WindowAggregate) -> Schema:
             f"aggregate output has duplicate column names: {', '.join(dupes)}; use .alias() to rename"
         )
     return Schema(tuple(fields))
+
+
+def _agg_type(call: AggCall, schema: Schema) -> DataType:
+    """An aggregate's result type, its ``filter=`` checked over its input's ``schema``."""
+    check_filter(call, schema)
+    return agg_type(call, schema)
 
 
 def _output_name(name: str, where: str) -> str:
@@ -1306,7 +1322,8 @@ def _kafka_text(node: KafkaSource) -> str:
 
 
 def _agg_text(call: AggCall) -> str:
-    return f"{call.func}({call.column or '*'}) AS {call.name}"
+    where = f" FILTER (WHERE {render(call.filter)})" if call.filter is not None else ""
+    return f"{call.func}({call.column or '*'}){where} AS {call.name}"
 
 
 def _window_text(window: WindowSpec) -> str:

@@ -31,7 +31,7 @@ import datetime as _dt
 from collections.abc import Sequence
 
 from krishiv_py.errors import PlanError
-from krishiv_py.expr import Alias, BinaryOp, Cast, Column, ExprNode, Literal, UnaryOp, dtype_of
+from krishiv_py.expr import Alias, BinaryOp, Case, Cast, Column, ExprNode, Literal, UnaryOp, dtype_of
 from krishiv_py.types import DataType, Schema
 
 __all__ = ["failure_checks", "joined_sum", "quote", "sum_halves", "to_sql"]
@@ -87,8 +87,42 @@ def to_sql(node: ExprNode, schema: Schema | None = None) -> str:
         }[node.op]
     if isinstance(node, Cast):
         return f"TRY_CAST({to_sql(node.operand, schema)} AS {node.dtype.name.upper()})"
+    if isinstance(node, Case):
+        parts = [
+            f"WHEN {_condition(c, schema)} THEN {_case_value(v, node, schema)}" for c, v in node.branches
+        ]
+        if node.otherwise is not None:
+            parts.append(f"ELSE {_case_value(node.otherwise, node, schema)}")
+        return f"(CASE {' '.join(parts)} END)"
     assert isinstance(node, Alias)
     return f"{to_sql(node.operand, schema)} AS {quote(node.name)}"
+
+
+def _condition(condition: ExprNode, schema: Schema | None) -> str:
+    """A ``WHEN`` condition, a null constant typed (Spark wants a boolean there)."""
+    text = to_sql(condition, schema)
+    kind = _type(condition, schema)
+    if (isinstance(condition, Literal) and condition.value is None) or (
+        kind is not None and kind.name == "void"
+    ):
+        return f"CAST({text} AS BOOLEAN)"
+    return text
+
+
+def _case_value(value: ExprNode, case: Case, schema: Schema | None) -> str:
+    """A branch's value in the type of the whole ``CASE`` (a widening, never a failing cast)."""
+    text = to_sql(value, schema)
+    own, whole = _type(value, schema), _type(case, schema)
+    if own is None or whole is None or own == whole or whole.name == "void":
+        return text
+    return f"CAST({text} AS {whole.name.upper()})"
+
+
+def _reached(case: Case, index: int, schema: Schema | None) -> str:
+    """True on a row exactly where ``case`` evaluates its branch ``index`` (the ``ELSE``: the
+    number of branches): no condition before it is true."""
+    before = [f"coalesce({to_sql(c, schema)}, FALSE)" for c, _ in case.branches[:index]]
+    return " AND ".join(f"NOT {b}" for b in before) or "TRUE"
 
 
 def sum_halves(value: str) -> tuple[str, str]:
@@ -136,6 +170,22 @@ def _checks(node: ExprNode, schema: Schema | None, out: list[str]) -> None:
             target = _string_time_target(node, schema)
             text = to_sql(side, schema)
             out.append(f"({text} IS NOT NULL AND TRY_CAST({text} AS {target}) IS NULL)")
+        return
+    if isinstance(node, Case):  # an operation counts only on the rows that reach it
+        for i, (condition, value) in enumerate(node.branches):
+            reach = _reached(node, i, schema)
+            inner: list[str] = []
+            _checks(condition, schema, inner)
+            out += [f"({reach} AND {check})" for check in inner]
+            taken = f"{reach} AND coalesce({to_sql(condition, schema)}, FALSE)"
+            inner = []
+            _checks(value, schema, inner)
+            out += [f"({taken} AND {check})" for check in inner]
+        if node.otherwise is not None:
+            inner = []
+            _checks(node.otherwise, schema, inner)
+            reach = _reached(node, len(node.branches), schema)
+            out += [f"({reach} AND {check})" for check in inner]
         return
     if isinstance(node, UnaryOp | Alias):
         _checks(node.operand, schema, out)

@@ -33,7 +33,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from krishiv_py.errors import SchemaError
-from krishiv_py.expr import AggFunc, Alias, BinaryOp, Cast, Column, ExprNode, Literal, UnaryOp
+from krishiv_py.expr import AggFunc, Alias, BinaryOp, Case, Cast, Column, ExprNode, Literal, UnaryOp
 from krishiv_py.types import DataType
 
 if TYPE_CHECKING:
@@ -48,8 +48,13 @@ Resolver = Callable[["exp.Column"], str]
 #: Translates a node the caller handles itself (an aggregate in HAVING, ...), or returns None.
 Special = Callable[["exp.Expression"], ExprNode | None]
 
-_SUPPORTED = "comparisons, AND/OR/NOT, + - * / %, IS [NOT] NULL, BETWEEN, IN (...), CAST and TRY_CAST"
-_AGGREGATES = "COUNT(*), COUNT(x), COUNT(DISTINCT x), SUM, AVG, MIN, MAX, FIRST, LAST"
+_SUPPORTED = (
+    "comparisons, AND/OR/NOT, + - * / %, IS [NOT] NULL, BETWEEN, IN (...), CASE WHEN, CAST and TRY_CAST"
+)
+_AGGREGATES = (
+    "COUNT(*), COUNT(x), COUNT(DISTINCT x), SUM, AVG, MIN, MAX, FIRST, LAST "
+    "(all but FIRST and LAST with FILTER (WHERE ...) or not)"
+)
 
 
 def _binary_ops() -> dict[type[exp.Expression], str]:
@@ -121,6 +126,17 @@ def scalar(node: exp.Expression, sql: SqlText, resolve: Resolver, special: Speci
         return out
     if isinstance(node, exp.Cast):
         return Cast(sub(node.this), _dtype(node.to, sql), safe=_is_safe(node))
+    if isinstance(node, exp.Case):  # CASE [x] WHEN ... THEN ... [ELSE ...] END
+        operand = sub(node.this) if node.this is not None else None
+        branches = []
+        for branch in node.args.get("ifs") or []:
+            tested = sub(branch.this)
+            branches.append(
+                (tested if operand is None else BinaryOp("==", operand, tested), sub(branch.args["true"]))
+            )
+        default = node.args.get("default")
+        otherwise = sub(default) if default is not None else None
+        return Case(branches=tuple(branches), otherwise=otherwise, closed=otherwise is not None)
     if is_aggregate(node):
         raise sql.error(node, f"an aggregate is not allowed in {clause}")
     if isinstance(node, exp.Func):
@@ -169,15 +185,30 @@ def _function_name(node: exp.Func) -> str:
 
 
 def is_aggregate(node: exp.Expression) -> bool:
-    """True for an aggregate function call (supported or not)."""
+    """True for an aggregate function call (supported or not), ``FILTER (WHERE ...)`` or not."""
     from sqlglot import exp
 
-    return isinstance(node, exp.AggFunc)
+    return isinstance(node, exp.AggFunc) or (
+        isinstance(node, exp.Filter) and isinstance(node.this, exp.AggFunc)
+    )
+
+
+def filter_of(node: exp.Expression) -> tuple[exp.Expression, exp.Expression | None]:
+    """An aggregate call and the condition of its ``FILTER (WHERE ...)`` (None: none)."""
+    from sqlglot import exp
+
+    if isinstance(node, exp.Filter):
+        where = node.expression
+        return node.this, where.this if isinstance(where, exp.Where) else where
+    return node, None
 
 
 def aggregate(node: exp.Expression, sql: SqlText, resolve: Resolver) -> tuple[AggFunc, str | None]:
-    """``(function, column)`` of a supported aggregate (column None: ``COUNT(*)``)."""
+    """``(function, column)`` of a supported aggregate (column None: ``COUNT(*)``), its
+    ``FILTER (WHERE ...)`` aside (:func:`filter_of`)."""
     from sqlglot import exp
+
+    node, _ = filter_of(node)
 
     funcs: dict[type[exp.Expression], AggFunc] = {
         exp.Count: "count",

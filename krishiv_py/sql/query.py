@@ -58,7 +58,7 @@ from krishiv_py.errors import PlanError
 from krishiv_py.expr import AggExpr, Column, Expr, ExprNode
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS, StateTtlConfig
-from krishiv_py.sql.expressions import Resolver, aggregate, alias_of, is_aggregate, scalar
+from krishiv_py.sql.expressions import Resolver, aggregate, alias_of, filter_of, is_aggregate, scalar
 from krishiv_py.sql.source import DIALECT
 from krishiv_py.sql.windows import WindowCall, helper_of, window_call
 
@@ -1262,7 +1262,18 @@ _AGG_BUILDERS: dict[str, Callable[[Expr], AggExpr]] = {
 def _aggregate(node: exp.Expression, alias: str | None, ctx: Context, resolve: Resolver) -> AggExpr:
     func, column = aggregate(node, ctx.sql, resolve)
     agg = _AGG_BUILDERS[func](kx.col(column or "*"))
+    predicate = _agg_filter(node, ctx, resolve)
+    if predicate is not None:
+        agg = kx.AggExpr(attrs.evolve(agg.call, filter=predicate))
     return agg.alias(alias) if alias is not None else agg
+
+
+def _agg_filter(node: exp.Expression, ctx: Context, resolve: Resolver) -> ExprNode | None:
+    """The condition of an aggregate's ``FILTER (WHERE ...)`` (None: none)."""
+    _, where = filter_of(node)
+    if where is None:
+        return None
+    return scalar(where, ctx.sql, resolve, _no_helpers(ctx, "FILTER (WHERE ...)"), "FILTER (WHERE ...)")
 
 
 def _check_time(window: WindowCall, rel: Relation, ctx: Context) -> None:
@@ -1400,8 +1411,9 @@ class _ResultNames:
             return Column(call.output)
         if is_aggregate(x):
             func, column = aggregate(x, self.ctx.sql, self.resolve_input)
+            condition = _agg_filter(x, self.ctx, self.resolve_input)
             for agg in self.aggs:
-                if (agg.call.func, agg.call.column) == (func, column):
+                if (agg.call.func, agg.call.column, agg.call.filter) == (func, column, condition):
                     return Column(agg.name)
             raise self.ctx.sql.error(
                 x, f"{where} can use the aggregates of the SELECT list; add this one there"

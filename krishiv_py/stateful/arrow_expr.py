@@ -69,7 +69,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from krishiv_py.errors import PlanError, SchemaError
-from krishiv_py.expr import Alias, BinaryOp, Cast, Column, ExprNode, Literal, UnaryOp, dtype_of, output_name
+from krishiv_py.expr import (
+    Alias,
+    BinaryOp,
+    Case,
+    Cast,
+    Column,
+    ExprNode,
+    Literal,
+    UnaryOp,
+    dtype_of,
+    output_name,
+)
 from krishiv_py.stateful._arrow import arrow
 from krishiv_py.types import DataType, Schema
 
@@ -110,6 +121,10 @@ def unsupported(node: ExprNode, schema: Schema) -> str | None:
     """
     if isinstance(node, Column | Literal):
         return None
+    if isinstance(node, Case):
+        parts = [p for branch in node.branches for p in branch]
+        parts += [node.otherwise] if node.otherwise is not None else []
+        return next((r for r in (unsupported(p, schema) for p in parts) if r is not None), None)
     own = _own_reason(node, schema)
     if own is not None:
         return own
@@ -238,7 +253,51 @@ class _Evaluation:
         if isinstance(node, Cast):
             operand = self._value(node.operand)
             return self._counted(_cast(operand, self._type(node.operand), node.dtype), operand)
+        if isinstance(node, Case):
+            return self._case(node)
         return self._binary(node)
+
+    def _case(self, node: Case) -> pa.Array[Any]:
+        """Each row's first branch with a true condition (else ``otherwise``), each condition and
+        value evaluated on the rows that reach it only, so that its failures count there alone."""
+        whole = self._type(node)
+        out_type = _arrow_type(whole)
+        remaining = np.arange(self.rows)
+        pieces: list[tuple[npt.NDArray[np.intp], pa.Array[Any]]] = []
+        for condition, value in node.branches:
+            if not len(remaining):
+                break
+            on = self._on(remaining)
+            true = _booleans(on._value(condition)).fill_null(False).to_numpy(zero_copy_only=False)
+            self.failures += on.failures
+            taken = remaining[true]
+            if len(taken):
+                pieces.append((taken, self._cast_to(self._on(taken), value, whole, out_type)))
+            remaining = remaining[~true]
+        if node.otherwise is not None and len(remaining):
+            pieces.append((remaining, self._cast_to(self._on(remaining), node.otherwise, whole, out_type)))
+            remaining = remaining[:0]
+        if len(remaining):
+            pieces.append((remaining, _nulls(len(remaining), out_type)))
+        if not pieces:
+            return _nulls(self.rows, out_type)
+        order = np.concatenate([idx for idx, _ in pieces])
+        values = pa.concat_arrays([v for _, v in pieces])
+        return values.take(np.argsort(order, kind="stable"))
+
+    def _on(self, rows: npt.NDArray[np.intp]) -> _Evaluation:
+        """An evaluation over ``rows`` of this table only (its failures added by the caller)."""
+        return _Evaluation(self.table.take(rows), self.schema)
+
+    def _cast_to(
+        self, on: _Evaluation, value: ExprNode, whole: DataType, out_type: pa.DataType
+    ) -> pa.Array[Any]:
+        out = on._value(value)
+        self.failures += on.failures
+        own = self._type(value)
+        if own == whole or whole.name == "void":
+            return out.cast(out_type) if out.type != out_type else out
+        return _cast(out, own, whole)
 
     def _type(self, node: ExprNode) -> DataType:
         return result_type(node, self.schema)

@@ -27,6 +27,7 @@ from krishiv_py._typing import Lowering
 from krishiv_py.errors import PlanError
 from krishiv_py.names import OUT_OBSERVE, ROW_KIND, ROWS
 from krishiv_py.plan import nodes as n
+from krishiv_py.plan.filtered import unfiltered
 from krishiv_py.plan.windows import EventSlidingWindow, SlidingWindow, TimeIntervalWindow
 from krishiv_py.planner.spark.choose import capabilities, choose, features_of, force
 from krishiv_py.planner.spark.native import lower_join, lower_window, time_shift
@@ -74,6 +75,7 @@ def lower(plan: n.PlanNode, *, force_bounded: bool = False, lowering: Lowering |
     if force_bounded and lowering not in (None, "bounded"):
         raise PlanError(f"force_bounded=True asks for the bounded lowering, but lowering={lowering!r}")
     n.check_joins_complete(plan)
+    plan = unfiltered(plan)  # a filtered aggregate is one of a column: every lowering runs that
     snapshot = force_bounded or lowering == "bounded"
     if snapshot:
         chosen, reason = _snapshot(plan)
