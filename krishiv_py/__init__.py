@@ -41,12 +41,20 @@ if TYPE_CHECKING:
     from krishiv_py.expr import col as col
     from krishiv_py.expr import count as count
     from krishiv_py.expr import count_distinct as count_distinct
+    from krishiv_py.expr import date_format as date_format
     from krishiv_py.expr import first as first
+    from krishiv_py.expr import hour as hour
     from krishiv_py.expr import last as last
+    from krishiv_py.expr import length as length
     from krishiv_py.expr import lit as lit
+    from krishiv_py.expr import lower as lower
     from krishiv_py.expr import max as max
     from krishiv_py.expr import min as min
+    from krishiv_py.expr import regexp_extract as regexp_extract
+    from krishiv_py.expr import replace as replace
+    from krishiv_py.expr import split_part as split_part
     from krishiv_py.expr import sum as sum
+    from krishiv_py.expr import upper as upper
     from krishiv_py.expr import when as when
     from krishiv_py.kafka.sink import KafkaSink as KafkaSink
     from krishiv_py.kafka.source import KafkaOptions as KafkaOptions

@@ -17,6 +17,7 @@ BinaryOp(op='>', left=Column(name='amount'), right=Literal(value=10))
 from __future__ import annotations
 
 import datetime as _dt
+import re
 from typing import Literal as _Literal
 from typing import TypeAlias
 
@@ -29,18 +30,27 @@ __all__ = [
     "AggCall",
     "AggExpr",
     "Case",
+    "Func",
     "Expr",
     "ExprNode",
     "avg",
     "col",
     "count",
     "count_distinct",
+    "date_format",
     "first",
+    "hour",
     "last",
+    "length",
     "lit",
+    "lower",
     "max",
     "min",
+    "regexp_extract",
+    "replace",
+    "split_part",
     "sum",
+    "upper",
     "when",
 ]
 
@@ -98,7 +108,16 @@ class Case:
     closed: bool = False
 
 
-ExprNode: TypeAlias = Column | Literal | BinaryOp | UnaryOp | Cast | Alias | Case
+@attrs.frozen
+class Func:
+    """A scalar function of :data:`FUNCTIONS` (``lower``, ``date_format``, ...) over ``args``;
+    the arguments after the first are constants (:class:`Literal`)."""
+
+    name: str
+    args: tuple[ExprNode, ...]
+
+
+ExprNode: TypeAlias = Column | Literal | BinaryOp | UnaryOp | Cast | Alias | Case | Func
 
 
 @attrs.frozen
@@ -285,6 +304,55 @@ def lit(value: LiteralValue) -> Expr:
     return Expr(_wrap(value))
 
 
+def _func(name: str, arg: Expr, *constants: object) -> Expr:
+    if not isinstance(arg, Expr):
+        raise PlanError(f"{name}() takes an expression first, e.g. {name}(kp.col('x')); got {arg!r}")
+    return Expr(Func(name, (arg.node, *(_wrap(c) for c in constants))))
+
+
+def lower(arg: Expr) -> Expr:
+    """The string in lower case."""
+    return _func("lower", arg)
+
+
+def upper(arg: Expr) -> Expr:
+    """The string in upper case."""
+    return _func("upper", arg)
+
+
+def length(arg: Expr) -> Expr:
+    """The number of characters of the string (an ``int``)."""
+    return _func("length", arg)
+
+
+def replace(arg: Expr, search: str, replacement: str = "") -> Expr:
+    """The string with every ``search`` replaced by ``replacement`` (an empty ``search``: unchanged)."""
+    return _func("replace", arg, search, replacement)
+
+
+def hour(arg: Expr) -> Expr:
+    """The hour (0-23, UTC) of a timestamp."""
+    return _func("hour", arg)
+
+
+def date_format(arg: Expr, pattern: str) -> Expr:
+    """A timestamp as text, in UTC, by Spark's pattern letters ``yyyy MM dd HH mm ss``
+    (``date_format(kp.col("t"), "yyyy-MM-dd")``)."""
+    return _func("date_format", arg, pattern)
+
+
+def regexp_extract(arg: Expr, pattern: str, index: int = 1) -> Expr:
+    """Group ``index`` of the first match of ``pattern`` in the string (0: the whole match);
+    ``''`` when it does not match."""
+    return _func("regexp_extract", arg, pattern, index)
+
+
+def split_part(arg: Expr, delimiter: str, part: int) -> Expr:
+    """Part ``part`` (from 1; negative: from the end) of the string split at ``delimiter``;
+    ``''`` when there is no such part."""
+    return _func("split_part", arg, delimiter, part)
+
+
 def when(condition: Expr, value: object) -> Expr:
     """A conditional value, SQL's ``CASE WHEN``: ``value`` where ``condition`` is true.
 
@@ -389,6 +457,8 @@ def dtype_of(node: ExprNode, schema: Schema) -> DataType:
         return node.dtype
     if isinstance(node, Case):
         return _case_type(node, schema)
+    if isinstance(node, Func):
+        return _func_type(node, schema)
     if isinstance(node, UnaryOp):
         inner = dtype_of(node.operand, schema)
         if node.op == "neg":
@@ -422,6 +492,64 @@ def _binary_type(node: BinaryOp, schema: Schema) -> DataType:
 
 
 _WIDTHS = ["void", "tinyint", "smallint", "int", "bigint", "float", "double"]
+
+#: The scalar functions (SPEC 3.14, what Nexmark's queries call): each one's first argument's
+#: types, its constant arguments' Python types, and its result type. Spark's names and meaning.
+FUNCTIONS: dict[str, tuple[tuple[str, ...], tuple[type, ...], str]] = {
+    "lower": (("string",), (), "string"),
+    "upper": (("string",), (), "string"),
+    "length": (("string",), (), "int"),
+    "replace": (("string",), (str, str), "string"),
+    "hour": (("timestamp", "timestamp_ntz"), (), "int"),
+    "date_format": (("timestamp", "timestamp_ntz"), (str,), "string"),
+    "regexp_extract": (("string",), (str, int), "string"),
+    "split_part": (("string",), (str, int), "string"),
+}
+
+#: ``date_format``'s pattern letters (Spark's datetime patterns), each as strftime writes it.
+DATE_PATTERNS = {"yyyy": "%Y", "MM": "%m", "dd": "%d", "HH": "%H", "mm": "%M", "ss": "%S"}
+
+
+def _func_type(node: Func, schema: Schema) -> DataType:
+    """A function's result type, its arguments checked (see :data:`FUNCTIONS`)."""
+    spec = FUNCTIONS.get(node.name)
+    if spec is None:
+        raise PlanError(f"unknown function {node.name!r}; the functions are {', '.join(sorted(FUNCTIONS))}")
+    takes, constants, result = spec
+    if len(node.args) != 1 + len(constants):
+        raise PlanError(f"{render(node)}: {node.name}() takes {1 + len(constants)} argument(s)")
+    first = dtype_of(node.args[0], schema)
+    if first.name not in (*takes, "void"):
+        raise PlanError(f"{render(node)}: {node.name}() takes a {' or '.join(takes)}, got {first}")
+    values: list[object] = []
+    for arg, kind in zip(node.args[1:], constants, strict=True):
+        if not isinstance(arg, Literal) or not isinstance(arg.value, kind) or isinstance(arg.value, bool):
+            raise PlanError(f"{render(node)}: {node.name}()'s {kind.__name__} arguments are constants")
+        values.append(arg.value)
+    _check_constants(node, values)
+    return DataType(result)
+
+
+def _check_constants(node: Func, values: list[object]) -> None:
+    """What a function's constants must be, for Spark and the operator to give one answer."""
+    if node.name == "date_format":
+        pattern = str(values[0])
+        if re.sub(r"yyyy|MM|dd|HH|mm|ss|[-:/ .,_]", "", pattern):
+            raise PlanError(
+                f"{render(node)}: date_format() takes the pattern letters yyyy, MM, dd, HH, mm, ss "
+                "and the separators - : / . , _ and space"
+            )
+    elif node.name == "regexp_extract":
+        try:
+            groups = re.compile(str(values[0])).groups
+        except re.error as exc:
+            raise PlanError(f"{render(node)}: not a regular expression ({exc})") from None
+        index = values[1]
+        assert isinstance(index, int)
+        if not 0 <= index <= groups:
+            raise PlanError(f"{render(node)}: the pattern has {groups} group(s); the index is 0 to {groups}")
+    elif node.name == "split_part" and (values[0] == "" or values[1] == 0):
+        raise PlanError(f"{render(node)}: split_part() takes a non-empty delimiter and a part other than 0")
 
 
 def _case_type(node: Case, schema: Schema) -> DataType:
@@ -552,6 +680,8 @@ def render(node: ExprNode) -> str:
         return f"{node.op}({render(node.operand)})"
     if isinstance(node, Cast):
         return f"{'try_cast' if node.safe else 'cast'}({render(node.operand)} as {node.dtype})"
+    if isinstance(node, Func):
+        return f"{node.name}({', '.join(render(a) for a in node.args)})"
     if isinstance(node, Case):
         parts = [f"WHEN {render(c)} THEN {render(v)}" for c, v in node.branches]
         if node.otherwise is not None:

@@ -204,6 +204,43 @@ CASES = [
         [None, -4, -(2**31) + 1],
         1,
     ),
+    Case("lower", kp.lower(c("s")), {"s": ["AbC", None, "É"]}, ["abc", None, "é"]),
+    Case("upper", kp.upper(c("s")), {"s": ["AbC", ""]}, ["ABC", ""]),
+    Case("length", kp.length(c("s")), {"s": ["aé", "", None]}, [2, 0, None]),
+    Case("replace", kp.replace(c("s"), "c", ""), {"s": ["cacc", "b", None]}, ["a", "b", None]),
+    Case("replace nothing", kp.replace(c("s"), "", "x"), {"s": ["ab"]}, ["ab"]),
+    Case("hour", kp.hour(c("ts")), {"ts": [T0 + dt.timedelta(hours=13, minutes=5), None]}, [13, None]),
+    Case(
+        "hour before 1970", kp.hour(c("ntz")), {"ntz": [dt.datetime(1969, 12, 31, 23, 59, 59, 500_000)]}, [23]
+    ),
+    Case(
+        "date_format",
+        kp.date_format(c("ts"), "yyyy-MM-dd HH:mm:ss"),
+        {"ts": [T0 + dt.timedelta(hours=1, seconds=5, microseconds=999_999), None]},
+        ["2024-01-01 01:00:05", None],
+    ),
+    Case(
+        "date_format before 1970",
+        kp.date_format(c("ntz"), "yyyy/MM/dd, HH.mm"),
+        {"ntz": [dt.datetime(1969, 12, 31, 23, 59, 59, 500_000)]},
+        ["1969/12/31, 23.59"],
+    ),
+    Case(
+        "regexp_extract",
+        kp.regexp_extract(c("s"), "(&|^)channel_id=([^&]*)", 2),
+        {"s": ["a=1&channel_id=12&b", "channel_id=x", "none", None]},
+        ["12", "x", "", None],
+    ),
+    Case("regexp_extract of an unused group", kp.regexp_extract(c("s"), "(a)|(b)", 1), {"s": ["b"]}, [""]),
+    Case(
+        "split_part",
+        kp.split_part(c("s"), "/", 4),
+        {"s": ["https://x.com/a/b", "a/b", None, "////"]},
+        ["a", "", None, ""],
+    ),
+    Case(
+        "split_part from the end", kp.split_part(c("s"), "/", -1), {"s": ["a/b/c", "", "a"]}, ["c", "", "a"]
+    ),
     Case(
         "a failed condition is not true",
         kp.when((c("i32") + 1) > 0, 1).otherwise(2),

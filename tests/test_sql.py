@@ -492,7 +492,7 @@ ERRORS = [
         f"SELECT hop_start(event_time, {MINUTE}, {MINUTE}), COUNT(*) FROM events GROUP BY {START}",
         ["arguments differ from GROUP BY"],
     ),
-    ("SELECT upper(user_id) AS u FROM events", ["unknown function UPPER", "line 1, column 8"]),
+    ("SELECT initcap(user_id) AS u FROM events", ["unknown function INITCAP", "line 1, column"]),
     ("SELECT my_udf(user_id) AS u FROM events", ["unknown function MY_UDF"]),
     (
         "SELECT amount FROM events WHERE nope > 1",

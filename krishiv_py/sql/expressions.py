@@ -28,12 +28,25 @@ over one column.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from krishiv_py.errors import SchemaError
-from krishiv_py.expr import AggFunc, Alias, BinaryOp, Case, Cast, Column, ExprNode, Literal, UnaryOp
+from krishiv_py.expr import (
+    DATE_PATTERNS,
+    AggFunc,
+    Alias,
+    BinaryOp,
+    Case,
+    Cast,
+    Column,
+    ExprNode,
+    Func,
+    Literal,
+    UnaryOp,
+)
 from krishiv_py.types import DataType
 
 if TYPE_CHECKING:
@@ -49,7 +62,8 @@ Resolver = Callable[["exp.Column"], str]
 Special = Callable[["exp.Expression"], ExprNode | None]
 
 _SUPPORTED = (
-    "comparisons, AND/OR/NOT, + - * / %, IS [NOT] NULL, BETWEEN, IN (...), CASE WHEN, CAST and TRY_CAST"
+    "comparisons, AND/OR/NOT, + - * / %, IS [NOT] NULL, BETWEEN, IN (...), CASE WHEN, CAST and TRY_CAST, "
+    "LOWER, UPPER, LENGTH, REPLACE, HOUR, DATE_FORMAT, REGEXP_EXTRACT, SPLIT_PART"
 )
 _AGGREGATES = (
     "COUNT(*), COUNT(x), COUNT(DISTINCT x), SUM, AVG, MIN, MAX, FIRST, LAST "
@@ -137,6 +151,9 @@ def scalar(node: exp.Expression, sql: SqlText, resolve: Resolver, special: Speci
         default = node.args.get("default")
         otherwise = sub(default) if default is not None else None
         return Case(branches=tuple(branches), otherwise=otherwise, closed=otherwise is not None)
+    called = _function(node, sub, sql)
+    if called is not None:
+        return called
     if is_aggregate(node):
         raise sql.error(node, f"an aggregate is not allowed in {clause}")
     if isinstance(node, exp.Func):
@@ -146,6 +163,49 @@ def scalar(node: exp.Expression, sql: SqlText, resolve: Resolver, special: Speci
     raise sql.error(
         node, f"{type(node).__name__} is not supported in {clause}; expressions support {_SUPPORTED}"
     )
+
+
+def _function(
+    node: exp.Expression, sub: Callable[[exp.Expression], ExprNode], sql: SqlText
+) -> ExprNode | None:
+    """A scalar function of :data:`~krishiv_py.expr.FUNCTIONS` (Spark's names), else None."""
+    from sqlglot import exp
+
+    def args(*names: str) -> tuple[ExprNode, ...]:
+        return tuple(sub(node.args[a]) for a in names if node.args.get(a) is not None)
+
+    plain: dict[type[exp.Expression], str] = {
+        exp.Lower: "lower",
+        exp.Upper: "upper",
+        exp.Length: "length",
+        exp.Hour: "hour",
+    }
+    name = plain.get(type(node))
+    if name is not None:
+        return Func(name, args("this"))
+    if isinstance(node, exp.Replace):
+        return Func("replace", (*args("this", "expression"), *(args("replacement") or (Literal(""),))))
+    if isinstance(node, exp.RegexpExtract):
+        group = args("group") or (Literal(1),)
+        return Func("regexp_extract", (*args("this", "expression"), *group))
+    if isinstance(node, exp.SplitPart):
+        return Func("split_part", args("this", "delimiter", "part_index"))
+    if isinstance(node, exp.TimeToStr):  # DATE_FORMAT(t, 'yyyy-MM-dd'), read back from sqlglot's form
+        value = node.this
+        if isinstance(value, exp.TimeStrToTime) or (
+            isinstance(value, exp.Cast) and value.to.this == exp.DataType.Type.TIMESTAMP
+        ):
+            value = value.this  # (sqlglot adds the conversion)
+        text = str(node.args["format"].this).replace("strict", "")
+        back = {v: k for k, v in DATE_PATTERNS.items()}
+        pattern = re.sub(r"%[YmdHMS]", lambda m: back[m.group(0)], text)
+        return Func("date_format", (sub(value), Literal(pattern)))
+    if isinstance(node, exp.Anonymous) and str(node.name).upper() == "SPLIT_INDEX":
+        raise sql.error(
+            node,
+            "SPLIT_INDEX (Flink's, from 0) is SPLIT_PART(s, delimiter, index + 1) here (Spark's, from 1)",
+        )
+    return None
 
 
 def _literal(node: exp.Expression) -> bool | int | float | str | None:

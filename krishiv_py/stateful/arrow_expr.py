@@ -60,6 +60,7 @@ Examples
 from __future__ import annotations
 
 import operator
+import re
 from collections.abc import Callable, Sequence
 from typing import Any, TypeAlias
 
@@ -70,12 +71,14 @@ import pyarrow.compute as pc
 
 from krishiv_py.errors import PlanError, SchemaError
 from krishiv_py.expr import (
+    DATE_PATTERNS,
     Alias,
     BinaryOp,
     Case,
     Cast,
     Column,
     ExprNode,
+    Func,
     Literal,
     UnaryOp,
     dtype_of,
@@ -121,6 +124,8 @@ def unsupported(node: ExprNode, schema: Schema) -> str | None:
     """
     if isinstance(node, Column | Literal):
         return None
+    if isinstance(node, Func):
+        return next((r for r in (unsupported(a, schema) for a in node.args) if r is not None), None)
     if isinstance(node, Case):
         parts = [p for branch in node.branches for p in branch]
         parts += [node.otherwise] if node.otherwise is not None else []
@@ -255,6 +260,9 @@ class _Evaluation:
             return self._counted(_cast(operand, self._type(node.operand), node.dtype), operand)
         if isinstance(node, Case):
             return self._case(node)
+        if isinstance(node, Func):
+            constants = [a.value for a in node.args[1:] if isinstance(a, Literal)]
+            return _function(node.name, self._value(node.args[0]), constants)
         return self._binary(node)
 
     def _case(self, node: Case) -> pa.Array[Any]:
@@ -340,6 +348,71 @@ class _Evaluation:
             failed &= _valid(operand)
         self.failures += int(failed.sum())
         return out
+
+
+# --- functions ----------------------------------------------------------------------
+
+
+#: ``pyarrow.compute`` untyped: its stubs' overloads do not cover every array these functions take.
+_pcx: Any = pc
+
+
+def _function(name: str, arg: pa.Array[Any], constants: list[Any]) -> pa.Array[Any]:
+    """A function of :data:`~krishiv_py.expr.FUNCTIONS` over ``arg``, as Spark computes it."""
+    if arg.type == pa.null():
+        out_type = pa.int32() if name in ("length", "hour") else pa.string()
+        return _nulls(len(arg), out_type)
+    if name in ("lower", "upper"):
+        out: pa.Array[Any] = _pcx.utf8_lower(arg) if name == "lower" else _pcx.utf8_upper(arg)
+        return out
+    if name == "length":
+        length: pa.Array[Any] = _pcx.utf8_length(arg).cast(pa.int32())
+        return length
+    if name == "replace":
+        search, replacement = constants
+        if search == "":
+            return arg
+        replaced: pa.Array[Any] = _pcx.replace_substring(arg, pattern=search, replacement=replacement)
+        return replaced
+    if name == "hour":
+        hours: pa.Array[Any] = _pcx.hour(arg).cast(pa.int32())
+        return hours
+    if name == "date_format":
+        return _date_format(arg, str(constants[0]))
+    if name == "regexp_extract":
+        return _by_value(arg, lambda text: _extract(text, constants[0], constants[1]))
+    assert name == "split_part"
+    return _by_value(arg, lambda text: _part(text, constants[0], constants[1]))
+
+
+def _date_format(arg: pa.Array[Any], pattern: str) -> pa.Array[Any]:
+    """Spark's ``date_format`` of the letters :data:`~krishiv_py.expr.DATE_PATTERNS`, in UTC."""
+    tz = getattr(arg.type, "tz", None)
+    whole = _pcx.floor_temporal(arg, unit="second").cast(pa.timestamp("s", tz=tz), safe=False)
+    parts = re.split(r"(yyyy|MM|dd|HH|mm|ss)", pattern)
+    text = "".join(DATE_PATTERNS.get(p, p.replace("%", "%%")) for p in parts)
+    out: pa.Array[Any] = _pcx.strftime(whole, format=text)
+    return out
+
+
+def _by_value(arg: pa.Array[Any], fn: Callable[[str], str]) -> pa.Array[Any]:
+    """``fn`` over each distinct string of ``arg`` once (null stays null)."""
+    encoded = arg.dictionary_encode()
+    values = [fn(str(v)) for v in encoded.dictionary.to_pylist()]
+    return pa.array(values, pa.string()).take(encoded.indices)
+
+
+def _extract(text: str, pattern: str, index: int) -> str:
+    """Spark's ``regexp_extract``: the group of the first match, ``''`` without one."""
+    match = re.search(pattern, text)
+    return "" if match is None or match.group(index) is None else match.group(index)
+
+
+def _part(text: str, delimiter: str, part: int) -> str:
+    """Spark's ``split_part``: the part counted from 1 (negative: from the end), else ``''``."""
+    parts = text.split(delimiter)
+    index = part - 1 if part > 0 else len(parts) + part
+    return parts[index] if 0 <= index < len(parts) else ""
 
 
 # --- kernels ----------------------------------------------------------------------
