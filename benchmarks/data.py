@@ -13,7 +13,15 @@ Two generators, both vectorised (numpy) and seeded:
   the event number (1 event per ms) with the same injected disorder and late
   fraction (the reference generator is in order by default). Half of the
   bids go to the newest "hot" auction and three quarters come from hot
-  bidders, as in the reference generator's default hot ratios.
+  bidders, as in the reference generator's default hot ratios. Half of
+  the bids come from one of the four hot channels (Google, Facebook,
+  Baidu, Apple), the rest from ``channel-<i>`` of 10,000, whose URL names
+  it (``...&channel_id=<i>``), in Nexmark's URL shape
+  (``https://www.nexmark.com/<dir>/<dir>/<dir>/item.htm?query=1``).
+  Where it differs from Nexmark's generator: no ``extra`` padding column
+  (each table's average byte size), its own names, cities and states, and
+  its own draws (not Java's ``Random``), so the rows are not Nexmark's
+  rows, only their shape.
 
 A dataset is a directory holding, for each table, ``parquet/part-NNNNN.parquet``
 and ``csv/part-NNNNN.csv`` (no header; columns in schema order; timestamps as
@@ -85,7 +93,7 @@ class ClickstreamSpec(_Spec):
 class NexmarkSpec(_Spec):
     @property
     def name(self) -> str:
-        return f"nexmark-n{self.events}-{self._suffix()}"
+        return f"nexmark-v2-n{self.events}-{self._suffix()}"  # v2: Nexmark's channels and URLs
 
 
 @dataclass(frozen=True)
@@ -210,21 +218,43 @@ def nexmark_tables(spec: NexmarkSpec) -> dict[str, pa.Table]:
         np.maximum(newest_person - rng.integers(0, 1_000, size=nb), 1_000),
     )
     price = np.round(10.0 ** (rng.random(nb) * 6.0) * 100.0).astype(np.int64)
-    channels = np.array(["Google", "Facebook", "Baidu", "Apple"])
-    channel = channels[rng.integers(0, 4, size=nb)]
+    channel, url = _channels(rng, nb)
     bid_t = _table(
         {
             "auction": auction_id,
             "bidder": bidder,
             "price": price,
-            "channel": pa.array(channel),
-            "url": pc.binary_join_element_wise(
-                "https://www.nexmark.com/item?a=", pa.array(auction_id).cast(pa.string()), ""
-            ),
+            "channel": channel,
+            "url": url,
             "date_time": _ts(et[bid]),
         }
     )
     return {"person": person_t, "auction": auction_t, "bid": bid_t}
+
+
+#: The hot channels, each with one URL (without a channel id); the others are ``channel-<n>``.
+HOT_CHANNELS = ("Google", "Facebook", "Baidu", "Apple")
+#: How many other channels there are, each with a URL of its own that names it (``&channel_id=n``).
+CHANNELS = 10_000
+
+
+def _channels(rng: np.random.Generator, n: int) -> tuple[Any, Any]:
+    """Each bid's channel and URL, in the shape of Nexmark's generator: half the bids from one of
+    the four hot channels (each with its URL, which has no channel id), the rest from one of
+    :data:`CHANNELS` others, ``channel-<i>``, whose URL ends in ``&channel_id=<i>``. A URL is
+    ``https://www.nexmark.com/<dir>/<dir>/<dir>/item.htm?query=1``, each ``<dir>`` 3-5 letters."""
+    words = rng.integers(0, 26, size=(3 * (CHANNELS + 4), 5))
+    lengths = rng.integers(3, 6, size=3 * (CHANNELS + 4))
+    dirs = ["".join(chr(97 + c) for c in row[:k]) for row, k in zip(words, lengths, strict=True)]
+    bases = [
+        f"https://www.nexmark.com/{dirs[3 * i]}/{dirs[3 * i + 1]}/{dirs[3 * i + 2]}/item.htm?query=1"
+        for i in range(CHANNELS + 4)
+    ]
+    names = np.array([*HOT_CHANNELS, *(f"channel-{i}" for i in range(CHANNELS))], dtype=object)
+    urls = np.array([*bases[:4], *(f"{b}&channel_id={i}" for i, b in enumerate(bases[4:]))], dtype=object)
+    hot = rng.integers(0, 2, size=n) > 0
+    which = np.where(hot, rng.integers(0, 4, size=n), 4 + rng.integers(0, CHANNELS, size=n))
+    return pa.array(names[which], pa.string()), pa.array(urls[which], pa.string())
 
 
 def _csv_table(table: pa.Table) -> pa.Table:

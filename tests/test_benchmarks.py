@@ -82,7 +82,13 @@ def test_nexmark_has_the_reference_mix_and_valid_ids() -> None:
     auctions = set(tables["auction"].column("id").to_pylist())
     assert set(bids.column("auction").to_pylist()) <= auctions
     assert pc.min(bids.column("price")).as_py() >= 100
-    assert set(bids.column("channel").to_pylist()) <= {"Google", "Facebook", "Baidu", "Apple"}
+    channels = [str(c) for c in bids.column("channel").to_pylist()]
+    hot = [c in data.HOT_CHANNELS for c in channels]
+    assert 0.45 < sum(hot) / len(hot) < 0.55
+    urls = [str(u) for u in bids.column("url").to_pylist()]
+    named = [u.rsplit("channel_id=", 1)[1] for u, h in zip(urls, hot, strict=True) if not h]
+    assert named == [c.removeprefix("channel-") for c, h in zip(channels, hot, strict=True) if not h]
+    assert all(u.startswith("https://www.nexmark.com/") and u.count("/") == 6 for u in urls)
 
 
 def test_datasets_are_cached_with_parquet_csv_and_ordered_mtimes(tmp_path: Path) -> None:
