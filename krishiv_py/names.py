@@ -24,6 +24,8 @@ Examples
 from __future__ import annotations
 
 __all__ = [
+    "LOOKUP_FOUND",
+    "LOOKUP_KEY",
     "CHANGES_EMITTED",
     "CHANGES_LIVE",
     "CHANGES_STATE",
@@ -229,6 +231,10 @@ def encoded_value(i: int) -> str:
 JOIN_SIDE = "__kp_side"
 #: A union's input rows: which branch (0, 1, ...) a row comes from.
 BRANCH = "__kp_branch"
+#: A lookup join's table key columns (``__kp_lookup_0``, ...) and its match flag, while the
+#: join runs (:mod:`krishiv_py.runtime.build`).
+LOOKUP_KEY = "__kp_lookup_"
+LOOKUP_FOUND = "__kp_lookup_found"
 #: Spark's own join (the native lowering of an inner interval join): each side's event time
 #: as the join reads it (one µs later than the event, see ``docs/joins.md``).
 JOIN_LEFT_TIME, JOIN_RIGHT_TIME = "__kp_jl", "__kp_jr"

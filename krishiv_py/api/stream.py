@@ -8,7 +8,7 @@ or :meth:`Stream.to_spark`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import attrs
 
@@ -314,6 +314,25 @@ class Stream(WindowAssigners):
             if o.session is not self._engine:
                 raise PlanError("union() needs streams of the same session")
         return self._with(n.Union(inputs=(self._plan, *(o.plan for o in others))))
+
+    def lookup_join(self, table: Stream, on: str | Sequence[str], how: str = "inner") -> Stream:
+        """Each row with the rows of the bounded ``table`` of equal ``on`` columns (SPEC 3.14).
+
+        ``table`` is a bounded stream (files read without ``streaming=True``,
+        records, a Spark DataFrame), filtered or projected or not. It is read
+        when the job starts and again for each micro-batch, so a micro-batch
+        meets the version in force when it runs: a file changed in place, and
+        for Parquet a file added, counts from the next micro-batch on.
+        ``how="left"`` keeps a row without a match (the table's columns
+        null); a null key matches nothing. The row keeps its event time, so a
+        window may follow. See docs/joins.md, "A lookup join".
+        """
+        if not isinstance(table, Stream):
+            raise PlanError(f"lookup_join() takes a bounded stream as its table, got {type(table).__name__}")
+        if table.session is not self._engine:
+            raise PlanError("lookup_join() needs a table of the same session")
+        keys = (on,) if isinstance(on, str) else tuple(on)
+        return self._with(n.LookupJoin(input=self._plan, table=table.plan, on=keys, how=cast(Any, how)))
 
     # --- keys and windows ----------------------------------------------------------
 

@@ -695,16 +695,73 @@ class Join:
         taken = set(self.left_keys) | {f.name for f in _join_left_fields(self)}
         if self.kind == "window":
             taken |= {"window_start", "window_end"}
-        out = {}
-        for f in schema_of(self.right):
-            if f.name in self.right_keys or not _carried(self.right, f.name):
-                continue
-            name = f.name
-            while name in taken:
-                name += RIGHT_SUFFIX
-            taken.add(name)
-            out[f.name] = name
-        return out
+        kept = [
+            f.name
+            for f in schema_of(self.right)
+            if f.name not in self.right_keys and _carried(self.right, f.name)
+        ]
+        return _right_names(kept, taken)
+
+
+@attrs.frozen(kw_only=True)
+class LookupJoin:
+    """Each row of ``input`` with the rows of a bounded ``table`` of equal ``on`` columns (SPEC 3.14).
+
+    The table is a side input, not a child: it has no watermark and no part
+    in the job's event time; the lowerings read it when the job starts and
+    again for each micro-batch (its version in force then). A row keeps its
+    event time. ``how="left"`` keeps a row without a match, the table's
+    columns null; a null key matches nothing.
+    """
+
+    input: PlanNode
+    table: PlanNode
+    on: tuple[str, ...]
+    how: Literal["inner", "left"] = "inner"
+
+    def __attrs_post_init__(self) -> None:
+        if self.how not in ("inner", "left"):
+            raise PlanError(f"lookup_join(how=...) is 'inner' or 'left', got {self.how!r}")
+        if not self.on:
+            raise PlanError("lookup_join(on=...) needs the column(s) the stream's rows and the table share")
+        if not is_bounded(self.table):
+            raise PlanError(
+                "lookup_join() takes a bounded table (files read without streaming=True, records, a "
+                "Spark DataFrame); join two streams with interval_join(), join() or as_of_join()"
+            )
+        if any(type(x) not in (*SOURCE_TYPES, Filter, Project) for x in walk(self.table)):
+            raise PlanError(
+                "lookup_join()'s table is a source, filtered or projected or not (no watermark, window, "
+                "join or aggregation): it is read whole, again for each micro-batch"
+            )
+        left, right = schema_of(self.input), schema_of(self.table)
+        for key in self.on:
+            lt = left.field(key, role="lookup_join() key").dtype
+            rt = right.field(key, role="lookup_join() key of the table").dtype
+            if lt != rt:
+                raise PlanError(
+                    f"lookup_join(): key {key!r} is {lt} in the stream and {rt} in the table; cast one "
+                    "side with with_column() so both have the same type"
+                )
+        schema_of(self)
+
+    @property
+    def table_names(self) -> dict[str, str]:
+        """Each table column's name in the joined row (not the keys; ``_right`` added when taken)."""
+        kept = [f.name for f in schema_of(self.table) if f.name not in self.on]
+        return _right_names(kept, set(schema_of(self.input).names))
+
+
+def _right_names(names: list[str], taken: set[str]) -> dict[str, str]:
+    """Each of ``names`` as a joined row calls it: ``_right`` added while the row has the name."""
+    out = {}
+    for old in names:
+        name = old
+        while name in taken:
+            name += RIGHT_SUFFIX
+        taken.add(name)
+        out[old] = name
+    return out
 
 
 SourceNode: TypeAlias = MemorySource | RecordsSource | FileSource | SparkSource | KafkaSource
@@ -719,6 +776,7 @@ PlanNode: TypeAlias = (
     | KeyedTopN
     | TopN
     | Join
+    | LookupJoin
 )
 SOURCE_TYPES = (MemorySource, RecordsSource, FileSource, SparkSource, KafkaSource)
 #: The operators whose results a union of changelogs carries (SPEC 3.13): each branch of a union
@@ -777,6 +835,13 @@ def schema_of(node: PlanNode) -> Schema:
         return _project_schema(node)
     if isinstance(node, Join):
         return _join_schema(node)
+    if isinstance(node, LookupJoin):
+        fields = list(schema_of(node.input))
+        table = schema_of(node.table)
+        for old, new in node.table_names.items():
+            f = table.field(old)
+            fields.append(Field(new, f.dtype, f.nullable or node.how == "left"))
+        return Schema(tuple(fields))
     if isinstance(node, KeyedAggregate):
         return _keyed_schema(node)
     if isinstance(node, KeyedTopN):  # over a changelog, its rows' kind is its own
@@ -1265,6 +1330,10 @@ def _describe(node: PlanNode) -> str:
             f"per=[window_start, window_end{''.join(', ' + k for k in n.keys)}] ties={n.ties}"
         ),
         Join: _join_text,
+        LookupJoin: lambda n: (
+            f"LookupJoin how={n.how} on=[{', '.join(n.on)}] "
+            f"table={', '.join(repr(t.name) for t in sources_of(n.table))} [{schema_of(n.table)}]"
+        ),
         KeyedTopN: lambda n: (
             f"KeyedTopN n={n.n} by=[{', '.join(n.by)}] {'ascending' if n.ascending else 'descending'} "
             f"per=[{', '.join(n.keys)}] ties={n.ties}"

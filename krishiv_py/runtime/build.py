@@ -8,6 +8,8 @@ import attrs
 
 from krishiv_py.names import (
     BUCKET,
+    LOOKUP_FOUND,
+    LOOKUP_KEY,
     OUTPUT_DDL,
     PACKED_DDL,
     ROUTE,
@@ -18,6 +20,8 @@ from krishiv_py.names import (
     source_view,
 )
 from krishiv_py.planner.spark import recipe as r
+from krishiv_py.planner.sql import quote
+from krishiv_py.runtime.lookup import table_frame
 from krishiv_py.runtime.remote import is_remote
 from krishiv_py.runtime.sources import ReadPaths, reader_for
 
@@ -151,6 +155,8 @@ def _build(
         return reader_for(node.kind).read(spark, node, paths)
     if isinstance(node, r.StreamJoin):
         return _stream_join(spark, node, obs, paths)
+    if isinstance(node, r.LookupTable):
+        return _lookup(spark, node, _build(spark, node.child, obs, paths, results=results), paths)
     if isinstance(node, r.UnionAll):
         parts = [_build(spark, c, obs, paths, results=results) for c in node.children]
         out = parts[0]
@@ -181,6 +187,41 @@ def _build(
         return child.observe(obs[node.name], *exprs)
     assert isinstance(node, r.GroupAgg)
     return child.groupBy(*[F.expr(k) for k in node.keys]).agg(*[F.expr(a) for a in node.aggs])
+
+
+def _lookup(spark: SparkSession, node: r.LookupTable, rows: DataFrame, paths: ReadPaths) -> DataFrame:
+    """``rows`` with the table's rows of equal keys: Spark's left join of a stream (or a batch) and
+    the table, read again in each micro-batch (a Parquet table's files listed again too:
+    :mod:`krishiv_py.runtime.lookup`); an inner lookup drops a data row without a match after it."""
+    from pyspark.sql import functions as F
+
+    table = _table(spark, node.table, paths)
+    keys = [f"{LOOKUP_KEY}{i}" for i in range(len(node.on))]
+    right = table.select(
+        *(F.col(quote(k)).alias(alias) for k, alias in zip(node.on, keys, strict=True)),
+        *(F.col(quote(src)).alias(dst) for src, dst in node.columns),
+        F.lit(True).alias(LOOKUP_FOUND),
+    )
+    condition = None
+    for k, alias in zip(node.on, keys, strict=True):
+        same = F.col(quote(k)) == F.col(quote(alias))
+        condition = same if condition is None else condition & same
+    joined = rows.join(right, condition, "left")
+    if node.how == "inner":  # (a marker row of the stream passes: it carries the watermark)
+        joined = joined.filter(f"{quote(r.KIND)} <> 0 OR {quote(LOOKUP_FOUND)} IS NOT NULL")
+    return joined.drop(*keys, LOOKUP_FOUND)
+
+
+def _table(spark: SparkSession, node: r.RecipeNode, paths: ReadPaths) -> DataFrame:
+    """A lookup join's table: a Parquet directory through the reader that lists it each time."""
+    if isinstance(node, r.ReadSource) and node.kind == "files" and node.format == "parquet" and node.path:
+        return table_frame(spark, node.path, node.schema.ddl())
+    if isinstance(node, r.SelectExprs | r.FilterExpr):
+        child = _table(spark, node.child, paths)
+        return (
+            child.selectExpr(*node.exprs) if isinstance(node, r.SelectExprs) else child.filter(node.condition)
+        )
+    return _build(spark, node, None, paths)
 
 
 def _stream_join(

@@ -755,6 +755,7 @@ STATEFUL_ROLES: dict[type[n.PlanNode], str] = {
     **dict.fromkeys(n.SOURCE_TYPES, "source"),
     n.Watermark: "stateless",
     n.Union: "stateless, or an operator (a union of operators' results)",
+    n.LookupJoin: "stateless (a Spark join of the rows with a bounded table, read for each micro-batch)",
     n.Filter: "stateless or stage",
     n.Project: "stateless or stage",
     **dict.fromkeys(OPERATOR_RULES, "operator"),

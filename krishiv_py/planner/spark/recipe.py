@@ -66,6 +66,7 @@ __all__ = [
     "WM",
     "FilterExpr",
     "GroupAgg",
+    "LookupTable",
     "MapArrow",
     "Observe",
     "ReadSource",
@@ -170,6 +171,20 @@ class StreamJoin:
 
 
 @attrs.frozen(kw_only=True)
+class LookupTable:
+    """``child``'s rows with the rows of the bounded ``table`` of equal ``on`` columns (Spark's
+    left join of a stream and a table, read again for every micro-batch); ``how="inner"`` drops
+    a data row without a match (a marker row passes: :data:`KIND`)."""
+
+    child: RecipeNode
+    table: RecipeNode
+    on: tuple[str, ...]
+    how: str
+    #: Each table column the joined rows take, and its name there.
+    columns: tuple[tuple[str, str], ...]
+
+
+@attrs.frozen(kw_only=True)
 class MapArrow:
     """``mapInArrow(function, schema)``: a vectorized Python step per partition (no state).
 
@@ -215,6 +230,7 @@ RecipeNode: TypeAlias = (
     | MapArrow
     | StatefulApply
     | StreamJoin
+    | LookupTable
 )
 
 
@@ -403,6 +419,23 @@ def _render(node: RecipeNode, lines: list[str]) -> str:
         exprs = ", ".join(repr(e) for e in node.exprs)
         join = f"{sides[0]}.join({sides[1]}, F.expr({node.condition!r}), {node.how!r})"
         lines.append(f"{var} = {join}.selectExpr({exprs})")
+        return var
+    if isinstance(node, LookupTable):
+        rows = _render(node.child, lines)
+        table = _render(node.table, lines)
+        if (
+            isinstance(node.table, ReadSource)
+            and node.table.kind == "files"
+            and node.table.format == "parquet"
+        ):
+            lines[-1] = (
+                f"{table} = <{node.table.path!r}: its Parquet files listed again for each micro-batch>"
+            )
+        var = f"df_{len(lines)}"
+        on = " AND ".join(f"{k} = table.{k}" for k in node.on)
+        lines.append(f"{var} = {rows}.join({table}, '{on}', 'left')  # table columns: {dict(node.columns)}")
+        if node.how == "inner":
+            lines.append(f"{var} = {var}.filter('<a match, or a marker row>')")
         return var
     inner = _render(node.child, lines)
     if isinstance(node, StatefulApply):

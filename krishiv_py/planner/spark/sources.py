@@ -62,6 +62,7 @@ from krishiv_py.plan import nodes as n
 from krishiv_py.plan.watermarks import MAX_EVENT_MS, MIN_EVENT_MS
 from krishiv_py.planner.spark.recipe import (
     FilterExpr,
+    LookupTable,
     Observe,
     ReadSource,
     RecipeNode,
@@ -192,6 +193,8 @@ class Lowerer:
             sides = (_results_of(s) if self.staged_sides else s for s in (node.left, node.right))
             left, right = (self._side(side) for side in sides)
             return self.join(node, left, right, streaming=self.streaming, shift_ms=self.shift), ()
+        if isinstance(node, n.LookupJoin):
+            return self._lookup(node, count_input=count_input)
         direct = isinstance(node, n.Watermark) and isinstance(node.input, n.SOURCE_TYPES)
         child, hidden = self.lower(node.input, count_input=not direct)
         if isinstance(node, n.Filter):
@@ -229,6 +232,15 @@ class Lowerer:
                 exprs=("*", f"{et} AS {quote(ET)}", f"0L AS {quote(SEQ)}", f"0 AS {quote(ROW_KIND)}"),
             )
         return self.window(node, child, streaming=self.streaming, shift_ms=self.shift), ()
+
+    def _lookup(self, node: n.LookupJoin, *, count_input: bool) -> tuple[RecipeNode, tuple[str, ...]]:
+        """The rows of ``node.input`` with the table's (:class:`LookupTable`): the table lowered as
+        a bounded read, its rows counted nowhere (they are no events)."""
+        child, hidden = self.lower(node.input, count_input=count_input)
+        table = Lowerer(streaming=False, shift=0, window=self.window)
+        read, _ = table.lower(node.table, count_input=False)
+        columns = tuple(node.table_names.items())
+        return LookupTable(child=child, table=read, on=node.on, how=node.how, columns=columns), hidden
 
     def _side(self, side: n.PlanNode) -> RecipeNode:
         """A join's side: an operator with the operators under it by the chain rule, if any."""
