@@ -18,7 +18,7 @@ import krishiv_py as kp
 from benchmarks import data
 from benchmarks.nexmark import NAMES, query
 from benchmarks.nexmark._streams import LAG_MS
-from benchmarks.nexmark.check import TABLES, run, streams_of
+from benchmarks.nexmark.check import SIDE_INPUT_DDL, TABLES, run, streams_of
 from krishiv_py.api.stream import Stream
 from krishiv_py.plan import nodes as n
 from krishiv_py.sql import SqlCatalog, execute
@@ -32,6 +32,7 @@ class PlanStreams:
     bid: Stream
     auction: Stream
     person: Stream
+    side_input: Stream
 
 
 def _plans() -> tuple[PlanStreams, SqlCatalog]:
@@ -44,13 +45,17 @@ def _plans() -> tuple[PlanStreams, SqlCatalog]:
     catalog = SqlCatalog()
     for name, stream in streams.items():
         catalog.register(name, stream.plan)
-    return PlanStreams(**streams), catalog
+    side = n.FileSource(name="side_input", schema=to_schema(SIDE_INPUT_DDL), path="/side", format="parquet")
+    return PlanStreams(**streams, side_input=Stream(cast(Any, None), side)), catalog
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_the_querys_sql_is_its_builder_pipeline(name: str) -> None:
     streams, catalog = _plans()
     module = query(name)
+    if module.SQL is None:  # (a lookup join has no SQL form yet)
+        assert isinstance(module.build(streams).plan, n.Project)
+        return
     out = execute(catalog, module.SQL, cast(Any, None))
     assert out is not None
     built = module.build(streams).plan

@@ -21,3 +21,8 @@ class Streams(Protocol):
 
     @property
     def person(self) -> Stream: ...
+
+    @property
+    def side_input(self) -> Stream:
+        """q13's side table: ``key bigint, value string``, 10,000 rows, bounded (no watermark)."""
+        ...

@@ -18,6 +18,8 @@ from types import ModuleType
 from typing import Any
 
 import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 import krishiv_py as kp
 from benchmarks.data import Dataset
@@ -27,13 +29,31 @@ from krishiv_py.api.stream import Stream
 TABLES = ("bid", "auction", "person")
 
 
+#: q13's side table: each key of 0-9,999 with a value.
+SIDE_INPUT_DDL = "key bigint, value string"
+
+
 @dataclass(frozen=True)
 class DatasetStreams:
-    """The dataset's three tables as bounded streams, each with its watermark on ``date_time``."""
+    """The dataset's three tables as bounded streams, each with its watermark on ``date_time``, and
+    q13's side table."""
 
     bid: Stream
     auction: Stream
     person: Stream
+    side_input: Stream
+
+
+def side_input(dataset: Dataset) -> str:
+    """The directory of q13's side table next to the dataset (written once): key ``i``, value
+    ``'value-<i>'``, in one Parquet file."""
+    path = dataset.root / "side_input"
+    if not (path / "part-0.parquet").exists():
+        path.mkdir(parents=True, exist_ok=True)
+        keys = pa.array(range(10_000), pa.int64())
+        values = pa.array([f"value-{i}" for i in range(10_000)], pa.string())
+        pq.write_table(pa.table({"key": keys, "value": values}), path / "part-0.parquet")
+    return str(path)
 
 
 def streams_of(session: kp.Session, dataset: Dataset) -> DatasetStreams:
@@ -44,7 +64,8 @@ def streams_of(session: kp.Session, dataset: Dataset) -> DatasetStreams:
         )
         for t in TABLES
     }
-    return DatasetStreams(**read)
+    side = session.read_parquet(side_input(dataset), SIDE_INPUT_DDL, name=f"side_input_{tag}")
+    return DatasetStreams(**read, side_input=side)
 
 
 @dataclass(frozen=True)
@@ -81,6 +102,7 @@ def run(query: ModuleType, streams: DatasetStreams, dataset: Dataset) -> Outcome
 
 def duckdb_rows(query: ModuleType, dataset: Dataset) -> list[dict[str, Any]]:
     tables = {t: f"read_parquet('{dataset.table_dir(t)}/*.parquet')" for t in TABLES}
+    tables["side_input"] = f"read_parquet('{side_input(dataset)}/*.parquet')"
     with duckdb.connect() as con:
         con.execute("SET TimeZone = 'UTC'")
         table = con.sql(query.DUCKDB.format(**tables)).to_arrow_table()
