@@ -795,3 +795,22 @@ def test_a_join_of_a_union_of_changes_and_a_windows_results_names_what_to_do_ins
     joined = changes.key_by("user_id").interval_join(per_window.key_by("user_id"), (-5, 0))
     with pytest.raises(kp.PlanError, match="join each branch with it and union the joins' rows"):
         lower(joined.accumulation("retracting").plan)
+
+
+def test_a_select_over_any_changelog_keeps_its_kind_column_last() -> None:
+    """A retracting join's rows, an aggregation's or a top-N's changes per key: a select that
+    leaves ``kind`` out keeps it last (a sink would else take a retraction for a new row); a
+    plain stream's select keeps only what it names."""
+    joined = (
+        timed()
+        .key_by("user_id")
+        .interval_join(views().key_by("user_id"), (-5, 0), how="left")
+        .allowed_lateness(10)
+        .accumulation("retracting")
+    )
+    per_key = timed().key_by("user_id").agg(kp.count(kp.col("*")).alias("n"))
+    latest = timed().top_n(1, by=("event_time",), per="key", keys=("user_id",), ties="first")
+    assert list(joined.select("user_id", "amount").columns) == ["user_id", "amount", "kind"]
+    assert list(per_key.select("n").columns) == ["n", "kind"]
+    assert list(latest.select("amount").columns) == ["amount", "kind"]
+    assert list(timed().select("amount").columns) == ["amount"]

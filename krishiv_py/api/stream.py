@@ -231,7 +231,8 @@ class Stream(WindowAssigners):
     def select(self, *columns: str | Expr) -> Stream:
         """Project to the given columns or named expressions (``expr.alias(name)``).
 
-        On the results of ``accumulation("retracting")`` the ``kind`` column
+        On a changelog (the results of ``accumulation("retracting")``, an
+        aggregation's or a top-N's changes per key) the ``kind`` column
         stays, last, when not selected: it says whether a row is an emit or
         a retraction, like the row kind of a Flink changelog.
         """
@@ -561,9 +562,11 @@ class Explanation(str):
 
 
 def _retracting(plan: n.PlanNode) -> bool:
-    """Whether ``plan``'s rows are a changelog of emits and retractions (a ``kind`` column)."""
-    return n.KIND_COLUMN in n.schema_of(plan).names and any(
-        a.emission.accumulation == "retracting" for a in n.window_aggregates(plan)
+    """Whether ``plan``'s rows are a changelog of emits and retractions (a ``kind`` column): a
+    retracting window's or join's results, an aggregation's or a top-N's changes per key."""
+    return n.KIND_COLUMN in n.schema_of(plan).names and (
+        n.takes_retractions(plan)
+        or any(a.emission.accumulation == "retracting" for a in n.window_aggregates(plan))
     )
 
 
