@@ -511,3 +511,40 @@ def test_qualify_ranks_a_retracting_window_of_a_joins_rows() -> None:
     assert isinstance(top, n.TopN) and top.n == 1 and top.ties == "first"
     assert isinstance(top.input, n.WindowAggregate) and top.input.emission.accumulation == "retracting"
     assert n.joins_of(top.input) and ranked.lower().lowering == "stateful"
+
+
+def test_a_group_by_over_a_union_all_of_two_joins_is_the_builders_aggregation_over_their_union() -> None:
+    """SQL 3.13's union of changelogs: a GROUP BY over a UNION ALL of two join subqueries."""
+    schemas = {
+        "clicks": "user string, t timestamp, ad string",
+        "views": "user string, t timestamp, ad string",
+        "ads": "ad string, t timestamp, campaign string",
+        "budgets": "ad string, t timestamp, budget bigint",
+    }
+    streams = {
+        name: Stream(NO_SESSION, n.MemorySource(name=name, schema=to_schema(ddl), path=f"/{name}")).watermark(
+            "t", 0
+        )
+        for name, ddl in schemas.items()
+    }
+    cat = SqlCatalog()
+    for name, stream in streams.items():
+        cat.register(name, stream.plan)
+    query = (
+        "SELECT ad, COUNT(*) AS n FROM ("
+        "SELECT c.ad AS ad, c.t AS t FROM clicks c JOIN views v "
+        "ON c.user = v.user AND v.t BETWEEN c.t - INTERVAL '5' SECOND AND c.t "
+        "UNION ALL "
+        "SELECT a.ad AS ad, a.t AS t FROM ads a JOIN budgets b "
+        "ON a.ad = b.ad AND b.t BETWEEN a.t - INTERVAL '5' SECOND AND a.t"
+        ") GROUP BY ad"
+    )
+    out = execute(cat, query, NO_SESSION)
+    assert out is not None
+    first = (
+        streams["clicks"].key_by("user").interval_join(streams["views"].key_by("user"), between=(-5_000, 0))
+    )
+    second = streams["ads"].key_by("ad").interval_join(streams["budgets"].key_by("ad"), between=(-5_000, 0))
+    union = first.select("ad", "t").union(second.select("ad", "t"))
+    twin = union.key_by("ad").agg(COUNT.alias("n"))
+    assert out.plan == twin.plan, f"\nSQL:\n{n.render_plan(out.plan)}\nbuilder:\n{n.render_plan(twin.plan)}"
