@@ -548,3 +548,36 @@ def test_a_group_by_over_a_union_all_of_two_joins_is_the_builders_aggregation_ov
     union = first.select("ad", "t").union(second.select("ad", "t"))
     twin = union.key_by("ad").agg(COUNT.alias("n"))
     assert out.plan == twin.plan, f"\nSQL:\n{n.render_plan(out.plan)}\nbuilder:\n{n.render_plan(twin.plan)}"
+
+
+def test_a_window_over_a_union_all_of_two_joins_takes_each_joins_event_time_column() -> None:
+    """The window helper's column must be each join's event time (its later row's time), branch by
+    branch: the left side's time here; the right side's is refused, naming the left's."""
+    schemas = {
+        "clicks": "user string, t timestamp, ad string",
+        "views": "user string, t timestamp, ad string",
+        "ads": "ad string, t timestamp, campaign string",
+        "budgets": "ad string, t timestamp, budget bigint",
+    }
+    cat = SqlCatalog()
+    for name, ddl in schemas.items():
+        node = n.MemorySource(name=name, schema=to_schema(ddl), path=f"/{name}")
+        cat.register(name, Stream(NO_SESSION, node).watermark("t", 0).plan)
+
+    def query(clicks_time: str) -> str:
+        return (
+            "SELECT ad, tumble_start(t, INTERVAL '10' SECOND) AS ws, COUNT(*) AS n FROM ("
+            f"SELECT c.ad AS ad, {clicks_time} AS t FROM clicks c JOIN views v "
+            "ON c.user = v.user AND v.t BETWEEN c.t - INTERVAL '5' SECOND AND c.t "
+            "UNION ALL "
+            "SELECT a.ad AS ad, a.t AS t FROM ads a JOIN budgets b "
+            "ON a.ad = b.ad AND b.t BETWEEN a.t - INTERVAL '5' SECOND AND a.t"
+            ") GROUP BY ad, tumble_start(t, INTERVAL '10' SECOND)"
+        )
+
+    out = execute(cat, query("c.t"), NO_SESSION)
+    assert out is not None
+    window = next(x for x in n.walk(out.plan) if isinstance(x, n.WindowAggregate))
+    assert isinstance(n.stateless_below(window.input), n.Union)
+    with plan_error("the left side's time", "the window's time column 't' is not it"):
+        execute(cat, query("v.t"), NO_SESSION)

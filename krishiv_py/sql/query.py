@@ -1298,7 +1298,12 @@ def _check_time(window: WindowCall, rel: Relation, ctx: Context) -> None:
 def _check_join_time(window: WindowCall, rel: Relation, ctx: Context) -> None:
     """A window over a join's rows assigns each by its event time: the helper must name that column."""
     join = n.stateless_below(rel.stream.plan)
-    if not isinstance(join, n.Join):  # joins under a UNION ALL: their rows' times differ
+    branches = n.union_branches(rel.stream.plan)
+    if branches is not None:  # joins under a UNION ALL: the helper's column is each one's event time
+        for branch in branches:
+            _check_join_time(window, attrs.evolve(rel, stream=Stream(ctx.session, branch)), ctx)
+        return
+    if not isinstance(join, n.Join):
         raise ctx.sql.error(
             window.node, f"a window over {rel.label} is not supported: window each join's rows on its own"
         )
