@@ -1297,18 +1297,23 @@ def _check_time(window: WindowCall, rel: Relation, ctx: Context) -> None:
 
 def _check_join_time(window: WindowCall, rel: Relation, ctx: Context) -> None:
     """A window over a join's rows assigns each by its event time: the helper must name that column."""
-    join = n.stateless_below(rel.stream.plan)
-    branches = n.union_branches(rel.stream.plan)
+    _check_join_plan_time(window, rel.stream.plan, rel.label, ctx)
+
+
+def _check_join_plan_time(window: WindowCall, plan: n.PlanNode, label: str, ctx: Context) -> None:
+    """:func:`_check_join_time` of the rows of ``plan`` (a join's, or a union of joins')."""
+    join = n.stateless_below(plan)
+    branches = n.union_branches(plan)
     if branches is not None:  # joins under a UNION ALL: the helper's column is each one's event time
         for branch in branches:
-            _check_join_time(window, attrs.evolve(rel, stream=Stream(ctx.session, branch)), ctx)
+            _check_join_plan_time(window, branch, label, ctx)
         return
     if not isinstance(join, n.Join):
         raise ctx.sql.error(
-            window.node, f"a window over {rel.label} is not supported: window each join's rows on its own"
+            window.node, f"a window over {label} is not supported: window each join's rows on its own"
         )
     times = sj.event_time_columns(join)
-    origin = _origin(rel.stream.plan, window.column)
+    origin = _origin(plan, window.column)
     if origin is not None and origin[0] is join and origin[1] in times:
         return
     later = "a joined row's event time is the later of its two rows' times"
