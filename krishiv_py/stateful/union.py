@@ -1,12 +1,16 @@
-"""A union of windows over different streams as one kernel: each branch's rows into its own window.
+"""A union of operators' results as one kernel: each branch's rows into its own operator.
 
-``stream_a.key_by(...).tumbling_window(...).agg(...).union(stream_b. ...)``
-on the stateful lowering is one operator: the rows of every branch travel
-in one layout (the columns of all branches by name, a branch number in
-``__kp_branch``), bucketed by their own branch's keys, and each bucket call
-steps every branch's kernel over its own rows. The union's rows are the
-branches' results, corrections included (a retracting window's retractions
-pass through), in branch order within a call.
+``stream_a.key_by(...).tumbling_window(...).agg(...).union(stream_b. ...)``,
+or a union of joins' rows or of aggregations' changes, is one operator on
+the stateful lowering: the rows of every branch travel in one layout (the
+columns of all branches by name, a branch number in ``__kp_branch``),
+bucketed by their own branch's keys, and each bucket call steps every
+branch's kernel over its own rows, then the filters and projections after
+that branch (``betweens``) over its results. The union's rows are the
+branches' results, corrections included (retractions pass through; a
+branch that emits only gets ``kind="emit"`` when another retracts), in
+branch order within a call. The two operators under a join of two
+operators' results run the same way (``tagged``).
 
 State
     One row: each branch's state table as Arrow IPC, and how many rows
@@ -49,7 +53,7 @@ __all__ = ["UnionKernel"]
 
 @attrs.frozen(kw_only=True)
 class UnionKernel(Unmerged):
-    """The branches of a union of windows, each over its own rows (see the module docstring)."""
+    """The branches of a union of operators' results, each over its own rows (see the module docstring)."""
 
     branches: tuple[Kernel, ...]
     #: Each result says which branch made it (``__kp_branch``): the two sides of a join after it.
