@@ -9,7 +9,7 @@ Examples
 >>> get_args(Lowering)
 ('native', 'stateful', 'bounded')
 >>> get_args(WindowKind)
-('tumbling', 'sliding', 'session', 'capped_session', 'time_interval', 'event_sliding')
+('tumbling', 'sliding', 'session', 'capped_session', 'time_interval', 'event_sliding', 'processing_tumbling')
 """
 
 from __future__ import annotations
@@ -22,7 +22,14 @@ __all__ = ["Lowering", "WindowKind"]
 Lowering: TypeAlias = Literal["native", "stateful", "bounded"]
 
 #: The kinds of event-time window; ``capped_session`` is a session with ``max_duration_ms``,
-#: ``time_interval`` the panes of SPL's timeInterval window, ``event_sliding`` Kafka's KIP-450 windows.
+#: ``time_interval`` the panes of SPL's timeInterval window, ``event_sliding`` Kafka's KIP-450 windows,
+#: ``processing_tumbling`` a tumbling window in processing time.
 WindowKind: TypeAlias = Literal[
-    "tumbling", "sliding", "session", "capped_session", "time_interval", "event_sliding"
+    "tumbling",
+    "sliding",
+    "session",
+    "capped_session",
+    "time_interval",
+    "event_sliding",
+    "processing_tumbling",
 ]

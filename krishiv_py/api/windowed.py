@@ -30,6 +30,7 @@ from krishiv_py.plan.windows import (
     TimeIntervalWindow,
     TumblingWindow,
     WindowSpec,
+    in_processing_time,
 )
 
 if TYPE_CHECKING:
@@ -46,16 +47,31 @@ class WindowAssigners:
     def _windowed(self, window: WindowSpec) -> WindowedStream:
         raise NotImplementedError
 
-    def tumbling_window(self, size_ms: int, *, offset_ms: int = 0) -> WindowedStream:
+    def tumbling_window(
+        self, size_ms: int, *, offset_ms: int = 0, time: Literal["event", "processing"] = "event"
+    ) -> WindowedStream:
         """Fixed, non-overlapping windows ``[start, start + size_ms)``.
 
         ``start = ts - ((ts - offset_ms) mod size_ms)``, aligned to the epoch.
 
+        ``time="processing"``: ``ts`` is the time the row's micro-batch
+        started (Spark's ``current_timestamp()`` of that micro-batch), not a
+        column, and a window fires when the wall clock passes its end, with
+        or without more input (Flink's ``TUMBLE(PROCTIME(), ...)``). No
+        watermark is needed and no row is late; when every source closes the
+        open windows fire. Such results depend on when rows arrive and are
+        not reproducible (``explain()`` says so). It runs on the stateful
+        lowering, with the default emission only (no allowed lateness, early
+        trigger, other accumulation, late-event handler or state TTL), and
+        no window, join or aggregation after it.
+
         Examples
         --------
             per_minute = stream.watermark("t", 5_000).tumbling_window(60_000)
+            per_10s_now = bids.key_by("bidder").tumbling_window(10_000, time="processing")
         """
-        return self._windowed(TumblingWindow(size_ms=size_ms, offset_ms=offset_ms))
+        window = TumblingWindow(size_ms=size_ms, offset_ms=offset_ms, time=time)
+        return self._windowed(window)
 
     def sliding_window(self, size_ms: int, slide_ms: int) -> WindowedStream:
         """Windows of ``size_ms`` starting every ``slide_ms`` (hopping windows)."""
@@ -148,6 +164,9 @@ class WindowedStream:
     emission: Emission = attrs.field(factory=Emission)
 
     def __attrs_post_init__(self) -> None:
+        if in_processing_time(self.window):  # timed by the wall clock: no event time needed
+            n.check_processing_time_input(self.stream.plan)
+            return
         if n.joins_of(self.stream.plan):
             n.check_window_after_join(self.stream.plan, self.keys, window=self.window)
         if n.event_time(self.stream.plan) is None:

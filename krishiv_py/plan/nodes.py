@@ -35,6 +35,7 @@ from krishiv_py.plan.windows import (
     TimeIntervalWindow,
     WindowSpec,
     check_ms,
+    in_processing_time,
 )
 from krishiv_py.types import DataType, Field, Schema
 
@@ -223,6 +224,8 @@ class Union:
     inputs: tuple[PlanNode, ...]
 
     def __attrs_post_init__(self) -> None:
+        for i in self.inputs:
+            _after_processing_time(i, "a union")
         first = schema_of(self.inputs[0])
         for other in self.inputs[1:]:
             if schema_of(other) != first:
@@ -245,6 +248,10 @@ class WindowAggregate:
     emission: Emission = attrs.field(factory=Emission)
 
     def __attrs_post_init__(self) -> None:
+        _after_processing_time(self.input, "a window")
+        if in_processing_time(self.window):
+            _check_processing_time(self)
+            return
         branches = union_branches(self.input)
         if branches is not None:  # a window over a union is one over each of its branches
             for branch in branches:
@@ -303,6 +310,7 @@ class KeyedAggregate:
     def __attrs_post_init__(self) -> None:
         if not self.keys:
             raise PlanError("agg() without a window needs key_by(...) columns: one result row per key")
+        _after_processing_time(self.input, "an aggregation per key")
         _check_per_key_input(self.input, self.keys, "an aggregation per key without a window (agg())")
         if not self.aggregates:
             raise PlanError("agg() needs at least one aggregate, e.g. kp.count(kp.col('*'))")
@@ -452,6 +460,7 @@ class KeyedTopN:
             raise PlanError(f"top_n(ties=...) is 'all' or 'first', got {self.ties!r}")
         if not self.by:
             raise PlanError("top_n() needs by=: the column(s) to rank the rows of a key by")
+        _after_processing_time(self.input, "top_n(per='key')")
         _check_per_key_input(self.input, self.keys, "top_n(per='key')")
         schema = schema_of(self.input)
         for c in (*self.by, *self.keys):
@@ -619,6 +628,7 @@ class TopN:
             raise PlanError(f"top_n(ties=...) is 'all' or 'first', got {self.ties!r}")
         if not self.by:
             raise PlanError("top_n() needs by=: the column(s) to rank the rows of a window by")
+        _after_processing_time(self.input, "top_n()")
         if joins_of(self.input) and not isinstance(stateless_below(self.input), WindowAggregate):
             raise PlanError(  # a window after a join is ranked as any window
                 "top_n(per='window') ranks a window's results; rank a join's rows per key with "
@@ -923,6 +933,8 @@ def event_time(node: PlanNode) -> EventTime | None:
         dtype = schema_of(node.input).field(node.column).dtype
         return EventTime(node.column, dtype, node.lag_ms, node.future_tolerance_ms)
     if isinstance(node, WindowAggregate):
+        if in_processing_time(node.window):
+            return None  # its results are timed by the wall clock, not by an event time
         return EventTime("window_end", DataType("timestamp"), 0, from_window=True)
     if isinstance(node, Join):
         # The later of its two rows' event times: no column of its own; the operator carries it.
@@ -1042,6 +1054,41 @@ def watermarks_of(node: PlanNode) -> list[Watermark]:
     return [n for n in walk(node) if isinstance(n, Watermark)]
 
 
+def _check_processing_time(node: WindowAggregate) -> None:
+    """What a processing-time window takes (SPEC 3.14): a stream's rows and the default emission."""
+    check_processing_time_input(node.input)
+    emission = node.emission
+    options = emission.stateful_features() + (["pane callbacks"] if emission.panes.any else [])
+    if options:
+        raise PlanError(
+            "a processing-time window fires once, when the wall clock passes its end, and no row is "
+            f"late: it takes none of {', '.join(options)}"
+        )
+    if not node.aggregates:
+        raise PlanError("agg() needs at least one aggregate, e.g. kp.count(kp.col('*'))")
+    schema_of(node)
+
+
+def check_processing_time_input(below: PlanNode) -> None:
+    """:class:`PlanError` unless ``below`` is a stream's rows (a processing-time window's input)."""
+    _after_processing_time(below, "a window")
+    if any(isinstance(x, WindowAggregate | KeyedAggregate | KeyedTopN | TopN | Join) for x in walk(below)):
+        raise PlanError(
+            "a processing-time window takes a stream's rows (filtered, projected or looked up), not "
+            "a window's, a join's or an aggregation's results: window those in event time"
+        )
+
+
+def _after_processing_time(below: PlanNode, what: str) -> None:
+    """:class:`PlanError` when ``below`` holds a processing-time window's results."""
+    if any(isinstance(x, WindowAggregate) and in_processing_time(x.window) for x in walk(below)):
+        raise PlanError(
+            f"{what} after a processing-time window is not supported: its results are timed by the "
+            "wall clock, with no event time or watermark to run an operator after it by; write them "
+            "to a sink"
+        )
+
+
 def walk(node: PlanNode) -> Iterator[PlanNode]:
     yield node
     for child in children(node):
@@ -1059,6 +1106,8 @@ def joins_of(node: PlanNode) -> list[Join]:
 def _check_join(node: Join) -> None:
     """What SPEC 3.12 allows of a join, as :class:`PlanError` naming what is wrong."""
     what = {"interval": "interval_join()", "window": "join()", "as_of": "as_of_join()"}[node.kind]
+    _after_processing_time(node.left, what)
+    _after_processing_time(node.right, what)
     for side, plan, keys in (("left", node.left, node.left_keys), ("right", node.right, node.right_keys)):
         below = stateless_below(plan)
         branches = union_branches(plan, of_windows=True)
@@ -1408,5 +1457,6 @@ def _window_text(window: WindowSpec) -> str:
         )
     if window.kind == "tumbling":
         off = f", offset_ms={window.offset_ms}" if window.offset_ms else ""
-        return f"tumbling(size_ms={window.size_ms}{off})"
+        time = ", time=processing" if in_processing_time(window) else ""
+        return f"tumbling(size_ms={window.size_ms}{off}{time})"
     return f"sliding(size_ms={window.size_ms}, slide_ms={window.slide_ms})"

@@ -47,7 +47,7 @@ the engines that run them live in ``krishiv_py.planner`` and
 
 from __future__ import annotations
 
-from typing import TypeAlias
+from typing import Literal, TypeAlias
 
 import attrs
 
@@ -60,6 +60,7 @@ __all__ = [
     "TimeIntervalWindow",
     "TumblingWindow",
     "WindowSpec",
+    "in_processing_time",
 ]
 
 
@@ -74,9 +75,13 @@ def check_ms(name: str, value: object, *, positive: bool = True) -> int:
     return value
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, repr=False)
 class TumblingWindow:
     """Fixed-size, non-overlapping windows ``[start, start + size_ms)``.
+
+    ``time="processing"``: a row's time is when its micro-batch started, not
+    a column of it, and a window fires when the wall clock passes its end
+    (SPEC 3.14); its results depend on when rows arrive.
 
     Examples
     --------
@@ -84,18 +89,31 @@ class TumblingWindow:
     ((60000, 120000),)
     >>> TumblingWindow(size_ms=10, offset_ms=3).assign(-1)
     ((-7, 3),)
+    >>> TumblingWindow(size_ms=10_000, time="processing")
+    TumblingWindow(size_ms=10000, offset_ms=0, time='processing')
     """
 
     size_ms: int
     offset_ms: int = 0
+    time: Literal["event", "processing"] = "event"
 
     def __attrs_post_init__(self) -> None:
         check_ms("size_ms", self.size_ms)
         if isinstance(self.offset_ms, bool) or not isinstance(self.offset_ms, int):
             raise PlanError(f"offset_ms must be an integer, got {self.offset_ms!r}")
+        if self.time not in ("event", "processing"):
+            raise PlanError(f"time= is 'event' or 'processing', got {self.time!r}")
         # Only the offset modulo the size matters; normalise so equal windows
         # compare equal and Spark's |startTime| < slide rule always holds.
         object.__setattr__(self, "offset_ms", self.offset_ms % self.size_ms)
+
+    def __repr__(self) -> str:
+        time = "" if self.time == "event" else f", time={self.time!r}"
+        return f"TumblingWindow(size_ms={self.size_ms}, offset_ms={self.offset_ms}{time})"
+
+    @property
+    def processing_time(self) -> bool:
+        return self.time == "processing"
 
     @property
     def slide_ms(self) -> int:
@@ -257,3 +275,14 @@ class EventSlidingWindow:
 WindowSpec: TypeAlias = (
     TumblingWindow | SlidingWindow | SessionWindow | TimeIntervalWindow | EventSlidingWindow
 )
+
+
+def in_processing_time(window: WindowSpec) -> bool:
+    """Whether ``window`` runs in processing time (``tumbling_window(size, time="processing")``).
+
+    >>> in_processing_time(TumblingWindow(size_ms=10, time="processing"))
+    True
+    >>> in_processing_time(SlidingWindow(size_ms=10, slide_ms=5))
+    False
+    """
+    return isinstance(window, TumblingWindow) and window.processing_time

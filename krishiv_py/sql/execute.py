@@ -14,7 +14,7 @@ from krishiv_py.sql.joins import is_window_tvf
 from krishiv_py.sql.query import Context, translate
 from krishiv_py.sql.settings import SqlSettings, parse_set
 from krishiv_py.sql.source import SqlText, Statement
-from krishiv_py.sql.windows import helper_of
+from krishiv_py.sql.windows import helper_of, is_proctime
 
 if TYPE_CHECKING:
     from sqlglot import exp
@@ -97,6 +97,10 @@ def _event_time(node: exp.Expression, sql: SqlText, settings: SqlSettings) -> tu
     # GROUP BY without a helper, and a ranked subquery (top-N per key), need event time too.
     grouped = any(isinstance(x, exp.Group | exp.Window) for x in node.walk())
     needs = bool(helpers) or bool(settings.watermark_keys) or grouped
+    if helpers and all(h.expressions and is_proctime(h.expressions[0]) for h in helpers):
+        # A window in processing time needs no event time (a ranked subquery still does).
+        ranked = any(isinstance(x, exp.Window) for x in node.walk())
+        needs = bool(settings.watermark_keys) or ranked
     if settings.column is not None:
         return settings.column, needs
     for helper in helpers[:1]:

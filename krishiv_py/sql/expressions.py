@@ -205,6 +205,12 @@ def _function(
             node,
             "SPLIT_INDEX (Flink's, from 0) is SPLIT_PART(s, delimiter, index + 1) here (Spark's, from 1)",
         )
+    if isinstance(node, exp.Anonymous) and str(node.name).upper() == "PROCTIME":
+        raise sql.error(
+            node,
+            "PROCTIME() is no column here: it names processing time in a window helper, GROUP BY "
+            "tumble_start(PROCTIME(), INTERVAL '10' SECOND) (Flink's TUMBLE(PROCTIME(), ...))",
+        )
     return None
 
 

@@ -1174,6 +1174,8 @@ def _call(node: exp.Expression, ctx: Context, resolve: Resolver) -> WindowCall:
     from sqlglot import exp
 
     call = window_call(node, ctx.sql)
+    if call.processing:
+        return call
     ts = node.expressions[0]
     assert isinstance(ts, exp.Column)
     return attrs.evolve(call, column=resolve(ts))
@@ -1282,6 +1284,8 @@ def _check_time(window: WindowCall, rel: Relation, ctx: Context) -> None:
     Over a join's rows it is the column that holds their event time, the
     later of the two rows' times (:func:`krishiv_py.sql.joins.event_time_columns`).
     """
+    if window.processing:  # timed by the wall clock: any stream's rows
+        return
     et = n.event_time(rel.stream.plan)
     if et is None:
         raise ctx.sql.error(window.node, f"{rel.label} has no event time; SET watermark.column names it")

@@ -8,7 +8,9 @@ SQL (in ``GROUP BY`` and ``SELECT``)                  builder
 ``session_start/session_end(ts, gap [, max])``        ``session_window(gap, max_duration_ms=max)``
 ====================================================  =========================================
 
-Every duration is an ``INTERVAL``. ``ts`` is the event-time column. The
+Every duration is an ``INTERVAL``. ``ts`` is the event-time column, or
+``PROCTIME()`` for a tumbling window in processing time
+(``tumbling_window(size, time="processing")``, Flink's ``TUMBLE(PROCTIME(), size)``). The
 ``_start`` helper's value is the window's ``window_start``, the ``_end``
 helper's its ``window_end``. ``GROUP BY`` names one window (by either
 helper, or both); a helper in ``SELECT`` must name the same window with the
@@ -33,7 +35,10 @@ if TYPE_CHECKING:
     from krishiv_py.api.windowed import WindowedStream
     from krishiv_py.sql.source import SqlText
 
-__all__ = ["HELPERS", "WindowCall", "helper_of", "window_call"]
+__all__ = ["HELPERS", "PROCTIME", "WindowCall", "helper_of", "is_proctime", "window_call"]
+
+#: The time column of a window in processing time, as a :class:`WindowCall` names it.
+PROCTIME = "PROCTIME()"
 
 Kind = Literal["tumble", "hop", "session"]
 
@@ -73,10 +78,16 @@ class WindowCall:
         """What identifies the window: kind, time column and durations."""
         return (self.kind, self.column, self.durations)
 
+    @property
+    def processing(self) -> bool:
+        """Whether the window runs in processing time (its time column is ``PROCTIME()``)."""
+        return self.column == PROCTIME
+
     def spec(self) -> WindowSpec:
         d = self.durations
         if self.kind == "tumble":
-            return TumblingWindow(size_ms=d[0], offset_ms=d[1] if len(d) > 1 else 0)
+            time: Literal["event", "processing"] = "processing" if self.processing else "event"
+            return TumblingWindow(size_ms=d[0], offset_ms=d[1] if len(d) > 1 else 0, time=time)
         if self.kind == "hop":
             return SlidingWindow(size_ms=d[1], slide_ms=d[0])
         return SessionWindow(gap_ms=d[0], max_duration_ms=d[1] if len(d) > 1 else None)
@@ -85,7 +96,7 @@ class WindowCall:
         """``stream`` with this window, through the builder's assigner."""
         spec = self.spec()
         if isinstance(spec, TumblingWindow):
-            return stream.tumbling_window(spec.size_ms, offset_ms=spec.offset_ms)
+            return stream.tumbling_window(spec.size_ms, offset_ms=spec.offset_ms, time=spec.time)
         if isinstance(spec, SlidingWindow):
             return stream.sliding_window(spec.size_ms, spec.slide_ms)
         assert isinstance(spec, SessionWindow)
@@ -101,6 +112,13 @@ def helper_of(node: exp.Expression) -> str | None:
     return None
 
 
+def is_proctime(node: exp.Expression) -> bool:
+    """Whether ``node`` is ``PROCTIME()`` (Flink's processing-time attribute), without arguments."""
+    from sqlglot import exp
+
+    return isinstance(node, exp.Anonymous) and str(node.name).lower() == "proctime" and not node.expressions
+
+
 def window_call(node: exp.Expression, sql: SqlText) -> WindowCall:
     """Read a helper call; its time column is returned as written (resolved by the caller)."""
     from sqlglot import exp
@@ -113,13 +131,20 @@ def window_call(node: exp.Expression, sql: SqlText) -> WindowCall:
     if not low <= len(args) <= high:
         raise sql.error(node, f"{name} takes {shape}, every duration an INTERVAL")
     ts = args[0]
-    if not isinstance(ts, exp.Column) or isinstance(ts.this, exp.Star):
-        raise sql.error(ts, f"the first argument of {name} is the event-time column")
+    if is_proctime(ts) and kind != "tumble":
+        raise sql.error(
+            ts,
+            f"{name} runs in event time; a window in processing time is tumbling: "
+            "tumble_start(PROCTIME(), size)",
+        )
+    if not is_proctime(ts) and (not isinstance(ts, exp.Column) or isinstance(ts.this, exp.Star)):
+        raise sql.error(ts, f"the first argument of {name} is the event-time column (or PROCTIME())")
     durations = tuple(
         interval_ms(arg, sql, f"{name}: {what}")
         for arg, what in zip(args[1:], _ARG_NAMES[kind], strict=False)
     )
-    call = WindowCall(kind=kind, column=str(ts.name), durations=durations, output=output, node=node)
+    column = PROCTIME if is_proctime(ts) else str(ts.name)
+    call = WindowCall(kind=kind, column=column, durations=durations, output=output, node=node)
     try:
         call.spec()
     except PlanError as exc:

@@ -69,6 +69,7 @@ from krishiv_py.stateful._arrow import arrow, framed, ipc_bytes, ipc_table, unfr
 from krishiv_py.stateful.chain import kinds_of
 from krishiv_py.stateful.delays import bucket_of
 from krishiv_py.stateful.premerge import MERGED_ROWS
+from krishiv_py.stateful.processing_time import ProcessingTimeKernel
 from krishiv_py.stateful.protocol import Kernel
 from krishiv_py.stateful.stage import StageSpec
 from krishiv_py.stateful.state import WINDOW_END, WINDOW_START
@@ -206,7 +207,7 @@ def run_bucket(
         clock.append(time.perf_counter_ns())
         return (clock[-1] - clock[-2]) // 1000
 
-    spark_wm = int(state.getCurrentWatermarkMs())
+    spark_wm = _spark_watermark(state)
     watermark = None if spark_wm <= 0 else spark_wm - spec.shift_ms
     stored = ipc_table(state.get[0]) if state.exists else None
     load_us = lap()
@@ -216,7 +217,9 @@ def run_bucket(
     given.check_watermark(watermark)
     batch = given.rows
     decode_us = lap()
-    now = int(time.time() * 1000)
+    # Processing-time windows time their rows by the micro-batch's start, the same on a re-run.
+    processing = isinstance(spec.kernel, ProcessingTimeKernel)
+    now = int(state.getCurrentProcessingTimeMs()) if processing else int(time.time() * 1000)
     new_state, out = spec.kernel.step(stored, batch, watermark, now, merged=given.merged)
     out, handed = _handed_on(spec, int(key[0]), out, new_state, watermark)
     kernel_us = lap()
@@ -241,6 +244,16 @@ def run_bucket(
         merged_rows=given.merged_rows,
     )
     yield _output(spec, int(key[0]), payload, handed)
+
+
+def _spark_watermark(state: Any) -> int:
+    """Spark's watermark of the micro-batch (0: none yet, or a plan without one)."""
+    from pyspark.errors import PySparkRuntimeError
+
+    try:
+        return int(state.getCurrentWatermarkMs())
+    except PySparkRuntimeError:  # no watermark operator (a processing-time window's plan may have none)
+        return 0
 
 
 def run_bounded_bucket(spec: OperatorSpec, key: tuple[Any, ...], frame: pd.DataFrame) -> pd.DataFrame:

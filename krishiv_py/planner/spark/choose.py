@@ -14,8 +14,15 @@ lowering      input      window kinds                                 emission o
 ``bounded``   finite     tumbling, sliding, session                   allowed lateness
 ``native``    unbounded  tumbling, sliding                            (none: on-watermark, zero lateness)
 ``stateful``  both       tumbling, sliding, session, capped session,  early triggers, allowed lateness,
-                         time-interval, event sliding (KIP-450)       non-accumulating, late handlers
+                         time-interval, event sliding (KIP-450),      non-accumulating, late handlers
+                         processing-time tumbling
 ============  =========  ===========================================  ===================================
+
+A processing-time window fires when the wall clock passes its end, with or
+without input; Spark's windows fire only when input moves the watermark, so
+only krishiv's operator, woken by the clock (:mod:`krishiv_py.runtime.stateful`'s
+ticks), runs it, bounded input too. The reason says its results are not
+reproducible.
 
 A bounded run is one step with every row, then the end of input: no event
 can be late, so keeping windows past their end changes nothing and the
@@ -94,7 +101,15 @@ StageFeature: TypeAlias = Literal[
 FeatureName: TypeAlias = InputKind | WindowKind | EmissionFeature | StageFeature
 
 _ALL_WINDOWS: frozenset[WindowKind] = frozenset(
-    {"tumbling", "sliding", "session", "capped_session", "time_interval", "event_sliding"}
+    {
+        "tumbling",
+        "sliding",
+        "session",
+        "capped_session",
+        "time_interval",
+        "event_sliding",
+        "processing_tumbling",
+    }
 )
 #: The kinds Spark's own window operators run.
 _SPARK_WINDOWS: frozenset[WindowKind] = frozenset({"tumbling", "sliding", "session"})
@@ -258,6 +273,12 @@ def features_of(plan: n.PlanNode) -> list[Feature]:
         text = f"{'an' if name[0] in 'aeiou' else 'a'} {name} window"
         if isinstance(agg.window, SessionWindow) and agg.window.max_duration_ms is not None:
             text += f" (max_duration_ms={agg.window.max_duration_ms})"
+        if kind == "processing_tumbling":
+            text = (
+                "a processing-time tumbling window (its rows are timed by when their micro-batch "
+                "started and it fires by the wall clock, so its results depend on when rows arrive "
+                "and are not reproducible)"
+            )
         out.append(Feature(kind, text))
         out += _emission_features(agg.emission)
     if any(isinstance(node, n.TopN) for node in n.walk(plan)):
@@ -296,7 +317,7 @@ JOIN_TEXT = {
 def window_kind(window: WindowSpec) -> WindowKind:
     """The kind of ``window``; a new window class must be added here."""
     if isinstance(window, TumblingWindow):
-        return "tumbling"
+        return "processing_tumbling" if window.processing_time else "tumbling"
     if isinstance(window, SlidingWindow):
         return "sliding"
     if isinstance(window, SessionWindow):

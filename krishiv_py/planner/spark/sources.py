@@ -60,6 +60,7 @@ from krishiv_py.names import (
 )
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.watermarks import MAX_EVENT_MS, MIN_EVENT_MS
+from krishiv_py.plan.windows import in_processing_time
 from krishiv_py.planner.spark.recipe import (
     FilterExpr,
     LookupTable,
@@ -231,6 +232,9 @@ class Lowerer:
                 child=child,
                 exprs=("*", f"{et} AS {quote(ET)}", f"0L AS {quote(SEQ)}", f"0 AS {quote(ROW_KIND)}"),
             )
+        if in_processing_time(node.window) and ET not in hidden:
+            # No watermark operator dropped the punctuation rows: they are no rows of the window.
+            child = FilterExpr(child=child, condition=f"{quote(ROW_KIND)} = 0")
         return self.window(node, child, streaming=self.streaming, shift_ms=self.shift), ()
 
     def _lookup(self, node: n.LookupJoin, *, count_input: bool) -> tuple[RecipeNode, tuple[str, ...]]:

@@ -33,8 +33,9 @@ from krishiv_py.errors import PlanError
 from krishiv_py.expr import Column
 from krishiv_py.names import BUCKET, ET, JOIN_SIDE, PACKED, RESULT_KIND, SEQ, TS_VALUE
 from krishiv_py.plan import nodes as n
+from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS
 from krishiv_py.plan.watermarks import END_OF_TIME_MS
-from krishiv_py.plan.windows import SlidingWindow, TumblingWindow
+from krishiv_py.plan.windows import SlidingWindow, TumblingWindow, in_processing_time
 from krishiv_py.planner.spark.recipe import RecipeNode, SelectExprs, SparkRecipe, StatefulApply, UnionAll
 from krishiv_py.planner.sql import quote
 from krishiv_py.types import DataType, Schema
@@ -63,12 +64,14 @@ BUCKETS = 16
 def operator_spec(node: n.WindowAggregate, *, shift_ms: int) -> Any:
     """The picklable :class:`~krishiv_py.stateful.operator.OperatorSpec` of ``node``."""
     from krishiv_py.stateful.operator import InputColumn, OperatorSpec
+    from krishiv_py.stateful.processing_time import ProcessingTimeKernel
     from krishiv_py.stateful.state import KernelSpec
     from krishiv_py.stateful.window_kernel import WindowKernel
 
     schema = n.schema_of(node.input)
     et = n.event_time(node.input)
-    assert et is not None
+    processing = in_processing_time(node.window)
+    assert et is not None or processing
     arrow = schema.to_arrow()
     # Every row crosses from the JVM into a Python worker: only the columns the operator reads
     # travel. A late-event handler receives whole rows; otherwise the keys and the aggregates'
@@ -93,12 +96,19 @@ def operator_spec(node: n.WindowAggregate, *, shift_ms: int) -> Any:
         trigger=node.emission.trigger,
         allowed_lateness_ms=node.emission.allowed_lateness_ms,
         accumulation=node.emission.accumulation,
-        future_tolerance_ms=et.future_tolerance_ms,
+        future_tolerance_ms=et.future_tolerance_ms if et is not None else DEFAULT_FUTURE_TOLERANCE_MS,
         pane_events=node.emission.panes.any,
         ttl_ms=None if node.emission.state_ttl is None else node.emission.state_ttl.ttl_ms,
         ttl_time="event" if node.emission.state_ttl is None else node.emission.state_ttl.time,
     )
     marks = n.watermarks_of(node.input)
+    if processing:  # every row timed by its micro-batch's start: no disorder to profile
+        return OperatorSpec(
+            kernel=ProcessingTimeKernel(WindowKernel(kernel)),
+            columns=columns,
+            shift_ms=shift_ms,
+            buckets=BUCKETS,
+        )
     return OperatorSpec(
         kernel=WindowKernel(kernel),
         columns=columns,
@@ -132,19 +142,25 @@ def lower_stateful_window(
     """Encode the rows of ``child`` for the operator and apply it, grouped by key bucket."""
     spec = operator_spec(node, shift_ms=shift_ms)
     hashed = _hashed(node, n.schema_of(node.input))
-    return _apply(spec, child, hashed, streaming=streaming)
+    # In processing time a row's time is its micro-batch's start (Spark's current_timestamp()
+    # in a streaming query); the operator takes it from the micro-batch, the same value.
+    ts = "unix_micros(current_timestamp())" if in_processing_time(node.window) else None
+    return _apply(spec, child, hashed, streaming=streaming, ts=ts)
 
 
-def _apply(spec: Any, child: RecipeNode, hashed: str | None, *, streaming: bool) -> StatefulApply:
-    """The operator of ``spec`` over ``child``'s rows, encoded and bucketed by ``hashed``."""
+def _apply(
+    spec: Any, child: RecipeNode, hashed: str | None, *, streaming: bool, ts: str | None = None
+) -> StatefulApply:
+    """The operator of ``spec`` over ``child``'s rows, encoded and bucketed by ``hashed``.
+
+    ``ts``: the SQL of a row's time in µs (None: its event time).
+    """
     exprs: list[str] = [f"{_bucket_expr(hashed, spec.buckets)} AS {quote(BUCKET)}"]
     # mapInArrow hands the packer exact Arrow columns (nulls, NaN, -0.0, µs timestamps of any
     # year): each column travels as it is, under a name no user column can take.
     exprs += [f"{quote(c.name)} AS {quote(c.value)}" for c in spec.columns]
-    exprs += [
-        f"unix_micros({quote(ET)}) - {spec.shift_ms * 1000}L AS {quote(TS_VALUE)}",
-        f"{quote(SEQ)} AS {quote(SEQ)}",
-    ]
+    event_us = f"unix_micros({quote(ET)}) - {spec.shift_ms * 1000}L"
+    exprs += [f"{event_us if ts is None else ts} AS {quote(TS_VALUE)}", f"{quote(SEQ)} AS {quote(SEQ)}"]
     ticks = (quote(BUCKET), f"CAST(NULL AS BINARY) AS {quote(PACKED)}")
     encoded = SelectExprs(child=child, exprs=tuple(exprs))
     return StatefulApply(child=encoded, operator=spec, streaming=streaming, tick_exprs=ticks, hashed=hashed)
