@@ -22,6 +22,7 @@ import krishiv_py as kp
 from krishiv_py.api.stream import Stream
 from krishiv_py.plan import nodes as n
 from krishiv_py.runtime.lookup import files_of
+from krishiv_py.sql import SqlCatalog, execute
 from krishiv_py.types import to_schema
 
 NO_SESSION = cast(Any, None)
@@ -71,6 +72,57 @@ def test_what_a_lookup_join_does_not_take_is_named() -> None:
     )
     with plan_error("key 'ad' is string in the stream and bigint in the table"):
         _clicks().lookup_join(typed, on="ad")
+
+
+def _catalog() -> SqlCatalog:
+    catalog = SqlCatalog()
+    catalog.register("clicks", _clicks().plan)
+    catalog.register("ads", _ads().plan)
+    renamed = n.FileSource(name="ads2", schema=to_schema("ad_id string, campaign string"), path="/a2",
+                           format="parquet")  # fmt: skip
+    catalog.register("ads2", renamed)
+    catalog.register("stream_ads", _ads(streaming=True).plan)
+    return catalog
+
+
+def _sql(query: str, catalog: SqlCatalog | None = None) -> Stream:
+    out = execute(catalog or _catalog(), query, NO_SESSION)
+    assert out is not None
+    return out
+
+
+def test_sql_for_system_time_as_of_proctime_is_a_lookup_join() -> None:
+    """Flink's processing-time temporal join: the builder's plan, a table column renamed to its
+    stream key, an expression as the key (Nexmark q13's), LEFT as how="left"."""
+    left = _sql(
+        "SELECT c.ad, c.t, a.campaign, a.user FROM clicks AS c "
+        "LEFT JOIN ads FOR SYSTEM_TIME AS OF PROCTIME() AS a ON c.ad = a.ad"
+    )
+    built = _clicks().lookup_join(_ads(), on="ad", how="left")
+    assert left.plan == built.select("ad", "t", "campaign", kp.col("user_right").alias("user")).plan
+    renamed = _sql(
+        "SELECT * FROM clicks JOIN ads2 FOR SYSTEM_TIME AS OF PROCTIME() ON clicks.ad = ads2.ad_id"
+    )
+    table = Stream(NO_SESSION, _catalog().lookup("ads2")).select(kp.col("ad_id").alias("ad"), "campaign")
+    assert n.stateless_below(renamed.plan) == _clicks().lookup_join(table, on="ad").plan
+    keyed = _sql(
+        "SELECT s.t, a.campaign FROM clicks s JOIN ads2 FOR SYSTEM_TIME AS OF PROCTIME() AS a "
+        "ON UPPER(s.ad) = a.ad_id"
+    )
+    by_upper = _clicks().with_column("ad_id", kp.upper(kp.col("ad")))
+    plain = Stream(NO_SESSION, _catalog().lookup("ads2"))
+    assert keyed.plan == by_upper.lookup_join(plain, on="ad_id").select("t", "campaign").plan
+
+
+def test_sql_lookup_joins_that_cannot_be_are_named() -> None:
+    with plan_error("bounded table", "'stream_ads' is a stream"):
+        _sql("SELECT * FROM clicks c JOIN stream_ads FOR SYSTEM_TIME AS OF PROCTIME() s ON c.ad = s.ad")
+    with plan_error("FULL JOIN is not supported with a lookup join"):
+        _sql("SELECT * FROM clicks c FULL JOIN ads FOR SYSTEM_TIME AS OF PROCTIME() a ON c.ad = a.ad")
+    with plan_error("equates each table key with the stream's"):
+        _sql("SELECT * FROM clicks c JOIN ads FOR SYSTEM_TIME AS OF PROCTIME() a ON c.ad = a.ad AND c.t > 5")
+    with plan_error("has a column 'ad' already", "rename the table's key"):
+        _sql("SELECT * FROM clicks c JOIN ads FOR SYSTEM_TIME AS OF PROCTIME() a ON UPPER(c.ad) = a.ad")
 
 
 def test_a_tables_files_are_its_visible_files_at_any_depth(tmp_path: Path) -> None:

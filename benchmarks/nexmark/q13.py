@@ -4,8 +4,11 @@
 Nexmark's side table is a file of 10,000 ``key, value`` lines; here it is
 a Parquet table the check writes next to the dataset
 (:func:`benchmarks.nexmark.check.side_input`). Flink writes the join as a
-processing-time temporal join; krishiv has no SQL form for a lookup join
-yet, so ``SQL`` is None and the builder is the query.
+processing-time temporal join, ``JOIN side_input FOR SYSTEM_TIME AS OF
+B.p_time`` with ``PROCTIME() AS p_time`` in a subquery; krishiv's SQL names
+``PROCTIME()`` in the clause itself (a join side is a stream, not a
+subquery). The key expression becomes a column named as the table's key,
+``key``, as the builder writes it.
 """
 
 from __future__ import annotations
@@ -14,7 +17,10 @@ import krishiv_py as kp
 from benchmarks.nexmark._streams import Streams
 from krishiv_py.api.stream import Stream
 
-SQL = None
+SQL = """
+SELECT B.auction, B.bidder, B.price, B.date_time, S.value
+FROM bid AS B JOIN side_input FOR SYSTEM_TIME AS OF PROCTIME() AS S ON MOD(B.auction, 10000) = S.key
+"""
 
 DUCKDB = """
 SELECT B.auction, B.bidder, B.price, B.date_time, S.value

@@ -59,7 +59,9 @@ __all__ = [
     "SideSpec",
     "TimeRange",
     "WhereJoin",
+    "conjuncts",
     "event_time_columns",
+    "is_column",
     "is_comma_join",
     "is_window_tvf",
     "join_how",
@@ -429,8 +431,8 @@ def read_on(
     keys: list[tuple[str, str]] = []
     bounds: list[str] = []
     times: list[_Bound] = []
-    for part in _conjuncts(on):
-        if isinstance(part, exp.EQ) and _is_column(part.this) and _is_column(part.expression):
+    for part in conjuncts(on):
+        if isinstance(part, exp.EQ) and is_column(part.this) and is_column(part.expression):
             a, b = resolve(part.this), resolve(part.expression)
             if a[0] == b[0]:
                 raise sql.error(
@@ -549,20 +551,20 @@ def _relates(part: exp.Expression, resolve: SideResolver) -> bool:
     """Whether ``part`` names columns of both sides (a bound of a time range, else a filter)."""
     from sqlglot import exp
 
-    return len({resolve(c)[0] for c in part.find_all(exp.Column) if _is_column(c)}) == 2
+    return len({resolve(c)[0] for c in part.find_all(exp.Column) if is_column(c)}) == 2
 
 
-def _conjuncts(node: exp.Expression) -> list[exp.Expression]:
+def conjuncts(node: exp.Expression) -> list[exp.Expression]:
     from sqlglot import exp
 
     if isinstance(node, exp.Paren):
-        return _conjuncts(node.this)
+        return conjuncts(node.this)
     if isinstance(node, exp.And):
-        return _conjuncts(node.this) + _conjuncts(node.expression)
+        return conjuncts(node.this) + conjuncts(node.expression)
     return [node]
 
 
-def _is_column(node: exp.Expression) -> bool:
+def is_column(node: exp.Expression) -> bool:
     from sqlglot import exp
 
     return isinstance(node, exp.Column) and not isinstance(node.this, exp.Star)
@@ -636,7 +638,7 @@ def _term(node: exp.Expression, sql: SqlText, resolve: SideResolver, form: str) 
     what = "an as-of join's max age" if form == AS_OF_FORM else "a bound of an interval join's time range"
     if isinstance(node, exp.Paren):
         return _term(node.this, sql, resolve, form)
-    if _is_column(node):
+    if is_column(node):
         assert isinstance(node, exp.Column)
         side, name = resolve(node)
         return _Term((side, name), node, 0)
@@ -717,7 +719,7 @@ def read_where(
 
     keys: list[exp.Expression] = []
     pieces: list[exp.Expression | _Comparison] = []  # the rest, in the order written
-    for part in _conjuncts(where):
+    for part in conjuncts(where):
         if _is_key(part, resolve):
             keys.append(part)
             continue
@@ -752,8 +754,8 @@ def _is_key(part: exp.Expression, resolve: SideResolver) -> bool:
 
     return (
         isinstance(part, exp.EQ)
-        and _is_column(part.this)
-        and _is_column(part.expression)
+        and is_column(part.this)
+        and is_column(part.expression)
         and _sides_of(part, resolve) == {"left", "right"}
     )
 
@@ -772,7 +774,7 @@ def _sides_of(part: exp.Expression, resolve: SideResolver) -> set[Side]:
 
 def _resolved(column: exp.Column, resolve: SideResolver) -> tuple[Side, str] | None:
     """``resolve(column)``, or None for a name that is not one side's column (the joined rows' own)."""
-    if not _is_column(column):
+    if not is_column(column):
         return None
     try:
         return resolve(column)
@@ -811,7 +813,7 @@ def _comparison(node: exp.Expression, resolve: SideResolver) -> _Comparison | No
 def _one_column(node: exp.Expression, resolve: SideResolver) -> tuple[Side, str, exp.Column] | None:
     from sqlglot import exp
 
-    columns = [c for c in node.find_all(exp.Column) if _is_column(c)]
+    columns = [c for c in node.find_all(exp.Column) if is_column(c)]
     found = _resolved(columns[0], resolve) if len(columns) == 1 else None
     return None if found is None else (found[0], found[1], columns[0])
 

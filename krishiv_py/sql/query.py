@@ -60,7 +60,7 @@ from krishiv_py.plan import nodes as n
 from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS, StateTtlConfig
 from krishiv_py.sql.expressions import Resolver, aggregate, alias_of, filter_of, is_aggregate, scalar
 from krishiv_py.sql.source import DIALECT
-from krishiv_py.sql.windows import WindowCall, helper_of, window_call
+from krishiv_py.sql.windows import WindowCall, helper_of, is_proctime, window_call
 
 if TYPE_CHECKING:
     from sqlglot import exp
@@ -545,6 +545,10 @@ def _join_relation(node: exp.Select, left_node: exp.Expression, ctx: Context) ->
         )
     if comma:
         join, node = _join_from_where(node, join, specs, rels, ctx)
+    if specs[1].as_of is not None and is_proctime(specs[1].as_of.time):
+        looked_up, lkeys, rkeys = _lookup_join(join, how, at, specs, rels, ctx)
+        ctx.joins.append(join)
+        return _filtered(node, _joined_relation(looked_up, specs, rels, lkeys, rkeys, how), ctx)
     build, lkeys, rkeys = (
         _as_of_join(join, how, at, specs, rels, ctx)
         if specs[1].as_of is not None
@@ -756,6 +760,86 @@ def _as_of_join(
     return build, lkeys, rkeys
 
 
+#: How SQL writes a lookup join (SPEC 3.14: ``stream.lookup_join(table, on=...)``).
+LOOKUP_FORM = (
+    "FROM s [LEFT] JOIN t FOR SYSTEM_TIME AS OF PROCTIME() [AS a] ON s.k = a.k [AND ...] (or an "
+    "expression of s's columns = a.k, e.g. MOD(s.auction, 10000) = a.key)"
+)
+
+
+def _lookup_join(
+    join: exp.Join,
+    how: n.JoinHow,
+    at: int | None,
+    specs: tuple[sj.SideSpec, sj.SideSpec],
+    rels: tuple[Relation, Relation],
+    ctx: Context,
+) -> tuple[Stream, tuple[str, ...], tuple[str, ...]]:
+    """``FROM s JOIN t FOR SYSTEM_TIME AS OF PROCTIME() ON ...``: Flink's processing-time temporal
+    join, each row with the table's rows as they are when it is processed: ``lookup_join``.
+
+    Each ON conjunct equates a column of the table with a column of the
+    stream or with an expression of the stream's columns, which becomes a
+    column named as the table's (Nexmark q13's ``MOD(B.auction, 10000) =
+    S.key``); a table column named otherwise than its stream column is
+    renamed to it. The joined rows name the key as the stream does.
+    """
+    from sqlglot import exp
+
+    if how not in ("inner", "left"):
+        words = " ".join(w for w in (join.side, join.kind) if w)
+        raise ctx.sql.error(
+            join, f"{words} JOIN is not supported with a lookup join: [INNER] or LEFT: {LOOKUP_FORM}", at=at
+        )
+    if any(spec.window is not None for spec in specs):
+        raise ctx.sql.error(join, f"a lookup join joins a stream and a table, not window TVFs: {LOOKUP_FORM}")
+    stream, table = rels[0].stream, rels[1].stream
+    if not n.is_bounded(table.plan):
+        raise ctx.sql.error(
+            specs[1].node,
+            f"FOR SYSTEM_TIME AS OF PROCTIME() looks rows up in a bounded table, and {rels[1].label} is a "
+            f"stream: {LOOKUP_FORM}; join two streams FOR SYSTEM_TIME AS OF the left side's event time",
+        )
+    resolve = _side_resolver(specs, rels, ctx)
+    left_only = _resolver(rels[0], ctx)
+    renames: dict[str, str] = {}
+    on: list[str] = []
+    rkeys: list[str] = []
+    for part in sj.conjuncts(join.args["on"]):
+        sides = [part.this, part.expression] if isinstance(part, exp.EQ) else []
+        right = [x for x in sides if sj.is_column(x) and resolve(x)[0] == "right"]
+        if len(right) != 1:
+            raise ctx.sql.error(
+                part, f"a lookup join's ON condition equates each table key with the stream's: {LOOKUP_FORM}"
+            )
+        key = resolve(right[0])[1]
+        other = sides[1] if right[0] is sides[0] else sides[0]
+        if sj.is_column(other) and resolve(other)[0] == "left":
+            column = resolve(other)[1]
+            if column != key:
+                renames[key] = column
+        else:
+            value = scalar(other, ctx.sql, left_only, _no_helpers(ctx, "ON"), "ON")
+            if key in stream.columns:
+                raise ctx.sql.error(
+                    other,
+                    f"the stream has a column {key!r} already; the expression's value would take that name "
+                    "(the table's key's): rename the table's key, or compute the value in the stream",
+                )
+            with _at(ctx, other, "ON: "):
+                stream = stream.with_column(key, Expr(value))
+            column = key
+        on.append(column)
+        rkeys.append(key)
+    if renames:
+        table = table.select(
+            *(kx.col(c).alias(renames[c]) if c in renames else kx.col(c) for c in table.columns)
+        )
+    with _at(ctx, join, "JOIN: "):
+        joined = stream.lookup_join(table, on=tuple(on), how="left" if how == "left" else "inner")
+    return joined, tuple(on), tuple(rkeys)
+
+
 def _plain_numbers(
     numbers: tuple[exp.Expression, ...], times: tuple[tuple[Stream, str], ...], ctx: Context
 ) -> None:
@@ -941,7 +1025,8 @@ def _joined_relation(
     window TVF's ``window_start`` and ``window_end`` are the window's.
     """
     join = joined.plan
-    assert isinstance(join, n.Join)
+    assert isinstance(join, n.Join | n.LookupJoin)
+    right_names = join.right_names if isinstance(join, n.Join) else join.table_names
     sides = []
     for i, (spec, rel) in enumerate(zip(specs, rels, strict=True)):
         keys = lkeys if i == 0 else rkeys
@@ -952,7 +1037,7 @@ def _joined_relation(
             elif i == 0:
                 columns[c] = c
             else:
-                columns[c] = None if how in ("semi", "anti") else join.right_names[c]
+                columns[c] = None if how in ("semi", "anti") else right_names[c]
         if spec.window is not None:
             columns.update((b, b) for b in sj.BOUNDS)
         sides.append(JoinedSide(spec.qualifier, rel.label, columns))
