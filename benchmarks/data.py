@@ -18,10 +18,13 @@ Two generators, both vectorised (numpy) and seeded:
   Baidu, Apple), the rest from ``channel-<i>`` of 10,000, whose URL names
   it (``...&channel_id=<i>``), in Nexmark's URL shape
   (``https://www.nexmark.com/<dir>/<dir>/<dir>/item.htm?query=1``).
-  Where it differs from Nexmark's generator: no ``extra`` padding column
-  (each table's average byte size), its own names, cities and states, and
-  its own draws (not Java's ``Random``), so the rows are not Nexmark's
-  rows, only their shape.
+  With ``extra=True`` each table has Nexmark's ``extra`` column, random
+  letters that bring a row to the table's average size in Nexmark's
+  generator (person 200 bytes, auction 500, bid 100: ``nextExtra``, the
+  padding within 20 % either side of what the row lacks, counting 8 bytes a
+  number or time and a string's length). Where it differs from Nexmark's
+  generator: its own names, cities and states, and its own draws (not
+  Java's ``Random``), so the rows are not Nexmark's rows, only their shape.
 
 A dataset is a directory holding, for each table, ``parquet/part-NNNNN.parquet``
 and ``csv/part-NNNNN.csv`` (no header; columns in schema order; timestamps as
@@ -91,9 +94,36 @@ class ClickstreamSpec(_Spec):
 
 @dataclass(frozen=True, kw_only=True)
 class NexmarkSpec(_Spec):
+    #: Each table with Nexmark's ``extra`` padding column (its rows at Nexmark's average sizes).
+    extra: bool = False
+
     @property
     def name(self) -> str:
-        return f"nexmark-v2-n{self.events}-{self._suffix()}"  # v2: Nexmark's channels and URLs
+        padded = "-x" if self.extra else ""
+        return f"nexmark-v2-n{self.events}-{self._suffix()}{padded}"  # v2: Nexmark's channels and URLs
+
+
+#: Nexmark's average row size of each table (bytes), which ``extra`` pads a row to.
+AVERAGE_BYTES = {"person": 200, "auction": 500, "bid": 100}
+
+
+def extra_column(rng: np.random.Generator, table: pa.Table, average: int) -> pa.Array:
+    """Nexmark's ``extra`` of each row of ``table``: random lowercase letters, as many as
+    ``nextExtra`` draws for what the row lacks of ``average`` bytes (8 a number or a time, a
+    string its length): ``lack - round(0.2 * lack)`` plus a draw below ``2 * round(0.2 * lack)``;
+    none when the row is as large already."""
+    size = np.zeros(table.num_rows, np.int64)
+    for field, column in zip(table.schema, table.columns, strict=True):
+        if pa.types.is_string(field.type):
+            size += np.asarray(pc.utf8_length(column).to_numpy(zero_copy_only=False), np.int64)
+        else:
+            size += 8
+    lack = np.maximum(average - size, 0)
+    delta = np.round(lack * 0.2).astype(np.int64)
+    lengths = lack - delta + np.floor(rng.random(len(lack)) * 2 * delta).astype(np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    letters = (rng.integers(0, 26, size=int(offsets[-1]), dtype=np.uint8) + ord("a")).tobytes()
+    return pa.StringArray.from_buffers(len(lengths), pa.py_buffer(offsets.tobytes()), pa.py_buffer(letters))
 
 
 @dataclass(frozen=True)
@@ -229,7 +259,13 @@ def nexmark_tables(spec: NexmarkSpec) -> dict[str, pa.Table]:
             "date_time": _ts(et[bid]),
         }
     )
-    return {"person": person_t, "auction": auction_t, "bid": bid_t}
+    tables = {"person": person_t, "auction": auction_t, "bid": bid_t}
+    if spec.extra:
+        padding = np.random.default_rng(spec.seed + 1)  # the other columns' draws stay the same
+        tables = {
+            k: t.append_column("extra", extra_column(padding, t, AVERAGE_BYTES[k])) for k, t in tables.items()
+        }
+    return tables
 
 
 #: The hot channels, each with one URL (without a channel id); the others are ``channel-<n>``.
@@ -329,7 +365,8 @@ def nexmark(spec: NexmarkSpec, cache: Path = CACHE) -> Dataset:
     found = _load(root)
     if found is None:
         tables = nexmark_tables(spec)
-        ddls = {"person": PERSON_DDL, "auction": AUCTION_DDL, "bid": BID_DDL}
+        extra = ", extra string" if spec.extra else ""
+        ddls = {"person": PERSON_DDL + extra, "auction": AUCTION_DDL + extra, "bid": BID_DDL + extra}
         _materialise(
             root,
             {"generator": "nexmark", "params": asdict(spec), "t0_ms": T0_MS},

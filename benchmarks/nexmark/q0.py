@@ -1,8 +1,9 @@
 """Nexmark q0, pass through: every bid as it is (the cost of reading and writing alone).
 
-Nexmark's query selects ``auction, bidder, price, dateTime, extra``; this
-generator has no ``extra`` column (:mod:`benchmarks.data`), so the bid's
-other columns, ``channel`` and ``url``, stand in for it.
+Nexmark's query selects ``auction, bidder, price, dateTime, extra``; the
+generator's ``extra`` column is there only in ``NexmarkSpec(extra=True)``
+datasets (:mod:`benchmarks.data`), so the query keeps what every dataset
+has: the bid's other columns, ``channel`` and ``url``, stand in for it.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
 """Nexmark q14, calculation: the bids of a middling euro price, each with its time of day.
 
 Nexmark counts the ``c`` of each bid's ``extra`` with a user function
-(``count_char``); this generator has no ``extra``, so the count is of the
-``url``'s ``c``, as ``length(url) - length(replace(url, 'c', ''))``. The
+(``count_char``); ``extra`` is in ``NexmarkSpec(extra=True)`` datasets
+only, so the count is of the ``url``'s ``c``, which every dataset has, as
+``length(url) - length(replace(url, 'c', ''))``: a vectorized expression,
+where Flink calls a Python function per row. The
 euro price is a ``double`` (see q1).
 """
 
