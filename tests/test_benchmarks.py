@@ -91,6 +91,31 @@ def test_nexmark_has_the_reference_mix_and_valid_ids() -> None:
     assert all(u.startswith("https://www.nexmark.com/") and u.count("/") == 6 for u in urls)
 
 
+def test_nexmarks_extra_pads_each_row_to_its_tables_average_size_and_changes_nothing_else() -> None:
+    plain = data.nexmark_tables(data.NexmarkSpec(events=50_000))
+    padded = data.nexmark_tables(data.NexmarkSpec(events=50_000, extra=True))
+    assert data.NexmarkSpec(events=5, extra=True).name.endswith("-x")
+    for name, table in padded.items():
+        assert table.drop_columns(["extra"]).equals(plain[name])
+        extra = table.column("extra")
+        assert all(set(str(x)) <= set("abcdefghijklmnopqrstuvwxyz") for x in extra.to_pylist()[:100])
+        size = sum(
+            pc.utf8_length(c).to_numpy(zero_copy_only=False)
+            if pa.types.is_string(f.type)
+            else np.full(table.num_rows, 8)
+            for f, c in zip(table.schema, table.columns, strict=True)
+        )
+        lack = data.AVERAGE_BYTES[name] - (size - pc.utf8_length(extra).to_numpy(zero_copy_only=False))
+        padded_rows = lack > 10
+        # Within 20 % either side of what the row lacked; the rows that lacked something average it.
+        pad = pc.utf8_length(extra).to_numpy(zero_copy_only=False)[padded_rows]
+        assert np.all(pad >= np.floor(lack[padded_rows] * 0.8) - 1) and np.all(
+            pad <= lack[padded_rows] * 1.2 + 1
+        )
+        if name != "bid":  # (a bid with its URL is about Nexmark's 100 bytes already)
+            assert abs(float(np.mean(size[padded_rows])) / data.AVERAGE_BYTES[name] - 1) < 0.02
+
+
 def test_datasets_are_cached_with_parquet_csv_and_ordered_mtimes(tmp_path: Path) -> None:
     spec = data.ClickstreamSpec(events=1_000, files=3)
     ds = data.clickstream(spec, cache=tmp_path)
