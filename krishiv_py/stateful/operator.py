@@ -69,7 +69,6 @@ from krishiv_py.stateful._arrow import arrow, framed, ipc_bytes, ipc_table, unfr
 from krishiv_py.stateful.chain import kinds_of
 from krishiv_py.stateful.delays import bucket_of
 from krishiv_py.stateful.premerge import MERGED_ROWS
-from krishiv_py.stateful.processing_time import ProcessingTimeKernel
 from krishiv_py.stateful.protocol import Kernel
 from krishiv_py.stateful.stage import StageSpec
 from krishiv_py.stateful.state import WINDOW_END, WINDOW_START
@@ -155,6 +154,9 @@ class OperatorSpec:
     profile_lag_ms: int | None = None
     #: A stage keyed by other columns that takes the results (:mod:`krishiv_py.stateful.stage`).
     then: StageSpec | None = None
+    #: The step's ``now_ms`` is the micro-batch's start (Spark's processing time of the trigger,
+    #: the same on a re-run), not the clock when the task runs: a processing-time window's.
+    batch_time: bool = False
 
     @property
     def input_schema(self) -> pa.Schema:
@@ -218,8 +220,7 @@ def run_bucket(
     batch = given.rows
     decode_us = lap()
     # Processing-time windows time their rows by the micro-batch's start, the same on a re-run.
-    processing = isinstance(spec.kernel, ProcessingTimeKernel)
-    now = int(state.getCurrentProcessingTimeMs()) if processing else int(time.time() * 1000)
+    now = int(state.getCurrentProcessingTimeMs()) if spec.batch_time else int(time.time() * 1000)
     new_state, out = spec.kernel.step(stored, batch, watermark, now, merged=given.merged)
     out, handed = _handed_on(spec, int(key[0]), out, new_state, watermark)
     kernel_us = lap()

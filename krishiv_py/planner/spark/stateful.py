@@ -108,6 +108,7 @@ def operator_spec(node: n.WindowAggregate, *, shift_ms: int) -> Any:
             columns=columns,
             shift_ms=shift_ms,
             buckets=BUCKETS,
+            batch_time=True,
         )
     return OperatorSpec(
         kernel=WindowKernel(kernel),
