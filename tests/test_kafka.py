@@ -631,6 +631,26 @@ def test_a_per_partition_stream_refuses_a_topic_whose_partitions_changed(kafka_b
 
 
 @pytest.mark.spark
+def test_collect_reads_what_the_topic_holds_then_and_windows_it_as_if_it_ended(
+    kafka_broker: KafkaBroker, session: kp.Session
+) -> None:
+    """``collect()`` of a Kafka stream is a snapshot (the bounded lowering, as for a memory
+    stream): every record the partitions hold when it runs, from the starting offsets; a second
+    collect() after more records reads them too. Nothing is read past what is there."""
+    topic = new_topic(kafka_broker, 2)
+    first = [event("a", 1), event("b", 2), event("a", 65)]
+    kafka_broker.produce(topic, [(i % 2, None, as_json(r), None) for i, r in enumerate(first)])
+    stream = session.read_kafka(kafka_broker.bootstrap_servers, topic, schema=SCHEMA, connector="python")
+    per_minute = stream.watermark("event_time", 0).key_by("user_id").tumbling_window(60_000)
+    counted = per_minute.agg(kp.count(kp.col("*")).alias("n"))
+    snapshot = sorted((r["user_id"], r["window_start"].minute, r["n"]) for r in counted.collect().to_pylist())
+    assert snapshot == [("a", 0, 1), ("a", 1, 1), ("b", 0, 1)]  # the last window fires: input ended
+    kafka_broker.produce(topic, [(0, None, as_json(event("b", 3)), None)])
+    assert sorted(r["n"] for r in counted.collect().to_pylist()) == [1, 1, 2]
+    assert sorted(stream.collect().column("kafka_partition").to_pylist()) == [0, 0, 0, 1]
+
+
+@pytest.mark.spark
 def test_max_records_per_batch_caps_each_micro_batch(kafka_broker: KafkaBroker, session: kp.Session) -> None:
     topic = new_topic(kafka_broker, 2)
     rows = [event("a", s) for s in range(0, 60, 10)]  # 6 records, 3 per partition

@@ -46,7 +46,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
 from krishiv_py.kafka.client import (
     REQUEST_TIMEOUT_S,
@@ -57,7 +57,7 @@ from krishiv_py.kafka.client import (
     require_client,
 )
 
-__all__ = ["KafkaDataSource", "KafkaRange", "KafkaRanges", "SOURCE_NAME", "share"]
+__all__ = ["KafkaDataSource", "KafkaRange", "KafkaRanges", "KafkaSnapshotReader", "SOURCE_NAME", "share"]
 
 #: The name the data source is registered under (``spark.readStream.format(SOURCE_NAME)``).
 SOURCE_NAME = "krishiv_kafka"
@@ -138,6 +138,29 @@ class KafkaDataSource(DataSource):
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         return KafkaStreamReader(dict(self.options), schema)
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return KafkaSnapshotReader(dict(self.options), schema)
+
+
+class KafkaSnapshotReader(DataSourceReader):
+    """``spark.read`` of the topic: the records it holds when the read is planned, from the
+    starting offsets on (``collect()`` of a Kafka stream: as if the topic ended there)."""
+
+    def __init__(self, options: Mapping[str, str], schema: Any) -> None:
+        self.stream = KafkaStreamReader(options, schema)
+
+    def partitions(self) -> Sequence[InputPartition]:
+        try:
+            start = self.stream.initialOffset()
+            end = {str(p): high for p, (_, high) in self.stream._bounds().items()}
+            return self.stream.partitions(start, end) or [KafkaRanges([])]
+        finally:
+            self.stream.stop()
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, KafkaRanges)
+        return self.stream.read(partition)
 
 
 class KafkaStreamReader(DataSourceStreamReader):

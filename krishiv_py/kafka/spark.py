@@ -52,15 +52,18 @@ class KafkaRule:
     punctuated = False
 
     def read(self, node: n.KafkaSource, *, streaming: bool) -> RecipeNode:
-        return data_rows(kafka_read(node))
+        return data_rows(kafka_read(node, streaming=streaming))
 
 
-def kafka_read(node: n.KafkaSource) -> RecipeNode:
-    """The recipe that reads ``node``'s records as its columns (no hidden columns yet)."""
-    return _spark_read(node) if node.connector == "spark" else _python_read(node)
+def kafka_read(node: n.KafkaSource, *, streaming: bool = True) -> RecipeNode:
+    """The recipe that reads ``node``'s records as its columns (no hidden columns yet); not
+    ``streaming``: what the topic holds when the read is planned (``collect()``)."""
+    if node.connector == "spark":
+        return _spark_read(node, streaming=streaming)
+    return _python_read(node, streaming=streaming)
 
 
-def _python_read(node: n.KafkaSource) -> ReadSource:
+def _python_read(node: n.KafkaSource, *, streaming: bool) -> ReadSource:
     config = dict(node.consumer_config)
     options = {
         "bootstrap.servers": node.bootstrap_servers,
@@ -77,7 +80,7 @@ def _python_read(node: n.KafkaSource) -> ReadSource:
         "group.id": config.get("group.id", f"krishiv-{node.name.split('[')[0]}"),
     }
     return ReadSource(
-        name=node.name, kind="kafka", schema=node.schema, streaming=True, options=tuple(options.items())
+        name=node.name, kind="kafka", schema=node.schema, streaming=streaming, options=tuple(options.items())
     )
 
 
@@ -87,7 +90,7 @@ def _starting(node: n.KafkaSource) -> str:
     return json.dumps({str(p): o for p, o in node.starting_offsets}, sort_keys=True)
 
 
-def _spark_read(node: n.KafkaSource) -> RecipeNode:
+def _spark_read(node: n.KafkaSource, *, streaming: bool) -> RecipeNode:
     options: dict[str, str] = {f"kafka.{k}": v for k, v in node.consumer_config if k != "group.id"}
     options["kafka.bootstrap.servers"] = node.bootstrap_servers
     if node.only_partitions is None:
@@ -99,14 +102,14 @@ def _spark_read(node: n.KafkaSource) -> RecipeNode:
     else:
         offsets = {str(p): o for p, o in node.starting_offsets}
         options["startingOffsets"] = json.dumps({node.topic: offsets}, sort_keys=True)
-    if node.max_records_per_batch is not None:
+    if node.max_records_per_batch is not None and streaming:
         options["maxOffsetsPerTrigger"] = str(node.max_records_per_batch)
     options["failOnDataLoss"] = "true"
     read = ReadSource(
         name=node.name,
         kind="kafka-spark",
         schema=node.schema,
-        streaming=True,
+        streaming=streaming,
         format="kafka",
         options=tuple(sorted(options.items())),
     )
@@ -163,7 +166,10 @@ class KafkaReader:
         from krishiv_py.kafka.datasource import SOURCE_NAME, KafkaDataSource
 
         spark.dataSource.register(KafkaDataSource)
-        reader = spark.readStream.format(SOURCE_NAME).schema(node.schema.ddl())
+        # Bounded (collect()): what the topic holds now, read once (KafkaSnapshotReader).
+        reader = (
+            (spark.readStream if node.streaming else spark.read).format(SOURCE_NAME).schema(node.schema.ddl())
+        )
         options = dict(node.options)
         cores = parallelism(spark)
         if cores and not options.get("tasks"):
@@ -177,4 +183,5 @@ class SparkKafkaReader:
     batch_sql = False
 
     def read(self, spark: SparkSession, node: ReadSource, paths: ReadPaths) -> DataFrame:
-        return spark.readStream.format(node.format).options(**dict(node.options)).load()
+        reader = spark.readStream if node.streaming else spark.read  # (bounded: up to the latest offsets)
+        return reader.format(node.format).options(**dict(node.options)).load()
