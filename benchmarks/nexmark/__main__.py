@@ -2,19 +2,32 @@
 
 Generates (or reuses) the dataset, runs each query krishiv's way and
 DuckDB's (:mod:`benchmarks.nexmark.check`) and prints a table: rows, both
-times, and whether the rows agree. Without ``--query``: every query.
+times, and whether the rows agree. Without ``--query``: every query. With
+``--flink-python`` (a PyFlink environment's interpreter; ``nox -s bench``
+makes ``.nox/flink``), Nexmark's Flink SQL runs in PyFlink too, batch, on
+the dataset's CSV files (:mod:`benchmarks.nexmark.flink`): its best time of
+``--repeat`` runs after a warm-up, whether its rows equal DuckDB's, and
+``flink / krishiv``, PyFlink's time over krishiv's best of as many runs
+(above 1: krishiv is faster). Both are bounded runs on this machine's cores.
+With ``--kafka`` krishiv reads the tables from Kafka topics instead
+(:mod:`benchmarks.nexmark.kafka`, a broker started for the run): each
+query's ``collect()`` reads what the topics hold.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+from dataclasses import replace
 
 from tqdm import tqdm
 
 import krishiv_py as kp
 from benchmarks import data
 from benchmarks.nexmark import NAMES, query
-from benchmarks.nexmark.check import run, streams_of
+from benchmarks.nexmark.check import flink_outcome, run, run_flink, streams_of
+from benchmarks.nexmark.kafka import kafka_streams, produce
+from krishiv_py.devtools import KafkaBroker
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,20 +35,51 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--query", action="append", choices=NAMES, help="a query (default: all)")
     parser.add_argument("--events", type=int, default=200_000, help="events of the dataset")
     parser.add_argument("--files", type=int, default=4, help="Parquet files per table")
+    parser.add_argument("--flink-python", help="a PyFlink environment's interpreter: run Flink's SQL too")
+    parser.add_argument("--repeat", type=int, default=1, help="timed runs per query (after a warm-up)")
+    parser.add_argument(
+        "--kafka", action="store_true", help="read the tables from Kafka topics, on a local broker it starts"
+    )
     args = parser.parse_args(argv)
     dataset = data.nexmark(data.NexmarkSpec(events=args.events, files=args.files))
+    names = args.query or list(NAMES)
     session = kp.Session.embedded()
+    servers = contextlib.ExitStack()
     try:
-        streams = streams_of(session, dataset)
-        outcomes = [run(query(name), streams, dataset) for name in tqdm(args.query or NAMES, unit="query")]
+        if args.kafka:
+            broker = servers.enter_context(KafkaBroker())
+            produce(dataset, broker)
+            streams = kafka_streams(session, dataset, broker.bootstrap_servers)
+        else:
+            streams = streams_of(session, dataset)
+        outcomes = []
+        for name in tqdm(names, unit="query"):
+            runs = [
+                run(query(name), streams, dataset)
+                for _ in range(args.repeat + (1 if args.flink_python else 0))
+            ]
+            best = min(runs[1:] or runs, key=lambda o: o.krishiv_s)  # (with Flink: after a warm-up run)
+            outcomes.append(replace(best, equal=all(o.equal for o in runs)))
     finally:
         session.stop()
-    print(f"{'query':<6} {'rows':>10} {'krishiv s':>10} {'duckdb s':>10}  equal")
+        servers.close()
+    flink = run_flink(args.flink_python, dataset, names, repeat=args.repeat) if args.flink_python else {}
+    print(f"{'query':<6} {'rows':>10} {'krishiv s':>10} {'duckdb s':>10}  equal", end="")
+    print(f" {'flink s':>9}  flink equal  flink / krishiv" if flink else "")
+    ok = True
     for o in outcomes:
-        print(
-            f"{o.name:<6} {o.rows:>10} {o.krishiv_s:>10.2f} {o.duckdb_s:>10.2f}  {'yes' if o.equal else 'NO'}"
-        )
-    return 0 if all(o.equal for o in outcomes) else 1
+        equal = "yes" if o.equal else "NO"
+        line = f"{o.name:<6} {o.rows:>10} {o.krishiv_s:>10.2f} {o.duckdb_s:>10.2f}  {equal:<5}"
+        ok &= o.equal
+        if flink:
+            f = flink_outcome(query(o.name), flink[o.name], dataset)
+            if f.seconds is None:
+                line += f" {'-':>9}  {'-':<11}  - ({f.note})"
+            else:
+                line += f" {f.seconds:>9.2f}  {'yes' if f.equal else 'NO':<11}  {f.seconds / o.krishiv_s:.2f}"
+                ok &= bool(f.equal)
+        print(line)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -20,12 +20,14 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 import krishiv_py as kp
 from benchmarks.data import Dataset
 from benchmarks.nexmark._streams import LAG_MS
 from krishiv_py.api.stream import Stream
+from krishiv_py.names import KAFKA_COLUMNS
 
 TABLES = ("bid", "auction", "person")
 
@@ -47,13 +49,17 @@ class DatasetStreams:
 
 def side_input(dataset: Dataset) -> str:
     """The directory of q13's side table next to the dataset (written once): key ``i``, value
-    ``'value-<i>'``, in one Parquet file."""
-    path = dataset.root / "side_input"
-    if not (path / "part-0.parquet").exists():
-        path.mkdir(parents=True, exist_ok=True)
+    ``'value-<i>'``, in one Parquet file (and in ``side_input_csv/``, as ``key,value`` lines, for
+    Flink)."""
+    path, csv = dataset.root / "side_input", dataset.root / "side_input_csv"
+    if not (csv / "part-0.csv").exists():
+        for directory in (path, csv):
+            directory.mkdir(parents=True, exist_ok=True)
         keys = pa.array(range(10_000), pa.int64())
         values = pa.array([f"value-{i}" for i in range(10_000)], pa.string())
-        pq.write_table(pa.table({"key": keys, "value": values}), path / "part-0.parquet")
+        table = pa.table({"key": keys, "value": values})
+        pacsv.write_csv(table, csv / "part-0.csv", write_options=pacsv.WriteOptions(include_header=False))
+        pq.write_table(table, path / "part-0.parquet")
     return str(path)
 
 
@@ -81,13 +87,20 @@ class Outcome:
     only_duckdb: list[tuple[Any, ...]]
 
 
+def compared_columns(query: ModuleType, columns: list[str]) -> list[str]:
+    """The result columns the check compares: all but ``kind``, the module's ``NOT_REPRODUCIBLE``
+    and a Kafka record's own columns (``kafka_offset``, ...: the files have none)."""
+    left_out = {"kind", *getattr(query, "NOT_REPRODUCIBLE", ()), *KAFKA_COLUMNS}
+    return [c for c in columns if c not in left_out]
+
+
 def run(query: ModuleType, streams: DatasetStreams, dataset: Dataset) -> Outcome:
     pipeline = query.build(streams)
-    left_out = {"kind", *getattr(query, "NOT_REPRODUCIBLE", ())}
-    columns = [c for c in pipeline.columns if c not in left_out]
+    columns = compared_columns(query, list(pipeline.columns))
     start = time.perf_counter()
-    got = normalized(pipeline.collect().to_pylist(), columns)
+    table = pipeline.collect()  # (timed: the run and its rows in this process, as Arrow)
     krishiv_s = time.perf_counter() - start
+    got = normalized(table.to_pylist(), columns)
     start = time.perf_counter()
     want = normalized(duckdb_rows(query, dataset), columns)
     duckdb_s = time.perf_counter() - start
@@ -119,3 +132,57 @@ def normalized(rows: list[dict[str, Any]], columns: list[str]) -> Counter[tuple[
         return value
 
     return Counter(tuple(plain(r[c]) for c in columns) for r in rows)
+
+
+@dataclass(frozen=True)
+class FlinkOutcome:
+    """PyFlink's run of Nexmark's Flink SQL for a query (:mod:`benchmarks.nexmark.flink`)."""
+
+    name: str
+    #: Seconds of the best timed run; None when Flink did not run it.
+    seconds: float | None
+    #: Whether its rows equal DuckDB's (on :data:`~benchmarks.nexmark.flink_sql.COMPARED`'s columns).
+    equal: bool | None
+    #: Why it did not run (skipped or failed), else "".
+    note: str = ""
+
+
+def run_flink(
+    flink_python: str, dataset: Dataset, names: list[str], *, repeat: int = 1
+) -> dict[str, dict[str, Any]]:
+    """Run ``names`` in PyFlink (``flink_python``, a PyFlink environment's interpreter): each query's
+    record (:mod:`benchmarks.nexmark.flink`) by name."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    side = Path(side_input(dataset)).with_name("side_input_csv")
+    with tempfile.TemporaryDirectory(prefix="nexmark-flink-") as tmp:
+        out = Path(tmp) / "rows.jsonl"
+        args = [flink_python, "-m", "benchmarks.nexmark.flink", "--dataset", str(dataset.root)]
+        args += ["--side-input", str(side), "--out", str(out), "--repeat", str(repeat)]
+        for name in names:
+            args += ["--query", name]
+        env = {**os.environ, "PYTHONPATH": str(root)}
+        subprocess.run(args, env=env, check=True, stdout=sys.stderr, stderr=subprocess.DEVNULL)
+        return {r["query"]: r for r in map(json.loads, out.read_text().splitlines())}
+
+
+def flink_outcome(query: ModuleType, record: dict[str, Any], dataset: Dataset) -> FlinkOutcome:
+    """Flink's record for ``query`` compared with DuckDB's rows."""
+    from benchmarks.nexmark.flink_sql import COMPARED
+
+    name = query.__name__.rsplit(".", 1)[1]
+    if "rows" not in record:
+        return FlinkOutcome(name, None, None, record.get("skipped") or record.get("failed", ""))
+    columns = list(COMPARED.get(name, compared_columns(query, record["columns"])))
+    got: Counter[tuple[Any, ...]] = Counter()
+    for row in record["rows"]:
+        values = dict(zip(record["columns"], row, strict=True))
+        got[tuple(values[c] for c in columns)] += 1
+    want = normalized(duckdb_rows(query, dataset), columns)
+    return FlinkOutcome(name, float(record["seconds"]), got == want)
