@@ -647,7 +647,7 @@ def test_collect_reads_what_the_topic_holds_then_and_windows_it_as_if_it_ended(
     assert snapshot == [("a", 0, 1), ("a", 1, 1), ("b", 0, 1)]  # the last window fires: input ended
     kafka_broker.produce(topic, [(0, None, as_json(event("b", 3)), None)])
     assert sorted(r["n"] for r in counted.collect().to_pylist()) == [1, 1, 2]
-    assert sorted(stream.collect().column("kafka_partition").to_pylist()) == [0, 0, 0, 1]
+    assert sorted(cast("list[int]", stream.collect().column("kafka_partition").to_pylist())) == [0, 0, 0, 1]
 
 
 @pytest.mark.spark

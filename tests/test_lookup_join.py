@@ -103,14 +103,16 @@ def test_sql_for_system_time_as_of_proctime_is_a_lookup_join() -> None:
     renamed = _sql(
         "SELECT * FROM clicks JOIN ads2 FOR SYSTEM_TIME AS OF PROCTIME() ON clicks.ad = ads2.ad_id"
     )
-    table = Stream(NO_SESSION, _catalog().lookup("ads2")).select(kp.col("ad_id").alias("ad"), "campaign")
+    ads2 = _catalog().lookup("ads2")
+    assert ads2 is not None
+    table = Stream(NO_SESSION, ads2).select(kp.col("ad_id").alias("ad"), "campaign")
     assert n.stateless_below(renamed.plan) == _clicks().lookup_join(table, on="ad").plan
     keyed = _sql(
         "SELECT s.t, a.campaign FROM clicks s JOIN ads2 FOR SYSTEM_TIME AS OF PROCTIME() AS a "
         "ON UPPER(s.ad) = a.ad_id"
     )
     by_upper = _clicks().with_column("ad_id", kp.upper(kp.col("ad")))
-    plain = Stream(NO_SESSION, _catalog().lookup("ads2"))
+    plain = Stream(NO_SESSION, ads2)
     assert keyed.plan == by_upper.lookup_join(plain, on="ad_id").select("t", "campaign").plan
 
 
