@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from krishiv_py.errors import SourceClosedError as SourceClosedError
     from krishiv_py.expr import AggExpr as AggExpr
     from krishiv_py.expr import Expr as Expr
+    from krishiv_py.expr import UserFunction as UserFunction
     from krishiv_py.expr import avg as avg
     from krishiv_py.expr import col as col
     from krishiv_py.expr import count as count
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
     from krishiv_py.expr import replace as replace
     from krishiv_py.expr import split_part as split_part
     from krishiv_py.expr import sum as sum
+    from krishiv_py.expr import udf as udf
     from krishiv_py.expr import upper as upper
     from krishiv_py.expr import when as when
     from krishiv_py.kafka.sink import KafkaSink as KafkaSink

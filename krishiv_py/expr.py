@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
+from collections.abc import Callable
+from typing import Any, TypeAlias
 from typing import Literal as _Literal
-from typing import TypeAlias
 
 import attrs
 
@@ -27,12 +28,15 @@ from krishiv_py.errors import PlanError, SchemaError
 from krishiv_py.types import DataType, Schema
 
 __all__ = [
+    "EXPR_TYPES",
     "AggCall",
     "AggExpr",
     "Case",
     "Func",
     "Expr",
     "ExprNode",
+    "Udf",
+    "UserFunction",
     "avg",
     "col",
     "count",
@@ -50,6 +54,7 @@ __all__ = [
     "replace",
     "split_part",
     "sum",
+    "udf",
     "upper",
     "when",
 ]
@@ -117,7 +122,42 @@ class Func:
     args: tuple[ExprNode, ...]
 
 
-ExprNode: TypeAlias = Column | Literal | BinaryOp | UnaryOp | Cast | Alias | Case | Func
+@attrs.frozen(eq=False)
+class UserFunction:
+    """A Python function over Arrow arrays, used as a scalar expression (:func:`udf`).
+
+    ``fn`` takes one ``pyarrow.Array`` per argument (a constant argument is
+    an array of that value) and returns a ``pyarrow.Array`` of the same
+    length, of type ``returns`` or one that casts to it safely. Two are the
+    same function only when they are the same object.
+    """
+
+    fn: Callable[..., Any]
+    returns: DataType
+    name: str
+
+    def __call__(self, *args: Expr | LiteralValue) -> Expr:
+        if not args:
+            raise PlanError(f"udf {self.name}() needs at least one argument (a column, an expression)")
+        return Expr(Udf(self, tuple(a.node if isinstance(a, Expr) else _wrap(a) for a in args)))
+
+    @property
+    def sql_name(self) -> str:
+        """The name Spark knows it by in the job's SQL (registered when the job is built)."""
+        return f"krishiv_udf_{self.name}_{id(self):x}"
+
+
+@attrs.frozen
+class Udf:
+    """A call of a :class:`UserFunction` over ``args``."""
+
+    function: UserFunction
+    args: tuple[ExprNode, ...]
+
+
+ExprNode: TypeAlias = Column | Literal | BinaryOp | UnaryOp | Cast | Alias | Case | Func | Udf
+#: Every expression node class (``isinstance(x, EXPR_TYPES)``: ``x`` is an :data:`ExprNode`).
+EXPR_TYPES = (Column, Literal, BinaryOp, UnaryOp, Cast, Alias, Case, Func, Udf)
 
 
 @attrs.frozen
@@ -310,6 +350,44 @@ def _func(name: str, arg: Expr, *constants: object) -> Expr:
     return Expr(Func(name, (arg.node, *(_wrap(c) for c in constants))))
 
 
+def udf(returns: str, *, name: str | None = None) -> Callable[[Callable[..., Any]], UserFunction]:
+    """Make a Python function over Arrow arrays a scalar expression (a decorator).
+
+    The function takes one ``pyarrow.Array`` per argument and returns a
+    ``pyarrow.Array`` of as many values, of the DDL type ``returns``
+    (``"bigint"``, ``"string"``, ...; one that casts to it safely will do).
+    It runs once per batch of rows, never per row: in Spark as an Arrow UDF
+    (one Python call per Arrow batch of a task, ~10,000 rows), and between
+    krishiv's stateful operators on the rows of each step. It must be a
+    pure function of its arguments (a micro-batch may run again after a
+    failure), and pickle with cloudpickle (it runs in Spark's Python
+    workers). An exception it raises fails the job, naming it.
+
+    Examples
+    --------
+    >>> import pyarrow.compute as pc
+    >>> import krishiv_py as kp
+    >>> @kp.udf("bigint")
+    ... def count_char(text, char):
+    ...     return pc.subtract(pc.utf8_length(text), pc.utf8_length(pc.replace_substring(text, "c", "")))
+    >>> count_char(kp.col("url"), "c").node.function.returns
+    DataType(name='bigint')
+    """
+    if not isinstance(returns, str):
+        raise PlanError(f"udf(returns) takes a DDL type such as 'bigint' or 'string', got {returns!r}")
+    dtype = DataType.parse(returns)
+
+    def make(fn: Callable[..., Any]) -> UserFunction:
+        if not callable(fn):
+            raise PlanError(f"@udf(...) decorates a function, got {fn!r}")
+        label = name or getattr(fn, "__name__", "") or "udf"
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", label):
+            raise PlanError(f"udf name= must be an identifier, got {label!r}")
+        return UserFunction(fn=fn, returns=dtype, name=label)
+
+    return make
+
+
 def lower(arg: Expr) -> Expr:
     """The string in lower case."""
     return _func("lower", arg)
@@ -459,6 +537,10 @@ def dtype_of(node: ExprNode, schema: Schema) -> DataType:
         return _case_type(node, schema)
     if isinstance(node, Func):
         return _func_type(node, schema)
+    if isinstance(node, Udf):
+        for arg in node.args:
+            dtype_of(arg, schema)
+        return node.function.returns
     if isinstance(node, UnaryOp):
         inner = dtype_of(node.operand, schema)
         if node.op == "neg":
@@ -663,9 +745,29 @@ def columns_of(node: ExprNode) -> set[str]:
         return {node.name}
     if isinstance(node, BinaryOp):
         return columns_of(node.left) | columns_of(node.right)
+    return set().union(*(columns_of(o) for o in operands(node)))
+
+
+def operands(node: ExprNode) -> tuple[ExprNode, ...]:
+    """The expressions ``node`` is made of, one level down."""
+    if isinstance(node, BinaryOp):
+        return (node.left, node.right)
     if isinstance(node, UnaryOp | Cast | Alias):
-        return columns_of(node.operand)
-    return set()
+        return (node.operand,)
+    if isinstance(node, Func | Udf):
+        return node.args
+    if isinstance(node, Case):
+        parts = tuple(p for branch in node.branches for p in branch)
+        return (*parts, node.otherwise) if node.otherwise is not None else parts
+    return ()
+
+
+def user_functions_of(node: ExprNode) -> list[UserFunction]:
+    """The :class:`UserFunction` s ``node`` calls, each once, in the order met."""
+    found = [node.function] if isinstance(node, Udf) else []
+    for operand in operands(node):
+        found += [f for f in user_functions_of(operand) if f not in found]
+    return found
 
 
 def render(node: ExprNode) -> str:
@@ -682,6 +784,8 @@ def render(node: ExprNode) -> str:
         return f"{'try_cast' if node.safe else 'cast'}({render(node.operand)} as {node.dtype})"
     if isinstance(node, Func):
         return f"{node.name}({', '.join(render(a) for a in node.args)})"
+    if isinstance(node, Udf):
+        return f"udf {node.function.name}({', '.join(render(a) for a in node.args)})"
     if isinstance(node, Case):
         parts = [f"WHEN {render(c)} THEN {render(v)}" for c, v in node.branches]
         if node.otherwise is not None:

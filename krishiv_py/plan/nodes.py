@@ -17,15 +17,18 @@ import attrs
 
 from krishiv_py.errors import PlanError
 from krishiv_py.expr import (
+    EXPR_TYPES,
     AggCall,
     Alias,
     Column,
     ExprNode,
+    UserFunction,
     agg_type,
     check_filter,
     dtype_of,
     output_name,
     render,
+    user_functions_of,
 )
 from krishiv_py.names import CHANGE_EVENT_TIME, HIDDEN_PREFIX, JOIN_EVENT_TIME, KAFKA_COLUMNS, RESULT_KIND
 from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS, Emission, counts_only
@@ -1087,6 +1090,22 @@ def _after_processing_time(below: PlanNode, what: str) -> None:
             "wall clock, with no event time or watermark to run an operator after it by; write them "
             "to a sink"
         )
+
+
+def user_functions(plan: PlanNode) -> tuple[UserFunction, ...]:
+    """The :func:`~krishiv_py.expr.udf` functions ``plan``'s expressions call (a lookup join's table
+    included), each once: what a lowering registers with Spark before it runs the plan."""
+    found: list[UserFunction] = []
+    nodes = list(walk(plan))
+    nodes += [t for x in nodes if isinstance(x, LookupJoin) for t in walk(x.table)]
+    for node in nodes:
+        for value in attrs.asdict(node, recurse=False).values():
+            items = value if isinstance(value, tuple) else (value,)
+            for item in items:
+                expr = item.filter if isinstance(item, AggCall) else item
+                if isinstance(expr, EXPR_TYPES):
+                    found += [f for f in user_functions_of(expr) if f not in found]
+    return tuple(found)
 
 
 def walk(node: PlanNode) -> Iterator[PlanNode]:

@@ -31,7 +31,19 @@ import datetime as _dt
 from collections.abc import Sequence
 
 from krishiv_py.errors import PlanError
-from krishiv_py.expr import Alias, BinaryOp, Case, Cast, Column, ExprNode, Func, Literal, UnaryOp, dtype_of
+from krishiv_py.expr import (
+    Alias,
+    BinaryOp,
+    Case,
+    Cast,
+    Column,
+    ExprNode,
+    Func,
+    Literal,
+    Udf,
+    UnaryOp,
+    dtype_of,
+)
 from krishiv_py.types import DataType, Schema
 
 __all__ = ["failure_checks", "joined_sum", "quote", "sum_halves", "to_sql"]
@@ -89,6 +101,8 @@ def to_sql(node: ExprNode, schema: Schema | None = None) -> str:
         return f"TRY_CAST({to_sql(node.operand, schema)} AS {node.dtype.name.upper()})"
     if isinstance(node, Func):  # Spark's function of the same name and meaning
         return f"{node.name}({', '.join(to_sql(a, schema) for a in node.args)})"
+    if isinstance(node, Udf):  # registered under this name when the job is built
+        return f"{node.function.sql_name}({', '.join(to_sql(a, schema) for a in node.args)})"
     if isinstance(node, Case):
         parts = [
             f"WHEN {_condition(c, schema)} THEN {_case_value(v, node, schema)}" for c, v in node.branches
@@ -189,7 +203,7 @@ def _checks(node: ExprNode, schema: Schema | None, out: list[str]) -> None:
             reach = _reached(node, len(node.branches), schema)
             out += [f"({reach} AND {check})" for check in inner]
         return
-    if isinstance(node, Func):  # a function has a value for every value
+    if isinstance(node, Func | Udf):  # a function has a value for every value (a udf's own failure fails)
         for arg in node.args:
             _checks(arg, schema, out)
         return

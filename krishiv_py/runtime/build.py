@@ -24,6 +24,7 @@ from krishiv_py.planner.sql import quote
 from krishiv_py.runtime.lookup import table_frame
 from krishiv_py.runtime.remote import is_remote
 from krishiv_py.runtime.sources import ReadPaths, reader_for
+from krishiv_py.runtime.udf import register_udfs
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -59,6 +60,7 @@ def build_dataframe(
     """
     import tempfile
 
+    register_udfs(spark, recipe.udfs)
     if markers_path is None and recipe.idle:
         markers_path = tempfile.mkdtemp(prefix="krishiv-idle-", dir=scratch)
     paths = ReadPaths(

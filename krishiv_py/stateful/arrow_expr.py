@@ -80,14 +80,24 @@ from krishiv_py.expr import (
     ExprNode,
     Func,
     Literal,
+    Udf,
     UnaryOp,
+    UserFunction,
     dtype_of,
     output_name,
 )
 from krishiv_py.stateful._arrow import arrow
 from krishiv_py.types import DataType, Schema
 
-__all__ = ["evaluate", "failures", "filter_rows", "project", "result_type", "unsupported"]
+__all__ = [
+    "call_user_function",
+    "evaluate",
+    "failures",
+    "filter_rows",
+    "project",
+    "result_type",
+    "unsupported",
+]
 
 Values: TypeAlias = "npt.NDArray[Any]"
 Mask: TypeAlias = "npt.NDArray[np.bool_]"
@@ -124,7 +134,7 @@ def unsupported(node: ExprNode, schema: Schema) -> str | None:
     """
     if isinstance(node, Column | Literal):
         return None
-    if isinstance(node, Func):
+    if isinstance(node, Func | Udf):
         return next((r for r in (unsupported(a, schema) for a in node.args) if r is not None), None)
     if isinstance(node, Case):
         parts = [p for branch in node.branches for p in branch]
@@ -263,6 +273,8 @@ class _Evaluation:
         if isinstance(node, Func):
             constants = [a.value for a in node.args[1:] if isinstance(a, Literal)]
             return _function(node.name, self._value(node.args[0]), constants)
+        if isinstance(node, Udf):
+            return call_user_function(node.function, [self._value(a) for a in node.args])
         return self._binary(node)
 
     def _case(self, node: Case) -> pa.Array[Any]:
@@ -355,6 +367,39 @@ class _Evaluation:
 
 #: ``pyarrow.compute`` untyped: its stubs' overloads do not cover every array these functions take.
 _pcx: Any = pc
+
+
+def call_user_function(function: UserFunction, arrays: Sequence[pa.Array[Any]]) -> pa.Array[Any]:
+    """``function`` (:func:`~krishiv_py.expr.udf`) over ``arrays``, one per argument: its result as
+    an array of its type, as long as they are. Spark's Arrow UDF and krishiv's evaluation between
+    stateful operators both call it, so both check the same things."""
+    rows = len(arrays[0])
+    out: Any
+    try:
+        out = function.fn(*arrays)
+    except Exception as exc:
+        raise ValueError(f"udf {function.name!r} raised {type(exc).__name__}: {exc}") from exc
+    if isinstance(out, pa.ChunkedArray):
+        out = out.combine_chunks()
+    if not isinstance(out, pa.Array):
+        try:
+            out = pa.array(out)
+        except (TypeError, ValueError, pa.ArrowException) as exc:
+            raise ValueError(
+                f"udf {function.name!r} returned {type(out).__name__}, not a pyarrow.Array"
+            ) from exc
+    if len(out) != rows:
+        raise ValueError(f"udf {function.name!r} returned {len(out)} values for {rows} rows")
+    result: pa.Array[Any] = out
+    target = _arrow_type(function.returns)
+    if result.type == target:
+        return result
+    try:
+        return result.cast(target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise ValueError(
+            f"udf {function.name!r} returned {out.type}, which is not its type {function.returns}: {exc}"
+        ) from exc
 
 
 def _function(name: str, arg: pa.Array[Any], constants: list[Any]) -> pa.Array[Any]:

@@ -72,6 +72,19 @@ def lower(plan: n.PlanNode, *, force_bounded: bool = False, lowering: Lowering |
         Use this lowering instead of the planner's choice; :class:`PlanError`
         if it cannot run ``plan`` exactly.
     """
+    recipe = _lower(plan, force_bounded=force_bounded, lowering=lowering)
+    functions = n.user_functions(plan)
+    if not functions:
+        return recipe
+    names = ", ".join(f.name for f in functions)
+    how = (
+        f"; the user functions ({names}) run in Python, one call per Arrow batch of rows (Spark's "
+        "Arrow UDF; between krishiv's stateful operators, one per step)"
+    )
+    return attrs.evolve(recipe, udfs=functions, reason=recipe.reason + how)
+
+
+def _lower(plan: n.PlanNode, *, force_bounded: bool, lowering: Lowering | None) -> SparkRecipe:
     if force_bounded and lowering not in (None, "bounded"):
         raise PlanError(f"force_bounded=True asks for the bounded lowering, but lowering={lowering!r}")
     n.check_joins_complete(plan)

@@ -328,6 +328,9 @@ class SparkRecipe:
     #: The columns that identify a result row when no window bounds do: an aggregation per
     #: key's keys (a table sink upserts by them); ``None``: none such.
     result_key: tuple[str, ...] | None = None
+    #: The user functions (:func:`~krishiv_py.expr.udf`) the recipe's SQL calls: registered with
+    #: the SparkSession, each under its ``sql_name``, before the job is built.
+    udfs: tuple[Any, ...] = attrs.field(default=(), eq=False, repr=False)
 
     @property
     def emits(self) -> Emits | None:
