@@ -10,9 +10,12 @@ euro price is a ``double`` (see q1).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import krishiv_py as kp
 from benchmarks.nexmark._streams import Streams
 from krishiv_py.api.stream import Stream
+from krishiv_py.expr import Expr
 
 SQL = """
 SELECT auction, bidder, price * 0.908 AS price,
@@ -35,7 +38,14 @@ WHERE price * 0.908::DOUBLE > 1000000 AND price * 0.908::DOUBLE < 50000000
 """
 
 
-def build(s: Streams) -> Stream:
+def builtin_count(url: Expr) -> Expr:
+    """The ``c`` in ``url``, by built-in functions."""
+    return kp.length(url) - kp.length(kp.replace(url, "c", ""))
+
+
+def build(s: Streams, count: Callable[[Expr], Expr] = builtin_count) -> Stream:
+    """q14; ``count``: how ``c_counts`` counts the ``c`` of the url (a ``kp.udf`` in
+    ``benchmarks/udf_cost.py``)."""
     euros = kp.col("price") * 0.908
     hour = kp.hour(kp.col("date_time"))
     when = (
@@ -50,5 +60,5 @@ def build(s: Streams) -> Stream:
         euros.alias("price"),
         when.alias("bid_time_type"),
         kp.col("date_time"),
-        (kp.length(url) - kp.length(kp.replace(url, "c", ""))).alias("c_counts"),
+        count(url).alias("c_counts"),
     )
