@@ -21,7 +21,8 @@ from typing_extensions import Unpack
 
 from krishiv_py._display import html_card, register_ipython_formatters
 from krishiv_py.api.stream import Stream
-from krishiv_py.errors import SessionError
+from krishiv_py.errors import PlanError, SessionError
+from krishiv_py.expr import UserFunction
 from krishiv_py.kafka.source import KafkaOptions, kafka_source
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.files import FileOptions, file_source
@@ -414,6 +415,23 @@ class Session:
         Raises :class:`PlanError` for invalid or unsupported SQL, naming the construct, line and column.
         """
         return execute(self._sql, text, self.engine)
+
+    def register_udf(self, function: UserFunction, name: str | None = None) -> UserFunction:
+        """Let this session's SQL call ``function`` (:func:`krishiv_py.udf`) as ``name`` (its own
+        name by default; any case); returns ``function``.
+
+        A registered name does not shadow Spark's functions of the same
+        name (``length``, ``lower``, ...): those are the built-in ones.
+
+        Examples
+        --------
+            session.register_udf(count_char)
+            session.sql("SELECT auction, count_char(url, 'c') AS c_counts FROM bid")
+        """
+        if not isinstance(function, UserFunction):
+            raise PlanError(f"register_udf() takes a function made with @kp.udf(...), got {function!r}")
+        self._sql.register_function(function.name if name is None else name, function)
+        return function
 
 
 def _timeline(job: Job, ax: Any) -> Any:

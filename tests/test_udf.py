@@ -168,3 +168,36 @@ def test_a_udf_that_raises_fails_the_job_naming_it(session: kp.Session) -> None:
     clicks = session.from_records(ROWS, schema=CLICKS)
     with pytest.raises(kp.JobError, match=re.compile("udf 'always_fails' raised RuntimeError: no service")):
         clicks.with_column("x", fails(kp.col("url"))).collect()
+
+
+def test_sql_calls_a_user_function_the_session_registered() -> None:
+    from krishiv_py.sql import SqlCatalog, execute
+
+    catalog = SqlCatalog()
+    catalog.register("clicks", _clicks().plan)
+    catalog.register_function("count_char", count_char)
+    out = execute(
+        catalog,
+        "SELECT user, COUNT_CHAR(url, 'c') AS cs FROM clicks WHERE count_char(url, 'x') > 0",
+        NO_SESSION,
+    )
+    assert out is not None
+    built = _clicks().filter(count_char(kp.col("url"), "x") > 0)
+    assert out.plan == built.select(kp.col("user"), count_char(kp.col("url"), "c").alias("cs")).plan
+    with pytest.raises(kp.PlanError, match="unknown function TWICE in SELECT"):
+        execute(catalog, "SELECT twice(t) FROM clicks", NO_SESSION)
+    with pytest.raises(kp.PlanError, match=r"count_char\(\) needs at least one argument"):
+        execute(catalog, "SELECT count_char() FROM clicks", NO_SESSION)
+
+
+@pytest.mark.spark
+def test_a_registered_user_function_runs_from_sql(session: kp.Session) -> None:
+    name = f"clicks_{uuid.uuid4().hex[:6]}"
+    session.from_records(ROWS, schema=CLICKS, name=name)
+    assert session.register_udf(count_char) is count_char
+    with pytest.raises(kp.PlanError, match=r"takes a function made with @kp\.udf"):
+        session.register_udf(cast(Any, len))
+    out = session.sql(f"SELECT user, count_char(url, 'c') AS cs FROM {name}")
+    assert out is not None
+    got = sorted((r["user"], r["cs"]) for r in out.collect().to_pylist())
+    assert got == sorted((r["user"], _count(r["url"], "c")) for r in ROWS)

@@ -1,4 +1,5 @@
-"""The streams a session's SQL can read, by name, and the settings its next query takes.
+"""The streams a session's SQL can read, by name, the user functions it can call, and the settings
+its next query takes.
 
 Every source registers under its ``name`` when it is made (memory streams,
 records, file sources); ``Stream.register(name)`` registers any stream. A
@@ -12,6 +13,7 @@ import re
 import threading
 
 from krishiv_py.errors import PlanError
+from krishiv_py.expr import UserFunction
 from krishiv_py.plan import nodes as n
 from krishiv_py.sql.settings import SqlSettings
 
@@ -32,6 +34,8 @@ class SqlCatalog:
 
     def __init__(self) -> None:
         self._plans: dict[str, n.PlanNode] = {}
+        #: The user functions SQL may call, by name (``session.register_udf``).
+        self._functions: dict[str, UserFunction] = {}
         #: Settings of ``SET`` statements, taken by the next query.
         self.pending = SqlSettings()
         #: How many sources were made under each name.
@@ -86,6 +90,14 @@ class SqlCatalog:
             return self._plans[name]
         same = [k for k in self._plans if k.lower() == name.lower()]
         return self._plans[same[0]] if len(same) == 1 else None
+
+    def register_function(self, name: str, function: UserFunction) -> None:
+        """Let SQL call ``function`` as ``name`` (any case), replacing what had that name."""
+        self._functions[check_name(name).lower()] = function
+
+    def function(self, name: str) -> UserFunction | None:
+        """The user function SQL calls ``name`` (any case), or None."""
+        return self._functions.get(name.lower())
 
     @property
     def names(self) -> tuple[str, ...]:

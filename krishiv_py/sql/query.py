@@ -55,7 +55,7 @@ import attrs
 import krishiv_py.expr as kx
 import krishiv_py.sql.joins as sj
 from krishiv_py.errors import PlanError
-from krishiv_py.expr import AggExpr, Column, Expr, ExprNode
+from krishiv_py.expr import AggExpr, Column, Expr, ExprNode, Udf
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS, StateTtlConfig
 from krishiv_py.sql.expressions import Resolver, aggregate, alias_of, filter_of, is_aggregate, scalar
@@ -218,7 +218,8 @@ def _filtered(node: exp.Select, rel: Relation, ctx: Context) -> Relation:
     where = node.args.get("where")
     if where is None:
         return rel
-    predicate = scalar(where.this, ctx.sql, _resolver(rel, ctx), _no_helpers(ctx, "WHERE"), "WHERE")
+    resolve = _resolver(rel, ctx)
+    predicate = scalar(where.this, ctx.sql, resolve, _no_helpers(ctx, "WHERE", resolve), "WHERE")
     with _at(ctx, where.this, "WHERE: "):
         return attrs.evolve(rel, stream=rel.stream.filter(Expr(predicate)))
 
@@ -416,7 +417,11 @@ def _resolver(rel: Relation, ctx: Context) -> Resolver:
     return resolve
 
 
-def _no_helpers(ctx: Context, clause: str) -> Callable[[exp.Expression], ExprNode | None]:
+def _no_helpers(ctx: Context, clause: str, resolve: Resolver) -> Callable[[exp.Expression], ExprNode | None]:
+    """What a clause's expressions take besides the scalar ones: no window helper, no aggregate in
+    WHERE; a call of a user function the session registered (``session.register_udf``)."""
+    from sqlglot import exp
+
     def special(node: exp.Expression) -> ExprNode | None:
         if helper_of(node):
             raise ctx.sql.error(
@@ -426,7 +431,13 @@ def _no_helpers(ctx: Context, clause: str) -> Callable[[exp.Expression], ExprNod
             raise ctx.sql.error(
                 node, "an aggregate is not allowed in WHERE; filter on aggregates with HAVING"
             )
-        return None
+        function = ctx.catalog.function(str(node.name)) if isinstance(node, exp.Anonymous) else None
+        if function is None:
+            return None
+        args = tuple(scalar(a, ctx.sql, resolve, special, clause) for a in node.expressions)
+        if not args:
+            raise ctx.sql.error(node, f"{function.name}() needs at least one argument")
+        return Udf(function, args)
 
     return special
 
@@ -465,7 +476,7 @@ def _project(node: exp.Select, rel: Relation, ctx: Context, *, keep: tuple[str, 
         inner, alias = _unalias(item)
         if alias is None and rel.sides and isinstance(inner, exp.Column) and not _is_star(inner):
             alias = _joined_column(inner, rel, ctx)[1]  # c.amount is amount, as SQL names it
-        value = scalar(inner, ctx.sql, resolve, _no_helpers(ctx, "SELECT"), "SELECT")
+        value = scalar(inner, ctx.sql, resolve, _no_helpers(ctx, "SELECT", resolve), "SELECT")
         if alias is not None:
             exprs.append(alias_of(value, alias))
         elif isinstance(value, Column):
@@ -819,7 +830,7 @@ def _lookup_join(
             if column != key:
                 renames[key] = column
         else:
-            value = scalar(other, ctx.sql, left_only, _no_helpers(ctx, "ON"), "ON")
+            value = scalar(other, ctx.sql, left_only, _no_helpers(ctx, "ON", left_only), "ON")
             if key in stream.columns:
                 raise ctx.sql.error(
                     other,
@@ -1360,7 +1371,8 @@ def _agg_filter(node: exp.Expression, ctx: Context, resolve: Resolver) -> ExprNo
     _, where = filter_of(node)
     if where is None:
         return None
-    return scalar(where, ctx.sql, resolve, _no_helpers(ctx, "FILTER (WHERE ...)"), "FILTER (WHERE ...)")
+    special = _no_helpers(ctx, "FILTER (WHERE ...)", resolve)
+    return scalar(where, ctx.sql, resolve, special, "FILTER (WHERE ...)")
 
 
 def _check_time(window: WindowCall, rel: Relation, ctx: Context) -> None:
