@@ -27,7 +27,7 @@ from benchmarks.nexmark.check import (
     run,
     streams_of,
 )
-from benchmarks.nexmark.flink import parser_of
+from benchmarks.nexmark.flink import flink_columns, parser_of
 from benchmarks.nexmark.flink_sql import FLINK_SQL, NOT_RUN
 from benchmarks.nexmark.kafka import kafka_streams, produce
 from krishiv_py.api.stream import Stream
@@ -127,3 +127,10 @@ def test_queries_read_from_kafka_topics_give_duckdbs_rows(
     for name in ("q1", "q15", "q19"):
         outcome = run(query(name), streams, dataset)
         assert outcome.rows > 0 and outcome.equal, (name, outcome.only_krishiv, outcome.only_duckdb)
+
+
+def test_flink_reads_each_tables_columns_from_the_datasets_description(tmp_path: Path) -> None:
+    padded = data.nexmark(data.NexmarkSpec(events=500, files=1, extra=True), cache=tmp_path)
+    bid = flink_columns(padded.root, "bid")
+    assert bid.startswith("`auction` BIGINT, `bidder` BIGINT") and bid.endswith("`extra` STRING")
+    assert "`date_time` TIMESTAMP(3)" in flink_columns(padded.root, "person")

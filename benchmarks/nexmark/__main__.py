@@ -40,8 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--kafka", action="store_true", help="read the tables from Kafka topics, on a local broker it starts"
     )
+    parser.add_argument("--extra", action="store_true", help="rows padded by Nexmark's extra column")
     args = parser.parse_args(argv)
-    dataset = data.nexmark(data.NexmarkSpec(events=args.events, files=args.files))
+    dataset = data.nexmark(data.NexmarkSpec(events=args.events, files=args.files, extra=args.extra))
     names = args.query or list(NAMES)
     session = kp.Session.embedded()
     servers = contextlib.ExitStack()

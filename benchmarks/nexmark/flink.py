@@ -33,19 +33,20 @@ from typing import Any
 
 from benchmarks.nexmark.flink_sql import FLINK_SQL, NOT_RUN
 
-#: Each table's columns as Flink types, in the generator's order (:mod:`benchmarks.data`).
-TABLES: dict[str, str] = {
-    "bid": "auction BIGINT, bidder BIGINT, price BIGINT, channel STRING, url STRING, date_time TIMESTAMP(3)",
-    "person": (
-        "id BIGINT, name STRING, email_address STRING, credit_card STRING, city STRING, state STRING, "
-        "date_time TIMESTAMP(3)"
-    ),
-    "auction": (
-        "id BIGINT, item_name STRING, description STRING, initial_bid BIGINT, reserve BIGINT, "
-        "date_time TIMESTAMP(3), expires TIMESTAMP(3), seller BIGINT, category BIGINT"
-    ),
-}
+TABLES = ("bid", "auction", "person")
+#: Flink's type of each Spark type the generator writes.
+FLINK_TYPES = {"bigint": "BIGINT", "string": "STRING", "timestamp": "TIMESTAMP(3)", "double": "DOUBLE"}
 LAG = "INTERVAL '5' SECOND"
+
+
+def flink_columns(dataset: Path, table: str) -> str:
+    """``table``'s columns as Flink types, from the dataset's ``meta.json`` (its Spark DDL, in the
+    order of the CSV columns; ``extra`` too when the dataset has it)."""
+    ddl = json.loads((dataset / "meta.json").read_text())["tables"][table]["ddl"]
+    pairs = [part.split() for part in ddl.split(",")]
+    return ", ".join(f"`{name}` {FLINK_TYPES[kind.lower()]}" for name, kind in pairs)
+
+
 _EPOCH = dt.datetime(1970, 1, 1)
 
 
@@ -88,8 +89,8 @@ class Runner:
         config.set("parallelism.default", str(parallelism))
         config.set("table.local-time-zone", "UTC")
         self.tmp = tempfile.TemporaryDirectory(prefix="flink-nexmark-")
-        for name, columns in TABLES.items():
-            self.env.execute_sql(table_ddl(name, columns, dataset / name / "csv"))
+        for name in TABLES:
+            self.env.execute_sql(table_ddl(name, flink_columns(dataset, name), dataset / name / "csv"))
         if side_input is not None:
             side = "`key` BIGINT, `value` STRING"
             self.env.execute_sql(table_ddl("side_input", side, side_input, watermark=False))
