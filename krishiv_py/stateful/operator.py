@@ -209,7 +209,7 @@ def run_bucket(
         clock.append(time.perf_counter_ns())
         return (clock[-1] - clock[-2]) // 1000
 
-    spark_wm = _spark_watermark(state)
+    spark_wm = int(state.getCurrentWatermarkMs())
     watermark = None if spark_wm <= 0 else spark_wm - spec.shift_ms
     stored = ipc_table(state.get[0]) if state.exists else None
     load_us = lap()
@@ -245,16 +245,6 @@ def run_bucket(
         merged_rows=given.merged_rows,
     )
     yield _output(spec, int(key[0]), payload, handed)
-
-
-def _spark_watermark(state: Any) -> int:
-    """Spark's watermark of the micro-batch (0: none yet, or a plan without one)."""
-    from pyspark.errors import PySparkRuntimeError
-
-    try:
-        return int(state.getCurrentWatermarkMs())
-    except PySparkRuntimeError:  # no watermark operator (a processing-time window's plan may have none)
-        return 0
 
 
 def run_bounded_bucket(spec: OperatorSpec, key: tuple[Any, ...], frame: pd.DataFrame) -> pd.DataFrame:
