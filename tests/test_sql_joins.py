@@ -957,8 +957,8 @@ ERRORS: list[tuple[str, list[str]]] = [
         ],
     ),
     (
-        AS_OF.replace("AS OF o.ts", "AS OF PROCTIME()"),
-        ["takes the left side's event-time column", "PROCTIME() and other expressions", "line 1, column 57"],
+        AS_OF.replace("AS OF o.ts", "AS OF PROCTIME()"),  # a lookup join, of a table
+        ["AS OF PROCTIME() looks rows up in a bounded table", "'rates' is a stream", "line 1, column 35"],
     ),
     (AS_OF.replace("AS OF o.ts", "AS OF ts"), ["'ts' is on both sides", "o.ts or r.ts", "line 1, column 57"]),
     (

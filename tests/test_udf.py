@@ -199,5 +199,5 @@ def test_a_registered_user_function_runs_from_sql(session: kp.Session) -> None:
         session.register_udf(cast(Any, len))
     out = session.sql(f"SELECT user, count_char(url, 'c') AS cs FROM {name}")
     assert out is not None
-    got = sorted((r["user"], r["cs"]) for r in out.collect().to_pylist())
-    assert got == sorted((r["user"], _count(r["url"], "c")) for r in ROWS)
+    got = sorted(((r["user"], r["cs"]) for r in out.collect().to_pylist()), key=str)
+    assert got == sorted(((r["user"], _count(r["url"], "c")) for r in ROWS), key=str)

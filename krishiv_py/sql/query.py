@@ -806,10 +806,12 @@ def _lookup_join(
         raise ctx.sql.error(join, f"a lookup join joins a stream and a table, not window TVFs: {LOOKUP_FORM}")
     stream, table = rels[0].stream, rels[1].stream
     if not n.is_bounded(table.plan):
+        assert specs[1].as_of is not None
         raise ctx.sql.error(
-            specs[1].node,
+            specs[1].as_of.shown,
             f"FOR SYSTEM_TIME AS OF PROCTIME() looks rows up in a bounded table, and {rels[1].label} is a "
             f"stream: {LOOKUP_FORM}; join two streams FOR SYSTEM_TIME AS OF the left side's event time",
+            at=specs[1].as_of.at,
         )
     resolve = _side_resolver(specs, rels, ctx)
     left_only = _resolver(rels[0], ctx)
