@@ -57,7 +57,17 @@ from benchmarks.flink_runner import interval
 WINDOW_MS = 2_000
 GAP_MS = 2_000
 LAG_MS = 5_000
-QUERIES = ("tumbling", "session", "nexmark-q7", "nexmark-q9", "nexmark-q4", "nexmark-q23")
+#: Nexmark's queries without state: Nexmark's Flink SQL (:mod:`benchmarks.nexmark.flink_sql`).
+ROW_QUERIES = ("q0", "q1", "q2", "q10", "q14", "q21", "q22")
+QUERIES = (
+    "tumbling",
+    "session",
+    "nexmark-q7",
+    "nexmark-q9",
+    "nexmark-q4",
+    "nexmark-q23",
+    *(f"nexmark-{q}" for q in ROW_QUERIES),
+)
 #: The queries over auctions and bids.
 JOINS = ("nexmark-q9", "nexmark-q4", "nexmark-q23")
 #: q9's tables as CSV columns (event time ``ts`` and ``expires_ms`` in epoch ms).
@@ -86,8 +96,25 @@ def tables_of(query: str) -> dict[str, str]:
     return Q23_COLUMNS if query == "nexmark-q23" else Q9_COLUMNS
 
 
+def row_query(query: str) -> str | None:
+    """The Nexmark module of a query without state (``q1`` of ``nexmark-q1``), else None."""
+    name = query.removeprefix("nexmark-")
+    return name if name in ROW_QUERIES else None
+
+
 def source_sql(name: str, directory: str, monitor_ms: int, query: str = "tumbling", table: str = "") -> str:
     """The CSV source table over ``directory`` (of q9: its ``table``), its event time and watermark."""
+    if row_query(query) is not None:  # Nexmark's bids, the time in epoch ms
+        return (
+            f"CREATE TEMPORARY TABLE `{name}` (\n"
+            "  auction BIGINT, bidder BIGINT, price BIGINT, channel STRING, url STRING,\n"
+            "  date_time_ms BIGINT,\n"
+            "  date_time AS TO_TIMESTAMP_LTZ(date_time_ms, 3),\n"
+            f"  WATERMARK FOR date_time AS date_time - {interval(LAG_MS)}\n"
+            ") WITH (\n"
+            f"  'connector' = 'filesystem', 'path' = '{Path(directory).resolve().as_uri()}',\n"
+            f"  'format' = 'csv', 'source.monitor-interval' = '{monitor_ms} ms'\n)"
+        )
     if query in JOINS:
         columns = tables_of(query)[table]
         if "expires_ms" in columns:  # (q9 and q4's auctions)
@@ -109,6 +136,11 @@ def source_sql(name: str, directory: str, monitor_ms: int, query: str = "tumblin
 
 def query_sql(name: str, query: str = "tumbling") -> str:
     """The query's SQL; its columns are :func:`sink_columns` (q9: ``name`` is the tables' suffix)."""
+    module = row_query(query)
+    if module is not None:  # Nexmark's own SQL over this job's bids
+        from benchmarks.nexmark.flink_sql import FLINK_SQL
+
+        return FLINK_SQL[module].replace("FROM bid", f"FROM `{name}`")
     lifetime = (
         f"  FROM `auction_{name}` A, `bid_{name}` B\n"
         "  WHERE A.id = B.auction AND B.event_time BETWEEN A.event_time AND A.expires\n"
@@ -217,8 +249,13 @@ class Jobs:
         else:
             name = f"events_{n}"
             self.env.execute_sql(source_sql(name, directories[0], self.monitor_ms, self.query))
+        columns = sink_columns(self.query)
+        if row_query(self.query) is not None:  # the query's own columns
+            schema = self.env.sql_query(query_sql(name, self.query)).get_resolved_schema()
+            types = [re.sub(r" \*ROWTIME\*| NOT NULL", "", str(t)) for t in schema.get_column_data_types()]
+            columns = ", ".join(f"`{c}` {t}" for c, t in zip(schema.get_column_names(), types, strict=True))
         self.env.execute_sql(
-            f"CREATE TEMPORARY TABLE `rows_{n}` ({sink_columns(self.query)})\n"
+            f"CREATE TEMPORARY TABLE `rows_{n}` ({columns})\n"
             f"WITH ('connector' = 'print', 'print-identifier' = 'row {n}')"
         )
         result = self.env.execute_sql(f"INSERT INTO `rows_{n}`\n{query_sql(name, self.query)}")

@@ -54,6 +54,15 @@ but PyFlink's).
     a send, measured as q4's: until a row of the group from that send or a
     later one reaches the sink.
 
+``nexmark-q0``, ``-q1``, ``-q2``, ``-q10``, ``-q14``, ``-q21``, ``-q22``
+    Nexmark's queries without state (:mod:`benchmarks.nexmark`'s modules,
+    PyFlink running :mod:`benchmarks.nexmark.flink_sql`'s SQL): bids with
+    Nexmark's columns, each send's auctions numbered by the send and ``i`` (:data:`ROWS_PER_SEND`),
+    so a result row (every one starts with ``auction``) names its send. A
+    "window" is a send, its count the rows the query keeps of it (DuckDB
+    runs the module's reference over the send's table), permitted at the
+    send; its latency runs until its last row reaches the sink.
+
 Event time is the send time minus up to 2 s of disorder, 1 % of events 5 to
 60 s behind, for every query but q9 and q4 (no late events: Flink's
 regular join drops none, krishiv's interval join drops a row behind its
@@ -71,6 +80,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import krishiv_py as kp
+from benchmarks.flink_sustain import QUERIES as QUERIES
+from benchmarks.flink_sustain import ROW_QUERIES as ROW_QUERIES
 
 WINDOW_MS = 2_000
 LAG_MS = 5_000
@@ -85,7 +96,12 @@ OFFSETS = np.arange(PAIRS, dtype=np.int64) * (2 * TURN_MS) // PAIRS
 #: The most an event lags its send time (ms): 2 s of disorder, or 5 to 60 s late.
 MAX_BEHIND_MS = 62_000
 AUCTIONS = 1_000
-QUERIES = ("tumbling", "session", "nexmark-q7", "nexmark-q9", "nexmark-q4", "nexmark-q23")
+# The queries (named in :mod:`benchmarks.flink_sustain`, which runs without krishiv_py), and the
+# Nexmark queries without state among them, by their module (:mod:`benchmarks.nexmark`).
+#: A row query's auctions: ``(send ms - SEND_BASE_MS) * ROWS_PER_SEND + i`` (fits a bigint).
+SEND_BASE_MS, ROWS_PER_SEND = 1_700_000_000_000, 10_000_000
+#: The row queries' bids (Nexmark's columns, :data:`benchmarks.data.BID_DDL`).
+BID_DDL = "auction bigint, bidder bigint, price bigint, channel string, url string, date_time timestamp"
 #: The queries over auctions and bids, whose results update (see :attr:`Workload.reflects`).
 NEXMARK_JOINS = ("nexmark-q9", "nexmark-q4")
 Q23 = "nexmark-q23"
@@ -124,6 +140,8 @@ class Draw:
     names: pa.Array[Any] | None = None
     #: q9: the auctions a send brings.
     auctions: int = 0
+    #: The row queries: each bid's bidder, channel and url.
+    columns: tuple[pa.Array[Any], ...] = ()
 
 
 def _behind(rng: np.random.Generator, n: int) -> np.ndarray[Any, np.dtype[np.int64]]:
@@ -164,17 +182,32 @@ class Workload:
         return Q9_TABLES if self.name in NEXMARK_JOINS else {}
 
     @property
+    def row_query(self) -> str | None:
+        """The module of a query without state (``q1`` of ``nexmark-q1``), else None."""
+        name = self.name.removeprefix("nexmark-")
+        return name if name in ROW_QUERIES else None
+
+    @property
     def reflects(self) -> bool:
         """Whether a window is (key, send) and waits for a row of its key reflecting that send (q4)."""
         return self.name in ("nexmark-q4", Q23)
 
     @property
     def ddl(self) -> str:
+        if self.row_query is not None:
+            return BID_DDL
         if self.name == "nexmark-q7":
             return "auction bigint, event_time timestamp, price bigint"
         return "user_id string, event_time timestamp, amount double"
 
     def draw(self, rng: np.random.Generator, n: int) -> Draw:
+        if self.row_query is not None:  # bids: Nexmark's prices, channels and urls
+            from benchmarks.data import _channels
+
+            cents = np.round(10.0 ** (rng.random(n) * 6.0) * 100.0).astype(np.int64)
+            channel, url = _channels(rng, n)
+            who = pa.array(rng.integers(1_000, 100_000, n))
+            return Draw(rng.integers(0, 2_001, n), np.arange(n), pa.array(cents), columns=(who, channel, url))
         if self.name == Q23:  # bids by persons of the last sends
             persons = max(1, n // PERSONS_PER)
             bids = max(1, n - 2 * persons)
@@ -201,6 +234,8 @@ class Workload:
         how many of them fall in each window."""
         if self.name == Q23:
             return _q23_emit(d, now_ms)
+        if self.row_query is not None:
+            return _row_emit(self.row_query, d, now_ms)
         if self.name in NEXMARK_JOINS:
             tables, auctions = _q9_emit(d, now_ms)
             if self.name == "nexmark-q9":
@@ -232,6 +267,8 @@ class Workload:
 
     def steady(self, window: Hashable, first_ms: float, end_ms: float, budget_s: float) -> bool:
         """Whether ``window`` closes in the steady state: after ``first_ms``, a budget before the end."""
+        if self.row_query is not None:  # a send
+            return cast(int, window) >= first_ms and cast(int, window) + budget_s * 1000 <= end_ms
         if self.reflects:  # a key and a send: after first_ms, a budget before the end
             sent = cast("tuple[int, int]", window)[1]
             return sent >= first_ms and sent + budget_s * 1000 <= end_ms
@@ -282,6 +319,10 @@ class Workload:
 
     def krishiv(self, stream: kp.Stream) -> kp.Stream:
         """The query over ``stream`` (event time not yet declared)."""
+        if self.row_query is not None:
+            from benchmarks.nexmark import query
+
+            return cast(kp.Stream, query(self.row_query).build(_Bids(stream.watermark("date_time", LAG_MS))))
         s = stream.watermark("event_time", LAG_MS)
         if self.name == "session":
             return s.key_by("user_id").session_window(GAP_MS).agg(kp.count(kp.col("*")))
@@ -315,6 +356,9 @@ class Workload:
 
     def results(self, table: pa.Table) -> tuple[list[Hashable], list[int], list[int]]:
         """Result rows: each one's window, the moment (epoch ms) the watermark permitted it, its count."""
+        if self.row_query is not None:  # a row: its send, named by its auction
+            sends = (table.column("auction").to_numpy() // ROWS_PER_SEND + SEND_BASE_MS).tolist()
+            return list(sends), sends, [1] * len(sends)
         if self.name == Q23:  # a row: its bidder group, its bid's send
             groups = (table.column("bidder").to_numpy() % 10).tolist()
             return list(groups), [int(s or 0) for s in table.column("sent").to_pylist()], [1] * len(groups)
@@ -335,6 +379,9 @@ class Workload:
         """One row the PyFlink job printed (its fields, as :func:`flink_sustain.parse_row` gives them)."""
         from benchmarks.flink_sustain import parse_time
 
+        if self.row_query is not None:  # auction first: its send
+            sent = int(fields[0]) // ROWS_PER_SEND + SEND_BASE_MS
+            return [sent], [sent], [1]
         if self.name == "session":
             user, start, end, n = fields
             return self._sessions([int(user[1:])], [parse_time(start)], [parse_time(end)], [int(n)])
@@ -353,6 +400,41 @@ class Workload:
             (u, (s + int(OFFSETS[u // 2])) // TURN_MS) for u, s in zip(users, starts, strict=True)
         ]
         return windows, [e + LAG_MS for e in ends], counts
+
+
+class _Bids:
+    """The streams of a Nexmark module (:class:`benchmarks.nexmark._streams.Streams`): bids only."""
+
+    def __init__(self, bid: kp.Stream) -> None:
+        self.bid = bid
+
+
+def _row_emit(name: str, d: Draw, now_ms: int) -> tuple[pa.Table, dict[Hashable, int]]:
+    """A row query's send at ``now_ms``: its bids, auctions numbered by the send; and how many rows
+    the query keeps of them (the module's DuckDB reference over the send's table)."""
+    import duckdb
+
+    from benchmarks.nexmark import query
+
+    bidders, channel, url = d.columns
+    if len(d.keys) >= ROWS_PER_SEND:
+        raise ValueError(f"a send of a row query holds fewer than {ROWS_PER_SEND} bids, not {len(d.keys)}")
+    table = pa.table(
+        {
+            "auction": pa.array((now_ms - SEND_BASE_MS) * ROWS_PER_SEND + d.keys),
+            "bidder": bidders,
+            "price": d.values,
+            "channel": channel,
+            "url": url,
+            "date_time": _et(now_ms, d.behind),
+        }
+    )
+    with duckdb.connect() as con:
+        con.register("sent_bids", table)
+        con.execute("SET TimeZone = 'UTC'")
+        row = con.execute(f"SELECT COUNT(*) FROM ({query(name).DUCKDB.format(bid='sent_bids')})").fetchone()
+    kept = int(row[0]) if row else 0
+    return table, ({now_ms: kept} if kept else {})
 
 
 #: q23: the most a bid's event time is after its bidder's person row or auction (the last sends').
