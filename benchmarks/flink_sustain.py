@@ -203,6 +203,18 @@ def sink_columns(query: str) -> str:
     return "window_end TIMESTAMP(3), n BIGINT"
 
 
+def _ddl_type(printed: str) -> str:
+    """A resolved column type as PyFlink prints it, as DDL (no time attribute or nullability;
+    ``LOCALZONEDTIMESTAMP``, printed without its precision, is ``TIMESTAMP_LTZ(3)``: the harness's
+    times are milliseconds).
+
+    >>> _ddl_type("LOCALZONEDTIMESTAMP"), _ddl_type("BIGINT NOT NULL")
+    ('TIMESTAMP_LTZ(3)', 'BIGINT')
+    """
+    plain = re.sub(r" \*ROWTIME\*| \*PROCTIME\*| NOT NULL", "", printed)
+    return re.sub(r"^LOCALZONEDTIMESTAMP(\(\d\))?$", "TIMESTAMP_LTZ(3)", plain)
+
+
 def epoch_ms(value: dt.datetime) -> int:
     """A window bound (a ``datetime``, naive in the UTC session zone) as epoch ms."""
     if value.tzinfo is None:
@@ -252,7 +264,7 @@ class Jobs:
         columns = sink_columns(self.query)
         if row_query(self.query) is not None:  # the query's own columns
             schema = self.env.sql_query(query_sql(name, self.query)).get_resolved_schema()
-            types = [re.sub(r" \*ROWTIME\*| NOT NULL", "", str(t)) for t in schema.get_column_data_types()]
+            types = [_ddl_type(str(t)) for t in schema.get_column_data_types()]
             columns = ", ".join(f"`{c}` {t}" for c, t in zip(schema.get_column_names(), types, strict=True))
         self.env.execute_sql(
             f"CREATE TEMPORARY TABLE `rows_{n}` ({columns})\n"
