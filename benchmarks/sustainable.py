@@ -18,7 +18,10 @@ reaches the sink minus the moment the watermark permitted it
 several tables (``nexmark-q9``, ``nexmark-q4``, ``nexmark-q23``): their
 results update or never close, so a result's latency counts from the send
 of the bid it reflects (:mod:`benchmarks.sustain_queries`); they run on
-``krishiv-stateful`` and ``pyflink`` only (:func:`runners_of`).
+``krishiv-stateful`` and ``pyflink`` only (:func:`runners_of`). Nexmark's
+queries without state (``nexmark-q0``, ``-q1``, ``-q2``, ``-q10``, ``-q14``,
+``-q21``, ``-q22``) count a send's latency from the send to its last row at
+the sink, on ``krishiv-native`` and ``pyflink``.
 A rate is **sustained** when the p99 latency over the steady state (after
 the first third of the run) stays within the budget, the generator kept
 its rate, and the steady-state windows counted at least 95 % of the events
