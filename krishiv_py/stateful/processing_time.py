@@ -35,8 +35,6 @@ Examples
 
 from __future__ import annotations
 
-from typing import Any
-
 import attrs
 import numpy as np
 import pyarrow as pa
@@ -103,6 +101,3 @@ class ProcessingTimeKernel(Unmerged):
 
     def describe(self) -> str:
         return f"{self.inner.describe()} time=processing (rows and firing by the micro-batch's start time)"
-
-    def on_time(self, ts_us: pa.Array[Any], watermark_ms: int) -> np.ndarray:
-        return Unmerged.on_time(self, ts_us, watermark_ms)
