@@ -59,6 +59,11 @@ GAP_MS = 2_000
 LAG_MS = 5_000
 #: Nexmark's queries without state: Nexmark's Flink SQL (:mod:`benchmarks.nexmark.flink_sql`).
 ROW_QUERIES = ("q0", "q1", "q2", "q10", "q14", "q21", "q22")
+#: Nexmark's queries whose results update (an aggregate per key, a dedup, a top-N per key).
+UPDATING_QUERIES = ("q15", "q16", "q17", "q18", "q19")
+#: What the harness adds to an updating query's SQL, after its last aggregate: the latest auction
+#: behind each row (its auctions are numbered by send, so the row names the latest send it holds).
+LAST_AUCTION = {"q15": "MAX(auction) AS last_auction", "q16": "MAX(auction) AS last_auction"}
 QUERIES = (
     "tumbling",
     "session",
@@ -67,6 +72,7 @@ QUERIES = (
     "nexmark-q4",
     "nexmark-q23",
     *(f"nexmark-{q}" for q in ROW_QUERIES),
+    *(f"nexmark-{q}" for q in UPDATING_QUERIES),
 )
 #: The queries over auctions and bids.
 JOINS = ("nexmark-q9", "nexmark-q4", "nexmark-q23")
@@ -96,15 +102,16 @@ def tables_of(query: str) -> dict[str, str]:
     return Q23_COLUMNS if query == "nexmark-q23" else Q9_COLUMNS
 
 
-def row_query(query: str) -> str | None:
-    """The Nexmark module of a query without state (``q1`` of ``nexmark-q1``), else None."""
+def module_of(query: str) -> str | None:
+    """The Nexmark module of a query over bids alone (``q1`` of ``nexmark-q1``; a query without
+    state or an updating one), else None."""
     name = query.removeprefix("nexmark-")
-    return name if name in ROW_QUERIES else None
+    return name if name in ROW_QUERIES or name in UPDATING_QUERIES else None
 
 
 def source_sql(name: str, directory: str, monitor_ms: int, query: str = "tumbling", table: str = "") -> str:
     """The CSV source table over ``directory`` (of q9: its ``table``), its event time and watermark."""
-    if row_query(query) is not None:  # Nexmark's bids, the time in epoch ms
+    if module_of(query) is not None:  # Nexmark's bids, the time in epoch ms
         return (
             f"CREATE TEMPORARY TABLE `{name}` (\n"
             "  auction BIGINT, bidder BIGINT, price BIGINT, channel STRING, url STRING,\n"
@@ -136,11 +143,14 @@ def source_sql(name: str, directory: str, monitor_ms: int, query: str = "tumblin
 
 def query_sql(name: str, query: str = "tumbling") -> str:
     """The query's SQL; its columns are :func:`sink_columns` (q9: ``name`` is the tables' suffix)."""
-    module = row_query(query)
+    module = module_of(query)
     if module is not None:  # Nexmark's own SQL over this job's bids
         from benchmarks.nexmark.flink_sql import FLINK_SQL
 
-        return FLINK_SQL[module].replace("FROM bid", f"FROM `{name}`")
+        sql = FLINK_SQL[module]
+        if module in LAST_AUCTION:  # (q15 and q16 end with their aggregates, then FROM bid)
+            sql = sql.replace(" FROM bid ", f", {LAST_AUCTION[module]} FROM bid ", 1)
+        return sql.replace("FROM bid", f"FROM `{name}`")
     lifetime = (
         f"  FROM `auction_{name}` A, `bid_{name}` B\n"
         "  WHERE A.id = B.auction AND B.event_time BETWEEN A.event_time AND A.expires\n"
@@ -234,6 +244,23 @@ def parse_row(line: str) -> tuple[str, list[str]] | None:
     return m.group(1), m.group(2).split(", ")
 
 
+_ROWS = re.compile(r"^row (\d+)(?::\d+)?> \+[IU]\[(.*)\]$", re.M)
+_SAID = re.compile(r"^(?:ready|started \d+|stopped \d+)$", re.M)
+
+
+def parse_rows(text: str) -> tuple[dict[str, list[str]], list[str]]:
+    """The rows in ``text`` (whole lines) that the print sinks wrote, per job (each row its fields
+    as printed, joined by ``", "``: inserts and the new rows of updates), and the answers to commands.
+
+    >>> parse_rows("row 3:1> +I[7, x]\nrow 3:0> -U[7, y]\nstarted 4\nrow 3> +U[8, z]\n")
+    ({'3': ['7, x', '8, z']}, ['started 4'])
+    """
+    rows: dict[str, list[str]] = {}
+    for job, fields in _ROWS.findall(text):
+        rows.setdefault(job, []).append(fields)
+    return rows, _SAID.findall(text)
+
+
 def parse_time(field: str) -> int:
     """A printed window bound (Java's ``LocalDateTime``, UTC) as epoch ms."""
     return epoch_ms(dt.datetime.fromisoformat(field))
@@ -262,7 +289,7 @@ class Jobs:
             name = f"events_{n}"
             self.env.execute_sql(source_sql(name, directories[0], self.monitor_ms, self.query))
         columns = sink_columns(self.query)
-        if row_query(self.query) is not None:  # the query's own columns
+        if module_of(self.query) is not None:  # the query's own columns
             schema = self.env.sql_query(query_sql(name, self.query)).get_resolved_schema()
             types = [_ddl_type(str(t)) for t in schema.get_column_data_types()]
             columns = ", ".join(f"`{c}` {t}" for c, t in zip(schema.get_column_names(), types, strict=True))

@@ -63,6 +63,22 @@ but PyFlink's).
     runs the module's reference over the send's table), permitted at the
     send; its latency runs until its last row reaches the sink.
 
+``nexmark-q15``, ``-q16``, ``-q17``, ``-q18``, ``-q19``
+    Nexmark's updating queries over bids (:mod:`benchmarks.nexmark`'s
+    modules; PyFlink runs Nexmark's SQL): each send's bids as a row
+    query's, :data:`BIDS_PER_AUCTION` in a row to each of its auctions. A
+    "window" is a key of the query and a mark: the value the key's row
+    reaches once all the send's rows of that key are in it (q15 and q16:
+    the send's last auction of the key, from ``MAX(auction)``, which the
+    harness adds to their aggregates as it adds ``MAX(sent)`` to q4's; q17:
+    the auction's bids; q18, the latest bid per bidder and auction: its
+    time; q19, an auction's ten highest bids: the place in the send of the
+    last of them, which the bid's bidder carries). Its latency runs from
+    the send to the first row of the key that reaches the mark (a row
+    printed by PyFlink per input row, or one per key and micro-batch from
+    krishiv); up to :data:`SAMPLED_KEYS` keys per send, spread over the
+    send in the order its rows were written, the last one among them.
+
 Event time is the send time minus up to 2 s of disorder, 1 % of events 5 to
 60 s behind, for every query but q9 and q4 (no late events: Flink's
 regular join drops none, krishiv's interval join drops a row behind its
@@ -82,6 +98,7 @@ import pyarrow.compute as pc
 import krishiv_py as kp
 from benchmarks.flink_sustain import QUERIES as QUERIES
 from benchmarks.flink_sustain import ROW_QUERIES as ROW_QUERIES
+from benchmarks.flink_sustain import UPDATING_QUERIES as UPDATING_QUERIES
 
 WINDOW_MS = 2_000
 LAG_MS = 5_000
@@ -102,6 +119,13 @@ AUCTIONS = 1_000
 SEND_BASE_MS, ROWS_PER_SEND = 1_700_000_000_000, 10_000_000
 #: The row queries' bids (Nexmark's columns, :data:`benchmarks.data.BID_DDL`).
 BID_DDL = "auction bigint, bidder bigint, price bigint, channel string, url string, date_time timestamp"
+#: An updating query's bids: this many to each auction (numbered by the send, as a row query's).
+BIDS_PER_AUCTION = 20
+#: q18: each auction's bidders (about 10 bids from each: something to deduplicate).
+Q18_BIDDERS = 2
+#: An updating query's windows per send: at most this many of its keys, spread evenly over the
+#: send in the order its rows were written, the send's last key among them.
+SAMPLED_KEYS = 64
 #: The queries over auctions and bids, whose results update (see :attr:`Workload.reflects`).
 NEXMARK_JOINS = ("nexmark-q9", "nexmark-q4")
 Q23 = "nexmark-q23"
@@ -188,19 +212,39 @@ class Workload:
         return name if name in ROW_QUERIES else None
 
     @property
+    def updating(self) -> str | None:
+        """The module of a Nexmark query over bids whose results update (``q17``), else None."""
+        name = self.name.removeprefix("nexmark-")
+        return name if name in UPDATING_QUERIES else None
+
+    @property
     def reflects(self) -> bool:
-        """Whether a window is (key, send) and waits for a row of its key reflecting that send (q4)."""
-        return self.name in ("nexmark-q4", Q23)
+        """Whether a window is (key, mark) and waits for a row of its key whose value reaches the
+        mark (q4, q23: the send; the updating queries: :func:`_updating_emit`)."""
+        return self.name in ("nexmark-q4", Q23) or self.updating is not None
+
+    def sent_ms(self, window: Hashable) -> int:
+        """The send of a window (key, mark) of a query that :attr:`reflects` (epoch ms)."""
+        key, mark = cast("tuple[Any, int]", window)
+        if self.updating in ("q15", "q16"):  # the mark: the send's last auction of the key
+            return int(mark) // ROWS_PER_SEND + SEND_BASE_MS
+        if self.updating in ("q17", "q18"):  # the key starts with the auction: (auction, day or bidder)
+            return int(key[0]) // ROWS_PER_SEND + SEND_BASE_MS
+        if self.updating == "q19":  # the key: the auction
+            return int(key) // ROWS_PER_SEND + SEND_BASE_MS
+        return int(mark)
 
     @property
     def ddl(self) -> str:
-        if self.row_query is not None:
+        if self.row_query is not None or self.updating is not None:
             return BID_DDL
         if self.name == "nexmark-q7":
             return "auction bigint, event_time timestamp, price bigint"
         return "user_id string, event_time timestamp, amount double"
 
     def draw(self, rng: np.random.Generator, n: int) -> Draw:
+        if self.updating is not None:
+            return _updating_draw(self.updating, rng, n)
         if self.row_query is not None:  # bids: Nexmark's prices, channels and urls
             from benchmarks.data import _channels
 
@@ -234,6 +278,8 @@ class Workload:
         how many of them fall in each window."""
         if self.name == Q23:
             return _q23_emit(d, now_ms)
+        if self.updating is not None:
+            return _updating_emit(self.updating, d, now_ms)
         if self.row_query is not None:
             return _row_emit(self.row_query, d, now_ms)
         if self.name in NEXMARK_JOINS:
@@ -270,7 +316,7 @@ class Workload:
         if self.row_query is not None:  # a send
             return cast(int, window) >= first_ms and cast(int, window) + budget_s * 1000 <= end_ms
         if self.reflects:  # a key and a send: after first_ms, a budget before the end
-            sent = cast("tuple[int, int]", window)[1]
+            sent = self.sent_ms(window)
             return sent >= first_ms and sent + budget_s * 1000 <= end_ms
         if self.name == "nexmark-q9":  # an auction: sent after first_ms, its last bid a budget before the end
             sent_ms = cast(int, window) // SPAN * 1000
@@ -319,10 +365,15 @@ class Workload:
 
     def krishiv(self, stream: kp.Stream) -> kp.Stream:
         """The query over ``stream`` (event time not yet declared)."""
-        if self.row_query is not None:
+        if self.row_query is not None or self.updating is not None:
             from benchmarks.nexmark import query
 
-            return cast(kp.Stream, query(self.row_query).build(_Bids(stream.watermark("date_time", LAG_MS))))
+            name = self.row_query or self.updating
+            bids = _Bids(stream.watermark("date_time", LAG_MS))
+            if name in ("q15", "q16"):  # and the send's last auction behind each row
+                last = kp.max(kp.col("auction")).alias("last_auction")
+                return cast(kp.Stream, query(name).build(bids, last))
+            return cast(kp.Stream, query(str(name)).build(bids))
         s = stream.watermark("event_time", LAG_MS)
         if self.name == "session":
             return s.key_by("user_id").session_window(GAP_MS).agg(kp.count(kp.col("*")))
@@ -357,8 +408,9 @@ class Workload:
     def results(self, table: pa.Table) -> tuple[list[Hashable], list[int], list[int]]:
         """Result rows: each one's window, the moment (epoch ms) the watermark permitted it, its count."""
         if self.row_query is not None:  # a row: its send, named by its auction
-            sends = (table.column("auction").to_numpy() // ROWS_PER_SEND + SEND_BASE_MS).tolist()
-            return list(sends), sends, [1] * len(sends)
+            return _per_send(table.column("auction").to_numpy())
+        if self.updating is not None:
+            return _reflected(self.updating, _updates(self.updating, table))
         if self.name == Q23:  # a row: its bidder group, its bid's send
             groups = (table.column("bidder").to_numpy() % 10).tolist()
             return list(groups), [int(s or 0) for s in table.column("sent").to_pylist()], [1] * len(groups)
@@ -374,6 +426,24 @@ class Workload:
         users = [int(str(u)[1:]) for u in table.column("user_id").to_pylist()]
         starts = _ms(table.column("window_start"))
         return self._sessions(users, starts, ends, counts)
+
+    def flink_rows(self, rows: list[str]) -> tuple[list[Hashable], list[int], list[int]]:
+        """The rows a PyFlink job printed at once (each its fields joined by ``", "``, as
+        :func:`flink_sustain.parse_rows` gives them), as :meth:`results` gives a table's."""
+        if self.row_query is not None:  # auction first: its send
+            auctions = _field(pa.array(rows, pa.string()), 0).cast(pa.int64())
+            return _per_send(auctions.to_numpy())
+        if self.updating is not None:
+            return _reflected(self.updating, _flink_updates(self.updating, rows))
+        windows: list[Hashable] = []
+        permitted: list[int] = []
+        counts: list[int] = []
+        for row in rows:
+            w, p, c = self.flink_results(row.split(", "))
+            windows += w
+            permitted += p
+            counts += c
+        return windows, permitted, counts
 
     def flink_results(self, fields: list[str]) -> tuple[list[Hashable], list[int], list[int]]:
         """One row the PyFlink job printed (its fields, as :func:`flink_sustain.parse_row` gives them)."""
@@ -407,6 +477,160 @@ class _Bids:
 
     def __init__(self, bid: kp.Stream) -> None:
         self.bid = bid
+
+
+def _per_send(auctions: np.ndarray[Any, Any]) -> tuple[list[Hashable], list[int], list[int]]:
+    """A row query's rows, by the auctions they start with: each send and how many rows it has."""
+    sends, counts = np.unique(auctions // ROWS_PER_SEND + SEND_BASE_MS, return_counts=True)
+    return list(sends.tolist()), sends.tolist(), counts.tolist()
+
+
+def _updating_draw(name: str, rng: np.random.Generator, n: int) -> Draw:
+    """An updating query's send: Nexmark's prices, channels and urls; :data:`BIDS_PER_AUCTION` bids
+    to each auction, in order; q18, :data:`Q18_BIDDERS` bidders to an auction; q19, a bid's bidder
+    is its place in the send and its price is unique within its auction (so the top 10 are one set
+    and the row that completes them is known)."""
+    from benchmarks.data import _channels
+
+    cents = np.round(10.0 ** (rng.random(n) * 6.0) * 100.0).astype(np.int64)
+    channel, url = _channels(rng, n)
+    place = np.arange(n)
+    if name == "q18":
+        who = rng.integers(0, Q18_BIDDERS, n)
+    elif name == "q19":
+        who, cents = place, cents * 1_000 + place % 1_000
+    else:
+        who = rng.integers(1_000, 100_000, n)
+    keys = place // BIDS_PER_AUCTION
+    return Draw(rng.integers(0, 2_001, n), keys, pa.array(cents), columns=(pa.array(who), channel, url))
+
+
+def _days(ms: np.ndarray[Any, Any]) -> pa.Array[Any]:
+    """Each epoch-ms moment's UTC day, as ``DATE_FORMAT(.., 'yyyy-MM-dd')`` writes it."""
+    return pa.array(np.datetime_as_string(ms.astype("datetime64[ms]"), unit="D"))
+
+
+#: Per updating query: the columns of a row's key, and the column whose value marks how far the
+#: row reflects its key's input (reaching a window's mark: the key's last row of that send is in).
+UPDATE_KEYS = {
+    "q15": (("day",), "last_auction"),
+    "q16": (("channel", "day"), "last_auction"),
+    "q17": (("auction", "day"), "total_bids"),
+    "q18": (("auction", "bidder"), "date_ms"),
+    "q19": (("auction",), "bidder"),
+}
+
+
+def _updating_emit(name: str, d: Draw, now_ms: int) -> tuple[pa.Table, dict[Hashable, int]]:
+    """An updating query's send at ``now_ms``: its bids, auctions numbered by the send; and its
+    windows: a key and the value its row reaches once the send's rows of the key are in (q15,
+    q16: the last auction; q17: the bids; q18: the latest time; q19: the place of the last of the
+    auction's final top 10), at most :data:`SAMPLED_KEYS` of them."""
+    bidders, channel, url = d.columns
+    et_ms = now_ms - d.behind
+    auctions = (now_ms - SEND_BASE_MS) * ROWS_PER_SEND + d.keys
+    table = pa.table(
+        {
+            "auction": pa.array(auctions),
+            "bidder": bidders,
+            "price": d.values,
+            "channel": channel,
+            "url": url,
+            "date_time": _et(now_ms, d.behind),
+        }
+    )
+    keys, _ = UPDATE_KEYS[name]
+    day_ms = 86_400_000
+    if name == "q19":  # each auction's rows are BIDS_PER_AUCTION in a row: its top 10 per block
+        groups, mark_of = _top10_last(d.values.to_numpy(), auctions[0])
+        order = mark_of
+    else:
+        rows = table.append_column("day", pa.array(et_ms // day_ms)).append_column("date_ms", pa.array(et_ms))
+        rows = rows.append_column("place", pa.array(np.arange(len(et_ms))))
+        source, agg = {"q17": ("auction", "count"), "q18": ("date_ms", "max")}.get(name, ("auction", "max"))
+        wanted: list[Any] = [(source, agg), ("place", "max")]
+        groups = rows.group_by(list(keys)).aggregate(wanted)
+        mark_of = groups.column(f"{source}_{agg}").to_numpy()
+        order = groups.column("place_max").to_numpy()
+    ranked = np.argsort(order, kind="stable")
+    spread = np.linspace(0, len(ranked) - 1, min(SAMPLED_KEYS, len(ranked))).round().astype(int)
+    picks = ranked[np.unique(spread)]
+    key_columns = [groups.column(k).take(pa.array(picks)).to_pylist() for k in keys]
+    if "day" in keys:  # as the query writes it
+        days = key_columns[keys.index("day")]
+        key_columns[keys.index("day")] = _days(np.array(days, np.int64) * day_ms).to_pylist()
+    windows: dict[Hashable, int] = {}
+    for j, i in enumerate(picks.tolist()):
+        key = key_columns[0][j] if len(keys) == 1 else tuple(c[j] for c in key_columns)
+        windows[key, int(mark_of[i])] = 1
+    return table, windows
+
+
+def _top10_last(prices: np.ndarray[Any, Any], first: int) -> tuple[pa.Table, np.ndarray[Any, Any]]:
+    """q19: each auction (``first`` on, :data:`BIDS_PER_AUCTION` rows each, in order) and the place
+    in the send of the last of its ten highest bids (prices are unique within an auction)."""
+    n, per = len(prices), BIDS_PER_AUCTION
+    blocks = -(-n // per)
+    padded = np.full(blocks * per, -1, np.int64)
+    padded[:n] = prices
+    top = np.argsort(-padded.reshape(blocks, per), axis=1, kind="stable")[:, :10]
+    places = top + (np.arange(blocks) * per)[:, None]
+    last = np.where(places < n, places, -1).max(axis=1)
+    return pa.table({"auction": pa.array(first + np.arange(blocks, dtype=np.int64))}), last
+
+
+def _updates(name: str, table: pa.Table) -> pa.Table:
+    """An updating query's result rows (a retraction: none) as its key columns and ``value``."""
+    if "kind" in table.column_names:
+        table = table.filter(pc.not_equal(table.column("kind"), pa.scalar("retract")))
+    keys, value = UPDATE_KEYS[name]
+    if name == "q18":
+        ms = pc.cast(table.column("date_time"), pa.timestamp("ms", tz="UTC")).cast(pa.int64())
+        table = table.append_column("date_ms", ms)
+    columns: dict[str, Any] = {k: table.column(k) for k in keys}
+    columns["value"] = table.column(value).cast(pa.int64())
+    return pa.table(columns)
+
+
+#: Per updating query, the fields of a printed row that :func:`_flink_updates` reads: the key's
+#: (in :data:`UPDATE_KEYS`'s order), then the value's (-1: the last field; no field holds ", ").
+_PRINTED = {"q15": (0, -1), "q16": (0, 1, -1), "q17": (0, 1, 2), "q18": (0, 1, 5), "q19": (0, 1)}
+
+
+def _field(rows: pa.Array[Any], i: int) -> pa.Array[Any]:
+    """Field ``i`` (-1: the last) of printed rows (fields joined by ``", "``)."""
+    if i == -1:
+        return pc.list_element(pc.split_pattern(rows, ", ", max_splits=1, reverse=True), 1)
+    return pc.list_element(pc.split_pattern(rows, ", ", max_splits=i + 1), i)
+
+
+def _flink_updates(name: str, rows: list[str]) -> pa.Table:
+    """The fields PyFlink printed for an updating query's rows (Nexmark's SQL's columns; q15 and
+    q16 end with ``last_auction``), as :func:`_updates` gives krishiv's."""
+    keys, _ = UPDATE_KEYS[name]
+    printed = pa.array(rows, pa.string())
+    *at, value_at = _PRINTED[name]
+    columns: dict[str, pa.Array[Any]] = {}
+    for k, i in zip(keys, at, strict=True):
+        column = _field(printed, i)
+        columns[k] = column.cast(pa.int64()) if k in ("auction", "bidder") else column
+    value = _field(printed, value_at)
+    if name == "q18":  # a TIMESTAMP_LTZ, printed as an instant
+        value = value.cast(pa.timestamp("ms", tz="UTC"))
+    columns["value"] = value.cast(pa.int64())
+    return pa.table(columns)
+
+
+def _reflected(name: str, updates: pa.Table) -> tuple[list[Hashable], list[int], list[int]]:
+    """Rows that arrived at once, as (key, the highest value among its rows, 1) (a window's mark is
+    reached by a key's row of this arrival if by any)."""
+    keys, _ = UPDATE_KEYS[name]
+    best = updates.group_by(list(keys)).aggregate([("value", "max")])
+    values = [int(v or 0) for v in best.column("value_max").to_pylist()]
+    if len(keys) == 1:
+        return list(best.column(keys[0]).to_pylist()), values, [1] * len(values)
+    columns = [best.column(k).to_pylist() for k in keys]
+    return list(zip(*columns, strict=True)), values, [1] * len(values)
 
 
 def _row_emit(name: str, d: Draw, now_ms: int) -> tuple[pa.Table, dict[Hashable, int]]:

@@ -21,7 +21,10 @@ of the bid it reflects (:mod:`benchmarks.sustain_queries`); they run on
 ``krishiv-stateful`` and ``pyflink`` only (:func:`runners_of`). Nexmark's
 queries without state (``nexmark-q0``, ``-q1``, ``-q2``, ``-q10``, ``-q14``,
 ``-q21``, ``-q22``) count a send's latency from the send to its last row at
-the sink, on ``krishiv-native`` and ``pyflink``.
+the sink, on ``krishiv-native`` and ``pyflink``; its updating queries over
+bids (``nexmark-q15`` to ``-q19``: an aggregate per key, a dedup, a top-N
+per key) from the send to the first row of a key that holds all of the
+send's rows of that key, on ``krishiv-stateful`` and ``pyflink``.
 A rate is **sustained** when the p99 latency over the steady state (after
 the first third of the run) stays within the budget, the generator kept
 its rate, and the steady-state windows counted at least 95 % of the events
@@ -43,7 +46,9 @@ Runners (each in this process, one Spark session, one job per trial):
     in a directory every 100 ms (one file per tick, moved in atomically;
     Flink's Parquet format is not part of the PyFlink wheel), the
     watermark is the same 5 s lag, ``TUMBLE`` + ``COUNT(*)``, and the rows
-    reach the harness through the collect iterator and a pipe.
+    reach the harness through Flink's print sink and a pipe, read a chunk
+    at a time (every row of a chunk handled at once, as a Spark runner's
+    micro-batch is: the harness's share of the machine stays small).
 ``pyspark-streaming``
     hand-written: Spark's file source on a directory (one Parquet file per
     tick, moved in atomically), ``withWatermark`` + ``window`` + ``count``
@@ -127,10 +132,17 @@ class Arrivals:
         self._lock = threading.Lock()
 
     def add(self, windows: list[Hashable], permitted_ms: list[int], counts: list[int]) -> None:
-        """Rows that arrived now: each one's window, when it was permitted (epoch ms), its count."""
+        """Rows that arrived now: each one's window, when it was permitted (epoch ms), its count.
+
+        Rows of one arrival share its moment, so they are summed per window and permission
+        first (a query that keeps every row hands in a row per event).
+        """
         now = time.time() * 1000
+        summed: dict[tuple[Hashable, int], int] = {}
+        for window, permitted, n in zip(windows, permitted_ms, counts, strict=True):
+            summed[window, permitted] = summed.get((window, permitted), 0) + n
         with self._lock:
-            for window, permitted, n in zip(windows, permitted_ms, counts, strict=True):
+            for (window, permitted), n in summed.items():
                 later = window not in self.seen or permitted > self.seen[window][0]
                 if later or (self._last and permitted == self.seen[window][0]):
                     self.seen[window] = (permitted, now)
@@ -175,7 +187,6 @@ class FlinkProcess:
             [python, "-m", "benchmarks.flink_sustain", "--query", query, "--monitor-ms", str(monitor_ms)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            text=True,
             cwd=root,
             env=env,
             start_new_session=True,  # its JVM goes with it on close()
@@ -198,21 +209,30 @@ class FlinkProcess:
             raise RuntimeError(f"the PyFlink process did not answer {what!r} within {timeout:g} s")
 
     def _read(self) -> None:
-        assert self.proc.stdout is not None
-        from benchmarks.flink_sustain import parse_row
+        """Read the process's output a chunk at a time (every whole line in it): the rows go to
+        their job's arrivals in one call (:meth:`Workload.flink_rows`), so the harness's share of
+        the machine stays small beside the job's, however many rows it prints."""
+        import os
 
-        for line in self.proc.stdout:
-            row = parse_row(line)
-            if row is not None:
-                arrivals = self._arrivals.get(row[0])
+        from benchmarks.flink_sustain import parse_rows
+
+        assert self.proc.stdout is not None
+        fd, rest = self.proc.stdout.fileno(), b""
+        while chunk := os.read(fd, 1 << 20):
+            data = rest + chunk
+            cut = data.rfind(b"\n") + 1
+            data, rest = data[:cut], data[cut:]
+            rows, said = parse_rows(data.decode("utf-8", "replace"))
+            for job, fields in rows.items():
+                arrivals = self._arrivals.get(job)
                 if arrivals is not None:
-                    arrivals.add(*self.work.flink_results(row[1]))
-            elif line.startswith(("ready", "started ", "stopped ")):
-                self._event(line.strip()).set()
+                    arrivals.add(*self.work.flink_rows(fields))
+            for what in said:
+                self._event(what).set()
 
     def _command(self, line: str) -> None:
         assert self.proc.stdin is not None
-        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.write(f"{line}\n".encode())
         self.proc.stdin.flush()
 
     def start(self, arrivals: Arrivals) -> tuple[Callable[[Any], Any], Callable[[], None]]:
@@ -357,6 +377,8 @@ def runners_of(work: Workload) -> tuple[str, ...]:
     query without state on krishiv's native lowering and in PyFlink."""
     if work.row_query is not None:  # no state: the native lowering (no operator of krishiv's to run)
         return ("krishiv-native", "pyflink")
+    if work.updating is not None:  # an updating result: the stateful lowering (explain()'s choice)
+        return ("krishiv-stateful", "pyflink")
     return ("krishiv-stateful", "pyflink") if work.tables else RUNNERS
 
 
@@ -436,10 +458,10 @@ def trial(
 
 def _latency(work: Workload, arrivals: Arrivals, window: Hashable) -> float:
     """Seconds from the moment ``window`` was permitted until it reached the sink (inf: it did not)."""
-    if work.reflects:  # (key, send): the first row of the key that reflects the send
-        key, sent = cast("tuple[Hashable, int]", window)
-        at = arrivals.reflected(key, sent)
-        return float("inf") if at is None else (at - sent) / 1000
+    if work.reflects:  # (key, mark): the first row of the key that reaches the mark, from its send
+        key, mark = cast("tuple[Hashable, int]", window)
+        at = arrivals.reflected(key, mark)
+        return float("inf") if at is None else (at - work.sent_ms(window)) / 1000
     if window not in arrivals.seen:
         return float("inf")
     permitted, arrived = arrivals.seen[window]

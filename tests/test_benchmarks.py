@@ -485,7 +485,7 @@ def test_sustainable_feeds_flink_csv_files_with_epoch_milliseconds() -> None:
     session = sq.WORKLOADS["session"].flink_results(["u7", "2027-01-15T08:00", "2027-01-15T08:00:05", "3"])
     assert session[1:] == ([1_800_000_010_000], [3]) and session[0][0][0] == 7  # type: ignore[index]
     for query in fs.QUERIES:  # every windowed query (q9 and q4 join: their own test)
-        if query not in fs.JOINS and fs.row_query(query) is None:
+        if query not in fs.JOINS and fs.module_of(query) is None:
             assert "DESCRIPTOR(event_time)" in fs.query_sql("events_1", query)
     # A Nexmark query without state: Nexmark's SQL over the job's bids, their time in epoch ms.
     assert (
@@ -923,3 +923,80 @@ def test_sustainable_q23_sends_bids_by_persons_who_each_sell_one_auction() -> No
     assert (
         "JOIN `person_2` P ON P.id = B.bidder" in sql and "JOIN `auction_2` A ON A.seller = B.bidder" in sql
     )
+
+
+@pytest.mark.parametrize("name", ["q15", "q16", "q17", "q18", "q19"])
+def test_sustainable_updating_queries_wait_for_the_row_that_holds_a_keys_whole_send(name: str) -> None:
+    """A window of an updating query is a key and the value its row reaches once the send's rows of
+    the key are in; krishiv's rows and PyFlink's printed ones map to the same (key, value)."""
+
+    from benchmarks import sustain_queries as q
+    from benchmarks import sustainable as sb
+
+    work = q.WORKLOADS[f"nexmark-{name}"]
+    assert work.reflects and sb.runners_of(work) == ("krishiv-stateful", "pyflink")
+    sent = 1_800_000_000_500
+    table, windows = work.emit(work.draw(np.random.default_rng(3), 4_000), sent)
+    assert 1 <= len(windows) <= q.SAMPLED_KEYS and all(work.sent_ms(w) == sent for w in windows)
+    # The send's last auction is a window: the one the runners reach last.
+    last = table.column("auction")[-1].as_py()
+    parts = [(*(w[0] if isinstance(w[0], tuple) else (w[0],)), w[1]) for w in windows]  # type: ignore[index]
+    assert any(last in p for p in parts)
+    # The final rows of the query over the send (DuckDB: the module's reference) reach every mark.
+    final = _final(name, table)
+    marks = cast("list[tuple[Any, int]]", list(windows))
+    assert all(_reached(work, final).get(key, -1) >= mark for key, mark in marks)
+    if name in ("q17", "q19"):  # half the last auction's bids: its count, its top 10, fall short
+        partial = _reached(work, _final(name, table.slice(0, table.num_rows - q.BIDS_PER_AUCTION // 2)))
+        of_last = [(k, m) for k, m in marks if last in (k if isinstance(k, tuple) else (k,))]
+        assert len(of_last) == 1 and partial.get(of_last[0][0], -1) < of_last[0][1]
+    # PyFlink prints the same rows (Nexmark's SQL's columns; q15, q16: then last_auction).
+    printed = [", ".join(_printed(v) for v in row.values()) for row in final.to_pylist()]
+    assert sorted(zip(*work.flink_rows(printed), strict=True)) == sorted(
+        zip(*work.results(final), strict=True)
+    )
+    arrivals = sb.Arrivals(reflect=True)
+    arrivals.add(*work.flink_rows(printed))
+    assert all(sb._latency(work, arrivals, w) != float("inf") for w in windows)
+    retracted = final.append_column("kind", pa.array(["retract"] * final.num_rows))
+    assert work.results(retracted) == ([], [], [])
+
+
+def _final(name: str, table: pa.Table) -> pa.Table:
+    """The final rows of updating query ``name`` over ``table`` (the module's DuckDB reference; q15
+    and q16 with the harness's ``last_auction``)."""
+    import duckdb
+
+    from benchmarks import flink_sustain as fs
+    from benchmarks.nexmark import query
+
+    with duckdb.connect() as con:
+        con.execute("SET TimeZone = 'UTC'")
+        con.register("sent_bids", table)
+        sql = query(name).DUCKDB.format(bid="sent_bids")
+        if name in fs.LAST_AUCTION:
+            last = f"(SELECT MAX(auction) FROM sent_bids b WHERE {_day_match(name)}) AS last_auction"
+            sql = f"SELECT *, {last} FROM ({sql}) r"
+        final: pa.Table = con.sql(sql).to_arrow_table()
+        return final
+
+
+def _reached(work: Any, final: pa.Table) -> dict[Any, int]:
+    """Per key, the highest value its rows reach."""
+    keys, values, _ = work.results(final.append_column("kind", pa.array(["emit"] * final.num_rows)))
+    reached: dict[Any, int] = {}
+    for key, value in zip(keys, values, strict=True):
+        reached[key] = max(value, reached.get(key, value))
+    return reached
+
+
+def _day_match(name: str) -> str:
+    day = "strftime(b.date_time::TIMESTAMP, '%Y-%m-%d') = r.day"
+    return day if name == "q15" else f"{day} AND b.channel = r.channel"
+
+
+def _printed(value: object) -> str:
+    """A value as Flink's print sink writes it (a TIMESTAMP_LTZ as an instant)."""
+    if isinstance(value, dt.datetime):
+        return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    return str(value)

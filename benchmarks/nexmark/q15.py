@@ -28,8 +28,10 @@ GROUP BY day
 """
 
 
-def build(s: Streams) -> Stream:
+def build(s: Streams, *extra: kp.AggExpr) -> Stream:
+    """The query over ``s``; ``extra`` aggregates after Nexmark's (the sustainable harness adds the
+    latest auction behind each row)."""
     by_day = s.bid.with_column("day", kp.date_format(kp.col("date_time"), "yyyy-MM-dd"))
     return by_day.key_by("day").agg(
-        *counts(None, "bids"), *counts("bidder", "bidders"), *counts("auction", "auctions")
+        *counts(None, "bids"), *counts("bidder", "bidders"), *counts("auction", "auctions"), *extra
     )

@@ -28,7 +28,9 @@ GROUP BY channel, day
 """
 
 
-def build(s: Streams) -> Stream:
+def build(s: Streams, *extra: kp.AggExpr) -> Stream:
+    """The query over ``s``; ``extra`` aggregates after Nexmark's (the sustainable harness adds the
+    latest auction behind each row)."""
     t = kp.col("date_time")
     by_day = s.bid.select(
         *(kp.col(c) for c in s.bid.columns),
@@ -40,4 +42,5 @@ def build(s: Streams) -> Stream:
         *counts(None, "bids"),
         *counts("bidder", "bidders"),
         *counts("auction", "auctions"),
+        *extra,
     )
