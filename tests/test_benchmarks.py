@@ -1000,3 +1000,45 @@ def _printed(value: object) -> str:
     if isinstance(value, dt.datetime):
         return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
     return str(value)
+
+
+def test_nexmark_budget_book_keeps_each_querys_best_rates_and_compares_per_core(tmp_path: Path) -> None:
+    from benchmarks.nexmark import budget
+    from benchmarks.nexmark.published import FELDERA, FLINK
+
+    def trial(runner: str, rate: int, p99: float, ok: bool) -> dict[str, Any]:
+        return {"runner": runner, "rate": rate, "p99_s": p99, "sustained": ok, "generator_behind_s": 0.0}
+
+    run = {
+        "query": "nexmark-q1",
+        "budget_s": 5.0,
+        "summary": {"krishiv-native": 400_000, "pyflink": 300_000},
+        "trials": [
+            trial("krishiv-native", 200_000, 0.5, True),
+            trial("krishiv-native", 400_000, 1.5, True),
+            trial("krishiv-native", 800_000, 9.0, False),
+            trial("pyflink", 300_000, 2.0, True),
+            trial("pyflink", 600_000, 7.0, False),
+        ],
+    }
+    (tmp_path / "q1.json").write_text(json.dumps(run))
+    book = budget.add(tmp_path / "book.json", [tmp_path / "q1.json"], cores=2, date="2026-11-27")
+    assert book["q1"]["runners"]["krishiv-native"] == {
+        "events_per_s": 400_000,
+        "p99_s": 1.5,
+        "next": {"rate": 800_000, "p99_s": 9.0},
+        "generator_behind_s": 0.0,
+    }
+    text = budget.table(json.loads((tmp_path / "book.json").read_text()))
+    row = next(line for line in text.splitlines() if line.startswith("| q1 |"))
+    assert "| 400,000 (native) | 1.50 s | 300,000 | 2.00 s | 1.33 | 200,000 | 150,000 |" in row
+    assert f"{FLINK['q1']:,.0f}" in row and f"{FELDERA['q1']:,.0f}" in row
+    assert "| q3 | not run |" in text
+    # krishiv 200,000 per core against Flink's published 157,940: at or above.
+    assert budget.counts(book) == {
+        "both_ran": 1,
+        "krishiv_at_or_above_pyflink": 1,
+        "per_core_at_or_above_flink": 1,
+    }
+    budget.plot(book, tmp_path / "chart.png")
+    assert (tmp_path / "chart.png").stat().st_size > 1_000
