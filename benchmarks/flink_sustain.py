@@ -73,9 +73,11 @@ QUERIES = (
     "nexmark-q23",
     *(f"nexmark-{q}" for q in ROW_QUERIES),
     *(f"nexmark-{q}" for q in UPDATING_QUERIES),
+    "nexmark-q20",
+    "nexmark-q8",
 )
 #: The queries over auctions and bids.
-JOINS = ("nexmark-q9", "nexmark-q4", "nexmark-q23")
+JOINS = ("nexmark-q9", "nexmark-q4", "nexmark-q23", "nexmark-q20", "nexmark-q8")
 #: q9's tables as CSV columns (event time ``ts`` and ``expires_ms`` in epoch ms).
 #: q23's tables as CSV columns.
 Q23_COLUMNS = {
@@ -99,6 +101,8 @@ def say(line: str) -> None:
 
 def tables_of(query: str) -> dict[str, str]:
     """A join query's tables (in the order of their directories) and their CSV columns."""
+    if query == "nexmark-q8":  # persons and the auctions they open
+        return {"person": Q23_COLUMNS["person"], "auction": Q23_COLUMNS["auction"]}
     return Q23_COLUMNS if query == "nexmark-q23" else Q9_COLUMNS
 
 
@@ -155,6 +159,24 @@ def query_sql(name: str, query: str = "tumbling") -> str:
         f"  FROM `auction_{name}` A, `bid_{name}` B\n"
         "  WHERE A.id = B.auction AND B.event_time BETWEEN A.event_time AND A.expires\n"
     )
+    if query == "nexmark-q20":  # Nexmark's q20.sql, on the harness's columns (category 0)
+        return (
+            "SELECT A.id, B.price, B.sent\n"
+            f"FROM `bid_{name}` B INNER JOIN `auction_{name}` A ON B.auction = A.id\n"
+            "WHERE A.category = 0"
+        )
+    if query == "nexmark-q8":  # Nexmark's q8.sql, on the harness's columns and 2 s windows
+        tumble = f"TUMBLE(event_time, {interval(WINDOW_MS)})"
+        bounds = f"TUMBLE_START(event_time, {interval(WINDOW_MS)}) AS starttime, " + (
+            f"TUMBLE_END(event_time, {interval(WINDOW_MS)}) AS endtime"
+        )
+        return (
+            "SELECT P.id, P.starttime FROM (\n"
+            f"  SELECT id, {bounds} FROM `person_{name}` GROUP BY id, {tumble}\n"
+            ") P JOIN (\n"
+            f"  SELECT seller, {bounds} FROM `auction_{name}` GROUP BY seller, {tumble}\n"
+            ") A ON P.id = A.seller AND P.starttime = A.starttime AND P.endtime = A.endtime"
+        )
     if query == "nexmark-q23":  # Nexmark's q23.sql, on the harness's columns
         return (
             "SELECT B.bidder, B.price, P.id AS person_id, A.id AS auction_id, B.sent\n"
@@ -289,7 +311,7 @@ class Jobs:
             name = f"events_{n}"
             self.env.execute_sql(source_sql(name, directories[0], self.monitor_ms, self.query))
         columns = sink_columns(self.query)
-        if module_of(self.query) is not None:  # the query's own columns
+        if module_of(self.query) is not None or self.query in ("nexmark-q8", "nexmark-q20"):  # its columns
             schema = self.env.sql_query(query_sql(name, self.query)).get_resolved_schema()
             types = [_ddl_type(str(t)) for t in schema.get_column_data_types()]
             columns = ", ".join(f"`{c}` {t}" for c, t in zip(schema.get_column_names(), types, strict=True))

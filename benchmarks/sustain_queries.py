@@ -129,6 +129,14 @@ SAMPLED_KEYS = 64
 #: The queries over auctions and bids, whose results update (see :attr:`Workload.reflects`).
 NEXMARK_JOINS = ("nexmark-q9", "nexmark-q4")
 Q23 = "nexmark-q23"
+#: q20, each bid with its auction of category 0 (Nexmark: category 10; here a tenth of the
+#: auctions, as Nexmark's category 10 is of its), on q9's tables; q8, persons who opened an
+#: auction in the same window, on persons and the auctions they sell.
+Q20, Q8 = "nexmark-q20", "nexmark-q8"
+Q8_TABLES = {
+    "person": "id bigint, event_time timestamp",
+    "auction": "id bigint, seller bigint, event_time timestamp",
+}
 #: q9: a bid goes to an auction sent in one of the last this many seconds (the current one
 #: included); auctions last this long; an auction's number is its send's second times ``SPAN``
 #: plus its index in the send.
@@ -203,7 +211,14 @@ class Workload:
         """A query over several tables: each one's columns (empty: one table, :attr:`ddl`)."""
         if self.name == Q23:
             return Q23_TABLES
-        return Q9_TABLES if self.name in NEXMARK_JOINS else {}
+        if self.name == Q8:
+            return Q8_TABLES
+        return Q9_TABLES if self.name in (*NEXMARK_JOINS, Q20) else {}
+
+    @property
+    def per_send(self) -> bool:
+        """Whether a window is a send, waiting for its last row (a row query, q20)."""
+        return self.row_query is not None or self.name == Q20
 
     @property
     def row_query(self) -> str | None:
@@ -258,7 +273,10 @@ class Workload:
             picks = rng.integers(0, AUCTION_BACK_S, bids) * persons + rng.integers(0, persons, bids)
             disorder = rng.integers(0, 2_001, bids)
             return Draw(disorder, picks, pa.array(rng.integers(1, 10_000_000, bids)), auctions=persons)
-        if self.name in NEXMARK_JOINS:
+        if self.name == Q8:  # persons, each opening one auction at the same moment
+            persons = max(1, n // 2)
+            return Draw(rng.integers(0, 2_001, persons), np.arange(persons), pa.array([]), auctions=persons)
+        if self.name in (*NEXMARK_JOINS, Q20):
             auctions = max(1, n * AUCTIONS_PER // (AUCTIONS_PER + BIDS))
             bids = max(1, n - auctions)
             picks = rng.integers(0, AUCTION_BACK_S, bids) * auctions + rng.integers(0, auctions, bids)
@@ -282,6 +300,12 @@ class Workload:
             return _updating_emit(self.updating, d, now_ms)
         if self.row_query is not None:
             return _row_emit(self.row_query, d, now_ms)
+        if self.name == Q8:
+            return _q8_emit(d, now_ms)
+        if self.name == Q20:  # the send's bids to auctions of category 0
+            tables, _ = _q9_emit(d, now_ms)
+            kept = int((tables["bid"].column("auction").to_numpy() % 10 == 0).sum())  # (category: id % 10)
+            return tables, {now_ms: kept}
         if self.name in NEXMARK_JOINS:
             tables, auctions = _q9_emit(d, now_ms)
             if self.name == "nexmark-q9":
@@ -313,7 +337,7 @@ class Workload:
 
     def steady(self, window: Hashable, first_ms: float, end_ms: float, budget_s: float) -> bool:
         """Whether ``window`` closes in the steady state: after ``first_ms``, a budget before the end."""
-        if self.row_query is not None:  # a send
+        if self.per_send:  # a send
             return cast(int, window) >= first_ms and cast(int, window) + budget_s * 1000 <= end_ms
         if self.reflects:  # a key and a send: after first_ms, a budget before the end
             sent = self.sent_ms(window)
@@ -335,6 +359,16 @@ class Workload:
         """A query over several tables (:attr:`tables`) over ``streams`` (event time not yet declared):
         q9, each auction with its bids, the highest one within its lifetime first; q4, the average
         of those per category; q23, each bid with its person and the auctions it sells."""
+        if self.name == Q8:  # Nexmark's q8 on 2 s windows: each person once per window
+            timed = {name: s.watermark("event_time", LAG_MS) for name, s in streams.items()}
+            sellers = timed["auction"].key_by("seller").tumbling_window(WINDOW_MS)
+            opened = timed["person"].key_by("id").tumbling_window(WINDOW_MS).join(sellers, how="semi")
+            return opened.select("id", "window_start")
+        if self.name == Q20:  # every bid with its auction (a tenth of them)
+            tenth = streams["auction"].watermark("event_time", LAG_MS).filter(kp.col("category") == 0)
+            by_auction = streams["bid"].watermark("event_time", LAG_MS).key_by("auction")
+            pairs = tenth.key_by("id").interval_join(by_auction, between=(0, AUCTION_LIFE_MS))
+            return pairs.select("id", "price", "sent")
         if self.name == Q23:
             timed = {name: s.watermark("event_time", LAG_MS) for name, s in streams.items()}
             near = (-PARTNER_MS, 2_000)  # a bid is 0-7 s after its bidder's person and auctions
@@ -411,6 +445,10 @@ class Workload:
             return _per_send(table.column("auction").to_numpy())
         if self.updating is not None:
             return _reflected(self.updating, _updates(self.updating, table))
+        if self.name == Q20:  # a row: its bid's send
+            return _per_send_of(table.column("sent").to_numpy())
+        if self.name == Q8:  # a person in a window
+            return _per_window(np.array(_ms(table.column("window_start")), np.int64) + WINDOW_MS)
         if self.name == Q23:  # a row: its bidder group, its bid's send
             groups = (table.column("bidder").to_numpy() % 10).tolist()
             return list(groups), [int(s or 0) for s in table.column("sent").to_pylist()], [1] * len(groups)
@@ -435,6 +473,8 @@ class Workload:
             return _per_send(auctions.to_numpy())
         if self.updating is not None:
             return _reflected(self.updating, _flink_updates(self.updating, rows))
+        if self.name == Q20:  # id, price, sent
+            return _per_send_of(_field(pa.array(rows, pa.string()), 2).cast(pa.int64()).to_numpy())
         windows: list[Hashable] = []
         permitted: list[int] = []
         counts: list[int] = []
@@ -457,6 +497,11 @@ class Workload:
             return self._sessions([int(user[1:])], [parse_time(start)], [parse_time(end)], [int(n)])
         if self.name == Q23:  # bidder, price, person_id, auction_id, sent
             return [int(fields[0]) % 10], [int(fields[4])], [1]
+        if self.name == Q8:  # id, window start
+            end_ms = parse_time(fields[1]) + WINDOW_MS
+            return [end_ms], [end_ms + LAG_MS], [1]
+        if self.name == Q20:  # id, price, sent
+            return [int(fields[2])], [int(fields[2])], [1]
         if self.name in NEXMARK_JOINS:  # id, price, sent (q4: category, avg_final, sent)
             return [int(fields[0])], [int(fields[2])], [1]
         end_ms = parse_time(fields[0])
@@ -481,8 +526,19 @@ class _Bids:
 
 def _per_send(auctions: np.ndarray[Any, Any]) -> tuple[list[Hashable], list[int], list[int]]:
     """A row query's rows, by the auctions they start with: each send and how many rows it has."""
-    sends, counts = np.unique(auctions // ROWS_PER_SEND + SEND_BASE_MS, return_counts=True)
-    return list(sends.tolist()), sends.tolist(), counts.tolist()
+    return _per_send_of(auctions // ROWS_PER_SEND + SEND_BASE_MS)
+
+
+def _per_send_of(sends: np.ndarray[Any, Any]) -> tuple[list[Hashable], list[int], list[int]]:
+    """Rows by their sends (epoch ms): each send, permitted at itself, and how many rows it has."""
+    unique, counts = np.unique(sends, return_counts=True)
+    return list(unique.tolist()), unique.tolist(), counts.tolist()
+
+
+def _per_window(ends: np.ndarray[Any, Any]) -> tuple[list[Hashable], list[int], list[int]]:
+    """Rows by their windows' ends: each end, permitted at end + lag, and how many rows it has."""
+    unique, counts = np.unique(ends, return_counts=True)
+    return list(unique.tolist()), (unique + LAG_MS).tolist(), counts.tolist()
 
 
 def _updating_draw(name: str, rng: np.random.Generator, n: int) -> Draw:
@@ -686,6 +742,20 @@ def _q23_emit(d: Draw, now_ms: int) -> tuple[dict[str, pa.Table], dict[Hashable,
         ),
     }
     return tables, {(int(g), now_ms): 1 for g in np.unique(bidders % 10)}
+
+
+def _q8_emit(d: Draw, now_ms: int) -> tuple[dict[str, pa.Table], dict[Hashable, int]]:
+    """q8's send at ``now_ms``: its persons, each opening one auction at its own event time; and
+    how many persons each window holds."""
+    ids = now_ms // 1000 * SPAN + np.arange(d.auctions, dtype=np.int64)
+    et = _et(now_ms, d.behind)
+    tables = {
+        "person": pa.table({"id": pa.array(ids), "event_time": et}),
+        "auction": pa.table({"id": pa.array(ids), "seller": pa.array(ids), "event_time": et}),
+    }
+    ends = ((now_ms - d.behind) // WINDOW_MS + 1) * WINDOW_MS
+    unique, counts = np.unique(ends, return_counts=True)
+    return tables, dict(zip(unique.tolist(), counts.tolist(), strict=True))
 
 
 def _q9_emit(d: Draw, now_ms: int) -> tuple[dict[str, pa.Table], dict[Hashable, int]]:

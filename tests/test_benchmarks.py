@@ -1042,3 +1042,35 @@ def test_nexmark_budget_book_keeps_each_querys_best_rates_and_compares_per_core(
     }
     budget.plot(book, tmp_path / "chart.png")
     assert (tmp_path / "chart.png").stat().st_size > 1_000
+
+
+def test_sustainable_q20_and_q8_count_what_each_send_or_window_yields() -> None:
+    from benchmarks import flink_sustain as fs
+    from benchmarks import sustain_queries as q
+    from benchmarks import sustainable as sb
+
+    now = 1_800_000_000_700
+    q20 = q.WORKLOADS["nexmark-q20"]
+    assert q20.per_send and q20.tables == q.Q9_TABLES
+    assert sb.runners_of(q20) == ("krishiv-native", "krishiv-stateful", "pyflink")
+    tables, windows = q20.emit(q20.draw(np.random.default_rng(5), 20_000), now)
+    to_tenth = int((tables["bid"].column("auction").to_numpy() % 10 == 0).sum())
+    assert windows == {now: to_tenth} and 0 < to_tenth < tables["bid"].num_rows / 5
+    rows = pa.table({"id": [1, 2, 3], "price": [5, 6, 7], "sent": [now, now, now - 1_000]})
+    assert sorted(zip(*q20.results(rows), strict=True)) == [(now - 1_000, now - 1_000, 1), (now, now, 2)]
+    assert q20.flink_rows([f"1, 5, {now}", f"2, 6, {now}"]) == ([now], [now], [2])
+    assert "WHERE A.category = 0" in fs.query_sql("3", "nexmark-q20")
+    q8 = q.WORKLOADS["nexmark-q8"]
+    assert list(q8.tables) == list(fs.tables_of("nexmark-q8")) == ["person", "auction"]
+    tables, windows = q8.emit(q8.draw(np.random.default_rng(6), 2_000), now)
+    assert tables["person"].num_rows == tables["auction"].num_rows == 1_000 == sum(windows.values())
+    assert tables["auction"].column("seller").equals(tables["person"].column("id"))
+    ends = cast("list[int]", list(windows))
+    assert all(end % q.WINDOW_MS == 0 and now - 2_000 < end <= now + q.WINDOW_MS for end in ends)
+    start = dt.datetime.fromtimestamp((now // 2_000) * 2, dt.UTC)
+    rows = pa.table({"id": [1, 2], "window_start": pa.array([start, start], pa.timestamp("us", tz="UTC"))})
+    end = now // 2_000 * 2_000 + q.WINDOW_MS
+    assert q8.results(rows) == ([end], [end + q.LAG_MS], [2])
+    assert q8.flink_results(["1", start.strftime("%Y-%m-%dT%H:%M:%SZ")]) == ([end], [end + q.LAG_MS], [1])
+    sql = fs.query_sql("3", "nexmark-q8")
+    assert "FROM `person_3` GROUP BY id, TUMBLE(event_time, " in sql and "P.id = A.seller" in sql
