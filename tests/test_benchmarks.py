@@ -1074,3 +1074,58 @@ def test_sustainable_q20_and_q8_count_what_each_send_or_window_yields() -> None:
     assert q8.flink_results(["1", start.strftime("%Y-%m-%dT%H:%M:%SZ")]) == ([end], [end + q.LAG_MS], [1])
     sql = fs.query_sql("3", "nexmark-q8")
     assert "FROM `person_3` GROUP BY id, TUMBLE(event_time, " in sql and "P.id = A.seller" in sql
+
+
+def test_nexmark_command_at_a_rate_runs_each_harness_query_on_krishivs_lowering(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``python -m benchmarks.nexmark --rate R``: one trial per query, on the lowering krishiv runs it
+    with; a query outside the harness is named as such."""
+    import krishiv_py as kp
+    from benchmarks import sustainable as sb
+    from benchmarks.nexmark import __main__ as cli
+
+    calls: list[tuple[str, int, str]] = []
+
+    def trial(_s: object, runner: str, rate: int, *_a: object, query: str, **_k: object) -> dict[str, Any]:
+        calls.append((runner, rate, query))
+        return {
+            "runner": runner,
+            "rate": rate,
+            "p50_s": 0.5,
+            "p99_s": 1.25,
+            "counted_share": 1.0,
+            "sustained": True,
+        }
+
+    class Idle:
+        def stop(self) -> None:
+            pass
+
+    monkeypatch.setattr(sb, "trial", trial)
+    monkeypatch.setattr(kp.Session, "embedded", staticmethod(lambda *a, **k: Idle()))
+    argv = [
+        "--rate",
+        "1000",
+        "--seconds",
+        "3",
+        "--query",
+        "q1",
+        "--query",
+        "q17",
+        "--query",
+        "q20",
+        "--query",
+        "q12",
+    ]
+    assert cli.main(argv) == 0
+    assert calls == [
+        ("krishiv-native", 1000, "nexmark-q1"),
+        ("krishiv-stateful", 1000, "nexmark-q17"),
+        ("krishiv-native", 1000, "nexmark-q20"),
+    ]
+    out = capsys.readouterr().out
+    assert "q17    krishiv-stateful       1,000    0.50    1.25   100.0%  yes" in out
+    assert "q12    not in the sustainable harness" in out
+    with pytest.raises(SystemExit):  # a harness-only query has no bounded module
+        cli.main(["--query", "q9"])

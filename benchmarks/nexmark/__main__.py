@@ -12,6 +12,15 @@ the dataset's CSV files (:mod:`benchmarks.nexmark.flink`): its best time of
 With ``--kafka`` krishiv reads the tables from Kafka topics instead
 (:mod:`benchmarks.nexmark.kafka`, a broker started for the run): each
 query's ``collect()`` reads what the topics hold.
+
+With ``--rate R`` each query runs streaming instead, fed R events/s in real
+time for ``--seconds`` by the sustainable harness's generator
+(:mod:`benchmarks.sustainable`, one trial, no search; every query of the
+harness, q4, q7, q8, q9, q20 and q23 included): krishiv on the lowering
+``explain()`` chooses, and PyFlink with ``--flink-python``; the table gives
+each one's p50 and p99 latency, the share of the events its results counted
+and whether it kept up at p99 <= ``--budget-s``. The highest rate a runner
+sustains is ``python -m benchmarks.sustainable``'s search.
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 from dataclasses import replace
+from typing import Any
 
 from tqdm import tqdm
 
@@ -27,12 +37,18 @@ from benchmarks import data
 from benchmarks.nexmark import NAMES, query
 from benchmarks.nexmark.check import flink_outcome, run, run_flink, streams_of
 from benchmarks.nexmark.kafka import kafka_streams, produce
+from benchmarks.sustain_queries import WORKLOADS
 from krishiv_py.devtools import KafkaBroker
+
+#: The queries the sustainable harness runs that have no module here (``--rate`` only).
+HARNESS_ONLY = ("q4", "q7", "q8", "q9", "q20", "q23")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.nexmark", description=__doc__)
-    parser.add_argument("--query", action="append", choices=NAMES, help="a query (default: all)")
+    parser.add_argument(
+        "--query", action="append", choices=(*NAMES, *HARNESS_ONLY), help="a query (default: all)"
+    )
     parser.add_argument("--events", type=int, default=200_000, help="events of the dataset")
     parser.add_argument("--files", type=int, default=4, help="Parquet files per table")
     parser.add_argument("--flink-python", help="a PyFlink environment's interpreter: run Flink's SQL too")
@@ -41,7 +57,15 @@ def main(argv: list[str] | None = None) -> int:
         "--kafka", action="store_true", help="read the tables from Kafka topics, on a local broker it starts"
     )
     parser.add_argument("--extra", action="store_true", help="rows padded by Nexmark's extra column")
+    parser.add_argument("--rate", type=int, help="streaming: this many events/s in real time, one trial each")
+    parser.add_argument("--seconds", type=float, default=30.0, help="with --rate: the trial's length")
+    parser.add_argument("--budget-s", type=float, default=5.0, help="with --rate: the p99 latency budget")
     args = parser.parse_args(argv)
+    if args.rate is not None:
+        names = args.query or [q for q in (*NAMES, *HARNESS_ONLY) if f"nexmark-{q}" in WORKLOADS]
+        return at_rate(names, args.rate, args.seconds, args.budget_s, args.flink_python)
+    if args.query and set(args.query) & set(HARNESS_ONLY):
+        parser.error(f"{', '.join(sorted(set(args.query) & set(HARNESS_ONLY)))} run with --rate only")
     dataset = data.nexmark(data.NexmarkSpec(events=args.events, files=args.files, extra=args.extra))
     names = args.query or list(NAMES)
     session = kp.Session.embedded()
@@ -81,6 +105,43 @@ def main(argv: list[str] | None = None) -> int:
                 ok &= bool(f.equal)
         print(line)
     return 0 if ok else 1
+
+
+def at_rate(names: list[str], rate: int, seconds: float, budget_s: float, flink_python: str | None) -> int:
+    """Each query streaming at ``rate`` events/s for ``seconds``: krishiv (its chosen lowering) and,
+    with ``flink_python``, PyFlink; a table of their latencies."""
+    from benchmarks import sustainable as sb
+
+    rows: list[dict[str, Any]] = []
+    session = kp.Session.embedded()
+    try:
+        for name in tqdm(names, unit="query"):
+            work = WORKLOADS.get(f"nexmark-{name}")
+            if work is None:
+                rows.append({"query": name, "runner": "-", "note": "not in the sustainable harness"})
+                continue
+            runners = [next(r for r in sb.runners_of(work) if r.startswith("krishiv-"))]
+            flink = sb.FlinkProcess(flink_python, work.name) if flink_python else None
+            try:
+                for runner in [*runners, *(["pyflink"] if flink else [])]:
+                    r = sb.trial(session, runner, rate, seconds, budget_s, 1, flink=flink, query=work.name)
+                    rows.append({"query": name, **r})
+            finally:
+                if flink is not None:
+                    flink.close()
+    finally:
+        session.stop()
+    print(f"{'query':<6} {'runner':<17} {'events/s':>10} {'p50 s':>7} {'p99 s':>7} {'counted':>8}  kept up")
+    for r in rows:
+        if "note" in r:
+            print(f"{r['query']:<6} {r['note']}")
+            continue
+        kept_up = "yes" if r["sustained"] else "NO"
+        print(
+            f"{r['query']:<6} {r['runner']:<17} {r['rate']:>10,} {r['p50_s']:>7.2f} {r['p99_s']:>7.2f} "
+            f"{r['counted_share']:>8.1%}  {kept_up}"
+        )
+    return 0
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@
 
 ``--add`` keeps a run's outcome per query (each runner's highest sustained
 rate, the p99 there, the next rate tried and its p99, the date and the
-machine's cores) in one JSON file, so the table holds one run per query;
+machine's cores) in one JSON file, so the table holds one run per query (an
+entry's ``note``, written by hand, becomes a numbered note under the table);
 ``--table`` prints the table of docs/performance.md, ``--plot`` draws events/s
 per core per query: krishiv and PyFlink measured here, and the published
 per-core figures of Flink, RisingWave and Feldera
@@ -84,7 +85,8 @@ def table(book: dict[str, Any]) -> str:
         "| RisingWave per core (published) | Feldera per core (published) |\n"
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
     )
-    rows = []
+    rows: list[str] = []
+    notes: list[str] = []
     for q in ORDER:
         entry = book.get(q)
         published = [_rate(PUBLISHED[name].get(q)) for name in ("Flink", "RisingWave", "Feldera")]
@@ -97,13 +99,16 @@ def table(book: dict[str, Any]) -> str:
         k_rate = mine[1]["events_per_s"] if mine else None
         f_rate = flink["events_per_s"] if flink else None
         ratio = f"{k_rate / f_rate:.2f}" if k_rate and f_rate else "-"
+        if entry.get("note"):
+            notes.append(f"{len(notes) + 1}. {q} ({entry['date']}): {entry['note']}")
+        name = f"{q} [{len(notes)}]" if entry.get("note") else q
         rows.append(
-            f"| {q} | {_rate(k_rate)} ({mine[0] if mine else '-'}) | {_p99(mine[1] if mine else None)} "
+            f"| {name} | {_rate(k_rate)} ({mine[0] if mine else '-'}) | {_p99(mine[1] if mine else None)} "
             f"| {_rate(f_rate)} | {_p99(flink)} | {ratio} "
             f"| {_rate(k_rate / cores if k_rate else None)} | {_rate(f_rate / cores if f_rate else None)} "
             f"| {' | '.join(published)} |"
         )
-    return head + "\n".join(rows) + "\n"
+    return head + "\n".join(rows) + "\n" + ("\n" + "\n".join(notes) + "\n" if notes else "")
 
 
 def _p99(result: dict[str, Any] | None) -> str:
