@@ -69,6 +69,7 @@ if TYPE_CHECKING:
     from krishiv_py.plan.emission import Trigger as Trigger
     from krishiv_py.plan.files import FileOptions as FileOptions
     from krishiv_py.plan.watermarks import END_OF_TIME_MS as END_OF_TIME_MS
+    from krishiv_py.plan.watermarks import AutoLag as AutoLag
     from krishiv_py.plan.watermarks import MultiSourceWatermarkSpec as MultiSourceWatermarkSpec
     from krishiv_py.plan.watermarks import WatermarkSpec as WatermarkSpec
     from krishiv_py.runtime.job import Job as Job

@@ -16,6 +16,7 @@ from krishiv_py.advice.replay import read_batches
 from krishiv_py.api.stream import Stream
 from krishiv_py.cli import main
 from krishiv_py.model.reference import AggSpec
+from krishiv_py.model.steps import reference_model_for
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.windows import TumblingWindow
 from krishiv_py.testing import ReferenceModel
@@ -285,3 +286,90 @@ def test_the_completeness_curve_marks_the_current_and_the_advised_lag() -> None:
     assert list(ys) == sorted(ys) and ys[-1] == 1.0 and len(xs) > 10
     with pytest.raises(kp.PlanError, match="draws a WatermarkAdvice"):
         viz.completeness(cast(Any, advice.profile))
+
+
+# --- the automatic lag (SPEC 3.4) ----------------------------------------------------------
+
+
+def test_the_automatic_lag_is_a_quantile_of_the_delays_before_each_step() -> None:
+    from krishiv_py.model.auto_lag import AutoLagTracker
+
+    spec = kp.AutoLag(quantile=0.5, window_rows=6, warmup_rows=4, min_lag_ms=10, max_lag_ms=1_000)
+    t = AutoLagTracker(spec)
+    t.step([100, 80, 60])  # the first step counts from its own highest time: 0, 20, 40
+    assert t.lag_ms() == 1_000  # three rows, four to warm up: the upper clamp
+    t.step([50, 200])  # against 100: 50, 0
+    assert t.window() == [0, 0, 20, 40, 50] and t.lag_ms() == 20  # the 3rd smallest of 5
+    t.step([150, 195, 199])  # against 200: 50, 5, 1
+    # 8 delays for 6 places: the oldest step (0, 20, 40) keeps one, evenly over its order: 20
+    assert t.window() == [0, 1, 5, 20, 50, 50] and t.lag_ms() == 10  # 5, clamped up to 10
+    t.step([9_000])
+    assert t.highest_ms == 9_000 and t.rows == 9
+    # Which row of a step came first is not defined: the same rows in any order, the same lags.
+    shuffled = AutoLagTracker(spec)
+    for step in ([60, 100, 80], [200, 50], [199, 150, 195], [9_000]):
+        shuffled.step(step)
+    assert shuffled.window() == t.window() and shuffled.lag_ms() == t.lag_ms()
+    with pytest.raises(kp.PlanError, match="quantile is a fraction"):
+        kp.AutoLag(quantile=1)
+    with pytest.raises(kp.PlanError, match="window_rows is a whole number of rows >= 1"):
+        kp.AutoLag(window_rows=0)
+    with pytest.raises(kp.PlanError, match=r"min_lag_ms \(10\) is above max_lag_ms \(5\)"):
+        kp.AutoLag(min_lag_ms=10, max_lag_ms=5)
+
+
+def test_a_model_step_runs_with_the_lag_its_predecessors_chose() -> None:
+    auto = kp.AutoLag(quantile=0.9, window_rows=100, warmup_rows=2, min_lag_ms=0)
+    model = ReferenceModel(
+        window=TumblingWindow(size_ms=1_000),
+        event_time="ts",
+        lag_ms=auto,
+        aggregates=[AggSpec(name="n", func="count", column=None)],
+    )
+    assert model.source_lags() == {"main": auto.max_lag_ms}
+    assert model.send([{"ts": 1_000}, {"ts": 400}]) == []  # lag 7 days: nothing closes
+    assert model.source_lags() == {"main": 600}  # delays 0, 600 (against the step's own 1,000)
+    # The next step runs with 600: the watermark after it is 2,500 - 600 and [0, 1000) fires.
+    assert model.send([{"ts": 2_500}, {"ts": 1_700}]) == [{"window_start": 0, "window_end": 1_000, "n": 1}]
+    assert model.source_lags() == {"main": 600}  # 2,500 and 1,700 are ahead of 1,000: delays 0, 600, 0, 0
+    # 1,800 is behind the watermark (1,900) but its window is open: mildly late, then it fires.
+    out = model.send([{"ts": 2_600}, {"ts": 1_800}])
+    assert out == [{"window_start": 1_000, "window_end": 2_000, "n": 3}]
+    assert (model.metrics.mildly_late_events, model.metrics.very_late_events) == (1, 0)
+    assert model.source_lags() == {"main": 700}  # against 2,500: 0, 600, 0, 0, 0, 700
+
+
+def test_what_if_replays_an_automatic_lag_and_it_meets_the_advised_one() -> None:
+    table = generated(4_000, mean_delay_ms=300, seed=11)
+    source = records(table)
+
+    def pipeline(s: Stream) -> Stream:
+        return (
+            s.watermark("event_time", 0).key_by("user_id").tumbling_window(2_000).agg(kp.count(kp.col("*")))
+        )
+
+    # One row per micro-batch: a row's delay is then the one the advisor measures (against every row
+    # before it); a window holding every row: the automatic lag ends at the advised lag for 95 %.
+    auto = kp.AutoLag(window_rows=4_000, min_lag_ms=0)
+    got = what_if(source, pipeline, lag_ms=[1_000, "auto", auto], batch_rows=1).to_pylist()
+    fixed, default, whole = got
+    assert (fixed["lag_ms"], fixed["auto_lag"], fixed["final_lag_ms"]) == (1_000, None, 1_000)
+    assert default["lag_ms"] is None and default["auto_lag"] == repr(kp.AutoLag())
+    advised = advise_watermark(pipeline(source), completeness=0.95).lag_ms
+    assert whole["final_lag_ms"] <= advised <= whole["final_lag_ms"] * 1.01 + 1
+    # The same replay as the model run with the lag (the model is the oracle what_if runs).
+    batches = [b.to_pylist() for b in read_batches(source.plan, 1)]
+    model = reference_model_for(pipeline(source), clock=lambda: 0.0, lag=auto)
+    for b in batches:
+        model.send(b)
+    model.close()
+    m = model.metrics
+    assert (whole["on_time"], whole["mildly_late"], whole["very_late"]) == (
+        m.on_time_events,
+        m.mildly_late_events,
+        m.very_late_events,
+    )
+    # About 5 % of the rows behind a 95 % lag (none in the warm-up's first 250, at the upper clamp).
+    assert 0.03 < (whole["mildly_late"] + whole["very_late"]) / 4_000 < 0.06
+    with pytest.raises(kp.PlanError, match="every value is a whole number of ms >= 0 or 'auto', got 'fast'"):
+        what_if(source, pipeline, lag_ms=[cast(Any, "fast")])

@@ -16,6 +16,7 @@ import krishiv_py as kp
 EXPECTED_ALL = [
     "END_OF_TIME_MS",
     "AggExpr",
+    "AutoLag",
     "ConsoleSink",
     "CountingLateEventHandler",
     "DeltaSink",

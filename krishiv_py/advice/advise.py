@@ -15,7 +15,7 @@ import html
 import itertools
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast
 
 import attrs
 import numpy as np
@@ -28,6 +28,7 @@ from krishiv_py.model.reference import event_time_us
 from krishiv_py.model.steps import Planned, reference_model_for
 from krishiv_py.names import RESULT_KIND
 from krishiv_py.plan import nodes as n
+from krishiv_py.plan.watermarks import AutoLag
 from krishiv_py.plan.windows import (
     EventSlidingWindow,
     SessionWindow,
@@ -303,7 +304,7 @@ def what_if(
     source: _S,
     pipeline: Callable[[_S], Planned] | None = None,
     *,
-    lag_ms: Sequence[int],
+    lag_ms: Sequence[int | AutoLag | Literal["auto"]],
     allowed_lateness_ms: Sequence[int] = (0,),
     batch_rows: int | None = None,
 ) -> pa.Table:
@@ -321,9 +322,16 @@ def what_if(
     results before the end of input) and ``differing_windows``: windows whose
     last result differs from the complete answer (all input in one batch),
     missing or extra (null in discarding mode, whose results are deltas).
+
+    A lag may be ``"auto"`` (or a :class:`~krishiv_py.AutoLag` with its own
+    quantile, window and clamps): the lag each micro-batch runs with is chosen
+    from the delays of the rows before it (SPEC 3.4; docs/watermarks.md, "An
+    automatic lag"). Its row has ``lag_ms`` null, ``auto_lag`` the setting
+    and ``final_lag_ms`` the lag it had chosen by the end (a fixed lag's row:
+    the lag itself).
     """
     plan = _what_if_plan(source, pipeline)
-    lags = _settings("lag_ms", lag_ms)
+    lags = _lag_settings(lag_ms)
     latenesses = _settings("allowed_lateness_ms", allowed_lateness_ms)
     window = n.window_aggregates(plan)[0]
     if isinstance(window.window, EventSlidingWindow | TimeIntervalWindow) and latenesses != [0]:
@@ -334,7 +342,8 @@ def what_if(
     complete = _final_results(_replay(_with(plan, 0, 0), [[r for b in batches for r in b]]), window)
     rows = []
     for lag, lateness in itertools.product(lags, latenesses):
-        run = _replay(_with(plan, lag, lateness), batches)
+        fixed = 0 if isinstance(lag, AutoLag) else lag
+        run = _replay(_with(plan, fixed, lateness), batches, lag if isinstance(lag, AutoLag) else None)
         metrics = run.metrics
         emits = [r for r in run.results if r.get(RESULT_KIND, "emit") == "emit"]
         identities = {_identity(r, window) for r in emits}
@@ -344,7 +353,7 @@ def what_if(
             differing = _differing(_final_results(run, window), complete)
         rows.append(
             {
-                "lag_ms": lag,
+                "lag_ms": None if isinstance(lag, AutoLag) else lag,
                 "allowed_lateness_ms": lateness,
                 "windows_emitted": metrics.windows_emitted,
                 "refirings": len(emits) - len(identities),
@@ -355,6 +364,8 @@ def what_if(
                 "mean_delay_ms": float(delays.mean()) if len(delays) else None,
                 "p99_delay_ms": float(np.quantile(delays, 0.99, method="higher")) if len(delays) else None,
                 "differing_windows": differing,
+                "auto_lag": repr(lag) if isinstance(lag, AutoLag) else None,
+                "final_lag_ms": run.final_lag_ms,
             }
         )
     return pa.Table.from_pylist(rows, schema=_WHAT_IF_SCHEMA)
@@ -377,6 +388,7 @@ _WHAT_IF_SCHEMA = pa.schema(
             "differing_windows",
         )
     ]
+    + [pa.field("auto_lag", pa.string()), pa.field("final_lag_ms", pa.int64())]
 )
 
 
@@ -415,6 +427,23 @@ def _settings(name: str, values: Sequence[int]) -> list[int]:
     return list(dict.fromkeys(values))
 
 
+def _lag_settings(values: Sequence[int | AutoLag | Literal["auto"]]) -> list[int | AutoLag]:
+    """``what_if``'s lags: whole ms >= 0, ``"auto"`` (:class:`AutoLag`'s defaults) or an AutoLag."""
+    if isinstance(values, int | str) or not isinstance(values, Sequence) or not values:
+        raise PlanError(
+            f"lag_ms takes a list of milliseconds or 'auto', e.g. [1_000, 'auto'], got {values!r}"
+        )
+    lags: list[int | AutoLag] = []
+    for v in values:
+        if isinstance(v, str) and v != "auto":
+            raise PlanError(f"lag_ms: every value is a whole number of ms >= 0 or 'auto', got {v!r}")
+        if isinstance(v, AutoLag) or v == "auto":
+            lags.append(v if isinstance(v, AutoLag) else AutoLag())
+        else:
+            lags += _settings("lag_ms", [v])
+    return list(dict.fromkeys(lags))
+
+
 def _with(plan: n.PlanNode, lag: int, lateness: int) -> n.PlanNode:
     """``plan`` with every watermark's lag and every window's allowed lateness replaced."""
     kids = tuple(_with(c, lag, lateness) for c in n.children(plan))
@@ -433,11 +462,13 @@ class _Run:
     results: list[dict[str, Any]]
     delays: list[int]
     metrics: Any
+    #: The lag in force at the end (an automatic lag's last choice).
+    final_lag_ms: int = 0
 
 
-def _replay(plan: n.PlanNode, batches: list[list[dict[str, Any]]]) -> _Run:
+def _replay(plan: n.PlanNode, batches: list[list[dict[str, Any]]], auto: AutoLag | None = None) -> _Run:
     mark = n.watermarks_of(plan)[0]
-    model = reference_model_for(plan, clock=lambda: 0.0)
+    model = reference_model_for(plan, clock=lambda: 0.0, lag=auto)
     delays: list[int] = []
     seen: int | None = None
     for batch in batches:
@@ -452,8 +483,9 @@ def _replay(plan: n.PlanNode, batches: list[list[dict[str, Any]]]) -> _Run:
                 for r in out
                 if r.get(RESULT_KIND, "emit") == "emit"
             ]
+    final_lag_ms = max(model.source_lags().values())
     model.close()
-    return _Run(list(model.results), delays, model.metrics)
+    return _Run(list(model.results), delays, model.metrics, final_lag_ms)
 
 
 def _identity(row: dict[str, Any], window: n.WindowAggregate) -> tuple[Any, ...]:

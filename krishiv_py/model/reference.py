@@ -133,10 +133,11 @@ import attrs
 
 from krishiv_py.errors import PlanError, SchemaError, SourceClosedError
 from krishiv_py.expr import AggFunc
+from krishiv_py.model.auto_lag import AutoLagTracker
 from krishiv_py.panes import PaneEvent, PaneEventKind
 from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS, Accumulation, Trigger
 from krishiv_py.plan.nodes import KIND_COLUMN
-from krishiv_py.plan.watermarks import END_OF_TIME_MS, MAX_EVENT_MS, MIN_EVENT_MS
+from krishiv_py.plan.watermarks import END_OF_TIME_MS, MAX_EVENT_MS, MIN_EVENT_MS, AutoLag
 from krishiv_py.plan.windows import (
     EventSlidingWindow,
     SessionWindow,
@@ -629,8 +630,10 @@ class ReferenceModel:
     event_time
         Name of the event-time column (int epoch ms or ``datetime``).
     lag_ms
-        Watermark lag (bounded out-of-orderness), ``>= 0``: one for every
-        source, or a mapping from each source name to its own lag.
+        Watermark lag (bounded out-of-orderness), ``>= 0``, or an
+        :class:`~krishiv_py.plan.watermarks.AutoLag` (the lag of each step
+        chosen from the delays of the steps before it, SPEC 3.4): one for
+        every source, or a mapping from each source name to its own.
     keys
         Key columns; empty for one global group.
     aggregates
@@ -695,7 +698,7 @@ class ReferenceModel:
         *,
         window: ModelWindow,
         event_time: str,
-        lag_ms: int | Mapping[str, int],
+        lag_ms: int | AutoLag | Mapping[str, int | AutoLag],
         keys: Sequence[str] = (),
         aggregates: Sequence[AggSpec],
         sources: Sequence[str] = ("main",),
@@ -721,7 +724,10 @@ class ReferenceModel:
         self._keys = tuple(keys)
         self._aggregates = tuple(aggregates)
         self._sources = _check_sources(sources)
-        self._lags = _check_lags(lag_ms, self._sources)
+        lags = _check_lags(lag_ms, self._sources)
+        #: Per source, its fixed lag, or the tracker that chooses it before each step (SPEC 3.4).
+        self._auto = {s: AutoLagTracker(v) for s, v in lags.items() if isinstance(v, AutoLag)}
+        self._lags = {s: v.max_lag_ms if isinstance(v, AutoLag) else v for s, v in lags.items()}
         self._trigger = _check_trigger(trigger)
         self._accumulation = _check_accumulation(accumulation)
         self._future_tolerance_ms = check_ms("future_tolerance_ms", future_tolerance_ms, positive=False)
@@ -792,8 +798,11 @@ class ReferenceModel:
         base = self._seq
         if self._ttl_ms is not None and self._ttl_time == "processing":
             self._sweep(w_ms, out, interval=False)  # windows that expired before these rows came
+        times_ms: list[int] = []  # the step's event times that move the watermark, in arrival order
         for i in order:
             ts_us = self._ingest(rows[i], w_ms, out, source, seq=base + i)
+            if ts_us is not None:
+                times_ms.append(ts_us // 1000)
             if ts_us is not None and (max_us is None or ts_us > max_us):
                 max_us = ts_us
         self._seq = base + len(rows)
@@ -801,7 +810,15 @@ class ReferenceModel:
             self._last_active[source] = self._now()
         if max_us is not None:
             self._raise_source(source, max_us // 1000 - self._lags[source])
+        auto = self._auto.get(source)
+        if auto is not None:  # this step's delays choose the lag of the next one
+            auto.step(times_ms)
+            self._lags[source] = auto.lag_ms()
         return self._end_step(w_ms, out, "send", source, len(rows))
+
+    def source_lags(self) -> dict[str, int]:
+        """Each source's lag in force for its next step (ms): its fixed lag, or the automatic one."""
+        return dict(self._lags)
 
     def advance_watermark(self, ts_ms: int, *, source: str = "main") -> list[Result]:
         """Promise no event older than ``ts_ms`` follows from ``source`` (one step)."""
@@ -1172,13 +1189,17 @@ def _check_idle(
     return dict.fromkeys(sources, check_ms("idle_timeout_ms", timeout))
 
 
-def _check_lags(lag_ms: int | Mapping[str, int], sources: tuple[str, ...]) -> dict[str, int]:
+def _check_lags(
+    lag_ms: int | AutoLag | Mapping[str, int | AutoLag], sources: tuple[str, ...]
+) -> dict[str, int | AutoLag]:
+    def one(name: str, value: int | AutoLag) -> int | AutoLag:
+        return value if isinstance(value, AutoLag) else check_ms(name, value, positive=False)
+
     if isinstance(lag_ms, Mapping):
         if set(lag_ms) != set(sources):
             raise PlanError(f"lag_ms names sources {sorted(lag_ms)}; declared sources: {list(sources)}")
-        return {s: check_ms(f"lag_ms[{s!r}]", lag_ms[s], positive=False) for s in sources}
-    lag = check_ms("lag_ms", lag_ms, positive=False)
-    return dict.fromkeys(sources, lag)
+        return {s: one(f"lag_ms[{s!r}]", lag_ms[s]) for s in sources}
+    return dict.fromkeys(sources, one("lag_ms", lag_ms))
 
 
 def _check_trigger(trigger: object) -> Trigger:

@@ -21,6 +21,7 @@ from krishiv_py.model.joins import JoinModel, join_model_for
 from krishiv_py.model.ranking import TopNModel
 from krishiv_py.model.reference import AggSpec, ReferenceModel
 from krishiv_py.plan import nodes as n
+from krishiv_py.plan.watermarks import AutoLag
 from krishiv_py.plan.windows import SessionWindow, SlidingWindow, TumblingWindow
 
 __all__ = [
@@ -112,7 +113,11 @@ class ManualClock:
 
 
 def reference_model_for(
-    stream: Planned | n.PlanNode, *, clock: Callable[[], float] | None = None, record: bool = False
+    stream: Planned | n.PlanNode,
+    *,
+    clock: Callable[[], float] | None = None,
+    record: bool = False,
+    lag: AutoLag | None = None,
 ) -> ReferenceModel:
     """A :class:`ReferenceModel` for a ``source -> watermark -> window -> agg`` pipeline.
 
@@ -124,7 +129,8 @@ def reference_model_for(
     ``clock`` (processing time in ms) drives ``Trigger.on_interval`` and
     idle timeouts (``idle_timeout_ms`` of the watermarks);
     ``record=True`` keeps the model's :attr:`~ReferenceModel.log`.
-    ``stream`` may also be the plan itself (a job's ``plan``).
+    ``stream`` may also be the plan itself (a job's ``plan``); ``lag``, an
+    automatic lag for every source in place of the watermarks' own.
     """
     plan = plan_of(stream)
     if isinstance(plan, n.Join):
@@ -153,7 +159,13 @@ def reference_model_for(
     return ReferenceModel(
         window=plan.window,
         event_time=wm.column,
-        lag_ms=dict(zip(names, (m.lag_ms for m in marks), strict=True)) if len(marks) > 1 else wm.lag_ms,
+        lag_ms=(
+            lag
+            if lag is not None
+            else dict(zip(names, (m.lag_ms for m in marks), strict=True))
+            if len(marks) > 1
+            else wm.lag_ms
+        ),
         keys=plan.keys,
         aggregates=[AggSpec(name=a.name, func=a.func, column=a.column) for a in plan.aggregates],
         sources=names if len(marks) > 1 else ("main",),

@@ -18,7 +18,14 @@ from krishiv_py.errors import PlanError
 from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS
 from krishiv_py.plan.windows import check_ms
 
-__all__ = ["END_OF_TIME_MS", "MAX_EVENT_MS", "MIN_EVENT_MS", "MultiSourceWatermarkSpec", "WatermarkSpec"]
+__all__ = [
+    "END_OF_TIME_MS",
+    "MAX_EVENT_MS",
+    "MIN_EVENT_MS",
+    "AutoLag",
+    "MultiSourceWatermarkSpec",
+    "WatermarkSpec",
+]
 
 #: The watermark of a closed source: later than the end of every window of a
 #: supported event time (~year 144,000).
@@ -27,6 +34,62 @@ END_OF_TIME_MS = 2**52
 #: time shift) to 9999-12-31. Rows outside are invalid, like null event times.
 MIN_EVENT_MS = -(2**44)
 MAX_EVENT_MS = 253402300799999
+
+
+#: Seven days: the automatic lag's upper clamp (SPEC 3.4), and its lag until it has seen enough.
+SEVEN_DAYS_MS = 7 * 24 * 3_600_000
+
+
+def _quantile(_: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
+        raise PlanError(f"AutoLag {attribute.name} is a fraction between 0 and 1 (exclusive), got {value!r}")
+
+
+def _rows(_: object, attribute: attrs.Attribute[int], value: int) -> None:
+    low = 1 if attribute.name == "window_rows" else 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise PlanError(f"AutoLag {attribute.name} is a whole number of rows >= {low}, got {value!r}")
+
+
+def _lag_bound(_: object, attribute: attrs.Attribute[int], value: int) -> None:
+    check_ms(attribute.name, value, positive=False)
+
+
+@attrs.frozen(kw_only=True)
+class AutoLag:
+    """A lag chosen from the data as it arrives (SPEC 3.4, "Automatic lag").
+
+    Per source, the ``quantile`` of the delays of its last ``window_rows``
+    rows, clamped to ``[min_lag_ms, max_lag_ms]``; until the source has sent
+    ``warmup_rows`` rows, ``max_lag_ms``. A row's delay is how far its event
+    time is behind the highest event time the source sent before the row's
+    micro-batch (rows of one micro-batch arrive together; the first
+    micro-batch's rows count from its own highest time), 0 for a row ahead of
+    it. A micro-batch runs with the lag chosen from the rows before it: the
+    watermark computed at its end is ``max event time - lag``, and never moves
+    back. Where the window cuts a micro-batch, that micro-batch's delays are
+    thinned evenly over their sorted order (which of its rows came first is
+    not defined). docs/watermarks.md, "An automatic lag".
+
+    Examples
+    --------
+    >>> AutoLag()
+    AutoLag(quantile=0.95, window_rows=5000, warmup_rows=250, min_lag_ms=50, max_lag_ms=604800000)
+    >>> AutoLag(quantile=1.5)
+    Traceback (most recent call last):
+    ...
+    krishiv_py.errors.PlanError: AutoLag quantile is a fraction between 0 and 1 (exclusive), got 1.5
+    """
+
+    quantile: float = attrs.field(default=0.95, validator=_quantile)
+    window_rows: int = attrs.field(default=5_000, validator=_rows)
+    warmup_rows: int = attrs.field(default=250, validator=_rows)
+    min_lag_ms: int = attrs.field(default=50, validator=_lag_bound)
+    max_lag_ms: int = attrs.field(default=SEVEN_DAYS_MS, validator=_lag_bound)
+
+    def __attrs_post_init__(self) -> None:
+        if self.min_lag_ms > self.max_lag_ms:
+            raise PlanError(f"AutoLag min_lag_ms ({self.min_lag_ms}) is above max_lag_ms ({self.max_lag_ms})")
 
 
 @attrs.frozen(kw_only=True)
