@@ -396,6 +396,29 @@ def trial(
     query: str = "tumbling",
 ) -> dict[str, Any]:
     """Feed ``rate`` events/s for ``seconds``; the steady-state latencies of the windows it closed."""
+    import shutil
+
+    # Every directory the trial makes (the runners' feeds, a job's checkpoint) goes with it.
+    scratch, outer = tempfile.mkdtemp(prefix="krishiv-sustain-trial-"), tempfile.tempdir
+    tempfile.tempdir = scratch
+    try:
+        return _trial(session, runner, rate, seconds, budget_s, seed, feed, flink, query)
+    finally:
+        tempfile.tempdir = outer
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _trial(
+    session: kp.Session,
+    runner: str,
+    rate: int,
+    seconds: float,
+    budget_s: float,
+    seed: int,
+    feed: Feed,
+    flink: FlinkProcess | None,
+    query: str,
+) -> dict[str, Any]:
     work = WORKLOADS[query]
     rng = np.random.default_rng(abs(seed))
     tick_s = feed.tick_s
