@@ -1007,7 +1007,14 @@ def test_nexmark_budget_book_keeps_each_querys_best_rates_and_compares_per_core(
     from benchmarks.nexmark.published import FELDERA, FLINK
 
     def trial(runner: str, rate: int, p99: float, ok: bool) -> dict[str, Any]:
-        return {"runner": runner, "rate": rate, "p99_s": p99, "sustained": ok, "generator_behind_s": 0.0}
+        return {
+            "runner": runner,
+            "rate": rate,
+            "p99_s": p99,
+            "sustained": ok,
+            "generator_behind_s": 0.0,
+            "counted_share": 1.0,
+        }
 
     run = {
         "query": "nexmark-q1",
@@ -1025,6 +1032,7 @@ def test_nexmark_budget_book_keeps_each_querys_best_rates_and_compares_per_core(
     book = budget.add(tmp_path / "book.json", [tmp_path / "q1.json"], cores=2, date="2026-11-27")
     assert book["q1"]["runners"]["krishiv-native"] == {
         "events_per_s": 400_000,
+        "events_per_s_1s": 200_000,
         "p99_s": 1.5,
         "next": {"rate": 800_000, "p99_s": 9.0},
         "generator_behind_s": 0.0,
@@ -1034,6 +1042,7 @@ def test_nexmark_budget_book_keeps_each_querys_best_rates_and_compares_per_core(
     assert "| 400,000 (native) | 1.50 s | 300,000 | 2.00 s | 1.33 | 200,000 | 150,000 |" in row
     assert f"{FLINK['q1']:,.0f}" in row and f"{FELDERA['q1']:,.0f}" in row
     assert "| q3 | not run |" in text
+    assert "| q1 | 200,000 | - |" in budget.table_1s(book)
     # krishiv 200,000 per core against Flink's published 157,940: at or above.
     assert budget.counts(book) == {
         "both_ran": 1,

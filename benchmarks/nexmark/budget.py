@@ -39,8 +39,15 @@ def outcome(run: dict[str, Any], cores: int, date: str) -> dict[str, Any]:
         trials = [t for t in run["trials"] if t["runner"] == runner]
         at = [t for t in trials if t["rate"] == best and t["sustained"]]
         above = sorted((t for t in trials if t["rate"] > best), key=lambda t: t["rate"])
+        fast = [
+            t["rate"]
+            for t in trials
+            if t["p99_s"] <= 1.0 and t["counted_share"] >= 0.95 and t["generator_behind_s"] < 1.0
+        ]
         runners[runner] = {
             "events_per_s": best,
+            #: The highest rate tried whose p99 stayed within 1 s (a lower bound: the search aims at 5 s).
+            "events_per_s_1s": max(fast, default=None),
             "p99_s": at[-1]["p99_s"] if at else None,
             "next": {"rate": above[0]["rate"], "p99_s": above[0]["p99_s"]} if above else None,
             "generator_behind_s": at[-1]["generator_behind_s"] if at else None,
@@ -58,7 +65,9 @@ def add(path: Path, runs: list[Path], cores: int, date: str) -> dict[str, Any]:
     book: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
     for run_path in runs:
         run = json.loads(run_path.read_text())
-        book[run["query"].removeprefix("nexmark-")] = outcome(run, cores, date)
+        q = run["query"].removeprefix("nexmark-")
+        note = book.get(q, {}).get("note")  # written by hand: it stays
+        book[q] = outcome(run, cores, date) | ({"note": note} if note else {})
     ordered = {q: book[q] for q in sorted(book, key=lambda q: int(q[1:]))}
     path.write_text(json.dumps(ordered, indent=1) + "\n")
     return ordered
@@ -115,6 +124,23 @@ def _p99(result: dict[str, Any] | None) -> str:
     if result is None or result["p99_s"] is None:
         return "-"
     return f"{result['p99_s']:.2f} s"
+
+
+def table_1s(book: dict[str, Any]) -> str:
+    """Per query, the highest rate each runner was tried at whose p99 stayed within 1 s (read from
+    the same searches, which aim at 5 s: a lower bound of what each sustains at 1 s)."""
+    rows = ["| query | krishiv at p99 <= 1 s | PyFlink at p99 <= 1 s |", "|---|---:|---:|"]
+    for q in ORDER:
+        entry = book.get(q)
+        if entry is None:
+            continue
+        mine, flink = krishiv_of(entry), entry["runners"].get("pyflink")
+        k = mine[1].get("events_per_s_1s") if mine else None
+        f = flink.get("events_per_s_1s") if flink else None
+        if k is None and f is None:
+            continue
+        rows.append(f"| {q} | {_rate(k)} | {_rate(f)} |")
+    return "\n".join(rows) + "\n"
 
 
 def counts(book: dict[str, Any]) -> dict[str, int]:
@@ -191,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     book = add(a.book, a.add, a.cores, a.date) if a.add else json.loads(a.book.read_text())
     if a.table:
         print(table(book))
+        print(table_1s(book))
         print(counts(book))
     if a.plot:
         plot(book, a.plot)
