@@ -72,13 +72,14 @@ line per trial and a summary; ``--json`` writes the records.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Hashable
-from typing import Any, cast
+from typing import Any, ParamSpec, TypeVar, cast
 
 import attrs
 import numpy as np
@@ -88,6 +89,9 @@ import pyarrow.compute as pc
 import krishiv_py as kp
 from benchmarks.spark_runner import parquet_feed
 from benchmarks.sustain_queries import LAG_MS, QUERIES, WORKLOADS, Draw, Workload
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 #: Seconds between two sends of the generator (``--tick-s``): a window waits up to one tick for
 #: the send that moves the watermark past it, so a tick must be well under the budget.
@@ -384,6 +388,25 @@ def runners_of(work: Workload) -> tuple[str, ...]:
     return ("krishiv-stateful", "pyflink") if work.tables else RUNNERS
 
 
+def _in_scratch(run: Callable[_P, _R]) -> Callable[_P, _R]:
+    """``run`` with every directory it makes (the runners' feeds, a job's checkpoint) removed after."""
+
+    @functools.wraps(run)
+    def scratched(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        import shutil
+
+        scratch, outer = tempfile.mkdtemp(prefix="krishiv-sustain-trial-"), tempfile.tempdir
+        tempfile.tempdir = scratch
+        try:
+            return run(*args, **kwargs)
+        finally:
+            tempfile.tempdir = outer
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    return scratched
+
+
+@_in_scratch
 def trial(
     session: kp.Session,
     runner: str,
@@ -396,29 +419,6 @@ def trial(
     query: str = "tumbling",
 ) -> dict[str, Any]:
     """Feed ``rate`` events/s for ``seconds``; the steady-state latencies of the windows it closed."""
-    import shutil
-
-    # Every directory the trial makes (the runners' feeds, a job's checkpoint) goes with it.
-    scratch, outer = tempfile.mkdtemp(prefix="krishiv-sustain-trial-"), tempfile.tempdir
-    tempfile.tempdir = scratch
-    try:
-        return _trial(session, runner, rate, seconds, budget_s, seed, feed, flink, query)
-    finally:
-        tempfile.tempdir = outer
-        shutil.rmtree(scratch, ignore_errors=True)
-
-
-def _trial(
-    session: kp.Session,
-    runner: str,
-    rate: int,
-    seconds: float,
-    budget_s: float,
-    seed: int,
-    feed: Feed,
-    flink: FlinkProcess | None,
-    query: str,
-) -> dict[str, Any]:
     work = WORKLOADS[query]
     rng = np.random.default_rng(abs(seed))
     tick_s = feed.tick_s

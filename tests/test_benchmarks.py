@@ -1138,3 +1138,23 @@ def test_nexmark_command_at_a_rate_runs_each_harness_query_on_krishivs_lowering(
     assert "q12    not in the sustainable harness" in out
     with pytest.raises(SystemExit):  # a harness-only query has no bounded module
         cli.main(["--query", "q9"])
+
+
+def test_a_sustainable_trial_leaves_no_directory_behind() -> None:
+    import tempfile
+
+    from benchmarks import sustainable as sb
+
+    made: list[Path] = []
+
+    @sb._in_scratch
+    def run(rows: int) -> int:
+        made.append(Path(tempfile.mkdtemp(prefix="krishiv-sustain-test-")))
+        (made[-1] / "part.csv").write_text("1\n" * rows)
+        raise RuntimeError("a trial that fails cleans up too")
+
+    before = tempfile.tempdir
+    with pytest.raises(RuntimeError):
+        run(3)
+    assert made and not made[0].exists() and not made[0].parent.exists()
+    assert tempfile.tempdir == before
