@@ -342,8 +342,8 @@ def what_if(
     complete = _final_results(_replay(_with(plan, 0, 0), [[r for b in batches for r in b]]), window)
     rows = []
     for lag, lateness in itertools.product(lags, latenesses):
-        fixed = 0 if isinstance(lag, AutoLag) else lag
-        run = _replay(_with(plan, fixed, lateness), batches, lag if isinstance(lag, AutoLag) else None)
+        auto, fixed = (lag, 0) if isinstance(lag, AutoLag) else (None, lag)
+        run = _replay(_with(plan, fixed, lateness), batches, auto)
         metrics = run.metrics
         emits = [r for r in run.results if r.get(RESULT_KIND, "emit") == "emit"]
         identities = {_identity(r, window) for r in emits}
@@ -353,7 +353,7 @@ def what_if(
             differing = _differing(_final_results(run, window), complete)
         rows.append(
             {
-                "lag_ms": None if isinstance(lag, AutoLag) else lag,
+                "lag_ms": None if auto else lag,
                 "allowed_lateness_ms": lateness,
                 "windows_emitted": metrics.windows_emitted,
                 "refirings": len(emits) - len(identities),
@@ -364,7 +364,7 @@ def what_if(
                 "mean_delay_ms": float(delays.mean()) if len(delays) else None,
                 "p99_delay_ms": float(np.quantile(delays, 0.99, method="higher")) if len(delays) else None,
                 "differing_windows": differing,
-                "auto_lag": repr(lag) if isinstance(lag, AutoLag) else None,
+                "auto_lag": repr(auto) if auto else None,
                 "final_lag_ms": run.final_lag_ms,
             }
         )
@@ -437,8 +437,10 @@ def _lag_settings(values: Sequence[int | AutoLag | Literal["auto"]]) -> list[int
     for v in values:
         if isinstance(v, str) and v != "auto":
             raise PlanError(f"lag_ms: every value is a whole number of ms >= 0 or 'auto', got {v!r}")
-        if isinstance(v, AutoLag) or v == "auto":
-            lags.append(v if isinstance(v, AutoLag) else AutoLag())
+        if v == "auto":
+            lags.append(AutoLag())
+        elif isinstance(v, AutoLag):
+            lags.append(v)
         else:
             lags += _settings("lag_ms", [v])
     return list(dict.fromkeys(lags))

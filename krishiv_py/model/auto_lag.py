@@ -58,10 +58,11 @@ class AutoLagTracker:
 
     def window(self) -> list[int]:
         """The last ``window_rows`` delays (fewer before that many were seen), sorted."""
-        newer = [d for s in list(self._steps)[1:] for d in s]
         if not self._steps:
             return []
-        oldest = sorted(self._steps[0])
+        oldest, *rest = self._steps
+        newer = [d for s in rest for d in s]
+        oldest = sorted(oldest)
         room = self.spec.window_rows - len(newer)
         if room < len(oldest):  # thinned evenly over its sorted order
             oldest = [oldest[(2 * i + 1) * len(oldest) // (2 * room)] for i in range(room)]

@@ -154,18 +154,15 @@ def reference_model_for(
     wm = marks[0]
     names = [cast("n.MemorySource", m.input).name for m in marks]
     idle: int | dict[str, int | None] | None = wm.idle_timeout_ms
+    lags: int | AutoLag | dict[str, int] = lag if lag is not None else wm.lag_ms
     if len(marks) > 1:
         idle = dict(zip(names, (m.idle_timeout_ms for m in marks), strict=True))
+        if lag is None:
+            lags = dict(zip(names, (m.lag_ms for m in marks), strict=True))
     return ReferenceModel(
         window=plan.window,
         event_time=wm.column,
-        lag_ms=(
-            lag
-            if lag is not None
-            else dict(zip(names, (m.lag_ms for m in marks), strict=True))
-            if len(marks) > 1
-            else wm.lag_ms
-        ),
+        lag_ms=lags,
         keys=plan.keys,
         aggregates=[AggSpec(name=a.name, func=a.func, column=a.column) for a in plan.aggregates],
         sources=names if len(marks) > 1 else ("main",),
