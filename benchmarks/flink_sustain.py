@@ -20,7 +20,7 @@ It reads commands on stdin, one per line, and answers on stdout:
   threads then print each result row to this process's stdout as
   ``row <n>:<subtask>> +I[<field>, ...]`` (``row <n>> ...`` from a sink of
   one subtask; window bounds in the UTC session zone, as Java prints a
-  ``LocalDateTime``): :func:`parse_row` reads it.
+  ``LocalDateTime``): :func:`parse_rows` reads it.
   The print sink hands each row to the pipe the moment the window fires (a
   collect iterator would poll for it, and its iteration in a second Python
   thread breaks the planner's thread-local state for the next job).
@@ -255,23 +255,12 @@ def epoch_ms(value: dt.datetime) -> int:
 
 
 #: A sink with one subtask (a window without keys) prints no subtask number.
-_ROW = re.compile(r"row (\d+)(?::\d+)?> \+[IU]\[(.*)\]")
-
-
-def parse_row(line: str) -> tuple[str, list[str]] | None:
-    """``(job, fields)`` of a row the print sink wrote (an insert, or an update's new row), else None."""
-    m = _ROW.match(line)
-    if m is None:
-        return None
-    return m.group(1), m.group(2).split(", ")
-
-
 _ROWS = re.compile(r"^row (\d+)(?::\d+)?> \+[IU]\[(.*)\]$", re.M)
 _SAID = re.compile(r"^(?:ready|started \d+|stopped \d+)$", re.M)
 
 
 def parse_rows(text: str) -> tuple[dict[str, list[str]], list[str]]:
-    """The rows in ``text`` (whole lines) that the print sinks wrote, per job (each row its fields
+    r"""The rows in ``text`` (whole lines) that the print sinks wrote, per job (each row its fields
     as printed, joined by ``", "``: inserts and the new rows of updates), and the answers to commands.
 
     >>> parse_rows("row 3:1> +I[7, x]\nrow 3:0> -U[7, y]\nstarted 4\nrow 3> +U[8, z]\n")

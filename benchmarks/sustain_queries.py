@@ -486,7 +486,7 @@ class Workload:
         return windows, permitted, counts
 
     def flink_results(self, fields: list[str]) -> tuple[list[Hashable], list[int], list[int]]:
-        """One row the PyFlink job printed (its fields, as :func:`flink_sustain.parse_row` gives them)."""
+        """One row the PyFlink job printed (its fields, split at ``", "``)."""
         from benchmarks.flink_sustain import parse_time
 
         if self.row_query is not None:  # auction first: its send

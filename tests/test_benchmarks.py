@@ -472,11 +472,14 @@ def test_sustainable_feeds_flink_csv_files_with_epoch_milliseconds() -> None:
 
     assert fs.epoch_ms(dt.datetime(2027, 1, 15, 8, 0, 2, tzinfo=dt.UTC)) == 1_800_000_002_000
     # the print sink's lines: Java's LocalDateTime drops zero seconds
-    assert fs.parse_row("row 3:2> +I[2027-01-15T08:00:02, 17]\n") == ("3", ["2027-01-15T08:00:02", "17"])
-    assert fs.parse_row("row 3> +I[2027-01-15T08:00:02, 9, 17]") == ("3", ["2027-01-15T08:00:02", "9", "17"])
+    assert fs.parse_rows("row 3:2> +I[2027-01-15T08:00:02, 17]\n") == ({"3": ["2027-01-15T08:00:02, 17"]}, [])
+    assert fs.parse_rows("row 3> +I[2027-01-15T08:00:02, 9, 17]") == (
+        {"3": ["2027-01-15T08:00:02, 9, 17"]},
+        [],
+    )
     assert fs.parse_time("2027-01-15T08:00:02") == 1_800_000_002_000
     assert fs.parse_time("2027-01-15T08:00") == 1_800_000_000_000
-    assert fs.parse_row("started 3") is None and fs.parse_row("row 3:1> -U[2027-01-15T08:00, 1]") is None
+    assert fs.parse_rows("started 3\nrow 3:1> -U[2027-01-15T08:00, 1]\n") == ({}, ["started 3"])
     # what the harness makes of the rows of each query
     tumbling = sq.WORKLOADS["tumbling"].flink_results(["2027-01-15T08:00:02", "17"])
     assert tumbling == ([1_800_000_002_000], [1_800_000_007_000], [17])
@@ -873,7 +876,7 @@ def test_sustainable_q9_sends_auctions_and_bids_within_their_lifetimes() -> None
     )
     assert work.results(rows) == ([auction], [now], [1])
     assert work.flink_results([str(auction), "9", str(now)]) == ([auction], [now], [1])
-    assert fs.parse_row(f"row 4:1> +U[{auction}, 9, {now}]") == ("4", [str(auction), "9", str(now)])
+    assert fs.parse_rows(f"row 4:1> +U[{auction}, 9, {now}]") == ({"4": [f"{auction}, 9, {now}"]}, [])
     sql = fs.query_sql("4", "nexmark-q9")
     assert "FROM `auction_4` A, `bid_4` B" in sql and "ROW_NUMBER() OVER (PARTITION BY A.id" in sql
     ddl = fs.source_sql("auction_4", "/tmp", 100, "nexmark-q9", "auction")
