@@ -684,3 +684,22 @@ def test_random_expressions_give_what_spark_gives(
         assert ours.type == theirs.type, render(node)
         assert comparable(ours.to_pylist()) == comparable(theirs.to_pylist()), render(node)
         assert failures([node], table, SCHEMA) == int(rows.sum()), render(node)
+
+
+@pytest.mark.spark
+def test_a_when_with_a_value_spark_computes_in_double_is_a_double(session: kp.Session) -> None:
+    """Spark's ANSI coercion computes ``f % 5`` (a float and an integer) in double, and a ``CASE``
+    with such a value is a double; an integer constant beside a float keeps the float."""
+    table = table_of({"b": [True, False, None], "f32": [1.5, -0.25, None], "i64": [7, None, -3]})
+    f, i, b = kp.col("f32"), kp.col("i64"), kp.col("b")
+    nodes = [
+        kp.when(b, kp.lit(-2737)).otherwise(f).node,
+        kp.when(b, i).otherwise(f % kp.lit(-19305932386)).node,
+        (-kp.when(b, f).otherwise(f)).node,  # one float type: a float
+    ]
+    values, _ = spark_run(session.spark, table, nodes)
+    for node, theirs in zip(nodes, values, strict=True):
+        ours = evaluate(node, table, SCHEMA)
+        assert ours.type == theirs.type == result_type(node, SCHEMA).to_arrow(), render(node)
+        assert comparable(ours.to_pylist()) == comparable(theirs.to_pylist()), render(node)
+    assert [result_type(n, SCHEMA).name for n in nodes] == ["float", "double", "float"]

@@ -188,7 +188,8 @@ def result_type(node: ExprNode, schema: Schema) -> DataType:
 
     That is :func:`~krishiv_py.expr.dtype_of`'s, except that Spark's ANSI
     type coercion computes arithmetic of an integer with a ``float`` in
-    ``double`` (``f * 2`` is a ``double``), and so everything computed from it.
+    ``double`` (``f * 2`` is a ``double``), and so everything computed from it,
+    a ``when()`` with such a value among its values included.
 
     >>> from krishiv_py.expr import col
     >>> result_type((col("f") * 2).node, Schema.parse("f float")).name
@@ -200,6 +201,12 @@ def result_type(node: ExprNode, schema: Schema) -> DataType:
         names = {result_type(node.left, schema).name, result_type(node.right, schema).name}
         if "double" in names or ("float" in names and names - {"float", "void"}):
             return DataType("double")
+    if isinstance(node, Case):  # a value computed in double makes the whole a double
+        whole = dtype_of(node, schema)  # (its checks first)
+        values = [v for _, v in node.branches] + ([node.otherwise] if node.otherwise is not None else [])
+        if whole.is_numeric and any(result_type(v, schema).name == "double" for v in values):
+            return DataType("double")
+        return whole
     return dtype_of(node, schema)
 
 
