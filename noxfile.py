@@ -88,6 +88,14 @@ def cascade_bench(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def auto_lag_bench(session: nox.Session) -> None:
+    """Fixed watermark lags against the automatic one on three disorder profiles (the model)."""
+    session.install("-e", ".[bench]")
+    args = session.posargs or ["--plot", "docs/auto-lag-curves.png"]
+    session.run("python", "-m", "benchmarks.auto_lag_curves", *args, env={"PYTHONPATH": "."})
+
+
+@nox.session(python=PYTHON)
 def window_after_join_bench(session: nox.Session) -> None:
     """A window after a join against the join alone (benchmarks/window_after_join.py)."""
     session.install("-e", ".[bench]")

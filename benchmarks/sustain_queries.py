@@ -54,23 +54,39 @@ but PyFlink's).
     a send, measured as q4's: until a row of the group from that send or a
     later one reaches the sink.
 
-``nexmark-q0``, ``-q1``, ``-q2``, ``-q10``, ``-q14``, ``-q21``, ``-q22``
+``nexmark-q5``
+    Nexmark's *hot items* on q7's bids: per window of 10 s sliding by 2 s,
+    the auctions with the most bids (every one tied at the top). A window
+    is its end, permitted at ``end + lag``, reached by its first row (the
+    hand-written PySpark ranks each micro-batch's counts, as krishiv's
+    ``top_n`` and PyFlink's join of the counts with their maxima rank).
+``nexmark-q3``
+    Nexmark's *local item suggestion*: each auction of category 0 (a tenth)
+    whose seller's state is OR, ID or CA, with the seller's state. Each
+    send brings persons, each selling one auction sent with it, numbered as
+    a row query's; a "window" is a send, counted as q20's.
+``nexmark-q0``, ``-q1``, ``-q2``, ``-q10``, ``-q13``, ``-q14``, ``-q21``, ``-q22``
     Nexmark's queries without state (:mod:`benchmarks.nexmark`'s modules,
-    PyFlink running :mod:`benchmarks.nexmark.flink_sql`'s SQL): bids with
+    PyFlink running :mod:`benchmarks.nexmark.flink_sql`'s SQL; q13's side
+    table, 10,000 keys, is written per trial: krishiv's ``lookup_join``
+    reads its Parquet file, Flink joins its CSV file, read once): bids with
     Nexmark's columns, each send's auctions numbered by the send and ``i`` (:data:`ROWS_PER_SEND`),
     so a result row (every one starts with ``auction``) names its send. A
     "window" is a send, its count the rows the query keeps of it (DuckDB
     runs the module's reference over the send's table), permitted at the
     send; its latency runs until its last row reaches the sink.
 
-``nexmark-q15``, ``-q16``, ``-q17``, ``-q18``, ``-q19``
+``nexmark-q15``, ``-q16``, ``-q17``, ``-q18``, ``-q19``, ``-q12``
     Nexmark's updating queries over bids (:mod:`benchmarks.nexmark`'s
-    modules; PyFlink runs Nexmark's SQL): each send's bids as a row
+    modules; PyFlink runs Nexmark's SQL), and q12, per bidder the bids in
+    each 2 s window of processing time (Nexmark's: 10 s), whose rows the
+    harness reads as updates of the bidder's count: each send's bids as a row
     query's, :data:`BIDS_PER_AUCTION` in a row to each of its auctions. A
     "window" is a key of the query and a mark: the value the key's row
     reaches once all the send's rows of that key are in it (q15 and q16:
     the send's last auction of the key, from ``MAX(auction)``, which the
-    harness adds to their aggregates as it adds ``MAX(sent)`` to q4's; q17:
+    harness adds to their aggregates as it adds ``MAX(sent)`` to q4's, and
+    to q12's; q17:
     the auction's bids; q18, the latest bid per bidder and auction: its
     time; q19, an auction's ten highest bids: the place in the send of the
     last of them, which the bid's bidder carries). Its latency runs from
@@ -132,11 +148,20 @@ Q23 = "nexmark-q23"
 #: q20, each bid with its auction of category 0 (Nexmark: category 10; here a tenth of the
 #: auctions, as Nexmark's category 10 is of its), on q9's tables; q8, persons who opened an
 #: auction in the same window, on persons and the auctions they sell.
-Q20, Q8 = "nexmark-q20", "nexmark-q8"
+Q20, Q8, Q3, Q5 = "nexmark-q20", "nexmark-q8", "nexmark-q3", "nexmark-q5"
 Q8_TABLES = {
     "person": "id bigint, event_time timestamp",
     "auction": "id bigint, seller bigint, event_time timestamp",
 }
+#: q3: persons and the auctions they sell; a person's state is one of Nexmark's six.
+Q3_TABLES = {
+    "person": "id bigint, state string, event_time timestamp",
+    "auction": "id bigint, seller bigint, category bigint, event_time timestamp",
+}
+STATES = pa.array(["AZ", "CA", "ID", "OR", "WA", "WY"])
+LOCAL = ("OR", "ID", "CA")
+#: q5: windows of this size (sliding by :data:`WINDOW_MS`).
+Q5_SIZE_MS = 10_000
 #: q9: a bid goes to an auction sent in one of the last this many seconds (the current one
 #: included); auctions last this long; an auction's number is its send's second times ``SPAN``
 #: plus its index in the send.
@@ -213,12 +238,14 @@ class Workload:
             return Q23_TABLES
         if self.name == Q8:
             return Q8_TABLES
+        if self.name == Q3:
+            return Q3_TABLES
         return Q9_TABLES if self.name in (*NEXMARK_JOINS, Q20) else {}
 
     @property
     def per_send(self) -> bool:
         """Whether a window is a send, waiting for its last row (a row query, q20)."""
-        return self.row_query is not None or self.name == Q20
+        return self.row_query is not None or self.name in (Q20, Q3)
 
     @property
     def row_query(self) -> str | None:
@@ -241,7 +268,7 @@ class Workload:
     def sent_ms(self, window: Hashable) -> int:
         """The send of a window (key, mark) of a query that :attr:`reflects` (epoch ms)."""
         key, mark = cast("tuple[Any, int]", window)
-        if self.updating in ("q15", "q16"):  # the mark: the send's last auction of the key
+        if self.updating in ("q12", "q15", "q16"):  # the mark: the send's last auction of the key
             return int(mark) // ROWS_PER_SEND + SEND_BASE_MS
         if self.updating in ("q17", "q18"):  # the key starts with the auction: (auction, day or bidder)
             return int(key[0]) // ROWS_PER_SEND + SEND_BASE_MS
@@ -253,7 +280,7 @@ class Workload:
     def ddl(self) -> str:
         if self.row_query is not None or self.updating is not None:
             return BID_DDL
-        if self.name == "nexmark-q7":
+        if self.name in ("nexmark-q7", Q5):
             return "auction bigint, event_time timestamp, price bigint"
         return "user_id string, event_time timestamp, amount double"
 
@@ -273,9 +300,12 @@ class Workload:
             picks = rng.integers(0, AUCTION_BACK_S, bids) * persons + rng.integers(0, persons, bids)
             disorder = rng.integers(0, 2_001, bids)
             return Draw(disorder, picks, pa.array(rng.integers(1, 10_000_000, bids)), auctions=persons)
-        if self.name == Q8:  # persons, each opening one auction at the same moment
+        if self.name in (Q8, Q3):  # persons, each opening one auction at the same moment
             persons = max(1, n // 2)
-            return Draw(rng.integers(0, 2_001, persons), np.arange(persons), pa.array([]), auctions=persons)
+            states = rng.integers(0, len(STATES), persons)  # (q3)
+            return Draw(
+                rng.integers(0, 2_001, persons), np.arange(persons), pa.array(states), auctions=persons
+            )
         if self.name in (*NEXMARK_JOINS, Q20):
             auctions = max(1, n * AUCTIONS_PER // (AUCTIONS_PER + BIDS))
             bids = max(1, n - auctions)
@@ -284,7 +314,7 @@ class Workload:
             disorder = rng.integers(0, 2_001, bids)
             return Draw(disorder, picks, pa.array(prices), pa.array(bidders), auctions=auctions)
         behind = _behind(rng, n)
-        if self.name == "nexmark-q7":
+        if self.name in ("nexmark-q7", Q5):
             return Draw(behind, rng.integers(0, AUCTIONS, n), pa.array(rng.integers(1, 10_000_000, n)))
         if self.name == "session":
             return Draw(behind, rng.integers(0, PAIRS, n), pa.array(np.ones(n)))
@@ -302,6 +332,8 @@ class Workload:
             return _row_emit(self.row_query, d, now_ms)
         if self.name == Q8:
             return _q8_emit(d, now_ms)
+        if self.name == Q3:
+            return _q3_emit(d, now_ms)
         if self.name == Q20:  # the send's bids to auctions of category 0
             tables, _ = _q9_emit(d, now_ms)
             kept = int((tables["bid"].column("auction").to_numpy() % 10 == 0).sum())  # (category: id % 10)
@@ -329,7 +361,11 @@ class Workload:
         generated: dict[Hashable, int] = {
             int((first + i + 1) * WINDOW_MS): int(c) for i, c in enumerate(by_window.tolist()) if c
         }
-        if self.name == "nexmark-q7":
+        if self.name == Q5:  # each window of 10 s, sliding by 2 s, an event falls in: one result each
+            size = Q5_SIZE_MS // WINDOW_MS
+            ends = np.unique(first + np.flatnonzero(by_window)[:, None] + 1 + np.arange(size)) * WINDOW_MS
+            generated = dict.fromkeys(ends.tolist(), 1)
+        if self.name in ("nexmark-q7", Q5):
             cols = {"auction": pa.array(d.keys), "event_time": _et(now_ms, d.behind), "price": d.values}
         else:
             cols = {"user_id": d.names, "event_time": _et(now_ms, d.behind), "amount": d.values}
@@ -359,6 +395,14 @@ class Workload:
         """A query over several tables (:attr:`tables`) over ``streams`` (event time not yet declared):
         q9, each auction with its bids, the highest one within its lifetime first; q4, the average
         of those per category; q23, each bid with its person and the auctions it sells."""
+        if self.name == Q3:  # Nexmark's q3: a seller is within 10 s of its auction
+            timed = {name: s.watermark("event_time", LAG_MS) for name, s in streams.items()}
+            state = kp.col("state")
+            local = (state == LOCAL[0]) | (state == LOCAL[1]) | (state == LOCAL[2])
+            local_sellers = timed["person"].filter(local).key_by("id")
+            of_category = timed["auction"].filter(kp.col("category") == 0).key_by("seller")
+            pairs = of_category.interval_join(local_sellers, between=(-PARTNER_MS, PARTNER_MS))
+            return pairs.select("state", "id")
         if self.name == Q8:  # Nexmark's q8 on 2 s windows: each person once per window
             timed = {name: s.watermark("event_time", LAG_MS) for name, s in streams.items()}
             sellers = timed["auction"].key_by("seller").tumbling_window(WINDOW_MS)
@@ -397,13 +441,18 @@ class Workload:
         best = lifetime.top_n(1, by="price", per="key", keys=("id",), ties="first")
         return best.select("id", "price", "sent", "kind")
 
-    def krishiv(self, stream: kp.Stream) -> kp.Stream:
-        """The query over ``stream`` (event time not yet declared)."""
+    def krishiv(self, stream: kp.Stream, side: kp.Stream | None = None) -> kp.Stream:
+        """The query over ``stream`` (event time not yet declared); q13's ``side`` table."""
+        if self.updating == "q12":  # per bidder, the bids of each 2 s of processing time
+            per_bidder = stream.watermark("date_time", LAG_MS).key_by("bidder")
+            return per_bidder.tumbling_window(WINDOW_MS, time="processing").agg(
+                kp.count(kp.col("*")).alias("bid_count"), kp.max(kp.col("auction")).alias("last_auction")
+            )
         if self.row_query is not None or self.updating is not None:
             from benchmarks.nexmark import query
 
             name = self.row_query or self.updating
-            bids = _Bids(stream.watermark("date_time", LAG_MS))
+            bids = _Bids(stream.watermark("date_time", LAG_MS), side)
             if name in ("q15", "q16"):  # and the send's last auction behind each row
                 last = kp.max(kp.col("auction")).alias("last_auction")
                 return cast(kp.Stream, query(name).build(bids, last))
@@ -415,6 +464,9 @@ class Workload:
             return s.tumbling_window(WINDOW_MS).agg(
                 kp.max(kp.col("price")).alias("max_price"), kp.count(kp.col("*"))
             )
+        if self.name == Q5:  # per window, the auctions tied at the most bids
+            counts = s.key_by("auction").sliding_window(Q5_SIZE_MS, WINDOW_MS).agg(kp.count(kp.col("*")))
+            return counts.top_n(1, by="count", ties="all")
         return s.key_by("user_id").tumbling_window(WINDOW_MS).agg(kp.count(kp.col("*")))
 
     def spark(self, df: Any) -> Any:
@@ -434,6 +486,10 @@ class Workload:
                 )
             )
         window = F.window("event_time", f"{WINDOW_MS // 1000} seconds").alias("w")
+        if self.name == Q5:  # the counts; :meth:`results` ranks each micro-batch's
+            hop = F.window("event_time", f"{Q5_SIZE_MS // 1000} seconds", f"{WINDOW_MS // 1000} seconds")
+            counts = df.groupBy("auction", hop.alias("w")).count()
+            return counts.select("auction", F.col("w.end").alias("window_end"), "count")
         if self.name == "nexmark-q7":
             out = df.groupBy(window).agg(F.max("price").alias("max_price"), F.count(F.lit(1)).alias("count"))
             return out.select(F.col("w.end").alias("window_end"), "max_price", "count")
@@ -449,6 +505,10 @@ class Workload:
             return _per_send_of(table.column("sent").to_numpy())
         if self.name == Q8:  # a person in a window
             return _per_window(np.array(_ms(table.column("window_start")), np.int64) + WINDOW_MS)
+        if self.name == Q3:  # an auction: its send
+            return _per_send(table.column("id").to_numpy())
+        if self.name == Q5:  # the window's hot auctions (the counts ranked, where they are not yet)
+            return _per_window(np.array(_ms(_hot(table).column("window_end")), np.int64), each=True)
         if self.name == Q23:  # a row: its bidder group, its bid's send
             groups = (table.column("bidder").to_numpy() % 10).tolist()
             return list(groups), [int(s or 0) for s in table.column("sent").to_pylist()], [1] * len(groups)
@@ -475,6 +535,8 @@ class Workload:
             return _reflected(self.updating, _flink_updates(self.updating, rows))
         if self.name == Q20:  # id, price, sent
             return _per_send_of(_field(pa.array(rows, pa.string()), 2).cast(pa.int64()).to_numpy())
+        if self.name == Q3:  # state, id
+            return _per_send(_field(pa.array(rows, pa.string()), 1).cast(pa.int64()).to_numpy())
         windows: list[Hashable] = []
         permitted: list[int] = []
         counts: list[int] = []
@@ -502,6 +564,9 @@ class Workload:
             return [end_ms], [end_ms + LAG_MS], [1]
         if self.name == Q20:  # id, price, sent
             return [int(fields[2])], [int(fields[2])], [1]
+        if self.name == Q5:  # auction, window_end, n
+            end_ms = parse_time(fields[1])
+            return [end_ms], [end_ms + LAG_MS], [1]
         if self.name in NEXMARK_JOINS:  # id, price, sent (q4: category, avg_final, sent)
             return [int(fields[0])], [int(fields[2])], [1]
         end_ms = parse_time(fields[0])
@@ -520,8 +585,15 @@ class Workload:
 class _Bids:
     """The streams of a Nexmark module (:class:`benchmarks.nexmark._streams.Streams`): bids only."""
 
-    def __init__(self, bid: kp.Stream) -> None:
+    def __init__(self, bid: kp.Stream, side_input: kp.Stream | None = None) -> None:
         self.bid = bid
+        self._side = side_input
+
+    @property
+    def side_input(self) -> kp.Stream:
+        if self._side is None:
+            raise ValueError("only q13 reads a side table; the harness gives it one")
+        return self._side
 
 
 def _per_send(auctions: np.ndarray[Any, Any]) -> tuple[list[Hashable], list[int], list[int]]:
@@ -535,10 +607,20 @@ def _per_send_of(sends: np.ndarray[Any, Any]) -> tuple[list[Hashable], list[int]
     return list(unique.tolist()), unique.tolist(), counts.tolist()
 
 
-def _per_window(ends: np.ndarray[Any, Any]) -> tuple[list[Hashable], list[int], list[int]]:
-    """Rows by their windows' ends: each end, permitted at end + lag, and how many rows it has."""
+def _per_window(
+    ends: np.ndarray[Any, Any], *, each: bool = False
+) -> tuple[list[Hashable], list[int], list[int]]:
+    """Rows by their windows' ends: each end, permitted at end + lag, and how many rows it has
+    (``each``: 1, a window's first row completes it)."""
     unique, counts = np.unique(ends, return_counts=True)
-    return list(unique.tolist()), (unique + LAG_MS).tolist(), counts.tolist()
+    return list(unique.tolist()), (unique + LAG_MS).tolist(), [1] * len(unique) if each else counts.tolist()
+
+
+def _hot(counts: pa.Table) -> pa.Table:
+    """q5: the rows of each window (``window_end``) whose ``count`` is the window's highest."""
+    best = counts.group_by(["window_end"]).aggregate([("count", "max")])
+    joined = counts.join(best, keys="window_end")
+    return joined.filter(pc.equal(joined["count"], joined["count_max"]))
 
 
 def _updating_draw(name: str, rng: np.random.Generator, n: int) -> Draw:
@@ -569,6 +651,7 @@ def _days(ms: np.ndarray[Any, Any]) -> pa.Array[Any]:
 #: Per updating query: the columns of a row's key, and the column whose value marks how far the
 #: row reflects its key's input (reaching a window's mark: the key's last row of that send is in).
 UPDATE_KEYS = {
+    "q12": (("bidder",), "last_auction"),
     "q15": (("day",), "last_auction"),
     "q16": (("channel", "day"), "last_auction"),
     "q17": (("auction", "day"), "total_bids"),
@@ -650,7 +733,14 @@ def _updates(name: str, table: pa.Table) -> pa.Table:
 
 #: Per updating query, the fields of a printed row that :func:`_flink_updates` reads: the key's
 #: (in :data:`UPDATE_KEYS`'s order), then the value's (-1: the last field; no field holds ", ").
-_PRINTED = {"q15": (0, -1), "q16": (0, 1, -1), "q17": (0, 1, 2), "q18": (0, 1, 5), "q19": (0, 1)}
+_PRINTED = {
+    "q12": (0, -1),
+    "q15": (0, -1),
+    "q16": (0, 1, -1),
+    "q17": (0, 1, 2),
+    "q18": (0, 1, 5),
+    "q19": (0, 1),
+}
 
 
 def _field(rows: pa.Array[Any], i: int) -> pa.Array[Any]:
@@ -711,10 +801,39 @@ def _row_emit(name: str, d: Draw, now_ms: int) -> tuple[pa.Table, dict[Hashable,
     )
     with duckdb.connect() as con:
         con.register("sent_bids", table)
+        con.register("side_input", side_table())
         con.execute("SET TimeZone = 'UTC'")
-        row = con.execute(f"SELECT COUNT(*) FROM ({query(name).DUCKDB.format(bid='sent_bids')})").fetchone()
+        sql = query(name).DUCKDB.format(bid="sent_bids", side_input="side_input")
+        row = con.execute(f"SELECT COUNT(*) FROM ({sql})").fetchone()
     kept = int(row[0]) if row else 0
     return table, ({now_ms: kept} if kept else {})
+
+
+#: q13's side table: this many keys (0 on), each with a value.
+SIDE_KEYS = 10_000
+SIDE_DDL = "key bigint, value string"
+
+
+def side_table() -> pa.Table:
+    """q13's side table: each key of 0-9,999 and ``'value-<key>'`` (Nexmark's: a file of 10,000 lines)."""
+    values = pa.array([f"value-{k}" for k in range(SIDE_KEYS)])
+    return pa.table({"key": pa.array(np.arange(SIDE_KEYS, dtype=np.int64)), "value": values})
+
+
+def write_side_table(directory: str, form: str = "parquet") -> str:
+    """:func:`side_table` as one file in ``directory`` (``form``: parquet, or csv without a header)."""
+    import os
+
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    if form == "csv":
+        pacsv.write_csv(
+            side_table(), os.path.join(directory, "part-0.csv"), pacsv.WriteOptions(include_header=False)
+        )
+    else:
+        pq.write_table(side_table(), os.path.join(directory, "part-0.parquet"))
+    return directory
 
 
 #: q23: the most a bid's event time is after its bidder's person row or auction (the last sends').
@@ -742,6 +861,22 @@ def _q23_emit(d: Draw, now_ms: int) -> tuple[dict[str, pa.Table], dict[Hashable,
         ),
     }
     return tables, {(int(g), now_ms): 1 for g in np.unique(bidders % 10)}
+
+
+def _q3_emit(d: Draw, now_ms: int) -> tuple[dict[str, pa.Table], dict[Hashable, int]]:
+    """q3's send at ``now_ms``: its persons (each a state), each selling one auction (of category
+    ``id % 10``), numbered as a row query's auctions; and how many of them q3 keeps."""
+    ids = (now_ms - SEND_BASE_MS) * ROWS_PER_SEND + np.arange(d.auctions, dtype=np.int64)
+    et = _et(now_ms, d.behind)
+    states = STATES.take(d.values)
+    tables = {
+        "person": pa.table({"id": pa.array(ids), "state": states, "event_time": et}),
+        "auction": pa.table(
+            {"id": pa.array(ids), "seller": pa.array(ids), "category": pa.array(ids % 10), "event_time": et}
+        ),
+    }
+    kept = int(((ids % 10 == 0) & pc.is_in(states, pa.array(LOCAL)).to_numpy(zero_copy_only=False)).sum())
+    return tables, ({now_ms: kept} if kept else {})
 
 
 def _q8_emit(d: Draw, now_ms: int) -> tuple[dict[str, pa.Table], dict[Hashable, int]]:

@@ -41,7 +41,7 @@ from benchmarks.sustain_queries import WORKLOADS
 from krishiv_py.devtools import KafkaBroker
 
 #: The queries the sustainable harness runs that have no module here (``--rate`` only).
-HARNESS_ONLY = ("q4", "q7", "q8", "q9", "q20", "q23")
+HARNESS_ONLY = ("q3", "q4", "q5", "q7", "q8", "q9", "q20", "q23")
 
 
 def main(argv: list[str] | None = None) -> int:
