@@ -52,6 +52,7 @@ from benchmarks.chaos_job import (
     compare_table,
     expected,
     feed,
+    job_lowering,
     kill_and_restart,
     pipeline,
     table_rows,
@@ -65,10 +66,11 @@ def child(
     import krishiv_py as kp
 
     target = target or Target()
+    lowering, auto = job_lowering(lowering)
     corrected = target.corrected and lowering == "stateful"
     with kp.Session.embedded(durability="single-node-durable", state_dir=state_dir) as session:
         stream, sender = session.memory_stream(SCHEMA, name="input")
-        job = pipeline(stream, corrected=corrected).start(
+        job = pipeline(stream, corrected=corrected, auto=auto).start(
             target.open(state_dir),
             name="chaos",
             lowering=lowering,
@@ -90,10 +92,11 @@ def child_kafka(
     import krishiv_py as kp
 
     target = target or Target()
+    lowering, auto = job_lowering(lowering)
     with kp.Session.embedded(durability="single-node-durable", state_dir=state_dir) as session:
         stream = session.read_kafka(servers, topic, schema=SCHEMA, name="input")
         corrected = target.corrected and lowering == "stateful"
-        job = pipeline(stream, corrected=corrected).start(
+        job = pipeline(stream, corrected=corrected, auto=auto).start(
             target.open(state_dir), name="chaos", lowering=lowering
         )
         KafkaSteps(servers, topic, batches(seed, count, size)).feed(job)
@@ -130,6 +133,9 @@ def run_once(
 ) -> Run:
     """One run: start, SIGKILL ``kills`` times at random moments, finish, compare with the model.
 
+    ``lowering``: ``native``, ``stateful``, or ``auto`` (the stateful lowering, the watermark's lag
+    automatic: :func:`~benchmarks.chaos_job.job_lowering`).
+
     ``kafka``: ``(bootstrap servers, topic)`` of an empty 3-partition topic to
     read the input from, instead of a memory stream. ``target``: a table
     sink to write to instead of Parquet.
@@ -143,8 +149,9 @@ def run_once(
         cmd += target.argv()
         run.finished = kill_and_restart(cmd, kills, max_delay_s, rng, run, log)
         if run.finished:
-            corrected = target.corrected and lowering == "stateful"
-            want = expected(seed, count, size, kafka=kafka is not None, corrected=corrected)
+            started_with, auto = job_lowering(lowering)
+            corrected = target.corrected and started_with == "stateful"
+            want = expected(seed, count, size, kafka=kafka is not None, corrected=corrected, auto=auto)
             if not target.corrected:
                 compare(run, os.path.join(state_dir, "out"), want)
             else:

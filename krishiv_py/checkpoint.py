@@ -127,6 +127,36 @@ class CheckpointLayout:
         """The state of the operator's stages keyed by other columns, per stage bucket and micro-batch."""
         return os.path.join(self.root, "krishiv-stages")
 
+    @property
+    def auto_lag(self) -> str:
+        """The automatic lag's record: per micro-batch, the state it runs with (``<batch>``)."""
+        return os.path.join(self.root, "krishiv-auto-lag")
+
+    def auto_lag_record(self, batch_id: int) -> bytes | None:
+        """The automatic lag's record for micro-batch ``batch_id`` (None: there is none)."""
+        try:
+            with open(os.path.join(self.auto_lag, str(batch_id)), "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+    def has_auto_lag_records(self) -> bool:
+        """True once a micro-batch's automatic lag was recorded here."""
+        return os.path.isdir(self.auto_lag) and any(_BATCH_FILE.match(n) for n in os.listdir(self.auto_lag))
+
+    def write_auto_lag_record(self, batch_id: int, data: bytes, *, keep: int = 100) -> None:
+        """Record ``data`` for micro-batch ``batch_id`` (atomically: a re-run writes the same bytes);
+        records more than ``keep`` micro-batches older go, as Spark keeps its own logs."""
+        os.makedirs(self.auto_lag, exist_ok=True)
+        path = os.path.join(self.auto_lag, str(batch_id))
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+        for name in os.listdir(self.auto_lag):
+            if _BATCH_FILE.match(name) and int(name) < batch_id - keep:
+                os.remove(os.path.join(self.auto_lag, name))
+
     def on_this_machine(self) -> CheckpointLayout | None:
         """This layout with its root as a path of this machine's file system (None: another one)."""
         local = local_path(self.root)

@@ -87,6 +87,9 @@ class JobMetrics:
     source_watermarks: Mapping[str, int] = attrs.field(factory=dict, hash=False)
     #: The sources idle now (left out of the overall watermark).
     idle_sources: frozenset[str] = frozenset()
+    #: Each source's lag in force (ms): its fixed lag, or what its automatic lag chose
+    #: (``watermark(column, "auto")``) for the next micro-batch.
+    source_lags: Mapping[str, int] = attrs.field(factory=dict, hash=False)
 
     @property
     def end_of_input(self) -> bool:
@@ -162,6 +165,17 @@ class JobMetrics:
                 "1 while the source is idle (left out of the overall watermark), else 0.",
                 {s: int(s in self.idle_sources) for s in self.source_watermarks},
             ),
+            **(
+                {
+                    "source_lag_ms": (
+                        "Watermark lag of each source in force, milliseconds (an automatic lag: "
+                        "the one it chose for the next micro-batch).",
+                        dict(self.source_lags),
+                    )
+                }
+                if self.source_lags
+                else {}
+            ),
         }
 
     def to_prometheus(self, *, job: str | None = None) -> str:
@@ -184,7 +198,7 @@ class JobMetrics:
 
 
 #: Per-source figures: shown and exported with a ``source`` label, not as one value.
-_PER_SOURCE = ("source_watermarks", "idle_sources")
+_PER_SOURCE = ("source_watermarks", "idle_sources", "source_lags")
 
 
 def _escape(label: str) -> str:

@@ -335,6 +335,15 @@ def test_set_watermark_options() -> None:
     same_plan(text, twin.filter(kp.col("amount") > 0))
 
 
+def test_set_watermark_lag_auto_is_the_builders_automatic_lag() -> None:
+    text = """SET watermark.lag = 'auto'; SELECT * FROM events WHERE amount > 0"""
+    same_plan(text, events().watermark("event_time", "auto").filter(kp.col("amount") > 0))
+    with pytest.raises(
+        kp.PlanError, match=re.escape("takes an INTERVAL, e.g. INTERVAL '5' SECOND, or 'auto'")
+    ):
+        same_plan("SET watermark.lag = 'soon'; SELECT * FROM events", events())
+
+
 def test_set_watermark_column_names_a_bigint_event_time() -> None:
     text = f"""SET watermark.column = ts_ms; SET watermark.lag = INTERVAL '500' MILLISECONDS;
                SELECT tumble_start(ts_ms, {MINUTE}) AS window_start,

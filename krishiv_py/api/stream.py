@@ -19,7 +19,7 @@ from krishiv_py.expr import AggExpr, Alias, Column, Expr, col, output_name
 from krishiv_py.late import LateEventHandler
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.emission import DEFAULT_ALLOWED_LATENESS_MS, DEFAULT_FUTURE_TOLERANCE_MS, StateTtlConfig
-from krishiv_py.plan.watermarks import MultiSourceWatermarkSpec, WatermarkSpec
+from krishiv_py.plan.watermarks import AutoLag, MultiSourceWatermarkSpec, WatermarkSpec
 from krishiv_py.plan.windows import WindowSpec, check_ms
 from krishiv_py.runtime.engine import Engine, StartOptions
 from krishiv_py.sinks import MemorySink, Sink
@@ -34,6 +34,15 @@ if TYPE_CHECKING:
     from krishiv_py.runtime.engine import Durability, Job
 
 __all__ = ["JoinedStream", "Stream", "placeholder"]
+
+
+def _auto_lag(settings: dict[str, Any]) -> AutoLag:
+    """The :class:`AutoLag` of ``watermark(column, "auto", **settings)``."""
+    known = {f.name for f in attrs.fields(AutoLag)}
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        raise PlanError(f"watermark() got unknown settings {unknown}; an automatic lag takes {sorted(known)}")
+    return AutoLag(**settings)
 
 
 class Stream(WindowAssigners):
@@ -151,10 +160,11 @@ class Stream(WindowAssigners):
     def watermark(
         self,
         column: str,
-        lag_ms: int,
+        lag_ms: int | Literal["auto"] | AutoLag,
         *,
         future_tolerance_ms: int = DEFAULT_FUTURE_TOLERANCE_MS,
         idle_timeout_ms: int | None = None,
+        **auto: Any,
     ) -> Stream:
         """Declare ``column`` as event time, with ``lag_ms`` bounded out-of-orderness.
 
@@ -165,7 +175,36 @@ class Stream(WindowAssigners):
         ``idle_timeout_ms``: after that much processing time without input,
         this source is left out of the overall watermark of a union (see
         :meth:`idle_timeout_ms`).
+
+        ``lag_ms="auto"`` chooses the lag from the data as it arrives (SPEC
+        3.4): the keywords ``quantile``, ``window_rows``, ``warmup_rows``,
+        ``min_lag_ms`` and ``max_lag_ms`` are :class:`~krishiv_py.AutoLag`'s
+        (or pass an ``AutoLag``). The lag each micro-batch runs with is
+        recorded in the checkpoint, and krishiv's operator computes the
+        watermark (the stateful lowering). docs/watermarks.md, "An automatic lag".
         """
+        if isinstance(lag_ms, AutoLag) or lag_ms == "auto":
+            if isinstance(lag_ms, AutoLag) and auto:
+                raise PlanError(f"watermark() takes an AutoLag or its settings, not both: {sorted(auto)}")
+            spec = lag_ms if isinstance(lag_ms, AutoLag) else _auto_lag(auto)
+            check_ms("future_tolerance_ms", future_tolerance_ms, positive=False)
+            out = self._with(
+                n.Watermark(
+                    input=self._plan,
+                    column=column,
+                    lag_ms=spec.max_lag_ms,
+                    future_tolerance_ms=future_tolerance_ms,
+                    auto=spec,
+                )
+            )
+            return out if idle_timeout_ms is None else out.idle_timeout_ms(idle_timeout_ms)
+        if auto:
+            raise PlanError(
+                f"watermark() takes {', '.join(sorted(auto))} only with lag_ms='auto' (an automatic "
+                f"lag), got lag_ms={lag_ms!r}"
+            )
+        if isinstance(lag_ms, str):
+            raise PlanError(f"watermark() lag_ms is a number of milliseconds or 'auto', got {lag_ms!r}")
         out = self.with_watermark(
             WatermarkSpec.fixed_lag_ms(column, lag_ms, future_tolerance_ms=future_tolerance_ms)
         )

@@ -154,11 +154,12 @@ def reference_model_for(
     wm = marks[0]
     names = [cast("n.MemorySource", m.input).name for m in marks]
     idle: int | dict[str, int | None] | None = wm.idle_timeout_ms
-    lags: int | AutoLag | dict[str, int] = lag if lag is not None else wm.lag_ms
+    # A watermark's own automatic lag (watermark(column, "auto")) unless ``lag`` replaces it.
+    lags: int | AutoLag | dict[str, int | AutoLag] = lag if lag is not None else wm.auto or wm.lag_ms
     if len(marks) > 1:
         idle = dict(zip(names, (m.idle_timeout_ms for m in marks), strict=True))
         if lag is None:
-            lags = dict(zip(names, (m.lag_ms for m in marks), strict=True))
+            lags = dict(zip(names, (m.auto or m.lag_ms for m in marks), strict=True))
     return ReferenceModel(
         window=plan.window,
         event_time=wm.column,

@@ -32,6 +32,7 @@ from krishiv_py.expr import (
 )
 from krishiv_py.names import CHANGE_EVENT_TIME, HIDDEN_PREFIX, JOIN_EVENT_TIME, KAFKA_COLUMNS, RESULT_KIND
 from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS, Emission, counts_only
+from krishiv_py.plan.watermarks import AutoLag
 from krishiv_py.plan.windows import (
     EventSlidingWindow,
     SessionWindow,
@@ -176,9 +177,14 @@ class Watermark:
     #: Processing time without input after which the source is idle (left out
     #: of the overall minimum); None: never idle.
     idle_timeout_ms: int | None = None
+    #: The lag chosen from the data (SPEC 3.4); ``lag_ms`` is then its upper clamp, the lag
+    #: until the source has sent enough rows.
+    auto: AutoLag | None = None
 
     def __attrs_post_init__(self) -> None:
         check_ms("lag_ms", self.lag_ms, positive=False)
+        if self.auto is not None and self.lag_ms != self.auto.max_lag_ms:
+            raise PlanError("an automatic lag's lag_ms is its max_lag_ms, its lag until warmed up")
         check_ms("future_tolerance_ms", self.future_tolerance_ms, positive=False)
         if self.idle_timeout_ms is not None:
             check_ms("idle_timeout_ms", self.idle_timeout_ms)
@@ -1382,7 +1388,8 @@ def _describe(node: PlanNode) -> str:
         SparkSource: lambda n: f"SparkSource {n.name!r}{' (streaming)' if n.streaming else ''} [{n.schema}]",
         KafkaSource: _kafka_text,
         Watermark: lambda n: (
-            f"Watermark column={n.column} lag_ms={n.lag_ms}"
+            f"Watermark column={n.column} "
+            + (f"lag_ms={n.lag_ms}" if n.auto is None else f"lag={n.auto!r}")
             + (
                 f" future_tolerance_ms={n.future_tolerance_ms}"
                 if n.future_tolerance_ms != DEFAULT_FUTURE_TOLERANCE_MS

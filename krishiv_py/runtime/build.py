@@ -266,10 +266,16 @@ def _stateful(
     ticks = paths.ticks
     # Map tasks merge on-time rows before the shuffle when they can learn the watermark: a
     # bounded run has none until its end, a streaming one's is in the query's offset log.
-    under = BatchWatermark(checkpoint=paths.checkpoint, shift_ms=spec.shift_ms, streaming=node.streaming)
+    auto = spec.auto is not None
+    under = BatchWatermark(
+        checkpoint=paths.checkpoint, shift_ms=spec.shift_ms, streaming=node.streaming, auto=auto
+    )
+    # With an automatic lag every row reaches the operator, which reports each micro-batch's
+    # event times to the driver exactly (runtime.auto_watermark): nothing is merged before.
+    merge_under = None if auto else under
 
     def pack(batches: Any) -> Any:
-        return op.pack_rows(spec, batches, merge_under=under)
+        return op.pack_rows(spec, batches, merge_under=merge_under)
 
     packed = child.mapInArrow(pack, PACKED_DDL)
     ddl = OUTPUT_DDL if spec.then is None else ROUTED_DDL
@@ -281,7 +287,7 @@ def _stateful(
         return _staged(spec, packed.groupBy(BUCKET).applyInPandas(bounded, ddl), paths, sides, None)
 
     def bucket(key: Any, frames: Any, state: Any) -> Any:
-        return op.run_bucket(spec, key, frames, state)
+        return op.run_bucket(spec, key, frames, state, under if auto else None)
 
     from pyspark.sql import functions as F
 

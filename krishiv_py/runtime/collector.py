@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import attrs
+import numpy as np
 
 from krishiv_py.metrics import JobMetrics
 from krishiv_py.names import PANE, PAYLOAD
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 
     from krishiv_py.panes import PaneCallbacks
     from krishiv_py.planner.spark.recipe import SparkRecipe
+    from krishiv_py.runtime.auto_watermark import AutoWatermark
     from krishiv_py.sinks import SinkWriter
     from krishiv_py.stateful.operator import Payloads
 
@@ -73,8 +75,11 @@ class BatchCollector:
         late_writer: SinkWriter | None = None,
         quarantine: Quarantine | None = None,
         spark: SparkSession | None = None,
+        auto: AutoWatermark | None = None,
     ) -> None:
         self._recipe = recipe
+        #: An automatic lag: after each micro-batch, the next one's lag and watermark recorded.
+        self.auto = auto
         #: The stages after the window.
         self._stages = Stages(recipe, spark=spark)
         #: The operator's own result columns (before any stage after the window).
@@ -112,6 +117,8 @@ class BatchCollector:
         decoded = time.perf_counter_ns()
         if payloads is not None:
             self.accept(payloads, batch_id)
+        elif self.auto is not None:  # no bucket ran (no rows): the next micro-batch's record all the same
+            self.auto.after_batch(batch_id, np.zeros(0, np.int64), np.zeros(0, np.int64))
         with self._lock:
             timing = self._timing(batch_id)
             timing["collect_us"] = (fetched - started) // 1000
@@ -127,7 +134,14 @@ class BatchCollector:
 
     def accept(self, payloads: Payloads, batch_id: int) -> None:
         """Route one micro-batch's results, late rows and statistics."""
-        from krishiv_py.stateful.operator import COUNTER_NAMES, DELAY_COUNTS, TIMING_NAMES, to_output
+        from krishiv_py.stateful.operator import (
+            AUTO_COUNTS,
+            AUTO_TIMES,
+            COUNTER_NAMES,
+            DELAY_COUNTS,
+            TIMING_NAMES,
+            to_output,
+        )
 
         results = to_output(payloads.results, self._window_schema)
         stats = payloads.stats.to_pydict()
@@ -146,6 +160,8 @@ class BatchCollector:
         if payloads.late.num_rows:
             self._hand_late(payloads.late, batch_id)
         delays = _summed(stats.pop(DELAY_COUNTS, []))
+        if self.auto is not None:  # (before the micro-batch commits: the next one reads it)
+            self.auto.after_batch(batch_id, *_times(stats.pop(AUTO_TIMES, []), stats.pop(AUTO_COUNTS, [])))
         timing = {name: int(sum(v or 0 for v in stats.get(name, []))) for name in TIMING_NAMES}
         timing["buckets"] = len(stats["bucket"])
         totals = {name: int(sum(stats[name])) for name in COUNTER_NAMES}
@@ -216,6 +232,13 @@ class BatchCollector:
 
         with self._lock:
             return {name: self._totals.get(name, 0) for name in COUNTER_NAMES}
+
+
+def _times(times: list[list[int] | None], counts: list[list[int] | None]) -> tuple[Any, Any]:
+    """Every bucket's distinct event times and their counts, one after the other (None: no rows)."""
+    flat_times = [t for part in times if part for t in part]
+    flat_counts = [c for part in counts if part for c in part]
+    return np.asarray(flat_times, np.int64), np.asarray(flat_counts, np.int64)
 
 
 def _summed(parts: list[list[int] | None]) -> list[int]:

@@ -127,6 +127,11 @@ class Job:
         """Watermark per source (sources without one are left out)."""
         raise NotImplementedError
 
+    def source_lags(self) -> dict[str, int]:
+        """Each watermarked source's lag in force now (ms): its fixed lag, or the one its automatic
+        lag chose for the next micro-batch (``watermark(column, "auto")``, SPEC 3.4)."""
+        return {t.source: t.lag_ms for t in self._recipe.tracked}
+
     def idle_sources(self) -> frozenset[str]:
         """The sources left out of the overall watermark now, being idle (see ``idle_timeout_ms``)."""
         return frozenset()

@@ -12,7 +12,9 @@ once; the operator checks each partial's watermark against its own.
 When the task cannot tell (no batch id, a checkpoint on a file system this
 process does not see, an entry it cannot read), its rows travel unmerged,
 as they always may. A bounded run has no watermark until its end: every
-valid row is on time.
+valid row is on time. With an automatic lag the micro-batch's watermark is
+the one the driver recorded for it (:mod:`krishiv_py.runtime.auto_watermark`),
+not Spark's.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import attrs
 
 from krishiv_py.checkpoint import CheckpointLayout, local_path
 from krishiv_py.errors import PlanError
+from krishiv_py.runtime.auto_watermark import effective_watermark, recorded_state
 
 __all__ = ["BATCH_ID_PROPERTY", "BatchWatermark", "local_path"]
 
@@ -34,12 +37,14 @@ class BatchWatermark:
 
     ``checkpoint``: the streaming query's checkpoint, the job's layout;
     ``None`` for a bounded run. ``shift_ms``: the plan's event-time shift, which the
-    operator takes off Spark's watermark too.
+    operator takes off Spark's watermark too. ``auto``: the watermark is the automatic
+    lag's, recorded for the micro-batch.
     """
 
     checkpoint: CheckpointLayout | None
     shift_ms: int = 0
     streaming: bool = True
+    auto: bool = False
 
     def __call__(self) -> tuple[bool, int | None]:
         if not self.streaming:
@@ -53,6 +58,11 @@ class BatchWatermark:
         batch = context.getLocalProperty(BATCH_ID_PROPERTY) if context is not None else None
         if batch is None:
             return False, None
+        if self.auto:  # Spark's delay is 0: its watermark is the highest event time seen
+            # (No fallback: a micro-batch without its recorded watermark cannot run; the error says why.)
+            spark_ms = local.batch_watermark_ms(int(batch))
+            highest = None if spark_ms <= 0 else spark_ms - self.shift_ms
+            return True, effective_watermark(recorded_state(local, int(batch)), highest)
         try:
             spark_ms = local.batch_watermark_ms(int(batch))
         except (OSError, ValueError, PlanError):

@@ -12,7 +12,9 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from krishiv_py.checkpoint import CheckpointLayout
+from krishiv_py.errors import PlanError
 from krishiv_py.planner.spark import SparkRecipe
+from krishiv_py.runtime.auto_watermark import AutoWatermark
 from krishiv_py.runtime.build import build_dataframe
 from krishiv_py.runtime.collector import BatchCollector
 from krishiv_py.runtime.handoff import HANDOFF_CONF
@@ -84,12 +86,21 @@ def start_streaming(
         restarts = any(s.quarantines for s in file_sources)
         writer = _native_output(writer, setup, quarantine, restarts=restarts)
     else:
+        assert recipe.stateful is not None
+        auto_lag = recipe.stateful.operator.auto
+        if auto_lag is not None and is_remote(spark):
+            raise PlanError(
+                "an automatic lag does not run over Spark Connect yet (the driver records each "
+                "micro-batch's lag before Spark commits it, and foreachBatch runs on the server): "
+                "give the watermark a fixed lag"
+            )
         collector = BatchCollector(
             recipe,
             setup.writer,
             late_writer=setup.late_writer,
             quarantine=quarantine,
             spark=spark,
+            auto=AutoWatermark(checkpoint, auto_lag) if auto_lag is not None else None,
         )
         # Over Spark Connect foreachBatch runs on the server: the payloads come back as files.
         handoff = checkpoint.handoff if is_remote(spark) else None

@@ -31,9 +31,12 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
+import attrs
+
 from krishiv_py.errors import JobError
 from krishiv_py.metrics import JobMetrics
 from krishiv_py.names import BUCKET, PAYLOAD
+from krishiv_py.runtime.auto_watermark import effective_watermark
 from krishiv_py.runtime.build import build_dataframe
 from krishiv_py.runtime.collector import BatchCollector
 from krishiv_py.runtime.handoff import take_handoff
@@ -201,7 +204,39 @@ class StatefulJob(StreamingJob):
         if self._handoff_error is None:
             self._take_handoff()
         base = super().metrics()
+        auto = self._collector.auto
+        if auto is not None:  # the watermark the driver computes from the recorded lag
+            base = attrs.evolve(
+                base,
+                watermark_ms=self.watermark_ms,
+                source_watermarks=self.source_watermarks(),
+                source_lags=self.source_lags(),
+            )
         return self._collector.fold_into(base)
+
+    # --- an automatic lag: the watermark the driver records for each micro-batch -------------
+
+    @property
+    def watermark_ms(self) -> int | None:
+        auto = self._collector.auto
+        if auto is None:
+            return super().watermark_ms
+        # Spark's watermark (delay 0): the highest event time seen, or a promise past it.
+        return effective_watermark(auto.state, super().watermark_ms)
+
+    def source_watermarks(self) -> dict[str, int]:
+        auto = self._collector.auto
+        if auto is None:
+            return super().source_watermarks()
+        w = self.watermark_ms
+        return {} if w is None else {t.source: w for t in self._recipe.tracked}
+
+    def source_lags(self) -> dict[str, int]:
+        auto = self._collector.auto
+        lags = super().source_lags()
+        if auto is None:
+            return lags
+        return dict.fromkeys(lags, auto.lag_ms)
 
 
 def run_stateful_bounded(setup: JobSetup) -> BoundedJob:

@@ -7,8 +7,9 @@ with :class:`~krishiv_py.PlanError` leaves them waiting, so it can be
 corrected and run again. A later ``SET`` of the same key replaces the
 earlier value.
 
-- ``watermark.lag`` (an ``INTERVAL``): the ``lag_ms`` of ``watermark(column, lag_ms)``;
-  0 when not set.
+- ``watermark.lag`` (an ``INTERVAL``, or ``'auto'``): the ``lag_ms`` of
+  ``watermark(column, lag_ms)``; 0 when not set; ``'auto'``: an automatic lag
+  with :class:`~krishiv_py.AutoLag`'s defaults (SPEC 3.4).
 - ``watermark.column`` (a column name): the event-time column.
 - ``watermark.future_tolerance``, ``watermark.idle_timeout`` (``INTERVAL``):
   ``watermark(..., future_tolerance_ms=, idle_timeout_ms=)``.
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
-from typing import TYPE_CHECKING, Any, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import attrs
 
@@ -57,7 +58,7 @@ _UNIT_MS = {
 class SqlSettings:
     """The settings waiting for the next query (None: not set)."""
 
-    lag_ms: int | None = None
+    lag_ms: int | Literal["auto"] | None = None
     column: str | None = None
     future_tolerance_ms: int | None = None
     idle_timeout_ms: int | None = None
@@ -111,6 +112,17 @@ def interval_ms(node: exp.Expression, sql: SqlText, what: str) -> int:
     if amount != amount.to_integral_value():
         raise sql.error(node, f"{what} must be a whole number of milliseconds")
     return int(amount)
+
+
+def _lag(node: exp.Expression, sql: SqlText, key: str) -> int | Literal["auto"]:
+    """An ``INTERVAL``, or ``'auto'`` (an automatic lag)."""
+    from sqlglot import exp
+
+    if isinstance(node, exp.Literal) and node.is_string:
+        if node.name.lower() == "auto":
+            return "auto"
+        raise sql.error(node, f"SET {key} takes an INTERVAL, e.g. INTERVAL '5' SECOND, or 'auto'")
+    return _interval(node, sql, key)
 
 
 def _name(node: exp.Expression, sql: SqlText, key: str) -> str:
@@ -170,7 +182,7 @@ Parser = Callable[["exp.Expression", "SqlText", str], Any]
 
 #: Every key: the :class:`SqlSettings` field it sets and how its value is read.
 KEYS: dict[str, tuple[str, Parser]] = {
-    "watermark.lag": ("lag_ms", _interval),
+    "watermark.lag": ("lag_ms", _lag),
     "watermark.column": ("column", _name),
     "watermark.future_tolerance": ("future_tolerance_ms", _interval),
     "watermark.idle_timeout": ("idle_timeout_ms", _interval),

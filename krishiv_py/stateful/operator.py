@@ -64,8 +64,10 @@ from krishiv_py.names import (
     TS_VALUE,
     encoded_value,
 )
+from krishiv_py.plan.watermarks import AutoLag
 from krishiv_py.stateful import kernel, stage
 from krishiv_py.stateful._arrow import arrow, framed, ipc_bytes, ipc_table, unframed
+from krishiv_py.stateful.auto_lag import value_counts
 from krishiv_py.stateful.chain import kinds_of
 from krishiv_py.stateful.delays import bucket_of
 from krishiv_py.stateful.premerge import MERGED_ROWS
@@ -93,6 +95,9 @@ __all__ = [
 CLASSIFICATION, WATERMARK = "classification", "watermark_ms"
 #: The statistics column of a bucket's delay histogram (with ``profile_lag_ms``).
 DELAY_COUNTS = "delay_counts"
+#: With an automatic lag, the statistics columns of a bucket's event times (ms): its distinct
+#: values and how many rows hold each (krishiv_py.runtime.auto_watermark sums them per batch).
+AUTO_TIMES, AUTO_COUNTS = "auto_times", "auto_counts"
 STAT_NAMES = (
     "bucket",
     "on_time",
@@ -157,6 +162,10 @@ class OperatorSpec:
     #: The step's ``now_ms`` is the micro-batch's start (Spark's processing time of the trigger,
     #: the same on a re-run), not the clock when the task runs: a processing-time window's.
     batch_time: bool = False
+    #: An automatic lag: the micro-batch's watermark is the one the driver recorded for it
+    #: (``run_bucket``'s ``watermark``), Spark's is the highest event time seen before it, and
+    #: each bucket reports its event times (:data:`AUTO_TIMES`).
+    auto: AutoLag | None = None
 
     @property
     def input_schema(self) -> pa.Schema:
@@ -199,9 +208,17 @@ def _late_name(name: str) -> str:
 
 
 def run_bucket(
-    spec: OperatorSpec, key: tuple[Any, ...], frames: Iterable[pd.DataFrame], state: Any
+    spec: OperatorSpec,
+    key: tuple[Any, ...],
+    frames: Iterable[pd.DataFrame],
+    state: Any,
+    watermark_of: Callable[[], MapWatermark] | None = None,
 ) -> Iterator[pd.DataFrame]:
-    """``applyInPandasWithState`` function: one micro-batch of one bucket."""
+    """``applyInPandasWithState`` function: one micro-batch of one bucket.
+
+    ``watermark_of``: with an automatic lag, tells the micro-batch's watermark (the record the
+    driver wrote for it).
+    """
 
     clock = [time.perf_counter_ns()]
 
@@ -211,6 +228,14 @@ def run_bucket(
 
     spark_wm = int(state.getCurrentWatermarkMs())
     watermark = None if spark_wm <= 0 else spark_wm - spec.shift_ms
+    highest = watermark  # with an automatic lag, Spark's delay is 0: the highest time seen
+    if spec.auto is not None:
+        known, watermark = watermark_of() if watermark_of is not None else (False, None)
+        if not known:
+            raise RuntimeError(
+                "krishiv's operator could not read the automatic lag's record of this micro-batch "
+                "(krishiv-auto-lag/<batch> in the checkpoint, which the executors must see)"
+            )
     stored = ipc_table(state.get[0]) if state.exists else None
     load_us = lap()
     received = list(frames)  # Spark's iterator: the rows arrive from the JVM as pandas frames
@@ -243,6 +268,7 @@ def run_bucket(
         timings=(load_us, receive_us, decode_us, kernel_us, store_us),
         merged_delays=given.merged_delays,
         merged_rows=given.merged_rows,
+        highest_ms=highest,
     )
     yield _output(spec, int(key[0]), payload, handed)
 
@@ -662,7 +688,10 @@ def encode_payload(
     timings: tuple[int, ...] = (0, 0, 0, 0, 0),
     merged_delays: np.ndarray | None = None,
     merged_rows: int = 0,
+    highest_ms: int | None = None,
 ) -> bytes:
+    """``highest_ms``: with an automatic lag, the highest event time seen before the micro-batch,
+    which the delay profile counts from (else ``watermark`` plus the fixed lag)."""
     encode_started = time.perf_counter_ns()
     late = _late_rows(spec, batch, out, watermark)
     due, interval = spec.kernel.next_due(state)
@@ -698,9 +727,14 @@ def encode_payload(
     for name, value in zip(TIMING_NAMES, (*timings, encode_us), strict=True):
         stats = stats.append_column(name, pa.array([value], pa.int64()))
     merged_delays = np.zeros(0, np.int64) if merged_delays is None else merged_delays
-    if spec.profile_lag_ms is not None and (batch.num_rows or len(merged_delays)) and watermark is not None:
-        counts = pa.array(_added(delay_counts(batch, watermark, spec.profile_lag_ms), merged_delays))
+    behind = highest_ms if spec.auto is not None else watermark
+    if spec.profile_lag_ms is not None and (batch.num_rows or len(merged_delays)) and behind is not None:
+        counts = pa.array(_added(delay_counts(batch, behind, spec.profile_lag_ms), merged_delays))
         stats = stats.append_column(DELAY_COUNTS, pa.ListArray.from_arrays([0, len(counts)], counts))
+    if spec.auto is not None and batch.num_rows:
+        times, counts = _time_counts(batch)
+        for name, values in ((AUTO_TIMES, times), (AUTO_COUNTS, counts)):
+            stats = stats.append_column(name, pa.ListArray.from_arrays([0, len(values)], pa.array(values)))
     tables = [late, stats] + ([out.closed] if out.closed is not None else [])
     return struct.pack("<Q", len(results)) + results + framed(tables)
 
@@ -720,6 +754,14 @@ def delay_counts(batch: pa.Table, watermark: int | None, lag_ms: int) -> np.ndar
     if ts.null_count:
         us = us[np.asarray(ts.is_valid().to_numpy(zero_copy_only=False), bool)].astype(np.int64)
     return np.bincount(_delay_slots(us, watermark, lag_ms)).astype(np.int64)
+
+
+def _time_counts(batch: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """The batch's valid event times in ms: distinct values and how many rows hold each."""
+    ts = batch.column(BATCH_TS).combine_chunks()
+    valid = ts.drop_null() if ts.null_count else ts
+    us = np.asarray(valid.to_numpy(zero_copy_only=False), np.int64)
+    return value_counts(np.floor_divide(us, 1000))
 
 
 def _delay_slots(ts_us: np.ndarray, watermark: int, lag_ms: int) -> np.ndarray:

@@ -18,6 +18,13 @@ lowering      input      window kinds                                 emission o
                          processing-time tumbling
 ============  =========  ===========================================  ===================================
 
+An automatic watermark lag (``watermark(column, "auto")``) changes from one
+micro-batch to the next, and Spark's watermark takes a fixed delay: the
+native lowering cannot follow it, so it runs on the stateful lowering,
+where the driver computes each micro-batch's watermark from the lag
+recorded for it and krishiv's operator runs at that watermark (a bounded
+run has no lag to choose: every row is on time).
+
 A processing-time window fires when the wall clock passes its end, with or
 without input; Spark's windows fire only when input moves the watermark, so
 only krishiv's operator, woken by the clock (:mod:`krishiv_py.runtime.stateful`'s
@@ -83,6 +90,7 @@ __all__ = [
     "Feature",
     "InputKind",
     "StageFeature",
+    "WatermarkFeature",
     "capabilities",
     "choose",
     "features_of",
@@ -98,7 +106,9 @@ EmissionFeature: TypeAlias = Literal[
 StageFeature: TypeAlias = Literal[
     "top_n", "cascade", "join", "interval_join", "window_after_join", "keyed_agg", "after_union"
 ]
-FeatureName: TypeAlias = InputKind | WindowKind | EmissionFeature | StageFeature
+#: Watermarks a lowering may not compute: a lag chosen from the data as it arrives.
+WatermarkFeature: TypeAlias = Literal["auto_lag"]
+FeatureName: TypeAlias = InputKind | WindowKind | EmissionFeature | StageFeature | WatermarkFeature
 
 _ALL_WINDOWS: frozenset[WindowKind] = frozenset(
     {
@@ -135,6 +145,7 @@ class Capabilities:
     snapshot: str | None = None
     forced_only: frozenset[WindowKind] = frozenset()
     stages: frozenset[StageFeature] = frozenset()
+    watermarks: frozenset[WatermarkFeature] = frozenset()
 
     def covers_all(self, features: list[Feature], *, forced: bool = False) -> bool:
         """True when this lowering runs every one of ``features`` exactly."""
@@ -151,6 +162,7 @@ class Capabilities:
             or feature in self.window_kinds
             or feature in self.emission
             or feature in self.stages
+            or feature in self.watermarks
         )
 
 
@@ -162,6 +174,8 @@ LOWERINGS: tuple[Capabilities, ...] = (
         window_kinds=_SPARK_WINDOWS,
         emission=frozenset({"allowed_lateness"}),
         stages=frozenset({"top_n", "cascade", "interval_join"}),
+        # One step with every row, then the end of input: no lag decides anything.
+        watermarks=frozenset({"auto_lag"}),
         why=(
             "every source is finite, so one Spark batch job computes the final windows "
             "(the same result as streaming the data in one step, then closing the sources)"
@@ -201,6 +215,9 @@ LOWERINGS: tuple[Capabilities, ...] = (
         stages=frozenset(
             {"cascade", "top_n", "join", "interval_join", "window_after_join", "keyed_agg", "after_union"}
         ),
+        # The operator runs each micro-batch at the watermark the driver computed from the lag
+        # recorded for it in the checkpoint (krishiv_py.runtime.auto_watermark).
+        watermarks=frozenset({"auto_lag"}),
         why="a custom Spark operator keeps the windows in state and fires them itself",
     ),
 )
@@ -267,6 +284,14 @@ def features_of(plan: n.PlanNode) -> list[Feature]:
     out = [
         Feature("bounded", "finite input") if n.is_bounded(plan) else Feature("unbounded", "unbounded input")
     ]
+    if any(w.auto is not None for w in n.watermarks_of(plan)):
+        out.append(
+            Feature(
+                "auto_lag",
+                "an automatic watermark lag (Spark's watermark takes a fixed delay; krishiv's "
+                "operator runs each micro-batch at the watermark of the lag recorded for it)",
+            )
+        )
     for agg in n.window_aggregates(plan):
         kind = window_kind(agg.window)
         name = kind.replace("_", " ")

@@ -234,6 +234,8 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
     else as a stage of its own (:func:`stacked_operators`).
     """
     op, stages, why = _operator_and_stages(plan)
+    if streaming:
+        _check_auto_lag(plan, op)
     if isinstance(op, n.Union):
         return _lower_union(plan, op, stages, reason + "".join(why), streaming=streaming)
     links = operator_links(op)
@@ -317,6 +319,22 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
         stages=stages,
         join_identity=join_identity(plan),
         result_key=op.keys if isinstance(op, n.KeyedAggregate) else None,
+    )
+
+
+def _check_auto_lag(plan: n.PlanNode, op: n.PlanNode) -> None:
+    """:class:`PlanError` for an automatic lag in a plan it does not run on yet: it runs with one
+    source whose rows a window takes first (an operator or a stage may follow)."""
+    marks = n.watermarks_of(plan)
+    if not any(m.auto is not None for m in marks):
+        return
+    bottom = operator_links(op)[0][0] if not isinstance(op, n.Union) else op
+    if len(marks) == 1 and one_watermark(plan) and isinstance(bottom, n.WindowAggregate):
+        return
+    raise PlanError(
+        "an automatic lag (watermark(column, 'auto')) runs on one source whose rows a window takes "
+        "first (not yet on a join, a union, an aggregation without a window or a Kafka source with a "
+        "watermark per partition): give this plan's watermarks a fixed lag"
     )
 
 

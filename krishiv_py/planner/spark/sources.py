@@ -304,7 +304,10 @@ class Lowerer:
         plain = not idle and not any(isinstance(s, n.MemorySource) for s in n.sources_of(node))
         out: RecipeNode = SelectExprs(child=child, exprs=("*", self._event_time(node, plain=plain)))
         if self.streaming:
-            out = WithWatermark(child=out, column=ET, delay=f"{node.lag_ms} milliseconds")
+            # An automatic lag: Spark's watermark is the highest event time seen (delay 0), and
+            # the driver computes the job's from the lag it records (runtime.auto_watermark).
+            delay = 0 if node.auto is not None else node.lag_ms
+            out = WithWatermark(child=out, column=ET, delay=f"{delay} milliseconds")
         spark_max = self.streaming and self.spark_max and not idle
         self._track(node, name, idle=idle, spark_max=spark_max)
         metrics = _source_metrics(plain=plain, idle=idle, count_input=count_input, spark_max=spark_max)
@@ -332,7 +335,8 @@ class Lowerer:
         data_et = f"timestamp_micros({micros} + {shift_us}L)"
         if plain:
             return f"{data_et} AS {quote(ET)}"
-        punct_et = f"timestamp_micros(({quote(WM)} + {node.lag_ms + self.shift}L) * 1000L)"
+        lag = 0 if node.auto is not None else node.lag_ms  # (an automatic lag: Spark's delay is 0)
+        punct_et = f"timestamp_micros(({quote(WM)} + {lag + self.shift}L) * 1000L)"
         return f"CASE WHEN {quote(ROW_KIND)} = 0 THEN {data_et} ELSE {punct_et} END AS {quote(ET)}"
 
     def _track(self, node: n.Watermark, name: str, *, idle: bool, spark_max: bool) -> None:
@@ -342,7 +346,9 @@ class Lowerer:
             TrackedSource(
                 observe_name=name,
                 source=sources,
-                lag_ms=node.lag_ms,
+                # An automatic lag: Spark's watermark is the highest time seen (and any promise
+                # past it, advance_watermark or the end of input); the driver computes the rest.
+                lag_ms=0 if node.auto is not None else node.lag_ms,
                 idle_timeout_ms=node.idle_timeout_ms if idle else None,
                 max_in_progress=spark_max,
             )

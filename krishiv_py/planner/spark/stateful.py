@@ -110,12 +110,16 @@ def operator_spec(node: n.WindowAggregate, *, shift_ms: int) -> Any:
             buckets=BUCKETS,
             batch_time=True,
         )
+    auto = marks[0].auto if len(marks) == 1 else None
+    # One source: profile its disorder (with an automatic lag, behind the highest time seen).
+    profile = (0 if auto is not None else marks[0].lag_ms) if len(marks) == 1 else None
     return OperatorSpec(
         kernel=WindowKernel(kernel),
         columns=columns,
         shift_ms=shift_ms,
         buckets=BUCKETS,
-        profile_lag_ms=marks[0].lag_ms if len(marks) == 1 else None,  # one source: profile its disorder
+        profile_lag_ms=profile,
+        auto=auto,
     )
 
 

@@ -1,0 +1,123 @@
+"""A running job's automatic lag (SPEC 3.4): the lag recorded per micro-batch, on real Spark.
+
+The job's results, watermark and lag after every micro-batch are the
+reference model's after the same steps (the model's automatic lag is
+:mod:`krishiv_py.model.auto_lag`, independent of the operator's); a job
+stopped and started again on its checkpoint gives an uninterrupted run's
+rows.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import krishiv_py as kp
+from krishiv_py.testing import assert_same_rows, reference_model_for
+
+SCHEMA = "k string, ts bigint"
+AUTO = kp.AutoLag(quantile=0.9, window_rows=40, warmup_rows=12, min_lag_ms=0, max_lag_ms=2_000)
+
+
+def pipeline(stream: kp.Stream) -> kp.Stream:
+    return stream.watermark("ts", AUTO).key_by("k").tumbling_window(100).agg(kp.count(kp.col("*")))
+
+
+def batches(seed: int, count: int = 9) -> list[list[dict[str, Any]]]:
+    """Micro-batches of three keys: most rows up to 30 ms behind the front, a tenth 60-400 ms."""
+    rng = np.random.default_rng(seed)
+    out = []
+    front = 10_000
+    for _ in range(count):
+        n = int(rng.integers(8, 30))
+        front += int(rng.integers(60, 200))
+        behind = rng.integers(0, 31, n) + (rng.random(n) < 0.1) * rng.integers(60, 401, n)
+        keys = rng.choice(["a", "b", "c"], n)
+        out.append([{"k": str(k), "ts": int(front - d)} for k, d in zip(keys, behind, strict=True)])
+    return out
+
+
+def test_the_automatic_lag_runs_on_krishivs_operator_and_explain_says_why(session: kp.Session) -> None:
+    stream, _ = session.memory_stream(SCHEMA)
+    auto = pipeline(stream)
+    text = auto.explain()
+    assert "== Lowering: stateful ==" in text and "an automatic watermark lag" in text
+    with pytest.raises(kp.PlanError, match="automatic watermark lag"):
+        auto.start(lowering="native")
+    other, _ = session.memory_stream(SCHEMA)
+    joined = (
+        stream.watermark("ts", "auto")
+        .key_by("k")
+        .interval_join(other.watermark("ts", 10).key_by("k"), between=(0, 10))
+    )
+    with pytest.raises(kp.PlanError, match="runs on one source whose rows a window takes first"):
+        joined.start(lowering="stateful")
+
+
+def test_each_micro_batch_runs_at_the_models_automatic_watermark(session: kp.Session, tmp_path: Path) -> None:
+    """After each micro-batch, the job's watermark and lag are the model's after the same step;
+    at the end its windows (late rows dropped by those watermarks) are the model's."""
+    stream, sender = session.memory_stream(SCHEMA, name="auto_lag_clicks")
+    built = pipeline(stream)
+    model = reference_model_for(built)
+    job = built.start(checkpoint_dir=str(tmp_path / "cp"))
+    try:
+        assert job.source_lags() == {"auto_lag_clicks": AUTO.max_lag_ms}  # until warmed up
+        lags = []
+        for rows in batches(1):
+            sender.send(rows)
+            model.send(rows)
+            job.process_all_available()
+            assert job.watermark_ms == model.watermark_ms
+            assert job.source_lags() == {"auto_lag_clicks": model.source_lags()["main"]}
+            lags.append(model.source_lags()["main"])
+        assert max(lags) < 400 and len(set(lags)) > 1  # chosen from the data, and moving
+        assert os.listdir(tmp_path / "cp" / "krishiv-auto-lag")
+        sender.close()
+        model.close()
+        assert job.await_termination(timeout_s=120)
+        assert model.metrics.very_late_events > 0  # the lag let some rows be late
+        assert job.metrics().very_late_events == model.metrics.very_late_events
+        assert_same_rows(job.results(), model.results)
+    finally:
+        job.stop()
+
+
+def test_a_job_restarted_on_its_checkpoint_keeps_the_recorded_lags(
+    session: kp.Session, tmp_path: Path
+) -> None:
+    """Stopped after four micro-batches and started again, the job runs the rest at the lags and
+    watermarks an uninterrupted run has: the model's rows, none lost or repeated."""
+    stream, sender = session.memory_stream(SCHEMA, name="auto_lag_restarted")
+    built = pipeline(stream)
+    model = reference_model_for(built)
+    checkpoint, out = str(tmp_path / "cp"), str(tmp_path / "out")
+    steps = batches(2)
+    job = built.start(kp.ParquetSink(out), checkpoint_dir=checkpoint)
+    try:
+        for rows in steps[:4]:
+            sender.send(rows)
+            model.send(rows)
+            job.process_all_available()
+    finally:
+        job.stop()
+    job = built.start(kp.ParquetSink(out), checkpoint_dir=checkpoint)
+    try:
+        job.process_all_available()
+        assert job.watermark_ms == model.watermark_ms
+        assert job.source_lags() == {"auto_lag_restarted": model.source_lags()["main"]}
+        for rows in steps[4:]:
+            sender.send(rows)
+            model.send(rows)
+            job.process_all_available()
+            assert job.watermark_ms == model.watermark_ms
+        sender.close()
+        model.close()
+        assert job.await_termination(timeout_s=120)
+        assert_same_rows(job.results(), model.results)
+    finally:
+        job.stop()
