@@ -80,6 +80,7 @@ Q12_SQL = (
 )
 QUERIES = (
     "tumbling",
+    "tumbling-auto",
     "session",
     "nexmark-q7",
     "nexmark-q9",

@@ -397,6 +397,8 @@ def runners_of(work: Workload) -> tuple[str, ...]:
         return ("krishiv-native", "pyflink")
     if work.updating is not None:  # an updating result: the stateful lowering (explain()'s choice)
         return ("krishiv-stateful", "pyflink")
+    if work.name == "tumbling-auto":  # an automatic lag: the stateful lowering
+        return ("krishiv-stateful",)
     if work.name in ("nexmark-q20", "nexmark-q3"):  # an inner interval join: Spark's, or krishiv's
         return ("krishiv-native", "krishiv-stateful", "pyflink")
     return ("krishiv-stateful", "pyflink") if work.tables else RUNNERS

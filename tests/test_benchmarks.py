@@ -1271,3 +1271,18 @@ def test_auto_lag_curves_replay_every_lag_and_judge_the_automatic_one() -> None:
     assert rows[-1]["final_lag_ms"] <= 2_000 and rows[-2]["p50_final_ms"] is None
     verdict = c.verdict(rows)
     assert verdict["best_fixed_lag_ms"] in c.FIXED_LAGS and verdict["latency_ratio"] is not None
+
+
+def test_sustainable_tumbling_auto_is_tumbling_with_a_pinned_automatic_lag() -> None:
+    from benchmarks import sustain_queries as q
+    from benchmarks import sustainable as sb
+    from krishiv_py.api.stream import Stream
+    from krishiv_py.plan import nodes as n
+    from krishiv_py.types import to_schema
+
+    work = q.WORKLOADS["tumbling-auto"]
+    assert sb.runners_of(work) == ("krishiv-stateful",) and work.ddl == q.WORKLOADS["tumbling"].ddl
+    source = n.MemorySource(name="clicks", schema=to_schema(work.ddl), path="/nowhere")
+    marks = n.watermarks_of(work.krishiv(Stream(None, source)).plan)
+    assert [m.auto for m in marks] == [q.PINNED_AUTO] and q.PINNED_AUTO.min_lag_ms == q.LAG_MS
+    assert n.watermarks_of(q.WORKLOADS["tumbling"].krishiv(Stream(None, source)).plan)[0].auto is None
