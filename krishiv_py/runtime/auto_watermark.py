@@ -40,6 +40,7 @@ from krishiv_py.checkpoint import CheckpointLayout
 from krishiv_py.errors import PlanError
 from krishiv_py.plan.watermarks import AutoLag
 from krishiv_py.stateful.auto_lag import AutoState, advance
+from krishiv_py.stateful.delays import bucket_of
 
 __all__ = ["AutoWatermark", "effective_watermark", "recorded_state"]
 
@@ -108,10 +109,16 @@ class AutoWatermark:
 
     def after_batch(
         self, batch_id: int, times_ms: np.ndarray[Any, Any], counts: np.ndarray[Any, Any]
-    ) -> None:
-        """Fold in micro-batch ``batch_id``'s event times and record the next micro-batch's state."""
+    ) -> np.ndarray[Any, Any]:
+        """Fold in micro-batch ``batch_id``'s event times and record the next micro-batch's state;
+        returns the delay histogram counts of its rows (:mod:`krishiv_py.stateful.delays`: behind
+        the highest time seen before it; none in the first micro-batch), the job's profile."""
         before = recorded_state(self._layout, batch_id)
         after = advance(before, self._spec, times_ms, counts)
         self._layout.write_auto_lag_record(batch_id + 1, after.to_bytes())
         with self._lock:
             self._state = after
+        if before.highest_ms is None or not len(times_ms):
+            return np.zeros(0, np.int64)
+        behind = np.maximum(before.highest_ms - np.asarray(times_ms, np.int64), 0)
+        return np.bincount(bucket_of(behind), weights=np.asarray(counts, np.int64)).astype(np.int64)

@@ -161,7 +161,8 @@ class BatchCollector:
             self._hand_late(payloads.late, batch_id)
         delays = _summed(stats.pop(DELAY_COUNTS, []))
         if self.auto is not None:  # (before the micro-batch commits: the next one reads it)
-            self.auto.after_batch(batch_id, *_times(stats.pop(AUTO_TIMES, []), stats.pop(AUTO_COUNTS, [])))
+            times = _times(stats.pop(AUTO_TIMES, []), stats.pop(AUTO_COUNTS, []))
+            delays = _summed([delays, self.auto.after_batch(batch_id, *times).tolist()])
         timing = {name: int(sum(v or 0 for v in stats.get(name, []))) for name in TIMING_NAMES}
         timing["buckets"] = len(stats["bucket"])
         totals = {name: int(sum(stats[name])) for name in COUNTER_NAMES}

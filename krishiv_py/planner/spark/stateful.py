@@ -111,8 +111,9 @@ def operator_spec(node: n.WindowAggregate, *, shift_ms: int) -> Any:
             batch_time=True,
         )
     auto = marks[0].auto if len(marks) == 1 else None
-    # One source: profile its disorder (with an automatic lag, behind the highest time seen).
-    profile = (0 if auto is not None else marks[0].lag_ms) if len(marks) == 1 else None
+    # One source: profile its disorder (an automatic lag: the driver does, from the exact times
+    # the buckets report, behind the highest time seen before each micro-batch).
+    profile = marks[0].lag_ms if len(marks) == 1 and auto is None else None
     return OperatorSpec(
         kernel=WindowKernel(kernel),
         columns=columns,
