@@ -267,6 +267,12 @@ class Workload:
         return name if name in UPDATING_QUERIES else None
 
     @property
+    def counted_once(self) -> bool:
+        """Whether a window is whole once any row of it arrives (q5: its hot auctions, whatever
+        the count of the sends behind it), not once its rows count its events."""
+        return self.name == Q5
+
+    @property
     def reflects(self) -> bool:
         """Whether a window is (key, mark) and waits for a row of its key whose value reaches the
         mark (q4, q23: the send; the updating queries: :func:`_updating_emit`)."""

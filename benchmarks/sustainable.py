@@ -476,7 +476,7 @@ def trial(
     # just with the watermark (late events, 1 %, are dropped; a few more near the lag).
     # (A window's count is capped at its events: q9 counts each new winner of an auction as one.)
     counted = sum(min(arrivals.counted.get(w, 0), generated.get(w, 0)) for w in closed)
-    if work.reflects:  # a window is counted once a row reflected it
+    if work.reflects or work.counted_once:  # a window is counted once a row reflected it
         counted = sum(generated[w] for w, s in zip(closed, latencies, strict=True) if s != float("inf"))
     kept = counted / max(1, sum(generated.get(w, 0) for w in closed))
     p50 = statistics.median(latencies) if latencies else float("inf")

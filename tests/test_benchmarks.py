@@ -1196,6 +1196,7 @@ def test_sustainable_q3_and_q5_count_what_each_send_or_window_yields() -> None:
 
     q5 = q.WORKLOADS["nexmark-q5"]
     assert sb.runners_of(q5) == sb.RUNNERS and q5.ddl == q.WORKLOADS["nexmark-q7"].ddl
+    assert q5.counted_once and not q.WORKLOADS["nexmark-q7"].counted_once  # whole at its first row
     table, windows = q5.emit(q5.draw(np.random.default_rng(8), 2_000), now)
     et = np.array(q._ms(table.column("event_time")))
     ends = cast("list[int]", sorted(windows))
