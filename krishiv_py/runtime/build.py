@@ -270,9 +270,12 @@ def _stateful(
     under = BatchWatermark(
         checkpoint=paths.checkpoint, shift_ms=spec.shift_ms, streaming=node.streaming, auto=auto
     )
+    # With an automatic lag every row reaches the operator, which reports each micro-batch's
+    # event times to the driver exactly (runtime.auto_watermark): nothing is merged before.
+    merge_under = None if auto else under
 
     def pack(batches: Any) -> Any:
-        return op.pack_rows(spec, batches, merge_under=under)
+        return op.pack_rows(spec, batches, merge_under=merge_under)
 
     packed = child.mapInArrow(pack, PACKED_DDL)
     ddl = OUTPUT_DDL if spec.then is None else ROUTED_DDL

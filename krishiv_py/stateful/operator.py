@@ -44,7 +44,7 @@ import itertools
 import struct
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import numpy as np
@@ -267,7 +267,6 @@ def run_bucket(
         timings=(load_us, receive_us, decode_us, kernel_us, store_us),
         merged_delays=given.merged_delays,
         merged_rows=given.merged_rows,
-        merged_times=given.merged_times,
     )
     yield _output(spec, int(key[0]), payload, handed)
 
@@ -481,8 +480,6 @@ MapWatermark = tuple[bool, int | None]
 #: (``none``: no watermark yet) and the delay histogram counts of their rows (little-endian
 #: int64s).
 MERGED_UNDER, MERGED_DELAYS = b"krishiv.merged_under", b"krishiv.merged_delays"
-#: With an automatic lag: the merged rows' event times (ms), distinct values then their counts.
-MERGED_TIMES = b"krishiv.merged_times"
 
 
 def pack_rows(
@@ -534,11 +531,8 @@ def _pack(spec: OperatorSpec, batches: list[pa.RecordBatch], under: MapWatermark
         out_buckets, blobs = _by_bucket(rest.drop_columns([BUCKET]), rest.column(BUCKET).to_numpy())
         if merged is not None:
             delays = _merged_delays(spec, rows, buckets, watermark)
-            times = _merged_times(spec, rows, buckets, watermark)
             merged_buckets = merged.column(BUCKET).to_numpy()
-            more_buckets, more = _by_bucket(
-                merged.drop_columns([BUCKET]), merged_buckets, watermark, delays, times
-            )
+            more_buckets, more = _by_bucket(merged.drop_columns([BUCKET]), merged_buckets, watermark, delays)
             out_buckets = np.concatenate([out_buckets, more_buckets])
             blobs += more
     return pa.RecordBatch.from_pydict(
@@ -551,7 +545,6 @@ def _by_bucket(
     buckets: np.ndarray,
     merged_under: int | None = None,
     delays: dict[int, np.ndarray] | None = None,
-    times: dict[int, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, list[bytes]]:
     """One Arrow IPC stream of ``rows`` per bucket; with ``delays``, marked as merged partials."""
     if not len(buckets):
@@ -567,13 +560,12 @@ def _by_bucket(
         part = rows.take(arrow(order[lo:hi]))
         if delays is not None:
             counts = delays.get(int(bucket), np.zeros(0, np.int64))
-            meta = {
-                MERGED_UNDER: b"none" if merged_under is None else str(merged_under).encode(),
-                MERGED_DELAYS: np.asarray(counts, "<i8").tobytes(),
-            }
-            if times is not None:
-                meta[MERGED_TIMES] = np.asarray(times.get(int(bucket), np.zeros(0)), "<i8").tobytes()
-            part = part.replace_schema_metadata(meta)
+            part = part.replace_schema_metadata(
+                {
+                    MERGED_UNDER: b"none" if merged_under is None else str(merged_under).encode(),
+                    MERGED_DELAYS: np.asarray(counts, "<i8").tobytes(),
+                }
+            )
         blobs.append(ipc_bytes(part))
     return sorted_buckets[firsts].astype(np.int32), blobs
 
@@ -593,25 +585,6 @@ def _merged_delays(
     counts = np.bincount(owners * width + slots, minlength=(int(owners.max(initial=0)) + 1) * width)
     table = counts.reshape(-1, width)
     return {int(b): table[int(b)] for b in np.unique(owners)}
-
-
-def _merged_times(
-    spec: OperatorSpec, rows: pa.Table, buckets: np.ndarray, watermark: int | None
-) -> dict[int, np.ndarray] | None:
-    """With an automatic lag, per bucket its merged rows' event times (ms): distinct values, then
-    their counts, in one array (the driver folds every row's time into the lag)."""
-    if spec.auto is None:
-        return None
-    ts_col = rows.column(BATCH_TS).combine_chunks()
-    # (None: no watermark yet, every valid row merged; the window kernel's rule takes it)
-    merged = spec.kernel.on_time(ts_col, cast(int, watermark)).astype(bool)
-    ms = np.floor_divide(np.asarray(ts_col.fill_null(0).to_numpy(zero_copy_only=False), np.int64), 1000)
-    owners = buckets[merged].astype(np.int64)
-    out = {}
-    for b in np.unique(owners).tolist():
-        values, counts = value_counts(ms[merged][owners == b])
-        out[int(b)] = np.concatenate([values, counts])
-    return out
 
 
 def decode_encoded(spec: OperatorSpec, table: pa.Table) -> pa.Table:
@@ -640,10 +613,6 @@ class BucketInput:
     merged_under: frozenset[int | None] = frozenset()
     #: The delay histogram counts of the merged rows.
     merged_delays: np.ndarray = attrs.field(factory=lambda: np.zeros(0, np.int64))
-    #: With an automatic lag, the merged rows' event times (ms) and how many rows hold each.
-    merged_times: tuple[np.ndarray, np.ndarray] = attrs.field(
-        factory=lambda: (np.zeros(0, np.int64), np.zeros(0, np.int64))
-    )
 
     @property
     def merged_rows(self) -> int:
@@ -668,7 +637,6 @@ def decode_input(spec: OperatorSpec, frames: list[pd.DataFrame]) -> BucketInput:
     merged: list[pa.Table] = []
     under: set[int | None] = set()
     delays = np.zeros(0, np.int64)
-    times: list[np.ndarray] = []
     for blob in blobs:
         table = ipc_table(bytes(blob))
         meta = table.schema.metadata or {}
@@ -679,25 +647,12 @@ def decode_input(spec: OperatorSpec, frames: list[pd.DataFrame]) -> BucketInput:
         under.add(None if mark == "none" else int(mark))
         counts = np.frombuffer(meta[MERGED_DELAYS], "<i8").astype(np.int64)
         delays = _added(delays, counts)
-        if MERGED_TIMES in meta:
-            times.append(np.frombuffer(meta[MERGED_TIMES], "<i8").astype(np.int64))
         merged.append(table.replace_schema_metadata(None))
     return BucketInput(
         rows=_empty_input(spec) if not rows else rows[0] if len(rows) == 1 else pa.concat_tables(rows),
         merged=None if not merged else merged[0] if len(merged) == 1 else pa.concat_tables(merged),
         merged_under=frozenset(under),
         merged_delays=delays,
-        merged_times=_split_times(times),
-    )
-
-
-def _split_times(parts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Each part's distinct times and counts (:data:`MERGED_TIMES`), one after the other."""
-    halves = [(p[: len(p) // 2], p[len(p) // 2 :]) for p in parts]
-    empty = np.zeros(0, np.int64)
-    return (
-        np.concatenate([v for v, _ in halves]) if halves else empty,
-        np.concatenate([c for _, c in halves]) if halves else empty,
     )
 
 
@@ -731,10 +686,7 @@ def encode_payload(
     timings: tuple[int, ...] = (0, 0, 0, 0, 0),
     merged_delays: np.ndarray | None = None,
     merged_rows: int = 0,
-    merged_times: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> bytes:
-    """``merged_times``: with an automatic lag, the event times of the rows merged before the
-    shuffle (reported with the bucket's own rows')."""
     encode_started = time.perf_counter_ns()
     late = _late_rows(spec, batch, out, watermark)
     due, interval = spec.kernel.next_due(state)
@@ -773,11 +725,8 @@ def encode_payload(
     if spec.profile_lag_ms is not None and (batch.num_rows or len(merged_delays)) and watermark is not None:
         counts = pa.array(_added(delay_counts(batch, watermark, spec.profile_lag_ms), merged_delays))
         stats = stats.append_column(DELAY_COUNTS, pa.ListArray.from_arrays([0, len(counts)], counts))
-    merged_values, merged_counts = merged_times if merged_times is not None else (np.zeros(0), np.zeros(0))
-    if spec.auto is not None and (batch.num_rows or len(merged_values)):
-        own_values, own_counts = _time_counts(batch)
-        times = np.concatenate([own_values, merged_values]).astype(np.int64)
-        counts = np.concatenate([own_counts, merged_counts]).astype(np.int64)
+    if spec.auto is not None and batch.num_rows:
+        times, counts = _time_counts(batch)
         for name, values in ((AUTO_TIMES, times), (AUTO_COUNTS, counts)):
             stats = stats.append_column(name, pa.ListArray.from_arrays([0, len(values)], pa.array(values)))
     tables = [late, stats] + ([out.closed] if out.closed is not None else [])
