@@ -37,11 +37,7 @@ __all__ = ["JoinedStream", "Stream", "placeholder"]
 
 
 def _auto_lag(settings: dict[str, Any]) -> AutoLag:
-    """The :class:`AutoLag` of ``watermark(column, "auto", **settings)``."""
-    known = {f.name for f in attrs.fields(AutoLag)}
-    unknown = sorted(set(settings) - known)
-    if unknown:
-        raise PlanError(f"watermark() got unknown settings {unknown}; an automatic lag takes {sorted(known)}")
+    """The :class:`AutoLag` of ``watermark(column, "auto", **settings)`` (its defaults for the rest)."""
     return AutoLag(**settings)
 
 
@@ -164,7 +160,11 @@ class Stream(WindowAssigners):
         *,
         future_tolerance_ms: int = DEFAULT_FUTURE_TOLERANCE_MS,
         idle_timeout_ms: int | None = None,
-        **auto: Any,
+        quantile: float | None = None,
+        window_rows: int | None = None,
+        warmup_rows: int | None = None,
+        min_lag_ms: int | None = None,
+        max_lag_ms: int | None = None,
     ) -> Stream:
         """Declare ``column`` as event time, with ``lag_ms`` bounded out-of-orderness.
 
@@ -183,6 +183,14 @@ class Stream(WindowAssigners):
         recorded in the checkpoint, and krishiv's operator computes the
         watermark (the stateful lowering). docs/watermarks.md, "An automatic lag".
         """
+        given = {
+            "quantile": quantile,
+            "window_rows": window_rows,
+            "warmup_rows": warmup_rows,
+            "min_lag_ms": min_lag_ms,
+            "max_lag_ms": max_lag_ms,
+        }
+        auto = {k: v for k, v in given.items() if v is not None}
         if isinstance(lag_ms, AutoLag) or lag_ms == "auto":
             if isinstance(lag_ms, AutoLag) and auto:
                 raise PlanError(f"watermark() takes an AutoLag or its settings, not both: {sorted(auto)}")
