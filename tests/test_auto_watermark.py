@@ -68,7 +68,8 @@ def test_each_micro_batch_runs_at_the_models_automatic_watermark(session: kp.Ses
     try:
         assert job.source_lags() == {"auto_lag_clicks": AUTO.max_lag_ms}  # until warmed up
         lags = []
-        for rows in batches(1):
+        steps = batches(1)
+        for rows in steps:
             sender.send(rows)
             model.send(rows)
             job.process_all_available()
@@ -77,6 +78,14 @@ def test_each_micro_batch_runs_at_the_models_automatic_watermark(session: kp.Ses
             lags.append(model.source_lags()["main"])
         assert max(lags) < 400 and len(set(lags)) > 1  # chosen from the data, and moving
         assert os.listdir(tmp_path / "cp" / "krishiv-auto-lag")
+        metrics = job.metrics()
+        assert metrics.source_lags == {"auto_lag_clicks": lags[-1]}
+        assert (
+            f'krishiv_window_source_lag_ms{{source="auto_lag_clicks"}} {lags[-1]}' in metrics.to_prometheus()
+        )
+        # The job's own delay profile (the exact times it reported; the first micro-batch has none).
+        advice = job.advise_watermark()
+        assert advice.windows_held is None and advice.profile.events == sum(map(len, steps[1:]))
         sender.close()
         model.close()
         assert job.await_termination(timeout_s=120)

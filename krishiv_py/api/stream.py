@@ -36,11 +36,6 @@ if TYPE_CHECKING:
 __all__ = ["JoinedStream", "Stream", "placeholder"]
 
 
-def _auto_lag(settings: dict[str, Any]) -> AutoLag:
-    """The :class:`AutoLag` of ``watermark(column, "auto", **settings)`` (its defaults for the rest)."""
-    return AutoLag(**settings)
-
-
 class Stream(WindowAssigners):
     """A stream of rows with a schema; build pipelines by chaining methods.
 
@@ -190,11 +185,11 @@ class Stream(WindowAssigners):
             "min_lag_ms": min_lag_ms,
             "max_lag_ms": max_lag_ms,
         }
-        auto = {k: v for k, v in given.items() if v is not None}
+        auto: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
         if isinstance(lag_ms, AutoLag) or lag_ms == "auto":
             if isinstance(lag_ms, AutoLag) and auto:
                 raise PlanError(f"watermark() takes an AutoLag or its settings, not both: {sorted(auto)}")
-            spec = lag_ms if isinstance(lag_ms, AutoLag) else _auto_lag(auto)
+            spec = lag_ms if isinstance(lag_ms, AutoLag) else AutoLag(**auto)
             check_ms("future_tolerance_ms", future_tolerance_ms, positive=False)
             out = self._with(
                 n.Watermark(
