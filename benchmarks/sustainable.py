@@ -97,6 +97,7 @@ from benchmarks.sustain_queries import (
     Workload,
     write_side_table,
 )
+from krishiv_py.runtime.launch import CARRIER_CONF
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -105,6 +106,11 @@ _R = TypeVar("_R")
 #: the send that moves the watermark past it, so a tick must be well under the budget.
 TICK_S = 1.0
 RUNNERS = ("krishiv-native", "krishiv-stateful", "pyspark-streaming", "pyflink")
+STATEFUL = "krishiv-stateful"
+#: The stateful lowering with its state carried by krishiv's own files, not Spark's state store
+#: (``spark.krishiv.stateful.carrier``), by runner; each runs where ``krishiv-stateful`` runs,
+#: when asked for.
+CARRIER_RUNNERS = {"krishiv-stateful-files": "krishiv-files", "krishiv-stateful-one-task": "one-task"}
 #: The search stops doubling past this (``--max-rate``): above every runner's limit on two cores
 #: (hand-tuned PySpark failed between 6 and 7 M events/s on tumbling), so a search ends by a
 #: failing rate, not by the cap. A memory-stream feed's generator tops out near 4 M events/s.
@@ -329,8 +335,14 @@ def start_runner(
     work: Workload = WORKLOADS["tumbling"],
 ) -> tuple[Callable[[Any], Any], Callable[[], None]]:
     """Start ``runner``'s job for ``work`` on ``feed``; returns (send one tick's events, stop)."""
-    if runner not in runners_of(work):
+    if runner not in runners_of(work) and not (runner in CARRIER_RUNNERS and STATEFUL in runners_of(work)):
         raise ValueError(f"{work.name} has no {runner} form; its runners: {', '.join(runners_of(work))}")
+    if runner in CARRIER_RUNNERS:  # the stateful lowering, its state carried otherwise
+        session.spark.conf.set(CARRIER_CONF, CARRIER_RUNNERS[runner])
+        try:
+            return start_runner(session, STATEFUL, arrivals, feed, flink, work)
+        finally:
+            session.spark.conf.unset(CARRIER_CONF)  # (read when a job starts)
     if runner == "pyflink":
         if flink is None:
             raise ValueError("the pyflink runner needs --flink-python")
@@ -659,7 +671,7 @@ def plot(runs: list[dict[str, Any]], path: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--runner", action="append", choices=RUNNERS)
+    p.add_argument("--runner", action="append", choices=(*RUNNERS, *CARRIER_RUNNERS))
     p.add_argument("--query", choices=QUERIES, default="tumbling", help="the query (default tumbling)")
     p.add_argument("--budget-s", type=float, default=5.0)
     p.add_argument(

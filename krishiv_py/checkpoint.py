@@ -128,6 +128,11 @@ class CheckpointLayout:
         return os.path.join(self.root, "krishiv-stages")
 
     @property
+    def operator_state(self) -> str:
+        """The operator's state per key bucket and micro-batch, with the ``krishiv-files`` carrier."""
+        return os.path.join(self.root, "krishiv-state")
+
+    @property
     def auto_lag(self) -> str:
         """The automatic lag's record: per micro-batch, the state it runs with (``<batch>``)."""
         return os.path.join(self.root, "krishiv-auto-lag")
@@ -193,12 +198,20 @@ class CheckpointLayout:
         when the file is missing, :class:`~krishiv_py.errors.PlanError` when it
         is not ``v1`` or has no watermark.
         """
+        return self._batch_metadata(batch_id, "batchWatermarkMs")
+
+    def batch_timestamp_ms(self, batch_id: int) -> int:
+        """When micro-batch ``batch_id`` started, as Spark recorded it (``batchTimestampMs``; its
+        processing time, the same when Spark runs it again). Raises as :meth:`batch_watermark_ms`."""
+        return self._batch_metadata(batch_id, "batchTimestampMs")
+
+    def _batch_metadata(self, batch_id: int, name: str) -> int:
         path = os.path.join(self.offsets, str(batch_id))
         entries = _entries(path, "offset")
         try:
-            return int(json.loads(entries[0])["batchWatermarkMs"])
+            return int(json.loads(entries[0])[name])
         except (IndexError, KeyError, TypeError, ValueError):
-            raise PlanError(f"no batchWatermarkMs in Spark's offset log entry {path}") from None
+            raise PlanError(f"no {name} in Spark's offset log entry {path}") from None
 
 
 class FileEntry(NamedTuple):

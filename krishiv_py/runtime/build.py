@@ -286,6 +286,37 @@ def _stateful(
 
         return _staged(spec, packed.groupBy(BUCKET).applyInPandas(bounded, ddl), paths, sides, None)
 
+    path = ticks or tempfile.mkdtemp(prefix="krishiv-ticks-", dir=paths.scratch)
+    tick_rows = (
+        spark.readStream.format("parquet")
+        .schema(f"{BUCKET} int")
+        .option("maxFilesPerTrigger", "1")
+        .option("maxFileAge", "36500d")
+        .load(path)
+        .selectExpr(*node.tick_exprs)
+    )
+    if node.carrier == "krishiv-files":
+        # The state is krishiv's own (one file per bucket and micro-batch under the checkpoint),
+        # the watermark and the batch's start time the offset log's: Spark keeps no state here.
+        root = paths.checkpoint.operator_state if paths.checkpoint is not None else None
+        state_path = root or tempfile.mkdtemp(prefix="krishiv-state-", dir=paths.scratch)
+
+        def bucket_files(key: Any, table: Any) -> Any:
+            return op.run_bucket_files(spec, key, table, _batch_id(), under.of_batch, state_path)
+
+        out = packed.unionByName(tick_rows).groupBy(BUCKET).applyInArrow(bucket_files, ddl)
+        return _staged(spec, out, paths, sides, under)
+    if node.carrier == "one-task":
+        # As krishiv-files, every bucket in one task: no shuffle, one Python worker per micro-batch.
+        root = paths.checkpoint.operator_state if paths.checkpoint is not None else None
+        state_path = root or tempfile.mkdtemp(prefix="krishiv-state-", dir=paths.scratch)
+
+        def all_buckets(batches: Any) -> Any:
+            return op.run_buckets_files(spec, batches, _batch_id(), under.of_batch, state_path)
+
+        out = packed.unionByName(tick_rows).coalesce(1).mapInArrow(all_buckets, ddl)
+        return _staged(spec, out, paths, sides, under)
+
     def bucket(key: Any, frames: Any, state: Any) -> Any:
         return op.run_bucket(spec, key, frames, state, under if auto else None)
 
@@ -297,16 +328,7 @@ def _stateful(
     # are unchanged.
     marker = F.lit(None).cast("timestamp").alias(WATERMARK_MARKER, metadata={"spark.watermarkDelayMs": 0})
     packed = packed.select("*", marker)
-
-    path = ticks or tempfile.mkdtemp(prefix="krishiv-ticks-", dir=paths.scratch)
-    tick_rows = (
-        spark.readStream.format("parquet")
-        .schema(f"{BUCKET} int")
-        .option("maxFilesPerTrigger", "1")
-        .option("maxFileAge", "36500d")
-        .load(path)
-        .selectExpr(*node.tick_exprs, f"CAST(NULL AS TIMESTAMP) AS {WATERMARK_MARKER}")
-    )
+    tick_rows = tick_rows.select("*", F.lit(None).cast("timestamp").alias(WATERMARK_MARKER))
     grouped = packed.unionByName(tick_rows).groupBy(BUCKET)
     out = grouped.applyInPandasWithState(bucket, ddl, STATE_DDL, "append", "NoTimeout")
     return _staged(spec, out, paths, sides, under)

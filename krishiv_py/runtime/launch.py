@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 from krishiv_py.checkpoint import CheckpointLayout
 from krishiv_py.errors import JobError, PlanError
 from krishiv_py.plan import nodes as n
-from krishiv_py.planner.spark.stateful import BUCKETS, with_buckets
+from krishiv_py.planner.spark.stateful import BUCKETS, with_buckets, with_carrier
 from krishiv_py.runtime import run
 from krishiv_py.runtime.bad_files import BadFileSource
 from krishiv_py.runtime.durability import DurabilityProfile, is_uri
@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from krishiv_py.runtime.spool import Feed
 
 __all__ = [
+    "CARRIER_CONF",
     "PLAN_FILE",
     "check_plan",
     "claim_checkpoint",
@@ -217,6 +218,8 @@ def start_streaming_job(
             "give the job a directory for them with start(..., quarantine_dir=<a directory>)"
         )
     quarantine = None if options.quarantine_dir is None else Quarantine(options.quarantine_dir)
+    if recipe.stateful is not None:
+        recipe = with_carrier(recipe, str(spark.conf.get(CARRIER_CONF, "state-store")))
     check_plan(layout, recorded_identity(plan, recipe))
     if recipe.stateful is not None:
         partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 0)
@@ -257,6 +260,11 @@ def start_streaming_job(
     job.name = options.name or query_name
     _record_running(checkpoint_dir, job)
     return job
+
+
+#: The Spark setting that picks what carries the stateful operator's state between micro-batches
+#: (``state-store``, the default, or ``krishiv-files``); a checkpoint keeps the one it started with.
+CARRIER_CONF = "spark.krishiv.stateful.carrier"
 
 
 def refuse_quarantine_for_batch(options: StartOptions) -> None:
@@ -306,7 +314,10 @@ def recorded_identity(plan: n.PlanNode, recipe: SparkRecipe) -> str:
     """What a checkpoint records of the pipeline that writes it: the lowering, the plan's identity
     and, when the stateful operator runs more than one kernel, how its state is laid out."""
     text = f"lowering: {recipe.lowering}\n{n.checkpoint_identity(plan)}\n"
-    layout = recipe.stateful.operator.state_layout if recipe.stateful is not None else None
+    node = recipe.stateful
+    if node is not None and node.carrier != "state-store":  # the state's files are laid out by it
+        text = f"{text}carrier: {node.carrier}\n"
+    layout = node.operator.state_layout if node is not None else None
     return text if layout is None else f"{text}operators: {layout}\n"
 
 

@@ -68,3 +68,21 @@ class BatchWatermark:
         except (OSError, ValueError, PlanError):
             return False, None
         return True, (None if spark_ms <= 0 else spark_ms - self.shift_ms)
+
+    def of_batch(self) -> tuple[int | None, int]:
+        """The micro-batch's watermark and start time (ms) for the task that asks; raises when the
+        task cannot read them (the ``krishiv-files`` carrier needs them: Spark passes them to no
+        ``applyInArrow`` function)."""
+        known, watermark = self()
+        local = self.checkpoint.on_this_machine() if self.checkpoint is not None else None
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        batch = context.getLocalProperty(BATCH_ID_PROPERTY) if context is not None else None
+        if not known or local is None or batch is None:
+            raise RuntimeError(
+                "krishiv's operator could not read its micro-batch's watermark from the query's "
+                f"offset log ({self.checkpoint.root if self.checkpoint else 'no checkpoint'}): the "
+                "krishiv-files carrier needs the checkpoint on a file system the executors see"
+            )
+        return watermark, local.batch_timestamp_ms(int(batch))

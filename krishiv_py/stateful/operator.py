@@ -74,6 +74,7 @@ from krishiv_py.stateful.premerge import MERGED_ROWS
 from krishiv_py.stateful.protocol import Kernel
 from krishiv_py.stateful.stage import StageSpec
 from krishiv_py.stateful.state import WINDOW_END, WINDOW_START
+from krishiv_py.stateful.versioned import VersionedBlobs
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -88,6 +89,8 @@ __all__ = [
     "pack_rows",
     "run_bounded_bucket",
     "run_bucket",
+    "run_bucket_files",
+    "run_buckets_files",
     "route_side",
     "run_stage",
 ]
@@ -220,55 +223,143 @@ def run_bucket(
     driver wrote for it).
     """
 
-    clock = [time.perf_counter_ns()]
-
-    def lap() -> int:
-        clock.append(time.perf_counter_ns())
-        return (clock[-1] - clock[-2]) // 1000
-
+    clock = _Clock()
     spark_wm = int(state.getCurrentWatermarkMs())
     watermark = None if spark_wm <= 0 else spark_wm - spec.shift_ms
     if spec.auto is not None:  # (Spark's delay is 0: its watermark is the highest time seen)
-        known, watermark = watermark_of() if watermark_of is not None else (False, None)
-        if not known:
-            raise RuntimeError(
-                "krishiv's operator could not read the automatic lag's record of this micro-batch "
-                "(krishiv-auto-lag/<batch> in the checkpoint, which the executors must see)"
-            )
+        watermark = _recorded_watermark(watermark_of)
     stored = ipc_table(state.get[0]) if state.exists else None
-    load_us = lap()
+    load_us = clock.lap()
     received = list(frames)  # Spark's iterator: the rows arrive from the JVM as pandas frames
-    receive_us = lap()
+    receive_us = clock.lap()
     given = decode_input(spec, received)
-    given.check_watermark(watermark)
-    batch = given.rows
-    decode_us = lap()
     # Processing-time windows time their rows by the micro-batch's start, the same on a re-run.
     now = int(state.getCurrentProcessingTimeMs()) if spec.batch_time else int(time.time() * 1000)
+
+    def keep(blob: bytes | None) -> None:
+        if blob is None:
+            if state.exists:
+                state.remove()
+        else:
+            state.update((blob,))
+
+    before = (load_us, receive_us)
+    payload, handed = _step(spec, int(key[0]), stored, given, watermark, now, keep, clock, before)
+    yield _output(spec, int(key[0]), payload, handed)
+
+
+def run_bucket_files(
+    spec: OperatorSpec,
+    key: tuple[Any, ...],
+    table: pa.Table,
+    batch_id: int,
+    batch_of: Callable[[], tuple[int | None, int]],
+    root: str,
+) -> pa.Table:
+    """``applyInArrow`` function: one micro-batch of one bucket, its state krishiv's own files.
+
+    The ``krishiv-files`` carrier (:mod:`krishiv_py.stateful.versioned`): the
+    bucket's state is the version the micro-batch before ``batch_id`` left
+    under ``root``; the new one is written before the task ends, so before
+    the micro-batch commits. ``batch_of`` tells the micro-batch's watermark
+    and start time (ms), as Spark wrote them into its offset log.
+    """
+    clock = _Clock()
+    bucket = int(key[0])
+    watermark, started_ms = batch_of()
+    store = VersionedBlobs(root, bucket)
+    blob = store.load_before(batch_id)
+    stored = ipc_table(blob) if blob is not None else None
+    load_us = clock.lap()
+    given = decode_blobs(spec, [b for b in table.column(PACKED).to_pylist() if b is not None])
+    now = started_ms if spec.batch_time else int(time.time() * 1000)
+
+    def keep(new: bytes | None) -> None:
+        store.save(batch_id, new)
+
+    payload, handed = _step(spec, bucket, stored, given, watermark, now, keep, clock, (load_us, 0))
+    return _output_table(spec, bucket, payload, handed)
+
+
+def run_buckets_files(
+    spec: OperatorSpec,
+    batches: Iterable[pa.RecordBatch],
+    batch_id: int,
+    batch_of: Callable[[], tuple[int | None, int]],
+    root: str,
+) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` function of the ``one-task`` carrier: every bucket of a micro-batch in one
+    task (the input coalesced into one partition, no shuffle), each as :func:`run_bucket_files`."""
+    tables = [pa.Table.from_batches([b]) for b in batches if b.num_rows]
+    if not tables:
+        return
+    rows = pa.concat_tables(tables)
+    buckets = rows.column(BUCKET).to_numpy()
+    for bucket in np.unique(buckets).tolist():
+        table = rows.filter(pa.array(buckets == bucket))
+        out = run_bucket_files(spec, (bucket,), table, batch_id, batch_of, root)
+        yield from out.to_batches()
+
+
+class _Clock:
+    """Microseconds between laps (a bucket call's timings)."""
+
+    def __init__(self) -> None:
+        self._last = time.perf_counter_ns()
+
+    def lap(self) -> int:
+        now = time.perf_counter_ns()
+        elapsed, self._last = (now - self._last) // 1000, now
+        return elapsed
+
+
+def _recorded_watermark(watermark_of: Callable[[], MapWatermark] | None) -> int | None:
+    """An automatic lag's watermark for the micro-batch: the record the driver wrote for it."""
+    known, watermark = watermark_of() if watermark_of is not None else (False, None)
+    if not known:
+        raise RuntimeError(
+            "krishiv's operator could not read the automatic lag's record of this micro-batch "
+            "(krishiv-auto-lag/<batch> in the checkpoint, which the executors must see)"
+        )
+    return watermark
+
+
+def _step(
+    spec: OperatorSpec,
+    bucket: int,
+    stored: pa.Table | None,
+    given: BucketInput,
+    watermark: int | None,
+    now: int,
+    keep: Callable[[bytes | None], None],
+    clock: _Clock,
+    before: tuple[int, int],
+) -> tuple[bytes, list[bytes]]:
+    """The kernel's step over one bucket's input; its new state to ``keep``; the payload and the rows
+    handed on to a stage."""
+    given.check_watermark(watermark)
+    batch = given.rows
+    decode_us = clock.lap()
     new_state, out = spec.kernel.step(stored, batch, watermark, now, merged=given.merged)
-    out, handed = _handed_on(spec, int(key[0]), out, new_state, watermark)
-    kernel_us = lap()
+    out, handed = _handed_on(spec, bucket, out, new_state, watermark)
+    kernel_us = clock.lap()
     blob = ipc_bytes(new_state) if new_state.num_rows else None
-    if blob is None:
-        if state.exists:
-            state.remove()
-    else:
-        state.update((blob,))
-    store_us = lap()
+    keep(blob)
+    store_us = clock.lap()
     payload = encode_payload(
         spec,
-        int(key[0]),
+        bucket,
         batch,
         out,
         new_state,
         watermark,
         len(blob or b""),
         stat_watermark=watermark,
-        timings=(load_us, receive_us, decode_us, kernel_us, store_us),
+        timings=(*before, decode_us, kernel_us, store_us),
         merged_delays=given.merged_delays,
         merged_rows=given.merged_rows,
     )
-    yield _output(spec, int(key[0]), payload, handed)
+    return payload, handed
 
 
 def run_bounded_bucket(spec: OperatorSpec, key: tuple[Any, ...], frame: pd.DataFrame) -> pd.DataFrame:
@@ -319,15 +410,26 @@ def _output(spec: OperatorSpec, bucket: int, payload: bytes, handed: list[bytes]
     """The rows of one bucket call: its payload; with a stage, the rows handed on (route >= 0)."""
     import pandas as pd
 
+    return pd.DataFrame(_output_columns(spec, bucket, payload, handed))
+
+
+def _output_table(spec: OperatorSpec, bucket: int, payload: bytes, handed: list[bytes]) -> pa.Table:
+    """:func:`_output` as an Arrow table."""
+    cols = _output_columns(spec, bucket, payload, handed)
+    types = {BUCKET: pa.int32(), PAYLOAD: pa.binary(), ROUTE: pa.int32()}
+    return pa.table({name: pa.array(values, types[name]) for name, values in cols.items()})
+
+
+def _output_columns(
+    spec: OperatorSpec, bucket: int, payload: bytes, handed: list[bytes]
+) -> dict[str, list[Any]]:
     if spec.then is None:
-        return pd.DataFrame({BUCKET: [bucket], PAYLOAD: [payload]})
-    return pd.DataFrame(
-        {
-            BUCKET: [bucket] * (1 + len(handed)),
-            PAYLOAD: [payload, *handed],
-            ROUTE: [-1, *range(len(handed))],
-        }
-    )
+        return {BUCKET: [bucket], PAYLOAD: [payload]}
+    return {
+        BUCKET: [bucket] * (1 + len(handed)),
+        PAYLOAD: [payload, *handed],
+        ROUTE: [-1, *range(len(handed))],
+    }
 
 
 def run_stage(
@@ -632,7 +734,11 @@ class BucketInput:
 
 def decode_input(spec: OperatorSpec, frames: list[pd.DataFrame]) -> BucketInput:
     """A bucket's packed rows (tick rows have none) and merged partials."""
-    blobs = [b for f in frames if len(f) for b in f[PACKED].tolist() if b is not None]
+    return decode_blobs(spec, [b for f in frames if len(f) for b in f[PACKED].tolist() if b is not None])
+
+
+def decode_blobs(spec: OperatorSpec, blobs: list[Any]) -> BucketInput:
+    """A bucket's packed rows and merged partials from its packed values (ticks have none)."""
     rows: list[pa.Table] = []
     merged: list[pa.Table] = []
     under: set[int | None] = set()

@@ -217,6 +217,10 @@ class StatefulApply:
     side_inputs: tuple[tuple[int, RecipeNode], ...] = ()
     #: A union of windows: what ``hash()`` takes in each branch (its child is a union of them).
     branch_hashed: tuple[str | None, ...] | None = None
+    #: What carries the operator's state between micro-batches (streaming): ``"state-store"``,
+    #: Spark's (``applyInPandasWithState``), or ``"krishiv-files"``, krishiv's own files under
+    #: the checkpoint (``applyInArrow``; :mod:`krishiv_py.stateful.versioned`).
+    carrier: str = "state-store"
 
 
 RecipeNode: TypeAlias = (
@@ -472,10 +476,17 @@ def _render_stateful(node: StatefulApply) -> str:
     else:
         tick_cols = ", ".join(repr(e) for e in node.tick_exprs)
         ticks = f"spark.readStream.parquet(<tick source>).selectExpr({tick_cols})"
-        out = (
-            f"{packed}.unionByName({ticks}).groupBy('{_BUCKET}').applyInPandasWithState({what}, "
-            f"'{ddl}', '{STATE_DDL}', 'append', 'NoTimeout')"
-        )
+        files = "state: <checkpoint>/krishiv-state/<bucket>/<batch id>.arrow"
+        unioned = f"{packed}.unionByName({ticks})"
+        if node.carrier == "krishiv-files":
+            out = f"{unioned}.groupBy('{_BUCKET}').applyInArrow({what[:-1]} {files}>, '{ddl}')"
+        elif node.carrier == "one-task":
+            out = f"{unioned}.coalesce(1).mapInArrow({what[:-1]} in one task, {files}>, '{ddl}')"
+        else:
+            out = (
+                f"{unioned}.groupBy('{_BUCKET}').applyInPandasWithState({what}, "
+                f"'{ddl}', '{STATE_DDL}', 'append', 'NoTimeout')"
+            )
     sides = {level: f".unionByName(side{f'_{level}' if level else ''})" for level, _ in node.side_inputs}
     level = 0
     while then is not None:  # each stage, its rows moved across the cluster once more

@@ -53,6 +53,7 @@ __all__ = [
     "operator_spec",
     "stacked_operators",
     "with_buckets",
+    "with_carrier",
 ]
 
 #: Key buckets of a lowered plan (and of every job checkpointed before the number was recorded):
@@ -197,6 +198,23 @@ def with_buckets(recipe: SparkRecipe, buckets: int) -> SparkRecipe:
         child = _rebucketed(node.child, node.hashed, buckets)
     root = attrs.evolve(node, child=child, operator=operator)
     return attrs.evolve(recipe, root=root)
+
+
+#: What can carry the stateful operator's state between micro-batches (:class:`StatefulApply`).
+CARRIERS = ("state-store", "krishiv-files", "one-task")
+
+
+def with_carrier(recipe: SparkRecipe, carrier: str) -> SparkRecipe:
+    """``recipe`` with its stateful operator's state carried by ``carrier`` (one of :data:`CARRIERS`)."""
+    node = recipe.stateful
+    if carrier not in CARRIERS:
+        raise PlanError(
+            f"unknown carrier of the stateful operator's state {carrier!r}: "
+            f"choose one of {', '.join(CARRIERS)}"
+        )
+    if node is None or node.carrier == carrier:
+        return recipe
+    return attrs.evolve(recipe, root=attrs.evolve(node, carrier=carrier))
 
 
 def _rebucketed(encoded: RecipeNode, hashed: str | None, buckets: int) -> RecipeNode:
