@@ -48,7 +48,6 @@ class VersionedBlobs:
 
         self._fs, root = fs.FileSystem.from_uri(path) if "://" in path else (fs.LocalFileSystem(), path)
         self._dir = f"{root.rstrip('/')}/{bucket}"
-        self._listed: tuple[dict[int, Any], list[tuple[int, Any]]] | None = None
 
     def _listing(self) -> tuple[dict[int, Any], list[tuple[int, Any]]]:
         """The versions on disk by batch id, and what writes killed before their move left."""
@@ -72,8 +71,7 @@ class VersionedBlobs:
 
     def load_before(self, batch_id: int) -> bytes | None:
         """The newest version written by a micro-batch before ``batch_id`` (None: no state)."""
-        self._listed = self._listing()
-        infos = self._listed[0]
+        infos = self._listing()[0]
         older = [v for v in infos if v < batch_id]
         if not older:
             return None
@@ -93,7 +91,6 @@ class VersionedBlobs:
 
     def save(self, batch_id: int, blob: bytes | None) -> None:
         """Write ``blob`` (None: no state) as the version of ``batch_id``; keep the one before it."""
-        infos, temps = self._listed if self._listed is not None else self._listing()
         self._fs.create_dir(self._dir, recursive=True)
         final = f"{self._dir}/{batch_id}.arrow"
         temp = f"{final}.{uuid.uuid4().hex}.tmp"
@@ -101,7 +98,8 @@ class VersionedBlobs:
             if blob:
                 f.write(blob)
         self._fs.move(temp, final)
-        info = self._fs.get_file_info(final)
+        infos, temps = self._listing()
+        info = infos[batch_id]
         _CACHE[self._dir] = (batch_id, int(info.size or 0), int(info.mtime_ns or 0), blob or None)
         older = sorted(v for v in infos if v < batch_id)
         for v in older[:-1]:
@@ -109,7 +107,6 @@ class VersionedBlobs:
         for version, stale in temps:  # what a killed write left, of micro-batches before this one
             if version < batch_id:
                 self._fs.delete_file(stale.path)
-        self._listed = None
 
 
 def forget_cache() -> None:
