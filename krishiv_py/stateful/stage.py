@@ -60,6 +60,7 @@ from krishiv_py.stateful.chain import ChainKernel
 from krishiv_py.stateful.grouping import canonical
 from krishiv_py.stateful.kernel import StepOutput
 from krishiv_py.stateful.protocol import NOT_DUE, Kernel
+from krishiv_py.stateful.versioned import VersionedBlobs
 
 __all__ = [
     "JoinSide",
@@ -532,32 +533,21 @@ def _empty(spec: StageSpec) -> pa.Table:
 class StageStore:
     """A stage bucket's state, one Arrow file per micro-batch under ``path`` (local or a URI).
 
-    ``<path>/<bucket>/<batch id>.arrow``, written to a temporary name and
-    moved in place. :meth:`load_before` reads the newest version before a
-    micro-batch, so the micro-batch Spark runs again starts where the one
-    before it ended; :meth:`save` keeps the version before the new one and
-    deletes older ones.
+    ``<path>/<bucket>/<batch id>.arrow``, kept as
+    :class:`~krishiv_py.stateful.versioned.VersionedBlobs`: :meth:`load_before`
+    reads the newest version before a micro-batch, so the micro-batch Spark
+    runs again starts where the one before it ended; :meth:`save` keeps the
+    version before the new one and deletes older ones.
     """
 
     def __init__(self, path: str, bucket: int) -> None:
-        from pyarrow import fs
-
-        self._fs, root = fs.FileSystem.from_uri(path) if "://" in path else (fs.LocalFileSystem(), path)
-        self._dir = f"{root.rstrip('/')}/{bucket}"
-
-    def _versions(self) -> list[int]:
-        from pyarrow import fs
-
-        infos = self._fs.get_file_info(fs.FileSelector(self._dir, allow_not_found=True))
-        names = [i.base_name for i in infos if i.base_name.endswith(".arrow")]
-        return sorted(int(n.split(".")[0]) for n in names if n.split(".")[0].isdigit())
+        self._blobs = VersionedBlobs(path, bucket)
 
     def load_before(self, batch_id: int) -> StageState | None:
-        older = [v for v in self._versions() if v < batch_id]
-        if not older:
+        blob = self._blobs.load_before(batch_id)
+        if blob is None:
             return None
-        with self._fs.open_input_stream(f"{self._dir}/{older[-1]}.arrow") as f:
-            row = ipc_table(f.read()).to_pylist()[0]
+        row = ipc_table(blob).to_pylist()[0]
         kernel = ipc_table(row["kernel"]) if row["kernel"] is not None else None
         return StageState(
             kernel=kernel,
@@ -576,24 +566,6 @@ class StageStore:
                 "seq": pa.array([state.seq], pa.int64()),
             }
         )
-        self._fs.create_dir(self._dir, recursive=True)
-        final = f"{self._dir}/{batch_id}.arrow"
-        temp = f"{final}.{np.random.default_rng().integers(1 << 62)}.tmp"
         blob = ipc_bytes(row)
-        with self._fs.open_output_stream(temp) as f:
-            f.write(blob)
-        self._fs.move(temp, final)
-        older = [v for v in self._versions() if v < batch_id]
-        for v in older[:-1]:
-            self._fs.delete_file(f"{self._dir}/{v}.arrow")
-        self._forget_temporaries(batch_id)
+        self._blobs.save(batch_id, blob)
         return len(blob)
-
-    def _forget_temporaries(self, batch_id: int) -> None:
-        """Delete what a write killed before its move left, of micro-batches before ``batch_id``."""
-        from pyarrow import fs
-
-        for info in self._fs.get_file_info(fs.FileSelector(self._dir, allow_not_found=True)):
-            head = info.base_name.split(".")[0]
-            if info.base_name.endswith(".tmp") and head.isdigit() and int(head) < batch_id:
-                self._fs.delete_file(info.path)
