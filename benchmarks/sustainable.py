@@ -72,6 +72,7 @@ line per trial and a summary; ``--json`` writes the records.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import functools
 import json
 import statistics
@@ -147,6 +148,8 @@ class Arrivals:
         #: Per key, per moment permitted, the first arrival (a query whose windows are (key, send),
         #: :attr:`~benchmarks.sustain_queries.Workload.reflects`).
         self.first: dict[Hashable, dict[float, float]] = {}
+        #: Spark's progress reports of the trial's micro-batches (a Spark runner's, read at its stop).
+        self.progress: list[dict[str, Any]] = []
         self._lock = threading.Lock()
 
     def add(self, windows: list[Hashable], permitted_ms: list[int], counts: list[int]) -> None:
@@ -361,7 +364,7 @@ def start_runner(
             kp.ForeachBatchSink(lambda t, _b: arrivals.add(*work.results(t))),
             lowering=runner.removeprefix("krishiv-"),  # type: ignore[arg-type]
         )
-        return _each_table(writers), job.stop
+        return _each_table(writers), _stopping(job.stop, getattr(job, "_query", None), arrivals)
     if runner.startswith("krishiv-"):
         send: Callable[[Any], Any]
         if feed.kind == "files":
@@ -378,7 +381,7 @@ def start_runner(
             kp.ForeachBatchSink(lambda t, _b: arrivals.add(*work.results(t))),
             lowering=runner.removeprefix("krishiv-"),  # type: ignore[arg-type]
         )
-        return send, job.stop
+        return send, _stopping(job.stop, getattr(job, "_query", None), arrivals)
     spark = session.spark
     src, write = parquet_feed("krishiv-sustain-")
 
@@ -398,7 +401,38 @@ def start_runner(
         .foreachBatch(batch)
         .start()
     )
-    return write, q.stop
+    return write, _stopping(q.stop, q, arrivals)
+
+
+#: The phases of a micro-batch Spark reports (``durationMs``), and the trial's record of them.
+PHASES = ("latestOffset", "walCommit", "queryPlanning", "getBatch", "addBatch", "commitOffsets")
+
+
+def _stopping(stop: Callable[[], Any], query: Any, arrivals: Arrivals) -> Callable[[], None]:
+    """``stop``, after keeping the query's last progress reports in ``arrivals`` (None: no query)."""
+
+    def stopped() -> None:
+        if query is not None:
+            arrivals.progress = [json.loads(p.json) for p in query.recentProgress]
+        stop()
+
+    return stopped
+
+
+def batch_breakdown(progress: list[dict[str, Any]]) -> dict[str, Any]:
+    """Where a trial's micro-batches spent their time: the median ms per phase of the batches
+    that ran (Spark's ``durationMs``), the median whole trigger, and the batches per second."""
+    ran = [p for p in progress if p.get("durationMs", {}).get("addBatch") is not None]
+    if not ran:
+        return {}
+    out: dict[str, Any] = {"batches": len(ran)}
+    for phase in (*PHASES, "triggerExecution"):
+        out[phase] = statistics.median(float(p["durationMs"].get(phase, 0)) for p in ran)
+    stamps = [p["timestamp"] for p in ran]
+    first, last = (dt.datetime.fromisoformat(t.replace("Z", "+00:00")) for t in (stamps[0], stamps[-1]))
+    span = (last - first).total_seconds()
+    out["per_s"] = round((len(ran) - 1) / span, 2) if span > 0 else None
+    return out
 
 
 def runners_of(work: Workload) -> tuple[str, ...]:
@@ -506,6 +540,7 @@ def trial(
         "tick_s": tick_s,
         "feed": feed.kind if runner.startswith("krishiv-") else {"pyflink": "csv files"}.get(runner, "files"),
         "sustained": bool(latencies) and p99 <= budget_s and behind_s < max(tick_s * 5, 1.0) and kept >= 0.95,
+        "batch_ms": batch_breakdown(arrivals.progress),
     }
 
 
