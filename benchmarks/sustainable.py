@@ -39,6 +39,10 @@ Runners (each in this process, one Spark session, one job per trial):
     ticks must be longer than a micro-batch), or with ``--feed files`` the
     same Parquet directory as the hand-written job; ``lowering=`` the
     runner's; krishiv_py picks its own trigger (as fast as possible).
+``krishiv-stateful-state-store`` / ``krishiv-stateful-one-task``
+    (only when asked for) the stateful lowering with its state carried by
+    Spark's state store or in one task per micro-batch
+    (``spark.krishiv.stateful.carrier``), where ``krishiv-stateful`` runs.
 ``pyflink``
     (``--flink-python``: the interpreter of a PyFlink environment) Flink SQL
     in one long-lived PyFlink process (:mod:`benchmarks.flink_sustain`), a
@@ -108,10 +112,10 @@ _R = TypeVar("_R")
 TICK_S = 1.0
 RUNNERS = ("krishiv-native", "krishiv-stateful", "pyspark-streaming", "pyflink")
 STATEFUL = "krishiv-stateful"
-#: The stateful lowering with its state carried by krishiv's own files, not Spark's state store
-#: (``spark.krishiv.stateful.carrier``), by runner; each runs where ``krishiv-stateful`` runs,
-#: when asked for.
-CARRIER_RUNNERS = {"krishiv-stateful-files": "krishiv-files", "krishiv-stateful-one-task": "one-task"}
+#: The stateful lowering with its state carried otherwise than by its default (krishiv's own
+#: files, ``krishiv-stateful``): ``spark.krishiv.stateful.carrier`` by runner; each runs where
+#: ``krishiv-stateful`` runs, when asked for.
+CARRIER_RUNNERS = {"krishiv-stateful-state-store": "state-store", "krishiv-stateful-one-task": "one-task"}
 #: The search stops doubling past this (``--max-rate``): above every runner's limit on two cores
 #: (hand-tuned PySpark failed between 6 and 7 M events/s on tumbling), so a search ends by a
 #: failing rate, not by the cap. A memory-stream feed's generator tops out near 4 M events/s.

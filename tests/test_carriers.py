@@ -86,9 +86,9 @@ def test_the_recipe_names_the_carrier_and_a_wrong_one_is_refused() -> None:
     source = n.MemorySource(name="events", schema=to_schema(SCHEMA), path="/data/events")
     build = _windows("session", 10, 0, 5, kp.Trigger.on_watermark(), "accumulating")
     recipe = build(Stream(None, source)).lower(lowering="stateful")
-    assert recipe.stateful is not None and recipe.stateful.carrier == "state-store"
-    assert "applyInPandasWithState" in recipe.render()
-    files = with_carrier(recipe, "krishiv-files").render()
+    assert recipe.stateful is not None and recipe.stateful.carrier == "krishiv-files"
+    assert "applyInPandasWithState" in with_carrier(recipe, "state-store").render()
+    files = recipe.render()
     assert "applyInArrow(" in files and "krishiv-state/<bucket>/<batch id>.arrow" in files
     assert "applyInPandasWithState" not in files
     one = with_carrier(recipe, "one-task").render()

@@ -328,7 +328,8 @@ def test_stateful_recipe_keeps_invalid_rows_and_buckets_keys() -> None:
     text = recipe.render()
     assert "IS NOT NULL" not in text  # rows without event time reach the operator (late-event handler)
     assert "pmod(hash(`user_id`), 16)" in text
-    assert "applyInPandasWithState" in text and "'NoTimeout'" in text
+    # The operator's state: krishiv's versioned files under the checkpoint, Spark's state store not used.
+    assert ".groupBy('__kp_bucket').applyInArrow(" in text and "krishiv-state/<bucket>" in text
     # Columns reach the packer as mapInArrow's exact Arrow columns, the event time as µs (null: invalid);
     # only those the operator reads: the keys and the aggregates' inputs (no late-event handler here).
     assert "'`user_id` AS `__kp_c0`'" in text and "'`event_time` AS `__kp_c1`'" in text  # max(event_time)

@@ -297,8 +297,8 @@ def test_explain_names_the_feature_that_forced_the_stateful_lowering(session: kp
     text = ripple()(stream).explain(show=False)
     assert "== Lowering: stateful ==" in text
     assert "allowed_lateness(60 ms)" in text
-    assert "applyInPandasWithState" in text
-    assert "FlatMapGroupsInPandasWithState" in text  # Spark's own plan
+    assert ".applyInArrow(" in text and "krishiv-state/<bucket>/<batch id>.arrow" in text
+    assert "FlatMapGroupsInArrow" in text  # Spark's own plan
 
 
 def test_interval_firings_are_woken_by_processing_time(session: kp.Session) -> None:

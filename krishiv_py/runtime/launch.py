@@ -219,7 +219,8 @@ def start_streaming_job(
         )
     quarantine = None if options.quarantine_dir is None else Quarantine(options.quarantine_dir)
     if recipe.stateful is not None:
-        recipe = with_carrier(recipe, str(spark.conf.get(CARRIER_CONF, "state-store")))
+        asked = spark.conf.get(CARRIER_CONF, None)
+        recipe = with_carrier(recipe, operator_carrier(layout, None if asked is None else str(asked)))
     check_plan(layout, recorded_identity(plan, recipe))
     if recipe.stateful is not None:
         partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 0)
@@ -263,8 +264,40 @@ def start_streaming_job(
 
 
 #: The Spark setting that picks what carries the stateful operator's state between micro-batches
-#: (``state-store``, the default, or ``krishiv-files``); a checkpoint keeps the one it started with.
+#: (``krishiv-files``, ``one-task`` or ``state-store``; :func:`operator_carrier`).
 CARRIER_CONF = "spark.krishiv.stateful.carrier"
+
+
+def operator_carrier(checkpoint: CheckpointLayout, asked: str | None) -> str:
+    """What carries the stateful operator's state for a job on ``checkpoint``.
+
+    ``asked`` (:data:`CARRIER_CONF`) when set; otherwise the carrier the
+    checkpoint was started with (a checkpoint written before carriers were
+    recorded: Spark's state store); a new checkpoint on a file system this
+    process reads gets krishiv's own files (``krishiv-files``: each micro-batch
+    reads its watermark from the offset log there), one elsewhere (a URI)
+    Spark's state store. A checkpoint keeps its carrier: asking another one
+    for it is refused by :func:`check_plan`, which names both.
+    """
+    if asked is not None:
+        return asked
+    recorded = recorded_carrier(checkpoint)
+    if recorded is not None:
+        return recorded
+    return "krishiv-files" if checkpoint.on_this_machine() is not None else "state-store"
+
+
+def recorded_carrier(checkpoint: CheckpointLayout) -> str | None:
+    """The carrier a checkpoint's job started with (None: a new checkpoint, or one not readable here)."""
+    if is_uri(checkpoint.root):
+        return None
+    if os.path.exists(checkpoint.plan_file):
+        with open(checkpoint.plan_file, encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("carrier: "):
+                    return line.removeprefix("carrier: ").strip()
+        return "state-store"
+    return "state-store" if checkpoint.has_offsets() else None
 
 
 def refuse_quarantine_for_batch(options: StartOptions) -> None:

@@ -217,10 +217,12 @@ class StatefulApply:
     side_inputs: tuple[tuple[int, RecipeNode], ...] = ()
     #: A union of windows: what ``hash()`` takes in each branch (its child is a union of them).
     branch_hashed: tuple[str | None, ...] | None = None
-    #: What carries the operator's state between micro-batches (streaming): ``"state-store"``,
-    #: Spark's (``applyInPandasWithState``), or ``"krishiv-files"``, krishiv's own files under
-    #: the checkpoint (``applyInArrow``; :mod:`krishiv_py.stateful.versioned`).
-    carrier: str = "state-store"
+    #: What carries the operator's state between micro-batches (streaming): ``"krishiv-files"``,
+    #: krishiv's own versioned files under the checkpoint (``applyInArrow``;
+    #: :mod:`krishiv_py.stateful.versioned`), ``"one-task"`` (the same files, every bucket in
+    #: one task, no shuffle) or ``"state-store"``, Spark's (``applyInPandasWithState``). A job
+    #: sets it when it starts (:func:`krishiv_py.runtime.launch.operator_carrier`).
+    carrier: str = "krishiv-files"
 
 
 RecipeNode: TypeAlias = (
