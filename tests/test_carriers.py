@@ -97,6 +97,26 @@ def test_the_recipe_names_the_carrier_and_a_wrong_one_is_refused() -> None:
         with_carrier(recipe, "memory")
 
 
+def test_a_checkpoint_keeps_the_carrier_it_started_with(tmp_path: Any) -> None:
+    from krishiv_py.checkpoint import CheckpointLayout
+    from krishiv_py.runtime.launch import operator_carrier
+
+    new = CheckpointLayout(str(tmp_path / "new"))
+    assert operator_carrier(new, None) == "krishiv-files"
+    assert operator_carrier(new, "one-task") == "one-task"
+    assert operator_carrier(CheckpointLayout("s3a://bucket/cp"), None) == "state-store"
+    older = tmp_path / "older"  # written before carriers were recorded: Spark's state store
+    older.mkdir()
+    (older / "krishiv-plan.txt").write_text("lowering: stateful\nWindowAggregate ...\n")
+    assert operator_carrier(CheckpointLayout(str(older)), None) == "state-store"
+    (older / "krishiv-plan.txt").write_text("lowering: stateful\nWindowAggregate ...\ncarrier: one-task\n")
+    assert operator_carrier(CheckpointLayout(str(older)), None) == "one-task"
+    oldest = tmp_path / "oldest"  # no plan file at all, but Spark's offset log
+    (oldest / "offsets").mkdir(parents=True)
+    (oldest / "offsets" / "0").write_text("v1\n{}\n")
+    assert operator_carrier(CheckpointLayout(str(oldest)), None) == "state-store"
+
+
 # --- on Spark -----------------------------------------------------------------------------------
 
 
@@ -211,10 +231,12 @@ def test_the_files_carriers_keep_their_state_across_a_restart_and_in_the_checkpo
         job.stop()
     want = run_reference(SCHEMA, build, [Send(first), Send(later), Close()])[-1]
     assert_same_rows(got, want)
-    # The checkpoint was written by the files carrier: Spark's state store would start empty.
-    files_carrier.spark.conf.unset(CARRIER_CONF)
+    # The checkpoint keeps its carrier: Spark's state store would start it empty.
+    files_carrier.spark.conf.set(CARRIER_CONF, "state-store")
     with pytest.raises(JobError, match=f"carrier: {carrier}"):
         build(stream).start(kp.ParquetSink(results), checkpoint_dir=checkpoint)
+    files_carrier.spark.conf.unset(CARRIER_CONF)  # unasked: the one it started with
+    build(stream).start(kp.ParquetSink(results), checkpoint_dir=checkpoint).stop()
 
 
 @pytest.mark.spark

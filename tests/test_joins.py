@@ -248,7 +248,7 @@ def test_explain_shows_the_join_and_why_it_runs_on_the_stateful_lowering(session
     assert "Join interval how=left keys=[k] between=(-5, 0)" in text
     assert "krishiv join operator: interval how=left" in text
     assert "Spark's stream-stream join" in text
-    assert "FlatMapGroupsInPandasWithState" in text
+    assert "FlatMapGroupsInArrow" in text
     native = lk.interval_join(rk, (-5, 0)).explain(show=False)
     assert "== Lowering: native ==" in native
     assert "StreamingSymmetricHashJoin" in native
