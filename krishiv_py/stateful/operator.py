@@ -1,9 +1,12 @@
 """The thin glue between Spark and the kernel.
 
 Spark groups the rows of a micro-batch by *key bucket* (a hash of the key
-columns modulo a small number) and calls :func:`run_bucket` once per bucket
-that has rows, through ``applyInPandasWithState`` with no timeout; the
-watermark that applies to the micro-batch comes from
+columns modulo a small number) and calls the operator once per bucket that
+has rows: :func:`run_bucket_files` through ``applyInArrow``, the bucket's
+state krishiv's own versioned files (:mod:`krishiv_py.stateful.versioned`),
+the micro-batch's watermark read from the offset log; or, with Spark's
+state store as the carrier, :func:`run_bucket` through
+``applyInPandasWithState`` with no timeout, the watermark from
 ``state.getCurrentWatermarkMs()``. The bucket's state is one Arrow IPC blob
 (every open window of every key in the bucket), so there is one state
 round-trip per bucket and micro-batch, never per key or row.

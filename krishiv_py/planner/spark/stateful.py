@@ -10,9 +10,11 @@ output and the specified session rule run in an operator of krishiv's own
    µs and its columns encoded so they arrive exact; each map task packs its
    rows into one Arrow IPC stream per bucket (``mapInArrow``,
    :func:`~krishiv_py.stateful.operator.pack_rows`);
-2. unbounded input: ``groupBy(bucket).applyInPandasWithState(...)`` with no
-   timeout, unioned with an internal *tick* source through which the job
-   wakes the buckets holding state after the watermark moved; bounded input
+2. unbounded input: ``groupBy(bucket).applyInArrow(...)``, each bucket's state
+   krishiv's own versioned files under the checkpoint (the carrier,
+   :class:`~krishiv_py.planner.spark.recipe.StatefulApply`: or Spark's
+   ``applyInPandasWithState``), unioned with an internal *tick* source through
+   which the job wakes the buckets holding state after the watermark moved; bounded input
    (or a ``collect()`` snapshot): ``groupBy(bucket).applyInPandas(...)``,
    every row in one step, then end of input;
 3. the operator emits one binary payload per bucket call; the job decodes
