@@ -298,8 +298,7 @@ def _stateful(
     if node.carrier == "krishiv-files":
         # The state is krishiv's own (one file per bucket and micro-batch under the checkpoint),
         # the watermark and the batch's start time the offset log's: Spark keeps no state here.
-        root = paths.checkpoint.operator_state if paths.checkpoint is not None else None
-        state_path = root or tempfile.mkdtemp(prefix="krishiv-state-", dir=paths.scratch)
+        state_path = _state_path(paths)
 
         def bucket_files(key: Any, table: Any) -> Any:
             return op.run_bucket_files(spec, key, table, _batch_id(), under.of_batch, state_path)
@@ -308,8 +307,7 @@ def _stateful(
         return _staged(spec, out, paths, sides, under)
     if node.carrier == "one-task":
         # As krishiv-files, every bucket in one task: no shuffle, one Python worker per micro-batch.
-        root = paths.checkpoint.operator_state if paths.checkpoint is not None else None
-        state_path = root or tempfile.mkdtemp(prefix="krishiv-state-", dir=paths.scratch)
+        state_path = _state_path(paths)
 
         def all_buckets(batches: Any) -> Any:
             return op.run_buckets_files(spec, batches, _batch_id(), under.of_batch, state_path)
@@ -332,6 +330,16 @@ def _stateful(
     grouped = packed.unionByName(tick_rows).groupBy(BUCKET)
     out = grouped.applyInPandasWithState(bucket, ddl, STATE_DDL, "append", "NoTimeout")
     return _staged(spec, out, paths, sides, under)
+
+
+def _state_path(paths: ReadPaths) -> str:
+    """Where the files carriers keep the operator's state: under the checkpoint (a query built
+    without one, for ``explain()``, gets a temporary directory it never writes)."""
+    import tempfile
+
+    if paths.checkpoint is not None:
+        return paths.checkpoint.operator_state
+    return tempfile.mkdtemp(prefix="krishiv-state-", dir=paths.scratch)
 
 
 def _staged(
