@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from typing import TypeVar
@@ -73,6 +75,33 @@ LONGEST_FIRST = (
     "test_parity.py",
     "test_idle_sources.py",
 )
+
+
+#: Why this run's class archive of Spark could not be written (``None``: it exists); the test of
+#: the archive reports it.
+ARCHIVE_ERROR_ENV = "KRISHIV_TEST_ARCHIVE_ERROR"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Once per run, before any worker starts: write this machine's class archive of Spark if missing.
+
+    Every Spark JVM the tests start (the workers' sessions, the child
+    processes') then starts from it: about half the CPU of a start-up
+    (docs/performance.md). ``krishiv jvm-archive`` writes it, as a user would.
+    """
+    if hasattr(config, "workerinput"):  # a worker: the controller did this before starting it
+        return
+    from krishiv_py.runtime.class_archive import archive_path
+    from krishiv_py.runtime.spark_session import find_java
+
+    path = archive_path(find_java())
+    if path is None or os.path.isfile(path):
+        return
+    proc = subprocess.run(
+        [sys.executable, "-m", "krishiv_py.cli", "jvm-archive"], capture_output=True, text=True, timeout=900
+    )
+    if proc.returncode != 0:
+        os.environ[ARCHIVE_ERROR_ENV] = (proc.stderr or proc.stdout)[-2000:] or f"exit code {proc.returncode}"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
