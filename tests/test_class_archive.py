@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from krishiv_py.devtools.connect import server_conf
 from krishiv_py.runtime import class_archive as ca
 from krishiv_py.runtime.spark_session import find_java, local_conf
 
@@ -57,6 +58,7 @@ def test_the_driver_maps_an_archive_that_exists_and_dumps_one_when_asked(
     options = local_conf(2)["spark.driver.extraJavaOptions"]
     assert f"-XX:SharedArchiveFile={archive}" in options and "-Xlog:cds=off" in options
     assert options.startswith("-Duser.timezone=UTC")  # the other driver options stay
+    assert f"-XX:SharedArchiveFile={archive}" in server_conf(2)["spark.driver.extraJavaOptions"]  # Connect
     monkeypatch.setenv(ca.DUMP_ENV, str(tmp_path / "dump.jsa"))
     assert ca.java_options(find_java()).startswith(f"-XX:ArchiveClassesAtExit={tmp_path / 'dump.jsa'} ")
 

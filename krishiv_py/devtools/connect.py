@@ -50,7 +50,8 @@ from krishiv_py.devtools.servers import (
     server_env,
     spark_home,
 )
-from krishiv_py.runtime.spark_session import local_conf
+from krishiv_py.runtime.class_archive import java_options
+from krishiv_py.runtime.spark_session import find_java, local_conf
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -154,7 +155,8 @@ class ConnectServer(_Servers):
 def server_conf(shuffle_partitions: int) -> dict[str, str]:
     """Spark settings of a server's driver: the embedded session's, for a JVM of its own."""
     conf = {k: v for k, v in local_conf(shuffle_partitions).items() if k not in _NOT_FOR_SERVERS}
-    conf["spark.driver.extraJavaOptions"] = "-Duser.timezone=UTC"
+    # UTC, and the class archive of Spark when this machine has one (``krishiv jvm-archive``).
+    conf["spark.driver.extraJavaOptions"] = f"-Duser.timezone=UTC {java_options(find_java())}".strip()
     return conf
 
 
