@@ -171,6 +171,9 @@ class Timeline:
     job_watermarks
         For a timeline of a job: the overall watermark the job reported after
         each step (``None`` where it reported none); ``None`` otherwise.
+    source_lags
+        For each source with an automatic lag (``watermark(column, "auto")``):
+        its lag after each step, in force for the next one (ms); empty otherwise.
     origin
         Where the data comes from, for the title.
     """
@@ -184,14 +187,17 @@ class Timeline:
         default=None, converter=attrs.converters.optional(_tuple)
     )
     origin: str = "reference model"
+    source_lags: Mapping[str, tuple[int | None, ...]] = attrs.field(
+        factory=dict, converter=_series, hash=False
+    )
 
     def __attrs_post_init__(self) -> None:
         count = len(self.steps)
-        series = [self.watermarks, *self.source_watermarks.values()]
+        series = [self.watermarks, *self.source_watermarks.values(), *self.source_lags.values()]
         if self.job_watermarks is not None:
             series.append(self.job_watermarks)
         if any(len(s) != count for s in series):
-            raise PlanError(f"every watermark series needs one value per step ({count})")
+            raise PlanError(f"every watermark and lag series needs one value per step ({count})")
         if any(not 0 <= e.step < count for e in self.events):
             raise PlanError(f"an event's step is outside 0..{count - 1}")
 
@@ -320,6 +326,10 @@ def _from_model(
         name(src): tuple(s.source_watermarks.get(src) if s is not None else None for s in after)
         for src in model.sources
     }
+    autos = sorted({src for s in log.steps for src in s.source_lags})
+    source_lags = {
+        name(src): tuple(s.source_lags.get(src) if s is not None else None for s in after) for src in autos
+    }
     events = tuple(
         TimelineEvent(
             time_ms=None if e.ts_us is None else e.ts_us // 1000,
@@ -340,6 +350,7 @@ def _from_model(
         source_watermarks=source_watermarks,
         job_watermarks=None if job_watermarks is None else tuple(job_watermarks),
         origin=origin,
+        source_lags=source_lags,
     )
 
 
@@ -927,6 +938,7 @@ def _draw_watermarks(data: Timeline, ax: Axes, lo: int, hi: int) -> list[Any]:
             if k == 0:
                 line.set_label("watermark the job reported")
                 handles.append(line)
+    _draw_lags(data, ax)
     final = data.watermarks[-1] if data.watermarks else None
     if final is not None and final > MAX_EVENT_MS:
         ax.annotate(
@@ -940,6 +952,45 @@ def _draw_watermarks(data: Timeline, ax: Axes, lo: int, hi: int) -> list[Any]:
             fontsize="small",
         )
     return handles
+
+
+def _draw_lags(data: Timeline, ax: Axes) -> None:
+    """An automatic lag at the right end of each row whose step met a lag other than the row below."""
+    from matplotlib.transforms import blended_transform_factory
+
+    at_edge = blended_transform_factory(ax.transAxes, ax.transData)
+    shown: dict[str, int] | None = None
+    for row in range(1, len(data.steps)):  # row i's step met the lags after step i - 1
+        lags = {name: lag for name, s in data.source_lags.items() if (lag := s[row - 1]) is not None}
+        if not lags or lags == shown:
+            continue
+        shown = lags
+        several = len(data.source_lags) > 1
+        text = ", ".join(f"{name} {lag_text(ms)}" if several else lag_text(ms) for name, ms in lags.items())
+        ax.annotate(
+            f"lag {text}",
+            xy=(1.0, row + 1.0),
+            xycoords=at_edge,
+            xytext=(-4, 0),
+            textcoords="offset points",
+            ha="right",
+            va="center",
+            fontsize="x-small",
+            color="#555555",
+            gid="lag",
+        )
+
+
+def lag_text(ms: int) -> str:
+    """A lag as a reader says it: ``250 ms``, ``1.5 s``, ``2 min``, ``7 days``.
+
+    >>> [lag_text(v) for v in (250, 1_500, 120_000, 5_400_000, 604_800_000)]
+    ['250 ms', '1.5 s', '2 min', '1.5 h', '7 days']
+    """
+    for unit, size in (("days", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1_000)):
+        if ms >= size:
+            return f"{ms / size:.3g} {unit}"
+    return f"{ms} ms"
 
 
 def _draw_events(data: Timeline, ax: Axes, max_events: int) -> tuple[int, list[Any]]:

@@ -7,6 +7,7 @@ offsets), not pixels.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 import os
 import subprocess
@@ -35,7 +36,7 @@ from krishiv_py.plan import nodes as n
 from krishiv_py.plan.windows import TumblingWindow
 from krishiv_py.testing import AdvanceWatermark, AggSpec, Close, ReferenceModel, Send, Step
 from krishiv_py.types import to_schema
-from krishiv_py.viz import Timeline, TimelineStep, _source_batches, timeline
+from krishiv_py.viz import Timeline, TimelineStep, _source_batches, lag_text, timeline
 
 SCHEMA = "k string, t bigint"
 ROOT = Path(__file__).parent.parent  # the package imports from here in subprocesses
@@ -162,6 +163,36 @@ def test_close_fires_every_open_window(reference: Timeline) -> None:
     assert closed.watermarks[-1] == kp.END_OF_TIME_MS
     assert windows_of(closed)[-1] == (30, 40, "fired", 4, ())
     assert closed.with_status("open") == ()
+
+
+def test_a_timeline_of_an_automatic_lag_shows_the_lag_each_step_met() -> None:
+    from krishiv_py.testing.steps import _placeholder, reference_model_for
+
+    auto = kp.AutoLag(quantile=0.5, window_rows=20, warmup_rows=4, min_lag_ms=100, max_lag_ms=60_000)
+    stream = _placeholder("t bigint").watermark("t", auto).tumbling_window(10_000).agg(kp.count(kp.col("*")))
+    # Each send's rows arrive out of order by about its step's disorder (ms): the lag follows it.
+    steps = [
+        Send([{"t": base + d} for d in (0, -spread, spread // 2, -spread // 3, spread)])
+        for base, spread in ((10_000, 3_000), (20_000, 3_000), (30_000, 500), (40_000, 500), (50_000, 8_000))
+    ]
+    tl = Timeline.from_reference(stream, steps)
+    model = reference_model_for(stream, record=True)
+    lags = []
+    for step in steps:
+        model.send(step.rows)
+        lags.append(model.source_lags()["main"])  # (the timeline shows the stream's name)
+    assert tl.source_lags == {"input": tuple(lags)}
+    assert len(set(lags)) > 1  # the lag moved with the disorder
+    fig = timeline(tl)
+    texts = [(t.get_text(), t.xy[1]) for t in by_gid(fig, "lag")]
+    # Row i (y = i + 1) met the lag after step i - 1; a row shows it where it changed.
+    shown = [(f"lag {lag_text(lags[i - 1])}", i + 1.0) for i in range(1, len(steps))]
+    assert texts == [shown[0], *(t for prev, t in itertools.pairwise(shown) if t[0] != prev[0])]
+    plt.close(fig)
+    fixed = Timeline.from_reference(lateness_pipeline(_placeholder(SCHEMA)), STEPS)
+    assert fixed.source_lags == {} and not by_gid(timeline(fixed), "lag")  # a fixed lag: nothing drawn
+    with pytest.raises(PlanError, match="lag series"):
+        attrs.evolve(tl, source_lags={"input": (1, 2)})
 
 
 def test_early_firings_and_session_merges() -> None:

@@ -259,6 +259,8 @@ class LoggedStep:
     rows: int  # data rows of a ``send``; 0 for the punctuations
     watermark_ms: int | None  # the overall watermark after the step
     source_watermarks: Mapping[str, int] = attrs.field(hash=False)  # after the step
+    #: The automatic lag of each source that has one, in force after the step (ms).
+    source_lags: Mapping[str, int] = attrs.field(factory=dict, hash=False)
 
 
 @attrs.frozen(kw_only=True)
@@ -1010,6 +1012,7 @@ class ReferenceModel:
                     rows=rows,
                     watermark_ms=self._overall,
                     source_watermarks=dict(self._watermarks),
+                    source_lags={source: self._lags[source] for source in self._auto},
                 )
             )
         self._step += 1
