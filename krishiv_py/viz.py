@@ -905,7 +905,6 @@ def _draw_firings(data: Timeline, ax: Axes) -> list[Any]:
 
 def _draw_watermarks(data: Timeline, ax: Axes, lo: int, hi: int) -> list[Any]:
     """The step lines: per source (when several), overall, the job's when it disagrees; the end of input."""
-    from matplotlib.transforms import blended_transform_factory
 
     handles: list[Any] = []
     several = len(data.source_watermarks) > 1
@@ -941,24 +940,29 @@ def _draw_watermarks(data: Timeline, ax: Axes, lo: int, hi: int) -> list[Any]:
     _draw_lags(data, ax)
     final = data.watermarks[-1] if data.watermarks else None
     if final is not None and final > MAX_EVENT_MS:
-        ax.annotate(
-            "end of input",
-            xy=(1.0, len(data.steps) + 0.75),
-            xycoords=blended_transform_factory(ax.transAxes, ax.transData),
-            xytext=(-4, 0),
-            textcoords="offset points",
-            ha="right",
-            va="center",
-            fontsize="small",
-        )
+        _note_at_right(ax, "end of input", len(data.steps) + 0.75, fontsize="small")
     return handles
+
+
+def _note_at_right(ax: Axes, text: str, y: float, **style: Any) -> None:
+    """``text`` at the right edge of the plot, at height ``y`` (data coordinates)."""
+    from matplotlib.transforms import blended_transform_factory
+
+    at_edge = blended_transform_factory(ax.transAxes, ax.transData)
+    ax.annotate(
+        text,
+        xy=(1.0, y),
+        xycoords=at_edge,
+        xytext=(-4, 0),
+        textcoords="offset points",
+        ha="right",
+        va="center",
+        **style,
+    )
 
 
 def _draw_lags(data: Timeline, ax: Axes) -> None:
     """An automatic lag at the right end of each row whose step met a lag other than the row below."""
-    from matplotlib.transforms import blended_transform_factory
-
-    at_edge = blended_transform_factory(ax.transAxes, ax.transData)
     shown: dict[str, int] | None = None
     for row in range(1, len(data.steps)):  # row i's step met the lags after step i - 1
         lags = {name: lag for name, s in data.source_lags.items() if (lag := s[row - 1]) is not None}
@@ -967,18 +971,7 @@ def _draw_lags(data: Timeline, ax: Axes) -> None:
         shown = lags
         several = len(data.source_lags) > 1
         text = ", ".join(f"{name} {lag_text(ms)}" if several else lag_text(ms) for name, ms in lags.items())
-        ax.annotate(
-            f"lag {text}",
-            xy=(1.0, row + 1.0),
-            xycoords=at_edge,
-            xytext=(-4, 0),
-            textcoords="offset points",
-            ha="right",
-            va="center",
-            fontsize="x-small",
-            color="#555555",
-            gid="lag",
-        )
+        _note_at_right(ax, f"lag {text}", row + 1.0, fontsize="x-small", color="#555555", gid="lag")
 
 
 def lag_text(ms: int) -> str:
