@@ -91,6 +91,8 @@ def pytest_configure(config: pytest.Config) -> None:
     """
     if hasattr(config, "workerinput"):  # a worker: the controller did this before starting it
         return
+    if config.getoption("markexpr", "") == "not spark":  # no Spark in this run
+        return
     from krishiv_py.runtime.class_archive import archive_path
     from krishiv_py.runtime.spark_session import find_java
 
