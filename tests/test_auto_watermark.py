@@ -96,6 +96,43 @@ def test_each_micro_batch_runs_at_the_models_automatic_watermark(session: kp.Ses
         job.stop()
 
 
+def test_a_directory_of_files_runs_at_the_models_automatic_watermark(
+    session: kp.Session, tmp_path: Path
+) -> None:
+    """The automatic lag over a file source: a file per micro-batch, each one of the model's steps."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    incoming, staging = tmp_path / "in", tmp_path / "staging"
+    incoming.mkdir()
+    staging.mkdir()
+    built = pipeline(session.read_parquet(str(incoming), SCHEMA, name="auto_lag_files", streaming=True))
+    model = reference_model_for(built)
+    job = built.start(checkpoint_dir=str(tmp_path / "cp"))
+    try:
+        lags = []
+        for i, rows in enumerate(batches(3)):
+            pq.write_table(
+                pa.Table.from_pylist(rows, schema=pa.schema([("k", pa.string()), ("ts", pa.int64())])),
+                staging / f"part-{i:03d}.parquet",
+            )
+            os.replace(
+                staging / f"part-{i:03d}.parquet", incoming / f"part-{i:03d}.parquet"
+            )  # whole files only
+            model.send(rows)
+            job.process_all_available()
+            assert job.watermark_ms == model.watermark_ms, i
+            assert job.source_lags() == {"auto_lag_files": model.source_lags()["main"]}, i
+            lags.append(model.source_lags()["main"])
+        assert len(set(lags)) > 1  # the lag moved with the files' disorder
+        assert model.metrics.very_late_events > 0
+        assert job.metrics().very_late_events == model.metrics.very_late_events
+        assert len(model.results) > 0  # windows the watermarks fired so far
+        assert_same_rows(job.results(), model.results)
+    finally:
+        job.stop()
+
+
 def test_a_job_restarted_on_its_checkpoint_keeps_the_recorded_lags(
     session: kp.Session, tmp_path: Path
 ) -> None:
