@@ -112,13 +112,12 @@ def test_a_directory_of_files_runs_at_the_models_automatic_watermark(
     try:
         lags = []
         for i, rows in enumerate(batches(3)):
-            pq.write_table(
-                pa.Table.from_pylist(rows, schema=pa.schema([("k", pa.string()), ("ts", pa.int64())])),
-                staging / f"part-{i:03d}.parquet",
+            name = f"part-{i:03d}.parquet"
+            table = pa.table(
+                {"k": pa.array([r["k"] for r in rows]), "ts": pa.array([r["ts"] for r in rows], pa.int64())}
             )
-            os.replace(
-                staging / f"part-{i:03d}.parquet", incoming / f"part-{i:03d}.parquet"
-            )  # whole files only
+            pq.write_table(table, staging / name)
+            os.replace(staging / name, incoming / name)  # the source sees whole files only
             model.send(rows)
             job.process_all_available()
             assert job.watermark_ms == model.watermark_ms, i
