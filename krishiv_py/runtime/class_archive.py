@@ -1,12 +1,13 @@
 """A class-data archive of Spark's classes, so a local Spark starts in about half the time.
 
-Starting Spark's JVM is mostly loading and verifying some 15,000 classes from
+Starting Spark's JVM is mostly loading and verifying the classes in
 Spark's jars. The JVM can map them from an archive written by an earlier run
 instead (HotSpot's class-data sharing, a "dynamic archive": JDK 13 and newer).
 ``krishiv jvm-archive`` writes one for this machine's Java and pyspark; every
 local Spark krishiv_py starts afterwards (``Session.embedded()``, and the
-driver of ``Session.connect()``) maps it. On 2 cores: start-up 10.5 s of wall
-clock and 10.7 s of CPU without, 5.8 s and 5.7 s with (docs/performance.md).
+driver of ``Session.connect()``, the devtools' Spark Connect server) maps it.
+On 2 cores: start-up 10.5 s of wall clock and 10.7 s of JVM CPU without,
+5-6 s of each with (docs/performance.md).
 
 - Where: ``$KRISHIV_CLASS_ARCHIVE``, else
   ``<cache>/jvm/spark-<pyspark version>-<java>.jsa`` under ``$KRISHIV_CACHE_DIR``
