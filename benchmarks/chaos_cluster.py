@@ -48,6 +48,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -329,7 +330,7 @@ class _Child:
             # The whole of it next to the run's files (kept because the run failed).
             with open(os.path.join(state_dir, "child.stderr"), "w", encoding="utf-8") as f:
                 f.write("\n".join(self.err))
-            cause = [line for line in self.err if "Caused by" in line or "Error" in line][-6:]
+            cause = [line for line in self.err if re.search(r"Caused by|Error|Exception|Failure", line)][-6:]
             run.error = f"child exited {self.proc.returncode}: " + " | ".join(cause)[-3000:]
             return
         run.finished = True

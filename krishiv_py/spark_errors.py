@@ -29,6 +29,7 @@ __all__ = [
     "spark_call",
     "spark_cause",
     "spark_error_text",
+    "worker_connect_timed_out",
 ]
 
 T = TypeVar("T")
@@ -94,6 +95,29 @@ def server_gone(exc: BaseException) -> bool:
         exc = exc.error
     text = f"{type(exc).__name__}: {exc}"
     return any(needle in text for needle in _SERVER_GONE)
+
+
+#: What Spark says when a Python process it started did not connect back within its fixed 10 s.
+_WORKER_CONNECT_TIMEOUT = (
+    "Python worker failed to connect back",
+    "Timed out while waiting for the Python worker to connect back",
+)
+
+
+def worker_connect_timed_out(exc: BaseException | None) -> bool:
+    """True when Spark gave up on a Python process it started before the process connected back.
+
+    Spark waits a fixed 10 seconds (not a setting) for a new Python process
+    (a ``foreachBatch`` runner on a Spark Connect server, a Python data
+    source's planner) to import pyspark and connect; a loaded machine can
+    miss that. Spark retries a task that fails so; nothing was started.
+    """
+    if isinstance(exc, SparkFailure):
+        exc = exc.error
+    if exc is None:
+        return False
+    text = f"{type(exc).__name__}: {exc}"
+    return any(needle in text for needle in _WORKER_CONNECT_TIMEOUT)
 
 
 def server_gone_hint(exc: BaseException) -> str:
