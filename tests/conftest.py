@@ -121,6 +121,17 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 MASTER_ENV, REMOTE_ENV = "KRISHIV_TEST_MASTER", "KRISHIV_TEST_REMOTE"
 
 
+#: Spark settings of the test run's shared session: Spark evaluates expressions without generating
+#: code. The tests' micro-batches hold a few rows, where compiling each new plan's generated code
+#: (and the JVM's compiling of the classes) costs more than it saves: 23 % of the JVM's CPU and
+#: 16 % of the time of tests/test_composition_chains.py (docs/testing.md). The child processes
+#: (examples, notebooks, benchmark and crash runs) run Spark's defaults, generated code included.
+SESSION_SPARK_CONF = {
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
+
+
 @pytest.fixture(scope="session")
 def session() -> Iterator[kp.Session]:
     """The test run's one Spark session (started on first use).
@@ -128,12 +139,13 @@ def session() -> Iterator[kp.Session]:
     Embedded by default; ``Session.connect($KRISHIV_TEST_MASTER)`` or
     ``Session.remote($KRISHIV_TEST_REMOTE)`` when set (docs/deployment.md).
     """
+    conf = SESSION_SPARK_CONF
     if os.environ.get(MASTER_ENV):
-        s = kp.Session.connect(os.environ[MASTER_ENV], app_name="krishiv-tests")
+        s = kp.Session.connect(os.environ[MASTER_ENV], app_name="krishiv-tests", spark_conf=conf)
     elif os.environ.get(REMOTE_ENV):
-        s = kp.Session.remote(os.environ[REMOTE_ENV], app_name="krishiv-tests")
+        s = kp.Session.remote(os.environ[REMOTE_ENV], app_name="krishiv-tests", spark_conf=conf)
     else:
-        s = kp.Session.embedded(app_name="krishiv-tests")
+        s = kp.Session.embedded(app_name="krishiv-tests", spark_conf=conf)
     yield s
     s.stop()
 
