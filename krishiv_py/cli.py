@@ -167,7 +167,14 @@ SERVERS = ("KRISHIV_KAFKA", "KRISHIV_POSTGRES_DSN", "SPARK_REMOTE")
 
 def _doctor(args: argparse.Namespace) -> int:
     """One line per check: ``ok``, ``--`` (optional and missing) or ``FAIL`` with the fix; 1 on a FAIL."""
-    lines = [_check_java(), _check_spark(), *_check_extras(), *_check_dirs(), *_check_servers()]
+    lines = [
+        _check_java(),
+        _check_spark(),
+        _check_archive(),
+        *_check_extras(),
+        *_check_dirs(),
+        *_check_servers(),
+    ]
     for status, what, detail in lines:
         print(f"{status:4s} {what:14s} {detail}")
     return 1 if any(status == "FAIL" for status, _, _ in lines) else 0
@@ -195,6 +202,25 @@ def _check_spark() -> Check:
         return "ok", "pyspark", importlib.metadata.version("pyspark")
     except importlib.metadata.PackageNotFoundError:
         return "FAIL", "pyspark", "not installed: python -m pip install ."
+
+
+def _check_archive() -> Check:
+    """Whether local Spark starts from a class archive (``krishiv jvm-archive``); optional either way."""
+    import os
+
+    from krishiv_py.runtime.class_archive import ARCHIVE_ENV, archive_path
+    from krishiv_py.runtime.spark_session import find_java
+
+    path = archive_path(find_java())
+    if path is None:
+        return "--", "class archive", f"turned off ({ARCHIVE_ENV}) or no Java"
+    if not os.path.isfile(path):
+        return (
+            "--",
+            "class archive",
+            f"not written (optional): `krishiv jvm-archive` halves local Spark's start-up ({path})",
+        )
+    return "ok", "class archive", f"{path} ({os.path.getsize(path) / 2**20:,.0f} MiB)"
 
 
 def _check_extras() -> list[Check]:

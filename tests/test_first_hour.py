@@ -454,8 +454,15 @@ def test_krishiv_doctor_checks_each_part_in_one_line(
     monkeypatch.delenv("KRISHIV_POSTGRES_DSN", raising=False)
     monkeypatch.delenv("SPARK_REMOTE", raising=False)
     monkeypatch.setenv("KRISHIV_STATE_DIR", str(tmp_path / "state"))
+    archive = tmp_path / "spark.jsa"
+    monkeypatch.setenv("KRISHIV_CLASS_ARCHIVE", str(archive))
     assert main(["doctor"]) == 1
     lines = {line.split()[1]: line for line in capsys.readouterr().out.splitlines()}
+    assert lines["class"].startswith("--") and "krishiv jvm-archive" in lines["class"], lines["class"]
+    archive.write_bytes(b"\0" * 2**21)
+    assert main(["doctor"]) == 1
+    lines = {line.split()[1]: line for line in capsys.readouterr().out.splitlines()}
+    assert lines["class"].startswith("ok") and f"{archive} (2 MiB)" in lines["class"], lines["class"]
     assert lines["java"].startswith("ok") and "Java" in lines["java"]
     assert lines["pyspark"].startswith("ok")
     assert lines["state"].startswith("ok")
@@ -471,3 +478,6 @@ def test_krishiv_doctor_checks_each_part_in_one_line(
     out = capsys.readouterr().out
     assert "FAIL java" in out and "install Java 17+" in out
     assert "FAIL state dir" in out and "KRISHIV_STATE_DIR" in out
+    monkeypatch.setenv("KRISHIV_CLASS_ARCHIVE", "off")
+    main(["doctor"])
+    assert "--   class archive  turned off" in capsys.readouterr().out

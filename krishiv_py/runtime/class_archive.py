@@ -35,6 +35,8 @@ __all__ = [
     "DUMP_ENV",
     "archive_path",
     "build_archive",
+    "cache_dir",
+    "exit_jvm",
     "java_options",
 ]
 
