@@ -12,7 +12,9 @@ trace; the exception Spark raised is the ``SparkFailure``'s ``error``.
 
 from __future__ import annotations
 
+import logging
 import re
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -29,10 +31,12 @@ __all__ = [
     "spark_call",
     "spark_cause",
     "spark_error_text",
+    "start_query",
     "worker_connect_timed_out",
 ]
 
 T = TypeVar("T")
+log = logging.getLogger("krishiv_py")
 
 
 class UserCodeError(RuntimeError):
@@ -118,6 +122,35 @@ def worker_connect_timed_out(exc: BaseException | None) -> bool:
         return False
     text = f"{type(exc).__name__}: {exc}"
     return any(needle in text for needle in _WORKER_CONNECT_TIMEOUT)
+
+
+#: How many times a query start is tried when Spark gave up on a Python process before it
+#: connected back (:func:`worker_connect_timed_out`), and the pause between.
+START_ATTEMPTS = 3
+START_RETRY_PAUSE_S = 1.0
+
+
+def start_query(what: str, start: Callable[[], T]) -> T:
+    """``spark_call(what, start)``, tried again while Spark timed out waiting for a Python process.
+
+    Such a start created no query (Spark waits for the process before it
+    creates one), so trying again is safe; any other failure is raised at once.
+    """
+    for attempt in range(1, START_ATTEMPTS + 1):
+        try:
+            return spark_call(what, start)
+        except JobError as exc:
+            if attempt == START_ATTEMPTS or not worker_connect_timed_out(exc.__cause__):
+                raise
+            log.warning(
+                "%s: Spark timed out waiting for a Python process to connect back (attempt %d of %d), "
+                "trying again",
+                what,
+                attempt,
+                START_ATTEMPTS,
+            )
+            time.sleep(START_RETRY_PAUSE_S)
+    raise AssertionError("unreachable")
 
 
 def server_gone_hint(exc: BaseException) -> str:

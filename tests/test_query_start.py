@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from krishiv_py import spark_errors
 from krishiv_py.errors import JobError
-from krishiv_py.runtime import run
-from krishiv_py.spark_errors import SparkFailure, worker_connect_timed_out
+from krishiv_py.spark_errors import SparkFailure, start_query, worker_connect_timed_out
 
 #: What a Spark Connect client got when the server's foreachBatch runner did not connect back.
 TIMED_OUT = (
@@ -32,22 +32,22 @@ class Starts:
 
 @pytest.fixture(autouse=True)
 def no_pause(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(run, "START_RETRY_PAUSE_S", 0.0)
+    monkeypatch.setattr(spark_errors, "START_RETRY_PAUSE_S", 0.0)
 
 
 def test_a_start_whose_python_process_timed_out_is_tried_again(caplog: pytest.LogCaptureFixture) -> None:
     start = Starts(RuntimeError(TIMED_OUT), RuntimeError(TIMED_OUT))
-    assert run.start_query("starting the streaming query", start) == "query"
+    assert start_query("starting the streaming query", start) == "query"
     assert start.calls == 3
     warned = [r.getMessage() for r in caplog.records if r.name == "krishiv_py"]
     assert len(warned) == 2 and "attempt 1 of 3" in warned[0], warned
 
 
 def test_a_start_that_keeps_timing_out_fails_after_the_last_attempt() -> None:
-    start = Starts(*[RuntimeError(TIMED_OUT)] * run.START_ATTEMPTS)
+    start = Starts(*[RuntimeError(TIMED_OUT)] * spark_errors.START_ATTEMPTS)
     with pytest.raises(JobError, match="starting the streaming query failed") as info:
-        run.start_query("starting the streaming query", start)
-    assert start.calls == run.START_ATTEMPTS
+        start_query("starting the streaming query", start)
+    assert start.calls == spark_errors.START_ATTEMPTS
     assert isinstance(info.value.__cause__, SparkFailure)
     assert worker_connect_timed_out(info.value.__cause__)
 
@@ -55,7 +55,7 @@ def test_a_start_that_keeps_timing_out_fails_after_the_last_attempt() -> None:
 def test_any_other_start_failure_is_raised_at_once() -> None:
     start = Starts(RuntimeError("[STREAM_FAILED] the checkpoint is not a checkpoint"))
     with pytest.raises(JobError, match="starting the streaming query failed"):
-        run.start_query("starting the streaming query", start)
+        start_query("starting the streaming query", start)
     assert start.calls == 1
 
 

@@ -49,6 +49,7 @@ from krishiv_py.spark_errors import (
     spark_call,
     spark_cause,
     spark_error_text,
+    start_query,
 )
 
 if TYPE_CHECKING:
@@ -164,7 +165,7 @@ class StreamingJob(Job):
             if exc is None or self._bad_files.set_aside(spark_error_text(exc)) is None:
                 return False
             what = "starting the job again without the bad file"
-            self._query = GuardedQuery(spark_call(what, self._relaunch))
+            self._query = GuardedQuery(start_query(what, self._relaunch))
             return True
 
     def _retire(self) -> None:

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import io
-import logging
 import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from krishiv_py.checkpoint import CheckpointLayout
-from krishiv_py.errors import JobError, PlanError
+from krishiv_py.errors import PlanError
 from krishiv_py.planner.spark import SparkRecipe
 from krishiv_py.runtime.auto_watermark import AutoWatermark
 from krishiv_py.runtime.build import build_dataframe
@@ -27,7 +26,7 @@ from krishiv_py.runtime.sources import arrow_frame
 from krishiv_py.runtime.stages import Stages
 from krishiv_py.runtime.stateful import StatefulJob, TickWriter, run_stateful_bounded
 from krishiv_py.sinks import SinkWriter, user_code
-from krishiv_py.spark_errors import spark_call, worker_connect_timed_out
+from krishiv_py.spark_errors import spark_call, start_query
 from krishiv_py.types import conform
 
 if TYPE_CHECKING:
@@ -37,10 +36,7 @@ if TYPE_CHECKING:
     from krishiv_py.runtime.bad_files import BadFileSource
     from krishiv_py.runtime.spool import Feed
 
-__all__ = ["explain_spark", "run_bounded", "start_query", "start_streaming"]
-
-T = TypeVar("T")
-log = logging.getLogger("krishiv_py")
+__all__ = ["explain_spark", "run_bounded", "start_streaming"]
 
 
 def start_streaming(
@@ -116,13 +112,10 @@ def start_streaming(
 
     def launch() -> StreamingQuery:
         """Start the query on its checkpoint (again, after a bad file was set aside)."""
-        started: StreamingQuery = start_query(
-            "starting the streaming query",
-            lambda: _start_single_watermark(spark, writer, conf, checkpoint_dir),
-        )
+        started: StreamingQuery = _start_single_watermark(spark, writer, conf, checkpoint_dir)
         return started
 
-    query = launch()
+    query = start_query("starting the streaming query", launch)
     common: dict[str, Any] = {
         "setup": setup,
         "query": query,
@@ -148,35 +141,6 @@ def start_streaming(
 def new_query_name() -> str:
     """A fresh, unique Spark query name (a memory sink's table is named after it)."""
     return f"krishiv_{uuid.uuid4().hex[:12]}"
-
-
-#: How many times a query start is tried when Spark gave up on a Python process before it
-#: connected back (:func:`~krishiv_py.spark_errors.worker_connect_timed_out`), and the pause between.
-START_ATTEMPTS = 3
-START_RETRY_PAUSE_S = 1.0
-
-
-def start_query(what: str, start: Callable[[], T]) -> T:
-    """``spark_call(what, start)``, tried again while Spark timed out waiting for a Python process.
-
-    Such a start created no query (Spark waits for the process before it
-    creates one), so trying again is safe; any other failure is raised at once.
-    """
-    for attempt in range(1, START_ATTEMPTS + 1):
-        try:
-            return spark_call(what, start)
-        except JobError as exc:
-            if attempt == START_ATTEMPTS or not worker_connect_timed_out(exc.__cause__):
-                raise
-            log.warning(
-                "%s: Spark timed out waiting for a Python process to connect back (attempt %d of %d), "
-                "trying again",
-                what,
-                attempt,
-                START_ATTEMPTS,
-            )
-            time.sleep(START_RETRY_PAUSE_S)
-    raise AssertionError("unreachable")
 
 
 def _native_output(
