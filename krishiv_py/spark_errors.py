@@ -95,10 +95,7 @@ _SERVER_GONE = (
 
 def server_gone(exc: BaseException) -> bool:
     """True for the error of a Spark Connect call whose server is gone or was restarted."""
-    if isinstance(exc, SparkFailure):
-        exc = exc.error
-    text = f"{type(exc).__name__}: {exc}"
-    return any(needle in text for needle in _SERVER_GONE)
+    return _says(exc, _SERVER_GONE)
 
 
 #: What Spark says when a Python process it started did not connect back within its fixed 10 s.
@@ -116,12 +113,15 @@ def worker_connect_timed_out(exc: BaseException | None) -> bool:
     source's planner) to import pyspark and connect; a loaded machine can
     miss that. Spark retries a task that fails so; nothing was started.
     """
+    return exc is not None and _says(exc, _WORKER_CONNECT_TIMEOUT)
+
+
+def _says(exc: BaseException, needles: tuple[str, ...]) -> bool:
+    """Whether Spark's exception (the one a :class:`SparkFailure` holds) names any of ``needles``."""
     if isinstance(exc, SparkFailure):
         exc = exc.error
-    if exc is None:
-        return False
     text = f"{type(exc).__name__}: {exc}"
-    return any(needle in text for needle in _WORKER_CONNECT_TIMEOUT)
+    return any(needle in text for needle in needles)
 
 
 #: How many times a query start is tried when Spark gave up on a Python process before it
@@ -136,11 +136,11 @@ def start_query(what: str, start: Callable[[], T]) -> T:
     Such a start created no query (Spark waits for the process before it
     creates one), so trying again is safe; any other failure is raised at once.
     """
-    for attempt in range(1, START_ATTEMPTS + 1):
+    for attempt in range(1, START_ATTEMPTS):
         try:
             return spark_call(what, start)
         except JobError as exc:
-            if attempt == START_ATTEMPTS or not worker_connect_timed_out(exc.__cause__):
+            if not worker_connect_timed_out(exc.__cause__):
                 raise
             log.warning(
                 "%s: Spark timed out waiting for a Python process to connect back (attempt %d of %d), "
@@ -150,7 +150,7 @@ def start_query(what: str, start: Callable[[], T]) -> T:
                 START_ATTEMPTS,
             )
             time.sleep(START_RETRY_PAUSE_S)
-    raise AssertionError("unreachable")
+    return spark_call(what, start)
 
 
 def server_gone_hint(exc: BaseException) -> str:
