@@ -13,6 +13,7 @@ import json
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, cast
 
@@ -794,9 +795,21 @@ def test_a_join_query_on_spark_equals_the_model(session: kp.Session, query: str)
             sender.close()
         job.process_all_available()
         closed = job.results()
+        batches = [(p.batch_id, p.input_rows, p.watermark_ms) for p in job.progress()]
+        late = job.metrics().very_late_events
     finally:
         job.stop()
-    assert _join_digest(query, closed) == _join_digest(query, joins.run_model_one(spec, infos, close=True))
+    want = joins.run_model_one(spec, infos, close=True)
+    if _join_digest(query, closed) != _join_digest(query, want):
+        from benchmarks.arrow import rows_of
+
+        got, expected = (Counter(rows_of(spec.columns)(t)) for t in (closed, want))
+        missing, extra = (list(c.elements())[:5] for c in (expected - got, got - expected))
+        pytest.fail(
+            f"{query}: {sum(got.values())} rows, the model {sum(expected.values())}; "
+            f"missing {missing}, extra {extra}; "
+            f"very late {late}; micro-batches (id, rows, watermark): {batches}"
+        )
 
 
 #: The join queries the runner processes are checked on: an interval join and a window join (which
