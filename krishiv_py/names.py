@@ -231,6 +231,9 @@ def encoded_value(i: int) -> str:
 JOIN_SIDE = "__kp_side"
 #: A union's input rows: which branch (0, 1, ...) a row comes from.
 BRANCH = "__kp_branch"
+#: With an automatic lag on several watermarked sources (a union of sources, a Kafka topic with a
+#: watermark per partition): which source a row comes from, its index in the job's watermarks.
+AUTO_SOURCE = "__kp_src"
 #: A lookup join's table key columns (``__kp_lookup_0``, ...) and its match flag, while the
 #: join runs (:mod:`krishiv_py.runtime.build`).
 LOOKUP_KEY = "__kp_lookup_"

@@ -27,15 +27,16 @@ def pipeline(stream: kp.Stream) -> kp.Stream:
     return stream.watermark("ts", AUTO).key_by("k").tumbling_window(100).agg(kp.count(kp.col("*")))
 
 
-def batches(seed: int, count: int = 9) -> list[list[dict[str, Any]]]:
-    """Micro-batches of three keys: most rows up to 30 ms behind the front, a tenth 60-400 ms."""
+def batches(seed: int, count: int = 9, *, spread: int = 30, tail: int = 400) -> list[list[dict[str, Any]]]:
+    """Micro-batches of three keys: most rows up to ``spread`` ms behind the front, a tenth 60 ms
+    to ``tail``."""
     rng = np.random.default_rng(seed)
     out = []
     front = 10_000
     for _ in range(count):
         n = int(rng.integers(8, 30))
         front += int(rng.integers(60, 200))
-        behind = rng.integers(0, 31, n) + (rng.random(n) < 0.1) * rng.integers(60, 401, n)
+        behind = rng.integers(0, spread + 1, n) + (rng.random(n) < 0.1) * rng.integers(60, tail + 1, n)
         keys = rng.choice(["a", "b", "c"], n)
         out.append([{"k": str(k), "ts": int(front - d)} for k, d in zip(keys, behind, strict=True)])
     return out
@@ -54,8 +55,13 @@ def test_the_automatic_lag_runs_on_krishivs_operator_and_explain_says_why(sessio
         .key_by("k")
         .interval_join(other.watermark("ts", 10).key_by("k"), between=(0, 10))
     )
-    with pytest.raises(kp.PlanError, match="runs on one source whose rows a window takes first"):
+    with pytest.raises(kp.PlanError, match="runs where a window takes the rows of its sources first"):
         joined.start(lowering="stateful")
+    mixed = stream.watermark("ts", "auto").union(other.watermark("ts", 10)).tumbling_window(100)
+    with pytest.raises(
+        kp.PlanError, match=r"has it on every watermark: the one on 'ts' of .* has a fixed lag"
+    ):
+        mixed.agg(kp.count(kp.col("*"))).start(lowering="stateful")
 
 
 def test_each_micro_batch_runs_at_the_models_automatic_watermark(session: kp.Session, tmp_path: Path) -> None:
@@ -90,6 +96,50 @@ def test_each_micro_batch_runs_at_the_models_automatic_watermark(session: kp.Ses
         model.close()
         assert job.await_termination(timeout_s=120)
         assert model.metrics.very_late_events > 0  # the lag let some rows be late
+        assert job.metrics().very_late_events == model.metrics.very_late_events
+        assert_same_rows(job.results(), model.results)
+    finally:
+        job.stop()
+
+
+def test_each_source_of_a_union_chooses_its_own_lag(session: kp.Session, tmp_path: Path) -> None:
+    """Two sources with an automatic lag each, one nearly in order and one far out of order: each
+    chooses its lag from its own rows' delays, and the watermark is the least of theirs. After
+    every micro-batch the job's lags and watermarks are the model's; at the end its windows."""
+    calm, calm_sender = session.memory_stream(SCHEMA, name="auto_lag_calm")
+    wild, wild_sender = session.memory_stream(SCHEMA, name="auto_lag_wild")
+    built = (
+        calm.watermark("ts", AUTO)
+        .union(wild.watermark("ts", AUTO))
+        .key_by("k")
+        .tumbling_window(100)
+        .agg(kp.count(kp.col("*")))
+    )
+    model = reference_model_for(built)
+    job = built.start(checkpoint_dir=str(tmp_path / "cp"))
+    senders = {"auto_lag_calm": calm_sender, "auto_lag_wild": wild_sender}
+    steps = {
+        "auto_lag_calm": batches(4, spread=3, tail=80),
+        "auto_lag_wild": batches(5, spread=500, tail=900),
+    }
+    try:
+        for i in range(len(steps["auto_lag_calm"])):
+            for name, sender in senders.items():
+                sender.send(steps[name][i])
+                model.send(steps[name][i], source=name)
+                job.process_all_available()
+                assert job.source_lags() == model.source_lags(), (i, name)
+                assert job.watermark_ms == model.watermark_ms, (i, name)
+        lags = job.source_lags()
+        assert lags["auto_lag_calm"] < lags["auto_lag_wild"]  # each from its own delays
+        wild_sender.close()  # a closed source holds nothing back ...
+        model.close(source="auto_lag_wild")
+        job.process_all_available()
+        assert job.watermark_ms == model.watermark_ms == job.source_watermarks()["auto_lag_calm"]
+        calm_sender.close()
+        model.close(source="auto_lag_calm")
+        assert job.await_termination(timeout_s=120)
+        assert model.metrics.very_late_events > 0
         assert job.metrics().very_late_events == model.metrics.very_late_events
         assert_same_rows(job.results(), model.results)
     finally:

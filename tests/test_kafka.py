@@ -24,7 +24,7 @@ from krishiv_py.devtools import KafkaBroker
 from krishiv_py.kafka.decode import decode_json, records_to_batch
 from krishiv_py.plan import nodes as n
 from krishiv_py.sinks import SinkContext
-from krishiv_py.testing import ManualClock, Send, assert_same_rows, run_reference
+from krishiv_py.testing import AggSpec, ManualClock, ReferenceModel, Send, assert_same_rows, run_reference
 from krishiv_py.types import Schema
 
 SCHEMA = "user_id string, event_time timestamp, amount double"
@@ -455,6 +455,50 @@ def test_a_lagging_partition_holds_windows_back_until_it_goes_idle(
         assert "clicks[1]" not in job.idle_sources()
         assert sorted((r["user_id"], r["n"]) for r in job.results().to_pylist()) == fired
         assert job.metrics().input_rows == 5
+    finally:
+        job.stop()
+
+
+@pytest.mark.spark
+def test_each_partition_chooses_its_own_automatic_lag(
+    kafka_broker: KafkaBroker, session: kp.Session, tmp_path: Path
+) -> None:
+    """``watermark(column, "auto")`` on a topic read with a watermark per partition: each partition
+    chooses its lag from its own records' delays (one in order, one out of order), the watermark is
+    the least of theirs, as in the reference model with a source per partition."""
+    from krishiv_py.plan.windows import TumblingWindow
+
+    topic = new_topic(kafka_broker, 2)
+    auto = kp.AutoLag(quantile=0.9, window_rows=20, warmup_rows=4, min_lag_ms=0, max_lag_ms=60_000)
+    stream = session.read_kafka(
+        kafka_broker.bootstrap_servers, topic, schema=SCHEMA, watermark_per_partition=True, name="clicks"
+    )
+    windows = stream.watermark("event_time", auto).key_by("user_id").tumbling_window(10_000)
+    counts = windows.agg(kp.count(kp.col("*")).alias("n"))
+    assert "automatic" in counts.explain(show=False)
+    model = ReferenceModel(
+        window=TumblingWindow(size_ms=10_000),
+        event_time="event_time",
+        lag_ms={"clicks[0]": auto, "clicks[1]": auto},
+        keys=("user_id",),
+        aggregates=[AggSpec(name="n", func="count", column=None)],
+        sources=("clicks[0]", "clicks[1]"),
+    )
+    job = counts.start(checkpoint_dir=str(tmp_path / "cp"))
+    try:
+        for step in range(8):
+            for partition, behind in ((0, (0, 0.1, 0.2)), (1, (0, 3.0, 6.0, 1.5))):
+                rows = [event(f"u{partition}", 5 * step + 5 - b) for b in behind]
+                produce(kafka_broker, topic, rows, partition)
+                model.send(rows, source=f"clicks[{partition}]")
+                job.process_all_available()
+                assert job.source_lags() == model.source_lags(), (step, partition)
+                assert job.watermark_ms == model.watermark_ms, (step, partition)
+        lags = job.source_lags()
+        assert lags["clicks[0]"] < lags["clicks[1]"]  # each partition's own delays
+        assert set(job.source_watermarks()) == {"clicks[0]", "clicks[1]"}
+        assert model.results  # windows the watermarks fired so far
+        assert_same_rows(job.results(), model.results)
     finally:
         job.stop()
 

@@ -23,6 +23,14 @@ again (the same rows give the same bytes): a recovered run uses the lags
 of an uninterrupted one. The first micro-batch has no record and no
 watermark.
 
+With several watermarked sources (a union of sources, a Kafka topic with
+a watermark per partition), each row reaches the operator with its
+source's index, the buckets report times per source, and the record holds
+a state per source: each source's lag is chosen from its own delays, and
+the micro-batch's watermark is the least of the sources' (a source that
+Spark's watermark shows has promised past its data, being closed or idle,
+holds nothing back: :func:`source_watermark`).
+
 The record lives in the checkpoint, so every task must see the
 checkpoint's file system (a local or shared path, as for the operator's
 stages). Over Spark Connect the operator's output reaches the driver
@@ -32,6 +40,7 @@ after the micro-batch commits: an automatic lag does not run there yet.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -39,39 +48,54 @@ import numpy as np
 from krishiv_py.checkpoint import CheckpointLayout
 from krishiv_py.errors import PlanError
 from krishiv_py.plan.watermarks import AutoLag
-from krishiv_py.stateful.auto_lag import AutoState, advance
+from krishiv_py.stateful.auto_lag import AutoState, advance_each, record_bytes, record_states
 from krishiv_py.stateful.delays import bucket_of
 
-__all__ = ["AutoWatermark", "effective_watermark", "recorded_state"]
+__all__ = ["AutoWatermark", "effective_watermark", "recorded_states", "source_watermark"]
 
 
-def recorded_state(layout: CheckpointLayout, batch_id: int) -> AutoState:
-    """The state micro-batch ``batch_id`` runs with, from its record in ``layout``.
+def recorded_states(
+    layout: CheckpointLayout, batch_id: int, sources: int | None = None
+) -> tuple[AutoState, ...]:
+    """The state of each watermarked source micro-batch ``batch_id`` runs with, from its record in
+    ``layout``; ``sources``: how many the job has (None: as many as the record holds).
 
-    A checkpoint without any record is a new job: no watermark yet. A
-    missing record in a checkpoint that has others is an error (the
-    watermark the micro-batch ran with cannot be known).
+    A checkpoint without any record is a new job: no watermark yet (one
+    state per source, or one when ``sources`` is None: no watermark
+    either way). A missing record in a checkpoint that has others is an
+    error (the watermark the micro-batch ran with cannot be known), and so
+    is a record of another number of sources (the checkpoint of another
+    plan).
     """
     data = layout.auto_lag_record(batch_id)
     if data is not None:
-        return AutoState.from_bytes(data)
+        states = record_states(data)
+        if sources is not None and len(states) != sources:
+            raise PlanError(
+                f"the automatic lag's record of micro-batch {batch_id} in {layout.auto_lag} holds "
+                f"{len(states)} source(s), this job watermarks {sources}: start it on its own checkpoint"
+            )
+        return states
     if batch_id == 0 or not layout.has_auto_lag_records():
-        return AutoState()
+        return (AutoState(),) * (sources or 1)
     raise PlanError(
         f"the automatic lag's record of micro-batch {batch_id} is missing from the checkpoint "
         f"({layout.auto_lag}): the watermark that micro-batch runs with cannot be known"
     )
 
 
-def effective_watermark(state: AutoState, spark_ms: int | None) -> int | None:
-    """The watermark a micro-batch runs with: the recorded one, unless Spark's (the highest event
-    time seen, ``spark_ms``) is past every event the record counted: then a promise moved it
-    there (``advance_watermark`` beyond the data, the end of input), and the watermark is at
-    least that.
+def source_watermark(state: AutoState, spark_ms: int | None) -> int | None:
+    """One source's watermark in a micro-batch: the recorded one, unless Spark's (the least of
+    every source's highest event time, or a promise past it: ``spark_ms``) is past every event
+    the record counted of this source: then a promise moved it there (``advance_watermark``
+    beyond the data, the end of input, an idle source lifted), and the watermark is at least that.
 
-    >>> effective_watermark(AutoState(highest_ms=900, watermark_ms=700), 900)
+    Spark's watermark is at most this source's own (its highest time or its promise), so it
+    never lifts a source above what the source itself allows.
+
+    >>> source_watermark(AutoState(highest_ms=900, watermark_ms=700), 900)
     700
-    >>> effective_watermark(AutoState(highest_ms=900, watermark_ms=700), 2**52)
+    >>> source_watermark(AutoState(highest_ms=900, watermark_ms=700), 2**52)
     4503599627370496
     """
     if spark_ms is None or (state.highest_ms is not None and spark_ms <= state.highest_ms):
@@ -79,10 +103,29 @@ def effective_watermark(state: AutoState, spark_ms: int | None) -> int | None:
     return spark_ms if state.watermark_ms is None else max(state.watermark_ms, spark_ms)
 
 
-class AutoWatermark:
-    """The driver's side: after each micro-batch, the record of the next one."""
+def effective_watermark(states: Sequence[AutoState], spark_ms: int | None) -> int | None:
+    """The watermark a micro-batch runs with: the least of its sources' (:func:`source_watermark`);
+    None while one of them has none.
 
-    def __init__(self, layout: CheckpointLayout, spec: AutoLag) -> None:
+    >>> effective_watermark([AutoState(highest_ms=900, watermark_ms=700)], 900)
+    700
+    >>> effective_watermark([AutoState(highest_ms=900, watermark_ms=700), AutoState()], None)
+    >>> effective_watermark([AutoState(highest_ms=900, watermark_ms=700),
+    ...                      AutoState(highest_ms=600, watermark_ms=500)], 900)  # the second closed
+    700
+    """
+    marks = [source_watermark(s, spark_ms) for s in states]
+    return None if not marks or any(m is None for m in marks) else min(m for m in marks if m is not None)
+
+
+class AutoWatermark:
+    """The driver's side: after each micro-batch, the record of the next one.
+
+    ``specs``: each watermarked source's name and automatic lag, in the
+    order of the job's watermarks (the source index its rows carry).
+    """
+
+    def __init__(self, layout: CheckpointLayout, specs: Sequence[tuple[str, AutoLag]]) -> None:
         local = layout.on_this_machine()
         if local is None:
             raise PlanError(
@@ -90,35 +133,63 @@ class AutoWatermark:
                 f"a path this machine and the executors see, got {layout.root!r}"
             )
         self._layout = local
-        self._spec = spec
+        self._names = tuple(name for name, _ in specs)
+        self._specs = tuple(spec for _, spec in specs)
         self._lock = threading.Lock()
         committed = local.committed_batch()
-        self._state = recorded_state(local, committed + 1) if committed >= 0 else AutoState()
+        sources = len(self._specs)
+        self._states = (
+            recorded_states(local, committed + 1, sources) if committed >= 0 else (AutoState(),) * sources
+        )
 
     @property
-    def state(self) -> AutoState:
-        """The state after the newest micro-batch: the next one's lag and watermark."""
+    def states(self) -> tuple[AutoState, ...]:
+        """Each source's state after the newest micro-batch: the next one's lags and watermarks."""
         with self._lock:
-            return self._state
+            return self._states
 
-    @property
-    def lag_ms(self) -> int:
-        """The lag the next micro-batch runs with (the upper clamp before any row)."""
-        lag = self.state.lag_ms
-        return self._spec.max_lag_ms if lag is None else lag
+    def lags(self) -> dict[str, int]:
+        """The lag each source's next micro-batch runs with (the upper clamp before any row)."""
+        states = self.states
+        return {
+            name: spec.max_lag_ms if state.lag_ms is None else state.lag_ms
+            for name, spec, state in zip(self._names, self._specs, states, strict=True)
+        }
+
+    def watermarks(self, spark_ms: int | None) -> dict[str, int]:
+        """Each source's watermark now (those with none are left out), Spark's being ``spark_ms``."""
+        marks = {
+            name: source_watermark(s, spark_ms) for name, s in zip(self._names, self.states, strict=True)
+        }
+        return {name: mark for name, mark in marks.items() if mark is not None}
 
     def after_batch(
-        self, batch_id: int, times_ms: np.ndarray[Any, Any], counts: np.ndarray[Any, Any]
+        self,
+        batch_id: int,
+        sources: np.ndarray[Any, Any],
+        times_ms: np.ndarray[Any, Any],
+        counts: np.ndarray[Any, Any],
     ) -> np.ndarray[Any, Any]:
-        """Fold in micro-batch ``batch_id``'s event times and record the next micro-batch's state;
-        returns the delay histogram counts of its rows (:mod:`krishiv_py.stateful.delays`: behind
-        the highest time seen before it; none in the first micro-batch), the job's profile."""
-        before = recorded_state(self._layout, batch_id)
-        after = advance(before, self._spec, times_ms, counts)
-        self._layout.write_auto_lag_record(batch_id + 1, after.to_bytes())
+        """Fold in micro-batch ``batch_id``'s event times (``sources[i]``: the source index of
+        ``times_ms[i]``, held by ``counts[i]`` rows) and record the next micro-batch's states;
+        returns the delay histogram counts of its rows (:mod:`krishiv_py.stateful.delays`: each
+        behind the highest time its source sent before it; none in a source's first micro-batch),
+        the job's profile."""
+        before = recorded_states(self._layout, batch_id, len(self._specs))
+        after = advance_each(before, self._specs, sources, times_ms, counts)
+        self._layout.write_auto_lag_record(batch_id + 1, record_bytes(after))
         with self._lock:
-            self._state = after
-        if before.highest_ms is None or not len(times_ms):
-            return np.zeros(0, np.int64)
-        behind = np.maximum(before.highest_ms - np.asarray(times_ms, np.int64), 0)
-        return np.bincount(bucket_of(behind), weights=np.asarray(counts, np.int64)).astype(np.int64)
+            self._states = after
+        where = np.asarray(sources, np.int64)
+        times, weights = np.asarray(times_ms, np.int64), np.asarray(counts, np.int64)
+        slots = [np.zeros(0, np.int64)]
+        for i, state in enumerate(before):
+            mine = where == i
+            if state.highest_ms is None or not mine.any():
+                continue
+            behind = np.maximum(state.highest_ms - times[mine], 0)
+            slots.append(np.bincount(bucket_of(behind), weights=weights[mine]).astype(np.int64))
+        total = np.zeros(max(len(s) for s in slots), np.int64)
+        for counted in slots:
+            total[: len(counted)] += counted
+        return total

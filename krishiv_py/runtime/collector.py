@@ -118,7 +118,7 @@ class BatchCollector:
         if payloads is not None:
             self.accept(payloads, batch_id)
         elif self.auto is not None:  # no bucket ran (no rows): the next micro-batch's record all the same
-            self.auto.after_batch(batch_id, np.zeros(0, np.int64), np.zeros(0, np.int64))
+            self.auto.after_batch(batch_id, *(np.zeros(0, np.int64),) * 3)
         with self._lock:
             timing = self._timing(batch_id)
             timing["collect_us"] = (fetched - started) // 1000
@@ -136,6 +136,7 @@ class BatchCollector:
         """Route one micro-batch's results, late rows and statistics."""
         from krishiv_py.stateful.operator import (
             AUTO_COUNTS,
+            AUTO_SOURCES,
             AUTO_TIMES,
             COUNTER_NAMES,
             DELAY_COUNTS,
@@ -161,7 +162,8 @@ class BatchCollector:
             self._hand_late(payloads.late, batch_id)
         delays = _summed(stats.pop(DELAY_COUNTS, []))
         if self.auto is not None:  # (before the micro-batch commits: the next one reads it)
-            times = _times(stats.pop(AUTO_TIMES, []), stats.pop(AUTO_COUNTS, []))
+            columns = (stats.pop(AUTO_SOURCES, []), stats.pop(AUTO_TIMES, []), stats.pop(AUTO_COUNTS, []))
+            times = _times(*columns)
             delays = _summed([delays, self.auto.after_batch(batch_id, *times).tolist()])
         timing = {name: int(sum(v or 0 for v in stats.get(name, []))) for name in TIMING_NAMES}
         timing["buckets"] = len(stats["bucket"])
@@ -235,11 +237,10 @@ class BatchCollector:
             return {name: self._totals.get(name, 0) for name in COUNTER_NAMES}
 
 
-def _times(times: list[list[int] | None], counts: list[list[int] | None]) -> tuple[Any, Any]:
-    """Every bucket's distinct event times and their counts, one after the other (None: no rows)."""
-    flat_times = [t for part in times if part for t in part]
-    flat_counts = [c for part in counts if part for c in part]
-    return np.asarray(flat_times, np.int64), np.asarray(flat_counts, np.int64)
+def _times(*columns: list[list[int] | None]) -> tuple[Any, ...]:
+    """Every bucket's event times per source, one after the other (None: a bucket without rows):
+    the source indexes, the distinct times and their counts, each column flattened."""
+    return tuple(np.asarray([v for part in column if part for v in part], np.int64) for column in columns)
 
 
 def _summed(parts: list[list[int] | None]) -> list[int]:

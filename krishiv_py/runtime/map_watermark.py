@@ -23,7 +23,7 @@ import attrs
 
 from krishiv_py.checkpoint import CheckpointLayout, local_path
 from krishiv_py.errors import PlanError
-from krishiv_py.runtime.auto_watermark import effective_watermark, recorded_state
+from krishiv_py.runtime.auto_watermark import effective_watermark, recorded_states
 
 __all__ = ["BATCH_ID_PROPERTY", "BatchWatermark", "local_path"]
 
@@ -38,7 +38,7 @@ class BatchWatermark:
     ``checkpoint``: the streaming query's checkpoint, the job's layout;
     ``None`` for a bounded run. ``shift_ms``: the plan's event-time shift, which the
     operator takes off Spark's watermark too. ``auto``: the watermark is the automatic
-    lag's, recorded for the micro-batch.
+    lags', recorded for the micro-batch.
     """
 
     checkpoint: CheckpointLayout | None
@@ -62,7 +62,7 @@ class BatchWatermark:
             # (No fallback: a micro-batch without its recorded watermark cannot run; the error says why.)
             spark_ms = local.batch_watermark_ms(int(batch))
             highest = None if spark_ms <= 0 else spark_ms - self.shift_ms
-            return True, effective_watermark(recorded_state(local, int(batch)), highest)
+            return True, effective_watermark(recorded_states(local, int(batch)), highest)
         try:
             spark_ms = local.batch_watermark_ms(int(batch))
         except (OSError, ValueError, PlanError):

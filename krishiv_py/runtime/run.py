@@ -87,8 +87,8 @@ def start_streaming(
         writer = _native_output(writer, setup, quarantine, restarts=restarts)
     else:
         assert recipe.stateful is not None
-        auto_lag = recipe.stateful.operator.auto
-        if auto_lag is not None and is_remote(spark):
+        auto_lags = [(t.source, t.auto) for t in recipe.tracked if t.auto is not None]
+        if auto_lags and is_remote(spark):
             raise PlanError(
                 "an automatic lag does not run over Spark Connect yet (the driver records each "
                 "micro-batch's lag before Spark commits it, and foreachBatch runs on the server): "
@@ -100,7 +100,7 @@ def start_streaming(
             late_writer=setup.late_writer,
             quarantine=quarantine,
             spark=spark,
-            auto=AutoWatermark(checkpoint, auto_lag) if auto_lag is not None else None,
+            auto=AutoWatermark(checkpoint, auto_lags) if auto_lags else None,
         )
         # Over Spark Connect foreachBatch runs on the server: the payloads come back as files.
         handoff = checkpoint.handoff if is_remote(spark) else None

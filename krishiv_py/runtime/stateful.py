@@ -221,22 +221,18 @@ class StatefulJob(StreamingJob):
         auto = self._collector.auto
         if auto is None:
             return super().watermark_ms
-        # Spark's watermark (delay 0): the highest event time seen, or a promise past it.
-        return effective_watermark(auto.state, super().watermark_ms)
+        # Spark's watermark (delay 0): the least highest event time seen, or a promise past it.
+        return effective_watermark(auto.states, super().watermark_ms)
 
     def source_watermarks(self) -> dict[str, int]:
         auto = self._collector.auto
         if auto is None:
             return super().source_watermarks()
-        w = self.watermark_ms
-        return {} if w is None else {t.source: w for t in self._recipe.tracked}
+        return auto.watermarks(super().watermark_ms)
 
     def source_lags(self) -> dict[str, int]:
         auto = self._collector.auto
-        lags = super().source_lags()
-        if auto is None:
-            return lags
-        return dict.fromkeys(lags, auto.lag_ms)
+        return super().source_lags() if auto is None else auto.lags()
 
 
 def run_stateful_bounded(setup: JobSetup) -> BoundedJob:

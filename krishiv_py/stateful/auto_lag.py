@@ -1,4 +1,4 @@
-"""The automatic lag of a running job (SPEC 3.4): one source's delays, a micro-batch at a time.
+"""The automatic lag of a running job (SPEC 3.4): each source's delays, a micro-batch at a time.
 
 Pure functions over numpy arrays: :func:`advance` takes the state after
 the micro-batches so far and one micro-batch's event times, as distinct
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
@@ -39,7 +40,7 @@ import numpy as np
 
 from krishiv_py.plan.watermarks import AutoLag
 
-__all__ = ["AutoState", "advance", "lag_ms", "value_counts"]
+__all__ = ["AutoState", "advance", "advance_each", "lag_ms", "record_bytes", "record_states", "value_counts"]
 
 _I64 = np.dtype(np.int64)
 
@@ -124,6 +125,51 @@ def advance(
         watermark_ms=watermark,
     )
     return attrs.evolve(after, lag_ms=lag_ms(after, spec))
+
+
+def advance_each(
+    states: Sequence[AutoState],
+    specs: Sequence[AutoLag],
+    sources: np.ndarray[Any, Any],
+    times_ms: np.ndarray[Any, Any],
+    counts: np.ndarray[Any, Any],
+) -> tuple[AutoState, ...]:
+    """Each source's state after a micro-batch: :func:`advance` over the times of its own rows
+    (``sources[i]``: the source index of ``times_ms[i]``; a source without rows is unchanged).
+
+    >>> spec = AutoLag(window_rows=4, warmup_rows=1, min_lag_ms=0)
+    >>> a, b = advance_each((AutoState(), AutoState()), (spec, spec), np.array([0, 1, 1]),
+    ...                     np.array([500, 900, 1_000]), np.array([1, 1, 1]))
+    >>> (a.highest_ms, lag_ms(a, spec)), (b.highest_ms, lag_ms(b, spec))
+    ((500, 0), (1000, 100))
+    """
+    where = np.asarray(sources, _I64)
+    times, weights = np.asarray(times_ms, _I64), np.asarray(counts, _I64)
+    return tuple(
+        advance(state, spec, times[where == i], weights[where == i])
+        for i, (state, spec) in enumerate(zip(states, specs, strict=True))
+    )
+
+
+def record_bytes(states: Sequence[AutoState]) -> bytes:
+    """What the checkpoint records for a micro-batch: one source's state as it is, several as
+    ``{"sources": [...]}`` in the order of the job's watermarks."""
+    if len(states) == 1:
+        return states[0].to_bytes()
+    return b'{"sources":[' + b",".join(s.to_bytes() for s in states) + b"]}"
+
+
+def record_states(data: bytes) -> tuple[AutoState, ...]:
+    """The states of a record (:func:`record_bytes`).
+
+    >>> s = AutoState(highest_ms=9, rows=1, steps=[([0], [1])], lag_ms=50, watermark_ms=4)
+    >>> record_states(record_bytes((s,))) == (s,), record_states(record_bytes((s, AutoState())))[1]
+    (True, AutoState(highest_ms=None, rows=0, steps=(), lag_ms=None, watermark_ms=None))
+    """
+    body = json.loads(data)
+    if "sources" not in body:
+        return (AutoState.from_bytes(data),)
+    return tuple(AutoState.from_bytes(json.dumps(b).encode()) for b in body["sources"])
 
 
 def lag_ms(state: AutoState, spec: AutoLag) -> int:

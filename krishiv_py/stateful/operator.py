@@ -56,6 +56,7 @@ import pyarrow.compute as pc
 
 from krishiv_py.errors import JobError
 from krishiv_py.names import (
+    AUTO_SOURCE,
     BATCH_TS,
     BRANCH,
     BUCKET,
@@ -101,9 +102,10 @@ __all__ = [
 CLASSIFICATION, WATERMARK = "classification", "watermark_ms"
 #: The statistics column of a bucket's delay histogram (with ``profile_lag_ms``).
 DELAY_COUNTS = "delay_counts"
-#: With an automatic lag, the statistics columns of a bucket's event times (ms): its distinct
-#: values and how many rows hold each (krishiv_py.runtime.auto_watermark sums them per batch).
-AUTO_TIMES, AUTO_COUNTS = "auto_times", "auto_counts"
+#: With an automatic lag, the statistics columns of a bucket's event times (ms): per source (its
+#: index) the distinct values and how many rows hold each (krishiv_py.runtime.auto_watermark sums
+#: them per batch).
+AUTO_SOURCES, AUTO_TIMES, AUTO_COUNTS = "auto_sources", "auto_times", "auto_counts"
 STAT_NAMES = (
     "bucket",
     "on_time",
@@ -188,9 +190,14 @@ class OperatorSpec:
         return None if kinds == [type(self.kernel).__name__] else " | ".join(kinds)
 
     @property
+    def row_columns(self) -> tuple[InputColumn, ...]:
+        """The input columns of the rows (not the source index an automatic lag reads)."""
+        return tuple(c for c in self.columns if c.name != AUTO_SOURCE)
+
+    @property
     def late_schema(self) -> pa.Schema:
         """The input columns as a late-event handler sees them (a join's side as ``side``)."""
-        return pa.schema([pa.field(_late_name(c.name), c.type) for c in self.columns])
+        return pa.schema([pa.field(_late_name(c.name), c.type) for c in self.row_columns])
 
     @property
     def handed_late_schema(self) -> pa.Schema:
@@ -835,8 +842,8 @@ def encode_payload(
         counts = pa.array(_added(delay_counts(batch, watermark, spec.profile_lag_ms), merged_delays))
         stats = stats.append_column(DELAY_COUNTS, pa.ListArray.from_arrays([0, len(counts)], counts))
     if spec.auto is not None and batch.num_rows:
-        times, counts = _time_counts(batch)
-        for name, values in ((AUTO_TIMES, times), (AUTO_COUNTS, counts)):
+        sources, times, counts = _time_counts(batch)
+        for name, values in ((AUTO_SOURCES, sources), (AUTO_TIMES, times), (AUTO_COUNTS, counts)):
             stats = stats.append_column(name, pa.ListArray.from_arrays([0, len(values)], pa.array(values)))
     tables = [late, stats] + ([out.closed] if out.closed is not None else [])
     return struct.pack("<Q", len(results)) + results + framed(tables)
@@ -859,12 +866,18 @@ def delay_counts(batch: pa.Table, watermark: int | None, lag_ms: int) -> np.ndar
     return np.bincount(_delay_slots(us, watermark, lag_ms)).astype(np.int64)
 
 
-def _time_counts(batch: pa.Table) -> tuple[np.ndarray, np.ndarray]:
-    """The batch's valid event times in ms: distinct values and how many rows hold each."""
+def _time_counts(batch: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The batch's valid event times in ms per source: the source index, the distinct values of
+    each source and how many of its rows hold each (every row source 0 without a source column)."""
     ts = batch.column(BATCH_TS).combine_chunks()
-    valid = ts.drop_null() if ts.null_count else ts
-    us = np.asarray(valid.to_numpy(zero_copy_only=False), np.int64)
-    return value_counts(np.floor_divide(us, 1000))
+    valid = np.asarray(ts.is_valid().to_numpy(zero_copy_only=False), bool)
+    ms = np.floor_divide(np.asarray(ts.fill_null(0).to_numpy(zero_copy_only=False), np.int64), 1000)
+    if AUTO_SOURCE not in batch.column_names:
+        times, counts = value_counts(ms[valid])
+        return np.zeros(len(times), np.int64), times, counts
+    src = np.asarray(batch.column(AUTO_SOURCE).combine_chunks().fill_null(0).to_numpy(), np.int64)[valid]
+    pairs, counts = np.unique(np.stack([src, ms[valid]]), axis=1, return_counts=True)
+    return pairs[0].astype(np.int64), pairs[1].astype(np.int64), counts.astype(np.int64)
 
 
 def _delay_slots(ts_us: np.ndarray, watermark: int, lag_ms: int) -> np.ndarray:
@@ -875,7 +888,7 @@ def _delay_slots(ts_us: np.ndarray, watermark: int, lag_ms: int) -> np.ndarray:
 def _late_rows(
     spec: OperatorSpec, batch: pa.Table, out: kernel.StepOutput, watermark: int | None
 ) -> pa.Table:
-    names = [c.name for c in spec.columns]
+    names = [c.name for c in spec.row_columns]
     pieces = []
     for label, idx in (("invalid", out.invalid), ("very_late", out.very_late)):
         if len(idx):

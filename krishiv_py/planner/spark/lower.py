@@ -323,19 +323,27 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
 
 
 def _check_auto_lag(plan: n.PlanNode, op: n.PlanNode) -> None:
-    """:class:`PlanError` for an automatic lag in a plan it does not run on yet: it runs with one
-    source whose rows a window takes first (an operator or a stage may follow)."""
+    """:class:`PlanError` for an automatic lag in a plan it does not run on yet: it runs where a
+    window takes the rows of its sources first (an operator or a stage may follow), on one
+    source, a union of sources or a Kafka topic with a watermark per partition, every one of
+    them with an automatic lag."""
     marks = n.watermarks_of(plan)
     if not any(m.auto is not None for m in marks):
         return
     bottom = operator_links(op)[0][0] if not isinstance(op, n.Union) else op
-    if len(marks) == 1 and one_watermark(plan) and isinstance(bottom, n.WindowAggregate):
-        return
-    raise PlanError(
-        "an automatic lag (watermark(column, 'auto')) runs on one source whose rows a window takes "
-        "first (not yet on a join, a union, an aggregation without a window or a Kafka source with a "
-        "watermark per partition): give this plan's watermarks a fixed lag"
-    )
+    if not isinstance(bottom, n.WindowAggregate):
+        raise PlanError(
+            "an automatic lag (watermark(column, 'auto')) runs where a window takes the rows of its "
+            "sources first (not yet on a join, a union of operators' results or an aggregation "
+            "without a window): give this plan's watermarks a fixed lag"
+        )
+    fixed = [m for m in marks if m.auto is None]
+    if fixed:
+        raise PlanError(
+            f"a plan with an automatic lag (watermark(column, 'auto')) has it on every watermark: "
+            f"the one on {fixed[0].column!r} of {', '.join(s.name for s in n.sources_of(fixed[0]))} "
+            "has a fixed lag; give every source 'auto' (each chooses its own lag) or a fixed lag"
+        )
 
 
 def _lower_union(

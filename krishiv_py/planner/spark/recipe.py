@@ -49,6 +49,7 @@ from krishiv_py.names import (
     WM,
 )
 from krishiv_py.names import BUCKET as _BUCKET
+from krishiv_py.plan.watermarks import AutoLag
 from krishiv_py.types import Schema
 
 __all__ = [
@@ -255,6 +256,9 @@ class TrackedSource:
     #: in ms): the query has one watermark operator, which sees the same rows, so no observed
     #: metric computes it a second time per row.
     max_in_progress: bool = False
+    #: The source's automatic lag (``watermark(column, "auto")``; its ``lag_ms`` is then 0, Spark's
+    #: delay): the driver computes its watermark (:mod:`krishiv_py.runtime.auto_watermark`).
+    auto: AutoLag | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -43,6 +43,7 @@ from krishiv_py.errors import PlanError
 from krishiv_py.expr import ExprNode, dtype_of, output_name
 from krishiv_py.names import (
     ACTIVE,
+    AUTO_SOURCE,
     BASE_HIDDEN,
     ET,
     IDLE_WM,
@@ -179,7 +180,7 @@ class Lowerer:
             _check_partitioned(node)
             return self._source(node, count_input), BASE_HIDDEN
         if isinstance(node, n.Watermark) and _partitioned(node.input):
-            return self._per_partition(node), (*BASE_HIDDEN, ET)
+            return self._per_partition(node), (*BASE_HIDDEN, *_watermark_hidden(node))
         if isinstance(node, n.Union):
             one = self.union(self, node) if self.union is not None else None
             if one is not None:
@@ -211,7 +212,7 @@ class Lowerer:
             child = self.count_failures(child, node.exprs, schema)
             return SelectExprs(child=child, exprs=exprs), hidden
         if isinstance(node, n.Watermark):
-            return self._watermark(node, child, count_input=direct), (*hidden, ET)
+            return self._watermark(node, child, count_input=direct), (*hidden, *_watermark_hidden(node))
         if isinstance(node, n.TopN):
             # A batch plan; a streaming query ranks each micro-batch instead (the planner's
             # stages after the window), since Spark ranks no unbounded input.
@@ -302,7 +303,10 @@ class Lowerer:
         # per-row expressions skip the row-kind tests (a simpler plan that
         # Spark re-optimises in less time every micro-batch).
         plain = not idle and not any(isinstance(s, n.MemorySource) for s in n.sources_of(node))
-        out: RecipeNode = SelectExprs(child=child, exprs=("*", self._event_time(node, plain=plain)))
+        exprs = ["*", self._event_time(node, plain=plain)]
+        if node.auto is not None:  # which source a row comes from: each has a lag of its own
+            exprs.append(f"CAST({len(self.tracked)} AS INT) AS {quote(AUTO_SOURCE)}")
+        out: RecipeNode = SelectExprs(child=child, exprs=tuple(exprs))
         if self.streaming:
             # An automatic lag: Spark's watermark is the highest event time seen (delay 0), and
             # the driver computes the job's from the lag it records (runtime.auto_watermark).
@@ -351,6 +355,7 @@ class Lowerer:
                 lag_ms=0 if node.auto is not None else node.lag_ms,
                 idle_timeout_ms=node.idle_timeout_ms if idle else None,
                 max_in_progress=spark_max,
+                auto=node.auto,
             )
         )
 
@@ -363,6 +368,11 @@ def one_watermark(plan: n.PlanNode) -> bool:
     """
     marks = [x for x in n.walk(plan) if isinstance(x, n.Watermark)]
     return len(marks) == 1 and not _partitioned(marks[0].input)
+
+
+def _watermark_hidden(node: n.Watermark) -> tuple[str, ...]:
+    """The hidden columns a watermark adds: the event time, and with an automatic lag the source."""
+    return (ET,) if node.auto is None else (ET, AUTO_SOURCE)
 
 
 def _partitioned(node: n.PlanNode) -> bool:

@@ -33,7 +33,7 @@ import attrs
 
 from krishiv_py.errors import PlanError
 from krishiv_py.expr import Column
-from krishiv_py.names import BUCKET, ET, JOIN_SIDE, PACKED, RESULT_KIND, SEQ, TS_VALUE
+from krishiv_py.names import AUTO_SOURCE, BUCKET, ET, JOIN_SIDE, PACKED, RESULT_KIND, SEQ, TS_VALUE
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS
 from krishiv_py.plan.watermarks import END_OF_TIME_MS
@@ -66,6 +66,8 @@ BUCKETS = 16
 
 def operator_spec(node: n.WindowAggregate, *, shift_ms: int) -> Any:
     """The picklable :class:`~krishiv_py.stateful.operator.OperatorSpec` of ``node``."""
+    import pyarrow as pa
+
     from krishiv_py.stateful.operator import InputColumn, OperatorSpec
     from krishiv_py.stateful.processing_time import ProcessingTimeKernel
     from krishiv_py.stateful.state import KernelSpec
@@ -113,7 +115,9 @@ def operator_spec(node: n.WindowAggregate, *, shift_ms: int) -> Any:
             buckets=BUCKETS,
             batch_time=True,
         )
-    auto = marks[0].auto if len(marks) == 1 else None
+    auto = next((m.auto for m in marks if m.auto is not None), None)
+    if auto is not None:  # each row's source: the driver chooses each source's lag from its own rows
+        columns += (InputColumn(name=AUTO_SOURCE, type=pa.int32(), index=len(schema)),)
     # One source: profile its disorder (an automatic lag: the driver does, from the exact times
     # the buckets report, behind the highest time seen before each micro-batch).
     profile = marks[0].lag_ms if len(marks) == 1 and auto is None else None
