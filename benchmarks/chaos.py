@@ -54,6 +54,7 @@ from benchmarks.chaos_job import (
     feed,
     job_lowering,
     kill_and_restart,
+    per_partition,
     pipeline,
     table_rows,
 )
@@ -92,9 +93,12 @@ def child_kafka(
     import krishiv_py as kp
 
     target = target or Target()
+    partitioned = per_partition(lowering)
     lowering, auto = job_lowering(lowering)
     with kp.Session.embedded(durability="single-node-durable", state_dir=state_dir) as session:
-        stream = session.read_kafka(servers, topic, schema=SCHEMA, name="input")
+        stream = session.read_kafka(
+            servers, topic, schema=SCHEMA, name="input", watermark_per_partition=partitioned
+        )
         corrected = target.corrected and lowering == "stateful"
         job = pipeline(stream, corrected=corrected, auto=auto).start(
             target.open(state_dir), name="chaos", lowering=lowering
@@ -133,8 +137,9 @@ def run_once(
 ) -> Run:
     """One run: start, SIGKILL ``kills`` times at random moments, finish, compare with the model.
 
-    ``lowering``: ``native``, ``stateful``, or ``auto`` (the stateful lowering, the watermark's lag
-    automatic: :func:`~benchmarks.chaos_job.job_lowering`).
+    ``lowering``: ``native``, ``stateful``, ``auto`` (the stateful lowering, the watermark's lag
+    automatic: :func:`~benchmarks.chaos_job.job_lowering`) or, with ``kafka``, ``auto-partitions``
+    (as ``auto``, a watermark and an automatic lag per partition).
 
     ``kafka``: ``(bootstrap servers, topic)`` of an empty 3-partition topic to
     read the input from, instead of a memory stream. ``target``: a table
@@ -151,7 +156,15 @@ def run_once(
         if run.finished:
             started_with, auto = job_lowering(lowering)
             corrected = target.corrected and started_with == "stateful"
-            want = expected(seed, count, size, kafka=kafka is not None, corrected=corrected, auto=auto)
+            want = expected(
+                seed,
+                count,
+                size,
+                kafka=kafka is not None,
+                corrected=corrected,
+                auto=auto,
+                partitions=per_partition(lowering),
+            )
             if not target.corrected:
                 compare(run, os.path.join(state_dir, "out"), want)
             else:

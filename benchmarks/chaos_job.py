@@ -33,11 +33,21 @@ LOWERINGS = ("native", "stateful")
 #: A run's "lowering" ``auto``: the stateful lowering with an automatic lag (SPEC 3.4) in place
 #: of the 20 ms one, learned from this input's disorder (up to 30 ms) within a few batches.
 AUTO = "auto"
+#: A Kafka run's "lowering" ``auto-partitions``: as ``auto``, the topic read with a watermark per
+#: partition, each partition choosing its own lag (every partition is a source of the model).
+AUTO_PARTITIONS = "auto-partitions"
+#: The partitions of a Kafka run's topic (step ``i`` goes to partition ``i % 3``).
+KAFKA_PARTITIONS = 3
 
 
 def job_lowering(lowering: str) -> tuple[str, bool]:
     """The lowering a run's job starts with, and whether its watermark's lag is automatic."""
-    return ("stateful", True) if lowering == AUTO else (lowering, False)
+    return ("stateful", True) if lowering in (AUTO, AUTO_PARTITIONS) else (lowering, False)
+
+
+def per_partition(lowering: str) -> bool:
+    """Whether a run's Kafka topic is read with a watermark per partition."""
+    return lowering == AUTO_PARTITIONS
 
 
 TABLE_SINKS = ("duckdb", "delta", "postgres", "iceberg")
@@ -154,7 +164,7 @@ class KafkaSteps:
         i = self.produced
         self._producer.begin_transaction()
         for row in self.data[i]:
-            self._producer.produce(self.topic, value=json.dumps(row).encode(), partition=i % 3)
+            self._producer.produce(self.topic, value=json.dumps(row).encode(), partition=i % KAFKA_PARTITIONS)
         self._producer.commit_transaction(30)
         self.produced = i + 1
 
@@ -172,14 +182,38 @@ class KafkaSteps:
 
 
 def expected(
-    seed: int, count: int, size: int, *, kafka: bool = False, corrected: bool = False, auto: bool = False
+    seed: int,
+    count: int,
+    size: int,
+    *,
+    kafka: bool = False,
+    corrected: bool = False,
+    auto: bool = False,
+    partitions: bool = False,
 ) -> list[dict[str, Any]]:
-    """The reference model's results (its changelog) for the same batches (one step each, then the end)."""
+    """The reference model's results (its changelog) for the same batches (one step each, then the
+    end); ``partitions``: the topic read with a watermark per partition, step ``i`` a step of the
+    source ``input[i % 3]``."""
+    from krishiv_py.api.stream import Stream
+    from krishiv_py.plan import nodes as n
     from krishiv_py.testing.steps import _placeholder, reference_model_for
+    from krishiv_py.types import Schema
 
-    model = reference_model_for(pipeline(_placeholder(SCHEMA), corrected=corrected, auto=auto))
-    for batch in batches(seed, count, size):
-        model.send(batch)
+    stream = _placeholder(SCHEMA)
+    if partitions:  # a placeholder of the topic: each partition a source of the model
+        topic = n.KafkaSource(
+            name="input",
+            schema=Schema.parse(SCHEMA),
+            bootstrap_servers="",
+            topic="input",
+            connector="python",
+            per_partition=True,
+            partitions=KAFKA_PARTITIONS,
+        )
+        stream = Stream(None, topic)
+    model = reference_model_for(pipeline(stream, corrected=corrected, auto=auto))
+    for i, batch in enumerate(batches(seed, count, size)):
+        model.send(batch, source=f"input[{i % KAFKA_PARTITIONS}]" if partitions else "main")
     if not kafka:
         model.close()  # a Kafka topic has no end: the windows its watermark has not passed stay open
     return model.results

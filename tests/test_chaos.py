@@ -19,18 +19,19 @@ from krishiv_py.devtools import KafkaBroker
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("lowering", ["native", "auto"])
+@pytest.mark.parametrize("lowering", ["native", "auto", "auto-partitions"])
 def test_sigkilled_kafka_job_keeps_every_window_exactly_once(
     kafka_broker: KafkaBroker, lowering: str
 ) -> None:
     """The input comes from a 3-partition topic; offsets come back from Spark's checkpoint.
 
     ``auto``: the stateful lowering with the lag chosen from the data, recorded per micro-batch;
-    after the kill the job runs the rest at the lags of an uninterrupted run (the model's)."""
+    after the kill the job runs the rest at the lags of an uninterrupted run (the model's).
+    ``auto-partitions``: the same with a watermark per partition, each choosing its own lag."""
     topic = f"chaos_{uuid.uuid4().hex[:8]}"
     kafka_broker.create_topic(topic, partitions=3)
     run = chaos.run_once(
-        seed=5 if lowering == "native" else 9,
+        seed={"native": 5, "auto": 9}.get(lowering, 11),
         kills=1,
         count=6,
         size=10,

@@ -24,7 +24,7 @@ from krishiv_py.devtools import KafkaBroker
 from krishiv_py.kafka.decode import decode_json, records_to_batch
 from krishiv_py.plan import nodes as n
 from krishiv_py.sinks import SinkContext
-from krishiv_py.testing import AggSpec, ManualClock, ReferenceModel, Send, assert_same_rows, run_reference
+from krishiv_py.testing import ManualClock, Send, assert_same_rows, reference_model_for, run_reference
 from krishiv_py.types import Schema
 
 SCHEMA = "user_id string, event_time timestamp, amount double"
@@ -466,8 +466,6 @@ def test_each_partition_chooses_its_own_automatic_lag(
     """``watermark(column, "auto")`` on a topic read with a watermark per partition: each partition
     chooses its lag from its own records' delays (one in order, one out of order), the watermark is
     the least of theirs, as in the reference model with a source per partition."""
-    from krishiv_py.plan.windows import TumblingWindow
-
     topic = new_topic(kafka_broker, 2)
     auto = kp.AutoLag(quantile=0.9, window_rows=20, warmup_rows=4, min_lag_ms=0, max_lag_ms=60_000)
     stream = session.read_kafka(
@@ -476,14 +474,7 @@ def test_each_partition_chooses_its_own_automatic_lag(
     windows = stream.watermark("event_time", auto).key_by("user_id").tumbling_window(10_000)
     counts = windows.agg(kp.count(kp.col("*")).alias("n"))
     assert "automatic" in counts.explain(show=False)
-    model = ReferenceModel(
-        window=TumblingWindow(size_ms=10_000),
-        event_time="event_time",
-        lag_ms={"clicks[0]": auto, "clicks[1]": auto},
-        keys=("user_id",),
-        aggregates=[AggSpec(name="n", func="count", column=None)],
-        sources=("clicks[0]", "clicks[1]"),
-    )
+    model = reference_model_for(counts)  # a source per partition: clicks[0], clicks[1]
     job = counts.start(checkpoint_dir=str(tmp_path / "cp"))
     try:
         for step in range(8):

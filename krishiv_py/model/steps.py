@@ -112,6 +112,15 @@ class ManualClock:
         self._ms += ms
 
 
+def _source_names(mark: n.Watermark) -> list[str]:
+    """The model's sources of a watermark over a source: a Kafka topic read with a watermark per
+    partition is one per partition (``name[0]``, ``name[1]``, ... as the job names them)."""
+    source = cast("n.MemorySource | n.KafkaSource", mark.input)
+    if isinstance(source, n.KafkaSource) and source.per_partition and source.partitions is not None:
+        return [f"{source.name}[{p}]" for p in range(source.partitions)]
+    return [source.name]
+
+
 def reference_model_for(
     stream: Planned | n.PlanNode,
     *,
@@ -152,21 +161,23 @@ def reference_model_for(
             "the reference model needs one event-time column and future tolerance for all sources"
         )
     wm = marks[0]
-    names = [cast("n.MemorySource", m.input).name for m in marks]
+    # A Kafka topic read with a watermark per partition is a source per partition: name[0], ...
+    named = [(name, m) for m in marks for name in _source_names(m)]
+    names = [name for name, _ in named]
     idle: int | dict[str, int | None] | None = wm.idle_timeout_ms
     # A watermark's own automatic lag (watermark(column, "auto")) unless ``lag`` replaces it.
     lags: int | AutoLag | dict[str, int | AutoLag] = lag if lag is not None else wm.auto or wm.lag_ms
-    if len(marks) > 1:
-        idle = dict(zip(names, (m.idle_timeout_ms for m in marks), strict=True))
+    if len(named) > 1:
+        idle = {name: m.idle_timeout_ms for name, m in named}
         if lag is None:
-            lags = dict(zip(names, (m.auto or m.lag_ms for m in marks), strict=True))
+            lags = {name: m.auto or m.lag_ms for name, m in named}
     return ReferenceModel(
         window=plan.window,
         event_time=wm.column,
         lag_ms=lags,
         keys=plan.keys,
         aggregates=[AggSpec(name=a.name, func=a.func, column=a.column) for a in plan.aggregates],
-        sources=names if len(marks) > 1 else ("main",),
+        sources=names if len(names) > 1 else ("main",),
         allowed_lateness_ms=plan.emission.allowed_lateness_ms,
         trigger=plan.emission.trigger,
         accumulation=plan.emission.accumulation,
