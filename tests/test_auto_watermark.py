@@ -50,18 +50,21 @@ def test_the_automatic_lag_runs_on_krishivs_operator_and_explain_says_why(sessio
     with pytest.raises(kp.PlanError, match="automatic watermark lag"):
         auto.start(lowering="native")
     other, _ = session.memory_stream(SCHEMA)
-    joined = (
-        stream.watermark("ts", "auto")
-        .key_by("k")
-        .interval_join(other.watermark("ts", 10).key_by("k"), between=(0, 10))
-    )
-    with pytest.raises(kp.PlanError, match="runs where a window takes the rows of its sources first"):
-        joined.start(lowering="stateful")
+    running = stream.watermark("ts", "auto").key_by("k").agg(kp.count(kp.col("*")))
+    with pytest.raises(kp.PlanError, match="runs where a window or a join takes the rows of its sources"):
+        running.start(lowering="stateful")
     mixed = stream.watermark("ts", "auto").union(other.watermark("ts", 10)).tumbling_window(100)
     with pytest.raises(
         kp.PlanError, match=r"has it on every watermark: the one on 'ts' of .* has a fixed lag"
     ):
         mixed.agg(kp.count(kp.col("*"))).start(lowering="stateful")
+    joined = (
+        stream.watermark("ts", "auto")
+        .key_by("k")
+        .interval_join(other.watermark("ts", 10).key_by("k"), between=(0, 10))
+    )
+    with pytest.raises(kp.PlanError, match="has it on every watermark"):
+        joined.start(lowering="stateful")
 
 
 def test_each_micro_batch_runs_at_the_models_automatic_watermark(session: kp.Session, tmp_path: Path) -> None:
@@ -142,6 +145,44 @@ def test_each_source_of_a_union_chooses_its_own_lag(session: kp.Session, tmp_pat
         assert model.metrics.very_late_events > 0
         assert job.metrics().very_late_events == model.metrics.very_late_events
         assert_same_rows(job.results(), model.results)
+    finally:
+        job.stop()
+
+
+def test_each_side_of_a_join_chooses_its_own_lag(session: kp.Session, tmp_path: Path) -> None:
+    """An interval join of two streams with an automatic lag each: each side chooses its lag
+    from its own rows, the join's watermark is the least of theirs, rows behind it are very late.
+    After every micro-batch the job's lags, watermark and joined rows are the join model's."""
+    from krishiv_py.model.joins import join_model_for
+    from krishiv_py.plan import nodes as n
+
+    clicks, click_sender = session.memory_stream(SCHEMA, name="auto_join_clicks")
+    views, view_sender = session.memory_stream(SCHEMA, name="auto_join_views")
+    joined = (
+        clicks.watermark("ts", AUTO)
+        .key_by("k")
+        .interval_join(views.watermark("ts", AUTO).key_by("k"), between=(-50, 50))
+    )
+    node = joined.plan
+    assert isinstance(node, n.Join)
+    model = join_model_for(node)
+    job = joined.start(checkpoint_dir=str(tmp_path / "cp"))
+    sides = {"left": ("auto_join_clicks", click_sender), "right": ("auto_join_views", view_sender)}
+    steps = {"left": batches(6, spread=3, tail=80), "right": batches(7, spread=500, tail=900)}
+    try:
+        for i in range(len(steps["left"])):
+            for side, (_, sender) in sides.items():
+                sender.send(steps[side][i])
+                model.send(steps[side][i], side=side)  # type: ignore[arg-type]
+                job.process_all_available()
+                lags = model.source_lags()
+                assert job.source_lags() == {sides[s][0]: lags[s] for s in sides}, (i, side)
+                assert job.watermark_ms == model.watermark_ms, (i, side)
+                assert_same_rows(job.results(), model.results)
+        lags = job.source_lags()
+        assert lags["auto_join_clicks"] < lags["auto_join_views"]  # each side from its own delays
+        assert model.metrics["very_late_events"] > 0
+        assert job.metrics().very_late_events == model.metrics["very_late_events"]
     finally:
         job.stop()
 

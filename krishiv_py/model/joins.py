@@ -6,7 +6,8 @@ every stored row for good (only the state TTL drops rows), so it is slow
 and obviously right: the oracle the Spark lowerings of the interval, window
 and as-of joins are compared with, row for row. It shares no code with them;
 from :mod:`krishiv_py.model.reference` it takes only the reading of event
-times (:func:`~krishiv_py.model.reference.event_time_us`).
+times (:func:`~krishiv_py.model.reference.event_time_us`), and a side's
+automatic lag is the model's own (:mod:`krishiv_py.model.auto_lag`).
 
 Time
     Event times are ``int`` epoch milliseconds or ``datetime`` values (a
@@ -15,8 +16,10 @@ Time
 
 Watermarks
     Each side's watermark is ``max(previous, floor(max_event_us / 1000) -
-    lag)`` over the valid rows it was sent; ``advance_watermark(ts)`` makes
-    it ``max(previous, ts)``, ``close()`` makes it :data:`END_OF_TIME_MS`.
+    lag)`` over the valid rows it was sent (an automatic lag, SPEC 3.4: the
+    lag the side's step ran with, chosen from its earlier steps' delays);
+    ``advance_watermark(ts)`` makes it ``max(previous, ts)``, ``close()``
+    makes it :data:`END_OF_TIME_MS`.
     The join's watermark ``W`` is the minimum of both sides' (``None``
     while either side has none); it never goes back.
 
@@ -141,9 +144,10 @@ from typing import Literal, TypeAlias
 import attrs
 
 from krishiv_py.errors import PlanError
+from krishiv_py.model.auto_lag import AutoLagTracker
 from krishiv_py.model.reference import event_time_us
-from krishiv_py.plan.nodes import KIND_COLUMN, Join, schema_of
-from krishiv_py.plan.watermarks import END_OF_TIME_MS
+from krishiv_py.plan.nodes import KIND_COLUMN, Join, PlanNode, schema_of, watermarks_of
+from krishiv_py.plan.watermarks import END_OF_TIME_MS, AutoLag
 from krishiv_py.plan.windows import SlidingWindow, TumblingWindow
 
 __all__ = ["END_OF_TIME_MS", "JoinModel", "join_model_for"]
@@ -209,7 +213,7 @@ class JoinModel:
     left_columns, right_columns
         All columns of each side's rows, in order, keys and time included.
     left_lag_ms, right_lag_ms
-        Each side's watermark lag, ``>= 0``.
+        Each side's watermark lag, ``>= 0``, or an :class:`~krishiv_py.AutoLag`.
     how
         ``inner``, ``left``, ``right``, ``full`` (interval, window),
         ``semi``, ``anti`` (window), ``inner``, ``left`` (as-of).
@@ -247,8 +251,8 @@ class JoinModel:
         right_time: str,
         left_columns: Sequence[str],
         right_columns: Sequence[str],
-        left_lag_ms: int,
-        right_lag_ms: int,
+        left_lag_ms: int | AutoLag,
+        right_lag_ms: int | AutoLag,
         how: str = "inner",
         between: tuple[int, int] | None = None,
         window: TumblingWindow | SlidingWindow | None = None,
@@ -271,9 +275,14 @@ class JoinModel:
         self._how = how
         self._retracting = accumulation == "retracting"
         self._lateness_ms = _check_ms("allowed_lateness_ms", allowed_lateness_ms)
+        given: tuple[tuple[Side, int | AutoLag], ...] = (("left", left_lag_ms), ("right", right_lag_ms))
+        #: A side with an automatic lag: the tracker that chooses its lag before each step.
+        self._auto: dict[Side, AutoLagTracker] = {
+            side: AutoLagTracker(lag) for side, lag in given if isinstance(lag, AutoLag)
+        }
         self._lags: dict[Side, int] = {
-            "left": _check_ms("left_lag_ms", left_lag_ms),
-            "right": _check_ms("right_lag_ms", right_lag_ms),
+            side: lag.max_lag_ms if isinstance(lag, AutoLag) else _check_ms(f"{side}_lag_ms", lag)
+            for side, lag in given
         }
         self._ttl_ms = None if state_ttl_ms is None else _check_ms("state_ttl_ms", state_ttl_ms)
         if self._ttl_ms == 0:
@@ -365,15 +374,22 @@ class JoinModel:
         sides: tuple[tuple[Side, Sequence[Row]], ...] = (("left", left), ("right", right))
         for side, rows in sides:
             max_us: int | None = None
+            times_ms: list[int] = []
             for row in rows:
                 ts_us = event_time_us(row.get(self._time[side]))
                 entry = self._accept(side, row, ts_us, w_ms)
                 if entry is not None:
                     new.append(entry)
+                if ts_us is not None:
+                    times_ms.append(ts_us // 1000)
                 if ts_us is not None and (max_us is None or ts_us > max_us):
                     max_us = ts_us
             if max_us is not None:
                 self._raise(side, max_us // 1000 - self._lags[side])
+            auto = self._auto.get(side)
+            if auto is not None:  # this step's delays choose the side's lag for the next one
+                auto.step(times_ms)
+                self._lags[side] = auto.lag_ms()
         out: list[Result] = []
         if self._kind == "interval":
             self._interval_matches(new, out)
@@ -408,6 +424,10 @@ class JoinModel:
     def watermark_ms(self) -> int | None:
         """The join's watermark ``W``; ``None`` until both sides have one."""
         return self._overall
+
+    def source_lags(self) -> dict[str, int]:
+        """Each side's lag in force for its next step (ms): its fixed lag, or the automatic one."""
+        return {str(side): lag for side, lag in self._lags.items()}
 
     @property
     def metrics(self) -> dict[str, int]:
@@ -726,8 +746,8 @@ def join_model_for(node: Join) -> JoinModel:
         right_time=right_time.column,
         left_columns=schema_of(node.left).names,
         right_columns=schema_of(node.right).names,
-        left_lag_ms=left_time.lag_ms,
-        right_lag_ms=right_time.lag_ms,
+        left_lag_ms=_side_lag(node.left, left_time.lag_ms),
+        right_lag_ms=_side_lag(node.right, right_time.lag_ms),
         how=node.how,
         between=node.between,
         window=window,
@@ -736,3 +756,9 @@ def join_model_for(node: Join) -> JoinModel:
         accumulation=accumulation,
         state_ttl_ms=None if ttl is None else ttl.ttl_ms,
     )
+
+
+def _side_lag(side: PlanNode, lag_ms: int) -> int | AutoLag:
+    """A side's lag: its watermark's automatic lag (``watermark(column, "auto")``), else ``lag_ms``."""
+    autos = [m.auto for m in watermarks_of(side) if m.auto is not None]
+    return autos[0] if len(autos) == 1 else lag_ms

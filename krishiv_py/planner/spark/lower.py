@@ -324,18 +324,26 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
 
 def _check_auto_lag(plan: n.PlanNode, op: n.PlanNode) -> None:
     """:class:`PlanError` for an automatic lag in a plan it does not run on yet: it runs where a
-    window takes the rows of its sources first (an operator or a stage may follow), on one
-    source, a union of sources or a Kafka topic with a watermark per partition, every one of
-    them with an automatic lag."""
+    window takes the rows of its sources first (an operator or a stage may follow) or a join of
+    two streams does, over one source, a union of sources or a Kafka topic with a watermark per
+    partition, every one of them with an automatic lag."""
     marks = n.watermarks_of(plan)
     if not any(m.auto is not None for m in marks):
         return
-    bottom = operator_links(op)[0][0] if not isinstance(op, n.Union) else op
-    if not isinstance(bottom, n.WindowAggregate):
+    links = operator_links(op) if not isinstance(op, n.Union) else [(op, ())]
+    bottom = links[0][0]
+    # A join of two streams (no operator below a side, none after it) reads its sources' rows.
+    plain_join = (
+        isinstance(bottom, n.Join)
+        and len(links) == 1
+        and not any(isinstance(n.stateless_below(side), STAGED_SIDES) for side in n.children(bottom))
+    )
+    if not (isinstance(bottom, n.WindowAggregate) or plain_join):
         raise PlanError(
-            "an automatic lag (watermark(column, 'auto')) runs where a window takes the rows of its "
-            "sources first (not yet on a join, a union of operators' results or an aggregation "
-            "without a window): give this plan's watermarks a fixed lag"
+            "an automatic lag (watermark(column, 'auto')) runs where a window or a join takes the "
+            "rows of its sources first (not yet on a join with an operator before or after it, a "
+            "union of operators' results or an aggregation without a window): give this plan's "
+            "watermarks a fixed lag"
         )
     fixed = [m for m in marks if m.auto is None]
     if fixed:

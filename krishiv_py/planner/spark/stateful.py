@@ -115,7 +115,7 @@ def operator_spec(node: n.WindowAggregate, *, shift_ms: int) -> Any:
             buckets=BUCKETS,
             batch_time=True,
         )
-    auto = next((m.auto for m in marks if m.auto is not None), None)
+    auto = _auto_lag(node.input)
     if auto is not None:  # each row's source: the driver chooses each source's lag from its own rows
         columns += (InputColumn(name=AUTO_SOURCE, type=pa.int32(), index=len(schema)),)
     # One source: profile its disorder (an automatic lag: the driver does, from the exact times
@@ -331,6 +331,8 @@ def operators_as_one(
 def join_spec(node: n.Join, *, shift_ms: int) -> Any:
     """The picklable operator spec of a join: the join kernel's spec and the input layout."""
 
+    import pyarrow as pa
+
     from krishiv_py.stateful.joins import JoinKernel, JoinSpec
     from krishiv_py.stateful.operator import InputColumn, OperatorSpec
 
@@ -358,7 +360,17 @@ def join_spec(node: n.Join, *, shift_ms: int) -> Any:
         ttl_ms=None if emission.state_ttl is None else emission.state_ttl.ttl_ms,
     )
     columns = tuple(InputColumn(name=f.name, type=f.type, index=i) for i, f in enumerate(kernel.row_schema))
-    return OperatorSpec(kernel=JoinKernel(kernel), columns=columns, shift_ms=shift_ms, buckets=BUCKETS)
+    auto = _auto_lag(node)
+    if auto is not None:  # each row's source: the driver chooses each side's lag from its own rows
+        columns += (InputColumn(name=AUTO_SOURCE, type=pa.int32(), index=len(columns)),)
+    return OperatorSpec(
+        kernel=JoinKernel(kernel), columns=columns, shift_ms=shift_ms, buckets=BUCKETS, auto=auto
+    )
+
+
+def _auto_lag(node: n.PlanNode) -> Any:
+    """The first automatic lag of ``node``'s watermarks (None: their lags are fixed)."""
+    return next((m.auto for m in n.watermarks_of(node) if m.auto is not None), None)
 
 
 def keyed_operator(node: n.KeyedAggregate | n.KeyedTopN | n.TopN) -> tuple[Any, tuple[Any, ...]]:
@@ -689,6 +701,8 @@ def _join_side(node: n.Join, kernel: Any, name: str, child: RecipeNode) -> Recip
         exprs.append(
             f"{quote(own[c])} AS {quote(c)}" if c in own else f"CAST(NULL AS {types[c]}) AS {quote(c)}"
         )
+    if _auto_lag(node) is not None:  # the row's source (its watermark's index), for its lag
+        exprs.append(quote(AUTO_SOURCE))
     exprs += [quote(ET), quote(SEQ)]
     return SelectExprs(child=child, exprs=tuple(exprs))
 
