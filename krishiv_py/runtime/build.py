@@ -270,12 +270,11 @@ def _stateful(
     under = BatchWatermark(
         checkpoint=paths.checkpoint, shift_ms=spec.shift_ms, streaming=node.streaming, auto=auto
     )
-    # With an automatic lag every row reaches the operator, which reports each micro-batch's
-    # event times to the driver exactly (runtime.auto_watermark): nothing is merged before.
-    merge_under = None if auto else under
 
+    # With an automatic lag the map tasks report the event times of the rows they merge along
+    # with them, the operator those of the rest: the driver gets every row's exactly.
     def pack(batches: Any) -> Any:
-        return op.pack_rows(spec, batches, merge_under=merge_under)
+        return op.pack_rows(spec, batches, merge_under=under)
 
     packed = child.mapInArrow(pack, PACKED_DDL)
     ddl = OUTPUT_DDL if spec.then is None else ROUTED_DDL

@@ -47,7 +47,7 @@ import itertools
 import struct
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 import numpy as np
@@ -71,7 +71,6 @@ from krishiv_py.names import (
 from krishiv_py.plan.watermarks import AutoLag
 from krishiv_py.stateful import kernel, stage
 from krishiv_py.stateful._arrow import arrow, framed, ipc_bytes, ipc_table, unframed
-from krishiv_py.stateful.auto_lag import value_counts
 from krishiv_py.stateful.chain import kinds_of
 from krishiv_py.stateful.delays import bucket_of
 from krishiv_py.stateful.premerge import MERGED_ROWS
@@ -368,6 +367,7 @@ def _step(
         timings=(*before, decode_us, kernel_us, store_us),
         merged_delays=given.merged_delays,
         merged_rows=given.merged_rows,
+        merged_times=given.merged_times,
     )
     return payload, handed
 
@@ -592,6 +592,10 @@ MapWatermark = tuple[bool, int | None]
 #: (``none``: no watermark yet) and the delay histogram counts of their rows (little-endian
 #: int64s).
 MERGED_UNDER, MERGED_DELAYS = b"krishiv.merged_under", b"krishiv.merged_delays"
+#: With an automatic lag, on one merged stream of a map task: the event times (ms) of every row
+#: the task merged, per source: its ``n`` (source, time) pairs as ``[n, sources..., times...,
+#: counts...]`` (little-endian int64s). The driver folds every row's time into the lag.
+MERGED_TIMES = b"krishiv.merged_times"
 
 
 def pack_rows(
@@ -644,7 +648,10 @@ def _pack(spec: OperatorSpec, batches: list[pa.RecordBatch], under: MapWatermark
         if merged is not None:
             delays = _merged_delays(spec, rows, buckets, watermark)
             merged_buckets = merged.column(BUCKET).to_numpy()
-            more_buckets, more = _by_bucket(merged.drop_columns([BUCKET]), merged_buckets, watermark, delays)
+            times = _merged_times(spec, rows, watermark)
+            more_buckets, more = _by_bucket(
+                merged.drop_columns([BUCKET]), merged_buckets, watermark, delays, times
+            )
             out_buckets = np.concatenate([out_buckets, more_buckets])
             blobs += more
     return pa.RecordBatch.from_pydict(
@@ -657,27 +664,30 @@ def _by_bucket(
     buckets: np.ndarray,
     merged_under: int | None = None,
     delays: dict[int, np.ndarray] | None = None,
+    times: bytes | None = None,
 ) -> tuple[np.ndarray, list[bytes]]:
-    """One Arrow IPC stream of ``rows`` per bucket; with ``delays``, marked as merged partials."""
+    """One Arrow IPC stream of ``rows`` per bucket; with ``delays``, marked as merged partials
+    (``times``: the merged rows' event times, :data:`MERGED_TIMES`, on the first stream)."""
     if not len(buckets):
         return np.zeros(0, np.int32), []
     order = np.argsort(buckets, kind="stable")
     sorted_buckets = buckets[order]
     firsts = np.flatnonzero(np.concatenate([[True], sorted_buckets[1:] != sorted_buckets[:-1]]))
     bounds = np.append(firsts, len(order))
-    blobs = []
+    blobs: list[bytes] = []
     for bucket, (lo, hi) in zip(
         sorted_buckets[firsts].tolist(), itertools.pairwise(bounds.tolist()), strict=True
     ):
         part = rows.take(arrow(order[lo:hi]))
         if delays is not None:
             counts = delays.get(int(bucket), np.zeros(0, np.int64))
-            part = part.replace_schema_metadata(
-                {
-                    MERGED_UNDER: b"none" if merged_under is None else str(merged_under).encode(),
-                    MERGED_DELAYS: np.asarray(counts, "<i8").tobytes(),
-                }
-            )
+            meta = {
+                MERGED_UNDER: b"none" if merged_under is None else str(merged_under).encode(),
+                MERGED_DELAYS: np.asarray(counts, "<i8").tobytes(),
+            }
+            if times is not None and not blobs:
+                meta[MERGED_TIMES] = times
+            part = part.replace_schema_metadata(meta)
         blobs.append(ipc_bytes(part))
     return sorted_buckets[firsts].astype(np.int32), blobs
 
@@ -697,6 +707,16 @@ def _merged_delays(
     counts = np.bincount(owners * width + slots, minlength=(int(owners.max(initial=0)) + 1) * width)
     table = counts.reshape(-1, width)
     return {int(b): table[int(b)] for b in np.unique(owners)}
+
+
+def _merged_times(spec: OperatorSpec, rows: pa.Table, watermark: int | None) -> bytes | None:
+    """With an automatic lag, the event times of the rows the map task merged (:data:`MERGED_TIMES`)."""
+    if spec.auto is None:
+        return None
+    ts_col = rows.column(BATCH_TS).combine_chunks()
+    merged = spec.kernel.on_time(ts_col, cast(int, watermark))  # (None: every valid row merged)
+    sources, times, counts = _time_counts(rows, merged)
+    return np.concatenate([[len(times)], sources, times, counts]).astype("<i8").tobytes()
 
 
 def decode_encoded(spec: OperatorSpec, table: pa.Table) -> pa.Table:
@@ -725,6 +745,10 @@ class BucketInput:
     merged_under: frozenset[int | None] = frozenset()
     #: The delay histogram counts of the merged rows.
     merged_delays: np.ndarray = attrs.field(factory=lambda: np.zeros(0, np.int64))
+    #: With an automatic lag, the merged rows' event times: sources, times (ms), counts.
+    merged_times: tuple[np.ndarray, np.ndarray, np.ndarray] = attrs.field(
+        factory=lambda: (np.zeros(0, np.int64),) * 3
+    )
 
     @property
     def merged_rows(self) -> int:
@@ -753,6 +777,7 @@ def decode_blobs(spec: OperatorSpec, blobs: list[Any]) -> BucketInput:
     merged: list[pa.Table] = []
     under: set[int | None] = set()
     delays = np.zeros(0, np.int64)
+    times: list[np.ndarray] = []
     for blob in blobs:
         table = ipc_table(bytes(blob))
         meta = table.schema.metadata or {}
@@ -763,13 +788,27 @@ def decode_blobs(spec: OperatorSpec, blobs: list[Any]) -> BucketInput:
         under.add(None if mark == "none" else int(mark))
         counts = np.frombuffer(meta[MERGED_DELAYS], "<i8").astype(np.int64)
         delays = _added(delays, counts)
+        if MERGED_TIMES in meta:
+            times.append(np.frombuffer(meta[MERGED_TIMES], "<i8").astype(np.int64))
         merged.append(table.replace_schema_metadata(None))
     return BucketInput(
         rows=_empty_input(spec) if not rows else rows[0] if len(rows) == 1 else pa.concat_tables(rows),
         merged=None if not merged else merged[0] if len(merged) == 1 else pa.concat_tables(merged),
         merged_under=frozenset(under),
         merged_delays=delays,
+        merged_times=_joined_times(times),
     )
+
+
+def _joined_times(parts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The (sources, times, counts) of several :data:`MERGED_TIMES` arrays, one after the other."""
+    cols: list[list[np.ndarray]] = [[np.zeros(0, np.int64)] for _ in range(3)]
+    for part in parts:
+        n = int(part[0])
+        for i in range(3):
+            cols[i].append(part[1 + i * n : 1 + (i + 1) * n])
+    sources, times, counts = (np.concatenate(c) for c in cols)
+    return sources, times, counts
 
 
 def _added(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -802,6 +841,7 @@ def encode_payload(
     timings: tuple[int, ...] = (0, 0, 0, 0, 0),
     merged_delays: np.ndarray | None = None,
     merged_rows: int = 0,
+    merged_times: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> bytes:
     encode_started = time.perf_counter_ns()
     late = _late_rows(spec, batch, out, watermark)
@@ -841,8 +881,11 @@ def encode_payload(
     if spec.profile_lag_ms is not None and (batch.num_rows or len(merged_delays)) and watermark is not None:
         counts = pa.array(_added(delay_counts(batch, watermark, spec.profile_lag_ms), merged_delays))
         stats = stats.append_column(DELAY_COUNTS, pa.ListArray.from_arrays([0, len(counts)], counts))
-    if spec.auto is not None and batch.num_rows:
+    if spec.auto is not None:  # the rows' event times: its own rows', and those merged before
         sources, times, counts = _time_counts(batch)
+        if merged_times is not None and len(merged_times[0]):
+            own = (sources, times, counts)
+            sources, times, counts = (np.concatenate(p) for p in zip(own, merged_times, strict=True))
         for name, values in ((AUTO_SOURCES, sources), (AUTO_TIMES, times), (AUTO_COUNTS, counts)):
             stats = stats.append_column(name, pa.ListArray.from_arrays([0, len(values)], pa.array(values)))
     tables = [late, stats] + ([out.closed] if out.closed is not None else [])
@@ -866,18 +909,43 @@ def delay_counts(batch: pa.Table, watermark: int | None, lag_ms: int) -> np.ndar
     return np.bincount(_delay_slots(us, watermark, lag_ms)).astype(np.int64)
 
 
-def _time_counts(batch: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The batch's valid event times in ms per source: the source index, the distinct values of
-    each source and how many of its rows hold each (every row source 0 without a source column)."""
+def _time_counts(
+    batch: pa.Table, rows: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The valid event times in ms per source of the batch (of its ``rows``, a mask): the source
+    index, the distinct values of each source and how many of its rows hold each (every row
+    source 0 without a source column)."""
     ts = batch.column(BATCH_TS).combine_chunks()
-    valid = np.asarray(ts.is_valid().to_numpy(zero_copy_only=False), bool)
-    ms = np.floor_divide(np.asarray(ts.fill_null(0).to_numpy(zero_copy_only=False), np.int64), 1000)
-    if AUTO_SOURCE not in batch.column_names:
-        times, counts = value_counts(ms[valid])
-        return np.zeros(len(times), np.int64), times, counts
-    src = np.asarray(batch.column(AUTO_SOURCE).combine_chunks().fill_null(0).to_numpy(), np.int64)[valid]
-    pairs, counts = np.unique(np.stack([src, ms[valid]]), axis=1, return_counts=True)
-    return pairs[0].astype(np.int64), pairs[1].astype(np.int64), counts.astype(np.int64)
+    keep = np.asarray(ts.is_valid().to_numpy(zero_copy_only=False), bool)
+    if rows is not None:
+        keep &= rows
+    ms = np.floor_divide(np.asarray(ts.fill_null(0).to_numpy(zero_copy_only=False), np.int64)[keep], 1000)
+    if AUTO_SOURCE in batch.column_names:
+        src = np.asarray(batch.column(AUTO_SOURCE).combine_chunks().fill_null(0).to_numpy(), np.int64)[keep]
+    else:
+        src = np.zeros(len(ms), np.int64)
+    return counted_pairs(src, ms)
+
+
+def counted_pairs(src: np.ndarray, ms: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct ``(src[i], ms[i])`` pairs (sorted) and how often each occurs: one key per pair
+    (``src * span + ms - lowest``), counted by ``bincount`` when the keys are dense, else sorted.
+
+    >>> counted_pairs(np.array([1, 0, 1, 1]), np.array([7, 9, 5, 7]))
+    (array([0, 1, 1]), array([9, 5, 7]), array([1, 1, 2]))
+    """
+    if not len(ms):
+        return (np.zeros(0, np.int64),) * 3
+    lowest = int(ms.min())
+    span = int(ms.max()) - lowest + 1
+    key = src * span + (ms - lowest)
+    if (int(src.max()) + 1) * span <= 4 * len(ms) + 4_096:  # dense: one pass
+        counts = np.bincount(key)
+        keys = np.flatnonzero(counts)
+        counts = counts[keys]
+    else:
+        keys, counts = np.unique(key, return_counts=True)
+    return keys // span, keys % span + lowest, counts.astype(np.int64)
 
 
 def _delay_slots(ts_us: np.ndarray, watermark: int, lag_ms: int) -> np.ndarray:
