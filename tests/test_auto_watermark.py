@@ -135,6 +135,11 @@ def test_each_source_of_a_union_chooses_its_own_lag(session: kp.Session, tmp_pat
                 assert job.watermark_ms == model.watermark_ms, (i, name)
         lags = job.source_lags()
         assert lags["auto_lag_calm"] < lags["auto_lag_wild"]  # each from its own delays
+        metrics = job.metrics()
+        assert metrics.source_lags == lags
+        assert set(metrics.source_watermarks) == set(lags)
+        for name, lag in lags.items():
+            assert f'krishiv_window_source_lag_ms{{source="{name}"}} {lag}' in metrics.to_prometheus()
         wild_sender.close()  # a closed source holds nothing back ...
         model.close(source="auto_lag_wild")
         job.process_all_available()
