@@ -140,6 +140,9 @@ def test_each_source_of_a_union_chooses_its_own_lag(session: kp.Session, tmp_pat
         assert set(metrics.source_watermarks) == set(lags)
         for name, lag in lags.items():
             assert f'krishiv_window_source_lag_ms{{source="{name}"}} {lag}' in metrics.to_prometheus()
+        card = repr(job)  # the notebook card's text: each source's lag
+        assert "lag (automatic)" in card
+        assert all(f"{name} {lag:,} ms" in card for name, lag in lags.items())
         wild_sender.close()  # a closed source holds nothing back ...
         model.close(source="auto_lag_wild")
         job.process_all_available()

@@ -226,6 +226,10 @@ class Job:
                 (f"  {src}", fmt_ms(wm) + (" (idle)" if src in idle else ""))
                 for src, wm in sorted(per_source.items())
             ]
+        if m is not None and m.source_lags:  # automatic lags: what each source chose for now
+            lags = sorted(m.source_lags.items())
+            text = f"{lags[0][1]:,} ms" if len(lags) == 1 else ", ".join(f"{s} {v:,} ms" for s, v in lags)
+            rows.append(("lag (automatic)", text))
         if m is not None:
             rows += [
                 ("batches", str(m.batches)),
