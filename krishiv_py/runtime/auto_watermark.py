@@ -115,7 +115,8 @@ def effective_watermark(states: Sequence[AutoState], spark_ms: int | None) -> in
     700
     """
     marks = [source_watermark(s, spark_ms) for s in states]
-    return None if not marks or any(m is None for m in marks) else min(m for m in marks if m is not None)
+    known = [m for m in marks if m is not None]
+    return min(known) if known and len(known) == len(marks) else None
 
 
 class AutoWatermark:
@@ -181,15 +182,10 @@ class AutoWatermark:
         with self._lock:
             self._states = after
         where = np.asarray(sources, np.int64)
-        times, weights = np.asarray(times_ms, np.int64), np.asarray(counts, np.int64)
-        slots = [np.zeros(0, np.int64)]
-        for i, state in enumerate(before):
-            mine = where == i
-            if state.highest_ms is None or not mine.any():
-                continue
-            behind = np.maximum(state.highest_ms - times[mine], 0)
-            slots.append(np.bincount(bucket_of(behind), weights=weights[mine]).astype(np.int64))
-        total = np.zeros(max(len(s) for s in slots), np.int64)
-        for counted in slots:
-            total[: len(counted)] += counted
-        return total
+        known = np.array([s.highest_ms is not None for s in before])[where]  # a source seen before
+        if not known.any():
+            return np.zeros(0, np.int64)
+        highest = np.array([s.highest_ms or 0 for s in before], np.int64)[where[known]]
+        behind = np.maximum(highest - np.asarray(times_ms, np.int64)[known], 0)
+        weights = np.asarray(counts, np.int64)[known]
+        return np.bincount(bucket_of(behind), weights=weights).astype(np.int64)

@@ -80,7 +80,11 @@ class AutoState:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> AutoState:
-        body = json.loads(data)
+        return cls.from_body(json.loads(data))
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> AutoState:
+        """The state of a parsed record (:meth:`to_bytes`'s JSON object)."""
         return cls(
             highest_ms=body["highest_ms"],
             rows=int(body["rows"]),
@@ -168,8 +172,8 @@ def record_states(data: bytes) -> tuple[AutoState, ...]:
     """
     body = json.loads(data)
     if "sources" not in body:
-        return (AutoState.from_bytes(data),)
-    return tuple(AutoState.from_bytes(json.dumps(b).encode()) for b in body["sources"])
+        return (AutoState.from_body(body),)
+    return tuple(AutoState.from_body(b) for b in body["sources"])
 
 
 def lag_ms(state: AutoState, spec: AutoLag) -> int:
