@@ -250,6 +250,41 @@ def test_an_unknown_carrier_is_named(files_carrier: kp.Session) -> None:
         build(stream).start(lowering="stateful")
 
 
+@pytest.mark.spark
+@pytest.mark.parametrize("carrier", ["krishiv-files", "one-task", "state-store"])
+@pytest.mark.parametrize("kind", ["tumbling", "session"])
+def test_a_micro_batch_fires_what_its_own_rows_make_due(session: kp.Session, carrier: str, kind: str) -> None:
+    """One source with a fixed lag: the rows that move the watermark past a window's end fire it in
+    their own micro-batch, with no second micro-batch (a tick) for it; the results equal the model's."""
+    _carried_by(session, carrier)
+    try:
+        build = _windows(kind, 10, 2, 0, kp.Trigger.on_watermark(), "accumulating")
+        steps: list[Step] = [
+            Send([{"k": "a", "t": 1, "v": 1}, {"k": "b", "t": 3, "v": 2}]),
+            Send([{"k": "a", "t": 4, "v": 4}, {"k": "b", "t": 30, "v": 8}]),  # watermark 28
+            Send([{"k": "a", "t": 2, "v": 16}, {"k": "a", "t": 60, "v": 32}]),  # late; 58
+        ]
+        stream, sender = session.memory_stream(SCHEMA)
+        job = build(stream).start(lowering="stateful")
+        try:
+            seen = []
+            for step in steps:
+                assert isinstance(step, Send)
+                before = job.metrics().batches
+                sender.send(step.rows)
+                job.process_all_available()
+                seen.append((job.metrics().batches - before, job.results().to_pylist()))
+        finally:
+            job.stop()
+    finally:
+        session.spark.conf.unset(CARRIER_CONF)
+    expected = run_reference(SCHEMA, build, steps)
+    assert [n for n, _ in seen] == [1, 1, 1]
+    assert seen[1][1], "the windows the second step passed fired in its micro-batch"
+    for (_, got), want in zip(seen, expected, strict=True):
+        assert_same_rows(got, want)
+
+
 STAGE_STEPS: list[tuple[str, list[dict[str, Any]]]] = [
     ("v", [{"user": "u", "t": 1_000, "ad": "a1"}, {"user": "w", "t": 2_000, "ad": "a1"}]),
     ("c", [{"user": "u", "t": 3_000, "ad": "x"}, {"user": "w", "t": 4_000, "ad": "y"}]),

@@ -96,7 +96,11 @@ def test_packed_rows_arrive_exact_in_their_bucket() -> None:
     encoded = _encode(spec, rows, buckets, ts_us)
     # Two Arrow batches from Spark, packed together: one stream per bucket.
     packed = list(op.pack_rows(spec, encoded.to_batches(max_chunksize=2)))
-    assert len(packed) == 1 and sorted(packed[0].column(0).to_numpy().tolist()) == [0, 1, 3]
+    assert len(packed) == 2 and sorted(packed[0].column(0).to_numpy().tolist()) == [0, 1, 3]
+    # Then the highest event time, to every bucket (one watermark with a fixed lag: it fires ahead).
+    assert packed[1].column(0).to_pylist() == list(range(spec.buckets))
+    for bucket in range(spec.buckets):
+        assert op.decode_input(spec, _frames(packed, bucket)).highest_us == 2**62
     for bucket in (0, 1, 3):
         got = op.decode_input(spec, _frames(packed, bucket)).rows
         mine = [i for i, b in enumerate(buckets) if b == bucket]
@@ -121,7 +125,8 @@ def test_a_map_task_packs_again_past_its_row_limit(monkeypatch: pytest.MonkeyPat
     encoded = _encode(spec, rows, [i % 2 for i in range(20)], list(range(20)))
     monkeypatch.setattr(op, "PACK_ROWS", 8)
     packed = list(op.pack_rows(spec, encoded.to_batches(max_chunksize=5)))
-    assert len(packed) == 2  # 10 rows held, then the other 10
+    assert len(packed) == 3  # 10 rows held, then the other 10, then the highest time of all
+    assert op.decode_input(spec, _frames(packed, 7)).highest_us == 19
     got = op.decode_input(spec, _frames(packed, 1)).rows
     assert got.column(SEQ).to_pylist() == [100 + i for i in range(1, 20, 2)]
     assert op.decode_input(spec, _frames(packed, 0)).rows.num_rows == 10

@@ -14,7 +14,8 @@ import krishiv_py as kp
 from krishiv_py.runtime.quarantine import BATCH_COLUMN, ERROR_COLUMN
 
 SCHEMA = "k string, t bigint, v bigint"
-POISON_BATCH = 3  # the micro-batch that emits window [0, 10): see `events`
+#: The micro-batch that emits window [0, 10), by lowering: see `events`.
+POISON_BATCH = {"native": 3, "stateful": 1}
 
 
 def durable(shared: kp.Session, state_dir: Path) -> kp.Session:
@@ -27,8 +28,9 @@ def durable(shared: kp.Session, state_dir: Path) -> kp.Session:
 def events(step: int) -> list[dict[str, Any]]:
     """Step ``step`` opens window ``[10 step, 10 step + 10)`` for keys a and b (closing the one before).
 
-    Each send runs two micro-batches (its rows, then the watermark's move),
-    so window ``[0, 10)`` comes out of batch 3.
+    Natively each send runs two micro-batches (its rows, then the watermark's move), so
+    window ``[0, 10)`` comes out of batch 3; the stateful operator fires it in the micro-batch
+    of the rows that move the watermark, batch 1.
     """
     return [{"k": "a", "t": 10 * step + 1, "v": step}, {"k": "b", "t": 10 * step + 2, "v": 10 * step}]
 
@@ -42,13 +44,14 @@ def windows(rows: list[dict[str, Any]]) -> set[tuple[str, int, int, int]]:
 
 
 class Deliver:
-    """A sink function that fails on batch 3 every time; keeps what it delivered, by batch."""
+    """A sink function that fails on batch ``poison`` every time; keeps what it delivered, by batch."""
 
-    def __init__(self) -> None:
+    def __init__(self, poison: int) -> None:
+        self.poison = poison
         self.delivered: dict[int, list[dict[str, Any]]] = {}
 
     def __call__(self, table: pa.Table, batch_id: int) -> None:
-        if batch_id == POISON_BATCH:
+        if batch_id == self.poison:
             raise ValueError("downstream rejects this batch")
         self.delivered[batch_id] = table.to_pylist()  # a batch run again replaces its rows
 
@@ -71,7 +74,8 @@ def test_a_job_failing_on_one_batch_restarts_past_it(
     if lowering == "stateful":  # a late-event handler runs on the stateful lowering
         windowed = windowed.with_late_event_handler(RejectLate())
     pipeline = windowed.agg(kp.count(kp.col("*")).alias("n"), kp.sum(kp.col("v")))
-    sink = Deliver()
+    poison = POISON_BATCH[lowering]
+    sink = Deliver(poison)
     job = pipeline.start(kp.ForeachBatchSink(sink), name="per-10")
     assert job.lowering == lowering
     sender.send(events(0))
@@ -79,7 +83,7 @@ def test_a_job_failing_on_one_batch_restarts_past_it(
     sender.send(events(1))  # closes [0, 10)
     with pytest.raises(kp.JobError, match="quarantine_dir=") as failed:
         job.process_all_available()
-    assert f"raised on batch {POISON_BATCH}: ValueError: downstream rejects this batch" in str(failed.value)
+    assert f"raised on batch {poison}: ValueError: downstream rejects this batch" in str(failed.value)
     job.stop()
 
     quarantine = tmp_path / "quarantine"
@@ -93,8 +97,8 @@ def test_a_job_failing_on_one_batch_restarts_past_it(
     finally:
         job.stop()
 
-    set_aside = pq.read_table(quarantine / f"batch-{POISON_BATCH:012d}-sink.parquet").to_pylist()
-    assert {r[BATCH_COLUMN] for r in set_aside} == {POISON_BATCH}
+    set_aside = pq.read_table(quarantine / f"batch-{poison:012d}-sink.parquet").to_pylist()
+    assert {r[BATCH_COLUMN] for r in set_aside} == {poison}
     assert {r[ERROR_COLUMN] for r in set_aside} == {"ValueError: downstream rejects this batch"}
     delivered = [r for rows in sink.delivered.values() for r in rows]
     assert windows(set_aside) == {w for w in expected(3) if w[1] == 0}  # window [0, 10)
@@ -102,7 +106,7 @@ def test_a_job_failing_on_one_batch_restarts_past_it(
     assert len(delivered) + len(set_aside) == len(expected(3))
     files = sorted(p.name for p in quarantine.iterdir())
     if lowering == "native":
-        assert files == [f"batch-{POISON_BATCH:012d}-sink.parquet"]
+        assert files == [f"batch-{poison:012d}-sink.parquet"]
         assert (metrics.quarantined_batches, metrics.quarantined_rows) == (1, 2)
         return
     late_file = next(name for name in files if name.endswith("-late-events.parquet"))

@@ -173,6 +173,17 @@ class OperatorSpec:
     #: (``run_bucket``'s ``watermark``), Spark's is the highest event time seen before it, and
     #: each bucket reports its event times (:data:`AUTO_TIMES`).
     auto: AutoLag | None = None
+    #: One source with a fixed lag (Spark's watermark ``highest - lag`` after each micro-batch):
+    #: the operator fires what a micro-batch's rows make due in that micro-batch
+    #: (:func:`fire_watermark`), not in the next one. ``None``: it fires when Spark's watermark
+    #: reaches it (several sources, an automatic lag, a lag per partition).
+    fire_lag_ms: int | None = None
+
+    @property
+    def fires_ahead(self) -> bool:
+        """Whether a micro-batch fires what its own rows make due (``fire_lag_ms``; with no stage
+        after the operator, whose watermark is the next micro-batch's)."""
+        return self.fire_lag_ms is not None and self.then is None
 
     @property
     def input_schema(self) -> pa.Schema:
@@ -350,10 +361,16 @@ def _step(
     batch = given.rows
     decode_us = clock.lap()
     new_state, out = spec.kernel.step(stored, batch, watermark, now, merged=given.merged)
+    fire = fire_watermark(spec, given.highest_us, watermark)
+    if fire is not None and spec.kernel.next_due(new_state)[0] <= fire:
+        # What the watermark after this micro-batch makes due fires now, not in the next one.
+        new_state, fired = spec.kernel.step(new_state, batch.slice(0, 0), fire, now)
+        out = _then(out, fired)
     out, handed = _handed_on(spec, bucket, out, new_state, watermark)
     kernel_us = clock.lap()
     blob = ipc_bytes(new_state) if new_state.num_rows else None
-    keep(blob)
+    if batch.num_rows or given.merged is not None or not _unchanged(stored, new_state):
+        keep(blob)
     store_us = clock.lap()
     payload = encode_payload(
         spec,
@@ -370,6 +387,52 @@ def _step(
         merged_times=given.merged_times,
     )
     return payload, handed
+
+
+def fire_watermark(spec: OperatorSpec, highest_us: int | None, watermark: int | None) -> int | None:
+    """The watermark a micro-batch leaves behind when its rows' highest event time is ``highest_us``
+    (None: the operator does not fire ahead, or no row had a time).
+
+    Spark's own rule for one watermark operator: its highest event time in ms (µs divided by
+    1,000, as Spark does) less the lag, where that is above both the watermark the micro-batch
+    ran at and 0 (Spark's watermark before any). The operator's rows are those Spark's watermark
+    operator saw, less any that a filter between them dropped: this is never above the watermark
+    Spark moves to, so what fires here fires in the next micro-batch all the same (a tick
+    fires the rest when it is higher).
+
+    >>> spec = OperatorSpec(kernel=None, columns=(), shift_ms=0, buckets=4, fire_lag_ms=5_000)
+    >>> fire_watermark(spec, 12_000_999, 1_000), fire_watermark(spec, 5_000_000, None)
+    (7000, None)
+    >>> fire_watermark(spec, 12_000_999, 9_000), fire_watermark(spec, None, 1_000)
+    (None, None)
+    """
+    lag = spec.fire_lag_ms
+    if lag is None or spec.then is not None or highest_us is None:
+        return None
+    spark_ms = (highest_us + spec.shift_ms * 1000) // 1000 - lag
+    if spark_ms <= 0:
+        return None
+    fire = spark_ms - spec.shift_ms
+    return fire if watermark is None or fire > watermark else None
+
+
+def _then(first: kernel.StepOutput, fired: kernel.StepOutput) -> kernel.StepOutput:
+    """A step's output followed by a step over no rows that fired what a higher watermark made due."""
+    closed = [c for c in (first.closed, fired.closed) if c is not None]
+    return attrs.evolve(
+        first,
+        results=pa.concat_tables([first.results, fired.results]),
+        closed=pa.concat_tables(closed) if closed else None,
+        expired=first.expired + fired.expired,
+        arithmetic_errors=first.arithmetic_errors + fired.arithmetic_errors,
+    )
+
+
+def _unchanged(stored: pa.Table | None, new: pa.Table) -> bool:
+    """Whether a step over no rows left the state as it was (its version need not be written)."""
+    if stored is None:
+        return new.num_rows == 0
+    return new is stored or (new.num_rows == stored.num_rows and bool(new.equals(stored)))
 
 
 def run_bounded_bucket(spec: OperatorSpec, key: tuple[Any, ...], frame: pd.DataFrame) -> pd.DataFrame:
@@ -580,6 +643,10 @@ def _stage_payload(
 
 # --- input ------------------------------------------------------------------------------------
 
+#: A packed value that holds no rows but the highest event time (µs, a little-endian int64 after
+#: this prefix) of a map task's rows: with ``fire_lag_ms``, every map task sends one to every
+#: bucket (an Arrow IPC stream never starts with these bytes).
+HIGHEST = b"krishiv.highest:"
 #: A map task packs its rows once this many have arrived (and at its end): the packed
 #: values stay far below Arrow's 2 GiB per binary array.
 PACK_ROWS = 1 << 18
@@ -615,16 +682,35 @@ def pack_rows(
     held: list[pa.RecordBatch] = []
     count = 0
     known: MapWatermark | None = None
+    highest: int | None = None
     for b in batches:
         if b.num_rows:
             held.append(b)
             count += b.num_rows
+            if spec.fires_ahead:
+                highest = _highest(b, highest)
         if count >= PACK_ROWS:
             known = known or _merging(spec, merge_under)
             yield _pack(spec, held, known)
             held, count = [], 0
     if count:
         yield _pack(spec, held, known or _merging(spec, merge_under))
+    if highest is not None:  # every bucket learns the highest time: each fires what it makes due
+        marker = HIGHEST + struct.pack("<q", highest)
+        yield pa.RecordBatch.from_pydict(
+            {
+                BUCKET: pa.array(range(spec.buckets), pa.int32()),
+                PACKED: pa.array([marker] * spec.buckets, pa.binary()),
+            }
+        )
+
+
+def _highest(batch: pa.RecordBatch, before: int | None) -> int | None:
+    """The highest event time (µs) of ``batch``'s rows and ``before``."""
+    value = pc.max(batch.column(batch.schema.get_field_index(TS_VALUE))).as_py()
+    if value is None:
+        return before
+    return int(value) if before is None else max(before, int(value))
 
 
 def _merging(spec: OperatorSpec, merge_under: Callable[[], MapWatermark] | None) -> MapWatermark:
@@ -749,6 +835,9 @@ class BucketInput:
     merged_times: tuple[np.ndarray, np.ndarray, np.ndarray] = attrs.field(
         factory=lambda: (np.zeros(0, np.int64),) * 3
     )
+    #: With ``fire_lag_ms``: the highest event time (µs) of the micro-batch's rows, from every map
+    #: task that had any (None: none).
+    highest_us: int | None = None
 
     @property
     def merged_rows(self) -> int:
@@ -778,8 +867,14 @@ def decode_blobs(spec: OperatorSpec, blobs: list[Any]) -> BucketInput:
     under: set[int | None] = set()
     delays = np.zeros(0, np.int64)
     times: list[np.ndarray] = []
+    highest: int | None = None
     for blob in blobs:
-        table = ipc_table(bytes(blob))
+        raw = bytes(blob)
+        if raw.startswith(HIGHEST):
+            value = struct.unpack_from("<q", raw, len(HIGHEST))[0]
+            highest = value if highest is None else max(highest, value)
+            continue
+        table = ipc_table(raw)
         meta = table.schema.metadata or {}
         if MERGED_UNDER not in meta:
             rows.append(table)
@@ -797,6 +892,7 @@ def decode_blobs(spec: OperatorSpec, blobs: list[Any]) -> BucketInput:
         merged_under=frozenset(under),
         merged_delays=delays,
         merged_times=_joined_times(times),
+        highest_us=highest,
     )
 
 

@@ -121,6 +121,11 @@ def operator_spec(node: n.WindowAggregate, *, shift_ms: int) -> Any:
     # One source: profile its disorder (an automatic lag: the driver does, from the exact times
     # the buckets report, behind the highest time seen before each micro-batch).
     profile = marks[0].lag_ms if len(marks) == 1 and auto is None else None
+    # One watermark operator with that lag (not one per Kafka partition): the operator knows the
+    # watermark Spark moves to after a micro-batch, so it fires in that micro-batch.
+    per_partition = (
+        isinstance(marks[0].input, n.KafkaSource) and marks[0].input.per_partition if marks else False
+    )
     return OperatorSpec(
         kernel=WindowKernel(kernel),
         columns=columns,
@@ -128,6 +133,7 @@ def operator_spec(node: n.WindowAggregate, *, shift_ms: int) -> Any:
         buckets=BUCKETS,
         profile_lag_ms=profile,
         auto=auto,
+        fire_lag_ms=None if per_partition else profile,
     )
 
 
