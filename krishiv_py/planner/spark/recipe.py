@@ -474,7 +474,10 @@ def _render(node: RecipeNode, lines: list[str]) -> str:
 
 def _render_stateful(node: StatefulApply) -> str:
     what = f"<{node.operator.kernel.describe()} buckets={node.operator.buckets}>"
-    packed = f".mapInArrow(<pack rows per key bucket>, '{PACKED_DDL}')"
+    # With one watermark and a fixed lag each map task also tells every bucket its highest event
+    # time, and the operator fires what the watermark after the micro-batch makes due in it.
+    ahead = ", the highest event time to every bucket" if node.streaming and node.operator.fires_ahead else ""
+    packed = f".mapInArrow(<pack rows per key bucket{ahead}>, '{PACKED_DDL}')"
     then = node.operator.then
     ddl = OUTPUT_DDL if then is None else ROUTED_DDL
     if not node.streaming:
