@@ -117,6 +117,8 @@ class Run:
     duplicated: int = 0
     wrong: int = 0
     finished: bool = False
+    #: The (user, window start ms) of each window lost, for finding why.
+    lost_windows: list[tuple[Any, ...]] = attrs.field(factory=list)
 
     @property
     def ok(self) -> bool:

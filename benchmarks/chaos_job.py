@@ -290,6 +290,8 @@ def tally(run: Tally, held: dict[Any, list[Any]], wanted: dict[Any, Any]) -> Non
         found = held.get(key, [])
         if not found:
             run.lost += 1
+            if isinstance(getattr(run, "lost_windows", None), list):  # (a harness that names them)
+                run.lost_windows.append(key)  # type: ignore[attr-defined]
         elif len(found) > 1:
             run.duplicated += 1
         elif found[0] != value:
