@@ -262,7 +262,8 @@ def _stateful(
     from krishiv_py.runtime.map_watermark import BatchWatermark
     from krishiv_py.stateful import operator as op
 
-    spec = node.operator
+    # A bounded run fires once, at its end: its map tasks send no highest event time.
+    spec = node.operator if node.streaming else attrs.evolve(node.operator, fire_lag_ms=None)
     ticks = paths.ticks
     # Map tasks merge on-time rows before the shuffle when they can learn the watermark: a
     # bounded run has none until its end, a streaming one's is in the query's offset log.

@@ -406,8 +406,8 @@ def fire_watermark(spec: OperatorSpec, highest_us: int | None, watermark: int | 
     >>> fire_watermark(spec, 12_000_999, 9_000), fire_watermark(spec, None, 1_000)
     (None, None)
     """
-    lag = spec.fire_lag_ms
-    if lag is None or spec.then is not None or highest_us is None:
+    lag = spec.fire_lag_ms if spec.fires_ahead else None
+    if lag is None or highest_us is None:
         return None
     spark_ms = (highest_us + spec.shift_ms * 1000) // 1000 - lag
     if spark_ms <= 0:
