@@ -103,6 +103,8 @@ class FaultRun:
     wrong: int = 0
     finished: bool = False
     error: str = ""
+    #: The (user, window start ms) of each window lost.
+    lost_windows: list[tuple[Any, ...]] = attrs.field(factory=list)
     seconds: float = 0.0
     kept: str = ""  # the run's directory, kept when the run failed
 

@@ -260,11 +260,12 @@ def kill_and_restart(
 
 
 class Tally(Protocol):
-    """What a comparison counts: windows lost, held twice, held wrong."""
+    """What a comparison counts: windows lost (and which), held twice, held wrong."""
 
     lost: int
     duplicated: int
     wrong: int
+    lost_windows: list[tuple[Any, ...]]
 
 
 def compare(run: Tally, out: str, want: list[dict[str, Any]]) -> None:
@@ -290,8 +291,7 @@ def tally(run: Tally, held: dict[Any, list[Any]], wanted: dict[Any, Any]) -> Non
         found = held.get(key, [])
         if not found:
             run.lost += 1
-            if isinstance(getattr(run, "lost_windows", None), list):  # (a harness that names them)
-                run.lost_windows.append(key)  # type: ignore[attr-defined]
+            run.lost_windows.append(key)
         elif len(found) > 1:
             run.duplicated += 1
         elif found[0] != value:

@@ -331,6 +331,8 @@ class Tally:
     lost: int = 0
     duplicated: int = 0
     wrong: int = 0
+    #: The key of each row lost.
+    lost_windows: list[tuple[Any, ...]] = attrs.field(factory=list)
 
 
 @attrs.define

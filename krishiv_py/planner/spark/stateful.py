@@ -39,6 +39,7 @@ from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS
 from krishiv_py.plan.watermarks import END_OF_TIME_MS
 from krishiv_py.plan.windows import SlidingWindow, TumblingWindow, in_processing_time
 from krishiv_py.planner.spark.recipe import RecipeNode, SelectExprs, SparkRecipe, StatefulApply, UnionAll
+from krishiv_py.planner.spark.sources import one_watermark
 from krishiv_py.planner.sql import quote
 from krishiv_py.types import DataType, Schema
 
@@ -123,9 +124,7 @@ def operator_spec(node: n.WindowAggregate, *, shift_ms: int) -> Any:
     profile = marks[0].lag_ms if len(marks) == 1 and auto is None else None
     # One watermark operator with that lag (not one per Kafka partition): the operator knows the
     # watermark Spark moves to after a micro-batch, so it fires in that micro-batch.
-    per_partition = (
-        isinstance(marks[0].input, n.KafkaSource) and marks[0].input.per_partition if marks else False
-    )
+    ahead = profile if one_watermark(node.input) else None
     return OperatorSpec(
         kernel=WindowKernel(kernel),
         columns=columns,
@@ -133,7 +132,7 @@ def operator_spec(node: n.WindowAggregate, *, shift_ms: int) -> Any:
         buckets=BUCKETS,
         profile_lag_ms=profile,
         auto=auto,
-        fire_lag_ms=None if per_partition else profile,
+        fire_lag_ms=ahead,
     )
 
 
