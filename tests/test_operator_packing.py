@@ -284,3 +284,57 @@ def test_an_operator_that_reads_no_input_column_still_reports_its_late_rows() ->
         {"classification": "invalid", "watermark_ms": 20},
         {"classification": "very_late", "watermark_ms": 20},
     ]
+
+
+# --- firing in the micro-batch that moves the watermark (the glue, without Spark) -------------
+
+
+def _bucket_table(packed: list[pa.RecordBatch], bucket: int) -> pa.Table:
+    table = pa.Table.from_batches(packed)
+    return table.filter(pc.equal(table.column(BUCKET), pa.scalar(bucket, pa.int32())))
+
+
+def _highest_only(spec: Any, highest_us: int) -> list[pa.RecordBatch]:
+    """A map task's packed values when all it sends is its highest event time (no row of its own
+    is in the buckets looked at)."""
+    marker = op.HIGHEST + highest_us.to_bytes(8, "little", signed=True)
+    return [
+        pa.RecordBatch.from_pydict(
+            {
+                BUCKET: pa.array(range(spec.buckets), pa.int32()),
+                PACKED: pa.array([marker] * spec.buckets, pa.binary()),
+            }
+        )
+    ]
+
+
+def test_a_bucket_fires_what_the_micro_batchs_highest_time_makes_due_and_writes_only_changes(
+    tmp_path: Any,
+) -> None:
+    from krishiv_py.stateful.versioned import VersionedBlobs
+
+    spec = _spec()  # 60 s tumbling windows per key, a 5 s lag
+    assert spec.fires_ahead and spec.fire_lag_ms == 5_000
+    root = str(tmp_path)
+
+    def run(batch_id: int, packed: list[pa.RecordBatch], bucket: int, watermark: int | None) -> Any:
+        payload = op.run_bucket_files(
+            spec, (bucket,), _bucket_table(packed, bucket), batch_id, lambda: (watermark, 0), root
+        )
+        return op.decode_payloads(payload.column("__kp_payload").to_pylist())
+
+    first = list(op.pack_rows(spec, _encode(spec, _rows().slice(0, 1), [0], [1_000_000]).to_batches()))
+    opened = run(1, first, 0, None)
+    assert opened is not None and opened.results.num_rows == 0  # 1 s - 5 s: no watermark yet
+    quiet = run(1, first, 1, None)  # another bucket: only the highest time, nothing to hold
+    assert quiet is not None and quiet.results.num_rows == 0
+    assert VersionedBlobs(root, 0).versions() == [1] and VersionedBlobs(root, 1).versions() == []
+
+    # 30 s: the watermark after it is 25 s, before the window's end; the state stays as it was.
+    assert run(2, _highest_only(spec, 30_000_000), 0, None).results.num_rows == 0
+    assert VersionedBlobs(root, 0).versions() == [1]
+
+    # 70 s: the micro-batch runs at 25 s, leaves 65 s behind, and the window [0, 60 s) fires in it.
+    fired = run(3, _highest_only(spec, 70_000_000), 0, 25_000)
+    assert fired.results.num_rows == 1
+    assert VersionedBlobs(root, 0).versions() == [1, 3] and VersionedBlobs(root, 0).load_before(4) is None
