@@ -321,7 +321,7 @@ def test_a_bucket_fires_what_the_micro_batchs_highest_time_makes_due_and_writes_
         payload = op.run_bucket_files(
             spec, (bucket,), _bucket_table(packed, bucket), batch_id, lambda: (watermark, 0), root
         )
-        return op.decode_payloads(payload.column("__kp_payload").to_pylist())
+        return op.decode_payloads(bytes(b) for b in payload.column("__kp_payload").to_pylist() if b)
 
     first = list(op.pack_rows(spec, _encode(spec, _rows().slice(0, 1), [0], [1_000_000]).to_batches()))
     opened = run(1, first, 0, None)
