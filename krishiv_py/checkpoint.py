@@ -12,7 +12,8 @@ Spark's streaming checkpoint logs, read from a checkpoint directory on this mach
 A streaming query's checkpoint holds metadata logs of one file per
 micro-batch, each a version line, ``v1``, then its entries::
 
-    commits/<batch>            the micro-batches that completed
+    commits/<batch>            the micro-batches that completed, each with the watermark
+                               it left for the next (``nextBatchWatermarkMs``)
     offsets/<batch>            a line of batch metadata, then each source's offset
                                after the micro-batch (line ``i`` for ``sources/<i>``, ``-``: none)
     sources/<i>/<batch>        a file source's log: the files each micro-batch read,
@@ -204,6 +205,20 @@ class CheckpointLayout:
         """When micro-batch ``batch_id`` started, as Spark recorded it (``batchTimestampMs``; its
         processing time, the same when Spark runs it again). Raises as :meth:`batch_watermark_ms`."""
         return self._batch_metadata(batch_id, "batchTimestampMs")
+
+    def next_watermark_ms(self, batch_id: int) -> int:
+        """The watermark committed micro-batch ``batch_id`` left for the next one
+        (``nextBatchWatermarkMs`` of ``commits/<batch_id>``).
+
+        Above :meth:`batch_watermark_ms` of the same micro-batch when its rows
+        moved the watermark. Raises as :meth:`batch_watermark_ms`.
+        """
+        path = os.path.join(self.commits, str(batch_id))
+        entries = _entries(path, "commit")
+        try:
+            return int(json.loads(entries[0])["nextBatchWatermarkMs"])
+        except (IndexError, KeyError, TypeError, ValueError):
+            raise PlanError(f"no nextBatchWatermarkMs in Spark's commit log entry {path}") from None
 
     def _batch_metadata(self, batch_id: int, name: str) -> int:
         path = os.path.join(self.offsets, str(batch_id))

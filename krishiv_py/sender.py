@@ -173,31 +173,45 @@ class Sender:
         arrays = [pa.nulls(1, f.dtype.to_arrow()) for f in self._schema]  # type: ignore[call-overload]
         return pa.Table.from_arrays(arrays, schema=_nullable(self._schema.to_arrow()))
 
-    def _write(self, table: pa.Table, kind: int, wm: int | None) -> int:
-        import numpy as np
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+    def nudge(self) -> None:
+        """Add a file of no rows to the stream: every job reading it runs one micro-batch of no rows.
 
+        No batch is sent (``batches_sent`` stays), and a closed stream takes
+        it too. A job restarted on its checkpoint calls it when the
+        micro-batch before the restart moved the watermark: Spark fires what
+        that watermark makes due only in a micro-batch of its own run, and
+        with no input left it would run none.
+        """
+        with self._lock:
+            fname = f"nudge-{time.time_ns():020d}.parquet"
+            self._put(self._marker(0).slice(0, 0), KIND_DATA, None, 0, fname)
+
+    def _write(self, table: pa.Table, kind: int, wm: int | None) -> int:
         with self._lock:
             if self._closed:
                 raise SourceClosedError(f"source {self._name!r} is closed; it takes no more data")
             seq = self._next_seq
-            n = table.num_rows
-            table = (
-                table.append_column(ROW_KIND, pa.array(np.full(n, kind, dtype=np.int8)))
-                .append_column(
-                    WM, pa.array([wm] * n, pa.int64()) if wm is not None else pa.nulls(n, pa.int64())
-                )
-                .append_column(SEQ, pa.array(np.arange(n, dtype=np.int64) + (seq << _ROW_BITS)))
-            )
-            fname = f"batch-{seq:012d}-{_KIND_NAMES[kind]}.parquet"
-            staged = os.path.join(self._staging, fname)
-            pq.write_table(table, staged, coerce_timestamps="us", allow_truncated_timestamps=False)
-            self._commit(staged, os.path.join(self._data_dir, fname))
+            self._put(table, kind, wm, seq, f"batch-{seq:012d}-{_KIND_NAMES[kind]}.parquet")
             self._next_seq = seq + 1
             self._closed = kind == KIND_CLOSE
         self._spool.maybe_clean()  # retention: drop what every reading job has committed
         return seq
+
+    def _put(self, table: pa.Table, kind: int, wm: int | None, seq: int, fname: str) -> None:
+        """Write ``table`` with its hidden columns as the spool's file ``fname`` (under the lock)."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        n = table.num_rows
+        table = (
+            table.append_column(ROW_KIND, pa.array(np.full(n, kind, dtype=np.int8)))
+            .append_column(WM, pa.array([wm] * n, pa.int64()) if wm is not None else pa.nulls(n, pa.int64()))
+            .append_column(SEQ, pa.array(np.arange(n, dtype=np.int64) + (seq << _ROW_BITS)))
+        )
+        staged = os.path.join(self._staging, fname)
+        pq.write_table(table, staged, coerce_timestamps="us", allow_truncated_timestamps=False)
+        self._commit(staged, os.path.join(self._data_dir, fname))
 
     def _commit(self, staged: str, final: str) -> None:
         fd = os.open(staged, os.O_RDONLY)

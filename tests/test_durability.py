@@ -327,3 +327,68 @@ def test_a_checkpoint_keeps_the_last_ten_micro_batches_unless_the_session_says(
         assert len(offsets) == RETAINED_BATCHES + 1  # Spark keeps the running batch's entry too
     else:
         assert len(offsets) >= batches  # the session's own setting: nothing purged yet
+
+
+def forget_last_micro_batch(checkpoint: Path, out: Path) -> int:
+    """The checkpoint and Parquet sink as a process killed just before its last micro-batch left them.
+
+    That micro-batch must be one without new input (Spark's, firing what the watermark the one before
+    it moved to makes due): its offsets, commit, state version and sink log entry go.
+    """
+    last = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    offsets = [(checkpoint / "offsets" / str(b)).read_text().splitlines()[2:] for b in (last - 1, last)]
+    assert offsets[0] == offsets[1], "the last micro-batch read input"
+    doomed = [checkpoint / d / n for d in ("offsets", "commits") for n in (str(last), f".{last}.crc")]
+    doomed += [out / "_spark_metadata" / n for n in (str(last), f".{last}.crc")]
+    for pattern in (f"{last + 1}.*", f".{last + 1}.*"):  # the state store's version of it
+        doomed += [Path(p) for p in glob.glob(str(checkpoint / "state" / "*" / "*" / pattern))]
+    assert any(p.parent.parent.parent.name == "state" for p in doomed), "no state version found"
+    for path in doomed:
+        path.unlink(missing_ok=True)
+    return last
+
+
+@pytest.mark.parametrize("closed", [True, False], ids=["input-ended", "input-open"])
+def test_a_job_killed_before_spark_fired_a_moved_watermark_fires_it_once_restarted(
+    session: kp.Session, tmp_path: Path, closed: bool
+) -> None:
+    """Spark fires what a moved watermark makes due in a micro-batch of no input, and after a restart
+    only once a micro-batch of the new run ran: without input left the windows would never come."""
+
+    def per_10(stream: kp.Stream) -> kp.Stream:
+        return stream.watermark("t", 0).key_by("k").tumbling_window(10).agg(kp.count(kp.col("*")).alias("n"))
+
+    def windows(job: kp.Job) -> list[tuple[float, int]]:
+        return sorted((r["window_start"].timestamp() * 1000, r["n"]) for r in job.results().to_pylist())
+
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoints" / "per-10"
+    first = durable(session, tmp_path)
+    stream, sender = first.memory_stream(SCHEMA, name="clicks")
+    job = per_10(stream).start(kp.ParquetSink(str(out)), name="per-10")
+    sender.send([{"k": "a", "t": 1}, {"k": "a", "t": 2}])
+    sender.send([{"k": "a", "t": 15}])  # the watermark moves to 15: [0, 10) is due
+    if closed:
+        sender.close()  # the watermark moves to the end of time: [10, 20) is due
+        assert job.await_termination(timeout_s=120)
+    else:
+        job.process_all_available()
+    want = [(0.0, 2), (10.0, 1)] if closed else [(0.0, 2)]
+    assert windows(job) == want
+    job.stop()
+    first.stop()
+    forget_last_micro_batch(checkpoint, out)
+
+    again = durable(session, tmp_path)
+    stream, sender = again.memory_stream(SCHEMA, name="clicks")
+    assert sender.closed is closed
+    job = per_10(stream).start(kp.ParquetSink(str(out)), name="per-10")
+    try:
+        if closed:
+            assert job.await_termination(timeout_s=120)
+        else:
+            job.process_all_available()
+        assert windows(job) == want  # each window once: the last one fired in the restarted run
+        assert sender.batches_sent == (3 if closed else 2)  # the micro-batch of no rows is no batch
+    finally:
+        job.stop()
+        again.stop()

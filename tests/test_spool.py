@@ -215,3 +215,18 @@ def test_the_committed_spool_file_is_read_from_the_committed_log_batch(tmp_path:
     _spark_logs(tmp_path / "ck", data, batches)
     assert committed_seq(str(tmp_path / "ck"), str(data)) == 2 * batches - 1
     assert committed_seq(str(tmp_path / "ck"), str(tmp_path / "another")) == -1  # a stream it does not read
+
+
+def test_a_committed_micro_batch_that_read_only_a_nudge_keeps_the_spool_position(tmp_path: Path) -> None:
+    """A restarted job's micro-batch of no rows (``Sender.nudge``) reads no spool file: the committed
+    spool file is the newest one in the log, not none (which would stall retention)."""
+    import json
+
+    data, ck = tmp_path / "sources" / "clicks" / "data", tmp_path / "ck"
+    _spark_logs(ck, data, 3)  # spool files 0..5 committed by micro-batches 0..2
+    nudge = {"path": f"file://{data}/nudge-00000000000000000001.parquet", "timestamp": 2000, "batchId": 3}
+    (ck / "sources" / "0" / "3").write_text("v1\n" + json.dumps(nudge) + "\n")
+    offsets = ["v1", json.dumps({"batchWatermarkMs": 0}), json.dumps({"logOffset": 3})]
+    (ck / "offsets" / "3").write_text("\n".join(offsets) + "\n")
+    (ck / "commits" / "3").write_text('v1\n{"nextBatchWatermarkMs":0}\n')
+    assert committed_seq(str(ck), str(data)) == 5

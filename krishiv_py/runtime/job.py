@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from krishiv_py.errors import JobError, JobStoppedError
+from krishiv_py.checkpoint import CheckpointLayout
+from krishiv_py.errors import JobError, JobStoppedError, PlanError
 from krishiv_py.metrics import JobMetrics
 from krishiv_py.names import (
     IDLE_WM,
@@ -88,6 +89,18 @@ class JobSetup:
         job._progress = self.progress
 
 
+def local_checkpoint(checkpoint_dir: str | None) -> CheckpointLayout | None:
+    """The layout of the checkpoint at ``checkpoint_dir`` where this machine's file system has it."""
+    return None if checkpoint_dir is None else CheckpointLayout(checkpoint_dir).on_this_machine()
+
+
+def last_committed(checkpoint_dir: str | None) -> int:
+    """The newest committed micro-batch of the checkpoint at ``checkpoint_dir`` (-1: none, or not
+    on this machine's file system)."""
+    layout = local_checkpoint(checkpoint_dir)
+    return -1 if layout is None else layout.committed_batch()
+
+
 def close_writers(*writers: object) -> None:
     """Call each writer's optional ``close()``: a writer's connections end with its job."""
     for writer in writers:
@@ -111,6 +124,7 @@ class StreamingJob(Job):
         quarantine: Quarantine | None = None,
         file_sources: Sequence[BadFileSource] = (),
         relaunch: Callable[[], StreamingQuery] | None = None,
+        resumed_from: int = -1,
     ) -> None:
         from krishiv_py.runtime.idle import IdleTracker
 
@@ -145,6 +159,9 @@ class StreamingJob(Job):
         )
         self._relaunch = relaunch
         self._restart_lock = threading.Lock()
+        #: The last micro-batch committed before the query (re)started, and the ones nudged after.
+        self._resumed_from = resumed_from
+        self._nudged: set[int] = set()
 
     def _recover(self, failed: Any = None) -> bool:
         """If the query failed on a file of a ``bad_files="quarantine"`` source: set it aside, run again.
@@ -165,6 +182,7 @@ class StreamingJob(Job):
             if exc is None or self._bad_files.set_aside(spark_error_text(exc)) is None:
                 return False
             what = "starting the job again without the bad file"
+            self._resumed_from = last_committed(self.checkpoint_dir)
             self._query = GuardedQuery(start_query(what, self._relaunch))
             return True
 
@@ -267,12 +285,41 @@ class StreamingJob(Job):
                     continue
                 raise self._failure(exc.cause, "processing the available input") from exc.__cause__
             self._refresh()
+            self._nudge_if_stalled()
             if closed:  # everything up to end of input was processed
                 self._input_done = True
             self._pump()
             if self._writes == before:
                 self._trim_spools()
                 return
+
+    def _nudge_if_stalled(self) -> None:
+        """Run one micro-batch where Spark would not fire what its restored watermark makes due.
+
+        Spark runs a micro-batch without new rows (which fires the windows a
+        moved watermark closes) only after a micro-batch of the same run. A
+        query started on a checkpoint whose last micro-batch moved the
+        watermark runs none until new input comes, and at the end of input
+        none comes. So when no micro-batch ran since the (re)start and the
+        last one moved the watermark, a file of no rows goes into a memory
+        stream the job reads: its micro-batch runs at the restored watermark.
+        A job reading no memory stream waits for its next input, as Spark does.
+        """
+        batch = self._resumed_from
+        if batch < 0 or batch in self._nudged:
+            return
+        layout = local_checkpoint(self.checkpoint_dir)
+        feed = next((s for s in self._senders if s is not None), None)
+        if layout is None or feed is None or layout.committed_batch() != batch:
+            return
+        try:
+            moved = layout.next_watermark_ms(batch) > layout.batch_watermark_ms(batch)
+        except (OSError, PlanError):
+            return
+        self._nudged.add(batch)
+        if moved:
+            feed.nudge()
+            self._note_write()
 
     def _trim_spools(self) -> None:
         """Retention: delete the memory-stream batches that every job reading them has committed."""

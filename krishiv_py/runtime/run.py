@@ -18,7 +18,7 @@ from krishiv_py.runtime.auto_watermark import AutoWatermark
 from krishiv_py.runtime.build import build_dataframe
 from krishiv_py.runtime.collector import BatchCollector
 from krishiv_py.runtime.handoff import HANDOFF_CONF
-from krishiv_py.runtime.job import BoundedJob, JobSetup, StreamingJob, close_writers
+from krishiv_py.runtime.job import BoundedJob, JobSetup, StreamingJob, close_writers, last_committed
 from krishiv_py.runtime.output import deliver
 from krishiv_py.runtime.quarantine import Quarantine
 from krishiv_py.runtime.remote import is_remote
@@ -115,8 +115,10 @@ def start_streaming(
         started: StreamingQuery = _start_single_watermark(spark, writer, conf, checkpoint_dir)
         return started
 
+    resumed_from = last_committed(checkpoint_dir)
     query = start_query("starting the streaming query", launch)
     common: dict[str, Any] = {
+        "resumed_from": resumed_from,
         "setup": setup,
         "query": query,
         "senders": senders,

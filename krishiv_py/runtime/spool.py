@@ -2,7 +2,8 @@
 
 A memory stream lives in ``<state_dir>/sources/<name>/``::
 
-    data/           batch-<seq>-<kind>.parquet: one file per send, read by Spark's file source
+    data/           batch-<seq>-<kind>.parquet: one file per send, read by Spark's file source;
+                    nudge-<ns>.parquet: a file of no rows a restarted job adds (``Sender.nudge``)
     staging/        batches being written (renamed into data/ when complete)
     readers/        one file per job that reads the stream: its checkpoint directory
     manifest.json   what retention deleted: the first batch kept, batches sent, closed
@@ -191,6 +192,8 @@ def _committed_seq(checkpoint_dir: str, data_dir: str) -> int:
         # The spool's files arrive in sequence order, so the committed log batch holds the newest
         # committed one: read that batch's file, not the whole log (a line per file ever read).
         entries = file_source_batch(log, done) if done is not None else None
+        if entries is not None and not any(_FILE.match(_file_name(e.path)) for e in entries):
+            entries = None  # a micro-batch that read only a file of no rows (``nudge``): the whole log
         for entry in entries if entries is not None else file_source_log(log):
             local = unquote(urlparse(entry.path).path)
             m = _FILE.match(os.path.basename(local))
@@ -201,6 +204,10 @@ def _committed_seq(checkpoint_dir: str, data_dir: str) -> int:
         if reads:
             per_source.append(best)
     return min(per_source, default=-1)
+
+
+def _file_name(uri: str) -> str:
+    return os.path.basename(unquote(urlparse(uri).path))
 
 
 # --- readers -------------------------------------------------------------------------
@@ -344,6 +351,10 @@ class Feed(Protocol):
     @property
     def spool(self) -> Spool:
         """The stream's batches on disk."""
+        ...
+
+    def nudge(self) -> None:
+        """Add a file of no rows: every job reading the stream runs one micro-batch of no rows."""
         ...
 
 
