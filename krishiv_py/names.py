@@ -214,6 +214,8 @@ PAYLOAD, STATE_BLOB = "__kp_payload", "__kp_state"
 WATERMARK_MARKER = "__kp_wmark"
 #: A map task's rows of one key bucket, decoded, as one Arrow IPC stream (null on tick rows).
 PACKED = "__kp_packed"
+#: True on a tick row among the encoded rows (the ``one-task`` carrier packs and runs in one call).
+TICK = "__kp_tick"
 PACKED_DDL = f"{BUCKET} int, {PACKED} binary"
 OUTPUT_DDL = f"{BUCKET} int, {PAYLOAD} binary"
 #: Which stage bucket an operator's output row goes to (-1: the operator's own payload).

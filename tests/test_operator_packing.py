@@ -338,3 +338,49 @@ def test_a_bucket_fires_what_the_micro_batchs_highest_time_makes_due_and_writes_
     fired = run(3, _highest_only(spec, 70_000_000), 0, 25_000)
     assert fired.results.num_rows == 1
     assert VersionedBlobs(root, 0).versions() == [1, 3] and VersionedBlobs(root, 0).load_before(4) is None
+
+
+def _with_ticks(rows: pa.Table, ticks: list[int]) -> list[pa.RecordBatch]:
+    """Encoded rows and tick rows as the ``one-task`` carrier's union hands them over."""
+    from krishiv_py.names import TICK
+
+    flagged = rows.append_column(TICK, pa.nulls(rows.num_rows, pa.bool_()))
+    woken = {
+        f.name: pa.nulls(len(ticks), f.type) if f.name != BUCKET else pa.array(ticks, pa.int32())
+        for f in flagged.schema
+    }
+    woken[TICK] = pa.array([True] * len(ticks))
+    return [*flagged.to_batches(), *pa.table(woken, schema=flagged.schema).to_batches()]
+
+
+def _results(out: Any) -> list[dict[str, Any]]:
+    tables = [pa.Table.from_batches([b]) for b in out]
+    payloads = [bytes(b) for t in tables for b in t.column("__kp_payload").to_pylist() if b]
+    decoded = op.decode_payloads(payloads)
+    return [] if decoded is None else decoded.results.to_pylist()
+
+
+def test_the_one_task_carrier_packs_and_runs_in_one_call_as_the_two_calls_do(tmp_path: Any) -> None:
+    """``run_one_task`` equals ``pack_rows`` then ``run_buckets_files``, ticks included: a bucket a tick
+    alone wakes fires what the watermark makes due."""
+    spec = _spec()
+    rows = _encode(spec, _rows().slice(0, 1), [0], [1_000_000])  # bucket 0, 1 s: window [0, 60 s)
+
+    def two_calls(batch_id: int, batches: list[pa.RecordBatch], ticks: list[int], wm: int | None) -> Any:
+        packed = list(op.pack_rows(spec, batches))
+        if ticks:
+            packed.append(
+                pa.RecordBatch.from_pydict(
+                    {BUCKET: pa.array(ticks, pa.int32()), PACKED: pa.nulls(len(ticks), pa.binary())}
+                )
+            )
+        return _results(op.run_buckets_files(spec, packed, batch_id, lambda: (wm, 0), str(tmp_path / "two")))
+
+    def one_call(batch_id: int, batches: list[pa.RecordBatch], wm: int | None) -> Any:
+        return _results(op.run_one_task(spec, batches, batch_id, lambda: (wm, 0), str(tmp_path / "one")))
+
+    assert one_call(1, _with_ticks(rows, []), None) == two_calls(1, rows.to_batches(), [], None) == []
+    no_rows = rows.slice(0, 0)
+    fired = one_call(2, _with_ticks(no_rows, [0]), 70_000)  # only a tick for bucket 0, at 70 s
+    assert fired == two_calls(2, [], [0], 70_000)
+    assert len(fired) == 1

@@ -16,6 +16,7 @@ from krishiv_py.names import (
     ROUTED_DDL,
     STATE_DDL,
     SUBQUERY,
+    TICK,
     WATERMARK_MARKER,
     source_view,
 )
@@ -287,14 +288,14 @@ def _stateful(
         return _staged(spec, packed.groupBy(BUCKET).applyInPandas(bounded, ddl), paths, sides, None)
 
     path = ticks or tempfile.mkdtemp(prefix="krishiv-ticks-", dir=paths.scratch)
-    tick_rows = (
+    tick_source = (
         spark.readStream.format("parquet")
         .schema(f"{BUCKET} int")
         .option("maxFilesPerTrigger", "1")
         .option("maxFileAge", "36500d")
         .load(path)
-        .selectExpr(*node.tick_exprs)
     )
+    tick_rows = tick_source.selectExpr(*node.tick_exprs)
     if node.carrier == "krishiv-files":
         # The state is krishiv's own (one file per bucket and micro-batch under the checkpoint),
         # the watermark and the batch's start time the offset log's: Spark keeps no state here.
@@ -306,14 +307,16 @@ def _stateful(
         out = packed.unionByName(tick_rows).groupBy(BUCKET).applyInArrow(bucket_files, ddl)
         return _staged(spec, out, paths, sides, under)
     if node.carrier == "one-task":
-        # As krishiv-files, every bucket in one task: no shuffle, one Python worker per micro-batch.
+        # As krishiv-files, every bucket in one task: no shuffle, and one hand-over to Python per
+        # micro-batch that packs the rows and runs the buckets (the ticks come flagged among them).
         state_path = _state_path(paths)
 
-        def all_buckets(batches: Any) -> Any:
-            return op.run_buckets_files(spec, batches, _batch_id(), under.of_batch, state_path)
+        def one_task(batches: Any) -> Any:
+            return op.run_one_task(spec, batches, _batch_id(), under.of_batch, state_path, merge_under=under)
 
-        out = packed.unionByName(tick_rows).coalesce(1).mapInArrow(all_buckets, ddl)
-        return _staged(spec, out, paths, sides, under)
+        flagged = tick_source.selectExpr(quote(BUCKET), f"true AS {quote(TICK)}")
+        rows = child.unionByName(flagged, allowMissingColumns=True).coalesce(1)
+        return _staged(spec, rows.mapInArrow(one_task, ddl), paths, sides, under)
 
     def bucket(key: Any, frames: Any, state: Any) -> Any:
         return op.run_bucket(spec, key, frames, state, under if auto else None)

@@ -65,6 +65,7 @@ from krishiv_py.names import (
     PAYLOAD,
     ROUTE,
     SEQ,
+    TICK,
     TS_VALUE,
     encoded_value,
 )
@@ -319,6 +320,45 @@ def run_buckets_files(
         table = rows.filter(pa.array(buckets == bucket))
         out = run_bucket_files(spec, (bucket,), table, batch_id, batch_of, root)
         yield from out.to_batches()
+
+
+def run_one_task(
+    spec: OperatorSpec,
+    batches: Iterable[pa.RecordBatch],
+    batch_id: int,
+    batch_of: Callable[[], tuple[int | None, int]],
+    root: str,
+    *,
+    merge_under: Callable[[], MapWatermark] | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` function of the ``one-task`` carrier: a micro-batch's encoded rows packed
+    (:func:`pack_rows`) and every bucket run (:func:`run_buckets_files`) in the same call.
+
+    Tick rows come among the rows, :data:`~krishiv_py.names.TICK` set (their
+    other columns null but the bucket's): each wakes its bucket. One hand-over
+    to Python per micro-batch, and the packed rows never go back to the JVM.
+    """
+    woken: list[int] = []
+
+    def rows() -> Iterator[pa.RecordBatch]:
+        for b in batches:
+            flag = b.column(b.schema.get_field_index(TICK)).fill_null(False)
+            tick = np.asarray(flag.to_numpy(zero_copy_only=False), dtype=bool)
+            if tick.any():
+                buckets = b.column(b.schema.get_field_index(BUCKET)).to_numpy()
+                woken.extend(int(x) for x in buckets[tick])
+                b = b.filter(pa.array(~tick))
+            yield b.drop_columns([TICK])
+
+    packed = list(pack_rows(spec, rows(), merge_under=merge_under))
+    if woken:
+        buckets = sorted(set(woken))
+        packed.append(
+            pa.RecordBatch.from_pydict(
+                {BUCKET: pa.array(buckets, pa.int32()), PACKED: pa.nulls(len(buckets), pa.binary())}
+            )
+        )
+    yield from run_buckets_files(spec, packed, batch_id, batch_of, root)
 
 
 class _Clock:

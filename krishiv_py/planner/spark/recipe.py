@@ -45,6 +45,7 @@ from krishiv_py.names import (
     ROW_KIND,
     SEQ,
     STATE_DDL,
+    TICK,
     WINDOW,
     WM,
 )
@@ -490,7 +491,11 @@ def _render_stateful(node: StatefulApply) -> str:
         if node.carrier == "krishiv-files":
             out = f"{unioned}.groupBy('{_BUCKET}').applyInArrow({what[:-1]} {files}>, '{ddl}')"
         elif node.carrier == "one-task":
-            out = f"{unioned}.coalesce(1).mapInArrow({what[:-1]} in one task, {files}>, '{ddl}')"
+            # The rows and the ticks (flagged) go to one call that packs them and runs every bucket.
+            flagged = f"spark.readStream.parquet(<tick source>).selectExpr('{_BUCKET}', 'true AS {TICK}')"
+            union = f".unionByName({flagged}, allowMissingColumns=True)"
+            run = f"<pack rows per key bucket{ahead}, then {what[1:-1]} in one task, {files}>"
+            out = f"{union}.coalesce(1).mapInArrow({run}, '{ddl}')"
         else:
             out = (
                 f"{unioned}.groupBy('{_BUCKET}').applyInPandasWithState({what}, "
