@@ -159,9 +159,8 @@ class StreamingJob(Job):
         )
         self._relaunch = relaunch
         self._restart_lock = threading.Lock()
-        #: The last micro-batch committed before the query (re)started, and the ones nudged after.
+        #: The last micro-batch committed before the query (re)started (-1: none, or looked at).
         self._resumed_from = resumed_from
-        self._nudged: set[int] = set()
 
     def _recover(self, failed: Any = None) -> bool:
         """If the query failed on a file of a ``bad_files="quarantine"`` source: set it aside, run again.
@@ -305,18 +304,15 @@ class StreamingJob(Job):
         stream the job reads: its micro-batch runs at the restored watermark.
         A job reading no memory stream waits for its next input, as Spark does.
         """
-        batch = self._resumed_from
-        if batch < 0 or batch in self._nudged:
-            return
+        batch, self._resumed_from = self._resumed_from, -1  # looked at once per (re)start
         layout = local_checkpoint(self.checkpoint_dir)
         feed = next((s for s in self._senders if s is not None), None)
-        if layout is None or feed is None or layout.committed_batch() != batch:
+        if batch < 0 or layout is None or feed is None or layout.committed_batch() != batch:
             return
         try:
             moved = layout.next_watermark_ms(batch) > layout.batch_watermark_ms(batch)
         except (OSError, PlanError):
             return
-        self._nudged.add(batch)
         if moved:
             feed.nudge()
             self._note_write()
