@@ -89,16 +89,11 @@ class JobSetup:
         job._progress = self.progress
 
 
-def local_checkpoint(checkpoint_dir: str | None) -> CheckpointLayout | None:
-    """The layout of the checkpoint at ``checkpoint_dir`` where this machine's file system has it."""
-    return None if checkpoint_dir is None else CheckpointLayout(checkpoint_dir).on_this_machine()
-
-
-def last_committed(checkpoint_dir: str | None) -> int:
-    """The newest committed micro-batch of the checkpoint at ``checkpoint_dir`` (-1: none, or not
-    on this machine's file system)."""
-    layout = local_checkpoint(checkpoint_dir)
-    return -1 if layout is None else layout.committed_batch()
+def last_committed(checkpoint: CheckpointLayout | None) -> int:
+    """The newest committed micro-batch of ``checkpoint`` (-1: none, or not on this machine's file
+    system)."""
+    local = None if checkpoint is None else checkpoint.on_this_machine()
+    return -1 if local is None else local.committed_batch()
 
 
 def close_writers(*writers: object) -> None:
@@ -124,6 +119,7 @@ class StreamingJob(Job):
         quarantine: Quarantine | None = None,
         file_sources: Sequence[BadFileSource] = (),
         relaunch: Callable[[], StreamingQuery] | None = None,
+        layout: CheckpointLayout | None = None,
         resumed_from: int = -1,
     ) -> None:
         from krishiv_py.runtime.idle import IdleTracker
@@ -159,6 +155,8 @@ class StreamingJob(Job):
         )
         self._relaunch = relaunch
         self._restart_lock = threading.Lock()
+        #: The job's checkpoint where this machine reads it (None: elsewhere, or not given).
+        self._layout = None if layout is None else layout.on_this_machine()
         #: The last micro-batch committed before the query (re)started (-1: none, or looked at).
         self._resumed_from = resumed_from
 
@@ -181,7 +179,7 @@ class StreamingJob(Job):
             if exc is None or self._bad_files.set_aside(spark_error_text(exc)) is None:
                 return False
             what = "starting the job again without the bad file"
-            self._resumed_from = last_committed(self.checkpoint_dir)
+            self._resumed_from = last_committed(self._layout)
             self._query = GuardedQuery(start_query(what, self._relaunch))
             return True
 
@@ -305,7 +303,7 @@ class StreamingJob(Job):
         A job reading no memory stream waits for its next input, as Spark does.
         """
         batch, self._resumed_from = self._resumed_from, -1  # looked at once per (re)start
-        layout = local_checkpoint(self.checkpoint_dir)
+        layout = self._layout
         feed = next((s for s in self._senders if s is not None), None)
         if batch < 0 or layout is None or feed is None or layout.committed_batch() != batch:
             return

@@ -115,9 +115,10 @@ def start_streaming(
         started: StreamingQuery = _start_single_watermark(spark, writer, conf, checkpoint_dir)
         return started
 
-    resumed_from = last_committed(checkpoint_dir)
+    resumed_from = last_committed(checkpoint)
     query = start_query("starting the streaming query", launch)
     common: dict[str, Any] = {
+        "layout": checkpoint,
         "resumed_from": resumed_from,
         "setup": setup,
         "query": query,
