@@ -436,6 +436,21 @@ def test_a_new_sender_on_the_same_path_resumes(tmp_path: Path) -> None:
         third.send([row()])
 
 
+def test_a_nudge_is_a_file_of_no_rows_and_no_batch_even_after_close(tmp_path: Path) -> None:
+    sender = make(tmp_path)
+    sender.send([row()])
+    sender.close()
+    sender.nudge()  # what a restarted job adds: a micro-batch of no rows, no batch of the stream
+    (nudge,) = [f for f in data_files(tmp_path) if f.startswith("nudge-")]
+    table = pq.read_table(tmp_path / "data" / nudge)
+    assert table.num_rows == 0 and table.schema.names == read(tmp_path, 0).schema.names
+    assert sender.batches_sent == 2 and sender.closed
+    again = make(tmp_path)  # a sender in the next process counts the batches, not the nudge
+    assert again.batches_sent == 2 and again.closed
+    mtimes = [os.stat(tmp_path / "data" / f).st_mtime_ns for f in ("batch-000000000001-close.parquet", nudge)]
+    assert mtimes[0] < mtimes[1]  # read after every batch
+
+
 def test_modification_times_increase_in_send_order(tmp_path: Path) -> None:
     sender = make(tmp_path)
     for _ in range(20):
