@@ -303,9 +303,11 @@ class StreamingJob(Job):
         A job reading no memory stream waits for its next input, as Spark does.
         """
         batch, self._resumed_from = self._resumed_from, -1  # looked at once per (re)start
+        if batch < 0:
+            return
         layout = self._layout
         feed = next((s for s in self._senders if s is not None), None)
-        if batch < 0 or layout is None or feed is None or layout.committed_batch() != batch:
+        if layout is None or feed is None or layout.committed_batch() != batch:
             return
         try:
             moved = layout.next_watermark_ms(batch) > layout.batch_watermark_ms(batch)
