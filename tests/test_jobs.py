@@ -366,6 +366,34 @@ def test_streaming_parquet_directory_source(session: kp.Session, tmp_path: Path)
     job.stop()
 
 
+def test_a_file_sources_rows_are_counted_by_spark_invalid_ones_observed(
+    session: kp.Session, tmp_path: Path
+) -> None:
+    """One streaming file source right under its watermark: its rows are Spark's own count (no
+    per-row count in the plan), the rows without a valid event time still observed, per file."""
+    src = tmp_path / "in"
+    src.mkdir()
+    schema = kp.Schema.parse(SCHEMA).to_arrow()
+    far = {"user_id": "a", "event_time": dt.datetime(1200, 1, 1, tzinfo=dt.UTC), "amount": 1.0}
+    files = [
+        [ev("a", 1), {"user_id": "a", "event_time": None, "amount": 1.0}, ev("b", 2)],
+        [ev("a", 130), far],
+        [ev("b", 131)],
+    ]
+    for i, rows in enumerate(files):
+        path = src / f"part-{i}.parquet"
+        pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
+        os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))
+    stream = per_minute(session.read_parquet(str(src), streaming=True, max_files_per_trigger=1))
+    assert stream.lower().tracked[0].rows_in_progress
+    job = stream.start()
+    job.process_all_available()
+    m = job.metrics()
+    job.stop()
+    assert sorted((r["user_id"], r["events"]) for r in job.results().to_pylist()) == [("a", 1), ("b", 1)]
+    assert (m.input_rows, m.invalid_events, m.batches >= 3) == (6, 2, True)
+
+
 def test_streaming_files_one_per_micro_batch(session: kp.Session, tmp_path: Path) -> None:
     """With max_files_per_trigger=1 the watermark moves between files, so a late event is dropped."""
     src = tmp_path / "in"

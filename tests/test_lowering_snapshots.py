@@ -74,6 +74,24 @@ def keyed_session() -> Stream:
     )
 
 
+def files() -> Stream:
+    schema = to_schema("user_id string, event_time timestamp, amount double")
+    return Stream(
+        None, n.FileSource(name="files", schema=schema, format="parquet", path="/data/files", streaming=True)
+    )
+
+
+def files_tumbling() -> Stream:
+    """One streaming file source right under its watermark: Spark's progress counts its rows."""
+    return (
+        files()
+        .watermark("event_time", 5_000)
+        .key_by("user_id")
+        .tumbling_window(60_000)
+        .agg(kp.count(kp.col("*")))
+    )
+
+
 def global_session() -> Stream:
     return events().watermark("event_time", 10).session_window(7_000).agg(kp.last(kp.col("amount")))
 
@@ -193,6 +211,7 @@ PIPELINES: dict[str, Callable[[], Stream]] = {
     "interval_join_native": interval_join_native,
     "window_join_stateful": window_join_stateful,
     "keyed_tumbling": keyed_tumbling,
+    "files_tumbling": files_tumbling,
     "sliding_epoch_ms": sliding_epoch_ms,
     "keyed_session": keyed_session,
     "global_session": global_session,
@@ -350,3 +369,42 @@ def test_a_late_event_handler_gets_every_column_to_the_operator() -> None:
     )
     text = handled.lower().render()
     assert "'`event_time` AS `__kp_c1`'" in text and "'`amount` AS `__kp_c2`'" in text
+
+
+def test_the_invalid_count_is_observed_below_the_watermark_operator() -> None:
+    """Spark runs the observation and the watermark operator without generated code: adjacent,
+    the rows pass from one to the other with no code-generated stage between them."""
+    for name in ("keyed_tumbling", "files_tumbling", "filter_before_watermark", "sliding_epoch_ms"):
+        lines = PIPELINES[name]().lower(lowering=FORCED.get(name)).render().splitlines()
+        observe = next(i for i, line in enumerate(lines) if ".observe('kp_src_" in line)
+        assert ".withWatermark('__kp_et'" in lines[observe + 1], name
+        assert "count(CASE WHEN" in lines[observe] and "count_if(`__kp_et`" not in lines[observe], name
+
+
+def test_rows_of_one_file_source_are_sparks_count_and_of_anything_else_observed() -> None:
+    recipe = files_tumbling().lower()
+    (tracked,) = recipe.tracked
+    assert tracked.rows_in_progress and tracked.max_in_progress
+    (observe,) = [line for line in recipe.render().splitlines() if ".observe('kp_src_0'" in line]
+    assert " AS rows" not in observe and " AS invalid" in observe
+    others = {
+        "a memory stream (punctuation rows)": keyed_tumbling(),
+        "a filter between the source and its watermark": files()
+        .filter(kp.col("amount") > 0)
+        .watermark("event_time", 5_000)
+        .tumbling_window(60_000)
+        .agg(kp.count(kp.col("*"))),
+        "two file sources": files()
+        .union(files())
+        .watermark("event_time", 5_000)
+        .tumbling_window(60_000)
+        .agg(kp.count(kp.col("*"))),
+        "idle markers": files()
+        .watermark("event_time", 5_000, idle_timeout_ms=1_000)
+        .tumbling_window(60_000)
+        .agg(kp.count(kp.col("*"))),
+    }
+    for why, stream in others.items():
+        recipe = stream.lower(lowering="native")
+        assert not any(t.rows_in_progress for t in recipe.tracked), why
+        assert " AS rows" in recipe.render(), why

@@ -593,6 +593,8 @@ class _History:
         for key, value in _sum_observed([observed]).items():
             self.totals[key] += value
         for t in self._tracked:
+            if t.rows_in_progress:  # the query's one source: Spark counted the rows it read
+                self.totals["rows"] += int(raw.get("numInputRows") or 0)
             m = observed.get(t.observe_name) or {}
             max_ms = _max_event_ms(raw, t, m)
             if max_ms is not None:

@@ -43,7 +43,14 @@ from krishiv_py.planner.spark.recipe import (
     SparkRecipe,
 )
 from krishiv_py.planner.spark.sliding import pane_choice, stream_pane_choice
-from krishiv_py.planner.spark.sources import STAGED_SIDES, Lowerer, one_watermark, select_item, top_n
+from krishiv_py.planner.spark.sources import (
+    STAGED_SIDES,
+    Lowerer,
+    one_watermark,
+    rows_in_progress,
+    select_item,
+    top_n,
+)
 from krishiv_py.planner.spark.stateful import (
     lower_stateful_join,
     lower_stateful_keyed,
@@ -131,6 +138,7 @@ def _lower(plan: n.PlanNode, *, force_bounded: bool, lowering: Lowering | None) 
         window=lower_window,
         join=lower_join,
         spark_max=one_watermark(query),
+        progress_rows=rows_in_progress(query),
     )
     root, hidden = ctx.lower(query)
     user = [quote(c) for c in n.schema_of(query).names]

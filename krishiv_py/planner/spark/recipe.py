@@ -257,6 +257,9 @@ class TrackedSource:
     #: in ms): the query has one watermark operator, which sees the same rows, so no observed
     #: metric computes it a second time per row.
     max_in_progress: bool = False
+    #: The source's data rows are Spark's own count (the progress report's ``numInputRows``): the
+    #: query reads this one file source and nothing else, so no observed metric counts them per row.
+    rows_in_progress: bool = False
     #: The source's automatic lag (``watermark(column, "auto")``; its ``lag_ms`` is then 0, Spark's
     #: delay): the driver computes its watermark (:mod:`krishiv_py.runtime.auto_watermark`).
     auto: AutoLag | None = None

@@ -162,7 +162,7 @@ def stream_pane_choice(node: n.WindowAggregate) -> tuple[bool, str]:
 def lower_stream_panes(node: n.WindowAggregate, child: RecipeNode, *, shift_ms: int) -> RecipeNode:
     """The streaming form of :func:`lower_sliding_panes`: pane partials per micro-batch.
 
-    ``child`` is the watermark's recipe (``[filter](observe(withWatermark(rows)))``); the pane
+    ``child`` is the watermark's recipe (``[filter](withWatermark(observe(rows)))``); the pane
     step goes below the watermark operator, after the metrics, so Spark's watermark and the
     window columns keep their meaning (see :mod:`~krishiv_py.stateful.pane_partials`).
     """
@@ -172,9 +172,9 @@ def lower_stream_panes(node: n.WindowAggregate, child: RecipeNode, *, shift_ms: 
     assert isinstance(window, SlidingWindow)
     schema = n.schema_of(node.input)
     top = child if isinstance(child, FilterExpr) else None
-    observed = child.child if isinstance(child, FilterExpr) else child
-    assert isinstance(observed, Observe) and isinstance(observed.child, WithWatermark)
-    mark = observed.child
+    mark = child.child if isinstance(child, FilterExpr) else child
+    assert isinstance(mark, WithWatermark) and isinstance(mark.child, Observe)
+    observed = mark.child
     parts = tuple(p for i, a in enumerate(node.aggregates) for p in _stream_parts(a, i, schema))
     ddl = ", ".join(
         (
@@ -187,7 +187,7 @@ def lower_stream_panes(node: n.WindowAggregate, child: RecipeNode, *, shift_ms: 
     )
     step = PanePartials(keys=node.keys, slide_us=window.slide_ms * 1000, parts=tuple(p[:3] for p in parts))
     mapped = MapArrow(
-        child=attrs.evolve(observed, child=mark.child),
+        child=observed,
         function=step,
         schema=ddl,
         label=f"pane partials per key and {window.slide_ms} ms pane",

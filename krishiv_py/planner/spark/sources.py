@@ -158,6 +158,10 @@ class Lowerer:
     #: The query has one watermark operator (:func:`one_watermark`): its maximum event time
     #: comes from Spark's progress report instead of an observed metric.
     spark_max: bool = False
+    #: The query reads one Spark source, a streaming file source right under its watermark
+    #: (:func:`rows_in_progress`): its rows are Spark's own count (the progress report's
+    #: ``numInputRows``), so the watermark's observation leaves the per-row count out.
+    progress_rows: bool = False
     inputs: int = 0
     #: Observations of arithmetic without a result (:func:`~krishiv_py.names.arithmetic_observation`)
     #: made so far.
@@ -307,15 +311,21 @@ class Lowerer:
         if node.auto is not None:  # which source a row comes from: each has a lag of its own
             exprs.append(f"CAST({len(self.tracked)} AS INT) AS {quote(AUTO_SOURCE)}")
         out: RecipeNode = SelectExprs(child=child, exprs=tuple(exprs))
+        spark_max = self.streaming and self.spark_max and not idle
+        spark_rows = self.streaming and self.progress_rows and count_input and plain
+        self._track(node, name, idle=idle, spark_max=spark_max, spark_rows=spark_rows)
+        metrics = _source_metrics(
+            plain=plain, idle=idle, count_input=count_input and not spark_rows, spark_max=spark_max
+        )
+        # Observed right over the select that computes the event time, below the watermark
+        # operator (which passes every row): Spark runs both without generated code, so the
+        # rows go from one to the other with no code-generated stage between them.
+        out = Observe(child=out, name=name, exprs=metrics)
         if self.streaming:
             # An automatic lag: Spark's watermark is the highest event time seen (delay 0), and
             # the driver computes the job's from the lag it records (runtime.auto_watermark).
             delay = 0 if node.auto is not None else node.lag_ms
             out = WithWatermark(child=out, column=ET, delay=f"{delay} milliseconds")
-        spark_max = self.streaming and self.spark_max and not idle
-        self._track(node, name, idle=idle, spark_max=spark_max)
-        metrics = _source_metrics(plain=plain, idle=idle, count_input=count_input, spark_max=spark_max)
-        out = Observe(child=out, name=name, exprs=metrics)
         if plain:
             return out
         # Mentions the event-time column, so it stays above the watermark operator.
@@ -343,7 +353,7 @@ class Lowerer:
         punct_et = f"timestamp_micros(({quote(WM)} + {lag + self.shift}L) * 1000L)"
         return f"CASE WHEN {quote(ROW_KIND)} = 0 THEN {data_et} ELSE {punct_et} END AS {quote(ET)}"
 
-    def _track(self, node: n.Watermark, name: str, *, idle: bool, spark_max: bool) -> None:
+    def _track(self, node: n.Watermark, name: str, *, idle: bool, spark_max: bool, spark_rows: bool) -> None:
         """Record the sources of ``node`` as observed by ``name``, for the job's per-source watermarks."""
         sources = ",".join(s.name for s in n.sources_of(node))
         self.tracked.append(
@@ -355,6 +365,7 @@ class Lowerer:
                 lag_ms=0 if node.auto is not None else node.lag_ms,
                 idle_timeout_ms=node.idle_timeout_ms if idle else None,
                 max_in_progress=spark_max,
+                rows_in_progress=spark_rows,
                 auto=node.auto,
             )
         )
@@ -368,6 +379,23 @@ def one_watermark(plan: n.PlanNode) -> bool:
     """
     marks = [x for x in n.walk(plan) if isinstance(x, n.Watermark)]
     return len(marks) == 1 and not _partitioned(marks[0].input)
+
+
+def rows_in_progress(plan: n.PlanNode) -> bool:
+    """Whether ``plan`` reads one source, a streaming file source right under its watermark.
+
+    Every row such a query reads is a data row of that one Spark source, and
+    the observation over its event time sits right above the read, where no
+    filter reaches the scan: Spark's ``numInputRows`` is exactly the count
+    the observation would make. A second source (a union, a join, a lookup
+    table, idle markers) or rows that are not all data (a memory stream's
+    punctuation) keep the observed count.
+    """
+    sources = n.sources_of(plan)
+    if len(sources) != 1 or not isinstance(sources[0], n.FileSource) or not sources[0].streaming:
+        return False
+    marks = [w for w in n.watermarks_of(plan) if w.input is sources[0]]
+    return len(marks) == 1 and marks[0].idle_timeout_ms is None
 
 
 def _watermark_hidden(node: n.Watermark) -> tuple[str, ...]:
@@ -414,7 +442,9 @@ def _source_metrics(
     rows = f"count(1) AS {ROWS}" if plain else f"count_if({kind} = 0) AS {ROWS}"
     return (
         *((rows,) if count_input else ()),
-        f"count_if({data_row}{quote(ET)} IS NULL) AS {INVALID}",
+        # count(CASE ...), not count_if: Spark rewrites count_if's test into a column of its own,
+        # a projection per row between the select and the observation.
+        f"count(CASE WHEN {data_row}{quote(ET)} IS NULL THEN 1 END) AS {INVALID}",
         *own,
     )
 
