@@ -1,11 +1,13 @@
 """Where a native micro-batch's time goes: Spark's ``durationMs`` per phase, krishiv_py vs hand-written.
 
     python -m benchmarks.breakdown [--query tumbling --query session --query nexmark-q7]
-                                   [--repeat 2] [--tree DIR]        (nox -s breakdown_bench)
+                                   [--repeat 2] [--tree DIR] [--events N --files F]
+                                                                    (nox -s breakdown_bench)
 
 Runs ``python -m benchmarks.spark_runner --phases`` once per query with
 the ``krishiv-native`` and ``pyspark-streaming`` runners interleaved in one
-process (1 M events in 20 files, the suite's datasets), and prints, per
+process (1 M events in 20 files, the suite's datasets; ``--events`` and
+``--files`` for larger micro-batches, where per-row work decides), and prints, per
 query and runner, the mean milliseconds per executed micro-batch of each
 phase Spark reports (``latestOffset``, ``walCommit``, ``queryPlanning``,
 ``getBatch``, ``addBatch``, ``commitOffsets``, ``triggerExecution``), the
@@ -56,11 +58,20 @@ OPERATOR_PARTS = (
 
 
 def run(
-    queries: list[str], repeat: int, tree: Path, runners: tuple[str, ...] = RUNNERS
+    queries: list[str],
+    repeat: int,
+    tree: Path,
+    runners: tuple[str, ...] = RUNNERS,
+    *,
+    events: int = 1_000_000,
+    files: int = 20,
 ) -> list[dict[str, Any]]:
-    """The ``phases`` details of every timed run (warm-up left out)."""
-    clicks = data.clickstream(data.ClickstreamSpec(events=1_000_000, files=20))
-    nexmark = data.nexmark(data.NexmarkSpec(events=1_000_000, files=20))
+    """The ``phases`` details of every timed run (warm-up left out).
+
+    ``events`` in ``files`` files per dataset: a micro-batch reads one file.
+    """
+    clicks = data.clickstream(data.ClickstreamSpec(events=events, files=files))
+    nexmark = data.nexmark(data.NexmarkSpec(events=events, files=files))
     cmd = [sys.executable, "-m", "benchmarks.spark_runner", "--phases", "--interleave"]
     cmd += [f"--runner={r}" for r in runners] + [f"--query={q}" for q in queries]
     cmd += ["--clickstream", str(clicks.root), "--nexmark", str(nexmark.root), "--repeat", str(repeat)]
@@ -131,10 +142,14 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="add krishiv's stateful lowering (krishiv-stateful) and its operator's parts",
     )
+    p.add_argument("--events", type=int, default=1_000_000, help="events per dataset (default 1,000,000)")
+    p.add_argument(
+        "--files", type=int, default=20, help="files per dataset, one per micro-batch (default 20)"
+    )
     args = p.parse_args(argv)
     queries = args.query or ["tumbling", "session", "nexmark-q7"]
     runners = (*RUNNERS, "krishiv-stateful") if args.stateful else RUNNERS
-    details = run(queries, args.repeat, args.tree.resolve(), runners)
+    details = run(queries, args.repeat, args.tree.resolve(), runners, events=args.events, files=args.files)
     print(f"ms per executed micro-batch (median over {args.repeat} runs), tree {args.tree}:")
     print(table(details, queries, runners))
     if args.stateful:
