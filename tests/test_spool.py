@@ -230,3 +230,33 @@ def test_a_committed_micro_batch_that_read_only_a_nudge_keeps_the_spool_position
     (ck / "offsets" / "3").write_text("\n".join(offsets) + "\n")
     (ck / "commits" / "3").write_text('v1\n{"nextBatchWatermarkMs":0}\n')
     assert committed_seq(str(ck), str(data)) == 5
+
+
+def test_retention_deletes_a_nudge_with_the_first_committed_batch_newer_than_it(tmp_path: Path) -> None:
+    """A nudge file (a restarted job's micro-batch of no rows) goes once a batch file read after it is
+    deleted; one newer than every deleted batch stays (a reader may not have read it yet)."""
+    import json
+    import os
+
+    from krishiv_py.runtime.spool import Spool
+
+    spool_dir = tmp_path / "sources" / "clicks"
+    data, ck = spool_dir / "data", tmp_path / "ck"
+    data.mkdir(parents=True)
+    _spark_logs(ck, data, 3)  # spool files 0..5 committed by micro-batches 0..2
+    files = {f"batch-{seq:012d}-data.parquet": 1_000.0 + seq for seq in range(8)}
+    files["nudge-00000000000000000001.parquet"] = 1_003.5  # read between batches 3 and 4: deleted
+    files["nudge-00000000000000000002.parquet"] = 1_006.5  # read after batch 6: kept
+    for name, second in files.items():
+        (data / name).write_bytes(b"")
+        os.utime(data / name, ns=(int(second * 1e9), int(second * 1e9)))
+    (spool_dir / "readers").mkdir()
+    (spool_dir / "readers" / "job.json").write_text(json.dumps({"checkpoint": str(ck), "pid": None}))
+    Spool(str(spool_dir), retention="committed").clean()
+    left = sorted(p.name for p in data.iterdir())
+    assert left == [
+        "batch-000000000006-data.parquet",
+        "batch-000000000007-data.parquet",
+        "nudge-00000000000000000002.parquet",
+    ]
+    assert read_manifest(str(spool_dir)).first_kept == 6

@@ -3,7 +3,8 @@
 A memory stream lives in ``<state_dir>/sources/<name>/``::
 
     data/           batch-<seq>-<kind>.parquet: one file per send, read by Spark's file source;
-                    nudge-<ns>.parquet: a file of no rows a restarted job adds (``Sender.nudge``)
+                    nudge-<ns>.parquet: a file of no rows a restarted job adds (``Sender.nudge``),
+                    deleted with the first committed batch file newer than it
     staging/        batches being written (renamed into data/ when complete)
     readers/        one file per job that reads the stream: its checkpoint directory
     manifest.json   what retention deleted: the first batch kept, batches sent, closed
@@ -86,6 +87,7 @@ __all__ = [
 Retention: TypeAlias = Literal["all", "committed"]
 
 _FILE = re.compile(r"^batch-(\d{12})-(data|watermark|close)\.parquet$")
+_NUDGE = re.compile(r"^nudge-\d{20}\.parquet$")
 MANIFEST, READERS, LOCK = "manifest.json", "readers", ".lock"
 #: A sender looks for batches to delete at most this often (a job: after each ``process_all_available``).
 CLEAN_INTERVAL_S = 0.25
@@ -299,12 +301,35 @@ class Spool:
                     )
                     _write_manifest(self.path, manifest)  # before deleting: the counters survive
             doomed = [f for seq, f in files.items() if seq < manifest.first_kept]
+            doomed += _nudges_before(self.data_dir, doomed)
             for fname in doomed:
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(os.path.join(self.data_dir, fname))
             if doomed:
                 _fsync_dir(self.data_dir)
             return len(doomed)
+
+
+def _nudges_before(data_dir: str, doomed: Sequence[str]) -> list[str]:
+    """The nudge files (``Sender.nudge``) older than the newest of the batch files ``doomed``.
+
+    Spark's file source reads the spool's files in the order of their
+    modification times, one per micro-batch: a nudge older than a batch every
+    reader has committed was read, and committed, before it.
+    """
+    newest = max((_mtime_ns(data_dir, f) for f in doomed), default=-1)
+    if newest < 0:
+        return []
+    nudges = [f for f in os.listdir(data_dir) if _NUDGE.match(f)]
+    return [f for f in nudges if 0 <= _mtime_ns(data_dir, f) < newest]
+
+
+def _mtime_ns(data_dir: str, fname: str) -> int:
+    """``fname``'s modification time in ns; -1 when it is gone."""
+    try:
+        return os.stat(os.path.join(data_dir, fname)).st_mtime_ns
+    except FileNotFoundError:
+        return -1
 
 
 def _progress(checkpoint: str, data_dir: str) -> int:
