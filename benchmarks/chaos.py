@@ -23,6 +23,11 @@ retraction once — which shows that no batch was written twice; an
 upsert-mode table must hold the model's current results, one row per
 window. ``--sink postgres`` starts a PostgreSQL server for the runs.
 
+``--carrier one-task`` (or ``krishiv-files``, ``state-store``) starts every
+job with that carrier of the stateful operator's state
+(``spark.krishiv.stateful.carrier``; the children read it from
+``KRISHIV_CHAOS_CARRIER``); the native runs do not use it.
+
 Reports runs, kills, the kill times and the outcome of each run; exits 1
 when a window was lost, duplicated or wrong, or a restart failed.
 """
@@ -69,7 +74,9 @@ def child(
     target = target or Target()
     lowering, auto = job_lowering(lowering)
     corrected = target.corrected and lowering == "stateful"
-    with kp.Session.embedded(durability="single-node-durable", state_dir=state_dir) as session:
+    with kp.Session.embedded(
+        durability="single-node-durable", state_dir=state_dir, spark_conf=_carrier_conf()
+    ) as session:
         stream, sender = session.memory_stream(SCHEMA, name="input")
         job = pipeline(stream, corrected=corrected, auto=auto).start(
             target.open(state_dir),
@@ -77,6 +84,18 @@ def child(
             lowering=lowering,
         )
         return 0 if feed(job, sender, batches(seed, count, size)) else 2
+
+
+#: The environment variable that hands ``--carrier`` to the children.
+CARRIER_ENV = "KRISHIV_CHAOS_CARRIER"
+
+
+def _carrier_conf() -> dict[str, str]:
+    """The Spark setting of the carrier ``--carrier`` asked for (none: the default carrier)."""
+    from krishiv_py.runtime.launch import CARRIER_CONF
+
+    carrier = os.environ.get(CARRIER_ENV)
+    return {CARRIER_CONF: carrier} if carrier else {}
 
 
 def child_kafka(
@@ -204,7 +223,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--sink", choices=("parquet", *TABLE_SINKS), default="parquet", help="where the job writes"
     )
+    p.add_argument(
+        "--carrier",
+        choices=("krishiv-files", "one-task", "state-store"),
+        help="the stateful operator's carrier (default: the session's default)",
+    )
     a = p.parse_args(argv)
+    if a.carrier:
+        os.environ[CARRIER_ENV] = a.carrier
     runs = []
     with contextlib.ExitStack() as stack:
         dsn = ""
