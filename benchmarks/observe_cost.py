@@ -1,12 +1,15 @@
-"""What krishiv_py's observed metrics cost per row: the native tumbling query at large micro-batches.
+"""What krishiv_py's observed metrics cost per row: the native lowering at large micro-batches.
 
-    python -m benchmarks.observe_cost [--rounds 6] [--events 12000000] [--files 6]
+    python -m benchmarks.observe_cost [--query tumbling|nexmark-q7] [--rounds 6]
+                                      [--events 12000000] [--files 6]
 
 One process, one Spark session (tuned as krishiv_py tunes it, for every
 variant), the suite's clickstream in ``--files`` Parquet files read one per
 micro-batch (2 M rows each by default: per-row work decides there). Each
-round runs, in this order, the per-user 1-minute tumbling ``count(*)`` and
-``sum(amount)`` (watermark lag 5 s) as:
+round runs, in this order, the query — ``tumbling``, the per-user 1-minute
+``count(*)`` and ``sum(amount)`` over the clickstream, or ``nexmark-q7``,
+the highest price and the bid count per 10 s window without keys over the
+bids (Nexmark's tables, all their columns) — with a watermark lag of 5 s, as:
 
 ``hand``
     the query written by hand: ``withWatermark`` + ``window`` +
@@ -38,6 +41,7 @@ import statistics
 import tempfile
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import krishiv_py as kp
@@ -45,48 +49,77 @@ from benchmarks import data
 from krishiv_py.plan.watermarks import MAX_EVENT_MS, MIN_EVENT_MS
 from krishiv_py.planner.spark import SHIFT_BASE_MS
 
-SCHEMA = data.CLICKSTREAM_DDL
 LAG_S = 5
 
 
-def _shift_us() -> int:
-    """The native lowering's time shift for a 1-minute window, in microseconds."""
-    return -(-SHIFT_BASE_MS // 60_000) * 60_000 * 1000
+@dataclass(frozen=True)
+class Query:
+    """One query of the benchmark: its table, event-time column, window and aggregates."""
+
+    name: str
+    ddl: str
+    event_time: str
+    window_ms: int
+    keys: tuple[str, ...]
+
+    def aggregate(self, df: Any, column: str) -> Any:
+        """The query's window aggregation by hand over ``df``, the window on ``column``."""
+        from pyspark.sql import functions as F
+
+        window = F.window(column, f"{self.window_ms // 1000} seconds")
+        count = F.count(F.lit(1)).alias("count")
+        if self.name == "tumbling":
+            return df.groupBy(*self.keys, window).agg(count, F.sum("amount"))
+        return df.groupBy(window).agg(F.max("price").alias("max_price"), count)
+
+    def krishiv(self, source: kp.Stream) -> kp.Stream:
+        """The same query with the builder."""
+        s = source.watermark(self.event_time, LAG_S * 1000)
+        count = kp.count(kp.col("*"))
+        if self.name == "tumbling":
+            return s.key_by(*self.keys).tumbling_window(self.window_ms).agg(count, kp.sum(kp.col("amount")))
+        return s.tumbling_window(self.window_ms).agg(kp.max(kp.col("price")).alias("max_price"), count)
+
+    def event_time_item(self) -> str:
+        """The event-time select item of krishiv's recipe (see ``Lowerer._event_time``)."""
+        c = f"CAST(`{self.event_time}` AS TIMESTAMP)"
+        shift_us = -(-SHIFT_BASE_MS // self.window_ms) * self.window_ms * 1000
+        return (
+            f"timestamp_micros(CASE WHEN unix_millis({c}) BETWEEN {MIN_EVENT_MS}L AND {MAX_EVENT_MS}L "
+            f"THEN unix_micros({c}) END + {shift_us}L) AS et"
+        )
 
 
-def _event_time() -> str:
-    """The event-time select item of krishiv's recipe for a timestamp column (see ``Lowerer._event_time``)."""
-    c = "CAST(`event_time` AS TIMESTAMP)"
-    return (
-        f"timestamp_micros(CASE WHEN unix_millis({c}) BETWEEN {MIN_EVENT_MS}L AND {MAX_EVENT_MS}L "
-        f"THEN unix_micros({c}) END + {_shift_us()}L) AS et"
-    )
+QUERIES = {
+    "tumbling": Query("tumbling", data.CLICKSTREAM_DDL, "event_time", 60_000, ("user_id",)),
+    "nexmark-q7": Query("nexmark-q7", data.BID_DDL, "date_time", 10_000, ()),
+}
 
 
-def _aggregate(df: Any, column: str) -> Any:
-    from pyspark.sql import functions as F
+def dataset_path(query: Query, events: int, files: int) -> str:
+    """The directory of the query's table in the suite's datasets (written once, then cached)."""
+    if query.name == "tumbling":
+        return data.clickstream(data.ClickstreamSpec(events=events, files=files)).table_dir("events")
+    return data.nexmark(data.NexmarkSpec(events=events, files=files)).table_dir("bid")
 
-    window = F.window(column, "60 seconds")
-    return df.groupBy("user_id", window).agg(F.count(F.lit(1)).alias("count"), F.sum("amount"))
 
-
-def _recipe(spark: Any, path: str, metrics: tuple[str, ...], *, below: bool) -> Any:
+def _recipe(spark: Any, query: Query, path: str, metrics: tuple[str, ...], *, below: bool) -> Any:
     """krishiv's native recipe by hand, with ``metrics`` observed below or above the watermark."""
     from pyspark.sql import functions as F
 
     hidden = ("CAST(0 AS TINYINT) AS k", "CAST(NULL AS BIGINT) AS wm", "CAST(0 AS BIGINT) AS seq")
-    df = _read(spark, path).selectExpr("*", *hidden).selectExpr("*", _event_time())
+    df = _read(spark, query, path).selectExpr("*", *hidden).selectExpr("*", query.event_time_item())
     observed = [F.expr(m) for m in metrics]
     if observed and below:
         df = df.observe(f"m_{uuid.uuid4().hex[:8]}", *observed)
     df = df.withWatermark("et", f"{LAG_S} seconds")
     if observed and not below:
         df = df.observe(f"m_{uuid.uuid4().hex[:8]}", *observed)
-    return _aggregate(df.filter("et IS NOT NULL"), "et")
+    return query.aggregate(df.filter("et IS NOT NULL"), "et")
 
 
-def _read(spark: Any, path: str) -> Any:
-    return spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(path)
+def _read(spark: Any, query: Query, path: str) -> Any:
+    return spark.readStream.schema(query.ddl).option("maxFilesPerTrigger", 1).parquet(path)
 
 
 def _run_spark(query: Any, scratch: str) -> float:
@@ -103,11 +136,9 @@ def _run_spark(query: Any, scratch: str) -> float:
     return float(sum(p["durationMs"]["addBatch"] for p in reports))
 
 
-def _run_krishiv(session: kp.Session, path: str) -> float:
+def _run_krishiv(session: kp.Session, query: Query, path: str) -> float:
     source = session.read_parquet(path, streaming=True, max_files_per_trigger=1)
-    count, amount = kp.count(kp.col("*")), kp.sum(kp.col("amount"))
-    stream = source.watermark("event_time", LAG_S * 1000).key_by("user_id").tumbling_window(60_000)
-    job = stream.agg(count, amount).start(kp.ForeachBatchSink(lambda _t, _b: None), lowering="native")
+    job = query.krishiv(source).start(kp.ForeachBatchSink(lambda _t, _b: None), lowering="native")
     try:
         job.process_all_available()
         reports = [p.raw for p in job.progress() if p.input_rows > 0]
@@ -116,22 +147,24 @@ def _run_krishiv(session: kp.Session, path: str) -> float:
     return float(sum(r["durationMs"]["addBatch"] for r in reports))
 
 
-def variants(session: kp.Session, path: str, scratch: str) -> dict[str, Callable[[], float]]:
+def variants(session: kp.Session, query: Query, path: str, scratch: str) -> dict[str, Callable[[], float]]:
     spark = session.spark
     rows_and_invalid = ("count(1) AS rows", "count_if(et IS NULL) AS invalid")
     invalid = ("count(CASE WHEN et IS NULL THEN 1 END) AS invalid",)
+
+    def hand() -> float:
+        df = _read(spark, query, path).withWatermark(query.event_time, f"{LAG_S} seconds")
+        return _run_spark(query.aggregate(df, query.event_time), scratch)
+
+    def recipe(metrics: tuple[str, ...], *, below: bool) -> Callable[[], float]:
+        return lambda: _run_spark(_recipe(spark, query, path, metrics, below=below), scratch)
+
     return {
-        "hand": lambda: _run_spark(
-            _aggregate(_read(spark, path).withWatermark("event_time", "5 seconds"), "event_time"), scratch
-        ),
-        "krishiv-native": lambda: _run_krishiv(session, path),
-        "observed above the watermark": lambda: _run_spark(
-            _recipe(spark, path, rows_and_invalid, below=False), scratch
-        ),
-        "observed below the watermark": lambda: _run_spark(
-            _recipe(spark, path, invalid, below=True), scratch
-        ),
-        "not observed": lambda: _run_spark(_recipe(spark, path, (), below=True), scratch),
+        "hand": hand,
+        "krishiv-native": lambda: _run_krishiv(session, query, path),
+        "observed above the watermark": recipe(rows_and_invalid, below=False),
+        "observed below the watermark": recipe(invalid, below=True),
+        "not observed": recipe((), below=True),
     }
 
 
@@ -142,20 +175,24 @@ def main(argv: list[str] | None = None) -> int:
         "--events", type=int, default=12_000_000, help="events in the dataset (default 12,000,000)"
     )
     p.add_argument("--files", type=int, default=6, help="files, one per micro-batch (default 6)")
+    p.add_argument(
+        "--query", choices=sorted(QUERIES), default="tumbling", help="the query (default tumbling)"
+    )
     args = p.parse_args(argv)
-    dataset = data.clickstream(data.ClickstreamSpec(events=args.events, files=args.files))
-    path = dataset.table_dir("events")
+    query = QUERIES[args.query]
+    path = dataset_path(query, args.events, args.files)
     times: dict[str, list[float]] = {}
     with (
         kp.Session.embedded(app_name="krishiv-observe-cost", progress=False) as session,
         tempfile.TemporaryDirectory(prefix="krishiv-observe-") as scratch,
     ):
-        runs = variants(session, path, scratch)
+        runs = variants(session, query, path, scratch)
         for r in range(args.rounds):
             for name, run in runs.items():
                 times.setdefault(name, []).append(run())
                 print(f"round {r} {name}: addBatch {times[name][-1]:.0f} ms", flush=True)
-    print(f"\naddBatch summed over a run's micro-batches ({args.events:,} events in {args.files} files),")
+    where = f"{args.events:,} events in {args.files} files"
+    print(f"\n{query.name}: addBatch summed over a run's micro-batches ({where}),")
     print("median over rounds 2..; ratio to hand in the same round, median:")
     print("| variant | addBatch (ms) | ÷ hand |\n|---|---:|---:|")
     hand = times["hand"][1:]
