@@ -21,7 +21,8 @@ with a watermark lag of 5 s, as:
     ``read_parquet(..., streaming=True, max_files_per_trigger=1)`` and the
     builder, ``start(lowering="native")``: what this checkout lowers to.
 ``observed above the watermark``
-    krishiv's recipe by hand, the event-time select and its observation of
+    krishiv's recipe by hand (its event-time select item taken from the
+    lowering), the event-time select and its observation of
     ``count(1)`` and ``count_if(et IS NULL)`` above ``withWatermark``: the
     recipe before the observation moved.
 ``observed below the watermark``
@@ -49,8 +50,8 @@ from typing import Any
 
 import krishiv_py as kp
 from benchmarks import data
-from krishiv_py.plan.watermarks import MAX_EVENT_MS, MIN_EVENT_MS
-from krishiv_py.planner.spark import SHIFT_BASE_MS
+from krishiv_py.names import ET
+from krishiv_py.planner.spark import SelectExprs
 
 LAG_S = 5
 NARROW_DDL = "auction bigint, event_time timestamp, price bigint"
@@ -83,15 +84,6 @@ class Query:
         if self.name == "tumbling":
             return s.key_by(*self.keys).tumbling_window(self.window_ms).agg(count, kp.sum(kp.col("amount")))
         return s.tumbling_window(self.window_ms).agg(kp.max(kp.col("price")).alias("max_price"), count)
-
-    def event_time_item(self) -> str:
-        """The event-time select item of krishiv's recipe (see ``Lowerer._event_time``)."""
-        c = f"CAST(`{self.event_time}` AS TIMESTAMP)"
-        shift_us = -(-SHIFT_BASE_MS // self.window_ms) * self.window_ms * 1000
-        return (
-            f"timestamp_micros(CASE WHEN unix_millis({c}) BETWEEN {MIN_EVENT_MS}L AND {MAX_EVENT_MS}L "
-            f"THEN unix_micros({c}) END + {shift_us}L) AS et"
-        )
 
 
 QUERIES = {
@@ -138,19 +130,39 @@ def _narrow_bids(events: int, files: int) -> str:
     return str(root)
 
 
-def _recipe(spark: Any, query: Query, path: str, metrics: tuple[str, ...], *, below: bool) -> Any:
-    """krishiv's native recipe by hand, with ``metrics`` observed below or above the watermark."""
+def lowered_event_time(session: kp.Session, query: Query, path: str) -> str:
+    """The event-time select item krishiv's native lowering gives ``query`` over ``path`` (``AS __kp_et``)."""
+    source = session.read_parquet(path, streaming=True, max_files_per_trigger=1)
+    node: Any = query.krishiv(source).lower(lowering="native").root
+    pending = [node]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, SelectExprs):
+            item = next((e for e in node.exprs if e.endswith(f" AS `{ET}`")), None)
+            if item is not None:
+                return item
+        pending += [
+            c for c in (getattr(node, "child", None), *getattr(node, "children", ())) if c is not None
+        ]
+    raise RuntimeError(f"{query.name}: the native recipe has no event-time select")
+
+
+def _recipe(
+    spark: Any, query: Query, path: str, event_time: str, metrics: tuple[str, ...], *, below: bool
+) -> Any:
+    """krishiv's native recipe by hand, ``event_time`` its select item, ``metrics`` observed below or
+    above the watermark."""
     from pyspark.sql import functions as F
 
     hidden = ("CAST(0 AS TINYINT) AS k", "CAST(NULL AS BIGINT) AS wm", "CAST(0 AS BIGINT) AS seq")
-    df = _read(spark, query, path).selectExpr("*", *hidden).selectExpr("*", query.event_time_item())
+    df = _read(spark, query, path).selectExpr("*", *hidden).selectExpr("*", event_time)
     observed = [F.expr(m) for m in metrics]
     if observed and below:
         df = df.observe(f"m_{uuid.uuid4().hex[:8]}", *observed)
-    df = df.withWatermark("et", f"{LAG_S} seconds")
+    df = df.withWatermark(ET, f"{LAG_S} seconds")
     if observed and not below:
         df = df.observe(f"m_{uuid.uuid4().hex[:8]}", *observed)
-    return query.aggregate(df.filter("et IS NOT NULL"), "et")
+    return query.aggregate(df.filter(f"`{ET}` IS NOT NULL"), ET)
 
 
 def _read(spark: Any, query: Query, path: str) -> Any:
@@ -184,15 +196,16 @@ def _run_krishiv(session: kp.Session, query: Query, path: str) -> float:
 
 def variants(session: kp.Session, query: Query, path: str, scratch: str) -> dict[str, Callable[[], float]]:
     spark = session.spark
-    rows_and_invalid = ("count(1) AS rows", "count_if(et IS NULL) AS invalid")
-    invalid = ("count(CASE WHEN et IS NULL THEN 1 END) AS invalid",)
+    event_time = lowered_event_time(session, query, path)
+    rows_and_invalid = ("count(1) AS rows", f"count_if(`{ET}` IS NULL) AS invalid")
+    invalid = (f"count(CASE WHEN `{ET}` IS NULL THEN 1 END) AS invalid",)
 
     def hand() -> float:
         df = _read(spark, query, path).withWatermark(query.event_time, f"{LAG_S} seconds")
         return _run_spark(query.aggregate(df, query.event_time), scratch)
 
     def recipe(metrics: tuple[str, ...], *, below: bool) -> Callable[[], float]:
-        return lambda: _run_spark(_recipe(spark, query, path, metrics, below=below), scratch)
+        return lambda: _run_spark(_recipe(spark, query, path, event_time, metrics, below=below), scratch)
 
     return {
         "hand": hand,

@@ -29,9 +29,11 @@ SNAPSHOTS = Path(__file__).parent / "snapshots"
 UPDATE = os.environ.get("KRISHIV_UPDATE_SNAPSHOTS") == "1"
 
 
+EVENTS = to_schema("user_id string, event_time timestamp, amount double")
+
+
 def events() -> Stream:
-    schema = to_schema("user_id string, event_time timestamp, amount double")
-    return Stream(None, n.MemorySource(name="events", schema=schema, path="/data/events"))
+    return Stream(None, n.MemorySource(name="events", schema=EVENTS, path="/data/events"))
 
 
 def clicks() -> Stream:
@@ -75,10 +77,9 @@ def keyed_session() -> Stream:
 
 
 def files() -> Stream:
-    schema = to_schema("user_id string, event_time timestamp, amount double")
-    return Stream(
-        None, n.FileSource(name="files", schema=schema, format="parquet", path="/data/files", streaming=True)
-    )
+    """The clicks of :func:`events`, as a directory of Parquet files read as a stream."""
+    source = n.FileSource(name="files", schema=EVENTS, format="parquet", path="/data/files", streaming=True)
+    return Stream(None, source)
 
 
 def files_tumbling() -> Stream:
