@@ -75,6 +75,7 @@ __all__ = [
     "ROUTE",
     "ROUTED_DDL",
     "OUT_OBSERVE",
+    "LATE_FLAG",
     "PACKED",
     "PACKED_DDL",
     "PANE",
@@ -101,6 +102,8 @@ __all__ = [
     "arithmetic_sum_metric",
     "cascade_identity",
     "counts_input",
+    "counts_very_late",
+    "late_observation",
     "encoded_value",
     "input_observation",
     "join_key",
@@ -362,6 +365,9 @@ ACTIVE, IDLE_WM = "active", "idle_wm"
 ARITH_METRIC_PREFIX = "arith_"
 
 _INPUT, _SOURCE, _ARITHMETIC = "kp_in_", "kp_src_", "kp_arith_"
+_LATE = "kp_late_"
+#: A native join side's flag: the row is behind its micro-batch's watermark (dropped, counted).
+LATE_FLAG = "__kp_late"
 
 
 def input_observation(i: int) -> str:
@@ -377,6 +383,17 @@ def source_observation(i: int) -> str:
 def arithmetic_observation(i: int) -> str:
     """The ``i``-th observation of filters and projections whose arithmetic gave no result."""
     return f"{_ARITHMETIC}{i}"
+
+
+def late_observation(i: int) -> str:
+    """The observation counting the rows of a native join's side ``i`` (0 left, 1 right) dropped as
+    very late: behind the watermark of their micro-batch."""
+    return f"{_LATE}{i}"
+
+
+def counts_very_late(observation: str) -> bool:
+    """Whether ``observation`` counts very late rows (:func:`late_observation`)."""
+    return _numbered(observation, _LATE)
 
 
 def arithmetic_metric(i: int) -> str:

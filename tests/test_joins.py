@@ -151,7 +151,7 @@ def test_an_inner_interval_join_without_lateness_drops_late_rows_and_keeps_state
     node = joined.plan.input  # the join under the filter
     assert isinstance(node, n.Join)
     model = join_model_for(node)
-    assert joined.lower().lowering == "native"  # Spark's own join; the operator is asked for here
+    assert joined.lower().lowering == "stateful"  # krishiv's join operator, the planner's choice
     job = joined.start(lowering="stateful")
     try:
         for _op, side, arg in steps:
@@ -249,18 +249,23 @@ def test_explain_shows_the_join_and_why_it_runs_on_the_stateful_lowering(session
     assert "krishiv join operator: interval how=left" in text
     assert "Spark's stream-stream join" in text
     assert "FlatMapGroupsInArrow" in text
-    native = lk.interval_join(rk, (-5, 0)).explain(show=False)
+    inner = lk.interval_join(rk, (-5, 0))
+    assert "== Lowering: stateful ==" in inner.explain(show=False)
+    native = inner.explain(show=False, lowering="native")
     assert "== Lowering: native ==" in native
     assert "StreamingSymmetricHashJoin" in native
+    assert "flag rows behind the micro-batch's watermark" in native
+    assert "test_native_join_over_batchings" in native
 
 
 def test_an_inner_interval_join_runs_on_spark_s_own_join_exactly_and_bounds_its_state(
     session: kp.Session,
 ) -> None:
-    """Spark's join drops a row at ``t <= W``; krishiv's rule is ``t < W``: a row at ``W`` joins."""
+    """Asked for, Spark's join: krishiv's filter drops a row at ``t < W``; a row at ``W`` joins."""
     left, right, ls, rs = streams(session)
     joined = left.watermark("t", 0).key_by("k").interval_join(right.watermark("t", 0).key_by("k"), (-5, 5))
-    assert joined.lower().lowering == "native"
+    assert joined.lower().lowering == "stateful"
+    assert joined.lower(lowering="native").lowering == "native"
     steps: list[tuple[str, Any, Any]] = [
         ("send", "left", [{"k": "a", "t": 100, "a": 1}, {"k": None, "t": 100, "a": 0}]),
         ("send", "right", [{"k": "a", "t": 100, "b": 1}, {"k": None, "t": 100, "b": 0}]),
@@ -286,7 +291,7 @@ def run_native(
     node = joined.plan
     assert isinstance(node, n.Join)
     model = join_model_for(node)
-    job = joined.start()
+    job = joined.start(lowering="native")
     try:
         for i, (_, side, arg) in enumerate(steps):
             model.send(arg, side=side)
@@ -296,8 +301,9 @@ def run_native(
         last = job.progress()[-1].raw
         state = last["stateOperators"][0]["numRowsTotal"]
         assert state <= 4, state  # rows far behind the watermark are gone
-        metrics = job.metrics()  # Spark's join counts its rows too
+        metrics = job.metrics()  # Spark's join counts its rows too, krishiv's filter the very late
         assert (metrics.joined_rows, metrics.windows_emitted) == (len(model.results), None)
+        assert metrics.very_late_events == model.metrics["very_late_events"] > 0
     finally:
         job.stop()
 

@@ -223,8 +223,13 @@ PIPELINES: dict[str, Callable[[], Stream]] = {
     "kafka_spark_connector": kafka_spark_connector,
     "kafka_per_partition": kafka_per_partition,
 }
-#: Spark's own session operator, forced (the planner picks the stateful lowering for sessions).
-FORCED: dict[str, Lowering] = {"keyed_session": "native", "global_session": "native"}
+#: Spark's own session operator and stream-stream join, forced (the planner picks the stateful
+#: lowering for sessions and joins).
+FORCED: dict[str, Lowering] = {
+    "keyed_session": "native",
+    "global_session": "native",
+    "interval_join_native": "native",
+}
 
 
 def snapshot_text(recipe: SparkRecipe) -> str:

@@ -196,9 +196,9 @@ def test_a_join_over_connect_equals_the_model(remote: kp.Session, how: str) -> N
         .key_by("k")
         .interval_join(right.watermark("t", 0).key_by("k"), between=(-2, 2), how=cast(Any, how))
     )
-    assert joined.lower().lowering == ("native" if how == "inner" else "stateful")
+    assert joined.lower().lowering == "stateful"  # the planner's choice; Spark's join is asked for
     model = join_model_for(cast(n.Join, joined.plan))
-    job = joined.start()
+    job = joined.start(lowering="native" if how == "inner" else None)
     try:
         for side, rows in (
             ("left", [{"k": "a", "t": 10, "a": 1}, {"k": "b", "t": 11, "a": 2}]),

@@ -8,20 +8,24 @@ import attrs
 
 from krishiv_py.names import (
     BUCKET,
+    LATE_FLAG,
     LOOKUP_FOUND,
     LOOKUP_KEY,
     OUTPUT_DDL,
     PACKED_DDL,
     ROUTE,
     ROUTED_DDL,
+    ROWS,
     STATE_DDL,
     SUBQUERY,
     TICK,
     WATERMARK_MARKER,
+    late_observation,
     source_view,
 )
 from krishiv_py.planner.spark import recipe as r
 from krishiv_py.planner.sql import quote
+from krishiv_py.runtime.late_rows import LateRows
 from krishiv_py.runtime.lookup import table_frame
 from krishiv_py.runtime.remote import is_remote
 from krishiv_py.runtime.sources import ReadPaths, reader_for
@@ -233,12 +237,14 @@ def _stream_join(
     """Spark's join of the two sides, each carrying its watermark in its join time column."""
     from pyspark.sql import functions as F
 
-    frames = []
+    frames: list[DataFrame] = []
     for child, (name, sql), cols in (
         (node.left, node.left_time, node.left_columns),
         (node.right, node.right_time, node.right_columns),
     ):
         frame = _build(spark, child, obs, paths)
+        if node.drops_late:
+            frame = _drop_late(frame, len(frames), node.shift_ms, obs, paths)
         time = F.expr(sql)
         # The join's late-row filter and state eviction read the column that has the watermark
         # metadata; the global watermark itself comes from the watermark operators upstream.
@@ -248,6 +254,22 @@ def _stream_join(
         frames.append(frame.select(*[F.col(f"`{c}`") for c in cols], time))
     joined = frames[0].join(frames[1], F.expr(node.condition), node.how)
     return joined.selectExpr(*node.exprs)
+
+
+def _drop_late(
+    frame: DataFrame, side: int, shift_ms: int, obs: dict[str, Any] | None, paths: ReadPaths
+) -> DataFrame:
+    """``frame`` without its rows behind their micro-batch's watermark, counted as very late
+    (:mod:`krishiv_py.runtime.late_rows`)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BooleanType, StructField, StructType
+
+    schema = StructType([*frame.schema.fields, StructField(LATE_FLAG, BooleanType())])
+    flagged = frame.mapInArrow(LateRows(paths.checkpoint, shift_ms), schema)
+    count = F.expr(f"count(CASE WHEN {quote(LATE_FLAG)} THEN 1 END)").alias(ROWS)
+    if paths.observe:
+        flagged = flagged.observe(late_observation(side), count)
+    return flagged.filter(f"NOT {quote(LATE_FLAG)}").drop(LATE_FLAG)
 
 
 def _stateful(

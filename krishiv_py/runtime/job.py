@@ -35,6 +35,7 @@ from krishiv_py.names import (
     OUT_OBSERVE,
     ROWS,
     counts_input,
+    counts_very_late,
     is_arithmetic_metric,
 )
 from krishiv_py.planner.spark import SparkRecipe
@@ -522,7 +523,7 @@ class StreamingJob(Job):
             invalid_events=totals["invalid"] if self._recipe.tracked else None,
             on_time_events=None,
             mildly_late_events=None,
-            very_late_events=None,
+            very_late_events=totals["very_late"] if self._recipe.counts_very_late else None,
             future_events=None,
             windows_emitted=_emitted(self._recipe, "windows", totals["emitted"]),
             joined_rows=_emitted(self._recipe, "joined", totals["emitted"]),
@@ -573,7 +574,7 @@ class _History:
     def __init__(self, tracked: Sequence[Any], shift_ms: int, kept: int = KEPT_PROGRESS) -> None:
         self._tracked = tuple(tracked)
         self._shift_ms = shift_ms
-        self.totals = {"rows": 0, "invalid": 0, "emitted": 0, "arith": 0}
+        self.totals = {"rows": 0, "invalid": 0, "emitted": 0, "arith": 0, "very_late": 0}
         self.per_source: dict[str, int] = {}
         self.effective: dict[str, int] = {}
         self.watermark_ms: int | None = None
@@ -662,11 +663,13 @@ def _emitted(recipe: SparkRecipe, kind: Emits, count: int) -> int | None:
 
 def _sum_observed(observed: Sequence[dict[str, Any]]) -> dict[str, int]:
     """Totals of input rows, invalid rows, rows out of the query and arithmetic errors over observations."""
-    totals = {"rows": 0, "invalid": 0, "emitted": 0, "arith": 0}
+    totals = {"rows": 0, "invalid": 0, "emitted": 0, "arith": 0, "very_late": 0}
     for obs in observed:
         for name, m in obs.items():
             totals["arith"] += sum(int(v or 0) for k, v in m.items() if is_arithmetic_metric(k))
-            if counts_input(name):
+            if counts_very_late(name):
+                totals["very_late"] += int(m.get(ROWS) or 0)
+            elif counts_input(name):
                 totals["rows"] += int(m.get(ROWS) or 0)
                 totals["invalid"] += int(m.get(INVALID) or 0)
             elif name == OUT_OBSERVE:

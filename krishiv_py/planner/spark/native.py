@@ -202,11 +202,16 @@ def native_join(node: n.Join) -> bool:
     """Whether Spark's own join runs ``node`` exactly: an inner interval join, no lateness options.
 
     Spark's stream-stream inner join emits a match as soon as both rows are
-    there and drops a row that is late (``t <= W`` in Spark, ``t < W`` in
-    krishiv: the join reads each side's event time one µs later, see
-    :func:`lower_join`), which is SPEC 3.12 with ``L = 0``. Its outer joins
-    emit a padded row when its state eviction runs, and it has no allowed
-    lateness, retractions, late-event side output, window or as-of join.
+    there, and evicts a row once no on-time row of the other side can match
+    it. Its own late-row filter reads the watermark of the micro-batch
+    *before* the one it evicts with, so each side first drops and counts its
+    rows behind the watermark of their micro-batch (``StreamJoin.drops_late``):
+    SPEC 3.12 with ``L = 0``, in every batching
+    (``tests/test_differential.py::test_native_join_over_batchings``). Its
+    outer joins emit a padded row when its state eviction runs, and it has no
+    allowed lateness, retractions, late-event side output, window or as-of join.
+    The planner does not choose it (krishiv's join operator was faster on
+    Nexmark q20, docs/joins.md); ``lowering="native"`` asks for it.
     """
     e = node.emission
     return (
@@ -224,12 +229,13 @@ def lower_join(
 ) -> RecipeNode:
     """An inner interval join as Spark's own join of the two sides.
 
-    Each side's time column is its event time plus one µs, made with
-    Spark's watermark metadata: Spark's join drops a row as late when its
-    time is at or below the watermark, so with the µs added it drops
-    exactly the rows with ``t < W``, the rows SPEC 3.12 counts very late.
+    Streaming, each side first drops the rows behind its micro-batch's
+    watermark (``t < W``, counted as very late; :func:`native_join`). Each
+    side's time column is its event time plus one µs, made with Spark's
+    watermark metadata, for Spark's state eviction: a row is evicted once its
+    time is at or below what the other side's watermark allows, so with the
+    µs added a row stays while an on-time row (``t >= W``) can still match it.
     """
-    del shift_ms  # both sides are shifted alike; the condition is relative
     # A batch join sees every row in one step, where none is late: allowed lateness changes nothing.
     bounded = not streaming and node.kind == "interval" and node.how == "inner"
     assert (native_join(node) or (bounded and node.emission.accumulation == "accumulating")) and node.between
@@ -267,4 +273,6 @@ def lower_join(
         how="inner",
         exprs=tuple(exprs),
         streaming=streaming,
+        drops_late=streaming,
+        shift_ms=shift_ms if streaming else 0,
     )

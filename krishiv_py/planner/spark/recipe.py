@@ -27,6 +27,7 @@ df_1 = src_0.filter('`t` > 0')
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Literal, TypeAlias, TypeVar
 
 import attrs
@@ -170,6 +171,13 @@ class StreamJoin:
     how: str
     exprs: tuple[str, ...]
     streaming: bool
+    #: Streaming: each side first drops (and counts) its rows behind the watermark of their
+    #: micro-batch, read from the query's offset log. Spark's join drops a late row by the
+    #: watermark of the micro-batch before, which is not the specified rule when a watermark
+    #: advance and a row fall into consecutive micro-batches; this filter makes it so.
+    #: ``shift_ms``: the event-time shift inside the query.
+    drops_late: bool = False
+    shift_ms: int = 0
 
 
 @attrs.frozen(kw_only=True)
@@ -362,6 +370,11 @@ class SparkRecipe:
         return "joined" if self.join_identity is not None else None
 
     @property
+    def counts_very_late(self) -> bool:
+        """Whether the query counts its very late rows itself (a native join's sides do)."""
+        return any(isinstance(x, StreamJoin) and x.drops_late for x in _nodes(self.root))
+
+    @property
     def idle(self) -> tuple[TrackedSource, ...]:
         """The sources with an idle timeout (their markers need a directory)."""
         return tuple(t for t in self.tracked if t.idle_timeout_ms is not None)
@@ -391,6 +404,19 @@ class SparkRecipe:
             lines.append(f"# then, on the driver, on {rows}:")
             lines.append(stage.render())
         return "\n".join(lines)
+
+
+def _nodes(node: RecipeNode) -> Iterator[RecipeNode]:
+    """``node`` and every recipe node under it (a stateful operator's side inputs left out)."""
+    yield node
+    if isinstance(node, StreamJoin):
+        yield from _nodes(node.left)
+        yield from _nodes(node.right)
+    elif isinstance(node, UnionAll):
+        for child in node.children:
+            yield from _nodes(child)
+    elif not isinstance(node, ReadSource):
+        yield from _nodes(node.child)
 
 
 def _render(node: RecipeNode, lines: list[str]) -> str:
@@ -428,6 +454,13 @@ def _render(node: RecipeNode, lines: list[str]) -> str:
             (node.right, node.right_time, node.right_columns),
         ):
             part = _render(child, lines)
+            if node.drops_late:
+                var = f"df_{len(lines)}"
+                lines.append(
+                    f"{var} = {part}.mapInArrow(<flag rows behind the micro-batch's watermark "
+                    "(offset log)>, ...).observe(<count them>).filter('NOT `__kp_late`')"
+                )
+                part = var
             side = f"df_{len(lines)}"
             carry = f"F.expr({sql!r}).alias({name!r}, metadata=<watermark>)" if node.streaming else repr(sql)
             lines.append(f"{side} = {part}.select({', '.join(repr(c) for c in cols)}, {carry})")
