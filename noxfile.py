@@ -1,4 +1,4 @@
-"""Developer tasks: ``nox -s tests lint typecheck examples docs bench``."""
+"""Developer tasks: ``nox -s tests lint typecheck examples docs bench differential``."""
 
 from __future__ import annotations
 
@@ -29,6 +29,18 @@ def typecheck(session: nox.Session) -> None:
     """mypy --strict on the package and the tests."""
     session.install("-e", ".[dev]")
     session.run("mypy", "--strict", "krishiv_py", "tests", "examples", "benchmarks", "noxfile.py")
+
+
+@nox.session(python=PYTHON)
+def differential(session: nox.Session) -> None:
+    """The native lowering, the stateful one and the model over random batchings.
+
+    ``-- --cases 10000`` (the default) runs until every native plan shape has run
+    that many random cases on each lowering; ``-- --minutes 60`` stops earlier;
+    a difference stops the run and writes its case to ``differential-failure.json``.
+    """
+    session.install("-e", ".[dev]")
+    session.run("python", "-m", "benchmarks.differential", *session.posargs)
 
 
 @nox.session(python=PYTHON)
