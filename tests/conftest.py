@@ -69,6 +69,7 @@ LONGEST_FIRST = (
     "test_table_sinks.py",
     "test_emission_transcripts.py",
     "test_joins.py",
+    "test_differential.py",
     "test_join_kernel.py",
     "test_sliding_panes.py",
     "test_connect_restart.py",
