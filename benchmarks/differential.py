@@ -31,9 +31,11 @@ each with its own lag, under one window), ``interval_join``
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import random
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -305,33 +307,48 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--seed", type=int, default=0, help="the first job's seed")
     parser.add_argument("--minutes", type=float, default=None, help="stop after this long")
+    parser.add_argument("--parallel", type=int, default=2, help="jobs run at once (one Spark, threads)")
     parser.add_argument("--out", type=Path, default=Path("differential-failure.json"))
     args = parser.parse_args(argv)
     deadline = None if args.minutes is None else time.monotonic() + 60 * args.minutes
     counts: dict[tuple[str, str], int] = {}
+    failed: list[str] = []
+    lock = threading.Lock()
+
+    def work(session: kp.Session, name: str, seed: int, todo: list[Lowering]) -> None:
+        for result in run_job(session, SHAPES[name], seed, args.per_job, todo):
+            with lock:
+                if result.error is not None:
+                    _dump(args.out, SHAPES[name], seed, args.per_job, result.error)
+                    print(f"DIFFERENCE ({args.out}):\n{result.error}", flush=True)
+                    failed.append(result.error)
+                    return
+                key = (result.shape, result.lowering)
+                counts[key] = counts.get(key, 0) + result.cases
+                print(
+                    f"{result.shape:14} {result.lowering:9} seed {seed:5}: {result.cases} cases, "
+                    f"{result.micro_batches} micro-batches in {result.seconds:.1f} s (total {counts[key]})",
+                    flush=True,
+                )
+
     with kp.Session.embedded(app_name="krishiv-differential") as session:
         seed = args.seed
-        while any(counts.get((s, lw), 0) < args.cases for s in args.shapes for lw in args.lowerings):
+        while not failed and any(
+            counts.get((s, lw), 0) < args.cases for s in args.shapes for lw in args.lowerings
+        ):
             if deadline is not None and time.monotonic() > deadline:
                 break
+            jobs = []
             for name in args.shapes:
                 todo = [lw for lw in args.lowerings if counts.get((name, lw), 0) < args.cases]
-                if not todo:
-                    continue
-                for result in run_job(session, SHAPES[name], seed, args.per_job, todo):
-                    if result.error is not None:
-                        _dump(args.out, SHAPES[name], seed, args.per_job, result.error)
-                        print(f"DIFFERENCE ({args.out}):\n{result.error}", flush=True)
-                        return 1
-                    key = (result.shape, result.lowering)
-                    counts[key] = counts.get(key, 0) + result.cases
-                    print(
-                        f"{result.shape:14} {result.lowering:9} seed {seed:5}: {result.cases} cases, "
-                        f"{result.micro_batches} micro-batches in {result.seconds:.1f} s "
-                        f"(total {counts[key]})",
-                        flush=True,
-                    )
-            seed += 1
+                if todo:
+                    jobs.append((name, seed, todo))
+                    seed += 1
+            with concurrent.futures.ThreadPoolExecutor(args.parallel) as pool:
+                for future in [pool.submit(work, session, *job) for job in jobs]:
+                    future.result()
+        if failed:
+            return 1
     print("cases without a difference:")
     for (shape, lowering), count in sorted(counts.items()):
         print(f"  {shape:14} {lowering:9} {count}")

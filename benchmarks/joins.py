@@ -221,6 +221,75 @@ def run_model_one(query: Query, infos: Sequence[protocol.TableInfo], *, close: b
     return project(query, model.results)
 
 
+#: Which sides' next file a micro-batch took: ``(left, right)``.
+Batching = Sequence[tuple[bool, bool]]
+
+
+def run_model_batched(
+    query: Query, infos: Sequence[protocol.TableInfo], batches: Batching, *, close: bool = False
+) -> pa.Table:
+    """The model on the micro-batches Spark ran: each takes the next file of the sides it names.
+
+    A memory stream's send is one file and a micro-batch takes at most one
+    waiting file per source, but which sends meet in a micro-batch depends on
+    when Spark starts it: a send of one side may run alone when Spark starts
+    before the other side's send lands. :func:`batching_of` reads what ran.
+    """
+    model = model_of(query, infos)
+    files = steps(query, infos)
+    taken = [0, 0]
+    for takes in batches:
+        if not any(takes):
+            continue
+        rows: list[list[dict[str, Any]]] = [[], []]
+        for side in (0, 1):
+            if takes[side]:
+                rows[side] = files[taken[side]][side].to_pylist()
+                taken[side] += 1
+        model.step(left=rows[0], right=rows[1])
+    if taken != [len(files), len(files)]:
+        raise ValueError(f"{query.name}: the micro-batches took {taken} files of {len(files)} per side")
+    if close:
+        model.close()
+    return project(query, model.results)
+
+
+def batching_of(progress: Sequence[Mapping[str, Any]], tables: Sequence[str]) -> list[tuple[bool, bool]]:
+    """Which of ``tables``' memory streams (named like the tables) each micro-batch read rows of,
+    from Spark's progress reports in batch order (``job.progress()``'s ``raw``)."""
+    out = []
+    for raw in progress:
+        took = [False, False]
+        for source in raw.get("sources") or ():
+            for side, table in enumerate(tables):
+                if f"/sources/{table}/" in str(source.get("description")) and source.get("numInputRows"):
+                    took[side] = True
+        out.append((took[0], took[1]))
+    return out
+
+
+def run_memory_join(
+    session: kp.Session, query: Query, infos: Sequence[protocol.TableInfo], *, lowering: Any
+) -> tuple[pa.Table, list[tuple[bool, bool]], int | None]:
+    """``query`` on memory streams named like its tables, one file of each sent per step, then
+    both closed: the joined rows, the micro-batches' batching (data steps only) and the very late
+    count."""
+    sides = {t: session.memory_stream(i.ddl, name=t) for t, i in zip(query.tables, infos, strict=True)}
+    job = krishiv_join(query, {t: stream for t, (stream, _) in sides.items()}).start(lowering=lowering)
+    try:
+        for left, right in zip(*(_files(i) for i in infos), strict=True):
+            for table, path in zip(query.tables, (left, right), strict=True):
+                sides[table][1].send(pq.read_table(path))
+            job.process_all_available()
+        batching = batching_of([p.raw for p in job.progress()], query.tables)
+        for _, sender in sides.values():
+            sender.close()
+        job.process_all_available()
+        return job.results(), batching, job.metrics().very_late_events
+    finally:
+        job.stop()
+
+
 def run_model_bounded(query: Query, infos: Sequence[protocol.TableInfo]) -> pa.Table:
     """The model's bounded answer: one step with every row, then ``close()``."""
     model = model_of(query, infos)

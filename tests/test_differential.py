@@ -11,6 +11,8 @@ differential`` runs the long version.
 
 from __future__ import annotations
 
+import random
+import re
 from typing import Any
 
 import attrs
@@ -140,3 +142,30 @@ def test_the_comparison_names_the_first_difference() -> None:
         with pytest.raises(AssertionError, match=message):
             assert_observed_agree([a, a], [a, wrong], groups)
     assert_observed_agree([a, attrs.evolve(a, very_late_events=None)], [a, a], groups)  # not counted
+
+
+def _reasons() -> dict[str, str]:
+    """The reason of every native lowering the harness checks (built without a session)."""
+    from krishiv_py.api.stream import placeholder
+
+    out = {}
+    for name, shape in SHAPES.items():
+        params = shape.params(random.Random(0))
+        params["keyed"] = 1
+        streams = [placeholder(SCHEMA.replace("event_time", "t"), s) for s in shape.sources]
+        out[name] = shape.build(params, "native")(*streams).lower(lowering="native").reason
+    return out
+
+
+def test_every_exactness_claim_of_a_native_reason_names_the_test_that_checks_it() -> None:
+    from pathlib import Path
+
+    root = Path(__file__).parent.parent
+    for name, reason in _reasons().items():
+        claims = [part for part in reason.split(";") if re.search("exact|specified", part)]
+        assert claims, (name, reason)
+        for claim in claims:
+            cited = re.findall(r"tests/(test_\w+\.py)::(test_\w+)", claim)
+            assert cited, f"{name}: {claim!r} names no test"
+            for path, test in cited:
+                assert f"def {test}(" in (root / "tests" / path).read_text(), (name, path, test)

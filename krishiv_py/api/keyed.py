@@ -10,6 +10,7 @@ from krishiv_py.api.windowed import WindowAssigners, WindowedStream
 from krishiv_py.errors import PlanError, attribute_error
 from krishiv_py.expr import AggExpr
 from krishiv_py.plan import nodes as n
+from krishiv_py.plan.durations import Duration, as_ms
 from krishiv_py.plan.emission import Emission, StateTtlConfig
 from krishiv_py.plan.windows import WindowSpec
 
@@ -112,7 +113,7 @@ class KeyedStream(WindowAssigners):
     def interval_join(
         self,
         right: KeyedStream,
-        between: tuple[int, int],
+        between: tuple[Duration, Duration],
         *,
         how: Literal["inner", "left", "right", "full"] = "inner",
     ) -> JoinedStream:
@@ -146,7 +147,7 @@ class KeyedStream(WindowAssigners):
         right: KeyedStream,
         *,
         how: Literal["inner", "left"] = "inner",
-        max_age_ms: int | None = None,
+        max_age_ms: Duration | None = None,
     ) -> JoinedStream:
         """Join each row at ``l`` with ``right``'s row of its key in force at ``l`` (latest at or before).
 
@@ -169,7 +170,7 @@ class KeyedStream(WindowAssigners):
             "as_of_join()",
             kind="as_of",
             how=how,
-            max_age_ms=max_age_ms,
+            max_age_ms=as_ms("max_age_ms", max_age_ms),
         )
 
 
@@ -199,4 +200,5 @@ def _between(value: object) -> tuple[int, int]:
         value = tuple(value)
     if not isinstance(value, tuple) or len(value) != 2:
         raise PlanError(f"interval_join(between=...) takes (lower_ms, upper_ms), got {value!r}")
-    return value  # the node checks the two values
+    lower, upper = value
+    return (as_ms("between lower", lower), as_ms("between upper", upper))  # the node checks them

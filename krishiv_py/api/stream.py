@@ -7,6 +7,7 @@ or :meth:`Stream.to_spark`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal, cast
 
@@ -18,6 +19,7 @@ from krishiv_py.errors import KrishivError, PlanError, SessionError, attribute_e
 from krishiv_py.expr import AggExpr, Alias, Column, Expr, col, output_name
 from krishiv_py.late import LateEventHandler
 from krishiv_py.plan import nodes as n
+from krishiv_py.plan.durations import Duration, as_ms
 from krishiv_py.plan.emission import DEFAULT_ALLOWED_LATENESS_MS, DEFAULT_FUTURE_TOLERANCE_MS, StateTtlConfig
 from krishiv_py.plan.watermarks import AutoLag, MultiSourceWatermarkSpec, WatermarkSpec
 from krishiv_py.plan.windows import WindowSpec, check_ms
@@ -151,15 +153,15 @@ class Stream(WindowAssigners):
     def watermark(
         self,
         column: str,
-        lag_ms: int | Literal["auto"] | AutoLag,
+        lag_ms: Duration | Literal["auto"] | AutoLag,
         *,
-        future_tolerance_ms: int = DEFAULT_FUTURE_TOLERANCE_MS,
-        idle_timeout_ms: int | None = None,
+        future_tolerance_ms: Duration = DEFAULT_FUTURE_TOLERANCE_MS,
+        idle_timeout_ms: Duration | None = None,
         quantile: float | None = None,
         window_rows: int | None = None,
         warmup_rows: int | None = None,
-        min_lag_ms: int | None = None,
-        max_lag_ms: int | None = None,
+        min_lag_ms: Duration | None = None,
+        max_lag_ms: Duration | None = None,
     ) -> Stream:
         """Declare ``column`` as event time, with ``lag_ms`` bounded out-of-orderness.
 
@@ -178,40 +180,44 @@ class Stream(WindowAssigners):
         recorded in the checkpoint, and krishiv's operator computes the
         watermark (the stateful lowering). docs/watermarks.md, "An automatic lag".
         """
+        tolerance: int = as_ms("future_tolerance_ms", future_tolerance_ms)
+        idle: int | None = as_ms("idle_timeout_ms", idle_timeout_ms)
         given = {
             "quantile": quantile,
             "window_rows": window_rows,
             "warmup_rows": warmup_rows,
-            "min_lag_ms": min_lag_ms,
-            "max_lag_ms": max_lag_ms,
+            "min_lag_ms": as_ms("min_lag_ms", min_lag_ms),
+            "max_lag_ms": as_ms("max_lag_ms", max_lag_ms),
         }
         auto: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
         if isinstance(lag_ms, AutoLag) or lag_ms == "auto":
             if isinstance(lag_ms, AutoLag) and auto:
                 raise PlanError(f"watermark() takes an AutoLag or its settings, not both: {sorted(auto)}")
             spec = lag_ms if isinstance(lag_ms, AutoLag) else AutoLag(**auto)
-            check_ms("future_tolerance_ms", future_tolerance_ms, positive=False)
+            check_ms("future_tolerance_ms", tolerance, positive=False)
             out = self._with(
                 n.Watermark(
                     input=self._plan,
                     column=column,
                     lag_ms=spec.max_lag_ms,
-                    future_tolerance_ms=future_tolerance_ms,
+                    future_tolerance_ms=tolerance,
                     auto=spec,
                 )
             )
-            return out if idle_timeout_ms is None else out.idle_timeout_ms(idle_timeout_ms)
+            return out if idle is None else out.idle_timeout_ms(idle)
         if auto:
             raise PlanError(
                 f"watermark() takes {', '.join(sorted(auto))} only with lag_ms='auto' (an automatic "
                 f"lag), got lag_ms={lag_ms!r}"
             )
-        if isinstance(lag_ms, str):
-            raise PlanError(f"watermark() lag_ms is a number of milliseconds or 'auto', got {lag_ms!r}")
-        out = self.with_watermark(
-            WatermarkSpec.fixed_lag_ms(column, lag_ms, future_tolerance_ms=future_tolerance_ms)
-        )
-        return out if idle_timeout_ms is None else out.idle_timeout_ms(idle_timeout_ms)
+        if isinstance(lag_ms, str) and not re.search(r"[0-9]", lag_ms):
+            raise PlanError(
+                "watermark() lag_ms is a duration (milliseconds, a timedelta, or a string such as "
+                f"'5 seconds') or 'auto', got {lag_ms!r}"
+            )
+        lag: int = as_ms("watermark() lag_ms", lag_ms)
+        out = self.with_watermark(WatermarkSpec.fixed_lag_ms(column, lag, future_tolerance_ms=tolerance))
+        return out if idle is None else out.idle_timeout_ms(idle)
 
     def with_watermark(self, spec: WatermarkSpec | MultiSourceWatermarkSpec) -> Stream:
         """Declare event time with a :class:`WatermarkSpec`, or one per stream of a union.
@@ -240,7 +246,7 @@ class Stream(WindowAssigners):
             )
         )
 
-    def idle_timeout_ms(self, timeout_ms: int) -> Stream:
+    def idle_timeout_ms(self, timeout_ms: Duration) -> Stream:
         """Let every watermarked source of this stream go idle after ``timeout_ms`` without input.
 
         An idle source is left out of the overall watermark (the minimum
@@ -250,7 +256,7 @@ class Stream(WindowAssigners):
         between micro-batches. Use after the watermarks, e.g.
         ``a.watermark("t", 0).union(b.watermark("t", 0)).idle_timeout_ms(30_000)``.
         """
-        check_ms("idle_timeout_ms", timeout_ms)
+        timeout: int = check_ms("idle_timeout_ms", as_ms("idle_timeout_ms", timeout_ms))
         if not n.watermarks_of(self._plan):
             raise PlanError(
                 "idle_timeout_ms() needs a watermark: call .watermark(column, lag_ms) on the sources first"
@@ -259,7 +265,7 @@ class Stream(WindowAssigners):
         def apply(node: n.PlanNode) -> n.PlanNode:
             new = n.with_children(node, tuple(apply(c) for c in n.children(node)))
             if isinstance(new, n.Watermark):
-                return attrs.evolve(new, idle_timeout_ms=timeout_ms)
+                return attrs.evolve(new, idle_timeout_ms=timeout)
             return new
 
         return self._with(apply(self._plan))
@@ -558,12 +564,13 @@ class JoinedStream(Stream):
         assert isinstance(node, n.Join)
         return JoinedStream(self._engine, attrs.evolve(node, emission=attrs.evolve(node.emission, **changes)))
 
-    def allowed_lateness(self, ms: int = DEFAULT_ALLOWED_LATENESS_MS) -> JoinedStream:
+    def allowed_lateness(self, ms: Duration = DEFAULT_ALLOWED_LATENESS_MS) -> JoinedStream:
         """Keep rows ``ms`` longer: a row late by less than ``ms`` still joins what it would have on time.
 
         An outer, semi, anti or as-of join then needs
         ``.accumulation("retracting")``: a late row can change results it emitted.
         """
+        ms = as_ms("allowed_lateness(ms)", ms)
         check_ms("allowed_lateness(ms)", ms, positive=False)
         return self._emit(allowed_lateness_ms=ms)
 

@@ -16,6 +16,7 @@ from krishiv_py.expr import AggExpr
 from krishiv_py.late import LateEventHandler
 from krishiv_py.panes import PaneCallback
 from krishiv_py.plan import nodes as n
+from krishiv_py.plan.durations import Duration, as_ms
 from krishiv_py.plan.emission import (
     DEFAULT_ALLOWED_LATENESS_MS,
     Accumulation,
@@ -48,7 +49,7 @@ class WindowAssigners:
         raise NotImplementedError
 
     def tumbling_window(
-        self, size_ms: int, *, offset_ms: int = 0, time: Literal["event", "processing"] = "event"
+        self, size_ms: Duration, *, offset_ms: Duration = 0, time: Literal["event", "processing"] = "event"
     ) -> WindowedStream:
         """Fixed, non-overlapping windows ``[start, start + size_ms)``.
 
@@ -70,14 +71,17 @@ class WindowAssigners:
             per_minute = stream.watermark("t", 5_000).tumbling_window(60_000)
             per_10s_now = bids.key_by("bidder").tumbling_window(10_000, time="processing")
         """
-        window = TumblingWindow(size_ms=size_ms, offset_ms=offset_ms, time=time)
+        window = TumblingWindow(
+            size_ms=as_ms("size_ms", size_ms), offset_ms=as_ms("offset_ms", offset_ms), time=time
+        )
         return self._windowed(window)
 
-    def sliding_window(self, size_ms: int, slide_ms: int) -> WindowedStream:
+    def sliding_window(self, size_ms: Duration, slide_ms: Duration) -> WindowedStream:
         """Windows of ``size_ms`` starting every ``slide_ms`` (hopping windows)."""
-        return self._windowed(SlidingWindow(size_ms=size_ms, slide_ms=slide_ms))
+        window = SlidingWindow(size_ms=as_ms("size_ms", size_ms), slide_ms=as_ms("slide_ms", slide_ms))
+        return self._windowed(window)
 
-    def session_window(self, gap_ms: int, *, max_duration_ms: int | None = None) -> WindowedStream:
+    def session_window(self, gap_ms: Duration, *, max_duration_ms: Duration | None = None) -> WindowedStream:
         """Sessions that close after ``gap_ms`` without events, optionally capped.
 
         On unbounded input sessions run on the stateful lowering, which
@@ -88,9 +92,10 @@ class WindowAssigners:
         that never pauses from growing one session forever (see
         ``docs/windows.md`` for out-of-order rows).
         """
-        return self._windowed(SessionWindow(gap_ms=gap_ms, max_duration_ms=max_duration_ms))
+        capped = as_ms("max_duration_ms", max_duration_ms)
+        return self._windowed(SessionWindow(gap_ms=as_ms("gap_ms", gap_ms), max_duration_ms=capped))
 
-    def event_sliding_window(self, size_ms: int, *, grace_ms: int = 0) -> WindowedStream:
+    def event_sliding_window(self, size_ms: Duration, *, grace_ms: Duration = 0) -> WindowedStream:
         """Kafka Streams' sliding windows (KIP-450): one window per distinct set of rows within ``size_ms``.
 
         Windows are closed at both ends, ``[t - size_ms, t]``; a row at ``t``
@@ -111,10 +116,11 @@ class WindowAssigners:
         --------
             near = stream.watermark("t", 0).key_by("user").event_sliding_window(30_000, grace_ms=5_000)
         """
-        return self._windowed(EventSlidingWindow(size_ms=size_ms, grace_ms=grace_ms))
+        window = EventSlidingWindow(size_ms=as_ms("size_ms", size_ms), grace_ms=as_ms("grace_ms", grace_ms))
+        return self._windowed(window)
 
     def time_interval_window(
-        self, interval_ms: int, creation_period_ms: int, discard_age_ms: int
+        self, interval_ms: Duration, creation_period_ms: Duration, discard_age_ms: Duration
     ) -> WindowedStream:
         """IBM Streams SPL time-interval panes ``[k * creation_period_ms, ... + interval_ms)``.
 
@@ -131,7 +137,9 @@ class WindowAssigners:
             panes = stream.watermark("t", 0).time_interval_window(10_000, 5_000, 15_000)
         """
         window = TimeIntervalWindow(
-            interval_ms=interval_ms, creation_period_ms=creation_period_ms, discard_age_ms=discard_age_ms
+            interval_ms=as_ms("interval_ms", interval_ms),
+            creation_period_ms=as_ms("creation_period_ms", creation_period_ms),
+            discard_age_ms=as_ms("discard_age_ms", discard_age_ms),
         )
         windowed = self._windowed(window)
         return windowed._emit(allowed_lateness_ms=window.discard_age_ms)
@@ -193,7 +201,7 @@ class WindowedStream:
             )
         return self._emit(trigger=trigger)
 
-    def allowed_lateness(self, ms: int = DEFAULT_ALLOWED_LATENESS_MS) -> WindowedStream:
+    def allowed_lateness(self, ms: Duration = DEFAULT_ALLOWED_LATENESS_MS) -> WindowedStream:
         """Keep windows ``ms`` past their end: late events re-fire them instead of being dropped."""
         if isinstance(self.window, EventSlidingWindow):
             raise PlanError(
@@ -205,7 +213,7 @@ class WindowedStream:
                 "allowed_lateness() does not apply to time-interval panes: their discard_age_ms "
                 f"({self.window.discard_age_ms}) is how long they are kept after their end"
             )
-        return self._emit(allowed_lateness_ms=ms)
+        return self._emit(allowed_lateness_ms=as_ms("allowed_lateness(ms)", ms))
 
     def accumulation(self, mode: Accumulation) -> WindowedStream:
         """What a firing carries: ``"accumulating"`` (default), ``"discarding"`` or ``"retracting"``."""

@@ -47,6 +47,7 @@ import attrs
 
 from krishiv_py.errors import PlanError
 from krishiv_py.panes import PaneCallbacks
+from krishiv_py.plan.durations import Duration, as_ms
 from krishiv_py.plan.windows import check_ms
 
 if TYPE_CHECKING:
@@ -118,9 +119,10 @@ class Trigger:
         return cls(kind="count", every=n)
 
     @classmethod
-    def on_interval(cls, ms: int) -> Trigger:
+    def on_interval(cls, ms: Duration) -> Trigger:
         """Updated results of changed windows at most once per ``ms`` of processing time."""
-        return cls(kind="interval", every=check_ms("Trigger.on_interval(ms)", ms))
+        name = "Trigger.on_interval(ms)"
+        return cls(kind="interval", every=check_ms(name, as_ms(name, ms)))
 
     @property
     def is_early(self) -> bool:
@@ -139,6 +141,11 @@ class Trigger:
             "count": f"on_count({self.every})",
             "interval": f"on_interval({self.every} ms)",
         }[self.kind]
+
+
+def _ttl(value: Duration) -> int:
+    out: int = as_ms("StateTtlConfig(ttl_ms)", value)
+    return out
 
 
 @attrs.frozen(kw_only=True)
@@ -164,7 +171,7 @@ class StateTtlConfig:
     '60000 ms of processing time'
     """
 
-    ttl_ms: int
+    ttl_ms: int = attrs.field(converter=_ttl)
     time: Literal["event", "processing"] = "event"
 
     def __attrs_post_init__(self) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 import attrs
 
 from krishiv_py.errors import PlanError
+from krishiv_py.plan.durations import Duration, as_ms
 from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS
 from krishiv_py.plan.windows import check_ms
 
@@ -55,6 +56,26 @@ def _lag_bound(_: object, attribute: attrs.Attribute[int], value: int) -> None:
     check_ms(attribute.name, value, positive=False)
 
 
+def _min_lag(value: Duration) -> int:
+    out: int = as_ms("min_lag_ms", value)
+    return out
+
+
+def _max_lag(value: Duration) -> int:
+    out: int = as_ms("max_lag_ms", value)
+    return out
+
+
+def _lag(value: Duration) -> int:
+    out: int = as_ms("lag_ms", value)
+    return out
+
+
+def _tolerance(value: Duration) -> int:
+    out: int = as_ms("future_tolerance_ms", value)
+    return out
+
+
 @attrs.frozen(kw_only=True)
 class AutoLag:
     """A lag chosen from the data as it arrives (SPEC 3.4, "Automatic lag").
@@ -84,8 +105,8 @@ class AutoLag:
     quantile: float = attrs.field(default=0.95, validator=_quantile)
     window_rows: int = attrs.field(default=5_000, validator=_rows)
     warmup_rows: int = attrs.field(default=250, validator=_rows)
-    min_lag_ms: int = attrs.field(default=50, validator=_lag_bound)
-    max_lag_ms: int = attrs.field(default=SEVEN_DAYS_MS, validator=_lag_bound)
+    min_lag_ms: int = attrs.field(default=50, validator=_lag_bound, converter=_min_lag)
+    max_lag_ms: int = attrs.field(default=SEVEN_DAYS_MS, validator=_lag_bound, converter=_max_lag)
 
     def __attrs_post_init__(self) -> None:
         if self.min_lag_ms > self.max_lag_ms:
@@ -103,8 +124,10 @@ class WatermarkSpec:
     """
 
     column: str
-    lag_ms: int
-    future_tolerance_ms: int = attrs.field(default=DEFAULT_FUTURE_TOLERANCE_MS, repr=False)
+    lag_ms: int = attrs.field(converter=_lag)
+    future_tolerance_ms: int = attrs.field(
+        default=DEFAULT_FUTURE_TOLERANCE_MS, repr=False, converter=_tolerance
+    )
 
     def __attrs_post_init__(self) -> None:
         check_ms("lag_ms", self.lag_ms, positive=False)
@@ -112,7 +135,7 @@ class WatermarkSpec:
 
     @classmethod
     def fixed_lag_ms(
-        cls, column: str, lag_ms: int, *, future_tolerance_ms: int = DEFAULT_FUTURE_TOLERANCE_MS
+        cls, column: str, lag_ms: Duration, *, future_tolerance_ms: Duration = DEFAULT_FUTURE_TOLERANCE_MS
     ) -> WatermarkSpec:
         return cls(column=column, lag_ms=lag_ms, future_tolerance_ms=future_tolerance_ms)
 
@@ -168,9 +191,9 @@ class MultiSourceWatermarkSpec:
             )
         return attrs.evolve(self, sources=(*self._sources, (name, spec)))
 
-    def idle_timeout_ms(self, timeout_ms: int) -> MultiSourceWatermarkSpec:
+    def idle_timeout_ms(self, timeout_ms: Duration) -> MultiSourceWatermarkSpec:
         """Leave a stream out of the minimum after ``timeout_ms`` of processing time without input."""
-        check_ms("idle_timeout_ms", timeout_ms)
+        timeout_ms = check_ms("idle_timeout_ms", as_ms("idle_timeout_ms", timeout_ms))
         return attrs.evolve(self, idle_timeout_ms=timeout_ms)
 
     @property

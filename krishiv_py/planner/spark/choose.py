@@ -204,7 +204,9 @@ LOWERINGS: tuple[Capabilities, ...] = (
             "the plan uses event-time windows with on-watermark firing and no allowed lateness: "
             "Spark's withWatermark + window/session_window + groupBy().agg() in append mode "
             "fires each window once when the watermark reaches its end and drops an event only "
-            "when all of its windows have closed, exactly as specified; no Python runs per row"
+            "when all of its windows have closed, exactly as specified (checked over random "
+            "batchings against the stateful lowering and the model: "
+            "tests/test_differential.py::test_native_shapes_over_batchings); no Python runs per row"
         ),
     ),
     Capabilities(

@@ -120,7 +120,8 @@ def _lower(plan: n.PlanNode, *, force_bounded: bool, lowering: Lowering | None) 
             f"; top_n ranks {rows} in Arrow on the driver (rank() with ties kept, an exact order for "
             "these column types)"
             + (
-                ", which is exact here: every window fires once, all its keys in the same micro-batch"
+                ", which is exact here: every window fires once, all its keys in the same micro-batch "
+                "(tests/test_differential.py::test_native_shapes_over_batchings[top_n])"
                 if streaming
                 else ", which spares Spark a sort per window"
             )
@@ -130,7 +131,8 @@ def _lower(plan: n.PlanNode, *, force_bounded: bool, lowering: Lowering | None) 
         stages = (_after_window(query, chain),)
         reason += (
             "; top_n ranks each micro-batch's results (foreachBatch), which is exact here: every "
-            "window fires once, all its keys in the same micro-batch"
+            "window fires once, all its keys in the same micro-batch "
+            "(tests/test_differential.py::test_native_shapes_over_batchings[top_n])"
         )
     ctx = Lowerer(
         streaming=streaming,

@@ -155,7 +155,9 @@ def stream_pane_choice(node: n.WindowAggregate) -> tuple[bool, str]:
     return True, (
         f"sliding windows from {window.slide_ms} ms pane partials: each micro-batch aggregates its "
         f"events per key and pane (vectorized, Arrow) before window() copies each pane into its "
-        f"{copies} windows; a copy is dropped only when its window has closed"
+        f"{copies} windows; a copy is dropped only when its window has closed (the same windows "
+        "as window() over the events, checked over random batchings: "
+        "tests/test_differential.py::test_native_shapes_over_batchings[sliding_panes])"
     )
 
 
