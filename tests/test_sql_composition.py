@@ -274,6 +274,34 @@ def test_window_settings_of_a_query_with_a_window_over_a_join_are_the_windows() 
     same_plan(text, counts.select("category", "window_start", "bids", "kind"))
 
 
+def test_join_settings_give_a_join_followed_by_a_window_its_own_lateness_in_one_query() -> None:
+    """SPEC 3.10: ``SET join.*`` for the join, ``SET window.*`` for the window, in one query."""
+    text = f"""SET join.allowed_lateness = INTERVAL '1' MINUTE; SET join.accumulation = retracting;
+               SET join.state_ttl = INTERVAL '1' HOUR;
+               SET window.accumulation = retracting; SET window.allowed_lateness = INTERVAL '5' SECOND;
+               SELECT A.category, {WINDOW} AS window_start, COUNT(*) AS bids {ON}
+               GROUP BY A.category, {WINDOW}"""
+    pairs = joined().allowed_lateness(60_000).accumulation("retracting")
+    pairs = pairs.with_state_ttl(kp.StateTtlConfig(ttl_ms=3_600_000))
+    rows = pairs.filter(col("date_time_right") <= col("expires"))
+    window = (
+        rows.key_by("category").tumbling_window(10_000).allowed_lateness(5_000).accumulation("retracting")
+    )
+    same_plan(text, window.agg(COUNT.alias("bids")).select("category", "window_start", "bids", "kind"))
+
+
+def test_join_settings_of_a_query_without_a_join_or_set_twice_are_refused() -> None:
+    with plan_error("SET join.allowed_lateness applies to a query with a join"):
+        sql("SET join.allowed_lateness = INTERVAL '1' SECOND; SELECT * FROM events")
+    with plan_error("SET join.allowed_lateness and SET window.allowed_lateness", "set one of them"):
+        sql(
+            "SET join.allowed_lateness = INTERVAL '1' SECOND; "
+            f"SET window.allowed_lateness = INTERVAL '2' SECOND; SELECT A.category, B.price {ON}"
+        )
+    with plan_error("join.accumulation", "accumulating", "retracting"):
+        sql(f"SET join.accumulation = discarding; SELECT A.category, B.price {ON}")
+
+
 def test_group_by_over_a_retracting_outer_join_takes_its_retractions() -> None:
     text = (
         "SET window.accumulation = retracting; SET window.allowed_lateness = INTERVAL '1' SECOND; "

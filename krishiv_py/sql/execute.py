@@ -64,6 +64,11 @@ def _query(
         has_window=_has_window(statement.node),
     )
     stream = translate(statement.node, ctx)
+    if settings.join_keys and not ctx.joins:
+        raise sql.error(
+            statement.node,
+            f"SET {', '.join(settings.join_keys)} applies to a query with a join; this query has none",
+        )
     if settings.window_keys and not ctx.windows and not ctx.joins:
         raise sql.error(
             statement.node,

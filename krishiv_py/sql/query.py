@@ -987,11 +987,33 @@ def _join_emission(joined: Stream, ctx: Context) -> Stream:
     from krishiv_py.api.stream import JoinedStream
 
     assert isinstance(joined, JoinedStream)
+    own = _join_options(ctx.settings)
+    joined = _apply_settings(joined, own)
     if ctx.has_window:
         return joined  # a window over the join's rows takes the window.* settings
     if ctx.settings.trigger is not None:
         raise PlanError("SET window.trigger does not apply to a join: a join emits as its rules say")
-    return _apply_settings(joined, _emission_options(ctx.settings))
+    shared = _emission_options(ctx.settings)
+    both = [(a, b) for a, method, _ in own for b, other, _ in shared if method == other]
+    if both:
+        a, b = both[0]
+        raise PlanError(
+            f"SET {a} and SET {b} both set the join's option (the query has no window after its "
+            f"join, so {b} applies to the join too): set one of them"
+        )
+    return _apply_settings(joined, shared)
+
+
+def _join_options(s: SqlSettings) -> list[tuple[str, str, Any]]:
+    """The ``join.*`` settings: (setting, builder method, argument) of the query's join."""
+    out: list[tuple[str, str, Any]] = []
+    if s.join_allowed_lateness_ms is not None:
+        out.append(("join.allowed_lateness", "allowed_lateness", s.join_allowed_lateness_ms))
+    if s.join_accumulation is not None:
+        out.append(("join.accumulation", "accumulation", s.join_accumulation))
+    if s.join_state_ttl_ms is not None:
+        out.append(("join.state_ttl", "with_state_ttl", StateTtlConfig(ttl_ms=s.join_state_ttl_ms)))
+    return out
 
 
 _Emitting = TypeVar("_Emitting")

@@ -20,6 +20,12 @@ earlier value.
   ``on_count(n)`` or ``on_interval(INTERVAL ...)``): ``trigger(Trigger.on_...)``.
 - ``window.state_ttl`` (``INTERVAL``) and ``window.state_ttl_time``
   (``event`` or ``processing``): ``with_state_ttl(StateTtlConfig(ttl_ms=, time=))``.
+- ``join.allowed_lateness`` (``INTERVAL``), ``join.accumulation``
+  (``accumulating`` or ``retracting``) and ``join.state_ttl`` (``INTERVAL``):
+  the same options of the query's join, so that a join followed by a window
+  has a one-query form with both (SPEC 3.10). In a query whose join has no
+  window after it, the ``window.*`` options apply to the join too (set one
+  of the two forms of an option, not both).
 
 Intervals are ``INTERVAL '5' SECOND`` (also ``INTERVAL '5 seconds'``,
 ``INTERVAL 5 SECONDS`` and sums such as ``INTERVAL '1' MINUTE + INTERVAL
@@ -67,6 +73,9 @@ class SqlSettings:
     trigger: Trigger | None = None
     state_ttl_ms: int | None = None
     state_ttl_time: str | None = None
+    join_allowed_lateness_ms: int | None = None
+    join_accumulation: Literal["accumulating", "retracting"] | None = None
+    join_state_ttl_ms: int | None = None
     #: The ``SET`` statements these came from, as written (``explain()`` shows them).
     statements: tuple[str, ...] = ()
 
@@ -74,6 +83,11 @@ class SqlSettings:
     def watermark_keys(self) -> list[str]:
         """The ``watermark.*`` keys that are set."""
         return [k for k, f in KEYS.items() if k.startswith("watermark.") and getattr(self, f[0]) is not None]
+
+    @property
+    def join_keys(self) -> list[str]:
+        """The ``join.*`` keys that are set."""
+        return [k for k, f in KEYS.items() if k.startswith("join.") and getattr(self, f[0]) is not None]
 
     @property
     def window_keys(self) -> list[str]:
@@ -191,11 +205,15 @@ KEYS: dict[str, tuple[str, Parser]] = {
     "window.trigger": ("trigger", _trigger),
     "window.state_ttl": ("state_ttl_ms", _interval),
     "window.state_ttl_time": ("state_ttl_time", _choice(("event", "processing"))),
+    "join.allowed_lateness": ("join_allowed_lateness_ms", _interval),
+    "join.accumulation": ("join_accumulation", _choice(("accumulating", "retracting"))),
+    "join.state_ttl": ("join_state_ttl_ms", _interval),
 }
 _EXAMPLES = {
     "watermark.column": "event_time",
     "window.accumulation": "retracting",
     "window.state_ttl_time": "processing",
+    "join.accumulation": "retracting",
 }
 
 

@@ -73,7 +73,8 @@ class SqlText:
 
         try:
             with _quiet_parser():
-                nodes = Dialect.get_or_raise(DIALECT).parser().parse(_table_arguments(tokens), self.text)
+                read = _set_keys(_table_arguments(tokens))
+                nodes = Dialect.get_or_raise(DIALECT).parser().parse(read, self.text)
         except ParseError as exc:
             first = exc.errors[0] if exc.errors else {}
             where = f" at line {first['line']}, column {first['col']}" if "line" in first else ""
@@ -180,6 +181,24 @@ def _table_arguments(tokens: list[Token]) -> list[Token]:
             and tokens[i - 2].text.lower() in _WINDOW_TVFS
         )
     ]
+
+
+def _set_keys(tokens: list[Token]) -> list[Token]:
+    """``tokens`` with the ``join`` of a ``SET join.<option>`` key read as a name, not the keyword.
+
+    sqlglot reads ``join`` as the JOIN keyword and the statement as a command
+    it cannot parse; as a name it is the first part of the key, as
+    ``window`` of ``SET window.<option>`` is. Positions stay as they were.
+    """
+    from sqlglot.tokens import Token, TokenType  # type: ignore[attr-defined]
+
+    if len(tokens) < 3 or tokens[0].token_type.name != "SET":
+        return tokens
+    key = tokens[1]
+    if key.token_type.name != "JOIN" or tokens[2].token_type.name != "DOT":
+        return tokens
+    name = Token(TokenType.VAR, key.text, key.line, key.col, key.start, key.end, key.comments)
+    return [tokens[0], name, *tokens[2:]]
 
 
 @contextlib.contextmanager
