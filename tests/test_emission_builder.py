@@ -56,7 +56,7 @@ def test_retracting_adds_the_kind_column() -> None:
         (lambda: kp.Trigger.on_count(cast(Any, 1.5)), "on_count"),
         (lambda: kp.Trigger.on_interval(0), "on_interval"),
         (lambda: windowed().allowed_lateness(-1), "allowed_lateness"),
-        (lambda: windowed().allowed_lateness(cast(Any, "60s")), "allowed_lateness"),
+        (lambda: windowed().allowed_lateness(cast(Any, "sixty seconds")), "allowed_lateness"),
         (lambda: windowed().accumulation(cast(Any, "replacing")), "accumulation must be one of"),
         (lambda: windowed().trigger(cast(Any, "on_count")), "trigger\\(\\) takes a Trigger"),
         (lambda: windowed().with_late_event_handler(cast(Any, object())), "handle\\(table\\)"),
