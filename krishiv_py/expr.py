@@ -454,6 +454,11 @@ def _branch(condition: Expr, value: object) -> tuple[ExprNode, ExprNode]:
 
 def _agg(func: AggFunc, arg: Expr, where: Expr | None = None) -> AggExpr:
     if not isinstance(arg, Expr) or not isinstance(arg.node, Column):
+        if isinstance(arg, str):  # a name where a column goes: say how to write it
+            rows = " to count rows" if arg == "*" and func == "count" else ""
+            raise PlanError(
+                f"{func}() takes a column, not a string: write {func}(col({arg!r})){rows}; got {arg!r}"
+            )
         raise PlanError(f"{func}() takes a column, e.g. {func}(col('amount')); got {arg!r}")
     if where is not None and not isinstance(where, Expr):
         raise PlanError(

@@ -814,3 +814,23 @@ def test_a_select_over_any_changelog_keeps_its_kind_column_last() -> None:
     assert list(per_key.select("n").columns) == ["n", "kind"]
     assert list(latest.select("amount").columns) == ["amount", "kind"]
     assert list(timed().select("amount").columns) == ["amount"]
+
+
+def test_a_stream_call_on_a_window_without_agg_says_what_to_write() -> None:
+    window = timed().tumbling_window(60_000)
+    with raises_plan_error(
+        "key_by(...) on a window", "key_by('user_id').tumbling_window", ".agg(...).key_by"
+    ):
+        window.key_by("user_id")  # type: ignore[attr-defined]
+    for call in ("filter", "start", "collect", "top_n"):
+        with raises_plan_error(f"{call}(", "call .agg(...) first"):
+            getattr(window, call)
+    assert isinstance(window.agg(kp.count(kp.col("*"))).key_by("count"), kp.KeyedStream)
+    assert not hasattr(window, "nothing_of_the_kind")  # still a plain missing attribute
+
+
+def test_an_aggregate_of_a_string_says_to_write_col() -> None:
+    with raises_plan_error("count() takes a column, not a string", "count(col('*')) to count rows"):
+        kp.count("*")  # type: ignore[arg-type]
+    with raises_plan_error("sum() takes a column, not a string", "sum(col('amount'))"):
+        kp.sum("amount")  # type: ignore[arg-type]

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
-from krishiv_py.errors import PlanError
+from krishiv_py.errors import PlanError, attribute_error
 from krishiv_py.expr import AggExpr
 from krishiv_py.late import LateEventHandler
 from krishiv_py.panes import PaneCallback
@@ -350,3 +350,30 @@ class WindowedStream:
     def collect_with_aggs(self, aggs: list[AggExpr] | tuple[AggExpr, ...]) -> pa.Table:
         """``agg(*aggs).collect()``: the windows of the input available now."""
         return self.agg(*aggs).collect()
+
+    if not TYPE_CHECKING:  # at run time only: a type checker still flags these calls
+
+        def __getattr__(self, name: str) -> Any:
+            raise attribute_error(self, name, _WINDOWED_HINTS)
+
+
+def _after_agg(call: str) -> str:
+    return (
+        f"{call} applies to a window's results: call .agg(...) first, e.g. "
+        f".tumbling_window(60_000).agg(kp.count(kp.col('*'))).{call}"
+    )
+
+
+#: What the methods of a stream say when called on a window that has no ``agg()`` yet.
+_WINDOWED_HINTS = {
+    "key_by": (
+        "key_by(...) on a window: key the stream before its window, "
+        "stream.key_by('user_id').tumbling_window(60_000).agg(...), or key the window's results, "
+        ".tumbling_window(60_000).agg(...).key_by('user_id')"
+    ),
+    **{
+        name: _after_agg(f"{name}(...)")
+        for name in ("filter", "select", "with_column", "union", "top_n", "interval_join", "as_of_join")
+    },
+    **{name: _after_agg(f"{name}()") for name in ("start", "collect", "to_spark", "explain", "lower")},
+}
