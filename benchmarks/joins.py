@@ -38,9 +38,10 @@ side's watermark is that of the rows it keeps, in every runner.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -254,15 +255,16 @@ def run_model_batched(
     return project(query, model.results)
 
 
-def batching_of(progress: Sequence[Mapping[str, Any]], tables: Sequence[str]) -> list[tuple[bool, bool]]:
-    """Which of ``tables``' memory streams (named like the tables) each micro-batch read rows of,
-    from Spark's progress reports in batch order (``job.progress()``'s ``raw``)."""
+def batching_of(progress: Sequence[Mapping[str, Any]], paths: Sequence[str]) -> list[tuple[bool, bool]]:
+    """Which of the two memory streams (their directories, ``paths``) each micro-batch read rows
+    of, from Spark's progress reports in batch order (``job.progress()``'s ``raw``)."""
     out = []
     for raw in progress:
         took = [False, False]
         for source in raw.get("sources") or ():
-            for side, table in enumerate(tables):
-                if f"/sources/{table}/" in str(source.get("description")) and source.get("numInputRows"):
+            for side, path in enumerate(paths):
+                at = re.escape(path.rstrip("/")) + r"(?:[/\]]|$)"  # the directory itself, not a sibling
+                if re.search(at, str(source.get("description"))) and source.get("numInputRows"):
                     took[side] = True
         out.append((took[0], took[1]))
     return out
@@ -281,7 +283,8 @@ def run_memory_join(
             for table, path in zip(query.tables, (left, right), strict=True):
                 sides[table][1].send(pq.read_table(path))
             job.process_all_available()
-        batching = batching_of([p.raw for p in job.progress()], query.tables)
+        paths = [cast(n.MemorySource, sides[t][0].plan).path for t in query.tables]
+        batching = batching_of([p.raw for p in job.progress()], paths)
         for _, sender in sides.values():
             sender.close()
         job.process_all_available()
