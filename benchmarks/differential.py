@@ -316,6 +316,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     lock = threading.Lock()
 
     def work(session: kp.Session, name: str, seed: int, todo: list[Lowering]) -> None:
+        if failed or (deadline is not None and time.monotonic() > deadline):
+            return  # a job of a round that began before the time ran out, or after a difference
         for result in run_job(session, SHAPES[name], seed, args.per_job, todo):
             with lock:
                 if result.error is not None:
