@@ -12,6 +12,11 @@ after every step::
     actual = run_streaming(session, schema, pipeline, steps)
     for got, want in zip(actual, expected):
         assert_same_rows(got, want)
+
+Real input does not arrive one step per micro-batch: :mod:`krishiv_py.testing.batchings`
+sends groups of steps back to back and compares after each group
+(``assert_batchings_agree``), so a pipeline is checked across the micro-batch cuts a
+busy stream makes.
 """
 
 from __future__ import annotations
@@ -20,6 +25,14 @@ from krishiv_py.model.cascade import CascadeModel
 from krishiv_py.model.joins import JoinModel, join_model_for
 from krishiv_py.model.ranking import TopNModel, top_n_rows
 from krishiv_py.model.reference import AggSpec, ReferenceMetrics, ReferenceModel
+from krishiv_py.testing.batchings import (
+    Group,
+    Observed,
+    assert_batchings_agree,
+    assert_observed_agree,
+    run_reference_batched,
+    run_streaming_batched,
+)
 from krishiv_py.testing.compare import assert_same_rows, normalize_rows
 from krishiv_py.testing.steps import (
     AdvanceProcessingTime,
@@ -44,14 +57,18 @@ __all__ = [
     "AggSpec",
     "CascadeModel",
     "Close",
+    "Group",
     "JoinModel",
     "ManualClock",
+    "Observed",
     "ReferenceMetrics",
     "ReferenceModel",
     "Send",
     "Step",
     "TopNModel",
+    "assert_batchings_agree",
     "assert_lowerings_agree",
+    "assert_observed_agree",
     "assert_same_rows",
     "join_model_for",
     "model_for",
@@ -59,8 +76,10 @@ __all__ = [
     "reference_model_for",
     "run_bounded",
     "run_reference",
+    "run_reference_batched",
     "run_reference_bounded",
     "run_reference_late_events",
     "run_streaming",
+    "run_streaming_batched",
     "top_n_rows",
 ]
