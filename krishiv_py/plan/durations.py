@@ -32,7 +32,7 @@ from typing import Any, TypeAlias
 
 from krishiv_py.errors import PlanError
 
-__all__ = ["Duration", "as_ms", "optional_ms", "to_ms"]
+__all__ = ["Duration", "as_ms", "to_ms"]
 
 #: What a duration argument takes.
 Duration: TypeAlias = int | dt.timedelta | str
@@ -89,11 +89,6 @@ def as_ms(name: str, value: object) -> Any:
     if isinstance(value, str | dt.timedelta):
         return to_ms(name, value, positive=None)
     return value
-
-
-def optional_ms(name: str, value: object, *, positive: bool | None = True) -> int | None:
-    """:func:`to_ms`, with ``None`` passed through (an argument that may be left out)."""
-    return None if value is None else to_ms(name, value, positive=positive)
 
 
 def _parse(name: str, text: str) -> int:

@@ -31,17 +31,16 @@ Examples
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from krishiv_py.errors import PlanError
-from krishiv_py.model.joins import JoinModel
-from krishiv_py.model.steps import AdvanceProcessingTime, AdvanceWatermark, Close, Send, Step, model_for
+from krishiv_py.model.steps import AdvanceProcessingTime, Send, Step, model_for
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.nodes import KIND_COLUMN
 from krishiv_py.testing.compare import assert_same_rows
-from krishiv_py.testing.steps import Pipeline, _model_source, _placeholder
+from krishiv_py.testing.steps import Pipeline, _model_source, _model_step, _placeholder, _send_step
 
 if TYPE_CHECKING:
     from krishiv_py._typing import Lowering
@@ -104,21 +103,7 @@ def run_reference_batched(
     sent = 0
     for group in groups:
         for step in group:
-            source = _model_source(step, sources)
-            if isinstance(model, JoinModel):
-                side: Literal["left", "right"] = "left" if source in left else "right"
-                if isinstance(step, Send):
-                    model.send(step.rows, side=side)
-                elif isinstance(step, AdvanceWatermark):
-                    model.advance_watermark(step.ts_ms, side=side)
-                else:
-                    model.close(side=side)
-            elif isinstance(step, Send):
-                model.send(step.rows, source=source)
-            elif isinstance(step, AdvanceWatermark):
-                model.advance_watermark(step.ts_ms, source=source)
-            else:
-                model.close(source=source)
+            _model_step(model, step, _model_source(step, sources), left)
             sent += len(step.rows) if isinstance(step, Send) else 0
         late = sum(1 for e in model.late_events if e.get("classification") == "very_late")
         out.append(
@@ -162,14 +147,8 @@ def run_streaming_batched(
     try:
         for group in groups:
             for step in group:
-                source = _model_source(step, sources)
-                sender = senders[sources[0] if source == "main" else source]
-                if isinstance(step, Send):
-                    sender.send(list(step.rows))
-                elif isinstance(step, AdvanceWatermark):
-                    sender.advance_watermark(step.ts_ms)
-                elif isinstance(step, Close):
-                    sender.close()
+                assert not isinstance(step, AdvanceProcessingTime)  # _check_groups refused it
+                _send_step(step, senders, sources)
             job.process_all_available()
             metrics = job.metrics()
             out.append(

@@ -114,36 +114,19 @@ def _play(
     """Play ``steps`` on the reference model; ``observe`` it after each step."""
     built = pipeline(*(_placeholder(schema, name) for name in sources))
     model = model_for(built, clock=_scenario_clock(steps))
-    if isinstance(model, JoinModel):
-        return _play_join(model, plan_of(built), steps, observe, sources)
+    plan = plan_of(built)
+    left = {s.name for s in n.sources_of(plan.left)} if isinstance(plan, n.Join) else set()
     out = []
     for step in steps:
-        source = _model_source(step, sources)
-        if isinstance(step, AdvanceProcessingTime):
-            model.advance_processing_time(step.ms)
-        elif isinstance(step, Send):
-            model.send(step.rows, source=source)
-        elif isinstance(step, AdvanceWatermark):
-            model.advance_watermark(step.ts_ms, source=source)
-        else:
-            model.close(source=source)
+        _model_step(model, step, _model_source(step, sources), left)
         out.append(observe(model))
     return out
 
 
-def _play_join(
-    model: JoinModel,
-    plan: n.PlanNode,
-    steps: Sequence[Step],
-    observe: Callable[[JoinModel], list[Result]],
-    sources: Sequence[str],
-) -> list[list[Result]]:
-    """A join's steps: each source is a side of the join (its left or its right input)."""
-    assert isinstance(plan, n.Join)
-    left = {s.name for s in n.sources_of(plan.left)}
-    out = []
-    for step in steps:
-        source = _model_source(step, sources)
+def _model_step(model: Any, step: Step, source: str, left: set[str]) -> None:
+    """Play one step on ``model``; a join's model takes it on the side whose sources are ``left``
+    or the other one (each source is a side of the join)."""
+    if isinstance(model, JoinModel):
         side: Literal["left", "right"] = "left" if source in left else "right"
         if isinstance(step, AdvanceProcessingTime):
             raise PlanError("a join's model has no processing time: its rules are in event time only")
@@ -153,8 +136,14 @@ def _play_join(
             model.advance_watermark(step.ts_ms, side=side)
         else:
             model.close(side=side)
-        out.append(observe(model))
-    return out
+    elif isinstance(step, AdvanceProcessingTime):
+        model.advance_processing_time(step.ms)
+    elif isinstance(step, Send):
+        model.send(step.rows, source=source)
+    elif isinstance(step, AdvanceWatermark):
+        model.advance_watermark(step.ts_ms, source=source)
+    else:
+        model.close(source=source)
 
 
 def _scenario_clock(steps: Sequence[Step]) -> ManualClock | None:
@@ -227,17 +216,11 @@ def run_streaming(
     out = []
     try:
         for step in steps:
-            source = _model_source(step, sources)
-            sender = senders[sources[0] if source in ("main", "") else source]
             if isinstance(step, AdvanceProcessingTime):
                 assert clock is not None
                 clock.advance(step.ms)
-            elif isinstance(step, Send):
-                sender.send(list(step.rows))
-            elif isinstance(step, AdvanceWatermark):
-                sender.advance_watermark(step.ts_ms)
             else:
-                sender.close()
+                _send_step(step, senders, sources)
             job.process_all_available()
             out.append(job.results().to_pylist())
         if all(s.closed for s in senders.values()) and not job.await_termination(timeout_s=120):
@@ -245,6 +228,20 @@ def run_streaming(
     finally:
         job.stop()
     return out
+
+
+def _send_step(
+    step: Send | AdvanceWatermark | Close, senders: Mapping[str, Any], sources: Sequence[str]
+) -> None:
+    """Hand one step to the sender of its source."""
+    source = _model_source(step, sources)
+    sender = senders[sources[0] if source in ("main", "") else source]
+    if isinstance(step, Send):
+        sender.send(list(step.rows))
+    elif isinstance(step, AdvanceWatermark):
+        sender.advance_watermark(step.ts_ms)
+    else:
+        sender.close()
 
 
 def _use_clock(job: Job, clock: ManualClock) -> None:
