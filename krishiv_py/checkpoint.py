@@ -109,6 +109,11 @@ class CheckpointLayout:
         return os.path.join(self.root, "krishiv-buckets.txt")
 
     @property
+    def key_groups_file(self) -> str:
+        """The stateful operator's key groups and the tasks of its last run (JSON; SPEC 3.15)."""
+        return os.path.join(self.root, "krishiv-key-groups.json")
+
+    @property
     def idle_markers(self) -> str:
         """The idle sources' marker files (a streaming file source the query reads)."""
         return os.path.join(self.root, "krishiv-idle")

@@ -51,6 +51,7 @@ __all__ = [
     "BATCH_TS",
     "BRANCH",
     "BUCKET",
+    "LANE",
     "CASCADE_DELETE",
     "CASCADE_EVENT_TIME",
     "CHANGELOG_ROW",
@@ -207,8 +208,10 @@ def pane_part(i: int, part: str) -> str:
 
 # --- the stateful operator's rows ----------------------------------------------------------
 
-#: The key bucket a row is grouped by.
+#: The key bucket a row is grouped by (with key groups: the task that owns its key group).
 BUCKET = "__kp_bucket"
+#: With key groups, the number a task's rows are shuffled by: one that lands on its own partition.
+LANE = "__kp_lane"
 #: Event time (µs, unshifted; null: invalid).
 TS_VALUE = "__kp_tsv"
 #: One bucket call's output (Arrow IPC streams) and a bucket's state blob.

@@ -8,6 +8,7 @@ import attrs
 
 from krishiv_py.names import (
     BUCKET,
+    LANE,
     LATE_FLAG,
     LOOKUP_FOUND,
     LOOKUP_KEY,
@@ -326,7 +327,18 @@ def _stateful(
         def bucket_files(key: Any, table: Any) -> Any:
             return op.run_bucket_files(spec, key, table, _batch_id(), under.of_batch, state_path)
 
-        out = packed.unionByName(tick_rows).groupBy(BUCKET).applyInArrow(bucket_files, ddl)
+        rows = packed.unionByName(tick_rows)
+        if not spec.key_groups:
+            return _staged(spec, rows.groupBy(BUCKET).applyInArrow(bucket_files, ddl), paths, sides, under)
+        # One partition per task, whatever shuffle partitions the query's offset log restores:
+        # each task's rows carry a number that Spark's hash partitioning puts on its own partition.
+        from pyspark.sql import functions as F
+
+        from krishiv_py.stateful.key_groups import lanes
+
+        lane = F.element_at(F.array(*[F.lit(v) for v in lanes(spec.buckets)]), F.col(BUCKET) + 1)
+        spread = rows.withColumn(LANE, lane).repartition(spec.buckets, LANE)
+        out = spread.groupBy(BUCKET, LANE).applyInArrow(bucket_files, ddl)
         return _staged(spec, out, paths, sides, under)
     if node.carrier == "one-task":
         # As krishiv-files, every bucket in one task: no shuffle, and one hand-over to Python per

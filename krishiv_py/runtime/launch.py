@@ -23,16 +23,19 @@ One running job per checkpoint
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+import attrs
+
 from krishiv_py.checkpoint import CheckpointLayout
 from krishiv_py.errors import JobError, PlanError
 from krishiv_py.plan import nodes as n
-from krishiv_py.planner.spark.stateful import BUCKETS, with_buckets, with_carrier
+from krishiv_py.planner.spark.stateful import BUCKETS, with_buckets, with_carrier, with_key_groups
 from krishiv_py.runtime import run
 from krishiv_py.runtime.bad_files import BadFileSource
 from krishiv_py.runtime.durability import DurabilityProfile, is_uri
@@ -222,9 +225,27 @@ def start_streaming_job(
         asked = spark.conf.get(CARRIER_CONF, None)
         recipe = with_carrier(recipe, operator_carrier(layout, None if asked is None else str(asked)))
     check_plan(layout, recorded_identity(plan, recipe))
-    if recipe.stateful is not None:
+    node = recipe.stateful
+    if node is not None:
         partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 0)
-        recipe = with_buckets(recipe, operator_buckets(layout, partitions))
+        if node.carrier == "state-store":
+            recipe = with_buckets(recipe, operator_buckets(layout, partitions))
+        else:
+            asked = spark.conf.get(KEY_GROUPS_CONF, None)
+            chosen = operator_layout(
+                layout,
+                1 if node.carrier == "one-task" else partitions,
+                asked=None if asked is None else str(asked),
+                movable=node.operator.kernel.state_keys is not None,
+                what=node.operator.kernel.describe(),
+            )
+            recipe = with_key_groups(
+                recipe,
+                chosen.key_groups,
+                chosen.tasks,
+                since=chosen.since,
+                stage_buckets=chosen.stage_buckets,
+            )
     query_name = run.new_query_name()
     stateful = recipe.stateful is not None
     writer, late_writer = open_writers(
@@ -341,6 +362,122 @@ def operator_buckets(checkpoint: CheckpointLayout, shuffle_partitions: int) -> i
         f.write(f"{chosen}\n")
     os.replace(tmp, path)
     return chosen
+
+
+#: The Spark setting of a new checkpoint's number of key groups (SPEC 3.15; at least 1, at most
+#: :data:`~krishiv_py.stateful.key_groups.MAX_KEY_GROUPS`; default 128).
+KEY_GROUPS_CONF = "spark.krishiv.stateful.key_groups"
+_DEFAULT_KEY_GROUPS, _MAX_KEY_GROUPS = 128, 32_768
+
+
+@attrs.frozen
+class OperatorLayout:
+    """How a run lays out the stateful operator: its key groups, its tasks (each a contiguous range
+    of key groups), the first micro-batch of this layout, and a stage's buckets."""
+
+    key_groups: int
+    tasks: int
+    since: int
+    stage_buckets: int
+
+
+def operator_layout(
+    checkpoint: CheckpointLayout, partitions: int, *, asked: str | None, movable: bool, what: str
+) -> OperatorLayout:
+    """The layout of the stateful operator for a run on ``partitions`` tasks (SPEC 3.15).
+
+    A new checkpoint takes ``asked`` key groups (:data:`KEY_GROUPS_CONF`; 128
+    by default) and records them; its tasks are the run's shuffle
+    partitions, at most one per key group. A restart keeps the key groups
+    and runs on its own partitions: when they differ from the last run's,
+    the state moves by key group (``movable``: the kernel splits its state,
+    ``what`` names it in the error when it cannot). A checkpoint written with
+    key buckets (before key groups) reads each bucket as a key group.
+    """
+    checkpoint_dir, path = checkpoint.root, checkpoint.key_groups_file
+    if is_uri(checkpoint_dir):
+        raise JobError(
+            f"the checkpoint {checkpoint_dir} is a URI: krishiv's own state files live on a path of "
+            "this machine or one every executor mounts; use such a path, or set "
+            f"{CARRIER_CONF}=state-store to keep the state in Spark's state store"
+        )
+    committed = checkpoint.committed_batch()
+    recorded = _read_layout(path)
+    if recorded is None and (os.path.exists(checkpoint.buckets_file) or checkpoint.has_offsets()):
+        buckets = operator_buckets(checkpoint, partitions)  # its recorded number, 16 before records
+        recorded = OperatorLayout(key_groups=buckets, tasks=buckets, since=0, stage_buckets=buckets)
+        if not movable:  # its state stays in one directory per bucket, as it was written
+            return recorded
+    if recorded is None:
+        groups = _key_groups(asked)
+        tasks = max(1, min(partitions, groups))
+        chosen = OperatorLayout(
+            key_groups=groups, tasks=tasks, since=0, stage_buckets=min(BUCKETS, max(2, 2 * partitions))
+        )
+        _write_layout(checkpoint, chosen)
+        return chosen
+    if asked is not None and _key_groups(asked) != recorded.key_groups:
+        raise JobError(
+            f"{KEY_GROUPS_CONF}={asked}, but the checkpoint {checkpoint_dir} hashes its keys into "
+            f"{recorded.key_groups} key groups, fixed when it started: leave the setting out (or "
+            "set it to that number), or start the job on a new checkpoint"
+        )
+    tasks = max(1, min(partitions, recorded.key_groups))
+    if tasks == recorded.tasks:
+        return recorded
+    if not movable:
+        raise JobError(
+            f"the checkpoint {checkpoint_dir} ran on {recorded.tasks} tasks and this start asks "
+            f"for {tasks} (spark.sql.shuffle.partitions), but the state of its operator ({what}) "
+            "cannot move between tasks yet: start it with "
+            f"spark.sql.shuffle.partitions={recorded.tasks}, or on a new checkpoint"
+        )
+    chosen = attrs.evolve(recorded, tasks=tasks, since=committed + 1)
+    _write_layout(checkpoint, chosen)
+    return chosen
+
+
+def _key_groups(asked: str | None) -> int:
+    if asked is None:
+        return _DEFAULT_KEY_GROUPS
+    text = asked.strip()
+    if not text.isdigit() or not 1 <= int(text) <= _MAX_KEY_GROUPS:
+        raise JobError(
+            f"{KEY_GROUPS_CONF}={asked!r} is not a number of key groups: give a whole number "
+            f"from 1 to {_MAX_KEY_GROUPS} (at least the most tasks the job will ever run on)"
+        )
+    return int(text)
+
+
+def _read_layout(path: str) -> OperatorLayout | None:
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    try:
+        data = json.loads(text)
+        return OperatorLayout(
+            key_groups=int(data["key_groups"]),
+            tasks=int(data["tasks"]),
+            since=int(data["since"]),
+            stage_buckets=int(data["stage_buckets"]),
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        raise JobError(
+            f"{path} is damaged ({type(exc).__name__}: {exc}): it records how the job's state is laid "
+            'out, e.g. {"key_groups": 128, "tasks": 2, "since": 0, "stage_buckets": 4}; restore it, or '
+            "start the job on a new checkpoint"
+        ) from exc
+
+
+def _write_layout(checkpoint: CheckpointLayout, chosen: OperatorLayout) -> None:
+    os.makedirs(checkpoint.root, exist_ok=True)
+    path = checkpoint.key_groups_file
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(attrs.asdict(chosen), f)
+        f.write("\n")
+    os.replace(tmp, path)
 
 
 def recorded_identity(plan: n.PlanNode, recipe: SparkRecipe) -> str:

@@ -89,6 +89,10 @@ class ChainKernel(Unmerged):
         return self.then.accumulation
 
     @property
+    def state_keys(self) -> tuple[str, ...] | None:
+        return None  # (its state is not split by key group yet)
+
+    @property
     def identity(self) -> tuple[str, ...]:
         return self.then.identity
 

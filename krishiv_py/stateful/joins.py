@@ -892,6 +892,10 @@ class JoinKernel(Unmerged):
         return self.spec.accumulation
 
     @property
+    def state_keys(self) -> tuple[str, ...] | None:
+        return None  # (its state is not split by key group yet)
+
+    @property
     def identity(self) -> tuple[str, ...]:
         return (*self.spec.keys, "window_start", "window_end") if self.spec.kind == "window" else ()
 

@@ -181,6 +181,10 @@ class KeyedAggKernel(Unmerged):
         return "retracting"
 
     @property
+    def state_keys(self) -> tuple[str, ...] | None:
+        return self.keys
+
+    @property
     def identity(self) -> tuple[str, ...]:
         return self.keys
 

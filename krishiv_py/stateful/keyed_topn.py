@@ -84,6 +84,10 @@ class KeyedTopNKernel(Unmerged):
         return "retracting"
 
     @property
+    def state_keys(self) -> tuple[str, ...] | None:
+        return self.keys
+
+    @property
     def identity(self) -> tuple[str, ...]:
         return ()
 

@@ -74,11 +74,12 @@ from krishiv_py.stateful import kernel, stage
 from krishiv_py.stateful._arrow import arrow, framed, ipc_bytes, ipc_table, unframed
 from krishiv_py.stateful.chain import kinds_of
 from krishiv_py.stateful.delays import bucket_of
+from krishiv_py.stateful.key_groups import key_groups_of, task_ranges
 from krishiv_py.stateful.premerge import MERGED_ROWS
 from krishiv_py.stateful.protocol import Kernel
 from krishiv_py.stateful.stage import StageSpec
 from krishiv_py.stateful.state import WINDOW_END, WINDOW_START
-from krishiv_py.stateful.versioned import VersionedBlobs
+from krishiv_py.stateful.versioned import KeyGroupStore, Piece, VersionedBlobs, range_name
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -161,7 +162,15 @@ class OperatorSpec:
     kernel: Kernel
     columns: tuple[InputColumn, ...]
     shift_ms: int
+    #: The calls per micro-batch: key buckets, or with :attr:`key_groups` the tasks.
     buckets: int
+    #: The key groups the rows hash into (SPEC 3.15), each task a contiguous range of them
+    #: (:func:`~krishiv_py.stateful.key_groups.task_ranges`); 0: one bucket per call, the layout
+    #: of Spark's state store as the carrier.
+    key_groups: int = 0
+    #: The first micro-batch of this run's layout of tasks (a restart on another number of tasks
+    #: reads the state the layout before left; see :class:`KeyGroupStore`).
+    layout_since: int = 0
     #: The source's watermark lag, to profile each event's delay behind the stream as of the
     #: previous micro-batch (``W + lag - ts``); ``None``: no profile (several sources).
     profile_lag_ms: int | None = None
@@ -179,6 +188,11 @@ class OperatorSpec:
     #: (:func:`fire_watermark`), not in the next one. ``None``: it fires when Spark's watermark
     #: reaches it (several sources, an automatic lag, a lag per partition).
     fire_lag_ms: int | None = None
+
+    @property
+    def layout_dirs(self) -> frozenset[str]:
+        """The state directories of this run's tasks."""
+        return frozenset(range_name(lo, hi) for lo, hi in task_ranges(self.key_groups, self.buckets))
 
     @property
     def fires_ahead(self) -> bool:
@@ -288,9 +302,18 @@ def run_bucket_files(
     clock = _Clock()
     bucket = int(key[0])
     watermark, started_ms = batch_of()
-    store = VersionedBlobs(root, bucket)
-    blob = store.load_before(batch_id)
-    stored = ipc_table(blob) if blob is not None else None
+    store: VersionedBlobs | KeyGroupStore
+    moved = False
+    if spec.key_groups:
+        lo, hi = task_ranges(spec.key_groups, spec.buckets)[bucket]
+        store = KeyGroupStore(root, lo, hi, since=spec.layout_since, current=spec.layout_dirs)
+        pieces = store.load_before(batch_id)
+        stored = assemble_state(spec, pieces)
+        moved = len(pieces) > 1 or pieces[0].groups is not None or (pieces[0].lo, pieces[0].hi) != (lo, hi)
+    else:
+        store = VersionedBlobs(root, bucket)
+        blob = store.load_before(batch_id)
+        stored = ipc_table(blob) if blob is not None else None
     load_us = clock.lap()
     given = decode_blobs(spec, [b for b in table.column(PACKED).to_pylist() if b is not None])
     now = started_ms if spec.batch_time else int(time.time() * 1000)
@@ -298,8 +321,47 @@ def run_bucket_files(
     def keep(new: bytes | None) -> None:
         store.save(batch_id, new)
 
-    payload, handed = _step(spec, bucket, stored, given, watermark, now, keep, clock, (load_us, 0))
+    payload, handed = _step(spec, bucket, stored, given, watermark, now, keep, clock, (load_us, 0), moved)
     return _output_table(spec, bucket, payload, handed)
+
+
+def assemble_state(spec: OperatorSpec, pieces: list[Piece]) -> pa.Table | None:
+    """A task's state from the :class:`Piece`\\ s its key groups were left in (after a restart on
+    another number of tasks, several): each piece's rows of the key groups it gives, together.
+
+    A piece's rows are split by their key group (:mod:`krishiv_py.stateful.key_groups`), each
+    checked against the range it was stored for.
+    """
+    if len(pieces) == 1 and pieces[0].groups is None:
+        blob = pieces[0].blob
+        return ipc_table(blob) if blob is not None else None
+    names = spec.kernel.state_keys
+    if names is None:
+        raise JobError(
+            f"the state of this job's operator ({spec.kernel.describe()}) cannot move between "
+            "tasks: start it with the spark.sql.shuffle.partitions it ran with, or on a new checkpoint"
+        )
+    parts = []
+    for piece in pieces:
+        if piece.blob is None:
+            continue
+        table = ipc_table(piece.blob)
+        if piece.groups is None:
+            parts.append(table)
+            continue
+        groups = key_groups_of([table.column(k) for k in names], spec.key_groups, table.num_rows)
+        outside = (groups < piece.lo) | (groups >= piece.hi)
+        if outside.any():
+            raise JobError(
+                f"state rows of key groups {piece.lo}-{piece.hi - 1} hash to key group "
+                f"{int(groups[outside][0])}: the state's keys do not hash as its rows did, so it "
+                "cannot be split; start the job with the spark.sql.shuffle.partitions it ran with"
+            )
+        parts.append(table.filter(pa.array(np.isin(groups, np.asarray(piece.groups)))))
+    parts = [p for p in parts if p.num_rows]
+    if not parts:
+        return None
+    return parts[0] if len(parts) == 1 else pa.concat_tables(parts, promote_options="permissive")
 
 
 def run_buckets_files(
@@ -394,9 +456,10 @@ def _step(
     keep: Callable[[bytes | None], None],
     clock: _Clock,
     before: tuple[int, int],
+    moved: bool = False,
 ) -> tuple[bytes, list[bytes]]:
-    """The kernel's step over one bucket's input; its new state to ``keep``; the payload and the rows
-    handed on to a stage."""
+    """The kernel's step over one bucket's input; its new state to ``keep`` (always when ``moved``:
+    read from another layout's files); the payload and the rows handed on to a stage."""
     given.check_watermark(watermark)
     batch = given.rows
     decode_us = clock.lap()
@@ -409,7 +472,7 @@ def _step(
     out, handed = _handed_on(spec, bucket, out, new_state, watermark)
     kernel_us = clock.lap()
     blob = ipc_bytes(new_state) if new_state.num_rows else None
-    if batch.num_rows or given.merged is not None or not _unchanged(stored, new_state):
+    if moved or batch.num_rows or given.merged is not None or not _unchanged(stored, new_state):
         keep(blob)
     store_us = clock.lap()
     payload = encode_payload(

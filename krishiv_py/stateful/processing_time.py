@@ -65,6 +65,10 @@ class ProcessingTimeKernel(Unmerged):
         return self.inner.keys
 
     @property
+    def state_keys(self) -> tuple[str, ...] | None:
+        return self.inner.state_keys
+
+    @property
     def accumulation(self) -> str:
         return self.inner.accumulation
 

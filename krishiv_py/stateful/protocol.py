@@ -10,7 +10,9 @@ a branch in the glue.
 
 What a kernel says about itself
     ``keys``: the columns its rows are bucketed by (rows of equal keys meet
-    in one call); ``accumulation``: how its firings relate; ``identity``:
+    in one call); ``state_keys``: where its state keeps them, so that a
+    restart on another number of tasks moves each key's state (SPEC 3.15);
+    ``accumulation``: how its firings relate; ``identity``:
     the result columns that identify one result row (what a downstream
     operator or a table sink replaces or withdraws by), ``()`` when its
     rows have none of their own; :meth:`Kernel.output_watermark`: the
@@ -50,6 +52,13 @@ class Kernel(Protocol):
     @property
     def keys(self) -> tuple[str, ...]:
         """The columns rows are bucketed by: rows of equal keys meet in one call."""
+        ...
+
+    @property
+    def state_keys(self) -> tuple[str, ...] | None:
+        """The state's columns that hold :attr:`keys`, in order: each state row's key group is
+        their hash (:mod:`krishiv_py.stateful.key_groups`), so its state can move to another
+        task. None: the state cannot be split by key group (a job keeps its number of tasks)."""
         ...
 
     @property

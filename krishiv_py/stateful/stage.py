@@ -246,10 +246,16 @@ class StageSpec:
             out.append(attrs.evolve(level, path=f"{root}/then-{i}"))
         return nested(out)
 
-    def with_buckets(self, buckets: int) -> StageSpec:
-        """Every stage from this one on with ``buckets`` key buckets (as the operator before it)."""
+    def with_buckets(self, buckets: int, *, upstream: int | None = None) -> StageSpec:
+        """Every stage from this one on with ``buckets`` key buckets, this one after ``upstream``
+        calls of the operator before it (by default as many)."""
         return nested(
-            [attrs.evolve(level, buckets=buckets, upstream_buckets=buckets) for level in levels(self)]
+            [
+                attrs.evolve(
+                    level, buckets=buckets, upstream_buckets=upstream if i == 0 and upstream else buckets
+                )
+                for i, level in enumerate(levels(self))
+            ]
         )
 
 

@@ -70,6 +70,10 @@ class UnionKernel(Unmerged):
         return self.branches[0].accumulation
 
     @property
+    def state_keys(self) -> tuple[str, ...] | None:
+        return None  # (its state is not split by key group yet)
+
+    @property
     def identity(self) -> tuple[str, ...]:
         return ()  # two branches may emit rows of the same keys and window
 

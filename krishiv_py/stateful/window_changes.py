@@ -125,6 +125,10 @@ class ChangesWindowKernel(Unmerged):
             raise ValueError(f"a window over retractions re-fires or retracts, not {self.accumulation!r}")
 
     @property
+    def state_keys(self) -> tuple[str, ...] | None:
+        return None  # (its state is not split by key group yet)
+
+    @property
     def identity(self) -> tuple[str, ...]:
         return (*self.keys, "window_start", "window_end")
 

@@ -47,6 +47,10 @@ class WindowKernel:
         return self.spec.keys
 
     @property
+    def state_keys(self) -> tuple[str, ...] | None:
+        return tuple(self.spec.key_names())
+
+    @property
     def accumulation(self) -> str:
         return str(self.spec.accumulation)
 

@@ -27,6 +27,7 @@ operator, which hands them to the late-event handler as ``invalid``.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -56,6 +57,7 @@ __all__ = [
     "operator_spec",
     "stacked_operators",
     "with_buckets",
+    "with_key_groups",
     "with_carrier",
 ]
 
@@ -184,6 +186,48 @@ def _apply(
     return StatefulApply(child=encoded, operator=spec, streaming=streaming, tick_exprs=ticks, hashed=hashed)
 
 
+def with_key_groups(
+    recipe: SparkRecipe, key_groups: int, tasks: int, *, since: int = 0, stage_buckets: int | None = None
+) -> SparkRecipe:
+    """``recipe`` with its stateful operator's keys hashed into ``key_groups`` key groups and run on
+    ``tasks`` tasks, each a contiguous range of them (SPEC 3.15).
+
+    A row goes to task ``pmod(hash(keys), key_groups) * tasks DIV key_groups``;
+    a task's state is laid out by key group, so a restart on another number
+    of tasks finds it (``since``: the first micro-batch of this layout). A
+    stage keyed by other columns keeps ``stage_buckets`` buckets of its own
+    (by default as many as the tasks).
+    """
+    node = recipe.stateful
+    if node is None:
+        return recipe
+    if not 1 <= tasks <= key_groups:
+        raise ValueError(f"tasks must be between 1 and the {key_groups} key groups, got {tasks}")
+    operator = attrs.evolve(node.operator, buckets=tasks, key_groups=key_groups, layout_since=since)
+    if operator.then is not None:
+        operator = attrs.evolve(
+            operator, then=operator.then.with_buckets(stage_buckets or tasks, upstream=tasks)
+        )
+    expr = _task_expr(key_groups, tasks)
+    child: RecipeNode
+    if node.branch_hashed is not None:
+        assert isinstance(node.child, UnionAll)
+        parts = zip(node.child.children, node.branch_hashed, strict=True)
+        child = UnionAll(children=tuple(_rebucketed(c, hashed, tasks, expr) for c, hashed in parts))
+    else:
+        child = _rebucketed(node.child, node.hashed, tasks, expr)
+    return attrs.evolve(recipe, root=attrs.evolve(node, child=child, operator=operator))
+
+
+def _task_expr(key_groups: int, tasks: int) -> Callable[[str | None], str]:
+    def expr(hashed: str | None) -> str:
+        if hashed is None:
+            return "0"
+        return f"CAST(CAST(pmod(hash({hashed}), {key_groups}) AS BIGINT) * {tasks} DIV {key_groups} AS INT)"
+
+    return expr
+
+
 def with_buckets(recipe: SparkRecipe, buckets: int) -> SparkRecipe:
     """``recipe`` with its stateful operator's rows spread over ``buckets`` key buckets.
 
@@ -228,12 +272,14 @@ def with_carrier(recipe: SparkRecipe, carrier: str) -> SparkRecipe:
     return attrs.evolve(recipe, root=attrs.evolve(node, carrier=carrier))
 
 
-def _rebucketed(encoded: RecipeNode, hashed: str | None, buckets: int) -> RecipeNode:
-    """The encoded rows of ``encoded`` spread over ``buckets`` key buckets by ``hashed``."""
+def _rebucketed(
+    encoded: RecipeNode, hashed: str | None, buckets: int, expr: Callable[[str | None], str] | None = None
+) -> RecipeNode:
+    """The encoded rows of ``encoded`` spread over ``buckets`` key buckets by ``hashed`` (or by
+    ``expr`` of it: a task of key groups)."""
     assert isinstance(encoded, SelectExprs) and encoded.exprs[0].endswith(f" AS {quote(BUCKET)}")
-    return attrs.evolve(
-        encoded, exprs=(f"{_bucket_expr(hashed, buckets)} AS {quote(BUCKET)}", *encoded.exprs[1:])
-    )
+    bucket = _bucket_expr(hashed, buckets) if expr is None else expr(hashed)
+    return attrs.evolve(encoded, exprs=(f"{bucket} AS {quote(BUCKET)}", *encoded.exprs[1:]))
 
 
 def _hashed(node: n.WindowAggregate, schema: Schema) -> str | None:
