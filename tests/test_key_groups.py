@@ -1,0 +1,330 @@
+"""Key groups (SPEC 3.15): the hash, the tasks' ranges, the store that finds a key group's state
+after a restart on another number of tasks, the layout a checkpoint records, and on Spark a job
+run on 2, then 5, then 3 tasks against an uninterrupted run.
+
+Without Spark: :func:`spark_hash` is checked against Spark's own ``hash()`` in the one Spark test
+of the hash; the store and the layout rules are plain files.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import itertools
+import json
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import krishiv_py as kp
+from krishiv_py.checkpoint import CheckpointLayout
+from krishiv_py.errors import JobError
+from krishiv_py.runtime.launch import KEY_GROUPS_CONF, operator_layout
+from krishiv_py.stateful._arrow import ipc_bytes
+from krishiv_py.stateful.key_groups import key_groups_of, lanes, spark_hash, task_of, task_ranges
+from krishiv_py.stateful.operator import assemble_state
+from krishiv_py.stateful.versioned import KeyGroupStore, Piece, forget_cache, range_name
+from krishiv_py.testing.steps import _placeholder
+
+SCHEMA = "k string, t bigint, v bigint"
+
+# --- ranges and lanes --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("groups", "tasks"), [(128, 1), (128, 2), (128, 3), (128, 5), (7, 7), (32_768, 300)])
+def test_each_task_owns_a_contiguous_range_and_every_group_has_one_owner(groups: int, tasks: int) -> None:
+    ranges = task_ranges(groups, tasks)
+    assert len(ranges) == tasks and ranges[0][0] == 0 and ranges[-1][1] == groups
+    assert all(a[1] == b[0] and a[0] < a[1] for a, b in itertools.pairwise(ranges))
+    assert max(hi - lo for lo, hi in ranges) - min(hi - lo for lo, hi in ranges) <= 1  # even
+    for group in range(0, groups, max(1, groups // 500)):
+        lo, hi = ranges[task_of(group, groups, tasks)]
+        assert lo <= group < hi
+
+
+def test_a_lane_per_task_lands_on_its_own_partition() -> None:
+    for tasks in (1, 2, 3, 8, 64, 200):
+        values = lanes(tasks)
+        assert len(set(values)) == tasks
+        parts = np.mod(spark_hash([pa.array(values, pa.int32())]).astype(np.int64), tasks)
+        assert parts.tolist() == list(range(tasks))
+
+
+def _typed_columns(seed: int) -> pa.Table:
+    rng = random.Random(seed)
+    n = 300
+    strings = ["", "a", "ab", "abc", "abcd", "héllo ✓", None, "x" * 41]
+    strings += ["".join(chr(rng.randint(32, 0x2FF)) for _ in range(rng.randint(0, 19))) for _ in range(n - 8)]
+    doubles = [rng.gauss(0, 1e6) for _ in range(n - 4)] + [-0.0, 0.0, float("nan"), None]
+    return pa.table(
+        {
+            "s": pa.array(strings),
+            "i": pa.array(
+                [None if i % 13 == 0 else rng.randint(-(2**31), 2**31 - 1) for i in range(n)], pa.int32()
+            ),
+            "l": pa.array([rng.randint(-(2**63), 2**63 - 1) for _ in range(n)], pa.int64()),
+            "d": pa.array(doubles, pa.float64()),
+            "f": pa.array([rng.gauss(0, 1) for _ in range(n)], pa.float32()),
+            "b": pa.array([rng.random() < 0.5 for _ in range(n)]),
+            "sh": pa.array([rng.randint(-(2**15), 2**15 - 1) for _ in range(n)], pa.int16()),
+            "dt": pa.array(
+                [
+                    datetime.date(2020, 1, 1) + datetime.timedelta(days=rng.randint(-9000, 9000))
+                    for _ in range(n)
+                ]
+            ),
+            "ts": pa.array([rng.randint(0, 2**52) for _ in range(n)], pa.timestamp("us", tz="UTC")),
+            "dec": pa.array(
+                [decimal.Decimal(rng.randint(-(10**11), 10**11)) / 100 for _ in range(n)],
+                pa.decimal128(14, 2),
+            ),
+            "bin": pa.array([None if s is None else s.encode() for s in strings], pa.binary()),
+        }
+    )
+
+
+@pytest.mark.spark
+def test_the_hash_of_state_rows_is_sparks_hash_of_their_rows(session: kp.Session) -> None:
+    """Every key type the planner hashes, one at a time and several together, nulls, -0.0, NaN."""
+    table = _typed_columns(7)
+    frame = session.spark.createDataFrame(table)
+    floats = {"d", "f"}  # the planner hashes floats as doubles: (k + 0.0)
+    exprs = {c: f"hash(({c} + 0.0))" if c in floats else f"hash({c})" for c in table.column_names}
+    exprs["several"] = "hash(s, i, (d + 0.0), dt)"
+    got = frame.selectExpr(*[f"{e} AS {name}" for name, e in exprs.items()]).toArrow()
+    for name in exprs:
+        columns = ["s", "i", "d", "dt"] if name == "several" else [name]
+        mine = spark_hash([table.column(c) for c in columns])
+        assert mine.tolist() == got.column(name).to_pylist(), name
+
+
+def test_a_key_of_no_hashable_type_is_named() -> None:
+    from krishiv_py.stateful.key_groups import UnhashableKey
+
+    with pytest.raises(UnhashableKey, match="list<item: int64>"):
+        spark_hash([pa.array([[1]])])
+
+
+# --- the store -------------------------------------------------------------------------------
+
+
+def _window_spec(tasks: int, key_groups: int = 16) -> Any:
+    import attrs
+
+    recipe = (
+        _placeholder(SCHEMA).watermark("t", 5).key_by("k").tumbling_window(10).agg(kp.count(kp.col("*")))
+    ).lower(lowering="stateful")
+    assert recipe.stateful is not None
+    return attrs.evolve(recipe.stateful.operator, buckets=tasks, key_groups=key_groups)
+
+
+def _state(keys: list[str]) -> pa.Table:
+    return pa.table({"k0": pa.array(keys), "__ws": pa.array([0] * len(keys), pa.int64())})
+
+
+def test_a_task_reads_its_key_groups_from_the_layout_before_and_then_its_own(tmp_path: Path) -> None:
+    forget_cache()
+    root, groups = str(tmp_path), 16
+    keys = [f"k{i}" for i in range(200)]
+    owner = key_groups_of([pa.array(keys)], groups, len(keys))
+    old = task_ranges(groups, 2)
+    for lo, hi in old:  # a run on two tasks left its state after micro-batch 4
+        mine = [k for k, g in zip(keys, owner, strict=True) if lo <= g < hi]
+        store = KeyGroupStore(root, lo, hi, since=0, current=frozenset(range_name(*r) for r in old))
+        store.save(4, ipc_bytes(_state(mine)))
+    new = task_ranges(groups, 3)
+    current = frozenset(range_name(*r) for r in new)
+    spec = _window_spec(3, groups)
+    seen: list[Any] = []
+    for lo, hi in new:
+        store = KeyGroupStore(root, lo, hi, since=5, current=current)
+        pieces = store.load_before(5)
+        state = assemble_state(spec, pieces)
+        assert state is not None
+        got = state.column("k0").to_pylist()
+        assert all(lo <= g < hi for g in key_groups_of([pa.array(got)], groups, len(got)))
+        seen += got
+        store.save(5, ipc_bytes(state))
+    assert sorted(seen) == sorted(keys)  # nothing lost, nothing twice
+    # The old layout's directories stay while a re-run of micro-batch 5 may read them, then go.
+    assert set(os.listdir(root)) == current | {range_name(*r) for r in old}
+    for lo, hi in new:
+        store = KeyGroupStore(root, lo, hi, since=5, current=current)
+        pieces = store.load_before(6)
+        assert len(pieces) == 1 and pieces[0].groups is None
+        store.save(6, pieces[0].blob)
+    assert set(os.listdir(root)) == current
+
+
+def test_a_version_another_layout_wrote_after_this_one_began_is_not_read(tmp_path: Path) -> None:
+    """A crash during the first micro-batch on 2 tasks, then a start on 1: the 2 tasks' version of
+    that micro-batch never committed."""
+    forget_cache()
+    root = str(tmp_path)
+    KeyGroupStore(root, 0, 16, since=0, current=frozenset({"0-16"})).save(3, ipc_bytes(_state(["before"])))
+    for lo, hi in task_ranges(16, 2):
+        KeyGroupStore(root, lo, hi, since=4, current=frozenset({"0-8", "8-16"})).save(
+            4, ipc_bytes(_state(["lost"]))
+        )
+    store = KeyGroupStore(root, 0, 16, since=4, current=frozenset({"0-16"}))
+    pieces = store.load_before(4)
+    assert [p.blob for p in pieces] == [ipc_bytes(_state(["before"]))]
+    store.save(4, ipc_bytes(_state(["again"])))
+    pieces = store.load_before(5)
+    assert len(pieces) == 1 and pieces[0].blob == ipc_bytes(_state(["again"]))
+
+
+def test_state_rows_that_hash_outside_their_range_stop_the_task(tmp_path: Path) -> None:
+    spec = _window_spec(2, 16)
+    keys = [f"k{i}" for i in range(50)]
+    stray = Piece(ipc_bytes(_state(keys)), 0, 1, (0,))  # said to hold key group 0 only
+    with pytest.raises(JobError, match="do not hash as its rows did"):
+        assemble_state(spec, [stray])
+
+
+def test_an_operator_whose_state_cannot_split_is_named() -> None:
+    import attrs
+
+    left = _placeholder("k string, t bigint, a bigint", name="l").watermark("t", 5)
+    right = _placeholder("k string, t bigint, b bigint", name="r").watermark("t", 5)
+    joined = left.key_by("k").interval_join(right.key_by("k"), between=(-5, 5)).lower(lowering="stateful")
+    assert joined.stateful is not None
+    spec = attrs.evolve(joined.stateful.operator, buckets=2, key_groups=16)
+    assert spec.kernel.state_keys is None
+    pieces = [Piece(ipc_bytes(_state(["a"])), 0, 8, None), Piece(ipc_bytes(_state(["b"])), 8, 16, None)]
+    with pytest.raises(JobError, match="cannot move between tasks"):
+        assemble_state(spec, pieces)
+
+
+# --- what a checkpoint records ---------------------------------------------------------------
+
+
+def _layout(path: Path, partitions: int, *, asked: str | None = None, movable: bool = True) -> Any:
+    return operator_layout(
+        CheckpointLayout(str(path)), partitions, asked=asked, movable=movable, what="a join"
+    )
+
+
+def _commit(path: Path, batch: int) -> None:
+    (path / "commits").mkdir(parents=True, exist_ok=True)
+    (path / "commits" / str(batch)).write_text("v1\n{}\n")
+    (path / "offsets").mkdir(parents=True, exist_ok=True)
+    (path / "offsets" / str(batch)).write_text("v1\n{}\n")
+
+
+def test_a_new_checkpoint_records_its_key_groups_and_runs_one_task_per_partition(tmp_path: Path) -> None:
+    first = _layout(tmp_path, 8)
+    assert (first.key_groups, first.tasks, first.since) == (128, 8, 0)
+    assert json.loads((tmp_path / "krishiv-key-groups.json").read_text())["key_groups"] == 128
+    assert _layout(tmp_path / "few", 300, asked="64").tasks == 64  # at most one per key group
+    assert _layout(tmp_path / "same", 3).tasks == 3
+    assert _layout(tmp_path / "same", 3) == _layout(tmp_path / "same", 3)
+
+
+def test_a_restart_on_other_partitions_moves_from_the_next_micro_batch(tmp_path: Path) -> None:
+    _layout(tmp_path, 2)
+    _commit(tmp_path, 6)
+    moved = _layout(tmp_path, 5)
+    assert (moved.tasks, moved.since) == (5, 7)
+    assert json.loads((tmp_path / "krishiv-key-groups.json").read_text())["tasks"] == 5
+
+
+def test_a_restart_that_cannot_move_the_state_is_refused_naming_why(tmp_path: Path) -> None:
+    _layout(tmp_path, 2, movable=False)
+    with pytest.raises(JobError, match=r"ran on 2 tasks .* asks for 5 .*a join.*partitions=2"):
+        _layout(tmp_path, 5, movable=False)
+    assert _layout(tmp_path, 2, movable=False).tasks == 2
+
+
+def test_the_key_groups_of_a_checkpoint_cannot_change(tmp_path: Path) -> None:
+    _layout(tmp_path, 2, asked="256")
+    with pytest.raises(JobError, match="hashes its keys into 256 key groups"):
+        _layout(tmp_path, 2, asked="512")
+    assert _layout(tmp_path, 2).key_groups == 256
+
+
+@pytest.mark.parametrize("asked", ["0", "many", "40000", "-1"])
+def test_a_wrong_number_of_key_groups_is_named(tmp_path: Path, asked: str) -> None:
+    with pytest.raises(JobError, match=f"{KEY_GROUPS_CONF}=.* from 1 to 32768"):
+        _layout(tmp_path, 2, asked=asked)
+
+
+def test_a_checkpoint_of_key_buckets_reads_each_bucket_as_a_key_group(tmp_path: Path) -> None:
+    (tmp_path / "krishiv-buckets.txt").write_text("4\n")
+    _commit(tmp_path, 3)
+    kept = _layout(tmp_path, 8, movable=False)  # a join: as it ran, one task per bucket
+    assert (kept.key_groups, kept.tasks) == (4, 4)
+    moved = _layout(tmp_path, 2)
+    assert (moved.key_groups, moved.tasks, moved.since) == (4, 2, 4)
+    assert range_name(2, 3) == "2"  # a bucket's directory is its key group's
+
+
+def test_a_damaged_record_is_named(tmp_path: Path) -> None:
+    (tmp_path / "krishiv-key-groups.json").write_text("{not json")
+    with pytest.raises(JobError, match=r"krishiv-key-groups\.json is damaged"):
+        _layout(tmp_path, 2)
+
+
+# --- on Spark --------------------------------------------------------------------------------
+
+
+def _batches() -> list[list[dict[str, Any]]]:
+    rng = random.Random(3)
+    return [
+        [
+            {"k": f"k{rng.randint(0, 300)}", "t": 1_000 * i + rng.randint(0, 2_500), "v": rng.randint(1, 9)}
+            for _ in range(200)
+        ]
+        for i in range(8)
+    ]
+
+
+def _rows(table: pa.Table) -> list[tuple[Any, ...]]:
+    return sorted(tuple(r.values()) for r in table.to_pylist())
+
+
+@pytest.mark.spark
+def test_a_job_rescaled_from_2_to_5_to_3_tasks_equals_an_uninterrupted_run(
+    session: kp.Session, tmp_path: Path
+) -> None:
+    spark = session.spark
+    batches = _batches()
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+
+    def run(checkpoint: Path, plan: list[tuple[int, list[int]]]) -> list[tuple[Any, ...]]:
+        stream, sender = session.memory_stream(SCHEMA)
+        rows: list[tuple[Any, ...]] = []
+        for partitions, steps in plan:
+            spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
+            windows = (
+                stream.watermark("t", 1_500)
+                .key_by("k")
+                .tumbling_window(3_000)
+                .allowed_lateness(1_000)
+                .agg(kp.count(kp.col("*")).alias("n"), kp.sum(kp.col("v")).alias("s"))
+            )
+            job = windows.start(checkpoint_dir=str(checkpoint), lowering="stateful")
+            try:
+                for i in steps:
+                    sender.send(batches[i])
+                    job.process_all_available()
+                rows += _rows(job.results())
+            finally:
+                job.stop()
+            layout = json.loads((checkpoint / "krishiv-key-groups.json").read_text())
+            assert layout["tasks"] == partitions
+            state = os.listdir(checkpoint / "krishiv-state")
+            assert {range_name(*r) for r in task_ranges(128, partitions)} <= set(state)
+        return sorted(rows)
+
+    try:
+        rescaled = run(tmp_path / "rescaled", [(2, [0, 1, 2]), (5, [3, 4]), (3, [5, 6, 7])])
+        whole = run(tmp_path / "whole", [(2, list(range(8)))])
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", str(before))
+    assert rescaled == whole and len(whole) > 100
