@@ -79,6 +79,20 @@ def test_a_killed_write_leaves_nothing_that_is_read_and_is_cleaned_up(tmp_path: 
     assert not stale.exists() and store.versions() == [1, 3]
 
 
+def test_a_step_that_moves_only_a_joins_sweep_mark_is_a_new_version() -> None:
+    """A window join's padded rows fire by the watermark of its last sweep, kept in the state's
+    schema metadata: a tick that fires them changes nothing else, and must still be written."""
+    import pyarrow as pa
+
+    from krishiv_py.stateful.joins import SWEPT
+    from krishiv_py.stateful.operator import _unchanged
+
+    stored = pa.table({"k": ["a"]}).replace_schema_metadata({SWEPT: b"20"})
+    assert _unchanged(stored, stored)
+    assert not _unchanged(stored, stored.replace_schema_metadata({SWEPT: b"30"}))
+    assert _unchanged(None, stored.slice(0, 0))
+
+
 def test_the_recipe_names_the_carrier_and_a_wrong_one_is_refused() -> None:
     from krishiv_py.api.stream import Stream
     from krishiv_py.plan import nodes as n

@@ -8,6 +8,7 @@ two-way parity with the native lowering where both run a plan.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import os
 import time
@@ -196,7 +197,8 @@ def test_side_output_to_parquet_is_written_once_per_batch(session: kp.Session, t
 def test_restart_from_checkpoint_keeps_window_state(
     session: kp.Session, tmp_path: Any, recorded: int | None
 ) -> None:
-    """Also with a number of key buckets recorded in the checkpoint that this session would not pick."""
+    """Also with a number of key buckets recorded in the checkpoint (before key groups) that this
+    session would not pick: each bucket is read as a key group."""
     from krishiv_py.runtime.launch import BUCKETS_FILE
 
     checkpoint = str(tmp_path / "cp")
@@ -212,9 +214,13 @@ def test_restart_from_checkpoint_keeps_window_state(
     job.process_all_available()
     job.stop()
     partitions = int(session.spark.conf.get("spark.sql.shuffle.partitions") or 0)
-    chosen = recorded or min(16, max(2, 2 * partitions))
-    with open(os.path.join(checkpoint, BUCKETS_FILE)) as f:
-        assert int(f.read()) == chosen
+    if recorded is not None:  # key buckets, read as key groups: the same number, kept
+        with open(os.path.join(checkpoint, BUCKETS_FILE)) as f:
+            assert int(f.read()) == recorded
+    else:  # a new checkpoint records its key groups and the tasks it ran on
+        with open(os.path.join(checkpoint, "krishiv-key-groups.json")) as f:
+            layout = json.load(f)
+        assert (layout["key_groups"], layout["tasks"]) == (128, min(128, partitions))
     sender.send([{"k": "a", "t": 5, "v": 4}, {"k": "a", "t": 40, "v": 8}])
     job = pipeline.start(kp.ParquetSink(results), checkpoint_dir=checkpoint)
     try:

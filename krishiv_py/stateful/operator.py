@@ -532,10 +532,16 @@ def _then(first: kernel.StepOutput, fired: kernel.StepOutput) -> kernel.StepOutp
 
 
 def _unchanged(stored: pa.Table | None, new: pa.Table) -> bool:
-    """Whether a step over no rows left the state as it was (its version need not be written)."""
+    """Whether a step over no rows left the state as it was (its version need not be written).
+
+    The schema's metadata is part of the state: a join keeps the watermark of its last sweep
+    there, which a step over no rows may move alone.
+    """
     if stored is None:
-        return new.num_rows == 0
-    return new is stored or (new.num_rows == stored.num_rows and bool(new.equals(stored)))
+        return new.num_rows == 0  # (an empty state is written as none: no rows to sweep again)
+    return new is stored or (
+        new.num_rows == stored.num_rows and bool(new.equals(stored, check_metadata=True))
+    )
 
 
 def run_bounded_bucket(spec: OperatorSpec, key: tuple[Any, ...], frame: pd.DataFrame) -> pd.DataFrame:
