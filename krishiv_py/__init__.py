@@ -74,6 +74,7 @@ if TYPE_CHECKING:
     from krishiv_py.plan.watermarks import WatermarkSpec as WatermarkSpec
     from krishiv_py.runtime.job import Job as Job
     from krishiv_py.runtime.job import JobProgress as JobProgress
+    from krishiv_py.runtime.state_view import read_state as read_state
     from krishiv_py.sender import Sender as Sender
     from krishiv_py.session import Session as Session
     from krishiv_py.sinks import ConsoleSink as ConsoleSink

@@ -12,6 +12,7 @@ Connect server or a Kafka-protocol broker on this machine
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -88,6 +89,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     advise.set_defaults(handler=_advise)
 
+    state = sub.add_parser("state", help="look inside a job's checkpoint")
+    state_actions = state.add_subparsers(dest="action", required=True)
+    show = state_actions.add_parser(
+        "show",
+        help="what a checkpoint's state holds: lowering, carrier, key groups, tasks, last batch, "
+        "watermark, and per operator its keys, rows, bytes and largest key groups",
+    )
+    show.add_argument("checkpoint", help="the job's checkpoint_dir")
+    show.add_argument("--json", action="store_true", help="print JSON (the same fields)")
+    show.set_defaults(handler=_state_show)
+
     start = _add_server_commands(sub, CLUSTER, "a Spark standalone cluster", "a master and workers")
     start.add_argument("--workers", type=int, default=1, help="number of workers (default 1)")
     start.add_argument("--cores", type=int, default=1, help="cores per worker (default 1)")
@@ -99,6 +111,14 @@ def build_parser() -> argparse.ArgumentParser:
     start = _add_server_commands(sub, KAFKA, "a Kafka-protocol broker (Tansu)", "a Kafka broker")
     start.set_defaults(handler=_kafka_start)
     return parser
+
+
+def _state_show(args: argparse.Namespace) -> int:
+    from krishiv_py.runtime.state_view import describe_state, format_state
+
+    info = describe_state(args.checkpoint)
+    print(json.dumps(info, indent=2) if args.json else format_state(info))
+    return 0
 
 
 def _add_server_commands(

@@ -328,3 +328,97 @@ def test_a_job_rescaled_from_2_to_5_to_3_tasks_equals_an_uninterrupted_run(
     finally:
         spark.conf.set("spark.sql.shuffle.partitions", str(before))
     assert rescaled == whole and len(whole) > 100
+
+
+# --- a look inside -----------------------------------------------------------------------------
+
+
+def _written_checkpoint(path: Path, keys: list[str], *, tasks: int = 2, groups: int = 16) -> None:
+    """A stopped job's checkpoint as the operator leaves it: the records, two committed
+    micro-batches, each task's state under its key groups."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "krishiv-plan.txt").write_text("lowering: stateful\nplan\ncarrier: krishiv-files\n")
+    layout = {
+        "key_groups": groups,
+        "tasks": tasks,
+        "since": 0,
+        "stage_buckets": 4,
+        "operator": "krishiv window",
+        "keys": ["user"],
+        "state_keys": ["k0"],
+    }
+    (path / "krishiv-key-groups.json").write_text(json.dumps(layout))
+    (path / "commits").mkdir()
+    for batch in (0, 1):
+        (path / "commits" / str(batch)).write_text(
+            "v1\n" + json.dumps({"nextBatchWatermarkMs": 5_000 * batch})
+        )
+    owner = key_groups_of([pa.array(keys)], groups, len(keys))
+    ranges = task_ranges(groups, tasks)
+    current = frozenset(range_name(*r) for r in ranges)
+    for lo, hi in ranges:
+        mine = [k for k, g in zip(keys, owner, strict=True) if lo <= g < hi]
+        rows = pa.table(
+            {
+                "k0": pa.array(mine * 2),  # two windows per key
+                "__ws": pa.array([0] * len(mine) + [10] * len(mine), pa.int64()),
+                "__we": pa.array([10] * len(mine) + [20] * len(mine), pa.int64()),
+                "p0_c": pa.array(list(range(2 * len(mine))), pa.int64()),
+            }
+        )
+        store = KeyGroupStore(str(path / "krishiv-state"), lo, hi, since=0, current=current)
+        store.save(1, ipc_bytes(rows))
+        store.save(2, ipc_bytes(rows.slice(0, 0)))  # an attempt after the last commit: not read
+
+
+def test_state_show_names_the_layout_the_keys_rows_and_the_largest_key_groups(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from krishiv_py.cli import main
+    from krishiv_py.runtime.state_view import describe_state
+
+    keys = [f"user{i}" for i in range(300)]
+    _written_checkpoint(tmp_path / "cp", keys)
+    info = describe_state(str(tmp_path / "cp"))
+    assert {
+        k: info[k] for k in ("lowering", "carrier", "key_groups", "tasks", "last_batch", "watermark_ms")
+    } == {
+        "lowering": "stateful",
+        "carrier": "krishiv-files",
+        "key_groups": 16,
+        "tasks": 2,
+        "last_batch": 1,
+        "watermark_ms": 5_000,
+    }
+    [op] = info["operators"]
+    assert (op["name"], op["keys"], op["rows"]) == ("operator", 300, 600) and op["bytes"] > 0
+    counts = np.bincount(key_groups_of([pa.array(keys)], 16, len(keys)), minlength=16) * 2
+    assert [g["rows"] for g in op["largest_key_groups"]] == sorted(counts.tolist(), reverse=True)[:5]
+    assert main(["state", "show", str(tmp_path / "cp"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == info
+    assert main(["state", "show", str(tmp_path / "cp")]) == 0
+    printed = capsys.readouterr().out
+    assert "key_groups    16" in printed and "largest key groups:" in printed
+
+
+def test_read_state_gives_the_rows_with_the_pipelines_names(tmp_path: Path) -> None:
+    keys = [f"user{i}" for i in range(40)]
+    _written_checkpoint(tmp_path / "cp", keys, tasks=3)
+    state = kp.read_state(str(tmp_path / "cp"))
+    assert state.column_names == ["user", "window_start", "window_end", "p0_c", "key_group"]
+    assert sorted(str(u) for u in state.column("user").to_pylist()) == sorted(keys * 2)
+    owner = dict(zip(keys, key_groups_of([pa.array(keys)], 16, len(keys)).tolist(), strict=True))
+    assert all(owner[r["user"]] == r["key_group"] for r in state.to_pylist())
+    with pytest.raises(JobError, match="holds one operator of krishiv's"):
+        kp.read_state(str(tmp_path / "cp"), operator="1")
+
+
+def test_a_look_inside_something_that_is_no_checkpoint_is_named(tmp_path: Path) -> None:
+    from krishiv_py.cli import main
+
+    with pytest.raises(JobError, match="no checkpoint at"):
+        kp.read_state(str(tmp_path / "missing"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(JobError, match="is not a job's checkpoint"):
+        kp.read_state(str(tmp_path / "empty"))
+    assert main(["state", "show", str(tmp_path / "missing")]) == 1

@@ -76,6 +76,7 @@ EXPECTED_ALL = [
     "lower",
     "max",
     "min",
+    "read_state",
     "regexp_extract",
     "replace",
     "split_part",

@@ -28,7 +28,7 @@ import os
 import threading
 import weakref
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -239,6 +239,7 @@ def start_streaming_job(
                 movable=node.operator.kernel.state_keys is not None,
                 what=node.operator.kernel.describe(),
             )
+            _record_operator(layout, node.operator.kernel)
             recipe = with_key_groups(
                 recipe,
                 chosen.key_groups,
@@ -437,6 +438,29 @@ def operator_layout(
     return chosen
 
 
+def _record_operator(checkpoint: CheckpointLayout, kernel: Any) -> None:
+    """Add what the operator keeps to the layout record, for ``krishiv state show`` and
+    ``kp.read_state`` (its kind, its keys and the state columns holding them)."""
+    path = checkpoint.key_groups_file
+    if not os.path.exists(path):
+        return  # a checkpoint of key buckets: nothing recorded of its layout
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    facts = {
+        "operator": kernel.describe(),
+        "keys": list(kernel.keys),
+        "state_keys": None if kernel.state_keys is None else list(kernel.state_keys),
+    }
+    if all(data.get(k) == v for k, v in facts.items()):
+        return
+    data.update(facts)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
 def _key_groups(asked: str | None) -> int:
     if asked is None:
         return _DEFAULT_KEY_GROUPS
@@ -473,9 +497,14 @@ def _read_layout(path: str) -> OperatorLayout | None:
 def _write_layout(checkpoint: CheckpointLayout, chosen: OperatorLayout) -> None:
     os.makedirs(checkpoint.root, exist_ok=True)
     path = checkpoint.key_groups_file
+    data: dict[str, Any] = {}
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    data.update(attrs.asdict(chosen))
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(attrs.asdict(chosen), f)
+        json.dump(data, f)
         f.write("\n")
     os.replace(tmp, path)
 
