@@ -266,6 +266,7 @@ LAYOUT_MADE = {
     ("sinks.py", "checkpoint"),  # SinkContext.checkpoint: a context names its job's directory
     ("runtime/spool.py", "_committed_seq"),  # a reader of any process, named in its registration
     ("viz.py", "_source_batches"),  # a timeline replays a job from the directory it reports
+    ("runtime/state_view.py", "_check"),  # a look inside a checkpoint named by the user, job stopped
 }
 
 
