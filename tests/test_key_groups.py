@@ -422,3 +422,80 @@ def test_a_look_inside_something_that_is_no_checkpoint_is_named(tmp_path: Path) 
     with pytest.raises(JobError, match="is not a job's checkpoint"):
         kp.read_state(str(tmp_path / "empty"))
     assert main(["state", "show", str(tmp_path / "missing")]) == 1
+
+
+# --- Spark's own state (the native lowering) ---------------------------------------------------
+
+
+def test_the_partitions_spark_recorded_are_read_from_the_last_offsets(tmp_path: Path) -> None:
+    from krishiv_py.runtime.rescale import recorded_partitions
+
+    layout = CheckpointLayout(str(tmp_path))
+    assert recorded_partitions(layout) is None
+    (tmp_path / "offsets").mkdir()
+    for batch, parts in ((0, 2), (1, 5)):
+        meta = {"batchWatermarkMs": 0, "conf": {"spark.sql.shuffle.partitions": str(parts)}}
+        (tmp_path / "offsets" / str(batch)).write_text(f"v1\n{json.dumps(meta)}\n-\n")
+    assert recorded_partitions(layout) == 5
+
+
+def test_a_file_sink_log_gets_the_entry_of_a_micro_batch_that_wrote_nothing(tmp_path: Path) -> None:
+    from krishiv_py.runtime.rescale import fill_sink_log
+
+    log = tmp_path / "_spark_metadata"
+    log.mkdir()
+    entries = {b: json.dumps({"path": f"file:///out/part-{b}.parquet", "action": "add"}) for b in range(12)}
+    for b in range(8):
+        (log / str(b)).write_text(f"v1\n{entries[b]}")
+    assert fill_sink_log(str(tmp_path), 8, compact_interval=10)
+    assert (log / "8").read_text() == "v1"
+    assert not fill_sink_log(str(tmp_path), 8, compact_interval=10)  # there already
+    # A compaction's entry holds every file before it.
+    assert fill_sink_log(str(tmp_path), 9, compact_interval=10)
+    assert (log / "9.compact").read_text().splitlines() == ["v1", *(entries[b] for b in range(8))]
+    for b in range(10, 19):
+        (log / str(b)).write_text(f"v1\n{entries[b % 12]}")
+    assert fill_sink_log(str(tmp_path), 19, compact_interval=10)
+    want = ["v1", *(entries[b] for b in range(8)), *(entries[b % 12] for b in range(10, 19))]
+    assert (log / "19.compact").read_text().splitlines() == want
+    assert not fill_sink_log(str(tmp_path / "elsewhere"), 3)  # no log: not Spark's file sink
+
+
+@pytest.mark.spark
+def test_a_native_job_restarted_on_other_partitions_moves_sparks_state(
+    session: kp.Session, tmp_path: Path
+) -> None:
+    """Spark's own state moves with Spark's StreamingCheckpointManager before the query starts; the
+    Parquet sink's directory still reads; the results equal an uninterrupted run's."""
+    spark = session.spark
+    batches = _batches()
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+
+    def run(name: str, plan: list[tuple[int, list[int]]]) -> list[tuple[Any, ...]]:
+        stream, sender = session.memory_stream(SCHEMA)
+        checkpoint, out = tmp_path / name, tmp_path / f"{name}-out"
+        for partitions, steps in plan:
+            spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
+            windows = (
+                stream.watermark("t", 1_500)
+                .key_by("k")
+                .tumbling_window(3_000)
+                .agg(kp.count(kp.col("*")).alias("n"))
+            )
+            job = windows.start(kp.ParquetSink(str(out)), checkpoint_dir=str(checkpoint), lowering="native")
+            try:
+                for i in steps:
+                    sender.send(batches[i])
+                    job.process_all_available()
+            finally:
+                job.stop()
+            partitions_dirs = os.listdir(checkpoint / "state" / "0")
+            assert len([p for p in partitions_dirs if p.isdigit()]) == partitions
+        return _rows(spark.read.parquet(str(out)).toArrow())
+
+    try:
+        rescaled = run("rescaled", [(2, [0, 1, 2]), (5, [3, 4, 5]), (3, [6, 7])])
+        whole = run("whole", [(2, list(range(8)))])
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", str(before))
+    assert rescaled == whole and len(whole) > 20

@@ -45,9 +45,10 @@ from krishiv_py.runtime.job import BoundedJob, JobSetup, StreamingJob
 from krishiv_py.runtime.output import open_writers
 from krishiv_py.runtime.quarantine import Quarantine
 from krishiv_py.runtime.remote import is_remote
+from krishiv_py.runtime.rescale import rescale_spark_state
 from krishiv_py.runtime.spool import readers as spool_readers
 from krishiv_py.runtime.watch import progress_enabled, stage_progress, watching
-from krishiv_py.sinks import Sink
+from krishiv_py.sinks import ParquetSink, Sink
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -226,8 +227,11 @@ def start_streaming_job(
         recipe = with_carrier(recipe, operator_carrier(layout, None if asked is None else str(asked)))
     check_plan(layout, recorded_identity(plan, recipe))
     node = recipe.stateful
+    partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 0)
+    if node is None or node.carrier == "state-store":  # Spark's own state: Spark moves it
+        sink_path = options.sink.path if isinstance(options.sink, ParquetSink) and node is None else None
+        rescale_spark_state(spark, layout, partitions, sink_path=sink_path)
     if node is not None:
-        partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 0)
         if node.carrier == "state-store":
             recipe = with_buckets(recipe, operator_buckets(layout, partitions))
         else:

@@ -1,0 +1,148 @@
+"""Rescaling Spark's own state before a restart (SPEC 3.15): the native lowering's operators.
+
+Spark restores a restarted query's ``spark.sql.shuffle.partitions`` from its
+offset log, because its state is partitioned by it: a job restarted with 8
+partitions on a checkpoint of 2 would run on 2 without a word. Before the
+query starts, :func:`rescale_spark_state` compares the session's partitions
+with the checkpoint's and, when they differ and the checkpoint holds Spark
+state, moves it with Spark's own ``StreamingCheckpointManager.repartition``
+(Spark 4.2+). That writes one more micro-batch into the checkpoint, which
+reads no input and writes no rows; Spark's file sink log then has no entry
+for it, so :func:`fill_sink_log` writes the empty one (the compacted one
+when the micro-batch is a compaction's) and the sink's directory still
+reads. Where the move cannot be done (Spark Connect, an older Spark, a
+micro-batch left uncommitted), the start is a :class:`~krishiv_py.JobError`
+that says why and what to do, never a silent run on the old count.
+
+krishiv's own operator moves its state by key group as it runs
+(:mod:`krishiv_py.stateful.key_groups`); nothing here is for it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import TYPE_CHECKING
+
+from krishiv_py.checkpoint import CheckpointLayout
+from krishiv_py.errors import JobError
+from krishiv_py.runtime.remote import is_remote
+from krishiv_py.spark_errors import spark_call
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["fill_sink_log", "recorded_partitions", "rescale_spark_state"]
+
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+
+
+def recorded_partitions(checkpoint: CheckpointLayout) -> int | None:
+    """The shuffle partitions Spark recorded for the checkpoint's last micro-batch (None: none)."""
+    if not os.path.isdir(checkpoint.offsets):
+        return None
+    batches = [int(n) for n in os.listdir(checkpoint.offsets) if n.isdigit()]
+    if not batches:
+        return None
+    try:
+        with open(os.path.join(checkpoint.offsets, str(max(batches))), encoding="utf-8") as f:
+            lines = f.read().splitlines()
+        value = json.loads(lines[1]).get("conf", {}).get(SHUFFLE_PARTITIONS)
+    except (OSError, IndexError, ValueError, AttributeError):
+        return None
+    return None if value is None else int(value)
+
+
+def _holds_spark_state(checkpoint: CheckpointLayout) -> bool:
+    state = checkpoint.state
+    return os.path.isdir(state) and any(name.isdigit() for name in os.listdir(state))
+
+
+def rescale_spark_state(
+    spark: SparkSession, checkpoint: CheckpointLayout, partitions: int, *, sink_path: str | None = None
+) -> int | None:
+    """Repartition the Spark state of ``checkpoint`` to ``partitions`` before its query starts.
+
+    Returns the number it had (None: nothing moved: a new checkpoint, no
+    Spark state, or already ``partitions``). ``sink_path``: a directory Spark's
+    file sink writes with its ``_spark_metadata`` log (:func:`fill_sink_log`).
+    """
+    local = checkpoint.on_this_machine()
+    if local is None:
+        return None  # not readable from here: Spark runs it on the partitions it recorded
+    before = recorded_partitions(local)
+    if before is None or before == partitions or not _holds_spark_state(local):
+        return None
+    keep = f"start it with spark.sql.shuffle.partitions={before}, as it ran, or on a new checkpoint"
+    if is_remote(spark):
+        raise JobError(
+            f"the checkpoint {checkpoint.root} holds Spark state on {before} partitions and this "
+            f"session asks for {partitions}; Spark moves its state only from a classic session "
+            f"(not over Spark Connect): rescale it once from a local or cluster session, or {keep}"
+        )
+    manager = getattr(spark, "_streamingCheckpointManager", None)
+    if manager is None:
+        raise JobError(
+            f"the checkpoint {checkpoint.root} holds Spark state on {before} partitions and this "
+            f"session asks for {partitions}, but this Spark ({spark.version}) cannot move it "
+            f"(Spark 4.2 or later can): {keep}"
+        )
+    committed, planned = local.committed_batch(), _planned_batch(local)
+    if planned > committed:
+        raise JobError(
+            f"the checkpoint {checkpoint.root} has micro-batch {planned} planned but not committed, "
+            f"so its state cannot move from {before} to {partitions} partitions yet: {keep}, let it "
+            "commit, then restart with the new number"
+        )
+    spark_call(
+        f"moving the checkpoint's Spark state from {before} to {partitions} partitions",
+        lambda: manager.repartition(local.root, partitions),
+    )
+    if sink_path is not None:
+        fill_sink_log(sink_path, committed + 1, _compact_interval(spark))
+    return before
+
+
+def _planned_batch(checkpoint: CheckpointLayout) -> int:
+    if not os.path.isdir(checkpoint.offsets):
+        return -1
+    return max((int(n) for n in os.listdir(checkpoint.offsets) if n.isdigit()), default=-1)
+
+
+def _compact_interval(spark: SparkSession) -> int:
+    value = spark.conf.get("spark.sql.streaming.fileSink.log.compactInterval", "10")
+    return int(value or 10)
+
+
+def fill_sink_log(path: str, batch_id: int, compact_interval: int = 10) -> bool:
+    """Write Spark's file sink log entry of ``batch_id`` when it has none (a micro-batch that
+    wrote no files); True when one was written.
+
+    Spark reads a sink directory through every batch's entry since the last
+    compaction: a missing one fails the read. Every ``compact_interval``-th
+    entry is a compaction (``<batch>.compact``), holding every file of the
+    entries before it.
+    """
+    log = os.path.join(path, "_spark_metadata")
+    if not os.path.isdir(log):
+        return False
+    plain, compact = os.path.join(log, str(batch_id)), os.path.join(log, f"{batch_id}.compact")
+    if os.path.exists(plain) or os.path.exists(compact):
+        return False
+    lines = ["v1"]
+    target = plain
+    if (batch_id + 1) % compact_interval == 0:
+        target = compact
+        start = batch_id - compact_interval
+        for earlier in range(max(start, 0), batch_id):
+            for name in (f"{earlier}.compact", str(earlier)):
+                entry = os.path.join(log, name)
+                if os.path.exists(entry) and (name.endswith(".compact") or earlier > start):
+                    with open(entry, encoding="utf-8") as f:
+                        lines += [line for line in f.read().splitlines()[1:] if line]
+                    break
+    tmp = f"{target}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines))
+    os.replace(tmp, target)
+    return True
