@@ -193,6 +193,56 @@ def test_a_checkpoint_records_what_shapes_state_not_callbacks() -> None:
     assert len({plan(), plan(ttl=event), plan(ttl=processing)}) == 3
 
 
+def test_a_change_after_the_last_stateful_operator_keeps_the_checkpoints_identity() -> None:
+    """A filter or a projection after the last window shapes only what leaves the job (SPEC
+    3.15); one before it, or a changed window, is another pipeline."""
+    from krishiv_py.plan.nodes import checkpoint_identity
+    from krishiv_py.testing.steps import _placeholder
+
+    def windows(source: kp.Stream) -> kp.Stream:
+        return source.watermark("t", 0).key_by("k").tumbling_window(10).agg(kp.count(kp.col("*")).alias("n"))
+
+    stream = _placeholder(SCHEMA)
+    plain = checkpoint_identity(windows(stream).plan)
+    after = [
+        windows(stream).filter(kp.col("n") > 1),
+        windows(stream).select("k", "n"),
+        windows(stream).filter(kp.col("n") > 1).select("k"),
+    ]
+    assert {checkpoint_identity(s.plan) for s in after} == {plain}
+    before = windows(stream.filter(kp.col("k") != "x"))
+    assert checkpoint_identity(before.plan) != plain
+    later = windows(stream).filter(kp.col("n") > 1).key_by("k").agg(kp.count(kp.col("*")).alias("m"))
+    assert checkpoint_identity(later.plan) != plain
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("lowering", ["native", "stateful"])
+def test_a_filter_added_after_the_last_window_resumes_the_checkpoint(
+    session: kp.Session, tmp_path: Path, lowering: Any
+) -> None:
+    stream, sender = session.memory_stream(SCHEMA)
+
+    def windows(source: kp.Stream) -> kp.Stream:
+        return source.watermark("t", 0).key_by("k").tumbling_window(10).agg(kp.count(kp.col("*")).alias("n"))
+
+    checkpoint = str(tmp_path / "cp")
+    job = windows(stream).start(checkpoint_dir=checkpoint, lowering=lowering)
+    try:
+        sender.send([{"k": "a", "t": 1}, {"k": "a", "t": 2}, {"k": "b", "t": 3}])
+        job.process_all_available()
+    finally:
+        job.stop()
+    job = windows(stream).filter(kp.col("n") > 1).start(checkpoint_dir=checkpoint, lowering=lowering)
+    try:
+        sender.send([{"k": "a", "t": 25}])
+        job.process_all_available()
+        got = [(r["k"], r["n"]) for r in job.results().to_pylist()]
+    finally:
+        job.stop()
+    assert got == [("a", 2)]  # window [0, 10) kept its two rows across the restart; b's count 1 filtered
+
+
 def test_a_checkpoint_records_how_a_chain_of_operators_lays_out_its_state() -> None:
     """A job whose operator runs more than one kernel records their kinds: a checkpoint whose state
     was laid out for other kernels (a cascade's second window once ran elsewhere) is refused, not
@@ -392,3 +442,30 @@ def test_a_job_killed_before_spark_fired_a_moved_watermark_fires_it_once_restart
     finally:
         job.stop()
         again.stop()
+
+
+def test_a_checkpoint_recorded_with_its_last_filter_resumes_and_is_recorded_anew(tmp_path: Path) -> None:
+    """Checkpoints recorded the whole plan before: the same pipeline still resumes them."""
+    from krishiv_py.checkpoint import CheckpointLayout
+    from krishiv_py.runtime.launch import check_plan, recorded_identity
+    from krishiv_py.testing.steps import _placeholder
+
+    windows = (
+        _placeholder(SCHEMA).watermark("t", 0).key_by("k").tumbling_window(10).agg(kp.count(kp.col("*")))
+    )
+    filtered = windows.filter(kp.col("count") > 1)
+    recipe = filtered.lower(lowering="native")
+    layout = CheckpointLayout(str(tmp_path))
+    old = recorded_identity(filtered.plan, recipe, whole=True)
+    (tmp_path / "krishiv-plan.txt").write_text(old)
+    new = recorded_identity(filtered.plan, recipe)
+    assert new != old
+    check_plan(layout, new, was=old)
+    assert (tmp_path / "krishiv-plan.txt").read_text() == new
+    other = _placeholder(SCHEMA).watermark("t", 0).key_by("k").tumbling_window(20).agg(kp.count(kp.col("*")))
+    with pytest.raises(kp.JobError, match="written by another pipeline"):
+        check_plan(
+            layout,
+            recorded_identity(other.plan, recipe),
+            was=recorded_identity(other.plan, recipe, whole=True),
+        )

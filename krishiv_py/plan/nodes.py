@@ -1353,11 +1353,15 @@ def render_plan(node: PlanNode, indent: int = 0) -> str:
     return "\n".join(lines)
 
 
-def checkpoint_identity(node: PlanNode) -> str:
-    """The plan as a checkpoint records it: everything that shapes state and results.
+def checkpoint_identity(node: PlanNode, *, whole: bool = False) -> str:
+    """The plan as a checkpoint records it: everything that shapes its state.
 
-    Callbacks are left out — late-event handlers and pane callbacks run on
-    the driver and keep nothing in the checkpoint — so a job that failed in
+    Filters and projections after the last stateful operator are left out
+    (SPEC 3.15): they shape only what leaves the job, so a restart that
+    changes them runs on (``whole``: the plan as checkpoints recorded it
+    before, filters and projections included). Callbacks are left out —
+    late-event handlers and pane callbacks run on the driver and keep
+    nothing in the checkpoint — so a job that failed in
     one can be restarted with it fixed or replaced; so is a file source's
     ``bad_files``, so a job that failed on a bad file can be restarted with
     ``bad_files="quarantine"``.
@@ -1374,7 +1378,7 @@ def checkpoint_identity(node: PlanNode) -> str:
             x = attrs.evolve(x, emission=attrs.evolve(x.emission, late_handler=None))
         return x
 
-    return render_plan(strip(node))
+    return render_plan(strip(node if whole else stateless_below(node)))
 
 
 def _describe(node: PlanNode) -> str:

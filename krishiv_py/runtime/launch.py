@@ -225,7 +225,7 @@ def start_streaming_job(
     if recipe.stateful is not None:
         asked = spark.conf.get(CARRIER_CONF, None)
         recipe = with_carrier(recipe, operator_carrier(layout, None if asked is None else str(asked)))
-    check_plan(layout, recorded_identity(plan, recipe))
+    check_plan(layout, recorded_identity(plan, recipe), was=recorded_identity(plan, recipe, whole=True))
     node = recipe.stateful
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 0)
     if node is None or node.carrier == "state-store":  # Spark's own state: Spark moves it
@@ -513,10 +513,14 @@ def _write_layout(checkpoint: CheckpointLayout, chosen: OperatorLayout) -> None:
     os.replace(tmp, path)
 
 
-def recorded_identity(plan: n.PlanNode, recipe: SparkRecipe) -> str:
+def recorded_identity(plan: n.PlanNode, recipe: SparkRecipe, *, whole: bool = False) -> str:
     """What a checkpoint records of the pipeline that writes it: the lowering, the plan's identity
-    and, when the stateful operator runs more than one kernel, how its state is laid out."""
-    text = f"lowering: {recipe.lowering}\n{n.checkpoint_identity(plan)}\n"
+    and, when the stateful operator runs more than one kernel, how its state is laid out.
+
+    ``whole``: with the filters and projections after the last stateful operator, as checkpoints
+    recorded it before those could change (:func:`check_plan` accepts either).
+    """
+    text = f"lowering: {recipe.lowering}\n{n.checkpoint_identity(plan, whole=whole)}\n"
     node = recipe.stateful
     if node is not None and node.carrier != "state-store":  # the state's files are laid out by it
         text = f"{text}carrier: {node.carrier}\n"
@@ -524,13 +528,15 @@ def recorded_identity(plan: n.PlanNode, recipe: SparkRecipe) -> str:
     return text if layout is None else f"{text}operators: {layout}\n"
 
 
-def check_plan(checkpoint: CheckpointLayout, plan_text: str) -> None:
+def check_plan(checkpoint: CheckpointLayout, plan_text: str, *, was: str | None = None) -> None:
     """Refuse to resume a checkpoint written by another pipeline; record the plan of a new one.
 
     A checkpoint holds state laid out for one plan and lowering (window,
     keys, aggregates, watermarks); resuming it with another gives wrong
     results or a Spark error deep in a micro-batch. The checkpoint is left
-    as it is.
+    as it is. ``was``: this pipeline as checkpoints recorded it before
+    (filters and projections after the last stateful operator included); a
+    record of it is this pipeline's, rewritten as ``plan_text``.
     """
     checkpoint_dir, path = checkpoint.root, checkpoint.plan_file
     if is_uri(checkpoint_dir):
@@ -538,9 +544,10 @@ def check_plan(checkpoint: CheckpointLayout, plan_text: str) -> None:
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
             recorded = f.read()
-        if recorded != plan_text:
+        if recorded == plan_text:
+            return
+        if was is None or recorded != was:
             raise JobError(_other_pipeline(checkpoint_dir, recorded, plan_text))
-        return
     os.makedirs(checkpoint_dir, exist_ok=True)
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
