@@ -23,6 +23,13 @@ retraction once — which shows that no batch was written twice; an
 upsert-mode table must hold the model's current results, one row per
 window. ``--sink postgres`` starts a PostgreSQL server for the runs.
 
+``--rescale 2,5,3`` starts each (re)start of a child on the next of those
+shuffle partitions (the children read them from ``KRISHIV_CHAOS_RESCALE``
+and count their starts in the state directory), so every kill after the
+first lands in a restart that moves the job's state to another number of
+tasks: krishiv's operator by key group, Spark's own state with Spark's
+repartition (SPEC 3.15).
+
 ``--carrier one-task`` (or ``krishiv-files``, ``state-store``) starts every
 job with that carrier of the stateful operator's state
 (``spark.krishiv.stateful.carrier``; the children read it from
@@ -75,7 +82,9 @@ def child(
     lowering, auto = job_lowering(lowering)
     corrected = target.corrected and lowering == "stateful"
     with kp.Session.embedded(
-        durability="single-node-durable", state_dir=state_dir, spark_conf=_carrier_conf()
+        durability="single-node-durable",
+        state_dir=state_dir,
+        spark_conf=_carrier_conf() | _rescale_conf(state_dir),
     ) as session:
         stream, sender = session.memory_stream(SCHEMA, name="input")
         job = pipeline(stream, corrected=corrected, auto=auto).start(
@@ -96,6 +105,25 @@ def _carrier_conf() -> dict[str, str]:
 
     carrier = os.environ.get(CARRIER_ENV)
     return {CARRIER_CONF: carrier} if carrier else {}
+
+
+#: The environment variable that hands ``--rescale`` to the children.
+RESCALE_ENV = "KRISHIV_CHAOS_RESCALE"
+
+
+def _rescale_conf(state_dir: str) -> dict[str, str]:
+    """With ``--rescale``: this start's shuffle partitions, the next of the list per start."""
+    choices = [c for c in os.environ.get(RESCALE_ENV, "").split(",") if c]
+    if not choices:
+        return {}
+    counter = os.path.join(state_dir, "starts")
+    starts = 0
+    if os.path.exists(counter):
+        with open(counter) as f:
+            starts = int(f.read())
+    with open(counter, "w") as f:
+        f.write(str(starts + 1))
+    return {"spark.sql.shuffle.partitions": choices[starts % len(choices)]}
 
 
 def child_kafka(
@@ -228,9 +256,15 @@ def main(argv: list[str] | None = None) -> int:
         choices=("krishiv-files", "one-task", "state-store"),
         help="the stateful operator's carrier (default: the session's default)",
     )
+    p.add_argument(
+        "--rescale",
+        help="shuffle partitions of each (re)start in turn, e.g. 2,5,3: every restart moves the state",
+    )
     a = p.parse_args(argv)
     if a.carrier:
         os.environ[CARRIER_ENV] = a.carrier
+    if a.rescale:
+        os.environ[RESCALE_ENV] = a.rescale
     runs = []
     with contextlib.ExitStack() as stack:
         dsn = ""
