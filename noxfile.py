@@ -234,6 +234,19 @@ def cluster_bench(session: nox.Session) -> None:
     session.run("python", "-m", "benchmarks.cluster", *session.posargs)
 
 
+@nox.session(python=PYTHON)
+def scaling(session: nox.Session) -> None:
+    """Outgrowing one machine: a job rescaled 2 -> 5 -> 3 -> 2 against an uninterrupted run on both
+    lowerings, ``krishiv state show`` on 1,000,000 keys, the operator's tasks on a standalone
+    cluster; and the crash harness killing restarts that rescale.
+    """
+    session.install("-e", ".")
+    session.run("python", "-m", "benchmarks.scaling", "rescale")
+    session.run("python", "-m", "benchmarks.scaling", "show")
+    session.run("python", "-m", "benchmarks.scaling", "tasks")
+    session.run("python", "-m", "benchmarks.chaos", "--runs", "2", "--kills", "3", "--rescale", "2,5,3")
+
+
 def _with_flink(session: nox.Session) -> list[str]:
     """The session's arguments, with ``--flink-python`` the PyFlink environment's (``--no-flink``: not)."""
     args = list(session.posargs)

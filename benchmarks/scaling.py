@@ -1,0 +1,235 @@
+"""Outgrowing one machine (SPEC 3.15): rescaling, the tasks a run gets, a look inside at size.
+
+``python -m benchmarks.scaling rescale``
+    A keyed tumbling-window job on each lowering, restarted on its
+    checkpoint with the shuffle partitions going 2 → 5 → 3 → 2, against the
+    same input run uninterrupted on 2: the result rows must be equal (nothing
+    lost, duplicated or wrong); prints each restart's start time.
+``python -m benchmarks.scaling show --keys 1000000``
+    A per-key aggregate over that many keys (the stateful lowering), stopped;
+    then times ``krishiv state show`` (:func:`~krishiv_py.runtime.state_view.describe_state`)
+    on its checkpoint.
+``python -m benchmarks.scaling tasks --partitions 8``
+    On a local standalone cluster (2 workers, 4 cores each), a keyed window
+    job with that many shuffle partitions: from Spark's task list (the REST
+    API of the driver's UI), the stateful operator's stage's tasks, how many
+    ran at once, and each task's shuffle bytes read against the mean
+    (uniform keys: the load per task).
+
+Writes ``benchmarks/results/scaling-<what>.json``; exits 1 when a check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from krishiv_py._typing import Lowering
+
+SCHEMA = "k string, t bigint, v bigint"
+#: A run's result rows and each (re)start's time.
+Result = tuple[list[Any], list[float]]
+RESULTS = Path(__file__).parent / "results"
+
+
+def _batches(count: int, size: int, keys: int, seed: int = 3) -> list[list[dict[str, Any]]]:
+    rng = random.Random(seed)
+    return [
+        [
+            {"k": f"k{rng.randrange(keys)}", "t": 1_000 * i + rng.randint(0, 2_500), "v": rng.randint(1, 9)}
+            for _ in range(size)
+        ]
+        for i in range(count)
+    ]
+
+
+def rescale(args: argparse.Namespace) -> dict[str, Any]:
+    import krishiv_py as kp
+
+    plan = [int(p) for p in args.partitions.split(",")]
+    batches = _batches(4 * len(plan), args.rows, args.keys)
+    out: dict[str, Any] = {"partitions": plan, "lowerings": {}}
+    with kp.Session.embedded() as session:
+        spark = session.spark
+
+        def run(lowering: Lowering, steps: list[tuple[int, list[int]]], root: str) -> Result:
+            stream, sender = session.memory_stream(SCHEMA)
+            checkpoint, sink = f"{root}/cp", f"{root}/out"
+            starts = []
+            for partitions, indexes in steps:
+                spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
+                windows = (
+                    stream.watermark("t", 1_500)
+                    .key_by("k")
+                    .tumbling_window(3_000)
+                    .agg(kp.count(kp.col("*")).alias("n"), kp.sum(kp.col("v")).alias("s"))
+                )
+                t0 = time.perf_counter()
+                job = windows.start(kp.ParquetSink(sink), checkpoint_dir=checkpoint, lowering=lowering)
+                starts.append(round(time.perf_counter() - t0, 2))
+                try:
+                    for i in indexes:
+                        sender.send(batches[i])
+                        job.process_all_available()
+                finally:
+                    job.stop()
+            rows = spark.read.parquet(sink).toArrow().to_pylist()
+            return sorted(tuple(sorted(r.items())) for r in rows), starts
+
+        lowerings: tuple[Lowering, ...] = ("stateful", "native")
+        for lowering in lowerings:
+            per = len(batches) // len(plan)
+            steps = [(p, list(range(i * per, (i + 1) * per))) for i, p in enumerate(plan)]
+            with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
+                moved, starts = run(lowering, steps, a)
+                whole, _ = run(lowering, [(plan[0], list(range(len(batches))))], b)
+            out["lowerings"][lowering] = {
+                "windows": len(whole),
+                "equal": moved == whole,
+                "lost": len(set(whole) - set(moved)),
+                "extra": len(set(moved) - set(whole)),
+                "start_s": starts,
+            }
+            print(lowering, out["lowerings"][lowering], flush=True)
+    out["ok"] = all(v["equal"] for v in out["lowerings"].values())
+    return out
+
+
+def show(args: argparse.Namespace) -> dict[str, Any]:
+    import krishiv_py as kp
+    from krishiv_py.runtime.state_view import describe_state
+
+    with tempfile.TemporaryDirectory() as root, kp.Session.embedded() as session:
+        stream, sender = session.memory_stream(SCHEMA)
+        job = (
+            stream.watermark("t", 0)
+            .key_by("k")
+            .agg(kp.count(kp.col("*")).alias("n"))
+            .start(checkpoint_dir=f"{root}/cp", lowering="stateful")
+        )
+        try:
+            step = 250_000
+            for lo in range(0, args.keys, step):
+                sender.send([{"k": f"k{i}", "t": i, "v": 1} for i in range(lo, min(lo + step, args.keys))])
+                job.process_all_available()
+        finally:
+            job.stop()
+        t0 = time.perf_counter()
+        info = describe_state(f"{root}/cp")
+        took = time.perf_counter() - t0
+    [operator] = info["operators"]
+    print(f"state show on {operator['keys']} keys, {operator['bytes']} bytes: {took:.2f} s", flush=True)
+    return {"keys": operator["keys"], "bytes": operator["bytes"], "seconds": round(took, 2), "ok": took <= 10}
+
+
+def tasks(args: argparse.Namespace) -> dict[str, Any]:
+    import krishiv_py as kp
+    from krishiv_py.devtools import LocalCluster
+
+    port = 4077
+    conf = {
+        "spark.sql.shuffle.partitions": str(args.partitions),
+        "spark.ui.enabled": "true",
+        "spark.ui.port": str(port),
+    }
+    batches = _batches(args.batches, args.rows, args.keys)
+    with (
+        LocalCluster(workers=2, cores_per_worker=4, memory="1g") as cluster,
+        tempfile.TemporaryDirectory() as root,
+        kp.Session.connect(cluster.master_url, spark_conf=conf) as session,
+    ):
+        stream, sender = session.memory_stream(SCHEMA)
+        job = (
+            stream.watermark("t", 1_500)
+            .key_by("k")
+            .tumbling_window(3_000)
+            .agg(kp.count(kp.col("*")).alias("n"))
+            .start(checkpoint_dir=f"{root}/cp", lowering="stateful")
+        )
+        try:
+            for batch in batches:
+                sender.send(batch)
+                job.process_all_available()
+        finally:
+            job.stop()
+        stages = _operator_stages(f"http://127.0.0.1:{port}/api/v1", args.partitions)
+    if not stages:
+        return {"ok": False, "error": "no stage with one task per partition"}
+    busiest = max(stages, key=lambda s: sum(s["bytes"]))
+    mean = sum(busiest["bytes"]) / len(busiest["bytes"])
+    spread = max(busiest["bytes"]) / mean if mean else 0.0
+    concurrent = max(s["concurrent"] for s in stages)
+    print(
+        f"{len(stages)} operator stages of {args.partitions} tasks; at most {concurrent} at once; "
+        f"largest task's shuffle read {spread:.2f}x the mean (busiest stage)",
+        flush=True,
+    )
+    return {
+        "partitions": args.partitions,
+        "stages": len(stages),
+        "max_concurrent": concurrent,
+        "load_max_over_mean": round(spread, 3),
+        "ok": concurrent == args.partitions and spread <= 1.3,
+    }
+
+
+def _get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=30) as r:
+        return json.load(r)
+
+
+def _operator_stages(api: str, partitions: int) -> list[dict[str, Any]]:
+    """Completed stages that ran one task per partition with a shuffle read: the operator's."""
+    [app] = _get(f"{api}/applications")
+    found = []
+    for stage in _get(f"{api}/applications/{app['id']}/stages?status=complete"):
+        if stage["numTasks"] != partitions or not stage.get("shuffleReadBytes"):
+            continue
+        listed = _get(
+            f"{api}/applications/{app['id']}/stages/{stage['stageId']}/{stage['attemptId']}/taskList?length=10000"
+        )
+        spans = []
+        for task in listed:
+            start = time.mktime(time.strptime(task["launchTime"][:19], "%Y-%m-%dT%H:%M:%S"))
+            start += int(task["launchTime"][20:23]) / 1000
+            spans.append((start, start + task.get("duration", 0) / 1000))
+        concurrent = max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
+        read = [
+            t["taskMetrics"]["shuffleReadMetrics"]["remoteBytesRead"]
+            + t["taskMetrics"]["shuffleReadMetrics"]["localBytesRead"]
+            for t in listed
+        ]
+        found.append({"stage": stage["stageId"], "concurrent": concurrent, "bytes": read})
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="what", required=True)
+    r = sub.add_parser("rescale")
+    r.add_argument("--partitions", default="2,5,3,2")
+    r.add_argument("--rows", type=int, default=500)
+    r.add_argument("--keys", type=int, default=2_000)
+    s = sub.add_parser("show")
+    s.add_argument("--keys", type=int, default=1_000_000)
+    t = sub.add_parser("tasks")
+    t.add_argument("--partitions", type=int, default=8)
+    t.add_argument("--batches", type=int, default=6)
+    t.add_argument("--rows", type=int, default=100_000)
+    t.add_argument("--keys", type=int, default=50_000)
+    a = p.parse_args(argv)
+    result = {"rescale": rescale, "show": show, "tasks": tasks}[a.what](a)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"scaling-{a.what}.json").write_text(json.dumps(result, indent=2) + "\n")
+    return 0 if result.get("ok") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
