@@ -1,4 +1,4 @@
-"""The stateful operator's key buckets: chosen when a job first starts, kept by its checkpoint."""
+"""The stateful operator's key buckets (Spark's state store as the carrier) and key groups (krishiv's files)."""
 
 from __future__ import annotations
 
@@ -79,3 +79,19 @@ def test_a_damaged_record_is_an_error_naming_the_file(tmp_path: Path, text: str)
     with pytest.raises(JobError, match=f"{BUCKETS_FILE} holds .*not a number of key buckets"):
         operator_buckets(CheckpointLayout(str(tmp_path)), 2)
     assert (tmp_path / BUCKETS_FILE).read_text() == text  # left as it was
+
+
+def test_with_key_groups_sends_each_row_to_the_task_that_owns_its_key_group() -> None:
+    from krishiv_py.planner.spark.stateful import with_key_groups
+
+    recipe = with_key_groups(_recipe(), 128, 5, since=7)
+    node = recipe.stateful
+    assert node is not None
+    assert (node.operator.buckets, node.operator.key_groups, node.operator.layout_since) == (5, 128, 7)
+    assert _bucket_expr(recipe) == (
+        "CAST(CAST(pmod(hash(`k`), 128) AS BIGINT) * 5 DIV 128 AS INT) AS `__kp_bucket`"
+    )
+    assert _bucket_expr(with_key_groups(_recipe(keyed=False), 128, 5)) == "0 AS `__kp_bucket`"
+    assert node.operator.layout_dirs == {"0-26", "26-52", "52-77", "77-103", "103-128"}
+    with pytest.raises(ValueError, match="between 1 and the 128 key groups"):
+        with_key_groups(_recipe(), 128, 129)
