@@ -29,7 +29,10 @@ round trip through this process: ``spark_stream(writer)`` configures a
 errors, and for ``start(quarantine_dir=...)``, which sets a failed batch's
 rows aside instead of failing the job); ``None`` marks krishiv's own
 writers, whose failures fail the job. A writer without the attribute is
-user code.
+user code. ``skipped_batch(batch_id)``, optional, hears of a micro-batch
+that ran no sink: the one Spark's repartition of a checkpoint's state
+writes before a restart on other shuffle partitions (SPEC 3.15); the
+Parquet sink writes its empty entry into Spark's file sink log.
 
 Where ``write`` runs
     On the driver, in this process, for the stateful lowering, bounded runs
@@ -98,6 +101,7 @@ __all__ = [
     "Sink",
     "SinkContext",
     "SinkWriter",
+    "fill_sink_log",
 ]
 
 #: Which output of a job a sink receives: its results, or a late-event side output.
@@ -306,6 +310,13 @@ class _ParquetWriter:
     def spark_stream(self, writer: Any) -> Any:
         return writer.format("parquet").option("path", self.path)
 
+    def skipped_batch(self, batch_id: int) -> None:
+        """A micro-batch of the checkpoint that read nothing and ran no sink (Spark's repartition of
+        its state before a restart): Spark's file sink log gets its empty entry."""
+        spark = self._context.spark
+        interval = spark.conf.get("spark.sql.streaming.fileSink.log.compactInterval", "10") if spark else "10"
+        fill_sink_log(self.path, batch_id, int(interval or 10))
+
     def spark_batch(self, df: Any) -> None:
         from krishiv_py.spark_errors import spark_call
 
@@ -380,3 +391,37 @@ def _write_atomic(table: pa.Table, path: str, name: str) -> None:
     tmp = os.path.join(path, f".{name}.tmp")
     pq.write_table(table, tmp)
     os.replace(tmp, os.path.join(path, name))
+
+
+def fill_sink_log(path: str, batch_id: int, compact_interval: int = 10) -> bool:
+    """Write Spark's file sink log entry of ``batch_id`` when it has none (a micro-batch that
+    wrote no files); True when one was written.
+
+    Spark reads a sink directory through every batch's entry since the last
+    compaction: a missing one fails the read. Every ``compact_interval``-th
+    entry is a compaction (``<batch>.compact``), holding every file of the
+    entries before it.
+    """
+    log = os.path.join(path, "_spark_metadata")
+    if not os.path.isdir(log):
+        return False
+    plain, compact = os.path.join(log, str(batch_id)), os.path.join(log, f"{batch_id}.compact")
+    if os.path.exists(plain) or os.path.exists(compact):
+        return False
+    lines = ["v1"]
+    target = plain
+    if (batch_id + 1) % compact_interval == 0:
+        target = compact
+        start = batch_id - compact_interval
+        for earlier in range(max(start, 0), batch_id):
+            for name in (f"{earlier}.compact", str(earlier)):
+                entry = os.path.join(log, name)
+                if os.path.exists(entry) and (name.endswith(".compact") or earlier > start):
+                    with open(entry, encoding="utf-8") as f:
+                        lines += [line for line in f.read().splitlines()[1:] if line]
+                    break
+    tmp = f"{target}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines))
+    os.replace(tmp, target)
+    return True

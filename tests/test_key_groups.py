@@ -440,7 +440,7 @@ def test_the_partitions_spark_recorded_are_read_from_the_last_offsets(tmp_path: 
 
 
 def test_a_file_sink_log_gets_the_entry_of_a_micro_batch_that_wrote_nothing(tmp_path: Path) -> None:
-    from krishiv_py.runtime.rescale import fill_sink_log
+    from krishiv_py.sinks import fill_sink_log
 
     log = tmp_path / "_spark_metadata"
     log.mkdir()

@@ -1,4 +1,4 @@
-"""The stateful operator's key buckets (Spark's state store as the carrier) and key groups (krishiv's files)."""
+"""Key buckets (Spark's state store as the carrier) and key groups (krishiv's own files)."""
 
 from __future__ import annotations
 

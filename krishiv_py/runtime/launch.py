@@ -48,7 +48,7 @@ from krishiv_py.runtime.remote import is_remote
 from krishiv_py.runtime.rescale import rescale_spark_state
 from krishiv_py.runtime.spool import readers as spool_readers
 from krishiv_py.runtime.watch import progress_enabled, stage_progress, watching
-from krishiv_py.sinks import ParquetSink, Sink
+from krishiv_py.sinks import Sink
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -228,9 +228,9 @@ def start_streaming_job(
     check_plan(layout, recorded_identity(plan, recipe), was=recorded_identity(plan, recipe, whole=True))
     node = recipe.stateful
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 0)
+    moved = None
     if node is None or node.carrier == "state-store":  # Spark's own state: Spark moves it
-        sink_path = options.sink.path if isinstance(options.sink, ParquetSink) and node is None else None
-        rescale_spark_state(spark, layout, partitions, sink_path=sink_path)
+        moved = rescale_spark_state(spark, layout, partitions)
     if node is not None:
         if node.carrier == "state-store":
             recipe = with_buckets(recipe, operator_buckets(layout, partitions))
@@ -262,6 +262,11 @@ def start_streaming_job(
         # The stateful operator's output comes back to this process; native foreachBatch runs on the server.
         write_on_server=is_remote(spark) and not stateful,
     )
+    if moved is not None:  # the micro-batch Spark's repartition wrote: no sink ran for it
+        for opened in (writer, late_writer):
+            skipped = getattr(opened, "skipped_batch", None)
+            if skipped is not None:
+                skipped(moved)
     setup = JobSetup(
         plan=plan,
         recipe=recipe,

@@ -8,9 +8,9 @@ with the checkpoint's and, when they differ and the checkpoint holds Spark
 state, moves it with Spark's own ``StreamingCheckpointManager.repartition``
 (Spark 4.2+). That writes one more micro-batch into the checkpoint, which
 reads no input and writes no rows; Spark's file sink log then has no entry
-for it, so :func:`fill_sink_log` writes the empty one (the compacted one
-when the micro-batch is a compaction's) and the sink's directory still
-reads. Where the move cannot be done (Spark Connect, an older Spark, a
+for it, so the job tells its writers (``skipped_batch``): the Parquet sink
+writes the empty entry (:func:`krishiv_py.sinks.fill_sink_log`) and its
+directory still reads. Where the move cannot be done (Spark Connect, an older Spark, a
 micro-batch left uncommitted), the start is a :class:`~krishiv_py.JobError`
 that says why and what to do, never a silent run on the old count.
 
@@ -32,7 +32,7 @@ from krishiv_py.spark_errors import spark_call
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["fill_sink_log", "recorded_partitions", "rescale_spark_state"]
+__all__ = ["recorded_partitions", "rescale_spark_state"]
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 
@@ -58,14 +58,12 @@ def _holds_spark_state(checkpoint: CheckpointLayout) -> bool:
     return os.path.isdir(state) and any(name.isdigit() for name in os.listdir(state))
 
 
-def rescale_spark_state(
-    spark: SparkSession, checkpoint: CheckpointLayout, partitions: int, *, sink_path: str | None = None
-) -> int | None:
+def rescale_spark_state(spark: SparkSession, checkpoint: CheckpointLayout, partitions: int) -> int | None:
     """Repartition the Spark state of ``checkpoint`` to ``partitions`` before its query starts.
 
-    Returns the number it had (None: nothing moved: a new checkpoint, no
-    Spark state, or already ``partitions``). ``sink_path``: a directory Spark's
-    file sink writes with its ``_spark_metadata`` log (:func:`fill_sink_log`).
+    Returns the micro-batch the move wrote, which read nothing and ran no
+    sink (None: nothing moved: a new checkpoint, no Spark state, or already
+    ``partitions``); the job's writers hear of it (``skipped_batch``).
     """
     local = checkpoint.on_this_machine()
     if local is None:
@@ -98,51 +96,10 @@ def rescale_spark_state(
         f"moving the checkpoint's Spark state from {before} to {partitions} partitions",
         lambda: manager.repartition(local.root, partitions),
     )
-    if sink_path is not None:
-        fill_sink_log(sink_path, committed + 1, _compact_interval(spark))
-    return before
+    return committed + 1
 
 
 def _planned_batch(checkpoint: CheckpointLayout) -> int:
     if not os.path.isdir(checkpoint.offsets):
         return -1
     return max((int(n) for n in os.listdir(checkpoint.offsets) if n.isdigit()), default=-1)
-
-
-def _compact_interval(spark: SparkSession) -> int:
-    value = spark.conf.get("spark.sql.streaming.fileSink.log.compactInterval", "10")
-    return int(value or 10)
-
-
-def fill_sink_log(path: str, batch_id: int, compact_interval: int = 10) -> bool:
-    """Write Spark's file sink log entry of ``batch_id`` when it has none (a micro-batch that
-    wrote no files); True when one was written.
-
-    Spark reads a sink directory through every batch's entry since the last
-    compaction: a missing one fails the read. Every ``compact_interval``-th
-    entry is a compaction (``<batch>.compact``), holding every file of the
-    entries before it.
-    """
-    log = os.path.join(path, "_spark_metadata")
-    if not os.path.isdir(log):
-        return False
-    plain, compact = os.path.join(log, str(batch_id)), os.path.join(log, f"{batch_id}.compact")
-    if os.path.exists(plain) or os.path.exists(compact):
-        return False
-    lines = ["v1"]
-    target = plain
-    if (batch_id + 1) % compact_interval == 0:
-        target = compact
-        start = batch_id - compact_interval
-        for earlier in range(max(start, 0), batch_id):
-            for name in (f"{earlier}.compact", str(earlier)):
-                entry = os.path.join(log, name)
-                if os.path.exists(entry) and (name.endswith(".compact") or earlier > start):
-                    with open(entry, encoding="utf-8") as f:
-                        lines += [line for line in f.read().splitlines()[1:] if line]
-                    break
-    tmp = f"{target}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write("\n".join(lines))
-    os.replace(tmp, target)
-    return True
