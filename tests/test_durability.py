@@ -226,14 +226,14 @@ def test_a_filter_added_after_the_last_window_resumes_the_checkpoint(
     def windows(source: kp.Stream) -> kp.Stream:
         return source.watermark("t", 0).key_by("k").tumbling_window(10).agg(kp.count(kp.col("*")).alias("n"))
 
-    checkpoint = str(tmp_path / "cp")
-    job = windows(stream).start(checkpoint_dir=checkpoint, lowering=lowering)
+    checkpoint, out = str(tmp_path / "cp"), kp.ParquetSink(str(tmp_path / "out"))
+    job = windows(stream).start(out, checkpoint_dir=checkpoint, lowering=lowering)
     try:
         sender.send([{"k": "a", "t": 1}, {"k": "a", "t": 2}, {"k": "b", "t": 3}])
         job.process_all_available()
     finally:
         job.stop()
-    job = windows(stream).filter(kp.col("n") > 1).start(checkpoint_dir=checkpoint, lowering=lowering)
+    job = windows(stream).filter(kp.col("n") > 1).start(out, checkpoint_dir=checkpoint, lowering=lowering)
     try:
         sender.send([{"k": "a", "t": 25}])
         job.process_all_available()

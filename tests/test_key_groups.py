@@ -465,14 +465,20 @@ def test_a_file_sink_log_gets_the_entry_of_a_micro_batch_that_wrote_nothing(tmp_
 def test_a_native_job_restarted_on_other_partitions_moves_sparks_state(
     session: kp.Session, tmp_path: Path
 ) -> None:
-    """Spark's own state moves with Spark's StreamingCheckpointManager before the query starts; the
-    Parquet sink's directory still reads; the results equal an uninterrupted run's."""
+    """Spark's own state (RocksDB, a durable profile's) moves with Spark's StreamingCheckpointManager
+    before the query starts; the Parquet sink's directory still reads; the results equal an
+    uninterrupted run's. State Spark cannot move (its default store's) is a JobError saying so."""
+    from krishiv_py.runtime.rescale import recorded_partitions
+
     spark = session.spark
     batches = _batches()
     before = spark.conf.get("spark.sql.shuffle.partitions")
+    durable = kp.Session(
+        spark, owns_spark=False, state_dir=str(tmp_path / "state"), durability="single-node-durable"
+    )
 
     def run(name: str, plan: list[tuple[int, list[int]]]) -> list[tuple[Any, ...]]:
-        stream, sender = session.memory_stream(SCHEMA)
+        stream, sender = durable.memory_stream(SCHEMA, name=name)
         checkpoint, out = tmp_path / name, tmp_path / f"{name}-out"
         for partitions, steps in plan:
             spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
@@ -489,13 +495,26 @@ def test_a_native_job_restarted_on_other_partitions_moves_sparks_state(
                     job.process_all_available()
             finally:
                 job.stop()
-            partitions_dirs = os.listdir(checkpoint / "state" / "0")
-            assert len([p for p in partitions_dirs if p.isdigit()]) == partitions
+            assert recorded_partitions(CheckpointLayout(str(checkpoint))) == partitions  # ran on them
         return _rows(spark.read.parquet(str(out)).toArrow())
 
     try:
         rescaled = run("rescaled", [(2, [0, 1, 2]), (5, [3, 4, 5]), (3, [6, 7])])
         whole = run("whole", [(2, list(range(8)))])
+        # The default state store's state stays where it is: the restart says so, and runs as asked.
+        stream, sender = session.memory_stream(SCHEMA)
+        windows = stream.watermark("t", 0).key_by("k").tumbling_window(10).agg(kp.count(kp.col("*")))
+        sink, checkpoint = kp.ParquetSink(str(tmp_path / "plain-out")), str(tmp_path / "plain")
+        spark.conf.set("spark.sql.shuffle.partitions", "2")
+        job = windows.start(sink, checkpoint_dir=checkpoint, lowering="native")
+        sender.send(batches[0])
+        job.process_all_available()
+        job.stop()
+        spark.conf.set("spark.sql.shuffle.partitions", "4")
+        with pytest.raises(JobError, match=r"Spark moves only RocksDB state .*partitions=2"):
+            windows.start(sink, checkpoint_dir=checkpoint, lowering="native")
+        spark.conf.set("spark.sql.shuffle.partitions", "2")
+        windows.start(sink, checkpoint_dir=checkpoint, lowering="native").stop()
     finally:
         spark.conf.set("spark.sql.shuffle.partitions", str(before))
     assert rescaled == whole and len(whole) > 20

@@ -6,9 +6,10 @@ partitions on a checkpoint of 2 would run on 2 without a word. Before the
 query starts, :func:`rescale_spark_state` compares the session's partitions
 with the checkpoint's and, when they differ and the checkpoint holds Spark
 state, moves it with Spark's own ``StreamingCheckpointManager.repartition``
-(Spark 4.2+). That writes one more micro-batch into the checkpoint, which
-reads no input and writes no rows; Spark's file sink log then has no entry
-for it, so the job tells its writers (``skipped_batch``): the Parquet sink
+(Spark 4.2+; RocksDB state, which the durable profiles keep). That writes
+one more micro-batch into the checkpoint, which reads no input and writes
+no rows; Spark's file sink log then has no entry for it, so the job tells
+its writers (``skipped_batch``): the Parquet sink
 writes the empty entry (:func:`krishiv_py.sinks.fill_sink_log`) and its
 directory still reads. Where the move cannot be done (Spark Connect, an older Spark, a
 micro-batch left uncommitted), the start is a :class:`~krishiv_py.JobError`
@@ -35,10 +36,11 @@ if TYPE_CHECKING:
 __all__ = ["recorded_partitions", "rescale_spark_state"]
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+PROVIDER = "spark.sql.streaming.stateStore.providerClass"
 
 
-def recorded_partitions(checkpoint: CheckpointLayout) -> int | None:
-    """The shuffle partitions Spark recorded for the checkpoint's last micro-batch (None: none)."""
+def _recorded_conf(checkpoint: CheckpointLayout, name: str) -> str | None:
+    """A Spark setting the checkpoint's last micro-batch recorded in the offset log (None: none)."""
     if not os.path.isdir(checkpoint.offsets):
         return None
     batches = [int(n) for n in os.listdir(checkpoint.offsets) if n.isdigit()]
@@ -47,9 +49,15 @@ def recorded_partitions(checkpoint: CheckpointLayout) -> int | None:
     try:
         with open(os.path.join(checkpoint.offsets, str(max(batches))), encoding="utf-8") as f:
             lines = f.read().splitlines()
-        value = json.loads(lines[1]).get("conf", {}).get(SHUFFLE_PARTITIONS)
+        value = json.loads(lines[1]).get("conf", {}).get(name)
     except (OSError, IndexError, ValueError, AttributeError):
         return None
+    return None if value is None else str(value)
+
+
+def recorded_partitions(checkpoint: CheckpointLayout) -> int | None:
+    """The shuffle partitions Spark recorded for the checkpoint's last micro-batch (None: none)."""
+    value = _recorded_conf(checkpoint, SHUFFLE_PARTITIONS)
     return None if value is None else int(value)
 
 
@@ -84,6 +92,15 @@ def rescale_spark_state(spark: SparkSession, checkpoint: CheckpointLayout, parti
             f"the checkpoint {checkpoint.root} holds Spark state on {before} partitions and this "
             f"session asks for {partitions}, but this Spark ({spark.version}) cannot move it "
             f"(Spark 4.2 or later can): {keep}"
+        )
+    provider = _recorded_conf(local, PROVIDER) or ""
+    if not provider.endswith("RocksDBStateStoreProvider"):
+        raise JobError(
+            f"the checkpoint {checkpoint.root} holds Spark state on {before} partitions and this "
+            f"session asks for {partitions}, but Spark moves only RocksDB state and this one is "
+            f"kept by {provider.rsplit('.', 1)[-1] or 'the default state store'}: {keep} "
+            "(a job started with durability='single-node-durable' or 'distributed-durable' keeps "
+            "RocksDB state and can move)"
         )
     committed, planned = local.committed_batch(), _planned_batch(local)
     if planned > committed:
