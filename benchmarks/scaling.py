@@ -1,7 +1,8 @@
 """Outgrowing one machine (SPEC 3.15): rescaling, the tasks a run gets, a look inside at size.
 
 ``python -m benchmarks.scaling rescale``
-    A keyed tumbling-window job on each lowering, restarted on its
+    A keyed tumbling-window job on each lowering (a durable session: RocksDB
+    holds Spark's state), restarted on its
     checkpoint with the shuffle partitions going 2 → 5 → 3 → 2, against the
     same input run uninterrupted on 2: the result rows must be equal (nothing
     lost, duplicated or wrong); prints each restart's start time.
@@ -56,7 +57,11 @@ def rescale(args: argparse.Namespace) -> dict[str, Any]:
     plan = [int(p) for p in args.partitions.split(",")]
     batches = _batches(4 * len(plan), args.rows, args.keys)
     out: dict[str, Any] = {"partitions": plan, "lowerings": {}}
-    with kp.Session.embedded() as session:
+    # A durable profile: RocksDB holds the native lowering's state, which Spark can move.
+    with (
+        tempfile.TemporaryDirectory() as state,
+        kp.Session.embedded(durability="single-node-durable", state_dir=state) as session,
+    ):
         spark = session.spark
 
         def run(lowering: Lowering, steps: list[tuple[int, list[int]]], root: str) -> Result:
