@@ -518,3 +518,25 @@ def test_a_native_job_restarted_on_other_partitions_moves_sparks_state(
     finally:
         spark.conf.set("spark.sql.shuffle.partitions", str(before))
     assert rescaled == whole and len(whole) > 20
+
+
+def test_a_micro_batch_left_unfinished_is_finished_where_it_was_planned_before_the_state_moves(
+    tmp_path: Path,
+) -> None:
+    from krishiv_py.runtime.rescale import unfinished_before_rescale
+
+    layout = CheckpointLayout(str(tmp_path))
+    (tmp_path / "state" / "0").mkdir(parents=True)
+    (tmp_path / "offsets").mkdir()
+    (tmp_path / "commits").mkdir()
+    for batch in (0, 1):
+        meta = {"batchWatermarkMs": 0, "conf": {"spark.sql.shuffle.partitions": "2"}}
+        (tmp_path / "offsets" / str(batch)).write_text(f"v1\n{json.dumps(meta)}\n-\n")
+    (tmp_path / "commits" / "0").write_text("v1\n{}\n")
+    assert (
+        unfinished_before_rescale(layout, 5, spark_state=True) == 2
+    )  # batch 1 planned on 2, never committed
+    assert unfinished_before_rescale(layout, 2, spark_state=True) is None  # nothing to move
+    assert unfinished_before_rescale(layout, 5, spark_state=False) is None  # krishiv's files move as read
+    (tmp_path / "commits" / "1").write_text("v1\n{}\n")
+    assert unfinished_before_rescale(layout, 5, spark_state=True) is None  # committed: Spark moves it

@@ -45,7 +45,7 @@ from krishiv_py.runtime.job import BoundedJob, JobSetup, StreamingJob
 from krishiv_py.runtime.output import open_writers
 from krishiv_py.runtime.quarantine import Quarantine
 from krishiv_py.runtime.remote import is_remote
-from krishiv_py.runtime.rescale import rescale_spark_state
+from krishiv_py.runtime.rescale import rescale_spark_state, unfinished_before_rescale
 from krishiv_py.runtime.spool import readers as spool_readers
 from krishiv_py.runtime.watch import progress_enabled, stage_progress, watching
 from krishiv_py.sinks import Sink
@@ -202,9 +202,38 @@ def start_streaming_job(
     ``senders`` are the plan's sources' senders, in :func:`~krishiv_py.plan.nodes.sources_of`
     order (None for a source that is not a memory stream): the job reads
     them, and retention keeps what it has not committed.
+
+    A checkpoint whose Spark state must move to other shuffle partitions
+    but whose last micro-batch was planned and never committed (the job
+    died in it) first finishes that micro-batch where it was planned: the
+    job runs on the partitions it had until what is available is
+    committed, stops, and then starts on the new ones (:func:`rescale_spark_state`).
     """
     claim_checkpoint(checkpoint_dir, options.name)
     layout = CheckpointLayout(checkpoint_dir)
+    partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 0)
+    before = unfinished_before_rescale(
+        layout, partitions, spark_state=recipe.stateful is None or (recipe.stateful.carrier == "state-store")
+    )
+    if before is not None:
+        spark.conf.set("spark.sql.shuffle.partitions", str(before))
+        try:
+            first = start_streaming_job(
+                spark,
+                plan,
+                recipe,
+                options,
+                checkpoint_dir=checkpoint_dir,
+                profile=profile,
+                senders=senders,
+                progress=progress,
+            )
+            try:
+                first.process_all_available()
+            finally:
+                first.stop()
+        finally:
+            spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
     file_sources = [
         BadFileSource(s.name, s.path, s.bad_files)
         for s in n.sources_of(plan)
@@ -227,7 +256,6 @@ def start_streaming_job(
         recipe = with_carrier(recipe, operator_carrier(layout, None if asked is None else str(asked)))
     check_plan(layout, recorded_identity(plan, recipe), was=recorded_identity(plan, recipe, whole=True))
     node = recipe.stateful
-    partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 0)
     moved = None
     if node is None or node.carrier == "state-store":  # Spark's own state: Spark moves it
         moved = rescale_spark_state(spark, layout, partitions)

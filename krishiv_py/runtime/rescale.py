@@ -11,8 +11,11 @@ one more micro-batch into the checkpoint, which reads no input and writes
 no rows; Spark's file sink log then has no entry for it, so the job tells
 its writers (``skipped_batch``): the Parquet sink
 writes the empty entry (:func:`krishiv_py.sinks.fill_sink_log`) and its
-directory still reads. Where the move cannot be done (Spark Connect, an older Spark, a
-micro-batch left uncommitted), the start is a :class:`~krishiv_py.JobError`
+directory still reads. A micro-batch that was planned and never committed (the job died in
+it) is finished on the partitions it was planned on first
+(:func:`unfinished_before_rescale`; the launcher runs the job until it
+commits). Where the move cannot be done (Spark Connect, an older Spark, a
+micro-batch still uncommitted), the start is a :class:`~krishiv_py.JobError`
 that says why and what to do, never a silent run on the old count.
 
 krishiv's own operator moves its state by key group as it runs
@@ -33,7 +36,7 @@ from krishiv_py.spark_errors import spark_call
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["recorded_partitions", "rescale_spark_state"]
+__all__ = ["recorded_partitions", "rescale_spark_state", "unfinished_before_rescale"]
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 PROVIDER = "spark.sql.streaming.stateStore.providerClass"
@@ -64,6 +67,21 @@ def recorded_partitions(checkpoint: CheckpointLayout) -> int | None:
 def _holds_spark_state(checkpoint: CheckpointLayout) -> bool:
     state = checkpoint.state
     return os.path.isdir(state) and any(name.isdigit() for name in os.listdir(state))
+
+
+def unfinished_before_rescale(
+    checkpoint: CheckpointLayout, partitions: int, *, spark_state: bool
+) -> int | None:
+    """The partitions to finish a checkpoint's last micro-batch on before its Spark state moves to
+    ``partitions``: the ones it was planned on, when it was planned and never committed (None: none
+    to finish, or nothing to move)."""
+    local = checkpoint.on_this_machine()
+    if not spark_state or local is None or not _holds_spark_state(local):
+        return None
+    before = recorded_partitions(local)
+    if before is None or before == partitions or _planned_batch(local) <= local.committed_batch():
+        return None
+    return before
 
 
 def rescale_spark_state(spark: SparkSession, checkpoint: CheckpointLayout, partitions: int) -> int | None:
