@@ -289,9 +289,11 @@ def _rows(table: pa.Table) -> list[tuple[Any, ...]]:
 
 
 @pytest.mark.spark
+@pytest.mark.parametrize("uri", [False, True])
 def test_a_job_rescaled_from_2_to_5_to_3_tasks_equals_an_uninterrupted_run(
-    session: kp.Session, tmp_path: Path
+    session: kp.Session, tmp_path: Path, uri: bool
 ) -> None:
+    """Also with the checkpoint given as a ``file://`` URI: the same carrier, records and files."""
     spark = session.spark
     batches = _batches()
     before = spark.conf.get("spark.sql.shuffle.partitions")
@@ -308,7 +310,8 @@ def test_a_job_rescaled_from_2_to_5_to_3_tasks_equals_an_uninterrupted_run(
                 .allowed_lateness(1_000)
                 .agg(kp.count(kp.col("*")).alias("n"), kp.sum(kp.col("v")).alias("s"))
             )
-            job = windows.start(checkpoint_dir=str(checkpoint), lowering="stateful")
+            where = f"file://{checkpoint}" if uri else str(checkpoint)
+            job = windows.start(checkpoint_dir=where, lowering="stateful")
             try:
                 for i in steps:
                     sender.send(batches[i])

@@ -251,27 +251,29 @@ def start_streaming_job(
             "give the job a directory for them with start(..., quarantine_dir=<a directory>)"
         )
     quarantine = None if options.quarantine_dir is None else Quarantine(options.quarantine_dir)
+    # krishiv's records, read and written here: a ``file://`` checkpoint's by its path.
+    records = layout.on_this_machine() or layout
     if recipe.stateful is not None:
         asked = spark.conf.get(CARRIER_CONF, None)
-        recipe = with_carrier(recipe, operator_carrier(layout, None if asked is None else str(asked)))
-    check_plan(layout, recorded_identity(plan, recipe), was=recorded_identity(plan, recipe, whole=True))
+        recipe = with_carrier(recipe, operator_carrier(records, None if asked is None else str(asked)))
+    check_plan(records, recorded_identity(plan, recipe), was=recorded_identity(plan, recipe, whole=True))
     node = recipe.stateful
     moved = None
     if node is None or node.carrier == "state-store":  # Spark's own state: Spark moves it
         moved = rescale_spark_state(spark, layout, partitions)
     if node is not None:
         if node.carrier == "state-store":
-            recipe = with_buckets(recipe, operator_buckets(layout, partitions))
+            recipe = with_buckets(recipe, operator_buckets(records, partitions))
         else:
             asked = spark.conf.get(KEY_GROUPS_CONF, None)
             chosen = operator_layout(
-                layout,
+                records,
                 1 if node.carrier == "one-task" else partitions,
                 asked=None if asked is None else str(asked),
                 movable=node.operator.kernel.state_keys is not None,
                 what=node.operator.kernel.describe(),
             )
-            _record_operator(layout, node.operator.kernel)
+            _record_operator(records, node.operator.kernel)
             recipe = with_key_groups(
                 recipe,
                 chosen.key_groups,

@@ -62,10 +62,12 @@ def start_streaming(
     """
     spark, recipe, checkpoint_dir = setup.spark, setup.recipe, checkpoint.root
     assert setup.query_name is not None, "a streaming job's writers are opened with its query name"
-    markers = checkpoint.idle_markers
+    # The files this process writes for the query to read: a ``file://`` checkpoint's by its path.
+    local = checkpoint.on_this_machine() or checkpoint
+    markers = local.idle_markers
     ticks = None
     if recipe.stateful is not None:
-        ticks = TickWriter(checkpoint.ticks)
+        ticks = TickWriter(local.ticks)
     df = spark_call(
         "building the streaming query",
         lambda: build_dataframe(
