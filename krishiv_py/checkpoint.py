@@ -114,6 +114,11 @@ class CheckpointLayout:
         return os.path.join(self.root, "krishiv-key-groups.json")
 
     @property
+    def job_file(self) -> str:
+        """Facts of the job a look inside needs (JSON): the event-time shift of its watermarks."""
+        return os.path.join(self.root, "krishiv-job.json")
+
+    @property
     def idle_markers(self) -> str:
         """The idle sources' marker files (a streaming file source the query reads)."""
         return os.path.join(self.root, "krishiv-idle")

@@ -351,6 +351,7 @@ def _written_checkpoint(path: Path, keys: list[str], *, tasks: int = 2, groups: 
         "state_keys": ["k0"],
     }
     (path / "krishiv-key-groups.json").write_text(json.dumps(layout))
+    (path / "krishiv-job.json").write_text(json.dumps({"time_shift_ms": 0}))
     (path / "commits").mkdir()
     for batch in (0, 1):
         (path / "commits" / str(batch)).write_text(
@@ -543,3 +544,28 @@ def test_a_micro_batch_left_unfinished_is_finished_where_it_was_planned_before_t
     assert unfinished_before_rescale(layout, 5, spark_state=False) is None  # krishiv's files move as read
     (tmp_path / "commits" / "1").write_text("v1\n{}\n")
     assert unfinished_before_rescale(layout, 5, spark_state=True) is None  # committed: Spark moves it
+
+
+@pytest.mark.spark
+def test_a_look_inside_a_native_checkpoint_reads_sparks_state(session: kp.Session, tmp_path: Path) -> None:
+    from krishiv_py.runtime.state_view import describe_state
+
+    stream, sender = session.memory_stream(SCHEMA)
+    checkpoint = str(tmp_path / "cp")
+    windows = stream.watermark("t", 0).key_by("k").tumbling_window(10).agg(kp.count(kp.col("*")).alias("n"))
+    job = windows.start(kp.ParquetSink(str(tmp_path / "out")), checkpoint_dir=checkpoint, lowering="native")
+    try:
+        sender.send([{"k": "a", "t": 1, "v": 1}, {"k": "b", "t": 2, "v": 1}, {"k": "a", "t": 3, "v": 1}])
+        job.process_all_available()
+    finally:
+        job.stop()
+    info = describe_state(checkpoint)
+    assert (info["lowering"], info["carrier"]) == ("native", "spark") and info["last_batch"] >= 0
+    assert info["watermark_ms"] == 3  # the highest event time, lag 0
+    assert info["tasks"] == int(session.spark.conf.get("spark.sql.shuffle.partitions") or 0)
+    spark_ops = [op for op in info["operators"] if op["name"].startswith("spark operator")]
+    assert spark_ops and all(op["bytes"] > 0 for op in spark_ops)
+    state = kp.read_state(checkpoint, operator=spark_ops[0]["name"].rsplit(" ", 1)[1])
+    assert {"key", "value"} <= set(state.column_names) and state.num_rows == 2  # one open window per key
+    with pytest.raises(JobError, match="has Spark state operators"):
+        kp.read_state(checkpoint, operator="7")

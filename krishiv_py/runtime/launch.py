@@ -257,6 +257,7 @@ def start_streaming_job(
         asked = spark.conf.get(CARRIER_CONF, None)
         recipe = with_carrier(recipe, operator_carrier(records, None if asked is None else str(asked)))
     check_plan(records, recorded_identity(plan, recipe), was=recorded_identity(plan, recipe, whole=True))
+    _record_job(records, recipe)
     node = recipe.stateful
     moved = None
     if node is None or node.carrier == "state-store":  # Spark's own state: Spark moves it
@@ -475,6 +476,24 @@ def operator_layout(
     chosen = attrs.evolve(recorded, tasks=tasks, since=committed + 1)
     _write_layout(checkpoint, chosen)
     return chosen
+
+
+def _record_job(checkpoint: CheckpointLayout, recipe: SparkRecipe) -> None:
+    """Record what reading the checkpoint's watermarks takes (``krishiv state show``): the shift of
+    event time in the query (Spark's watermarks are shifted by it)."""
+    if is_uri(checkpoint.root):
+        return
+    facts = {"time_shift_ms": recipe.time_shift_ms}
+    path = checkpoint.job_file
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            if json.load(f) == facts:
+                return
+    os.makedirs(checkpoint.root, exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(facts, f)
+    os.replace(tmp, path)
 
 
 def _record_operator(checkpoint: CheckpointLayout, kernel: Any) -> None:

@@ -176,6 +176,14 @@ def read_state(checkpoint_dir: str, operator: str | None = None) -> pa.Table:
     return frame.toArrow()
 
 
+def _time_shift(checkpoint: CheckpointLayout) -> int | None:
+    """How far the query shifts event time (its watermarks with it); None: not recorded."""
+    if not os.path.exists(checkpoint.job_file):
+        return None
+    with open(checkpoint.job_file, encoding="utf-8") as f:
+        return int(json.load(f)["time_shift_ms"])
+
+
 def _spark_operators(checkpoint: CheckpointLayout) -> list[str]:
     if not os.path.isdir(checkpoint.state):
         return []
@@ -193,9 +201,11 @@ def describe_state(checkpoint_dir: str) -> dict[str, Any]:
     layout = _layout(checkpoint)
     last = checkpoint.committed_batch()
     watermark = None
-    if last >= 0:
+    shift = _time_shift(checkpoint)
+    if last >= 0 and shift is not None:
         try:
-            watermark = checkpoint.next_watermark_ms(last)
+            spark_ms = checkpoint.next_watermark_ms(last)
+            watermark = spark_ms - shift if spark_ms > 0 else None  # (0: no watermark yet)
         except Exception:  # noqa: BLE001 - an unreadable entry: no watermark to show
             watermark = None
     operators: list[dict[str, Any]] = []
