@@ -533,6 +533,14 @@ ERRORS = [
         ["window helpers are not allowed in WHERE"],
     ),
     ("SELECT * FROM events WHERE", ["SQL syntax error", "line 1, column", "WHERE is incomplete"]),
+    (
+        "SELCT user_id FROM events",
+        ["SQL syntax error", "\n  SELCT user_id FROM events\n", "did you mean SELECT"],
+    ),
+    (
+        "SELECT COUNT(*) AS n\nFROM events GRUP BY user_id",
+        ["line 2, column", "\n  FROM events GRUP BY user_id\n", "did you mean GROUP where it says GRUP?"],
+    ),
     ("SELECT 'abc FROM events", ["SQL syntax error", "Missing '"]),
     ("SET watermark.lagg = INTERVAL '1' SECOND", ["unknown setting 'watermark.lagg'", "watermark.lag,"]),
     ("SET watermark.lag = INTERVAL '1' MONTH", ["unit MONTH is not supported", "line 1, column 21"]),

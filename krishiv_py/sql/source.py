@@ -82,12 +82,34 @@ class SqlText:
             if reason.startswith("Required keyword"):  # e.g. "... missing for <class '...Where'>"
                 clause = reason.rsplit(".", 1)[-1].strip("'>")
                 reason = f"{clause.upper()} is incomplete"
-            raise PlanError(f"SQL syntax error{where}: {reason}") from None
+            shown = ""
+            if "line" in first:
+                shown = self._pointed(int(first["line"]), int(first["col"]), tokens)
+            raise PlanError(f"SQL syntax error{where}: {reason}{shown}") from None
         from sqlglot import exp
 
         node = nodes[0]
         assert isinstance(node, exp.Expression)
         return Statement(node, self.text[tokens[0].start : tokens[-1].end + 1])
+
+    def _pointed(self, line: int, column: int, tokens: list[Token]) -> str:
+        """The statement's line ``line`` with a caret under ``column``, and a keyword a word there
+        was probably meant to be (``SELCT``: SELECT)."""
+        import difflib
+
+        lines = self.text.splitlines() or [""]
+        text = lines[min(line, len(lines)) - 1]
+        caret = " " * max(min(column, len(text)) - 1, 0) + "^"
+        # A word up to the error that is not a keyword but is spelt like one.
+        offset = sum(len(x) + 1 for x in lines[: line - 1]) + column
+        words = [t.text for t in tokens if t.start < offset and t.token_type.name == "VAR"]
+        hint = ""
+        for word in reversed(words[-3:]):
+            close = difflib.get_close_matches(word.upper(), _KEYWORDS, n=1, cutoff=0.75)
+            if close and word.upper() not in _KEYWORDS:
+                hint = f"\n  did you mean {close[0]} where it says {word}?"
+                break
+        return f"\n  {text}\n  {caret}{hint}"
 
     # --- positions ----------------------------------------------------------------
 
@@ -142,6 +164,74 @@ class SqlText:
         offset = at if at is not None else (self.offset(node) if node is not None else None)
         shown = f" `{_snippet(node)}`" if node is not None else ""
         return PlanError(f"{message} ({self.where(offset)}{':' if shown else ''}{shown})")
+
+
+#: The keywords a misspelt word of a statement that fails to parse is held against.
+_KEYWORDS = (
+    "SELECT",
+    "FROM",
+    "WHERE",
+    "GROUP",
+    "BY",
+    "HAVING",
+    "ORDER",
+    "LIMIT",
+    "JOIN",
+    "LEFT",
+    "RIGHT",
+    "FULL",
+    "INNER",
+    "OUTER",
+    "ON",
+    "AS",
+    "AND",
+    "OR",
+    "NOT",
+    "BETWEEN",
+    "INTERVAL",
+    "UNION",
+    "ALL",
+    "DISTINCT",
+    "OVER",
+    "PARTITION",
+    "ROWS",
+    "RANGE",
+    "PRECEDING",
+    "FOLLOWING",
+    "CURRENT",
+    "ROW",
+    "WINDOW",
+    "TABLE",
+    "TUMBLE",
+    "HOP",
+    "SESSION",
+    "CUMULATE",
+    "DESCRIPTOR",
+    "SET",
+    "WITH",
+    "CASE",
+    "WHEN",
+    "THEN",
+    "ELSE",
+    "END",
+    "CAST",
+    "COUNT",
+    "SUM",
+    "AVG",
+    "MIN",
+    "MAX",
+    "SECOND",
+    "SECONDS",
+    "MINUTE",
+    "MINUTES",
+    "HOUR",
+    "HOURS",
+    "DAY",
+    "DAYS",
+    "ASC",
+    "DESC",
+    "QUALIFY",
+)
 
 
 def _snippet(node: exp.Expression, limit: int = 60) -> str:
