@@ -57,6 +57,16 @@ def test_the_joined_row_has_the_streams_columns_then_the_tables_and_keeps_its_ev
     assert "LookupJoin how=left on=[ad] table='ads'" in n.render_plan(joined.plan)
 
 
+def test_the_planner_says_a_lookup_join_without_a_window_keeps_no_state() -> None:
+    from krishiv_py.planner.spark.choose import choose
+
+    lowering, why = choose(_clicks().lookup_join(_ads(), on="ad").plan)
+    assert lowering == "native" and "lookup joins" in why and "keeps no state" in why
+    assert "window" not in why.replace("no window", "")
+    windowed = _clicks().lookup_join(_ads(), on="ad").key_by("campaign").tumbling_window(10)
+    assert "event-time windows" in choose(windowed.agg(kp.count(kp.col("*"))).plan)[1]
+
+
 def test_what_a_lookup_join_does_not_take_is_named() -> None:
     with plan_error("takes a bounded table"):
         _clicks().lookup_join(_ads(streaming=True), on="ad")

@@ -254,7 +254,7 @@ def choose(plan: n.PlanNode) -> tuple[Lowering, str]:
         missing = [f for f in features if not caps.covers(f.name)]
         if not missing:
             if blocked is None:
-                return caps.lowering, caps.why
+                return caps.lowering, _stateless_why(plan) if caps.lowering == "native" else caps.why
             preferred, needs = blocked
             return caps.lowering, (
                 f"the plan uses {_texts(needs)}, which the {preferred.lowering} lowering cannot run "
@@ -263,6 +263,20 @@ def choose(plan: n.PlanNode) -> tuple[Lowering, str]:
         if blocked is None and caps.covers(features[0].name):  # [0]: the input
             blocked = (caps, missing)
     raise PlanError(f"no lowering runs a plan that uses {_texts(features)}")
+
+
+def _stateless_why(plan: n.PlanNode) -> str:
+    """The native lowering's reason, for what the plan holds: a plan without a window or join
+    keeps no state, and its reason says so rather than speaking of windows."""
+    native = capabilities("native").why
+    if any(isinstance(x, n.WindowAggregate | n.Join) for x in n.walk(plan)):
+        return native
+    lookups = any(isinstance(x, n.LookupJoin) for x in n.walk(plan))
+    what = "filters, projections and lookup joins" if lookups else "filters and projections"
+    return (
+        f"the plan has no window and no join of two streams, only {what}: Spark runs them "
+        "row by row in each micro-batch and keeps no state; no Python runs per row"
+    )
 
 
 def force(plan: n.PlanNode, lowering: Lowering, *, how: str) -> tuple[Lowering, str]:
