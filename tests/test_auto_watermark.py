@@ -265,3 +265,32 @@ def test_a_job_restarted_on_its_checkpoint_keeps_the_recorded_lags(
         assert_same_rows(job.results(), model.results)
     finally:
         job.stop()
+
+
+def test_the_future_events_of_a_warm_up_are_named_as_such_not_as_clock_skew(
+    session: kp.Session, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before the automatic lag has seen enough rows it holds the watermark its upper clamp behind
+    the newest events; events ahead of that watermark by more than the future tolerance are
+    counted as future events, and the warning says why (not "clock skew?")."""
+    stream, sender = session.memory_stream(SCHEMA, name="auto_warm_up")
+    lag = kp.AutoLag(max_lag_ms=100_000, warmup_rows=1_000)
+    built = (
+        stream.watermark("ts", lag, future_tolerance_ms=1_000)
+        .key_by("k")
+        .tumbling_window(100)
+        .agg(kp.count(kp.col("*")))
+    )
+    job = built.start(checkpoint_dir=str(tmp_path / "cp"))
+    try:
+        with caplog.at_level("WARNING"):
+            sender.send([{"k": "a", "ts": 1_000}])
+            job.process_all_available()
+            sender.send([{"k": "a", "ts": 200_000 + i} for i in range(5)])
+            job.process_all_available()
+    finally:
+        job.stop()
+    assert job.metrics().future_events
+    warned = [r.getMessage() for r in caplog.records if "future tolerance" in r.getMessage()]
+    assert warned and all("automatic lag holds the watermark 100000 ms" in w for w in warned)
+    assert not any("clock skew" in w for w in warned)

@@ -184,11 +184,23 @@ class BatchCollector:
                     next_interval_ms=int(stats["next_interval_ms"][i]),
                 )
         if totals["future"]:
-            log.warning(
-                "batch %d: %d events more than the future tolerance ahead of the watermark (clock skew?)",
-                batch_id,
-                totals["future"],
-            )
+            lags = self.auto.lags() if self.auto is not None else {}
+            if lags:  # an automatic lag holds the watermark back while it learns the delays
+                longest = max(lags.values())
+                log.warning(
+                    "batch %d: %d events more than the future tolerance ahead of the watermark; "
+                    "the automatic lag holds the watermark %d ms behind the newest events while it "
+                    "learns their delays, so early events count as future events until it narrows",
+                    batch_id,
+                    totals["future"],
+                    longest,
+                )
+            else:
+                log.warning(
+                    "batch %d: %d events more than the future tolerance ahead of the watermark (clock skew?)",
+                    batch_id,
+                    totals["future"],
+                )
 
     def _hand_late(self, late: pa.Table, batch_id: int) -> None:
         handler, writer = self._handler, self._late_writer
