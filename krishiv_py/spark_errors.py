@@ -203,9 +203,17 @@ def spark_cause(exc: BaseException) -> str:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("at ")]
     if not lines:
         return type(exc).__name__
-    roots = [ln for ln in lines[1:] if _ERROR_LINE.match(ln)]
+    # Py4J puts the Java exception on a line of its own after ": " ("An error occurred while
+    # calling o105.start.\n: org.apache...Exception: ..."); a chain's causes follow "Caused by: ".
+    roots = [
+        root
+        for ln in lines[1:]
+        if _ERROR_LINE.match(root := ln.removeprefix("Caused by: ").removeprefix(": "))
+    ]
     if roots and "Traceback (most recent call last)" in lines[0]:
         return roots[-1]  # Python code called back from the JVM raised: its exception says it all
+    if roots and lines[0].startswith("An error occurred while calling "):
+        return roots[-1]  # Py4J's line names only the Java method; the exception says what failed
     if roots and roots[-1] not in lines[0]:
         return f"{lines[0]}\n{roots[-1]}"
     return lines[0]

@@ -253,6 +253,26 @@ def test_a_discarding_pipeline_is_refused_in_upsert_mode(session: kp.Session, tm
 # --- bad targets: a clear error, nothing committed lost -----------------------------------------
 
 
+def test_a_duckdb_path_under_a_file_is_a_job_error_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("x")
+    sink = kp.DuckDBSink(str(tmp_path / "afile" / "out.duckdb"), table="t")
+    with pytest.raises(kp.JobError, match=r"DuckDBSink: cannot create the directory of .*afile.*File exists"):
+        sink.open(_context(WINDOWS))
+
+
+def test_spark_cause_leads_with_the_java_exception_not_py4js_call() -> None:
+    from krishiv_py.spark_errors import spark_cause
+
+    raised = RuntimeError(
+        "An error occurred while calling o105.start.\n: org.apache.hadoop.fs.ParentNotDirectoryException:"
+        " Parent path is not a directory: file:/tmp/afile\n\tat org.apache.hadoop.fs.RawLocalFileSystem"
+        ".mkdirs(RawLocalFileSystem.java:892)\n"
+    )
+    assert spark_cause(raised) == (
+        "org.apache.hadoop.fs.ParentNotDirectoryException: Parent path is not a directory: file:/tmp/afile"
+    )
+
+
 def test_a_table_that_does_not_fit_is_refused_before_the_first_batch(make_sink: SinkFactory) -> None:
     sink = make_sink("upsert")
     writer: Any = sink.open(_context(WINDOWS))

@@ -92,7 +92,14 @@ class DuckDBWriter(TableWriter):
 
     def _connect(self) -> Any:
         duckdb = _require()
-        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        folder = os.path.dirname(self.path) or "."
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError as exc:  # a part of the path is a file, or not writable
+            raise JobError(
+                f"DuckDBSink: cannot create the directory of {self.path} ({exc.strerror}: "
+                f"{exc.filename}): give the sink a path whose directories can be created"
+            ) from exc
         try:
             return duckdb.connect(self.path)
         except duckdb.Error as exc:
