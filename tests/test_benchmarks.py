@@ -1283,3 +1283,20 @@ def test_sustainable_tumbling_auto_is_tumbling_with_a_pinned_automatic_lag() -> 
     marks = n.watermarks_of(work.krishiv(Stream(None, source)).plan)
     assert [m.auto for m in marks] == [q.PINNED_AUTO] and q.PINNED_AUTO.min_lag_ms == q.LAG_MS
     assert n.watermarks_of(q.WORKLOADS["tumbling"].krishiv(Stream(None, source)).plan)[0].auto is None
+
+
+def test_the_nexmark_command_says_how_to_run_a_query_it_has_no_batch_check_for(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from benchmarks.nexmark.__main__ import main as nexmark_main
+    from benchmarks.nexmark.__main__ import print_rates
+
+    with pytest.raises(SystemExit):
+        nexmark_main(["--query", "q9", "--events", "2000"])
+    said = capsys.readouterr().err
+    assert "q9 has no bounded run in this command" in said and "--rate" in said
+    assert "python -m benchmarks.nexmark_compose --query q9 --events 2000" in said
+    row = {"runner": "krishiv-stateful", "rate": 500, "counted_share": 0.0, "sustained": False}
+    print_rates([{"query": "q9", **row, "p50_s": float("inf"), "p99_s": float("inf")}], 10)
+    out = capsys.readouterr().out
+    assert "inf" in out and "no result reached the sink" in out and "--seconds 60" in out
