@@ -31,6 +31,7 @@ from krishiv_py.names import BATCH_TS, SEQ
 from krishiv_py.plan import nodes as n
 from krishiv_py.planner.spark.stateful import operator_spec
 from krishiv_py.stateful._arrow import unframed
+from krishiv_py.stateful.held_state import WholeState
 from krishiv_py.stateful.operator import DELAY_COUNTS, OperatorSpec, encode_payload
 from krishiv_py.testing.steps import _placeholder
 
@@ -57,7 +58,8 @@ def run(spec: OperatorSpec, data: pa.Table, batch: int) -> tuple[float, int, int
         states[k], out = spec.kernel.step(states[k], rows, watermark, 0)
         state = states[k]
         assert state is not None
-        payload = encode_payload(spec, k, rows, out, state, watermark, 0, stat_watermark=watermark)
+        held = WholeState(spec.kernel, state)
+        payload = encode_payload(spec, k, rows, out, held, watermark, 0, stat_watermark=watermark)
         tables = unframed(payload)
         results += tables[0].num_rows
         if DELAY_COUNTS in tables[2].column_names:

@@ -17,6 +17,15 @@
     ran at once, and each task's shuffle bytes read against the mean
     (uniform keys: the load per task).
 
+``python -m benchmarks.scaling state --keys 10000,10000000``
+    The work of one task of krishiv's operator per micro-batch (no Spark:
+    reading its state, the kernel's step, writing its files) for an
+    updating per-key ``count``/``sum`` holding that many live keys, each
+    micro-batch 20,000 rows of random live keys: keyed state (the step sees
+    the touched keys' rows, a delta is written) against the whole state (the
+    layout before: the whole state stepped and written), with the time per
+    micro-batch and the bytes written (snapshots included, as they come).
+
 Writes ``benchmarks/results/scaling-<what>.json``; exits 1 when a check fails.
 """
 
@@ -134,6 +143,95 @@ def show(args: argparse.Namespace) -> dict[str, Any]:
     return {"keys": operator["keys"], "bytes": operator["bytes"], "seconds": round(took, 2), "ok": took <= 10}
 
 
+def state(args: argparse.Namespace) -> dict[str, Any]:
+    import numpy as np
+    import pyarrow as pa
+
+    from krishiv_py.names import BATCH_TS, SEQ
+    from krishiv_py.stateful.aggregates import AggSpec
+    from krishiv_py.stateful.held_state import open_held, open_table, write_state
+    from krishiv_py.stateful.keyed_agg import KeyedAggKernel
+    from krishiv_py.stateful.versioned import VersionedBlobs
+
+    kernel = KeyedAggKernel(
+        keys=("k",),
+        aggs=(
+            AggSpec(name="n", func="count", column=None, out_type=pa.int64()),
+            AggSpec(name="s", func="sum", column="v", out_type=pa.int64(), in_type=pa.int64()),
+        ),
+    )
+    rng = np.random.default_rng(7)
+    seq = 0
+
+    def rows(keys: np.ndarray) -> pa.Table:
+        nonlocal seq
+        n = len(keys)
+        seq += n
+        return pa.table(
+            {
+                "k": keys,
+                "v": np.ones(n, np.int64),
+                BATCH_TS: np.full(n, 1_000_000, np.int64),
+                SEQ: np.arange(seq - n, seq, dtype=np.int64),
+            }
+        )
+
+    def run(live: int, keyed: bool, batches: int) -> dict[str, Any]:
+        with tempfile.TemporaryDirectory() as root:
+            blobs = VersionedBlobs(root, 0)
+            first, _ = kernel.step(None, rows(np.arange(live, dtype=np.int64)), None, 0)
+            held = open_table(kernel, first, fresh=True)
+            if not keyed:
+                from krishiv_py.stateful.held_state import WholeState
+
+                held = WholeState(kernel, first, fresh=True)
+            write_state(held, blobs, 0)
+            times, written = [], []
+            for batch_id in range(1, batches + 1):
+                batch = rows(rng.integers(0, live, args.rows))
+                t0 = time.perf_counter()
+                if keyed:
+                    held = open_held(kernel, blobs, batch_id)  # this worker's own: no file read
+                new, _ = kernel.step(held.take(batch, None, 1_000), batch, 1_000, 0)
+                held.put(new)
+                written.append(write_state(held, blobs, batch_id))
+                times.append(time.perf_counter() - t0)
+        ms = np.asarray(times) * 1000
+        return {
+            "live_keys": live,
+            "layout": "keyed" if keyed else "whole",
+            "batches": batches,
+            "median_ms": round(float(np.median(ms)), 1),
+            "p95_ms": round(float(np.percentile(ms, 95)), 1),
+            "max_ms": round(float(ms.max()), 1),
+            "mean_ms": round(float(ms.mean()), 1),
+            "bytes_per_batch": int(np.mean(written)),
+            "largest_write": int(max(written)),
+        }
+
+    sizes = [int(x) for x in args.keys.split(",")]
+    found: list[dict[str, Any]] = []
+    for live in sizes:
+        for keyed in (True, False):
+            batches = args.batches if keyed else max(3, args.batches // 10)
+            found.append(run(live, keyed, batches))
+            r = found[-1]
+            print(
+                f"{live:>11,} live keys, {r['layout']:5}: median {r['median_ms']} ms, mean {r['mean_ms']} ms, "
+                f"max {r['max_ms']} ms; {r['bytes_per_batch']:,} bytes written per micro-batch",
+                flush=True,
+            )
+    small, large = (
+        next(r for r in found if r["live_keys"] == n and r["layout"] == "keyed")
+        for n in (sizes[0], sizes[-1])
+    )
+    ratio = large["mean_ms"] / small["mean_ms"]
+    print(
+        f"keyed: {sizes[-1]:,} keys ÷ {sizes[0]:,} keys per micro-batch (mean) = {ratio:.2f} (target ≤ 1.5)"
+    )
+    return {"rows_per_batch": args.rows, "runs": found, "ratio": round(ratio, 2), "ok": ratio <= 1.5}
+
+
 def tasks(args: argparse.Namespace) -> dict[str, Any]:
     import krishiv_py as kp
     from krishiv_py.devtools import LocalCluster
@@ -224,13 +322,17 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--keys", type=int, default=2_000)
     s = sub.add_parser("show")
     s.add_argument("--keys", type=int, default=1_000_000)
+    c = sub.add_parser("state")
+    c.add_argument("--keys", default="10000,10000000")
+    c.add_argument("--rows", type=int, default=20_000)
+    c.add_argument("--batches", type=int, default=60)
     t = sub.add_parser("tasks")
     t.add_argument("--partitions", type=int, default=8)
     t.add_argument("--batches", type=int, default=6)
     t.add_argument("--rows", type=int, default=100_000)
     t.add_argument("--keys", type=int, default=50_000)
     a = p.parse_args(argv)
-    result = {"rescale": rescale, "show": show, "tasks": tasks}[a.what](a)
+    result = {"rescale": rescale, "show": show, "state": state, "tasks": tasks}[a.what](a)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"scaling-{a.what}.json").write_text(json.dumps(result, indent=2) + "\n")
     return 0 if result.get("ok") else 1

@@ -84,8 +84,8 @@ def test_a_step_that_moves_only_a_joins_sweep_mark_is_a_new_version() -> None:
     schema metadata: a tick that fires them changes nothing else, and must still be written."""
     import pyarrow as pa
 
+    from krishiv_py.stateful.held_state import unchanged as _unchanged
     from krishiv_py.stateful.joins import SWEPT
-    from krishiv_py.stateful.operator import _unchanged
 
     stored = pa.table({"k": ["a"]}).replace_schema_metadata({SWEPT: b"20"})
     assert _unchanged(stored, stored)

@@ -133,6 +133,9 @@ class ChainKernel(Unmerged):
         seqs = pa.array(np.arange(seq, seq + rows.num_rows, dtype=np.int64))
         return rows.append_column(SEQ, seqs)
 
+    def row_due(self, state: pa.Table) -> np.ndarray | None:
+        return None  # (its two kernels' states share one table)
+
     def next_due(self, state: pa.Table) -> tuple[int, int]:
         first_state, then_state, _, _ = _split(state)
         due = [self.first.next_due(first_state)] if first_state is not None else []

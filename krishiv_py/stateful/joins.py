@@ -910,6 +910,9 @@ class JoinKernel(Unmerged):
     ) -> tuple[pa.Table, StepOutput]:
         return step(self.spec, state, batch, watermark_ms, now_ms, merged=merged)
 
+    def row_due(self, state: pa.Table) -> np.ndarray | None:
+        return None  # (a sweep keeps its watermark in the schema, and outer rows wait on the other side)
+
     def next_due(self, state: pa.Table) -> tuple[int, int]:
         return next_due(self.spec, state), NOT_DUE
 

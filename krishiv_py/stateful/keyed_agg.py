@@ -533,6 +533,13 @@ class KeyedAggKernel(Unmerged):
         oldest = int(pc.min(state.column(KEYED_NEWEST)).as_py())
         return -(-oldest // 1000) + self.ttl_ms, NOT_DUE  # the watermark at which a key expires
 
+    def row_due(self, state: pa.Table) -> np.ndarray | None:
+        if self.ttl_ms is None or not state.num_rows:
+            return np.full(state.num_rows, NOT_DUE, np.int64)
+        newest = state.column(KEYED_NEWEST).to_numpy().astype(np.int64)
+        due: np.ndarray = -(-newest // 1000) + self.ttl_ms
+        return due
+
     def output_watermark(self, watermark_ms: int | None) -> int | None:
         return watermark_ms
 

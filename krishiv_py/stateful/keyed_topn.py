@@ -191,7 +191,17 @@ class KeyedTopNKernel(Unmerged):
         )  # fmt: skip
 
     def next_due(self, state: pa.Table) -> tuple[int, int]:
-        return NOT_DUE, NOT_DUE
+        due = self.row_due(state)
+        return (int(due.min()) if due is not None and len(due) else NOT_DUE), NOT_DUE
+
+    def row_due(self, state: pa.Table) -> np.ndarray | None:
+        due = np.full(state.num_rows, NOT_DUE, np.int64)
+        if self.expires is None or not state.num_rows:
+            return due
+        column, ms = self.expires
+        at = state.column(column)
+        micros = (at.cast(pa.timestamp("us")) if pa.types.is_timestamp(at.type) else at).cast(pa.int64())
+        return np.asarray(-(-micros.to_numpy() // 1000) + ms, np.int64)  # the watermark it goes at
 
     def output_watermark(self, watermark_ms: int | None) -> int | None:
         return watermark_ms

@@ -74,6 +74,7 @@ from krishiv_py.stateful import kernel, stage
 from krishiv_py.stateful._arrow import arrow, framed, ipc_bytes, ipc_table, unframed
 from krishiv_py.stateful.chain import kinds_of
 from krishiv_py.stateful.delays import bucket_of
+from krishiv_py.stateful.held_state import KeyedState, WholeState, open_held, open_table, write_state
 from krishiv_py.stateful.key_groups import key_groups_of, task_ranges
 from krishiv_py.stateful.premerge import MERGED_ROWS
 from krishiv_py.stateful.protocol import Kernel
@@ -271,15 +272,21 @@ def run_bucket(
     # Processing-time windows time their rows by the micro-batch's start, the same on a re-run.
     now = int(state.getCurrentProcessingTimeMs()) if spec.batch_time else int(time.time() * 1000)
 
-    def keep(blob: bytes | None) -> None:
-        if blob is None:
+    def keep(held: WholeState | KeyedState) -> int:
+        if not held.changed:
+            return 0
+        table = held.table()
+        if table is None:
             if state.exists:
                 state.remove()
-        else:
-            state.update((blob,))
+            return 0
+        blob = ipc_bytes(table)
+        state.update((blob,))
+        return len(blob)
 
     before = (load_us, receive_us)
-    payload, handed = _step(spec, int(key[0]), stored, given, watermark, now, keep, clock, before)
+    whole = WholeState(spec.kernel, stored)
+    payload, handed = _step(spec, int(key[0]), whole, given, watermark, now, keep, clock, before)
     yield _output(spec, int(key[0]), payload, handed)
 
 
@@ -302,27 +309,34 @@ def run_bucket_files(
     clock = _Clock()
     bucket = int(key[0])
     watermark, started_ms = batch_of()
-    store: VersionedBlobs | KeyGroupStore
-    moved = False
-    if spec.key_groups:
-        lo, hi = task_ranges(spec.key_groups, spec.buckets)[bucket]
-        store = KeyGroupStore(root, lo, hi, since=spec.layout_since, current=spec.layout_dirs)
-        pieces = store.load_before(batch_id)
-        stored = assemble_state(spec, pieces)
-        moved = len(pieces) > 1 or pieces[0].groups is not None or (pieces[0].lo, pieces[0].hi) != (lo, hi)
-    else:
-        store = VersionedBlobs(root, bucket)
-        blob = store.load_before(batch_id)
-        stored = ipc_table(blob) if blob is not None else None
+    store, held = open_state(spec, root, bucket, batch_id)
     load_us = clock.lap()
     given = decode_blobs(spec, [b for b in table.column(PACKED).to_pylist() if b is not None])
     now = started_ms if spec.batch_time else int(time.time() * 1000)
 
-    def keep(new: bytes | None) -> None:
-        store.save(batch_id, new)
+    def keep(state: WholeState | KeyedState) -> int:
+        return write_state(state, store, batch_id)
 
-    payload, handed = _step(spec, bucket, stored, given, watermark, now, keep, clock, (load_us, 0), moved)
+    payload, handed = _step(spec, bucket, held, given, watermark, now, keep, clock, (load_us, 0))
     return _output_table(spec, bucket, payload, handed)
+
+
+def open_state(
+    spec: OperatorSpec, root: str, bucket: int, batch_id: int
+) -> tuple[VersionedBlobs | KeyGroupStore, WholeState | KeyedState]:
+    """Where task ``bucket``'s versions go, and its state as the micro-batches before ``batch_id``
+    left it (after a restart on another number of tasks, gathered from the directories of the
+    layout before: then written whole by this micro-batch)."""
+    if not spec.key_groups:
+        blobs = VersionedBlobs(root, bucket)
+        return blobs, open_held(spec.kernel, blobs, batch_id)
+    lo, hi = task_ranges(spec.key_groups, spec.buckets)[bucket]
+    store = KeyGroupStore(root, lo, hi, since=spec.layout_since, current=spec.layout_dirs)
+    pieces = store.moved_before(batch_id)
+    if pieces is None:
+        return store, open_held(spec.kernel, store.own, batch_id)
+    moved = len(pieces) > 1 or pieces[0].groups is not None or (pieces[0].lo, pieces[0].hi) != (lo, hi)
+    return store, open_table(spec.kernel, assemble_state(spec, pieces), fresh=moved)
 
 
 def assemble_state(spec: OperatorSpec, pieces: list[Piece]) -> pa.Table | None:
@@ -449,40 +463,42 @@ def _recorded_watermark(watermark_of: Callable[[], MapWatermark] | None) -> int 
 def _step(
     spec: OperatorSpec,
     bucket: int,
-    stored: pa.Table | None,
+    held: WholeState | KeyedState,
     given: BucketInput,
     watermark: int | None,
     now: int,
-    keep: Callable[[bytes | None], None],
+    keep: Callable[[WholeState | KeyedState], int],
     clock: _Clock,
     before: tuple[int, int],
-    moved: bool = False,
 ) -> tuple[bytes, list[bytes]]:
-    """The kernel's step over one bucket's input; its new state to ``keep`` (always when ``moved``:
-    read from another layout's files); the payload and the rows handed on to a stage."""
+    """The kernel's step over one bucket's input (over the rows of the keys it touches, for keyed
+    state: :mod:`~krishiv_py.stateful.held_state`); its new state to ``keep``, which writes it when
+    it changed; the payload and the rows handed on to a stage."""
     given.check_watermark(watermark)
     batch = given.rows
     decode_us = clock.lap()
-    new_state, out = spec.kernel.step(stored, batch, watermark, now, merged=given.merged)
+    taken = held.take(batch, given.merged, watermark)
+    new_state, out = spec.kernel.step(taken, batch, watermark, now, merged=given.merged)
+    held.put(new_state)
     fire = fire_watermark(spec, given.highest_us, watermark)
-    if fire is not None and spec.kernel.next_due(new_state)[0] <= fire:
+    if fire is not None and held.next_due()[0] <= fire:
         # What the watermark after this micro-batch makes due fires now, not in the next one.
-        new_state, fired = spec.kernel.step(new_state, batch.slice(0, 0), fire, now)
+        none = batch.slice(0, 0)
+        new_state, fired = spec.kernel.step(held.take(none, None, fire), none, fire, now)
+        held.put(new_state)
         out = _then(out, fired)
-    out, handed = _handed_on(spec, bucket, out, new_state, watermark)
+    out, handed = _handed_on(spec, bucket, out, held, watermark)
     kernel_us = clock.lap()
-    blob = ipc_bytes(new_state) if new_state.num_rows else None
-    if moved or batch.num_rows or given.merged is not None or not _unchanged(stored, new_state):
-        keep(blob)
+    keep(held)
     store_us = clock.lap()
     payload = encode_payload(
         spec,
         bucket,
         batch,
         out,
-        new_state,
+        held,
         watermark,
-        len(blob or b""),
+        held.state_bytes(),
         stat_watermark=watermark,
         timings=(*before, decode_us, kernel_us, store_us),
         merged_delays=given.merged_delays,
@@ -531,19 +547,6 @@ def _then(first: kernel.StepOutput, fired: kernel.StepOutput) -> kernel.StepOutp
     )
 
 
-def _unchanged(stored: pa.Table | None, new: pa.Table) -> bool:
-    """Whether a step over no rows left the state as it was (its version need not be written).
-
-    The schema's metadata is part of the state: a join keeps the watermark of its last sweep
-    there, which a step over no rows may move alone.
-    """
-    if stored is None:
-        return new.num_rows == 0  # (an empty state is written as none: no rows to sweep again)
-    return new is stored or (
-        new.num_rows == stored.num_rows and bool(new.equals(stored, check_metadata=True))
-    )
-
-
 def run_bounded_bucket(spec: OperatorSpec, key: tuple[Any, ...], frame: pd.DataFrame) -> pd.DataFrame:
     """``applyInPandas`` function for bounded input: every row in one step, then end of input."""
 
@@ -561,13 +564,14 @@ def run_bounded_bucket(spec: OperatorSpec, key: tuple[Any, ...], frame: pd.DataF
         closed=last.closed,
         arithmetic_errors=first.arithmetic_errors + last.arithmetic_errors,
     )
-    merged, handed = _handed_on(spec, int(key[0]), merged, state, END_OF_TIME_MS)
+    whole = WholeState(spec.kernel, state)
+    merged, handed = _handed_on(spec, int(key[0]), merged, whole, END_OF_TIME_MS)
     payload = encode_payload(
         spec,
         int(key[0]),
         batch,
         merged,
-        state,
+        whole,
         None,
         0,
         stat_watermark=END_OF_TIME_MS,
@@ -577,13 +581,17 @@ def run_bounded_bucket(spec: OperatorSpec, key: tuple[Any, ...], frame: pd.DataF
 
 
 def _handed_on(
-    spec: OperatorSpec, bucket: int, out: kernel.StepOutput, state: pa.Table, watermark: int | None
+    spec: OperatorSpec,
+    bucket: int,
+    out: kernel.StepOutput,
+    held: WholeState | KeyedState,
+    watermark: int | None,
 ) -> tuple[kernel.StepOutput, list[bytes]]:
     """With a stage after the operator: its results go to the stage (:func:`stage.hand_on`), not out."""
     if spec.then is None:
         return out, []
-    due, _ = spec.kernel.next_due(state)
-    handed = stage.hand_on(spec.then, bucket, out.results, watermark, spec.kernel.state_rows(state), due)
+    due, _ = held.next_due()
+    handed = stage.hand_on(spec.then, bucket, out.results, watermark, held.state_rows(), due)
     # Its own payload then holds no results, and no columns of them: the stage's are the job's.
     return attrs.evolve(out, results=pa.schema([]).empty_table()), handed
 
@@ -1038,7 +1046,7 @@ def encode_payload(
     bucket: int,
     batch: pa.Table,
     out: kernel.StepOutput,
-    state: pa.Table,
+    held: WholeState | KeyedState,
     watermark: int | None,
     state_bytes: int,
     *,
@@ -1050,7 +1058,7 @@ def encode_payload(
 ) -> bytes:
     encode_started = time.perf_counter_ns()
     late = _late_rows(spec, batch, out, watermark)
-    due, interval = spec.kernel.next_due(state)
+    due, interval = held.next_due()
     stats = pa.table(
         {
             name: pa.array([value], pa.int64())
@@ -1065,7 +1073,7 @@ def encode_payload(
                     len(out.invalid),
                     out.emitted,
                     out.retracted,
-                    spec.kernel.state_rows(state),
+                    held.state_rows(),
                     state_bytes,
                     due,
                     interval,

@@ -97,6 +97,9 @@ class ProcessingTimeKernel(Unmerged):
         clocks = [t for t in (due, interval) if t != NOT_DUE]
         return NOT_DUE, (min(clocks) if clocks else NOT_DUE)
 
+    def row_due(self, state: pa.Table) -> np.ndarray | None:
+        return None  # (the wall clock fires and expires its rows)
+
     def output_watermark(self, watermark_ms: int | None) -> int | None:
         return None  # results timed by the wall clock: nothing after them runs on event time
 

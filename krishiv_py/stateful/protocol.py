@@ -23,7 +23,8 @@ What a kernel says about itself
 What a kernel does
     :meth:`Kernel.step` (one micro-batch), :meth:`Kernel.next_due` (when the
     watermark or the wall clock next makes the state change, so that the
-    job wakes the bucket), and, for kernels that take rows merged before
+    job wakes the bucket), :meth:`Kernel.row_due` (the same per state row,
+    for kernels that can be stepped a few keys at a time), and, for kernels that take rows merged before
     the shuffle (``mergeable``), :meth:`Kernel.premerge` and
     :meth:`Kernel.on_time`.
 """
@@ -92,6 +93,19 @@ class Kernel(Protocol):
         """The least watermark at which ``state`` changes, and the next processing-time firing (ms).
 
         Either is :data:`NOT_DUE` when nothing is due.
+        """
+        ...
+
+    def row_due(self, state: pa.Table) -> np.ndarray | None:
+        """Per row of ``state``, the least watermark at which a step changes it (:data:`NOT_DUE`:
+        none), so that :meth:`next_due` is their least.
+
+        An array promises that the kernel is *key-local*: a step over the rows of some keys
+        (every row of each, by :attr:`state_keys`) and a batch of rows of those keys gives those
+        keys the state and the results a step over the whole state would, as long as every row due
+        at the step's watermark is among them. The operator then steps only the keys a micro-batch
+        touches (:mod:`krishiv_py.stateful.held_state`). None: a step may change any row (the wall
+        clock, rows of other keys), and the operator steps the whole state.
         """
         ...
 

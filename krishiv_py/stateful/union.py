@@ -133,6 +133,9 @@ class UnionKernel(Unmerged):
         clocks = [d[1] for d in due if d[1] != NOT_DUE]
         return (min(events) if events else NOT_DUE), (min(clocks) if clocks else NOT_DUE)
 
+    def row_due(self, state: pa.Table) -> np.ndarray | None:
+        return None  # (its branches' states share one table)
+
     def output_watermark(self, watermark_ms: int | None) -> int | None:
         marks = [k.output_watermark(watermark_ms) for k in self.branches]
         known = [m for m in marks if m is not None]

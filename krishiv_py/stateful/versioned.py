@@ -1,19 +1,32 @@
 """State that krishiv keeps itself, one version per micro-batch, as Spark's HDFS state store does.
 
 A key bucket's state (the operator's with the ``krishiv-files`` carrier, a
-stage's after it) is one blob per micro-batch under a directory of the
-checkpoint: ``<path>/<bucket>/<batch id>.arrow``, written to a temporary
-name and moved in place before the micro-batch commits. A micro-batch reads
-the newest version before its own id, so one that Spark runs again after a
-failure starts where the micro-batch before it ended, whatever the failed
-attempt wrote. An empty file is a version that holds no state (a bucket
-whose state emptied must not read an older version again).
+stage's after it) is one file per micro-batch under a directory of the
+checkpoint, written to a temporary name and moved in place before the
+micro-batch commits:
+
+``<path>/<bucket>/<batch id>.arrow``
+    A *snapshot*: the whole state. An empty file is a version that holds no
+    state (a bucket whose state emptied must not read an older version again).
+``<path>/<bucket>/<batch id>.d<base>.arrow``
+    A *delta* over version ``<base>``: the keys the micro-batch replaced and
+    their rows now (:func:`delta_blob`; keyed state only, see
+    :mod:`krishiv_py.stateful.held_state`). Reading it replays the deltas
+    back to a snapshot (:func:`replay`), as Spark's HDFS-backed store and
+    RocksDB's changelog checkpointing read theirs.
+
+A micro-batch reads the newest version before its own id, so one that Spark
+runs again after a failure starts where the micro-batch before it ended,
+whatever the failed attempt wrote. After a write, the versions that neither
+it nor the version before it need are removed (a re-run of the micro-batch
+reads the one before).
 
 Python workers outlive tasks: the version a worker wrote or read last stays
 in memory, keyed by its directory, its version, size and modification
-time, so the next micro-batch of the bucket on that worker reads no file.
-Any other version on disk (another worker wrote it, a retry rewrote it) is
-read from the file.
+time, so the next micro-batch of the bucket on that worker reads no file
+(:meth:`VersionedBlobs.take_held` keeps a keyed state's own object, which a
+step changes in place). Any other version on disk (another worker wrote it,
+a retry rewrote it) is read from the files.
 
 Examples
 --------
@@ -36,11 +49,98 @@ import uuid
 from typing import Any
 
 import attrs
+import numpy as np
+import pyarrow as pa
 
-__all__ = ["KeyGroupStore", "Piece", "VersionedBlobs", "parse_range", "range_name"]
+from krishiv_py.errors import JobError
+from krishiv_py.stateful._arrow import framed, ipc_bytes, ipc_table, unframed
+
+__all__ = [
+    "KHASH",
+    "Chain",
+    "KeyGroupStore",
+    "Piece",
+    "VersionedBlobs",
+    "delta_blob",
+    "delta_of",
+    "parse_range",
+    "range_name",
+    "replay",
+    "without_hash",
+]
+
+#: The column of persisted keyed state that holds each row's key hash (uint64).
+KHASH = "__kp_khash"
 
 #: The newest blob each directory's versions gave this process: ``(version, size, mtime_ns, blob)``.
 _CACHE: dict[str, tuple[int, int, int, bytes | None]] = {}
+#: A keyed state object per directory, as the version it was last written or read as.
+_HELD: dict[str, tuple[int, int, int, Any]] = {}
+
+
+@attrs.frozen
+class _Version:
+    info: Any
+    #: The version a delta is over (None: a snapshot).
+    base: int | None
+
+    @property
+    def size(self) -> int:
+        return int(self.info.size or 0)
+
+    @property
+    def stamp(self) -> tuple[int, int]:
+        return int(self.info.size or 0), int(self.info.mtime_ns or 0)
+
+
+@attrs.frozen
+class Chain:
+    """A version as its files hold it: the snapshot, then the deltas after it, in order."""
+
+    version: int
+    snapshot: bytes | None
+    deltas: tuple[bytes, ...]
+    snapshot_bytes: int
+    delta_bytes: int
+
+
+def delta_blob(keys: np.ndarray, rows: pa.Table | None) -> bytes:
+    """A delta's file: the key hashes replaced, then their rows now (with :data:`KHASH`)."""
+    return framed([pa.table({"h": pa.array(keys, pa.uint64())}), rows if rows is not None else pa.table({})])
+
+
+def delta_of(blob: bytes) -> tuple[np.ndarray, pa.Table | None]:
+    """The key hashes and rows of a delta's file (:func:`delta_blob`)."""
+    keys, rows = unframed(blob)
+    return np.asarray(keys.column("h").to_numpy(), np.uint64), (rows if rows.num_columns else None)
+
+
+def without_hash(table: pa.Table) -> pa.Table:
+    """``table`` without its :data:`KHASH` column."""
+    return table.drop_columns([KHASH]) if KHASH in table.column_names else table
+
+
+def replay(snapshot: pa.Table | None, deltas: list[tuple[np.ndarray, pa.Table | None]]) -> pa.Table | None:
+    """A version's rows: ``snapshot`` (with :data:`KHASH`), each delta's keys' rows replaced by its rows.
+
+    >>> snap = pa.table({"k": ["a", "b"], KHASH: pa.array([1, 2], pa.uint64())})
+    >>> delta = (np.array([2, 3], np.uint64), pa.table({"k": ["c"], KHASH: pa.array([3], pa.uint64())}))
+    >>> replay(snap, [delta]).column("k").to_pylist()
+    ['a', 'c']
+    """
+    table = snapshot
+    for keys, rows in deltas:
+        if table is not None and table.num_rows and len(keys):
+            if KHASH not in table.column_names:
+                raise ValueError("a delta of keyed state over a snapshot without key hashes")
+            gone = np.isin(np.asarray(table.column(KHASH).to_numpy(), np.uint64), keys)
+            table = table.filter(pa.array(~gone)) if gone.any() else table
+        if rows is not None and rows.num_rows:
+            if table is None or not table.num_rows:
+                table = rows
+            else:
+                table = pa.concat_tables([table, rows.cast(table.schema)])
+    return table
 
 
 class VersionedBlobs:
@@ -50,20 +150,22 @@ class VersionedBlobs:
         self._fs, root = _file_system(path)
         self._dir = f"{root.rstrip('/')}/{bucket}"
 
-    def _listing(self) -> tuple[dict[int, Any], list[tuple[int, Any]]]:
+    def _listing(self) -> tuple[dict[int, _Version], list[tuple[int, Any]]]:
         """The versions on disk by batch id, and what writes killed before their move left."""
         from pyarrow import fs
 
-        versions: dict[int, Any] = {}
+        versions: dict[int, _Version] = {}
         temps: list[tuple[int, Any]] = []
         for info in self._fs.get_file_info(fs.FileSelector(self._dir, allow_not_found=True)):
             head, _, tail = info.base_name.partition(".")
             if not head.isdigit():
                 continue
             if tail == "arrow":
-                versions[int(head)] = info
+                versions[int(head)] = _Version(info, None)
             elif tail.endswith(".tmp"):
                 temps.append((int(head), info))
+            elif tail.startswith("d") and tail.endswith(".arrow") and tail[1:-6].isdigit():
+                versions[int(head)] = _Version(info, int(tail[1:-6]))
         return versions, temps
 
     def versions(self) -> list[int]:
@@ -74,41 +176,114 @@ class VersionedBlobs:
         """The newest version written by a micro-batch before ``batch_id`` (None: none)."""
         return max((v for v in self._listing()[0] if v < batch_id), default=None)
 
-    def load_before(self, batch_id: int) -> bytes | None:
-        """The newest version written by a micro-batch before ``batch_id`` (None: no state)."""
+    def _chain(self, infos: dict[int, _Version], version: int) -> list[int]:
+        """The versions whose files make ``version``: its snapshot first."""
+        chain = [version]
+        while (base := infos[chain[-1]].base) is not None:
+            if base not in infos or base >= chain[-1]:
+                raise JobError(
+                    f"the state version {chain[-1]} under {self._dir} is a delta over version {base}, "
+                    "which is not there: the checkpoint lost a file (restore it, or start on a new "
+                    "checkpoint)"
+                )
+            chain.append(base)
+        return chain[::-1]
+
+    def load_chain(self, batch_id: int) -> Chain | None:
+        """The newest version before ``batch_id`` as its files hold it (None: no version)."""
         infos = self._listing()[0]
         older = [v for v in infos if v < batch_id]
         if not older:
             return None
         version = max(older)
-        info = infos[version]
-        stamp = (version, int(info.size or 0), int(info.mtime_ns or 0))
+        chain = self._chain(infos, version)
+        blobs = [self._read(infos[v]) for v in chain]
+        sizes = [infos[v].size for v in chain]
+        return Chain(version, blobs[0], tuple(b or b"" for b in blobs[1:]), sizes[0], sum(sizes[1:]))
+
+    def _read(self, version: _Version) -> bytes | None:
+        if not version.size:
+            return None
+        with self._fs.open_input_stream(version.info.path) as f:
+            data: bytes = f.read()
+        return data
+
+    def load_before(self, batch_id: int) -> bytes | None:
+        """The newest version written by a micro-batch before ``batch_id`` (None: no state): a
+        snapshot's bytes, a delta's replayed (an IPC stream whose rows may carry :data:`KHASH`)."""
+        infos = self._listing()[0]
+        older = [v for v in infos if v < batch_id]
+        if not older:
+            return None
+        version = max(older)
+        stamp = (version, *infos[version].stamp)
         cached = _CACHE.get(self._dir)
         if cached is not None and cached[:3] == stamp:
             return cached[3]
-        if not info.size:
-            blob = None
+        chain = self.load_chain(batch_id)
+        assert chain is not None
+        if chain.deltas:
+            snapshot = ipc_table(chain.snapshot) if chain.snapshot is not None else None
+            table = replay(snapshot, [delta_of(d) for d in chain.deltas])
+            blob = ipc_bytes(table) if table is not None and table.num_rows else None
         else:
-            with self._fs.open_input_stream(info.path) as f:
-                blob = f.read()
+            blob = chain.snapshot
         _CACHE[self._dir] = (*stamp, blob)
         return blob
 
+    def take_held(self, batch_id: int) -> Any | None:
+        """The state object :meth:`keep_held` kept for the newest version before ``batch_id``
+        (None: another version, or none kept); it is no longer kept (a step changes it in place)."""
+        kept = _HELD.pop(self._dir, None)
+        if kept is None:
+            return None
+        infos = self._listing()[0]
+        version = max((v for v in infos if v < batch_id), default=None)
+        if version is None or (version, *infos[version].stamp) != kept[:3]:
+            return None
+        return kept[3]
+
+    def keep_held(self, version: int | None, held: Any) -> None:
+        """Keep ``held``, the state as ``version`` holds it, for the next micro-batch on this worker."""
+        if version is None:
+            return
+        info = self._listing()[0].get(version)
+        if info is not None:
+            _HELD[self._dir] = (version, *info.stamp, held)
+
     def save(self, batch_id: int, blob: bytes | None) -> None:
-        """Write ``blob`` (None: no state) as the version of ``batch_id``; keep the one before it."""
+        """Write ``blob`` (None: no state) as the snapshot of ``batch_id``."""
+        self._write(f"{batch_id}.arrow", blob)
+        self._tidy(batch_id, blob or None)
+
+    def save_delta(self, batch_id: int, base: int, blob: bytes) -> None:
+        """Write ``blob`` (:func:`delta_blob`) as the version of ``batch_id``, a delta over ``base``."""
+        self._write(f"{batch_id}.d{base}.arrow", blob)
+        self._tidy(batch_id, None, cache=False)
+
+    def _write(self, name: str, blob: bytes | None) -> None:
         self._fs.create_dir(self._dir, recursive=True)
-        final = f"{self._dir}/{batch_id}.arrow"
+        final = f"{self._dir}/{name}"
         temp = f"{final}.{uuid.uuid4().hex}.tmp"
         with self._fs.open_output_stream(temp) as f:
             if blob:
                 f.write(blob)
         self._fs.move(temp, final)
+
+    def _tidy(self, batch_id: int, blob: bytes | None, *, cache: bool = True) -> None:
+        """Remove what neither ``batch_id``'s version nor the one before it (a re-run's) needs."""
         infos, temps = self._listing()
-        info = infos[batch_id]
-        _CACHE[self._dir] = (batch_id, int(info.size or 0), int(info.mtime_ns or 0), blob or None)
-        older = sorted(v for v in infos if v < batch_id)
-        for v in older[:-1]:
-            self._fs.delete_file(infos[v].path)
+        if cache:
+            _CACHE[self._dir] = (batch_id, *infos[batch_id].stamp, blob)
+        else:
+            _CACHE.pop(self._dir, None)
+        older = [v for v in infos if v < batch_id]
+        needed = set(self._chain(infos, batch_id))
+        if older:
+            needed.update(self._chain(infos, max(older)))
+        for v in older:
+            if v not in needed:
+                self._fs.delete_file(infos[v].info.path)
         for version, stale in temps:  # what a killed write left, of micro-batches before this one
             if version < batch_id:
                 self._fs.delete_file(stale.path)
@@ -187,6 +362,18 @@ class KeyGroupStore:
         bound = batch_id if name in self._current else min(batch_id, self._since)
         return VersionedBlobs(self._path, name).newest_before(bound)
 
+    @property
+    def own(self) -> VersionedBlobs:
+        """The versions of this task's own directory."""
+        return VersionedBlobs(self._path, self._mine)
+
+    def moved_before(self, batch_id: int) -> list[Piece] | None:
+        """The pieces of this task's state when part of it is still in other layouts' directories
+        (None: it is all in its own, :attr:`own`)."""
+        if not self._others(self._directories()):
+            return None
+        return self.load_before(batch_id)
+
     def load_before(self, batch_id: int) -> list[Piece]:
         """The pieces of this task's state as the micro-batches before ``batch_id`` left it."""
         mine = VersionedBlobs(self._path, self._mine)
@@ -214,9 +401,20 @@ class KeyGroupStore:
             pieces.append(Piece(blob, a, b, None if whole else tuple(groups)))
         return pieces
 
+    def keep_held(self, version: int | None, held: Any) -> None:
+        self.own.keep_held(version, held)
+
+    def save_delta(self, batch_id: int, base: int, blob: bytes) -> None:
+        """Write a delta of this task's state after ``batch_id`` (:meth:`VersionedBlobs.save_delta`)."""
+        self.own.save_delta(batch_id, base, blob)
+        self._forget_others(batch_id)
+
     def save(self, batch_id: int, blob: bytes | None) -> None:
         """Write this task's state after ``batch_id``; remove what no later read needs."""
-        VersionedBlobs(self._path, self._mine).save(batch_id, blob)
+        self.own.save(batch_id, blob)
+        self._forget_others(batch_id)
+
+    def _forget_others(self, batch_id: int) -> None:
         others = self._others(self._directories())
         for name, (a, b) in others.items():
             if name in self._current:
@@ -242,3 +440,4 @@ class KeyGroupStore:
 def forget_cache() -> None:
     """Drop what this process remembers (tests: a worker that starts afresh)."""
     _CACHE.clear()
+    _HELD.clear()

@@ -219,6 +219,9 @@ class ChangesWindowKernel(Unmerged):
         due = state.column(CHANGES_STATE)[0].as_py()[1]
         return int(due), NOT_DUE  # (the window's own NOT_DUE when nothing is due)
 
+    def row_due(self, state: pa.Table) -> np.ndarray | None:
+        return None  # (one row holds the whole state)
+
     def output_watermark(self, watermark_ms: int | None) -> int | None:
         return watermark_ms
 

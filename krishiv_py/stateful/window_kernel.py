@@ -73,19 +73,33 @@ class WindowKernel:
     ) -> tuple[pa.Table, kernel.StepOutput]:
         return kernel.step(self.spec, state, batch, watermark_ms, now_ms, merged=merged)
 
-    def next_due(self, state: pa.Table) -> tuple[int, int]:
+    def _due(self, state: pa.Table) -> np.ndarray:
+        """Per state row, the watermark at which it fires or goes."""
         spec = self.spec
-        if not state.num_rows:
-            return NOT_DUE, NOT_DUE
         we = state.column(WE).to_numpy() // 1000
-        fired = state.column(FIRED).to_numpy(zero_copy_only=False)
-        due = np.where(fired, we + spec.allowed_lateness_ms, we)
+        fired = np.asarray(state.column(FIRED).to_numpy(zero_copy_only=False), bool)
+        due: np.ndarray = np.where(fired, we + spec.allowed_lateness_ms, we)
         window = spec.window
         if isinstance(window, EventSlidingWindow):  # a closed window goes once no row can look it up
             starts = state.column(WS).to_numpy() // 1000
             due = np.where(fired, starts + window.grace_ms + 3 * window.size_ms + 1, we)
         if spec.ttl_ms is not None and spec.ttl_time == "event":  # newest row ttl behind
             due = np.minimum(due, state.column(NEWEST).to_numpy() // 1000 + spec.ttl_ms)
+        return np.asarray(due, np.int64)
+
+    def row_due(self, state: pa.Table) -> np.ndarray | None:
+        spec = self.spec
+        if spec.trigger.kind == "interval" or (spec.ttl_ms is not None and spec.ttl_time == "processing"):
+            return None  # (the wall clock changes rows too)
+        if kernel.pane_state(spec):
+            return None  # (every pane row holds the watermark up to which the windows of all keys fired)
+        return self._due(state) if state.num_rows else np.zeros(0, np.int64)
+
+    def next_due(self, state: pa.Table) -> tuple[int, int]:
+        spec = self.spec
+        if not state.num_rows:
+            return NOT_DUE, NOT_DUE
+        due = self._due(state)
         interval = NOT_DUE
         if spec.trigger.kind == "interval":
             pending = state.column(PENDING).to_numpy() > 0

@@ -1,0 +1,218 @@
+"""Keyed state: a step over the touched keys' rows equals a step over the whole state.
+
+:mod:`krishiv_py.stateful.held_state` steps a key-local kernel over the rows
+of the keys a micro-batch touches and of the rows due at its watermark, and
+writes a delta of those keys (a snapshot now and then). These tests run the
+same random micro-batches through both — whole state, and keyed state read
+back from its files whenever a worker "forgets" it — for every key-local
+kernel, and hold their results (per key, in order), counts and final states
+equal, and the files' size in proportion to the keys changed.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from krishiv_py.names import BATCH_TS, SEQ
+from krishiv_py.plan.emission import Trigger
+from krishiv_py.plan.windows import EventSlidingWindow, SessionWindow, SlidingWindow, TumblingWindow
+from krishiv_py.stateful import held_state
+from krishiv_py.stateful.aggregates import AggSpec
+from krishiv_py.stateful.held_state import KeyedState, WholeState, keyed, open_held, write_state
+from krishiv_py.stateful.joins import JoinKernel, JoinSpec
+from krishiv_py.stateful.keyed_agg import KeyedAggKernel
+from krishiv_py.stateful.keyed_topn import KeyedTopNKernel
+from krishiv_py.stateful.protocol import Kernel
+from krishiv_py.stateful.state import KernelSpec
+from krishiv_py.stateful.versioned import VersionedBlobs, forget_cache, replay
+from krishiv_py.stateful.window_kernel import WindowKernel
+
+COUNT = AggSpec(name="n", func="count", column=None, out_type=pa.int64(), in_type=None)
+SUM = AggSpec(name="s", func="sum", column="v", out_type=pa.int64(), in_type=pa.int64())
+MAX = AggSpec(name="m", func="max", column="v", out_type=pa.int64(), in_type=pa.int64())
+
+
+def _window(window: Any, **more: Any) -> WindowKernel:
+    return WindowKernel(KernelSpec(keys=("k",), window=window, aggs=(COUNT, SUM), **more))
+
+
+KERNELS: dict[str, Kernel] = {
+    "tumbling": _window(TumblingWindow(size_ms=100)),
+    "tumbling-late-retracting": _window(
+        TumblingWindow(size_ms=100), allowed_lateness_ms=150, accumulation="retracting"
+    ),
+    "sliding": _window(SlidingWindow(size_ms=200, slide_ms=50), allowed_lateness_ms=30),
+    "sliding-uneven": _window(SlidingWindow(size_ms=200, slide_ms=70)),
+    "session": _window(SessionWindow(gap_ms=60)),
+    "event-sliding": _window(EventSlidingWindow(size_ms=80, grace_ms=40)),
+    "every-element": _window(TumblingWindow(size_ms=100), trigger=Trigger.on_every_element()),
+    "event-ttl": _window(TumblingWindow(size_ms=400), ttl_ms=120),
+    "keyed-count": KeyedAggKernel(keys=("k",), aggs=(COUNT, SUM)),
+    "keyed-ttl": KeyedAggKernel(keys=("k",), aggs=(COUNT, MAX), ttl_ms=150),
+    "keyed-timed": KeyedAggKernel(keys=("k",), aggs=(COUNT,), event_times=True),
+    "top-n": KeyedTopNKernel(keys=("k",), n=2, by=("v",), columns=("k", "v", "t"), expires=("t", 200)),
+}
+
+
+def _batch(rng: random.Random, keys: list[str], watermark: int, seq: int, n: int) -> pa.Table:
+    ks = [rng.choice(keys) for _ in range(n)]
+    ts = [max(0, watermark + rng.randint(-120, 200)) for _ in range(n)]
+    return pa.table(
+        {
+            "k": pa.array(ks, pa.string()),
+            "v": pa.array([rng.randint(-5, 50) for _ in range(n)], pa.int64()),
+            "t": pa.array([t * 1000 for t in ts], pa.int64()),
+            BATCH_TS: pa.array([t * 1000 for t in ts], pa.int64()),
+            SEQ: pa.array(range(seq, seq + n), pa.int64()),
+        }
+    )
+
+
+def _by_key(results: pa.Table) -> dict[Any, list[tuple[Any, ...]]]:
+    """Each key's result rows, in the order the step gave them."""
+    out: dict[Any, list[tuple[Any, ...]]] = defaultdict(list)
+    for row in results.to_pylist():
+        out[row.get("k")].append(tuple(sorted((k, repr(v)) for k, v in row.items())))
+    return dict(out)
+
+
+def _rows(table: pa.Table | None) -> list[str]:
+    if table is None:
+        return []
+    return sorted(repr(sorted(r.items())) for r in table.to_pylist())
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_keyed_step_equals_a_whole_step_across_restarts(
+    name: str, seed: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(held_state, "MAX_DELTAS", 4)  # snapshots between deltas, often
+    kernel = KERNELS[name]
+    assert keyed(kernel)
+    rng = random.Random(seed)
+    keys = [f"key{i}" for i in range(400)]
+    blobs = VersionedBlobs(str(tmp_path), 0)
+    whole: pa.Table | None = None
+    watermark: int | None = None
+    seq, deltas = 0, 0
+    for batch_id in range(40):
+        n = 600 if batch_id == 0 else rng.choice([0, 1, 3, 8, 25])
+        batch = _batch(rng, keys, watermark or 0, seq, n)
+        seq += n
+        whole, expected = kernel.step(whole, batch, watermark, 0)
+
+        if rng.random() < 0.3:
+            forget_cache()  # another worker, or a restart: the state from its files
+        held = open_held(kernel, blobs, batch_id)
+        assert isinstance(held, KeyedState)
+        new, got = kernel.step(held.take(batch, None, watermark), batch, watermark, 0)
+        held.put(new)
+        write_state(held, blobs, batch_id)
+        deltas += sum(1 for v in blobs._listing()[0].values() if v.base is not None)
+
+        assert _by_key(got.results) == _by_key(expected.results), (name, batch_id)
+        assert (got.on_time, got.mildly_late, got.expired) == (
+            expected.on_time,
+            expected.mildly_late,
+            expected.expired,
+        )
+        assert sorted(got.very_late.tolist()) == sorted(expected.very_late.tolist())
+        assert held.state_rows() == kernel.state_rows(whole)
+        assert held.next_due()[0] == kernel.next_due(whole)[0]
+        if rng.random() < 0.6:
+            watermark = (watermark or 0) + rng.randint(0, 90)
+    forget_cache()
+    final = open_held(kernel, blobs, 10**6)
+    assert isinstance(final, KeyedState)
+    assert _rows(final.table()) == _rows(whole)
+    assert deltas, "no micro-batch wrote a delta"
+
+
+def test_kernels_that_are_not_key_local_are_held_whole(tmp_path: Path) -> None:
+    join = JoinKernel(
+        JoinSpec(
+            kind="interval",
+            how="inner",
+            keys=("k",),
+            left=("a",),
+            right=("b",),
+            key_types=(pa.string(),),
+            left_types=(pa.int64(),),
+            right_types=(pa.int64(),),
+            between=(-1, 1),
+        )
+    )
+    interval = _window(TumblingWindow(size_ms=100), trigger=Trigger.on_interval(1_000))
+    panes = _window(SlidingWindow(size_ms=200, slide_ms=50))  # one row per pane: a watermark of all keys
+    for kernel in (join, interval, panes):
+        assert not keyed(kernel)
+        assert isinstance(open_held(kernel, VersionedBlobs(str(tmp_path), 0), 0), WholeState)
+
+
+def test_a_micro_batch_writes_bytes_in_proportion_to_the_keys_it_changed(tmp_path: Path) -> None:
+    kernel = KERNELS["keyed-count"]
+    blobs = VersionedBlobs(str(tmp_path), 0)
+    live = 200_000
+    rows = pa.table(
+        {
+            "k": pa.array([f"user{i}" for i in range(live)]),
+            "v": pa.array(np.ones(live, np.int64)),
+            BATCH_TS: pa.array(np.full(live, 1_000, np.int64)),
+            SEQ: pa.array(np.arange(live, dtype=np.int64)),
+        }
+    )
+    held = open_held(kernel, blobs, 0)
+    new, _ = kernel.step(held.take(rows, None, None), rows, None, 0)
+    held.put(new)
+    snapshot = write_state(held, blobs, 0)
+    written = []
+    for batch_id in range(1, 4):
+        changed = rows.slice(batch_id * 1_000, 1_000)
+        taken = held.take(changed, None, 5_000)  # (a watermark makes no key without a TTL due)
+        assert taken is not None and taken.num_rows == 1_000  # only the changed keys go to the step
+        new, _ = kernel.step(taken, changed, 5_000, 0)
+        held.put(new)
+        written.append(write_state(held, blobs, batch_id))
+    assert max(written) * 50 < snapshot, (written, snapshot)  # 1,000 keys of 200,000
+    forget_cache()
+    again = open_held(kernel, blobs, 4)
+    table = again.table()
+    assert table is not None and table.num_rows == live
+    counts = dict(zip(table.column("k").to_pylist(), table.column("p0_c").to_pylist(), strict=True))
+    assert counts["user1500"] == 2 and counts["user0"] == 1
+
+
+def test_a_delta_whose_base_is_missing_is_an_error_naming_the_file(tmp_path: Path) -> None:
+    from krishiv_py.errors import JobError
+
+    kernel = KERNELS["keyed-count"]
+    blobs = VersionedBlobs(str(tmp_path), 0)
+    rng = random.Random(3)
+    keys = [f"key{i}" for i in range(500)]
+    held = open_held(kernel, blobs, 0)
+    for batch_id in range(3):
+        batch = _batch(rng, keys, 0, batch_id * 400, 400 if batch_id == 0 else 2)
+        new, _ = kernel.step(held.take(batch, None, None), batch, None, 0)
+        held.put(new)
+        write_state(held, blobs, batch_id)
+    listing = blobs._listing()[0]
+    assert listing[2].base == 1 and listing[1].base == 0
+    Path(listing[0].info.path).unlink()
+    forget_cache()
+    with pytest.raises(JobError, match="delta over version 0, which is not there"):
+        open_held(kernel, blobs, 3)
+
+
+def test_a_delta_replays_over_its_snapshot_without_the_kernel() -> None:
+    snapshot = pa.table({"k": ["a", "b", "b"], "__kp_khash": pa.array([1, 2, 2], pa.uint64())})
+    rows = pa.table({"k": ["b"], "__kp_khash": pa.array([2], pa.uint64())})
+    table = replay(snapshot, [(np.array([2], np.uint64), rows), (np.array([1], np.uint64), None)])
+    assert table is not None and table.column("k").to_pylist() == ["b"]
