@@ -20,10 +20,12 @@ How a :class:`KeyedState` finds a key's rows
     rows still live and the rows' due watermarks in order. A key's rows are
     found by binary search in each run; the rows due at a watermark are a
     prefix of each run's due order. A step's new rows become a new run, and
-    the rows it replaced are masked out. Runs merge when the one before is
-    at most twice the newest (a log-structured merge: each row is merged
-    O(log n) times), and a run mostly of dead rows is compacted. Two keys of
-    one hash are always taken together: the kernel still tells them apart.
+    the rows it replaced are masked out. Runs merge by tiers, as a
+    log-structured merge tree does: :data:`FANOUT` runs whose live rows are
+    within one power of :data:`FANOUT` merge into one, so each row is merged
+    O(log n) times and a lookup searches a few runs per tier; a run mostly
+    of dead rows is compacted. Two keys of one hash are always taken
+    together: the kernel still tells them apart.
 What is written (:mod:`krishiv_py.stateful.versioned`)
     After a micro-batch, the keys it replaced and their new rows (a *delta*),
     or, now and then, the whole state (a *snapshot*): when the deltas since
@@ -85,6 +87,8 @@ __all__ = [
 
 #: The most deltas written after one snapshot before the next snapshot.
 MAX_DELTAS = 64
+#: How many runs of one tier merge into one run of the next.
+FANOUT = 8
 #: A run whose dead rows exceed its live ones and this many is compacted.
 _COMPACT_DEAD = 65_536
 
@@ -156,15 +160,25 @@ class _Run:
         self._first = int(np.searchsorted(self.due_sorted, NOT_DUE, "right"))
 
     def find(self, keys: np.ndarray) -> np.ndarray:
-        """Positions of the live rows whose hash is one of ``keys`` (sorted, unique)."""
-        lo = np.searchsorted(self.khash, keys, "left")
-        hi = np.searchsorted(self.khash, keys, "right")
-        counts = hi - lo
-        total = int(counts.sum())
-        if not total:
+        """Positions of the live rows whose hash is one of ``keys`` (sorted, unique).
+
+        One binary search per key; a key's further rows follow its first (one step per row of the
+        key with the most, over the keys that have that many).
+        """
+        n = len(self.khash)
+        if not n or not len(keys):
             return np.zeros(0, np.int64)
-        starts = np.repeat(lo - (np.cumsum(counts) - counts), counts)
-        pos = starts + np.arange(total)
+        at = np.searchsorted(self.khash, keys, "left")
+        hit = at < n
+        hit[hit] = self.khash[at[hit]] == keys[hit]
+        at = at[hit]
+        found = [at]
+        while len(at):
+            nxt = at + 1
+            nxt = nxt[nxt < n]
+            at = nxt[self.khash[nxt] == self.khash[nxt - 1]]
+            found.append(at)
+        pos = np.concatenate(found) if len(found) > 1 else found[0]
         return pos[self.alive[pos]]
 
     def due_keys(self, watermark: int) -> np.ndarray:
@@ -214,7 +228,8 @@ class KeyedState:
         self._schema: pa.Schema | None = None
         self._taken: list[tuple[_Run, np.ndarray]] = []
         self._taken_keys = np.zeros(0, np.uint64)
-        self._dirty: list[np.ndarray] = []
+        #: The keys each step since the last write replaced, and their new rows (with hashes).
+        self._dirty: list[tuple[np.ndarray, pa.Table | None]] = []
         self._rows = 0
         #: Whether the next write must be a snapshot (the state was not read from this layout's files).
         self.fresh = fresh
@@ -299,21 +314,30 @@ class KeyedState:
         for run, pos in self._taken:
             run.kill(pos)
             self._rows -= len(pos)
-        if len(self._taken_keys):
-            self._dirty.append(self._taken_keys)
+        keys = self._taken_keys
         self._taken, self._taken_keys = [], np.zeros(0, np.uint64)
         if self._schema is None and new.num_columns:
             self._schema = new.schema
-        if new.num_rows:
-            self._add(new)
+        added = self._add(new) if new.num_rows else None
+        if len(keys):
+            rows = added.table.append_column(KHASH, pa.array(added.khash)) if added is not None else None
+            self._dirty.append((keys, rows))
         self._tidy()
 
     def _tidy(self) -> None:
-        """Merge the newest runs while the one before is at most twice the newest; drop empty runs;
-        compact runs mostly of dead rows."""
+        """Merge runs by tiers (:data:`FANOUT` runs of one tier into one of the next; a tier is a
+        power of :data:`FANOUT` of live rows); compact runs mostly of dead rows."""
         runs = [r for r in self._runs if r.live]
-        while len(runs) >= 2 and runs[-2].live <= 2 * runs[-1].live:
-            runs[-2:] = [self._merged(runs[-2:])]
+        while True:
+            tiers: dict[int, list[int]] = {}
+            for i, run in enumerate(runs):
+                tiers.setdefault(_tier(run.live), []).append(i)
+            full = [t for t, members in tiers.items() if len(members) >= FANOUT]
+            if not full:
+                break
+            members = tiers[min(full)]
+            merged = self._merged([runs[i] for i in members])
+            runs = [r for i, r in enumerate(runs) if i not in members] + [merged]
         for i, run in enumerate(runs):
             dead = len(run.alive) - run.live
             if dead > run.live and dead > _COMPACT_DEAD:
@@ -343,6 +367,10 @@ class KeyedState:
     def changed(self) -> bool:
         return self.fresh or bool(self._dirty)
 
+    def runs(self) -> int:
+        """How many runs hold the rows (at most :data:`FANOUT` - 1 per tier)."""
+        return len(self._runs)
+
     def table(self, *, hashed: bool = False) -> pa.Table | None:
         """Every live row (with :data:`KHASH` when ``hashed``, in hash order); None: no rows.
         The runs are merged into one first."""
@@ -356,14 +384,21 @@ class KeyedState:
         return run.table.append_column(KHASH, pa.array(run.khash, pa.uint64()))
 
     def delta(self) -> tuple[np.ndarray, pa.Table | None]:
-        """The keys replaced since the last :meth:`delta` and their rows now (with :data:`KHASH`)."""
-        keys = np.unique(np.concatenate(self._dirty)) if self._dirty else np.zeros(0, np.uint64)
-        self._dirty = []
+        """The keys replaced since the last :meth:`delta` and their rows now (with :data:`KHASH`):
+        each step's new rows, less those of keys a later step replaced again."""
+        steps, self._dirty = self._dirty, []
+        if not steps:
+            return np.zeros(0, np.uint64), None
         parts = []
-        for run in self._runs:
-            pos = run.find(keys)
-            if len(pos):
-                parts.append(run.table.take(pa.array(pos)).append_column(KHASH, pa.array(run.khash[pos])))
+        for i, (_, rows) in enumerate(steps):
+            if rows is None or not rows.num_rows:
+                continue
+            later = [k for k, _ in steps[i + 1 :]]
+            if later:
+                again = np.isin(np.asarray(rows.column(KHASH).to_numpy(), np.uint64), np.concatenate(later))
+                rows = rows.filter(pa.array(~again)) if again.any() else rows
+            parts.append(rows)
+        keys = np.unique(np.concatenate([k for k, _ in steps])) if len(steps) > 1 else steps[0][0]
         return keys, (_concat(parts) if parts else None)
 
     def written(self) -> None:
@@ -382,12 +417,22 @@ class KeyedState:
             self._add(rows)
         self._tidy()
 
-    def _add(self, rows: pa.Table) -> None:
+    def _add(self, rows: pa.Table) -> _Run:
         added = self._run_of(rows)
         if added is None:  # (a kernel's row_due answers by its settings, never by the rows)
             raise RuntimeError(f"{self._kernel.describe()}: row_due gave None for rows it held before")
         self._runs.append(added)
         self._rows += added.live
+        return added
+
+
+def _tier(rows: int) -> int:
+    """The tier of a run of ``rows`` live rows: ``floor(log_FANOUT(rows))``."""
+    tier = 0
+    while rows >= FANOUT:
+        rows //= FANOUT
+        tier += 1
+    return tier
 
 
 class _Store(Protocol):
