@@ -32,7 +32,7 @@ from krishiv_py.checkpoint import CheckpointLayout
 from krishiv_py.errors import JobError
 from krishiv_py.stateful._arrow import ipc_table
 from krishiv_py.stateful.key_groups import key_groups_of, task_ranges
-from krishiv_py.stateful.versioned import KeyGroupStore, range_name
+from krishiv_py.stateful.versioned import KeyGroupStore, range_name, without_hash
 
 __all__ = ["describe_state", "format_state", "read_state"]
 
@@ -103,7 +103,7 @@ def _operator_tables(checkpoint: CheckpointLayout, layout: dict[str, Any]) -> li
         for piece in KeyGroupStore(root, lo, hi, since=since, current=current).load_before(upto):
             if piece.blob is None:
                 continue
-            table = ipc_table(piece.blob)
+            table = without_hash(ipc_table(piece.blob))
             size = len(piece.blob)
             if piece.groups is not None:
                 if state_keys is None:
