@@ -261,4 +261,5 @@ def test_a_job_on_keyed_state_writes_deltas_and_restarts_on_them(session: Any, t
     assert newest == dict(sent)
     state = kp.read_state(checkpoint)
     assert "__kp_khash" not in state.column_names
-    assert dict(zip(state.column("k").to_pylist(), state.column("p0_c").to_pylist(), strict=True)) == dict(sent)
+    counts = zip(state.column("k").to_pylist(), state.column("p0_c").to_pylist(), strict=True)
+    assert dict(counts) == dict(sent)

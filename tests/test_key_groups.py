@@ -16,6 +16,7 @@ import os
 import random
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import pyarrow as pa
@@ -472,7 +473,7 @@ def test_a_native_job_restarted_on_other_partitions_moves_sparks_state(
     """Spark's own state (RocksDB, a durable profile's) moves with Spark's StreamingCheckpointManager
     before the query starts; the Parquet sink's directory still reads; the results equal an
     uninterrupted run's. State Spark cannot move (its default store's) is a JobError saying so."""
-    from krishiv_py.runtime.rescale import recorded_partitions
+    from krishiv_py.runtime.rescale import PROVIDER, Logs, recorded_partitions, rescale_spark_state
 
     spark = session.spark
     batches = _batches()
@@ -517,6 +518,19 @@ def test_a_native_job_restarted_on_other_partitions_moves_sparks_state(
         spark.conf.set("spark.sql.shuffle.partitions", "4")
         with pytest.raises(JobError, match=r"Spark moves only RocksDB state .*partitions=2"):
             windows.start(sink, checkpoint_dir=checkpoint, lowering="native")
+        # A checkpoint on another file system (hdfs://, s3a://) is read through Spark's Hadoop
+        # file system: the same logs, the same refusal.
+        uri = CheckpointLayout(f"file://{checkpoint}")
+        local_logs, hadoop_logs = Logs.local(CheckpointLayout(checkpoint)), Logs.hadoop(spark, uri.root)
+        for logs in (local_logs, hadoop_logs, Logs.hadoop(spark, f"file://{tmp_path / 'rescaled'}")):
+            assert logs.planned_batch() >= logs.committed_batch() >= 0 and logs.holds_spark_state()
+        assert hadoop_logs.recorded_partitions() == local_logs.recorded_partitions() == 2
+        assert hadoop_logs.recorded_conf(PROVIDER) == local_logs.recorded_conf(PROVIDER)
+        with (
+            mock.patch.object(CheckpointLayout, "on_this_machine", return_value=None),
+            pytest.raises(JobError, match=r"Spark moves only RocksDB state .*partitions=2"),
+        ):
+            rescale_spark_state(spark, uri, 4)
         spark.conf.set("spark.sql.shuffle.partitions", "2")
         windows.start(sink, checkpoint_dir=checkpoint, lowering="native").stop()
     finally:
@@ -537,13 +551,12 @@ def test_a_micro_batch_left_unfinished_is_finished_where_it_was_planned_before_t
         meta = {"batchWatermarkMs": 0, "conf": {"spark.sql.shuffle.partitions": "2"}}
         (tmp_path / "offsets" / str(batch)).write_text(f"v1\n{json.dumps(meta)}\n-\n")
     (tmp_path / "commits" / "0").write_text("v1\n{}\n")
-    assert (
-        unfinished_before_rescale(layout, 5, spark_state=True) == 2
-    )  # batch 1 planned on 2, never committed
-    assert unfinished_before_rescale(layout, 2, spark_state=True) is None  # nothing to move
-    assert unfinished_before_rescale(layout, 5, spark_state=False) is None  # krishiv's files move as read
+    spark: Any = None  # (a checkpoint on this machine: its logs are read without Spark)
+    assert unfinished_before_rescale(spark, layout, 5, spark_state=True) == 2  # planned on 2, uncommitted
+    assert unfinished_before_rescale(spark, layout, 2, spark_state=True) is None  # nothing to move
+    assert unfinished_before_rescale(spark, layout, 5, spark_state=False) is None  # krishiv's move as read
     (tmp_path / "commits" / "1").write_text("v1\n{}\n")
-    assert unfinished_before_rescale(layout, 5, spark_state=True) is None  # committed: Spark moves it
+    assert unfinished_before_rescale(spark, layout, 5, spark_state=True) is None  # committed: Spark moves it
 
 
 @pytest.mark.spark

@@ -213,7 +213,10 @@ def start_streaming_job(
     layout = CheckpointLayout(checkpoint_dir)
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 0)
     before = unfinished_before_rescale(
-        layout, partitions, spark_state=recipe.stateful is None or (recipe.stateful.carrier == "state-store")
+        spark,
+        layout,
+        partitions,
+        spark_state=recipe.stateful is None or (recipe.stateful.carrier == "state-store"),
     )
     if before is not None:
         spark.conf.set("spark.sql.shuffle.partitions", str(before))

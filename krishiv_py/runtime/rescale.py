@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import json
 import os
-from typing import TYPE_CHECKING
+import warnings
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from krishiv_py.checkpoint import CheckpointLayout
 from krishiv_py.errors import JobError
@@ -36,50 +38,112 @@ from krishiv_py.spark_errors import spark_call
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["recorded_partitions", "rescale_spark_state", "unfinished_before_rescale"]
+__all__ = ["Logs", "logs_of", "recorded_partitions", "rescale_spark_state", "unfinished_before_rescale"]
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 PROVIDER = "spark.sql.streaming.stateStore.providerClass"
 
 
-def _recorded_conf(checkpoint: CheckpointLayout, name: str) -> str | None:
-    """A Spark setting the checkpoint's last micro-batch recorded in the offset log (None: none)."""
-    if not os.path.isdir(checkpoint.offsets):
+class Logs:
+    """Spark's logs of a checkpoint (``offsets/``, ``commits/``, ``state/``), read from here:
+    with this machine's file system for a local one (:meth:`local`), through Spark's Hadoop file
+    system for any other URI Spark reads (``hdfs://``, ``s3a://``, ...: :meth:`hadoop`)."""
+
+    def __init__(self, root: str, names: Callable[[str], list[str]], read: Callable[[str], str]) -> None:
+        self.root = root.rstrip("/")
+        self._names = names
+        self._read = read
+
+    @classmethod
+    def local(cls, checkpoint: CheckpointLayout) -> Logs:
+        def names(path: str) -> list[str]:
+            return os.listdir(path) if os.path.isdir(path) else []
+
+        def read(path: str) -> str:
+            with open(path, encoding="utf-8") as f:
+                return f.read()
+
+        return cls(checkpoint.root, names, read)
+
+    @classmethod
+    def hadoop(cls, spark: SparkSession, root: str) -> Logs:
+        jvm: Any = spark._jvm
+        conf: Any = spark._jsc.hadoopConfiguration()
+
+        def names(path: str) -> list[str]:
+            at = jvm.org.apache.hadoop.fs.Path(path)
+            fs = at.getFileSystem(conf)
+            if not fs.exists(at):
+                return []
+            return [str(status.getPath().getName()) for status in fs.listStatus(at)]
+
+        def read(path: str) -> str:
+            at = jvm.org.apache.hadoop.fs.Path(path)
+            stream = at.getFileSystem(conf).open(at)
+            try:
+                return str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+            finally:
+                stream.close()
+
+        return cls(root, names, read)
+
+    def batches(self, folder: str) -> list[int]:
+        """The micro-batch ids with a file under ``folder`` (``offsets``, ``commits``, ``state``)."""
+        return sorted(int(n) for n in self._names(f"{self.root}/{folder}") if n.isdigit())
+
+    def planned_batch(self) -> int:
+        return max(self.batches("offsets"), default=-1)
+
+    def committed_batch(self) -> int:
+        return max(self.batches("commits"), default=-1)
+
+    def holds_spark_state(self) -> bool:
+        return bool(self.batches("state"))
+
+    def recorded_conf(self, name: str) -> str | None:
+        """A Spark setting the last micro-batch recorded in the offset log (None: none)."""
+        last = self.planned_batch()
+        if last < 0:
+            return None
+        try:
+            lines = self._read(f"{self.root}/offsets/{last}").splitlines()
+            value = json.loads(lines[1]).get("conf", {}).get(name)
+        except (OSError, IndexError, ValueError, AttributeError):
+            return None
+        return None if value is None else str(value)
+
+    def recorded_partitions(self) -> int | None:
+        value = self.recorded_conf(SHUFFLE_PARTITIONS)
+        return None if value is None else int(value)
+
+
+def logs_of(spark: SparkSession, checkpoint: CheckpointLayout) -> Logs | None:
+    """Where to read ``checkpoint``'s logs from here (None: over Spark Connect, a checkpoint not
+    on this machine, which only the server reads)."""
+    local = checkpoint.on_this_machine()
+    if local is not None:
+        return Logs.local(local)
+    if is_remote(spark):
         return None
-    batches = [int(n) for n in os.listdir(checkpoint.offsets) if n.isdigit()]
-    if not batches:
-        return None
-    try:
-        with open(os.path.join(checkpoint.offsets, str(max(batches))), encoding="utf-8") as f:
-            lines = f.read().splitlines()
-        value = json.loads(lines[1]).get("conf", {}).get(name)
-    except (OSError, IndexError, ValueError, AttributeError):
-        return None
-    return None if value is None else str(value)
+    return Logs.hadoop(spark, checkpoint.root)
 
 
 def recorded_partitions(checkpoint: CheckpointLayout) -> int | None:
     """The shuffle partitions Spark recorded for the checkpoint's last micro-batch (None: none)."""
-    value = _recorded_conf(checkpoint, SHUFFLE_PARTITIONS)
-    return None if value is None else int(value)
-
-
-def _holds_spark_state(checkpoint: CheckpointLayout) -> bool:
-    state = checkpoint.state
-    return os.path.isdir(state) and any(name.isdigit() for name in os.listdir(state))
+    return Logs.local(checkpoint).recorded_partitions()
 
 
 def unfinished_before_rescale(
-    checkpoint: CheckpointLayout, partitions: int, *, spark_state: bool
+    spark: SparkSession, checkpoint: CheckpointLayout, partitions: int, *, spark_state: bool
 ) -> int | None:
     """The partitions to finish a checkpoint's last micro-batch on before its Spark state moves to
     ``partitions``: the ones it was planned on, when it was planned and never committed (None: none
     to finish, or nothing to move)."""
-    local = checkpoint.on_this_machine()
-    if not spark_state or local is None or not _holds_spark_state(local):
+    logs = logs_of(spark, checkpoint) if spark_state else None
+    if logs is None or not logs.holds_spark_state():
         return None
-    before = recorded_partitions(local)
-    if before is None or before == partitions or _planned_batch(local) <= local.committed_batch():
+    before = logs.recorded_partitions()
+    if before is None or before == partitions or logs.planned_batch() <= logs.committed_batch():
         return None
     return before
 
@@ -91,11 +155,18 @@ def rescale_spark_state(spark: SparkSession, checkpoint: CheckpointLayout, parti
     sink (None: nothing moved: a new checkpoint, no Spark state, or already
     ``partitions``); the job's writers hear of it (``skipped_batch``).
     """
-    local = checkpoint.on_this_machine()
-    if local is None:
-        return None  # not readable from here: Spark runs it on the partitions it recorded
-    before = recorded_partitions(local)
-    if before is None or before == partitions or not _holds_spark_state(local):
+    logs = logs_of(spark, checkpoint)
+    if logs is None:
+        warnings.warn(
+            f"the checkpoint {checkpoint.root} is not on this machine and this session is a Spark "
+            "Connect client, so krishiv cannot read which shuffle partitions it ran on: if they "
+            f"were not {partitions}, Spark runs its state on those (restart it once from a classic "
+            "session to move it)",
+            stacklevel=3,
+        )
+        return None
+    before = logs.recorded_partitions()
+    if before is None or before == partitions or not logs.holds_spark_state():
         return None
     keep = f"start it with spark.sql.shuffle.partitions={before}, as it ran, or on a new checkpoint"
     if is_remote(spark):
@@ -111,7 +182,7 @@ def rescale_spark_state(spark: SparkSession, checkpoint: CheckpointLayout, parti
             f"session asks for {partitions}, but this Spark ({spark.version}) cannot move it "
             f"(Spark 4.2 or later can): {keep}"
         )
-    provider = _recorded_conf(local, PROVIDER) or ""
+    provider = logs.recorded_conf(PROVIDER) or ""
     if not provider.endswith("RocksDBStateStoreProvider"):
         raise JobError(
             f"the checkpoint {checkpoint.root} holds Spark state on {before} partitions and this "
@@ -120,7 +191,7 @@ def rescale_spark_state(spark: SparkSession, checkpoint: CheckpointLayout, parti
             "(a job started with durability='single-node-durable' or 'distributed-durable' keeps "
             "RocksDB state and can move)"
         )
-    committed, planned = local.committed_batch(), _planned_batch(local)
+    committed, planned = logs.committed_batch(), logs.planned_batch()
     if planned > committed:
         raise JobError(
             f"the checkpoint {checkpoint.root} has micro-batch {planned} planned but not committed, "
@@ -129,12 +200,6 @@ def rescale_spark_state(spark: SparkSession, checkpoint: CheckpointLayout, parti
         )
     spark_call(
         f"moving the checkpoint's Spark state from {before} to {partitions} partitions",
-        lambda: manager.repartition(local.root, partitions),
+        lambda: manager.repartition(logs.root, partitions),
     )
     return committed + 1
-
-
-def _planned_batch(checkpoint: CheckpointLayout) -> int:
-    if not os.path.isdir(checkpoint.offsets):
-        return -1
-    return max((int(n) for n in os.listdir(checkpoint.offsets) if n.isdigit()), default=-1)
