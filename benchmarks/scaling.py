@@ -217,8 +217,9 @@ def state(args: argparse.Namespace) -> dict[str, Any]:
             found.append(run(live, keyed, batches))
             r = found[-1]
             print(
-                f"{live:>11,} live keys, {r['layout']:5}: median {r['median_ms']} ms, mean {r['mean_ms']} ms, "
-                f"max {r['max_ms']} ms; {r['bytes_per_batch']:,} bytes written per micro-batch",
+                f"{live:>11,} live keys, {r['layout']:5}: median {r['median_ms']} ms, "
+                f"mean {r['mean_ms']} ms, max {r['max_ms']} ms; "
+                f"{r['bytes_per_batch']:,} bytes written per micro-batch",
                 flush=True,
             )
     small, large = (
