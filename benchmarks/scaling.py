@@ -169,10 +169,10 @@ def state(args: argparse.Namespace) -> dict[str, Any]:
         seq += n
         return pa.table(
             {
-                "k": keys,
-                "v": np.ones(n, np.int64),
-                BATCH_TS: np.full(n, 1_000_000, np.int64),
-                SEQ: np.arange(seq - n, seq, dtype=np.int64),
+                "k": pa.array(keys),
+                "v": pa.array(np.ones(n, np.int64)),
+                BATCH_TS: pa.array(np.full(n, 1_000_000, np.int64)),
+                SEQ: pa.array(np.arange(seq - n, seq, dtype=np.int64)),
             }
         )
 
