@@ -237,12 +237,15 @@ def cluster_bench(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def scaling(session: nox.Session) -> None:
     """Outgrowing one machine: a job rescaled 2 -> 5 -> 3 -> 2 against an uninterrupted run on both
-    lowerings, ``krishiv state show`` on 1,000,000 keys, the operator's tasks on a standalone
-    cluster; and the crash harness killing restarts that rescale.
+    lowerings, ``krishiv state show`` on 1,000,000 keys, a task's cost per micro-batch over
+    10,000 and 10,000,000 live keys, the busiest keys of Nexmark's bids, the operator's tasks on a
+    standalone cluster; and the crash harness killing restarts that rescale.
     """
     session.install("-e", ".")
     session.run("python", "-m", "benchmarks.scaling", "rescale")
     session.run("python", "-m", "benchmarks.scaling", "show")
+    session.run("python", "-m", "benchmarks.scaling", "state")
+    session.run("python", "-m", "benchmarks.scaling", "skew")
     session.run("python", "-m", "benchmarks.scaling", "tasks")
     session.run("python", "-m", "benchmarks.chaos", "--runs", "2", "--kills", "3", "--rescale", "2,5,3")
 

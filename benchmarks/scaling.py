@@ -26,6 +26,10 @@
     layout before: the whole state stepped and written), with the time per
     micro-batch and the bytes written (snapshots included, as they come).
 
+``python -m benchmarks.scaling skew``
+    Nexmark's bids counted per auction (the stateful lowering): ``krishiv
+    state show``'s busiest keys against the auctions with the most bids.
+
 Writes ``benchmarks/results/scaling-<what>.json``; exits 1 when a check fails.
 """
 
@@ -233,6 +237,62 @@ def state(args: argparse.Namespace) -> dict[str, Any]:
     return {"rows_per_batch": args.rows, "runs": found, "ratio": round(ratio, 2), "ok": ratio <= 1.5}
 
 
+def skew(args: argparse.Namespace) -> dict[str, Any]:
+    """Nexmark's bids (hot auctions: half the bids go to every hundredth auction) counted per
+    auction, as q17 and q5 group them (the stateful lowering); ``krishiv state show``'s busiest
+    keys against the auctions with the most bids in the data."""
+    from collections import Counter
+
+    import numpy as np
+    import pyarrow as pa
+
+    import krishiv_py as kp
+    from benchmarks.data import NexmarkSpec, nexmark_tables
+    from krishiv_py.runtime.state_view import describe_state
+
+    bids = nexmark_tables(NexmarkSpec(events=args.events))["bid"]
+    auctions = bids.column("auction").to_numpy()
+    ms = bids.column("date_time").cast(pa.int64()).to_numpy() // 1000
+    truth = Counter(auctions.tolist()).most_common(args.top)
+    with tempfile.TemporaryDirectory() as root, kp.Session.embedded() as session:
+        stream, sender = session.memory_stream("auction bigint, t bigint")
+        job = (
+            stream.watermark("t", 5_000)
+            .key_by("auction")
+            .agg(kp.count(kp.col("*")).alias("bids"))
+            .start(checkpoint_dir=f"{root}/cp", lowering="stateful")
+        )
+        try:
+            step = max(1, len(auctions) // args.batches)
+            for lo in range(0, len(auctions), step):
+                part = {"auction": pa.array(auctions[lo : lo + step]), "t": pa.array(ms[lo : lo + step])}
+                sender.send(pa.table(part))
+                job.process_all_available()
+        finally:
+            job.stop()
+        [operator] = describe_state(f"{root}/cp")["operators"]
+    named = [int(h["key"]) for h in operator["hottest_keys"][: args.top]]
+    counts = Counter(auctions.tolist())
+    median = float(np.median(list(counts.values())))
+    # Nexmark's hot auctions (every hundredth, half the bids) tie with each other: a named key is
+    # right when it is one of them, at least half the bids of the busiest auction.
+    hot = [a for a in named if counts[a] >= truth[0][1] / 2]
+    print(f"the {args.top} auctions with the most bids: {truth} (median auction: {median:g} bids)")
+    print(f"krishiv state show's busiest keys: {[(a, counts[a]) for a in named]} (true bids)")
+    print(
+        f"{len(hot)} of {len(named)} named are hot auctions; "
+        f"the busiest named first: {named[:1] == [truth[0][0]]}"
+    )
+    return {
+        "bids": len(auctions),
+        "truth": truth,
+        "named": operator["hottest_keys"],
+        "named_true_bids": [counts[a] for a in named],
+        "median_bids": median,
+        "ok": len(hot) == len(named) == args.top and named[0] == truth[0][0],
+    }
+
+
 def tasks(args: argparse.Namespace) -> dict[str, Any]:
     import krishiv_py as kp
     from krishiv_py.devtools import LocalCluster
@@ -327,13 +387,17 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--keys", default="10000,10000000")
     c.add_argument("--rows", type=int, default=20_000)
     c.add_argument("--batches", type=int, default=60)
+    k = sub.add_parser("skew")
+    k.add_argument("--events", type=int, default=400_000)
+    k.add_argument("--batches", type=int, default=8)
+    k.add_argument("--top", type=int, default=5)
     t = sub.add_parser("tasks")
     t.add_argument("--partitions", type=int, default=8)
     t.add_argument("--batches", type=int, default=6)
     t.add_argument("--rows", type=int, default=100_000)
     t.add_argument("--keys", type=int, default=50_000)
     a = p.parse_args(argv)
-    result = {"rescale": rescale, "show": show, "state": state, "tasks": tasks}[a.what](a)
+    result = {"rescale": rescale, "show": show, "skew": skew, "state": state, "tasks": tasks}[a.what](a)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"scaling-{a.what}.json").write_text(json.dumps(result, indent=2) + "\n")
     return 0 if result.get("ok") else 1

@@ -50,7 +50,9 @@ __all__ = [
     "file_source_log",
     "local_path",
     "log_offset",
+    "read_json",
     "source_offsets",
+    "write_json",
 ]
 
 # Log files of a file source: <batch> and <batch>.compact (not temporary or checksum files).
@@ -117,6 +119,11 @@ class CheckpointLayout:
     def job_file(self) -> str:
         """Facts of the job a look inside needs (JSON): the event-time shift of its watermarks."""
         return os.path.join(self.root, "krishiv-job.json")
+
+    @property
+    def hot_keys_file(self) -> str:
+        """The keys the stateful operator received most rows of since the job started (JSON)."""
+        return os.path.join(self.root, "krishiv-hot-keys.json")
 
     @property
     def idle_markers(self) -> str:
@@ -269,6 +276,29 @@ def source_offsets(checkpoint_dir: str, batch_id: int) -> list[str]:
 def batch_watermark_ms(checkpoint_dir: str, batch_id: int) -> int:
     """:meth:`CheckpointLayout.batch_watermark_ms` of the checkpoint at ``checkpoint_dir``."""
     return CheckpointLayout(checkpoint_dir).batch_watermark_ms(batch_id)
+
+
+def write_json(path: str, data: object) -> None:
+    """Write ``data`` as JSON to ``path`` (a local path), whole or not at all (a temporary file
+    moved in place)."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def read_json(path: str | None) -> object | None:
+    """The JSON at ``path`` (None: no path, no file, or not JSON)."""
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            data: object = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return data
 
 
 def local_path(location: str | None) -> str | None:

@@ -582,3 +582,35 @@ def test_a_look_inside_a_native_checkpoint_reads_sparks_state(session: kp.Sessio
     assert {"key", "value"} <= set(state.column_names) and state.num_rows == 2  # one open window per key
     with pytest.raises(JobError, match="has Spark state operators"):
         kp.read_state(checkpoint, operator="7")
+
+
+@pytest.mark.spark
+def test_state_show_names_the_keys_that_receive_most_rows(session: kp.Session, tmp_path: Path) -> None:
+    """The skew report counts the rows that arrive per key (each task's busiest keys per
+    micro-batch, estimated over a sample of a large one), not the state each key holds."""
+    from krishiv_py.cli import main
+    from krishiv_py.runtime.state_view import describe_state, format_state
+
+    stream, sender = session.memory_stream(SCHEMA, name="hot_keys")
+    checkpoint = str(tmp_path / "cp")
+    job = (
+        stream.watermark("t", 0)
+        .key_by("k")
+        .agg(kp.count(kp.col("*")).alias("n"))
+        .start(checkpoint_dir=checkpoint, lowering="stateful")
+    )
+    rng = random.Random(5)
+    try:
+        for _ in range(3):
+            keys = ["hot"] * 3_000 + ["warm"] * 1_000 + [f"k{rng.randrange(2_000)}" for _ in range(2_000)]
+            sender.send([{"k": k, "t": 1_000, "v": 1} for k in keys])
+            job.process_all_available()
+    finally:
+        job.stop()
+    [op] = describe_state(checkpoint)["operators"]
+    named = [h["key"] for h in op["hottest_keys"]]
+    assert named[:2] == ["hot", "warm"], op["hottest_keys"]
+    hot_rows = op["hottest_keys"][0]["rows"]
+    assert 9_000 * 0.8 <= hot_rows <= 9_000 * 1.2  # (estimated from samples)
+    assert "busiest keys (rows in, estimated): hot (" in format_state(describe_state(checkpoint))
+    assert main(["state", "show", checkpoint]) == 0

@@ -21,16 +21,19 @@ that holds its watermark below every bucket that can still fire
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 import numpy as np
 
+from krishiv_py.checkpoint import read_json, write_json
 from krishiv_py.metrics import JobMetrics
 from krishiv_py.names import PANE, PAYLOAD
 from krishiv_py.runtime.output import conformed_late, deliver, late_schema
@@ -62,6 +65,16 @@ class _Bucket:
 
 #: Micro-batches whose timings a job's collector keeps (the newest).
 KEPT_TIMINGS = 1_000
+#: The busiest keys a job keeps count of (and writes into its checkpoint).
+HOT_KEPT = 100
+
+
+def _read_hot(path: str | None) -> dict[str, int]:
+    """The busiest keys a checkpoint's earlier runs counted (``krishiv-hot-keys.json``)."""
+    data = read_json(path)
+    if not isinstance(data, dict):
+        return {}
+    return {str(e["key"]): int(e["rows"]) for e in data.get("hottest", []) if isinstance(e, dict)}
 
 
 class BatchCollector:
@@ -76,8 +89,13 @@ class BatchCollector:
         quarantine: Quarantine | None = None,
         spark: SparkSession | None = None,
         auto: AutoWatermark | None = None,
+        hot_keys_file: str | None = None,
     ) -> None:
         self._recipe = recipe
+        #: The keys the operator received most rows of (estimated), over every micro-batch, kept in
+        #: ``hot_keys_file`` (the checkpoint's: ``krishiv state show`` names them).
+        self._hot_file = hot_keys_file
+        self._hot: Counter[str] = Counter(_read_hot(hot_keys_file))
         #: An automatic lag: after each micro-batch, the next one's lag and watermark recorded.
         self.auto = auto
         #: The stages after the window.
@@ -140,6 +158,8 @@ class BatchCollector:
             AUTO_TIMES,
             COUNTER_NAMES,
             DELAY_COUNTS,
+            HOT_COUNTS,
+            HOT_KEYS,
             TIMING_NAMES,
             to_output,
         )
@@ -165,6 +185,9 @@ class BatchCollector:
             columns = (stats.pop(AUTO_SOURCES, []), stats.pop(AUTO_TIMES, []), stats.pop(AUTO_COUNTS, []))
             times = _times(*columns)
             delays = _summed([delays, self.auto.after_batch(batch_id, *times).tolist()])
+        hot: Counter[str] = Counter()
+        for labels, counts in zip(stats.pop(HOT_KEYS, []), stats.pop(HOT_COUNTS, []), strict=True):
+            hot.update(dict(zip(labels or [], counts or [], strict=True)))
         timing = {name: int(sum(v or 0 for v in stats.get(name, []))) for name in TIMING_NAMES}
         timing["buckets"] = len(stats["bucket"])
         totals = {name: int(sum(stats[name])) for name in COUNTER_NAMES}
@@ -175,6 +198,8 @@ class BatchCollector:
                 for name, value in totals.items():
                     self._totals[name] = self._totals.get(name, 0) + value
                 self._delays = _summed([self._delays, delays])
+                if hot:
+                    self._count_hot(hot)
             self._timing(batch_id).update(timing)
             for i, b in enumerate(stats["bucket"]):
                 self.buckets[int(b)] = _Bucket(
@@ -201,6 +226,22 @@ class BatchCollector:
                     batch_id,
                     totals["future"],
                 )
+
+    def _count_hot(self, hot: Counter[str]) -> None:
+        """Add a micro-batch's busiest keys; keep the :data:`HOT_KEPT` busiest; write them down."""
+        self._hot.update(hot)
+        if len(self._hot) > 2 * HOT_KEPT:
+            self._hot = Counter(dict(self._hot.most_common(HOT_KEPT)))
+        if self._hot_file is not None:
+            label = ", ".join(self._keys)
+            top = [{"key": k, "rows": n} for k, n in self._hot.most_common(HOT_KEPT)]
+            with contextlib.suppress(OSError):  # (a report: a full disk must not stop the job)
+                write_json(self._hot_file, {"keys": label, "hottest": top})
+
+    def hot_keys(self, top: int = 10) -> list[tuple[str, int]]:
+        """The keys the operator received most rows of so far (estimated), most first."""
+        with self._lock:
+            return self._hot.most_common(top)
 
     def _hand_late(self, late: pa.Table, batch_id: int) -> None:
         handler, writer = self._handler, self._late_writer

@@ -103,6 +103,7 @@ def start_streaming(
             quarantine=quarantine,
             spark=spark,
             auto=AutoWatermark(checkpoint, auto_lags) if auto_lags else None,
+            hot_keys_file=_hot_keys_file(checkpoint),
         )
         # Over Spark Connect foreachBatch runs on the server: the payloads come back as files.
         handoff = checkpoint.handoff if is_remote(spark) else None
@@ -335,3 +336,9 @@ def explain_spark(spark: SparkSession, recipe: SparkRecipe, *, scratch: str | No
 
 def _observed(observation: Any) -> dict[str, Any]:
     return dict(spark_call("reading metrics", lambda: observation.get))
+
+
+def _hot_keys_file(checkpoint: CheckpointLayout) -> str | None:
+    """Where the job writes down its busiest keys (None: the checkpoint is not on this machine)."""
+    local = checkpoint.on_this_machine()
+    return None if local is None else local.hot_keys_file

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from krishiv_py.checkpoint import CheckpointLayout
+from krishiv_py.checkpoint import CheckpointLayout, read_json
 from krishiv_py.errors import JobError
 from krishiv_py.stateful._arrow import ipc_table
 from krishiv_py.stateful.key_groups import key_groups_of, task_ranges
@@ -211,7 +211,7 @@ def describe_state(checkpoint_dir: str) -> dict[str, Any]:
     operators: list[dict[str, Any]] = []
     tables = _operator_tables(checkpoint, layout) if os.path.isdir(checkpoint.operator_state) else []
     if os.path.isdir(checkpoint.operator_state):
-        operators.append(_krishiv_operator(tables, layout))
+        operators.append({**_krishiv_operator(tables, layout), "hottest_keys": _hottest(checkpoint)})
     if os.path.isdir(checkpoint.stages):
         operators.append(
             {
@@ -284,6 +284,15 @@ def _spark_partitions(checkpoint: CheckpointLayout, last: int) -> int | None:
         return None
 
 
+def _hottest(checkpoint: CheckpointLayout, top: int = 10) -> list[dict[str, Any]]:
+    """The keys the operator received most rows of since the checkpoint started (estimated from
+    each task's busiest keys per micro-batch; ``krishiv-hot-keys.json``), most first."""
+    data = read_json(checkpoint.hot_keys_file)
+    if not isinstance(data, dict):
+        return []
+    return [{"key": str(e["key"]), "rows": int(e["rows"])} for e in data.get("hottest", [])[:top]]
+
+
 def format_state(info: dict[str, Any]) -> str:
     """``describe_state``'s answer as lines for a terminal."""
     lines = [f"checkpoint    {info['checkpoint']}"]
@@ -291,11 +300,13 @@ def format_state(info: dict[str, Any]) -> str:
         value = info[name]
         lines.append(f"{name:<13} {'-' if value is None else value}")
     for op in info["operators"]:
-        shown = {
-            k: ("-" if v is None else v) for k, v in op.items() if k not in ("name", "largest_key_groups")
-        }
+        lists = ("name", "largest_key_groups", "hottest_keys")
+        shown = {k: ("-" if v is None else v) for k, v in op.items() if k not in lists}
         lines.append(f"{op['name']}: " + ", ".join(f"{k} {v}" for k, v in shown.items()))
         if op["largest_key_groups"]:
             skew = ", ".join(f"{g['key_group']} ({g['rows']} rows)" for g in op["largest_key_groups"])
             lines.append(f"  largest key groups: {skew}")
+        if op.get("hottest_keys"):
+            hot = ", ".join(f"{h['key']} ({h['rows']} rows)" for h in op["hottest_keys"])
+            lines.append(f"  busiest keys (rows in, estimated): {hot}")
     return "\n".join(lines)

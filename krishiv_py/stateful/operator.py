@@ -71,7 +71,7 @@ from krishiv_py.names import (
 )
 from krishiv_py.plan.watermarks import AutoLag
 from krishiv_py.stateful import kernel, stage
-from krishiv_py.stateful._arrow import arrow, framed, ipc_bytes, ipc_table, unframed
+from krishiv_py.stateful._arrow import arrow, framed, ipc_bytes, ipc_table, table_of, unframed
 from krishiv_py.stateful.chain import kinds_of
 from krishiv_py.stateful.delays import bucket_of
 from krishiv_py.stateful.held_state import KeyedState, WholeState, open_held, open_table, write_state
@@ -108,6 +108,13 @@ DELAY_COUNTS = "delay_counts"
 #: index) the distinct values and how many rows hold each (krishiv_py.runtime.auto_watermark sums
 #: them per batch).
 AUTO_SOURCES, AUTO_TIMES, AUTO_COUNTS = "auto_sources", "auto_times", "auto_counts"
+#: The statistics columns of a bucket's busiest keys in the micro-batch: each key's values joined
+#: by ``", "``, and the rows it received (merged partials by the rows they hold).
+HOT_KEYS, HOT_COUNTS = "hot_keys", "hot_counts"
+#: How many of its busiest keys a bucket reports per micro-batch.
+HOT_PER_BUCKET = 8
+#: The most rows of a micro-batch a bucket counts its busiest keys over (a sample beyond).
+HOT_SAMPLE = 2_048
 STAT_NAMES = (
     "bucket",
     "on_time",
@@ -504,6 +511,7 @@ def _step(
         merged_delays=given.merged_delays,
         merged_rows=given.merged_rows,
         merged_times=given.merged_times,
+        merged=given.merged,
     )
     return payload, handed
 
@@ -1055,6 +1063,7 @@ def encode_payload(
     merged_delays: np.ndarray | None = None,
     merged_rows: int = 0,
     merged_times: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+    merged: pa.Table | None = None,
 ) -> bytes:
     encode_started = time.perf_counter_ns()
     late = _late_rows(spec, batch, out, watermark)
@@ -1101,8 +1110,53 @@ def encode_payload(
             sources, times, counts = (np.concatenate(p) for p in zip(own, merged_times, strict=True))
         for name, values in ((AUTO_SOURCES, sources), (AUTO_TIMES, times), (AUTO_COUNTS, counts)):
             stats = stats.append_column(name, pa.ListArray.from_arrays([0, len(values)], pa.array(values)))
+    keys, counts = hot_keys(spec.kernel.keys, batch, merged)
+    if keys:
+        stats = stats.append_column(HOT_KEYS, pa.ListArray.from_arrays([0, len(keys)], pa.array(keys)))
+        stats = stats.append_column(HOT_COUNTS, pa.ListArray.from_arrays([0, len(counts)], pa.array(counts)))
     tables = [late, stats] + ([out.closed] if out.closed is not None else [])
     return struct.pack("<Q", len(results)) + results + framed(tables)
+
+
+def hot_keys(
+    keys: tuple[str, ...], batch: pa.Table, merged: pa.Table | None, top: int = HOT_PER_BUCKET
+) -> tuple[list[str], list[int]]:
+    """The ``top`` keys of ``batch`` and ``merged`` by rows received (a merged partial counts the
+    rows it holds), as their values joined by ``", "``, and their rows; most first.
+
+    Of a table of more than :data:`HOT_SAMPLE` rows, every n-th row is counted, n times: an
+    estimate that names the keys that take a large share of the rows at a fraction of the cost.
+
+    >>> rows = pa.table({"k": ["a", "b", "a", "a"], "x": [1, 2, 3, 4]})
+    >>> hot_keys(("k",), rows, pa.table({"k": ["b"], "__kp_rows": [5]}), top=1)
+    (['b'], [6])
+    """
+    if not keys:
+        return [], []
+    parts = []
+    for table, weight in ((batch, None), (merged, MERGED_ROWS)):
+        if table is None or not table.num_rows or not set(keys) <= set(table.column_names):
+            continue
+        step = -(-table.num_rows // HOT_SAMPLE)
+        if step > 1:
+            table = table.take(np.arange(0, table.num_rows, step))
+        ones = pa.array(np.full(table.num_rows, step, np.int64))
+        n = pc.multiply(table.column(weight).cast(pa.int64()), step) if weight is not None else ones
+        try:
+            columns = {f"k{i}": table.column(k).cast(pa.string()) for i, k in enumerate(keys)}
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return [], []  # (a key of a type without a text form: no report)
+        parts.append(table_of({**columns, "n": n.cast(pa.int64())}))
+    if not parts:
+        return [], []
+    rows = pa.concat_tables(parts)
+    names = [f"k{i}" for i in range(len(keys))]
+    summed = rows.group_by(names).aggregate([("n", "sum")]).sort_by([("n_sum", "descending")]).slice(0, top)
+    labels = [
+        ", ".join("null" if v is None else v for v in values)
+        for values in zip(*(summed.column(c).to_pylist() for c in names), strict=True)
+    ]
+    return labels, [int(c or 0) for c in summed.column("n_sum").to_pylist()]
 
 
 def delay_counts(batch: pa.Table, watermark: int | None, lag_ms: int) -> np.ndarray:
