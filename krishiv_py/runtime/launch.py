@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from krishiv_py.checkpoint import CheckpointLayout
+from krishiv_py.checkpoint import CheckpointLayout, write_json
 from krishiv_py.errors import JobError, PlanError
 from krishiv_py.plan import nodes as n
 from krishiv_py.planner.spark.stateful import BUCKETS, with_buckets, with_carrier, with_key_groups
@@ -492,11 +492,7 @@ def _record_job(checkpoint: CheckpointLayout, recipe: SparkRecipe) -> None:
         with open(path, encoding="utf-8") as f:
             if json.load(f) == facts:
                 return
-    os.makedirs(checkpoint.root, exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(facts, f)
-    os.replace(tmp, path)
+    write_json(path, facts)
 
 
 def _record_operator(checkpoint: CheckpointLayout, kernel: Any) -> None:
@@ -515,11 +511,7 @@ def _record_operator(checkpoint: CheckpointLayout, kernel: Any) -> None:
     if all(data.get(k) == v for k, v in facts.items()):
         return
     data.update(facts)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f)
-        f.write("\n")
-    os.replace(tmp, path)
+    write_json(path, data)
 
 
 def _key_groups(asked: str | None) -> int:
@@ -563,11 +555,7 @@ def _write_layout(checkpoint: CheckpointLayout, chosen: OperatorLayout) -> None:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
     data.update(attrs.asdict(chosen))
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f)
-        f.write("\n")
-    os.replace(tmp, path)
+    write_json(path, data)
 
 
 def recorded_identity(plan: n.PlanNode, recipe: SparkRecipe, *, whole: bool = False) -> str:
