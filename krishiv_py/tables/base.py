@@ -17,6 +17,7 @@ each backend reads the rows it holds for the keys the batch touches
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
 
     from krishiv_py.sinks import SinkContext
 
-__all__ = ["COMMITS_TABLE", "TableWriter", "keyed_rows", "misfit", "quote", "table_schema"]
+__all__ = ["COMMITS_TABLE", "TableWriter", "file_in_the_way", "keyed_rows", "misfit", "quote", "table_schema"]
 
 #: The table DuckDB and PostgreSQL sinks record their last committed batch id in, per sink id.
 COMMITS_TABLE = "krishiv_commits"
@@ -138,3 +139,14 @@ class TableWriter:
     def __getstate__(self) -> dict[str, Any]:
         """Connections stay behind when a writer is pickled (Spark Connect runs it on the server)."""
         return {k: (None if k.startswith("_conn") else v) for k, v in self.__dict__.items()}
+
+
+def file_in_the_way(path: str) -> str | None:
+    """The existing file (not a directory) at ``path`` or one of its parents, if any: what stops
+    a table's directory from being made there."""
+    here = os.path.abspath(path)
+    while not os.path.isdir(here):
+        if os.path.exists(here):
+            return here
+        here = os.path.dirname(here)
+    return None

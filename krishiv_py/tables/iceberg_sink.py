@@ -35,7 +35,7 @@ from urllib.parse import unquote, urlparse
 import attrs
 
 from krishiv_py.errors import JobError, KrishivError, MissingDependencyError, PlanError
-from krishiv_py.tables.base import TableWriter, misfit
+from krishiv_py.tables.base import TableWriter, file_in_the_way, misfit
 from krishiv_py.tables.changelog import Changes, Mode, Target, key_columns, target_for
 
 if TYPE_CHECKING:
@@ -265,7 +265,7 @@ class IcebergWriter(TableWriter):
                         "python -m pip install '.[iceberg]' (in the krishiv_py clone)"
                     ) from None
                 if not os.path.isdir(self.warehouse):
-                    blocked = _file_in_the_way(self.warehouse)
+                    blocked = file_in_the_way(self.warehouse)
                     if blocked is not None:
                         raise JobError(
                             f"IcebergSink: cannot open the catalog of {self.where}: the warehouse "
@@ -542,16 +542,6 @@ def _balanced(op: Any, terms: list[BooleanExpression]) -> BooleanExpression:
     middle = len(terms) // 2
     result: BooleanExpression = op(_balanced(op, terms[:middle]), _balanced(op, terms[middle:]))
     return result
-
-
-def _file_in_the_way(path: str) -> str | None:
-    """The existing file (not a directory) at ``path`` or one of its parents, if any."""
-    here = os.path.abspath(path)
-    while not os.path.isdir(here):
-        if os.path.exists(here):
-            return here
-        here = os.path.dirname(here)
-    return None
 
 
 def _creatable(path: str) -> bool:
