@@ -568,6 +568,14 @@ def test_a_read_only_iceberg_warehouse_fails_the_batch_and_keeps_the_table(
     assert [r["count"] for r in writer.results().to_pylist()] == [2]
 
 
+def test_a_delta_table_under_a_file_names_the_file_and_the_fix(tmp_path: Path) -> None:
+    pytest.importorskip("deltalake")
+    (tmp_path / "notes").write_text("a file, not a directory")
+    for path in (tmp_path / "notes", tmp_path / "notes" / "t"):
+        with pytest.raises(kp.JobError, match=r"notes is a file; give the sink a path whose parents"):
+            kp.DeltaSink(str(path)).open(_context(WINDOWS))
+
+
 def test_an_iceberg_warehouse_under_a_file_names_the_file_and_the_fix(tmp_path: Path) -> None:
     (tmp_path / "notes").write_text("a file, not a directory")
     for warehouse in (tmp_path / "notes", tmp_path / "notes" / "wh"):

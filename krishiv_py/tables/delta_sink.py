@@ -26,7 +26,7 @@ import attrs
 
 from krishiv_py.errors import JobError, MissingDependencyError, PlanError
 from krishiv_py.names import MERGE_OP as _OP
-from krishiv_py.tables.base import TableWriter, keyed_rows, misfit, quote
+from krishiv_py.tables.base import TableWriter, file_in_the_way, keyed_rows, misfit, quote
 from krishiv_py.tables.changelog import Changes, Mode, Target, key_columns, target_for
 
 if TYPE_CHECKING:
@@ -140,6 +140,12 @@ class DeltaWriter(TableWriter):
     def prepare(self) -> None:
         """Create the table when the path holds none; check an existing table's columns."""
         deltalake = _require()
+        blocked = None if "://" in self.uri or os.path.isdir(self.uri) else file_in_the_way(self.uri)
+        if blocked is not None:
+            raise JobError(
+                f"DeltaSink: cannot create a Delta table at {self.uri}: {blocked} is a file; "
+                "give the sink a path whose parents are directories (or remove the file)"
+            )
         try:
             table = self._table()
         except deltalake.exceptions.TableNotFoundError:
