@@ -23,6 +23,7 @@ from krishiv_py.errors import JobError, KrishivError, own_error
 __all__ = [
     "GuardedQuery",
     "SparkFailure",
+    "log_failures_to",
     "UserCodeError",
     "restart_hint",
     "server_gone",
@@ -55,13 +56,37 @@ def restart_hint(cause: str | None) -> str:
     )
 
 
+#: Where the full text of a failed Spark call goes (the session's log file: the session adds it).
+_FAILURE_LOGS: list[Callable[[str], None]] = []
+
+
+def log_failures_to(write: Callable[[str], None]) -> None:
+    """Send the full text of every Spark call that fails from now on to ``write`` (the session's
+    log file), so that what a ``JobError`` gives in brief is there whole."""
+    _FAILURE_LOGS.append(write)
+
+
+def _log_failure(what: str, exc: BaseException) -> None:
+    if not _FAILURE_LOGS:
+        return
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    text = f"{stamp} krishiv: {what} failed:\n{spark_error_text(exc)}\n"
+    for write in list(_FAILURE_LOGS):
+        try:
+            write(text)
+        except OSError:  # (a log that cannot be written must not hide the error)
+            _FAILURE_LOGS.remove(write)
+
+
 def spark_call(what: str, fn: Callable[[], T]) -> T:
-    """Run a Spark call, turning any Spark/Py4J failure into a JobError."""
+    """Run a Spark call, turning any Spark/Py4J failure into a JobError (its full text to the
+    session's log: :func:`log_failures_to`)."""
     try:
         return fn()
     except KrishivError:
         raise
     except Exception as exc:  # noqa: BLE001 - Spark's error in brief is the JobError's __cause__
+        _log_failure(what, exc)
         cause = spark_cause(exc)
         raise JobError(
             f"{what} failed{restart_hint(cause)}{server_gone_hint(exc)}", cause=cause

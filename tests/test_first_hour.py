@@ -319,6 +319,12 @@ _QUIET_SCRIPT = textwrap.dedent(
             job.process_all_available()
         except kp.JobError as exc:
             print("ERROR", type(exc).__name__, str(exc).splitlines()[0], flush=True)
+        (files / "afile").write_text("a file, not a directory")
+        stream3, _ = session.memory_stream("k string")
+        try:
+            stream3.start(kp.ParquetSink(str(files / "afile" / "out")))
+        except kp.JobError as exc:
+            print("SINK", str(exc).splitlines()[0], flush=True)
         stream2, sender2 = session.memory_stream("k string, t timestamp")
         windows = stream2.watermark("t", 0).key_by("k").tumbling_window(60_000)
         job2 = windows.agg(kp.count(kp.col("*"))).start()
@@ -369,6 +375,10 @@ def test_failures_and_ctrl_c_are_quiet(tmp_path: Path) -> None:
     assert log_path.startswith(str(tmp_path / "logs"))
     log = Path(log_path).read_text()
     assert "torn.parquet" in log and "at org.apache.spark" in log  # the Java trace went to the log
+    # A start that failed in Spark: the JobError in brief, its whole text in the log.
+    assert "SINK starting the streaming query failed" in out, out
+    assert "krishiv: starting the streaming query failed:" in log
+    assert "ParentNotDirectoryException" in log
 
 
 # --- progress and Ctrl-C handling, without Spark ----------------------------------------------

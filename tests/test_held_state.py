@@ -95,6 +95,7 @@ def test_a_keyed_step_equals_a_whole_step_across_restarts(
     name: str, seed: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(held_state, "MAX_DELTAS", 4)  # snapshots between deltas, often
+    monkeypatch.setattr(held_state, "KEYED_MIN_ROWS", 0)  # held by key however small
     kernel = KERNELS[name]
     assert keyed(kernel)
     rng = random.Random(seed)
@@ -158,6 +159,9 @@ def test_kernels_that_are_not_key_local_are_held_whole(tmp_path: Path) -> None:
 
 
 def test_a_micro_batch_writes_bytes_in_proportion_to_the_keys_it_changed(tmp_path: Path) -> None:
+    """A state of 200,000 keys is held by key (from its second micro-batch: the first one holds
+    it whole, and the one after writes the snapshot with the keys' hashes); 1,000 changed keys
+    write a delta of about 1/200 of it."""
     kernel = KERNELS["keyed-count"]
     blobs = VersionedBlobs(str(tmp_path), 0)
     live = 200_000
@@ -170,35 +174,60 @@ def test_a_micro_batch_writes_bytes_in_proportion_to_the_keys_it_changed(tmp_pat
         }
     )
     held = open_held(kernel, blobs, 0)
+    assert isinstance(held, WholeState)  # (no state yet)
     new, _ = kernel.step(held.take(rows, None, None), rows, None, 0)
     held.put(new)
-    snapshot = write_state(held, blobs, 0)
+    write_state(held, blobs, 0)
     written = []
-    for batch_id in range(1, 4):
+    for batch_id in range(1, 5):
+        held = open_held(kernel, blobs, batch_id)
+        assert isinstance(held, KeyedState)
         changed = rows.slice(batch_id * 1_000, 1_000)
         taken = held.take(changed, None, 5_000)  # (a watermark makes no key without a TTL due)
         assert taken is not None and taken.num_rows == 1_000  # only the changed keys go to the step
         new, _ = kernel.step(taken, changed, 5_000, 0)
         held.put(new)
         written.append(write_state(held, blobs, batch_id))
-    assert max(written) * 50 < snapshot, (written, snapshot)  # 1,000 keys of 200,000
+    snapshot, *deltas = written
+    assert max(deltas) * 50 < snapshot, (written, snapshot)  # 1,000 keys of 200,000
     forget_cache()
-    again = open_held(kernel, blobs, 4)
+    again = open_held(kernel, blobs, 5)
     table = again.table()
     assert table is not None and table.num_rows == live
     counts = dict(zip(table.column("k").to_pylist(), table.column("p0_c").to_pylist(), strict=True))
     assert counts["user1500"] == 2 and counts["user0"] == 1
+    assert isinstance(again, KeyedState)
 
 
-def test_a_delta_whose_base_is_missing_is_an_error_naming_the_file(tmp_path: Path) -> None:
+def test_a_state_that_shrinks_is_held_whole_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(held_state, "KEYED_MIN_ROWS", 100)
+    kernel = KERNELS["keyed-ttl"]  # (keys expire: the state shrinks)
+    blobs = VersionedBlobs(str(tmp_path), 0)
+    rng = random.Random(4)
+    keys = [f"key{i}" for i in range(300)]
+    kinds = []
+    for batch_id, (n, watermark) in enumerate([(300, None), (5, 0), (5, 10_000), (5, 10_000)]):
+        held = open_held(kernel, blobs, batch_id)
+        kinds.append(type(held).__name__)
+        batch = _batch(rng, keys, watermark or 0, batch_id * 300, n)
+        new, _ = kernel.step(held.take(batch, None, watermark), batch, watermark, 0)
+        held.put(new)
+        write_state(held, blobs, batch_id)
+    assert kinds == ["WholeState", "KeyedState", "KeyedState", "WholeState"]
+
+
+def test_a_delta_whose_base_is_missing_is_an_error_naming_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from krishiv_py.errors import JobError
 
+    monkeypatch.setattr(held_state, "KEYED_MIN_ROWS", 0)
     kernel = KERNELS["keyed-count"]
     blobs = VersionedBlobs(str(tmp_path), 0)
     rng = random.Random(3)
     keys = [f"key{i}" for i in range(500)]
-    held = open_held(kernel, blobs, 0)
     for batch_id in range(3):
+        held = open_held(kernel, blobs, batch_id)
         batch = _batch(rng, keys, 0, batch_id * 400, 400 if batch_id == 0 else 2)
         new, _ = kernel.step(held.take(batch, None, None), batch, None, 0)
         held.put(new)
@@ -220,8 +249,9 @@ def test_a_delta_replays_over_its_snapshot_without_the_kernel() -> None:
 
 @pytest.mark.spark
 def test_a_job_on_keyed_state_writes_deltas_and_restarts_on_them(session: Any, tmp_path: Path) -> None:
-    """Through Spark: a per-key count over 3,000 keys, then micro-batches of a few rows, write
-    deltas; a restart on the checkpoint goes on from them, and ``read_state`` shows plain rows."""
+    """Through Spark: a per-key count over 120,000 keys (each task's state above KEYED_MIN_ROWS),
+    then micro-batches of a few rows, write deltas; a restart on the checkpoint goes on from them,
+    and ``read_state`` shows plain rows."""
     import glob
     from collections import Counter
 
@@ -235,17 +265,18 @@ def test_a_job_on_keyed_state_writes_deltas_and_restarts_on_them(session: Any, t
         return counted.start(kp.ParquetSink(out), checkpoint_dir=checkpoint, lowering="stateful")
 
     sent: Counter[str] = Counter()
-    batches = [[f"user{i}" for i in range(3_000)], ["user1", "user2"], ["user1", "user7"], ["user9"]]
+    live = 2 * held_state.KEYED_MIN_ROWS + 20_000
+    batches = [[f"user{i}" for i in range(live)], ["user1", "user2"], ["user1", "user7"], ["user9"]]
     job = start()
     try:
         for keys in batches:
-            sender.send([{"k": k, "t": 1_000} for k in keys])
+            sender.send(pa.table({"k": keys, "t": pa.array([1_000] * len(keys), pa.int64())}))
             sent.update(keys)
             job.process_all_available()
     finally:
         job.stop()
     assert glob.glob(f"{checkpoint}/krishiv-state/*/*.d*.arrow"), "no micro-batch wrote a delta"
-    more = ["user7", "user2999", "user3000"]
+    more = ["user7", f"user{live - 1}", f"user{live}"]
     sender.send([{"k": k, "t": 2_000} for k in more])
     sent.update(more)
     job = start()

@@ -30,6 +30,7 @@ from krishiv_py.runtime.remote import (
     restore_mode,
 )
 from krishiv_py.runtime.watch import quiet_python_loggers, verbose_default
+from krishiv_py.spark_errors import log_failures_to
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -202,7 +203,23 @@ def _launch_quiet_gateway(master: str, app_name: str, conf: dict[str, str]) -> s
                 f"Spark failed to start ({master}): {_first_line(exc)}" + _log_tail(path)
             ) from exc
     SparkContext._ensure_initialized(gateway=gateway, conf=spark_conf)
+    _JVM_LOG["path"] = path
     return path
+
+
+#: The log file of the JVM this process started (``"path"``), where a failed Spark call's whole
+#: text goes too (:func:`~krishiv_py.spark_errors.log_failures_to`).
+_JVM_LOG: dict[str, str] = {}
+
+
+def _append_to_log(text: str) -> None:
+    path = _JVM_LOG.get("path")
+    if path is not None:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(text)
+
+
+log_failures_to(_append_to_log)
 
 
 def _log_tail(path: str | None, lines: int = 15) -> str:

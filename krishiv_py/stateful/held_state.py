@@ -12,7 +12,12 @@ four calls (``take`` the rows a step needs, ``put`` back what it made,
     gives an array): a step gets only the rows of the keys its micro-batch
     touches and of the rows the watermark makes due, and its new rows
     replace exactly those keys' rows. A micro-batch of 20,000 rows then
-    costs the same over 10,000 live keys as over 10,000,000.
+    costs about the same over 10,000 live keys as over 10,000,000.
+
+A key-local kernel's state is held by key once it has :data:`KEYED_MIN_ROWS`
+rows (read from a snapshot that large, or from deltas), and whole again
+when it falls below half of them: hashing, searching and merging cost more
+than they save on a state a micro-batch touches most of.
 
 How a :class:`KeyedState` finds a key's rows
     Rows are held in *runs*, each sorted by a 64-bit hash of its key
@@ -75,6 +80,7 @@ if TYPE_CHECKING:
     from krishiv_py.stateful.protocol import Kernel
 
 __all__ = [
+    "KEYED_MIN_ROWS",
     "MAX_DELTAS",
     "KeyedState",
     "WholeState",
@@ -87,6 +93,9 @@ __all__ = [
 
 #: The most deltas written after one snapshot before the next snapshot.
 MAX_DELTAS = 64
+#: The state rows from which a task's state is held by key; below half of them it is held whole
+#: again (a small state is cheaper to step and write whole than to hash, search and merge).
+KEYED_MIN_ROWS = 50_000
 #: How many runs of one tier merge into one run of the next.
 FANOUT = 8
 #: A run whose dead rows exceed its live ones and this many is compacted.
@@ -458,14 +467,23 @@ def open_held(kernel: Kernel, blobs: VersionedBlobs, batch_id: int) -> WholeStat
         kept = blobs.take_held(batch_id)
         if isinstance(kept, KeyedState):
             return kept
-        chain = blobs.load_chain(batch_id)
-        held = (
-            _keyed_of_chain(kernel, chain) if chain is not None else KeyedState.of(kernel, None, fresh=False)
+        if blobs.newest_is_delta(batch_id):
+            chain = blobs.load_chain(batch_id)
+            held = _keyed_of_chain(kernel, chain) if chain is not None else None
+            if held is not None:
+                return held
+    blob = blobs.load_before(batch_id)
+    table = ipc_table(blob) if blob is not None else None
+    rows = table.num_rows if table is not None else 0
+    if rows >= KEYED_MIN_ROWS and keyed(kernel):
+        held = KeyedState.of(
+            kernel, table, fresh=rows > 0 and table is not None and KHASH not in table.column_names
         )
         if held is not None:
+            held.version = blobs.newest_before(batch_id)
+            held.chain = (0, 0, len(blob or b""))
             return held
-    blob = blobs.load_before(batch_id)
-    return WholeState(kernel, without_hash(ipc_table(blob)) if blob is not None else None)
+    return WholeState(kernel, without_hash(table) if table is not None else None)
 
 
 def _keyed_of_chain(kernel: Kernel, chain: Chain) -> KeyedState | None:
@@ -505,16 +523,19 @@ def write_state(held: WholeState | KeyedState, store: _Store, batch_id: int) -> 
         store.keep_held(held.version, held)
         return 0
     deltas, delta_bytes, snapshot_bytes = held.chain
-    if not held.fresh and held.version is not None and deltas < MAX_DELTAS:
+    small = held.state_rows() < KEYED_MIN_ROWS // 2  # (written whole, and held whole from now on)
+    if not small and not held.fresh and held.version is not None and deltas < MAX_DELTAS:
         keys, rows = held.delta()
         blob = delta_blob(keys, rows)
         if delta_bytes + len(blob) <= snapshot_bytes:
             store.save_delta(batch_id, held.version, blob)
             held.chain = (deltas + 1, delta_bytes + len(blob), snapshot_bytes)
             return _written(held, store, batch_id, len(blob))
-    table = held.table(hashed=True)
+    table = held.table(hashed=not small)
     snapshot = ipc_bytes(table) if table is not None else None
     store.save(batch_id, snapshot)
+    if small:
+        return len(snapshot or b"")
     held.chain = (0, 0, len(snapshot or b""))
     return _written(held, store, batch_id, len(snapshot or b""))
 

@@ -176,6 +176,12 @@ class VersionedBlobs:
         """The newest version written by a micro-batch before ``batch_id`` (None: none)."""
         return max((v for v in self._listing()[0] if v < batch_id), default=None)
 
+    def newest_is_delta(self, batch_id: int) -> bool:
+        """Whether the newest version before ``batch_id`` is a delta."""
+        infos = self._listing()[0]
+        version = max((v for v in infos if v < batch_id), default=None)
+        return version is not None and infos[version].base is not None
+
     def _chain(self, infos: dict[int, _Version], version: int) -> list[int]:
         """The versions whose files make ``version``: its snapshot first."""
         chain = [version]
