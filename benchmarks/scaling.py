@@ -203,7 +203,7 @@ def state(args: argparse.Namespace) -> dict[str, Any]:
         ms = np.asarray(times) * 1000
         return {
             "live_keys": live,
-            "layout": "keyed" if keyed else "whole",
+            "layout": "chosen" if keyed else "whole",
             "batches": batches,
             "median_ms": round(float(np.median(ms)), 1),
             "p95_ms": round(float(np.percentile(ms, 95)), 1),
@@ -227,7 +227,7 @@ def state(args: argparse.Namespace) -> dict[str, Any]:
                 flush=True,
             )
     small, large = (
-        next(r for r in found if r["live_keys"] == n and r["layout"] == "keyed")
+        next(r for r in found if r["live_keys"] == n and r["layout"] == "chosen")
         for n in (sizes[0], sizes[-1])
     )
     ratio = large["mean_ms"] / small["mean_ms"]
