@@ -34,6 +34,7 @@ __all__ = [
     "KEYED_LIVE",
     "KEYED_NEWEST",
     "KEYED_OUT_TS",
+    "KEY_HASH",
     "CHANGE_EVENT_TIME",
     "CHAIN_FIRST",
     "CHAIN_ROWS",
@@ -307,6 +308,8 @@ KEYED_LIVE = "__kp_live"
 KEYED_NEWEST = "__kp_newest"
 #: An aggregation per key whose changes carry event times: the time (µs) of the row it emitted last.
 KEYED_OUT_TS = "__kp_out_ts"
+#: Persisted keyed state: each row's 64-bit key hash (stateful/held_state.py, stateful/versioned.py).
+KEY_HASH = "__kp_khash"
 #: The event time of an aggregation's or a top-N's change per key (the row that changed it).
 CHANGE_EVENT_TIME = "__kp_change_ts"
 

@@ -521,8 +521,9 @@ def test_a_native_job_restarted_on_other_partitions_moves_sparks_state(
         # A checkpoint on another file system (hdfs://, s3a://) is read through Spark's Hadoop
         # file system: the same logs, the same refusal.
         uri = CheckpointLayout(f"file://{checkpoint}")
-        local_logs, hadoop_logs = Logs.local(CheckpointLayout(checkpoint)), Logs.hadoop(spark, uri.root)
-        for logs in (local_logs, hadoop_logs, Logs.hadoop(spark, f"file://{tmp_path / 'rescaled'}")):
+        local_logs, hadoop_logs = Logs.local(CheckpointLayout(checkpoint)), Logs.hadoop(spark, uri)
+        rescaled_uri = CheckpointLayout(f"file://{tmp_path / 'rescaled'}")
+        for logs in (local_logs, hadoop_logs, Logs.hadoop(spark, rescaled_uri)):
             assert logs.planned_batch() >= logs.committed_batch() >= 0 and logs.holds_spark_state()
         assert hadoop_logs.recorded_partitions() == local_logs.recorded_partitions() == 2
         assert hadoop_logs.recorded_conf(PROVIDER) == local_logs.recorded_conf(PROVIDER)

@@ -49,8 +49,11 @@ class Logs:
     with this machine's file system for a local one (:meth:`local`), through Spark's Hadoop file
     system for any other URI Spark reads (``hdfs://``, ``s3a://``, ...: :meth:`hadoop`)."""
 
-    def __init__(self, root: str, names: Callable[[str], list[str]], read: Callable[[str], str]) -> None:
-        self.root = root.rstrip("/")
+    def __init__(
+        self, layout: CheckpointLayout, names: Callable[[str], list[str]], read: Callable[[str], str]
+    ) -> None:
+        self.layout = layout
+        self.root = layout.root
         self._names = names
         self._read = read
 
@@ -63,10 +66,10 @@ class Logs:
             with open(path, encoding="utf-8") as f:
                 return f.read()
 
-        return cls(checkpoint.root, names, read)
+        return cls(checkpoint, names, read)
 
     @classmethod
-    def hadoop(cls, spark: SparkSession, root: str) -> Logs:
+    def hadoop(cls, spark: SparkSession, checkpoint: CheckpointLayout) -> Logs:
         jvm: Any = spark._jvm
         conf: Any = spark._jsc.hadoopConfiguration()
 
@@ -85,20 +88,20 @@ class Logs:
             finally:
                 stream.close()
 
-        return cls(root, names, read)
+        return cls(checkpoint, names, read)
 
     def batches(self, folder: str) -> list[int]:
-        """The micro-batch ids with a file under ``folder`` (``offsets``, ``commits``, ``state``)."""
-        return sorted(int(n) for n in self._names(f"{self.root}/{folder}") if n.isdigit())
+        """The micro-batch ids with a file under ``folder`` (the layout's offsets, commits, state)."""
+        return sorted(int(n) for n in self._names(folder) if n.isdigit())
 
     def planned_batch(self) -> int:
-        return max(self.batches("offsets"), default=-1)
+        return max(self.batches(self.layout.offsets), default=-1)
 
     def committed_batch(self) -> int:
-        return max(self.batches("commits"), default=-1)
+        return max(self.batches(self.layout.commits), default=-1)
 
     def holds_spark_state(self) -> bool:
-        return bool(self.batches("state"))
+        return bool(self.batches(self.layout.state))
 
     def recorded_conf(self, name: str) -> str | None:
         """A Spark setting the last micro-batch recorded in the offset log (None: none)."""
@@ -106,7 +109,7 @@ class Logs:
         if last < 0:
             return None
         try:
-            lines = self._read(f"{self.root}/offsets/{last}").splitlines()
+            lines = self._read(f"{self.layout.offsets}/{last}").splitlines()
             value = json.loads(lines[1]).get("conf", {}).get(name)
         except (OSError, IndexError, ValueError, AttributeError):
             return None
@@ -125,7 +128,7 @@ def logs_of(spark: SparkSession, checkpoint: CheckpointLayout) -> Logs | None:
         return Logs.local(local)
     if is_remote(spark):
         return None
-    return Logs.hadoop(spark, checkpoint.root)
+    return Logs.hadoop(spark, checkpoint)
 
 
 def recorded_partitions(checkpoint: CheckpointLayout) -> int | None:

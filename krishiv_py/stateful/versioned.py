@@ -53,6 +53,7 @@ import numpy as np
 import pyarrow as pa
 
 from krishiv_py.errors import JobError
+from krishiv_py.names import KEY_HASH
 from krishiv_py.stateful._arrow import framed, ipc_bytes, ipc_table, unframed
 
 __all__ = [
@@ -70,7 +71,7 @@ __all__ = [
 ]
 
 #: The column of persisted keyed state that holds each row's key hash (uint64).
-KHASH = "__kp_khash"
+KHASH = KEY_HASH
 
 #: The newest blob each directory's versions gave this process: ``(version, size, mtime_ns, blob)``.
 _CACHE: dict[str, tuple[int, int, int, bytes | None]] = {}
