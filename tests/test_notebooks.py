@@ -1,6 +1,6 @@
 """The example notebooks run in a Jupyter kernel: rich displays, a timeline picture, no stack traces.
 
-Both notebooks run in one kernel, one after the other, so the suite starts one
+The notebooks run in one kernel, one after the other, so the suite starts one
 kernel and one JVM for them: the first notebook's ``Session.embedded()``
 starts Spark quietly, the second's starts a new SparkContext on that JVM.
 """
@@ -106,3 +106,19 @@ def test_a_failing_job_cell_shows_krishivs_error_and_nothing_else(run: Run) -> N
         out.data["text/html"] for _, out in outputs(notebook) if "text/html" in out.get("data", {})
     )
     assert "failed" in html and "invalid_events" in html and "arithmetic_errors" in html
+
+
+@pytest.mark.spark
+def test_the_newcomers_pipeline_notebook_corrects_an_hour_and_has_a_one_query_sql_form(run: Run) -> None:
+    """Impressions joined with clicks, counted per campaign and hour into DuckDB: a late impression
+    (within the join's and the window's minute) corrects C1's hour in the table; the SQL query with
+    ``SET join.*`` and ``SET window.*`` is the builder's plan."""
+    notebook = run("clicks_per_campaign.ipynb")
+    assert_quiet(notebook)
+    assert not [out for _, out in outputs(notebook) if out.output_type == "error"]
+    texts = [
+        out.get("text", "") + str(out.get("data", {}).get("text/plain", "")) for _, out in outputs(notebook)
+    ]
+    assert any("fired: [('C1', 1), ('C2', 1)]" in t for t in texts), texts  # the hour, on time
+    assert "[('C1', '09:00', 2), ('C2', '09:00', 1)]" in texts, texts  # C1 corrected in place
+    assert any("the same plan as the builder's: True" in t for t in texts), texts
