@@ -245,6 +245,7 @@ def scaling(session: nox.Session) -> None:
     session.run("python", "-m", "benchmarks.scaling", "rescale")
     session.run("python", "-m", "benchmarks.scaling", "show")
     session.run("python", "-m", "benchmarks.scaling", "state")
+    session.run("python", "-m", "benchmarks.scaling", "state-spark")
     session.run("python", "-m", "benchmarks.scaling", "skew")
     session.run("python", "-m", "benchmarks.scaling", "tasks")
     session.run("python", "-m", "benchmarks.chaos", "--runs", "2", "--kills", "3", "--rescale", "2,5,3")

@@ -26,6 +26,10 @@
     layout before: the whole state stepped and written), with the time per
     micro-batch and the bytes written (snapshots included, as they come).
 
+``python -m benchmarks.scaling state-spark --keys 10000,10000000``
+    The same per-key count through Spark (an embedded session, the stateful
+    lowering): the time per micro-batch of 20,000 rows over each number of
+    live keys, and the ratio of the largest to the smallest.
 ``python -m benchmarks.scaling skew``
     Nexmark's bids counted per auction (the stateful lowering): ``krishiv
     state show``'s busiest keys against the auctions with the most bids.
@@ -237,6 +241,63 @@ def state(args: argparse.Namespace) -> dict[str, Any]:
     return {"rows_per_batch": args.rows, "runs": found, "ratio": round(ratio, 2), "ok": ratio <= 1.5}
 
 
+def state_spark(args: argparse.Namespace) -> dict[str, Any]:
+    """The cost per micro-batch through Spark of an updating per-key count over many live keys:
+    an embedded session, the stateful lowering, the keys loaded in micro-batches of 1,000,000, then
+    ``--batches`` micro-batches of ``--rows`` random live keys (the first 3 not counted); a first,
+    untimed run of the smallest count warms the process."""
+    import numpy as np
+    import pyarrow as pa
+
+    import krishiv_py as kp
+
+    rng = np.random.default_rng(5)
+    runs: list[dict[str, Any]] = []
+    sizes = [int(x) for x in args.keys.split(",")]
+    for warm_up, live in [(True, sizes[0])] + [(False, n) for n in sizes]:  # (a process's first run is cold)
+        with tempfile.TemporaryDirectory() as root, kp.Session.embedded() as session:
+            stream, sender = session.memory_stream("k bigint, t bigint, v bigint")
+            job = (
+                stream.watermark("t", 0)
+                .key_by("k")
+                .agg(kp.count(kp.col("*")).alias("n"), kp.sum(kp.col("v")).alias("s"))
+                .start(checkpoint_dir=f"{root}/cp", lowering="stateful")
+            )
+
+            def send(keys: np.ndarray, t: int, sender: Any = sender, job: Any = job) -> None:
+                n = len(keys)
+                columns = {"k": keys, "t": np.full(n, t, np.int64), "v": np.ones(n, np.int64)}
+                sender.send(pa.table({name: pa.array(values) for name, values in columns.items()}))
+                job.process_all_available()
+
+            try:
+                for lo in range(0, live, 1_000_000):
+                    send(np.arange(lo, min(lo + 1_000_000, live), dtype=np.int64), 1_000)
+                times = []
+                for i in range(args.batches):
+                    t0 = time.perf_counter()
+                    send(rng.integers(0, live, args.rows), 2_000 + i)
+                    times.append(time.perf_counter() - t0)
+            finally:
+                job.stop()
+        if warm_up:
+            continue
+        ms = np.asarray(times[3:]) * 1000
+        runs.append(
+            {"live_keys": live, "median_ms": round(float(np.median(ms))), "mean_ms": round(float(ms.mean()))}
+        )
+        print(
+            f"{live:>11,} live keys: per micro-batch median {runs[-1]['median_ms']} ms, "
+            f"mean {runs[-1]['mean_ms']} ms",
+            flush=True,
+        )
+    ratio = runs[-1]["mean_ms"] / runs[0]["mean_ms"]
+    print(
+        f"{runs[-1]['live_keys']:,} keys ÷ {runs[0]['live_keys']:,} keys (mean) = {ratio:.2f} (target ≤ 1.5)"
+    )
+    return {"rows_per_batch": args.rows, "runs": runs, "ratio": round(ratio, 2), "ok": ratio <= 1.5}
+
+
 def skew(args: argparse.Namespace) -> dict[str, Any]:
     """Nexmark's bids (hot auctions: half the bids go to every hundredth auction) counted per
     auction, as q17 and q5 group them (the stateful lowering); ``krishiv state show``'s busiest
@@ -387,6 +448,10 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--keys", default="10000,10000000")
     c.add_argument("--rows", type=int, default=20_000)
     c.add_argument("--batches", type=int, default=60)
+    sp = sub.add_parser("state-spark")
+    sp.add_argument("--keys", default="10000,10000000")
+    sp.add_argument("--rows", type=int, default=20_000)
+    sp.add_argument("--batches", type=int, default=20)
     k = sub.add_parser("skew")
     k.add_argument("--events", type=int, default=400_000)
     k.add_argument("--batches", type=int, default=8)
@@ -397,7 +462,8 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--rows", type=int, default=100_000)
     t.add_argument("--keys", type=int, default=50_000)
     a = p.parse_args(argv)
-    result = {"rescale": rescale, "show": show, "skew": skew, "state": state, "tasks": tasks}[a.what](a)
+    commands = {"rescale": rescale, "show": show, "skew": skew, "state": state, "state-spark": state_spark}
+    result = {**commands, "tasks": tasks}[a.what](a)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"scaling-{a.what}.json").write_text(json.dumps(result, indent=2) + "\n")
     return 0 if result.get("ok") else 1
