@@ -464,9 +464,9 @@ def open_held(kernel: Kernel, blobs: VersionedBlobs, batch_id: int) -> WholeStat
     """The state the micro-batches before ``batch_id`` left in ``blobs``: the object this worker
     kept when it is that version, else read from the files."""
     if keyed(kernel):
-        kept = blobs.take_held(batch_id)
-        if isinstance(kept, KeyedState):
-            return kept
+        taken = blobs.take_held(batch_id)
+        if taken is not None and isinstance(taken[0], KeyedState):
+            return _caught_up(taken[0], taken[1])
         if blobs.newest_is_delta(batch_id):
             chain = blobs.load_chain(batch_id)
             held = _keyed_of_chain(kernel, chain) if chain is not None else None
@@ -484,6 +484,17 @@ def open_held(kernel: Kernel, blobs: VersionedBlobs, batch_id: int) -> WholeStat
             held.chain = (0, 0, len(blob or b""))
             return held
     return WholeState(kernel, without_hash(table) if table is not None else None)
+
+
+def _caught_up(held: KeyedState, newer: list[tuple[int, bytes]]) -> KeyedState:
+    """``held`` with the deltas of the micro-batches another worker ran since its version."""
+    for version, data in newer:
+        changed, replaced = delta_of(data)
+        held.apply(changed, replaced)
+        deltas, delta_bytes, snapshot_bytes = held.chain
+        held.chain = (deltas + 1, delta_bytes + len(data), snapshot_bytes)
+        held.version = version
+    return held
 
 
 def _keyed_of_chain(kernel: Kernel, chain: Chain) -> KeyedState | None:

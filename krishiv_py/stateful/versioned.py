@@ -238,17 +238,32 @@ class VersionedBlobs:
         _CACHE[self._dir] = (*stamp, blob)
         return blob
 
-    def take_held(self, batch_id: int) -> Any | None:
-        """The state object :meth:`keep_held` kept for the newest version before ``batch_id``
-        (None: another version, or none kept); it is no longer kept (a step changes it in place)."""
+    def take_held(self, batch_id: int) -> tuple[Any, list[tuple[int, bytes]]] | None:
+        """The state object :meth:`keep_held` kept, and the deltas written after its version up to
+        the newest version before ``batch_id`` (another worker ran the micro-batches between: the
+        object catches up by replaying them). None: none kept, or its version is not in the newest
+        version's chain (a snapshot since, a re-run rewrote it). It is no longer kept (a step
+        changes it in place)."""
         kept = _HELD.pop(self._dir, None)
         if kept is None:
             return None
         infos = self._listing()[0]
         version = max((v for v in infos if v < batch_id), default=None)
-        if version is None or (version, *infos[version].stamp) != kept[:3]:
+        if version is None:
             return None
-        return kept[3]
+        if (version, *infos[version].stamp) == kept[:3]:
+            return kept[3], []
+        held_version = kept[0]
+        if held_version not in infos or infos[held_version].stamp != kept[1:3]:
+            return None
+        try:
+            chain = self._chain(infos, version)
+        except JobError:
+            return None
+        if held_version not in chain:
+            return None
+        after = chain[chain.index(held_version) + 1 :]
+        return kept[3], [(v, self._read(infos[v]) or b"") for v in after]
 
     def keep_held(self, version: int | None, held: Any) -> None:
         """Keep ``held``, the state as ``version`` holds it, for the next micro-batch on this worker."""
