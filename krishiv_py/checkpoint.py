@@ -32,13 +32,13 @@ to know what its readers committed; the watermark timeline
 from __future__ import annotations
 
 import json
-import os
 import re
 import threading
 from typing import NamedTuple
 
 import attrs
 
+import krishiv_py.files as files
 from krishiv_py.errors import PlanError
 
 __all__ = [
@@ -72,113 +72,106 @@ class CheckpointLayout:
     @property
     def offsets(self) -> str:
         """Spark's offset log: ``offsets/<batch>``, written before a micro-batch runs."""
-        return os.path.join(self.root, "offsets")
+        return files.join(self.root, "offsets")
 
     @property
     def commits(self) -> str:
         """Spark's commit log: ``commits/<batch>``, written when a micro-batch completed."""
-        return os.path.join(self.root, "commits")
+        return files.join(self.root, "commits")
 
     @property
     def state(self) -> str:
         """Spark's state store (the native lowering's and the stateful operator's state)."""
-        return os.path.join(self.root, "state")
+        return files.join(self.root, "state")
 
     @property
     def sources(self) -> str:
         """Spark's file-source logs, one directory per source of the query (``sources/<i>``)."""
-        return os.path.join(self.root, "sources")
+        return files.join(self.root, "sources")
 
     def source_log(self, index: int) -> str:
         """The log of the file source (memory streams too) that is the query's ``index``-th source."""
-        return os.path.join(self.sources, str(index))
+        return files.join(self.sources, str(index))
 
     def source_logs(self) -> list[int]:
         """The indexes of the sources that have a log, in order."""
-        names = os.listdir(self.sources) if os.path.isdir(self.sources) else ()
-        return sorted(int(name) for name in names if name.isdigit())
+        return sorted(int(name) for name in files.names(self.sources) if name.isdigit())
 
     # --- krishiv_py's -----------------------------------------------------------------------
 
     @property
     def plan_file(self) -> str:
         """The identity of the plan that wrote the checkpoint (a later start must match it)."""
-        return os.path.join(self.root, "krishiv-plan.txt")
+        return files.join(self.root, "krishiv-plan.txt")
 
     @property
     def buckets_file(self) -> str:
         """The stateful operator's number of key buckets, recorded when the job first started."""
-        return os.path.join(self.root, "krishiv-buckets.txt")
+        return files.join(self.root, "krishiv-buckets.txt")
 
     @property
     def key_groups_file(self) -> str:
         """The stateful operator's key groups and the tasks of its last run (JSON; SPEC 3.15)."""
-        return os.path.join(self.root, "krishiv-key-groups.json")
+        return files.join(self.root, "krishiv-key-groups.json")
 
     @property
     def job_file(self) -> str:
         """Facts of the job a look inside needs (JSON): the event-time shift of its watermarks."""
-        return os.path.join(self.root, "krishiv-job.json")
+        return files.join(self.root, "krishiv-job.json")
 
     @property
     def hot_keys_file(self) -> str:
         """The keys the stateful operator received most rows of since the job started (JSON)."""
-        return os.path.join(self.root, "krishiv-hot-keys.json")
+        return files.join(self.root, "krishiv-hot-keys.json")
 
     @property
     def idle_markers(self) -> str:
         """The idle sources' marker files (a streaming file source the query reads)."""
-        return os.path.join(self.root, "krishiv-idle")
+        return files.join(self.root, "krishiv-idle")
 
     @property
     def ticks(self) -> str:
         """The stateful lowering's processing-time ticks (a streaming file source)."""
-        return os.path.join(self.root, "krishiv-ticks")
+        return files.join(self.root, "krishiv-ticks")
 
     @property
     def handoff(self) -> str:
         """Over Spark Connect: the stateful operator's payloads, written on the server."""
-        return os.path.join(self.root, "krishiv-handoff")
+        return files.join(self.root, "krishiv-handoff")
 
     @property
     def stages(self) -> str:
         """The state of the operator's stages keyed by other columns, per stage bucket and micro-batch."""
-        return os.path.join(self.root, "krishiv-stages")
+        return files.join(self.root, "krishiv-stages")
 
     @property
     def operator_state(self) -> str:
         """The operator's state per key bucket and micro-batch, with the ``krishiv-files`` carrier."""
-        return os.path.join(self.root, "krishiv-state")
+        return files.join(self.root, "krishiv-state")
 
     @property
     def auto_lag(self) -> str:
         """The automatic lag's record: per micro-batch, the state it runs with (``<batch>``)."""
-        return os.path.join(self.root, "krishiv-auto-lag")
+        return files.join(self.root, "krishiv-auto-lag")
 
     def auto_lag_record(self, batch_id: int) -> bytes | None:
         """The automatic lag's record for micro-batch ``batch_id`` (None: there is none)."""
         try:
-            with open(os.path.join(self.auto_lag, str(batch_id)), "rb") as f:
-                return f.read()
+            return files.read_bytes(files.join(self.auto_lag, str(batch_id)))
         except FileNotFoundError:
             return None
 
     def has_auto_lag_records(self) -> bool:
         """True once a micro-batch's automatic lag was recorded here."""
-        return os.path.isdir(self.auto_lag) and any(_BATCH_FILE.match(n) for n in os.listdir(self.auto_lag))
+        return any(_BATCH_FILE.match(n) for n in files.names(self.auto_lag))
 
     def write_auto_lag_record(self, batch_id: int, data: bytes, *, keep: int = 100) -> None:
         """Record ``data`` for micro-batch ``batch_id`` (atomically: a re-run writes the same bytes);
         records more than ``keep`` micro-batches older go, as Spark keeps its own logs."""
-        os.makedirs(self.auto_lag, exist_ok=True)
-        path = os.path.join(self.auto_lag, str(batch_id))
-        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-        for name in os.listdir(self.auto_lag):
+        files.write_bytes(files.join(self.auto_lag, str(batch_id)), data)
+        for name in files.names(self.auto_lag):
             if _BATCH_FILE.match(name) and int(name) < batch_id - keep:
-                os.remove(os.path.join(self.auto_lag, name))
+                files.delete(files.join(self.auto_lag, name))
 
     def on_this_machine(self) -> CheckpointLayout | None:
         """This layout with its root as a path of this machine's file system (None: another one)."""
@@ -189,14 +182,11 @@ class CheckpointLayout:
 
     def has_offsets(self) -> bool:
         """True once Spark planned a micro-batch here (the checkpoint is in use)."""
-        return os.path.isdir(self.offsets) and any(name.isdigit() for name in os.listdir(self.offsets))
+        return any(name.isdigit() for name in files.names(self.offsets))
 
     def committed_batch(self) -> int:
         """The last committed micro-batch, the newest ``commits/<batch>`` (-1: none yet)."""
-        try:
-            names = os.listdir(self.commits)
-        except FileNotFoundError:
-            return -1
+        names = files.names(self.commits)
         return max((int(name) for name in names if _BATCH_FILE.match(name)), default=-1)
 
     def source_offsets(self, batch_id: int) -> list[str]:
@@ -205,7 +195,7 @@ class CheckpointLayout:
         ``-`` stands for no offset yet. Raises :class:`FileNotFoundError` when the
         file is missing, :class:`~krishiv_py.errors.PlanError` when it is not ``v1``.
         """
-        path = os.path.join(self.offsets, str(batch_id))
+        path = files.join(self.offsets, str(batch_id))
         return _entries(path, "offset")[1:]  # the first entry is the batch's metadata
 
     def batch_watermark_ms(self, batch_id: int) -> int:
@@ -230,7 +220,7 @@ class CheckpointLayout:
         Above :meth:`batch_watermark_ms` of the same micro-batch when its rows
         moved the watermark. Raises as :meth:`batch_watermark_ms`.
         """
-        path = os.path.join(self.commits, str(batch_id))
+        path = files.join(self.commits, str(batch_id))
         entries = _entries(path, "commit")
         try:
             return int(json.loads(entries[0])["nextBatchWatermarkMs"])
@@ -238,7 +228,7 @@ class CheckpointLayout:
             raise PlanError(f"no nextBatchWatermarkMs in Spark's commit log entry {path}") from None
 
     def _batch_metadata(self, batch_id: int, name: str) -> int:
-        path = os.path.join(self.offsets, str(batch_id))
+        path = files.join(self.offsets, str(batch_id))
         entries = _entries(path, "offset")
         try:
             return int(json.loads(entries[0])[name])
@@ -256,8 +246,7 @@ class FileEntry(NamedTuple):
 
 def _entries(path: str, what: str) -> list[str]:
     """The lines after the version line of log file ``path``; PlanError unless it is ``v1``."""
-    with open(path, encoding="utf-8") as f:
-        lines = f.read().splitlines()
+    lines = files.read_bytes(path).decode("utf-8").splitlines()
     if not lines or lines[0] != _VERSION:
         raise PlanError(f"unknown Spark {what} log format in {path}")
     return lines[1:]
@@ -279,14 +268,9 @@ def batch_watermark_ms(checkpoint_dir: str, batch_id: int) -> int:
 
 
 def write_json(path: str, data: object) -> None:
-    """Write ``data`` as JSON to ``path`` (a local path), whole or not at all (a temporary file
-    moved in place)."""
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f)
-        f.write("\n")
-    os.replace(tmp, path)
+    """Write ``data`` as JSON to ``path`` (a local path or a URI), whole or not at all (a
+    temporary file moved in place)."""
+    files.write_bytes(path, (json.dumps(data) + "\n").encode("utf-8"))
 
 
 def read_json(path: str | None) -> object | None:
@@ -294,8 +278,7 @@ def read_json(path: str | None) -> object | None:
     if path is None:
         return None
     try:
-        with open(path, encoding="utf-8") as f:
-            data: object = json.load(f)
+        data: object = json.loads(files.read_bytes(path))
     except (OSError, ValueError):
         return None
     return data
@@ -303,15 +286,7 @@ def read_json(path: str | None) -> object | None:
 
 def local_path(location: str | None) -> str | None:
     """A checkpoint location as a path of this machine's file system (None: another file system)."""
-    if location is None:
-        return None
-    if location.startswith("file://"):
-        return location[len("file://") :]
-    if location.startswith("file:"):
-        return location[len("file:") :]
-    if "://" in location:
-        return None
-    return location
+    return None if location is None else files.local(location)
 
 
 def log_offset(value: object) -> int | None:
@@ -341,9 +316,9 @@ def file_source_log(directory: str) -> list[FileEntry]:
     compact file) is skipped.
     """
     out: list[FileEntry] = []
-    for name in os.listdir(directory) if os.path.isdir(directory) else ():
+    for name in files.names(directory):
         if _LOG_FILE.match(name):
-            out += _log_file(os.path.join(directory, name))
+            out += _log_file(files.join(directory, name))
     return out
 
 
@@ -355,19 +330,18 @@ def file_source_batch(directory: str, batch_id: int) -> list[FileEntry] | None:
     compacting it): read :func:`file_source_log` then. The log of a
     long-running job holds a line per file it ever read; this reads one batch's.
     """
-    path = os.path.join(directory, str(batch_id))
-    if not os.path.isfile(path):
+    path = files.join(directory, str(batch_id))
+    if files.stat(path) is None:
         return None
     entries = [e for e in _log_file(path) if e.batch_id == batch_id]
     return entries or None
 
 
 def _log_file(path: str) -> list[FileEntry]:
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
+    st = files.stat(path)
+    if st is None:
         return []
-    key = (path, st.st_mtime_ns, st.st_size)
+    key = (path, *st)
     with _parsed_lock:
         cached = _parsed.get(key)
     if cached is not None:

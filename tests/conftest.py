@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import uuid
 from collections.abc import Iterator
 from typing import TypeVar
 
@@ -205,6 +206,46 @@ def postgres_server() -> Iterator[PostgresServer]:
     try:
         yield server
     finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def s3_bucket() -> Iterator[str]:
+    """A new bucket on an S3-protocol server (moto) on 127.0.0.1, started for the test module and
+    always stopped, with the environment pyarrow's S3 client reads its endpoint and credentials
+    from (restored after); ``s3a://<bucket>``."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    env = {
+        "AWS_ACCESS_KEY_ID": "krishiv",
+        "AWS_SECRET_ACCESS_KEY": "krishiv-secret",
+        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+        "AWS_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    name = f"krishiv-{uuid.uuid4().hex[:12]}"  # (file systems are kept per bucket and process)
+    try:
+        from pyarrow import fs
+
+        fs.S3FileSystem(
+            access_key="krishiv",
+            secret_key="krishiv-secret",
+            endpoint_override=env["AWS_ENDPOINT_URL"],
+            region="us-east-1",
+            allow_bucket_creation=True,
+        ).create_dir(name)
+        yield f"s3a://{name}"
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
         server.stop()
 
 

@@ -69,7 +69,7 @@ def import_graph() -> dict[str, dict[str, int]]:
 #: The floors of the house, lowest first (docs/architecture.md): a module imports only
 #: modules of its own floor or the floors beneath it.
 FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("base", ("errors", "names", "_typing", "panes")),
+    ("base", ("errors", "names", "_typing", "panes", "files")),
     ("plan", ("types", "expr", "plan", "_display")),
     ("kernels", ("stateful",)),
     ("model", ("model",)),

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+import krishiv_py.files as files
 from krishiv_py.names import BATCH_TS, SEQ
 from krishiv_py.plan.emission import Trigger
 from krishiv_py.plan.windows import EventSlidingWindow, SessionWindow, SlidingWindow, TumblingWindow
@@ -96,15 +97,20 @@ def test_a_keyed_step_equals_a_whole_step_across_restarts(
 ) -> None:
     monkeypatch.setattr(held_state, "MAX_DELTAS", 4)  # snapshots between deltas, often
     monkeypatch.setattr(held_state, "KEYED_MIN_ROWS", 0)  # held by key however small
-    kernel = KERNELS[name]
+    step_whole_and_keyed(KERNELS[name], VersionedBlobs(str(tmp_path), 0), seed, batches=40)
+
+
+def step_whole_and_keyed(kernel: Kernel, blobs: VersionedBlobs, seed: int, *, batches: int) -> None:
+    """Step random micro-batches through ``kernel`` whole and by key (its state in ``blobs``),
+    and hold both equal: results per key in order, counts, state rows, next due, final state."""
     assert keyed(kernel)
+    name = kernel.describe()
     rng = random.Random(seed)
     keys = [f"key{i}" for i in range(400)]
-    blobs = VersionedBlobs(str(tmp_path), 0)
     whole: pa.Table | None = None
     watermark: int | None = None
     seq, deltas = 0, 0
-    for batch_id in range(40):
+    for batch_id in range(batches):
         n = 600 if batch_id == 0 else rng.choice([0, 1, 3, 8, 25])
         batch = _batch(rng, keys, watermark or 0, seq, n)
         seq += n
@@ -135,6 +141,20 @@ def test_a_keyed_step_equals_a_whole_step_across_restarts(
     assert isinstance(final, KeyedState)
     assert _rows(final.table()) == _rows(whole)
     assert deltas, "no micro-batch wrote a delta"
+
+
+@pytest.mark.parametrize("name", ["keyed-count", "tumbling-late-retracting"])
+def test_the_operators_versioned_state_in_the_store_equals_the_whole_state(
+    name: str, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In an object store (an S3-protocol server, tests/test_object_store.py): snapshots, deltas
+    over them, replays after a "forgotten" worker, and retention."""
+    monkeypatch.setattr(held_state, "MAX_DELTAS", 4)
+    monkeypatch.setattr(held_state, "KEYED_MIN_ROWS", 0)
+    blobs = VersionedBlobs(files.join(s3_bucket, "state", name), 0)
+    step_whole_and_keyed(KERNELS[name], blobs, seed=3, batches=16)
+    kept = blobs.versions()
+    assert 1 <= len(kept) <= 8, kept  # retention: what the newest two versions need
 
 
 def test_kernels_that_are_not_key_local_are_held_whole(tmp_path: Path) -> None:

@@ -127,12 +127,7 @@ class AutoWatermark:
     """
 
     def __init__(self, layout: CheckpointLayout, specs: Sequence[tuple[str, AutoLag]]) -> None:
-        local = layout.on_this_machine()
-        if local is None:
-            raise PlanError(
-                f"an automatic lag records each micro-batch's lag in the checkpoint, which must be "
-                f"a path this machine and the executors see, got {layout.root!r}"
-            )
+        local = layout  # (a path here or a URI the executors reach: krishiv_py.files reads both)
         self._layout = local
         self._names = tuple(name for name, _ in specs)
         self._specs = tuple(spec for _, spec in specs)

@@ -38,6 +38,7 @@ from typing import Any, TypeAlias
 
 import attrs
 
+import krishiv_py.files as files
 from krishiv_py.names import ACTIVE, WM
 from krishiv_py.plan.watermarks import END_OF_TIME_MS
 from krishiv_py.planner.spark.recipe import TrackedSource
@@ -158,8 +159,8 @@ class FileFeed:
     def __init__(self, path: str, prefix: str) -> None:
         self.path = path
         self._prefix = prefix
-        os.makedirs(path, exist_ok=True)
-        self._count = len([f for f in os.listdir(path) if f.endswith(".parquet")])
+        files.makedirs(path)
+        self._count = len([f for f in files.names(path) if f.endswith(".parquet")])
         self._last_mtime_ns = 0
 
     def write_column(self, name: str, values: Sequence[int], dtype: Any = None) -> None:
@@ -170,6 +171,11 @@ class FileFeed:
         array = pa.array(np.asarray(values, dtype=dtype or np.int64))
         file = f"{self._prefix}-{self._count:012d}.parquet"
         self._count += 1
+        if files.object_store(self.path):  # (its time is the upload's, later than the last one's)
+            sink = pa.BufferOutputStream()
+            pq.write_table(pa.table({name: array}), sink)
+            files.write_bytes(files.join(self.path, file), sink.getvalue().to_pybytes())
+            return
         tmp = os.path.join(self.path, f".{file}.tmp")
         pq.write_table(pa.table({name: array}), tmp)
         mtime = max(time.time_ns(), self._last_mtime_ns + 1_000_000)

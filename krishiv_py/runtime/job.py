@@ -91,10 +91,14 @@ class JobSetup:
 
 
 def last_committed(checkpoint: CheckpointLayout | None) -> int:
-    """The newest committed micro-batch of ``checkpoint`` (-1: none, or not on this machine's file
-    system)."""
-    local = None if checkpoint is None else checkpoint.on_this_machine()
-    return -1 if local is None else local.committed_batch()
+    """The newest committed micro-batch of ``checkpoint`` (-1: none, or a file system this process
+    cannot read)."""
+    if checkpoint is None:
+        return -1
+    try:
+        return checkpoint.committed_batch()
+    except OSError:
+        return -1
 
 
 def close_writers(*writers: object) -> None:
@@ -156,8 +160,8 @@ class StreamingJob(Job):
         )
         self._relaunch = relaunch
         self._restart_lock = threading.Lock()
-        #: The job's checkpoint where this machine reads it (None: elsewhere, or not given).
-        self._layout = None if layout is None else layout.on_this_machine()
+        #: The job's checkpoint (None: not given).
+        self._layout = layout
         #: The last micro-batch committed before the query (re)started (-1: none, or looked at).
         self._resumed_from = resumed_from
 
@@ -308,9 +312,9 @@ class StreamingJob(Job):
             return
         layout = self._layout
         feed = next((s for s in self._senders if s is not None), None)
-        if layout is None or feed is None or layout.committed_batch() != batch:
-            return
         try:
+            if layout is None or feed is None or layout.committed_batch() != batch:
+                return
             moved = layout.next_watermark_ms(batch) > layout.batch_watermark_ms(batch)
         except (OSError, PlanError):
             return

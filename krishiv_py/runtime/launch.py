@@ -26,13 +26,15 @@ from __future__ import annotations
 import json
 import os
 import threading
+import warnings
 import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from krishiv_py.checkpoint import CheckpointLayout, write_json
+import krishiv_py.files as files
+from krishiv_py.checkpoint import CheckpointLayout, read_json, write_json
 from krishiv_py.errors import JobError, PlanError
 from krishiv_py.plan import nodes as n
 from krishiv_py.planner.spark.stateful import BUCKETS, with_buckets, with_carrier, with_key_groups
@@ -346,23 +348,31 @@ def operator_carrier(checkpoint: CheckpointLayout, asked: str | None) -> str:
     """
     if asked is not None:
         return asked
-    recorded = recorded_carrier(checkpoint)
-    if recorded is not None:
-        return recorded
-    return "krishiv-files" if checkpoint.on_this_machine() is not None else "state-store"
+    try:
+        recorded = recorded_carrier(checkpoint)
+    except OSError as exc:  # a store this process cannot open or read (no client, no credentials)
+        warnings.warn(
+            f"krishiv cannot read the checkpoint {checkpoint.root} itself ({type(exc).__name__}: "
+            f"{exc}), so its stateful operator keeps its state in Spark's state store (slower): "
+            "give this process and the executors the store's client and credentials "
+            "(docs/durability.md), or set spark.krishiv.stateful.carrier=state-store to say so",
+            stacklevel=2,
+        )
+        return "state-store"
+    return recorded if recorded is not None else "krishiv-files"
 
 
 def recorded_carrier(checkpoint: CheckpointLayout) -> str | None:
-    """The carrier a checkpoint's job started with (None: a new checkpoint, or one not readable here)."""
-    if is_uri(checkpoint.root):
-        return None
-    if os.path.exists(checkpoint.plan_file):
-        with open(checkpoint.plan_file, encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("carrier: "):
-                    return line.removeprefix("carrier: ").strip()
-        return "state-store"
-    return "state-store" if checkpoint.has_offsets() else None
+    """The carrier a checkpoint's job started with (None: a new checkpoint). Raises
+    :class:`OSError` when the checkpoint's file system cannot be read from here."""
+    try:
+        text = files.read_bytes(checkpoint.plan_file).decode("utf-8")
+    except FileNotFoundError:
+        return "state-store" if checkpoint.has_offsets() else None
+    for line in text.splitlines():
+        if line.startswith("carrier: "):
+            return line.removeprefix("carrier: ").strip()
+    return "state-store"
 
 
 def refuse_quarantine_for_batch(options: StartOptions) -> None:
@@ -382,15 +392,11 @@ def operator_buckets(checkpoint: CheckpointLayout, shuffle_partitions: int) -> i
     micro-batch cost less than many small ones, and every partition still
     gets work. The number is recorded in the checkpoint, because the state
     is laid out by it; a checkpoint without the record (written before it
-    existed) keeps the planner's 16, and so does a checkpoint on a shared
-    file system (not readable from here).
+    existed) keeps the planner's 16.
     """
     checkpoint_dir, path = checkpoint.root, checkpoint.buckets_file
-    if is_uri(checkpoint_dir):
-        return BUCKETS
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            text = f.read().strip()
+    if files.exists(path):
+        text = files.read_bytes(path).decode("utf-8").strip()
         if not text.isdigit() or int(text) < 1:
             raise JobError(
                 f"{path} holds {text!r}, not a number of key buckets: the job's state in "
@@ -400,11 +406,7 @@ def operator_buckets(checkpoint: CheckpointLayout, shuffle_partitions: int) -> i
             )
         return int(text)
     chosen = BUCKETS if checkpoint.has_offsets() else min(BUCKETS, max(2, 2 * shuffle_partitions))
-    os.makedirs(checkpoint_dir, exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(f"{chosen}\n")
-    os.replace(tmp, path)
+    files.write_bytes(path, f"{chosen}\n".encode())
     return chosen
 
 
@@ -439,15 +441,9 @@ def operator_layout(
     key buckets (before key groups) reads each bucket as a key group.
     """
     checkpoint_dir, path = checkpoint.root, checkpoint.key_groups_file
-    if is_uri(checkpoint_dir):
-        raise JobError(
-            f"the checkpoint {checkpoint_dir} is a URI: krishiv's own state files live on a path of "
-            "this machine or one every executor mounts; use such a path, or set "
-            f"{CARRIER_CONF}=state-store to keep the state in Spark's state store"
-        )
     committed = checkpoint.committed_batch()
     recorded = _read_layout(path)
-    if recorded is None and (os.path.exists(checkpoint.buckets_file) or checkpoint.has_offsets()):
+    if recorded is None and (files.exists(checkpoint.buckets_file) or checkpoint.has_offsets()):
         buckets = operator_buckets(checkpoint, partitions)  # its recorded number, 16 before records
         recorded = OperatorLayout(key_groups=buckets, tasks=buckets, since=0, stage_buckets=buckets)
         if not movable:  # its state stays in one directory per bucket, as it was written
@@ -484,14 +480,10 @@ def operator_layout(
 def _record_job(checkpoint: CheckpointLayout, recipe: SparkRecipe) -> None:
     """Record what reading the checkpoint's watermarks takes (``krishiv state show``): the shift of
     event time in the query (Spark's watermarks are shifted by it)."""
-    if is_uri(checkpoint.root):
-        return
     facts = {"time_shift_ms": recipe.time_shift_ms}
     path = checkpoint.job_file
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            if json.load(f) == facts:
-                return
+    if read_json(path) == facts:
+        return
     write_json(path, facts)
 
 
@@ -499,10 +491,9 @@ def _record_operator(checkpoint: CheckpointLayout, kernel: Any) -> None:
     """Add what the operator keeps to the layout record, for ``krishiv state show`` and
     ``kp.read_state`` (its kind, its keys and the state columns holding them)."""
     path = checkpoint.key_groups_file
-    if not os.path.exists(path):
+    data = read_json(path)
+    if not isinstance(data, dict):
         return  # a checkpoint of key buckets: nothing recorded of its layout
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
     facts = {
         "operator": kernel.describe(),
         "keys": list(kernel.keys),
@@ -527,10 +518,10 @@ def _key_groups(asked: str | None) -> int:
 
 
 def _read_layout(path: str) -> OperatorLayout | None:
-    if not os.path.exists(path):
+    try:
+        text = files.read_bytes(path).decode("utf-8")
+    except FileNotFoundError:
         return None
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
     try:
         data = json.loads(text)
         return OperatorLayout(
@@ -548,12 +539,9 @@ def _read_layout(path: str) -> OperatorLayout | None:
 
 
 def _write_layout(checkpoint: CheckpointLayout, chosen: OperatorLayout) -> None:
-    os.makedirs(checkpoint.root, exist_ok=True)
     path = checkpoint.key_groups_file
-    data: dict[str, Any] = {}
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+    recorded = read_json(path)
+    data: dict[str, Any] = dict(recorded) if isinstance(recorded, dict) else {}
     data.update(attrs.asdict(chosen))
     write_json(path, data)
 
@@ -584,20 +572,16 @@ def check_plan(checkpoint: CheckpointLayout, plan_text: str, *, was: str | None 
     record of it is this pipeline's, rewritten as ``plan_text``.
     """
     checkpoint_dir, path = checkpoint.root, checkpoint.plan_file
-    if is_uri(checkpoint_dir):
-        return  # not readable from here; Spark checks what it can
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            recorded = f.read()
+    try:
+        recorded: str | None = files.read_bytes(path).decode("utf-8")
+    except FileNotFoundError:
+        recorded = None
+    if recorded is not None:
         if recorded == plan_text:
             return
         if was is None or recorded != was:
             raise JobError(_other_pipeline(checkpoint_dir, recorded, plan_text))
-    os.makedirs(checkpoint_dir, exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(plan_text)
-    os.replace(tmp, path)
+    files.write_bytes(path, plan_text.encode("utf-8"))
 
 
 def _other_pipeline(checkpoint_dir: str, recorded: str, plan_text: str) -> str:

@@ -49,7 +49,7 @@ class BatchWatermark:
     def __call__(self) -> tuple[bool, int | None]:
         if not self.streaming:
             return True, None
-        local = self.checkpoint.on_this_machine() if self.checkpoint is not None else None
+        local = self.checkpoint  # (a path here or a URI: krishiv_py.files reads both)
         if local is None:
             return False, None
         from pyspark import TaskContext
@@ -74,7 +74,7 @@ class BatchWatermark:
         task cannot read them (the ``krishiv-files`` carrier needs them: Spark passes them to no
         ``applyInArrow`` function)."""
         known, watermark = self()
-        local = self.checkpoint.on_this_machine() if self.checkpoint is not None else None
+        local = self.checkpoint  # (a path here or a URI: krishiv_py.files reads both)
         from pyspark import TaskContext
 
         context = TaskContext.get()
@@ -83,6 +83,6 @@ class BatchWatermark:
             raise RuntimeError(
                 "krishiv's operator could not read its micro-batch's watermark from the query's "
                 f"offset log ({self.checkpoint.root if self.checkpoint else 'no checkpoint'}): the "
-                "krishiv-files carrier needs the checkpoint on a file system the executors see"
+                "krishiv-files carrier needs the checkpoint on a file system the executors reach"
             )
         return watermark, local.batch_timestamp_ms(int(batch))

@@ -339,6 +339,5 @@ def _observed(observation: Any) -> dict[str, Any]:
 
 
 def _hot_keys_file(checkpoint: CheckpointLayout) -> str | None:
-    """Where the job writes down its busiest keys (None: the checkpoint is not on this machine)."""
-    local = checkpoint.on_this_machine()
-    return None if local is None else local.hot_keys_file
+    """Where the job writes down its busiest keys (a path here or a URI)."""
+    return checkpoint.hot_keys_file

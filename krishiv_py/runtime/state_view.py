@@ -22,12 +22,12 @@ What is read
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+import krishiv_py.files as files
 from krishiv_py.checkpoint import CheckpointLayout, read_json
 from krishiv_py.errors import JobError
 from krishiv_py.stateful._arrow import ipc_table
@@ -44,43 +44,45 @@ LARGEST = 5
 
 def _layout(checkpoint: CheckpointLayout) -> dict[str, Any]:
     """The recorded layout: key groups, tasks, since, and what the operator keeps (may be partial)."""
-    if os.path.exists(checkpoint.key_groups_file):
-        with open(checkpoint.key_groups_file, encoding="utf-8") as f:
-            data: dict[str, Any] = json.load(f)
+    data = read_json(checkpoint.key_groups_file)
+    if isinstance(data, dict):
         return data
-    if os.path.exists(checkpoint.buckets_file):
-        with open(checkpoint.buckets_file, encoding="utf-8") as f:
-            buckets = int(f.read().strip())
-        return {"key_groups": buckets, "tasks": buckets, "since": 0}
-    return {}
+    try:
+        buckets = int(files.read_bytes(checkpoint.buckets_file).decode().strip())
+    except FileNotFoundError:
+        return {}
+    return {"key_groups": buckets, "tasks": buckets, "since": 0}
 
 
 def _plan_facts(checkpoint: CheckpointLayout) -> tuple[str | None, str | None]:
     """The lowering and the carrier recorded when the job first started (None: not recorded)."""
-    if not os.path.exists(checkpoint.plan_file):
+    try:
+        text = files.read_bytes(checkpoint.plan_file).decode("utf-8")
+    except FileNotFoundError:
         return None, None
     lowering = carrier = None
-    with open(checkpoint.plan_file, encoding="utf-8") as f:
-        for line in f:
-            if line.startswith("lowering: "):
-                lowering = line.removeprefix("lowering: ").strip()
-            elif line.startswith("carrier: "):
-                carrier = line.removeprefix("carrier: ").strip()
+    for line in text.splitlines():
+        if line.startswith("lowering: "):
+            lowering = line.removeprefix("lowering: ").strip()
+        elif line.startswith("carrier: "):
+            carrier = line.removeprefix("carrier: ").strip()
     if lowering is not None and carrier is None:
         carrier = "spark" if lowering in ("native", "bounded") else "state-store"
     return lowering, carrier
 
 
 def _check(checkpoint_dir: str) -> CheckpointLayout:
-    checkpoint = CheckpointLayout(checkpoint_dir)
-    local = checkpoint.on_this_machine()
-    if local is None:
+    local = CheckpointLayout(checkpoint_dir)  # (a path here or a URI: krishiv_py.files reads both)
+    try:
+        found = files.is_dir(local.root)
+    except OSError as exc:
         raise JobError(
-            f"the checkpoint {checkpoint_dir} is not on this machine's file system: read it where it is"
-        )
-    if not os.path.isdir(local.root):
+            f"cannot read the checkpoint {checkpoint_dir} ({type(exc).__name__}: {exc}): give this "
+            "process the store's client and credentials (docs/durability.md)"
+        ) from exc
+    if not found:
         raise JobError(f"no checkpoint at {checkpoint_dir}: give the checkpoint_dir a job was started with")
-    if not os.path.exists(local.plan_file) and not local.has_offsets():
+    if not files.exists(local.plan_file) and not local.has_offsets():
         raise JobError(
             f"{checkpoint_dir} is not a job's checkpoint (no krishiv-plan.txt, no offsets/): give the "
             "checkpoint_dir a job was started with"
@@ -91,7 +93,7 @@ def _check(checkpoint_dir: str) -> CheckpointLayout:
 def _operator_tables(checkpoint: CheckpointLayout, layout: dict[str, Any]) -> list[tuple[pa.Table, int]]:
     """Each task's state (newest committed version) and its size in bytes."""
     root = checkpoint.operator_state
-    if not os.path.isdir(root) or not layout:
+    if not layout or not files.is_dir(root):
         return []
     upto = checkpoint.committed_batch() + 1
     groups, tasks, since = int(layout["key_groups"]), int(layout["tasks"]), int(layout.get("since", 0))
@@ -145,7 +147,7 @@ def read_state(checkpoint_dir: str, operator: str | None = None) -> pa.Table:
     """
     checkpoint = _check(checkpoint_dir)
     layout = _layout(checkpoint)
-    if os.path.isdir(checkpoint.operator_state):
+    if files.is_dir(checkpoint.operator_state):
         if operator not in (None, OPERATOR):
             raise JobError(
                 f"the checkpoint {checkpoint_dir} holds one operator of krishiv's, "
@@ -178,20 +180,16 @@ def read_state(checkpoint_dir: str, operator: str | None = None) -> pa.Table:
 
 def _time_shift(checkpoint: CheckpointLayout) -> int | None:
     """How far the query shifts event time (its watermarks with it); None: not recorded."""
-    if not os.path.exists(checkpoint.job_file):
-        return None
-    with open(checkpoint.job_file, encoding="utf-8") as f:
-        return int(json.load(f)["time_shift_ms"])
+    data = read_json(checkpoint.job_file)
+    return int(data["time_shift_ms"]) if isinstance(data, dict) else None
 
 
 def _spark_operators(checkpoint: CheckpointLayout) -> list[str]:
-    if not os.path.isdir(checkpoint.state):
-        return []
-    return sorted((n for n in os.listdir(checkpoint.state) if n.isdigit()), key=int)
+    return sorted((n for n in files.names(checkpoint.state) if n.isdigit()), key=int)
 
 
 def _dir_bytes(path: str) -> int:
-    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
+    return files.bytes_under(path)
 
 
 def describe_state(checkpoint_dir: str) -> dict[str, Any]:
@@ -209,10 +207,11 @@ def describe_state(checkpoint_dir: str) -> dict[str, Any]:
         except Exception:  # noqa: BLE001 - an unreadable entry: no watermark to show
             watermark = None
     operators: list[dict[str, Any]] = []
-    tables = _operator_tables(checkpoint, layout) if os.path.isdir(checkpoint.operator_state) else []
-    if os.path.isdir(checkpoint.operator_state):
+    krishivs = files.is_dir(checkpoint.operator_state)
+    tables = _operator_tables(checkpoint, layout) if krishivs else []
+    if krishivs:
         operators.append({**_krishiv_operator(tables, layout), "hottest_keys": _hottest(checkpoint)})
-    if os.path.isdir(checkpoint.stages):
+    if files.is_dir(checkpoint.stages):
         operators.append(
             {
                 "name": "stage",
@@ -223,8 +222,8 @@ def describe_state(checkpoint_dir: str) -> dict[str, Any]:
             }
         )
     for op_id in _spark_operators(checkpoint):
-        path = os.path.join(checkpoint.state, op_id)
-        partitions = [p for p in os.listdir(path) if p.isdigit()]
+        path = files.join(checkpoint.state, op_id)
+        partitions = [p for p in files.names(path) if p.isdigit()]
         operators.append(
             {
                 "name": f"spark operator {op_id}",
@@ -273,10 +272,9 @@ def _spark_partitions(checkpoint: CheckpointLayout, last: int) -> int | None:
     """The shuffle partitions Spark's offset log recorded for the last micro-batch (its state's)."""
     if last < 0:
         return None
-    path = os.path.join(checkpoint.offsets, str(last))
+    path = files.join(checkpoint.offsets, str(last))
     try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
+        lines = files.read_bytes(path).decode("utf-8").splitlines()
         conf = json.loads(lines[1]).get("conf", {})
         value = conf.get("spark.sql.shuffle.partitions")
         return None if value is None else int(value)

@@ -53,6 +53,7 @@ import numpy as np
 import pyarrow as pa
 
 from krishiv_py.errors import JobError
+from krishiv_py.files import file_system
 from krishiv_py.names import KEY_HASH
 from krishiv_py.stateful._arrow import framed, ipc_bytes, ipc_table, unframed
 
@@ -148,7 +149,7 @@ class VersionedBlobs:
     """One bucket's versions under ``path`` (a local path or a URI pyarrow's file systems read)."""
 
     def __init__(self, path: str, bucket: int | str) -> None:
-        self._fs, root = _file_system(path)
+        self._fs, root = file_system(path)
         self._dir = f"{root.rstrip('/')}/{bucket}"
 
     def _listing(self) -> tuple[dict[int, _Version], list[tuple[int, Any]]]:
@@ -311,14 +312,6 @@ class VersionedBlobs:
                 self._fs.delete_file(stale.path)
 
 
-def _file_system(path: str) -> tuple[Any, str]:
-    from pyarrow import fs
-
-    if "://" in path:
-        return fs.FileSystem.from_uri(path)
-    return fs.LocalFileSystem(), path
-
-
 def range_name(lo: int, hi: int) -> str:
     """The directory of the state of key groups ``[lo, hi)``: ``<lo>`` for one group (the layout
     of checkpoints written before key groups, one per bucket), ``<lo>-<hi>`` for more."""
@@ -361,7 +354,7 @@ class KeyGroupStore:
 
     def __init__(self, path: str, lo: int, hi: int, *, since: int, current: frozenset[str]) -> None:
         self._path = path
-        self._fs, self._root = _file_system(path)
+        self._fs, self._root = file_system(path)
         self.lo, self.hi = lo, hi
         self._mine = range_name(lo, hi)
         self._since = since
