@@ -893,7 +893,11 @@ class JoinKernel(Unmerged):
 
     @property
     def state_keys(self) -> tuple[str, ...] | None:
-        return None  # (its state is not split by key group yet)
+        # An interval or as-of join's rows carry their own flags (matched, padded, emitted): its
+        # state splits by key and rejoins, the sweep mark of a state gathered from several tasks'
+        # dropped (the next step sweeps again, which changes nothing already swept). A window
+        # join's fired windows are those ending at or before its one sweep mark: not split yet.
+        return None if self.spec.kind == "window" else self.spec.keys
 
     @property
     def identity(self) -> tuple[str, ...]:

@@ -382,7 +382,13 @@ def assemble_state(spec: OperatorSpec, pieces: list[Piece]) -> pa.Table | None:
     parts = [p for p in parts if p.num_rows]
     if not parts:
         return None
-    return parts[0] if len(parts) == 1 else pa.concat_tables(parts, promote_options="permissive")
+    if len(parts) == 1:
+        return parts[0]
+    marks = [p.schema.metadata or {} for p in parts]  # (a mark of the whole table: one task's)
+    together = pa.concat_tables(
+        [p.replace_schema_metadata(None) for p in parts], promote_options="permissive"
+    )
+    return together.replace_schema_metadata(marks[0]) if all(m == marks[0] for m in marks) else together
 
 
 def run_buckets_files(
