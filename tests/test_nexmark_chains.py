@@ -86,6 +86,18 @@ def test_q4_q6_q9_q23_bounded_and_streamed_leave_the_duckdb_rows(
             assert check.streaming.changes > len(check.reference), query
 
 
+@pytest.mark.spark
+def test_the_nexmark_command_runs_a_composed_query_bounded_against_duckdb(
+    session: kp.Session, dataset: data.Dataset
+) -> None:
+    """``python -m benchmarks.nexmark --query q9 --events N``: a row of its table, as for q0-q22."""
+    from benchmarks.nexmark.__main__ import run_composed
+
+    outcome = run_composed(QUERIES["q9"], session, dataset)
+    assert outcome.name == "q9" and outcome.equal and outcome.rows > 0
+    assert outcome.krishiv_s > 0 and not outcome.only_krishiv and not outcome.only_duckdb
+
+
 def test_q7_a_join_of_each_windows_highest_price_with_the_bids_leaves_the_duckdb_rows(
     session: kp.Session, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
