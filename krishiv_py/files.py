@@ -35,6 +35,7 @@ import uuid
 from typing import Any
 
 __all__ = [
+    "appears_whole",
     "bytes_under",
     "delete",
     "exists",
@@ -145,7 +146,7 @@ def write_bytes(path: str, data: bytes) -> None:
     folder = inner.rpartition("/")[0]
     if folder:
         store.create_dir(folder, recursive=True)
-    if _OBJECT_STORE.get(type(store).__name__, False):
+    if appears_whole(store):
         with store.open_output_stream(inner) as f:
             f.write(data)
         return
@@ -156,7 +157,13 @@ def write_bytes(path: str, data: bytes) -> None:
 
 
 #: pyarrow's file systems whose files appear whole when their upload completes.
-_OBJECT_STORE = {"S3FileSystem": True, "GcsFileSystem": True, "AzureFileSystem": True}
+_OBJECT_STORES = frozenset({"S3FileSystem", "GcsFileSystem", "AzureFileSystem"})
+
+
+def appears_whole(store: Any) -> bool:
+    """Whether a file ``store`` writes appears whole or not at all (an object store's object, when
+    its upload completes): written under its final name, with no temporary one to move."""
+    return type(store).__name__ in _OBJECT_STORES
 
 
 def names(directory: str) -> list[str]:

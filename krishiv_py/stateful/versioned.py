@@ -53,7 +53,7 @@ import numpy as np
 import pyarrow as pa
 
 from krishiv_py.errors import JobError
-from krishiv_py.files import file_system
+from krishiv_py.files import appears_whole, file_system
 from krishiv_py.names import KEY_HASH
 from krishiv_py.stateful._arrow import framed, ipc_bytes, ipc_table, unframed
 
@@ -151,6 +151,11 @@ class VersionedBlobs:
     def __init__(self, path: str, bucket: int | str) -> None:
         self._fs, root = file_system(path)
         self._dir = f"{root.rstrip('/')}/{bucket}"
+        #: An object store's objects appear whole: a version is written under its own name, with
+        #: no directory to make and no move (each a request or three there).
+        self._whole = appears_whole(self._fs)
+        #: The listing after this object's last write (a keep after it needs no listing of its own).
+        self._written: dict[int, _Version] | None = None
 
     def _listing(self) -> tuple[dict[int, _Version], list[tuple[int, Any]]]:
         """The versions on disk by batch id, and what writes killed before their move left."""
@@ -270,7 +275,8 @@ class VersionedBlobs:
         """Keep ``held``, the state as ``version`` holds it, for the next micro-batch on this worker."""
         if version is None:
             return
-        info = self._listing()[0].get(version)
+        listed = self._written if self._written is not None and version in self._written else None
+        info = (listed if listed is not None else self._listing()[0]).get(version)
         if info is not None:
             _HELD[self._dir] = (version, *info.stamp, held)
 
@@ -285,8 +291,13 @@ class VersionedBlobs:
         self._tidy(batch_id, None, cache=False)
 
     def _write(self, name: str, blob: bytes | None) -> None:
-        self._fs.create_dir(self._dir, recursive=True)
         final = f"{self._dir}/{name}"
+        if self._whole:
+            with self._fs.open_output_stream(final) as f:
+                if blob:
+                    f.write(blob)
+            return
+        self._fs.create_dir(self._dir, recursive=True)
         temp = f"{final}.{uuid.uuid4().hex}.tmp"
         with self._fs.open_output_stream(temp) as f:
             if blob:
@@ -296,6 +307,7 @@ class VersionedBlobs:
     def _tidy(self, batch_id: int, blob: bytes | None, *, cache: bool = True) -> None:
         """Remove what neither ``batch_id``'s version nor the one before it (a re-run's) needs."""
         infos, temps = self._listing()
+        self._written = infos
         if cache:
             _CACHE[self._dir] = (batch_id, *infos[batch_id].stamp, blob)
         else:
@@ -359,8 +371,17 @@ class KeyGroupStore:
         self._mine = range_name(lo, hi)
         self._since = since
         self._current = current
+        self._own = VersionedBlobs(path, self._mine)
+        self._dirs: dict[str, tuple[int, int]] | None = None
 
     def _directories(self) -> dict[str, tuple[int, int]]:
+        """The state directories under the root (listed once per store: a micro-batch's tasks
+        write only their own, and one another layout's task removes is then found empty)."""
+        if self._dirs is None:
+            self._dirs = self._list_directories()
+        return self._dirs
+
+    def _list_directories(self) -> dict[str, tuple[int, int]]:
         from pyarrow import fs
 
         found = {}
@@ -380,7 +401,7 @@ class KeyGroupStore:
     @property
     def own(self) -> VersionedBlobs:
         """The versions of this task's own directory."""
-        return VersionedBlobs(self._path, self._mine)
+        return self._own
 
     def moved_before(self, batch_id: int) -> list[Piece] | None:
         """The pieces of this task's state when part of it is still in other layouts' directories
@@ -391,7 +412,7 @@ class KeyGroupStore:
 
     def load_before(self, batch_id: int) -> list[Piece]:
         """The pieces of this task's state as the micro-batches before ``batch_id`` left it."""
-        mine = VersionedBlobs(self._path, self._mine)
+        mine = self._own
         others = self._others(self._directories())
         if not others:
             return [Piece(mine.load_before(batch_id), self.lo, self.hi, None)]
