@@ -182,7 +182,7 @@ CASES = (
 
 
 #: Random streams per case (many cases): ``nox -s deep`` (``KERNEL_EXAMPLES=600``) tries 120.
-JOIN_EXAMPLES = max(int(os.environ.get("KERNEL_EXAMPLES", "60")) // 5, 1)
+JOIN_EXAMPLES = max(int(os.environ.get("KERNEL_EXAMPLES", "30")) // 5, 1)
 
 
 @pytest.mark.parametrize(("kind", "how", "lateness", "options"), CASES, ids=str)

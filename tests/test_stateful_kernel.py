@@ -37,7 +37,7 @@ from krishiv_py.testing.steps import _placeholder, reference_model_for
 
 SCHEMA = "k string, t bigint, v bigint"
 #: Random streams per property: the suite's share; ``nox -s deep`` (``KERNEL_EXAMPLES=600``) digs deeper.
-KERNEL_EXAMPLES = int(os.environ.get("KERNEL_EXAMPLES", "60"))
+KERNEL_EXAMPLES = int(os.environ.get("KERNEL_EXAMPLES", "30"))
 Pipeline = Callable[[kp.Stream], kp.Stream]
 
 
