@@ -1135,8 +1135,8 @@ def test_nexmark_command_at_a_rate_runs_each_harness_query_on_krishivs_lowering(
     out = capsys.readouterr().out
     assert "q17    krishiv-stateful       1,000    0.50    1.25   100.0%  yes" in out
     assert "q13    not in the sustainable harness" in out
-    with pytest.raises(SystemExit):  # a harness-only query has no bounded module
-        cli.main(["--query", "q9"])
+    with pytest.raises(SystemExit):  # a harness-only query with no bounded run here
+        cli.main(["--query", "q3"])
 
 
 def test_a_sustainable_trial_leaves_no_directory_behind() -> None:

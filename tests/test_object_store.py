@@ -24,8 +24,10 @@ import pytest
 
 from krishiv_py import files
 from krishiv_py.checkpoint import CheckpointLayout, file_source_log
-from krishiv_py.errors import JobError
+from krishiv_py.errors import JobError, PlanError
+from krishiv_py.plan.watermarks import AutoLag
 from krishiv_py.runtime import launch
+from krishiv_py.runtime.auto_watermark import AutoWatermark
 from krishiv_py.runtime.idle import FileFeed
 from krishiv_py.runtime.state_view import describe_state, read_state
 
@@ -82,6 +84,11 @@ def test_a_store_this_process_cannot_open_keeps_the_state_in_sparks_store() -> N
         assert launch.operator_carrier(checkpoint, None) == "state-store"
     assert any("cannot read the checkpoint nosuchstore://" in str(w.message) for w in caught)
     assert launch.operator_carrier(checkpoint, "krishiv-files") == "krishiv-files"  # asked: as asked
+    # Spark's state there is Spark's to read: the records a look inside needs are left out.
+    assert launch.operator_buckets(checkpoint, 2) == 16
+    launch.check_plan(checkpoint, "lowering: native\nplan\n")
+    with pytest.raises(PlanError, match=r"automatic lag .* cannot read .*nosuchstore://"):
+        AutoWatermark(checkpoint, [("clicks", AutoLag())])
 
 
 def test_feeds_and_automatic_lag_records_in_the_store(s3_bucket: str) -> None:

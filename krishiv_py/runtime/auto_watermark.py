@@ -132,7 +132,14 @@ class AutoWatermark:
         self._names = tuple(name for name, _ in specs)
         self._specs = tuple(spec for _, spec in specs)
         self._lock = threading.Lock()
-        committed = local.committed_batch()
+        try:
+            committed = local.committed_batch()
+        except OSError as exc:  # (FileNotFoundError is no error here: names() gives [])
+            raise PlanError(
+                f"an automatic lag records each micro-batch's lag in the checkpoint, which this "
+                f"process cannot read ({layout.root}: {exc}): give it the store's client and "
+                "credentials (docs/durability.md), or a path this machine and the executors see"
+            ) from exc
         sources = len(self._specs)
         self._states = (
             recorded_states(local, committed + 1, sources) if committed >= 0 else (AutoState(),) * sources

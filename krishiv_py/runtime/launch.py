@@ -23,6 +23,7 @@ One running job per checkpoint
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -392,11 +393,17 @@ def operator_buckets(checkpoint: CheckpointLayout, shuffle_partitions: int) -> i
     micro-batch cost less than many small ones, and every partition still
     gets work. The number is recorded in the checkpoint, because the state
     is laid out by it; a checkpoint without the record (written before it
-    existed) keeps the planner's 16.
+    existed) keeps the planner's 16, and so does a checkpoint on a file
+    system this process cannot open (its Spark state is Spark's to read).
     """
     checkpoint_dir, path = checkpoint.root, checkpoint.buckets_file
-    if files.exists(path):
-        text = files.read_bytes(path).decode("utf-8").strip()
+    try:
+        text: str | None = files.read_bytes(path).decode("utf-8").strip()
+    except FileNotFoundError:
+        text = None
+    except OSError:  # a store this process cannot open: nothing recorded here
+        return BUCKETS
+    if text is not None:
         if not text.isdigit() or int(text) < 1:
             raise JobError(
                 f"{path} holds {text!r}, not a number of key buckets: the job's state in "
@@ -484,7 +491,8 @@ def _record_job(checkpoint: CheckpointLayout, recipe: SparkRecipe) -> None:
     path = checkpoint.job_file
     if read_json(path) == facts:
         return
-    write_json(path, facts)
+    with contextlib.suppress(OSError):  # (a store this process cannot open: a look inside cannot either)
+        write_json(path, facts)
 
 
 def _record_operator(checkpoint: CheckpointLayout, kernel: Any) -> None:
@@ -576,6 +584,8 @@ def check_plan(checkpoint: CheckpointLayout, plan_text: str, *, was: str | None 
         recorded: str | None = files.read_bytes(path).decode("utf-8")
     except FileNotFoundError:
         recorded = None
+    except OSError:
+        return  # a store this process cannot open: Spark checks what it can
     if recorded is not None:
         if recorded == plan_text:
             return
