@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import threading
 import uuid
 from typing import Any
@@ -51,6 +52,9 @@ __all__ = [
     "write_bytes",
 ]
 
+#: A URI's scheme and its ``://``.
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
 #: Hadoop's names of file systems whose pyarrow name differs.
 _SCHEMES = {"s3a": "s3", "s3n": "s3"}
 
@@ -61,9 +65,7 @@ def local(location: str) -> str | None:
         return location[len("file://") :]
     if location.startswith("file:"):
         return location[len("file:") :]
-    if "://" in location:
-        return None
-    return location
+    return None if _SCHEME.match(location) else location
 
 
 def object_store(location: str) -> bool:

@@ -31,11 +31,11 @@ durability 'distributed-durable' needs a state_dir every node of the cluster see
 from __future__ import annotations
 
 import os
-import re
 from typing import Literal, get_args
 
 import attrs
 
+import krishiv_py.files as files
 from krishiv_py.errors import SessionError
 
 __all__ = ["DEFAULT_STATE_DIR", "Durability", "DurabilityProfile", "check_location", "profile"]
@@ -87,7 +87,8 @@ def profile(name: str) -> DurabilityProfile:
 
 
 def is_uri(path: str) -> bool:
-    return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", path) is not None and not path.startswith("file://")
+    """Whether ``path`` is a URI of a file system other than this machine's (not ``file://``)."""
+    return files.object_store(path)
 
 
 def check_location(name: str, state_dir: str | None, *, master: str) -> str | None:
