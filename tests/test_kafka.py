@@ -789,3 +789,65 @@ def test_a_task_reads_its_ranges_in_order_with_one_pooled_consumer(kafka_broker:
     assert {k: r.client for k, (_, r) in ds._POOL.items()} == before
     ds._close_pool()
     assert ds._POOL == {}
+
+
+def test_a_pooled_consumer_that_waits_stops_fetching_and_then_closes(kafka_broker: KafkaBroker) -> None:
+    """A stopped job's consumers must not keep asking the broker: paused after ``_PAUSE_S`` in the
+    pool (records produced meanwhile are not fetched), resumed when a task takes them again (those
+    records read, none twice), closed after ``_IDLE_S``."""
+    import time
+
+    from confluent_kafka import Producer
+
+    from krishiv_py.kafka import datasource as ds
+
+    topic = new_topic(kafka_broker, 1)
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap_servers})
+
+    def produce(values: range) -> None:
+        for i in values:
+            producer.produce(topic, value=json.dumps({"user": "u", "n": i}).encode(), partition=0)
+        producer.flush(10)
+
+    reader = ds.KafkaStreamReader(
+        {
+            "bootstrap.servers": kafka_broker.bootstrap_servers,
+            "topic": topic,
+            "value.schema": "user string, n bigint",
+        },
+        None,
+    )
+    ds._close_pool()
+    try:
+        produce(range(5))
+        assert [
+            n for b in reader.read(ds.KafkaRanges([ds.KafkaRange(0, 0, 5)])) for n in b["n"].to_pylist()
+        ] == [
+            0,
+            1,
+            2,
+            3,
+            4,
+        ]
+        ((since, reading),) = ds._POOL.values()
+        assert ds._tended(since + 1.0) == [] and not reading.paused  # a running job's: it prefetches
+        assert ds._tended(since + ds._PAUSE_S + 1) == [] and reading.paused
+        produce(range(5, 8))
+        assert reading.client.consume(num_messages=10, timeout=1.0) == []  # paused: nothing fetched
+        got = [n for b in reader.read(ds.KafkaRanges([ds.KafkaRange(0, 5, 8)])) for n in b["n"].to_pylist()]
+        assert got == [5, 6, 7] and not reading.paused
+        ((since, again),) = ds._POOL.values()
+        assert again is reading
+        assert ds._tended(since + ds._IDLE_S + 1) == [reading] and ds._POOL == {}
+        ds._close([reading])
+        assert any(t.name == "krishiv-kafka-pool" and t.daemon and t.is_alive() for t in ds._TENDING)
+        # The pool's own thread pauses a consumer that waits, without any task using the pool.
+        list(reader.read(ds.KafkaRanges([ds.KafkaRange(0, 0, 2)])))
+        ((_, fresh),) = ds._POOL.values()
+        deadline = time.monotonic() + ds._PAUSE_S + 5
+        while not fresh.paused and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert fresh.paused
+    finally:
+        reader.stop()
+        ds._close_pool()

@@ -303,11 +303,23 @@ def _records(
 
 
 class _Reading:
-    """A pooled consumer of one partition and where it stands (``None``: not known, assign again)."""
+    """A pooled consumer of one partition and where it stands (``None``: not known, assign again),
+    and whether its partition is paused (it fetches nothing while it waits in the pool)."""
 
     def __init__(self, client: Any) -> None:
         self.client = client
         self.position: int | None = None
+        self.paused = False
+
+    def pause(self) -> None:
+        with contextlib.suppress(Exception):  # (an unassigned consumer has nothing to pause)
+            self.client.pause(self.client.assignment())
+            self.paused = True
+
+    def resume(self) -> None:
+        if self.paused:
+            self.client.resume(self.client.assignment())
+            self.paused = False
 
 
 def _range(reading: _Reading, servers: str, topic: str, part: KafkaRange) -> Iterator[Chunk]:
@@ -366,13 +378,20 @@ def _range(reading: _Reading, servers: str, topic: str, part: KafkaRange) -> Ite
 
 # A Python worker's consumers, one per partition it has read (by servers, settings, topic and
 # partition): a task takes the one of each of its ranges (or makes one) and puts it back, still
-# assigned, when it ends well. One idle longer than _IDLE_S, and the least recently used beyond
-# _MAX_POOLED, are closed when the pool is next used (Spark's Kafka connector caches consumers
-# per partition the same way, 64 per executor by default).
+# assigned, when it ends well; it prefetches the next micro-batch's records while it waits. One
+# that waited _PAUSE_S (no micro-batch of a running job came for it: the job stopped, or its
+# trigger is slow) is paused, so that it stops fetching: an assigned consumer at the end of its
+# partition asks the broker again every few milliseconds (fetch.wait.max.ms), which a stopped job
+# must not leave running in a Python worker that lives on (Spark reuses them, and a notebook
+# keeps its session). One idle longer than _IDLE_S, and the least recently used beyond
+# _MAX_POOLED, are closed (Spark's Kafka connector caches consumers per partition the same way,
+# 64 per executor by default). A daemon thread of the worker does both once a second.
 _POOL: dict[tuple[str, str, str, int], tuple[float, _Reading]] = {}
 _POOL_LOCK = threading.Lock()
+_PAUSE_S = 5.0
 _IDLE_S = 60.0
 _MAX_POOLED = 32
+_TENDING: list[threading.Thread] = []
 
 
 @contextlib.contextmanager
@@ -382,23 +401,46 @@ def _pooled(servers: str, config: Mapping[str, str], topic: str, part: KafkaRang
         entry = _POOL.pop(key, None)
     reading = entry[1] if entry is not None else _Reading(consumer(servers, config))
     try:
+        reading.resume()
         yield reading
     except BaseException:
         reading.client.close()  # its state is unknown after an error: never reused
         raise
     else:
-        now = time.monotonic()
         with _POOL_LOCK:
-            _POOL[key] = (now, reading)
-            by_age = sorted(_POOL, key=lambda k: _POOL[k][0])
-            stale = [
-                k
-                for i, k in enumerate(by_age)
-                if now - _POOL[k][0] > _IDLE_S or i < len(by_age) - _MAX_POOLED
-            ]
-            closing = [_POOL.pop(k)[1] for k in stale]
-        for r in closing:
+            _POOL[key] = (time.monotonic(), reading)
+            if not _TENDING:
+                tending = threading.Thread(target=_tend_pool, name="krishiv-kafka-pool", daemon=True)
+                _TENDING.append(tending)
+                tending.start()
+        _close(_tended(time.monotonic()))
+
+
+def _tended(now: float) -> list[_Reading]:
+    """Pause the pooled consumers that waited :data:`_PAUSE_S`; take out those to close."""
+    with _POOL_LOCK:
+        by_age = sorted(_POOL, key=lambda k: _POOL[k][0])
+        stale = [
+            k for i, k in enumerate(by_age) if now - _POOL[k][0] > _IDLE_S or i < len(by_age) - _MAX_POOLED
+        ]
+        closing = [_POOL.pop(k)[1] for k in stale]
+        for since, reading in _POOL.values():
+            if not reading.paused and now - since > _PAUSE_S:
+                reading.pause()  # (under the lock: no task takes it meanwhile)
+    return closing
+
+
+def _close(readings: list[_Reading]) -> None:
+    for r in readings:
+        with contextlib.suppress(Exception):
             r.client.close()
+
+
+def _tend_pool() -> None:
+    """The pool's daemon thread: pauses and closes idle consumers once a second, for good."""
+    while True:
+        time.sleep(1.0)
+        _close(_tended(time.monotonic()))
 
 
 @atexit.register
