@@ -145,8 +145,8 @@ def test_a_task_reads_its_key_groups_from_the_layout_before_and_then_its_own(tmp
     for lo, hi in new:
         store = KeyGroupStore(root, lo, hi, since=5, current=current)
         pieces = store.load_before(5)
-        state = assemble_state(spec, pieces)
-        assert state is not None
+        state, caught = assemble_state(spec, pieces)
+        assert state is not None and caught is None  # (no watermark: nothing stepped)
         got = state.column("k0").to_pylist()
         assert all(lo <= g < hi for g in key_groups_of([pa.array(got)], groups, len(got)))
         seen += got
@@ -189,22 +189,29 @@ def test_state_rows_that_hash_outside_their_range_stop_the_task(tmp_path: Path) 
 
 
 def test_an_operator_whose_state_cannot_split_is_named() -> None:
-    import attrs
+    """A join, then a window keyed by more columns than the join's: rows travel by the join's
+    keys, so the window's state cannot be split by them."""
+    from types import SimpleNamespace
 
-    left = _placeholder("k string, t bigint, a bigint", name="l").watermark("t", 5)
-    right = _placeholder("k string, t bigint, b bigint", name="r").watermark("t", 5)
-    joined = (  # a window join: its fired windows are those ending by its one sweep mark
-        left.key_by("k")
-        .tumbling_window(10)
-        .join(right.key_by("k").tumbling_window(10))
-        .lower(lowering="stateful")
-    )
-    assert joined.stateful is not None
-    spec = attrs.evolve(joined.stateful.operator, buckets=2, key_groups=16)
-    assert spec.kernel.state_keys is None
+    from krishiv_py.stateful.chain import ChainKernel
+
+    window = _count_window(("k", "a"))
+    chain = ChainKernel(first=_join("interval", "inner").kernel, then=window, columns=(("k", pa.string()),))
+    spec = SimpleNamespace(kernel=chain, key_groups=16)
+    assert not spec.kernel.movable and spec.kernel.first.movable and window.movable
     pieces = [Piece(ipc_bytes(_state(["a"])), 0, 8, None), Piece(ipc_bytes(_state(["b"])), 8, 16, None)]
     with pytest.raises(JobError, match="cannot move between tasks"):
-        assemble_state(spec, pieces)
+        assemble_state(spec, pieces)  # type: ignore[arg-type]
+
+
+def _count_window(keys: tuple[str, ...], **more: Any) -> Any:
+    from krishiv_py.plan.windows import TumblingWindow
+    from krishiv_py.stateful.aggregates import AggSpec
+    from krishiv_py.stateful.state import KernelSpec
+    from krishiv_py.stateful.window_kernel import WindowKernel
+
+    n = AggSpec(name="n", func="count", column=None, out_type=pa.int64(), in_type=None)
+    return WindowKernel(KernelSpec(keys=keys, window=TumblingWindow(size_ms=500), aggs=(n,), **more))
 
 
 def _join(kind: str, how: str, **more: Any) -> Any:
@@ -226,61 +233,147 @@ def _join(kind: str, how: str, **more: Any) -> Any:
     return SimpleNamespace(kernel=JoinKernel(spec), key_groups=16)  # what assemble_state reads
 
 
-JOINS = {
+def _chain(then_keys: tuple[str, ...] = ("k",)) -> Any:
+    from types import SimpleNamespace
+
+    from krishiv_py.stateful.chain import ChainKernel
+
+    first = _join("interval", "left", between=(0, 300), allowed_lateness_ms=400, event_times=True)
+    then = _count_window(then_keys, allowed_lateness_ms=400)
+    kernel = ChainKernel(first=first.kernel, then=then, columns=(("k", pa.string()),))
+    return SimpleNamespace(kernel=kernel, key_groups=16)
+
+
+def _union() -> Any:
+    from types import SimpleNamespace
+
+    from krishiv_py.stateful.union import UnionKernel
+
+    kernel = UnionKernel(branches=(_count_window(("k",)), _join("window", "left", window=_tumbling()).kernel))
+    return SimpleNamespace(kernel=kernel, key_groups=16)
+
+
+def _changes() -> Any:
+    from types import SimpleNamespace
+
+    from krishiv_py.stateful.aggregates import AggSpec
+    from krishiv_py.stateful.window_changes import ChangesWindowKernel
+
+    n = AggSpec(name="n", func="count", column=None, out_type=pa.int64(), in_type=None)
+    kernel = ChangesWindowKernel(
+        keys=("k",), window=_tumbling(), aggs=(n,), allowed_lateness_ms=300, accumulation="retracting"
+    )
+    return SimpleNamespace(kernel=kernel, key_groups=16)
+
+
+def _tumbling() -> Any:
+    from krishiv_py.plan.windows import TumblingWindow
+
+    return TumblingWindow(size_ms=500)
+
+
+#: Kernels whose state moves by key group, each stepped on 2, then 5, then 3 tasks below.
+MOVABLE = {
     "interval-inner": _join("interval", "inner", between=(-200, 200)),
     "interval-left-late-retracting": _join(
         "interval", "left", between=(0, 300), allowed_lateness_ms=400, accumulation="retracting"
     ),
     "interval-full": _join("interval", "full", between=(-100, 100), allowed_lateness_ms=200),
     "as-of": _join("as_of", "left", max_age_ms=500),
+    "window-inner": _join("window", "inner", window=_tumbling()),
+    "window-full-late-retracting": _join(
+        "window", "full", window=_tumbling(), allowed_lateness_ms=600, accumulation="retracting"
+    ),
+    "chain-join-then-window": _chain(),
+    "union-window-and-window-join": _union(),
+    "window-over-changes": _changes(),
 }
 
 
-@pytest.mark.parametrize("name", sorted(JOINS))
-def test_a_join_rescaled_from_2_to_5_to_3_tasks_equals_one_state(name: str, tmp_path: Path) -> None:
-    """An interval or as-of join's state splits by key group and rejoins: stepped on 2, then 5,
-    then 3 tasks (each its key groups' rows, its state read back through the store, a task with
-    no rows skipped now and then so that the tasks' sweep marks differ), it gives the results of
-    one state stepped over every row."""
-    from krishiv_py.names import BATCH_TS, JOIN_SIDE, SEQ
+def _random_rows(
+    name: str, rng: random.Random, b: int, watermark: int | None, sent: list[dict[str, Any]]
+) -> pa.Table:
+    """A micro-batch of random rows for kernel ``name``: a join's two sides, a union's two
+    branches, or a changelog's emits and retractions of rows emitted before (``sent``)."""
+    from krishiv_py.names import BATCH_TS, BRANCH, JOIN_SIDE, RESULT_KIND, SEQ
+
+    # A few keys per micro-batch: many tasks get no rows, and their marks stay behind.
+    keys = rng.sample([f"key{i}" for i in range(40)], rng.randint(1, 5))
+    n = rng.randint(5, 60)
+    ts = [max(0, (watermark or 0) + rng.randint(-600, 900)) for _ in range(n)]
+    k = [rng.choice(keys) for _ in range(n)]
+    seq = pa.array(range(b * 1000, b * 1000 + n), pa.int64())
+    if name == "window-over-changes":
+        rows: list[dict[str, Any]] = []
+        for key, t in zip(k, ts, strict=True):
+            if sent and rng.random() < 0.25:
+                rows.append({**sent.pop(rng.randrange(len(sent))), "kind": "retract"})
+            else:
+                rows.append({"k": key, "t": t * 1000, "kind": "emit"})
+                sent.append({"k": key, "t": t * 1000})
+        return pa.table(
+            {
+                "k": [r["k"] for r in rows],
+                BATCH_TS: pa.array([r["t"] for r in rows], pa.int64()),
+                RESULT_KIND: [r["kind"] for r in rows],
+                SEQ: seq,
+            }
+        )
+    left = [rng.random() < 0.5 for _ in range(n)]
+    cols: dict[str, Any] = {
+        JOIN_SIDE: ["left" if s else "right" for s in left],
+        "k": k,
+        "a": [rng.randint(0, 9) if s else None for s in left],
+        "b": [None if s else rng.randint(0, 9) for s in left],
+        BATCH_TS: pa.array([t * 1000 for t in ts], pa.int64()),
+        SEQ: seq,
+    }
+    if name.startswith("union"):
+        cols[BRANCH] = pa.array([rng.randint(0, 1) for _ in range(n)], pa.int32())
+    return pa.table(cols)
+
+
+@pytest.mark.parametrize("name", sorted(MOVABLE))
+def test_a_kernel_rescaled_from_2_to_5_to_3_tasks_equals_one_state(name: str, tmp_path: Path) -> None:
+    """A movable kernel's state splits by key group and rejoins: stepped on 2, then 5, then 3
+    tasks (each its key groups' rows, its state read back through the store, a task with no rows
+    skipped now and then so that the tasks' marks differ — a window join's fired windows, a
+    chain's and a union's watermarks), it gives the results of one state stepped over every row.
+    A moved state's parts are stepped to the micro-batch's watermark before they are gathered,
+    as the operator does; what that fires comes first."""
     from krishiv_py.stateful._arrow import ipc_table
 
     forget_cache()
-    spec = JOINS[name]
+    spec = MOVABLE[name]
     kernel = spec.kernel
-    assert kernel.state_keys == ("k",)
+    assert kernel.movable
     rng = random.Random(name)
-    keys = [f"key{i}" for i in range(40)]
     batches: list[tuple[pa.Table, int | None]] = []
     watermark: int | None = None
+    sent: list[dict[str, Any]] = []
     for b in range(12):
-        n = rng.randint(5, 60)
-        left = [rng.random() < 0.5 for _ in range(n)]
-        ts = [max(0, (watermark or 0) + rng.randint(-600, 900)) for _ in range(n)]
-        rows = pa.table(
-            {
-                JOIN_SIDE: ["left" if s else "right" for s in left],
-                "k": [rng.choice(keys) for _ in range(n)],
-                "a": [rng.randint(0, 9) if s else None for s in left],
-                "b": [None if s else rng.randint(0, 9) for s in left],
-                BATCH_TS: pa.array([t * 1000 for t in ts], pa.int64()),
-                SEQ: pa.array(range(b * 1000, b * 1000 + n), pa.int64()),
-            }
-        )
-        batches.append((rows, watermark))
+        batches.append((_random_rows(name, rng, b, watermark, sent), watermark))
         watermark = (watermark or 0) + rng.randint(0, 400)
     batches.append((batches[0][0].slice(0, 0), 10**7))  # everything due, everything swept
 
     def results(table: pa.Table) -> list[str]:
         return [repr(sorted(r.items())) for r in table.to_pylist()]
 
+    def stepped(state: pa.Table | None, rows: pa.Table, w: int | None) -> tuple[pa.Table, list[str]]:
+        """What the watermark made due fires before the rows meet the state (the operator fires
+        it at the end of the micro-batch before, or a tick wakes the task)."""
+        state, fired = kernel.step(state, rows.slice(0, 0), w, 0)
+        state, out = kernel.step(state, rows, w, 0)
+        return state, results(fired.results) + results(out.results)
+
     whole: pa.Table | None = None
     expected: list[str] = []
     for rows, w in batches:
-        whole, out = kernel.step(whole, rows, w, 0)
-        expected += results(out.results)
+        whole, out = stepped(whole, rows, w)
+        expected += out
 
     got: list[str] = []
+    moved = 0
     root = str(tmp_path)
     for tasks, steps in ((2, range(0, 4)), (5, range(4, 8)), (3, range(8, len(batches)))):
         ranges = task_ranges(spec.key_groups, tasks)
@@ -291,14 +384,18 @@ def test_a_join_rescaled_from_2_to_5_to_3_tasks_equals_one_state(name: str, tmp_
             for lo, hi in ranges:
                 mine = rows.filter(pa.array((groups >= lo) & (groups < hi)))
                 if not mine.num_rows and b < len(batches) - 1 and rng.random() < 0.5:
-                    continue  # no rows and not ticked: its sweep mark stays behind
+                    continue  # no rows and not ticked: its marks stay behind
                 store = KeyGroupStore(root, lo, hi, since=steps.start, current=current)
-                state = assemble_state(spec, store.load_before(b))
-                new, out = kernel.step(state, mine, w, 0)
-                got += results(out.results)
+                state, caught = assemble_state(spec, store.load_before(b), w, 0, mine.slice(0, 0))
+                if caught is not None:
+                    got += results(caught.results)
+                    moved += 1
+                new, out = stepped(state, mine, w)
+                got += out
                 store.save(b, ipc_bytes(new))
                 assert ipc_table(ipc_bytes(new)).num_rows == new.num_rows
     assert sorted(got) == sorted(expected) and len(expected) > 50
+    assert moved > 0  # some task gathered parts of several tasks' states
 
 
 # --- what a checkpoint records ---------------------------------------------------------------
@@ -389,16 +486,18 @@ def _rows(table: pa.Table) -> list[tuple[Any, ...]]:
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("pipeline", ["window", "interval-join"])
+@pytest.mark.parametrize("pipeline", ["window", "join-then-window"])
 def test_a_job_rescaled_from_2_to_5_to_3_tasks_equals_an_uninterrupted_run(
     session: kp.Session, tmp_path: Path, pipeline: str
 ) -> None:
-    """A window, and an interval join (its checkpoint given as a ``file://`` URI: the same
-    carrier, records and files)."""
+    """A window; and a left interval join with retractions, then a window over its changes in
+    the same operator (a chain: its tasks' marks differ, so a moved state's parts are stepped to
+    the micro-batch's watermark before they are gathered), its checkpoint given as a ``file://``
+    URI (the same carrier, records and files)."""
     spark = session.spark
     batches = _batches()
     before = spark.conf.get("spark.sql.shuffle.partitions")
-    uri = pipeline == "interval-join"
+    uri = pipeline == "join-then-window"
 
     def build(stream: Any) -> Any:
         timed = stream.watermark("t", 1_500)
@@ -416,6 +515,10 @@ def test_a_job_rescaled_from_2_to_5_to_3_tasks_equals_an_uninterrupted_run(
             .interval_join(large.key_by("k"), between=(-1_000, 1_000), how="left")
             .allowed_lateness(1_000)
             .accumulation("retracting")
+            .key_by("k")
+            .tumbling_window(2_000)
+            .accumulation("retracting")
+            .agg(kp.count(kp.col("*")).alias("n"), kp.sum(kp.col("a")).alias("s"))
         )
 
     def run(checkpoint: Path, plan: list[tuple[int, list[int]]]) -> list[tuple[Any, ...]]:

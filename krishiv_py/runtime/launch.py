@@ -277,7 +277,7 @@ def start_streaming_job(
                 records,
                 1 if node.carrier == "one-task" else partitions,
                 asked=None if asked is None else str(asked),
-                movable=node.operator.kernel.state_keys is not None,
+                movable=node.operator.kernel.movable,
                 what=node.operator.kernel.describe(),
             )
             _record_operator(records, node.operator.kernel)

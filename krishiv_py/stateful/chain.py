@@ -42,6 +42,8 @@ State
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import attrs
 import numpy as np
 import pyarrow as pa
@@ -58,9 +60,12 @@ from krishiv_py.stateful._arrow import ipc_bytes, ipc_table
 from krishiv_py.stateful.between import Between, handed_rows
 from krishiv_py.stateful.kernel import StepOutput
 from krishiv_py.stateful.protocol import NOT_DUE, Kernel, Unmerged
+from krishiv_py.stateful.regroup import Keep
 
 __all__ = ["ChainKernel", "kinds_of"]
 
+#: A kernel's state that holds nothing.
+_EMPTY = pa.table({})
 _STATE = pa.schema(
     [pa.field(name, pa.binary()) for name in (CHAIN_FIRST, CHAIN_THEN)]
     + [pa.field(name, pa.int64()) for name in (CHAIN_WATERMARK, CHAIN_SEQ, CHAIN_ROWS)]
@@ -90,7 +95,41 @@ class ChainKernel(Unmerged):
 
     @property
     def state_keys(self) -> tuple[str, ...] | None:
-        return None  # (its state is not split by key group yet)
+        return None  # (one row: both kernels' states)
+
+    @property
+    def movable(self) -> bool:
+        # Rows are bucketed by ``first``'s keys; ``then``'s state splits by them only when they
+        # are its keys too (a window keyed by more columns than the join's keeps its tasks).
+        return self.first.movable and self.then.movable and tuple(self.first.keys) == tuple(self.then.keys)
+
+    def split_state(self, state: pa.Table, keep: Keep) -> pa.Table:
+        first, then, watermark, seq = _split(state)
+        if first is None and then is None:
+            return state
+        return _joined(
+            self.first.split_state(first, keep) if first is not None else _EMPTY,
+            self.then.split_state(then, keep) if then is not None else _EMPTY,
+            watermark,
+            seq,
+        )
+
+    def gather_states(self, states: Sequence[pa.Table]) -> pa.Table | None:
+        parts = [_split(s) for s in states]
+        held = [p for p in parts if p[0] is not None or p[1] is not None]
+        if not held:
+            return states[0] if states else None
+        firsts = [p[0] for p in held if p[0] is not None]
+        thens = [p[1] for p in held if p[1] is not None]
+        marks = [p[2] for p in held if p[2] is not None]  # (equal: each stepped to one watermark)
+        first = self.first.gather_states(firsts) if firsts else None
+        then = self.then.gather_states(thens) if thens else None
+        return _joined(
+            _EMPTY if first is None else first,
+            _EMPTY if then is None else then,
+            max(marks) if marks else None,
+            max(p[3] for p in held),  # (arrival numbers: only their order within a key counts)
+        )
 
     @property
     def identity(self) -> tuple[str, ...]:

@@ -41,6 +41,7 @@ from krishiv_py.plan.windows import SlidingWindow, TumblingWindow
 from krishiv_py.stateful.grouping import canonical, group_ids, withdrawn
 from krishiv_py.stateful.kernel import StepOutput
 from krishiv_py.stateful.protocol import NOT_DUE, Unmerged
+from krishiv_py.stateful.regroup import FlatState
 
 __all__ = ["SIDE", "JoinKernel", "JoinSpec", "next_due", "step"]
 
@@ -863,7 +864,7 @@ def _int64(column: Any, fill: int) -> np.ndarray:
 
 
 @attrs.frozen
-class JoinKernel(Unmerged):
+class JoinKernel(FlatState, Unmerged):
     """A join as a :class:`~krishiv_py.stateful.protocol.Kernel`: both sides' rows in one batch.
 
     Its results have no identity of their own but a window join's keys and
@@ -893,11 +894,11 @@ class JoinKernel(Unmerged):
 
     @property
     def state_keys(self) -> tuple[str, ...] | None:
-        # An interval or as-of join's rows carry their own flags (matched, padded, emitted): its
-        # state splits by key and rejoins, the sweep mark of a state gathered from several tasks'
-        # dropped (the next step sweeps again, which changes nothing already swept). A window
-        # join's fired windows are those ending at or before its one sweep mark: not split yet.
-        return None if self.spec.kind == "window" else self.spec.keys
+        # Every stored row holds its keys. An interval or as-of join's rows carry their own flags
+        # (matched, padded, emitted); a window join's fired windows are those ending at or before
+        # its one sweep mark, which the parts of a moved state agree on once each was stepped to
+        # the micro-batch's watermark (krishiv_py.stateful.regroup).
+        return self.spec.keys
 
     @property
     def identity(self) -> tuple[str, ...]:

@@ -127,6 +127,7 @@ from krishiv_py.stateful.aggregates import (
 from krishiv_py.stateful.grouping import canonical, first_rows, group_ids, segment_starts
 from krishiv_py.stateful.kernel import StepOutput, arrivals
 from krishiv_py.stateful.protocol import NOT_DUE, Unmerged
+from krishiv_py.stateful.regroup import FlatState
 
 __all__ = ["KeyedAggKernel"]
 
@@ -143,7 +144,7 @@ _SPECIAL: dict[str, float] = {"nan": float("nan"), "pinf": float("inf"), "ninf":
 
 
 @attrs.frozen(kw_only=True)
-class KeyedAggKernel(Unmerged):
+class KeyedAggKernel(FlatState, Unmerged):
     """An aggregation per key without a window, as a :class:`~krishiv_py.stateful.protocol.Kernel`.
 
     Parameters

@@ -54,12 +54,13 @@ from krishiv_py.names import BATCH_TS, IN_TOP, RESULT_KIND, SEQ
 from krishiv_py.stateful.grouping import group_ids, withdrawn
 from krishiv_py.stateful.kernel import StepOutput, arrivals
 from krishiv_py.stateful.protocol import NOT_DUE, Unmerged
+from krishiv_py.stateful.regroup import FlatState
 
 __all__ = ["KeyedTopNKernel", "top_rows"]
 
 
 @attrs.frozen(kw_only=True)
-class KeyedTopNKernel(Unmerged):
+class KeyedTopNKernel(FlatState, Unmerged):
     """Top-N per key over all rows, as a :class:`~krishiv_py.stateful.protocol.Kernel`."""
 
     keys: tuple[str, ...]

@@ -46,7 +46,7 @@ from __future__ import annotations
 import itertools
 import struct
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 import attrs
@@ -78,6 +78,7 @@ from krishiv_py.stateful.held_state import KeyedState, WholeState, open_held, op
 from krishiv_py.stateful.key_groups import key_groups_of, task_ranges
 from krishiv_py.stateful.premerge import MERGED_ROWS
 from krishiv_py.stateful.protocol import Kernel
+from krishiv_py.stateful.regroup import Keep
 from krishiv_py.stateful.stage import StageSpec
 from krishiv_py.stateful.state import WINDOW_END, WINDOW_START
 from krishiv_py.stateful.versioned import KeyGroupStore, Piece, VersionedBlobs, range_name
@@ -316,50 +317,70 @@ def run_bucket_files(
     clock = _Clock()
     bucket = int(key[0])
     watermark, started_ms = batch_of()
-    store, held = open_state(spec, root, bucket, batch_id)
-    load_us = clock.lap()
     given = decode_blobs(spec, [b for b in table.column(PACKED).to_pylist() if b is not None])
     now = started_ms if spec.batch_time else int(time.time() * 1000)
+    store, held, caught = open_state(spec, root, bucket, batch_id, watermark, now, given.rows.slice(0, 0))
+    load_us = clock.lap()
 
     def keep(state: WholeState | KeyedState) -> int:
         return write_state(state, store, batch_id)
 
-    payload, handed = _step(spec, bucket, held, given, watermark, now, keep, clock, (load_us, 0))
+    payload, handed = _step(spec, bucket, held, given, watermark, now, keep, clock, (load_us, 0), caught)
     return _output_table(spec, bucket, payload, handed)
 
 
 def open_state(
-    spec: OperatorSpec, root: str, bucket: int, batch_id: int
-) -> tuple[VersionedBlobs | KeyGroupStore, WholeState | KeyedState]:
+    spec: OperatorSpec,
+    root: str,
+    bucket: int,
+    batch_id: int,
+    watermark: int | None = None,
+    now: int = 0,
+    empty: pa.Table | None = None,
+) -> tuple[VersionedBlobs | KeyGroupStore, WholeState | KeyedState, kernel.StepOutput | None]:
     """Where task ``bucket``'s versions go, and its state as the micro-batches before ``batch_id``
     left it (after a restart on another number of tasks, gathered from the directories of the
-    layout before: then written whole by this micro-batch)."""
+    layout before, each part stepped to ``watermark``: then written whole by this micro-batch,
+    and what that step fired, which comes before the micro-batch's results)."""
     if not spec.key_groups:
         blobs = VersionedBlobs(root, bucket)
-        return blobs, open_held(spec.kernel, blobs, batch_id)
+        return blobs, open_held(spec.kernel, blobs, batch_id), None
     lo, hi = task_ranges(spec.key_groups, spec.buckets)[bucket]
     store = KeyGroupStore(root, lo, hi, since=spec.layout_since, current=spec.layout_dirs)
     pieces = store.moved_before(batch_id)
     if pieces is None:
-        return store, open_held(spec.kernel, store.own, batch_id)
+        return store, open_held(spec.kernel, store.own, batch_id), None
     moved = len(pieces) > 1 or pieces[0].groups is not None or (pieces[0].lo, pieces[0].hi) != (lo, hi)
-    return store, open_table(spec.kernel, assemble_state(spec, pieces), fresh=moved)
+    state, caught = assemble_state(spec, pieces, watermark, now, empty)
+    return store, open_table(spec.kernel, state, fresh=moved), caught
 
 
-def assemble_state(spec: OperatorSpec, pieces: list[Piece]) -> pa.Table | None:
+def assemble_state(
+    spec: OperatorSpec,
+    pieces: list[Piece],
+    watermark: int | None = None,
+    now: int = 0,
+    empty: pa.Table | None = None,
+) -> tuple[pa.Table | None, kernel.StepOutput | None]:
     """A task's state from the :class:`Piece`\\ s its key groups were left in (after a restart on
-    another number of tasks, several): each piece's rows of the key groups it gives, together.
+    another number of tasks, several): each piece's rows of the key groups it gives, together;
+    and what stepping them there emitted.
 
     A piece's rows are split by their key group (:mod:`krishiv_py.stateful.key_groups`), each
-    checked against the range it was stored for.
+    checked against the range it was stored for. The tasks that left the pieces stepped only
+    when they had rows, so their parts may stand at different watermarks (a window join's fired
+    windows, a chain's marks): each part is first stepped over no rows (``empty``: the batch's
+    columns) to the micro-batch's ``watermark``, as a tick would have stepped it, and what that
+    fires comes before the micro-batch's own results
+    (:mod:`krishiv_py.stateful.regroup`).
     """
     if len(pieces) == 1 and pieces[0].groups is None:
         blob = pieces[0].blob
-        return ipc_table(blob) if blob is not None else None
-    names = spec.kernel.state_keys
-    if names is None:
+        return (ipc_table(blob) if blob is not None else None), None
+    k = spec.kernel
+    if not k.movable:
         raise JobError(
-            f"the state of this job's operator ({spec.kernel.describe()}) cannot move between "
+            f"the state of this job's operator ({k.describe()}) cannot move between "
             "tasks: start it with the spark.sql.shuffle.partitions it ran with, or on a new checkpoint"
         )
     parts = []
@@ -367,10 +388,27 @@ def assemble_state(spec: OperatorSpec, pieces: list[Piece]) -> pa.Table | None:
         if piece.blob is None:
             continue
         table = ipc_table(piece.blob)
-        if piece.groups is None:
-            parts.append(table)
-            continue
-        groups = key_groups_of([table.column(k) for k in names], spec.key_groups, table.num_rows)
+        parts.append(table if piece.groups is None else k.split_state(table, _keep(spec, piece)))
+    if len(parts) < 2 or watermark is None or empty is None:
+        return k.gather_states(parts), None
+    outs = []
+    for i, part in enumerate(parts):
+        parts[i], out = k.step(part, empty, watermark, now)
+        outs.append(out)
+    caught = outs[0]
+    for out in outs[1:]:
+        caught = _then(caught, out)
+    return k.gather_states(parts), caught
+
+
+def _keep(spec: OperatorSpec, piece: Piece) -> Keep:
+    """Which state rows of ``piece`` the task takes: those of its key groups (a row of a group
+    outside the piece's range means the state's keys do not hash as its rows did)."""
+    assert piece.groups is not None
+    wanted = np.asarray(piece.groups)
+
+    def keep(columns: Sequence[pa.ChunkedArray[Any]], rows: int) -> np.ndarray:
+        groups = key_groups_of(list(columns), spec.key_groups, rows)
         outside = (groups < piece.lo) | (groups >= piece.hi)
         if outside.any():
             raise JobError(
@@ -378,17 +416,9 @@ def assemble_state(spec: OperatorSpec, pieces: list[Piece]) -> pa.Table | None:
                 f"{int(groups[outside][0])}: the state's keys do not hash as its rows did, so it "
                 "cannot be split; start the job with the spark.sql.shuffle.partitions it ran with"
             )
-        parts.append(table.filter(pa.array(np.isin(groups, np.asarray(piece.groups)))))
-    parts = [p for p in parts if p.num_rows]
-    if not parts:
-        return None
-    if len(parts) == 1:
-        return parts[0]
-    marks = [p.schema.metadata or {} for p in parts]  # (a mark of the whole table: one task's)
-    together = pa.concat_tables(
-        [p.replace_schema_metadata(None) for p in parts], promote_options="permissive"
-    )
-    return together.replace_schema_metadata(marks[0]) if all(m == marks[0] for m in marks) else together
+        return np.isin(groups, wanted)
+
+    return keep
 
 
 def run_buckets_files(
@@ -483,16 +513,20 @@ def _step(
     keep: Callable[[WholeState | KeyedState], int],
     clock: _Clock,
     before: tuple[int, int],
+    caught: kernel.StepOutput | None = None,
 ) -> tuple[bytes, list[bytes]]:
     """The kernel's step over one bucket's input (over the rows of the keys it touches, for keyed
     state: :mod:`~krishiv_py.stateful.held_state`); its new state to ``keep``, which writes it when
-    it changed; the payload and the rows handed on to a stage."""
+    it changed; the payload and the rows handed on to a stage. ``caught``: what stepping a moved
+    state's parts to the watermark fired (:func:`assemble_state`), emitted first."""
     given.check_watermark(watermark)
     batch = given.rows
     decode_us = clock.lap()
     taken = held.take(batch, given.merged, watermark)
     new_state, out = spec.kernel.step(taken, batch, watermark, now, merged=given.merged)
     held.put(new_state)
+    if caught is not None:
+        out = _after(caught, out)
     fire = fire_watermark(spec, given.highest_us, watermark)
     if fire is not None and held.next_due()[0] <= fire:
         # What the watermark after this micro-batch makes due fires now, not in the next one.
@@ -558,6 +592,19 @@ def _then(first: kernel.StepOutput, fired: kernel.StepOutput) -> kernel.StepOutp
         closed=pa.concat_tables(closed) if closed else None,
         expired=first.expired + fired.expired,
         arithmetic_errors=first.arithmetic_errors + fired.arithmetic_errors,
+    )
+
+
+def _after(caught: kernel.StepOutput, out: kernel.StepOutput) -> kernel.StepOutput:
+    """A step's output after what a moved state's parts fired when stepped to its watermark: their
+    results first; the rows' indices and counts the step's."""
+    closed = [c for c in (caught.closed, out.closed) if c is not None]
+    return attrs.evolve(
+        out,
+        results=pa.concat_tables([caught.results, out.results], promote_options="permissive"),
+        closed=pa.concat_tables(closed) if closed else None,
+        expired=caught.expired + out.expired,
+        arithmetic_errors=caught.arithmetic_errors + out.arithmetic_errors,
     )
 
 

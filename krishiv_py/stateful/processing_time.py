@@ -35,6 +35,8 @@ Examples
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import attrs
 import numpy as np
 import pyarrow as pa
@@ -45,6 +47,7 @@ from krishiv_py.plan.windows import in_processing_time
 from krishiv_py.stateful._arrow import replaced
 from krishiv_py.stateful.kernel import StepOutput
 from krishiv_py.stateful.protocol import NOT_DUE, Unmerged
+from krishiv_py.stateful.regroup import Keep
 from krishiv_py.stateful.window_kernel import WindowKernel
 
 __all__ = ["ProcessingTimeKernel"]
@@ -67,6 +70,16 @@ class ProcessingTimeKernel(Unmerged):
     @property
     def state_keys(self) -> tuple[str, ...] | None:
         return self.inner.state_keys
+
+    @property
+    def movable(self) -> bool:
+        return self.inner.movable
+
+    def split_state(self, state: pa.Table, keep: Keep) -> pa.Table:
+        return self.inner.split_state(state, keep)
+
+    def gather_states(self, states: Sequence[pa.Table]) -> pa.Table | None:
+        return self.inner.gather_states(states)
 
     @property
     def accumulation(self) -> str:

@@ -10,8 +10,10 @@ a branch in the glue.
 
 What a kernel says about itself
     ``keys``: the columns its rows are bucketed by (rows of equal keys meet
-    in one call); ``state_keys``: where its state keeps them, so that a
-    restart on another number of tasks moves each key's state (SPEC 3.15);
+    in one call); ``state_keys``: where its state keeps them; ``movable``:
+    whether a restart on another number of tasks moves each key's state
+    (SPEC 3.15), by :meth:`Kernel.split_state` and
+    :meth:`Kernel.gather_states` (:mod:`krishiv_py.stateful.regroup`);
     ``accumulation``: how its firings relate; ``identity``:
     the result columns that identify one result row (what a downstream
     operator or a table sink replaces or withdraws by), ``()`` when its
@@ -34,10 +36,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import numpy as np
     import pyarrow as pa
 
     from krishiv_py.stateful.kernel import StepOutput
+    from krishiv_py.stateful.regroup import Keep
 
 __all__ = ["NOT_DUE", "Kernel", "Unmerged"]
 
@@ -59,7 +64,22 @@ class Kernel(Protocol):
     def state_keys(self) -> tuple[str, ...] | None:
         """The state's columns that hold :attr:`keys`, in order: each state row's key group is
         their hash (:mod:`krishiv_py.stateful.key_groups`), so its state can move to another
-        task. None: the state cannot be split by key group (a job keeps its number of tasks)."""
+        task. None: its state rows do not hold their keys (a state that nests others' states,
+        or one that cannot move)."""
+        ...
+
+    @property
+    def movable(self) -> bool:
+        """Whether its state can move between tasks by key group (:meth:`split_state`,
+        :meth:`gather_states`); False: a job keeps its number of tasks."""
+        ...
+
+    def split_state(self, state: pa.Table, keep: Keep) -> pa.Table:
+        """The part of ``state`` whose keys ``keep`` keeps (every nested state split the same way)."""
+        ...
+
+    def gather_states(self, states: Sequence[pa.Table]) -> pa.Table | None:
+        """One state from states of disjoint keys that were each stepped to the same watermark."""
         ...
 
     @property

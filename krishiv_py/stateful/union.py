@@ -36,6 +36,7 @@ Examples
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
@@ -47,6 +48,7 @@ from krishiv_py.stateful._arrow import ipc_bytes, ipc_table
 from krishiv_py.stateful.between import Between
 from krishiv_py.stateful.kernel import StepOutput
 from krishiv_py.stateful.protocol import NOT_DUE, Kernel, Unmerged
+from krishiv_py.stateful.regroup import Keep
 
 __all__ = ["UnionKernel"]
 
@@ -71,7 +73,28 @@ class UnionKernel(Unmerged):
 
     @property
     def state_keys(self) -> tuple[str, ...] | None:
-        return None  # (its state is not split by key group yet)
+        return None  # (one row: each branch's state)
+
+    @property
+    def movable(self) -> bool:
+        # Each branch's rows are bucketed by its own keys: its state splits by them.
+        return all(b.movable for b in self.branches)
+
+    def split_state(self, state: pa.Table, keep: Keep) -> pa.Table:
+        return _joined(
+            [
+                None if s is None else b.split_state(s, keep)
+                for b, s in zip(self.branches, _split(state, len(self.branches)), strict=True)
+            ]
+        )
+
+    def gather_states(self, states: Sequence[pa.Table]) -> pa.Table | None:
+        parts = [_split(s, len(self.branches)) for s in states]
+        gathered: list[pa.Table | None] = []
+        for i, branch in enumerate(self.branches):
+            held = [t for p in parts if (t := p[i]) is not None]
+            gathered.append(branch.gather_states(held) if held else None)
+        return _joined(gathered)
 
     @property
     def identity(self) -> tuple[str, ...]:

@@ -60,6 +60,7 @@ A retraction after the window fired corrects it:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
@@ -86,6 +87,7 @@ from krishiv_py.stateful.aggregates import AggSpec
 from krishiv_py.stateful.grouping import withdrawn
 from krishiv_py.stateful.kernel import StepOutput
 from krishiv_py.stateful.protocol import NOT_DUE, Unmerged
+from krishiv_py.stateful.regroup import Keep, split_table
 
 __all__ = ["ChangesWindowKernel"]
 
@@ -126,7 +128,30 @@ class ChangesWindowKernel(Unmerged):
 
     @property
     def state_keys(self) -> tuple[str, ...] | None:
-        return None  # (its state is not split by key group yet)
+        return None  # (one row: the live rows and the fired windows)
+
+    @property
+    def movable(self) -> bool:
+        return True  # both tables hold the keys, by name
+
+    def split_state(self, state: pa.Table, keep: Keep) -> pa.Table:
+        held, mark = _split(state)
+        if held is None:
+            return state
+        live, emitted = (split_table(t, self.keys, keep) for t in held)
+        due = int(state.column(CHANGES_STATE)[0].as_py()[1])  # (a part's is never earlier)
+        return _joined(cascade.CascadeState(live, emitted, mark), due)
+
+    def gather_states(self, states: Sequence[pa.Table]) -> pa.Table | None:
+        parts = [(_split(s), s) for s in states if s.num_rows]
+        if not parts:
+            return states[0] if states else None
+        held = [h for (h, _), _ in parts if h is not None]
+        live = pa.concat_tables([h[0] for h in held], promote_options="permissive")
+        emitted = pa.concat_tables([h[1] for h in held], promote_options="permissive")
+        marks = [m for (_, m), _ in parts if m is not None]  # (equal: each stepped to one watermark)
+        due = min(int(s.column(CHANGES_STATE)[0].as_py()[1]) for _, s in parts)
+        return _joined(cascade.CascadeState(live, emitted, max(marks) if marks else None), due)
 
     @property
     def identity(self) -> tuple[str, ...]:

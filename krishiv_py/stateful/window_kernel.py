@@ -31,13 +31,14 @@ from krishiv_py.plan.windows import EventSlidingWindow
 from krishiv_py.stateful import kernel
 from krishiv_py.stateful.premerge import on_time_rows, premerge, premergeable
 from krishiv_py.stateful.protocol import NOT_DUE
+from krishiv_py.stateful.regroup import FlatState
 from krishiv_py.stateful.state import FIRED, LAST, NEWEST, PENDING, WE, WS, KernelSpec
 
 __all__ = ["WindowKernel"]
 
 
 @attrs.frozen
-class WindowKernel:
+class WindowKernel(FlatState):
     """A windowed aggregation as a :class:`~krishiv_py.stateful.protocol.Kernel`."""
 
     spec: KernelSpec
