@@ -244,6 +244,30 @@ def _chain(then_keys: tuple[str, ...] = ("k",)) -> Any:
     return SimpleNamespace(kernel=kernel, key_groups=16)
 
 
+def _chain_over_changes() -> Any:
+    """A left join with retractions, then a window over its changes (count and sum): the window's
+    live rows are numbered by the chain's arrival count, which each task keeps for itself."""
+    from types import SimpleNamespace
+
+    from krishiv_py.stateful.chain import ChainKernel
+
+    first = _join(
+        "interval",
+        "left",
+        between=(0, 300),
+        allowed_lateness_ms=400,
+        accumulation="retracting",
+        event_times=True,
+    )
+    kernel = ChainKernel(
+        first=first.kernel,
+        then=_changes(aggs=("a",)).kernel,
+        columns=(("k", pa.string()), ("a", pa.int64())),
+        retracting=True,
+    )
+    return SimpleNamespace(kernel=kernel, key_groups=16)
+
+
 def _union() -> Any:
     from types import SimpleNamespace
 
@@ -253,15 +277,18 @@ def _union() -> Any:
     return SimpleNamespace(kernel=kernel, key_groups=16)
 
 
-def _changes() -> Any:
+def _changes(aggs: tuple[str, ...] = ()) -> Any:
     from types import SimpleNamespace
 
     from krishiv_py.stateful.aggregates import AggSpec
     from krishiv_py.stateful.window_changes import ChangesWindowKernel
 
     n = AggSpec(name="n", func="count", column=None, out_type=pa.int64(), in_type=None)
+    sums = tuple(
+        AggSpec(name=f"s_{c}", func="sum", column=c, out_type=pa.int64(), in_type=pa.int64()) for c in aggs
+    )
     kernel = ChangesWindowKernel(
-        keys=("k",), window=_tumbling(), aggs=(n,), allowed_lateness_ms=300, accumulation="retracting"
+        keys=("k",), window=_tumbling(), aggs=(n, *sums), allowed_lateness_ms=300, accumulation="retracting"
     )
     return SimpleNamespace(kernel=kernel, key_groups=16)
 
@@ -285,6 +312,7 @@ MOVABLE = {
         "window", "full", window=_tumbling(), allowed_lateness_ms=600, accumulation="retracting"
     ),
     "chain-join-then-window": _chain(),
+    "chain-join-then-window-over-changes": _chain_over_changes(),
     "union-window-and-window-join": _union(),
     "window-over-changes": _changes(),
 }

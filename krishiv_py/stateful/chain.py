@@ -128,7 +128,9 @@ class ChainKernel(Unmerged):
             _EMPTY if first is None else first,
             _EMPTY if then is None else then,
             max(marks) if marks else None,
-            max(p[3] for p in held),  # (arrival numbers: only their order within a key counts)
+            # Arrival numbers: each task counted its own; the next are above every task's (a
+            # window over a changelog renumbers its live rows below their sum).
+            sum(p[3] for p in held),
         )
 
     @property

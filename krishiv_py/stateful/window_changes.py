@@ -147,7 +147,7 @@ class ChangesWindowKernel(Unmerged):
         if not parts:
             return states[0] if states else None
         held = [h for (h, _), _ in parts if h is not None]
-        live = pa.concat_tables([h[0] for h in held], promote_options="permissive")
+        live = pa.concat_tables(_numbered([h[0] for h in held]), promote_options="permissive")
         emitted = pa.concat_tables([h[1] for h in held], promote_options="permissive")
         marks = [m for (_, m), _ in parts if m is not None]  # (equal: each stepped to one watermark)
         due = min(int(s.column(CHANGES_STATE)[0].as_py()[1]) for _, s in parts)
@@ -258,6 +258,22 @@ class ChangesWindowKernel(Unmerged):
             f"krishiv window over retractions: keys={list(self.keys)} window={self.window!r} "
             f"allowed_lateness_ms={self.allowed_lateness_ms} accumulation={self.accumulation}"
         )
+
+
+def _numbered(lives: list[pa.Table]) -> list[pa.Table]:
+    """Live rows of several tasks, their identities made one numbering: each task numbered its
+    rows by its own arrival count (a chain's), so two tasks' rows may share one; renumbered
+    0, 1, ... in each task's order, one task after the other. The rows that arrive next are
+    numbered from at least the sum of the tasks' counts (:class:`~krishiv_py.stateful.chain.ChainKernel`),
+    never below these."""
+    out, start = [], 0
+    for live in lives:
+        ids = np.asarray(live.column(_ID).to_numpy(), np.int64)
+        numbers = np.empty(len(ids), np.int64)
+        numbers[np.argsort(ids, kind="stable")] = np.arange(start, start + len(ids), dtype=np.int64)
+        out.append(live.set_column(live.schema.get_field_index(_ID), _ID, pa.array(numbers)))
+        start += len(ids)
+    return out
 
 
 def _changes(rows: pa.Table, *, deleted: bool) -> pa.Table:
