@@ -122,3 +122,42 @@ def test_a_builder_argument_that_is_not_a_duration_names_itself() -> None:
         _stream().watermark("t", "soon")
     with pytest.raises(kp.PlanError, match="slide"):
         _keyed().sliding_window("1 minute", "2 minutes")
+
+
+@pytest.mark.parametrize(
+    ("build", "warned"),
+    [
+        (lambda s: s.tumbling_window(60), "tumbling_window(60): size_ms=60 is 60 milliseconds"),
+        (lambda s: s.key_by("k").sliding_window(60_000, 10), "sliding_window(10): slide_ms=10"),
+        (lambda s: s.key_by("k").session_window(30), "session_window(30): gap_ms=30"),
+    ],
+)
+def test_a_bare_number_under_a_second_over_timestamps_warns_naming_the_unit(
+    build: Callable[[kp.Stream], Any], warned: str
+) -> None:
+    """``tumbling_window(60)`` meant as a minute: an int is milliseconds, which the warning says."""
+    timed = placeholder("k string, t timestamp, v bigint").watermark("t", "5 seconds")
+    with pytest.warns(UserWarning, match="did you mean") as seen:
+        build(timed)
+    assert str(seen[0].message).startswith(warned)
+    assert "'t'" in str(seen[0].message) and seen[0].filename == __file__  # the user's line
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda s: s.tumbling_window("60 ms"),  # written as milliseconds: meant
+        lambda s: s.tumbling_window(dt.timedelta(milliseconds=60)),
+        lambda s: s.tumbling_window(60_000),
+        lambda s: s.tumbling_window(1_000),
+    ],
+)
+def test_milliseconds_written_as_such_or_a_second_and_more_do_not_warn(
+    build: Callable[[kp.Stream], Any],
+) -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        build(placeholder("k string, t timestamp, v bigint").watermark("t", 0))
+        _keyed().tumbling_window(60).agg(AGG)  # event times that are numbers: their unit is the user's

@@ -7,6 +7,7 @@ Every call validates its arguments and returns a new object.
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
@@ -74,12 +75,12 @@ class WindowAssigners:
         window = TumblingWindow(
             size_ms=as_ms("size_ms", size_ms), offset_ms=as_ms("offset_ms", offset_ms), time=time
         )
-        return self._windowed(window)
+        return _checked_units(self._windowed(window), "tumbling_window", size_ms=size_ms)
 
     def sliding_window(self, size_ms: Duration, slide_ms: Duration) -> WindowedStream:
         """Windows of ``size_ms`` starting every ``slide_ms`` (hopping windows)."""
         window = SlidingWindow(size_ms=as_ms("size_ms", size_ms), slide_ms=as_ms("slide_ms", slide_ms))
-        return self._windowed(window)
+        return _checked_units(self._windowed(window), "sliding_window", size_ms=size_ms, slide_ms=slide_ms)
 
     def session_window(self, gap_ms: Duration, *, max_duration_ms: Duration | None = None) -> WindowedStream:
         """Sessions that close after ``gap_ms`` without events, optionally capped.
@@ -93,7 +94,8 @@ class WindowAssigners:
         ``docs/windows.md`` for out-of-order rows).
         """
         capped = as_ms("max_duration_ms", max_duration_ms)
-        return self._windowed(SessionWindow(gap_ms=as_ms("gap_ms", gap_ms), max_duration_ms=capped))
+        windowed = self._windowed(SessionWindow(gap_ms=as_ms("gap_ms", gap_ms), max_duration_ms=capped))
+        return _checked_units(windowed, "session_window", gap_ms=gap_ms)
 
     def event_sliding_window(self, size_ms: Duration, *, grace_ms: Duration = 0) -> WindowedStream:
         """Kafka Streams' sliding windows (KIP-450): one window per distinct set of rows within ``size_ms``.
@@ -143,6 +145,36 @@ class WindowAssigners:
         )
         windowed = self._windowed(window)
         return windowed._emit(allowed_lateness_ms=window.discard_age_ms)
+
+
+def _checked_units(windowed: WindowedStream, call: str, **given: Duration) -> WindowedStream:
+    """Warn when a window's length is a bare number under 1,000 on a stream whose event times are
+    timestamps: an int is milliseconds, and ``tumbling_window(60)`` meant as a minute makes 60 ms
+    windows without a word otherwise. Seconds written as such (``"500 ms"``, a ``timedelta``), or
+    event times that are numbers, are taken as meant.
+
+    >>> import warnings
+    >>> from krishiv_py.api.stream import placeholder
+    >>> timed = placeholder("t timestamp, k string").watermark("t", "5 seconds")
+    >>> with warnings.catch_warnings(record=True) as seen:
+    ...     warnings.simplefilter("always")
+    ...     _ = timed.tumbling_window(60), timed.tumbling_window("60 ms")
+    >>> len(seen), str(seen[0].message).split("; ")[1]
+    (1, "did you mean 60_000 or '60 seconds'?")
+    """
+    if in_processing_time(windowed.window):
+        return windowed
+    time = n.event_time(windowed.stream.plan)
+    if time is None or time.dtype.name not in ("timestamp", "timestamp_ntz", "date"):
+        return windowed
+    for name, value in given.items():
+        if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 1_000:
+            warnings.warn(
+                f"{call}({value}): {name}={value} is {value} milliseconds (an int is milliseconds) "
+                f"over the timestamps of {time.column!r}; did you mean {value}_000 or '{value} seconds'?",
+                stacklevel=3,
+            )
+    return windowed
 
 
 @attrs.frozen
