@@ -98,6 +98,20 @@ def test_the_nexmark_command_runs_a_composed_query_bounded_against_duckdb(
     assert outcome.krishiv_s > 0 and not outcome.only_krishiv and not outcome.only_duckdb
 
 
+@pytest.mark.spark
+def test_the_nexmark_command_runs_the_suites_joins_and_hot_items_bounded_against_duckdb(
+    session: kp.Session, dataset: data.Dataset
+) -> None:
+    """``--query q3`` (also q5, q8, q20) with ``--events``: the benchmark suite's form of the query,
+    krishiv's bounded lowering against DuckDB's SQL of it, row for row."""
+    from benchmarks.nexmark.__main__ import SUITE, run_suite
+
+    outcomes = [run_suite(name, session, dataset) for name in SUITE]
+    for o in outcomes:
+        assert o.equal and not o.only_krishiv and not o.only_duckdb, o
+    assert {o.name: o.rows > 0 for o in outcomes} == dict.fromkeys(SUITE, True)
+
+
 def test_q7_a_join_of_each_windows_highest_price_with_the_bids_leaves_the_duckdb_rows(
     session: kp.Session, tmp_path_factory: pytest.TempPathFactory
 ) -> None:

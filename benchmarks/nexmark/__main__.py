@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import time
+from collections import Counter
 from dataclasses import replace
 from typing import Any
 
@@ -44,8 +45,12 @@ from benchmarks.sustain_queries import WORKLOADS
 from krishiv_py.devtools import KafkaBroker
 
 #: The queries the sustainable harness runs that have no module here: bounded through
-#: :mod:`benchmarks.nexmark_compose` when it has them (q4, q7, q9, q23), else ``--rate`` only.
+#: :mod:`benchmarks.nexmark_compose` (q4, q7, q9, q23) or the benchmark suite's own form
+#: (:data:`SUITE`: q3, q5, q8, q20).
 HARNESS_ONLY = ("q3", "q4", "q5", "q7", "q8", "q9", "q20", "q23")
+#: Harness queries whose bounded run is the benchmark suite's (``nexmark-qN`` of
+#: :mod:`benchmarks.queries`): krishiv's bounded lowering against DuckDB's SQL of the same query.
+SUITE = ("q3", "q5", "q8", "q20")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,13 +73,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.rate is not None:
         names = args.query or [q for q in (*NAMES, *HARNESS_ONLY) if f"nexmark-{q}" in WORKLOADS]
         return at_rate(names, args.rate, args.seconds, args.budget_s, args.flink_python)
-    if args.query and set(args.query) & set(HARNESS_ONLY) - set(COMPOSED):
-        asked = sorted(set(args.query) & set(HARNESS_ONLY) - set(COMPOSED))
-        parser.error(
-            f"{', '.join(asked)} {'has' if len(asked) == 1 else 'have'} no bounded run in this command "
-            f"yet (bounded here: {', '.join([*NAMES, *sorted(COMPOSED)])}): run streaming with --rate "
-            f"(e.g. --query {asked[0]} --rate 100000 --seconds 60)"
-        )
     dataset = data.nexmark(data.NexmarkSpec(events=args.events, files=args.files, extra=args.extra))
     names = args.query or list(NAMES)
     session = kp.Session.embedded()
@@ -91,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
             runs = [
                 run(query(name), streams, dataset)
                 if name in NAMES
+                else run_suite(name, session, dataset)
+                if name in SUITE
                 else run_composed(COMPOSED[name], session, dataset)
                 for _ in range(args.repeat + (1 if args.flink_python else 0))
             ]
@@ -139,6 +139,45 @@ def run_composed(q: NexmarkQuery, session: kp.Session, dataset: data.Dataset) ->
         equal=equal,
         only_krishiv=[] if equal else [tuple(r) for r in got.rows[:5]],
         only_duckdb=[] if equal else [tuple(r) for r in want[:5]],
+    )
+
+
+def run_suite(name: str, session: kp.Session, dataset: data.Dataset) -> Outcome:
+    """A query of :data:`SUITE` bounded as the benchmark suite runs it (``nexmark-<name>``:
+    krishiv's bounded lowering, then DuckDB's SQL of the same query), compared row for row."""
+    import duckdb
+
+    from benchmarks import joins, protocol, spark_runner
+    from benchmarks.arrow import rows_of
+    from benchmarks.digest import digest, norm
+    from benchmarks.duckdb_runner import join_sql, query_sql
+    from benchmarks.queries import QUERIES
+
+    q = QUERIES[f"nexmark-{name}"]
+    infos = protocol.tables_info(q, argparse.Namespace(nexmark=str(dataset.root), clickstream=None))
+    start = time.perf_counter()
+    if q.is_join:
+        got = joins.run_krishiv_bounded(session, q, infos)
+    else:
+        got = spark_runner.run_krishiv_bounded(session, q, infos[0].files())
+    krishiv_s = time.perf_counter() - start
+    paths = {t: i.files() + "/*.parquet" for t, i in zip(q.tables, infos, strict=True)}
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    start = time.perf_counter()
+    want = con.sql(join_sql(q, paths) if q.is_join else query_sql(q, paths[q.table])).to_arrow_table()
+    duckdb_s = time.perf_counter() - start
+    mine, theirs = list(rows_of(q.columns)(got)), list(rows_of(q.columns)(want))
+    left = Counter(tuple(norm(v) for v in r) for r in mine)
+    right = Counter(tuple(norm(v) for v in r) for r in theirs)
+    return Outcome(
+        name=name,
+        rows=len(theirs),
+        krishiv_s=krishiv_s,
+        duckdb_s=duckdb_s,
+        equal=digest(mine) == digest(theirs),
+        only_krishiv=list((left - right).elements())[:5],
+        only_duckdb=list((right - left).elements())[:5],
     )
 
 
