@@ -68,9 +68,13 @@ Runners (each in this process, one Spark session, one job per trial):
     sustained streaming rate divided by it says how close streaming gets to
     Spark's batch speed.
 
-Each runner first runs one untimed warm-up trial (the first job of a
-session pays for the JVM's warm-up and Spark's Python workers). Prints one
-line per trial and a summary; ``--json`` writes the records.
+Each runner first runs two untimed warm-up trials (the first jobs of a
+session pay for the JVM's warm-up and Spark's Python workers). The runners
+then take turns: every round tries each runner still searching at its next
+rate, in an order that reverses from round to round, so no runner is always
+the first after a pause; a first trial that fails is tried once more before
+the search turns down. Prints one line per trial (its round and position in
+it) and a summary; ``--json`` writes the records.
 """
 
 from __future__ import annotations
@@ -83,7 +87,7 @@ import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Generator, Hashable, Sequence
 from typing import Any, ParamSpec, TypeVar, cast
 
 import attrs
@@ -567,6 +571,115 @@ def _p99(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, int(np.ceil(0.99 * len(ordered))) - 1)]
 
 
+def search(start: int, steps: int, max_rate: int = MAX_RATE) -> Generator[int, bool, int]:
+    """The rates to try, each sent whether it was sustained; returns the highest sustained (0: none).
+
+    Doubles from ``start`` while a rate is sustained, then bisects ``steps``
+    times (until within 5 %). A first trial that fails is tried once more
+    before the search turns down: one trial can miss a budget by a few
+    milliseconds on a machine that is still warming up.
+
+    >>> s = search(100, 2)
+    >>> [next(s), s.send(False), s.send(True), s.send(False), s.send(True)]
+    [100, 100, 200, 150, 175]
+    """
+    low, high = 0, start
+    ok = yield high
+    if not ok:
+        ok = yield high  # the first rate, once more
+    while ok:
+        low, high = high, high * 2
+        if high > max_rate:
+            return low
+        ok = yield high
+    for _ in range(steps):
+        if high - low <= max(1, low // 20):
+            break
+        mid = (low + high) // 2
+        if (yield mid):
+            low = mid
+        else:
+            high = mid
+    return low
+
+
+#: Untimed trials of each runner before the search: the first jobs of a session pay for the JVM's
+#: warm-up and Spark's Python workers, and one gentle trial did not always pay it all.
+WARM_UPS = 2
+
+
+def sustainable_runners(
+    session: kp.Session,
+    runners: Sequence[str],
+    *,
+    start: int,
+    budget_s: float,
+    seconds: float,
+    steps: int,
+    feed: Feed = Feed(),
+    max_rate: int = MAX_RATE,
+    log: Any = print,
+    flink: FlinkProcess | None = None,
+    query: str = "tumbling",
+    warm_ups: int = WARM_UPS,
+) -> dict[str, tuple[int, list[dict[str, Any]]]]:
+    """Each runner's highest sustained rate and its trials' records, the runners taking turns.
+
+    Every runner first runs ``warm_ups`` untimed trials; then each round
+    tries every runner still searching at its next rate (:func:`search`),
+    in an order that reverses from round to round, so that no runner is
+    always the first after a pause or always the one beside a noisy
+    neighbour. Each record says its ``round`` and ``position`` in it.
+    """
+
+    def order(i: int, names: Sequence[str]) -> list[str]:
+        return list(names) if i % 2 == 0 else list(reversed(names))
+
+    for w in range(warm_ups):
+        for runner in order(w, runners):
+            warm_up = trial(
+                session,
+                runner,
+                start,
+                min(seconds, 12.0),
+                budget_s,
+                seed=-1 - w,
+                feed=feed,
+                flink=flink,
+                query=query,
+            )
+            log(json.dumps({"warm_up": {**warm_up, "round": w}}))
+    searches = {r: search(start, steps, max_rate) for r in runners}
+    pending = {r: next(g) for r, g in searches.items()}
+    records: dict[str, list[dict[str, Any]]] = {r: [] for r in runners}
+    best: dict[str, int] = {}
+    turn = 0
+    while pending:
+        for position, runner in enumerate(order(turn, list(pending))):
+            rate = pending[runner]
+            r = trial(
+                session,
+                runner,
+                rate,
+                seconds,
+                budget_s,
+                seed=len(records[runner]),
+                feed=feed,
+                flink=flink,
+                query=query,
+            )
+            r = {**r, "round": turn, "position": position}
+            records[runner].append(r)
+            log(json.dumps(r))
+            try:
+                pending[runner] = searches[runner].send(bool(r["sustained"]))
+            except StopIteration as done:
+                best[runner] = int(done.value)
+                del pending[runner]
+        turn += 1
+    return {r: (best[r], records[r]) for r in runners}
+
+
 def sustainable(
     session: kp.Session,
     runner: str,
@@ -581,36 +694,20 @@ def sustainable(
     flink: FlinkProcess | None = None,
     query: str = "tumbling",
 ) -> tuple[int, list[dict[str, Any]]]:
-    """The highest sustained rate (0: not even ``start``) and every trial's record."""
-    records: list[dict[str, Any]] = []
-    # A first job in a session pays for the JVM's warm-up and Spark's Python workers: untimed.
-    warm_up = trial(
-        session, runner, start, min(seconds, 12.0), budget_s, seed=-1, feed=feed, flink=flink, query=query
-    )
-    log(json.dumps({"warm_up": warm_up}))
-
-    def run(rate: int) -> bool:
-        r = trial(
-            session, runner, rate, seconds, budget_s, seed=len(records), feed=feed, flink=flink, query=query
-        )
-        records.append(r)
-        log(json.dumps(r))
-        return bool(r["sustained"])
-
-    low, high = 0, start
-    while run(high):
-        low, high = high, high * 2
-        if high > max_rate:
-            return low, records
-    for _ in range(steps):
-        if high - low <= max(1, low // 20):
-            break
-        mid = (low + high) // 2
-        if run(mid):
-            low = mid
-        else:
-            high = mid
-    return low, records
+    """The highest sustained rate of one runner (0: not even ``start``) and every trial's record."""
+    return sustainable_runners(
+        session,
+        [runner],
+        start=start,
+        budget_s=budget_s,
+        seconds=seconds,
+        steps=steps,
+        feed=feed,
+        max_rate=max_rate,
+        log=log,
+        flink=flink,
+        query=query,
+    )[runner]
 
 
 BATCH_RUNNERS = ("krishiv-bounded", "pyspark-batch")
@@ -768,19 +865,19 @@ def main(argv: list[str] | None = None) -> int:
     flink = FlinkProcess(a.flink_python, a.query) if "pyflink" in runners and a.flink_python else None
     try:
         with kp.Session.embedded(app_name="krishiv-bench-sustainable") as session:
-            for runner in runners:
-                best, records = sustainable(
-                    session,
-                    runner,
-                    start=a.start,
-                    budget_s=a.budget_s,
-                    seconds=a.seconds,
-                    steps=a.steps,
-                    feed=Feed(a.tick_s, a.feed),
-                    max_rate=a.max_rate,
-                    flink=flink,
-                    query=a.query,
-                )
+            found = sustainable_runners(
+                session,
+                runners,
+                start=a.start,
+                budget_s=a.budget_s,
+                seconds=a.seconds,
+                steps=a.steps,
+                feed=Feed(a.tick_s, a.feed),
+                max_rate=a.max_rate,
+                flink=flink,
+                query=a.query,
+            )
+            for runner, (best, records) in found.items():
                 trials += records
                 summary.append((runner, best))
     finally:

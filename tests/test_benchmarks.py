@@ -411,8 +411,45 @@ def test_sustainable_throughput_doubles_then_bisects(monkeypatch: pytest.MonkeyP
     best, records = sb.sustainable(
         cast(Any, None), "krishiv-native", start=16_000, budget_s=5, seconds=1, steps=2, log=lambda _: None
     )
-    assert [r["rate"] for r in records] == [16_000, 32_000, 64_000, 48_000, 56_000]  # after a warm-up
+    assert [r["rate"] for r in records] == [16_000, 32_000, 64_000, 48_000, 56_000]  # after the warm-ups
     assert best == 48_000
+
+
+def test_runners_take_turns_in_alternating_order_after_two_warm_ups_each(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The harness's order: two warm-ups per runner, then rounds in which every runner still
+    searching tries its next rate, first-to-last then last-to-first; a failed first trial is tried
+    once more (a cold start may miss a budget by milliseconds), and the records say the order."""
+    from benchmarks import sustainable as sb
+
+    calls: list[tuple[str, int, int]] = []
+    limits = {"a": 50_000, "b": 20_000, "c": 0}
+    cold = {"b": 1}  # b's first timed trial misses the budget once
+
+    def fake_trial(_s: Any, runner: str, rate: int, *_a: Any, seed: int, **_k: Any) -> dict[str, Any]:
+        calls.append((runner, rate, seed))
+        ok = rate <= limits[runner]
+        if seed == 0 and cold.get(runner):
+            cold[runner] -= 1
+            ok = False
+        return {"runner": runner, "rate": rate, "sustained": ok}
+
+    monkeypatch.setattr(sb, "trial", fake_trial)
+    found = sb.sustainable_runners(
+        cast(Any, None), ["a", "b", "c"], start=16_000, budget_s=5, seconds=1, steps=1, log=lambda _: None
+    )
+    warm = [("a", 16_000, -1), ("b", 16_000, -1), ("c", 16_000, -1)]
+    assert calls[:6] == [*warm, *[(r, rate, -2) for r, rate, _ in reversed(warm)]]
+    rounds = [[(r["runner"], r["rate"]) for r in found[x][1]] for x in "abc"]
+    assert rounds == [
+        [("a", 16_000), ("a", 32_000), ("a", 64_000), ("a", 48_000)],
+        [("b", 16_000), ("b", 16_000), ("b", 32_000), ("b", 24_000)],  # the first, once more
+        [("c", 16_000), ("c", 16_000), ("c", 8_000)],
+    ]
+    assert {x: found[x][0] for x in "abc"} == {"a": 48_000, "b": 16_000, "c": 0}
+    order = [(r["round"], r["position"], r["runner"]) for x in "abc" for r in found[x][1]]
+    assert sorted(order)[:6] == [(0, 0, "a"), (0, 1, "b"), (0, 2, "c"), (1, 0, "c"), (1, 1, "b"), (1, 2, "a")]
 
 
 def test_sustainable_throughput_generator_keeps_the_suites_disorder() -> None:
