@@ -160,6 +160,7 @@ __all__ = [
     "ReferenceMetrics",
     "ReferenceModel",
     "StateWindow",
+    "aggregate_rows",
     "event_time_us",
 ]
 
@@ -1261,6 +1262,12 @@ def _canonical(value: object) -> object:
         if value == 0.0:
             return 0.0
     return value
+
+
+def aggregate_rows(spec: AggSpec, rows: Sequence[tuple[int, int, Row]]) -> object:
+    """``spec``'s value over ``rows`` (each its event time in µs, arrival number, row), as Spark SQL
+    computes it over a window's rows (None: no value). For the model's other operators."""
+    return _value(spec, [_Entry(ts_us=t, seq=s, row=r) for t, s, r in rows])
 
 
 def _value(spec: AggSpec, entries: Sequence[_Entry]) -> object:
