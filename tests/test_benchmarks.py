@@ -1172,8 +1172,6 @@ def test_nexmark_command_at_a_rate_runs_each_harness_query_on_krishivs_lowering(
     out = capsys.readouterr().out
     assert "q17    krishiv-stateful       1,000    0.50    1.25   100.0%  yes" in out
     assert "q13    not in the sustainable harness" in out
-    with pytest.raises(SystemExit):  # a harness-only query with no bounded run here
-        cli.main(["--query", "q3"])
 
 
 def test_a_sustainable_trial_leaves_no_directory_behind() -> None:
@@ -1326,7 +1324,7 @@ def test_the_nexmark_command_says_why_a_trial_saw_no_result(capsys: pytest.Captu
     from benchmarks.nexmark.__main__ import HARNESS_ONLY, SUITE, print_rates
     from benchmarks.nexmark_compose import QUERIES as COMPOSED
 
-    assert set(HARNESS_ONLY) == set(COMPOSED) | set(SUITE)  # each listed query runs bounded too
+    assert set(HARNESS_ONLY) <= set(COMPOSED) | set(SUITE)  # each listed query runs bounded too
     row = {"runner": "krishiv-stateful", "rate": 500, "counted_share": 0.0, "sustained": False}
     print_rates([{"query": "q9", **row, "p50_s": float("inf"), "p99_s": float("inf")}], 10)
     out = capsys.readouterr().out
