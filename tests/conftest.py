@@ -131,6 +131,11 @@ MASTER_ENV, REMOTE_ENV = "KRISHIV_TEST_MASTER", "KRISHIV_TEST_REMOTE"
 SESSION_SPARK_CONF = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+    # How long the JVM waits for this process to connect back when it hands over a result (a
+    # memory sink's rows): 15 s by default. On two saturated cores a connection came later than
+    # that, and a later connection of a slow client to a reused port failed the JVM's
+    # authentication, after which Spark waits for that result for ever (a hung test run).
+    "spark.python.authenticate.socketTimeout": "300s",
 }
 
 
