@@ -131,12 +131,14 @@ MASTER_ENV, REMOTE_ENV = "KRISHIV_TEST_MASTER", "KRISHIV_TEST_REMOTE"
 SESSION_SPARK_CONF = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
-    # How long the JVM waits for this process to connect back when it hands over a result (a
-    # memory sink's rows): 15 s by default. On two saturated cores a connection came later than
-    # that, and a later connection of a slow client to a reused port failed the JVM's
-    # authentication, after which Spark waits for that result for ever (a hung test run).
-    "spark.python.authenticate.socketTimeout": "300s",
 }
+
+#: Settings of a classic session only (a Spark Connect session cannot change them): how long the
+#: JVM waits for this process to connect back when it hands over a result (a memory sink's rows),
+#: 15 s by default. On two saturated cores a connection came later than that, a slow client then
+#: reached a reused port and failed the JVM's authentication, after which Spark waits for that
+#: result for ever (a hung test run).
+CLASSIC_SPARK_CONF = {"spark.python.authenticate.socketTimeout": "300s"}
 
 
 @pytest.fixture(scope="session")
@@ -147,12 +149,13 @@ def session() -> Iterator[kp.Session]:
     ``Session.remote($KRISHIV_TEST_REMOTE)`` when set (docs/deployment.md).
     """
     conf = SESSION_SPARK_CONF
+    classic = {**conf, **CLASSIC_SPARK_CONF}
     if os.environ.get(MASTER_ENV):
-        s = kp.Session.connect(os.environ[MASTER_ENV], app_name="krishiv-tests", spark_conf=conf)
+        s = kp.Session.connect(os.environ[MASTER_ENV], app_name="krishiv-tests", spark_conf=classic)
     elif os.environ.get(REMOTE_ENV):
         s = kp.Session.remote(os.environ[REMOTE_ENV], app_name="krishiv-tests", spark_conf=conf)
     else:
-        s = kp.Session.embedded(app_name="krishiv-tests", spark_conf=conf)
+        s = kp.Session.embedded(app_name="krishiv-tests", spark_conf=classic)
     yield s
     s.stop()
 
