@@ -161,3 +161,6 @@ def test_milliseconds_written_as_such_or_a_second_and_more_do_not_warn(
         warnings.simplefilter("error")
         build(placeholder("k string, t timestamp, v bigint").watermark("t", 0))
         _keyed().tumbling_window(60).agg(AGG)  # event times that are numbers: their unit is the user's
+        left, right = _stream("l").watermark("t", 0).key_by("k"), _stream("r").watermark("t", 0).key_by("k")
+        joined = left.interval_join(right, between=(-5, 5))
+        joined.key_by("k").tumbling_window(60).agg(AGG)  # a join's rows: the times of its numbers

@@ -165,7 +165,9 @@ def _checked_units(windowed: WindowedStream, call: str, **given: Duration) -> Wi
     if in_processing_time(windowed.window):
         return windowed
     time = n.event_time(windowed.stream.plan)
-    if time is None or time.dtype.name not in ("timestamp", "timestamp_ntz", "date"):
+    if time is None or time.from_window or time.from_join or time.from_change:
+        return windowed  # (an operator's results: their times are its input's, whatever their type)
+    if time.dtype.name not in ("timestamp", "timestamp_ntz", "date"):
         return windowed
     for name, value in given.items():
         if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 1_000:
