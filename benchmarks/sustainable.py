@@ -680,36 +680,6 @@ def sustainable_runners(
     return {r: (best[r], records[r]) for r in runners}
 
 
-def sustainable(
-    session: kp.Session,
-    runner: str,
-    *,
-    start: int,
-    budget_s: float,
-    seconds: float,
-    steps: int,
-    feed: Feed = Feed(),
-    max_rate: int = MAX_RATE,
-    log: Any = print,
-    flink: FlinkProcess | None = None,
-    query: str = "tumbling",
-) -> tuple[int, list[dict[str, Any]]]:
-    """The highest sustained rate of one runner (0: not even ``start``) and every trial's record."""
-    return sustainable_runners(
-        session,
-        [runner],
-        start=start,
-        budget_s=budget_s,
-        seconds=seconds,
-        steps=steps,
-        feed=feed,
-        max_rate=max_rate,
-        log=log,
-        flink=flink,
-        query=query,
-    )[runner]
-
-
 BATCH_RUNNERS = ("krishiv-bounded", "pyspark-batch")
 
 

@@ -408,9 +408,9 @@ def test_sustainable_throughput_doubles_then_bisects(monkeypatch: pytest.MonkeyP
         return {"runner": runner, "rate": rate, "sustained": rate <= 50_000}
 
     monkeypatch.setattr(sb, "trial", fake_trial)
-    best, records = sb.sustainable(
-        cast(Any, None), "krishiv-native", start=16_000, budget_s=5, seconds=1, steps=2, log=lambda _: None
-    )
+    best, records = sb.sustainable_runners(
+        cast(Any, None), ["krishiv-native"], start=16_000, budget_s=5, seconds=1, steps=2, log=lambda _: None
+    )["krishiv-native"]
     assert [r["rate"] for r in records] == [16_000, 32_000, 64_000, 48_000, 56_000]  # after the warm-ups
     assert best == 48_000
 
