@@ -125,6 +125,7 @@ def table_sinks_bench(session: nox.Session) -> None:
 def chaos(session: nox.Session) -> None:
     """SIGKILL durable streaming jobs at random points and check their sinks (``-- --runs N --kills K``).
 
+    ``-- --kafka --lowerings native,auto,auto-partitions``: Kafka topics in, the automatic lags too;
     ``-- --cluster``: kill executors, workers and the Spark Connect server instead (a local cluster);
     ``-- --cluster --kafka --sinks duckdb,delta,postgres,iceberg``: a Kafka topic into the table sinks.
     """

@@ -270,9 +270,12 @@ def _throughput(a: argparse.Namespace, ds: dict[str, str]) -> list[dict[str, Any
                 collect([runner], [q])
     else:
         shared = [r for r in SHARED_SESSION if r in a.runner]
+        # The stateful runner joins them when it runs every query asked for (one JVM start less).
+        if STATEFUL in a.runner and not any(_quick_skip(a, STATEFUL, q) for q in a.query):
+            shared.append(STATEFUL)
         if shared:
             collect(shared, list(a.query))
-        for runner in (r for r in a.runner if r not in SHARED_SESSION):
+        for runner in (r for r in a.runner if r not in shared):
             collect([runner], list(a.query))
     return report.throughput_records(raw, a.query, a.runner, BASELINE, REFERENCE, GROUP, QUERY_REFERENCE)
 
@@ -312,21 +315,36 @@ def _startup(repeat: int) -> list[dict[str, Any]]:
     return recs
 
 
-def _latency(steps: int, per_step: int) -> list[dict[str, Any]]:
+LATENCY_RUNNERS = ("krishiv-native", "pyspark-streaming")
+
+
+def _latency(steps: int, per_step: int, *, shared: bool) -> list[dict[str, Any]]:
+    """Send-to-result latency per runner: a process each, or (``shared``: quick runs) one for all."""
     recs = []
-    for runner in ("krishiv-native", "pyspark-streaming"):
+    groups = [list(LATENCY_RUNNERS)] if shared else [[r] for r in LATENCY_RUNNERS]
+    for group in groups:
         out = run_process(
-            [sys.executable, "-m", "benchmarks.spark_runner", "--latency", runner, str(steps), str(per_step)],
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.spark_runner",
+                "--latency",
+                ",".join(group),
+                str(steps),
+                str(per_step),
+            ],
             timeout_s=900,
         )
-        if not out.results:
+        for runner in group:
+            got = [r for r in out.results if r.get("runner") == runner]
+            if not got:
+                recs.append(
+                    report.record("latency", "send-to-result", runner, status="failed", reason=out.log[-600:])
+                )
+                continue
             recs.append(
-                report.record("latency", "send-to-result", runner, status="failed", reason=out.log[-600:])
+                report.latency_record(runner, got[0]["latencies_s"], per_step, out.process_peak_rss_mb)
             )
-            continue
-        recs.append(
-            report.latency_record(runner, out.results[0]["latencies_s"], per_step, out.process_peak_rss_mb)
-        )
     return report.with_latency_ratios(recs, BASELINE)
 
 
@@ -376,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
                 records += _startup(1 if a.quick else 3)
         if not a.no_latency:
             with timed("latency"):
-                records += _latency(2 if a.quick else 50, 100)
+                records += _latency(2 if a.quick else 50, 100, shared=not a.isolate)
         with timed("scaling"):
             records += _scaling(
                 a, ds["nexmark"], tuple(a.keys or (QUICK_SCALING_KEYS if a.quick else SCALING_KEYS))

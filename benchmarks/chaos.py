@@ -30,6 +30,13 @@ first lands in a restart that moves the job's state to another number of
 tasks: krishiv's operator by key group, Spark's own state with Spark's
 repartition (SPEC 3.15).
 
+``--kafka`` reads each run's input from a new 3-partition topic of a test
+broker started for the runs; ``--lowerings`` names the runs' lowerings in
+turn, among them ``auto`` (the stateful lowering with an automatic lag) and,
+with ``--kafka``, ``auto-partitions`` (a watermark and a lag per partition):
+
+    python -m benchmarks.chaos --kafka --lowerings native,auto,auto-partitions --runs 3 --kills 3
+
 ``--carrier one-task`` (or ``krishiv-files``, ``state-store``) starts every
 job with that carrier of the stateful operator's state
 (``spark.krishiv.stateful.carrier``; the children read it from
@@ -54,6 +61,8 @@ from typing import Any
 import attrs
 
 from benchmarks.chaos_job import (
+    AUTO,
+    AUTO_PARTITIONS,
     LOWERINGS,
     SCHEMA,
     TABLE_SINKS,
@@ -257,10 +266,24 @@ def main(argv: list[str] | None = None) -> int:
         help="the stateful operator's carrier (default: the session's default)",
     )
     p.add_argument(
+        "--lowerings",
+        default=",".join(LOWERINGS),
+        help="the runs' lowerings in turn: native, stateful, auto; with --kafka also auto-partitions",
+    )
+    p.add_argument(
+        "--kafka",
+        action="store_true",
+        help="read the input from a Kafka topic (a test broker, a new 3-partition topic per run)",
+    )
+    p.add_argument(
         "--rescale",
         help="shuffle partitions of each (re)start in turn, e.g. 2,5,3: every restart moves the state",
     )
     a = p.parse_args(argv)
+    lowerings = [x.strip() for x in a.lowerings.split(",") if x.strip()]
+    allowed = ("native", "stateful", AUTO, *((AUTO_PARTITIONS,) if a.kafka else ()))
+    if not lowerings or any(x not in allowed for x in lowerings):
+        p.error(f"--lowerings: {', '.join(allowed)}; got {a.lowerings!r}")
     if a.carrier:
         os.environ[CARRIER_ENV] = a.carrier
     if a.rescale:
@@ -272,9 +295,18 @@ def main(argv: list[str] | None = None) -> int:
             from krishiv_py.devtools import PostgresServer
 
             dsn = stack.enter_context(PostgresServer()).dsn
+        broker = None
+        if a.kafka:
+            from krishiv_py.devtools import KafkaBroker
+
+            broker = stack.enter_context(KafkaBroker())
         for i in range(a.runs):
-            lowering = LOWERINGS[i % len(LOWERINGS)]
-            mode = ("upsert", "append")[(i // len(LOWERINGS)) % 2]
+            lowering = lowerings[i % len(lowerings)]
+            mode = ("upsert", "append")[(i // len(lowerings)) % 2]
+            kafka = None
+            if broker is not None:
+                broker.create_topic(f"chaos_{i}", partitions=3)
+                kafka = (broker.bootstrap_servers, f"chaos_{i}")
             run = run_once(
                 seed=a.seed + i,
                 kills=a.kills,
@@ -283,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
                 lowering=lowering,
                 max_delay_s=a.max_delay,
                 target=Target(a.sink, mode, dsn),
+                kafka=kafka,
             )
             runs.append(run)
             print(json.dumps(attrs.asdict(run) | {"ok": run.ok}), flush=True)

@@ -445,7 +445,7 @@ def _source_name(kafka: Kafka) -> str:
 
 
 def connect_run(
-    cluster: Any,
+    master: str,
     *,
     seed: int,
     restarts: int,
@@ -457,9 +457,11 @@ def connect_run(
     kafka: Kafka = None,
     log: Any = print,
 ) -> FaultRun:
-    """A Connect client's job while its server (on ``cluster``) dies and starts again ``restarts`` times.
+    """A Connect client's job while its server dies and starts again ``restarts`` times.
 
-    ``target`` and ``kafka`` as for :func:`cluster_run`.
+    ``master``: the server's Spark master (a cluster's ``master_url``, or
+    ``local[N]``: the server runs the tasks itself). ``target`` and ``kafka``
+    as for :func:`cluster_run`.
     """
     from krishiv_py.devtools import ConnectServer
 
@@ -469,7 +471,7 @@ def connect_run(
     t0 = time.monotonic()
     with _run_dir(run, "krishiv-chaos-connect-") as state_dir:
         logs = os.path.join(state_dir, "servers")
-        server = ConnectServer(master=cluster.master_url, log_dir=os.path.join(logs, "0")).start()
+        server = ConnectServer(master=master, log_dir=os.path.join(logs, "0")).start()
         child: _Child | None = None
         try:
             child = _Child(
@@ -485,7 +487,7 @@ def connect_run(
                 run.faults.append(("connect server", round(time.monotonic() - t0, 1)))
                 time.sleep(rng.uniform(0.0, 2.0))
                 server = ConnectServer(
-                    master=cluster.master_url,
+                    master=master,
                     log_dir=os.path.join(logs, str(len(run.faults))),
                     port=server.port,
                 ).start()
@@ -581,7 +583,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(attrs.asdict(run) | {"ok": run.ok}), flush=True)
         for i in range(a.connect_runs):
             run = connect_run(
-                cluster,
+                cluster.master_url,
                 seed=a.seed + 100 + i,
                 restarts=a.restarts,
                 count=a.batches,

@@ -624,15 +624,26 @@ def parquet_feed(prefix: str) -> tuple[str, Callable[[pa.Table], None]]:
     return src, write
 
 
-def latency_main(runner: str, steps: int, per_step: int) -> int:
-    """``--latency RUNNER STEPS``: time from sending a step's events to its window reaching the sink.
+def latency_main(runners: str, steps: int, per_step: int) -> int:
+    """``--latency RUNNER[,RUNNER...] STEPS PER_STEP``: time from sending a step's events to its window
+    reaching the sink.
 
     A step sends events of one 10 s window plus an event 5 s past its end, so
     the watermark passes the window; the clock stops when the sink's callback
     sees that window's result. Both runners use a foreach-batch sink, so the
     figure includes Spark's batch that reads the events and the batch the new
-    watermark triggers.
+    watermark triggers. Several runners share one session, one after the other
+    (quick runs: one JVM start instead of one per runner); each warms up first.
     """
+    with kp.Session.embedded(app_name="krishiv-bench-latency") as session:
+        for runner in runners.split(","):
+            lat = _latencies(session, runner, steps, per_step)
+            protocol.emit("result", json.dumps({"runner": runner, "latencies_s": lat, "per_step": per_step}))
+    return 0
+
+
+def _latencies(session: kp.Session, runner: str, steps: int, per_step: int) -> list[float]:
+    """One runner's send-to-result seconds per step, after two warm-up steps (:func:`latency_main`)."""
     import threading
 
     seen: dict[int, float] = {}
@@ -657,56 +668,54 @@ def latency_main(runner: str, steps: int, per_step: int) -> int:
         ]
 
     lat: list[float] = []
-    with kp.Session.embedded(app_name="krishiv-bench-latency") as session:
-        if runner == "krishiv-native":
-            stream, sender = session.memory_stream(LATENCY_DDL)
-            job = (
-                stream.watermark("event_time", WATERMARK_LAG_MS)
-                .key_by("k")
-                .tumbling_window(LATENCY_WINDOW_MS)
-                .agg(kp.count(kp.col("*")))
-                .start(
-                    kp.ForeachBatchSink(lambda t, _b: on_batch(starts_of(t.column("window_start")))),
-                    lowering="native",
-                )
+    if runner == "krishiv-native":
+        stream, sender = session.memory_stream(LATENCY_DDL)
+        job = (
+            stream.watermark("event_time", WATERMARK_LAG_MS)
+            .key_by("k")
+            .tumbling_window(LATENCY_WINDOW_MS)
+            .agg(kp.count(kp.col("*")))
+            .start(
+                kp.ForeachBatchSink(lambda t, _b: on_batch(starts_of(t.column("window_start")))),
+                lowering="native",
             )
-            send: Callable[[pa.Table], object] = sender.send
-            stop: Callable[[], None] = job.stop
-        else:
-            from pyspark.sql import functions as F
+        )
+        send: Callable[[pa.Table], object] = sender.send
+        stop: Callable[[], None] = job.stop
+    else:
+        from pyspark.sql import functions as F
 
-            spark = session.spark
-            src, write = parquet_feed("krishiv-bench-latency-")
+        spark = session.spark
+        src, write = parquet_feed("krishiv-bench-latency-")
 
-            df = (
-                spark.readStream.schema(LATENCY_DDL)
-                .option("maxFilesPerTrigger", 1)
-                .parquet(src)
-                .withWatermark("event_time", f"{WATERMARK_LAG_MS // 1000} seconds")
-            )
-            agg = df.groupBy("k", F.window("event_time", f"{LATENCY_WINDOW_MS // 1000} seconds")).count()
+        df = (
+            spark.readStream.schema(LATENCY_DDL)
+            .option("maxFilesPerTrigger", 1)
+            .parquet(src)
+            .withWatermark("event_time", f"{WATERMARK_LAG_MS // 1000} seconds")
+        )
+        agg = df.groupBy("k", F.window("event_time", f"{LATENCY_WINDOW_MS // 1000} seconds")).count()
 
-            def batch(frame: Any, _batch_id: int) -> None:
-                on_batch(starts_of(frame.select("window.start").toArrow().column(0)))
+        def batch(frame: Any, _batch_id: int) -> None:
+            on_batch(starts_of(frame.select("window.start").toArrow().column(0)))
 
-            q = (
-                agg.writeStream.outputMode("append")
-                .option("checkpointLocation", tempfile.mkdtemp(prefix="krishiv-bench-"))
-                .foreachBatch(batch)
-                .start()
-            )
-            send, stop = write, q.stop
-        base = 1_704_067_200_000
-        for step in range(steps + 2):  # the first two steps warm up
-            rows = latency_rows(step, per_step)
-            t = time.perf_counter()
-            send(rows)
-            done = wait_for(base + step * LATENCY_WINDOW_MS)
-            if step >= 2:
-                lat.append(done - t)
-        stop()
-    protocol.emit("result", json.dumps({"runner": runner, "latencies_s": lat, "per_step": per_step}))
-    return 0
+        q = (
+            agg.writeStream.outputMode("append")
+            .option("checkpointLocation", tempfile.mkdtemp(prefix="krishiv-bench-"))
+            .foreachBatch(batch)
+            .start()
+        )
+        send, stop = write, q.stop
+    base = 1_704_067_200_000
+    for step in range(steps + 2):  # the first two steps warm up
+        rows = latency_rows(step, per_step)
+        t = time.perf_counter()
+        send(rows)
+        done = wait_for(base + step * LATENCY_WINDOW_MS)
+        if step >= 2:
+            lat.append(done - t)
+    stop()
+    return lat
 
 
 if __name__ == "__main__":

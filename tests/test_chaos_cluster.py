@@ -2,10 +2,11 @@
 
 On a local cluster of two workers started for this module
 (``benchmarks/chaos_cluster.py``): an executor and a worker killed under a
-classic driver's job, and a Spark Connect server killed and started again
-under a client's job, both reading a Kafka topic into a table sink and
-compared with the reference model. The client's error and its resume on
-local servers are checked in ``tests/test_connect_restart.py``.
+classic driver's job reading a Kafka topic into a table sink, compared with
+the reference model. A Spark Connect server killed under a client's Kafka
+job runs in ``tests/test_chaos.py`` (on a local server; ``nox -s chaos --
+--cluster`` runs it on the cluster too); the client's error and its resume
+are checked in ``tests/test_connect_restart.py``.
 """
 
 from __future__ import annotations
@@ -64,32 +65,3 @@ def test_killed_executor_and_worker_under_a_kafka_job_keep_every_table_row_exact
     assert run.finished and not run.error, run.error
     assert (run.lost, run.duplicated, run.wrong) == (0, 0, 0)
     assert two_workers.alive_workers() == 2  # the killed worker came back
-
-
-@pytest.mark.spark
-def test_a_restarted_connect_server_under_a_kafka_job_keeps_every_table_row_exactly_once(
-    two_workers: LocalCluster, kafka_broker: KafkaBroker
-) -> None:
-    """The Connect run of ``nox -s chaos -- --cluster --kafka``, short: one server restart mid-job.
-
-    The client produces each step only after the job processed the one
-    before; after the restart it resumes the job by name from a new
-    session, which first processes what the topic holds. Native results go
-    to a DuckDB table in upsert mode, written from the server.
-    """
-    topic = f"chaos_connect_{uuid.uuid4().hex[:8]}"
-    kafka_broker.create_topic(topic, partitions=3)
-    run = chaos_cluster.connect_run(
-        two_workers,
-        seed=12,
-        restarts=1,
-        count=8,
-        size=20,
-        lowering="native",
-        max_delay_s=6.0,
-        target=chaos_job.Target("duckdb", "upsert"),
-        kafka=(kafka_broker.bootstrap_servers, topic),
-    )
-    assert [kind for kind, _ in run.faults] == ["connect server"] and run.resumed == 1, run
-    assert run.finished and not run.error, run.error
-    assert (run.lost, run.duplicated, run.wrong) == (0, 0, 0)
