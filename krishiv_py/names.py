@@ -31,6 +31,9 @@ __all__ = [
     "CHANGES_STATE",
     "HANDED_TS",
     "IN_TOP",
+    "OVER_EMITTED",
+    "OVER_FINAL",
+    "OVER_VALUE",
     "KEYED_LIVE",
     "KEYED_NEWEST",
     "KEYED_OUT_TS",
@@ -332,6 +335,13 @@ CHANGES_STATE = "__kp_changes_state"
 
 #: A retracting top-N per key's state column: whether the live row is in the top (emitted).
 IN_TOP = "__kp_in_top"
+
+#: An over-aggregation's state columns (``stateful/over.py``): whether a held row's result was
+#: emitted, whether the row is final (no row can come before it any more), and the prefix of the
+#: columns of the values it emitted (``__kp_o0``, ...).
+OVER_EMITTED = "__kp_emitted"
+OVER_FINAL = "__kp_final"
+OVER_VALUE = "__kp_o"
 
 #: An operator's results on their way to the next one: their event time (µs) through the
 #: filters and projections between the two.

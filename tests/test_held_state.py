@@ -30,6 +30,7 @@ from krishiv_py.stateful.held_state import KeyedState, WholeState, keyed, open_h
 from krishiv_py.stateful.joins import JoinKernel, JoinSpec
 from krishiv_py.stateful.keyed_agg import KeyedAggKernel
 from krishiv_py.stateful.keyed_topn import KeyedTopNKernel
+from krishiv_py.stateful.over import OverKernel
 from krishiv_py.stateful.protocol import Kernel
 from krishiv_py.stateful.state import KernelSpec
 from krishiv_py.stateful.versioned import VersionedBlobs, forget_cache, replay
@@ -59,7 +60,15 @@ KERNELS: dict[str, Kernel] = {
     "keyed-ttl": KeyedAggKernel(keys=("k",), aggs=(COUNT, MAX), ttl_ms=150),
     "keyed-timed": KeyedAggKernel(keys=("k",), aggs=(COUNT,), event_times=True),
     "top-n": KeyedTopNKernel(keys=("k",), n=2, by=("v",), columns=("k", "v", "t"), expires=("t", 200)),
-}
+    "over-rows": OverKernel(
+        keys=("k",), columns=("k", "v", "t"), frame="rows", preceding=3, aggs=(COUNT, SUM),
+        allowed_lateness_ms=100, mode="retracting",
+    ),
+    "over-range": OverKernel(
+        keys=("k",), columns=("k", "v", "t"), frame="range", preceding=150, aggs=(COUNT, MAX),
+        allowed_lateness_ms=60,
+    ),
+}  # fmt: skip
 
 
 def _batch(rng: random.Random, keys: list[str], watermark: int, seq: int, n: int) -> pa.Table:

@@ -299,6 +299,21 @@ def _tumbling() -> Any:
     return TumblingWindow(size_ms=500)
 
 
+def _over() -> Any:
+    """An over-aggregation: the sum of each row and the 3 rows of its key before it."""
+    from types import SimpleNamespace
+
+    from krishiv_py.stateful.aggregates import AggSpec
+    from krishiv_py.stateful.over import OverKernel
+
+    s = AggSpec(name="s", func="sum", column="a", out_type=pa.int64(), in_type=pa.int64())
+    kernel = OverKernel(
+        keys=("k",), columns=("k", "a"), frame="rows", preceding=3, aggs=(s,), allowed_lateness_ms=500,
+        mode="retracting",
+    )  # fmt: skip
+    return SimpleNamespace(kernel=kernel, key_groups=16)
+
+
 #: Kernels whose state moves by key group, each stepped on 2, then 5, then 3 tasks below.
 MOVABLE = {
     "interval-inner": _join("interval", "inner", between=(-200, 200)),
@@ -315,6 +330,7 @@ MOVABLE = {
     "chain-join-then-window-over-changes": _chain_over_changes(),
     "union-window-and-window-join": _union(),
     "window-over-changes": _changes(),
+    "over-rows-late-retracting": _over(),
 }
 
 
