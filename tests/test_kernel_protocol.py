@@ -21,6 +21,7 @@ from krishiv_py.stateful.aggregates import AggSpec
 from krishiv_py.stateful.joins import JoinKernel, JoinSpec
 from krishiv_py.stateful.keyed_agg import KeyedAggKernel
 from krishiv_py.stateful.keyed_topn import KeyedTopNKernel
+from krishiv_py.stateful.over import OverKernel
 from krishiv_py.stateful.protocol import NOT_DUE, Kernel
 from krishiv_py.stateful.state import KernelSpec
 from krishiv_py.stateful.window_kernel import WindowKernel
@@ -52,6 +53,7 @@ def _kernels() -> list[Kernel]:
         _join("as_of"),
         KeyedAggKernel(keys=("k",), aggs=(COUNT,)),
         KeyedTopNKernel(keys=("k",), n=1, by=("k",), columns=("k",)),
+        OverKernel(keys=("k",), columns=("k",), frame="rows", preceding=2, aggs=(COUNT,)),
     ]
 
 
