@@ -96,6 +96,23 @@ def test_the_stage_waits_for_every_bucket_and_below_a_due_one() -> None:
     assert out.results.to_pylist() == [{"ad": "a", "window_start": 0, "window_end": 10_000, "n": 2}]
 
 
+def test_a_restart_on_fewer_tasks_drops_the_reports_of_the_layout_before() -> None:
+    """Five tasks reported (task 4 holds a window due at 10); the job restarts on three (a new
+    layout since micro-batch 7): the gone task's report would hold the stage below 10 for ever."""
+    five = _spec(buckets=1, upstream_buckets=5)
+    handed = [blob for b in range(4) for blob in hand_on(five, b, _results([], []), 20, 0, NOT_DUE)]
+    handed += hand_on(five, 4, _results([], []), 20, 1, 10)
+    state, _, _, _ = step(five, None, handed, 0)
+    assert state.watermark_ms == 9 and state.since == 0
+    three = attrs.evolve(five, upstream_buckets=3, layout_since=7)
+    state, _, _, _ = step(three, state, hand_on(three, 0, _results([], []), 30, 0, NOT_DUE), 0)
+    assert state.since == 7 and state.report_map() == {0: (0, NOT_DUE)}
+    assert state.watermark_ms == 9  # tasks 1 and 2 of the new layout have not reported yet
+    handed = [blob for b in (1, 2) for blob in hand_on(three, b, _results([], []), 30, 0, NOT_DUE)]
+    state, _, _, _ = step(three, state, handed, 0)
+    assert state.watermark_ms == 30  # task 4's report is gone with its layout
+
+
 def test_a_stage_hands_the_next_stage_its_rows_and_the_watermark_held_below_every_bucket_before() -> None:
     first = _spec(buckets=1, upstream_buckets=2)
     operator = first.upstream
@@ -131,8 +148,9 @@ def test_a_micro_batch_run_again_starts_from_the_version_before_it(tmp_path: Pat
     latest = store.load_before(5)
     assert latest is not None and latest.seq == 40
     assert sorted(p.name for p in (tmp_path / "3").iterdir()) == ["3.arrow", "4.arrow"]  # older ones go
-    store.save(4, StageState(seq=41))  # the micro-batch run again writes its version anew
+    store.save(4, StageState(seq=41, since=4))  # the micro-batch run again writes its version anew
     assert (store.load_before(5) or StageState()).seq == 41
+    assert (store.load_before(5) or StageState()).since == 4
     (tmp_path / "3" / "4.arrow.123.tmp").write_bytes(b"half")  # a write killed before its move
     assert store.save(5, StageState(seq=50)) > 0
     assert sorted(p.name for p in (tmp_path / "3").iterdir()) == ["4.arrow", "5.arrow"]

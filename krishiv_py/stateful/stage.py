@@ -218,6 +218,9 @@ class StageSpec:
     side_input: tuple[tuple[str, pa.DataType, str], ...] = ()
     #: The next stage, keyed by other columns again (None: this one's results are the job's).
     then: StageSpec | None = None
+    #: The first micro-batch of the operator's layout (its tasks, SPEC 3.15): the reports of the
+    #: tasks of a layout before it are dropped (:func:`step`).
+    layout_since: int = 0
 
     @property
     def before(self) -> tuple[Kernel, ...]:
@@ -246,13 +249,19 @@ class StageSpec:
             out.append(attrs.evolve(level, path=f"{root}/then-{i}"))
         return nested(out)
 
-    def with_buckets(self, buckets: int, *, upstream: int | None = None) -> StageSpec:
+    def with_buckets(
+        self, buckets: int, *, upstream: int | None = None, since: int | None = None
+    ) -> StageSpec:
         """Every stage from this one on with ``buckets`` key buckets, this one after ``upstream``
-        calls of the operator before it (by default as many)."""
+        calls of the operator before it (by default as many); ``since``: the first micro-batch
+        of the operator's layout."""
         return nested(
             [
                 attrs.evolve(
-                    level, buckets=buckets, upstream_buckets=upstream if i == 0 and upstream else buckets
+                    level,
+                    buckets=buckets,
+                    upstream_buckets=upstream if i == 0 and upstream else buckets,
+                    layout_since=level.layout_since if since is None else since,
                 )
                 for i, level in enumerate(levels(self))
             ]
@@ -375,6 +384,8 @@ class StageState:
     reports: pa.Table = attrs.field(factory=_REPORT.empty_table)
     watermark_ms: int | None = None
     seq: int = 0
+    #: The operator's layout its reports come from (:attr:`StageSpec.layout_since`).
+    since: int = 0
 
     def report_map(self) -> dict[int, tuple[int, int]]:
         r = self.reports.to_pydict()
@@ -416,7 +427,13 @@ def step(
     not); what a micro-batch with no bucket of the first operator in it
     (a join stage's other side alone) runs at.
     """
-    state = state or StageState()
+    state = state or StageState(since=spec.layout_since)
+    if state.since != spec.layout_since:
+        # The operator runs on other tasks since a restart (SPEC 3.15): a report of a task of
+        # the layout before speaks for key groups another task holds now, and one of a task
+        # that is gone would hold the watermark for ever. Every task of the new layout reports
+        # (the job wakes each until it does); until then the watermark waits.
+        state = attrs.evolve(state, reports=_REPORT.empty_table(), since=spec.layout_since)
     parts = sorted((unframed(blob) for blob in handed), key=lambda p: int(p[1].column("bucket")[0].as_py()))
     reports = [p[1] for p in parts]
     marks = [int(r.column("watermark_ms")[0].as_py()) for r in reports]
@@ -453,6 +470,7 @@ def step(
         reports=all_reports,
         watermark_ms=target if target is not None else before,
         seq=state.seq + rows.num_rows + extra.num_rows,
+        since=state.since,
     )
     results = [o.results for o in outputs]
     closed = [o.closed for o in outputs if o.closed is not None]
@@ -560,6 +578,7 @@ class StageStore:
             reports=ipc_table(row["reports"]),
             watermark_ms=row["watermark_ms"],
             seq=int(row["seq"]),
+            since=int(row.get("since") or 0),  # a state written before layouts: the first
         )
 
     def save(self, batch_id: int, state: StageState) -> int:
@@ -570,6 +589,7 @@ class StageStore:
                 "reports": pa.array([ipc_bytes(state.reports)], pa.binary()),
                 "watermark_ms": pa.array([state.watermark_ms], pa.int64()),
                 "seq": pa.array([state.seq], pa.int64()),
+                "since": pa.array([state.since], pa.int64()),
             }
         )
         blob = ipc_bytes(row)

@@ -206,7 +206,7 @@ def with_key_groups(
     operator = attrs.evolve(node.operator, buckets=tasks, key_groups=key_groups, layout_since=since)
     if operator.then is not None:
         operator = attrs.evolve(
-            operator, then=operator.then.with_buckets(stage_buckets or tasks, upstream=tasks)
+            operator, then=operator.then.with_buckets(stage_buckets or tasks, upstream=tasks, since=since)
         )
     expr = _task_expr(key_groups, tasks)
     child: RecipeNode
