@@ -113,6 +113,55 @@ def test_a_restart_on_fewer_tasks_drops_the_reports_of_the_layout_before() -> No
     assert state.watermark_ms == 30  # task 4's report is gone with its layout
 
 
+def test_a_key_grouped_stage_moved_from_2_to_5_to_3_tasks_equals_one_task(tmp_path: Path) -> None:
+    """A stage by key group (SPEC 3.15): its rows go to the task of their key group and each task
+    keeps its key groups' state under their range; restarted on 5, then 3 tasks, each task
+    gathers its key groups from the directories the tasks before left, and the stage's results
+    are those of one task over every row."""
+    import random
+
+    from krishiv_py.stateful.key_groups import task_ranges
+    from krishiv_py.stateful.stage import KeyGroupStageStore
+    from krishiv_py.stateful.versioned import forget_cache, range_name
+
+    rng = random.Random(5)
+    micro_batches = []
+    watermark = 0
+    for _ in range(12):
+        ads: list[str | None] = [f"ad{rng.randint(0, 30)}" for _ in range(rng.randint(0, 25))]
+        micro_batches.append((_results(ads, [watermark + rng.randint(0, 30) for _ in ads]), watermark))
+        watermark += rng.randint(0, 25)
+    micro_batches.append((_results([], []), 10_000))
+
+    def run(root: Path, layouts: list[tuple[int, range]]) -> list[tuple[object, ...]]:
+        forget_cache()
+        got: list[tuple[object, ...]] = []
+        for tasks, batches in layouts:
+            spec = attrs.evolve(
+                _spec(buckets=1, upstream_buckets=1).with_buckets(
+                    tasks, upstream=1, since=batches.start, key_groups=16
+                ),
+                path=str(root),
+            )
+            for b in batches:
+                results, w = micro_batches[b]
+                handed = hand_on(spec, 0, results, w, 0, NOT_DUE)
+                for route in range(tasks):
+                    store = KeyGroupStageStore(spec, route)
+                    state, caught = store.load_before(b)
+                    state, out, _, _ = step(spec, state, [handed[route]], 0)
+                    for table in (caught.results if caught is not None else None, out.results):
+                        got += [tuple(r.values()) for r in table.to_pylist()] if table is not None else []
+                    store.save(b, state)
+            assert {range_name(*r) for r in task_ranges(16, tasks)} <= {p.name for p in root.iterdir()}
+        return sorted(got, key=repr)
+
+    whole = run(tmp_path / "whole", [(1, range(len(micro_batches)))])
+    moved = run(tmp_path / "moved", [(2, range(0, 4)), (5, range(4, 8)), (3, range(8, len(micro_batches)))])
+    assert moved == whole and len(whole) > 20
+    assert {p.name for p in (tmp_path / "moved").iterdir()} == {range_name(*r) for r in task_ranges(16, 3)}
+
+
 def test_a_stage_hands_the_next_stage_its_rows_and_the_watermark_held_below_every_bucket_before() -> None:
     first = _spec(buckets=1, upstream_buckets=2)
     operator = first.upstream

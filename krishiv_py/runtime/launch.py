@@ -279,6 +279,7 @@ def start_streaming_job(
                 asked=None if asked is None else str(asked),
                 movable=node.operator.kernel.movable,
                 what=node.operator.kernel.describe(),
+                stage_movable=node.operator.then is not None and node.operator.then.movable,
             )
             _record_operator(records, node.operator.kernel)
             recipe = with_key_groups(
@@ -287,6 +288,7 @@ def start_streaming_job(
                 chosen.tasks,
                 since=chosen.since,
                 stage_buckets=chosen.stage_buckets,
+                stage_key_groups=chosen.stage_key_groups,
             )
     query_name = run.new_query_name()
     stateful = recipe.stateful is not None
@@ -432,10 +434,20 @@ class OperatorLayout:
     tasks: int
     since: int
     stage_buckets: int
+    #: Whether a stage keyed by other columns runs by key group too (on the operator's tasks, its
+    #: state moving with them); False: ``stage_buckets`` hashed buckets, fixed (checkpoints
+    #: started before stages moved, or a stage whose state cannot move).
+    stage_key_groups: bool = False
 
 
 def operator_layout(
-    checkpoint: CheckpointLayout, partitions: int, *, asked: str | None, movable: bool, what: str
+    checkpoint: CheckpointLayout,
+    partitions: int,
+    *,
+    asked: str | None,
+    movable: bool,
+    what: str,
+    stage_movable: bool = False,
 ) -> OperatorLayout:
     """The layout of the stateful operator for a run on ``partitions`` tasks (SPEC 3.15).
 
@@ -445,7 +457,9 @@ def operator_layout(
     and runs on its own partitions: when they differ from the last run's,
     the state moves by key group (``movable``: the kernel splits its state,
     ``what`` names it in the error when it cannot). A checkpoint written with
-    key buckets (before key groups) reads each bucket as a key group.
+    key buckets (before key groups) reads each bucket as a key group. A new
+    checkpoint's stage keyed by other columns runs by key group when its state
+    can move (``stage_movable``); one recorded with hashed buckets keeps them.
     """
     checkpoint_dir, path = checkpoint.root, checkpoint.key_groups_file
     committed = checkpoint.committed_batch()
@@ -459,7 +473,11 @@ def operator_layout(
         groups = _key_groups(asked)
         tasks = max(1, min(partitions, groups))
         chosen = OperatorLayout(
-            key_groups=groups, tasks=tasks, since=0, stage_buckets=min(BUCKETS, max(2, 2 * partitions))
+            key_groups=groups,
+            tasks=tasks,
+            since=0,
+            stage_buckets=min(BUCKETS, max(2, 2 * partitions)),
+            stage_key_groups=stage_movable,
         )
         _write_layout(checkpoint, chosen)
         return chosen
@@ -537,6 +555,7 @@ def _read_layout(path: str) -> OperatorLayout | None:
             tasks=int(data["tasks"]),
             since=int(data["since"]),
             stage_buckets=int(data["stage_buckets"]),
+            stage_key_groups=bool(data.get("stage_key_groups", False)),
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise JobError(

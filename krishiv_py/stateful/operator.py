@@ -46,7 +46,7 @@ from __future__ import annotations
 import itertools
 import struct
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
 import attrs
@@ -75,13 +75,12 @@ from krishiv_py.stateful._arrow import arrow, framed, ipc_bytes, ipc_table, tabl
 from krishiv_py.stateful.chain import kinds_of
 from krishiv_py.stateful.delays import bucket_of
 from krishiv_py.stateful.held_state import KeyedState, WholeState, open_held, open_table, write_state
-from krishiv_py.stateful.key_groups import key_groups_of, task_ranges
+from krishiv_py.stateful.key_groups import task_ranges
 from krishiv_py.stateful.premerge import MERGED_ROWS
 from krishiv_py.stateful.protocol import Kernel
-from krishiv_py.stateful.regroup import Keep
 from krishiv_py.stateful.stage import StageSpec
 from krishiv_py.stateful.state import WINDOW_END, WINDOW_START
-from krishiv_py.stateful.versioned import KeyGroupStore, Piece, VersionedBlobs, range_name
+from krishiv_py.stateful.versioned import KeyGroupStore, Piece, VersionedBlobs, piece_keep, range_name
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -388,7 +387,9 @@ def assemble_state(
         if piece.blob is None:
             continue
         table = ipc_table(piece.blob)
-        parts.append(table if piece.groups is None else k.split_state(table, _keep(spec, piece)))
+        parts.append(
+            table if piece.groups is None else k.split_state(table, piece_keep(spec.key_groups, piece))
+        )
     if len(parts) < 2 or watermark is None or empty is None:
         return k.gather_states(parts), None
     outs = []
@@ -399,26 +400,6 @@ def assemble_state(
     for out in outs[1:]:
         caught = _then(caught, out)
     return k.gather_states(parts), caught
-
-
-def _keep(spec: OperatorSpec, piece: Piece) -> Keep:
-    """Which state rows of ``piece`` the task takes: those of its key groups (a row of a group
-    outside the piece's range means the state's keys do not hash as its rows did)."""
-    assert piece.groups is not None
-    wanted = np.asarray(piece.groups)
-
-    def keep(columns: Sequence[pa.ChunkedArray[Any]], rows: int) -> np.ndarray:
-        groups = key_groups_of(list(columns), spec.key_groups, rows)
-        outside = (groups < piece.lo) | (groups >= piece.hi)
-        if outside.any():
-            raise JobError(
-                f"state rows of key groups {piece.lo}-{piece.hi - 1} hash to key group "
-                f"{int(groups[outside][0])}: the state's keys do not hash as its rows did, so it "
-                "cannot be split; start the job with the spark.sql.shuffle.partitions it ran with"
-            )
-        return np.isin(groups, wanted)
-
-    return keep
 
 
 def run_buckets_files(
@@ -715,8 +696,15 @@ def run_stage(
     handed = [bytes(b) for b, s in zip(blobs, is_side, strict=True) if b is not None and not s]
     side = [ipc_table(bytes(b)) for b, s in zip(blobs, is_side, strict=True) if b is not None and s]
     now = int(time.time() * 1000)
-    store = stage.StageStore(then.path, route) if batch_id is not None else None
-    before = store.load_before(batch_id) if store is not None and batch_id is not None else None
+    store: stage.StageStore | stage.KeyGroupStageStore | None = None
+    caught = None
+    before = None
+    if batch_id is not None and then.key_groups is not None:  # its state moves by key group
+        store = stage.KeyGroupStageStore(then, route)
+        before, caught = store.load_before(batch_id, now)
+    elif batch_id is not None:
+        store = stage.StageStore(then.path, route)
+        before = store.load_before(batch_id)
     # The first stage's other side in a micro-batch without an operator call runs at the
     # micro-batch's watermark; a later stage's at the watermark it last ran at (stage.step).
     read = bool(side) and level == 0
@@ -730,6 +718,8 @@ def run_stage(
         side=side,
         watermark_ms=(batch_wm if known else None),
     )
+    if caught is not None:  # what gathering a moved state fired, before the micro-batch's own
+        out = attrs.evolve(out, results=pa.concat_tables([caught.results, out.results]))
     size = 0
     if store is not None and batch_id is not None:
         size = store.save(batch_id, state)

@@ -59,8 +59,9 @@ from krishiv_py.stateful.between import Between, handed_rows
 from krishiv_py.stateful.chain import ChainKernel
 from krishiv_py.stateful.grouping import canonical
 from krishiv_py.stateful.kernel import StepOutput
+from krishiv_py.stateful.key_groups import key_groups_of, task_ranges
 from krishiv_py.stateful.protocol import NOT_DUE, Kernel
-from krishiv_py.stateful.versioned import VersionedBlobs
+from krishiv_py.stateful.versioned import KeyGroupStore, Piece, VersionedBlobs, piece_keep, range_name
 
 __all__ = [
     "JoinSide",
@@ -68,6 +69,10 @@ __all__ = [
     "Upstream",
     "StageState",
     "StageStore",
+    "KeyGroupStageStore",
+    "gathered",
+    "stage_blob",
+    "stage_state",
     "hand_on",
     "handed_from",
     "levels",
@@ -221,6 +226,10 @@ class StageSpec:
     #: The first micro-batch of the operator's layout (its tasks, SPEC 3.15): the reports of the
     #: tasks of a layout before it are dropped (:func:`step`).
     layout_since: int = 0
+    #: Key groups (SPEC 3.15): the stage's rows go to task ``key group * buckets // key_groups``
+    #: and its state is kept per task's range of key groups, so it moves when ``buckets``
+    #: changes; None: ``buckets`` hashed buckets, fixed for the checkpoint's life.
+    key_groups: int | None = None
 
     @property
     def before(self) -> tuple[Kernel, ...]:
@@ -250,11 +259,16 @@ class StageSpec:
         return nested(out)
 
     def with_buckets(
-        self, buckets: int, *, upstream: int | None = None, since: int | None = None
+        self,
+        buckets: int,
+        *,
+        upstream: int | None = None,
+        since: int | None = None,
+        key_groups: int | None = None,
     ) -> StageSpec:
-        """Every stage from this one on with ``buckets`` key buckets, this one after ``upstream``
-        calls of the operator before it (by default as many); ``since``: the first micro-batch
-        of the operator's layout."""
+        """Every stage from this one on with ``buckets`` key buckets (with ``key_groups``: tasks,
+        each a range of key groups), this one after ``upstream`` calls of the operator before it
+        (by default as many); ``since``: the first micro-batch of the operator's layout."""
         return nested(
             [
                 attrs.evolve(
@@ -262,10 +276,27 @@ class StageSpec:
                     buckets=buckets,
                     upstream_buckets=upstream if i == 0 and upstream else buckets,
                     layout_since=level.layout_since if since is None else since,
+                    key_groups=key_groups if key_groups is not None else level.key_groups,
                 )
                 for i, level in enumerate(levels(self))
             ]
         )
+
+    @property
+    def movable(self) -> bool:
+        """Whether every stage from this one on can move its state by key group."""
+        return all(level.kernel.movable for level in levels(self))
+
+    def task_range(self, route: int) -> tuple[int, int]:
+        """The key groups stage task ``route`` owns (key-grouped stages only)."""
+        assert self.key_groups is not None
+        return task_ranges(self.key_groups, self.buckets)[route]
+
+    @property
+    def layout_dirs(self) -> frozenset[str]:
+        """The state directories of this layout's tasks (key-grouped stages only)."""
+        assert self.key_groups is not None
+        return frozenset(range_name(lo, hi) for lo, hi in task_ranges(self.key_groups, self.buckets))
 
 
 def levels(spec: StageSpec | None) -> list[StageSpec]:
@@ -292,15 +323,21 @@ def bucket_base(spec: StageSpec, level: int) -> int:
     return -1 - sum(s.buckets for s in levels(spec)[:level])
 
 
-def route_of(rows: pa.Table, keys: Sequence[str], buckets: int) -> np.ndarray:
+def route_of(rows: pa.Table, keys: Sequence[str], buckets: int, key_groups: int | None = None) -> np.ndarray:
     """Each row's stage bucket: a hash of its key values (equal keys, equal bucket, on any machine).
 
-    Column by column: a value's hash does not depend on the other rows (an
-    integer column with a null is still hashed as integers), a null hashes
-    to one constant, and the columns' hashes combine in order.
+    With ``key_groups``: the task of its key group (Spark's ``hash()``, as the
+    operator's rows and every state row split by key group are hashed).
+    Without: column by column, a value's hash does not depend on the other
+    rows (an integer column with a null is still hashed as integers), a null
+    hashes to one constant, and the columns' hashes combine in order.
     """
     import pandas as pd
 
+    if key_groups is not None:
+        groups = key_groups_of([rows.column(k) for k in keys], key_groups, rows.num_rows)
+        out_kg: np.ndarray = groups * buckets // key_groups
+        return out_kg
     if not keys or buckets == 1 or not rows.num_rows:
         return np.zeros(rows.num_rows, np.int64)
     combined = np.zeros(rows.num_rows, np.uint64)
@@ -352,7 +389,7 @@ def hand_on(
             results, spec.read, between=spec.between, retracting=spec.retracting, at=watermark_ms
         )
         rows = side.rows(rows) if side is not None else rows
-    routes = route_of(rows, _route_keys(spec.kernel), spec.buckets)
+    routes = route_of(rows, _route_keys(spec.kernel), spec.buckets, spec.key_groups)
     return [framed([rows.filter(pa.array(routes == s)), report]) for s in range(spec.buckets)]
 
 
@@ -401,7 +438,7 @@ def side_rows(spec: StageSpec, encoded: pa.Table) -> list[tuple[int, bytes]]:
     cols[BATCH_TS] = encoded.column(TS_VALUE).cast(pa.int64())
     cols[SEQ] = encoded.column(SEQ).cast(pa.int64())
     rows = pa.table(cols)
-    routes = route_of(rows, _route_keys(spec.kernel), spec.buckets)
+    routes = route_of(rows, _route_keys(spec.kernel), spec.buckets, spec.key_groups)
     return [(int(r), ipc_bytes(rows.filter(pa.array(routes == r)))) for r in np.unique(routes)]
 
 
@@ -554,6 +591,33 @@ def _empty(spec: StageSpec) -> pa.Table:
     return pa.schema(fields).empty_table()
 
 
+def stage_blob(state: StageState) -> bytes:
+    """``state`` as the bytes of one version of a stage task's state."""
+    row = pa.table(
+        {
+            "kernel": pa.array([None if state.kernel is None else ipc_bytes(state.kernel)], pa.binary()),
+            "reports": pa.array([ipc_bytes(state.reports)], pa.binary()),
+            "watermark_ms": pa.array([state.watermark_ms], pa.int64()),
+            "seq": pa.array([state.seq], pa.int64()),
+            "since": pa.array([state.since], pa.int64()),
+        }
+    )
+    return ipc_bytes(row)
+
+
+def stage_state(blob: bytes) -> StageState:
+    """The state one version's bytes hold (:func:`stage_blob`)."""
+    row = ipc_table(blob).to_pylist()[0]
+    kernel = ipc_table(row["kernel"]) if row["kernel"] is not None else None
+    return StageState(
+        kernel=kernel,
+        reports=ipc_table(row["reports"]),
+        watermark_ms=row["watermark_ms"],
+        seq=int(row["seq"]),
+        since=int(row.get("since") or 0),  # a state written before layouts: the first
+    )
+
+
 class StageStore:
     """A stage bucket's state, one Arrow file per micro-batch under ``path`` (local or a URI).
 
@@ -569,29 +633,91 @@ class StageStore:
 
     def load_before(self, batch_id: int) -> StageState | None:
         blob = self._blobs.load_before(batch_id)
-        if blob is None:
-            return None
-        row = ipc_table(blob).to_pylist()[0]
-        kernel = ipc_table(row["kernel"]) if row["kernel"] is not None else None
-        return StageState(
-            kernel=kernel,
-            reports=ipc_table(row["reports"]),
-            watermark_ms=row["watermark_ms"],
-            seq=int(row["seq"]),
-            since=int(row.get("since") or 0),  # a state written before layouts: the first
-        )
+        return None if blob is None else stage_state(blob)
 
     def save(self, batch_id: int, state: StageState) -> int:
         """Write ``state`` as the version of ``batch_id``; returns its size in bytes."""
-        row = pa.table(
-            {
-                "kernel": pa.array([None if state.kernel is None else ipc_bytes(state.kernel)], pa.binary()),
-                "reports": pa.array([ipc_bytes(state.reports)], pa.binary()),
-                "watermark_ms": pa.array([state.watermark_ms], pa.int64()),
-                "seq": pa.array([state.seq], pa.int64()),
-                "since": pa.array([state.since], pa.int64()),
-            }
-        )
-        blob = ipc_bytes(row)
+        blob = stage_blob(state)
         self._blobs.save(batch_id, blob)
         return len(blob)
+
+
+class KeyGroupStageStore:
+    """A key-grouped stage task's state (SPEC 3.15): the key groups ``route`` owns, under
+    ``<path>/<lo>-<hi>`` as the operator's (:class:`~krishiv_py.stateful.versioned.KeyGroupStore`).
+
+    After a restart on another number of tasks a task gathers its key groups
+    from the directories the tasks before left (:func:`gathered`)."""
+
+    def __init__(self, spec: StageSpec, route: int) -> None:
+        lo, hi = spec.task_range(route)
+        self._spec = spec
+        self._store = KeyGroupStore(spec.path, lo, hi, since=spec.layout_since, current=spec.layout_dirs)
+
+    def load_before(self, batch_id: int, now_ms: int = 0) -> tuple[StageState | None, StepOutput | None]:
+        """The task's state before ``batch_id``, and what gathering it fired (None: nothing moved)."""
+        return gathered(self._spec, self._store.load_before(batch_id), now_ms)
+
+    def save(self, batch_id: int, state: StageState) -> int:
+        blob = stage_blob(state)
+        self._store.save(batch_id, blob)
+        return len(blob)
+
+
+def gathered(
+    spec: StageSpec, pieces: Sequence[Piece], now_ms: int = 0
+) -> tuple[StageState | None, StepOutput | None]:
+    """A stage task's state from the pieces its key groups were left in, and what it fired.
+
+    Each piece's kernel state is split to the key groups the task takes. The
+    tasks that left them may stand at different watermarks (a join stage's
+    other side runs only the tasks its rows go to): each part is stepped over
+    no rows to the highest, as a micro-batch would have, and what that fires
+    comes first. The reports are dropped with the layout they came from
+    (:func:`step` waits for every task of the new one); the arrival count goes
+    on from the highest.
+    """
+    if len(pieces) == 1 and pieces[0].groups is None:
+        blob = pieces[0].blob
+        return (None if blob is None else stage_state(blob)), None
+    kernel = spec.kernel
+    assert spec.key_groups is not None
+    states: list[tuple[StageState, pa.Table | None]] = []
+    for piece in pieces:
+        if piece.blob is None:
+            continue
+        state = stage_state(piece.blob)
+        table = state.kernel
+        if table is not None and piece.groups is not None:
+            table = kernel.split_state(table, piece_keep(spec.key_groups, piece))
+        states.append((state, table))
+    if not states:
+        return None, None
+    marks = [s.watermark_ms for s, _ in states if s.watermark_ms is not None]
+    target = max(marks) if marks else None
+    parts, fired = [], []
+    empty = _rows([], spec, 0)
+    for state, table in states:
+        if table is None:
+            continue
+        if target is not None and state.watermark_ms != target:
+            table, out = kernel.step(table, empty, target, now_ms)
+            fired.append(out)
+        parts.append(table)
+    together = kernel.gather_states(parts) if parts else None
+    state = StageState(
+        kernel=together if together is not None and together.num_rows else None,
+        watermark_ms=target,
+        seq=max(s.seq for s, _ in states),
+        since=spec.layout_since,
+    )
+    if not fired:
+        return state, None
+    results = pa.concat_tables([o.results for o in fired])
+    return state, StepOutput(
+        results=results,
+        very_late=np.zeros(0, np.int64),
+        invalid=np.zeros(0, np.int64),
+        expired=sum(o.expired for o in fired),
+        arithmetic_errors=sum(o.arithmetic_errors for o in fired),
+    )

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -56,6 +57,7 @@ from krishiv_py.errors import JobError
 from krishiv_py.files import appears_whole, file_system
 from krishiv_py.names import KEY_HASH
 from krishiv_py.stateful._arrow import framed, ipc_bytes, ipc_table, unframed
+from krishiv_py.stateful.key_groups import key_groups_of
 
 __all__ = [
     "KHASH",
@@ -347,6 +349,27 @@ class Piece:
     lo: int
     hi: int
     groups: tuple[int, ...] | None
+
+
+def piece_keep(key_groups: int, piece: Piece) -> Callable[[Sequence[pa.ChunkedArray[Any]], int], np.ndarray]:
+    """Which state rows of ``piece`` a task takes (a kernel's ``split_state`` keep): those of the
+    key groups it takes of the piece; a row of a group outside the piece's range means the
+    state's keys do not hash as its rows did, and stops the job."""
+    assert piece.groups is not None
+    wanted = np.asarray(piece.groups)
+
+    def keep(columns: Sequence[pa.ChunkedArray[Any]], rows: int) -> np.ndarray:
+        groups = key_groups_of(list(columns), key_groups, rows)
+        outside = (groups < piece.lo) | (groups >= piece.hi)
+        if outside.any():
+            raise JobError(
+                f"state rows of key groups {piece.lo}-{piece.hi - 1} hash to key group "
+                f"{int(groups[outside][0])}: the state's keys do not hash as its rows did, so it "
+                "cannot be split; start the job with the spark.sql.shuffle.partitions it ran with"
+            )
+        return np.isin(groups, wanted)
+
+    return keep
 
 
 class KeyGroupStore:

@@ -187,7 +187,13 @@ def _apply(
 
 
 def with_key_groups(
-    recipe: SparkRecipe, key_groups: int, tasks: int, *, since: int = 0, stage_buckets: int | None = None
+    recipe: SparkRecipe,
+    key_groups: int,
+    tasks: int,
+    *,
+    since: int = 0,
+    stage_buckets: int | None = None,
+    stage_key_groups: bool = False,
 ) -> SparkRecipe:
     """``recipe`` with its stateful operator's keys hashed into ``key_groups`` key groups and run on
     ``tasks`` tasks, each a contiguous range of them (SPEC 3.15).
@@ -195,8 +201,9 @@ def with_key_groups(
     A row goes to task ``pmod(hash(keys), key_groups) * tasks DIV key_groups``;
     a task's state is laid out by key group, so a restart on another number
     of tasks finds it (``since``: the first micro-batch of this layout). A
-    stage keyed by other columns keeps ``stage_buckets`` buckets of its own
-    (by default as many as the tasks).
+    stage keyed by other columns runs on as many tasks by the same key groups
+    of its own keys (``stage_key_groups``), or keeps ``stage_buckets`` hashed
+    buckets of its own (by default as many as the tasks).
     """
     node = recipe.stateful
     if node is None:
@@ -205,9 +212,12 @@ def with_key_groups(
         raise ValueError(f"tasks must be between 1 and the {key_groups} key groups, got {tasks}")
     operator = attrs.evolve(node.operator, buckets=tasks, key_groups=key_groups, layout_since=since)
     if operator.then is not None:
-        operator = attrs.evolve(
-            operator, then=operator.then.with_buckets(stage_buckets or tasks, upstream=tasks, since=since)
+        then = (
+            operator.then.with_buckets(tasks, upstream=tasks, since=since, key_groups=key_groups)
+            if stage_key_groups
+            else operator.then.with_buckets(stage_buckets or tasks, upstream=tasks, since=since)
         )
+        operator = attrs.evolve(operator, then=then)
     expr = _task_expr(key_groups, tasks)
     child: RecipeNode
     if node.branch_hashed is not None:
