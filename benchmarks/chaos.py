@@ -64,6 +64,7 @@ from benchmarks.chaos_job import (
     AUTO,
     AUTO_PARTITIONS,
     LOWERINGS,
+    RESCALE_ENV,
     SCHEMA,
     TABLE_SINKS,
     KafkaSteps,
@@ -77,6 +78,7 @@ from benchmarks.chaos_job import (
     kill_and_restart,
     per_partition,
     pipeline,
+    rescale_conf,
     table_rows,
 )
 
@@ -93,7 +95,7 @@ def child(
     with kp.Session.embedded(
         durability="single-node-durable",
         state_dir=state_dir,
-        spark_conf=_carrier_conf() | _rescale_conf(state_dir),
+        spark_conf=_carrier_conf() | rescale_conf(state_dir),
     ) as session:
         stream, sender = session.memory_stream(SCHEMA, name="input")
         job = pipeline(stream, corrected=corrected, auto=auto).start(
@@ -114,25 +116,6 @@ def _carrier_conf() -> dict[str, str]:
 
     carrier = os.environ.get(CARRIER_ENV)
     return {CARRIER_CONF: carrier} if carrier else {}
-
-
-#: The environment variable that hands ``--rescale`` to the children.
-RESCALE_ENV = "KRISHIV_CHAOS_RESCALE"
-
-
-def _rescale_conf(state_dir: str) -> dict[str, str]:
-    """With ``--rescale``: this start's shuffle partitions, the next of the list per start."""
-    choices = [c for c in os.environ.get(RESCALE_ENV, "").split(",") if c]
-    if not choices:
-        return {}
-    counter = os.path.join(state_dir, "starts")
-    starts = 0
-    if os.path.exists(counter):
-        with open(counter) as f:
-            starts = int(f.read())
-    with open(counter, "w") as f:
-        f.write(str(starts + 1))
-    return {"spark.sql.shuffle.partitions": choices[starts % len(choices)]}
 
 
 def child_kafka(

@@ -226,6 +226,25 @@ class Kills(Protocol):
     restarts_failed: int
 
 
+#: The environment variable that hands ``--rescale`` to the children.
+RESCALE_ENV = "KRISHIV_CHAOS_RESCALE"
+
+
+def rescale_conf(state_dir: str) -> dict[str, str]:
+    """With ``--rescale``: this start's shuffle partitions, the next of the list per start."""
+    choices = [c for c in os.environ.get(RESCALE_ENV, "").split(",") if c]
+    if not choices:
+        return {}
+    counter = os.path.join(state_dir, "starts")
+    starts = 0
+    if os.path.exists(counter):
+        with open(counter) as f:
+            starts = int(f.read())
+    with open(counter, "w") as f:
+        f.write(str(starts + 1))
+    return {"spark.sql.shuffle.partitions": choices[starts % len(choices)]}
+
+
 def kill_and_restart(
     cmd: list[str], kills: int, max_delay_s: float, rng: random.Random, run: Kills, log: Any = print
 ) -> bool:
