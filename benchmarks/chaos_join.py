@@ -29,6 +29,12 @@ under the first stage's (``then-1``); checked the same way.
     python -m benchmarks.chaos_join --chain --runs 2 --kills 4
     python -m benchmarks.chaos_join --staged --runs 2 --kills 4
     python -m benchmarks.chaos_join --twice --runs 2 --kills 4
+    python -m benchmarks.chaos_join --staged --rescale 2,5,3 --runs 2 --kills 6
+
+``--rescale 2,5,3`` starts each (re)start of a child on the next of those
+shuffle partitions (as ``python -m benchmarks.chaos --rescale``): every kill
+after the first lands in a restart that moves the operator's state and the
+stage's to another number of tasks.
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ from typing import Any, Literal
 
 import attrs
 
-from benchmarks.chaos_job import kill_and_restart, tally
+from benchmarks.chaos_job import RESCALE_ENV, kill_and_restart, rescale_conf, tally
 
 LEFT = "k string, t bigint, a bigint"
 RIGHT = "k string, t bigint, b bigint"
@@ -144,7 +150,9 @@ def child(
     from krishiv_py.kafka.client import read_topic
 
     data = steps(seed, count, size, lowering)
-    with kp.Session.embedded(durability="single-node-durable", state_dir=state_dir) as session:
+    with kp.Session.embedded(
+        durability="single-node-durable", state_dir=state_dir, spark_conf=rescale_conf(state_dir)
+    ) as session:
         left = session.read_kafka(servers, topics[0], schema=LEFT, name="left").select("k", "t", "a")
         right = session.read_kafka(servers, topics[1], schema=RIGHT, name="right").select("k", "t", "b")
         sink = kp.DuckDBSink(os.path.join(state_dir, "out.duckdb"), "joined", mode="append")
@@ -366,7 +374,14 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="as --staged, then an aggregation per number of keys (a stage after the stage), every run",
     )
+    p.add_argument(
+        "--rescale",
+        help="shuffle partitions of each (re)start in turn, e.g. 2,5,3: every restart moves the state "
+        "(the operator's and a stage's, by key group)",
+    )
     a = p.parse_args(argv)
+    if a.rescale:
+        os.environ[RESCALE_ENV] = a.rescale
     from krishiv_py.devtools import KafkaBroker
 
     runs = []
