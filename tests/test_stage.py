@@ -162,6 +162,28 @@ def test_a_key_grouped_stage_moved_from_2_to_5_to_3_tasks_equals_one_task(tmp_pa
     assert {p.name for p in (tmp_path / "moved").iterdir()} == {range_name(*r) for r in task_ranges(16, 3)}
 
 
+def test_gathered_parts_that_stood_at_different_watermarks_fire_what_the_lagging_one_had_due() -> None:
+    """Two tasks left their parts at 5 and 25 (a join stage's other side runs only the tasks its
+    rows go to); the task that gathers both steps the lagging part to 25 first: its window
+    [0, 10) fires then, once, before the micro-batch's own results."""
+    from krishiv_py.stateful.stage import gathered, stage_blob
+    from krishiv_py.stateful.versioned import Piece
+
+    spec = attrs.evolve(_spec(buckets=1, upstream_buckets=1), key_groups=1)
+    parts = []
+    for ad, ts, mark in (("a", 3, 5), ("b", 21, 25)):
+        state, _, _, _ = step(spec, None, hand_on(spec, 0, _results([ad], [ts]), mark, 0, NOT_DUE), 0)
+        assert state.watermark_ms == mark and state.kernel is not None
+        parts.append(state)
+    pieces = [Piece(stage_blob(s), 0, 1, (0,)) for s in parts]
+    state, caught = gathered(spec, pieces)
+    assert state is not None and state.watermark_ms == 25 and state.seq == max(s.seq for s in parts)
+    assert caught is not None
+    assert caught.results.to_pylist() == [{"ad": "a", "window_start": 0, "window_end": 10_000, "n": 1}]
+    assert spec.kernel.state_rows(state.kernel) == 1  # b's window [20, 30), still open
+    assert state.reports.num_rows == 0 and state.since == spec.layout_since
+
+
 def test_a_stage_hands_the_next_stage_its_rows_and_the_watermark_held_below_every_bucket_before() -> None:
     first = _spec(buckets=1, upstream_buckets=2)
     operator = first.upstream
