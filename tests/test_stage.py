@@ -176,12 +176,13 @@ def test_gathered_parts_that_stood_at_different_watermarks_fire_what_the_lagging
         assert state.watermark_ms == mark and state.kernel is not None
         parts.append(state)
     pieces = [Piece(stage_blob(s), 0, 1, (0,)) for s in parts]
-    state, caught = gathered(spec, pieces)
-    assert state is not None and state.watermark_ms == 25 and state.seq == max(s.seq for s in parts)
+    together, caught = gathered(spec, pieces)
+    assert together is not None and together.watermark_ms == 25
+    assert together.seq == max(s.seq for s in parts)
     assert caught is not None
     assert caught.results.to_pylist() == [{"ad": "a", "window_start": 0, "window_end": 10_000, "n": 1}]
-    assert spec.kernel.state_rows(state.kernel) == 1  # b's window [20, 30), still open
-    assert state.reports.num_rows == 0 and state.since == spec.layout_since
+    assert together.kernel is not None and spec.kernel.state_rows(together.kernel) == 1  # b's [20, 30)
+    assert together.reports.num_rows == 0 and together.since == spec.layout_since
 
 
 def test_a_stage_hands_the_next_stage_its_rows_and_the_watermark_held_below_every_bucket_before() -> None:
