@@ -475,6 +475,26 @@ def test_a_restart_on_other_partitions_moves_from_the_next_micro_batch(tmp_path:
     assert json.loads((tmp_path / "krishiv-key-groups.json").read_text())["tasks"] == 5
 
 
+def test_a_new_checkpoints_stage_runs_by_key_group_and_an_older_ones_keeps_its_buckets(
+    tmp_path: Path,
+) -> None:
+    staged = CheckpointLayout(str(tmp_path / "new"))
+    first = operator_layout(staged, 2, asked=None, movable=True, what="a window", stage_movable=True)
+    assert first.stage_key_groups
+    _commit(tmp_path / "new", 3)
+    moved = operator_layout(staged, 5, asked=None, movable=True, what="a window", stage_movable=True)
+    assert (moved.tasks, moved.since, moved.stage_key_groups) == (5, 4, True)
+    # Recorded before stages moved: no stage_key_groups, its stage keeps its hashed buckets.
+    old = tmp_path / "old"
+    old.mkdir()
+    record = {"key_groups": 128, "tasks": 2, "since": 0, "stage_buckets": 4}
+    (old / "krishiv-key-groups.json").write_text(json.dumps(record))
+    kept = operator_layout(
+        CheckpointLayout(str(old)), 5, asked=None, movable=True, what="a window", stage_movable=True
+    )
+    assert (kept.tasks, kept.stage_buckets, kept.stage_key_groups) == (5, 4, False)
+
+
 def test_a_restart_that_cannot_move_the_state_is_refused_naming_why(tmp_path: Path) -> None:
     _layout(tmp_path, 2, movable=False)
     with pytest.raises(JobError, match=r"ran on 2 tasks .* asks for 5 .*a join.*partitions=2"):
