@@ -78,6 +78,7 @@ from krishiv_py.stateful.held_state import KeyedState, WholeState, open_held, op
 from krishiv_py.stateful.key_groups import task_ranges
 from krishiv_py.stateful.premerge import MERGED_ROWS
 from krishiv_py.stateful.protocol import Kernel
+from krishiv_py.stateful.regroup import followed, gather_stepped
 from krishiv_py.stateful.stage import StageSpec
 from krishiv_py.stateful.state import WINDOW_END, WINDOW_START
 from krishiv_py.stateful.versioned import KeyGroupStore, Piece, VersionedBlobs, piece_keep, range_name
@@ -390,16 +391,7 @@ def assemble_state(
         parts.append(
             table if piece.groups is None else k.split_state(table, piece_keep(spec.key_groups, piece))
         )
-    if len(parts) < 2 or watermark is None or empty is None:
-        return k.gather_states(parts), None
-    outs = []
-    for i, part in enumerate(parts):
-        parts[i], out = k.step(part, empty, watermark, now)
-        outs.append(out)
-    caught = outs[0]
-    for out in outs[1:]:
-        caught = _then(caught, out)
-    return k.gather_states(parts), caught
+    return gather_stepped(k, parts, watermark, now, empty)
 
 
 def run_buckets_files(
@@ -514,7 +506,7 @@ def _step(
         none = batch.slice(0, 0)
         new_state, fired = spec.kernel.step(held.take(none, None, fire), none, fire, now)
         held.put(new_state)
-        out = _then(out, fired)
+        out = followed(out, fired)
     out, handed = _handed_on(spec, bucket, out, held, watermark)
     kernel_us = clock.lap()
     keep(held)
@@ -562,18 +554,6 @@ def fire_watermark(spec: OperatorSpec, highest_us: int | None, watermark: int | 
         return None
     fire = spark_ms - spec.shift_ms
     return fire if watermark is None or fire > watermark else None
-
-
-def _then(first: kernel.StepOutput, fired: kernel.StepOutput) -> kernel.StepOutput:
-    """A step's output followed by a step over no rows that fired what a higher watermark made due."""
-    closed = [c for c in (first.closed, fired.closed) if c is not None]
-    return attrs.evolve(
-        first,
-        results=pa.concat_tables([first.results, fired.results]),
-        closed=pa.concat_tables(closed) if closed else None,
-        expired=first.expired + fired.expired,
-        arithmetic_errors=first.arithmetic_errors + fired.arithmetic_errors,
-    )
 
 
 def _after(caught: kernel.StepOutput, out: kernel.StepOutput) -> kernel.StepOutput:
@@ -719,7 +699,7 @@ def run_stage(
         watermark_ms=(batch_wm if known else None),
     )
     if caught is not None:  # what gathering a moved state fired, before the micro-batch's own
-        out = attrs.evolve(out, results=pa.concat_tables([caught.results, out.results]))
+        out = _after(caught, out)
     size = 0
     if store is not None and batch_id is not None:
         size = store.save(batch_id, state)

@@ -33,18 +33,20 @@ What a kernel does
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
     import numpy as np
     import pyarrow as pa
 
     from krishiv_py.stateful.kernel import StepOutput
-    from krishiv_py.stateful.regroup import Keep
 
-__all__ = ["NOT_DUE", "Kernel", "Unmerged"]
+__all__ = ["NOT_DUE", "Keep", "Kernel", "Unmerged"]
+
+#: Which state rows a task keeps when a state moves (:meth:`Kernel.split_state`): given the
+#: state's key columns and its number of rows, a boolean mask.
+Keep = Callable[[Sequence["pa.ChunkedArray[Any]"], int], "np.ndarray"]
 
 #: What :meth:`Kernel.next_due` answers for nothing due: far below any watermark (a window
 #: ending at 0 is due at -1, a legitimate watermark).

@@ -33,16 +33,20 @@ Examples
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
+import attrs
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["FlatState", "Keep", "gather_tables", "split_table"]
+from krishiv_py.stateful.kernel import StepOutput
+from krishiv_py.stateful.protocol import Keep
 
-#: Which rows a task keeps: given a state's key columns and its number of rows, a boolean mask.
-Keep = Callable[[Sequence["pa.ChunkedArray[Any]"], int], np.ndarray]
+if TYPE_CHECKING:
+    from krishiv_py.stateful.protocol import Kernel
+
+__all__ = ["FlatState", "Keep", "followed", "gather_stepped", "gather_tables", "split_table"]
 
 
 def split_table(state: pa.Table, names: Sequence[str], keep: Keep) -> pa.Table:
@@ -66,6 +70,35 @@ def gather_tables(states: Sequence[pa.Table]) -> pa.Table | None:
             [s.replace_schema_metadata(None) for s in held], promote_options="permissive"
         )
     return together.replace_schema_metadata(marks[0]) if all(m == marks[0] for m in marks) else together
+
+
+def followed(first: StepOutput, fired: StepOutput) -> StepOutput:
+    """A step's output followed by a step over no rows that fired what a higher watermark made due."""
+    closed = [c for c in (first.closed, fired.closed) if c is not None]
+    return attrs.evolve(
+        first,
+        results=pa.concat_tables([first.results, fired.results]),
+        closed=pa.concat_tables(closed) if closed else None,
+        expired=first.expired + fired.expired,
+        arithmetic_errors=first.arithmetic_errors + fired.arithmetic_errors,
+    )
+
+
+def gather_stepped(
+    kernel: Kernel, parts: list[pa.Table], watermark: int | None, now_ms: int, empty: pa.Table | None
+) -> tuple[pa.Table | None, StepOutput | None]:
+    """States of disjoint keys as one, each first stepped over no rows (``empty``: the batch's
+    columns) to ``watermark``, as a tick would have stepped it; and what that fired, in order
+    (None: one part, or nothing to step to)."""
+    if len(parts) < 2 or watermark is None or empty is None:
+        return kernel.gather_states(parts), None
+    caught: StepOutput | None = None
+    stepped = []
+    for part in parts:
+        part, out = kernel.step(part, empty, watermark, now_ms)
+        stepped.append(part)
+        caught = out if caught is None else followed(caught, out)
+    return kernel.gather_states(stepped), caught
 
 
 class FlatState:

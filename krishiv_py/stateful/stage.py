@@ -61,6 +61,7 @@ from krishiv_py.stateful.grouping import canonical
 from krishiv_py.stateful.kernel import StepOutput
 from krishiv_py.stateful.key_groups import key_groups_of, task_ranges
 from krishiv_py.stateful.protocol import NOT_DUE, Kernel
+from krishiv_py.stateful.regroup import gather_stepped
 from krishiv_py.stateful.versioned import KeyGroupStore, Piece, VersionedBlobs, piece_keep, range_name
 
 __all__ = [
@@ -332,12 +333,12 @@ def route_of(rows: pa.Table, keys: Sequence[str], buckets: int, key_groups: int 
     rows (an integer column with a null is still hashed as integers), a null
     hashes to one constant, and the columns' hashes combine in order.
     """
-    import pandas as pd
-
     if key_groups is not None:
         groups = key_groups_of([rows.column(k) for k in keys], key_groups, rows.num_rows)
         out_kg: np.ndarray = groups * buckets // key_groups
         return out_kg
+    import pandas as pd
+
     if not keys or buckets == 1 or not rows.num_rows:
         return np.zeros(rows.num_rows, np.int64)
     combined = np.zeros(rows.num_rows, np.uint64)
@@ -672,7 +673,8 @@ def gathered(
     Each piece's kernel state is split to the key groups the task takes. The
     tasks that left them may stand at different watermarks (a join stage's
     other side runs only the tasks its rows go to): each part is stepped over
-    no rows to the highest, as a micro-batch would have, and what that fires
+    no rows to the highest, as the operator's parts are
+    (:func:`~krishiv_py.stateful.regroup.gather_stepped`), and what that fires
     comes first. The reports are dropped with the layout they came from
     (:func:`step` waits for every task of the new one); the arrival count goes
     on from the highest.
@@ -695,29 +697,12 @@ def gathered(
         return None, None
     marks = [s.watermark_ms for s, _ in states if s.watermark_ms is not None]
     target = max(marks) if marks else None
-    parts, fired = [], []
-    empty = _rows([], spec, 0)
-    for state, table in states:
-        if table is None:
-            continue
-        if target is not None and state.watermark_ms != target:
-            table, out = kernel.step(table, empty, target, now_ms)
-            fired.append(out)
-        parts.append(table)
-    together = kernel.gather_states(parts) if parts else None
+    parts = [table for _, table in states if table is not None]
+    together, caught = gather_stepped(kernel, parts, target, now_ms, _rows([], spec, 0))
     state = StageState(
         kernel=together if together is not None and together.num_rows else None,
         watermark_ms=target,
         seq=max(s.seq for s, _ in states),
         since=spec.layout_since,
     )
-    if not fired:
-        return state, None
-    results = pa.concat_tables([o.results for o in fired])
-    return state, StepOutput(
-        results=results,
-        very_late=np.zeros(0, np.int64),
-        invalid=np.zeros(0, np.int64),
-        expired=sum(o.expired for o in fired),
-        arithmetic_errors=sum(o.arithmetic_errors for o in fired),
-    )
+    return state, caught
