@@ -177,11 +177,8 @@ class OverKernel(FlatState, Unmerged):
         np.maximum.at(last, gid[: held.num_rows], np.asarray(held.column(SEQ).to_numpy(), np.int64))
         mine = gid[held.num_rows :]
         order = np.argsort(mine, kind="stable")
-        pos = np.arange(n, dtype=np.int64)
-        new = np.ones(n, bool)
-        new[1:] = mine[order][1:] != mine[order][:-1]
         rank = np.empty(n, np.int64)
-        rank[order] = pos - np.maximum.accumulate(np.where(new, pos, 0))
+        rank[order] = _within(mine[order])
         cols: dict[str, Any] = {c: rows.column(c) for c in self.columns}
         cols[BATCH_TS] = rows.column(BATCH_TS).cast(pa.int64())
         cols[SEQ] = pa.array(last[mine] + 1 + rank)
@@ -195,7 +192,7 @@ class OverKernel(FlatState, Unmerged):
         """Emit the rows the watermark passed and correct the emitted ones whose frames changed,
         over the keys of ``rows`` and of rows due now."""
         if watermark_ms is None or not live.num_rows:
-            return live, self._results(live.slice(0, 0), self._stored(live.slice(0, 0)), "emit")
+            return live, self._none(live)
         w_us = watermark_ms * 1000
         gid, _ = _key_ids(self.keys, [live, rows])
         live_gid, row_gid = gid[: live.num_rows], gid[live.num_rows :]
@@ -212,7 +209,7 @@ class OverKernel(FlatState, Unmerged):
         final = np.asarray(live.column(OVER_FINAL).to_numpy(zero_copy_only=False), bool)
         targets = np.flatnonzero((t < w_us) & ~final[order])
         if not len(targets):
-            return live, self._results(live.slice(0, 0), self._stored(live.slice(0, 0)), "emit")
+            return live, self._none(live)
         lo, hi = self._frames(g, t, targets)
         counts = hi - lo + 1
         owner = np.repeat(np.arange(len(targets), dtype=np.int64), counts)
@@ -245,11 +242,8 @@ class OverKernel(FlatState, Unmerged):
 
     def _frames(self, g: I64, t: I64, targets: I64) -> tuple[I64, I64]:
         """Each target's frame as first and last positions in the key-ordered rows ``(g, t)``."""
-        pos = np.arange(len(g), dtype=np.int64)
-        new = np.ones(len(g), bool)
-        new[1:] = g[1:] != g[:-1]
-        start = np.maximum.accumulate(np.where(new, pos, 0))
         if self.frame == "rows":
+            start = np.arange(len(g), dtype=np.int64) - _within(g)  # each key's first position
             return np.maximum(start[targets], targets - self.preceding), targets
         back = t - self.preceding * 1000
         values = np.unique(np.concatenate([t, back]))
@@ -262,6 +256,10 @@ class OverKernel(FlatState, Unmerged):
     def _stored(self, rows: pa.Table) -> dict[str, pa.Array[Any]]:
         """The values ``rows`` last emitted, by aggregate name."""
         return {a.name: rows.column(f"{OVER_VALUE}{i}").combine_chunks() for i, a in enumerate(self.aggs)}
+
+    def _none(self, like: pa.Table) -> pa.Table:
+        """No results (their columns)."""
+        return self._results(like.slice(0, 0), self._stored(like.slice(0, 0)), "emit")
 
     def _results(self, rows: pa.Table, values: dict[str, pa.Array[Any]], kind: str) -> pa.Table:
         kept = [*self.columns, BATCH_TS] if self.event_times else list(self.columns)
@@ -285,11 +283,8 @@ class OverKernel(FlatState, Unmerged):
             g = _key_ids(self.keys, [live])[0]
             seq = np.asarray(live.column(SEQ).to_numpy(), np.int64)
             order = np.lexsort((-seq, -ts, ~final, g))  # per key: its final rows, newest first
-            pos = np.arange(len(order))
-            new = np.ones(len(order), bool)
-            new[1:] = g[order][1:] != g[order][:-1]
             rank = np.empty(len(order), np.int64)
-            rank[order] = pos - np.maximum.accumulate(np.where(new, pos, 0))
+            rank[order] = _within(g[order])
             keep = ~final | (rank < self.preceding)
         live = live.set_column(live.schema.get_field_index(OVER_FINAL), OVER_FINAL, pa.array(final))
         return live.filter(pa.array(keep))
@@ -346,6 +341,15 @@ def _key_ids(keys: tuple[str, ...], tables: list[pa.Table]) -> tuple[I64, int]:
     ]
     ids, groups, _ = group_ids(columns)
     return ids, groups
+
+
+def _within(sorted_ids: I64) -> I64:
+    """Each position's place within its run of equal ids (0 for the first), ids sorted."""
+    pos = np.arange(len(sorted_ids), dtype=np.int64)
+    new = np.ones(len(sorted_ids), bool)
+    new[1:] = sorted_ids[1:] != sorted_ids[:-1]
+    out: I64 = pos - np.maximum.accumulate(np.where(new, pos, 0))
+    return out
 
 
 def _ts(table: pa.Table) -> I64:
