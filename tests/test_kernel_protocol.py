@@ -123,13 +123,14 @@ def test_every_plan_node_has_its_stateful_lowering() -> None:
 
     import krishiv_py.kafka  # noqa: F401  (registers the Kafka source's read rule)
     from krishiv_py.plan import nodes as n
-    from krishiv_py.planner.spark.lower import OPERATOR_RULES, STATEFUL_ROLES
+    from krishiv_py.planner.spark.kinds import KINDS
+    from krishiv_py.planner.spark.lower import STATEFUL_ROLES
     from krishiv_py.planner.spark.sources import read_rule
 
     kinds = {k for alias in get_args(n.PlanNode) for k in (get_args(alias) or (alias,))}
     assert set(STATEFUL_ROLES) == kinds
     for kind, role in STATEFUL_ROLES.items():
         if role == "operator":
-            assert kind in OPERATOR_RULES
+            assert kind in KINDS
     for source in n.SOURCE_TYPES:
         assert read_rule(object.__new__(source)) is not None

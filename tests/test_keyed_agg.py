@@ -23,7 +23,7 @@ from krishiv_py.model.compose import AggOf, ComposedModel, Source
 from krishiv_py.model.reference import AggSpec as ModelAgg
 from krishiv_py.names import BATCH_TS, SEQ
 from krishiv_py.plan import nodes as n
-from krishiv_py.planner.spark.stateful import kernel_aggs
+from krishiv_py.planner.spark.kinds import kernel_aggs
 from krishiv_py.stateful.keyed_agg import KeyedAggKernel
 
 SCHEMA = "k string, t bigint, v bigint"
@@ -75,7 +75,7 @@ ROW = st.fixed_dictionaries(
 @given(batches=st.lists(st.lists(ROW, max_size=6), min_size=1, max_size=6))
 def test_the_kernel_gives_the_models_changelog_step_by_step(batches: list[list[dict[str, Any]]]) -> None:
     plan = _pipeline(placeholder(SCHEMA, "s")).plan
-    kernel = KeyedAggKernel(keys=("k",), aggs=kernel_aggs(plan))  # type: ignore[arg-type]
+    kernel = KeyedAggKernel(keys=("k",), aggs=kernel_aggs(plan))
     model = _model()
     state: pa.Table | None = None
     seq = 0

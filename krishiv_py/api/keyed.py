@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
+from krishiv_py.api.over import OverStream, check_order_by
 from krishiv_py.api.windowed import WindowAssigners, WindowedStream
 from krishiv_py.errors import PlanError, attribute_error
 from krishiv_py.expr import AggExpr
@@ -30,6 +31,7 @@ class KeyedStream(WindowAssigners):
     state_ttl: StateTtlConfig | None = None
 
     def __attrs_post_init__(self) -> None:
+        n.check_not_after_over(self.stream.plan, "key_by()")
         if not self.keys:
             raise PlanError("key_by() needs at least one column")
         schema = self.stream.schema
@@ -95,6 +97,54 @@ class KeyedStream(WindowAssigners):
             emission=Emission(state_ttl=self.state_ttl),
         )
         return self.stream._with(plan)
+
+    # --- over-aggregation (SPEC 3.16) -----------------------------------------------------
+
+    def over_rows(self, n: int, *, order_by: str | None = None) -> OverStream:
+        """Aggregate each row with the ``n`` rows of its key before it, in event-time order.
+
+        SQL's ``OVER (PARTITION BY keys ORDER BY t ROWS BETWEEN n PRECEDING
+        AND CURRENT ROW)``: ``.agg(...)`` then gives one result per input
+        row, its columns and each aggregate over the row and the ``n`` rows
+        of its key before it (ties in event time by arrival), emitted once
+        the watermark passes the row (its order is final then).
+        ``order_by``: the event-time column (the default; it is the only
+        order). Runs in krishiv's operator (the stateful lowering).
+
+        Examples
+        --------
+        >>> import krishiv_py as kp
+        >>> from krishiv_py.api.stream import placeholder
+        >>> bids = placeholder("seller bigint, price bigint, t bigint", "bids").watermark("t", 1_000)
+        >>> bids.key_by("seller").over_rows(10, order_by="t").agg(kp.avg(kp.col("price"))).columns
+        ('seller', 'price', 't', 'avg_price')
+        """
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise PlanError(f"over_rows(n) takes a whole number of rows >= 0 before the row, got {n!r}")
+        check_order_by(self.stream, order_by, "over_rows()")
+        return OverStream(self.stream, self.keys, "rows", n, Emission(state_ttl=self.state_ttl))
+
+    def over_range(self, range_ms: Duration, *, order_by: str | None = None) -> OverStream:
+        """Aggregate each row with its key's rows of the ``range_ms`` before its event time.
+
+        SQL's ``OVER (PARTITION BY keys ORDER BY t RANGE BETWEEN INTERVAL
+        ... PRECEDING AND CURRENT ROW)``: the frame holds the rows whose event
+        time is in ``[t - range_ms, t]``, its peers (equal ``t``, also those
+        that arrived after it) included; otherwise as :meth:`over_rows`.
+
+        Examples
+        --------
+        >>> import krishiv_py as kp
+        >>> from krishiv_py.api.stream import placeholder
+        >>> bids = placeholder("seller bigint, price bigint, t bigint", "bids").watermark("t", 1_000)
+        >>> bids.key_by("seller").over_range("1h").agg(kp.count(kp.col("*")).alias("n")).columns
+        ('seller', 'price', 't', 'n')
+        """
+        ms = as_ms("over_range(range_ms)", range_ms)
+        if ms < 0:
+            raise PlanError(f"over_range(range_ms) takes milliseconds >= 0 before the row, got {range_ms!r}")
+        check_order_by(self.stream, order_by, "over_range()")
+        return OverStream(self.stream, self.keys, "range", ms, Emission(state_ttl=self.state_ttl))
 
     def _no_ttl(self, what: str, right: KeyedStream) -> None:
         if self.state_ttl is not None or right.state_ttl is not None:

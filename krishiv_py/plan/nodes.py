@@ -64,6 +64,7 @@ __all__ = [
     "WindowAggregate",
     "KeyedAggregate",
     "KeyedTopN",
+    "OverAggregate",
     "cascade_lateness_ms",
     "cascade_of",
     "event_time",
@@ -190,6 +191,7 @@ class Watermark:
             check_ms("idle_timeout_ms", self.idle_timeout_ms)
         if joins_of(self.input):
             raise PlanError(AFTER_JOIN)
+        check_not_after_over(self.input, ".watermark()")
         field = schema_of(self.input).field(self.column, role="event-time column")
         if not (field.dtype.is_timestamp or field.dtype.name in ("bigint", "int")):
             raise PlanError(
@@ -258,6 +260,7 @@ class WindowAggregate:
 
     def __attrs_post_init__(self) -> None:
         _after_processing_time(self.input, "a window")
+        check_not_after_over(self.input, "a window")
         if in_processing_time(self.window):
             _check_processing_time(self)
             return
@@ -338,10 +341,22 @@ class KeyedAggregate:
         schema_of(self)
 
 
+def check_not_after_over(below: PlanNode, what: str) -> None:
+    """:class:`PlanError` when ``below`` holds an over-aggregation's results: no operator runs
+    after one yet (its results are emitted as the watermark passes their rows)."""
+    if any(isinstance(x, OverAggregate) for x in walk(below)):
+        raise PlanError(
+            f"{what} after an over-aggregation (over_rows()/over_range()) is not supported yet: its "
+            "results are emitted as the watermark passes their rows; write them to a sink (filter, "
+            "select and with_column may follow it)"
+        )
+
+
 def _check_per_key_input(below: PlanNode, keys: tuple[str, ...], what: str) -> None:
     """What an operator per key over every row takes today: a source's rows with event time, a
     join's, or (an aggregation) the changes of an aggregation, a top-N or a window; over a union
     of operators' results, what it takes over each of them."""
+    check_not_after_over(below, what)
     branches = union_branches(below)
     if branches is not None:
         for branch in branches:
@@ -476,6 +491,72 @@ class KeyedTopN:
             schema.field(c, role="top_n() column")
         if KIND_COLUMN in schema.names and not takes_retractions(self.input):
             raise PlanError(f"top_n(per='key') adds a {KIND_COLUMN!r} column, and the rows have one already")
+
+
+#: An over-aggregation's frame: so many rows before the row, or so many milliseconds before it.
+OverFrame: TypeAlias = Literal["rows", "range"]
+
+
+@attrs.frozen(kw_only=True)
+class OverAggregate:
+    """``aggregates`` per row over its key's rows up to it: an over-aggregation (SPEC 3.16).
+
+    ``keyed.over_rows(n)`` / ``keyed.over_range(range_ms)`` then ``.agg(...)``:
+    one result per input row, its columns and each aggregate over its frame
+    (``rows``: the row and the ``preceding`` rows before it in its key's
+    event-time order, ties by arrival; ``range``: the rows up to
+    ``preceding`` ms before its event time, its peers included), emitted
+    once the watermark passes the row. Late rows within the allowed
+    lateness correct the results after them; over a changelog, or with
+    ``accumulation("retracting")``, results carry a ``kind`` column.
+    """
+
+    input: PlanNode
+    keys: tuple[str, ...]
+    frame: OverFrame
+    #: ``rows``: how many rows before; ``range``: how many milliseconds before.
+    preceding: int
+    aggregates: tuple[AggCall, ...]
+    emission: Emission = attrs.field(factory=Emission)
+
+    def __attrs_post_init__(self) -> None:
+        call = "over_rows()" if self.frame == "rows" else "over_range()"
+        if self.frame not in ("rows", "range"):
+            raise PlanError(f"an over-aggregation's frame is 'rows' or 'range', not {self.frame!r}")
+        if isinstance(self.preceding, bool) or not isinstance(self.preceding, int) or self.preceding < 0:
+            what = "rows" if self.frame == "rows" else "milliseconds"
+            raise PlanError(
+                f"{call} needs a whole number of {what} >= 0 before the row, got {self.preceding!r}"
+            )
+        if not self.keys:
+            raise PlanError(f"{call} needs key_by(...) columns: each key's rows are ordered and framed apart")
+        what = f"an over-aggregation ({call})"
+        _after_processing_time(self.input, what)
+        _check_per_key_input(self.input, self.keys, what)
+        if not self.aggregates:
+            raise PlanError(f"{call}.agg() needs at least one aggregate, e.g. kp.avg(kp.col('price'))")
+        e = self.emission
+        if e.trigger.is_early or e.state_ttl is not None or e.panes.any or e.late_handler is not None:
+            raise PlanError(
+                f"{what} takes allowed_lateness() and accumulation(); it has no early trigger, state "
+                "TTL (its frame bounds its state), pane callbacks or late-event handler yet"
+            )
+        for a in self.aggregates:
+            if a.func in ("first", "last") and (self.frame == "range" or takes_retractions(self.input)):
+                raise PlanError(
+                    f"{a.func}() in {what}: "
+                    + (
+                        "a range frame's peers (equal event times) have no order to pick by"
+                        if self.frame == "range"
+                        else "a withdrawn row may be the one it picked (use min/max)"
+                    )
+                )
+        schema_of(self)
+
+    @property
+    def retracting(self) -> bool:
+        """Whether its results carry ``kind``: asked for, or over rows that may be withdrawn."""
+        return self.emission.accumulation == "retracting" or takes_retractions(self.input)
 
 
 #: Why ``.watermark()`` does not go after a join, and what does.
@@ -793,6 +874,7 @@ PlanNode: TypeAlias = (
     | WindowAggregate
     | KeyedAggregate
     | KeyedTopN
+    | OverAggregate
     | TopN
     | Join
     | LookupJoin
@@ -868,7 +950,21 @@ def schema_of(node: PlanNode) -> Schema:
         return Schema(
             (*(f for f in inp if f.name != KIND_COLUMN), Field(KIND_COLUMN, DataType("string"), False))
         )
+    if isinstance(node, OverAggregate):
+        return _over_schema(node)
     return _window_schema(node)
+
+
+def _over_schema(node: OverAggregate) -> Schema:
+    """The row's columns (a changelog's ``kind`` aside), its aggregates, ``kind`` when retracting."""
+    inp = schema_of(node.input)
+    for k in node.keys:
+        inp.field(k, role="key column")
+    fields = [f for f in inp if f.name != KIND_COLUMN]
+    fields += [Field(_output_name(c.name, "agg()"), _agg_type(c, inp), True) for c in node.aggregates]
+    if node.retracting:
+        fields.append(Field(KIND_COLUMN, DataType("string"), False))
+    return _unique(fields, "over-aggregation output", " (a row's columns and its aggregates)")
 
 
 def _keyed_schema(node: KeyedAggregate) -> Schema:
@@ -876,11 +972,16 @@ def _keyed_schema(node: KeyedAggregate) -> Schema:
     fields = [inp.field(k, role="key column") for k in node.keys]
     fields += [Field(_output_name(c.name, "agg()"), _agg_type(c, inp), True) for c in node.aggregates]
     fields.append(Field(KIND_COLUMN, DataType("string"), False))
+    return _unique(fields, "aggregate output")
+
+
+def _unique(fields: list[Field], what: str, whose: str = "") -> Schema:
+    """``fields`` as a schema, or a :class:`PlanError` naming the names it has twice."""
     names = [f.name for f in fields]
     dupes = sorted({x for x in names if names.count(x) > 1})
     if dupes:
         raise PlanError(
-            f"aggregate output has duplicate column names: {', '.join(dupes)}; use .alias() to rename"
+            f"{what} has duplicate column names: {', '.join(dupes)}{whose}; use .alias() to rename"
         )
     return Schema(tuple(fields))
 
@@ -911,13 +1012,7 @@ def _window_schema(node: WindowAggregate) -> Schema:
         fields.append(Field(_output_name(call.name, "agg()"), _agg_type(call, inp), True))
     if node.emission.accumulation == "retracting":
         fields.append(Field(KIND_COLUMN, DataType("string"), False))
-    names = [f.name for f in fields]
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        raise PlanError(
-            f"aggregate output has duplicate column names: {', '.join(dupes)}; use .alias() to rename"
-        )
-    return Schema(tuple(fields))
+    return _unique(fields, "aggregate output")
 
 
 def _agg_type(call: AggCall, schema: Schema) -> DataType:
@@ -953,7 +1048,7 @@ def event_time(node: PlanNode) -> EventTime | None:
         if event_time(node.input) is None:
             return None
         return EventTime(CHANGE_EVENT_TIME, DataType("timestamp"), 0, from_change=True)
-    if isinstance(node, (*SOURCE_TYPES, TopN)):
+    if isinstance(node, (*SOURCE_TYPES, TopN, OverAggregate)):  # (nothing runs after an over-aggregation)
         return None
     if isinstance(node, Union):
         return event_time(node.inputs[0])
@@ -1133,6 +1228,8 @@ def _check_join(node: Join) -> None:
     what = {"interval": "interval_join()", "window": "join()", "as_of": "as_of_join()"}[node.kind]
     _after_processing_time(node.left, what)
     _after_processing_time(node.right, what)
+    check_not_after_over(node.left, what)
+    check_not_after_over(node.right, what)
     for side, plan, keys in (("left", node.left, node.left_keys), ("right", node.right, node.right_keys)):
         below = stateless_below(plan)
         branches = union_branches(plan, of_windows=True)
@@ -1231,6 +1328,8 @@ def _what_below(node: PlanNode) -> str:
         return "an aggregation per key"
     if isinstance(node, KeyedTopN | TopN):
         return "a top-N"
+    if isinstance(node, OverAggregate):
+        return "an over-aggregation"
     return "a union" if isinstance(node, Union) else f"a {type(node).__name__}"
 
 
@@ -1420,6 +1519,11 @@ def _describe(node: PlanNode) -> str:
         KeyedAggregate: lambda n: (
             f"KeyedAggregate keys=[{', '.join(n.keys)}] "
             f"aggs=[{', '.join(_agg_text(a) for a in n.aggregates)}]"
+        ),
+        OverAggregate: lambda n: (
+            f"OverAggregate keys=[{', '.join(n.keys)}] {n.frame}={n.preceding} preceding "
+            f"aggs=[{', '.join(_agg_text(a) for a in n.aggregates)}]"
+            + ("" if n.emission.is_default else f" emission=[{n.emission.describe()}]")
         ),
         WindowAggregate: lambda n: (
             f"WindowAggregate keys=[{', '.join(n.keys)}] window={_window_text(n.window)} "

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from krishiv_py.errors import PlanError
 from krishiv_py.sql.joins import is_window_tvf
+from krishiv_py.sql.over import over_order
 from krishiv_py.sql.query import Context, translate
 from krishiv_py.sql.settings import SqlSettings, parse_set
 from krishiv_py.sql.source import SqlText, Statement
@@ -69,11 +70,11 @@ def _query(
             statement.node,
             f"SET {', '.join(settings.join_keys)} applies to a query with a join; this query has none",
         )
-    if settings.window_keys and not ctx.windows and not ctx.joins:
+    if settings.window_keys and not ctx.windows and not ctx.joins and not ctx.overs:
         raise sql.error(
             statement.node,
             f"SET {', '.join(settings.window_keys)} applies to a windowed query (GROUP BY a window "
-            "helper) or a join; this query has neither",
+            "helper), a join or an aggregate OVER a window; this query has none",
         )
     shown = "\n".join((*(f"{s.rstrip(';')};" for s in settings.statements), statement.text))
     return Stream(session, stream.plan, sql=shown)
@@ -112,4 +113,4 @@ def _event_time(node: exp.Expression, sql: SqlText, settings: SqlSettings) -> tu
         ts = helper.expressions[0] if helper.expressions else None
         if isinstance(ts, exp.Column):
             return str(ts.name), needs
-    return None, needs
+    return over_order(node), needs

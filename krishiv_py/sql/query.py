@@ -59,6 +59,7 @@ from krishiv_py.expr import AggExpr, Column, Expr, ExprNode, Udf
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS, StateTtlConfig
 from krishiv_py.sql.expressions import Resolver, aggregate, alias_of, filter_of, is_aggregate, scalar
+from krishiv_py.sql.over import over_spec, over_windows
 from krishiv_py.sql.source import DIALECT
 from krishiv_py.sql.windows import WindowCall, helper_of, is_proctime, window_call
 
@@ -118,6 +119,8 @@ class Context:
     windows: list[WindowCall] = attrs.field(factory=list)
     #: The joins built (SET window.* applies to them too).
     joins: list[exp.Join] = attrs.field(factory=list)
+    #: The aggregates OVER a window built (and to them).
+    overs: list[exp.Window] = attrs.field(factory=list)
 
 
 @attrs.frozen
@@ -188,6 +191,8 @@ def _select(node: exp.Select, ctx: Context) -> Stream:
     if ranked is not None:
         return ranked
     rel = _from(node, source.this, ctx)
+    if over_windows(node):
+        return _over(node, rel, ctx)
     if _is_grouped(node):
         return _windowed(node, rel, ctx)
     qualify = node.args.get("qualify")
@@ -1136,6 +1141,70 @@ def _how(rel: Relation) -> str:
 
 
 # --- GROUP BY: windows -----------------------------------------------------------------
+
+
+def _over(node: exp.Select, rel: Relation, ctx: Context) -> Stream:
+    """Aggregates ``OVER`` a window (:mod:`krishiv_py.sql.over`): ``key_by(partition)`` then
+    ``over_rows(n)`` or ``over_range(ms)`` with the ``window.*`` settings, ``agg()`` of them (each
+    named by its ``AS``), then the ``SELECT`` list over the results (``kind`` kept when there)."""
+    from sqlglot import exp
+
+    if node.args.get("group") or node.args.get("having"):
+        raise ctx.sql.error(node, "an aggregate OVER a window and GROUP BY in one query: group in a subquery")
+    windows = over_windows(node)
+    resolve = _resolver(rel, ctx)
+    shapes = []
+    for window in windows:
+        spec = over_spec(window, ctx.sql)
+        shapes.append(
+            (tuple(resolve(c) for c in spec.partition), resolve(spec.order), spec.frame, spec.preceding)
+        )
+        if shapes[-1] != shapes[0]:
+            raise ctx.sql.error(
+                window,
+                "the aggregates OVER a window in one query share one window: the same PARTITION BY, "
+                "ORDER BY and frame",
+            )
+    keys, order, frame, preceding = shapes[0]
+    ctx.overs.extend(windows)
+    aggs: list[AggExpr] = []
+    exprs: list[ExprNode] = []
+    for item in node.expressions:
+        inner, alias = _unalias(item)
+        if isinstance(inner, exp.Window):
+            if alias is None:
+                raise ctx.sql.error(
+                    item, "name each aggregate OVER a window with AS, e.g. AVG(price) OVER (...) AS a"
+                )
+            aggs.append(_aggregate(inner.this, alias, ctx, resolve))
+            exprs.append(Column(alias))
+        elif any(isinstance(x, exp.Window) for x in inner.walk()):
+            raise ctx.sql.error(
+                item,
+                "an aggregate OVER a window stands alone in SELECT (AS a name); compute with it in an "
+                "outer query",
+            )
+        elif _is_star(item):
+            exprs += [Column(c) for c in rel.stream.columns]
+        else:
+            value = scalar(inner, ctx.sql, resolve, _no_helpers(ctx, "SELECT", resolve), "SELECT")
+            if alias is None and not isinstance(value, Column):
+                raise ctx.sql.error(item, "name this SELECT expression with AS, e.g. <expression> AS name")
+            exprs.append(value if alias is None else alias_of(value, alias))
+    with _at(ctx, windows[0], "OVER: "):
+        keyed = rel.stream.key_by(*keys)
+        framed = (
+            keyed.over_rows(preceding, order_by=order)
+            if frame == "rows"
+            else keyed.over_range(preceding, order_by=order)
+        )
+        result = _apply_settings(framed, _emission_options(ctx.settings)).agg(*aggs)
+    if "kind" in result.columns and Column("kind") not in exprs:
+        exprs.append(Column("kind"))
+    if exprs == [Column(c) for c in result.columns]:
+        return result
+    with _at(ctx, node, "SELECT: "):
+        return result.select(*(Expr(e) for e in exprs))
 
 
 def _is_grouped(node: exp.Select) -> bool:

@@ -336,6 +336,9 @@ def features_of(plan: n.PlanNode) -> list[Feature]:
         out.append(Feature("keyed_agg", "an aggregation per key without a window"))
     if any(isinstance(x, n.KeyedTopN) for x in n.walk(plan)):
         out.append(Feature("keyed_agg", "top_n per key over every row"))
+    for over in (x for x in n.walk(plan) if isinstance(x, n.OverAggregate)):
+        out.append(Feature("keyed_agg", "an over-aggregation (Spark runs no OVER window on a stream)"))
+        out += _emission_features(over.emission)
     if any(n.joins_of(a.input) for a in n.window_aggregates(plan)):
         out.append(Feature("window_after_join", "a window over a join's rows"))
     if any(n.joins_of(j.left) or n.joins_of(j.right) for j in n.joins_of(plan)):

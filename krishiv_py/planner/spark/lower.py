@@ -30,6 +30,7 @@ from krishiv_py.plan import nodes as n
 from krishiv_py.plan.filtered import unfiltered
 from krishiv_py.plan.windows import EventSlidingWindow, SlidingWindow, TimeIntervalWindow
 from krishiv_py.planner.spark.choose import capabilities, choose, features_of, force
+from krishiv_py.planner.spark.kinds import KINDS, OperatorKind, kind_of
 from krishiv_py.planner.spark.native import lower_join, lower_window, time_shift
 from krishiv_py.planner.spark.recipe import (
     AfterStage,
@@ -217,23 +218,11 @@ def _snapshot(plan: n.PlanNode) -> tuple[Lowering, str]:
 
 @attrs.frozen(kw_only=True)
 class OperatorRule:
-    """How the stateful lowering runs one kind of operator node: its rule, what its reason says."""
+    """What a reason says of a union of operators' results (the operators' own: their kind's)."""
 
-    #: ``"window"`` or ``"join"``: the operator in the stage reasons.
     noun: str
-    #: What the stages after it read of each micro-batch.
     rows: str
-    #: What every plan with this operator adds to the reason.
-    reason: str = ""
-    #: Whether the Spark query's single watermark may give the maximum event time.
-    spark_max: bool = True
-    #: Why a filter after the operator is exact (""; nothing to add).
     exact: str = ""
-
-
-#: The stateful lowering's operator kinds: each node the operator runs as a kernel
-#: (:mod:`krishiv_py.stateful.protocol`), lowered the same way by :func:`_lower_stateful`.
-OPERATOR_RULES: dict[type[n.PlanNode], OperatorRule] = {}
 
 
 def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkRecipe:
@@ -252,8 +241,7 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
     bottom = links[0][0]
     if isinstance(bottom, n.Union):  # a union of windows, operators after it
         return _lower_union(plan, bottom, stages, reason + "".join(why), streaming=streaming, links=links)
-    assert isinstance(bottom, n.WindowAggregate | n.Join | n.KeyedAggregate | n.KeyedTopN)
-    rule = OPERATOR_RULES[type(op)]
+    rule, first = _kind(op), _kind(bottom)
     shift = time_shift(op) if streaming else 0
     rules: dict[str, Any] = {
         "window": lower_stateful_window,
@@ -261,14 +249,10 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
         "keyed": lower_stateful_keyed,
     }
     if len(links) > 1:
-        slot = _rule_slot(bottom)
-        rules[slot] = stacked_operators(rules[slot], bottom, links[1:])
-        joined = isinstance(bottom, n.Join)
+        rules[first.slot] = stacked_operators(rules[first.slot], bottom, links[1:])
+        joined = first.slot == "join"
         pairs = itertools.pairwise(node for node, _ in links)
-        if any(
-            isinstance(a, n.KeyedAggregate | n.KeyedTopN) and isinstance(b, n.WindowAggregate)
-            for a, b in pairs
-        ):
+        if any(getattr(kind_of(a), "changes", False) and isinstance(b, n.WindowAggregate) for a, b in pairs):
             why.append(OVER_CHANGES_REASON)
         fed = [w for w, _ in links[:-1] if isinstance(w, n.WindowAggregate)]
         if any(w.emission.accumulation != "retracting" and not n.fires_once(w) for w in fed):
@@ -298,7 +282,7 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
         why.append(JOIN_OF_CHAIN_REASON)
     if any(operators_union(c) is not None for c in sides):
         why.append(JOIN_UNION_REASON)
-    if any(isinstance(c, n.KeyedAggregate | n.KeyedTopN) for c in operators):
+    if any(_kind(c).changes for c in operators):
         why.append(JOIN_CHANGES_KEPT_REASON)
     if isinstance(bottom, n.Join) and any(n.takes_retractions(c) for c in n.children(bottom)):
         why.append(JOIN_CHANGES_REASON)
@@ -306,15 +290,13 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
         streaming=streaming,
         shift=shift,
         **rules,
-        spark_max=OPERATOR_RULES[type(bottom)].spark_max and one_watermark(bottom),
+        spark_max=first.spark_max and one_watermark(bottom),
         staged_sides=True,
         chain=_side_chain,
         union=_side_union,
     )
     root, _ = ctx.lower(bottom)
-    top = op.input if isinstance(op, n.TopN) else op  # window top-N: its window's callbacks
-    assert isinstance(top, n.WindowAggregate | n.Join | n.KeyedAggregate | n.KeyedTopN)
-    emission = top.emission
+    emission = rule.emission(op)
     return SparkRecipe(
         lowering="stateful",
         reason=reason + "".join(why) + rule.reason,
@@ -324,12 +306,18 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
         tracked=tuple(ctx.tracked),
         windowed=True,
         output_schema=n.schema_of(plan),
-        late_handler=bottom.emission.late_handler,
+        late_handler=first.emission(bottom).late_handler,
         pane_callbacks=emission.panes if emission.panes.any else None,
         stages=stages,
         join_identity=join_identity(plan),
-        result_key=op.keys if isinstance(op, n.KeyedAggregate) else None,
+        result_key=rule.keys(op) if rule.result_key else None,
     )
+
+
+def _kind(node: n.PlanNode) -> OperatorKind:
+    kind = kind_of(node)
+    assert kind is not None, node
+    return kind
 
 
 def _check_auto_lag(plan: n.PlanNode, op: n.PlanNode) -> None:
@@ -470,13 +458,7 @@ def operators_union(node: n.PlanNode) -> n.Union | None:
     return node
 
 
-def _operator_and_stages(
-    plan: n.PlanNode,
-) -> tuple[
-    n.WindowAggregate | n.Join | n.KeyedAggregate | n.KeyedTopN | n.TopN | n.Union,
-    tuple[AfterStage, ...],
-    list[str],
-]:
+def _operator_and_stages(plan: n.PlanNode) -> tuple[n.PlanNode, tuple[AfterStage, ...], list[str]]:
     """The top operator of the chain, the stage after it and why it runs as it does.
 
     From the top: filters and projections (one :class:`AfterWindow`); then
@@ -491,12 +473,9 @@ def _operator_and_stages(
         _check_window_top_n(node)
     op = node
     union = operators_union(op)
-    if union is None and (
-        type(op) not in OPERATOR_RULES or _has_operator(*_operator_inputs(operator_links(op)[0][0]))
-    ):
+    if union is None and (kind_of(op) is None or _has_operator(*_operator_inputs(operator_links(op)[0][0]))):
         raise PlanError(_unsupported(node))
-    assert isinstance(op, n.WindowAggregate | n.Join | n.KeyedAggregate | n.KeyedTopN | n.TopN | n.Union)
-    rule = UNION_RULE if union is not None else OPERATOR_RULES[type(op)]
+    rule: OperatorKind | OperatorRule = UNION_RULE if union is not None else _kind(op)
     why = []
     after = _after_window(node, chain) if chain else None
     if after is not None:
@@ -506,29 +485,6 @@ def _operator_and_stages(
         )
     return op, () if after is None else (after,), why
 
-
-#: Why an aggregation per key without a window runs as it does (docs/windows.md, "Without a window").
-KEYED_REASON = (
-    "; the aggregation per key without a window runs in krishiv's operator, by key bucket: each "
-    "micro-batch that changes a key's values retracts the key's previous row and emits the new one "
-    "(Spark's own streaming aggregation in update mode emits no retraction); the state holds one row "
-    "per key seen and grows with the keys, unless key_by(...).with_state_ttl() expires the quiet ones"
-)
-
-#: Why a top-N per key runs as it does (docs/windows.md, "Without a window").
-KEYED_TOP_N_REASON = (
-    "; top_n per key runs in krishiv's operator, by key bucket: a row that enters a key's top is "
-    "emitted and a row pushed out retracted (Spark ranks no unbounded input); the state holds the "
-    "rows in the top of each key seen, and grows with the keys"
-)
-
-#: Why window top-N runs as it does on the stateful lowering (docs/windows.md, "Top-N").
-WINDOW_TOP_N_REASON = (
-    "; window top-N runs in krishiv's operator after the window, per window and key (in the "
-    "window's call when keyed by the window's keys, else a stage by its own): the window's "
-    "corrections re-rank the window, a row that enters its top is emitted and a row pushed out "
-    "retracted, and a window's ranking goes once the window can no longer be corrected"
-)
 
 #: Why a window after a join runs with the join (docs/joins.md, "After a join").
 CHAIN_REASON = (
@@ -678,25 +634,18 @@ def operator_links(op: n.PlanNode) -> list[tuple[n.PlanNode, tuple[n.Filter | n.
     projections between it and the one below it (first to last)."""
     links: list[tuple[n.PlanNode, tuple[n.Filter | n.Project, ...]]] = []
     node = op
-    while isinstance(node, n.WindowAggregate | n.KeyedAggregate | n.KeyedTopN | n.TopN):
+    while (kind := kind_of(node)) is not None and kind.follows:
         between: list[n.Filter | n.Project] = []
-        below = node.input
+        (below,) = n.children(node)
         while isinstance(below, n.Filter | n.Project):
             between.append(below)
             below = below.input
-        if type(below) not in OPERATOR_RULES and operators_union(below) is None:
+        if kind_of(below) is None and operators_union(below) is None:
             break
         links.append((node, tuple(reversed(between))))
         node = below
     links.append((node, ()))
     return list(reversed(links))
-
-
-def _rule_slot(bottom: n.PlanNode) -> str:
-    """The :class:`Lowerer` rule that lowers the bottom operator of a chain."""
-    if isinstance(bottom, n.Join):
-        return "join"
-    return "window" if isinstance(bottom, n.WindowAggregate) else "keyed"
 
 
 def _side_chain(ctx: Lowerer, node: n.PlanNode) -> RecipeNode:
@@ -707,7 +656,7 @@ def _side_chain(ctx: Lowerer, node: n.PlanNode) -> RecipeNode:
     bottom = links[0][0]
     if len(links) == 1:
         return ctx.lower(node)[0]
-    slot = _rule_slot(bottom)
+    slot = _kind(bottom).slot
     base = getattr(ctx, slot)
     setattr(ctx, slot, stacked_operators(base, bottom, links[1:]))
     try:
@@ -753,7 +702,7 @@ def _operator_inputs(bottom: n.PlanNode) -> list[n.PlanNode]:
 
 
 def _has_operator(*nodes: n.PlanNode) -> bool:
-    return any(type(x) in OPERATOR_RULES for node in nodes for x in n.walk(node))
+    return any(kind_of(x) is not None for node in nodes for x in n.walk(node))
 
 
 def _unsupported(node: n.PlanNode) -> str:
@@ -784,26 +733,8 @@ BOUNDED_JOIN_REASON = (
     "every source is finite, so one Spark batch join computes every match (the same result as "
     "streaming the data in one step, then closing the sources)"
 )
-#: Why no other join runs on Spark's own stream-stream join (docs/joins.md, "Lowerings").
-JOIN_REASON = (
-    "; the join runs in krishiv's operator over both inputs tagged by side, not in Spark's "
-    "stream-stream join, which has no allowed lateness, retractions, late-event side output, "
-    "state TTL, window or as-of join, emits an outer row when its own state eviction drops "
-    "the row rather than when SPEC 3.12 says, and drops a late row by the watermark of the "
-    "micro-batch before the one in force (an inner interval join runs on it only with "
-    "lowering='native', behind krishiv's own filter of late rows)"
-)
 
 
-OPERATOR_RULES[n.WindowAggregate] = OperatorRule(
-    noun="window",
-    rows="results",
-    exact=", so a retraction passes a filter exactly when the emit it withdraws did",
-)
-OPERATOR_RULES[n.Join] = OperatorRule(noun="join", rows="joined rows", reason=JOIN_REASON, spark_max=False)
-OPERATOR_RULES[n.KeyedAggregate] = OperatorRule(noun="aggregation", rows="results", reason=KEYED_REASON)
-OPERATOR_RULES[n.KeyedTopN] = OperatorRule(noun="top-N", rows="results", reason=KEYED_TOP_N_REASON)
-OPERATOR_RULES[n.TopN] = OperatorRule(noun="top-N", rows="results", reason=WINDOW_TOP_N_REASON)
 #: A union of operators' results, run as one operator (:func:`_lower_union`).
 UNION_RULE = OperatorRule(
     noun="union",
@@ -814,7 +745,8 @@ UNION_RULE = OperatorRule(
 
 #: What the stateful lowering does with every kind of plan node: a source is read by its read
 #: rule, a stateless node becomes Spark SQL before the operator (or a stage after it), an
-#: operator runs as a kernel (:data:`OPERATOR_RULES`), a stage runs on the operator's results.
+#: operator runs as a kernel (its :data:`~krishiv_py.planner.spark.kinds.KINDS` descriptor), a
+#: stage runs on the operator's results.
 STATEFUL_ROLES: dict[type[n.PlanNode], str] = {
     **dict.fromkeys(n.SOURCE_TYPES, "source"),
     n.Watermark: "stateless",
@@ -822,7 +754,7 @@ STATEFUL_ROLES: dict[type[n.PlanNode], str] = {
     n.LookupJoin: "stateless (a Spark join of the rows with a bounded table, read for each micro-batch)",
     n.Filter: "stateless or stage",
     n.Project: "stateless or stage",
-    **dict.fromkeys(OPERATOR_RULES, "operator"),
+    **dict.fromkeys(KINDS, "operator"),
 }
 
 

@@ -62,6 +62,7 @@ from krishiv_py.names import (
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.watermarks import MAX_EVENT_MS, MIN_EVENT_MS
 from krishiv_py.plan.windows import in_processing_time
+from krishiv_py.planner.spark.kinds import kind_of
 from krishiv_py.planner.spark.recipe import (
     FilterExpr,
     LookupTable,
@@ -104,10 +105,11 @@ class WindowRule(Protocol):
 
 
 class KeyedRule(Protocol):
-    """Lowers an aggregation per key without a window over its lowered input."""
+    """Lowers an operator per key over every row (an aggregation, a top-N, an over-aggregation)
+    over its lowered input."""
 
     def __call__(
-        self, node: n.KeyedAggregate | n.KeyedTopN, child: RecipeNode, *, streaming: bool, shift_ms: int
+        self, node: n.PlanNode, child: RecipeNode, *, streaming: bool, shift_ms: int
     ) -> RecipeNode: ...
 
 
@@ -222,10 +224,12 @@ class Lowerer:
             # stages after the window), since Spark ranks no unbounded input.
             assert not self.streaming, "top_n in a streaming query runs on each micro-batch"
             return top_n(node, child), hidden
-        if isinstance(node, n.KeyedAggregate | n.KeyedTopN):
+        kind = kind_of(node)
+        if kind is not None and kind.slot == "keyed":
             if self.keyed is None:
                 raise PlanError(
-                    "this lowering runs no aggregation without a window: it runs on the stateful lowering"
+                    f"this lowering runs no operator per key over every row ({kind.what}): it runs on "
+                    "the stateful lowering"
                 )
             return self.keyed(node, child, streaming=self.streaming, shift_ms=self.shift), ()
         assert isinstance(node, n.WindowAggregate)

@@ -39,6 +39,7 @@ from krishiv_py.plan import nodes as n
 from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS
 from krishiv_py.plan.watermarks import END_OF_TIME_MS
 from krishiv_py.plan.windows import SlidingWindow, TumblingWindow, in_processing_time
+from krishiv_py.planner.spark.kinds import OperatorKind, kernel_aggs, kind_of
 from krishiv_py.planner.spark.recipe import RecipeNode, SelectExprs, SparkRecipe, StatefulApply, UnionAll
 from krishiv_py.planner.spark.sources import one_watermark
 from krishiv_py.planner.sql import quote
@@ -49,7 +50,6 @@ __all__ = [
     "StatefulApply",
     "join_spec",
     "lower_stateful_keyed",
-    "keyed_operator",
     "lower_stateful_join",
     "lower_stateful_union",
     "lower_stateful_window",
@@ -135,24 +135,6 @@ def operator_spec(node: n.WindowAggregate, *, shift_ms: int) -> Any:
         profile_lag_ms=profile,
         auto=auto,
         fire_lag_ms=ahead,
-    )
-
-
-def kernel_aggs(node: n.WindowAggregate | n.KeyedAggregate) -> tuple[Any, ...]:
-    """The kernel's :class:`~krishiv_py.stateful.aggregates.AggSpec` of each aggregate of ``node``."""
-    from krishiv_py.stateful.aggregates import AggSpec
-
-    inp = n.schema_of(node.input).to_arrow()
-    out = n.schema_of(node).to_arrow()
-    return tuple(
-        AggSpec(
-            name=a.name,
-            func=a.func,
-            column=a.column,
-            out_type=out.field(a.name).type,
-            in_type=inp.field(a.column).type if a.column is not None else None,
-        )
-        for a in node.aggregates
     )
 
 
@@ -434,47 +416,20 @@ def _auto_lag(node: n.PlanNode) -> Any:
     return next((m.auto for m in n.watermarks_of(node) if m.auto is not None), None)
 
 
-def keyed_operator(node: n.KeyedAggregate | n.KeyedTopN | n.TopN) -> tuple[Any, tuple[Any, ...]]:
-    """The kernel of an operator per key over every row, and the input columns it reads (window
-    top-N: per window and key, its windows' bounds the first keys)."""
-    from krishiv_py.stateful.keyed_agg import KeyedAggKernel
-    from krishiv_py.stateful.keyed_topn import KeyedTopNKernel
-    from krishiv_py.stateful.operator import InputColumn
-
-    schema = n.schema_of(node.input)
-    arrow = schema.to_arrow()
-    kernel: Any
-    if isinstance(node, n.KeyedAggregate):
-        needed = {*node.keys, *(a.column for a in node.aggregates if a.column is not None)}
-        ttl = node.emission.state_ttl
-        kernel = KeyedAggKernel(keys=node.keys, aggs=kernel_aggs(node), ttl_ms=ttl.ttl_ms if ttl else None)
-    else:  # a top-N's rows are its results: every column travels (a changelog's kind aside)
-        needed = set(schema.names) - {RESULT_KIND}
-        kernel = KeyedTopNKernel(
-            keys=_bucket_keys(node),
-            n=node.n,
-            by=node.by,
-            columns=tuple(c for c in schema.names if c != RESULT_KIND),
-            ascending=node.ascending,
-            ties=node.ties,
-        )
-    columns = tuple(
-        InputColumn(name=f.name, type=arrow.field(f.name).type, index=i)
-        for i, f in enumerate(schema)
-        if f.name in needed
-    )
-    return kernel, columns
-
-
 def lower_stateful_keyed(
-    node: n.KeyedAggregate | n.KeyedTopN, child: RecipeNode, *, streaming: bool, shift_ms: int
+    node: n.PlanNode, child: RecipeNode, *, streaming: bool, shift_ms: int
 ) -> RecipeNode:
-    """An operator per key over every row (aggregation or top-N): the rows by key bucket into its kernel."""
+    """An operator per key over every row (an aggregation, a top-N, an over-aggregation): the rows
+    by key bucket into the kernel its kind builds."""
     from krishiv_py.stateful.operator import OperatorSpec
 
-    kernel, columns = keyed_operator(node)
+    kind = kind_of(node)
+    assert kind is not None and kind.kernel is not None
+    kernel, columns = kind.kernel(node)
     spec = OperatorSpec(kernel=kernel, columns=columns, shift_ms=shift_ms, buckets=BUCKETS)
-    return _apply(spec, child, _hashed_keys(node.keys, n.schema_of(node.input)), streaming=streaming)
+    return _apply(
+        spec, child, _hashed_keys(kind.keys(node), n.schema_of(n.children(node)[0])), streaming=streaming
+    )
 
 
 #: An operator above another, with the filters and projections between the two (first to last).
@@ -487,16 +442,13 @@ def moves(links: list[Link]) -> list[bool]:
     keys = _bucket_keys(links[0][0])
     out = []
     for (below, _), (node, _) in itertools.pairwise(links):
-        assert isinstance(node, n.WindowAggregate | n.KeyedAggregate | n.KeyedTopN | n.TopN)
-        if isinstance(node, n.WindowAggregate) and not isinstance(
-            below, n.Join | n.WindowAggregate | n.Union | n.KeyedAggregate | n.KeyedTopN
-        ):
+        if isinstance(node, n.WindowAggregate) and isinstance(below, n.TopN):
             raise PlanError(
                 "on the stateful lowering a window follows a source, a join, a window, a union of "
                 "windows, or an aggregation or a top-N per key; a "
                 f"window after {_describe(below)} inside a longer chain is not supported yet"
             )
-        beside = set(keys) <= set(node.keys)
+        beside = set(keys) <= set(_bucket_keys(node))
         if not beside:
             keys = _bucket_keys(node)
         out.append(beside)
@@ -504,15 +456,16 @@ def moves(links: list[Link]) -> list[bool]:
 
 
 def _bucket_keys(node: n.PlanNode) -> tuple[str, ...]:
-    if isinstance(node, n.Join):
-        return node.left_keys
     if isinstance(node, n.Union):  # each branch by its own keys: an operator beside needs them all
         keys = [k for branch in node.inputs for k in _branch_keys(branch)]
         return tuple(dict.fromkeys(keys))
-    if isinstance(node, n.TopN):  # window top-N: each window's ranking by itself
-        return ("window_start", "window_end", *node.keys)
-    assert isinstance(node, n.WindowAggregate | n.KeyedAggregate | n.KeyedTopN)
-    return node.keys
+    return _kind(node).keys(node)
+
+
+def _kind(node: n.PlanNode) -> OperatorKind:
+    kind = kind_of(node)
+    assert kind is not None, node
+    return kind
 
 
 def _branch_keys(branch: n.PlanNode) -> tuple[str, ...]:
@@ -528,15 +481,7 @@ def _branch_keys(branch: n.PlanNode) -> tuple[str, ...]:
 
 
 def _describe(node: n.PlanNode) -> str:
-    if isinstance(node, n.Join):
-        return "the join"
-    if isinstance(node, n.Union):
-        return "the union"
-    if isinstance(node, n.WindowAggregate):
-        return "the window"
-    if isinstance(node, n.TopN):
-        return "the window top-N"
-    return "the aggregation" if isinstance(node, n.KeyedAggregate) else "the top-N"
+    return "the union" if isinstance(node, n.Union) else str(_kind(node).what)
 
 
 def stacked_operators(base: Any, bottom: n.PlanNode, uppers: list[Link]) -> Any:
@@ -573,7 +518,7 @@ def stacked_operators(base: Any, bottom: n.PlanNode, uppers: list[Link]) -> Any:
             carried = kernel.spec.allowed_lateness_ms  # a join stage's: its own and the first join's
         if isinstance(node, n.Union):  # each branch corrects its results as long as it may
             kernel, carried = _union_fed(node, kernel, times=_times_read([u for u, _ in uppers]))
-        if isinstance(node, n.KeyedAggregate | n.KeyedTopN):  # a change may withdraw a row of any age
+        if _changes(node):  # a change may withdraw a row of any age
             carried = END_OF_TIME_MS
             if _times_read([u for u, _ in uppers]):  # a window after it reads its changes' times
                 kernel = attrs.evolve(kernel, event_times=True)
@@ -596,10 +541,10 @@ def stacked_operators(base: Any, bottom: n.PlanNode, uppers: list[Link]) -> Any:
             then, columns = _upper_kernel(
                 upper, carried, shift_ms, retracting=retracts, feeds=fed, timed=timed
             )
-            if isinstance(upper, n.WindowAggregate):  # it corrects a window as long as it keeps it
-                carried += upper.emission.allowed_lateness_ms
-            elif not isinstance(upper, n.TopN):  # per key: a change may withdraw a row of any age
+            if _changes(upper):  # per key: a change may withdraw a row of any age
                 carried = END_OF_TIME_MS
+            elif isinstance(upper, n.WindowAggregate):  # it corrects a window as long as it keeps it
+                carried += upper.emission.allowed_lateness_ms
             step = {
                 "columns": columns,
                 "between": _between(between),
@@ -627,21 +572,24 @@ def stacked_operators(base: Any, bottom: n.PlanNode, uppers: list[Link]) -> Any:
 
 def _retracts(node: n.PlanNode) -> bool:
     """Whether ``node``'s results carry ``kind`` (retractions among them)."""
-    if isinstance(node, n.KeyedAggregate | n.KeyedTopN | n.TopN):
-        return True
     if isinstance(node, n.Union):  # the branches' results, each one's corrections among them
         return any(_feeds_retractions(n.stateless_below(b)) for b in node.inputs)
-    assert isinstance(node, n.Join | n.WindowAggregate)
-    return node.emission.accumulation == "retracting"
+    return bool(_kind(node).retracts(node))
+
+
+def _changes(node: n.PlanNode) -> bool:
+    """Whether a change of ``node``'s results may withdraw a row of any age (per key, every row)."""
+    kind = kind_of(node)
+    return kind is not None and kind.changes  # (a union's branches: each as it is)
 
 
 def _times_read(after: list[n.PlanNode]) -> bool:
     """Whether the operators ``after`` an aggregation or a top-N per key read its changes' event
-    times: a window does, and so does one after aggregations and top-Ns per key (a change's time
-    is the one of the change that made it)."""
+    times: a window or an over-aggregation does, and so does one after aggregations and top-Ns
+    per key (a change's time is the one of the change that made it)."""
     for node in after:
-        if not isinstance(node, n.KeyedAggregate | n.KeyedTopN):
-            return isinstance(node, n.WindowAggregate)
+        if not _changes(node):
+            return bool(_kind(node).reads_times)
     return False
 
 
@@ -667,7 +615,11 @@ def _upper_kernel(
     from krishiv_py.stateful.window_kernel import WindowKernel
 
     kernel: Any
-    if isinstance(node, n.WindowAggregate):
+    kind = _kind(node)
+    if kind.kernel is not None:  # per key (over every row, or a window's ranking)
+        kernel, columns = kind.kernel(node, carried_ms, retracting=retracting, timed=timed)
+    else:
+        assert isinstance(node, n.WindowAggregate)
         spec = operator_spec(node, shift_ms=shift_ms)
         window_spec = spec.kernel.spec
         if feeds and _feeds_retractions(node):
@@ -684,15 +636,6 @@ def _upper_kernel(
             )
         else:
             kernel = WindowKernel(attrs.evolve(window_spec, allowed_lateness_ms=kept))
-    else:
-        assert isinstance(node, n.KeyedAggregate | n.KeyedTopN | n.TopN)
-        kernel, columns = keyed_operator(node)
-        if isinstance(node, n.TopN):  # a window's ranking goes when the window can no longer change
-            kernel = attrs.evolve(kernel, expires=("window_end", carried_ms))
-        elif timed:  # its changes carry the event time of the rows that made them
-            kernel = attrs.evolve(kernel, event_times=True)
-        if retracting:  # its rows may withdraw earlier ones
-            kernel = attrs.evolve(kernel, retracting=True)
     return kernel, tuple((c.name, c.type) for c in columns)
 
 
@@ -790,7 +733,7 @@ def _upstream(inner: n.PlanNode, kernel: Any) -> _Upstream:
     if isinstance(inner, n.Join):  # late by its kernel's lateness (a join stage's: the joins' below too)
         timed = JoinKernel(attrs.evolve(kernel.spec, event_times=True))
         return _Upstream(timed, kernel.spec.allowed_lateness_ms, _retracts(inner), timed=True)
-    if isinstance(inner, n.KeyedAggregate | n.KeyedTopN):  # a change may withdraw a row of any age
+    if _changes(inner):  # a change may withdraw a row of any age
         timed = _last_evolved(kernel, event_times=True)
         return _Upstream(timed, END_OF_TIME_MS, True, timed=True)
     if isinstance(inner, n.Union):  # each branch as it would enter alone; kept as long as the longest
@@ -821,7 +764,7 @@ def _union_fed(node: n.Union, kernel: Any, *, times: bool) -> tuple[Any, int]:
         if isinstance(op, n.Join):
             inner = _timed_join(inner)
             carried = max(carried, inner.spec.allowed_lateness_ms)
-        elif isinstance(op, n.KeyedAggregate | n.KeyedTopN):
+        elif _changes(op):
             carried = END_OF_TIME_MS
             if times:
                 inner = attrs.evolve(inner, event_times=True)

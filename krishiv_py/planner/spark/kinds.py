@@ -1,0 +1,323 @@
+"""One descriptor per kind of operator node: what the stateful lowering knows of each.
+
+An operator kind (a window, a join, an aggregation or a top-N per key, a
+window's top-N, an over-aggregation) is one :class:`OperatorKind` in
+:data:`KINDS`: the rule that lowers it at the bottom of a chain (its
+``slot``), the keys its rows are bucketed by, whether its results carry
+``kind``, whether a change of it may withdraw a row of any age (an
+operator after it then keeps what it holds while the job runs), whether it
+reads the event times of the rows it takes, how its kernel is built and
+what ``explain()`` says of it. The lowering asks the descriptor, not the
+node's class; a new operator kind is one descriptor here and one kernel.
+
+Examples
+--------
+>>> from krishiv_py.api.stream import placeholder
+>>> import krishiv_py as kp
+>>> s = placeholder("k string, v bigint, t bigint", "s").watermark("t", 0)
+>>> over = s.key_by("k").over_rows(2).agg(kp.sum(kp.col("v"))).plan
+>>> kind = kind_of(over)
+>>> kind.slot, kind.what, kind.keys(over), kind.retracts(over)
+('keyed', 'the over-aggregation', ('k',), False)
+>>> kind.kernel(over)[0].describe()[:78]
+"krishiv over-aggregation per key: keys=['k'] over the row and 2 rows before it"
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+import attrs
+
+from krishiv_py.names import RESULT_KIND
+from krishiv_py.plan import nodes as n
+from krishiv_py.plan.emission import Emission
+
+__all__ = ["KINDS", "OperatorKind", "kernel_aggs", "kind_of", "operator_kinds"]
+
+#: A kind's kernel and the input columns it reads, given the node, how much longer than its own
+#: lateness it keeps what it holds (``carried_ms``: what the operator before it may still correct),
+#: whether its rows may withdraw earlier ones, and whether its results carry their event times.
+KernelOf = Callable[..., tuple[Any, tuple[Any, ...]]]
+
+
+def _own_keys(node: Any) -> tuple[str, ...]:
+    return tuple(node.keys)
+
+
+def _by_accumulation(node: Any) -> bool:
+    return bool(node.emission.accumulation == "retracting")
+
+
+def _always(node: Any) -> bool:
+    del node
+    return True
+
+
+def _own_emission(node: Any) -> Emission:
+    emission: Emission = node.emission
+    return emission
+
+
+@attrs.frozen(kw_only=True)
+class OperatorKind:
+    """What the stateful lowering knows of one kind of operator node."""
+
+    node: type[Any]
+    #: The :class:`~krishiv_py.planner.spark.sources.Lowerer` rule that lowers it over streams.
+    slot: Literal["window", "join", "keyed"]
+    #: How errors and reasons name it ("the window").
+    what: str
+    #: The operator in the reasons of the stages after it ("window").
+    noun: str
+    #: What the stages after it read of each micro-batch.
+    rows: str = "results"
+    #: What every plan with it adds to the reason.
+    reason: str = ""
+    #: Whether the Spark query's single watermark may give the maximum event time.
+    spark_max: bool = True
+    #: Why a filter after it is exact ("": nothing to add).
+    exact: str = ""
+    #: Whether it runs after another operator in a chain (in its call or as a stage).
+    follows: bool = True
+    #: Whether a change of its results may withdraw a row of any age (per key over every row).
+    changes: bool = False
+    #: Whether it reads the event times of the rows it takes (an operator of changes before it
+    #: then hands them on).
+    reads_times: bool = False
+    #: Whether its results are one row per key, identified by its keys.
+    result_key: bool = False
+    #: The keys its rows are bucketed by.
+    keys: Callable[[Any], tuple[str, ...]] = _own_keys
+    #: Whether its results carry ``kind`` (retractions among them).
+    retracts: Callable[[Any], bool] = _by_accumulation
+    #: Its kernel over every row (None: the window's and the join's rules build their own).
+    kernel: KernelOf | None = None
+    #: Its emission options (a window top-N: its window's, whose callbacks it keeps).
+    emission: Callable[[Any], Emission] = _own_emission
+
+
+#: Every operator kind, by plan node class (:func:`register`).
+KINDS: dict[type[Any], OperatorKind] = {}
+
+
+def register(kind: OperatorKind) -> OperatorKind:
+    KINDS[kind.node] = kind
+    return kind
+
+
+def kind_of(node: Any) -> OperatorKind | None:
+    """The descriptor of ``node``'s kind (None: not an operator)."""
+    return KINDS.get(type(node))
+
+
+def operator_kinds() -> tuple[type[Any], ...]:
+    """The plan node classes that are operators."""
+    return tuple(KINDS)
+
+
+def kernel_aggs(node: Any) -> tuple[Any, ...]:
+    """The kernel's :class:`~krishiv_py.stateful.aggregates.AggSpec` of each aggregate of ``node``."""
+    from krishiv_py.stateful.aggregates import AggSpec
+
+    inp = n.schema_of(node.input).to_arrow()
+    out = n.schema_of(node).to_arrow()
+    return tuple(
+        AggSpec(
+            name=a.name,
+            func=a.func,
+            column=a.column,
+            out_type=out.field(a.name).type,
+            in_type=inp.field(a.column).type if a.column is not None else None,
+        )
+        for a in node.aggregates
+    )
+
+
+def _columns(node: Any, needed: set[str]) -> tuple[Any, ...]:
+    """The input columns of ``node`` a kernel reads, in the input's order."""
+    from krishiv_py.stateful.operator import InputColumn
+
+    arrow = n.schema_of(node.input).to_arrow()
+    return tuple(
+        InputColumn(name=f.name, type=f.type, index=i) for i, f in enumerate(arrow) if f.name in needed
+    )
+
+
+def _keyed_agg_kernel(
+    node: n.KeyedAggregate, carried_ms: int = 0, *, retracting: bool = False, timed: bool = False
+) -> tuple[Any, tuple[Any, ...]]:
+    from krishiv_py.stateful.keyed_agg import KeyedAggKernel
+
+    del carried_ms  # (it keeps every key while the job runs)
+    ttl = node.emission.state_ttl
+    kernel = KeyedAggKernel(
+        keys=node.keys,
+        aggs=kernel_aggs(node),
+        ttl_ms=ttl.ttl_ms if ttl else None,
+        retracting=retracting,
+        event_times=timed,
+    )
+    needed = {*node.keys, *(a.column for a in node.aggregates if a.column is not None)}
+    return kernel, _columns(node, needed)
+
+
+def _top_n_kernel(
+    node: n.KeyedTopN | n.TopN, carried_ms: int = 0, *, retracting: bool = False, timed: bool = False
+) -> tuple[Any, tuple[Any, ...]]:
+    from krishiv_py.stateful.keyed_topn import KeyedTopNKernel
+
+    names = tuple(c for c in n.schema_of(node.input).names if c != RESULT_KIND)
+    windowed = isinstance(node, n.TopN)  # a window's ranking goes once the window can no longer change
+    kernel = KeyedTopNKernel(
+        keys=KINDS[type(node)].keys(node),
+        n=node.n,
+        by=node.by,
+        columns=names,
+        ascending=node.ascending,
+        ties=node.ties,
+        retracting=retracting,
+        event_times=timed and not windowed,
+        expires=("window_end", carried_ms) if windowed else None,
+    )
+    return kernel, _columns(node, set(names))  # a top-N's rows are its results: every column travels
+
+
+def _over_kernel(
+    node: n.OverAggregate, carried_ms: int = 0, *, retracting: bool = False, timed: bool = False
+) -> tuple[Any, tuple[Any, ...]]:
+    from krishiv_py.stateful.over import OverKernel
+
+    names = tuple(c for c in n.schema_of(node.input).names if c != RESULT_KIND)
+    kernel = OverKernel(
+        keys=node.keys,
+        columns=names,
+        frame=node.frame,
+        preceding=node.preceding,
+        aggs=kernel_aggs(node),
+        allowed_lateness_ms=node.emission.allowed_lateness_ms + carried_ms,
+        mode="retracting" if node.retracting else "accumulating",
+        retracting_input=retracting or n.takes_retractions(node.input),
+        event_times=timed,
+    )
+    return kernel, _columns(node, set(names))  # a result carries its row: every column travels
+
+
+#: Why an aggregation per key without a window runs as it does (docs/windows.md, "Without a window").
+KEYED_REASON = (
+    "; the aggregation per key without a window runs in krishiv's operator, by key bucket: each "
+    "micro-batch that changes a key's values retracts the key's previous row and emits the new one "
+    "(Spark's own streaming aggregation in update mode emits no retraction); the state holds one row "
+    "per key seen and grows with the keys, unless key_by(...).with_state_ttl() expires the quiet ones"
+)
+
+#: Why a top-N per key runs as it does (docs/windows.md, "Without a window").
+KEYED_TOP_N_REASON = (
+    "; top_n per key runs in krishiv's operator, by key bucket: a row that enters a key's top is "
+    "emitted and a row pushed out retracted (Spark ranks no unbounded input); the state holds the "
+    "rows in the top of each key seen, and grows with the keys"
+)
+
+#: Why window top-N runs as it does on the stateful lowering (docs/windows.md, "Top-N").
+WINDOW_TOP_N_REASON = (
+    "; window top-N runs in krishiv's operator after the window, per window and key (in the "
+    "window's call when keyed by the window's keys, else a stage by its own): the window's "
+    "corrections re-rank the window, a row that enters its top is emitted and a row pushed out "
+    "retracted, and a window's ranking goes once the window can no longer be corrected"
+)
+
+#: Why an over-aggregation runs as it does (docs/windows.md, "Over-aggregation").
+OVER_REASON = (
+    "; the over-aggregation runs in krishiv's operator, by key bucket (Spark runs no OVER window "
+    "on a stream): each key's rows in event-time order, ties by arrival, a row's result emitted in "
+    "the micro-batch whose watermark passes it, a late row within the allowed lateness correcting "
+    "the results after it; the state holds each key's rows a frame can still reach (rows: the last "
+    "n behind the lateness; range: the rows of range_ms behind it)"
+)
+
+#: Why no join but an inner interval join asked for runs on Spark's stream-stream join.
+JOIN_REASON = (
+    "; the join runs in krishiv's operator over both inputs tagged by side, not in Spark's "
+    "stream-stream join, which has no allowed lateness, retractions, late-event side output, "
+    "state TTL, window or as-of join, emits an outer row when its own state eviction drops "
+    "the row rather than when SPEC 3.12 says, and drops a late row by the watermark of the "
+    "micro-batch before the one in force (an inner interval join runs on it only with "
+    "lowering='native', behind krishiv's own filter of late rows)"
+)
+
+_RETRACTION_EXACT = ", so a retraction passes a filter exactly when the emit it withdraws did"
+
+register(
+    OperatorKind(
+        node=n.WindowAggregate,
+        slot="window",
+        what="the window",
+        noun="window",
+        exact=_RETRACTION_EXACT,
+        reads_times=True,
+    )
+)
+register(
+    OperatorKind(
+        node=n.Join,
+        slot="join",
+        what="the join",
+        noun="join",
+        rows="joined rows",
+        reason=JOIN_REASON,
+        spark_max=False,
+        follows=False,
+        keys=lambda node: tuple(node.left_keys),
+    )
+)
+register(
+    OperatorKind(
+        node=n.KeyedAggregate,
+        slot="keyed",
+        what="the aggregation",
+        noun="aggregation",
+        reason=KEYED_REASON,
+        changes=True,
+        result_key=True,
+        retracts=_always,
+        kernel=_keyed_agg_kernel,
+    )
+)
+register(
+    OperatorKind(
+        node=n.KeyedTopN,
+        slot="keyed",
+        what="the top-N",
+        noun="top-N",
+        reason=KEYED_TOP_N_REASON,
+        changes=True,
+        retracts=_always,
+        kernel=_top_n_kernel,
+    )
+)
+register(
+    OperatorKind(
+        node=n.TopN,
+        slot="keyed",
+        what="the window top-N",
+        noun="top-N",
+        reason=WINDOW_TOP_N_REASON,
+        keys=lambda node: ("window_start", "window_end", *node.keys),
+        retracts=_always,
+        kernel=_top_n_kernel,
+        emission=lambda node: _own_emission(node.input),
+    )
+)
+register(
+    OperatorKind(
+        node=n.OverAggregate,
+        slot="keyed",
+        what="the over-aggregation",
+        noun="over-aggregation",
+        reason=OVER_REASON,
+        reads_times=True,
+        retracts=lambda node: bool(node.retracting),
+        kernel=_over_kernel,
+    )
+)

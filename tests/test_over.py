@@ -1,0 +1,393 @@
+"""Over-aggregation from the builder (SPEC 3.16): ``keyed.over_rows(n)`` / ``keyed.over_range(ms)``.
+
+The plan's checks need no Spark. On Spark, a job's results are compared
+after every step with the reference model's
+(:class:`krishiv_py.model.over.OverModel`) fed the same rows and moved to
+the same watermark: the retracting changelogs net to the same rows (the
+operator corrects a row once per micro-batch, the model once per late row),
+over several batchings of the same events, and a snapshot (``collect()``)
+gives the model's answer at the end of input. Over a changelog (the latest
+row per key, ``top_n(1, per="key")``), the model is fed the composed
+model's changes of that top-N at their event times.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from typing import Any, Literal
+
+import pytest
+
+import krishiv_py as kp
+from krishiv_py.api.stream import placeholder
+from krishiv_py.model.compose import ComposedModel, Source, TopNOf
+from krishiv_py.model.over import OverModel
+from krishiv_py.model.reference import END_OF_TIME_MS, AggSpec
+
+SCHEMA = "k string, t bigint, v bigint"
+LAG_MS = 5
+LATENESS_MS = 20
+
+#: Rows of two keys in one order of arrival: ties in time, rows late within the lateness (which
+#: correct the results after them) and one very late (t=1 once the watermark passed 30).
+EVENTS: list[dict[str, Any]] = [
+    {"k": "a", "t": 10, "v": 1},
+    {"k": "b", "t": 12, "v": 100},
+    {"k": "a", "t": 20, "v": 2},
+    {"k": "a", "t": 20, "v": 4},
+    {"k": "a", "t": 40, "v": 8},
+    {"k": "a", "t": 15, "v": 16},  # late (W = 35): corrects t=20, 20
+    {"k": "b", "t": 50, "v": 200},
+    {"k": "a", "t": 1, "v": 32},  # very late (W = 45)
+    {"k": "b", "t": 30, "v": 400},  # late: corrects nothing emitted after it but its own
+    {"k": "a", "t": 60, "v": 64},
+]
+
+#: The same events in steps of different sizes (one micro-batch each).
+BATCHINGS = {
+    "one-by-one": [1] * len(EVENTS),
+    "pairs": [2] * (len(EVENTS) // 2),
+    "uneven": [5, 1, 4],
+}
+
+
+def _steps(sizes: list[int]) -> list[list[dict[str, Any]]]:
+    out, at = [], 0
+    for size in sizes:
+        out.append(EVENTS[at : at + size])
+        at += size
+    assert at == len(EVENTS)
+    return out
+
+
+def _net(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> Counter[tuple[Any, ...]]:
+    """The rows a retracting changelog leaves: emits less retractions."""
+    out: Counter[tuple[Any, ...]] = Counter()
+    for r in rows:
+        out[tuple(r[c] for c in columns)] += -1 if r.get("kind") == "retract" else 1
+    assert all(n >= 0 for n in out.values()), out
+    return +out
+
+
+def _plan(stream: kp.Stream, frame: Literal["rows", "range"]) -> kp.Stream:
+    keyed = stream.watermark("t", LAG_MS).key_by("k")
+    over = keyed.over_rows(2) if frame == "rows" else keyed.over_range(10)
+    return (
+        over.allowed_lateness(LATENESS_MS)
+        .accumulation("retracting")
+        .agg(kp.sum(kp.col("v")).alias("s"), kp.count(kp.col("*")).alias("n"))
+    )
+
+
+def _model(frame: Literal["rows", "range"]) -> OverModel:
+    return OverModel(
+        keys=("k",),
+        frame=frame,
+        preceding=2 if frame == "rows" else 10,
+        aggs=(AggSpec(name="s", func="sum", column="v"), AggSpec(name="n", func="count", column=None)),
+        allowed_lateness_ms=LATENESS_MS,
+        accumulation="retracting",
+    )
+
+
+COLUMNS = ("k", "t", "v", "s", "n")
+
+
+# --- the plan, without Spark ---------------------------------------------------------------------
+
+
+def _bids() -> kp.Stream:
+    return placeholder("seller bigint, price bigint, t bigint", "bids").watermark("t", 1_000)
+
+
+def test_the_results_carry_the_rows_columns_then_the_aggregates_then_kind_when_retracting() -> None:
+    keyed = _bids().key_by("seller")
+    avg = kp.avg(kp.col("price")).alias("avg_price")
+    assert keyed.over_rows(10).agg(avg).columns == ("seller", "price", "t", "avg_price")
+    retracting = keyed.over_range("1m").accumulation("retracting").agg(avg)
+    assert retracting.columns == ("seller", "price", "t", "avg_price", "kind")
+    assert retracting.plan.preceding == 60_000  # type: ignore[union-attr]
+    # Over a changelog the results carry kind whatever the accumulation.
+    latest = _bids().top_n(1, by="t", per="key", keys=("seller",))
+    assert latest.key_by("seller").over_rows(1).agg(avg).columns == (
+        "seller",
+        "price",
+        "t",
+        "avg_price",
+        "kind",
+    )
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda k: k.over_rows(-1), "rows >= 0"),
+        (lambda k: k.over_rows(1.5), "rows >= 0"),
+        (lambda k: k.over_range(-5), "over_range"),
+        (lambda k: k.over_rows(1, order_by="price"), "orders by the event time, 't'"),
+        (lambda k: k.over_rows(1).agg(), "at least one aggregate"),
+        (lambda k: k.over_rows(1).agg("price"), "takes aggregates"),
+        (lambda k: k.over_range(10).agg(kp.first(kp.col("price"))), "peers"),
+        (lambda k: k.over_rows(1).accumulation("discarding"), "nothing to discard"),
+        (
+            lambda k: k.over_rows(1).agg(kp.max(kp.col("price")).alias("price")),
+            "duplicate column names: price",
+        ),
+    ],
+)
+def test_a_bad_over_aggregation_is_a_plan_error_naming_what_is_wrong(build: Any, message: str) -> None:
+    with pytest.raises(kp.PlanError, match=message):
+        build(_bids().key_by("seller"))
+
+
+def test_an_over_aggregation_needs_event_time_and_nothing_runs_after_it_yet() -> None:
+    plain = placeholder("seller bigint, price bigint, t bigint", "bids")
+    with pytest.raises(kp.PlanError, match="watermark"):
+        plain.key_by("seller").over_rows(1)
+    over = _bids().key_by("seller").over_rows(1).agg(kp.sum(kp.col("price")).alias("s"))
+    with pytest.raises(kp.PlanError, match="key_by\\(\\) after an over-aggregation"):
+        over.key_by("seller")
+    with pytest.raises(kp.PlanError, match="after an over-aggregation"):
+        over.top_n(1, by="s", per="key", keys=("seller",))
+    with pytest.raises(kp.PlanError, match="after an over-aggregation"):
+        over.tumbling_window(1_000)
+    assert over.filter(kp.col("s") > 10).select("seller", "s").columns == ("seller", "s")
+
+
+def test_explain_says_it_runs_in_krishivs_operator_by_key_bucket() -> None:
+    over = _bids().key_by("seller").over_rows(10).agg(kp.avg(kp.col("price")))
+    recipe = over.lower()
+    assert recipe.lowering == "stateful"
+    assert "over-aggregation runs in krishiv's operator" in recipe.reason
+    assert "over the row and 10 rows before it" in recipe.render()
+    with pytest.raises(kp.PlanError, match="over-aggregation"):
+        over.lower(lowering="native")
+
+
+# --- on Spark ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("frame", ["rows", "range"])
+@pytest.mark.parametrize("batching", list(BATCHINGS))
+def test_a_job_nets_to_the_models_rows_after_every_step_in_every_batching(
+    session: kp.Session, frame: Literal["rows", "range"], batching: str
+) -> None:
+    stream, sender = session.memory_stream(SCHEMA, name=f"s_{uuid.uuid4().hex[:6]}")
+    job = _plan(stream, frame).start()
+    model, seen, expected = _model(frame), 0, []
+    top = None
+    try:
+        for rows in _steps(BATCHINGS[batching]):
+            expected += model.send(rows)
+            top = max([top or 0, *(r["t"] for r in rows)])
+            expected += model.advance(top - LAG_MS)
+            sender.send(rows)
+            job.process_all_available()
+            got = job.results().to_pylist()
+            assert _net(got, COLUMNS) == _net(expected, COLUMNS), (batching, len(got) - seen)
+            seen = len(got)
+        sender.close()
+        job.await_termination()
+        expected += model.close()
+        assert _net(job.results().to_pylist(), COLUMNS) == _net(expected, COLUMNS)
+        assert job.metrics().very_late_events == model.very_late == 1
+    finally:
+        job.stop()
+
+
+@pytest.mark.spark
+def test_a_snapshot_gives_every_rows_result_as_at_the_end_of_input(session: kp.Session) -> None:
+    stream, sender = session.memory_stream(SCHEMA, name=f"s_{uuid.uuid4().hex[:6]}")
+    plan = stream.watermark("t", LAG_MS).key_by("k").over_rows(1).agg(kp.sum(kp.col("v")).alias("s"))
+    for rows in _steps(BATCHINGS["uneven"]):
+        sender.send(rows)
+    # One step with every row, then the end of input: nothing is late, so every row counts.
+    model = OverModel(
+        keys=("k",), frame="rows", preceding=1, aggs=(AggSpec(name="s", func="sum", column="v"),)
+    )
+    expected = model.send(EVENTS) + model.close()
+    got = plan.collect().to_pylist()
+    assert Counter(tuple(r[c] for c in ("k", "t", "v", "s")) for r in got) == Counter(
+        tuple(r[c] for c in ("k", "t", "v", "s")) for r in expected
+    )
+
+
+#: Readings of sensors (k) at places (p): the latest reading per sensor is a changelog, averaged
+#: per place over its last two sensors' readings.
+READINGS: list[list[dict[str, Any]]] = [
+    [{"k": "s1", "p": "x", "t": 10, "v": 1}, {"k": "s2", "p": "x", "t": 11, "v": 2}],
+    [{"k": "s1", "p": "x", "t": 20, "v": 4}, {"k": "s3", "p": "x", "t": 21, "v": 8}],
+    [{"k": "s2", "p": "x", "t": 30, "v": 16}, {"k": "s4", "p": "y", "t": 31, "v": 32}],
+    [{"k": "s1", "p": "x", "t": 40, "v": 64}],
+]
+
+
+@pytest.mark.spark
+def test_over_a_changelog_a_withdrawn_row_leaves_the_order_and_the_rows_after_it_are_corrected(
+    session: kp.Session,
+) -> None:
+    stream, sender = session.memory_stream(
+        "k string, p string, t bigint, v bigint", name=f"s_{uuid.uuid4().hex[:6]}"
+    )
+    latest = stream.watermark("t", 0).top_n(1, by="t", per="key", keys=("k",))
+    plan = latest.key_by("p").over_rows(1).agg(kp.sum(kp.col("v")).alias("s"))
+    assert plan.columns == ("k", "p", "t", "v", "s", "kind")
+    source = Source("s", "t", ("k", "p", "t", "v"))
+    top = TopNOf(source, n=1, by=("t",), keys=("k",))
+    composed = ComposedModel(top)
+    # The over-aggregation after a changelog keeps its rows while the job runs (a change may
+    # withdraw a row of any age): the model's lateness is the end of time.
+    over = OverModel(
+        keys=("p",),
+        frame="rows",
+        preceding=1,
+        aggs=(AggSpec(name="s", func="sum", column="v"),),
+        event_time="__t",
+        allowed_lateness_ms=END_OF_TIME_MS,
+        accumulation="retracting",
+    )
+    columns = ("k", "p", "t", "v", "s")
+    job = plan.start()
+    expected: list[dict[str, Any]] = []
+    fed = 0
+    try:
+        for rows in READINGS:
+            composed.send(rows, source="s")
+            changes = composed.changelog(top)
+            expected += over.send([{**c.row, "__t": c.ts_ms, "kind": c.kind} for c in changes[fed:]])
+            fed = len(changes)
+            watermark = composed.watermark_ms
+            assert watermark is not None
+            expected += over.advance(watermark)
+            sender.send(rows)
+            job.process_all_available()
+            assert _net(job.results().to_pylist(), columns) == _net(expected, columns)
+    finally:
+        job.stop()
+    # Live at the end: s3@21, s2@30 and s1@40 at x (the readings before them withdrawn), s4@31 at
+    # y; the watermark (40) has passed all but s1@40.
+    final = _net(expected, columns)
+    assert {(r[0], r[2], r[4]) for r in final} == {("s3", 21, 8), ("s2", 30, 24), ("s4", 31, 32)}
+
+
+# --- SQL ---------------------------------------------------------------------------------------------
+
+ROWS_SQL = (
+    "SELECT k, t, v, SUM(v) OVER (PARTITION BY k ORDER BY t ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) AS s, "
+    "COUNT(*) OVER (PARTITION BY k ORDER BY t ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) AS n FROM {name}"
+)
+RANGE_SQL = (
+    "SELECT k, t, v, SUM(v) OVER (PARTITION BY k ORDER BY t RANGE BETWEEN INTERVAL '10' MILLISECOND "
+    "PRECEDING AND CURRENT ROW) AS s, COUNT(*) OVER (PARTITION BY k ORDER BY t RANGE BETWEEN INTERVAL "
+    "'10' MILLISECOND PRECEDING AND CURRENT ROW) AS n FROM {name}"
+)
+
+
+def _sql(session: kp.Session, text: str) -> kp.Stream:
+    stream = session.sql(text)
+    assert stream is not None
+    return stream
+
+
+@pytest.mark.parametrize("frame", ["rows", "range"])
+def test_sqls_over_is_the_builders_over_aggregation(
+    session: kp.Session, frame: Literal["rows", "range"]
+) -> None:
+    name = f"s_{uuid.uuid4().hex[:6]}"
+    stream, _ = session.memory_stream(SCHEMA, name=name)
+    settings = (
+        f"SET watermark.lag = INTERVAL '{LAG_MS}' MILLISECOND; "
+        f"SET window.allowed_lateness = INTERVAL '{LATENESS_MS}' MILLISECOND; "
+        "SET window.accumulation = 'retracting'; "
+    )
+    query = _sql(session, settings + (ROWS_SQL if frame == "rows" else RANGE_SQL).format(name=name))
+    assert query.plan == _plan(stream, frame).plan
+    assert query.columns == ("k", "t", "v", "s", "n", "kind")
+    # A SELECT list of its own runs after it; kind stays.
+    picked = _sql(
+        session,
+        f"SELECT k, AVG(v) OVER (PARTITION BY k ORDER BY t ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS a "
+        f"FROM {name}",
+    )
+    assert (
+        picked.plan
+        == stream.watermark("t", 0)
+        .key_by("k")
+        .over_rows(1)
+        .agg(kp.avg(kp.col("v")).alias("a"))
+        .select("k", "a")
+        .plan
+    )
+
+
+@pytest.mark.parametrize(
+    ("over", "message"),
+    [
+        ("SUM(v) OVER (PARTITION BY k ORDER BY t) AS s", "give the OVER window its frame"),
+        (
+            "SUM(v) OVER (PARTITION BY k ORDER BY t ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS s",
+            "UNBOUNDED PRECEDING is not supported yet",
+        ),
+        ("SUM(v) OVER (ORDER BY t ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS s", "needs PARTITION BY"),
+        (
+            "SUM(v) OVER (PARTITION BY k ORDER BY t DESC ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS s",
+            "ascending",
+        ),
+        (
+            "SUM(v) OVER (PARTITION BY k ORDER BY t ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)",
+            "name each aggregate",
+        ),
+        (
+            "SUM(v) OVER (PARTITION BY k ORDER BY t ROWS BETWEEN 1 PRECEDING AND 1 FOLLOWING) AS s",
+            "ends at CURRENT ROW",
+        ),
+        (
+            "SUM(v) OVER (PARTITION BY k ORDER BY t ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS s, "
+            "MAX(v) OVER (PARTITION BY k ORDER BY t ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) AS m",
+            "share one window",
+        ),
+        (
+            "SUM(v) OVER (PARTITION BY k ORDER BY t ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) + 1 AS s",
+            "stands alone",
+        ),
+        (
+            "SUM(v) OVER (PARTITION BY k ORDER BY v ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS s",
+            "event time",
+        ),
+    ],
+)
+def test_an_over_clause_sql_cannot_run_is_a_plan_error_saying_why(
+    session: kp.Session, over: str, message: str
+) -> None:
+    name = f"s_{uuid.uuid4().hex[:6]}"
+    stream, _ = session.memory_stream(SCHEMA, name=name)
+    stream.watermark("t", 0).register(f"{name}_t")
+    with pytest.raises(kp.PlanError, match=message):
+        session.sql(f"SELECT k, {over} FROM {name}_t")
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("frame", ["rows", "range"])
+def test_a_sql_over_aggregation_gives_duckdbs_answer_at_the_end_of_input(
+    session: kp.Session, frame: Literal["rows", "range"]
+) -> None:
+    duckdb = pytest.importorskip("duckdb")
+    name = f"s_{uuid.uuid4().hex[:6]}"
+    _, sender = session.memory_stream(SCHEMA, name=name)
+    # Distinct times per key: DuckDB breaks ties by no arrival order.
+    rows = [{"k": "ab"[i % 2], "t": (i * 7) % 50 + 100 * (i % 2), "v": i * i} for i in range(30)]
+    rows = list({(r["k"], r["t"]): r for r in rows}.values())
+    sender.send(rows)
+    sender.close()
+    text = (ROWS_SQL if frame == "rows" else RANGE_SQL).format(name=name)
+    got = _sql(session, text).collect().to_pylist()
+    con = duckdb.connect()
+    con.execute("CREATE TABLE s (k VARCHAR, t BIGINT, v BIGINT)")
+    con.executemany("INSERT INTO s VALUES (?, ?, ?)", [(r["k"], r["t"], r["v"]) for r in rows])
+    template = ROWS_SQL if frame == "rows" else RANGE_SQL
+    reference = template.format(name="s").replace("INTERVAL '10' MILLISECOND", "10")
+    expected = con.execute(reference).fetchall()
+    assert sorted((r["k"], r["t"], r["v"], r["s"], r["n"]) for r in got) == sorted(expected)
+    assert len(got) == len(rows)
