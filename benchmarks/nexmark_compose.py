@@ -80,9 +80,9 @@ lateness (:func:`watermark_lag_ms`, 62 s): no row is behind it, so a
 streamed run has every row the reference has, and its final rows are the
 bounded answer. An updating result (q4, q9) is applied by its ``kind``
 column (:func:`current_rows`): each ``retract`` withdraws an equal
-``emit``. q6's ``OVER`` gives a row per winning bid; krishiv's q6 holds each
-seller's current row, checked against the reference's last row per seller
-(:meth:`NexmarkQuery.as_current`).
+``emit``. q6's ``OVER`` gives a row per winning bid, in krishiv too
+(``over_rows``); a streamed run has the rows the watermark passed
+(:meth:`NexmarkQuery.fired`).
 
 Run::
 
@@ -148,25 +148,19 @@ class NexmarkQuery:
     flink_sql: str = ""
     #: The query in krishiv SQL (the form docs/sql.md accepts), ``""`` where it has none.
     krishiv_sql: str = ""
-    #: Where krishiv's result is each key's current row and ``sql``'s is one row per input
-    #: (q6's ``OVER``): the SQL of the rows it leaves, one per ``key``.
-    current_sql: str = ""
     #: Where a row waits for its window to close (q7): ``sql`` keeping only the rows of windows the
     #: watermark ``{watermark_ms}`` (epoch ms) closed. A streamed run of files has no end of input:
     #: its last windows never close, and it is checked against these rows.
     fired_sql: str = ""
+    #: Where ``sql`` orders rows by time and krishiv breaks ties in time by arrival (q6's ``OVER``):
+    #: the SQL of the first column's values whose rows tie; their rows are compared by count alone.
+    ties_sql: str = ""
 
     def fired(self, watermark_ms: int) -> NexmarkQuery:
         """The query of the rows a run whose watermark reached ``watermark_ms`` has (itself: all)."""
         if not self.fired_sql:
             return self
         return replace(self, sql=self.fired_sql.format(watermark_ms=watermark_ms), flink_sql="")
-
-    def as_current(self) -> NexmarkQuery:
-        """The query whose rows krishiv's result leaves (itself, unless :attr:`current_sql`)."""
-        if not self.current_sql:
-            return self
-        return replace(self, sql=self.current_sql, flink_sql="", key=(self.columns[0][0],))
 
     @property
     def column_names(self) -> tuple[str, ...]:
@@ -296,18 +290,18 @@ def q6() -> NexmarkQuery:
 
     krishiv plan
     ------------
-    krishiv's result holds each seller's *current* average: that of the
-    seller's last row of the ``OVER`` query, the mean of its 11 latest
-    winning prices (:attr:`NexmarkQuery.current_sql`, checked against the
-    ``OVER`` reference's last rows in the tests). The join and filter of
+    The ``OVER`` query itself (SPEC 3.16): the join and filter of
     :func:`q9` (:func:`lifetime_bids`); q9's winning bid per auction
     (``top_n(1, by="price", per="key", keys=("id",), ties="first")``,
-    updating, beside the join); the seller's 11 latest winning bids
-    (``top_n(11, by=("date_time_right", "id"), per="key", keys=("seller",))``
-    over those changes: a stage of its own, keyed by seller, holding every
-    live winning bid of a seller); then ``key_by("seller").agg(avg(price))``
-    over its changes, in the stage's call. A new winning bid of an auction
-    retracts the old one all the way down.
+    updating, beside the join); then ``key_by("seller").over_rows(10)``
+    with ``avg(price)`` over those changes, a stage of its own keyed by
+    seller. A winning bid's event time is its bid's (the later of the
+    joined rows'), so the order is ``date_time``'s; a new winning bid of an
+    auction retracts the old one, which leaves its seller's order, and the
+    rows after it are corrected (retracted and emitted again). A streamed
+    run emits a row once the watermark passes its bid (:attr:`fired_sql`:
+    the reference's rows before the run's last watermark). Ties in time
+    are ordered by arrival in krishiv and by auction id in the reference.
     """
     sql = """SELECT Q.seller, AVG(CAST(Q.price AS DOUBLE)) OVER
     (PARTITION BY Q.seller ORDER BY {order} ROWS BETWEEN 10 PRECEDING AND CURRENT ROW) AS avg_price
@@ -325,17 +319,12 @@ FROM (
         sql=sql.format(order="Q.date_time, Q.id"),
         flink_sql=sql.format(order="Q.date_time"),
         columns=(("seller", "BIGINT"), ("avg_price", "DOUBLE")),
-        current_sql="""SELECT seller, AVG(CAST(price AS DOUBLE)) AS avg_price
-FROM (
-    SELECT *, ROW_NUMBER() OVER (PARTITION BY seller ORDER BY date_time DESC, id DESC) AS recent
-    FROM (
-        SELECT *, ROW_NUMBER() OVER (PARTITION BY id, seller ORDER BY price DESC, date_time ASC) AS rownum
-        FROM (SELECT A.id, A.seller, B.price, B.date_time
-            FROM auction AS A, bid AS B
-            WHERE A.id = B.auction AND B.date_time BETWEEN A.date_time AND A.expires)
-    ) WHERE rownum <= 1
-) WHERE recent <= 11
-GROUP BY seller""",
+        # The rows before the watermark: a frame holds rows before its own, so leaving the later
+        # ones out changes none of them.
+        fired_sql=sql.format(order="Q.date_time, Q.id") + "\nWHERE epoch_ms(Q.date_time) < {watermark_ms}",
+        ties_sql="SELECT DISTINCT seller FROM ("
+        + sql.split("FROM (", 1)[1].rsplit(") AS Q", 1)[0]
+        + ") GROUP BY seller, date_time HAVING count(*) > 1",
     )
 
 
@@ -834,7 +823,7 @@ def compare(query: str, dataset: Dataset) -> bool:
 
 # --- krishiv: the builder's pipelines, their SQL, and runs --------------------------------------
 
-#: The queries krishiv runs (q6's frame of rows over top-N results is not a krishiv stage yet).
+#: The queries krishiv runs.
 KRISHIV_QUERIES = ("q4", "q6", "q7", "q9", "q23")
 #: q23's joins: a partner at most the longest auction before or after (``benchmarks.joins.BETWEEN``).
 BETWEEN = (-MAX_AUCTION_DURATION_MS, MAX_AUCTION_DURATION_MS)
@@ -882,10 +871,11 @@ def q4_pipeline(streams: Streams, lag_ms: int) -> kp.Stream:
 
 
 def q6_pipeline(streams: Streams, lag_ms: int) -> kp.Stream:
-    """q6 with the builder (see :func:`q6`): each seller's current average of its 11 latest winning bids."""
+    """q6 with the builder (see :func:`q6`): each winning bid with its seller's average of it and the
+    ten winning bids before it."""
     winning = lifetime_bids(streams, lag_ms).top_n(1, by="price", per="key", keys=("id",), ties="first")
-    latest = winning.top_n(11, by=("date_time_right", "id"), per="key", keys=("seller",))
-    return latest.key_by("seller").agg(kp.avg(kp.col("price")).alias("avg_price"))
+    over = winning.key_by("seller").over_rows(10).agg(kp.avg(kp.col("price")).alias("avg_price"))
+    return over.select("seller", "avg_price", RESULT_KIND)
 
 
 def q7_pipeline(streams: Streams, lag_ms: int) -> kp.Stream:
@@ -1060,19 +1050,35 @@ class KrishivCheck:
 def krishiv_rows(
     query: str | NexmarkQuery, dataset: Dataset, session: kp.Session, *, sql: bool = False
 ) -> KrishivCheck:
-    """Run ``query`` in krishiv bounded and streamed on ``dataset``; compare with :func:`duckdb_rows`."""
+    """Run ``query`` in krishiv bounded and streamed on ``dataset``; compare with :func:`duckdb_rows`
+    (the rows of keys whose order ties in time by count alone, :attr:`NexmarkQuery.ties_sql`)."""
     q = QUERIES[query] if isinstance(query, str) else query
-    reference = duckdb_rows(q.as_current(), dataset)
+    untie = untied(q, dataset)
+    reference = duckdb_rows(q, dataset)
     streamed = run_krishiv(q, session, dataset, streaming=True, sql=sql)
     closed = reference
     if q.fired_sql and streamed.watermark_ms is not None:
-        closed = duckdb_rows(q.as_current().fired(streamed.watermark_ms), dataset)
+        closed = duckdb_rows(q.fired(streamed.watermark_ms), dataset)
+    bounded = run_krishiv(q, session, dataset, streaming=False, sql=sql)
     return KrishivCheck(
-        reference=reference,
-        bounded=run_krishiv(q, session, dataset, streaming=False, sql=sql),
-        streaming=streamed,
-        streamed_reference=closed,
+        reference=untie(reference),
+        bounded=replace(bounded, rows=untie(bounded.rows)),
+        streaming=replace(streamed, rows=untie(streamed.rows)),
+        streamed_reference=untie(closed),
     )
+
+
+def untied(query: NexmarkQuery, dataset: Dataset) -> Callable[[list[Row]], list[Row]]:
+    """What makes rows comparable where krishiv's order of ties in time (arrival) is not the
+    reference's: the rows of a tied key with their other values left out (None: nothing to do)."""
+    if not query.ties_sql:
+        return list
+    tied = {row[0] for row in duckdb_rows(replace(query, sql=query.ties_sql), dataset)}
+
+    def untie(rows: list[Row]) -> list[Row]:
+        return [(r[0], *(None for _ in r[1:])) if r[0] in tied else r for r in rows]
+
+    return untie
 
 
 # --- command line ------------------------------------------------------------------------
@@ -1103,9 +1109,11 @@ def _print_krishiv(query: NexmarkQuery, dataset: Dataset, reference: list[Row], 
             per_core = events / r.seconds / (os.cpu_count() or 1)
             expected = reference
             if streaming and query.fired_sql and r.watermark_ms is not None:
-                expected = duckdb_rows(query.as_current().fired(r.watermark_ms), dataset)
+                expected = duckdb_rows(query.fired(r.watermark_ms), dataset)
                 print(f" ({len(expected):,} rows of the closed windows)", end="")
-            print(f" ({per_core:,.0f} events/s per core); agrees: {_yes(rows_agree(expected, r.rows))}")
+            untie = untied(query, dataset)
+            agree = rows_agree(untie(expected), untie(r.rows))
+            print(f" ({per_core:,.0f} events/s per core); agrees: {_yes(agree)}")
 
 
 def _print_flink(
@@ -1149,10 +1157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     reference = duckdb_rows(query, dataset)
     print(f"duckdb:  {len(reference):,} rows in {time.perf_counter() - start:.2f} s (the reference)")
     if args.krishiv and query.name in PIPELINES:
-        current = duckdb_rows(query.as_current(), dataset) if query.current_sql else reference
-        if query.current_sql:
-            print(f"duckdb:  {len(current):,} rows: the last of each {query.as_current().key[0]} (krishiv's)")
-        _print_krishiv(query, dataset, current, events)
+        _print_krishiv(query, dataset, reference, events)
     elif args.krishiv:
         print(f"krishiv: not run, it runs {', '.join(KRISHIV_QUERIES)}")
     if not args.no_flink:

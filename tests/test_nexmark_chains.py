@@ -124,3 +124,18 @@ def test_q7_a_join_of_each_windows_highest_price_with_the_bids_leaves_the_duckdb
     assert rows_agree(check.reference, check.bounded.rows)
     assert check.streamed_reference and len(check.streamed_reference) < len(check.reference)
     assert rows_agree(check.streamed_reference, check.streaming.rows)
+
+
+@pytest.mark.spark
+def test_q6_streamed_emits_each_winning_bids_average_once_the_watermark_passes_it(
+    session: kp.Session, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """6 s of events without late ones (a 2 s lag): the streamed run's rows are the reference's rows
+    of the winning bids its watermark passed (a bid that lost its auction before the watermark
+    passed it was never emitted)."""
+    spec = data.NexmarkSpec(events=6_000, files=3, late_fraction=0.0)
+    dataset = data.nexmark(spec, cache=tmp_path_factory.mktemp("nexmark_q6"))
+    check = krishiv_rows("q6", dataset, session)
+    assert rows_agree(check.reference, check.bounded.rows)
+    assert 0 < len(check.streamed_reference) < len(check.reference)
+    assert rows_agree(check.streamed_reference, check.streaming.rows)

@@ -24,6 +24,7 @@ from benchmarks.nexmark_compose import (
     final_rows,
     read_changes,
     rows_agree,
+    untied,
 )
 
 SPEC = data.NexmarkSpec(events=3_000, files=2)
@@ -94,17 +95,19 @@ def test_q6_averages_each_winning_price_with_the_sellers_ten_before(
     assert rows_agree(rows, list(zip(won["seller"], won["avg"].astype(float), strict=True)))
 
 
-def test_q6s_current_rows_are_each_sellers_last_row_of_the_over_query(
+def test_q6s_rows_before_a_watermark_are_the_over_querys_rows_of_bids_before_it(
     dataset: data.Dataset, in_lifetime: pd.DataFrame
 ) -> None:
-    """krishiv's q6 holds a row per seller: the reference's row of its latest winning bid."""
-    current = duckdb_rows(QUERIES["q6"].as_current(), dataset)
-
+    """A streamed run of krishiv's q6 has the rows of the winning bids the watermark passed."""
     won = winners(in_lifetime).sort_values(["seller", "bid_date_time", "id"])
     won["avg"] = won.groupby("seller")["price"].transform(lambda p: p.rolling(11, min_periods=1).mean())
-    last = won.groupby("seller").tail(1)
-    assert len(current) == len(last) < len(won)
-    assert rows_agree(current, list(zip(last["seller"], last["avg"].astype(float), strict=True)))
+    ms = won["bid_date_time"]  # epoch ms
+    middle = int(ms.median())
+    fired = duckdb_rows(QUERIES["q6"].fired(middle), dataset)
+
+    before = won[ms < middle]
+    assert 0 < len(fired) == len(before) < len(won)
+    assert rows_agree(fired, list(zip(before["seller"], before["avg"].astype(float), strict=True)))
 
 
 def test_q23_one_row_per_bid_and_each_auction_its_bidder_sells(dataset: data.Dataset) -> None:
@@ -170,3 +173,16 @@ def test_rows_agree_as_multisets_with_floats_to_a_relative_tolerance() -> None:
     assert not rows_agree([(1, 1.0)], [(1, 1.0 + 1e-6)])
     assert not rows_agree([(1, 1.0), (1, 1.0)], [(1, 1.0), (2, 1.0)])
     assert not rows_agree([(1,)], [(1,), (1,)])
+
+
+def test_q6s_tied_sellers_are_those_with_two_winning_bids_at_one_time(
+    dataset: data.Dataset, in_lifetime: pd.DataFrame
+) -> None:
+    """krishiv orders ties in time by arrival, the reference by auction id: those sellers' rows are
+    compared by count alone (:func:`untied`), every other seller's row by row."""
+    won = winners(in_lifetime)
+    tied = won[won.duplicated(["seller", "bid_date_time"], keep=False)]["seller"]
+    untie = untied(QUERIES["q6"], dataset)
+    rows = duckdb_rows(QUERIES["q6"], dataset)
+    assert {r[0] for r in untie(rows) if r[1] is None} == set(tied)
+    assert [r for r in untie(rows) if r[0] not in set(tied)] == [r for r in rows if r[0] not in set(tied)]

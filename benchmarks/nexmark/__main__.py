@@ -128,7 +128,7 @@ def run_composed(q: NexmarkQuery, session: kp.Session, dataset: data.Dataset) ->
     DuckDB's rows of Nexmark's SQL, as :func:`~benchmarks.nexmark.check.run` checks the others."""
     got = run_krishiv(q, session, dataset, streaming=False)
     start = time.perf_counter()
-    want = duckdb_rows(q.as_current(), dataset)
+    want = duckdb_rows(q, dataset)
     duckdb_s = time.perf_counter() - start
     equal = rows_agree(want, got.rows)
     return Outcome(
