@@ -1,11 +1,13 @@
 """The stateful kernel alone, per window kind: rows/s next to tumbling, no Spark.
 
-``python -m benchmarks.kernel`` drives :func:`krishiv_py.stateful.kernel.step`
-as the Spark operator does — batches of ``--batch`` rows split over 16 key
+``python -m benchmarks.kernel`` drives each plan's kernel (built by its
+operator kind's descriptor, :mod:`krishiv_py.planner.spark.kinds`) as the
+Spark operator does — batches of ``--batch`` rows split over 16 key
 buckets, a tick after each batch that moved the watermark — over the same
 disordered clickstream for tumbling windows, sliding windows (60 s and
-10 min, both with a 10 s slide), sessions, capped sessions and
-per-event sliding windows, at each key count. Every figure is measured in
+10 min, both with a 10 s slide), sessions, capped sessions, per-event
+sliding windows and over-aggregation (each row with its user's 10 before
+it, 5 s lateness, retracting), at each key count. Every figure is measured in
 the same run, so the ratio to tumbling is what to compare between machines.
 Before timing, each kind's results on a small prefix are checked against the
 reference model (``agrees``). Event time starts at ``--epoch-ms`` (2027-01-15
@@ -20,22 +22,26 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
 
 import krishiv_py as kp
-from krishiv_py.names import BATCH_TS, SEQ
+from krishiv_py.model.over import OverModel
+from krishiv_py.model.reference import AggSpec as ModelAgg
+from krishiv_py.names import BATCH_TS, RESULT_KIND, SEQ
 from krishiv_py.plan import nodes as n
+from krishiv_py.planner.spark.kinds import kind_of
 from krishiv_py.planner.spark.stateful import operator_spec
-from krishiv_py.stateful import kernel
-from krishiv_py.stateful.state import FIRST, KernelSpec
+from krishiv_py.stateful.state import FIRST
 from krishiv_py.testing import assert_same_rows
 from krishiv_py.testing.steps import _placeholder, reference_model_for
 
 SCHEMA = "user_id string, t bigint, amount bigint"
+SCHEMA_COLUMNS = ("user_id", "t", "amount")
 BUCKETS = 16
 Pipeline = Callable[[kp.Stream], kp.Stream]
 
@@ -61,6 +67,14 @@ KINDS: dict[str, Pipeline] = {
     ),
     "event_sliding": lambda s: (
         s.watermark("t", 0).key_by("user_id").event_sliding_window(30_000, grace_ms=5_000).agg(*_aggs())
+    ),
+    "over_rows": lambda s: (
+        s.watermark("t", 5_000)
+        .key_by("user_id")
+        .over_rows(10)
+        .allowed_lateness(5_000)
+        .accumulation("retracting")
+        .agg(*_aggs())
     ),
 }
 
@@ -88,17 +102,22 @@ def clickstream(rows: int, keys: int, seed: int = 7, epoch_ms: int = EPOCH_MS) -
     )
 
 
-def _spec(pipeline: Pipeline) -> tuple[KernelSpec, int]:
+def _kernel(pipeline: Pipeline) -> tuple[Any, int]:
+    """The kernel the stateful lowering runs ``pipeline``'s operator with, and its watermark lag."""
     plan = pipeline(_placeholder(SCHEMA)).plan
-    assert isinstance(plan, n.WindowAggregate)
-    et = n.event_time(plan.input)
+    et = n.event_time(n.children(plan)[0])
     assert et is not None
-    return operator_spec(plan, shift_ms=0).kernel.spec, et.lag_ms
+    kind = kind_of(plan)
+    assert kind is not None
+    if kind.kernel is not None:
+        return kind.kernel(plan)[0], et.lag_ms
+    assert isinstance(plan, n.WindowAggregate)
+    return operator_spec(plan, shift_ms=0).kernel, et.lag_ms
 
 
 def run_kernel(pipeline: Pipeline, data: pa.Table, batch: int) -> tuple[list[dict[str, Any]], float]:
-    """All results, and the seconds spent in ``kernel.step`` (one core)."""
-    spec, lag = _spec(pipeline)
+    """All results, and the seconds spent in the kernel's ``step`` (one core)."""
+    spec, lag = _kernel(pipeline)
     users = data.column("user_id").to_numpy(zero_copy_only=False)
     bucket = np.asarray([hash(u) % BUCKETS for u in users.tolist()])
     states: list[pa.Table | None] = [None] * BUCKETS
@@ -115,31 +134,35 @@ def run_kernel(pipeline: Pipeline, data: pa.Table, batch: int) -> tuple[list[dic
         for k in range(BUCKETS):
             rows = table.filter(pa.array(b == k))
             if rows.num_rows or states[k] is not None:
-                states[k], out = kernel.step(spec, states[k], rows, watermark, 0)
+                states[k], out = spec.step(states[k], rows, watermark, 0)
                 results.append(out.results)
         target = int(ts.max()) - lag
         if watermark is None or target > watermark:
             watermark = target
             for k in range(BUCKETS):
                 if states[k] is not None:
-                    states[k], out = kernel.step(spec, states[k], table.slice(0, 0), watermark, 0)
+                    states[k], out = spec.step(states[k], table.slice(0, 0), watermark, 0)
                     results.append(out.results)
         spent += time.perf_counter() - started
     for k in range(BUCKETS):
         if states[k] is not None:
-            states[k], out = kernel.step(spec, states[k], table.slice(0, 0), kp.END_OF_TIME_MS, 0)
+            states[k], out = spec.step(states[k], table.slice(0, 0), kp.END_OF_TIME_MS, 0)
             results.append(out.results)
     rows_out = [r for t in results for r in t.to_pylist()]
     for r in rows_out:
-        r.pop(FIRST, None)
-        r["window_start"] //= 1000
-        r["window_end"] //= 1000
+        if "window_start" in r:
+            r.pop(FIRST, None)
+            r["window_start"] //= 1000
+            r["window_end"] //= 1000
     return rows_out, spent
 
 
 def agrees(pipeline: Pipeline, data: pa.Table, batch: int) -> bool:
     """The kernel's results equal the reference model's on ``data`` (same batches)."""
     got, _ = run_kernel(pipeline, data, batch)
+    plan = pipeline(_placeholder(SCHEMA)).plan
+    if isinstance(plan, n.OverAggregate):
+        return _over_agrees(plan, got, data, batch)
     model = reference_model_for(pipeline(_placeholder(SCHEMA)))
     for lo in range(0, data.num_rows, batch):
         model.send(data.slice(lo, batch).to_pylist())
@@ -149,6 +172,41 @@ def agrees(pipeline: Pipeline, data: pa.Table, batch: int) -> bool:
     except AssertionError:
         return False
     return True
+
+
+def _over_agrees(plan: n.OverAggregate, got: list[dict[str, Any]], data: pa.Table, batch: int) -> bool:
+    """The over-aggregation's retracting changelog nets to the model's rows (same batches, the same
+    watermark after each)."""
+    aggs = tuple(ModelAgg(name=a.name, func=cast(Any, a.func), column=a.column) for a in plan.aggregates)
+    model = OverModel(
+        keys=plan.keys,
+        frame=plan.frame,
+        preceding=plan.preceding,
+        aggs=aggs,
+        allowed_lateness_ms=plan.emission.allowed_lateness_ms,
+        accumulation="retracting",
+    )
+    et = n.event_time(plan.input)
+    assert et is not None
+    expected: list[dict[str, Any]] = []
+    watermark: int | None = None
+    for lo in range(0, data.num_rows, batch):
+        rows = data.slice(lo, batch).to_pylist()
+        expected += model.send(rows)
+        target = max(r["t"] for r in rows) - et.lag_ms
+        watermark = target if watermark is None else max(watermark, target)
+        expected += model.advance(watermark)
+    expected += model.close()
+
+    def net(rows: list[dict[str, Any]]) -> Counter[tuple[Any, ...]]:
+        out: Counter[tuple[Any, ...]] = Counter()
+        for r in rows:
+            out[tuple(r[c] for c in (*SCHEMA_COLUMNS, *(a.name for a in aggs)))] += (
+                -1 if r.get(RESULT_KIND) == "retract" else 1
+            )
+        return +out
+
+    return net(got) == net(expected)
 
 
 def measure(
