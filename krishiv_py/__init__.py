@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from krishiv_py.advice import advise_watermark as advise_watermark
     from krishiv_py.advice import what_if as what_if
     from krishiv_py.api.keyed import KeyedStream as KeyedStream
+    from krishiv_py.api.over import OverStream as OverStream
     from krishiv_py.api.stream import JoinedStream as JoinedStream
     from krishiv_py.api.stream import Stream as Stream
     from krishiv_py.api.windowed import WindowedStream as WindowedStream

@@ -134,3 +134,48 @@ def test_every_plan_node_has_its_stateful_lowering() -> None:
             assert kind in KINDS
     for source in n.SOURCE_TYPES:
         assert read_rule(object.__new__(source)) is not None
+
+
+def _samples() -> dict[type, Any]:
+    """A plan of every operator kind, that kind on top (a window's top-N after its window)."""
+    import krishiv_py as kp
+    from krishiv_py.api.stream import placeholder
+
+    s = placeholder("k string, v bigint, t bigint", "s").watermark("t", 0)
+    r = placeholder("k string, w bigint, t bigint", "r").watermark("t", 0)
+    count = kp.count(kp.col("*")).alias("n")
+    window = s.key_by("k").tumbling_window(10).accumulation("retracting").agg(count)
+    plans = [
+        window,
+        s.key_by("k").interval_join(r.key_by("k"), between=(-5, 0)),
+        s.key_by("k").agg(count),
+        s.top_n(1, by="t", per="key", keys=("k",)),
+        window.top_n(1, by="n", keys=("k",)),
+        s.key_by("k").over_rows(2).agg(count),
+    ]
+    return {type(p.plan): p for p in plans}
+
+
+def test_every_operator_kinds_descriptor_builds_its_kernel_and_lowers_its_plan() -> None:
+    """A kind added without a sample here fails; each sample lowers to a kernel behind the protocol,
+    the top operator's (a stage's, or the last of a chain's) named as its descriptor says."""
+    from krishiv_py.planner.spark.kinds import KINDS
+    from krishiv_py.stateful.chain import ChainKernel
+
+    samples = _samples()
+    assert set(samples) == set(KINDS)
+    for node_type, stream in samples.items():
+        kind = KINDS[node_type]
+        if kind.kernel is not None:
+            kernel, columns = kind.kernel(stream.plan)
+            assert isinstance(kernel, Kernel) and columns, kind.what
+        apply = stream.lower(lowering="stateful").stateful
+        assert apply is not None, kind.what
+        top = apply.operator.then.kernel if apply.operator.then is not None else apply.operator.kernel
+        while isinstance(top, ChainKernel):
+            top = top.then
+        assert isinstance(top, Kernel), kind.what
+        assert kind.noun.split("-")[0].lower() in top.describe().lower(), (
+            kind.what,
+            top.describe(),
+        )

@@ -391,3 +391,82 @@ def test_a_sql_over_aggregation_gives_duckdbs_answer_at_the_end_of_input(
     expected = con.execute(reference).fetchall()
     assert sorted((r["k"], r["t"], r["v"], r["s"], r["n"]) for r in got) == sorted(expected)
     assert len(got) == len(rows)
+
+
+def test_sql_over_a_joins_rows_points_to_the_builder(session: kp.Session) -> None:
+    name = f"s_{uuid.uuid4().hex[:6]}"
+    session.memory_stream(SCHEMA, name=name)
+    session.memory_stream(SCHEMA, name=f"{name}_r")
+    with pytest.raises(kp.PlanError, match="write it with the builder"):
+        session.sql(
+            f"SELECT l.k, SUM(l.v) OVER (PARTITION BY l.k ORDER BY l.t ROWS BETWEEN 1 PRECEDING AND "
+            f"CURRENT ROW) AS s FROM {name} l JOIN {name}_r r ON l.k = r.k AND l.t BETWEEN r.t AND r.t + "
+            "INTERVAL '1' SECOND"
+        )
+
+
+#: Clicks (k, g, t, v) and views (k, t, w): each click joined with the views of its key up to 10 ms
+#: before it, then each joined row with the rows before it per key (k: in the join's call) or per
+#: group (g: a stage of its own).
+CLICKS: list[list[dict[str, Any]]] = [
+    [{"k": "a", "g": "x", "t": 10, "v": 1}, {"k": "b", "g": "x", "t": 12, "v": 2}],
+    [{"k": "a", "g": "y", "t": 20, "v": 4}, {"k": "a", "g": "x", "t": 25, "v": 8}],
+    [{"k": "b", "g": "y", "t": 40, "v": 16}],
+    [{"k": "a", "g": "x", "t": 60, "v": 32}],
+]
+VIEWS: list[list[dict[str, Any]]] = [
+    [{"k": "a", "t": 5, "w": 100}, {"k": "b", "t": 11, "w": 200}],
+    [{"k": "a", "t": 18, "w": 300}],
+    [{"k": "b", "t": 35, "w": 400}, {"k": "a", "t": 30, "w": 500}],
+    [{"k": "a", "t": 58, "w": 600}],
+]
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("key", ["k", "g"])
+def test_over_a_joins_rows_orders_them_by_their_event_time_in_the_joins_call_or_a_stage(
+    session: kp.Session, key: str
+) -> None:
+    from krishiv_py.model.compose import JoinOf
+
+    suffix = uuid.uuid4().hex[:6]
+    clicks, click_sender = session.memory_stream("k string, g string, t bigint, v bigint", name=f"c_{suffix}")
+    views, view_sender = session.memory_stream("k string, t bigint, w bigint", name=f"v_{suffix}")
+    joined = (
+        clicks.watermark("t", 0)
+        .key_by("k")
+        .interval_join(views.watermark("t", 0).key_by("k"), between=(-10, 0))
+    )
+    plan = joined.key_by(key).over_rows(1).agg(kp.sum(kp.col("w")).alias("s"))
+    assert ("keyed by other columns than the join" in plan.lower().reason) == (key == "g")
+    left, right = Source("c", "t", ("k", "g", "t", "v")), Source("v", "t", ("k", "t", "w"))
+    join = JoinOf(left, right, keys=("k",), between=(-10, 0))
+    composed = ComposedModel(join)
+    over = OverModel(
+        keys=(key,),
+        frame="rows",
+        preceding=1,
+        aggs=(AggSpec(name="s", func="sum", column="w"),),
+        event_time="__t",
+    )
+    columns = ("k", "g", "t", "v", "t_right", "w", "s")
+    job = plan.start()
+    expected: list[dict[str, Any]] = []
+    fed = 0
+    try:
+        for c_rows, v_rows in zip(CLICKS, VIEWS, strict=True):
+            composed.send(c_rows, source="c")
+            composed.send(v_rows, source="v")
+            changes = composed.changelog(join)
+            expected += over.send([{**ch.row, "__t": ch.ts_ms} for ch in changes[fed:]])
+            fed = len(changes)
+            watermark = composed.watermark_ms
+            assert watermark is not None
+            expected += over.advance(watermark)
+            click_sender.send(c_rows)
+            view_sender.send(v_rows)
+            job.process_all_available()
+            assert _net(job.results().to_pylist(), columns) == _net(expected, columns)
+    finally:
+        job.stop()
+    assert len(_net(expected, columns)) >= 3

@@ -1167,6 +1167,13 @@ def _over(node: exp.Select, rel: Relation, ctx: Context) -> Stream:
             )
     keys, order, frame, preceding = shapes[0]
     ctx.overs.extend(windows)
+    et = n.event_time(rel.stream.plan)
+    if et is not None and (et.from_join or et.from_change or et.from_window):
+        raise ctx.sql.error(
+            windows[0],
+            "an aggregate OVER a window of a join's rows or of changes orders them by their own event "
+            "time, which no column names: write it with the builder, ...key_by(k).over_rows(n)",
+        )
     aggs: list[AggExpr] = []
     exprs: list[ExprNode] = []
     for item in node.expressions:
