@@ -470,3 +470,37 @@ def test_over_a_joins_rows_orders_them_by_their_event_time_in_the_joins_call_or_
     finally:
         job.stop()
     assert len(_net(expected, columns)) >= 3
+
+
+# --- krishiv_py.testing: the model of a plan, every lowering against it -----------------------------
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("accumulation", ["accumulating", "retracting"])
+def test_the_testing_helpers_run_an_over_aggregation_on_the_model_streaming_and_bounded(
+    session: kp.Session, accumulation: Literal["accumulating", "retracting"]
+) -> None:
+    """Timestamps for event time, two keys, late rows: each micro-batch's corrections are its net
+    change in the model too (:meth:`OverModel.step`), so the changelogs agree step by step."""
+    import datetime as dt
+
+    from krishiv_py.testing import Close, Send, Step, assert_lowerings_agree, run_reference
+
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+    def at(ms: int) -> dt.datetime:
+        return t0 + dt.timedelta(milliseconds=ms)
+
+    def pipeline(s: kp.Stream) -> kp.Stream:
+        over = s.watermark("ts", LAG_MS).key_by("k").over_range(10).allowed_lateness(LATENESS_MS)
+        return over.accumulation(accumulation).agg(
+            kp.max(kp.col("v")).alias("m"), kp.avg(kp.col("v")).alias("a")
+        )
+
+    rows = [{"k": r["k"], "ts": at(r["t"]), "v": r["v"]} for r in EVENTS]
+    steps: list[Step] = [Send(rows[:5]), Send(rows[5:6]), Send(rows[6:9]), Send(rows[9:]), Close()]
+    schema = "k string, ts timestamp, v bigint"
+    assert_lowerings_agree(session, schema, pipeline, steps)
+    # The late row at 15 corrected the rows after it within 10 ms (20, 20): in the model as well.
+    final = run_reference(schema, pipeline, steps)[-1]
+    assert len(final) > len(EVENTS) - 1

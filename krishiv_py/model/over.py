@@ -50,7 +50,7 @@ import attrs
 from krishiv_py.errors import PlanError
 from krishiv_py.model.reference import END_OF_TIME_MS, AggSpec, aggregate_rows, event_time_us
 
-__all__ = ["OverModel"]
+__all__ = ["OverModel", "OverSteps"]
 
 Row = Mapping[str, Any]
 
@@ -82,6 +82,9 @@ class OverModel:
     very_late: int = 0
     invalid: int = 0
     unmatched: int = 0
+    #: The rows it dropped: each input row with ``classification`` (``"invalid"``, ``"very_late"``)
+    #: and the ``watermark_ms`` it met.
+    late_events: list[dict[str, Any]] = attrs.field(factory=list)
     _held: dict[tuple[Any, ...], list[_Held]] = attrs.field(factory=dict)
     _seq: int = 0
 
@@ -105,6 +108,25 @@ class OverModel:
             out += self._one(dict(row))
         return out
 
+    def step(self, rows: Sequence[Row]) -> list[dict[str, Any]]:
+        """``rows`` as one micro-batch: each placed in turn (a retraction withdrawing its row at once),
+        then, per key they touched, the late rows' results emitted and the emitted results whose
+        frames changed corrected once — the batch's net change, as a job emits it."""
+        out: list[dict[str, Any]] = []
+        touched: dict[tuple[Any, ...], None] = {}
+        for row in rows:
+            out += self._one(dict(row), at_once=False)
+            touched[tuple(row.get(k) for k in self.keys)] = None
+        w = self.watermark_ms
+        for key in touched:
+            held = self._held.get(key, [])
+            if w is not None:
+                for i, h in enumerate(held):
+                    if h.emitted is None and h.ts_us < w * 1000:
+                        out += self._emit(held, i)
+            out += self._correct(held)
+        return out
+
     def advance(self, watermark_ms: int) -> list[dict[str, Any]]:
         """Move the watermark (never back): the rows it passes emit their results, in key order."""
         if self.watermark_ms is not None and watermark_ms <= self.watermark_ms:
@@ -124,38 +146,44 @@ class OverModel:
 
     # --- the rules -------------------------------------------------------------------------------
 
-    def _one(self, row: dict[str, Any]) -> list[dict[str, Any]]:
+    def _one(self, row: dict[str, Any], *, at_once: bool = True) -> list[dict[str, Any]]:
+        """One row; ``at_once``: its own result and the corrections it makes now (else the step's)."""
         kind = row.pop("kind", "emit")
         ts = event_time_us(row.get(self.event_time))
+        w = self.watermark_ms
         if ts is None:
             self.invalid += 1
+            self.late_events.append({**row, "classification": "invalid", "watermark_ms": w})
             return []
-        w = self.watermark_ms
         if w is not None and ts < (w - self.allowed_lateness_ms) * 1000:
             self.very_late += 1
+            self.late_events.append({**row, "classification": "very_late", "watermark_ms": w})
             return []
         key = tuple(row.get(k) for k in self.keys)
         held = self._held.setdefault(key, [])
         if kind == "retract":
-            return self._withdraw(held, ts, row)
+            gone = self._withdraw(held, ts, row)
+            return gone + (self._correct(held) if at_once else [])
         self._seq += 1
         place = len(held)
         while place > 0 and held[place - 1].ts_us > ts:
             place -= 1
         held.insert(place, _Held(ts_us=ts, seq=self._seq, row=row))
+        if not at_once:
+            return []
         out: list[dict[str, Any]] = []
         if w is not None and ts < w * 1000:  # late: its place in the order is final now
             out += self._emit(held, place)
         return out + self._correct(held)
 
     def _withdraw(self, held: list[_Held], ts: int, row: dict[str, Any]) -> list[dict[str, Any]]:
+        """The earliest held row equal to ``row`` out of the order; its result retracted."""
         found = next((i for i, h in enumerate(held) if h.ts_us == ts and h.row == row), None)
         if found is None:
             self.unmatched += 1
             return []
         gone = held.pop(found)
-        out = [] if gone.emitted is None else self._retracted(gone)
-        return out + self._correct(held)
+        return [] if gone.emitted is None else self._retracted(gone)
 
     def _frame(self, held: list[_Held], i: int) -> list[_Held]:
         if self.frame == "rows":
@@ -206,3 +234,59 @@ def _eq(x: object, y: object) -> bool:
     if isinstance(x, float) and isinstance(y, float) and x != x and y != y:
         return True  # NaN equals NaN here: an unchanged value
     return x == y and type(x) is type(y)
+
+
+@attrs.define
+class OverSteps:
+    """An over-aggregation over one watermarked source, stepped as a job steps it.
+
+    The model of ``key_by(...).over_rows(n)`` (or ``over_range``) right after
+    ``source.watermark(column, lag_ms)`` in a scenario
+    (:func:`krishiv_py.model.steps.model_for`): each ``send`` is one
+    micro-batch (:meth:`OverModel.step`), after which the watermark moves to
+    the step's newest event time less the lag and the rows it passes emit;
+    ``advance_watermark`` and ``close`` move it too.
+    """
+
+    model: OverModel
+    lag_ms: int
+    _results: list[dict[str, Any]] = attrs.field(factory=list)
+
+    def send(self, rows: Sequence[Row], *, source: str = "main") -> list[dict[str, Any]]:
+        del source
+        out = self.model.step(rows)
+        times = [event_time_us(r.get(self.model.event_time)) for r in rows]
+        newest = max((t for t in times if t is not None), default=None)
+        if newest is not None:
+            out += self.model.advance(newest // 1000 - self.lag_ms)
+        self._results += out
+        return out
+
+    def advance_watermark(self, ts_ms: int, *, source: str = "main") -> list[dict[str, Any]]:
+        del source
+        out = self.model.advance(ts_ms)
+        self._results += out
+        return out
+
+    def close(self, *, source: str = "main") -> list[dict[str, Any]]:
+        del source
+        out = self.model.close()
+        self._results += out
+        return out
+
+    def advance_processing_time(self, ms: float) -> list[dict[str, Any]]:
+        del ms  # (nothing of it runs in processing time)
+        return []
+
+    @property
+    def results(self) -> list[dict[str, Any]]:
+        """Every result so far, in emit order."""
+        return list(self._results)
+
+    @property
+    def late_events(self) -> list[dict[str, Any]]:
+        return [dict(e) for e in self.model.late_events]
+
+    @property
+    def watermark_ms(self) -> int | None:
+        return self.model.watermark_ms

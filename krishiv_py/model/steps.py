@@ -18,6 +18,7 @@ import attrs
 from krishiv_py.errors import PlanError
 from krishiv_py.model.cascade import CascadeModel
 from krishiv_py.model.joins import JoinModel, join_model_for
+from krishiv_py.model.over import OverModel, OverSteps
 from krishiv_py.model.ranking import TopNModel
 from krishiv_py.model.reference import AggSpec, ReferenceModel
 from krishiv_py.plan import nodes as n
@@ -32,6 +33,7 @@ __all__ = [
     "Send",
     "Step",
     "model_for",
+    "over_model_for",
     "Planned",
     "plan_of",
     "reference_model_for",
@@ -190,9 +192,28 @@ def reference_model_for(
     )
 
 
+def over_model_for(plan: n.OverAggregate) -> OverSteps:
+    """The model of an over-aggregation right after a watermarked source (SPEC 3.16)."""
+    mark = plan.input
+    if not isinstance(mark, n.Watermark) or not isinstance(mark.input, n.SOURCE_TYPES):
+        raise PlanError(
+            "the reference model covers source -> watermark -> key_by -> over_rows/over_range -> agg"
+        )
+    model = OverModel(
+        keys=plan.keys,
+        frame=plan.frame,
+        preceding=plan.preceding,
+        aggs=tuple(AggSpec(name=a.name, func=a.func, column=a.column) for a in plan.aggregates),
+        event_time=mark.column,
+        allowed_lateness_ms=plan.emission.allowed_lateness_ms,
+        accumulation="retracting" if plan.retracting else "accumulating",
+    )
+    return OverSteps(model, mark.auto.max_lag_ms if mark.auto is not None else mark.lag_ms)
+
+
 def model_for(
     stream: Planned | n.PlanNode, *, clock: Callable[[], float] | None = None
-) -> ReferenceModel | CascadeModel | TopNModel | JoinModel:
+) -> ReferenceModel | CascadeModel | TopNModel | JoinModel | OverSteps:
     """The model of a pipeline: :func:`reference_model_for`, a :class:`CascadeModel`, a :class:`TopNModel`.
 
     A join (``interval_join``, ``join``, ``as_of_join``) is modelled by a
@@ -210,6 +231,8 @@ def model_for(
     plan = plan_of(stream)
     if isinstance(plan, n.Join):
         return join_model_for(plan)
+    if isinstance(plan, n.OverAggregate):
+        return over_model_for(plan)
     if isinstance(plan, n.TopN) and isinstance(plan.input, n.WindowAggregate):
         return TopNModel(
             model_for(plan.input, clock=clock),

@@ -37,6 +37,7 @@ from krishiv_py.api.stream import placeholder
 from krishiv_py.errors import PlanError
 from krishiv_py.model.cascade import CascadeModel
 from krishiv_py.model.joins import JoinModel
+from krishiv_py.model.over import OverSteps
 from krishiv_py.model.ranking import TopNModel
 from krishiv_py.model.reference import ReferenceModel
 from krishiv_py.model.steps import (
@@ -108,7 +109,7 @@ def _play(
     schema: Any,
     pipeline: Pipeline,
     steps: Sequence[Step],
-    observe: Callable[[ReferenceModel | CascadeModel | TopNModel | JoinModel], list[Result]],
+    observe: Callable[[ReferenceModel | CascadeModel | TopNModel | JoinModel | OverSteps], list[Result]],
     sources: Sequence[str],
 ) -> list[list[Result]]:
     """Play ``steps`` on the reference model; ``observe`` it after each step."""
