@@ -504,3 +504,68 @@ def test_the_testing_helpers_run_an_over_aggregation_on_the_model_streaming_and_
     # The late row at 15 corrected the rows after it within 10 ms (20, 20): in the model as well.
     final = run_reference(schema, pipeline, steps)[-1]
     assert len(final) > len(EVENTS) - 1
+
+
+@pytest.mark.spark
+def test_every_aggregate_over_two_keys_with_nulls_agrees_with_the_model(session: kp.Session) -> None:
+    from krishiv_py.testing import Close, Send, Step, assert_lowerings_agree, run_reference_late_events
+
+    def pipeline(s: kp.Stream) -> kp.Stream:
+        return (
+            s.watermark("t", 0)
+            .key_by("k", "j")
+            .over_rows(2)
+            .allowed_lateness(100)
+            .agg(
+                kp.count(kp.col("*")).alias("n"),
+                kp.count(kp.col("v")).alias("nv"),
+                kp.sum(kp.col("x")).alias("sx"),
+                kp.min(kp.col("s")).alias("lo"),
+                kp.max(kp.col("v")).alias("hi"),
+                kp.count_distinct(kp.col("v")).alias("d"),
+                kp.first(kp.col("s")).alias("f"),
+                kp.last(kp.col("v")).alias("l"),
+            )
+        )
+
+    def row(k: str, j: int, t: int | None, v: int | None, x: float, s: str | None) -> dict[str, Any]:
+        return {"k": k, "j": j, "t": t, "v": v, "x": x, "s": s}
+
+    steps: list[Step] = [
+        Send([row("a", 1, 10, 5, 0.5, "p"), row("a", 2, 11, None, 1.5, "q"), row("a", 1, 12, 5, -0.0, None)]),
+        Send([row("a", 1, 30, 7, 2.0, "b"), row("a", 1, None, 1, 1.0, "z"), row("b", 1, 31, 2, 3.0, "c")]),
+        Send([row("a", 1, 11, 9, 4.0, "a")]),  # late: between 10 and 12
+        Send([row("a", 1, 40, None, 0.25, "d")]),
+        Close(),
+    ]
+    schema = "k string, j int, t bigint, v bigint, x double, s string"
+    assert_lowerings_agree(session, schema, pipeline, steps)
+    late = run_reference_late_events(schema, pipeline, steps)[-1]
+    assert [e["classification"] for e in late] == ["invalid"]
+
+
+@pytest.mark.spark
+def test_over_an_aggregations_changes_keyed_otherwise_runs_as_a_stage(session: kp.Session) -> None:
+    """Each user's running count, and per region each change with the one before it: a user's new
+    count retracts the old one, which leaves the region's order."""
+    stream, sender = session.memory_stream(
+        "user string, region string, t bigint", name=f"s_{uuid.uuid4().hex[:6]}"
+    )
+    counts = stream.watermark("t", 0).key_by("user", "region").agg(kp.count(kp.col("*")).alias("n"))
+    plan = counts.key_by("region").over_rows(1).agg(kp.sum(kp.col("n")).alias("s"))
+    assert plan.columns == ("user", "region", "n", "s", "kind")
+    assert "keyed by other columns" in plan.lower().reason
+    job = plan.start()
+    try:
+        sender.send([{"user": "u1", "region": "x", "t": 10}, {"user": "u2", "region": "x", "t": 20}])
+        job.process_all_available()
+        sender.send([{"user": "u1", "region": "x", "t": 30}, {"user": "u3", "region": "y", "t": 40}])
+        job.process_all_available()
+        sender.close()
+        job.await_termination()
+        live = _net(job.results().to_pylist(), ("user", "region", "n", "s"))
+    finally:
+        job.stop()
+    # Live changes: u2's count (1, at 20), u1's second (2, at 30), u3's (1, at 40); x's order is
+    # u2 then u1, so u1's frame is u2's 1 and its own 2.
+    assert live == Counter({("u2", "x", 1, 1): 1, ("u1", "x", 2, 3): 1, ("u3", "y", 1, 1): 1})
