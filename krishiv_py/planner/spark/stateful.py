@@ -426,7 +426,16 @@ def lower_stateful_keyed(
     kind = kind_of(node)
     assert kind is not None and kind.kernel is not None
     kernel, columns = kind.kernel(node)
-    spec = OperatorSpec(kernel=kernel, columns=columns, shift_ms=shift_ms, buckets=BUCKETS)
+    (below,) = n.children(node)
+    marks = n.watermarks_of(below)
+    # One watermark operator of a fixed lag: the operator knows the watermark Spark moves to after
+    # a micro-batch, so what waits for it (an over-aggregation's rows) fires in that micro-batch.
+    ahead = (
+        marks[0].lag_ms
+        if kind.reads_times and len(marks) == 1 and marks[0].auto is None and one_watermark(below)
+        else None
+    )
+    spec = OperatorSpec(kernel=kernel, columns=columns, shift_ms=shift_ms, buckets=BUCKETS, fire_lag_ms=ahead)
     return _apply(
         spec, child, _hashed_keys(kind.keys(node), n.schema_of(n.children(node)[0])), streaming=streaming
     )
