@@ -82,6 +82,7 @@ from krishiv_py.plan.windows import (
     TumblingWindow,
     WindowSpec,
 )
+from krishiv_py.planner.spark.kinds import KINDS
 
 __all__ = [
     "LOWERINGS",
@@ -332,13 +333,8 @@ def features_of(plan: n.PlanNode) -> list[Feature]:
         out.append(Feature("cascade", "a window over windowed results"))
     if any(n.union_windows(a.input) is not None for a in n.window_aggregates(plan)):
         out.append(Feature("after_union", "a window over a union of windows' results"))
-    if any(isinstance(x, n.KeyedAggregate) for x in n.walk(plan)):
-        out.append(Feature("keyed_agg", "an aggregation per key without a window"))
-    if any(isinstance(x, n.KeyedTopN) for x in n.walk(plan)):
-        out.append(Feature("keyed_agg", "top_n per key over every row"))
-    for over in (x for x in n.walk(plan) if isinstance(x, n.OverAggregate)):
-        out.append(Feature("keyed_agg", "an over-aggregation (Spark runs no OVER window on a stream)"))
-        out += _emission_features(over.emission)
+    kinds = {type(x) for x in n.walk(plan)}
+    out += [Feature(*k.feature) for k in KINDS.values() if k.feature is not None and k.node in kinds]
     if any(n.joins_of(a.input) for a in n.window_aggregates(plan)):
         out.append(Feature("window_after_join", "a window over a join's rows"))
     if any(n.joins_of(j.left) or n.joins_of(j.right) for j in n.joins_of(plan)):

@@ -96,6 +96,10 @@ class OperatorKind:
     kernel: KernelOf | None = None
     #: Its emission options (a window top-N: its window's, whose callbacks it keeps).
     emission: Callable[[Any], Emission] = _own_emission
+    #: Why a join of its results runs as it does ("": a join does not take its results).
+    join_side: str = ""
+    #: What the planner's capability table lists it as (None: the table reads it otherwise).
+    feature: tuple[str, str] | None = None
 
 
 #: Every operator kind, by plan node class (:func:`register`).
@@ -246,6 +250,33 @@ JOIN_REASON = (
     "lowering='native', behind krishiv's own filter of late rows)"
 )
 
+#: Why a join of a join's rows runs as it does (docs/joins.md, "A join of a join").
+JOIN_STAGE_REASON = (
+    "; the second join is a stage after the first join's operator: the first join's rows (with "
+    "their event times) cross the cluster once more to the second join's key buckets in the same "
+    "micro-batch, the other stream's rows are routed there by their keys, and the second join keeps "
+    "its state of its own (one Arrow file per bucket and micro-batch under the checkpoint); it keeps "
+    "rows the first join's allowed lateness longer, so that late pairs still meet their partners"
+)
+
+#: Why a join of a window's results runs as it does (docs/joins.md, "A join of a window's results").
+JOIN_WINDOW_REASON = (
+    "; the join is a stage after the window's operator: each window's result (event time "
+    "window_end - 1 ms) crosses the cluster to the join's key buckets in the micro-batch that fires "
+    "it, the other stream's rows are routed there by their keys, and the join keeps its state of its "
+    "own (one Arrow file per bucket and micro-batch under the checkpoint); the join runs at the "
+    "window's watermark, which the window does not hold back"
+)
+
+#: Why a join of an aggregation's or a top-N's changes per key runs as it does (docs/joins.md).
+JOIN_PER_KEY_REASON = (
+    "; the join is a stage after the aggregation's or top-N's operator: each change (event time: "
+    "the rows' that made it; a retraction the time of the emit it withdraws) crosses the cluster "
+    "to the join's key buckets in the micro-batch that makes it, the other stream's rows are "
+    "routed there by their keys, and the join keeps its state of its own (one Arrow file per "
+    "bucket and micro-batch under the checkpoint)"
+)
+
 _RETRACTION_EXACT = ", so a retraction passes a filter exactly when the emit it withdraws did"
 
 register(
@@ -256,6 +287,7 @@ register(
         noun="window",
         exact=_RETRACTION_EXACT,
         reads_times=True,
+        join_side=JOIN_WINDOW_REASON,
     )
 )
 register(
@@ -269,6 +301,7 @@ register(
         spark_max=False,
         follows=False,
         keys=lambda node: tuple(node.left_keys),
+        join_side=JOIN_STAGE_REASON,
     )
 )
 register(
@@ -282,6 +315,8 @@ register(
         result_key=True,
         retracts=_always,
         kernel=_keyed_agg_kernel,
+        join_side=JOIN_PER_KEY_REASON,
+        feature=("keyed_agg", "an aggregation per key without a window"),
     )
 )
 register(
@@ -294,6 +329,8 @@ register(
         changes=True,
         retracts=_always,
         kernel=_top_n_kernel,
+        join_side=JOIN_PER_KEY_REASON,
+        feature=("keyed_agg", "top_n per key over every row"),
     )
 )
 register(
@@ -319,5 +356,6 @@ register(
         reads_times=True,
         retracts=lambda node: bool(node.retracting),
         kernel=_over_kernel,
+        feature=("keyed_agg", "an over-aggregation (Spark runs no OVER window on a stream)"),
     )
 )

@@ -268,14 +268,7 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
         windows = all(isinstance(c, n.WindowAggregate) for c in operators)
         why.append(JOIN_WINDOWS_REASON if windows else JOIN_OPERATORS_REASON)
     elif operators:
-        one = operators[0]
-        why.append(
-            JOIN_STAGE_REASON
-            if isinstance(one, n.Join)
-            else JOIN_WINDOW_REASON
-            if isinstance(one, n.WindowAggregate)
-            else JOIN_PER_KEY_REASON
-        )
+        why.append(_kind(operators[0]).join_side)
     if len(operators) == 1 and isinstance(operators[0], n.Join) and _operator_below(operators[0]):
         why.append(JOIN_AFTER_STAGE_REASON)
     if any(len(operator_links(c)) > 1 for c in operators):
@@ -494,24 +487,6 @@ CHAIN_REASON = (
 )
 
 
-#: Why a join of a join's rows runs as it does (docs/joins.md, "A join of a join").
-JOIN_STAGE_REASON = (
-    "; the second join is a stage after the first join's operator: the first join's rows (with "
-    "their event times) cross the cluster once more to the second join's key buckets in the same "
-    "micro-batch, the other stream's rows are routed there by their keys, and the second join keeps "
-    "its state of its own (one Arrow file per bucket and micro-batch under the checkpoint); it keeps "
-    "rows the first join's allowed lateness longer, so that late pairs still meet their partners"
-)
-
-#: Why a join of a window's results runs as it does (docs/joins.md, "A join of a window's results").
-JOIN_WINDOW_REASON = (
-    "; the join is a stage after the window's operator: each window's result (event time "
-    "window_end - 1 ms) crosses the cluster to the join's key buckets in the micro-batch that fires "
-    "it, the other stream's rows are routed there by their keys, and the join keeps its state of its "
-    "own (one Arrow file per bucket and micro-batch under the checkpoint); the join runs at the "
-    "window's watermark, which the window does not hold back"
-)
-
 #: Why a join of two windows' results runs as it does (docs/joins.md, "A join of two windows' results").
 JOIN_WINDOWS_REASON = (
     "; both windows run as one operator (each over its own stream's rows, by its own keys), and the "
@@ -528,15 +503,6 @@ JOIN_OPERATORS_REASON = (
     "the join's key buckets in the micro-batch that makes them, the first's as the left side's "
     "rows, the second's as the right side's, and the join keeps its state of its own (one Arrow "
     "file per bucket and micro-batch under the checkpoint)"
-)
-
-#: Why a join of an aggregation's or a top-N's changes per key runs as it does (docs/joins.md).
-JOIN_PER_KEY_REASON = (
-    "; the join is a stage after the aggregation's or top-N's operator: each change (event time: "
-    "the rows' that made it; a retraction the time of the emit it withdraws) crosses the cluster "
-    "to the join's key buckets in the micro-batch that makes it, the other stream's rows are "
-    "routed there by their keys, and the join keeps its state of its own (one Arrow file per "
-    "bucket and micro-batch under the checkpoint)"
 )
 
 #: Why a join of a union of operators' results runs as it does (docs/stateless.md).
@@ -766,7 +732,7 @@ def join_identity(plan: n.PlanNode) -> tuple[str, ...] | None:
     output still holds them. Other joins' rows have nothing of their own.
     """
     joins = n.joins_of(plan)
-    aggregated = any(isinstance(x, n.KeyedAggregate) for x in n.walk(plan))
+    aggregated = any(getattr(kind_of(x), "result_key", False) for x in n.walk(plan))
     if not joins or n.window_aggregates(plan) or aggregated:  # results with keys (and bounds) of their own
         return None
     node = joins[0]

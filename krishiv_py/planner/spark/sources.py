@@ -62,7 +62,7 @@ from krishiv_py.names import (
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.watermarks import MAX_EVENT_MS, MIN_EVENT_MS
 from krishiv_py.plan.windows import in_processing_time
-from krishiv_py.planner.spark.kinds import kind_of
+from krishiv_py.planner.spark.kinds import KINDS, kind_of
 from krishiv_py.planner.spark.recipe import (
     FilterExpr,
     LookupTable,
@@ -135,7 +135,7 @@ class UnionRule(Protocol):
 
 
 #: The operators whose results a join on the stateful lowering takes as a side: a stage after them.
-STAGED_SIDES = (n.Join, n.WindowAggregate, n.KeyedAggregate, n.KeyedTopN)
+STAGED_SIDES = tuple(kind.node for kind in KINDS.values() if kind.join_side)
 
 
 def _results_of(side: n.PlanNode) -> n.PlanNode:
