@@ -40,6 +40,7 @@ EXPECTED_ALL = [
     "MissingDependencyError",
     "MultiSourceWatermarkSpec",
     "NoResultsError",
+    "OverStream",
     "PaneEvent",
     "ParquetSink",
     "PlanError",

@@ -262,23 +262,8 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
             CHAIN_REASON if joined else AFTER_CHAIN_REASON,
             STAGED_REASON if joined else AFTER_STAGED_REASON,
         )
-    sides = [n.stateless_below(c) for c in n.children(bottom)] if isinstance(bottom, n.Join) else []
-    operators = [c for c in sides if isinstance(c, STAGED_SIDES)]
-    if len(operators) == 2:
-        windows = all(isinstance(c, n.WindowAggregate) for c in operators)
-        why.append(JOIN_WINDOWS_REASON if windows else JOIN_OPERATORS_REASON)
-    elif operators:
-        why.append(_kind(operators[0]).join_side)
-    if len(operators) == 1 and isinstance(operators[0], n.Join) and _operator_below(operators[0]):
-        why.append(JOIN_AFTER_STAGE_REASON)
-    if any(len(operator_links(c)) > 1 for c in operators):
-        why.append(JOIN_OF_CHAIN_REASON)
-    if any(operators_union(c) is not None for c in sides):
-        why.append(JOIN_UNION_REASON)
-    if any(_kind(c).changes for c in operators):
-        why.append(JOIN_CHANGES_KEPT_REASON)
-    if isinstance(bottom, n.Join) and any(n.takes_retractions(c) for c in n.children(bottom)):
-        why.append(JOIN_CHANGES_REASON)
+    if isinstance(bottom, n.Join):
+        why += _join_reasons(bottom)
     ctx = Lowerer(
         streaming=streaming,
         shift=shift,
@@ -305,6 +290,29 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
         join_identity=join_identity(plan),
         result_key=rule.keys(op) if rule.result_key else None,
     )
+
+
+def _join_reasons(join: n.Join) -> list[str]:
+    """Why a join whose sides are other operators' results runs as it does."""
+    why = []
+    sides = [n.stateless_below(c) for c in n.children(join)]
+    operators = [c for c in sides if isinstance(c, STAGED_SIDES)]
+    if len(operators) == 2:
+        windows = all(isinstance(c, n.WindowAggregate) for c in operators)
+        why.append(JOIN_WINDOWS_REASON if windows else JOIN_OPERATORS_REASON)
+    elif operators:
+        why.append(_kind(operators[0]).join_side)
+    if len(operators) == 1 and isinstance(operators[0], n.Join) and _operator_below(operators[0]):
+        why.append(JOIN_AFTER_STAGE_REASON)
+    if any(len(operator_links(c)) > 1 for c in operators):
+        why.append(JOIN_OF_CHAIN_REASON)
+    if any(operators_union(c) is not None for c in sides):
+        why.append(JOIN_UNION_REASON)
+    if any(_kind(c).changes for c in operators):
+        why.append(JOIN_CHANGES_KEPT_REASON)
+    if any(n.takes_retractions(c) for c in n.children(join)):
+        why.append(JOIN_CHANGES_REASON)
+    return why
 
 
 def _kind(node: n.PlanNode) -> OperatorKind:
