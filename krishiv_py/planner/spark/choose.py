@@ -334,7 +334,11 @@ def features_of(plan: n.PlanNode) -> list[Feature]:
     if any(n.union_windows(a.input) is not None for a in n.window_aggregates(plan)):
         out.append(Feature("after_union", "a window over a union of windows' results"))
     kinds = {type(x) for x in n.walk(plan)}
-    out += [Feature(*k.feature) for k in KINDS.values() if k.feature is not None and k.node in kinds]
+    out += [
+        Feature("keyed_agg", k.per_key_feature)
+        for k in KINDS.values()
+        if k.per_key_feature and k.node in kinds
+    ]
     if any(n.joins_of(a.input) for a in n.window_aggregates(plan)):
         out.append(Feature("window_after_join", "a window over a join's rows"))
     if any(n.joins_of(j.left) or n.joins_of(j.right) for j in n.joins_of(plan)):

@@ -98,8 +98,9 @@ class OperatorKind:
     emission: Callable[[Any], Emission] = _own_emission
     #: Why a join of its results runs as it does ("": a join does not take its results).
     join_side: str = ""
-    #: What the planner's capability table lists it as (None: the table reads it otherwise).
-    feature: tuple[str, str] | None = None
+    #: How the capability table names it as an operator per key over every row, which only the
+    #: stateful lowering runs (None: the table reads its features otherwise).
+    per_key_feature: str | None = None
 
 
 #: Every operator kind, by plan node class (:func:`register`).
@@ -316,7 +317,7 @@ register(
         retracts=_always,
         kernel=_keyed_agg_kernel,
         join_side=JOIN_PER_KEY_REASON,
-        feature=("keyed_agg", "an aggregation per key without a window"),
+        per_key_feature="an aggregation per key without a window",
     )
 )
 register(
@@ -330,7 +331,7 @@ register(
         retracts=_always,
         kernel=_top_n_kernel,
         join_side=JOIN_PER_KEY_REASON,
-        feature=("keyed_agg", "top_n per key over every row"),
+        per_key_feature="top_n per key over every row",
     )
 )
 register(
@@ -356,6 +357,6 @@ register(
         reads_times=True,
         retracts=lambda node: bool(node.retracting),
         kernel=_over_kernel,
-        feature=("keyed_agg", "an over-aggregation (Spark runs no OVER window on a stream)"),
+        per_key_feature="an over-aggregation (Spark runs no OVER window on a stream)",
     )
 )
