@@ -569,3 +569,38 @@ def test_over_an_aggregations_changes_keyed_otherwise_runs_as_a_stage(session: k
     # Live changes: u2's count (1, at 20), u1's second (2, at 30), u3's (1, at 40); x's order is
     # u2 then u1, so u1's frame is u2's 1 and its own 2.
     assert live == Counter({("u2", "x", 1, 1): 1, ("u1", "x", 2, 3): 1, ("u3", "y", 1, 1): 1})
+
+
+@pytest.mark.spark
+def test_a_late_event_handler_gets_the_very_late_and_invalid_rows_the_model_drops(
+    session: kp.Session,
+) -> None:
+    from krishiv_py.testing import Send, Step, run_reference_late_events
+
+    def pipeline(s: kp.Stream, handler: kp.LateEventHandler | None = None) -> kp.Stream:
+        over = s.watermark("t", LAG_MS).key_by("k").over_rows(1).allowed_lateness(LATENESS_MS)
+        if handler is not None:
+            over = over.with_late_event_handler(handler)
+        return over.agg(kp.sum(kp.col("v")).alias("s"))
+
+    steps = _steps(BATCHINGS["uneven"]) + [[{"k": "a", "t": None, "v": 0}]]
+    model_steps: list[Step] = [Send(rows) for rows in steps]
+    expected = run_reference_late_events(SCHEMA, pipeline, model_steps)[-1]
+    assert sorted(e["classification"] for e in expected) == ["invalid", "very_late"]
+    stream, sender = session.memory_stream(SCHEMA, name=f"s_{uuid.uuid4().hex[:6]}")
+    handler = kp.SideOutputLateEventHandler()
+    job = pipeline(stream, handler).start()
+    try:
+        for rows in steps:
+            sender.send(rows)
+            job.process_all_available()
+        got = job.late_events().to_pylist()
+    finally:
+        job.stop()
+    key = ("k", "t", "v", "classification", "watermark_ms")
+    assert Counter(tuple(r[c] for c in key) for r in got) == Counter(
+        tuple(e[c] for c in key) for e in expected
+    )
+    with pytest.raises(kp.PlanError, match="takes a source's rows"):
+        latest = stream.watermark("t", 0).top_n(1, by="t", per="key", keys=("k",))
+        latest.key_by("k").over_rows(1).with_late_event_handler(handler).agg(kp.sum(kp.col("v")))

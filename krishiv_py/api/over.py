@@ -13,6 +13,7 @@ import attrs
 
 from krishiv_py.errors import PlanError, attribute_error
 from krishiv_py.expr import AggExpr
+from krishiv_py.late import LateEventHandler
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.durations import Duration, as_ms
 from krishiv_py.plan.emission import DEFAULT_ALLOWED_LATENESS_MS, Accumulation, Emission
@@ -62,6 +63,16 @@ class OverStream:
                 "(every result is a whole frame's: there is nothing to discard)"
             )
         return attrs.evolve(self, emission=attrs.evolve(self.emission, accumulation=mode))
+
+    def with_late_event_handler(self, handler: LateEventHandler) -> OverStream:
+        """Hand the very late rows (behind the allowed lateness) and the rows without an event time
+        to ``handler`` (see :mod:`krishiv_py.late`) instead of only counting them."""
+        if not isinstance(handler, LateEventHandler):
+            raise PlanError(
+                "with_late_event_handler() takes an object with a handle(table) method, "
+                f"got {type(handler).__name__}"
+            )
+        return attrs.evolve(self, emission=attrs.evolve(self.emission, late_handler=handler))
 
     def agg(self, *aggregates: AggExpr) -> Stream:
         """One result per input row: its columns, then each aggregate over its frame (in the order

@@ -536,10 +536,15 @@ class OverAggregate:
         if not self.aggregates:
             raise PlanError(f"{call}.agg() needs at least one aggregate, e.g. kp.avg(kp.col('price'))")
         e = self.emission
-        if e.trigger.is_early or e.state_ttl is not None or e.panes.any or e.late_handler is not None:
+        if e.trigger.is_early or e.state_ttl is not None or e.panes.any:
             raise PlanError(
-                f"{what} takes allowed_lateness() and accumulation(); it has no early trigger, state "
-                "TTL (its frame bounds its state), pane callbacks or late-event handler yet"
+                f"{what} takes allowed_lateness(), accumulation() and with_late_event_handler(); it "
+                "has no early trigger, state TTL (its frame bounds its state) or pane callbacks"
+            )
+        if e.late_handler is not None and not isinstance(stateless_below(self.input), Watermark):
+            raise PlanError(
+                f"{what}: a late-event handler takes a source's rows; over another operator's results "
+                "the rows' lateness is that operator's (give it the handler)"
             )
         for a in self.aggregates:
             if a.func in ("first", "last") and (self.frame == "range" or takes_retractions(self.input)):
