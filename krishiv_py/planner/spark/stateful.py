@@ -510,7 +510,6 @@ def stacked_operators(base: Any, bottom: n.PlanNode, uppers: list[Link]) -> Any:
 
     def rule(node: n.PlanNode, *children: RecipeNode, streaming: bool, shift_ms: int) -> RecipeNode:
         from krishiv_py.stateful.chain import ChainKernel
-        from krishiv_py.stateful.joins import JoinKernel
         from krishiv_py.stateful.stage import StageSpec, Upstream, levels, nested
 
         apply = base(node, *children, streaming=streaming, shift_ms=shift_ms)
@@ -521,21 +520,8 @@ def stacked_operators(base: Any, bottom: n.PlanNode, uppers: list[Link]) -> Any:
         # last of several): what follows it runs in its call.
         staged = levels(apply.operator.then)
         kernel: Any = staged[-1].kernel if staged else apply.operator.kernel
-        carried = 0
-        if isinstance(node, n.Join):
-            kernel = JoinKernel(attrs.evolve(kernel.spec, event_times=True))
-            carried = kernel.spec.allowed_lateness_ms  # a join stage's: its own and the first join's
-        if isinstance(node, n.Union):  # each branch corrects its results as long as it may
-            kernel, carried = _union_fed(node, kernel, times=_times_read([u for u, _ in uppers]))
-        if _changes(node):  # a change may withdraw a row of any age
-            carried = END_OF_TIME_MS
-            if _times_read([u for u, _ in uppers]):  # a window after it reads its changes' times
-                kernel = attrs.evolve(kernel, event_times=True)
+        kernel, carried = _fed(node, kernel, times=_times_read([u for u, _ in uppers]))
         retracts = _feeds_retractions(node)
-        if isinstance(node, n.WindowAggregate):  # it corrects what it fed for as long as it keeps a window
-            carried = node.emission.allowed_lateness_ms
-            if retracts and not _retracts(node):
-                kernel = attrs.evolve(kernel, spec=attrs.evolve(kernel.spec, accumulation="retracting"))
         # The kernel of the operator (0) and of each stage after it (1...), and how each stage
         # reads the rows before it; an operator keyed alike joins the last one's call.
         kernels: list[Any] = [kernel]
@@ -736,11 +722,10 @@ class _Upstream:
 
 
 def _upstream(inner: n.PlanNode, kernel: Any) -> _Upstream:
-    """``inner`` (the operator under a join's side, lowered to ``kernel``) as a join stage's input."""
-    from krishiv_py.stateful.joins import JoinKernel
-
+    """``inner`` (the operator under a join's side, lowered to ``kernel``) as a join stage's input
+    (an operator in a chain takes its results by :func:`_fed`)."""
     if isinstance(inner, n.Join):  # late by its kernel's lateness (a join stage's: the joins' below too)
-        timed = JoinKernel(attrs.evolve(kernel.spec, event_times=True))
+        timed = _timed_join(kernel)
         return _Upstream(timed, kernel.spec.allowed_lateness_ms, _retracts(inner), timed=True)
     if _changes(inner):  # a change may withdraw a row of any age
         timed = _last_evolved(kernel, event_times=True)
@@ -761,29 +746,31 @@ def _upstream(inner: n.PlanNode, kernel: Any) -> _Upstream:
     return _Upstream(kernel, kept + 1 if kept else 0, _retracts(inner), timed=False)
 
 
-def _union_fed(node: n.Union, kernel: Any, *, times: bool) -> tuple[Any, int]:
-    """A union's kernel as another operator takes its results, and how much longer that operator
-    keeps what it holds (as long as a branch may still correct its results): a join's carry
-    their event times and are corrected for its lateness; an aggregation's or a top-N's changes
-    carry theirs when ``times`` (an operator after reads them) and may withdraw a row of any
-    age; a window that may fire again retracts there whatever its accumulation."""
-    branches, carried = [], 0
-    for branch, inner in zip(node.inputs, kernel.branches, strict=True):
-        op = n.stateless_below(branch)
-        if isinstance(op, n.Join):
-            inner = _timed_join(inner)
-            carried = max(carried, inner.spec.allowed_lateness_ms)
-        elif _changes(op):
-            carried = END_OF_TIME_MS
-            if times:
-                inner = attrs.evolve(inner, event_times=True)
-        else:
-            assert isinstance(op, n.WindowAggregate)
-            carried = max(carried, op.emission.allowed_lateness_ms)
-            if _feeds_retractions(op) and not _retracts(op):
-                inner = attrs.evolve(inner, spec=attrs.evolve(inner.spec, accumulation="retracting"))
-        branches.append(inner)
-    return attrs.evolve(kernel, branches=tuple(branches)), carried
+def _fed(node: n.PlanNode, kernel: Any, *, times: bool) -> tuple[Any, int]:
+    """``node``'s kernel as the operator after it in a chain (its call or a stage) takes its
+    results, and how much longer that operator keeps what it holds: as long as ``node`` may still
+    correct them. A join's results carry their event times and are corrected for its lateness (a
+    join stage's: its own and the joins' below it); an aggregation's or a top-N's changes carry
+    theirs when ``times`` (an operator after reads them) and may withdraw a row of any age; a
+    window corrects a result for its allowed lateness, and one that may fire again retracts there
+    whatever its accumulation; a union's branches each as they would feed alone, kept as long as
+    the longest. (A join stage after an operator takes its results by :func:`_upstream`: a
+    window's there are late by one ms more, at ``window_end - 1 ms``.)"""
+    if isinstance(node, n.Union):
+        fed = [
+            _fed(n.stateless_below(b), inner, times=times)
+            for b, inner in zip(node.inputs, kernel.branches, strict=True)
+        ]
+        return attrs.evolve(kernel, branches=tuple(k for k, _ in fed)), max(c for _, c in fed)
+    if isinstance(node, n.Join):
+        timed = _timed_join(kernel)
+        return timed, int(timed.spec.allowed_lateness_ms)
+    if _changes(node):
+        return (attrs.evolve(kernel, event_times=True) if times else kernel), END_OF_TIME_MS
+    assert isinstance(node, n.WindowAggregate)
+    if _feeds_retractions(node) and not _retracts(node):
+        kernel = attrs.evolve(kernel, spec=attrs.evolve(kernel.spec, accumulation="retracting"))
+    return kernel, node.emission.allowed_lateness_ms
 
 
 def _timed_join(kernel: Any) -> Any:
