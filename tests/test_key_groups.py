@@ -550,7 +550,7 @@ def _rows(table: pa.Table) -> list[tuple[Any, ...]]:
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("pipeline", ["window", "join-then-window", "window-then-stage"])
+@pytest.mark.parametrize("pipeline", ["window", "join-then-window", "window-then-stage", "over"])
 def test_a_job_rescaled_from_2_to_5_to_3_tasks_equals_an_uninterrupted_run(
     session: kp.Session, tmp_path: Path, pipeline: str
 ) -> None:
@@ -572,6 +572,9 @@ def test_a_job_rescaled_from_2_to_5_to_3_tasks_equals_an_uninterrupted_run(
                 .allowed_lateness(1_000)
                 .agg(kp.count(kp.col("*")).alias("n"), kp.sum(kp.col("v")).alias("s"))
             )
+        if pipeline == "over":  # each row with its key's three before it, late rows correcting them
+            over = timed.key_by("k").over_rows(3).allowed_lateness(1_000).accumulation("retracting")
+            return over.agg(kp.sum(kp.col("v")).alias("s"), kp.count(kp.col("*")).alias("n"))
         if pipeline == "window-then-stage":  # the keys per count and second: a stage by other keys
             counts = timed.key_by("k").tumbling_window(500).agg(kp.count(kp.col("*")).alias("n"))
             return counts.key_by("n").tumbling_window(1_000).agg(kp.count(kp.col("*")).alias("keys"))
