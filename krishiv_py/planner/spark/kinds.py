@@ -34,7 +34,7 @@ from krishiv_py.names import RESULT_KIND
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.emission import Emission
 
-__all__ = ["KINDS", "OperatorKind", "kernel_aggs", "kind_of", "operator_kinds"]
+__all__ = ["KINDS", "OperatorKind", "kernel_aggs", "kind_of"]
 
 #: A kind's kernel and the input columns it reads, given the node, how much longer than its own
 #: lateness it keeps what it holds (``carried_ms``: what the operator before it may still correct),
@@ -88,6 +88,10 @@ class OperatorKind:
     reads_times: bool = False
     #: Whether its results are one row per key, identified by its keys.
     result_key: bool = False
+    #: Whether its rows wait for the watermark to pass them (an over-aggregation's): with one
+    #: watermark of a fixed lag it fires in the micro-batch that moves it, knowing where Spark
+    #: moves it (a window's rule does the same for windows).
+    waits_for_watermark: bool = False
     #: The keys its rows are bucketed by.
     keys: Callable[[Any], tuple[str, ...]] = _own_keys
     #: Whether its results carry ``kind`` (retractions among them).
@@ -115,11 +119,6 @@ def register(kind: OperatorKind) -> OperatorKind:
 def kind_of(node: Any) -> OperatorKind | None:
     """The descriptor of ``node``'s kind (None: not an operator)."""
     return KINDS.get(type(node))
-
-
-def operator_kinds() -> tuple[type[Any], ...]:
-    """The plan node classes that are operators."""
-    return tuple(KINDS)
 
 
 def kernel_aggs(node: Any) -> tuple[Any, ...]:
@@ -355,6 +354,7 @@ register(
         noun="over-aggregation",
         reason=OVER_REASON,
         reads_times=True,
+        waits_for_watermark=True,
         retracts=lambda node: bool(node.retracting),
         kernel=_over_kernel,
         per_key_feature="an over-aggregation (Spark runs no OVER window on a stream)",

@@ -432,7 +432,7 @@ def lower_stateful_keyed(
     # a micro-batch, so what waits for it (an over-aggregation's rows) fires in that micro-batch.
     ahead = (
         marks[0].lag_ms
-        if kind.reads_times and len(marks) == 1 and marks[0].auto is None and one_watermark(below)
+        if kind.waits_for_watermark and len(marks) == 1 and marks[0].auto is None and one_watermark(below)
         else None
     )
     spec = OperatorSpec(kernel=kernel, columns=columns, shift_ms=shift_ms, buckets=BUCKETS, fire_lag_ms=ahead)
