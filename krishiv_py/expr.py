@@ -31,6 +31,7 @@ __all__ = [
     "EXPR_TYPES",
     "AggCall",
     "AggExpr",
+    "agg_calls",
     "Case",
     "Func",
     "Expr",
@@ -324,6 +325,14 @@ class AggExpr:
 
     def __repr__(self) -> str:
         return f"AggExpr({self.call!r})"
+
+
+def agg_calls(aggregates: tuple[object, ...]) -> tuple[AggCall, ...]:
+    """The calls of ``agg()``'s arguments, or a :class:`PlanError` naming one that is no aggregate."""
+    for a in aggregates:
+        if not isinstance(a, AggExpr):
+            raise PlanError(f"agg() takes aggregates such as kp.count(kp.col('*')), got {a!r}")
+    return tuple(a.call for a in aggregates if isinstance(a, AggExpr))
 
 
 def _check_alias(name: object) -> str:

@@ -57,10 +57,21 @@ __all__ = [
     "CountingLateEventHandler",
     "LateEventHandler",
     "SideOutputLateEventHandler",
+    "checked_handler",
 ]
 
 CLASSIFICATION_COLUMN = "classification"
 WATERMARK_COLUMN = "watermark_ms"
+
+
+def checked_handler(handler: object) -> LateEventHandler:
+    """``handler`` for ``with_late_event_handler()``, or a :class:`PlanError` saying what it lacks."""
+    if not isinstance(handler, LateEventHandler):
+        raise PlanError(
+            "with_late_event_handler() takes an object with a handle(table) method, "
+            f"got {type(handler).__name__}"
+        )
+    return handler
 
 
 class CountingLateEventHandler:

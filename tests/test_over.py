@@ -373,7 +373,8 @@ def test_an_over_clause_sql_cannot_run_is_a_plan_error_saying_why(
 def test_a_sql_over_aggregation_gives_duckdbs_answer_at_the_end_of_input(
     session: kp.Session, frame: Literal["rows", "range"]
 ) -> None:
-    duckdb = pytest.importorskip("duckdb")
+    import duckdb
+
     name = f"s_{uuid.uuid4().hex[:6]}"
     _, sender = session.memory_stream(SCHEMA, name=name)
     # Distinct times per key: DuckDB breaks ties by no arrival order.
@@ -604,3 +605,19 @@ def test_a_late_event_handler_gets_the_very_late_and_invalid_rows_the_model_drop
     with pytest.raises(kp.PlanError, match="takes a source's rows"):
         latest = stream.watermark("t", 0).top_n(1, by="t", per="key", keys=("k",))
         latest.key_by("k").over_rows(1).with_late_event_handler(handler).agg(kp.sum(kp.col("v")))
+
+
+def test_every_builder_refuses_a_late_event_handler_without_handle_and_an_agg_of_no_aggregate() -> None:
+    keyed = _bids().key_by("seller")
+    other = placeholder("seller bigint, price bigint, t bigint", "other").watermark("t", 0).key_by("seller")
+    takers: list[Any] = [
+        keyed.over_rows(1),
+        keyed.tumbling_window(1_000),
+        keyed.interval_join(other, between=(-5, 0)),
+    ]
+    for taker in takers:
+        with pytest.raises(kp.PlanError, match=r"handle\(table\) method, got int"):
+            taker.with_late_event_handler(3)
+    for builder in (keyed, keyed.tumbling_window(1_000), keyed.over_rows(1)):
+        with pytest.raises(kp.PlanError, match=r"agg\(\) takes aggregates such as .* got 'price'"):
+            builder.agg("price")  # type: ignore[arg-type]

@@ -9,7 +9,7 @@ import attrs
 from krishiv_py.api.over import OverStream, check_order_by
 from krishiv_py.api.windowed import WindowAssigners, WindowedStream
 from krishiv_py.errors import PlanError, attribute_error
-from krishiv_py.expr import AggExpr
+from krishiv_py.expr import AggExpr, agg_calls
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.durations import Duration, as_ms
 from krishiv_py.plan.emission import Emission, StateTtlConfig
@@ -87,13 +87,10 @@ class KeyedStream(WindowAssigners):
         >>> totals.columns
         ('user_id', 'sum_amount', 'kind')
         """
-        for a in aggregates:
-            if not isinstance(a, AggExpr):
-                raise PlanError(f"agg() takes aggregates such as kp.count(kp.col('*')), got {a!r}")
         plan = n.KeyedAggregate(
             input=self.stream.plan,
             keys=self.keys,
-            aggregates=tuple(a.call for a in aggregates),
+            aggregates=agg_calls(aggregates),
             emission=Emission(state_ttl=self.state_ttl),
         )
         return self.stream._with(plan)

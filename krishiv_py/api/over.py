@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from krishiv_py.errors import PlanError, attribute_error
-from krishiv_py.expr import AggExpr
-from krishiv_py.late import LateEventHandler
+from krishiv_py.expr import AggExpr, agg_calls
+from krishiv_py.late import LateEventHandler, checked_handler
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.durations import Duration, as_ms
 from krishiv_py.plan.emission import DEFAULT_ALLOWED_LATENESS_MS, Accumulation, Emission
@@ -67,26 +67,18 @@ class OverStream:
     def with_late_event_handler(self, handler: LateEventHandler) -> OverStream:
         """Hand the very late rows (behind the allowed lateness) and the rows without an event time
         to ``handler`` (see :mod:`krishiv_py.late`) instead of only counting them."""
-        if not isinstance(handler, LateEventHandler):
-            raise PlanError(
-                "with_late_event_handler() takes an object with a handle(table) method, "
-                f"got {type(handler).__name__}"
-            )
-        return attrs.evolve(self, emission=attrs.evolve(self.emission, late_handler=handler))
+        return attrs.evolve(self, emission=attrs.evolve(self.emission, late_handler=checked_handler(handler)))
 
     def agg(self, *aggregates: AggExpr) -> Stream:
         """One result per input row: its columns, then each aggregate over its frame (in the order
         given), then ``kind`` when the results may be corrected by retraction (``accumulation(
         "retracting")``, or over rows that may be withdrawn)."""
-        for a in aggregates:
-            if not isinstance(a, AggExpr):
-                raise PlanError(f"agg() takes aggregates such as kp.avg(kp.col('price')), got {a!r}")
         plan = n.OverAggregate(
             input=self.stream.plan,
             keys=self.keys,
             frame=self.frame,
             preceding=self.preceding,
-            aggregates=tuple(a.call for a in aggregates),
+            aggregates=agg_calls(aggregates),
             emission=self.emission,
         )
         return self.stream._with(plan)

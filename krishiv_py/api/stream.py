@@ -17,7 +17,7 @@ from krishiv_py.api.keyed import KeyedStream
 from krishiv_py.api.windowed import WindowAssigners, WindowedStream
 from krishiv_py.errors import KrishivError, PlanError, SessionError, attribute_error
 from krishiv_py.expr import AggExpr, Alias, Column, Expr, col, output_name
-from krishiv_py.late import LateEventHandler
+from krishiv_py.late import LateEventHandler, checked_handler
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.durations import Duration, as_ms
 from krishiv_py.plan.emission import DEFAULT_ALLOWED_LATENESS_MS, DEFAULT_FUTURE_TOLERANCE_MS, StateTtlConfig
@@ -587,12 +587,7 @@ class JoinedStream(Stream):
 
     def with_late_event_handler(self, handler: LateEventHandler) -> JoinedStream:
         """Hand very late and invalid rows of both sides to ``handler`` (a ``side`` column says which)."""
-        if not isinstance(handler, LateEventHandler):
-            raise PlanError(
-                "with_late_event_handler() takes an object with a handle(table) method, "
-                f"got {type(handler).__name__}"
-            )
-        return self._emit(late_handler=handler)
+        return self._emit(late_handler=checked_handler(handler))
 
     def with_state_ttl(self, config: StateTtlConfig) -> JoinedStream:
         """Drop stored rows ``config.ttl_ms`` behind the watermark (event time); bounds an as-of's keys."""

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 
 from krishiv_py.errors import PlanError, attribute_error
-from krishiv_py.expr import AggExpr
-from krishiv_py.late import LateEventHandler
+from krishiv_py.expr import AggExpr, agg_calls
+from krishiv_py.late import LateEventHandler, checked_handler
 from krishiv_py.panes import PaneCallback
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.durations import Duration, as_ms
@@ -313,12 +313,7 @@ class WindowedStream:
 
     def with_late_event_handler(self, handler: LateEventHandler) -> WindowedStream:
         """Hand very late and invalid events to ``handler`` (see :mod:`krishiv_py.late`)."""
-        if not isinstance(handler, LateEventHandler):
-            raise PlanError(
-                "with_late_event_handler() takes an object with a handle(table) method, "
-                f"got {type(handler).__name__}"
-            )
-        return self._emit(late_handler=handler)
+        return self._emit(late_handler=checked_handler(handler))
 
     def agg(self, *aggregates: AggExpr) -> Stream:
         """Aggregate each window (per key); returns a stream of window results.
@@ -326,14 +321,11 @@ class WindowedStream:
         Result columns: the keys, ``window_start``, ``window_end`` (UTC
         timestamps) and the aggregates in the order given.
         """
-        for a in aggregates:
-            if not isinstance(a, AggExpr):
-                raise PlanError(f"agg() takes aggregates such as kp.count(kp.col('*')), got {a!r}")
         plan = n.WindowAggregate(
             input=self.stream.plan,
             keys=self.keys,
             window=self.window,
-            aggregates=tuple(a.call for a in aggregates),
+            aggregates=agg_calls(aggregates),
             emission=self.emission,
         )
         return self.stream._with(plan)
