@@ -124,9 +124,7 @@ def operator_spec(node: n.WindowAggregate, *, shift_ms: int) -> Any:
     # One source: profile its disorder (an automatic lag: the driver does, from the exact times
     # the buckets report, behind the highest time seen before each micro-batch).
     profile = marks[0].lag_ms if len(marks) == 1 and auto is None else None
-    # One watermark operator with that lag (not one per Kafka partition): the operator knows the
-    # watermark Spark moves to after a micro-batch, so it fires in that micro-batch.
-    ahead = profile if one_watermark(node.input) else None
+    ahead = _fire_lag(node.input)
     return OperatorSpec(
         kernel=WindowKernel(kernel),
         columns=columns,
@@ -427,18 +425,19 @@ def lower_stateful_keyed(
     assert kind is not None and kind.kernel is not None
     kernel, columns = kind.kernel(node)
     (below,) = n.children(node)
-    marks = n.watermarks_of(below)
-    # One watermark operator of a fixed lag: the operator knows the watermark Spark moves to after
-    # a micro-batch, so what waits for it (an over-aggregation's rows) fires in that micro-batch.
-    ahead = (
-        marks[0].lag_ms
-        if kind.waits_for_watermark and len(marks) == 1 and marks[0].auto is None and one_watermark(below)
-        else None
-    )
+    ahead = _fire_lag(below) if kind.waits_for_watermark else None  # (an over-aggregation's rows)
     spec = OperatorSpec(kernel=kernel, columns=columns, shift_ms=shift_ms, buckets=BUCKETS, fire_lag_ms=ahead)
-    return _apply(
-        spec, child, _hashed_keys(kind.keys(node), n.schema_of(n.children(node)[0])), streaming=streaming
-    )
+    return _apply(spec, child, _hashed_keys(kind.keys(node), n.schema_of(below)), streaming=streaming)
+
+
+def _fire_lag(below: n.PlanNode) -> int | None:
+    """The lag of ``below``'s one watermark operator when it has one of a fixed lag (not one per
+    Kafka partition): the operator then knows the watermark Spark moves to after a micro-batch,
+    and fires what waits for it in that micro-batch. None: it fires in the next one."""
+    marks = n.watermarks_of(below)
+    if len(marks) == 1 and marks[0].auto is None and one_watermark(below):
+        return marks[0].lag_ms
+    return None
 
 
 #: An operator above another, with the filters and projections between the two (first to last).
