@@ -15,6 +15,7 @@ from krishiv_py.errors import PlanError, attribute_error
 from krishiv_py.expr import AggExpr, agg_calls
 from krishiv_py.late import LateEventHandler, checked_handler
 from krishiv_py.plan import nodes as n
+from krishiv_py.plan.analysis import facts
 from krishiv_py.plan.durations import Duration, as_ms
 from krishiv_py.plan.emission import DEFAULT_ALLOWED_LATENESS_MS, Accumulation, Emission
 
@@ -91,7 +92,7 @@ class OverStream:
 
 def check_order_by(stream: Stream, order_by: str | None, call: str) -> None:
     """:class:`PlanError` unless ``order_by`` is the stream's event-time column (or left out)."""
-    et = n.event_time(stream.plan)
+    et = facts(stream.plan).event_time
     if et is None:
         raise PlanError(
             f"{call} orders each key's rows by event time: call .watermark(column, lag_ms) before key_by()"

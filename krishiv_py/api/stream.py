@@ -19,6 +19,7 @@ from krishiv_py.errors import KrishivError, PlanError, SessionError, attribute_e
 from krishiv_py.expr import AggExpr, Alias, Column, Expr, col, output_name
 from krishiv_py.late import LateEventHandler, checked_handler
 from krishiv_py.plan import nodes as n
+from krishiv_py.plan.analysis import facts
 from krishiv_py.plan.durations import Duration, as_ms
 from krishiv_py.plan.emission import DEFAULT_ALLOWED_LATENESS_MS, DEFAULT_FUTURE_TOLERANCE_MS, StateTtlConfig
 from krishiv_py.plan.watermarks import AutoLag, MultiSourceWatermarkSpec, WatermarkSpec
@@ -82,7 +83,7 @@ class Stream(WindowAssigners):
 
     @property
     def schema(self) -> Schema:
-        return n.schema_of(self._plan)
+        return facts(self._plan).schema
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -608,8 +609,8 @@ class Explanation(str):
 def _retracting(plan: n.PlanNode) -> bool:
     """Whether ``plan``'s rows are a changelog of emits and retractions (a ``kind`` column): a
     retracting window's or join's results, an aggregation's or a top-N's changes per key."""
-    return n.KIND_COLUMN in n.schema_of(plan).names and (
-        n.takes_retractions(plan)
+    return n.KIND_COLUMN in facts(plan).schema.names and (
+        facts(plan).corrects
         or any(a.emission.accumulation == "retracting" for a in n.window_aggregates(plan))
     )
 

@@ -17,6 +17,7 @@ from krishiv_py.expr import AggExpr, agg_calls
 from krishiv_py.late import LateEventHandler, checked_handler
 from krishiv_py.panes import PaneCallback
 from krishiv_py.plan import nodes as n
+from krishiv_py.plan.analysis import facts
 from krishiv_py.plan.durations import Duration, as_ms
 from krishiv_py.plan.emission import (
     DEFAULT_ALLOWED_LATENESS_MS,
@@ -164,7 +165,7 @@ def _checked_units(windowed: WindowedStream, call: str, **given: Duration) -> Wi
     """
     if in_processing_time(windowed.window):
         return windowed
-    time = n.event_time(windowed.stream.plan)
+    time = facts(windowed.stream.plan).event_time
     if time is None or time.from_window or time.from_join or time.from_change:
         return windowed  # (an operator's results: their times are its input's, whatever their type)
     if time.dtype.name not in ("timestamp", "timestamp_ntz", "date"):
@@ -212,7 +213,7 @@ class WindowedStream:
             return
         if n.joins_of(self.stream.plan):
             n.check_window_after_join(self.stream.plan, self.keys, window=self.window)
-        if n.event_time(self.stream.plan) is None:
+        if facts(self.stream.plan).event_time is None:
             if n.window_aggregates(self.stream.plan):
                 raise PlanError(n.NO_RESULT_TIME)
             raise PlanError(

@@ -10,7 +10,7 @@ computed by the functions below, not stored.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import attrs
@@ -792,12 +792,12 @@ class Join:
     @property
     def left_names(self) -> tuple[str, ...]:
         """The left side's non-key columns in the joined row (a changelog's ``kind`` is not one)."""
-        return tuple(f.name for f in _join_left_fields(self))
+        return tuple(f.name for f in _join_left_fields(self, schema_of(self.left)))
 
     @property
     def right_names(self) -> dict[str, str]:
         """Each right non-key column's name in the joined row (``_right`` added when taken)."""
-        taken = set(self.left_keys) | {f.name for f in _join_left_fields(self)}
+        taken = set(self.left_keys) | {f.name for f in _join_left_fields(self, schema_of(self.left))}
         if self.kind == "window":
             taken |= {"window_start", "window_end"}
         kept = [
@@ -930,39 +930,42 @@ def children(node: PlanNode) -> tuple[PlanNode, ...]:
 
 
 def schema_of(node: PlanNode) -> Schema:
-    """The output schema of ``node``."""
+    """The output schema of ``node`` (the builder's check of a node it makes; the planner reads
+    :func:`krishiv_py.plan.analysis.facts`, computed once per node)."""
+    return schema_from(node, tuple(schema_of(c) for c in children(node)))
+
+
+def schema_from(node: PlanNode, inputs: tuple[Schema, ...]) -> Schema:
+    """The output schema of ``node`` over its children's schemas ``inputs`` (in :func:`children`'s order)."""
     if isinstance(node, SOURCE_TYPES):
         return node.schema
-    if isinstance(node, Watermark | Filter | TopN):
-        return schema_of(node.input)
-    if isinstance(node, Union):
-        return schema_of(node.inputs[0])
+    if isinstance(node, Watermark | Filter | TopN | Union):
+        return inputs[0]
     if isinstance(node, Project):
-        return _project_schema(node)
+        return _project_schema(node, inputs[0])
     if isinstance(node, Join):
-        return _join_schema(node)
+        return _join_schema(node, *inputs)
     if isinstance(node, LookupJoin):
-        fields = list(schema_of(node.input))
+        fields = list(inputs[0])
         table = schema_of(node.table)
         for old, new in node.table_names.items():
             f = table.field(old)
             fields.append(Field(new, f.dtype, f.nullable or node.how == "left"))
         return Schema(tuple(fields))
     if isinstance(node, KeyedAggregate):
-        return _keyed_schema(node)
+        return _keyed_schema(node, inputs[0])
     if isinstance(node, KeyedTopN):  # over a changelog, its rows' kind is its own
-        inp = schema_of(node.input)
+        inp = inputs[0]
         return Schema(
             (*(f for f in inp if f.name != KIND_COLUMN), Field(KIND_COLUMN, DataType("string"), False))
         )
     if isinstance(node, OverAggregate):
-        return _over_schema(node)
-    return _window_schema(node)
+        return _over_schema(node, inputs[0])
+    return _window_schema(node, inputs[0])
 
 
-def _over_schema(node: OverAggregate) -> Schema:
+def _over_schema(node: OverAggregate, inp: Schema) -> Schema:
     """The row's columns (a changelog's ``kind`` aside), its aggregates, ``kind`` when retracting."""
-    inp = schema_of(node.input)
     for k in node.keys:
         inp.field(k, role="key column")
     fields = [f for f in inp if f.name != KIND_COLUMN]
@@ -972,8 +975,7 @@ def _over_schema(node: OverAggregate) -> Schema:
     return _unique(fields, "over-aggregation output", " (a row's columns and its aggregates)")
 
 
-def _keyed_schema(node: KeyedAggregate) -> Schema:
-    inp = schema_of(node.input)
+def _keyed_schema(node: KeyedAggregate, inp: Schema) -> Schema:
     fields = [inp.field(k, role="key column") for k in node.keys]
     fields += [Field(_output_name(c.name, "agg()"), _agg_type(c, inp), True) for c in node.aggregates]
     fields.append(Field(KIND_COLUMN, DataType("string"), False))
@@ -991,8 +993,7 @@ def _unique(fields: list[Field], what: str, whose: str = "") -> Schema:
     return Schema(tuple(fields))
 
 
-def _project_schema(node: Project) -> Schema:
-    inp = schema_of(node.input)
+def _project_schema(node: Project, inp: Schema) -> Schema:
     fields = []
     for e in node.exprs:
         name = _output_name(output_name(e), "select()")
@@ -1008,8 +1009,7 @@ def _project_schema(node: Project) -> Schema:
     return Schema(tuple(fields))
 
 
-def _window_schema(node: WindowAggregate) -> Schema:
-    inp = schema_of(node.input)
+def _window_schema(node: WindowAggregate, inp: Schema) -> Schema:
     fields = [inp.field(k, role="key column") for k in node.keys]
     fields.append(Field("window_start", DataType("timestamp"), False))
     fields.append(Field("window_end", DataType("timestamp"), False))
@@ -1038,8 +1038,17 @@ def _output_name(name: str, where: str) -> str:
 
 def event_time(node: PlanNode) -> EventTime | None:
     """The event time a window over ``node`` would use (None: no watermark)."""
+    below = children(node)
+    return event_time_from(node, lambda: schema_of(below[0]), tuple(event_time(c) for c in below))
+
+
+def event_time_from(
+    node: PlanNode, input_schema: Callable[[], Schema], inputs: tuple[EventTime | None, ...]
+) -> EventTime | None:
+    """The event time of ``node``'s rows given its children's ``inputs`` (in :func:`children`'s
+    order); ``input_schema``: its first child's schema (a watermark's column's type)."""
     if isinstance(node, Watermark):
-        dtype = schema_of(node.input).field(node.column).dtype
+        dtype = input_schema().field(node.column).dtype
         return EventTime(node.column, dtype, node.lag_ms, node.future_tolerance_ms)
     if isinstance(node, WindowAggregate):
         if in_processing_time(node.window):
@@ -1050,14 +1059,12 @@ def event_time(node: PlanNode) -> EventTime | None:
         return EventTime(JOIN_EVENT_TIME, DataType("timestamp"), 0, from_join=True)
     if isinstance(node, KeyedAggregate | KeyedTopN):
         # The row's that made the change: no column of its own; the operator carries it.
-        if event_time(node.input) is None:
+        if inputs[0] is None:
             return None
         return EventTime(CHANGE_EVENT_TIME, DataType("timestamp"), 0, from_change=True)
     if isinstance(node, (*SOURCE_TYPES, TopN, OverAggregate)):  # (nothing runs after an over-aggregation)
         return None
-    if isinstance(node, Union):
-        return event_time(node.inputs[0])
-    et = event_time(node.input)
+    et = inputs[0]
     if et is not None and et.from_window and isinstance(node, Project) and not _keeps_window_end(node):
         return None
     return et
@@ -1304,7 +1311,7 @@ def _check_join(node: Join) -> None:
     if node.max_age_ms is not None:
         check_ms("as_of_join(max_age_ms)", node.max_age_ms, positive=False)
     _check_join_emission(node, what)
-    _join_schema(node)
+    schema_of(node)
 
 
 #: What a join takes as a side today (SPEC 3.13), for the errors that name what it does not.
@@ -1411,8 +1418,8 @@ def check_joins_complete(plan: PlanNode) -> None:
             )
 
 
-def _join_left_fields(node: Join) -> list[Field]:
-    return [f for f in schema_of(node.left) if f.name not in node.left_keys and _carried(node.left, f.name)]
+def _join_left_fields(node: Join, ls: Schema) -> list[Field]:
+    return [f for f in ls if f.name not in node.left_keys and _carried(node.left, f.name)]
 
 
 def _carried(side: PlanNode, name: str) -> bool:
@@ -1421,8 +1428,7 @@ def _carried(side: PlanNode, name: str) -> bool:
     return name != KIND_COLUMN or not takes_retractions(side)
 
 
-def _join_schema(node: Join) -> Schema:
-    ls, rs = schema_of(node.left), schema_of(node.right)
+def _join_schema(node: Join, ls: Schema, rs: Schema) -> Schema:
     outer_left = node.how in ("right", "full")  # left columns may be missing
     outer_right = node.how in ("left", "full")  # right columns may be missing
     fields = []
@@ -1434,7 +1440,7 @@ def _join_schema(node: Join) -> Schema:
             Field("window_start", DataType("timestamp"), False),
             Field("window_end", DataType("timestamp"), False),
         ]
-    fields += [attrs.evolve(f, nullable=f.nullable or outer_left) for f in _join_left_fields(node)]
+    fields += [attrs.evolve(f, nullable=f.nullable or outer_left) for f in _join_left_fields(node, ls)]
     if node.how not in ("semi", "anti"):
         names = node.right_names
         fields += [Field(names[f.name], f.dtype, f.nullable or outer_right) for f in rs if f.name in names]

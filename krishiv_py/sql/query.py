@@ -57,6 +57,7 @@ import krishiv_py.sql.joins as sj
 from krishiv_py.errors import PlanError
 from krishiv_py.expr import AggExpr, Column, Expr, ExprNode, Udf
 from krishiv_py.plan import nodes as n
+from krishiv_py.plan.analysis import facts
 from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS, StateTtlConfig
 from krishiv_py.sql.expressions import Resolver, aggregate, alias_of, filter_of, is_aggregate, scalar
 from krishiv_py.sql.over import over_spec, over_windows
@@ -348,12 +349,12 @@ def _scan(table: exp.Table, ctx: Context) -> Relation:
         )
     label = f"stream {name!r}"
     stream = Stream(ctx.session, plan)
-    has_time = n.event_time(plan) is not None
+    has_time = facts(plan).event_time is not None
     if not has_time and ctx.needs_watermark:
         stream = _watermark(stream, table, label, ctx)
     elif has_time and ctx.settings.watermark_keys and not isinstance(plan, n.WindowAggregate):
         # (A window's results have the event time their window gives them, no watermark of their own.)
-        et = n.event_time(plan)
+        et = facts(plan).event_time
         assert et is not None
         raise ctx.sql.error(
             table,
@@ -619,7 +620,7 @@ def _join_from_where(
 
 def _known_time(rel: Relation, ctx: Context) -> str | None:
     """A side's event-time column before its join: its watermark's, else ``SET watermark.column``."""
-    et = n.event_time(rel.stream.plan)
+    et = facts(rel.stream.plan).event_time
     if et is not None:
         return et.column
     column = ctx.settings.column
@@ -972,12 +973,12 @@ def _join_time(
             "(a window's results registered as they are, stream.register(name), it does); join the "
             "streams it reads",
         )
-    if n.event_time(stream.plan) is None:
+    if facts(stream.plan).event_time is None:
         stream = _watermark(
             stream, spec.node, rel.label, attrs.evolve(ctx, time_column=ctx.settings.column or column)
         )
     if column is not None and _time_source(stream.plan, column) is None:
-        et = n.event_time(stream.plan)
+        et = facts(stream.plan).event_time
         on = repr(et.column) if et is not None else "no column"
         raise ctx.sql.error(
             where,
@@ -1167,7 +1168,7 @@ def _over(node: exp.Select, rel: Relation, ctx: Context) -> Stream:
             )
     keys, order, frame, preceding = shapes[0]
     ctx.overs.extend(windows)
-    et = n.event_time(rel.stream.plan)
+    et = facts(rel.stream.plan).event_time
     if et is not None and (et.from_join or et.from_change or et.from_window):
         raise ctx.sql.error(
             windows[0],
@@ -1483,7 +1484,7 @@ def _check_time(window: WindowCall, rel: Relation, ctx: Context) -> None:
     """
     if window.processing:  # timed by the wall clock: any stream's rows
         return
-    et = n.event_time(rel.stream.plan)
+    et = facts(rel.stream.plan).event_time
     if et is None:
         raise ctx.sql.error(window.node, f"{rel.label} has no event time; SET watermark.column names it")
     if et.from_join:
@@ -1503,7 +1504,7 @@ def _check_join_time(window: WindowCall, rel: Relation, ctx: Context) -> None:
 
 def _check_join_plan_time(window: WindowCall, plan: n.PlanNode, label: str, ctx: Context) -> None:
     """:func:`_check_join_time` of the rows of ``plan`` (a join's, or a union of joins')."""
-    join = n.stateless_below(plan)
+    join = facts(plan).results_of
     branches = n.union_branches(plan)
     if branches is not None:  # joins under a UNION ALL: the helper's column is each one's event time
         for branch in branches:
@@ -1689,7 +1690,7 @@ def _qualify(
         )
     by = [column_of(i.this, "ORDER BY") for i in items]
     ascending = not items[0].args.get("desc")
-    windows = n.stateless_below(out.plan)
+    windows = facts(out.plan).results_of
     retracting = isinstance(windows, n.WindowAggregate) and windows.emission.accumulation == "retracting"
     if n.joins_of(out.plan) and isinstance(windows, n.WindowAggregate) and not retracting:
         raise ctx.sql.error(

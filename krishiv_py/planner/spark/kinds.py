@@ -17,8 +17,8 @@ Examples
 >>> s = placeholder("k string, v bigint, t bigint", "s").watermark("t", 0)
 >>> over = s.key_by("k").over_rows(2).agg(kp.sum(kp.col("v"))).plan
 >>> kind = kind_of(over)
->>> kind.slot, kind.what, kind.keys(over), kind.retracts(over)
-('keyed', 'the over-aggregation', ('k',), False)
+>>> kind.slot, kind.what, kind.changes, kind.reads_times
+('keyed', 'the over-aggregation', False, True)
 >>> kind.kernel(over)[0].describe()[:78]
 "krishiv over-aggregation per key: keys=['k'] over the row and 2 rows before it"
 """
@@ -32,6 +32,7 @@ import attrs
 
 from krishiv_py.names import RESULT_KIND
 from krishiv_py.plan import nodes as n
+from krishiv_py.plan.analysis import facts
 from krishiv_py.plan.emission import Emission
 
 __all__ = ["KINDS", "OperatorKind", "kernel_aggs", "kind_of"]
@@ -42,17 +43,14 @@ __all__ = ["KINDS", "OperatorKind", "kernel_aggs", "kind_of"]
 KernelOf = Callable[..., tuple[Any, tuple[Any, ...]]]
 
 
-def _own_keys(node: Any) -> tuple[str, ...]:
-    return tuple(node.keys)
+#: How a kind's kernel hands its results on to the operator after it: given the node, its kernel,
+#: whether that operator reads the results' event times, and whether it is a join stage.
+HandOn = Callable[..., Any]
 
 
-def _by_accumulation(node: Any) -> bool:
-    return bool(node.emission.accumulation == "retracting")
-
-
-def _always(node: Any) -> bool:
-    del node
-    return True
+def _as_is(node: Any, kernel: Any, *, times: bool, to_join: bool) -> Any:
+    del node, times, to_join
+    return kernel
 
 
 def _own_emission(node: Any) -> Emission:
@@ -92,10 +90,12 @@ class OperatorKind:
     #: watermark of a fixed lag it fires in the micro-batch that moves it, knowing where Spark
     #: moves it (a window's rule does the same for windows).
     waits_for_watermark: bool = False
-    #: The keys its rows are bucketed by.
-    keys: Callable[[Any], tuple[str, ...]] = _own_keys
-    #: Whether its results carry ``kind`` (retractions among them).
-    retracts: Callable[[Any], bool] = _by_accumulation
+    #: Whether a window may follow it in a chain of operators.
+    window_after: bool = True
+    #: Its kernel as it hands its results on (:data:`HandOn`). Its keys, its changelog and how
+    #: long its results may be corrected are the analysed plan's
+    #: (:func:`~krishiv_py.plan.analysis.facts`).
+    hand_on: HandOn = _as_is
     #: Its kernel over every row (None: the window's and the join's rules build their own).
     kernel: KernelOf | None = None
     #: Its emission options (a window top-N: its window's, whose callbacks it keeps).
@@ -125,8 +125,8 @@ def kernel_aggs(node: Any) -> tuple[Any, ...]:
     """The kernel's :class:`~krishiv_py.stateful.aggregates.AggSpec` of each aggregate of ``node``."""
     from krishiv_py.stateful.aggregates import AggSpec
 
-    inp = n.schema_of(node.input).to_arrow()
-    out = n.schema_of(node).to_arrow()
+    inp = facts(node.input).schema.to_arrow()
+    out = facts(node).schema.to_arrow()
     return tuple(
         AggSpec(
             name=a.name,
@@ -143,7 +143,7 @@ def _columns(node: Any, needed: set[str]) -> tuple[Any, ...]:
     """The input columns of ``node`` a kernel reads, in the input's order."""
     from krishiv_py.stateful.operator import InputColumn
 
-    arrow = n.schema_of(node.input).to_arrow()
+    arrow = facts(node.input).schema.to_arrow()
     return tuple(
         InputColumn(name=f.name, type=f.type, index=i) for i, f in enumerate(arrow) if f.name in needed
     )
@@ -167,15 +167,26 @@ def _keyed_agg_kernel(
     return kernel, _columns(node, needed)
 
 
+def _window_top_n_kernel(
+    node: n.TopN, carried_ms: int = 0, *, retracting: bool = False, timed: bool = False
+) -> tuple[Any, tuple[Any, ...]]:
+    """A window's top-N: its ranking goes once the window can no longer change."""
+    return _top_n_kernel(node, carried_ms, retracting=retracting, timed=timed, windowed=True)
+
+
 def _top_n_kernel(
-    node: n.KeyedTopN | n.TopN, carried_ms: int = 0, *, retracting: bool = False, timed: bool = False
+    node: n.KeyedTopN | n.TopN,
+    carried_ms: int = 0,
+    *,
+    retracting: bool = False,
+    timed: bool = False,
+    windowed: bool = False,
 ) -> tuple[Any, tuple[Any, ...]]:
     from krishiv_py.stateful.keyed_topn import KeyedTopNKernel
 
-    names = tuple(c for c in n.schema_of(node.input).names if c != RESULT_KIND)
-    windowed = isinstance(node, n.TopN)  # a window's ranking goes once the window can no longer change
+    names = tuple(c for c in facts(node.input).schema.names if c != RESULT_KIND)
     kernel = KeyedTopNKernel(
-        keys=KINDS[type(node)].keys(node),
+        keys=facts(node).keys or (),
         n=node.n,
         by=node.by,
         columns=names,
@@ -193,7 +204,7 @@ def _over_kernel(
 ) -> tuple[Any, tuple[Any, ...]]:
     from krishiv_py.stateful.over import OverKernel
 
-    names = tuple(c for c in n.schema_of(node.input).names if c != RESULT_KIND)
+    names = tuple(c for c in facts(node.input).schema.names if c != RESULT_KIND)
     kernel = OverKernel(
         keys=node.keys,
         columns=names,
@@ -202,7 +213,7 @@ def _over_kernel(
         aggs=kernel_aggs(node),
         allowed_lateness_ms=node.emission.allowed_lateness_ms + carried_ms,
         mode="retracting" if node.retracting else "accumulating",
-        retracting_input=retracting or n.takes_retractions(node.input),
+        retracting_input=retracting or facts(node.input).corrects,
         event_times=timed,
     )
     return kernel, _columns(node, set(names))  # a result carries its row: every column travels
@@ -277,6 +288,41 @@ JOIN_PER_KEY_REASON = (
     "bucket and micro-batch under the checkpoint)"
 )
 
+
+def _window_hands_on(node: n.WindowAggregate, kernel: Any, *, times: bool, to_join: bool) -> Any:
+    """A window that may fire again runs retracting when an operator in its chain takes its
+    results, whatever its accumulation (its results are not the job's), so that each firing
+    withdraws the one before (a join stage takes them as they are: a result per window and keys)."""
+    del times
+    f = facts(node)
+    if to_join or not f.corrects or f.retracts:
+        return kernel
+    return attrs.evolve(kernel, spec=attrs.evolve(kernel.spec, accumulation="retracting"))
+
+
+def _timed_join(kernel: Any) -> Any:
+    """A join's kernel handing on its rows with their event times."""
+    from krishiv_py.stateful.joins import JoinKernel
+
+    return JoinKernel(attrs.evolve(kernel.spec, event_times=True))
+
+
+def _with_times(node: Any, kernel: Any, *, times: bool, to_join: bool) -> Any:
+    """An aggregation's or a top-N's per key kernel (a chain's last) handing on its changes with
+    their event times when the operator after it reads them (a join stage always does)."""
+    del node
+    return _last_evolved(kernel, event_times=True) if times or to_join else kernel
+
+
+def _last_evolved(kernel: Any, **changes: Any) -> Any:
+    """``kernel`` with its last kernel (a chain's, in the same call) evolved by ``changes``."""
+    from krishiv_py.stateful.chain import ChainKernel
+
+    if isinstance(kernel, ChainKernel):
+        return attrs.evolve(kernel, then=_last_evolved(kernel.then, **changes))
+    return attrs.evolve(kernel, **changes)
+
+
 _RETRACTION_EXACT = ", so a retraction passes a filter exactly when the emit it withdraws did"
 
 register(
@@ -287,6 +333,7 @@ register(
         noun="window",
         exact=_RETRACTION_EXACT,
         reads_times=True,
+        hand_on=_window_hands_on,
         join_side=JOIN_WINDOW_REASON,
     )
 )
@@ -300,7 +347,7 @@ register(
         reason=JOIN_REASON,
         spark_max=False,
         follows=False,
-        keys=lambda node: tuple(node.left_keys),
+        hand_on=lambda node, kernel, **_: _timed_join(kernel),
         join_side=JOIN_STAGE_REASON,
     )
 )
@@ -313,7 +360,7 @@ register(
         reason=KEYED_REASON,
         changes=True,
         result_key=True,
-        retracts=_always,
+        hand_on=_with_times,
         kernel=_keyed_agg_kernel,
         join_side=JOIN_PER_KEY_REASON,
         per_key_feature="an aggregation per key without a window",
@@ -327,7 +374,7 @@ register(
         noun="top-N",
         reason=KEYED_TOP_N_REASON,
         changes=True,
-        retracts=_always,
+        hand_on=_with_times,
         kernel=_top_n_kernel,
         join_side=JOIN_PER_KEY_REASON,
         per_key_feature="top_n per key over every row",
@@ -340,9 +387,8 @@ register(
         what="the window top-N",
         noun="top-N",
         reason=WINDOW_TOP_N_REASON,
-        keys=lambda node: ("window_start", "window_end", *node.keys),
-        retracts=_always,
-        kernel=_top_n_kernel,
+        window_after=False,
+        kernel=_window_top_n_kernel,
         emission=lambda node: _own_emission(node.input),
     )
 )
@@ -355,7 +401,6 @@ register(
         reason=OVER_REASON,
         reads_times=True,
         waits_for_watermark=True,
-        retracts=lambda node: bool(node.retracting),
         kernel=_over_kernel,
         per_key_feature="an over-aggregation (Spark runs no OVER window on a stream)",
     )

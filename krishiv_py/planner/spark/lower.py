@@ -19,7 +19,7 @@ Examples
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
@@ -27,6 +27,7 @@ from krishiv_py._typing import Lowering
 from krishiv_py.errors import PlanError
 from krishiv_py.names import OUT_OBSERVE, ROW_KIND, ROWS
 from krishiv_py.plan import nodes as n
+from krishiv_py.plan.analysis import between, facts
 from krishiv_py.plan.filtered import unfiltered
 from krishiv_py.plan.windows import EventSlidingWindow, SlidingWindow, TimeIntervalWindow
 from krishiv_py.planner.spark.choose import capabilities, choose, features_of, force
@@ -144,7 +145,7 @@ def _lower(plan: n.PlanNode, *, force_bounded: bool, lowering: Lowering | None) 
         progress_rows=rows_in_progress(query),
     )
     root, hidden = ctx.lower(query)
-    user = [quote(c) for c in n.schema_of(query).names]
+    user = [quote(c) for c in facts(query).schema.names]
     if ROW_KIND in hidden:  # no watermark removed the marker rows: drop them here
         root = FilterExpr(child=root, condition=f"{quote(ROW_KIND)} = 0")
     if hidden:
@@ -160,7 +161,7 @@ def _lower(plan: n.PlanNode, *, force_bounded: bool, lowering: Lowering | None) 
         time_shift_ms=ctx.shift,
         tracked=tuple(ctx.tracked),
         windowed=windowed,
-        output_schema=n.schema_of(plan),
+        output_schema=facts(plan).schema,
         stages=stages,
         join_identity=join_identity(plan),
     )
@@ -170,7 +171,7 @@ def _ranks_on_driver(node: n.TopN) -> bool:
     """Whether Arrow ranks ``node`` exactly as Spark's ``rank()`` does (ties kept, no float keys)."""
     from krishiv_py.stateful.ranking import ranks_exactly
 
-    schema = n.schema_of(node.input).to_arrow()
+    schema = facts(node.input).schema.to_arrow()
     return node.ties == "all" and ranks_exactly([schema.field(b).type for b in node.by])
 
 
@@ -196,7 +197,7 @@ def _sliding_choices(plan: n.PlanNode, *, streaming: bool) -> list[str]:
     return [
         stream_pane_choice(agg)[1]
         if streaming
-        else pane_choice(agg.window, agg.aggregates, n.schema_of(agg.input))[1]
+        else pane_choice(agg.window, agg.aggregates, facts(agg.input).schema)[1]
         for agg in n.window_aggregates(plan)
         if isinstance(agg.window, SlidingWindow) and agg.window.slide_ms != agg.window.size_ms
     ]
@@ -283,19 +284,19 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
         time_shift_ms=shift,
         tracked=tuple(ctx.tracked),
         windowed=True,
-        output_schema=n.schema_of(plan),
+        output_schema=facts(plan).schema,
         late_handler=first.emission(bottom).late_handler,
         pane_callbacks=emission.panes if emission.panes.any else None,
         stages=stages,
         join_identity=join_identity(plan),
-        result_key=rule.keys(op) if rule.result_key else None,
+        result_key=facts(op).keys if rule.result_key else None,
     )
 
 
 def _join_reasons(join: n.Join) -> list[str]:
     """Why a join whose sides are other operators' results runs as it does."""
     why = []
-    sides = [n.stateless_below(c) for c in n.children(join)]
+    sides = [facts(c).results_of for c in n.children(join)]
     operators = [c for c in sides if isinstance(c, STAGED_SIDES)]
     if len(operators) == 2:
         windows = all(isinstance(c, n.WindowAggregate) for c in operators)
@@ -310,7 +311,7 @@ def _join_reasons(join: n.Join) -> list[str]:
         why.append(JOIN_UNION_REASON)
     if any(_kind(c).changes for c in operators):
         why.append(JOIN_CHANGES_KEPT_REASON)
-    if any(n.takes_retractions(c) for c in n.children(join)):
+    if any(facts(c).corrects for c in n.children(join)):
         why.append(JOIN_CHANGES_REASON)
     return why
 
@@ -335,7 +336,7 @@ def _check_auto_lag(plan: n.PlanNode, op: n.PlanNode) -> None:
     plain_join = (
         isinstance(bottom, n.Join)
         and len(links) == 1
-        and not any(isinstance(n.stateless_below(side), STAGED_SIDES) for side in n.children(bottom))
+        and not any(isinstance(facts(side).results_of, STAGED_SIDES) for side in n.children(bottom))
     )
     if not (isinstance(bottom, n.WindowAggregate) or plain_join):
         raise PlanError(
@@ -376,13 +377,12 @@ def _lower_union(
 
     def union(node: n.PlanNode, *branches: RecipeNode, streaming: bool, shift_ms: int) -> RecipeNode:
         del shift_ms
-        assert isinstance(node, n.Union)
-        return lower_stateful_union(node, list(branches), streaming=streaming)
+        return lower_stateful_union(cast(n.Union, node), list(branches), streaming=streaming)
 
     after = links[1:] if links is not None else []
     rule = stacked_operators(union, op, after) if after else union
     # Each branch's operator by its rule; the filters and projections after it run in the union.
-    branches = (ctx.lower(n.stateless_below(branch))[0] for branch in op.inputs)
+    branches = (ctx.lower(facts(branch).results_of)[0] for branch in op.inputs)
     root = rule(op, *branches, streaming=streaming, shift_ms=shift)
     moved = _move_reasons([(op, ()), *after], UNION_CHAIN_REASON, UNION_STAGED_REASON) if after else []
     windows = n.union_windows(op) is not None
@@ -394,7 +394,7 @@ def _lower_union(
         time_shift_ms=shift,
         tracked=tuple(ctx.tracked),
         windowed=True,
-        output_schema=n.schema_of(plan),
+        output_schema=facts(plan).schema,
         stages=stages,
     )
 
@@ -449,7 +449,7 @@ def operators_union(node: n.PlanNode) -> n.Union | None:
     if not isinstance(node, n.Union) or len(node.inputs) < 2:
         return None
     for branch in node.inputs:
-        op = n.stateless_below(branch)
+        op = facts(branch).results_of
         if not isinstance(op, STAGED_SIDES) or _has_operator(*n.children(op)):
             return None
         if isinstance(op, n.WindowAggregate) and isinstance(
@@ -465,11 +465,10 @@ def _operator_and_stages(plan: n.PlanNode) -> tuple[n.PlanNode, tuple[AfterStage
     From the top: filters and projections (one :class:`AfterWindow`); then
     the top operator, the last of the chain :func:`operator_links` walks.
     """
-    chain: list[n.Filter | n.Project | n.TopN] = []
-    node = plan
-    while isinstance(node, n.Filter | n.Project) and _has_operator(node.input):
-        chain.append(node)
-        node = node.input
+    node = facts(plan).results_of
+    if not _has_operator(node):
+        node = plan
+    chain: list[n.Filter | n.Project | n.TopN] = list(reversed(between(plan))) if node is not plan else []
     if isinstance(node, n.TopN):
         _check_window_top_n(node)
     op = node
@@ -609,14 +608,11 @@ def operator_links(op: n.PlanNode) -> list[tuple[n.PlanNode, tuple[n.Filter | n.
     links: list[tuple[n.PlanNode, tuple[n.Filter | n.Project, ...]]] = []
     node = op
     while (kind := kind_of(node)) is not None and kind.follows:
-        between: list[n.Filter | n.Project] = []
-        (below,) = n.children(node)
-        while isinstance(below, n.Filter | n.Project):
-            between.append(below)
-            below = below.input
+        (above,) = n.children(node)
+        below = facts(above).results_of
         if kind_of(below) is None and operators_union(below) is None:
             break
-        links.append((node, tuple(reversed(between))))
+        links.append((node, between(above)))
         node = below
     links.append((node, ()))
     return list(reversed(links))
@@ -644,13 +640,13 @@ def _side_union(ctx: Lowerer, node: n.Union) -> RecipeNode | None:
     is then a stage after it); None: a union of streams, Spark's union."""
     if operators_union(node) is None:
         return None
-    branches = [ctx.lower(n.stateless_below(b))[0] for b in node.inputs]
+    branches = [ctx.lower(facts(b).results_of)[0] for b in node.inputs]
     return lower_stateful_union(node, branches, streaming=ctx.streaming)
 
 
 def _operator_below(join: n.Join) -> bool:
     """Whether a side of ``join`` is another operator's results (``join`` then runs as a stage)."""
-    return any(isinstance(n.stateless_below(c), STAGED_SIDES) for c in n.children(join))
+    return any(isinstance(facts(c).results_of, STAGED_SIDES) for c in n.children(join))
 
 
 def _operator_inputs(bottom: n.PlanNode) -> list[n.PlanNode]:
@@ -658,7 +654,7 @@ def _operator_inputs(bottom: n.PlanNode) -> list[n.PlanNode]:
     operator (a join's, again, as its own: a join of a join of a join)."""
     out: list[n.PlanNode] = []
     for child in n.children(bottom):
-        below = n.stateless_below(child)
+        below = facts(child).results_of
         staged = isinstance(bottom, n.Join) and isinstance(below, STAGED_SIDES)
         branch = isinstance(bottom, n.Union) and isinstance(below, STAGED_SIDES)  # one operator
         if isinstance(bottom, n.Join) and operators_union(below) is not None:  # one operator too
@@ -744,7 +740,7 @@ def join_identity(plan: n.PlanNode) -> tuple[str, ...] | None:
     if not joins or n.window_aggregates(plan) or aggregated:  # results with keys (and bounds) of their own
         return None
     node = joins[0]
-    names = set(n.schema_of(plan).names)
+    names = set(facts(plan).schema.names)
     base = (*node.left_keys, "window_start", "window_end") if node.kind == "window" else ()
     return base if set(base) <= names else ()
 
@@ -767,10 +763,10 @@ def _check_window_top_n(node: n.TopN) -> None:
 def _after_window(below: n.PlanNode, chain: list[n.Filter | n.Project | n.TopN]) -> AfterWindow:
     """``chain`` (top first) as stages over one micro-batch's rows of ``below``."""
     ctx = Lowerer(streaming=False, shift=0, window=lower_stateful_window)
-    window_schema = n.schema_of(below)
+    window_schema = facts(below).schema
     out: RecipeNode = ReadSource(name="window results", kind="results", schema=window_schema, streaming=False)
     for stage in reversed(chain):
-        schema = n.schema_of(stage.input)
+        schema = facts(stage.input).schema
         if isinstance(stage, n.Filter):
             out = ctx.count_failures(out, [stage.predicate], schema)
             out = FilterExpr(child=out, condition=to_sql(stage.predicate, schema))
@@ -779,5 +775,5 @@ def _after_window(below: n.PlanNode, chain: list[n.Filter | n.Project | n.TopN])
             out = SelectExprs(child=out, exprs=tuple(select_item(e, schema) for e in stage.exprs))
         else:
             out = top_n(stage, out)
-    schema = n.schema_of(chain[0]) if chain else window_schema
+    schema = facts(chain[0]).schema if chain else window_schema
     return AfterWindow(root=out, window_schema=window_schema, schema=schema)

@@ -47,6 +47,7 @@ from krishiv_py.names import (
     sum_overflow,
 )
 from krishiv_py.plan import nodes as n
+from krishiv_py.plan.analysis import facts
 from krishiv_py.plan.emission import counts_only
 from krishiv_py.plan.windows import EventSlidingWindow, SessionWindow, WindowSpec
 from krishiv_py.planner.spark.recipe import (
@@ -84,7 +85,7 @@ def time_shift(plan: n.PlanNode) -> int:
 
 def lower_window(node: n.WindowAggregate, child: RecipeNode, *, streaming: bool, shift_ms: int) -> RecipeNode:
     """Group ``child`` by the keys and the window, then select the result columns."""
-    schema = n.schema_of(node.input)
+    schema = facts(node.input).schema
     if not streaming and pane_choice(node.window, node.aggregates, schema)[0]:
         return lower_sliding_panes(node, child)
     if streaming and stream_pane_choice(node)[0]:
@@ -240,7 +241,7 @@ def lower_join(
     bounded = not streaming and node.kind == "interval" and node.how == "inner"
     assert (native_join(node) or (bounded and node.emission.accumulation == "accumulating")) and node.between
 
-    left_schema = n.schema_of(node.left)
+    left_schema = facts(node.left).schema
     left_cols = tuple(f.name for f in left_schema)
     right_keys = tuple(join_key(i) for i in range(len(node.right_keys)))
     renamed = node.right_names

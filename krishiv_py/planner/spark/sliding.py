@@ -63,6 +63,7 @@ from krishiv_py.names import (
     sum_overflow,
 )
 from krishiv_py.plan import nodes as n
+from krishiv_py.plan.analysis import facts
 from krishiv_py.plan.windows import SlidingWindow, WindowSpec
 from krishiv_py.planner.spark.recipe import (
     FilterExpr,
@@ -130,7 +131,7 @@ def pane_choice(window: WindowSpec, aggregates: Sequence[AggCall], schema: Schem
 def stream_pane_choice(node: n.WindowAggregate) -> tuple[bool, str]:
     """Whether a streaming sliding-window aggregation pre-aggregates panes, and why (or why not)."""
     window = node.window
-    schema = n.schema_of(node.input)
+    schema = facts(node.input).schema
     ok, why = pane_choice(window, node.aggregates, schema)
     if not ok:
         return False, why
@@ -172,7 +173,7 @@ def lower_stream_panes(node: n.WindowAggregate, child: RecipeNode, *, shift_ms: 
 
     window = node.window
     assert isinstance(window, SlidingWindow)
-    schema = n.schema_of(node.input)
+    schema = facts(node.input).schema
     top = child if isinstance(child, FilterExpr) else None
     mark = child.child if isinstance(child, FilterExpr) else child
     assert isinstance(mark, WithWatermark) and isinstance(mark.child, Observe)
@@ -234,7 +235,7 @@ def lower_sliding_panes(node: n.WindowAggregate, child: RecipeNode) -> RecipeNod
     """Aggregate per key and pane, copy each pane into its windows, combine per key and window."""
     window = node.window
     assert isinstance(window, SlidingWindow)
-    schema = n.schema_of(node.input)
+    schema = facts(node.input).schema
     slide_us, size_us = window.slide_ms * 1000, window.size_ms * 1000
     et_us = f"unix_micros({quote(ET)})"
     keys = tuple(quote(k) for k in node.keys)
@@ -263,7 +264,7 @@ def lower_sliding_panes(node: n.WindowAggregate, child: RecipeNode) -> RecipeNod
 
 def _finish(node: n.WindowAggregate, windows: RecipeNode, bounds: tuple[str, str]) -> RecipeNode:
     """From keys and combined partials per window (``windows``) to the result columns."""
-    schema = n.schema_of(node.input)
+    schema = facts(node.input).schema
     keys = tuple(quote(k) for k in node.keys)
     values = tuple(_final(a, i, schema) for i, a in enumerate(node.aggregates))
     flags = tuple(

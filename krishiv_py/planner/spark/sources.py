@@ -29,13 +29,13 @@ Observed metrics
     markers (:func:`one_watermark`) leaves the maximum out: Spark's
     watermark operator computes it over the same rows and reports it in
     the progress (``eventTime.max``), and a second ``max`` per row cost
-    about a sixth of a simple aggregation's time (docs/performance.md).
+    about a sixth of a simple aggregation's time (docs/performance-history.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, cast
 
 import attrs
 
@@ -60,9 +60,10 @@ from krishiv_py.names import (
     source_observation,
 )
 from krishiv_py.plan import nodes as n
+from krishiv_py.plan.analysis import facts
 from krishiv_py.plan.watermarks import MAX_EVENT_MS, MIN_EVENT_MS
 from krishiv_py.plan.windows import in_processing_time
-from krishiv_py.planner.spark.kinds import KINDS, kind_of
+from krishiv_py.planner.spark.kinds import KINDS, OperatorKind, kind_of
 from krishiv_py.planner.spark.recipe import (
     FilterExpr,
     LookupTable,
@@ -140,9 +141,14 @@ STAGED_SIDES = tuple(kind.node for kind in KINDS.values() if kind.join_side)
 
 def _results_of(side: n.PlanNode) -> n.PlanNode:
     """A join's side as it is lowered: the operator under its filters and projections, if any."""
-    below = n.stateless_below(side)
+    below = facts(side).results_of
     of_operators = n.union_branches(side, of_windows=True) is not None  # a union of their results
     return below if isinstance(below, STAGED_SIDES) or of_operators else side
+
+
+#: How :meth:`Lowerer.lower` lowers each node class that is no source and no operator kind
+#: (:mod:`~krishiv_py.planner.spark.kinds`): one translator per class.
+_TRANSLATORS: dict[type[Any], Callable[[Lowerer, Any, bool], tuple[RecipeNode, tuple[str, ...]]]] = {}
 
 
 @attrs.define
@@ -185,54 +191,79 @@ class Lowerer:
         if isinstance(node, n.SOURCE_TYPES):
             _check_partitioned(node)
             return self._source(node, count_input), BASE_HIDDEN
-        if isinstance(node, n.Watermark) and _partitioned(node.input):
-            return self._per_partition(node), (*BASE_HIDDEN, *_watermark_hidden(node))
-        if isinstance(node, n.Union):
-            one = self.union(self, node) if self.union is not None else None
-            if one is not None:
-                return one, ()
-            parts = [self.lower(i) for i in node.inputs]
-            return UnionAll(children=tuple(p[0] for p in parts)), parts[0][1]
-        if isinstance(node, n.Join):
-            if self.join is None:
-                raise PlanError("this lowering runs no joins: joins run on the stateful lowering")
-            # A side that is an operator's results (filtered or not) is that operator's: the
-            # join's rule runs it as a stage after it, the filters and projections in the stage.
-            sides = (_results_of(s) if self.staged_sides else s for s in (node.left, node.right))
-            left, right = (self._side(side) for side in sides)
-            return self.join(node, left, right, streaming=self.streaming, shift_ms=self.shift), ()
-        if isinstance(node, n.LookupJoin):
-            return self._lookup(node, count_input=count_input)
-        direct = isinstance(node, n.Watermark) and isinstance(node.input, n.SOURCE_TYPES)
-        child, hidden = self.lower(node.input, count_input=not direct)
-        if isinstance(node, n.Filter):
-            schema = n.schema_of(node.input)
-            cond = to_sql(node.predicate, schema)
-            if ROW_KIND in hidden:
-                cond = f"({quote(ROW_KIND)} <> 0 OR {cond})"  # punctuation rows pass user filters
-            child = self.count_failures(child, [node.predicate], schema)
-            return FilterExpr(child=child, condition=cond), hidden
-        if isinstance(node, n.Project):
-            schema = n.schema_of(node.input)
-            exprs = tuple(select_item(e, schema) for e in node.exprs) + tuple(quote(h) for h in hidden)
-            child = self.count_failures(child, node.exprs, schema)
-            return SelectExprs(child=child, exprs=exprs), hidden
-        if isinstance(node, n.Watermark):
-            return self._watermark(node, child, count_input=direct), (*hidden, *_watermark_hidden(node))
-        if isinstance(node, n.TopN):
-            # A batch plan; a streaming query ranks each micro-batch instead (the planner's
-            # stages after the window), since Spark ranks no unbounded input.
-            assert not self.streaming, "top_n in a streaming query runs on each micro-batch"
-            return top_n(node, child), hidden
+        rule = _TRANSLATORS.get(type(node))
+        if rule is not None:
+            return rule(self, node, count_input)
         kind = kind_of(node)
-        if kind is not None and kind.slot == "keyed":
-            if self.keyed is None:
-                raise PlanError(
-                    f"this lowering runs no operator per key over every row ({kind.what}): it runs on "
-                    "the stateful lowering"
-                )
-            return self.keyed(node, child, streaming=self.streaming, shift_ms=self.shift), ()
-        assert isinstance(node, n.WindowAggregate)
+        assert kind is not None, node
+        if kind.slot == "keyed":
+            return self._keyed(node, kind)
+        if kind.slot == "join":  # (the descriptor's rule slot says which node class it is)
+            return self._join(cast(n.Join, node))
+        return self._window(cast(n.WindowAggregate, node))
+
+    def _union(self, node: n.Union, count_input: bool) -> tuple[RecipeNode, tuple[str, ...]]:
+        del count_input
+        one = self.union(self, node) if self.union is not None else None
+        if one is not None:
+            return one, ()
+        parts = [self.lower(i) for i in node.inputs]
+        return UnionAll(children=tuple(p[0] for p in parts)), parts[0][1]
+
+    def _join(self, node: n.Join) -> tuple[RecipeNode, tuple[str, ...]]:
+        if self.join is None:
+            raise PlanError("this lowering runs no joins: joins run on the stateful lowering")
+        # A side that is an operator's results (filtered or not) is that operator's: the
+        # join's rule runs it as a stage after it, the filters and projections in the stage.
+        sides = (_results_of(s) if self.staged_sides else s for s in (node.left, node.right))
+        left, right = (self._side(side) for side in sides)
+        return self.join(node, left, right, streaming=self.streaming, shift_ms=self.shift), ()
+
+    def _filter(self, node: n.Filter, count_input: bool) -> tuple[RecipeNode, tuple[str, ...]]:
+        del count_input  # (only a watermark right above a source counts its rows)
+        child, hidden = self.lower(node.input)
+        schema = facts(node.input).schema
+        cond = to_sql(node.predicate, schema)
+        if ROW_KIND in hidden:
+            cond = f"({quote(ROW_KIND)} <> 0 OR {cond})"  # punctuation rows pass user filters
+        child = self.count_failures(child, [node.predicate], schema)
+        return FilterExpr(child=child, condition=cond), hidden
+
+    def _project(self, node: n.Project, count_input: bool) -> tuple[RecipeNode, tuple[str, ...]]:
+        del count_input
+        child, hidden = self.lower(node.input)
+        schema = facts(node.input).schema
+        exprs = tuple(select_item(e, schema) for e in node.exprs) + tuple(quote(h) for h in hidden)
+        child = self.count_failures(child, node.exprs, schema)
+        return SelectExprs(child=child, exprs=exprs), hidden
+
+    def _watermarked(self, node: n.Watermark, count_input: bool) -> tuple[RecipeNode, tuple[str, ...]]:
+        del count_input
+        if _partitioned(node.input):
+            return self._per_partition(node), (*BASE_HIDDEN, *_watermark_hidden(node))
+        direct = isinstance(node.input, n.SOURCE_TYPES)
+        child, hidden = self.lower(node.input, count_input=not direct)
+        return self._watermark(node, child, count_input=direct), (*hidden, *_watermark_hidden(node))
+
+    def _ranked(self, node: n.TopN, count_input: bool) -> tuple[RecipeNode, tuple[str, ...]]:
+        # A batch plan; a streaming query ranks each micro-batch instead (the planner's
+        # stages after the window), since Spark ranks no unbounded input.
+        assert not self.streaming, "top_n in a streaming query runs on each micro-batch"
+        del count_input
+        child, hidden = self.lower(node.input)
+        return top_n(node, child), hidden
+
+    def _keyed(self, node: n.PlanNode, kind: OperatorKind) -> tuple[RecipeNode, tuple[str, ...]]:
+        if self.keyed is None:
+            raise PlanError(
+                f"this lowering runs no operator per key over every row ({kind.what}): it runs on "
+                "the stateful lowering"
+            )
+        child, _ = self.lower(n.children(node)[0])
+        return self.keyed(node, child, streaming=self.streaming, shift_ms=self.shift), ()
+
+    def _window(self, node: n.WindowAggregate) -> tuple[RecipeNode, tuple[str, ...]]:
+        child, hidden = self.lower(node.input)
         if n.cascade_of(node) is not None:
             # The rows are a window's results: event time window_end - 1 ms, one data row each.
             assert not self.streaming, "a streaming cascade runs its second window in the operator chain"
@@ -306,7 +337,7 @@ class Lowerer:
         name = source_observation(len(self.tracked))
         idle = self.streaming and node.idle_timeout_ms is not None
         if idle:
-            child = UnionAll(children=(child, _markers(name, n.schema_of(node.input))))
+            child = UnionAll(children=(child, _markers(name, facts(node.input).schema)))
         # Files and records carry no punctuation rows: every row is data, so the
         # per-row expressions skip the row-kind tests (a simpler plan that
         # Spark re-optimises in less time every micro-batch).
@@ -343,7 +374,7 @@ class Lowerer:
         its target watermark plus the lag, so the watermark operator reaches
         the target.
         """
-        et = n.event_time(node)
+        et = facts(node).event_time
         assert et is not None
         shift_us = self.shift * 1000
         col = quote(node.column)
@@ -381,7 +412,7 @@ def one_watermark(plan: n.PlanNode) -> bool:
     A Kafka source with a watermark per partition gets one operator per
     partition; every other :class:`~krishiv_py.plan.nodes.Watermark` node one.
     """
-    marks = [x for x in n.walk(plan) if isinstance(x, n.Watermark)]
+    marks = facts(plan).watermarks
     return len(marks) == 1 and not _partitioned(marks[0].input)
 
 
@@ -475,7 +506,7 @@ def top_n(node: n.TopN, child: RecipeNode, *, schema: Schema | None = None) -> R
     other columns breaking ties in order; nulls of ``by`` rank last.
     ``schema``: the columns of ``child`` (default: those of ``node``'s input).
     """
-    schema = schema if schema is not None else n.schema_of(node.input)
+    schema = schema if schema is not None else facts(node.input).schema
     way = "ASC" if node.ascending else "DESC"
     order = [f"{quote(c)} {way} NULLS LAST" for c in node.by]
     if node.ties == "first":
@@ -602,3 +633,15 @@ def read_rule(node: object) -> ReadRule:
         return _READ_RULES[type(node)]
     except KeyError:
         raise PlanError(f"no read rule for sources of type {type(node).__name__}") from None
+
+
+_TRANSLATORS.update(
+    {
+        n.Union: Lowerer._union,
+        n.Filter: Lowerer._filter,
+        n.Project: Lowerer._project,
+        n.Watermark: Lowerer._watermarked,
+        n.TopN: Lowerer._ranked,
+        n.LookupJoin: lambda ctx, node, count_input: ctx._lookup(node, count_input=count_input),
+    }
+)

@@ -28,16 +28,15 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
 from krishiv_py.errors import PlanError
-from krishiv_py.expr import Column
 from krishiv_py.names import AUTO_SOURCE, BUCKET, ET, JOIN_SIDE, PACKED, RESULT_KIND, SEQ, TS_VALUE
 from krishiv_py.plan import nodes as n
+from krishiv_py.plan.analysis import between, facts
 from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS
-from krishiv_py.plan.watermarks import END_OF_TIME_MS
 from krishiv_py.plan.windows import SlidingWindow, TumblingWindow, in_processing_time
 from krishiv_py.planner.spark.kinds import OperatorKind, kernel_aggs, kind_of
 from krishiv_py.planner.spark.recipe import RecipeNode, SelectExprs, SparkRecipe, StatefulApply, UnionAll
@@ -76,8 +75,8 @@ def operator_spec(node: n.WindowAggregate, *, shift_ms: int) -> Any:
     from krishiv_py.stateful.state import KernelSpec
     from krishiv_py.stateful.window_kernel import WindowKernel
 
-    schema = n.schema_of(node.input)
-    et = n.event_time(node.input)
+    schema = facts(node.input).schema
+    et = facts(node.input).event_time
     processing = in_processing_time(node.window)
     assert et is not None or processing
     arrow = schema.to_arrow()
@@ -141,7 +140,7 @@ def lower_stateful_window(
 ) -> RecipeNode:
     """Encode the rows of ``child`` for the operator and apply it, grouped by key bucket."""
     spec = operator_spec(node, shift_ms=shift_ms)
-    hashed = _hashed(node, n.schema_of(node.input))
+    hashed = _hashed(node, facts(node.input).schema)
     # In processing time a row's time is its micro-batch's start (Spark's current_timestamp()
     # in a streaming query); the operator takes it from the micro-batch, the same value.
     ts = "unix_micros(current_timestamp())" if in_processing_time(node.window) else None
@@ -307,10 +306,10 @@ def lower_stateful_union(node: n.Union, branches: list[RecipeNode], *, streaming
         if apply.operator.then is not None or apply.side_inputs:
             raise PlanError(
                 f"a union of operators' results takes each branch as one operator over streams; "
-                f"{_describe(n.stateless_below(branch))} of this branch runs as a stage after another "
+                f"{_describe(facts(branch).results_of)} of this branch runs as a stage after another "
                 "one, which a union does not take yet"
             )
-    betweens = tuple(_between(_between_below(branch)) for branch in node.inputs)
+    betweens = tuple(_between(between(branch)) for branch in node.inputs)
     return operators_as_one(applies, streaming=streaming, tagged=False, betweens=betweens)
 
 
@@ -377,7 +376,7 @@ def join_spec(node: n.Join, *, shift_ms: int) -> Any:
     from krishiv_py.stateful.joins import JoinKernel, JoinSpec
     from krishiv_py.stateful.operator import InputColumn, OperatorSpec
 
-    left, right = n.schema_of(node.left).to_arrow(), n.schema_of(node.right).to_arrow()
+    left, right = facts(node.left).schema.to_arrow(), facts(node.right).schema.to_arrow()
     left_cols = node.left_names
     names = node.right_names
     right_cols = tuple(names.values())
@@ -427,7 +426,7 @@ def lower_stateful_keyed(
     (below,) = n.children(node)
     ahead = _fire_lag(below) if kind.waits_for_watermark else None  # (an over-aggregation's rows)
     spec = OperatorSpec(kernel=kernel, columns=columns, shift_ms=shift_ms, buckets=BUCKETS, fire_lag_ms=ahead)
-    return _apply(spec, child, _hashed_keys(kind.keys(node), n.schema_of(below)), streaming=streaming)
+    return _apply(spec, child, _hashed_keys(facts(node).keys or (), facts(below).schema), streaming=streaming)
 
 
 def _fire_lag(below: n.PlanNode) -> int | None:
@@ -447,27 +446,21 @@ Link = tuple[n.PlanNode, tuple[n.Filter | n.Project, ...]]
 def moves(links: list[Link]) -> list[bool]:
     """Per operator above the bottom one: whether it runs in the same call as the one before it
     (True: keyed by its keys and more) or as a stage of its own, its rows moved across the cluster."""
-    keys = _bucket_keys(links[0][0])
+    keys = facts(links[0][0]).keys  # (a union's: each branch's, as its results name them)
     out = []
     for (below, _), (node, _) in itertools.pairwise(links):
-        if isinstance(node, n.WindowAggregate) and isinstance(below, n.TopN):
+        if _kind(node).slot == "window" and not getattr(kind_of(below), "window_after", True):
             raise PlanError(
                 "on the stateful lowering a window follows a source, a join, a window, a union of "
                 "windows, or an aggregation or a top-N per key; a "
                 f"window after {_describe(below)} inside a longer chain is not supported yet"
             )
-        beside = set(keys) <= set(_bucket_keys(node))
+        own = facts(node).keys or ()
+        beside = keys is not None and set(keys) <= set(own)
         if not beside:
-            keys = _bucket_keys(node)
+            keys = own
         out.append(beside)
     return out
-
-
-def _bucket_keys(node: n.PlanNode) -> tuple[str, ...]:
-    if isinstance(node, n.Union):  # each branch by its own keys: an operator beside needs them all
-        keys = [k for branch in node.inputs for k in _branch_keys(branch)]
-        return tuple(dict.fromkeys(keys))
-    return _kind(node).keys(node)
 
 
 def _kind(node: n.PlanNode) -> OperatorKind:
@@ -476,20 +469,9 @@ def _kind(node: n.PlanNode) -> OperatorKind:
     return kind
 
 
-def _branch_keys(branch: n.PlanNode) -> tuple[str, ...]:
-    """The keys a union's branch buckets its rows by, as the union's results name them (a column
-    no name matches when a projection after the branch's operator does not keep them as they are)."""
-    keys = _bucket_keys(n.stateless_below(branch))
-    for node in _between_below(branch):
-        if isinstance(node, n.Project):
-            plain = {e.name for e in node.exprs if isinstance(e, Column)}
-            if not set(keys) <= plain:
-                return ("\x00 keys not kept",)
-    return keys
-
-
 def _describe(node: n.PlanNode) -> str:
-    return "the union" if isinstance(node, n.Union) else str(_kind(node).what)
+    kind = kind_of(node)
+    return "the union" if kind is None else kind.what
 
 
 def stacked_operators(base: Any, bottom: n.PlanNode, uppers: list[Link]) -> Any:
@@ -520,14 +502,14 @@ def stacked_operators(base: Any, bottom: n.PlanNode, uppers: list[Link]) -> Any:
         staged = levels(apply.operator.then)
         kernel: Any = staged[-1].kernel if staged else apply.operator.kernel
         kernel, carried = _fed(node, kernel, times=_times_read([u for u, _ in uppers]))
-        retracts = _feeds_retractions(node)
+        retracts = facts(node).corrects
         # The kernel of the operator (0) and of each stage after it (1...), and how each stage
         # reads the rows before it; an operator keyed alike joins the last one's call.
         kernels: list[Any] = [kernel]
         if staged:
             kernels = [apply.operator.kernel, *(s.kernel for s in staged[:-1]), kernel]
         reads: list[dict[str, Any]] = []
-        for i, ((upper, between), beside) in enumerate(
+        for i, ((upper, passing), beside) in enumerate(
             zip(uppers, moves([(node, ()), *uppers]), strict=True)
         ):
             fed = i + 1 < len(uppers)  # it feeds the operator after it
@@ -535,16 +517,13 @@ def stacked_operators(base: Any, bottom: n.PlanNode, uppers: list[Link]) -> Any:
             then, columns = _upper_kernel(
                 upper, carried, shift_ms, retracting=retracts, feeds=fed, timed=timed
             )
-            if _changes(upper):  # per key: a change may withdraw a row of any age
-                carried = END_OF_TIME_MS
-            elif isinstance(upper, n.WindowAggregate):  # it corrects a window as long as it keeps it
-                carried += upper.emission.allowed_lateness_ms
+            carried = facts(upper).correction_ms  # what the operator after it may see corrected
             step = {
                 "columns": columns,
-                "between": _between(between),
+                "between": _between(passing),
                 "retracting": retracts,
             }
-            retracts = _feeds_retractions(upper) if fed else _retracts(upper)
+            retracts = facts(upper).corrects if fed else facts(upper).retracts
             if beside:
                 kernels[-1] = ChainKernel(first=kernels[-1], then=then, **step)
             else:
@@ -564,13 +543,6 @@ def stacked_operators(base: Any, bottom: n.PlanNode, uppers: list[Link]) -> Any:
     return rule
 
 
-def _retracts(node: n.PlanNode) -> bool:
-    """Whether ``node``'s results carry ``kind`` (retractions among them)."""
-    if isinstance(node, n.Union):  # the branches' results, each one's corrections among them
-        return any(_feeds_retractions(n.stateless_below(b)) for b in node.inputs)
-    return bool(_kind(node).retracts(node))
-
-
 def _changes(node: n.PlanNode) -> bool:
     """Whether a change of ``node``'s results may withdraw a row of any age (per key, every row)."""
     kind = kind_of(node)
@@ -585,13 +557,6 @@ def _times_read(after: list[n.PlanNode]) -> bool:
         if not _changes(node):
             return bool(_kind(node).reads_times)
     return False
-
-
-def _feeds_retractions(node: n.PlanNode) -> bool:
-    """Whether ``node``'s results carry ``kind`` when another operator takes them: a window that may
-    fire again runs retracting there whatever its accumulation (its results are not the job's), so
-    that each firing withdraws the one before."""
-    return _retracts(node) or (isinstance(node, n.WindowAggregate) and not n.fires_once(node))
 
 
 def _upper_kernel(
@@ -613,10 +578,10 @@ def _upper_kernel(
     if kind.kernel is not None:  # per key (over every row, or a window's ranking)
         kernel, columns = kind.kernel(node, carried_ms, retracting=retracting, timed=timed)
     else:
-        assert isinstance(node, n.WindowAggregate)
-        spec = operator_spec(node, shift_ms=shift_ms)
+        # (a kind without a kernel of its own that follows another operator: the window)
+        spec = operator_spec(cast(n.WindowAggregate, node), shift_ms=shift_ms)
         window_spec = spec.kernel.spec
-        if feeds and _feeds_retractions(node):
+        if feeds and facts(node).corrects:
             window_spec = attrs.evolve(window_spec, accumulation="retracting")
         kept = window_spec.allowed_lateness_ms + carried_ms
         columns = spec.columns
@@ -643,7 +608,7 @@ def _between(nodes: tuple[n.Filter | n.Project, ...]) -> Any:
         return None
     steps = []
     for node in nodes:
-        schema = n.schema_of(node.input)
+        schema = facts(node.input).schema
         exprs = (node.predicate,) if isinstance(node, n.Filter) else node.exprs
         for e in exprs:
             why = unsupported(e, schema)
@@ -681,12 +646,12 @@ def lower_stateful_join(
             _join_side(node, kernel, "right", right),
         )
     )
-    return _apply(spec, both, _hashed_keys(kernel.keys, n.schema_of(node.left)), streaming=streaming)
+    return _apply(spec, both, _hashed_keys(kernel.keys, facts(node.left).schema), streaming=streaming)
 
 
 def _join_side(node: n.Join, kernel: Any, name: str, child: RecipeNode) -> RecipeNode:
     """One side's rows in the join's row layout: its side, the keys, its columns, the other's as nulls."""
-    left_schema, right_schema = n.schema_of(node.left), n.schema_of(node.right)
+    left_schema, right_schema = facts(node.left).schema, facts(node.right).schema
     types = {c: left_schema.field(c).dtype.name for c in kernel.left}
     types.update({new: right_schema.field(old).dtype.name for old, new in node.right_names.items()})
     if name == "left":
@@ -722,81 +687,37 @@ class _Upstream:
 
 def _upstream(inner: n.PlanNode, kernel: Any) -> _Upstream:
     """``inner`` (the operator under a join's side, lowered to ``kernel``) as a join stage's input
-    (an operator in a chain takes its results by :func:`_fed`)."""
-    if isinstance(inner, n.Join):  # late by its kernel's lateness (a join stage's: the joins' below too)
-        timed = _timed_join(kernel)
-        return _Upstream(timed, kernel.spec.allowed_lateness_ms, _retracts(inner), timed=True)
-    if _changes(inner):  # a change may withdraw a row of any age
-        timed = _last_evolved(kernel, event_times=True)
-        return _Upstream(timed, END_OF_TIME_MS, True, timed=True)
-    if isinstance(inner, n.Union):  # each branch as it would enter alone; kept as long as the longest
-        ups = [_upstream(n.stateless_below(b), k) for b, k in zip(inner.inputs, kernel.branches, strict=True)]
+    (an operator in a chain takes its results by :func:`_fed`): its kernel handing on its results
+    with their event times (a window's are ``window_end - 1 ms``), kept as long as the analysed
+    plan says they may be corrected (:attr:`~krishiv_py.plan.analysis.Facts.join_correction_ms`)."""
+    f = facts(inner)
+    if isinstance(inner, n.Union):  # each branch as it would enter alone
+        ups = [_upstream(facts(b).results_of, k) for b, k in zip(inner.inputs, kernel.branches, strict=True)]
         return _Upstream(
             attrs.evolve(kernel, branches=tuple(u.kernel for u in ups)),
-            max(u.carried_ms for u in ups),
+            f.join_correction_ms,
             any(u.retracting for u in ups),
             timed=ups[0].timed,  # (a union's branches share their kind of event time)
         )
-    assert isinstance(inner, n.WindowAggregate)
-    # A re-firing window's results are late by its kept lateness (its own and what it carries for
-    # the operators under it) and one ms more: a window kept while ``W < end + L`` is corrected up
-    # to ``W = end + L - 1``, with a row at ``end - 1``.
-    kept = _window_kept_ms(kernel)
-    return _Upstream(kernel, kept + 1 if kept else 0, _retracts(inner), timed=False)
+    handed = _kind(inner).hand_on(inner, kernel, times=True, to_join=True)
+    timed = f.event_time is None or not f.event_time.from_window
+    return _Upstream(handed, f.join_correction_ms, f.retracts, timed=timed)
 
 
 def _fed(node: n.PlanNode, kernel: Any, *, times: bool) -> tuple[Any, int]:
     """``node``'s kernel as the operator after it in a chain (its call or a stage) takes its
-    results, and how much longer that operator keeps what it holds: as long as ``node`` may still
-    correct them. A join's results carry their event times and are corrected for its lateness (a
-    join stage's: its own and the joins' below it); an aggregation's or a top-N's changes carry
-    theirs when ``times`` (an operator after reads them) and may withdraw a row of any age; a
-    window corrects a result for its allowed lateness, and one that may fire again retracts there
-    whatever its accumulation; a union's branches each as they would feed alone, kept as long as
-    the longest. (A join stage after an operator takes its results by :func:`_upstream`: a
-    window's there are late by one ms more, at ``window_end - 1 ms``.)"""
+    results (:attr:`~krishiv_py.planner.spark.kinds.OperatorKind.hand_on`; ``times``: an operator
+    after reads their event times), and how much longer that operator keeps what it holds: as long
+    as ``node`` may still correct them (the analysed plan's
+    :attr:`~krishiv_py.plan.analysis.Facts.correction_ms`). A union's branches each as they
+    would feed alone. (A join stage after an operator takes its results by :func:`_upstream`.)"""
     if isinstance(node, n.Union):
         fed = [
-            _fed(n.stateless_below(b), inner, times=times)
+            _fed(facts(b).results_of, inner, times=times)[0]
             for b, inner in zip(node.inputs, kernel.branches, strict=True)
         ]
-        return attrs.evolve(kernel, branches=tuple(k for k, _ in fed)), max(c for _, c in fed)
-    if isinstance(node, n.Join):
-        timed = _timed_join(kernel)
-        return timed, int(timed.spec.allowed_lateness_ms)
-    if _changes(node):
-        return (attrs.evolve(kernel, event_times=True) if times else kernel), END_OF_TIME_MS
-    assert isinstance(node, n.WindowAggregate)
-    if _feeds_retractions(node) and not _retracts(node):
-        kernel = attrs.evolve(kernel, spec=attrs.evolve(kernel.spec, accumulation="retracting"))
-    return kernel, node.emission.allowed_lateness_ms
-
-
-def _timed_join(kernel: Any) -> Any:
-    from krishiv_py.stateful.joins import JoinKernel
-
-    return JoinKernel(attrs.evolve(kernel.spec, event_times=True))
-
-
-def _last_evolved(kernel: Any, **changes: Any) -> Any:
-    """``kernel`` with its last kernel (a chain's, in the same call) evolved by ``changes``."""
-    from krishiv_py.stateful.chain import ChainKernel
-
-    if isinstance(kernel, ChainKernel):
-        return attrs.evolve(kernel, then=_last_evolved(kernel.then, **changes))
-    return attrs.evolve(kernel, **changes)
-
-
-def _window_kept_ms(kernel: Any) -> int:
-    """How long a window kernel (a chain's last) keeps a window past its end for corrections."""
-    from krishiv_py.stateful.chain import ChainKernel
-    from krishiv_py.stateful.window_changes import ChangesWindowKernel
-
-    while isinstance(kernel, ChainKernel):
-        kernel = kernel.then
-    if isinstance(kernel, ChangesWindowKernel):
-        return int(kernel.allowed_lateness_ms)
-    return int(kernel.spec.allowed_lateness_ms)
+        return attrs.evolve(kernel, branches=tuple(fed)), facts(node).correction_ms
+    return _kind(node).hand_on(node, kernel, times=times, to_join=False), facts(node).correction_ms
 
 
 def _join_after_operator(node: n.Join, left: RecipeNode, right: RecipeNode, *, shift_ms: int) -> RecipeNode:
@@ -817,7 +738,7 @@ def _join_after_operator(node: n.Join, left: RecipeNode, right: RecipeNode, *, s
     upstream_left = isinstance(left, StatefulApply)
     apply, other = (left, right) if upstream_left else (right, left)
     side_plan = node.left if upstream_left else node.right
-    inner = n.stateless_below(side_plan)
+    inner = facts(side_plan).results_of
     assert isinstance(apply, StatefulApply) and not isinstance(other, StatefulApply)
     # The operator's results are its last stage's when it has stages (a join of a join of a
     # join): this join is one more stage after them, its other side routed into it.
@@ -841,7 +762,7 @@ def _join_after_operator(node: n.Join, left: RecipeNode, right: RecipeNode, *, s
         buckets=apply.operator.buckets,
         upstream_buckets=apply.operator.buckets,
         retracting=source.retracting,
-        between=_between(_between_below(side_plan)),
+        between=_between(between(side_plan)),
         join_side=JoinSide(side=side, layout=layout, retracting=source.retracting, timed=source.timed),
         side_input=tuple((c.name, c.type, c.value) for c in spec.columns),
     )
@@ -874,13 +795,13 @@ def _join_of_operators(
             "of a join's rows and another operator's results (a join of a join of a join and a "
             "window, say) is not supported yet: a join's rows with a stream's are"
         )
-    inners = [n.stateless_below(side) for side in (node.left, node.right)]
+    inners = [facts(side).results_of for side in (node.left, node.right)]
     if any(isinstance(inner, n.Union) for inner in inners):
         raise PlanError(
             "the stateful lowering joins a union of operators' results with a stream, not yet with "
             "another operator's results: join each branch with it and union the joins' rows"
         )
-    results = [n.schema_of(inner) for inner in inners]
+    results = [facts(inner).schema for inner in inners]
     for f in results[0]:
         if f.name in results[1].names and results[1].field(f.name).dtype != f.dtype and f.name != RESULT_KIND:
             raise PlanError(
@@ -899,7 +820,7 @@ def _join_of_operators(
     retracting = any(s.retracting for s in sources)
     lateness = spec.kernel.spec.allowed_lateness_ms + max(s.carried_ms for s in sources)
     kernel = attrs.evolve(spec.kernel.spec, allowed_lateness_ms=lateness, changes=retracting)
-    left_between, right_between = (_between(_between_below(side)) for side in (node.left, node.right))
+    left_between, right_between = (_between(between(side)) for side in (node.left, node.right))
     second = JoinSide(
         side="right",
         layout=_side_layout(node, kernel, spec.columns, "right"),
@@ -924,15 +845,6 @@ def _join_of_operators(
         ),
     )
     return attrs.evolve(both, operator=attrs.evolve(both.operator, then=stage))
-
-
-def _between_below(side: n.PlanNode) -> tuple[n.Filter | n.Project, ...]:
-    """The filters and projections between a join and the operator under ``side`` (first to last)."""
-    between: list[n.Filter | n.Project] = []
-    while isinstance(side, n.Filter | n.Project):
-        between.insert(0, side)
-        side = side.input
-    return tuple(between)
 
 
 def _side_layout(
