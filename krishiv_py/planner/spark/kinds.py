@@ -90,6 +90,9 @@ class OperatorKind:
     #: watermark of a fixed lag it fires in the micro-batch that moves it, knowing where Spark
     #: moves it (a window's rule does the same for windows).
     waits_for_watermark: bool = False
+    #: What the reason says when it follows an aggregation's or a top-N's changes per key ("":
+    #: nothing to add).
+    after_changes: str = ""
     #: Whether a window may follow it in a chain of operators.
     window_after: bool = True
     #: Its kernel as it hands its results on (:data:`HandOn`). Its keys, its changelog and how
@@ -323,6 +326,15 @@ def _last_evolved(kernel: Any, **changes: Any) -> Any:
     return attrs.evolve(kernel, **changes)
 
 
+#: Why a window after an aggregation or a top-N per key runs as it does.
+WINDOW_OVER_CHANGES_REASON = (
+    "; a window after an aggregation or a top-N per key takes its changes at the event time of the "
+    "rows that made them (an aggregation's: the latest among its key's rows of the micro-batch; a "
+    "retraction at the time of the emit it withdraws) and keeps its windows "
+    "while the job runs, since a change may withdraw a row of any age: its state holds the live "
+    "changes (one per key of the operator before it) and the windows they are in"
+)
+
 _RETRACTION_EXACT = ", so a retraction passes a filter exactly when the emit it withdraws did"
 
 register(
@@ -333,6 +345,7 @@ register(
         noun="window",
         exact=_RETRACTION_EXACT,
         reads_times=True,
+        after_changes=WINDOW_OVER_CHANGES_REASON,
         hand_on=_window_hands_on,
         join_side=JOIN_WINDOW_REASON,
     )

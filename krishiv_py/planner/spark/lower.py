@@ -59,6 +59,7 @@ from krishiv_py.planner.spark.stateful import (
     lower_stateful_union,
     lower_stateful_window,
     moves,
+    per_key_changes,
     stacked_operators,
 )
 from krishiv_py.planner.sql import quote, to_sql
@@ -236,11 +237,9 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
     op, stages, why = _operator_and_stages(plan)
     if streaming:
         _check_auto_lag(plan, op)
-    if isinstance(op, n.Union):
-        return _lower_union(plan, op, stages, reason + "".join(why), streaming=streaming)
     links = operator_links(op)
     bottom = links[0][0]
-    if isinstance(bottom, n.Union):  # a union of windows, operators after it
+    if isinstance(bottom, n.Union):  # a union of operators' results, operators after it or none
         return _lower_union(plan, bottom, stages, reason + "".join(why), streaming=streaming, links=links)
     rule, first = _kind(op), _kind(bottom)
     shift = time_shift(op) if streaming else 0
@@ -253,10 +252,8 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
         rules[first.slot] = stacked_operators(rules[first.slot], bottom, links[1:])
         joined = first.slot == "join"
         pairs = itertools.pairwise(node for node, _ in links)
-        if any(getattr(kind_of(a), "changes", False) and isinstance(b, n.WindowAggregate) for a, b in pairs):
-            why.append(OVER_CHANGES_REASON)
-        fed = [w for w, _ in links[:-1] if isinstance(w, n.WindowAggregate)]
-        if any(w.emission.accumulation != "retracting" and not n.fires_once(w) for w in fed):
+        why += [_kind(b).after_changes for a, b in pairs if per_key_changes(a) and _kind(b).after_changes]
+        if any(facts(w).changelog == "updating" for w, _ in links[:-1]):  # (a window firing again)
             why.append(FED_REASON)
         why += _move_reasons(
             links,
@@ -576,14 +573,6 @@ AFTER_STAGED_REASON = (
     "every bucket before it that can still fire; it takes the changes of what it follows"
 )
 
-#: Why a window after an aggregation or a top-N per key runs as it does (docs/windows.md).
-OVER_CHANGES_REASON = (
-    "; a window after an aggregation or a top-N per key takes its changes at the event time of the "
-    "rows that made them (an aggregation's: the latest among its key's rows of the micro-batch; a "
-    "retraction at the time of the emit it withdraws) and keeps its windows "
-    "while the job runs, since a change may withdraw a row of any age: its state holds the live "
-    "changes (one per key of the operator before it) and the windows they are in"
-)
 
 #: Why a window whose results another operator takes runs retracting there.
 FED_REASON = (

@@ -53,6 +53,7 @@ __all__ = [
     "lower_stateful_union",
     "lower_stateful_window",
     "moves",
+    "per_key_changes",
     "operator_spec",
     "stacked_operators",
     "with_buckets",
@@ -543,7 +544,7 @@ def stacked_operators(base: Any, bottom: n.PlanNode, uppers: list[Link]) -> Any:
     return rule
 
 
-def _changes(node: n.PlanNode) -> bool:
+def per_key_changes(node: n.PlanNode) -> bool:
     """Whether a change of ``node``'s results may withdraw a row of any age (per key, every row)."""
     kind = kind_of(node)
     return kind is not None and kind.changes  # (a union's branches: each as it is)
@@ -554,7 +555,7 @@ def _times_read(after: list[n.PlanNode]) -> bool:
     times: a window or an over-aggregation does, and so does one after aggregations and top-Ns
     per key (a change's time is the one of the change that made it)."""
     for node in after:
-        if not _changes(node):
+        if not per_key_changes(node):
             return bool(_kind(node).reads_times)
     return False
 
