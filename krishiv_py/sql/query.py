@@ -48,7 +48,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import attrs
 
@@ -58,9 +58,10 @@ from krishiv_py.errors import PlanError
 from krishiv_py.expr import AggExpr, Column, Expr, ExprNode, Udf
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.analysis import facts
-from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS, StateTtlConfig
+from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS
 from krishiv_py.sql.expressions import Resolver, aggregate, alias_of, filter_of, is_aggregate, scalar
 from krishiv_py.sql.over import over_spec, over_windows
+from krishiv_py.sql.settings import apply_settings, emission_options, join_options
 from krishiv_py.sql.source import DIALECT
 from krishiv_py.sql.windows import WindowCall, helper_of, is_proctime, window_call
 
@@ -993,13 +994,13 @@ def _join_emission(joined: Stream, ctx: Context) -> Stream:
     from krishiv_py.api.stream import JoinedStream
 
     assert isinstance(joined, JoinedStream)
-    own = _join_options(ctx.settings)
-    joined = _apply_settings(joined, own)
+    own = join_options(ctx.settings)
+    joined = apply_settings(joined, own)
     if ctx.has_window:
         return joined  # a window over the join's rows takes the window.* settings
     if ctx.settings.trigger is not None:
         raise PlanError("SET window.trigger does not apply to a join: a join emits as its rules say")
-    shared = _emission_options(ctx.settings)
+    shared = emission_options(ctx.settings)
     both = [(a, b) for a, method, _ in own for b, other, _ in shared if method == other]
     if both:
         a, b = both[0]
@@ -1007,47 +1008,7 @@ def _join_emission(joined: Stream, ctx: Context) -> Stream:
             f"SET {a} and SET {b} both set the join's option (the query has no window after its "
             f"join, so {b} applies to the join too): set one of them"
         )
-    return _apply_settings(joined, shared)
-
-
-def _join_options(s: SqlSettings) -> list[tuple[str, str, Any]]:
-    """The ``join.*`` settings: (setting, builder method, argument) of the query's join."""
-    out: list[tuple[str, str, Any]] = []
-    if s.join_allowed_lateness_ms is not None:
-        out.append(("join.allowed_lateness", "allowed_lateness", s.join_allowed_lateness_ms))
-    if s.join_accumulation is not None:
-        out.append(("join.accumulation", "accumulation", s.join_accumulation))
-    if s.join_state_ttl_ms is not None:
-        out.append(("join.state_ttl", "with_state_ttl", StateTtlConfig(ttl_ms=s.join_state_ttl_ms)))
-    return out
-
-
-_Emitting = TypeVar("_Emitting")
-
-
-def _emission_options(s: SqlSettings) -> list[tuple[str, str, Any]]:
-    """The ``window.*`` settings windows and joins both take: (setting, builder method, argument)."""
-    if s.state_ttl_time is not None and s.state_ttl_ms is None:
-        raise PlanError("SET window.state_ttl_time needs SET window.state_ttl = INTERVAL ...")
-    out: list[tuple[str, str, Any]] = []
-    if s.allowed_lateness_ms is not None:
-        out.append(("window.allowed_lateness", "allowed_lateness", s.allowed_lateness_ms))
-    if s.accumulation is not None:
-        out.append(("window.accumulation", "accumulation", s.accumulation))
-    if s.state_ttl_ms is not None:
-        time: Literal["event", "processing"] = "processing" if s.state_ttl_time == "processing" else "event"
-        out.append(("window.state_ttl", "with_state_ttl", StateTtlConfig(ttl_ms=s.state_ttl_ms, time=time)))
-    return out
-
-
-def _apply_settings(target: _Emitting, options: list[tuple[str, str, Any]]) -> _Emitting:
-    """``target`` with each option's builder method applied; a refusal names the ``SET`` it came from."""
-    for key, method, arg in options:
-        try:
-            target = getattr(target, method)(arg)
-        except PlanError as exc:
-            raise PlanError(f"SET {key}: {exc}") from None
-    return target
+    return apply_settings(joined, shared)
 
 
 def _joined_relation(
@@ -1206,7 +1167,7 @@ def _over(node: exp.Select, rel: Relation, ctx: Context) -> Stream:
             if frame == "rows"
             else keyed.over_range(preceding, order_by=order)
         )
-        result = _apply_settings(framed, _emission_options(ctx.settings)).agg(*aggs)
+        result = apply_settings(framed, emission_options(ctx.settings)).agg(*aggs)
     if "kind" in result.columns and Column("kind") not in exprs:
         exprs.append(Column("kind"))
     if exprs == [Column(c) for c in result.columns]:
@@ -1577,10 +1538,10 @@ def _time_source(plan: n.PlanNode, column: str) -> n.Watermark | None:
 
 def _emission(windowed: WindowedStream, ctx: Context) -> WindowedStream:
     """Apply the ``window.*`` settings through the builder's emission methods."""
-    options = _emission_options(ctx.settings)
+    options = emission_options(ctx.settings)
     if ctx.settings.trigger is not None:
         options.insert(0, ("window.trigger", "trigger", ctx.settings.trigger))
-    return _apply_settings(windowed, options)
+    return apply_settings(windowed, options)
 
 
 @attrs.frozen

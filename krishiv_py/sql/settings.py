@@ -31,24 +31,37 @@ Intervals are ``INTERVAL '5' SECOND`` (also ``INTERVAL '5 seconds'``,
 ``INTERVAL 5 SECONDS`` and sums such as ``INTERVAL '1' MINUTE + INTERVAL
 '30' SECOND``) in milliseconds, seconds, minutes, hours, days or weeks;
 months and years have no fixed length and are refused.
+
+:func:`emission_options` and :func:`join_options` are the ``window.*`` and
+``join.*`` settings as the builder methods they name, which
+:func:`apply_settings` calls on a window, a join or an over-aggregation.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args
 
 import attrs
 
-from krishiv_py.plan.emission import Accumulation, Trigger
+from krishiv_py.errors import PlanError
+from krishiv_py.plan.emission import Accumulation, StateTtlConfig, Trigger
 
 if TYPE_CHECKING:
     from sqlglot import exp
 
     from krishiv_py.sql.source import SqlText
 
-__all__ = ["KEYS", "SqlSettings", "interval_ms", "parse_set"]
+__all__ = [
+    "KEYS",
+    "SqlSettings",
+    "apply_settings",
+    "emission_options",
+    "interval_ms",
+    "join_options",
+    "parse_set",
+]
 
 _UNIT_MS = {
     "millisecond": 1,
@@ -162,8 +175,6 @@ def _choice(choices: tuple[str, ...]) -> Callable[[exp.Expression, SqlText, str]
 def _trigger(node: exp.Expression, sql: SqlText, key: str) -> Trigger:
     from sqlglot import exp
 
-    from krishiv_py.errors import PlanError
-
     if not isinstance(node, exp.Anonymous):
         raise sql.error(
             node,
@@ -242,3 +253,46 @@ def _key(node: exp.Expression) -> str:
     if isinstance(node, exp.Column):
         return ".".join(part.name for part in node.parts).lower()
     return node.sql(dialect="spark").lower()
+
+
+# --- what the settings are as builder options -------------------------------------------
+
+
+def join_options(s: SqlSettings) -> list[tuple[str, str, Any]]:
+    """The ``join.*`` settings: (setting, builder method, argument) of the query's join."""
+    out: list[tuple[str, str, Any]] = []
+    if s.join_allowed_lateness_ms is not None:
+        out.append(("join.allowed_lateness", "allowed_lateness", s.join_allowed_lateness_ms))
+    if s.join_accumulation is not None:
+        out.append(("join.accumulation", "accumulation", s.join_accumulation))
+    if s.join_state_ttl_ms is not None:
+        out.append(("join.state_ttl", "with_state_ttl", StateTtlConfig(ttl_ms=s.join_state_ttl_ms)))
+    return out
+
+
+_Emitting = TypeVar("_Emitting")
+
+
+def emission_options(s: SqlSettings) -> list[tuple[str, str, Any]]:
+    """The ``window.*`` settings windows and joins both take: (setting, builder method, argument)."""
+    if s.state_ttl_time is not None and s.state_ttl_ms is None:
+        raise PlanError("SET window.state_ttl_time needs SET window.state_ttl = INTERVAL ...")
+    out: list[tuple[str, str, Any]] = []
+    if s.allowed_lateness_ms is not None:
+        out.append(("window.allowed_lateness", "allowed_lateness", s.allowed_lateness_ms))
+    if s.accumulation is not None:
+        out.append(("window.accumulation", "accumulation", s.accumulation))
+    if s.state_ttl_ms is not None:
+        time: Literal["event", "processing"] = "processing" if s.state_ttl_time == "processing" else "event"
+        out.append(("window.state_ttl", "with_state_ttl", StateTtlConfig(ttl_ms=s.state_ttl_ms, time=time)))
+    return out
+
+
+def apply_settings(target: _Emitting, options: list[tuple[str, str, Any]]) -> _Emitting:
+    """``target`` with each option's builder method applied; a refusal names the ``SET`` it came from."""
+    for key, method, arg in options:
+        try:
+            target = getattr(target, method)(arg)
+        except PlanError as exc:
+            raise PlanError(f"SET {key}: {exc}") from None
+    return target
