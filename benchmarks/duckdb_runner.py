@@ -26,9 +26,10 @@ session time zone is UTC). Window semantics are those of
   a running count of the flags numbers the sessions, and ``window_end`` is the
   session's last event plus ``g``.
 
-Nexmark's join queries (Q3, Q8, Q20) are Nexmark's own SQL (:func:`join_sql`):
-regular joins, and for Q8 each side grouped per key and 10 s window, then
-joined on the key and the window.
+Nexmark's join queries (Q3, Q8, Q20) are Nexmark's own SQL (:func:`join_sql`,
+the references of :mod:`benchmarks.nexmark`'s modules): regular joins, and
+for Q8 each side grouped per key and 10 s window, then joined on the key and
+the window. Q5's and Q11's statements here are those modules' references too.
 
 Pre-aggregating panes and buckets gives exactly the same windows as handling
 each event on its own, with far fewer rows in the expansion and the window
@@ -214,43 +215,18 @@ def _source(path: str) -> str:
 
 
 def join_sql(query: Query, paths: dict[str, str]) -> str:
-    """Nexmark's own SQL of a join query (regular joins, Q8's windows grouped per side) over ``paths``.
+    """Nexmark's own SQL of a join query (regular joins, Q8's windows grouped per side) over ``paths``:
+    its module's reference (``nexmark-q3``: :data:`benchmarks.nexmark.q3.DUCKDB`).
 
     ``paths``: each table's Parquet files (a glob). Q8's windows are 10 s
     tumbling windows on epoch microseconds, as :func:`tumbling_sql`'s.
     """
-    src = {table: _source(path) for table, path in paths.items()}
-    if query.name == "nexmark-q3":
-        person, auction = src["person"], src["auction"]
-        return f"""
-            SELECT P.name, P.city, P.state, A.id
-            FROM {auction} AS A JOIN {person} AS P ON A.seller = P.id
-            WHERE A.category = 10 AND (P.state = 'OR' OR P.state = 'ID' OR P.state = 'CA')
-        """
-    if query.name == "nexmark-q8":
-        person, auction = src["person"], src["auction"]
-        size = 10_000 * US_PER_MS
-        return f"""
-            WITH P AS (
-                SELECT id, name, {_floor("t", size)} AS ws FROM ({_events(person, "date_time")})
-                GROUP BY id, name, ws
-            ), A AS (
-                SELECT seller, {_floor("t", size)} AS ws FROM ({_events(auction, "date_time")})
-                GROUP BY seller, ws
-            )
-            SELECT P.id, P.name, {_ts("P.ws")} AS window_start
-            FROM P JOIN A ON P.id = A.seller AND P.ws = A.ws
-        """
-    if query.name == "nexmark-q20":
-        bid, auction = src["bid"], src["auction"]
-        return f"""
-            SELECT B.auction, B.bidder, B.price, B.channel, B.url, B.date_time,
-                   A.item_name, A.description, A.initial_bid, A.reserve, A.date_time AS date_time_right,
-                   A.expires, A.seller, A.category
-            FROM {bid} AS B JOIN {auction} AS A ON B.auction = A.id
-            WHERE A.category = 10
-        """
-    raise ValueError(f"unknown join query {query.name!r}")
+    from benchmarks.nexmark import query as nexmark_query  # (its q5 and q11 read this module)
+
+    if not query.is_join:
+        raise ValueError(f"{query.name!r} is not a join query")
+    sql: str = nexmark_query(query.name.removeprefix("nexmark-")).DUCKDB
+    return sql.format(**{table: _source(path) for table, path in paths.items()})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,8 @@
 """Nexmark's join queries (Q3, Q8, Q20): krishiv_py pipelines, hand-written PySpark, the reference model.
 
+The krishiv_py pipelines are the query modules' (:mod:`benchmarks.nexmark.q3`,
+``q8``, ``q20``: each one's docstring says how it gives Nexmark's answer).
+
 Nexmark writes Q3 and Q20 as *regular* joins (every pair of rows with equal
 keys, whenever they come) and Q8 as a join of two windowed aggregations.
 krishiv_py joins on event time (docs/joins.md), so each query is written
@@ -48,22 +51,17 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 import krishiv_py as kp
-from benchmarks import protocol
-from benchmarks.data import MAX_AUCTION_DURATION_MS
+from benchmarks import nexmark, protocol
+from benchmarks.nexmark._streams import BETWEEN as BETWEEN
+from benchmarks.nexmark._streams import timed
+from benchmarks.nexmark.q3 import CATEGORY as CATEGORY
+from benchmarks.nexmark.q3 import STATES as STATES
+from benchmarks.nexmark.q8 import WINDOW_MS as WINDOW_MS
 from benchmarks.queries import WATERMARK_LAG_MS, Query
 from krishiv_py.api.stream import placeholder
 from krishiv_py.errors import PlanError
 from krishiv_py.model.joins import JoinModel, join_model_for
 from krishiv_py.plan import nodes as n
-
-#: Q3 and Q20: a partner at most the longest auction before or after a row (the generator's pairs
-#: are at most 67 s apart).
-BETWEEN = (-MAX_AUCTION_DURATION_MS, MAX_AUCTION_DURATION_MS)
-CATEGORY = 10
-#: Q3's sellers' states, as Nexmark writes them (this generator has no CA).
-STATES = ("OR", "ID", "CA")
-#: Q8's tumbling window.
-WINDOW_MS = 10_000
 
 Sources = Mapping[str, kp.Stream]
 
@@ -71,89 +69,13 @@ Sources = Mapping[str, kp.Stream]
 # --- krishiv_py --------------------------------------------------------------------------------------
 
 
-def _category(auction: kp.Stream) -> kp.Stream:
-    return auction.filter(kp.col("category") == CATEGORY)
-
-
-def _timed(stream: kp.Stream) -> kp.Stream:
-    return stream.watermark("date_time", WATERMARK_LAG_MS)
-
-
-def q3(auction: kp.Stream, person: kp.Stream) -> kp.Stream:
-    """Nexmark Q3, local item suggestion: auctions of category 10 with their seller in OR, ID or CA.
-
-    Nexmark: ``SELECT P.name, P.city, P.state, A.id FROM auction A JOIN
-    person P ON A.seller = P.id WHERE A.category = 10 AND P.state IN ('OR',
-    'ID', 'CA')``, a regular join. Here an inner *interval* join of auctions
-    (keyed by seller) and persons (keyed by id), a person at most 120 s
-    before or after the auction. The as-of join, each auction with the
-    version of its seller in force when it opened, is the natural form, but a
-    person whose event time is after their auction's (disorder: 8 % of the
-    rows at 1,000,000 events) would find no seller; the interval join finds
-    every seller (at most 67 s away on this generator) and gives the regular
-    join's rows exactly.
-    """
-    local = (kp.col("state") == STATES[0]) | (kp.col("state") == STATES[1]) | (kp.col("state") == STATES[2])
-    sellers = _timed(person.filter(local)).key_by("id")
-    return (
-        _timed(_category(auction))
-        .key_by("seller")
-        .interval_join(sellers, between=BETWEEN)
-        .select("name", "city", "state", "id")
-    )
-
-
-def q8(person: kp.Stream, auction: kp.Stream) -> kp.Stream:
-    """Nexmark Q8, monitor new users: persons who opened an auction in the same 10 s window.
-
-    Nexmark groups persons by (id, name, window) and auctions by (seller,
-    window), then joins the two on id = seller and the window: a person is
-    listed once per window however many auctions they opened in it. Here a
-    *semi* window join of persons (keyed by id) with auctions (keyed by
-    seller) in 10 s tumbling windows: each person row with at least one
-    auction in its window, once; persons are unique by id, so that is
-    Nexmark's grouping. Columns id, name, window_start, as Nexmark's.
-    """
-    return (
-        _timed(person)
-        .key_by("id")
-        .tumbling_window(WINDOW_MS)
-        .join(_timed(auction).key_by("seller").tumbling_window(WINDOW_MS), how="semi")
-        .select("id", "name", "window_start")
-    )
-
-
-def q20(bid: kp.Stream, auction: kp.Stream) -> kp.Stream:
-    """Nexmark Q20, expand bid: each bid with the columns of its auction, for auctions of category 10.
-
-    Nexmark: ``SELECT ... FROM bid B JOIN auction A ON B.auction = A.id
-    WHERE A.category = 10``, a regular join. Here an inner *interval* join of
-    bids (keyed by auction) and auctions (keyed by id), the auction at most
-    the longest auction, 120 s, before or after the bid. A bid falls in its
-    auction's life, so the as-of join (each bid with its auction's version in
-    force at the bid) is the natural form; but on this generator a fifth to a
-    quarter of the bids have an event time before their auction's
-    (disorder), and the as-of join finds no auction for them. Disorder and
-    lateness keep every bid within 67 s of its auction, so the interval join
-    gives the regular join's rows exactly, and emits each as soon as both
-    rows are there.
-    """
-    return (
-        _timed(bid).key_by("auction").interval_join(_timed(_category(auction)).key_by("id"), between=BETWEEN)
-    )
-
-
-PIPELINES: dict[str, Callable[[kp.Stream, kp.Stream], kp.Stream]] = {
-    "nexmark-q3": q3,
-    "nexmark-q8": q8,
-    "nexmark-q20": q20,
-}
-
-
 def krishiv_join(query: Query, sources: Sources) -> kp.Stream:
-    """``query`` over ``sources`` (table name -> stream without a watermark)."""
-    left, right = query.tables
-    return PIPELINES[query.name](sources[left], sources[right])
+    """``query`` over ``sources`` (table name -> stream without a watermark): its module's pipeline
+    (``nexmark-q3``: :mod:`benchmarks.nexmark.q3`), each table watermarked 5 s behind."""
+    module = nexmark.query(query.name.removeprefix("nexmark-"))
+    tables = timed({t: sources[t] for t in query.tables}, WATERMARK_LAG_MS, query.event_time)
+    pipeline: kp.Stream = module.build(tables)
+    return pipeline
 
 
 def join_node(query: Query, ddls: Mapping[str, str]) -> n.Join:

@@ -1,23 +1,30 @@
-"""Nexmark q4, q6, q7, q9 and q23 (joins composed with aggregations, top-N, a window and a join): references.
+"""Nexmark q4, q6, q7, q9 and q23 (joins composed with aggregations, top-N, a window and a join):
+streamed in krishiv and in PyFlink, against DuckDB.
 
 Five of Nexmark's queries over this repository's Nexmark tables
-(:func:`benchmarks.data.nexmark`), each as
+(:func:`benchmarks.data.nexmark`), each defined by its module of
+:mod:`benchmarks.nexmark` (``q4.py``, ``q6.py``, ``q7.py``, ``q9.py``,
+``q23.py``: :func:`composed` reads it into a :class:`NexmarkQuery`):
 
 * Nexmark's own SQL (``nexmark-flink/src/main/resources/queries/qN.sql`` of
   the Nexmark benchmark repository, nexmark/nexmark, as of commit ``6b3646c``,
-  2025-12-26), quoted in the docstring of :func:`q4`, :func:`q6`, :func:`q7`,
-  :func:`q9` and :func:`q23`, and rewritten to this repository's column names
-  (``date_time``, ``item_name``, ...; the tables have no ``extra`` column);
+  2025-12-26), quoted in the module's docstring, and rewritten to this
+  repository's column names (``date_time``, ``item_name``, ...; the tables
+  have no ``extra`` column): the module's ``DUCKDB``;
 * a DuckDB reference (:func:`duckdb_rows`): that SQL on the bounded tables
   (the Parquet files), which is the *final answer once all input is in*;
 * a PyFlink run of the same SQL on the same data (:func:`flink_rows`), in
-  streaming mode, where Flink can run it;
+  streaming mode, where Flink can run it (the module's ``FLINK`` where its
+  text differs);
 * :func:`compare`: both engines, and whether they agree row for row;
-* krishiv's pipelines of q4, q6, q7, q9 and q23 with the builder
-  (:func:`krishiv_pipeline`, each query's docstring says how), q4 and q9
-  also in krishiv SQL, whose plans equal the builder's
-  (:func:`sql_plan_agrees`), and :func:`krishiv_rows`, which runs one
-  bounded and streamed and compares it with DuckDB's rows.
+* krishiv's pipelines with the builder (the module's ``build``, over the
+  tables each watermarked :func:`watermark_lag_ms` behind:
+  :func:`krishiv_pipeline`), q4 and q9 also in krishiv SQL, whose plans
+  equal the builder's (:func:`sql_plan_agrees`), and :func:`krishiv_rows`,
+  which runs one bounded and streamed and compares it with DuckDB's rows.
+
+``python -m benchmarks.nexmark --query q9`` checks the same pipeline
+bounded, beside the other queries.
 
 The queries join on keys (and, for q4/q6/q7/q9, a condition between the event
 times) as *regular* joins: Flink keeps every row of both inputs and drops
@@ -56,19 +63,9 @@ DuckDB nor psutil, which the PyFlink environment lacks.
 
 q6 in Flink
 -----------
-Flink cannot run q6. Nexmark's README lists it as unsupported with
-FLINK-19059 ("Support to consume retractions for OVER WINDOW operator"), and
-q6.sql carries the note "this query is not supported yet in Flink SQL,
-because the OVER WINDOW operator doesn't support to consume retractions".
-Its ``OVER (... ORDER BY dateTime ROWS BETWEEN 10 PRECEDING AND CURRENT
-ROW)`` orders by a column that is no longer a time attribute after the
-regular join, over the top-1 ``ROW_NUMBER``'s updating rows; Flink 2.3.0's
-planner refuses it with ``TableException: Non-time attribute sort is not
-supported for bounded OVER window.`` (``StreamExecOverAggregate``; the same
-query with an ``UNBOUNDED PRECEDING`` frame does run in Flink 2.3).
-Nexmark's text is not valid SQL as it stands either (its ``WHERE rownum <=
-1`` names an alias of its own ``SELECT``, and ``A``/``B`` out of scope);
-:func:`q6` fixes the scoping. The DuckDB reference is the only answer.
+Flink cannot run q6 (FLINK-19059: its ``OVER`` window does not consume the
+top-1's retractions); :mod:`benchmarks.nexmark.q6` says how its planner
+refuses it. The DuckDB reference is the only answer.
 
 How krishiv is run
 ------------------
@@ -108,14 +105,16 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Literal
 
 import pyarrow as pa
 
 import krishiv_py as kp
 from benchmarks import data, protocol
-from benchmarks.data import MAX_AUCTION_DURATION_MS, Dataset, NexmarkSpec
+from benchmarks.data import Dataset, NexmarkSpec
 from benchmarks.flink_runner import FlinkRunner
+from benchmarks.nexmark import _streams, q9, query
 from benchmarks.queries import Query
 from krishiv_py.api.stream import placeholder
 from krishiv_py.names import RESULT_KIND
@@ -171,411 +170,41 @@ class NexmarkQuery:
         return tuple(self.column_names.index(k) for k in self.key)
 
 
-_AUCTION_COLUMNS = (
-    ("id", "BIGINT"),
-    ("item_name", "STRING"),
-    ("description", "STRING"),
-    ("initial_bid", "BIGINT"),
-    ("reserve", "BIGINT"),
-    ("date_time", "TIMESTAMP(3)"),
-    ("expires", "TIMESTAMP(3)"),
-    ("seller", "BIGINT"),
-    ("category", "BIGINT"),
-)
+#: The tables as a module's DuckDB statements name them here: the views :func:`duckdb_rows` makes,
+#: and the tables PyFlink registers.
+VIEWS = {t: t for t in TABLES}
 
 
-#: The join of q4 and q9 in krishiv SQL (Flink's ``FROM A, B WHERE``): Nexmark's ``BETWEEN A.date_time
-#: AND A.expires`` with a fixed upper bound, the longest auction, for the join's state; expiry a filter.
-_LIFETIME_SQL = f"""FROM auction A, bid B
-    WHERE A.id = B.auction
-        AND B.date_time BETWEEN A.date_time AND A.date_time + INTERVAL '{MAX_AUCTION_DURATION_MS}' MILLISECOND
-        AND B.date_time <= A.expires"""
+def _title(module: ModuleType) -> str:
+    """A module's name of its query: its docstring's ``Nexmark qN, <name>: ...``."""
+    first = (module.__doc__ or "").split("\n", 1)[0]
+    return first.split(", ", 1)[-1].split(":", 1)[0]
 
 
-def q4() -> NexmarkQuery:
-    """Nexmark q4, average price for a category: the mean winning price of each category's auctions.
+def composed(name: str) -> NexmarkQuery:
+    """Query ``name`` of :mod:`benchmarks.nexmark` (``qN.py``) as this module runs it."""
+    module = query(name)
 
-    Nexmark's SQL (q4.sql)::
+    def text(attribute: str) -> str:
+        sql: str | None = getattr(module, attribute, None)
+        return "" if sql is None else sql.format(**VIEWS, watermark_ms="{watermark_ms}")
 
-        INSERT INTO nexmark_q4
-        SELECT
-            Q.category,
-            AVG(Q.final)
-        FROM (
-            SELECT MAX(B.price) AS final, A.category
-            FROM auction A, bid B
-            WHERE A.id = B.auction AND B.`dateTime` BETWEEN A.`dateTime` AND A.expires
-            GROUP BY A.id, A.category
-        ) Q
-        GROUP BY Q.category;
-
-    Here: ``AVG(CAST(Q.final AS DOUBLE)) AS avg_final`` (the exact mean).
-    Columns: category, avg_final; one row per category with a bid in an
-    auction's lifetime. In Flink both aggregations update: each new maximum
-    retracts the auction's old one from its category's average.
-
-    krishiv plan
-    ------------
-    The join and filter of :func:`q9` (:func:`lifetime_bids`); then
-    ``key_by("id", "category").agg(max(price).alias("final"))``, an updating
-    maximum per auction (a ``kind`` column: each new maximum retracts the
-    previous row); then ``key_by("category").agg(avg(final))`` over those
-    retracting maxima, a stage of its own: the category's average takes the
-    retracted maximum out and the new one in. krishiv's ``avg`` of a bigint
-    is a ``DOUBLE`` (an exact integer sum over a count), so no cast. In
-    krishiv SQL (``krishiv_sql``) the inner ``SELECT`` lists ``A.id,
-    A.category`` first, as the aggregation's keys come: the same plan
-    (:func:`sql_plan_agrees`), with nothing between the two aggregations.
-    docs/sql.md's ``SELECT MAX(B.price) AS final, A.category`` puts a
-    projection there, which the stateful lowering fails on as of 2026-11-26
-    (``KeyError: '__kp_handed_ts'``: a projection between two operators
-    drops the handed rows' event time).
-    """
     return NexmarkQuery(
-        name="q4",
-        title="average winning price per category",
-        sql="""SELECT Q.category, AVG(CAST(Q.final AS DOUBLE)) AS avg_final
-FROM (
-    SELECT MAX(B.price) AS final, A.category
-    FROM auction A, bid B
-    WHERE A.id = B.auction AND B.date_time BETWEEN A.date_time AND A.expires
-    GROUP BY A.id, A.category
-) Q
-GROUP BY Q.category""",
-        columns=(("category", "BIGINT"), ("avg_final", "DOUBLE")),
-        key=("category",),
-        krishiv_sql=f"""SELECT Q.category, AVG(Q.final) AS avg_final
-FROM (
-    SELECT A.id, A.category, MAX(B.price) AS final
-    {_LIFETIME_SQL}
-    GROUP BY A.id, A.category
-) Q
-GROUP BY Q.category""",
+        name=name,
+        title=_title(module),
+        sql=text("DUCKDB"),
+        columns=module.COLUMNS,
+        key=getattr(module, "KEY", ()),
+        flink_sql=text("FLINK"),
+        krishiv_sql=module.SQL or "",
+        fired_sql=text("FIRED_DUCKDB"),
+        ties_sql=text("TIES_DUCKDB"),
     )
 
 
-def q6() -> NexmarkQuery:
-    """Nexmark q6, average selling price by seller: each winning price averaged with the seller's last ten.
-
-    Nexmark's SQL (q6.sql; Flink cannot run it, see the module docstring)::
-
-        INSERT INTO nexmark_q6
-        SELECT
-            Q.seller,
-            AVG(Q.price) OVER
-                (PARTITION BY Q.seller ORDER BY Q.`dateTime` ROWS BETWEEN 10 PRECEDING AND CURRENT ROW)
-        FROM (
-            SELECT *, ROW_NUMBER() OVER (PARTITION BY A.id, A.seller ORDER BY B.price DESC) AS rownum
-            FROM (SELECT A.id, A.seller, B.price, B.`dateTime`
-                FROM auction AS A,
-                    bid AS B
-                WHERE A.id = B.auction
-                    and B.`dateTime` between A.`dateTime` and A.expires)
-            WHERE rownum <= 1
-        ) AS Q;
-
-    Here: the ``rownum`` filter one level out (Nexmark's names the alias in
-    its own ``SELECT`` and ``A``/``B`` out of scope); the winning bid's ties
-    broken as in :func:`q9` (highest price, then earliest); ``AVG`` over
-    ``DOUBLE``. The reference also orders the frame by auction id after the
-    bid time, so that the answer is unique (2 of the 1,167 winning bids of
-    the 20,000-event dataset share their seller and millisecond); Flink is
-    given Nexmark's single ordering column, as with two it refuses the query
-    earlier ("The window can only be ordered by a single time column.").
-
-    Columns: seller, avg_price; one row per auction with a bid in its
-    lifetime (an ``OVER`` aggregate keeps every row): the mean of its
-    winning price and those of the seller's ten auctions won before it (11
-    rows: ``10 PRECEDING AND CURRENT ROW``; Nexmark's text says "last 10").
-
-    krishiv plan
-    ------------
-    The ``OVER`` query itself (SPEC 3.16): the join and filter of
-    :func:`q9` (:func:`lifetime_bids`); q9's winning bid per auction
-    (``top_n(1, by="price", per="key", keys=("id",), ties="first")``,
-    updating, beside the join); then ``key_by("seller").over_rows(10)``
-    with ``avg(price)`` over those changes, a stage of its own keyed by
-    seller. A winning bid's event time is its bid's (the later of the
-    joined rows'), so the order is ``date_time``'s; a new winning bid of an
-    auction retracts the old one, which leaves its seller's order, and the
-    rows after it are corrected (retracted and emitted again). A streamed
-    run emits a row once the watermark passes its bid (:attr:`fired_sql`:
-    the reference's rows before the run's last watermark). Ties in time
-    are ordered by arrival in krishiv and by auction id in the reference.
-    """
-    sql = """SELECT Q.seller, AVG(CAST(Q.price AS DOUBLE)) OVER
-    (PARTITION BY Q.seller ORDER BY {order} ROWS BETWEEN 10 PRECEDING AND CURRENT ROW) AS avg_price
-FROM (
-    SELECT * FROM (
-        SELECT *, ROW_NUMBER() OVER (PARTITION BY id, seller ORDER BY price DESC, date_time ASC) AS rownum
-        FROM (SELECT A.id, A.seller, B.price, B.date_time
-            FROM auction AS A, bid AS B
-            WHERE A.id = B.auction AND B.date_time BETWEEN A.date_time AND A.expires)
-    ) WHERE rownum <= 1
-) AS Q"""
-    return NexmarkQuery(
-        name="q6",
-        title="average of each seller's last 11 winning prices, per winning bid",
-        sql=sql.format(order="Q.date_time, Q.id"),
-        flink_sql=sql.format(order="Q.date_time"),
-        columns=(("seller", "BIGINT"), ("avg_price", "DOUBLE")),
-        # The rows before the watermark: a frame holds rows before its own, so leaving the later
-        # ones out changes none of them.
-        fired_sql=sql.format(order="Q.date_time, Q.id") + "\nWHERE epoch_ms(Q.date_time) < {watermark_ms}",
-        ties_sql="SELECT DISTINCT seller FROM ("
-        + sql.split("FROM (", 1)[1].rsplit(") AS Q", 1)[0]
-        + ") GROUP BY seller, date_time HAVING count(*) > 1",
-    )
-
-
-#: q7's window: 10 s of event time.
-Q7_WINDOW_MS = 10_000
-
-
-def q7() -> NexmarkQuery:
-    """Nexmark q7, highest bid: every bid at the highest price of the 10 s window it falls in.
-
-    Nexmark's SQL (q7.sql)::
-
-        INSERT INTO nexmark_q7
-        SELECT B.auction, B.price, B.bidder, B.dateTime, B.extra
-        from bid B
-        JOIN (
-          SELECT MAX(price) AS maxprice, window_end as dateTime
-          FROM TABLE(
-                  TUMBLE(TABLE bid, DESCRIPTOR(dateTime), INTERVAL '10' SECOND))
-          GROUP BY window_start, window_end
-        ) B1
-        ON B.price = B1.maxprice
-        WHERE B.dateTime BETWEEN B1.dateTime  - INTERVAL '10' SECOND AND B1.dateTime;
-
-    Here without ``extra`` (the tables have none). Flink runs Nexmark's text
-    (``flink_sql``); DuckDB has no ``TUMBLE``, so its form (``sql``) makes
-    the windows with epoch arithmetic. Columns: auction, price, bidder,
-    date_time; insert-only. A bid meets the window it falls in and, when it
-    is exactly on a window's end, that window too (``BETWEEN`` takes both
-    ends). A streamed run of files has no end of input, so its last windows
-    never close: it is checked against the rows of the windows its
-    watermark closed (``fired_sql``).
-
-    krishiv plan
-    ------------
-    ``bids.tumbling_window(10_000).agg(max(price).alias("maxprice"))`` (one
-    row per window, no keys), then ``key_by("maxprice").interval_join(
-    bids.key_by("price"), between=(-9_999, 1))``: a join of a window's
-    results (docs/joins.md). A window's result has event time
-    ``window_end - 1 ms``, so ``window_end - 10 s <= B.date_time <=
-    window_end`` is ``-9,999 ms .. +1 ms`` from it. The join runs as a stage
-    after the window's operator, keyed by price.
-    """
-    flink = """SELECT B.auction, B.price, B.bidder, B.date_time
-FROM bid B
-JOIN (
-    SELECT MAX(price) AS maxprice, window_end AS date_time
-    FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(date_time), INTERVAL '10' SECOND))
-    GROUP BY window_start, window_end
-) B1
-ON B.price = B1.maxprice
-WHERE B.date_time BETWEEN B1.date_time - INTERVAL '10' SECOND AND B1.date_time"""
-    end = f"epoch_ms((epoch_ms(date_time) // {Q7_WINDOW_MS}) * {Q7_WINDOW_MS} + {Q7_WINDOW_MS})"
-    sql = f"""SELECT B.auction, B.price, B.bidder, B.date_time
-FROM bid B
-JOIN (
-    SELECT MAX(price) AS maxprice, {end} AS date_time
-    FROM bid
-    GROUP BY epoch_ms(date_time) // {Q7_WINDOW_MS}
-) B1
-ON B.price = B1.maxprice
-WHERE B.date_time BETWEEN B1.date_time - INTERVAL '10' SECOND AND B1.date_time"""
-    return NexmarkQuery(
-        name="q7",
-        title="bids at their window's highest price",
-        sql=sql,
-        flink_sql=flink,
-        fired_sql=sql + "\n    AND B1.date_time <= epoch_ms({watermark_ms})",
-        columns=(
-            ("auction", "BIGINT"),
-            ("price", "BIGINT"),
-            ("bidder", "BIGINT"),
-            ("date_time", "TIMESTAMP(3)"),
-        ),
-    )
-
-
-def q9() -> NexmarkQuery:
-    """Nexmark q9, winning bids: each auction with its highest bid within its lifetime.
-
-    Nexmark's SQL (q9.sql)::
-
-        INSERT INTO nexmark_q9
-        SELECT
-            id, itemName, description, initialBid, reserve, `dateTime`, expires, seller, category, extra,
-            auction, bidder, price, bid_dateTime, bid_extra
-        FROM (
-           SELECT A.*, B.auction, B.bidder, B.price, B.`dateTime` AS bid_dateTime, B.extra AS bid_extra,
-             ROW_NUMBER() OVER (PARTITION BY A.id ORDER BY B.price DESC, B.`dateTime` ASC) AS rownum
-           FROM auction A, bid B
-           WHERE A.id = B.auction AND B.`dateTime` BETWEEN A.`dateTime` AND A.expires
-        )
-        WHERE rownum <= 1;
-
-    Here: ``B.bidder ASC`` breaks the ties Nexmark leaves (equal price and
-    time): bids tied on all three give the same result row, so the answer is
-    unique. Columns: the auction's, then auction, bidder, price,
-    bid_date_time; one row per auction with a bid at or after its
-    ``date_time`` and at or before its ``expires``, carrying the highest
-    price, the earliest bid among those at that price.
-
-    krishiv plan
-    ------------
-    ``auctions.key_by("id").interval_join(bids.key_by("auction"),
-    between=(0, MAX_AUCTION_DURATION_MS))``: each auction with its bids at
-    most ``MAX_AUCTION_DURATION_MS`` after its ``date_time`` (the lower
-    bound 0 is ``B.date_time >= A.date_time``; an auction lasts less than
-    that bound, so it cuts no pair of the ``BETWEEN``); then
-    ``filter(col("date_time_right") <= col("expires"))`` (the bid's
-    ``date_time`` is ``date_time_right`` in the joined row); then
-    ``top_n(1, by="price", per="key", keys=("id",), ties="first")``:
-    updating, a new top bid retracts the auction's previous row; then
-    Nexmark's columns. ``top_n`` ranks every ``by`` column one way, so it
-    cannot say ``price DESC, date_time ASC``; with ``ties="first"`` it
-    breaks a tie by the remaining columns in order, ascending. The bids are
-    read with their columns in :data:`RANKED_BID_DDL`'s order (price, date
-    time, bidder, ...), so a joined row's columns after the auction's (equal
-    within an auction) are the bid's time, then its bidder: the tie order of
-    the reference, exactly. In krishiv SQL the same, ``ORDER BY B.price
-    DESC`` alone.
-
-    Streamed, rows behind the watermark would be dropped (Flink's regular
-    join drops none); the sources' lag (:func:`watermark_lag_ms`) covers the
-    generator's disorder and lateness, so none is.
-    """
-    return NexmarkQuery(
-        name="q9",
-        title="winning bid per auction",
-        sql="""SELECT id, item_name, description, initial_bid, reserve, date_time, expires, seller, category,
-    auction, bidder, price, bid_date_time
-FROM (
-    SELECT A.*, B.auction, B.bidder, B.price, B.date_time AS bid_date_time,
-        ROW_NUMBER() OVER (PARTITION BY A.id ORDER BY B.price DESC, B.date_time ASC, B.bidder ASC) AS rownum
-    FROM auction A, bid B
-    WHERE A.id = B.auction AND B.date_time BETWEEN A.date_time AND A.expires
-)
-WHERE rownum <= 1""",
-        columns=(
-            *_AUCTION_COLUMNS,
-            ("auction", "BIGINT"),
-            ("bidder", "BIGINT"),
-            ("price", "BIGINT"),
-            ("bid_date_time", "TIMESTAMP(3)"),
-        ),
-        key=("id",),
-        krishiv_sql=f"""SELECT id, item_name, description, initial_bid, reserve, date_time, expires,
-    seller, category, auction, bidder, price, bid_date_time
-FROM (
-    SELECT A.*, B.auction, B.bidder, B.price, B.date_time AS bid_date_time,
-        ROW_NUMBER() OVER (PARTITION BY A.id ORDER BY B.price DESC) AS rownum
-    {_LIFETIME_SQL}
-)
-WHERE rownum <= 1""",
-    )
-
-
-def q23() -> NexmarkQuery:
-    """Nexmark q23 (2025), a three-way join: each bid by a person who sells, with the person and each auction.
-
-    Nexmark's SQL (q23.sql, added 2025-12-25: "Find all bids made by a person
-    who has also listed an item for auction. Illustrates a multi-way join")::
-
-        INSERT INTO nexmark_q23
-        SELECT bidder,
-               price,
-               channel,
-               url,
-               B.extra    AS bid_extra,
-
-               P.id       AS person_id,
-               name,
-               emailAddress,
-               creditCard,
-               city,
-               state,
-               P.extra    AS person_extra,
-               itemName,
-
-               description,
-               initialBid,
-               reserve,
-               A.dateTime AS auction_dateTime,
-               expires,
-               seller,
-               category,
-               A.extra    AS auction_extra
-        FROM bid B
-                 JOIN
-             person P ON P.id = B.bidder
-                 JOIN
-             auction A ON A.seller = B.bidder;
-
-    The auction is joined on its *seller* (the bidder), not on the bid's
-    auction: one row per bid and auction its bidder sells. Columns as
-    Nexmark's without the ``extra`` ones; insert-only, duplicates kept. The
-    generator clips cold bidders and early sellers to person 1000, so small
-    datasets have many rows per bid (20,000 events: 18,400 bids, 650,672
-    rows).
-
-    krishiv plan
-    ------------
-    ``bids.key_by("bidder").interval_join(persons.key_by("id"),
-    between=BETWEEN)``, then ``.key_by("bidder").interval_join(
-    auctions.key_by("seller"), between=BETWEEN)`` with
-    ``BETWEEN = (-MAX_AUCTION_DURATION_MS, MAX_AUCTION_DURATION_MS)``
-    (:data:`benchmarks.joins.BETWEEN`). Nexmark's joins have no time bound;
-    on this generator a bid's event time is within (-62.1 s, 112 s) of its
-    bidder's and (-67 s, 112 s) of each of the bidder's auctions' (a bidder
-    is among the 1,000 newest persons or a hot one, a seller among the 100
-    newest, plus 2 s of disorder and up to 60 s of lateness on each side), so
-    that bound holds every pair. The second join measures from the first
-    join's row, at the later of the bid's and the person's times: an auction
-    follows its seller's person row in arrival order, so it is at most 67 s
-    after and 112 s before that row too. Then Nexmark's columns
-    (``person_id`` and ``seller`` are the key, ``bidder``; the auction's
-    ``date_time`` is ``date_time_right_right``). krishiv SQL has one join per
-    query, so q23 is the builder's only.
-    """
-    return NexmarkQuery(
-        name="q23",
-        title="bids by sellers, with the person and each of their auctions",
-        sql="""SELECT bidder, price, channel, url,
-    P.id AS person_id, name, email_address, credit_card, city, state,
-    item_name, description, initial_bid, reserve, A.date_time AS auction_date_time, expires, seller, category
-FROM bid B
-    JOIN person P ON P.id = B.bidder
-    JOIN auction A ON A.seller = B.bidder""",
-        columns=(
-            ("bidder", "BIGINT"),
-            ("price", "BIGINT"),
-            ("channel", "STRING"),
-            ("url", "STRING"),
-            ("person_id", "BIGINT"),
-            ("name", "STRING"),
-            ("email_address", "STRING"),
-            ("credit_card", "STRING"),
-            ("city", "STRING"),
-            ("state", "STRING"),
-            ("item_name", "STRING"),
-            ("description", "STRING"),
-            ("initial_bid", "BIGINT"),
-            ("reserve", "BIGINT"),
-            ("auction_date_time", "TIMESTAMP(3)"),
-            ("expires", "TIMESTAMP(3)"),
-            ("seller", "BIGINT"),
-            ("category", "BIGINT"),
-        ),
-    )
-
-
-QUERIES: dict[str, NexmarkQuery] = {q.name: q for q in (q4(), q6(), q7(), q9(), q23())}
+#: The queries krishiv runs.
+KRISHIV_QUERIES = ("q4", "q6", "q7", "q9", "q23")
+QUERIES: dict[str, NexmarkQuery] = {name: composed(name) for name in KRISHIV_QUERIES}
 
 
 # --- DuckDB: the bounded reference ---------------------------------------------------------
@@ -823,14 +452,11 @@ def compare(query: str, dataset: Dataset) -> bool:
 
 # --- krishiv: the builder's pipelines, their SQL, and runs --------------------------------------
 
-#: The queries krishiv runs.
-KRISHIV_QUERIES = ("q4", "q6", "q7", "q9", "q23")
-#: q23's joins: a partner at most the longest auction before or after (``benchmarks.joins.BETWEEN``).
-BETWEEN = (-MAX_AUCTION_DURATION_MS, MAX_AUCTION_DURATION_MS)
-#: The bid table as krishiv reads it: the columns Nexmark's q9 ranks a tie by first (see :func:`q9`).
-RANKED_BID_DDL = (
-    "auction bigint, price bigint, date_time timestamp, bidder bigint, channel string, url string"
-)
+#: q23's joins: a partner at most the longest auction before or after.
+BETWEEN = _streams.BETWEEN
+#: The bid table as krishiv reads it: the columns Nexmark's q9 ranks a tie by first
+#: (:mod:`benchmarks.nexmark.q9`).
+RANKED_BID_DDL = q9.RANKED_BID_DDL
 DDLS = {"person": data.PERSON_DDL, "auction": data.AUCTION_DDL, "bid": RANKED_BID_DDL}
 
 Streams = Mapping[str, kp.Stream]
@@ -850,70 +476,24 @@ def watermark_lag_ms(dataset: Dataset) -> int:
     return int(params["disorder_ms"]) + late
 
 
-def _timed(streams: Streams, table: str, lag_ms: int) -> kp.Stream:
-    return streams[table].watermark(EVENT_TIME, lag_ms)
-
-
 def lifetime_bids(streams: Streams, lag_ms: int) -> kp.Stream:
-    """Each auction with its bids from its start until it expires: the join and filter of q4 and q9."""
-    bids = _timed(streams, "bid", lag_ms).key_by("auction")
-    auctions = _timed(streams, "auction", lag_ms).key_by("id")
-    joined = auctions.interval_join(bids, between=(0, MAX_AUCTION_DURATION_MS))
-    return joined.filter(kp.col("date_time_right") <= kp.col("expires"))
+    """Each auction with its bids from its start until it expires: the join and filter of q4, q6, q9
+    (:func:`benchmarks.nexmark.q9.lifetime_bids`) over ``streams``, each watermarked ``lag_ms`` behind."""
+    return q9.lifetime_bids(_streams.timed(streams, lag_ms, EVENT_TIME))
 
 
-def q4_pipeline(streams: Streams, lag_ms: int) -> kp.Stream:
-    """q4 with the builder (see :func:`q4`)."""
-    final = (
-        lifetime_bids(streams, lag_ms).key_by("id", "category").agg(kp.max(kp.col("price")).alias("final"))
-    )
-    return final.key_by("category").agg(kp.avg(kp.col("final")).alias("avg_final"))
+def _pipeline(name: str) -> Callable[[Streams, int], kp.Stream]:
+    def build(streams: Streams, lag_ms: int) -> kp.Stream:
+        pipeline: kp.Stream = query(name).build(_streams.timed(streams, lag_ms, EVENT_TIME))
+        return pipeline
+
+    return build
 
 
-def q6_pipeline(streams: Streams, lag_ms: int) -> kp.Stream:
-    """q6 with the builder (see :func:`q6`): each winning bid with its seller's average of it and the
-    ten winning bids before it."""
-    winning = lifetime_bids(streams, lag_ms).top_n(1, by="price", per="key", keys=("id",), ties="first")
-    over = winning.key_by("seller").over_rows(10).agg(kp.avg(kp.col("price")).alias("avg_price"))
-    return over.select("seller", "avg_price", RESULT_KIND)
-
-
-def q7_pipeline(streams: Streams, lag_ms: int) -> kp.Stream:
-    """q7 with the builder (see :func:`q7`): each window's highest price joined back with the bids."""
-    bids = _timed(streams, "bid", lag_ms)
-    highest = bids.tumbling_window(Q7_WINDOW_MS).agg(kp.max(kp.col("price")).alias("maxprice"))
-    joined = highest.key_by("maxprice").interval_join(bids.key_by("price"), between=(1 - Q7_WINDOW_MS, 1))
-    return joined.select("auction", kp.col("maxprice").alias("price"), "bidder", "date_time")
-
-
-def q9_pipeline(streams: Streams, lag_ms: int) -> kp.Stream:
-    """q9 with the builder (see :func:`q9`); the bids' columns in :data:`RANKED_BID_DDL`'s order."""
-    best = lifetime_bids(streams, lag_ms).top_n(1, by="price", per="key", keys=("id",), ties="first")
-    renamed = {"auction": "id", "bid_date_time": "date_time_right"}
-    return best.select(
-        *(kp.col(renamed[c]).alias(c) if c in renamed else c for c in QUERIES["q9"].column_names),
-        RESULT_KIND,
-    )
-
-
-def q23_pipeline(streams: Streams, lag_ms: int) -> kp.Stream:
-    """q23 with the builder (see :func:`q23`): a join of a join, then Nexmark's columns."""
-    persons = _timed(streams, "person", lag_ms).key_by("id")
-    auctions = _timed(streams, "auction", lag_ms).key_by("seller")
-    with_person = _timed(streams, "bid", lag_ms).key_by("bidder").interval_join(persons, between=BETWEEN)
-    three = with_person.key_by("bidder").interval_join(auctions, between=BETWEEN)
-    renamed = {"person_id": "bidder", "auction_date_time": "date_time_right_right", "seller": "bidder"}
-    return three.select(
-        *(kp.col(renamed[c]).alias(c) if c in renamed else c for c in QUERIES["q23"].column_names)
-    )
-
-
+#: Each query's builder pipeline (its module's ``build``) over the tables without a watermark, each
+#: given one on ``date_time``, the lag behind.
 PIPELINES: dict[str, Callable[[Streams, int], kp.Stream]] = {
-    "q4": q4_pipeline,
-    "q6": q6_pipeline,
-    "q7": q7_pipeline,
-    "q9": q9_pipeline,
-    "q23": q23_pipeline,
+    name: _pipeline(name) for name in KRISHIV_QUERIES
 }
 
 

@@ -43,8 +43,14 @@ Queries
     Nexmark ``bid`` (user sessions): per ``bidder``, sessions with a 10 s gap,
     number of bids. Columns: bidder, window_start, window_end, count.
 
-Join queries (two tables; :mod:`benchmarks.joins` has each formulation and
-why it gives Nexmark's answer on this generator):
+The ``nexmark-`` queries' krishiv pipelines and DuckDB references are their
+modules of :mod:`benchmarks.nexmark` (``nexmark-q5``: ``benchmarks/nexmark/q5.py``);
+``nexmark-q7`` here is the first half of Nexmark's q7, each window's highest
+price.
+
+Join queries (two tables; :mod:`benchmarks.joins` runs them, and each
+module's docstring says why its formulation gives Nexmark's answer on this
+generator):
 
 ``nexmark-q3``
     Nexmark ``auction`` and ``person`` (local item suggestion): each auction of

@@ -120,6 +120,7 @@ import krishiv_py as kp
 from benchmarks.flink_sustain import QUERIES as QUERIES
 from benchmarks.flink_sustain import ROW_QUERIES as ROW_QUERIES
 from benchmarks.flink_sustain import UPDATING_QUERIES as UPDATING_QUERIES
+from benchmarks.nexmark._streams import Tables
 
 WINDOW_MS = 2_000
 LAG_MS = 5_000
@@ -167,7 +168,7 @@ Q3_TABLES = {
 }
 STATES = pa.array(["AZ", "CA", "ID", "OR", "WA", "WY"])
 LOCAL = ("OR", "ID", "CA")
-#: q5: windows of this size (sliding by :data:`WINDOW_MS`).
+#: q5: windows of this size (sliding by :data:`WINDOW_MS`), as Nexmark's (:mod:`benchmarks.nexmark.q5`).
 Q5_SIZE_MS = 10_000
 #: q9: a bid goes to an auction sent in one of the last this many seconds (the current one
 #: included); auctions last this long; an auction's number is its send's second times ``SPAN``
@@ -465,7 +466,8 @@ class Workload:
             from benchmarks.nexmark import query
 
             name = self.row_query or self.updating
-            bids = _Bids(stream.watermark("date_time", LAG_MS), side)
+            tables = {"bid": stream.watermark("date_time", LAG_MS)}
+            bids = Tables(tables if side is None else {**tables, "side_input": side})
             if name in ("q15", "q16"):  # and the send's last auction behind each row
                 last = kp.max(kp.col("auction")).alias("last_auction")
                 return cast(kp.Stream, query(name).build(bids, last))
@@ -477,9 +479,10 @@ class Workload:
             return s.tumbling_window(WINDOW_MS).agg(
                 kp.max(kp.col("price")).alias("max_price"), kp.count(kp.col("*"))
             )
-        if self.name == Q5:  # per window, the auctions tied at the most bids
-            counts = s.key_by("auction").sliding_window(Q5_SIZE_MS, WINDOW_MS).agg(kp.count(kp.col("*")))
-            return counts.top_n(1, by="count", ties="all")
+        if self.name == Q5:  # per window, the auctions tied at the most bids (benchmarks.nexmark.q5)
+            from benchmarks.nexmark import q5
+
+            return q5.build(Tables({"bid": s}))
         if self.name == "tumbling-auto":
             s = stream.watermark("event_time", PINNED_AUTO)
         return s.key_by("user_id").tumbling_window(WINDOW_MS).agg(kp.count(kp.col("*")))
@@ -595,20 +598,6 @@ class Workload:
             (u, (s + int(OFFSETS[u // 2])) // TURN_MS) for u, s in zip(users, starts, strict=True)
         ]
         return windows, [e + LAG_MS for e in ends], counts
-
-
-class _Bids:
-    """The streams of a Nexmark module (:class:`benchmarks.nexmark._streams.Streams`): bids only."""
-
-    def __init__(self, bid: kp.Stream, side_input: kp.Stream | None = None) -> None:
-        self.bid = bid
-        self._side = side_input
-
-    @property
-    def side_input(self) -> kp.Stream:
-        if self._side is None:
-            raise ValueError("only q13 reads a side table; the harness gives it one")
-        return self._side
 
 
 def _per_send(auctions: np.ndarray[Any, Any]) -> tuple[list[Hashable], list[int], list[int]]:

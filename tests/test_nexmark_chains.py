@@ -21,6 +21,7 @@ from benchmarks.nexmark_compose import (
     KRISHIV_QUERIES,
     QUERIES,
     TABLES,
+    duckdb_rows,
     krishiv_rows,
     lifetime_bids,
     rows_agree,
@@ -87,30 +88,17 @@ def test_q4_q6_q9_q23_bounded_and_streamed_leave_the_duckdb_rows(
 
 
 @pytest.mark.spark
-def test_the_nexmark_command_runs_a_composed_query_bounded_against_duckdb(
+def test_the_nexmark_command_runs_a_composed_query_as_the_others(
     session: kp.Session, dataset: data.Dataset
 ) -> None:
-    """``python -m benchmarks.nexmark --query q9 --events N``: a row of its table, as for q0-q22."""
-    from benchmarks.nexmark.__main__ import run_composed
+    """``python -m benchmarks.nexmark --query q9 --events N``: its module's pipeline bounded, against
+    its reference, as every query (:func:`benchmarks.nexmark.check.run`); the same rows as here."""
+    from benchmarks.nexmark import query
+    from benchmarks.nexmark.check import run, streams_of
 
-    outcome = run_composed(QUERIES["q9"], session, dataset)
-    assert outcome.name == "q9" and outcome.equal and outcome.rows > 0
+    outcome = run(query("q9"), streams_of(session, dataset), dataset)
+    assert outcome.name == "q9" and outcome.equal and outcome.rows == len(duckdb_rows(QUERIES["q9"], dataset))
     assert outcome.krishiv_s > 0 and not outcome.only_krishiv and not outcome.only_duckdb
-
-
-@pytest.mark.spark
-def test_the_nexmark_command_runs_the_suites_joins_and_hot_items_bounded_against_duckdb(
-    session: kp.Session, tmp_path_factory: pytest.TempPathFactory
-) -> None:
-    """``--query q3`` (also q5, q8, q20) with ``--events``: the benchmark suite's form of the query,
-    krishiv's bounded lowering against DuckDB's SQL of it, row for row (3,000 events: q3 has rows)."""
-    from benchmarks.nexmark.__main__ import SUITE, run_suite
-
-    dataset = data.nexmark(data.NexmarkSpec(events=3_000, files=2), cache=tmp_path_factory.mktemp("suite"))
-    outcomes = [run_suite(name, session, dataset) for name in SUITE]
-    for o in outcomes:
-        assert o.equal and not o.only_krishiv and not o.only_duckdb, o
-    assert {o.name: o.rows > 0 for o in outcomes} == dict.fromkeys(SUITE, True)
 
 
 def test_q7_a_join_of_each_windows_highest_price_with_the_bids_leaves_the_duckdb_rows(

@@ -1,11 +1,14 @@
 """A Nexmark query on a dataset, krishiv's way and DuckDB's: the rows of both, and whether they agree.
 
 krishiv runs the query's builder pipeline over the dataset's Parquet files
-as bounded input (the lowering ``explain()`` chooses for it: a batch job);
-DuckDB runs ``DUCKDB``. Rows compare as multisets, a timestamp as its epoch
-microseconds, a float exactly (both compute in IEEE doubles), ``kind``
-dropped (every row of a bounded run is an emit), and so are the columns a
-module names ``NOT_REPRODUCIBLE`` (q12's processing-time windows).
+as bounded input (the lowering ``explain()`` chooses for it: a batch job),
+each table with the columns in the module's ``READ_ORDER`` where it has
+one; DuckDB runs ``DUCKDB``. Rows compare as multisets, a timestamp as its
+epoch microseconds, a float exactly (both compute in IEEE doubles). An
+updating result's rows are those its changes leave (each ``retract``
+withdraws an equal ``emit``), ``kind`` dropped, and so are the columns a
+module names ``NOT_REPRODUCIBLE`` (q12's processing-time windows); the rows
+of the keys a module's ``TIES_DUCKDB`` names compare by count alone (q6).
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ from __future__ import annotations
 import re
 import time
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from datetime import datetime
 from types import ModuleType
 from typing import Any
@@ -27,9 +31,11 @@ import krishiv_py as kp
 from benchmarks.data import Dataset
 from benchmarks.nexmark._streams import LAG_MS
 from krishiv_py.api.stream import Stream
-from krishiv_py.names import KAFKA_COLUMNS
+from krishiv_py.names import KAFKA_COLUMNS, RESULT_KIND
 
 TABLES = ("bid", "auction", "person")
+#: Rows as compared: each a tuple of the compared columns' values, with its count.
+Rows = Counter[tuple[Any, ...]]
 
 
 #: q13's side table: each key of 0-9,999 with a value.
@@ -94,15 +100,22 @@ def compared_columns(query: ModuleType, columns: list[str]) -> list[str]:
     return [c for c in columns if c not in left_out]
 
 
+def reading(query: ModuleType, streams: DatasetStreams) -> DatasetStreams:
+    """``streams`` with each table the module names in ``READ_ORDER`` in its columns' order there."""
+    order: dict[str, tuple[str, ...]] = getattr(query, "READ_ORDER", {})
+    return replace(streams, **{t: getattr(streams, t).select(*columns) for t, columns in order.items()})
+
+
 def run(query: ModuleType, streams: DatasetStreams, dataset: Dataset) -> Outcome:
-    pipeline = query.build(streams)
+    pipeline = query.build(reading(query, streams))
     columns = compared_columns(query, list(pipeline.columns))
     start = time.perf_counter()
     table = pipeline.collect()  # (timed: the run and its rows in this process, as Arrow)
     krishiv_s = time.perf_counter() - start
-    got = normalized(table.to_pylist(), columns)
+    untie = untied(query, dataset)
+    got = untie(current(table.to_pylist(), columns))
     start = time.perf_counter()
-    want = normalized(duckdb_rows(query, dataset), columns)
+    want = untie(normalized(duckdb_rows(query, dataset), columns))
     duckdb_s = time.perf_counter() - start
     return Outcome(
         name=query.__name__.rsplit(".", 1)[1],
@@ -115,17 +128,43 @@ def run(query: ModuleType, streams: DatasetStreams, dataset: Dataset) -> Outcome
     )
 
 
-def duckdb_rows(query: ModuleType, dataset: Dataset) -> list[dict[str, Any]]:
+def duckdb_rows(query: ModuleType, dataset: Dataset, statement: str = "DUCKDB") -> list[dict[str, Any]]:
+    """The rows of the module's ``statement`` (``DUCKDB``, ``TIES_DUCKDB``) over ``dataset``'s files."""
     tables = {t: f"read_parquet('{dataset.table_dir(t)}/*.parquet')" for t in TABLES}
     tables["side_input"] = f"read_parquet('{side_input(dataset)}/*.parquet')"
     with duckdb.connect() as con:
         con.execute("SET TimeZone = 'UTC'")
-        table = con.sql(query.DUCKDB.format(**tables)).to_arrow_table()
+        table = con.sql(getattr(query, statement).format(**tables)).to_arrow_table()
     rows: list[dict[str, Any]] = table.to_pylist()
     return rows
 
 
-def normalized(rows: list[dict[str, Any]], columns: list[str]) -> Counter[tuple[Any, ...]]:
+def current(rows: list[dict[str, Any]], columns: list[str]) -> Rows:
+    """The rows a result leaves: with a ``kind`` column, each ``retract`` withdraws an equal ``emit`` (a
+    retraction of a row never emitted stays, as a negative count, so the rows equal no reference)."""
+    left = normalized([r for r in rows if r.get(RESULT_KIND) != "retract"], columns)
+    left.subtract(normalized([r for r in rows if r.get(RESULT_KIND) == "retract"], columns))
+    return +left if all(n >= 0 for n in left.values()) else left
+
+
+def untied(query: ModuleType, dataset: Dataset) -> Callable[[Rows], Rows]:
+    """What makes rows comparable where krishiv orders ties in time by arrival and the reference by a
+    column: the rows whose first value the module's ``TIES_DUCKDB`` names, with their other values left
+    out (nothing to do without one)."""
+    if getattr(query, "TIES_DUCKDB", None) is None:
+        return lambda rows: rows
+    tied = {next(iter(r.values())) for r in duckdb_rows(query, dataset, "TIES_DUCKDB")}
+
+    def untie(rows: Rows) -> Rows:
+        out: Rows = Counter()
+        for row, count in rows.items():
+            out[(row[0], *(None for _ in row[1:])) if row[0] in tied else row] += count
+        return out
+
+    return untie
+
+
+def normalized(rows: list[dict[str, Any]], columns: list[str]) -> Rows:
     def plain(value: Any) -> Any:
         if isinstance(value, datetime):
             return int(value.timestamp() * 1_000_000)
@@ -180,7 +219,7 @@ def flink_outcome(query: ModuleType, record: dict[str, Any], dataset: Dataset) -
     if "rows" not in record:
         return FlinkOutcome(name, None, None, record.get("skipped") or record.get("failed", ""))
     columns = list(COMPARED.get(name, compared_columns(query, record["columns"])))
-    got: Counter[tuple[Any, ...]] = Counter()
+    got: Rows = Counter()
     for row in record["rows"]:
         values = dict(zip(record["columns"], row, strict=True))
         got[tuple(values[c] for c in columns)] += 1

@@ -16,5 +16,8 @@ SQL = "SELECT auction, bidder, price, date_time, channel, url FROM bid"
 DUCKDB = "SELECT auction, bidder, price, date_time, channel, url FROM {bid}"
 
 
+WORKLOAD = "nexmark-q0"
+
+
 def build(s: Streams) -> Stream:
     return s.bid.select("auction", "bidder", "price", "date_time", "channel", "url")

@@ -15,6 +15,9 @@ SQL = "SELECT auction, bidder, price * 0.908 AS price, date_time FROM bid"
 DUCKDB = "SELECT auction, bidder, price * 0.908::DOUBLE AS price, date_time FROM {bid}"
 
 
+WORKLOAD = "nexmark-q1"
+
+
 def build(s: Streams) -> Stream:
     return s.bid.select(
         kp.col("auction"), kp.col("bidder"), (kp.col("price") * 0.908).alias("price"), kp.col("date_time")

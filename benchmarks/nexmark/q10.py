@@ -21,6 +21,9 @@ DUCKDB = (
 )
 
 
+WORKLOAD = "nexmark-q10"
+
+
 def build(s: Streams) -> Stream:
     t = kp.col("date_time")
     return s.bid.select(

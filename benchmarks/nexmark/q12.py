@@ -33,6 +33,9 @@ DUCKDB = "SELECT bidder, COUNT(*) AS bid_count FROM {bid} GROUP BY bidder"
 NOT_REPRODUCIBLE = ("starttime", "endtime")
 
 
+WORKLOAD = "nexmark-q12"
+
+
 def build(s: Streams) -> Stream:
     per_bidder = s.bid.key_by("bidder").tumbling_window(10_000, time="processing")
     counted = per_bidder.agg(kp.count(kp.col("*")).alias("bid_count"))

@@ -28,6 +28,9 @@ FROM (SELECT *, auction % 10000 AS key FROM {bid}) B JOIN {side_input} S ON B.ke
 """
 
 
+WORKLOAD = "nexmark-q13"
+
+
 def build(s: Streams) -> Stream:
     keyed = s.bid.with_column("key", kp.col("auction") % 10000)
     joined = keyed.lookup_join(s.side_input, on="key")

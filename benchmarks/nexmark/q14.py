@@ -43,6 +43,9 @@ def builtin_count(url: Expr) -> Expr:
     return kp.length(url) - kp.length(kp.replace(url, "c", ""))
 
 
+WORKLOAD = "nexmark-q14"
+
+
 def build(s: Streams, count: Callable[[Expr], Expr] = builtin_count) -> Stream:
     """q14; ``count``: how ``c_counts`` counts the ``c`` of the url (a ``kp.udf`` in
     ``benchmarks/udf_cost.py``)."""

@@ -28,6 +28,9 @@ GROUP BY channel, day
 """
 
 
+WORKLOAD = "nexmark-q16"
+
+
 def build(s: Streams, *extra: kp.AggExpr) -> Stream:
     """The query over ``s``; ``extra`` aggregates after Nexmark's (the sustainable harness adds the
     latest auction behind each row)."""

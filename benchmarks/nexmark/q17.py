@@ -23,6 +23,9 @@ GROUP BY auction, day
 """
 
 
+WORKLOAD = "nexmark-q17"
+
+
 def build(s: Streams) -> Stream:
     by_day = s.bid.with_column("day", kp.date_format(kp.col("date_time"), "yyyy-MM-dd"))
     price = kp.col("price")

@@ -31,5 +31,8 @@ SELECT {_COLUMNS} FROM (
 """
 
 
+WORKLOAD = "nexmark-q18"
+
+
 def build(s: Streams) -> Stream:
     return s.bid.top_n(1, by=("date_time",), per="key", keys=("bidder", "auction"), ties="first")

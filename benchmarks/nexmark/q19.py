@@ -30,5 +30,8 @@ SELECT {_COLUMNS} FROM (
 """
 
 
+WORKLOAD = "nexmark-q19"
+
+
 def build(s: Streams) -> Stream:
     return s.bid.top_n(10, by=("price",), per="key", keys=("auction",), ties="first")

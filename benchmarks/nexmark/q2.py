@@ -11,5 +11,8 @@ SQL = "SELECT auction, price FROM bid WHERE auction % 123 = 0"
 DUCKDB = "SELECT auction, price FROM {bid} WHERE auction % 123 = 0"
 
 
+WORKLOAD = "nexmark-q2"
+
+
 def build(s: Streams) -> Stream:
     return s.bid.filter(kp.col("auction") % 123 == 0).select("auction", "price")

@@ -31,6 +31,9 @@ DUCKDB = SQL.replace("FROM bid", "FROM {bid}")
 _KNOWN = ("apple", "google", "facebook", "baidu")
 
 
+WORKLOAD = "nexmark-q21"
+
+
 def build(s: Streams) -> Stream:
     channel = kp.lower(kp.col("channel"))
     extracted = kp.regexp_extract(kp.col("url"), _PATTERN, 2)

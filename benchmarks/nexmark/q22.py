@@ -19,6 +19,9 @@ FROM bid
 DUCKDB = SQL.replace("FROM bid", "FROM {bid}")
 
 
+WORKLOAD = "nexmark-q22"
+
+
 def build(s: Streams) -> Stream:
     url = kp.col("url")
     return s.bid.select(
