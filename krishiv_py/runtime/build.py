@@ -320,25 +320,7 @@ def _stateful(
     )
     tick_rows = tick_source.selectExpr(*node.tick_exprs)
     if node.carrier == "krishiv-files":
-        # The state is krishiv's own (one file per bucket and micro-batch under the checkpoint),
-        # the watermark and the batch's start time the offset log's: Spark keeps no state here.
-        state_path = _state_path(paths)
-
-        def bucket_files(key: Any, table: Any) -> Any:
-            return op.run_bucket_files(spec, key, table, _batch_id(), under.of_batch, state_path)
-
-        rows = packed.unionByName(tick_rows)
-        if not spec.key_groups:
-            return _staged(spec, rows.groupBy(BUCKET).applyInArrow(bucket_files, ddl), paths, sides, under)
-        # One partition per task, whatever shuffle partitions the query's offset log restores:
-        # each task's rows carry a number that Spark's hash partitioning puts on its own partition.
-        from pyspark.sql import functions as F
-
-        from krishiv_py.stateful.key_groups import lanes
-
-        lane = F.element_at(F.array(*[F.lit(v) for v in lanes(spec.buckets)]), F.col(BUCKET) + 1)
-        spread = rows.withColumn(LANE, lane).repartition(spec.buckets, LANE)
-        out = spread.groupBy(BUCKET, LANE).applyInArrow(bucket_files, ddl)
+        out = _krishiv_files(spec, packed.unionByName(tick_rows), ddl, paths, under)
         return _staged(spec, out, paths, sides, under)
     if node.carrier == "one-task":
         # As krishiv-files, every bucket in one task: no shuffle, and one hand-over to Python per
@@ -367,6 +349,30 @@ def _stateful(
     grouped = packed.unionByName(tick_rows).groupBy(BUCKET)
     out = grouped.applyInPandasWithState(bucket, ddl, STATE_DDL, "append", "NoTimeout")
     return _staged(spec, out, paths, sides, under)
+
+
+def _krishiv_files(spec: Any, rows: DataFrame, ddl: str, paths: ReadPaths, under: Any) -> DataFrame:
+    """The operator over ``rows`` (packed rows and ticks) by bucket, its state krishiv's own (one
+    file per bucket and micro-batch under the checkpoint), the watermark and the batch's start
+    time the offset log's: Spark keeps no state here."""
+    from krishiv_py.stateful import operator as op
+
+    state_path = _state_path(paths)
+
+    def bucket_files(key: Any, table: Any) -> Any:
+        return op.run_bucket_files(spec, key, table, _batch_id(), under.of_batch, state_path)
+
+    if not spec.key_groups:
+        return rows.groupBy(BUCKET).applyInArrow(bucket_files, ddl)
+    # One partition per task, whatever shuffle partitions the query's offset log restores:
+    # each task's rows carry a number that Spark's hash partitioning puts on its own partition.
+    from pyspark.sql import functions as F
+
+    from krishiv_py.stateful.key_groups import lanes
+
+    lane = F.element_at(F.array(*[F.lit(v) for v in lanes(spec.buckets)]), F.col(BUCKET) + 1)
+    spread = rows.withColumn(LANE, lane).repartition(spec.buckets, LANE)
+    return spread.groupBy(BUCKET, LANE).applyInArrow(bucket_files, ddl)
 
 
 def _state_path(paths: ReadPaths) -> str:

@@ -215,12 +215,8 @@ def start_streaming_job(
     claim_checkpoint(checkpoint_dir, options.name)
     layout = CheckpointLayout(checkpoint_dir)
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 0)
-    before = unfinished_before_rescale(
-        spark,
-        layout,
-        partitions,
-        spark_state=recipe.stateful is None or (recipe.stateful.carrier == "state-store"),
-    )
+    spark_state = recipe.stateful is None or recipe.stateful.carrier == "state-store"
+    before = unfinished_before_rescale(spark, layout, partitions, spark_state=spark_state)
     if before is not None:
         spark.conf.set("spark.sql.shuffle.partitions", str(before))
         try:
@@ -240,22 +236,7 @@ def start_streaming_job(
                 first.stop()
         finally:
             spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
-    file_sources = [
-        BadFileSource(s.name, s.path, s.bad_files)
-        for s in n.sources_of(plan)
-        if isinstance(s, n.FileSource) and s.streaming
-    ]
-    quarantining = [s.name for s in file_sources if s.quarantines]
-    if quarantining and is_remote(spark):
-        raise PlanError(
-            f"the file source {quarantining[0]!r} sets unreadable files aside (bad_files='quarantine'), "
-            "which runs on a local or cluster session, not over Spark Connect yet; leave it out there"
-        )
-    if quarantining and options.quarantine_dir is None:
-        raise PlanError(
-            f"the file source {quarantining[0]!r} sets unreadable files aside (bad_files='quarantine'): "
-            "give the job a directory for them with start(..., quarantine_dir=<a directory>)"
-        )
+    file_sources = _file_sources(spark, plan, options)
     quarantine = None if options.quarantine_dir is None else Quarantine(options.quarantine_dir)
     # krishiv's records, read and written here: a ``file://`` checkpoint's by its path.
     records = layout.on_this_machine() or layout
@@ -264,32 +245,10 @@ def start_streaming_job(
         recipe = with_carrier(recipe, operator_carrier(records, None if asked is None else str(asked)))
     check_plan(records, recorded_identity(plan, recipe), was=recorded_identity(plan, recipe, whole=True))
     _record_job(records, recipe)
-    node = recipe.stateful
     moved = None
-    if node is None or node.carrier == "state-store":  # Spark's own state: Spark moves it
+    if recipe.stateful is None or recipe.stateful.carrier == "state-store":  # Spark moves its own state
         moved = rescale_spark_state(spark, layout, partitions)
-    if node is not None:
-        if node.carrier == "state-store":
-            recipe = with_buckets(recipe, operator_buckets(records, partitions))
-        else:
-            asked = spark.conf.get(KEY_GROUPS_CONF, None)
-            chosen = operator_layout(
-                records,
-                1 if node.carrier == "one-task" else partitions,
-                asked=None if asked is None else str(asked),
-                movable=node.operator.kernel.movable,
-                what=node.operator.kernel.describe(),
-                stage_movable=node.operator.then is not None and node.operator.then.movable,
-            )
-            _record_operator(records, node.operator.kernel)
-            recipe = with_key_groups(
-                recipe,
-                chosen.key_groups,
-                chosen.tasks,
-                since=chosen.since,
-                stage_buckets=chosen.stage_buckets,
-                stage_key_groups=chosen.stage_key_groups,
-            )
+    recipe = _laid_out(spark, records, recipe, partitions)
     query_name = run.new_query_name()
     stateful = recipe.stateful is not None
     writer, late_writer = open_writers(
@@ -331,6 +290,58 @@ def start_streaming_job(
     job.name = options.name or query_name
     _record_running(checkpoint_dir, job)
     return job
+
+
+def _file_sources(spark: SparkSession, plan: n.PlanNode, options: StartOptions) -> list[BadFileSource]:
+    """The plan's streaming file sources, a :class:`PlanError` when one sets unreadable files aside
+    where the job cannot (over Spark Connect, or without a directory for them)."""
+    file_sources = [
+        BadFileSource(s.name, s.path, s.bad_files)
+        for s in n.sources_of(plan)
+        if isinstance(s, n.FileSource) and s.streaming
+    ]
+    quarantining = [s.name for s in file_sources if s.quarantines]
+    if quarantining and is_remote(spark):
+        raise PlanError(
+            f"the file source {quarantining[0]!r} sets unreadable files aside (bad_files='quarantine'), "
+            "which runs on a local or cluster session, not over Spark Connect yet; leave it out there"
+        )
+    if quarantining and options.quarantine_dir is None:
+        raise PlanError(
+            f"the file source {quarantining[0]!r} sets unreadable files aside (bad_files='quarantine'): "
+            "give the job a directory for them with start(..., quarantine_dir=<a directory>)"
+        )
+    return file_sources
+
+
+def _laid_out(
+    spark: SparkSession, records: CheckpointLayout, recipe: SparkRecipe, partitions: int
+) -> SparkRecipe:
+    """``recipe`` with its stateful operator's layout: the buckets Spark's state store keeps, or the
+    key groups and tasks krishiv's carrier runs (the checkpoint's, moved to ``partitions``)."""
+    node = recipe.stateful
+    if node is None:
+        return recipe
+    if node.carrier == "state-store":
+        return with_buckets(recipe, operator_buckets(records, partitions))
+    asked = spark.conf.get(KEY_GROUPS_CONF, None)
+    chosen = operator_layout(
+        records,
+        1 if node.carrier == "one-task" else partitions,
+        asked=None if asked is None else str(asked),
+        movable=node.operator.kernel.movable,
+        what=node.operator.kernel.describe(),
+        stage_movable=node.operator.then is not None and node.operator.then.movable,
+    )
+    _record_operator(records, node.operator.kernel)
+    return with_key_groups(
+        recipe,
+        chosen.key_groups,
+        chosen.tasks,
+        since=chosen.since,
+        stage_buckets=chosen.stage_buckets,
+        stage_key_groups=chosen.stage_key_groups,
+    )
 
 
 #: The Spark setting that picks what carries the stateful operator's state between micro-batches

@@ -88,23 +88,7 @@ def start_streaming(
         restarts = any(s.quarantines for s in file_sources)
         writer = _native_output(writer, setup, quarantine, restarts=restarts)
     else:
-        assert recipe.stateful is not None
-        auto_lags = [(t.source, t.auto) for t in recipe.tracked if t.auto is not None]
-        if auto_lags and is_remote(spark):
-            raise PlanError(
-                "an automatic lag does not run over Spark Connect yet (the driver records each "
-                "micro-batch's lag before Spark commits it, and foreachBatch runs on the server): "
-                "give the watermark a fixed lag"
-            )
-        collector = BatchCollector(
-            recipe,
-            setup.writer,
-            late_writer=setup.late_writer,
-            quarantine=quarantine,
-            spark=spark,
-            auto=AutoWatermark(checkpoint, auto_lags) if auto_lags else None,
-            hot_keys_file=_hot_keys_file(checkpoint),
-        )
+        collector = _collector(setup, checkpoint, quarantine)
         # Over Spark Connect foreachBatch runs on the server: the payloads come back as files.
         handoff = checkpoint.handoff if is_remote(spark) else None
         if handoff is None:
@@ -142,6 +126,29 @@ def start_streaming(
         job = StatefulJob(collector=collector, ticks=ticks, buckets=buckets, handoff=handoff, **common)
     job._start_background()
     return job
+
+
+def _collector(
+    setup: JobSetup, checkpoint: CheckpointLayout, quarantine: Quarantine | None
+) -> BatchCollector:
+    """What takes the stateful operator's payloads of each micro-batch on the driver."""
+    recipe = setup.recipe
+    auto_lags = [(t.source, t.auto) for t in recipe.tracked if t.auto is not None]
+    if auto_lags and is_remote(setup.spark):
+        raise PlanError(
+            "an automatic lag does not run over Spark Connect yet (the driver records each "
+            "micro-batch's lag before Spark commits it, and foreachBatch runs on the server): "
+            "give the watermark a fixed lag"
+        )
+    return BatchCollector(
+        recipe,
+        setup.writer,
+        late_writer=setup.late_writer,
+        quarantine=quarantine,
+        spark=setup.spark,
+        auto=AutoWatermark(checkpoint, auto_lags) if auto_lags else None,
+        hot_keys_file=_hot_keys_file(checkpoint),
+    )
 
 
 def new_query_name() -> str:
