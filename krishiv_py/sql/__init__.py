@@ -9,7 +9,8 @@ lowering. sqlglot is imported when ``sql()`` is first called, never by
 
 Modules: :mod:`.source` (statements and positions), :mod:`.settings`
 (``SET``), :mod:`.catalog` (registered streams), :mod:`.expressions`,
-:mod:`.windows` (the window helpers), :mod:`.joins` (the JOIN clause),
+:mod:`.windows` (the window helpers), :mod:`.scope` (the query's context,
+its relations and their column names), :mod:`.joins` (the JOIN clause),
 :mod:`.query`, :mod:`.execute`.
 docs/sql.md is the user's guide.
 """

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 from krishiv_py.errors import PlanError
 from krishiv_py.sql.joins import is_window_tvf
 from krishiv_py.sql.over import over_order
-from krishiv_py.sql.query import Context, translate
+from krishiv_py.sql.query import translate
+from krishiv_py.sql.scope import Context
 from krishiv_py.sql.settings import SqlSettings, parse_set
 from krishiv_py.sql.source import SqlText, Statement
 from krishiv_py.sql.windows import helper_of, is_proctime

@@ -46,21 +46,41 @@ its builder twin make equal plans (and so run the same way everywhere):
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Literal, cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal, cast
 
 import attrs
 
 import krishiv_py.expr as kx
 import krishiv_py.sql.joins as sj
 from krishiv_py.errors import PlanError
-from krishiv_py.expr import AggExpr, Column, Expr, ExprNode, Udf
+from krishiv_py.expr import AggExpr, Column, Expr, ExprNode
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.analysis import facts
-from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS
 from krishiv_py.sql.expressions import Resolver, aggregate, alias_of, filter_of, is_aggregate, scalar
 from krishiv_py.sql.over import over_spec, over_windows
+from krishiv_py.sql.scope import (
+    ALLOWED_CLAUSES,
+    Context,
+    JoinedSide,
+    Relation,
+    arg,
+    column_named,
+    column_origin,
+    descriptor_column,
+    errors_at,
+    is_grouped,
+    is_star,
+    joined_column,
+    no_helpers,
+    refuse_clauses,
+    resolver,
+    scan,
+    star_exprs,
+    time_source,
+    unalias,
+    watermark,
+)
 from krishiv_py.sql.settings import apply_settings, emission_options, join_options
 from krishiv_py.sql.source import DIALECT
 from krishiv_py.sql.windows import WindowCall, helper_of, is_proctime, window_call
@@ -70,84 +90,8 @@ if TYPE_CHECKING:
 
     from krishiv_py.api.stream import Stream
     from krishiv_py.api.windowed import WindowedStream
-    from krishiv_py.runtime.engine import Engine
-    from krishiv_py.sql.catalog import SqlCatalog
-    from krishiv_py.sql.settings import SqlSettings
-    from krishiv_py.sql.source import SqlText
 
-__all__ = ["Context", "translate"]
-
-#: Clauses of a SELECT that a stream query may use (sqlglot's argument names, old and new).
-_ALLOWED = {"expressions", "from", "from_", "where", "group", "having", "qualify", "with", "with_"}
-_CLAUSES: dict[str, tuple[str, str, str]] = {
-    # argument: (what it is, its keyword token, why not)
-    "joins": (
-        "JOIN",
-        "JOIN",
-        "a join is of two streams named in the FROM of a query: FROM l JOIN r ON ... (docs/sql.md, Joins)",
-    ),
-    "order": ("ORDER BY", "ORDER_BY", "a stream has no order; sort the collected results instead"),
-    "sort": ("SORT BY", "SORT_BY", "a stream has no order; sort the collected results instead"),
-    "limit": ("LIMIT", "LIMIT", "a stream has no end to count to; slice the collected results instead"),
-    "offset": ("OFFSET", "OFFSET", "a stream has no order to skip rows by"),
-    "distinct": ("SELECT DISTINCT", "DISTINCT", "use GROUP BY with a window helper and an aggregate"),
-    "laterals": ("LATERAL VIEW", "LATERAL", "nested values are not supported"),
-    "windows": ("WINDOW", "WINDOW", "window functions are not supported; use a window helper in GROUP BY"),
-    "version": (
-        "FOR SYSTEM_TIME AS OF",
-        "FOR",
-        "it versions the right side of an as-of join, FROM l JOIN r FOR SYSTEM_TIME AS OF l.ts ON l.k = r.k "
-        "(docs/sql.md, Joins)",
-    ),
-}
-
-
-@attrs.frozen(kw_only=True)
-class Context:
-    """What one query is translated with."""
-
-    sql: SqlText
-    catalog: SqlCatalog
-    session: Engine
-    settings: SqlSettings
-    #: The event-time column chosen for the sources (None: each source's one timestamp column).
-    time_column: str | None
-    #: Whether sources without a watermark get one.
-    needs_watermark: bool
-    #: Whether the query has a window: its ``window.*`` settings are the window's, not a join's.
-    has_window: bool = False
-    ctes: dict[str, Stream] = attrs.field(factory=dict)
-    #: The windows built (shared by the subqueries: SET window.* needs one).
-    windows: list[WindowCall] = attrs.field(factory=list)
-    #: The joins built (SET window.* applies to them too).
-    joins: list[exp.Join] = attrs.field(factory=list)
-    #: The aggregates OVER a window built (and to them).
-    overs: list[exp.Window] = attrs.field(factory=list)
-
-
-@attrs.frozen
-class JoinedSide:
-    """One side of a join, for the columns of the joined rows: ``q.x`` is ``columns[x]``."""
-
-    qualifier: str
-    label: str
-    #: Each column of the side (its window bounds for a window TVF) -> its column in the joined
-    #: rows (None: not there, the right side of a semi or anti join).
-    columns: dict[str, str | None]
-
-
-@attrs.frozen
-class Relation:
-    """A ``FROM`` input: its stream, the names that qualify its columns, and how errors call it."""
-
-    stream: Stream
-    qualifiers: frozenset[str]
-    label: str
-    #: A join's two sides (empty for one stream): how its columns are named.
-    sides: tuple[JoinedSide, ...] = ()
-    #: The window of a window TVF (its time column resolved): what its ``window_start`` and
-    #: ``window_end`` are (None: not a window TVF).
-    window: WindowCall | None = None
+__all__ = ["translate"]
 
 
 def translate(node: exp.Expression, ctx: Context) -> Stream:
@@ -166,27 +110,13 @@ def translate(node: exp.Expression, ctx: Context) -> Stream:
     raise ctx.sql.error(node, f"{type(node).__name__.upper()} is not a query; sql() runs SELECT and SET")
 
 
-@contextmanager
-def _at(ctx: Context, node: exp.Expression, what: str = "") -> Iterator[None]:
-    """Re-raise a builder's :class:`PlanError` with ``node``'s position."""
-    try:
-        yield
-    except PlanError as exc:
-        raise ctx.sql.error(node, f"{what}{exc}") from None
-
-
-def _arg(node: exp.Expression, name: str) -> Any:
-    """A clause of ``node`` under its sqlglot name (``from_`` in newer sqlglot, ``from`` in older)."""
-    return node.args.get(f"{name}_") or node.args.get(name)
-
-
 # --- queries -------------------------------------------------------------------------
 
 
 def _select(node: exp.Select, ctx: Context) -> Stream:
-    _refuse_clauses(node, ctx, _ALLOWED | {"joins"})
+    refuse_clauses(node, ctx, ALLOWED_CLAUSES | {"joins"})
     ctx = _with_ctes(node, ctx)
-    source = _arg(node, "from")
+    source = arg(node, "from")
     if source is None:
         raise ctx.sql.error(node, "a query reads a stream: add FROM <stream name>")
     ranked = None if node.args.get("joins") else _ranked_subquery(node, source.this, ctx)
@@ -195,7 +125,7 @@ def _select(node: exp.Select, ctx: Context) -> Stream:
     rel = _from(node, source.this, ctx)
     if over_windows(node):
         return _over(node, rel, ctx)
-    if _is_grouped(node):
+    if is_grouped(node):
         return _windowed(node, rel, ctx)
     qualify = node.args.get("qualify")
     if qualify is not None:
@@ -214,7 +144,7 @@ def _from(node: exp.Select, source: exp.Expression, ctx: Context) -> Relation:
     if node.args.get("joins"):
         return _join_relation(node, source, ctx)
     if sj.is_window_tvf(source):
-        if not _is_grouped(node):
+        if not is_grouped(node):
             raise ctx.sql.error(source, _TVF_ALONE)
         return _filtered(node, _tvf_relation(source, ctx), ctx)
     return _filtered(node, _relation(source, ctx), ctx)
@@ -225,26 +155,14 @@ def _filtered(node: exp.Select, rel: Relation, ctx: Context) -> Relation:
     where = node.args.get("where")
     if where is None:
         return rel
-    resolve = _resolver(rel, ctx)
-    predicate = scalar(where.this, ctx.sql, resolve, _no_helpers(ctx, "WHERE", resolve), "WHERE")
-    with _at(ctx, where.this, "WHERE: "):
+    resolve = resolver(rel, ctx)
+    predicate = scalar(where.this, ctx.sql, resolve, no_helpers(ctx, "WHERE", resolve), "WHERE")
+    with errors_at(ctx, where.this, "WHERE: "):
         return attrs.evolve(rel, stream=rel.stream.filter(Expr(predicate)))
 
 
-def _refuse_clauses(node: exp.Expression, ctx: Context, allowed: set[str] = _ALLOWED) -> None:
-    """A :class:`PlanError` for the first clause of ``node`` a stream query cannot have."""
-    for key, value in node.args.items():
-        if not value or key in allowed:
-            continue
-        what, token, why = _CLAUSES.get(key, (key.upper(), "", "it is not supported on streams"))
-        clause = value[0] if isinstance(value, list) else value
-        near = node.expressions[0] if key == "distinct" else clause  # DISTINCT has no located token
-        at = ctx.sql.keyword(token, near) if token else None
-        raise ctx.sql.error(clause, f"{what} is not supported: {why}", at=at)
-
-
 def _with_ctes(node: exp.Expression, ctx: Context) -> Context:
-    with_ = _arg(node, "with")
+    with_ = arg(node, "with")
     if with_ is None:
         return ctx
     if with_.args.get("recursive"):
@@ -265,7 +183,7 @@ def _union(node: exp.Union, ctx: Context) -> Stream:
         if isinstance(x, exp.Union):
             if x.args.get("distinct"):
                 raise ctx.sql.error(x, "UNION (distinct) is not supported on streams; use UNION ALL")
-            _refuse_clauses(x, ctx, {"this", "expression", "distinct", "with", "with_"})
+            refuse_clauses(x, ctx, {"this", "expression", "distinct", "with", "with_"})
             flatten(x.this)
             flatten(x.expression)
         else:
@@ -273,7 +191,7 @@ def _union(node: exp.Union, ctx: Context) -> Stream:
 
     flatten(node)
     streams = [translate(p, ctx) for p in parts]
-    with _at(ctx, node, "UNION ALL: "):
+    with errors_at(ctx, node, "UNION ALL: "):
         return streams[0].union(*streams[1:])
 
 
@@ -281,10 +199,10 @@ def _relation(node: exp.Expression, ctx: Context) -> Relation:
     from sqlglot import exp
 
     if isinstance(node, exp.Table) and isinstance(node.this, exp.Identifier):
-        _refuse_clauses(node, ctx, {"this", "alias", "db", "catalog"})
-        return _scan(node, ctx)
+        refuse_clauses(node, ctx, {"this", "alias", "db", "catalog"})
+        return scan(node, ctx)
     if isinstance(node, exp.Subquery):
-        _refuse_clauses(node, ctx, {"this", "alias"})
+        refuse_clauses(node, ctx, {"this", "alias"})
         if node.alias_column_names:
             raise ctx.sql.error(node, "column names after a subquery's alias are not supported; use AS in it")
         alias = str(node.alias)
@@ -309,13 +227,13 @@ def _tvf_relation(tvf: exp.Expression, ctx: Context) -> Relation:
     ``s`` is a registered stream (given its watermark on ``ts`` when it has
     none, as for a window helper) or a ``WITH`` name, such as a join's rows.
     """
-    _refuse_clauses(tvf, ctx, {"this", "alias", "version"})
+    refuse_clauses(tvf, ctx, {"this", "alias", "version"})
     spec = sj.read_side(tvf, ctx.sql)
     assert spec.window is not None
     column = ctx.settings.column or spec.window.column
-    rel = _scan(spec.table, attrs.evolve(ctx, needs_watermark=True, time_column=column))
+    rel = scan(spec.table, attrs.evolve(ctx, needs_watermark=True, time_column=column))
     descriptor = spec.window.node.expressions[1]
-    window = attrs.evolve(spec.window, column=_descriptor_column(spec.window, descriptor, rel, ctx))
+    window = attrs.evolve(spec.window, column=descriptor_column(spec.window, descriptor, rel, ctx))
     return attrs.evolve(rel, qualifiers=frozenset({spec.qualifier}), window=window)
 
 
@@ -323,7 +241,7 @@ def _tvf_bound(x: exp.Expression, rel: Relation) -> str | None:
     """``window_start`` or ``window_end`` when ``x`` names that bound of ``rel``'s window TVF."""
     from sqlglot import exp
 
-    if rel.window is None or not isinstance(x, exp.Column) or _is_star(x):
+    if rel.window is None or not isinstance(x, exp.Column) or is_star(x):
         return None
     name = str(x.name).lower()
     if name not in sj.BOUNDS or (x.table and str(x.table).lower() not in rel.qualifiers):
@@ -331,139 +249,7 @@ def _tvf_bound(x: exp.Expression, rel: Relation) -> str | None:
     return name
 
 
-def _scan(table: exp.Table, ctx: Context) -> Relation:
-    from krishiv_py.api.stream import Stream
-
-    if table.args.get("db") or table.args.get("catalog"):
-        raise ctx.sql.error(table, "streams have one-part names; there are no databases")
-    name = str(table.name)
-    qualifiers = frozenset({(str(table.alias) or name).lower()})
-    if name.lower() in ctx.ctes:
-        return Relation(ctx.ctes[name.lower()], qualifiers, f"the subquery {name!r}")
-    plan = ctx.catalog.lookup(name)
-    if plan is None:
-        known = ", ".join(ctx.catalog.names) or "none yet"
-        raise ctx.sql.error(
-            table,
-            f"unknown stream {name!r}; the registered streams are: {known} (name a stream when you make "
-            "it, or call stream.register(name))",
-        )
-    label = f"stream {name!r}"
-    stream = Stream(ctx.session, plan)
-    has_time = facts(plan).event_time is not None
-    if not has_time and ctx.needs_watermark:
-        stream = _watermark(stream, table, label, ctx)
-    elif has_time and ctx.settings.watermark_keys and not isinstance(plan, n.WindowAggregate):
-        # (A window's results have the event time their window gives them, no watermark of their own.)
-        et = facts(plan).event_time
-        assert et is not None
-        raise ctx.sql.error(
-            table,
-            f"{label} already has a watermark (column {et.column}, lag {et.lag_ms} ms); "
-            f"SET {', '.join(ctx.settings.watermark_keys)} is for streams without one",
-        )
-    return Relation(stream, qualifiers, label)
-
-
-def _watermark(stream: Stream, table: exp.Table, label: str, ctx: Context) -> Stream:
-    s = ctx.settings
-    column = ctx.time_column
-    if column is None:
-        stamps = [f.name for f in stream.schema if f.dtype.is_timestamp]
-        if len(stamps) != 1:
-            found = f"has {len(stamps)} ({', '.join(stamps)})" if stamps else "has none"
-            raise ctx.sql.error(
-                table,
-                f"which column of {label} is event time? It needs one timestamp column and {found}; "
-                "name it with SET watermark.column = <column>",
-            )
-        column = stamps[0]
-    else:
-        same = [c for c in stream.columns if c == column] or [
-            c for c in stream.columns if c.lower() == column.lower()
-        ]
-        if len(same) != 1:
-            raise ctx.sql.error(
-                table,
-                f"the event-time column {column!r} is not a column of {label} (its columns: "
-                f"{', '.join(stream.columns)}); the watermark goes on the stream, so its time column must be "
-                "one of the stream's own (SET watermark.column = <column> names it)",
-            )
-        column = same[0]
-    with _at(ctx, table, f"the watermark of {label}: "):
-        return stream.watermark(
-            column,
-            s.lag_ms or 0,
-            future_tolerance_ms=(
-                DEFAULT_FUTURE_TOLERANCE_MS if s.future_tolerance_ms is None else s.future_tolerance_ms
-            ),
-            idle_timeout_ms=s.idle_timeout_ms,
-        )
-
-
-def _resolver(rel: Relation, ctx: Context) -> Resolver:
-    if rel.sides:
-        return _joined_resolver(rel, ctx)
-
-    def resolve(column: exp.Column) -> str:
-        if column.args.get("db") or column.args.get("catalog"):
-            raise ctx.sql.error(column, "column names have at most two parts: <stream or alias>.<column>")
-        table = str(column.table)
-        if table and table.lower() not in rel.qualifiers:
-            raise ctx.sql.error(column, f"unknown stream or alias {table!r}; this query reads {rel.label}")
-        name, names = str(column.name), rel.stream.columns
-        if name in names:
-            return name
-        same = [c for c in names if c.lower() == name.lower()]
-        if len(same) == 1:
-            return same[0]
-        raise ctx.sql.error(
-            column, f"unknown column {name!r}; the columns of {rel.label} are: {', '.join(names)}"
-        )
-
-    return resolve
-
-
-def _no_helpers(ctx: Context, clause: str, resolve: Resolver) -> Callable[[exp.Expression], ExprNode | None]:
-    """What a clause's expressions take besides the scalar ones: no window helper, no aggregate in
-    WHERE; a call of a user function the session registered (``session.register_udf``)."""
-    from sqlglot import exp
-
-    def special(node: exp.Expression) -> ExprNode | None:
-        if helper_of(node):
-            raise ctx.sql.error(
-                node, f"window helpers are not allowed in {clause}; use them in GROUP BY and SELECT"
-            )
-        if is_aggregate(node) and clause == "WHERE":
-            raise ctx.sql.error(
-                node, "an aggregate is not allowed in WHERE; filter on aggregates with HAVING"
-            )
-        function = ctx.catalog.function(str(node.name)) if isinstance(node, exp.Anonymous) else None
-        if function is None:
-            return None
-        args = tuple(scalar(a, ctx.sql, resolve, special, clause) for a in node.expressions)
-        if not args:
-            raise ctx.sql.error(node, f"{function.name}() needs at least one argument")
-        return Udf(function, args)
-
-    return special
-
-
 # --- SELECT without GROUP BY ------------------------------------------------------------
-
-
-def _unalias(item: exp.Expression) -> tuple[exp.Expression, str | None]:
-    from sqlglot import exp
-
-    if isinstance(item, exp.Alias):
-        return item.this, str(item.alias)
-    return item, None
-
-
-def _is_star(node: exp.Expression) -> bool:
-    from sqlglot import exp
-
-    return isinstance(node, exp.Star) or (isinstance(node, exp.Column) and isinstance(node.this, exp.Star))
 
 
 def _project(node: exp.Select, rel: Relation, ctx: Context, *, keep: tuple[str, ...] = ()) -> Stream:
@@ -471,19 +257,19 @@ def _project(node: exp.Select, rel: Relation, ctx: Context, *, keep: tuple[str, 
     from sqlglot import exp
 
     items = node.expressions
-    if len(items) == 1 and _is_star(items[0]) and _star_exprs(items[0], rel, ctx) is None:
+    if len(items) == 1 and is_star(items[0]) and star_exprs(items[0], rel, ctx) is None:
         return rel.stream
-    resolve = _resolver(rel, ctx)
+    resolve = resolver(rel, ctx)
     exprs: list[ExprNode] = []
     for item in items:
-        if _is_star(item):
-            columns = _star_exprs(item, rel, ctx)
+        if is_star(item):
+            columns = star_exprs(item, rel, ctx)
             exprs += [Column(c) for c in rel.stream.columns if c not in keep] if columns is None else columns
             continue
-        inner, alias = _unalias(item)
-        if alias is None and rel.sides and isinstance(inner, exp.Column) and not _is_star(inner):
-            alias = _joined_column(inner, rel, ctx)[1]  # c.amount is amount, as SQL names it
-        value = scalar(inner, ctx.sql, resolve, _no_helpers(ctx, "SELECT", resolve), "SELECT")
+        inner, alias = unalias(item)
+        if alias is None and rel.sides and isinstance(inner, exp.Column) and not is_star(inner):
+            alias = joined_column(inner, rel, ctx)[1]  # c.amount is amount, as SQL names it
+        value = scalar(inner, ctx.sql, resolve, no_helpers(ctx, "SELECT", resolve), "SELECT")
         if alias is not None:
             exprs.append(alias_of(value, alias))
         elif isinstance(value, Column):
@@ -494,30 +280,8 @@ def _project(node: exp.Select, rel: Relation, ctx: Context, *, keep: tuple[str, 
     exprs += [Column(k) for k in keep if k not in named]
     if keep and exprs == [Column(c) for c in rel.stream.columns]:
         return rel.stream  # an updating stream's every column, in order: the builder's plan
-    with _at(ctx, node, "SELECT: "):
+    with errors_at(ctx, node, "SELECT: "):
         return rel.stream.select(*(Expr(e) for e in exprs))
-
-
-def _star_exprs(item: exp.Expression, rel: Relation, ctx: Context) -> list[ExprNode] | None:
-    """The columns a ``*`` or ``q.*`` of ``SELECT`` stands for (None: the whole row as it is).
-
-    A join side's ``q.*`` is its columns in the joined rows, each named as on its side.
-    """
-    from sqlglot import exp
-
-    if not isinstance(item, exp.Column) or not item.table:
-        return None
-    qualifier = str(item.table).lower()
-    for side in rel.sides:
-        if side.qualifier == qualifier:
-            if any(c is None for c in side.columns.values()):
-                raise ctx.sql.error(
-                    item, f"the rows of this {_how(rel)} join hold the left side's columns only"
-                )
-            return [alias_of(Column(c), name) for name, c in side.columns.items() if c is not None]
-    if rel.sides or qualifier not in rel.qualifiers:
-        raise ctx.sql.error(item, f"unknown stream or alias {item.table!r}; this query reads {rel.label}")
-    return None
 
 
 # --- JOIN: two streams ------------------------------------------------------------------
@@ -545,7 +309,7 @@ def _join_relation(node: exp.Select, left_node: exp.Expression, ctx: Context) ->
     how: n.JoinHow = "inner" if comma else sj.join_how(join, ctx.sql, at)
     for side in (left_node, join.this):
         if isinstance(side, exp.Table):
-            _refuse_clauses(side, ctx, {"this", "alias", "db", "catalog", "version"})
+            refuse_clauses(side, ctx, {"this", "alias", "db", "catalog", "version"})
     specs = (sj.read_side(left_node, ctx.sql), sj.read_side(join.this, ctx.sql))
     rels = (_join_scan(specs[0], ctx), _join_scan(specs[1], ctx))
     if specs[0].qualifier == specs[1].qualifier:
@@ -625,7 +389,7 @@ def _known_time(rel: Relation, ctx: Context) -> str | None:
     if et is not None:
         return et.column
     column = ctx.settings.column
-    return _column_named(rel.stream.columns, column) if column is not None else None
+    return column_named(rel.stream.columns, column) if column is not None else None
 
 
 #: A join as the builder makes it (called where its errors get the JOIN's position), and its keys.
@@ -661,7 +425,7 @@ def _time_join(
     for spec, rel, i in zip(specs, rels, (0, 1), strict=True):
         if spec.window is not None:
             descriptor = spec.window.node.expressions[1]
-            times.append((_descriptor_column(spec.window, descriptor, rel, ctx), descriptor))
+            times.append((descriptor_column(spec.window, descriptor, rel, ctx), descriptor))
         else:
             assert on.time is not None
             time = on.time
@@ -821,7 +585,7 @@ def _lookup_join(
             at=specs[1].as_of.at,
         )
     resolve = _side_resolver(specs, rels, ctx)
-    left_only = _resolver(rels[0], ctx)
+    left_only = resolver(rels[0], ctx)
     renames: dict[str, str] = {}
     on: list[str] = []
     rkeys: list[str] = []
@@ -839,14 +603,14 @@ def _lookup_join(
             if column != key:
                 renames[key] = column
         else:
-            value = scalar(other, ctx.sql, left_only, _no_helpers(ctx, "ON", left_only), "ON")
+            value = scalar(other, ctx.sql, left_only, no_helpers(ctx, "ON", left_only), "ON")
             if key in stream.columns:
                 raise ctx.sql.error(
                     other,
                     f"the stream has a column {key!r} already; the expression's value would take that name "
                     "(the table's key's): rename the table's key, or compute the value in the stream",
                 )
-            with _at(ctx, other, "ON: "):
+            with errors_at(ctx, other, "ON: "):
                 stream = stream.with_column(key, Expr(value))
             column = key
         on.append(column)
@@ -855,7 +619,7 @@ def _lookup_join(
         table = table.select(
             *(kx.col(c).alias(renames[c]) if c in renames else kx.col(c) for c in table.columns)
         )
-    with _at(ctx, join, "JOIN: "):
+    with errors_at(ctx, join, "JOIN: "):
         joined = stream.lookup_join(table, on=tuple(on), how="left" if how == "left" else "inner")
     return joined, tuple(on), tuple(rkeys)
 
@@ -884,16 +648,8 @@ def _join_scan(spec: sj.SideSpec, ctx: Context) -> Relation:
             "joined rows with WHERE, or filter a side with the builder and register it "
             "(stream.register(name))",
         )
-    rel = _scan(spec.table, attrs.evolve(ctx, needs_watermark=False))
+    rel = scan(spec.table, attrs.evolve(ctx, needs_watermark=False))
     return attrs.evolve(rel, qualifiers=frozenset({spec.qualifier}))
-
-
-def _column_named(columns: list[str] | tuple[str, ...], name: str) -> str | None:
-    """The column called ``name``: exactly, else the one equal to it ignoring case (None: none)."""
-    if name in columns:
-        return name
-    same = [c for c in columns if c.lower() == name.lower()]
-    return same[0] if len(same) == 1 else None
 
 
 def _side_resolver(
@@ -918,7 +674,7 @@ def _side_resolver(
             if specs[i].window is not None and name.lower() in sj.BOUNDS:
                 found.append((i, name.lower()))
                 continue
-            match = _column_named(rels[i].stream.columns, name)
+            match = column_named(rels[i].stream.columns, name)
             if match is not None:
                 found.append((i, match))
         if len(found) == 1:
@@ -933,17 +689,6 @@ def _side_resolver(
         raise ctx.sql.error(column, f"unknown column {name!r}; the columns of {known}")
 
     return resolve
-
-
-def _descriptor_column(window: WindowCall, descriptor: exp.Expression, rel: Relation, ctx: Context) -> str:
-    column = _column_named(rel.stream.columns, window.column)
-    if column is None:
-        raise ctx.sql.error(
-            descriptor,
-            f"DESCRIPTOR names the event-time column of {rel.label}; its columns are: "
-            f"{', '.join(rel.stream.columns)}",
-        )
-    return column
 
 
 def _join_time(
@@ -975,10 +720,10 @@ def _join_time(
             "streams it reads",
         )
     if facts(stream.plan).event_time is None:
-        stream = _watermark(
+        stream = watermark(
             stream, spec.node, rel.label, attrs.evolve(ctx, time_column=ctx.settings.column or column)
         )
-    if column is not None and _time_source(stream.plan, column) is None:
+    if column is not None and time_source(stream.plan, column) is None:
         et = facts(stream.plan).event_time
         on = repr(et.column) if et is not None else "no column"
         raise ctx.sql.error(
@@ -1051,57 +796,6 @@ def _joined_relation(
     )
 
 
-def _joined_resolver(rel: Relation, ctx: Context) -> Resolver:
-    """Resolves ``q.x`` and ``x`` over a join's rows (see :func:`_joined_relation`)."""
-    return lambda column: _joined_column(column, rel, ctx)[0]
-
-
-def _joined_column(column: exp.Column, rel: Relation, ctx: Context) -> tuple[str, str]:
-    """``q.x`` or ``x`` over a join's rows: its column there, and its SQL name (``x`` as its side has it)."""
-    if column.args.get("db") or column.args.get("catalog"):
-        raise ctx.sql.error(column, "column names have at most two parts: <stream or alias>.<column>")
-    qualifier, name = str(column.table).lower(), str(column.name)
-    sides = [s for s in rel.sides if not qualifier or s.qualifier == qualifier]
-    if not sides:
-        raise ctx.sql.error(
-            column,
-            f"unknown stream or alias {str(column.table)!r}; this query joins "
-            f"{' and '.join(s.qualifier for s in rel.sides)}",
-        )
-    hits: list[tuple[JoinedSide, str, str | None]] = []
-    for side in sides:
-        match = _column_named(list(side.columns), name)
-        if match is not None:
-            hits.append((side, match, side.columns[match]))
-    found = [(match, target) for _, match, target in hits if target is not None]
-    if len({target for _, target in found}) == 1:
-        return found[0][1], found[0][0]
-    if found:
-        raise ctx.sql.error(
-            column,
-            f"column {name!r} is on both sides of the join; qualify it: "
-            f"{' or '.join(f'{s.qualifier}.{name}' for s, _, _ in hits)}",
-        )
-    if hits:
-        raise ctx.sql.error(
-            column,
-            f"{name!r} is a column of {hits[0][0].label}; the rows of this {_how(rel)} join hold the left "
-            "side's columns only",
-        )
-    if not qualifier:  # a column of the joined rows by its own name: amount_right, kind
-        match = _column_named(rel.stream.columns, name)
-        if match is not None:
-            return match, match
-    where = sides[0].label if qualifier else "the joined rows"
-    columns = list(sides[0].columns) if qualifier else rel.stream.columns
-    raise ctx.sql.error(column, f"unknown column {name!r}; the columns of {where} are: {', '.join(columns)}")
-
-
-def _how(rel: Relation) -> str:
-    joins = n.joins_of(rel.stream.plan)
-    return joins[0].how if joins else "inner"
-
-
 # --- GROUP BY: windows -----------------------------------------------------------------
 
 
@@ -1114,7 +808,7 @@ def _over(node: exp.Select, rel: Relation, ctx: Context) -> Stream:
     if node.args.get("group") or node.args.get("having"):
         raise ctx.sql.error(node, "an aggregate OVER a window and GROUP BY in one query: group in a subquery")
     windows = over_windows(node)
-    resolve = _resolver(rel, ctx)
+    resolve = resolver(rel, ctx)
     shapes = []
     for window in windows:
         spec = over_spec(window, ctx.sql)
@@ -1139,7 +833,7 @@ def _over(node: exp.Select, rel: Relation, ctx: Context) -> Stream:
     aggs: list[AggExpr] = []
     exprs: list[ExprNode] = []
     for item in node.expressions:
-        inner, alias = _unalias(item)
+        inner, alias = unalias(item)
         if isinstance(inner, exp.Window):
             if alias is None:
                 raise ctx.sql.error(
@@ -1153,14 +847,14 @@ def _over(node: exp.Select, rel: Relation, ctx: Context) -> Stream:
                 "an aggregate OVER a window stands alone in SELECT (AS a name); compute with it in an "
                 "outer query",
             )
-        elif _is_star(item):
+        elif is_star(item):
             exprs += [Column(c) for c in rel.stream.columns]
         else:
-            value = scalar(inner, ctx.sql, resolve, _no_helpers(ctx, "SELECT", resolve), "SELECT")
+            value = scalar(inner, ctx.sql, resolve, no_helpers(ctx, "SELECT", resolve), "SELECT")
             if alias is None and not isinstance(value, Column):
                 raise ctx.sql.error(item, "name this SELECT expression with AS, e.g. <expression> AS name")
             exprs.append(value if alias is None else alias_of(value, alias))
-    with _at(ctx, windows[0], "OVER: "):
+    with errors_at(ctx, windows[0], "OVER: "):
         keyed = rel.stream.key_by(*keys)
         framed = (
             keyed.over_rows(preceding, order_by=order)
@@ -1172,14 +866,8 @@ def _over(node: exp.Select, rel: Relation, ctx: Context) -> Stream:
         exprs.append(Column("kind"))
     if exprs == [Column(c) for c in result.columns]:
         return result
-    with _at(ctx, node, "SELECT: "):
+    with errors_at(ctx, node, "SELECT: "):
         return result.select(*(Expr(e) for e in exprs))
-
-
-def _is_grouped(node: exp.Select) -> bool:
-    if node.args.get("group") or node.args.get("having"):
-        return True
-    return any(is_aggregate(x) or helper_of(x) is not None for item in node.expressions for x in item.walk())
 
 
 @attrs.frozen
@@ -1192,7 +880,7 @@ class _Output:
 
 
 def _windowed(node: exp.Select, rel: Relation, ctx: Context) -> Stream:
-    resolve = _resolver(rel, ctx)
+    resolve = resolver(rel, ctx)
     keys, window = _group_by(node, rel, ctx, resolve)
     outputs, aggs, shown_keys = _select_list(node, keys, window, rel, ctx, resolve)
     if window is None:
@@ -1203,13 +891,13 @@ def _windowed(node: exp.Select, rel: Relation, ctx: Context) -> Stream:
         )
     _check_time(window, rel, ctx)
     ordered = list(dict.fromkeys([*shown_keys, *keys]))
-    with _at(ctx, window.node):
+    with errors_at(ctx, window.node):
         windowed = window.assign(rel.stream.key_by(*ordered) if ordered else rel.stream)
     ctx.windows.append(window)
     windowed = _emission(windowed, ctx)
     if not aggs:
         raise ctx.sql.error(node, "a windowed query needs at least one aggregate, e.g. COUNT(*)")
-    with _at(ctx, node, "SELECT: "):
+    with errors_at(ctx, node, "SELECT: "):
         out = windowed.agg(*aggs)
     having = node.args.get("having")
     if having is not None:
@@ -1223,7 +911,7 @@ def _windowed(node: exp.Select, rel: Relation, ctx: Context) -> Stream:
     exprs = [alias_of(Column(o.source), o.name) for o in outputs]
     if n.KIND_COLUMN in out.columns:
         exprs.append(Column(n.KIND_COLUMN))
-    with _at(ctx, node, "SELECT: "):
+    with errors_at(ctx, node, "SELECT: "):
         return out.select(*(Expr(e) for e in exprs))
 
 
@@ -1246,13 +934,13 @@ def _grouped(
     if not aggs:
         raise ctx.sql.error(node, "a query with GROUP BY needs at least one aggregate, e.g. COUNT(*)")
     ordered = list(dict.fromkeys([*shown_keys, *keys]))
-    with _at(ctx, node.args.get("group") or node, "GROUP BY: "):
+    with errors_at(ctx, node.args.get("group") or node, "GROUP BY: "):
         out = rel.stream.key_by(*ordered).agg(*aggs)
     natural = [c for c in out.columns if c != n.KIND_COLUMN]
     if [(o.name, o.source) for o in outputs] == [(c, c) for c in natural]:
         return out
     exprs = [alias_of(Column(o.source), o.name) for o in outputs] + [Column(n.KIND_COLUMN)]
-    with _at(ctx, node, "SELECT: "):
+    with errors_at(ctx, node, "SELECT: "):
         return out.select(*(Expr(e) for e in exprs))
 
 
@@ -1317,12 +1005,12 @@ def _group_target(item: exp.Expression, node: exp.Select, rel: Relation, ctx: Co
         index = int(str(item.this))
         if not 1 <= index <= len(node.expressions):
             raise ctx.sql.error(item, f"GROUP BY {index}: the SELECT list has {len(node.expressions)} items")
-        return _unalias(node.expressions[index - 1])[0]
+        return unalias(node.expressions[index - 1])[0]
     if isinstance(item, exp.Column) and not item.table and not isinstance(item.this, exp.Star):
         name = str(item.name).lower()
         if name not in {c.lower() for c in rel.stream.columns}:
             for select_item in node.expressions:
-                inner, alias = _unalias(select_item)
+                inner, alias = unalias(select_item)
                 if alias is not None and alias.lower() == name:
                     return inner
     return item
@@ -1342,8 +1030,8 @@ def _call(node: exp.Expression, ctx: Context, resolve: Resolver) -> WindowCall:
 def _sql_name(rel: Relation, ctx: Context) -> Callable[[exp.Column], str]:
     """The name SQL gives a plain column of ``rel`` in a ``SELECT`` list: ``c.amount`` is ``amount``."""
     if rel.sides:
-        return lambda column: _joined_column(column, rel, ctx)[1]
-    return _resolver(rel, ctx)
+        return lambda column: joined_column(column, rel, ctx)[1]
+    return resolver(rel, ctx)
 
 
 def _select_list(
@@ -1361,8 +1049,8 @@ def _select_list(
     aggs: list[AggExpr] = []
     shown_keys: list[str] = []
     for item in node.expressions:
-        inner, alias = _unalias(item)
-        if _is_star(inner):
+        inner, alias = unalias(item)
+        if is_star(inner):
             raise ctx.sql.error(
                 item, "SELECT * cannot be windowed; list the keys, window helpers and aggregates"
             )
@@ -1433,7 +1121,7 @@ def _agg_filter(node: exp.Expression, ctx: Context, resolve: Resolver) -> ExprNo
     _, where = filter_of(node)
     if where is None:
         return None
-    special = _no_helpers(ctx, "FILTER (WHERE ...)", resolve)
+    special = no_helpers(ctx, "FILTER (WHERE ...)", resolve)
     return scalar(where, ctx.sql, resolve, special, "FILTER (WHERE ...)")
 
 
@@ -1450,7 +1138,7 @@ def _check_time(window: WindowCall, rel: Relation, ctx: Context) -> None:
         raise ctx.sql.error(window.node, f"{rel.label} has no event time; SET watermark.column names it")
     if et.from_join:
         _check_join_time(window, rel, ctx)
-    elif _time_source(rel.stream.plan, window.column) is None:
+    elif time_source(rel.stream.plan, window.column) is None:
         raise ctx.sql.error(
             window.node,
             f"the window's time column {window.column!r} is not the event-time column of {rel.label} "
@@ -1476,7 +1164,7 @@ def _check_join_plan_time(window: WindowCall, plan: n.PlanNode, label: str, ctx:
             window.node, f"a window over {label} is not supported: window each join's rows on its own"
         )
     times = sj.event_time_columns(join)
-    origin = _origin(plan, window.column)
+    origin = column_origin(plan, window.column)
     if origin is not None and origin[0] is join and origin[1] in times:
         return
     later = "a joined row's event time is the later of its two rows' times"
@@ -1506,34 +1194,6 @@ def _check_join_plan_time(window: WindowCall, plan: n.PlanNode, label: str, ctx:
         f"over the rows of a join a window takes each row's event time: {later}, here {shown}; the "
         f"window's time column {window.column!r} is not it",
     )
-
-
-def _origin(plan: n.PlanNode, column: str) -> tuple[n.PlanNode, str] | None:
-    """The node under ``plan``'s filters and projections, and the name there of ``column`` (None:
-    a projection computes it)."""
-    if isinstance(plan, n.Filter):
-        return _origin(plan.input, column)
-    if isinstance(plan, n.Project):
-        for e in plan.exprs:
-            inner = e.operand if isinstance(e, kx.Alias) else e
-            if kx.output_name(e) == column:
-                return _origin(plan.input, inner.name) if isinstance(inner, Column) else None
-        return None
-    return plan, column
-
-
-def _time_source(plan: n.PlanNode, column: str) -> n.Watermark | None:
-    """The watermark whose column ``column`` of ``plan`` is, passed on unchanged; None if it is not one."""
-    found = _origin(plan, column)
-    if found is None:
-        return None
-    node, name = found
-    if isinstance(node, n.Watermark):
-        return node if node.column == name else None
-    if isinstance(node, n.Union):
-        sources = [_time_source(i, name) for i in node.inputs]
-        return sources[0] if all(f is not None for f in sources) else None
-    return None
 
 
 def _emission(windowed: WindowedStream, ctx: Context) -> WindowedStream:
@@ -1660,7 +1320,7 @@ def _qualify(
             "the window's keys may fire in different micro-batches, and a row pushed out of the top "
             "is withdrawn",
         )
-    with _at(ctx, node, "QUALIFY: "):
+    with errors_at(ctx, node, "QUALIFY: "):
         if isinstance(over.this, exp.Rank):
             return out.top_n(limit, by=by, keys=parts[2:], ties="all", ascending=ascending)
         return out.top_n(limit, by=by, keys=parts[2:], ties="first", ascending=ascending)
@@ -1700,7 +1360,7 @@ def _ranked_subquery(node: exp.Select, source: exp.Expression, ctx: Context) -> 
     position, rank_name = items[0]
     rest = inner.copy()
     rest.set("expressions", [e for i, e in enumerate(inner.expressions) if i != position])
-    if len(items) > 1 or _is_grouped(rest) or inner.args.get("qualify") is not None:
+    if len(items) > 1 or is_grouped(rest) or inner.args.get("qualify") is not None:
         raise ctx.sql.error(inner, _FLINK_TOP_N)
     where = node.args.get("where")
     bound = _rank_bound(where.this if where is not None else None, rank_name)
@@ -1729,22 +1389,22 @@ def _shows_rank(node: exp.Select, rank_name: str, bound: int, ctx: Context) -> b
 
     for item in node.expressions:
         refs = [c for c in item.find_all(exp.Column) if c.name.lower() == rank_name.lower()]
-        if (_is_star(item) or refs) and bound != 1:
+        if (is_star(item) or refs) and bound != 1:
             raise ctx.sql.error(
                 item,
                 f"the rank {rank_name!r} is not a column of top-N results (Flink's form without the rank "
                 f"number); list the columns to keep in the outer SELECT (with {rank_name} <= 1 or = 1 "
                 "every row kept ranks 1, and SELECT * shows it)",
             )
-        if _is_star(item) or refs:
+        if is_star(item) or refs:
             return True
     return False
 
 
 def _ranked_input(inner: exp.Select, ctx: Context) -> Relation:
     """What a ranked subquery ranks: its ``FROM`` (stream, subquery or join) filtered by its ``WHERE``."""
-    _refuse_clauses(inner, ctx, _ALLOWED | {"joins"})
-    inner_source = _arg(inner, "from")
+    refuse_clauses(inner, ctx, ALLOWED_CLAUSES | {"joins"})
+    inner_source = arg(inner, "from")
     if inner_source is None:
         raise ctx.sql.error(inner, "a query reads a stream: add FROM <stream name>")
     return _from(inner, inner_source.this, ctx)
@@ -1754,7 +1414,7 @@ def _top_n(over: exp.Window, rel: Relation, bound: int, ctx: Context) -> tuple[S
     """``rel`` ranked as ``over`` says, and whether per key (else per window, over window results)."""
     from sqlglot import exp
 
-    resolve = _resolver(rel, ctx)
+    resolve = resolver(rel, ctx)
 
     def column_of(x: exp.Expression, where: str) -> str:
         if not isinstance(x, exp.Column):
@@ -1781,7 +1441,7 @@ def _top_n(over: exp.Window, rel: Relation, bound: int, ctx: Context) -> tuple[S
             order, f"{what} ranks nulls last: write NULLS LAST (an ASC column has NULLS FIRST)"
         )
     by = [column_of(k.this, "ORDER BY") for k in keys]
-    with _at(ctx, over, f"{what}: "):
+    with errors_at(ctx, over, f"{what}: "):
         return rel.stream.top_n(
             bound,
             by=by,
@@ -1827,5 +1487,5 @@ def _having(
     resolve = functools.partial(names.column, where="HAVING")
     special = functools.partial(names.special, where="HAVING")
     predicate = scalar(node, ctx.sql, resolve, special, "HAVING")
-    with _at(ctx, node, "HAVING: "):
+    with errors_at(ctx, node, "HAVING: "):
         return out.filter(Expr(predicate))
