@@ -10,8 +10,8 @@ lowering. sqlglot is imported when ``sql()`` is first called, never by
 Modules: :mod:`.source` (statements and positions), :mod:`.settings`
 (``SET``), :mod:`.catalog` (registered streams), :mod:`.expressions`,
 :mod:`.windows` (the window helpers), :mod:`.scope` (the query's context,
-its relations and their column names), :mod:`.joins` (the JOIN clause),
-:mod:`.query`, :mod:`.execute`.
+its relations and their column names), :mod:`.joins` (the JOIN clause,
+read and translated), :mod:`.query`, :mod:`.execute`.
 docs/sql.md is the user's guide.
 """
 

@@ -22,33 +22,60 @@ and what else it says filters the joined rows.
 ``"right"``, ``"full"``; a window join also takes ``LEFT SEMI JOIN`` and
 ``LEFT ANTI JOIN``; an as-of join is ``[INNER]`` or ``LEFT [OUTER]`` only.
 ``HOP(TABLE t, DESCRIPTOR(ts), slide, size)`` is ``sliding_window(size,
-slide)``. This module reads the clause (its sides, its kind, its ON
-condition); :mod:`krishiv_py.sql.query` scans the streams, declares their
-watermarks and calls the builder.
+slide)``. ``JOIN t FOR SYSTEM_TIME AS OF PROCTIME()`` (Flink's
+processing-time temporal join) is ``lookup_join`` of a bounded table
+(:data:`LOOKUP_FORM`).
+
+This module reads the clause (its sides, its kind, its ON condition) and
+translates it (:func:`join_relation`): it scans the two streams, declares
+their watermarks on the join's time columns, applies the ``join.*`` and
+``window.*`` settings and calls the builder; the joined rows are a
+:class:`~krishiv_py.sql.scope.Relation` whose sides name their columns as
+SQL does. :mod:`krishiv_py.sql.query` filters them by the query's ``WHERE``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 import attrs
 
+import krishiv_py.expr as kx
 from krishiv_py.errors import PlanError
+from krishiv_py.expr import Expr
 from krishiv_py.plan import nodes as n
-from krishiv_py.sql.settings import interval_ms
+from krishiv_py.plan.analysis import facts
+from krishiv_py.sql.expressions import scalar
+from krishiv_py.sql.scope import (
+    Context,
+    JoinedSide,
+    Relation,
+    column_named,
+    descriptor_column,
+    errors_at,
+    no_helpers,
+    refuse_clauses,
+    resolver,
+    scan,
+    time_source,
+    watermark,
+)
+from krishiv_py.sql.settings import apply_settings, emission_options, interval_ms, join_options
 from krishiv_py.sql.source import DIALECT
-from krishiv_py.sql.windows import WindowCall
+from krishiv_py.sql.windows import WindowCall, is_proctime
 
 if TYPE_CHECKING:
     from sqlglot import exp
 
+    from krishiv_py.api.stream import Stream
     from krishiv_py.sql.source import SqlText
 
 __all__ = [
     "AS_OF_FORM",
     "BOUNDS",
     "INTERVAL_FORM",
+    "LOOKUP_FORM",
     "WHERE_FORM",
     "WINDOW_FORM",
     "AsOf",
@@ -65,6 +92,7 @@ __all__ = [
     "is_comma_join",
     "is_window_tvf",
     "join_how",
+    "join_relation",
     "join_start",
     "read_on",
     "read_side",
@@ -882,3 +910,516 @@ def event_time_columns(join: n.Join) -> tuple[str, ...]:
     later_left = upper <= 0 and join.how in ("inner", "left") and not join.left_time.from_join
     later_right = lower >= 0 and join.how in ("inner", "right") and not join.right_time.from_join
     return tuple(c for c, holds in ((left, later_left), (right, later_right)) if holds)
+
+
+# --- the join as the builder makes it --------------------------------------------------------
+
+
+def join_relation(node: exp.Select, left_node: exp.Expression, ctx: Context) -> tuple[Relation, exp.Select]:
+    """The rows of ``node``'s join (an interval, window or as-of join), and the query whose
+    ``WHERE`` filters them.
+
+    ``FROM l, r WHERE ...`` (Flink's form) is the inner interval join whose
+    condition the ``WHERE`` holds; the rest of it filters the joined rows
+    (:func:`read_where`): the query returned has that rest as its ``WHERE``.
+    """
+    from sqlglot import exp
+
+    joins: list[exp.Join] = list(node.args["joins"])
+    join = joins[0]
+    at = join_start(join, ctx.sql)
+    if len(joins) > 1:
+        raise ctx.sql.error(
+            joins[1],
+            "a query joins two streams; a join of three or more is not supported",
+            at=join_start(joins[1], ctx.sql),
+        )
+    comma = is_comma_join(join, ctx.sql) and node.args.get("where") is not None
+    how: n.JoinHow = "inner" if comma else join_how(join, ctx.sql, at)
+    for side in (left_node, join.this):
+        if isinstance(side, exp.Table):
+            refuse_clauses(side, ctx, {"this", "alias", "db", "catalog", "version"})
+    specs = (read_side(left_node, ctx.sql), read_side(join.this, ctx.sql))
+    rels = (_join_scan(specs[0], ctx), _join_scan(specs[1], ctx))
+    if specs[0].qualifier == specs[1].qualifier:
+        raise ctx.sql.error(
+            join.this,
+            f"both sides of the JOIN are called {specs[1].qualifier!r}; give one an alias "
+            f"(JOIN {specs[1].name} AS {specs[1].name}2)",
+        )
+    if specs[0].as_of is not None:
+        raise ctx.sql.error(
+            specs[0].as_of.shown,
+            "FOR SYSTEM_TIME AS OF goes on the right side of the join, the stream whose row in force at "
+            f"each left row's time the left row meets: {AS_OF_FORM}",
+            at=specs[0].as_of.at,
+        )
+    if comma:
+        join, node = _join_from_where(node, join, specs, rels, ctx)
+    if specs[1].as_of is not None and is_proctime(specs[1].as_of.time):
+        looked_up, lkeys, rkeys = _lookup_join(join, how, at, specs, rels, ctx)
+        ctx.joins.append(join)
+        return _joined_relation(looked_up, specs, rels, lkeys, rkeys, how), node
+    build, lkeys, rkeys = (
+        _as_of_join(join, how, at, specs, rels, ctx)
+        if specs[1].as_of is not None
+        else _time_join(join, how, at, specs, rels, ctx)
+    )
+    try:
+        joined = _join_emission(build(), ctx)
+    except PlanError as exc:
+        raise ctx.sql.error(join, f"JOIN: {exc}", at=at) from None
+    ctx.joins.append(join)
+    return _joined_relation(joined, specs, rels, lkeys, rkeys, how), node
+
+
+def _join_from_where(
+    node: exp.Select,
+    join: exp.Join,
+    specs: tuple[SideSpec, SideSpec],
+    rels: tuple[Relation, Relation],
+    ctx: Context,
+) -> tuple[exp.Join, exp.Select]:
+    """``FROM l, r WHERE ...`` as ``FROM l JOIN r ON <its join condition> WHERE <the rest>``."""
+    from sqlglot import exp
+
+    if specs[1].as_of is not None:
+        raise ctx.sql.error(
+            specs[1].as_of.shown,
+            f"an as-of join is written with JOIN and ON: {AS_OF_FORM}",
+            at=specs[1].as_of.at,
+        )
+    for spec in specs:
+        if spec.window is not None:
+            raise ctx.sql.error(
+                spec.node,
+                f"a window join is written with JOIN and ON, as in Flink: JOIN ... {WINDOW_FORM}",
+            )
+    split = read_where(
+        node.args["where"].this,
+        ctx.sql,
+        _side_resolver(specs, rels, ctx),
+        times=(_known_time(rels[0], ctx), _known_time(rels[1], ctx)),
+        is_time=lambda side, column: (
+            rels[0 if side == "left" else 1].stream.schema.field(column).dtype.is_timestamp
+        ),
+    )
+    on_join = join.copy()
+    on_join.set("kind", None)
+    on_join.set("on", split.on)
+    rest = node.copy()
+    rest.set("where", exp.Where(this=split.rest) if split.rest is not None else None)
+    return on_join, rest
+
+
+def _known_time(rel: Relation, ctx: Context) -> str | None:
+    """A side's event-time column before its join: its watermark's, else ``SET watermark.column``."""
+    et = facts(rel.stream.plan).event_time
+    if et is not None:
+        return et.column
+    column = ctx.settings.column
+    return column_named(rel.stream.columns, column) if column is not None else None
+
+
+#: A join as the builder makes it (called where its errors get the JOIN's position), and its keys.
+_JoinCall = tuple[Callable[[], "Stream"], tuple[str, ...], tuple[str, ...]]
+
+
+def _time_join(
+    join: exp.Join,
+    how: n.JoinHow,
+    at: int | None,
+    specs: tuple[SideSpec, SideSpec],
+    rels: tuple[Relation, Relation],
+    ctx: Context,
+) -> _JoinCall:
+    """The interval join of two streams, or the window join of two window TVFs."""
+    windowed = specs[0].window is not None
+    if windowed != (specs[1].window is not None):
+        plain = specs[1] if windowed else specs[0]
+        raise ctx.sql.error(
+            plain.node,
+            "a window join takes a window TVF on both sides, TABLE(TUMBLE(TABLE stream, DESCRIPTOR(ts), "
+            "size)) or TABLE(HOP(...)); an interval join takes two stream names",
+        )
+    if how in ("semi", "anti") and not windowed:
+        raise ctx.sql.error(
+            join,
+            f"LEFT {how.upper()} JOIN is a window join's (window TVFs on both sides); an interval join is "
+            "[INNER], LEFT, RIGHT or FULL [OUTER]",
+            at=at,
+        )
+    on = read_on(join.args["on"], ctx.sql, _side_resolver(specs, rels, ctx), windowed=windowed)
+    times: list[tuple[str, exp.Expression]] = []
+    for spec, rel, i in zip(specs, rels, (0, 1), strict=True):
+        if spec.window is not None:
+            descriptor = spec.window.node.expressions[1]
+            times.append((descriptor_column(spec.window, descriptor, rel, ctx), descriptor))
+        else:
+            assert on.time is not None
+            time = on.time
+            times.append((time.left, time.left_node) if i == 0 else (time.right, time.right_node))
+    left, right = (_join_time(spec, rel, *t, ctx) for spec, rel, t in zip(specs, rels, times, strict=True))
+    if on.time is not None:
+        _plain_numbers(on.time.numbers, ((left, times[0][0]), (right, times[1][0])), ctx)
+    lkeys, rkeys = tuple(k for k, _ in on.keys), tuple(k for _, k in on.keys)
+    wl, wr = specs[0].window, specs[1].window
+    if wl is not None and wr is not None and wl.spec() != wr.spec():
+        raise ctx.sql.error(
+            wr.node,
+            "the two sides of a window join need the same window; the left side's is "
+            f"{wl.node.sql(dialect=DIALECT)}",
+        )
+
+    def build() -> Stream:
+        if wl is not None and wr is not None:
+            return wl.assign(left.key_by(*lkeys)).join(wr.assign(right.key_by(*rkeys)), how=how)
+        assert on.time is not None
+        # The bounds relate the time columns; a window's results' column is 1 ms past its event time.
+        shift = _window_shift(left) - _window_shift(right)
+        return left.key_by(*lkeys).interval_join(
+            right.key_by(*rkeys),
+            between=(on.time.lower_ms + shift, on.time.upper_ms + shift),
+            how=cast('Literal["inner", "left", "right", "full"]', how),
+        )
+
+    return build, lkeys, rkeys
+
+
+def _window_shift(stream: Stream) -> int:
+    """How far a side's time column is past its event time: 1 ms for a window's results (window_end)."""
+    return 1 if isinstance(stream.plan, n.WindowAggregate) else 0
+
+
+def _as_of_join(
+    join: exp.Join,
+    how: n.JoinHow,
+    at: int | None,
+    specs: tuple[SideSpec, SideSpec],
+    rels: tuple[Relation, Relation],
+    ctx: Context,
+) -> _JoinCall:
+    """``FROM l [LEFT] JOIN r FOR SYSTEM_TIME AS OF l.ts ON l.k = r.k [AND r.ts >= l.ts - age]``.
+
+    ``l.key_by(k).as_of_join(r.key_by(k), how=..., max_age_ms=age)``: the
+    AS OF time is the left side's event-time column; the right side's is its
+    watermark's (the column of the max age, if written, for a stream without
+    a watermark; else ``SET watermark.column`` or its one timestamp column).
+    """
+    from sqlglot import exp
+
+    as_of = specs[1].as_of
+    assert as_of is not None
+    if how not in ("inner", "left"):
+        words = " ".join(w for w in (join.side, join.kind) if w)
+        raise ctx.sql.error(
+            join,
+            f"{words} JOIN is not supported with FOR SYSTEM_TIME AS OF: an as-of join is [INNER] JOIN or "
+            "LEFT [OUTER] JOIN (each left row with the right row of its key in force at its time, "
+            f"null-padded by LEFT when there is none): {AS_OF_FORM}",
+            at=at,
+        )
+    windows = [spec for spec in specs if spec.window is not None]
+    if windows:
+        raise ctx.sql.error(
+            windows[0].node,
+            f"an as-of join (FOR SYSTEM_TIME AS OF) joins two streams, not window TVFs: {AS_OF_FORM}",
+        )
+    resolve = _side_resolver(specs, rels, ctx)
+    on = read_on(join.args["on"], ctx.sql, resolve, windowed=False, as_of=True)
+    time = as_of.time
+    form = f"FOR SYSTEM_TIME AS OF {specs[0].qualifier}.<its event-time column>"
+    if not isinstance(time, exp.Column) or isinstance(time.this, exp.Star):
+        raise ctx.sql.error(
+            time,
+            f"FOR SYSTEM_TIME AS OF takes the left side's event-time column, {form}: the as-of join is on "
+            "event time (PROCTIME() and other expressions are not supported)",
+        )
+    side, column = resolve(time)
+    if side != "left":
+        raise ctx.sql.error(
+            time,
+            f"FOR SYSTEM_TIME AS OF names the left side's event-time column, {form} (each left row meets "
+            f"the right row in force at its own time); {column!r} is a column of {rels[1].label}",
+        )
+    age = on.max_age
+    if age is not None and age.left != column:
+        raise ctx.sql.error(
+            age.left_node,
+            f"the max age compares the right side's event time with the AS OF column, r.ts >= "
+            f"{specs[0].qualifier}.{column} - INTERVAL ...; this one names {age.left!r}",
+        )
+    left = _join_time(specs[0], rels[0], column, time, ctx)
+    right = _join_time(
+        specs[1],
+        rels[1],
+        age.right if age is not None else None,
+        age.right_node if age is not None else specs[1].node,
+        ctx,
+    )
+    if age is not None:
+        _plain_numbers(age.numbers, ((left, column), (right, age.right)), ctx)
+    lkeys, rkeys = tuple(k for k, _ in on.keys), tuple(k for _, k in on.keys)
+
+    def build() -> Stream:
+        return left.key_by(*lkeys).as_of_join(
+            right.key_by(*rkeys),
+            how=how,
+            max_age_ms=age.max_age_ms if age is not None else None,
+        )
+
+    return build, lkeys, rkeys
+
+
+#: How SQL writes a lookup join (SPEC 3.14: ``stream.lookup_join(table, on=...)``).
+LOOKUP_FORM = (
+    "FROM s [LEFT] JOIN t FOR SYSTEM_TIME AS OF PROCTIME() [AS a] ON s.k = a.k [AND ...] (or an "
+    "expression of s's columns = a.k, e.g. MOD(s.auction, 10000) = a.key)"
+)
+
+
+def _lookup_join(
+    join: exp.Join,
+    how: n.JoinHow,
+    at: int | None,
+    specs: tuple[SideSpec, SideSpec],
+    rels: tuple[Relation, Relation],
+    ctx: Context,
+) -> tuple[Stream, tuple[str, ...], tuple[str, ...]]:
+    """``FROM s JOIN t FOR SYSTEM_TIME AS OF PROCTIME() ON ...``: Flink's processing-time temporal
+    join, each row with the table's rows as they are when it is processed: ``lookup_join``.
+
+    Each ON conjunct equates a column of the table with a column of the
+    stream or with an expression of the stream's columns, which becomes a
+    column named as the table's (Nexmark q13's ``MOD(B.auction, 10000) =
+    S.key``); a table column named otherwise than its stream column is
+    renamed to it. The joined rows name the key as the stream does.
+    """
+    from sqlglot import exp
+
+    if how not in ("inner", "left"):
+        words = " ".join(w for w in (join.side, join.kind) if w)
+        raise ctx.sql.error(
+            join, f"{words} JOIN is not supported with a lookup join: [INNER] or LEFT: {LOOKUP_FORM}", at=at
+        )
+    if any(spec.window is not None for spec in specs):
+        raise ctx.sql.error(join, f"a lookup join joins a stream and a table, not window TVFs: {LOOKUP_FORM}")
+    stream, table = rels[0].stream, rels[1].stream
+    if not n.is_bounded(table.plan):
+        assert specs[1].as_of is not None
+        raise ctx.sql.error(
+            specs[1].as_of.shown,
+            f"FOR SYSTEM_TIME AS OF PROCTIME() looks rows up in a bounded table, and {rels[1].label} is a "
+            f"stream: {LOOKUP_FORM}; join two streams FOR SYSTEM_TIME AS OF the left side's event time",
+            at=specs[1].as_of.at,
+        )
+    resolve = _side_resolver(specs, rels, ctx)
+    left_only = resolver(rels[0], ctx)
+    renames: dict[str, str] = {}
+    on: list[str] = []
+    rkeys: list[str] = []
+    for part in conjuncts(join.args["on"]):
+        sides = [part.this, part.expression] if isinstance(part, exp.EQ) else []
+        right = [x for x in sides if is_column(x) and resolve(x)[0] == "right"]
+        if len(right) != 1:
+            raise ctx.sql.error(
+                part, f"a lookup join's ON condition equates each table key with the stream's: {LOOKUP_FORM}"
+            )
+        key = resolve(right[0])[1]
+        other = sides[1] if right[0] is sides[0] else sides[0]
+        if is_column(other) and resolve(other)[0] == "left":
+            column = resolve(other)[1]
+            if column != key:
+                renames[key] = column
+        else:
+            value = scalar(other, ctx.sql, left_only, no_helpers(ctx, "ON", left_only), "ON")
+            if key in stream.columns:
+                raise ctx.sql.error(
+                    other,
+                    f"the stream has a column {key!r} already; the expression's value would take that name "
+                    "(the table's key's): rename the table's key, or compute the value in the stream",
+                )
+            with errors_at(ctx, other, "ON: "):
+                stream = stream.with_column(key, Expr(value))
+            column = key
+        on.append(column)
+        rkeys.append(key)
+    if renames:
+        table = table.select(
+            *(kx.col(c).alias(renames[c]) if c in renames else kx.col(c) for c in table.columns)
+        )
+    with errors_at(ctx, join, "JOIN: "):
+        joined = stream.lookup_join(table, on=tuple(on), how="left" if how == "left" else "inner")
+    return joined, tuple(on), tuple(rkeys)
+
+
+def _plain_numbers(
+    numbers: tuple[exp.Expression, ...], times: tuple[tuple[Stream, str], ...], ctx: Context
+) -> None:
+    """Offsets written as plain numbers are milliseconds, only on a bigint event time."""
+    if not numbers:
+        return
+    for stream, column in times:
+        if stream.schema.field(column).dtype.is_timestamp:
+            raise ctx.sql.error(
+                numbers[0],
+                f"a plain number is an offset in milliseconds only on a bigint event time; {column!r} is "
+                "a timestamp: write an INTERVAL, e.g. INTERVAL '5' SECOND",
+            )
+
+
+def _join_scan(spec: SideSpec, ctx: Context) -> Relation:
+    """A side's registered stream, as it is (its watermark comes with the join's time columns)."""
+    if spec.name.lower() in ctx.ctes:
+        raise ctx.sql.error(
+            spec.table,
+            f"a side of a JOIN is a registered stream, not a WITH subquery ({spec.name!r}): filter the "
+            "joined rows with WHERE, or filter a side with the builder and register it "
+            "(stream.register(name))",
+        )
+    rel = scan(spec.table, attrs.evolve(ctx, needs_watermark=False))
+    return attrs.evolve(rel, qualifiers=frozenset({spec.qualifier}))
+
+
+def _side_resolver(
+    specs: tuple[SideSpec, SideSpec], rels: tuple[Relation, Relation], ctx: Context
+) -> SideResolver:
+    """Resolves a column of the ON condition to its side (by qualifier, or the one side that has it)."""
+    names: tuple[Side, Side] = ("left", "right")
+
+    def resolve(column: exp.Column) -> tuple[Side, str]:
+        if column.args.get("db") or column.args.get("catalog"):
+            raise ctx.sql.error(column, "column names have at most two parts: <stream or alias>.<column>")
+        qualifier, name = str(column.table).lower(), str(column.name)
+        indexes = [i for i in (0, 1) if not qualifier or specs[i].qualifier == qualifier]
+        if not indexes:
+            raise ctx.sql.error(
+                column,
+                f"unknown stream or alias {str(column.table)!r}; this query joins {specs[0].qualifier} and "
+                f"{specs[1].qualifier}",
+            )
+        found: list[tuple[int, str]] = []
+        for i in indexes:
+            if specs[i].window is not None and name.lower() in BOUNDS:
+                found.append((i, name.lower()))
+                continue
+            match = column_named(rels[i].stream.columns, name)
+            if match is not None:
+                found.append((i, match))
+        if len(found) == 1:
+            return names[found[0][0]], found[0][1]
+        if found:
+            raise ctx.sql.error(
+                column,
+                f"column {name!r} is on both sides of the join; qualify it: {specs[0].qualifier}.{name} or "
+                f"{specs[1].qualifier}.{name}",
+            )
+        known = "; ".join(f"{rels[i].label}: {', '.join(rels[i].stream.columns)}" for i in indexes)
+        raise ctx.sql.error(column, f"unknown column {name!r}; the columns of {known}")
+
+    return resolve
+
+
+def _join_time(
+    spec: SideSpec, rel: Relation, column: str | None, where: exp.Expression, ctx: Context
+) -> Stream:
+    """The side's stream with its watermark, which must be on ``column``, the join's time column for it.
+
+    A stream without a watermark gets one on ``column`` (``SET watermark.column``
+    if set), with the lag of ``SET watermark.lag``, as for a window. ``column``
+    None (an as-of join's right side without a max age): whichever column its
+    watermark is on, for a stream without one ``SET watermark.column``, else its
+    one timestamp column.
+    """
+    stream = rel.stream
+    if isinstance(stream.plan, n.WindowAggregate) and spec.window is None:
+        # A registered window's results: their event time is window_end - 1 ms (see _window_shift).
+        if column is None or column.lower() != "window_end":
+            raise ctx.sql.error(
+                where,
+                f"{rel.label} is a window's results: the join's time column for it is window_end "
+                "(a result's event time is window_end - 1 ms)",
+            )
+        return stream
+    if n.window_aggregates(stream.plan) or n.joins_of(stream.plan):
+        raise ctx.sql.error(
+            spec.node,
+            f"{rel.label} is the result of a window or a join, which a join does not take as a side yet "
+            "(a window's results registered as they are, stream.register(name), it does); join the "
+            "streams it reads",
+        )
+    if facts(stream.plan).event_time is None:
+        stream = watermark(
+            stream, spec.node, rel.label, attrs.evolve(ctx, time_column=ctx.settings.column or column)
+        )
+    if column is not None and time_source(stream.plan, column) is None:
+        et = facts(stream.plan).event_time
+        on = repr(et.column) if et is not None else "no column"
+        raise ctx.sql.error(
+            where,
+            f"the join's time column {column!r} is not the event-time column of {rel.label} (its watermark "
+            f"is on {on}); a join matches rows by the event time of their watermarks",
+        )
+    return stream
+
+
+def _join_emission(joined: Stream, ctx: Context) -> Stream:
+    """Apply the ``window.*`` settings through the join's options (allowed lateness, accumulation, TTL)."""
+    from krishiv_py.api.stream import JoinedStream
+
+    assert isinstance(joined, JoinedStream)
+    own = join_options(ctx.settings)
+    joined = apply_settings(joined, own)
+    if ctx.has_window:
+        return joined  # a window over the join's rows takes the window.* settings
+    if ctx.settings.trigger is not None:
+        raise PlanError("SET window.trigger does not apply to a join: a join emits as its rules say")
+    shared = emission_options(ctx.settings)
+    both = [(a, b) for a, method, _ in own for b, other, _ in shared if method == other]
+    if both:
+        a, b = both[0]
+        raise PlanError(
+            f"SET {a} and SET {b} both set the join's option (the query has no window after its "
+            f"join, so {b} applies to the join too): set one of them"
+        )
+    return apply_settings(joined, shared)
+
+
+def _joined_relation(
+    joined: Stream,
+    specs: tuple[SideSpec, SideSpec],
+    rels: tuple[Relation, Relation],
+    lkeys: tuple[str, ...],
+    rkeys: tuple[str, ...],
+    how: str,
+) -> Relation:
+    """The join's rows as a ``FROM`` input: each side's columns named as the joined rows name them.
+
+    A key column of either side is the key (named as on the left); a left
+    column keeps its name; a right column is named as the joined row names it
+    (``_right`` added when taken), and is not there in a semi or anti join; a
+    window TVF's ``window_start`` and ``window_end`` are the window's.
+    """
+    join = joined.plan
+    assert isinstance(join, n.Join | n.LookupJoin)
+    right_names = join.right_names if isinstance(join, n.Join) else join.table_names
+    sides = []
+    for i, (spec, rel) in enumerate(zip(specs, rels, strict=True)):
+        keys = lkeys if i == 0 else rkeys
+        columns: dict[str, str | None] = {}
+        for c in rel.stream.columns:
+            if c in keys:
+                columns[c] = lkeys[keys.index(c)]
+            elif i == 0:
+                columns[c] = c
+            else:
+                columns[c] = None if how in ("semi", "anti") else right_names[c]
+        if spec.window is not None:
+            columns.update((b, b) for b in BOUNDS)
+        sides.append(JoinedSide(spec.qualifier, rel.label, columns))
+    return Relation(
+        joined,
+        frozenset(spec.qualifier for spec in specs),
+        f"the join of {rels[0].label} and {rels[1].label}",
+        tuple(sides),
+    )

@@ -287,7 +287,7 @@ def resolver(rel: Relation, ctx: Context) -> Resolver:
 
 
 def _joined_resolver(rel: Relation, ctx: Context) -> Resolver:
-    """Resolves ``q.x`` and ``x`` over a join's rows (see :func:`_joined_relation`)."""
+    """Resolves ``q.x`` and ``x`` over a join's rows (:func:`krishiv_py.sql.joins.join_relation`)."""
     return lambda column: joined_column(column, rel, ctx)[0]
 
 
