@@ -168,16 +168,7 @@ class BatchCollector:
         stats = payloads.stats.to_pydict()
         staged = self._stages.run(results)
         deliver(self._writer, staged.table, batch_id, self._quarantine)
-        if self._recipe.pane_callbacks is not None:
-            callbacks = self._recipe.pane_callbacks
-            guarded(
-                self._quarantine,
-                "panes",
-                batch_id,
-                lambda: _pane_rows(callbacks, payloads, self._window_schema),
-                lambda: call_pane_events(callbacks, self._keys, payloads),
-                caller="a pane callback",
-            )
+        self._call_panes(payloads, batch_id)
         if payloads.late.num_rows:
             self._hand_late(payloads.late, batch_id)
         delays = _summed(stats.pop(DELAY_COUNTS, []))
@@ -209,23 +200,40 @@ class BatchCollector:
                     next_interval_ms=int(stats["next_interval_ms"][i]),
                 )
         if totals["future"]:
-            lags = self.auto.lags() if self.auto is not None else {}
-            if lags:  # an automatic lag holds the watermark back while it learns the delays
-                longest = max(lags.values())
-                log.warning(
-                    "batch %d: %d events more than the future tolerance ahead of the watermark; "
-                    "the automatic lag holds the watermark %d ms behind the newest events while it "
-                    "learns their delays, so early events count as future events until it narrows",
-                    batch_id,
-                    totals["future"],
-                    longest,
-                )
-            else:
-                log.warning(
-                    "batch %d: %d events more than the future tolerance ahead of the watermark (clock skew?)",
-                    batch_id,
-                    totals["future"],
-                )
+            self._warn_future(batch_id, totals["future"])
+
+    def _call_panes(self, payloads: Payloads, batch_id: int) -> None:
+        """The pane callbacks of a micro-batch's panes (none asked for: nothing)."""
+        callbacks = self._recipe.pane_callbacks
+        if callbacks is None:
+            return
+        guarded(
+            self._quarantine,
+            "panes",
+            batch_id,
+            lambda: _pane_rows(callbacks, payloads, self._window_schema),
+            lambda: call_pane_events(callbacks, self._keys, payloads),
+            caller="a pane callback",
+        )
+
+    def _warn_future(self, batch_id: int, future: int) -> None:
+        """Log a micro-batch's events more than the future tolerance ahead of the watermark."""
+        lags = self.auto.lags() if self.auto is not None else {}
+        if lags:  # an automatic lag holds the watermark back while it learns the delays
+            log.warning(
+                "batch %d: %d events more than the future tolerance ahead of the watermark; "
+                "the automatic lag holds the watermark %d ms behind the newest events while it "
+                "learns their delays, so early events count as future events until it narrows",
+                batch_id,
+                future,
+                max(lags.values()),
+            )
+        else:
+            log.warning(
+                "batch %d: %d events more than the future tolerance ahead of the watermark (clock skew?)",
+                batch_id,
+                future,
+            )
 
     def _count_hot(self, hot: Counter[str]) -> None:
         """Add a micro-batch's busiest keys; keep the :data:`HOT_KEPT` busiest; write them down."""

@@ -421,72 +421,16 @@ def _nodes(node: RecipeNode) -> Iterator[RecipeNode]:
 
 def _render(node: RecipeNode, lines: list[str]) -> str:
     if isinstance(node, ReadSource):
-        var = f"src_{len(lines)}"
-        reader = "spark.readStream" if node.streaming else "spark.read"
-        if node.kind == "results":
-            lines.append(f"{var} = spark.createDataFrame(<this micro-batch's window results>)")
-        elif node.kind == "records":
-            lines.append(f"{var} = spark.createDataFrame(<{node.name}: Arrow table + hidden columns>)")
-        elif node.kind == "markers":
-            where = f"<idle markers of {node.name}>"
-            lines.append(f"{var} = {reader}.format('parquet').schema('{WM} bigint').load({where})")
-        elif node.kind not in ("memory", "files"):  # a kind registered by its own reader
-            opts = "".join(f".option({k!r}, {v!r})" for k, v in node.options)
-            lines.append(f"{var} = <{node.kind} source {node.name!r}, {node.schema.ddl()!r}>{opts}")
-        else:
-            opts = "".join(f".option({k!r}, {v!r})" for k, v in node.options)
-            ddl = node.schema.ddl() + (
-                f", {ROW_KIND} tinyint, {WM} bigint, {SEQ} bigint" if node.kind == "memory" else ""
-            )
-            lines.append(
-                f"{var} = {reader}.format({node.format!r}).schema({ddl!r}){opts}.load({node.path!r})"
-            )
-        return var
+        return _render_source(node, lines)
     if isinstance(node, UnionAll):
         parts = [_render(c, lines) for c in node.children]
         var = f"df_{len(lines)}"
         lines.append(f"{var} = {parts[0]}" + "".join(f".unionByName({p})" for p in parts[1:]))
         return var
     if isinstance(node, StreamJoin):
-        sides = []
-        for child, (name, sql), cols in (
-            (node.left, node.left_time, node.left_columns),
-            (node.right, node.right_time, node.right_columns),
-        ):
-            part = _render(child, lines)
-            if node.drops_late:
-                var = f"df_{len(lines)}"
-                lines.append(
-                    f"{var} = {part}.mapInArrow(<flag rows behind the micro-batch's watermark "
-                    "(offset log)>, ...).observe(<count them>).filter('NOT `__kp_late`')"
-                )
-                part = var
-            side = f"df_{len(lines)}"
-            carry = f"F.expr({sql!r}).alias({name!r}, metadata=<watermark>)" if node.streaming else repr(sql)
-            lines.append(f"{side} = {part}.select({', '.join(repr(c) for c in cols)}, {carry})")
-            sides.append(side)
-        var = f"df_{len(lines)}"
-        exprs = ", ".join(repr(e) for e in node.exprs)
-        join = f"{sides[0]}.join({sides[1]}, F.expr({node.condition!r}), {node.how!r})"
-        lines.append(f"{var} = {join}.selectExpr({exprs})")
-        return var
+        return _render_join(node, lines)
     if isinstance(node, LookupTable):
-        rows = _render(node.child, lines)
-        table = _render(node.table, lines)
-        if (
-            isinstance(node.table, ReadSource)
-            and node.table.kind == "files"
-            and node.table.format == "parquet"
-        ):
-            lines[-1] = (
-                f"{table} = <{node.table.path!r}: its Parquet files listed again for each micro-batch>"
-            )
-        var = f"df_{len(lines)}"
-        on = " AND ".join(f"{k} = table.{k}" for k in node.on)
-        lines.append(f"{var} = {rows}.join({table}, '{on}', 'left')  # table columns: {dict(node.columns)}")
-        if node.how == "inner":
-            lines.append(f"{var} = {var}.filter('<a match, or a marker row>')")
-        return var
+        return _render_lookup(node, lines)
     inner = _render(node.child, lines)
     if isinstance(node, StatefulApply):
         for level, side_input in node.side_inputs:
@@ -506,6 +450,66 @@ def _render(node: RecipeNode, lines: list[str]) -> str:
         StatefulApply: _render_stateful,
     }[type(node)](node)
     lines.append(f"{var} = {inner}{call}")
+    return var
+
+
+def _render_source(node: ReadSource, lines: list[str]) -> str:
+    var = f"src_{len(lines)}"
+    reader = "spark.readStream" if node.streaming else "spark.read"
+    if node.kind == "results":
+        lines.append(f"{var} = spark.createDataFrame(<this micro-batch's window results>)")
+    elif node.kind == "records":
+        lines.append(f"{var} = spark.createDataFrame(<{node.name}: Arrow table + hidden columns>)")
+    elif node.kind == "markers":
+        where = f"<idle markers of {node.name}>"
+        lines.append(f"{var} = {reader}.format('parquet').schema('{WM} bigint').load({where})")
+    elif node.kind not in ("memory", "files"):  # a kind registered by its own reader
+        opts = "".join(f".option({k!r}, {v!r})" for k, v in node.options)
+        lines.append(f"{var} = <{node.kind} source {node.name!r}, {node.schema.ddl()!r}>{opts}")
+    else:
+        opts = "".join(f".option({k!r}, {v!r})" for k, v in node.options)
+        ddl = node.schema.ddl() + (
+            f", {ROW_KIND} tinyint, {WM} bigint, {SEQ} bigint" if node.kind == "memory" else ""
+        )
+        lines.append(f"{var} = {reader}.format({node.format!r}).schema({ddl!r}){opts}.load({node.path!r})")
+    return var
+
+
+def _render_join(node: StreamJoin, lines: list[str]) -> str:
+    sides = []
+    for child, (name, sql), cols in (
+        (node.left, node.left_time, node.left_columns),
+        (node.right, node.right_time, node.right_columns),
+    ):
+        part = _render(child, lines)
+        if node.drops_late:
+            var = f"df_{len(lines)}"
+            lines.append(
+                f"{var} = {part}.mapInArrow(<flag rows behind the micro-batch's watermark "
+                "(offset log)>, ...).observe(<count them>).filter('NOT `__kp_late`')"
+            )
+            part = var
+        side = f"df_{len(lines)}"
+        carry = f"F.expr({sql!r}).alias({name!r}, metadata=<watermark>)" if node.streaming else repr(sql)
+        lines.append(f"{side} = {part}.select({', '.join(repr(c) for c in cols)}, {carry})")
+        sides.append(side)
+    var = f"df_{len(lines)}"
+    exprs = ", ".join(repr(e) for e in node.exprs)
+    join = f"{sides[0]}.join({sides[1]}, F.expr({node.condition!r}), {node.how!r})"
+    lines.append(f"{var} = {join}.selectExpr({exprs})")
+    return var
+
+
+def _render_lookup(node: LookupTable, lines: list[str]) -> str:
+    rows = _render(node.child, lines)
+    table = _render(node.table, lines)
+    if isinstance(node.table, ReadSource) and node.table.kind == "files" and node.table.format == "parquet":
+        lines[-1] = f"{table} = <{node.table.path!r}: its Parquet files listed again for each micro-batch>"
+    var = f"df_{len(lines)}"
+    on = " AND ".join(f"{k} = table.{k}" for k in node.on)
+    lines.append(f"{var} = {rows}.join({table}, '{on}', 'left')  # table columns: {dict(node.columns)}")
+    if node.how == "inner":
+        lines.append(f"{var} = {var}.filter('<a match, or a marker row>')")
     return var
 
 
