@@ -40,6 +40,7 @@ from krishiv_py.plan.windows import (
     WindowSpec,
     check_ms,
     in_processing_time,
+    window_text,
 )
 from krishiv_py.types import DataType, Field, Schema
 
@@ -82,6 +83,10 @@ BadFiles: TypeAlias = Literal["fail", "quarantine"]
 
 #: The column ``accumulation("retracting")`` adds to window results: ``"emit"`` or ``"retract"``.
 KIND_COLUMN = RESULT_KIND
+
+#: A window as a plan's text names it (:func:`krishiv_py.plan.windows.window_text`; the name
+#: :mod:`krishiv_py.advice.advise` reads).
+_window_text = window_text
 
 
 @attrs.frozen(kw_only=True)
@@ -1537,7 +1542,7 @@ def _describe(node: PlanNode) -> str:
             + ("" if n.emission.is_default else f" emission=[{n.emission.describe()}]")
         ),
         WindowAggregate: lambda n: (
-            f"WindowAggregate keys=[{', '.join(n.keys)}] window={_window_text(n.window)} "
+            f"WindowAggregate keys=[{', '.join(n.keys)}] window={window_text(n.window)} "
             f"aggs=[{', '.join(_agg_text(a) for a in n.aggregates)}]"
             + ("" if n.emission.is_default else f" emission=[{n.emission.describe()}]")
             + _cascade_text(n)
@@ -1557,7 +1562,7 @@ def _join_text(node: Join) -> str:
         rule = f"between=({node.between[0]}, {node.between[1]})"
     elif node.kind == "window":
         assert node.window is not None
-        rule = f"window={_window_text(node.window)}"
+        rule = f"window={window_text(node.window)}"
     else:
         rule = "as of" + (f" max_age_ms={node.max_age_ms}" if node.max_age_ms is not None else "")
     text = f"Join {node.kind} how={node.how} keys=[{keys}] {rule}"
@@ -1587,21 +1592,3 @@ def _kafka_text(node: KafkaSource) -> str:
 def _agg_text(call: AggCall) -> str:
     where = f" FILTER (WHERE {render(call.filter)})" if call.filter is not None else ""
     return f"{call.func}({call.column or '*'}){where} AS {call.name}"
-
-
-def _window_text(window: WindowSpec) -> str:
-    if isinstance(window, SessionWindow):
-        cap = f", max_duration_ms={window.max_duration_ms}" if window.max_duration_ms else ""
-        return f"session(gap_ms={window.gap_ms}{cap})"
-    if isinstance(window, EventSlidingWindow):
-        return f"event_sliding(size_ms={window.size_ms}, grace_ms={window.grace_ms})"
-    if isinstance(window, TimeIntervalWindow):
-        return (
-            f"time_interval(interval_ms={window.interval_ms}, "
-            f"creation_period_ms={window.creation_period_ms}, discard_age_ms={window.discard_age_ms})"
-        )
-    if window.kind == "tumbling":
-        off = f", offset_ms={window.offset_ms}" if window.offset_ms else ""
-        time = ", time=processing" if in_processing_time(window) else ""
-        return f"tumbling(size_ms={window.size_ms}{off}{time})"
-    return f"sliding(size_ms={window.size_ms}, slide_ms={window.slide_ms})"

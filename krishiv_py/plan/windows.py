@@ -61,6 +61,7 @@ __all__ = [
     "TumblingWindow",
     "WindowSpec",
     "in_processing_time",
+    "window_text",
 ]
 
 
@@ -286,3 +287,28 @@ def in_processing_time(window: WindowSpec) -> bool:
     False
     """
     return isinstance(window, TumblingWindow) and window.processing_time
+
+
+def window_text(window: WindowSpec) -> str:
+    """``window`` as a plan's text names it.
+
+    >>> window_text(TumblingWindow(size_ms=60_000))
+    'tumbling(size_ms=60000)'
+    >>> window_text(SessionWindow(gap_ms=30_000))
+    'session(gap_ms=30000)'
+    """
+    if isinstance(window, SessionWindow):
+        cap = f", max_duration_ms={window.max_duration_ms}" if window.max_duration_ms else ""
+        return f"session(gap_ms={window.gap_ms}{cap})"
+    if isinstance(window, EventSlidingWindow):
+        return f"event_sliding(size_ms={window.size_ms}, grace_ms={window.grace_ms})"
+    if isinstance(window, TimeIntervalWindow):
+        return (
+            f"time_interval(interval_ms={window.interval_ms}, "
+            f"creation_period_ms={window.creation_period_ms}, discard_age_ms={window.discard_age_ms})"
+        )
+    if window.kind == "tumbling":
+        off = f", offset_ms={window.offset_ms}" if window.offset_ms else ""
+        time = ", time=processing" if in_processing_time(window) else ""
+        return f"tumbling(size_ms={window.size_ms}{off}{time})"
+    return f"sliding(size_ms={window.size_ms}, slide_ms={window.slide_ms})"
