@@ -6,7 +6,7 @@ AND CURRENT ROW)`` is ``.key_by("seller").over_rows(10).agg(kp.avg(...))``;
 ``.over_range(3_600_000)``. Every aggregate ``OVER`` of one query shares
 one window (one partition, order and frame); the order is the event time.
 Ranking functions (``ROW_NUMBER()``, ``RANK()``) are top-N, not this
-(:mod:`krishiv_py.sql.query`).
+(:mod:`krishiv_py.sql.ranking`).
 
 Examples
 --------

@@ -53,6 +53,7 @@ import attrs
 
 import krishiv_py.expr as kx
 import krishiv_py.sql.joins as sj
+import krishiv_py.sql.ranking as ranking
 from krishiv_py.expr import AggExpr, Column, Expr, ExprNode
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.analysis import facts
@@ -115,7 +116,7 @@ def _select(node: exp.Select, ctx: Context) -> Stream:
     source = arg(node, "from")
     if source is None:
         raise ctx.sql.error(node, "a query reads a stream: add FROM <stream name>")
-    ranked = None if node.args.get("joins") else _ranked_subquery(node, source.this, ctx)
+    ranked = None if node.args.get("joins") else _ranked(node, source.this, ctx)
     if ranked is not None:
         return ranked
     rel = _from(node, source.this, ctx)
@@ -392,7 +393,8 @@ def _windowed(node: exp.Select, rel: Relation, ctx: Context) -> Stream:
         out = _having(having.this, out, outputs, aggs, window, ctx, resolve)
     qualify = node.args.get("qualify")
     if qualify is not None:
-        out = _qualify(qualify.this, out, outputs, aggs, window, ctx, resolve)
+        names = _ResultNames(out, outputs, aggs, window, ctx, resolve)
+        out = ranking.qualify(qualify.this, out, names.result_column, ctx)
     natural = [c for c in out.columns if c != n.KIND_COLUMN]
     if [(o.name, o.source) for o in outputs] == [(c, c) for c in natural]:
         return out
@@ -741,152 +743,32 @@ class _ResultNames:
             )
         return None
 
+    def result_column(self, x: exp.Expression, where: str) -> str:
+        """The result column that ``x`` (a column, a window helper or an aggregate) is."""
+        from sqlglot import exp
 
-def _qualify(
-    node: exp.Expression,
-    out: Stream,
-    outputs: list[_Output],
-    aggs: list[AggExpr],
-    window: WindowCall,
-    ctx: Context,
-    resolve_input: Resolver,
-) -> Stream:
-    """``QUALIFY RANK() OVER (PARTITION BY window_start, window_end[, keys] ORDER BY ...) <= n``.
-
-    (or ``ROW_NUMBER()``.) Window top-N on the results, before the SELECT
-    list renames or drops columns: ``RANK()`` keeps ties (``ties="all"``), ``ROW_NUMBER()`` exactly
-    ``n`` (``ties="first"``). ``< n`` is ``<= n - 1``.
-    """
-    from sqlglot import exp
-
-    form = (
-        "QUALIFY takes window top-N: RANK() or ROW_NUMBER() OVER (PARTITION BY window_start, "
-        "window_end[, keys] ORDER BY <columns or aggregates> [DESC]) <= n"
-    )
-    if not isinstance(node, exp.LTE | exp.LT) or not isinstance(node.this, exp.Window):
-        raise ctx.sql.error(node, form)
-    over, bound = node.this, node.expression
-    if not isinstance(over.this, exp.Rank | exp.RowNumber):
-        raise ctx.sql.error(over.this, form)
-    if not isinstance(bound, exp.Literal) or bound.is_string or not str(bound.this).isdigit():
-        raise ctx.sql.error(bound, "QUALIFY compares the rank with a whole number, e.g. <= 3")
-    limit = int(str(bound.this)) - (1 if isinstance(node, exp.LT) else 0)
-
-    names = _ResultNames(out, outputs, aggs, window, ctx, resolve_input)
-
-    def column_of(x: exp.Expression, where: str) -> str:
-        found = names.special(x, where)
+        found = self.special(x, where)
         if isinstance(found, Column):
             return found.name
         if isinstance(x, exp.Column):
-            return names.column(x, where)
-        raise ctx.sql.error(x, f"{where} takes the columns of the result ({names.shown}) and its aggregates")
-
-    parts = [column_of(x, "PARTITION BY") for x in over.args.get("partition_by") or []]
-    if parts[:2] not in (["window_start", "window_end"], ["window_end", "window_start"]):
-        raise ctx.sql.error(
-            over, f"{form}: the partition starts with the window, window_start and window_end"
+            return self.column(x, where)
+        raise self.ctx.sql.error(
+            x, f"{where} takes the columns of the result ({self.shown}) and its aggregates"
         )
-    order = over.args.get("order")
-    items = order.expressions if order is not None else []
-    if not items:
-        raise ctx.sql.error(over, f"{form}: ORDER BY says what ranks first")
-    if len({bool(i.args.get("desc")) for i in items}) > 1:
-        raise ctx.sql.error(order, "QUALIFY's ORDER BY ranks all columns the same way (all DESC, or all ASC)")
-    if any(i.args.get("nulls_first") for i in items):
-        raise ctx.sql.error(
-            order, "QUALIFY ranks nulls last: write NULLS LAST (an ASC column has NULLS FIRST)"
-        )
-    by = [column_of(i.this, "ORDER BY") for i in items]
-    ascending = not items[0].args.get("desc")
-    windows = facts(out.plan).results_of
-    retracting = isinstance(windows, n.WindowAggregate) and windows.emission.accumulation == "retracting"
-    if n.joins_of(out.plan) and isinstance(windows, n.WindowAggregate) and not retracting:
-        raise ctx.sql.error(
-            node,
-            "QUALIFY over a window of a join's rows needs SET window.accumulation = retracting: "
-            "the window's keys may fire in different micro-batches, and a row pushed out of the top "
-            "is withdrawn",
-        )
-    with errors_at(ctx, node, "QUALIFY: "):
-        if isinstance(over.this, exp.Rank):
-            return out.top_n(limit, by=by, keys=parts[2:], ties="all", ascending=ascending)
-        return out.top_n(limit, by=by, keys=parts[2:], ties="first", ascending=ascending)
 
 
-_FLINK_TOP_N = (
-    "window top-N in Flink's form is SELECT <columns> FROM (SELECT <columns>, ROW_NUMBER() (or RANK()) "
-    "OVER (PARTITION BY window_start, window_end[, keys] ORDER BY ...) AS rownum FROM <window results>) "
-    "WHERE rownum <= n"
-)
-
-
-def _ranked_subquery(node: exp.Select, source: exp.Expression, ctx: Context) -> Stream | None:
-    """Flink's Top-N: a ranked subquery in ``FROM`` and ``WHERE rownum <= n`` outside.
-
-    ``None`` when ``source`` is not a subquery that ranks with ``ROW_NUMBER()``/``RANK()``.
-    Over window results (``PARTITION BY window_start, window_end, ...``) it is
-    window top-N, else top-N per key over the rows of a stream or a join
-    (filtered by the subquery's ``WHERE``). The rank is not a column of the
-    result (Flink's "no ranking number" form) unless every row kept ranks 1
-    (``rownum <= 1``, ``= 1``): then the outer ``SELECT`` may show it, as 1.
-    """
-    from sqlglot import exp
-
-    if not isinstance(source, exp.Subquery) or not isinstance(source.this, exp.Select):
+def _ranked(node: exp.Select, source: exp.Expression, ctx: Context) -> Stream | None:
+    """Flink's Top-N (:func:`krishiv_py.sql.ranking.ranked_subquery`): the subquery's rows ranked,
+    then its ``SELECT`` list and the outer one over them (None: ``source`` ranks nothing)."""
+    ranked = ranking.ranked_subquery(node, source, ctx)
+    if ranked is None:
         return None
-    inner = source.this
-    items = [
-        (i, str(item.alias))
-        for i, item in enumerate(inner.expressions)
-        if isinstance(item, exp.Alias)
-        and isinstance(item.this, exp.Window)
-        and isinstance(item.this.this, exp.Rank | exp.RowNumber)
-    ]
-    if not items:
-        return None
-    position, rank_name = items[0]
-    rest = inner.copy()
-    rest.set("expressions", [e for i, e in enumerate(inner.expressions) if i != position])
-    if len(items) > 1 or is_grouped(rest) or inner.args.get("qualify") is not None:
-        raise ctx.sql.error(inner, _FLINK_TOP_N)
-    where = node.args.get("where")
-    bound = _rank_bound(where.this if where is not None else None, rank_name)
-    if bound is None:
-        raise ctx.sql.error(
-            where if where is not None else node, f"{_FLINK_TOP_N} (nothing else in that WHERE)"
-        )
-    if _shows_rank(node, rank_name, bound, ctx):
-        shown = exp.alias_(exp.Literal.number(1), rank_name)
-        rest.set("expressions", [shown if i == position else e for i, e in enumerate(inner.expressions)])
-    rel = _ranked_input(inner, ctx)
-    stream, per_key = _top_n(inner.expressions[position].this, rel, bound, ctx)
+    rel = _ranked_input(ranked.inner, ctx)
+    stream, per_key = ranking.top_n(ranked.over, rel, ranked.bound, ctx)
     kept = (n.KIND_COLUMN,) if per_key else ()  # an updating top-N's rows keep their kind
-    rest.set("where", None)
-    ranked = _project(rest, attrs.evolve(rel, stream=stream), ctx, keep=kept)
-    outer = node.copy()
-    outer.set("where", None)
-    alias = str(source.alias)
-    subquery = Relation(ranked, frozenset({alias.lower()} - {""}), "the subquery")
-    return _project(outer, subquery, ctx, keep=kept)
-
-
-def _shows_rank(node: exp.Select, rank_name: str, bound: int, ctx: Context) -> bool:
-    """Whether the outer ``SELECT`` shows the rank (``*`` or by name): only when it is 1 in every row."""
-    from sqlglot import exp
-
-    for item in node.expressions:
-        refs = [c for c in item.find_all(exp.Column) if c.name.lower() == rank_name.lower()]
-        if (is_star(item) or refs) and bound != 1:
-            raise ctx.sql.error(
-                item,
-                f"the rank {rank_name!r} is not a column of top-N results (Flink's form without the rank "
-                f"number); list the columns to keep in the outer SELECT (with {rank_name} <= 1 or = 1 "
-                "every row kept ranks 1, and SELECT * shows it)",
-            )
-        if is_star(item) or refs:
-            return True
-    return False
+    rows = _project(ranked.rest, attrs.evolve(rel, stream=stream), ctx, keep=kept)
+    subquery = Relation(rows, frozenset({ranked.alias.lower()} - {""}), "the subquery")
+    return _project(ranked.outer, subquery, ctx, keep=kept)
 
 
 def _ranked_input(inner: exp.Select, ctx: Context) -> Relation:
@@ -896,69 +778,6 @@ def _ranked_input(inner: exp.Select, ctx: Context) -> Relation:
     if inner_source is None:
         raise ctx.sql.error(inner, "a query reads a stream: add FROM <stream name>")
     return _from(inner, inner_source.this, ctx)
-
-
-def _top_n(over: exp.Window, rel: Relation, bound: int, ctx: Context) -> tuple[Stream, bool]:
-    """``rel`` ranked as ``over`` says, and whether per key (else per window, over window results)."""
-    from sqlglot import exp
-
-    resolve = resolver(rel, ctx)
-
-    def column_of(x: exp.Expression, where: str) -> str:
-        if not isinstance(x, exp.Column):
-            raise ctx.sql.error(x, f"{where} in window top-N takes columns of {rel.label}")
-        return resolve(x)
-
-    parts = [column_of(x, "PARTITION BY") for x in over.args.get("partition_by") or []]
-    per_key = not n.window_aggregates(rel.stream.plan)  # over a stream's rows: top-N per key (dedup)
-    what = "top-N per key" if per_key else "window top-N"
-    if not per_key and sorted(parts[:2]) != ["window_end", "window_start"]:
-        raise ctx.sql.error(over, f"{_FLINK_TOP_N}: the partition starts with window_start and window_end")
-    order = over.args.get("order")
-    keys = order.expressions if order is not None else []
-    if not keys:
-        raise ctx.sql.error(over, f"{_FLINK_TOP_N}: ORDER BY says what ranks first")
-    if len({bool(k.args.get("desc")) for k in keys}) > 1:
-        raise ctx.sql.error(
-            order,
-            f"{what} ranks all ORDER BY columns the same way (all DESC, or all ASC), as top_n(ascending=...) "
-            "does: write one direction (ties of the first column are then broken by the next ones that way)",
-        )
-    if any(k.args.get("nulls_first") for k in keys):
-        raise ctx.sql.error(
-            order, f"{what} ranks nulls last: write NULLS LAST (an ASC column has NULLS FIRST)"
-        )
-    by = [column_of(k.this, "ORDER BY") for k in keys]
-    with errors_at(ctx, over, f"{what}: "):
-        return rel.stream.top_n(
-            bound,
-            by=by,
-            per="key" if per_key else "window",
-            keys=parts if per_key else parts[2:],
-            ties="all" if isinstance(over.this, exp.Rank) else "first",
-            ascending=not keys[0].args.get("desc"),
-        ), per_key
-
-
-def _rank_bound(node: exp.Expression | None, rank_name: str) -> int | None:
-    """``n`` of ``rank <= n`` (``rank < n + 1``, ``n >= rank``); ``None`` for anything else."""
-    from sqlglot import exp
-
-    if node is None:
-        return None
-    if isinstance(node, exp.Paren):
-        return _rank_bound(node.this, rank_name)
-    left, right = node.args.get("this"), node.args.get("expression")
-    if isinstance(node, exp.GTE | exp.GT):  # n >= rank
-        left, right = right, left
-    if not isinstance(node, exp.LTE | exp.LT | exp.GTE | exp.GT | exp.EQ) or not isinstance(left, exp.Column):
-        return None
-    if left.name.lower() != rank_name.lower() or not isinstance(right, exp.Literal) or right.is_string:
-        return None
-    if not str(right.this).isdigit():
-        return None
-    n = int(str(right.this)) - (1 if isinstance(node, exp.LT | exp.GT) else 0)
-    return n if not isinstance(node, exp.EQ) or n == 1 else None
 
 
 def _having(
