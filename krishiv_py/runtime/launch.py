@@ -29,7 +29,7 @@ import os
 import threading
 import warnings
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -217,9 +217,8 @@ def start_streaming_job(
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 0)
     spark_state = recipe.stateful is None or recipe.stateful.carrier == "state-store"
     before = unfinished_before_rescale(spark, layout, partitions, spark_state=spark_state)
-    if before is not None:
-        spark.conf.set("spark.sql.shuffle.partitions", str(before))
-        try:
+    if before is not None:  # the micro-batch the job died in, where it was planned
+        with _shuffle_partitions(spark, before, partitions):
             first = start_streaming_job(
                 spark,
                 plan,
@@ -234,47 +233,15 @@ def start_streaming_job(
                 first.process_all_available()
             finally:
                 first.stop()
-        finally:
-            spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
     file_sources = _file_sources(spark, plan, options)
     quarantine = None if options.quarantine_dir is None else Quarantine(options.quarantine_dir)
-    # krishiv's records, read and written here: a ``file://`` checkpoint's by its path.
-    records = layout.on_this_machine() or layout
-    if recipe.stateful is not None:
-        asked = spark.conf.get(CARRIER_CONF, None)
-        recipe = with_carrier(recipe, operator_carrier(records, None if asked is None else str(asked)))
-    check_plan(records, recorded_identity(plan, recipe), was=recorded_identity(plan, recipe, whole=True))
-    _record_job(records, recipe)
-    moved = None
-    if recipe.stateful is None or recipe.stateful.carrier == "state-store":  # Spark moves its own state
-        moved = rescale_spark_state(spark, layout, partitions)
-    recipe = _laid_out(spark, records, recipe, partitions)
-    query_name = run.new_query_name()
-    stateful = recipe.stateful is not None
-    writer, late_writer = open_writers(
-        options.sink,
-        recipe,
-        spark=spark,
-        checkpoint_dir=checkpoint_dir,
-        query_name=query_name,
-        # The stateful operator's output comes back to this process; native foreachBatch runs on the server.
-        write_on_server=is_remote(spark) and not stateful,
-    )
+    recipe, moved = _on_checkpoint(spark, plan, recipe, layout, partitions)
+    setup = _job_setup(spark, plan, recipe, options, checkpoint_dir=checkpoint_dir, progress=progress)
     if moved is not None:  # the micro-batch Spark's repartition wrote: no sink ran for it
-        for opened in (writer, late_writer):
+        for opened in (setup.writer, setup.late_writer):
             skipped = getattr(opened, "skipped_batch", None)
             if skipped is not None:
                 skipped(moved)
-    setup = JobSetup(
-        plan=plan,
-        recipe=recipe,
-        spark=spark,
-        sink=options.sink,
-        writer=writer,
-        late_writer=late_writer,
-        query_name=query_name,
-        progress=progress,
-    )
     # A reader of its memory streams from now on, so retention keeps what it has not committed.
     with spool_readers(senders, checkpoint_dir, resumable=options.resumable) as checked_in:
         job = run.start_streaming(
@@ -287,9 +254,51 @@ def start_streaming_job(
             file_sources=file_sources,
         )
         checked_in(job)
-    job.name = options.name or query_name
+    job.name = options.name or setup.query_name
     _record_running(checkpoint_dir, job)
     return job
+
+
+def _job_setup(
+    spark: SparkSession,
+    plan: n.PlanNode,
+    recipe: SparkRecipe,
+    options: StartOptions,
+    *,
+    checkpoint_dir: str,
+    progress: bool | None,
+) -> JobSetup:
+    """A new query's name and its sink's writers (results, late rows)."""
+    query_name = run.new_query_name()
+    writer, late_writer = open_writers(
+        options.sink,
+        recipe,
+        spark=spark,
+        checkpoint_dir=checkpoint_dir,
+        query_name=query_name,
+        # The stateful operator's output comes back to this process; native foreachBatch runs on the server.
+        write_on_server=is_remote(spark) and recipe.stateful is None,
+    )
+    return JobSetup(
+        plan=plan,
+        recipe=recipe,
+        spark=spark,
+        sink=options.sink,
+        writer=writer,
+        late_writer=late_writer,
+        query_name=query_name,
+        progress=progress,
+    )
+
+
+@contextlib.contextmanager
+def _shuffle_partitions(spark: SparkSession, during: int, after: int) -> Iterator[None]:
+    """Spark's shuffle partitions ``during`` the block, ``after`` it."""
+    spark.conf.set("spark.sql.shuffle.partitions", str(during))
+    try:
+        yield
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", str(after))
 
 
 def _file_sources(spark: SparkSession, plan: n.PlanNode, options: StartOptions) -> list[BadFileSource]:
@@ -312,6 +321,25 @@ def _file_sources(spark: SparkSession, plan: n.PlanNode, options: StartOptions) 
             "give the job a directory for them with start(..., quarantine_dir=<a directory>)"
         )
     return file_sources
+
+
+def _on_checkpoint(
+    spark: SparkSession, plan: n.PlanNode, recipe: SparkRecipe, layout: CheckpointLayout, partitions: int
+) -> tuple[SparkRecipe, int | None]:
+    """``recipe`` as the checkpoint runs it (its carrier, its operator's layout: :func:`_laid_out`),
+    checked against and recorded in it; and the micro-batch Spark's move of its own state to
+    ``partitions`` wrote, if it moved it."""
+    # krishiv's records, read and written here: a ``file://`` checkpoint's by its path.
+    records = layout.on_this_machine() or layout
+    if recipe.stateful is not None:
+        asked = spark.conf.get(CARRIER_CONF, None)
+        recipe = with_carrier(recipe, operator_carrier(records, None if asked is None else str(asked)))
+    check_plan(records, recorded_identity(plan, recipe), was=recorded_identity(plan, recipe, whole=True))
+    _record_job(records, recipe)
+    moved = None
+    if recipe.stateful is None or recipe.stateful.carrier == "state-store":  # Spark moves its own state
+        moved = rescale_spark_state(spark, layout, partitions)
+    return _laid_out(spark, records, recipe, partitions), moved
 
 
 def _laid_out(

@@ -89,13 +89,7 @@ def start_streaming(
         writer = _native_output(writer, setup, quarantine, restarts=restarts)
     else:
         collector = _collector(setup, checkpoint, quarantine)
-        # Over Spark Connect foreachBatch runs on the server: the payloads come back as files.
-        handoff = checkpoint.handoff if is_remote(spark) else None
-        if handoff is None:
-            writer = writer.foreachBatch(collector)
-        else:
-            writer = writer.format("parquet").option("path", handoff)
-            conf = {**HANDOFF_CONF, **dict(conf or {})}
+        writer, handoff, conf = _stateful_output(writer, collector, checkpoint, conf, remote=is_remote(spark))
 
     def launch() -> StreamingQuery:
         """Start the query on its checkpoint (again, after a bad file was set aside)."""
@@ -126,6 +120,23 @@ def start_streaming(
         job = StatefulJob(collector=collector, ticks=ticks, buckets=buckets, handoff=handoff, **common)
     job._start_background()
     return job
+
+
+def _stateful_output(
+    writer: Any,
+    collector: BatchCollector,
+    checkpoint: CheckpointLayout,
+    conf: Mapping[str, str] | None,
+    *,
+    remote: bool,
+) -> tuple[Any, str | None, Mapping[str, str] | None]:
+    """The stateful query's writer: each micro-batch's payloads to ``collector`` (foreachBatch);
+    over Spark Connect, where foreachBatch runs on the server, to files it reads back (their
+    directory, and the query's settings for them)."""
+    if not remote:
+        return writer.foreachBatch(collector), None, conf
+    handoff = checkpoint.handoff
+    return writer.format("parquet").option("path", handoff), handoff, {**HANDOFF_CONF, **dict(conf or {})}
 
 
 def _collector(
