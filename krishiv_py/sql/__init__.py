@@ -11,8 +11,8 @@ Modules: :mod:`.source` (statements and positions), :mod:`.settings`
 (``SET``), :mod:`.catalog` (registered streams), :mod:`.expressions`,
 :mod:`.windows` (the window helpers), :mod:`.scope` (the query's context,
 its relations and their column names), :mod:`.joins` (the JOIN clause,
-read and translated), :mod:`.ranking` (top-N), :mod:`.query`,
-:mod:`.execute`.
+read and translated), :mod:`.ranking` (top-N), :mod:`.aggregate`
+(``GROUP BY``), :mod:`.query`, :mod:`.execute`.
 docs/sql.md is the user's guide.
 """
 
