@@ -32,6 +32,12 @@ from krishiv_py.expr import (
 )
 from krishiv_py.names import CHANGE_EVENT_TIME, HIDDEN_PREFIX, JOIN_EVENT_TIME, KAFKA_COLUMNS, RESULT_KIND
 from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS, Emission, counts_only
+from krishiv_py.plan.joins import JOIN_HOWS as JOIN_HOWS
+from krishiv_py.plan.joins import RIGHT_SUFFIX as RIGHT_SUFFIX
+from krishiv_py.plan.joins import JoinHow as JoinHow
+from krishiv_py.plan.joins import JoinKind as JoinKind
+from krishiv_py.plan.joins import check_join_options, join_text, joined_names
+from krishiv_py.plan.joins import what_join as what_join
 from krishiv_py.plan.watermarks import AutoLag
 from krishiv_py.plan.windows import (
     EventSlidingWindow,
@@ -744,18 +750,6 @@ class TopN:
             schema.field(c, role="top_n() column")
 
 
-JoinKind: TypeAlias = Literal["interval", "window", "as_of"]
-JoinHow: TypeAlias = Literal["inner", "left", "right", "full", "semi", "anti"]
-#: The ``how=`` each join takes (SPEC 3.12).
-JOIN_HOWS: dict[str, tuple[str, ...]] = {
-    "interval": ("inner", "left", "right", "full"),
-    "window": ("inner", "left", "right", "full", "semi", "anti"),
-    "as_of": ("inner", "left"),
-}
-#: The suffix of a right column whose name the joined row already holds.
-RIGHT_SUFFIX = "_right"
-
-
 @attrs.frozen(kw_only=True)
 class Join:
     """An event-time join of two keyed, watermarked streams (SPEC 3.12).
@@ -810,7 +804,7 @@ class Join:
             for f in schema_of(self.right)
             if f.name not in self.right_keys and _carried(self.right, f.name)
         ]
-        return _right_names(kept, taken)
+        return joined_names(kept, taken)
 
 
 @attrs.frozen(kw_only=True)
@@ -859,19 +853,7 @@ class LookupJoin:
     def table_names(self) -> dict[str, str]:
         """Each table column's name in the joined row (not the keys; ``_right`` added when taken)."""
         kept = [f.name for f in schema_of(self.table) if f.name not in self.on]
-        return _right_names(kept, set(schema_of(self.input).names))
-
-
-def _right_names(names: list[str], taken: set[str]) -> dict[str, str]:
-    """Each of ``names`` as a joined row calls it: ``_right`` added while the row has the name."""
-    out = {}
-    for old in names:
-        name = old
-        while name in taken:
-            name += RIGHT_SUFFIX
-        taken.add(name)
-        out[old] = name
-    return out
+        return joined_names(kept, set(schema_of(self.input).names))
 
 
 SourceNode: TypeAlias = MemorySource | RecordsSource | FileSource | SparkSource | KafkaSource
@@ -1241,8 +1223,9 @@ def joins_of(node: PlanNode) -> list[Join]:
 
 
 def _check_join(node: Join) -> None:
-    """What SPEC 3.12 allows of a join, as :class:`PlanError` naming what is wrong."""
-    what = {"interval": "interval_join()", "window": "join()", "as_of": "as_of_join()"}[node.kind]
+    """What SPEC 3.12 allows of a join, as :class:`PlanError` naming what is wrong: here its sides and
+    keys, in :func:`~krishiv_py.plan.joins.check_join_options` its own options."""
+    what = what_join(node)
     _after_processing_time(node.left, what)
     _after_processing_time(node.right, what)
     check_not_after_over(node.left, what)
@@ -1287,35 +1270,7 @@ def _check_join(node: Join) -> None:
                 f"{what}: key {lk!r} is {lt} on the left but {rk!r} is {rt} on the right; "
                 "cast one side with with_column() so both have the same type"
             )
-    if node.kind == "interval" and node.how in ("semi", "anti"):
-        raise PlanError(
-            f"interval_join(): how={node.how!r} is not supported: semi and anti are window-join kinds; "
-            "window both sides and join the windows, left.key_by(...).tumbling_window(size_ms).join("
-            f"right.key_by(...).tumbling_window(size_ms), how={node.how!r}); an interval join is "
-            "'inner', 'left', 'right' or 'full'"
-        )
-    if node.how not in JOIN_HOWS[node.kind]:
-        raise PlanError(
-            f"{what}: how={node.how!r} is not one of {', '.join(repr(h) for h in JOIN_HOWS[node.kind])}"
-        )
-    if node.kind == "interval":
-        b = node.between
-        if (
-            not isinstance(b, tuple)
-            or len(b) != 2
-            or any(isinstance(x, bool) or not isinstance(x, int) for x in b)
-        ):
-            raise PlanError(f"interval_join(between=...) takes (lower_ms, upper_ms) as two ints, got {b!r}")
-        if b[0] > b[1]:
-            raise PlanError(f"interval_join(between=({b[0]}, {b[1]})): lower_ms must be <= upper_ms")
-    if node.kind == "window" and (node.window is None or node.window.kind not in ("tumbling", "sliding")):
-        raise PlanError(
-            "join(): a window join takes tumbling or sliding windows, the same on both sides; got "
-            f"{'none' if node.window is None else node.window.kind}"
-        )
-    if node.max_age_ms is not None:
-        check_ms("as_of_join(max_age_ms)", node.max_age_ms, positive=False)
-    _check_join_emission(node, what)
+    check_join_options(node)
     schema_of(node)
 
 
@@ -1379,22 +1334,6 @@ def _check_window_input(what: str, side: str, plan: WindowAggregate) -> None:
         )
 
 
-def _check_join_emission(node: Join, what: str) -> None:
-    e = node.emission
-    if e.trigger.is_early:
-        raise PlanError(
-            f"{what}: a join emits as its rules say; trigger {e.trigger.describe()} does not apply"
-        )
-    if e.accumulation == "discarding":
-        raise PlanError(f"{what}: accumulation('discarding') does not apply to a join (use 'retracting')")
-    if e.panes.any:
-        raise PlanError(f"{what}: pane callbacks observe time-interval windows, not joins")
-    if e.state_ttl is not None and e.state_ttl.time != "event":
-        raise PlanError(
-            f"{what}: a join's state TTL is measured in event time (StateTtlConfig(time='event'))"
-        )
-
-
 def check_joins_complete(plan: PlanNode) -> None:
     """The rule that only the whole chain of a join's options can satisfy (checked when it runs).
 
@@ -1454,10 +1393,6 @@ def _join_schema(node: Join, ls: Schema, rs: Schema) -> Schema:
     for f in fields:
         _output_name(f.name, what_join(node))
     return Schema(tuple(fields))
-
-
-def what_join(node: Join) -> str:
-    return {"interval": "interval_join()", "window": "join()", "as_of": "as_of_join()"}[node.kind]
 
 
 def render_plan(node: PlanNode, indent: int = 0) -> str:
@@ -1523,7 +1458,7 @@ def _describe(node: PlanNode) -> str:
             f"TopN n={n.n} by=[{', '.join(n.by)}] {'ascending' if n.ascending else 'descending'} "
             f"per=[window_start, window_end{''.join(', ' + k for k in n.keys)}] ties={n.ties}"
         ),
-        Join: _join_text,
+        Join: join_text,
         LookupJoin: lambda n: (
             f"LookupJoin how={n.how} on=[{', '.join(n.on)}] "
             f"table={', '.join(repr(t.name) for t in sources_of(n.table))} [{schema_of(n.table)}]"
@@ -1551,22 +1486,6 @@ def _describe(node: PlanNode) -> str:
     kind = next(t for t in type(node).__mro__ if t in detail)  # a source of one's own: its base's line
     text: str = detail[kind](node)
     return text
-
-
-def _join_text(node: Join) -> str:
-    keys = ", ".join(
-        lk if lk == rk else f"{lk}={rk}" for lk, rk in zip(node.left_keys, node.right_keys, strict=True)
-    )
-    if node.kind == "interval":
-        assert node.between is not None
-        rule = f"between=({node.between[0]}, {node.between[1]})"
-    elif node.kind == "window":
-        assert node.window is not None
-        rule = f"window={window_text(node.window)}"
-    else:
-        rule = "as of" + (f" max_age_ms={node.max_age_ms}" if node.max_age_ms is not None else "")
-    text = f"Join {node.kind} how={node.how} keys=[{keys}] {rule}"
-    return text + ("" if node.emission.is_default else f" emission=[{node.emission.describe()}]")
 
 
 def _cascade_text(node: WindowAggregate) -> str:
