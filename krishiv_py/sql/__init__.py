@@ -12,7 +12,8 @@ Modules: :mod:`.source` (statements and positions), :mod:`.settings`
 :mod:`.windows` (the window helpers), :mod:`.scope` (the query's context,
 its relations and their column names), :mod:`.joins` (the JOIN clause,
 read and translated), :mod:`.ranking` (top-N), :mod:`.aggregate`
-(``GROUP BY``), :mod:`.query`, :mod:`.execute`.
+(``GROUP BY``), :mod:`.over` (aggregates ``OVER`` a window),
+:mod:`.query` (the statement), :mod:`.execute`.
 docs/sql.md is the user's guide.
 """
 

@@ -1,4 +1,5 @@
-"""SQL's ``OVER`` clause of an over-aggregation (SPEC 3.16): its partition, order and frame.
+"""SQL's over-aggregation (SPEC 3.16): the ``OVER`` clause's partition, order and frame, and
+the builder's over-aggregation it means (:func:`over_aggregation`).
 
 ``AVG(price) OVER (PARTITION BY seller ORDER BY t ROWS BETWEEN 10 PRECEDING
 AND CURRENT ROW)`` is ``.key_by("seller").over_rows(10).agg(kp.avg(...))``;
@@ -25,14 +26,20 @@ from typing import TYPE_CHECKING, Literal
 
 import attrs
 
-from krishiv_py.sql.settings import interval_ms
+from krishiv_py.expr import AggExpr, Column, Expr, ExprNode
+from krishiv_py.plan.analysis import facts
+from krishiv_py.sql.aggregate import agg_expr
+from krishiv_py.sql.expressions import alias_of, scalar
+from krishiv_py.sql.scope import Context, Relation, errors_at, is_star, no_helpers, resolver, unalias
+from krishiv_py.sql.settings import apply_settings, emission_options, interval_ms
 
 if TYPE_CHECKING:
     from sqlglot import exp
 
+    from krishiv_py.api.stream import Stream
     from krishiv_py.sql.source import SqlText
 
-__all__ = ["OverSpec", "over_order", "over_spec", "over_windows"]
+__all__ = ["OverSpec", "over_aggregation", "over_order", "over_spec", "over_windows"]
 
 _RANKING = ("RowNumber", "Rank", "DenseRank", "Ntile", "PercentRank", "CumeDist")
 
@@ -118,3 +125,77 @@ def over_spec(window: exp.Window, sql: SqlText) -> OverSpec:
     else:
         raise sql.error(spec, "an OVER window's frame is ROWS or RANGE")
     return OverSpec(tuple(partition), ordered[0].this, "rows" if kind == "rows" else "range", preceding)
+
+
+# --- the over-aggregation as the builder makes it ----------------------------------------
+
+
+def over_aggregation(node: exp.Select, rel: Relation, ctx: Context) -> Stream:
+    """Aggregates ``OVER`` a window (:func:`over_spec`): ``key_by(partition)`` then
+    ``over_rows(n)`` or ``over_range(ms)`` with the ``window.*`` settings, ``agg()`` of them (each
+    named by its ``AS``), then the ``SELECT`` list over the results (``kind`` kept when there)."""
+    from sqlglot import exp
+
+    if node.args.get("group") or node.args.get("having"):
+        raise ctx.sql.error(node, "an aggregate OVER a window and GROUP BY in one query: group in a subquery")
+    windows = over_windows(node)
+    resolve = resolver(rel, ctx)
+    shapes = []
+    for window in windows:
+        spec = over_spec(window, ctx.sql)
+        shapes.append(
+            (tuple(resolve(c) for c in spec.partition), resolve(spec.order), spec.frame, spec.preceding)
+        )
+        if shapes[-1] != shapes[0]:
+            raise ctx.sql.error(
+                window,
+                "the aggregates OVER a window in one query share one window: the same PARTITION BY, "
+                "ORDER BY and frame",
+            )
+    keys, order, frame, preceding = shapes[0]
+    ctx.overs.extend(windows)
+    et = facts(rel.stream.plan).event_time
+    if et is not None and (et.from_join or et.from_change or et.from_window):
+        raise ctx.sql.error(
+            windows[0],
+            "an aggregate OVER a window of a join's rows or of changes orders them by their own event "
+            "time, which no column names: write it with the builder, ...key_by(k).over_rows(n)",
+        )
+    aggs: list[AggExpr] = []
+    exprs: list[ExprNode] = []
+    for item in node.expressions:
+        inner, alias = unalias(item)
+        if isinstance(inner, exp.Window):
+            if alias is None:
+                raise ctx.sql.error(
+                    item, "name each aggregate OVER a window with AS, e.g. AVG(price) OVER (...) AS a"
+                )
+            aggs.append(agg_expr(inner.this, alias, ctx, resolve))
+            exprs.append(Column(alias))
+        elif any(isinstance(x, exp.Window) for x in inner.walk()):
+            raise ctx.sql.error(
+                item,
+                "an aggregate OVER a window stands alone in SELECT (AS a name); compute with it in an "
+                "outer query",
+            )
+        elif is_star(item):
+            exprs += [Column(c) for c in rel.stream.columns]
+        else:
+            value = scalar(inner, ctx.sql, resolve, no_helpers(ctx, "SELECT", resolve), "SELECT")
+            if alias is None and not isinstance(value, Column):
+                raise ctx.sql.error(item, "name this SELECT expression with AS, e.g. <expression> AS name")
+            exprs.append(value if alias is None else alias_of(value, alias))
+    with errors_at(ctx, windows[0], "OVER: "):
+        keyed = rel.stream.key_by(*keys)
+        framed = (
+            keyed.over_rows(preceding, order_by=order)
+            if frame == "rows"
+            else keyed.over_range(preceding, order_by=order)
+        )
+        result = apply_settings(framed, emission_options(ctx.settings)).agg(*aggs)
+    if "kind" in result.columns and Column("kind") not in exprs:
+        exprs.append(Column("kind"))
+    if exprs == [Column(c) for c in result.columns]:
+        return result
+    with errors_at(ctx, node, "SELECT: "):
+        return result.select(*(Expr(e) for e in exprs))

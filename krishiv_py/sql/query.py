@@ -43,6 +43,14 @@ its builder twin make equal plans (and so run the same way everywhere):
 - ``FROM TABLE(TUMBLE(TABLE s, DESCRIPTOR(ts), size)) GROUP BY window_start,
   window_end, keys`` (Flink's window aggregation) is the helpers' window
   over ``s``, a stream or a ``WITH`` name.
+- Aggregates ``OVER (PARTITION BY ... ORDER BY ts ROWS|RANGE BETWEEN ...
+  PRECEDING AND CURRENT ROW)`` (:mod:`krishiv_py.sql.over`) are
+  ``.key_by(...).over_rows(n)`` or ``.over_range(ms)`` and ``.agg(...)``.
+
+This module translates the statement: its ``WITH``, ``UNION ALL``,
+``FROM`` and ``WHERE`` and a ``SELECT`` list without aggregates, and hands
+the rest to the modules named above; a query's names resolve as
+:mod:`krishiv_py.sql.scope` says.
 """
 
 from __future__ import annotations
@@ -54,12 +62,11 @@ import attrs
 import krishiv_py.expr as kx
 import krishiv_py.sql.joins as sj
 import krishiv_py.sql.ranking as ranking
-from krishiv_py.expr import AggExpr, Column, Expr, ExprNode
+from krishiv_py.expr import Column, Expr, ExprNode
 from krishiv_py.plan import nodes as n
-from krishiv_py.plan.analysis import facts
-from krishiv_py.sql.aggregate import agg_expr, aggregated
+from krishiv_py.sql.aggregate import aggregated
 from krishiv_py.sql.expressions import alias_of, scalar
-from krishiv_py.sql.over import over_spec, over_windows
+from krishiv_py.sql.over import over_aggregation, over_windows
 from krishiv_py.sql.scope import (
     ALLOWED_CLAUSES,
     Context,
@@ -77,7 +84,6 @@ from krishiv_py.sql.scope import (
     star_exprs,
     unalias,
 )
-from krishiv_py.sql.settings import apply_settings, emission_options
 
 if TYPE_CHECKING:
     from sqlglot import exp
@@ -117,7 +123,7 @@ def _select(node: exp.Select, ctx: Context) -> Stream:
         return ranked
     rel = _from(node, source.this, ctx)
     if over_windows(node):
-        return _over(node, rel, ctx)
+        return over_aggregation(node, rel, ctx)
     if is_grouped(node):
         return aggregated(node, rel, ctx)
     qualify = node.args.get("qualify")
@@ -264,80 +270,6 @@ def _project(node: exp.Select, rel: Relation, ctx: Context, *, keep: tuple[str, 
         return rel.stream  # an updating stream's every column, in order: the builder's plan
     with errors_at(ctx, node, "SELECT: "):
         return rel.stream.select(*(Expr(e) for e in exprs))
-
-
-# --- OVER: over-aggregation ------------------------------------------------------------
-
-
-def _over(node: exp.Select, rel: Relation, ctx: Context) -> Stream:
-    """Aggregates ``OVER`` a window (:mod:`krishiv_py.sql.over`): ``key_by(partition)`` then
-    ``over_rows(n)`` or ``over_range(ms)`` with the ``window.*`` settings, ``agg()`` of them (each
-    named by its ``AS``), then the ``SELECT`` list over the results (``kind`` kept when there)."""
-    from sqlglot import exp
-
-    if node.args.get("group") or node.args.get("having"):
-        raise ctx.sql.error(node, "an aggregate OVER a window and GROUP BY in one query: group in a subquery")
-    windows = over_windows(node)
-    resolve = resolver(rel, ctx)
-    shapes = []
-    for window in windows:
-        spec = over_spec(window, ctx.sql)
-        shapes.append(
-            (tuple(resolve(c) for c in spec.partition), resolve(spec.order), spec.frame, spec.preceding)
-        )
-        if shapes[-1] != shapes[0]:
-            raise ctx.sql.error(
-                window,
-                "the aggregates OVER a window in one query share one window: the same PARTITION BY, "
-                "ORDER BY and frame",
-            )
-    keys, order, frame, preceding = shapes[0]
-    ctx.overs.extend(windows)
-    et = facts(rel.stream.plan).event_time
-    if et is not None and (et.from_join or et.from_change or et.from_window):
-        raise ctx.sql.error(
-            windows[0],
-            "an aggregate OVER a window of a join's rows or of changes orders them by their own event "
-            "time, which no column names: write it with the builder, ...key_by(k).over_rows(n)",
-        )
-    aggs: list[AggExpr] = []
-    exprs: list[ExprNode] = []
-    for item in node.expressions:
-        inner, alias = unalias(item)
-        if isinstance(inner, exp.Window):
-            if alias is None:
-                raise ctx.sql.error(
-                    item, "name each aggregate OVER a window with AS, e.g. AVG(price) OVER (...) AS a"
-                )
-            aggs.append(agg_expr(inner.this, alias, ctx, resolve))
-            exprs.append(Column(alias))
-        elif any(isinstance(x, exp.Window) for x in inner.walk()):
-            raise ctx.sql.error(
-                item,
-                "an aggregate OVER a window stands alone in SELECT (AS a name); compute with it in an "
-                "outer query",
-            )
-        elif is_star(item):
-            exprs += [Column(c) for c in rel.stream.columns]
-        else:
-            value = scalar(inner, ctx.sql, resolve, no_helpers(ctx, "SELECT", resolve), "SELECT")
-            if alias is None and not isinstance(value, Column):
-                raise ctx.sql.error(item, "name this SELECT expression with AS, e.g. <expression> AS name")
-            exprs.append(value if alias is None else alias_of(value, alias))
-    with errors_at(ctx, windows[0], "OVER: "):
-        keyed = rel.stream.key_by(*keys)
-        framed = (
-            keyed.over_rows(preceding, order_by=order)
-            if frame == "rows"
-            else keyed.over_range(preceding, order_by=order)
-        )
-        result = apply_settings(framed, emission_options(ctx.settings)).agg(*aggs)
-    if "kind" in result.columns and Column("kind") not in exprs:
-        exprs.append(Column("kind"))
-    if exprs == [Column(c) for c in result.columns]:
-        return result
-    with errors_at(ctx, node, "SELECT: "):
-        return result.select(*(Expr(e) for e in exprs))
 
 
 # --- a ranked subquery: top-N -----------------------------------------------------------
