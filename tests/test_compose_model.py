@@ -38,6 +38,7 @@ from krishiv_py.model.compose import (
     FilterOf,
     JoinOf,
     Op,
+    OverOf,
     SelectOf,
     Source,
     TopNOf,
@@ -48,6 +49,7 @@ from krishiv_py.model.compose import (
     reference_model_of,
 )
 from krishiv_py.model.joins import JoinModel
+from krishiv_py.model.over import OverModel
 from krishiv_py.model.reference import ReferenceModel
 from krishiv_py.plan.watermarks import END_OF_TIME_MS
 from krishiv_py.plan.windows import SessionWindow, SlidingWindow, TumblingWindow
@@ -1004,3 +1006,60 @@ def test_a_window_after_a_join_fires_on_the_watermark_and_a_late_partner_correct
     ]
     assert model.changelog(joined)[-1] == Change({"k": 1, "ta": 2, "x": 0, "tb": 3, "y": 0}, "emit", 3)
     assert model.late_events == []
+
+
+# --- over-aggregation in a composition --------------------------------------------------------------
+
+
+def _net_rows(results: Sequence[dict[str, Any]]) -> Counter[tuple[Any, ...]]:
+    """The rows a changelog leaves (emits less retractions), without ``kind``."""
+    out: Counter[tuple[Any, ...]] = Counter()
+    for r in results:
+        out[tuple(v for k, v in r.items() if k != "kind")] += 1 if r["kind"] == "emit" else -1
+    return +out
+
+
+def test_an_over_aggregation_over_a_source_is_the_over_model_and_a_window_after_it_sums_its_results() -> None:
+    src = Source("s", "t", ("k", "t", "v"))
+    aggs = (AggSpec(name="s", func="sum", column="v"),)
+    over = OverOf(src, keys=["k"], frame="rows", preceding=1, aggregates=aggs, allowed_lateness_ms=100)
+    total = (AggSpec(name="total", func="sum", column="s"),)
+    composed = ComposedModel(WindowOf(over, TumblingWindow(size_ms=10), keys=["k"], aggregates=total))
+    alone = OverModel(
+        keys=("k",), frame="rows", preceding=1, aggs=aggs, allowed_lateness_ms=100, accumulation="retracting"
+    )
+    steps = [
+        [{"k": "a", "t": 1, "v": 1}, {"k": "a", "t": 5, "v": 2}, {"k": "a", "t": 12, "v": 4}],
+        [{"k": "a", "t": 3, "v": 10}, {"k": "a", "t": 25, "v": 1}],  # t=3: late, within the lateness
+        [{"k": "a", "t": -200, "v": 7}],  # very late: dropped
+    ]
+    seen = 0
+    for rows in steps:
+        composed.send(rows)
+        watermark = composed.watermark_of(src)
+        assert watermark is not None
+        expected = alone.step(rows) + alone.advance(watermark)
+        got = composed.changelog(over)[seen:]
+        seen += len(got)
+        assert [{**c.row, "kind": c.kind} for c in got] == expected
+        assert all(c.ts_ms == c.row["t"] for c in got)  # each result at its row's event time
+    # The window sums the net results: [0, 10) holds t=1 (1), t=3 (1+10) and t=5 (10+2).
+    assert _net_rows(composed.results) == Counter({("a", 0, 10, 24): 1, ("a", 10, 20, 6): 1})
+    assert [e["t"] for e in composed.late_events] == [-200]
+
+
+def test_an_over_aggregation_over_a_changelog_keeps_every_row_and_corrects_its_results() -> None:
+    src = Source("s", "t", ("k", "p", "t", "v"))
+    latest = TopNOf(src, n=1, by=["t"], keys=["k"])
+    over = OverOf(latest, keys=["p"], frame="rows", preceding=1, aggregates=[AggSpec(name="s", func="sum", column="v")])
+    composed = ComposedModel(over)
+    composed.send([{"k": "x", "p": "a", "t": 10, "v": 1}, {"k": "y", "p": "a", "t": 20, "v": 2}])
+    composed.advance_watermark(30)
+    assert _net_rows(composed.results) == Counter({("x", "a", 10, 1, 1): 1, ("y", "a", 20, 2, 3): 1})
+    # A newer reading of x withdraws its row of t=10, older than the watermark: t=20's result
+    # loses it, and t=40's waits for the watermark.
+    composed.send([{"k": "x", "p": "a", "t": 40, "v": 5}])
+    assert _net_rows(composed.results) == Counter({("y", "a", 20, 2, 2): 1})
+    composed.advance_watermark(41)
+    assert _net_rows(composed.results) == Counter({("y", "a", 20, 2, 2): 1, ("x", "a", 40, 5, 7): 1})
+    assert not composed.late_events

@@ -57,6 +57,12 @@ Operators on changelogs compute from the net rows
     - ``top_n`` per key over all rows: ranked as :func:`top_n_rows` ranks a
       window (``ties``, nulls last); rows entering or leaving the top are
       emitted or retracted, each at its own event time.
+    - over-aggregation (``over_rows``, ``over_range``): an
+      :class:`~krishiv_py.model.over.OverModel` in ``"retracting"`` mode
+      over the input's changes; a row's result once the watermark passes
+      it, at the row's event time; a row placed before emitted results
+      (late within the allowed lateness, or any changelog row) retracts and
+      emits the results it changes; its watermark passes on unchanged.
     - ``union`` carries every input's changes, in input order; ``filter``
       passes an emit when the predicate holds and a retraction when an
       equal row it passed is held; ``select`` maps every change's row.
@@ -120,6 +126,7 @@ from krishiv_py.model.compose._nodes import (
     JoinNode,
     JoinOracle,
     Node,
+    OverNode,
     SelectNode,
     SourceNode,
     TopNNode,
@@ -133,6 +140,7 @@ from krishiv_py.model.compose.ops import (
     FilterOf,
     JoinOf,
     Op,
+    OverOf,
     Result,
     Row,
     SelectOf,
@@ -158,6 +166,7 @@ __all__ = [
     "FilterOf",
     "JoinOf",
     "Op",
+    "OverOf",
     "SelectOf",
     "Source",
     "TopNOf",
@@ -309,6 +318,9 @@ class ComposedModel:
             if op.n < 1 or op.ties not in ("all", "first") or not op.by:
                 raise PlanError(f"top_n needs n >= 1, ties 'all' or 'first' and by= columns, got {op!r}")
             return TopNNode(op, self._changelog(op.input))
+        if isinstance(op, OverOf):
+            check_columns("an over-aggregation", [*op.keys, *(s.column for s in op.aggregates)], op.input)
+            return OverNode(op, self._changelog(op.input), raw=reads_sources(op.input))
         if isinstance(op, UnionOf):
             if not op.inputs or len({columns_of(i) for i in op.inputs}) != 1:
                 raise PlanError("a union needs one input at least, all with the same columns")

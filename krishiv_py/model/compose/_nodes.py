@@ -23,6 +23,7 @@ from krishiv_py.model.compose.ops import (
     JoinOf,
     Key,
     Layout,
+    OverOf,
     Result,
     Row,
     SelectOf,
@@ -35,6 +36,7 @@ from krishiv_py.model.compose.ops import (
     join_model_of,
     reference_model_of,
 )
+from krishiv_py.model.over import OverModel
 from krishiv_py.model.ranking import top_n_rows
 from krishiv_py.model.reference import (
     _NO_VALUE,
@@ -559,6 +561,45 @@ class TopNNode(Node):
             out += changes
         self.wm = self.in_wm()
         return out
+
+
+#: The row's event time as the over-aggregation's model reads it (no column of the row's).
+_OVER_TIME = "\x00t"
+
+
+class OverNode(Node):
+    """An over-aggregation: an :class:`~krishiv_py.model.over.OverModel` in ``"retracting"`` mode
+    over the input's changes, each result at its row's event time. Over source rows its allowed
+    lateness classifies them against the input watermark before the step; a changelog's rows are
+    never dropped. It passes its input watermark on unchanged: a row's result is emitted in the
+    step whose watermark passes the row, before any downstream window that watermark closes."""
+
+    def __init__(self, op: OverOf, node: Node, *, raw: bool) -> None:
+        super().__init__([node])
+        self.model = OverModel(
+            keys=op.keys,
+            frame=op.frame,
+            preceding=op.preceding,
+            aggs=op.aggregates,
+            event_time=_OVER_TIME,
+            allowed_lateness_ms=op.allowed_lateness_ms if raw else END_OF_TIME_MS,
+            accumulation="retracting",
+        )
+
+    def _step(self, event: Event) -> list[Change]:
+        rows = [{**c.row, _OVER_TIME: c.ts_ms, KIND_COLUMN: c.kind} for c in self.inputs[0].out]
+        out = self.model.step(rows)
+        self.wm = self.in_wm()
+        if self.wm is not None:
+            out += self.model.advance(self.wm)
+        hidden = (_OVER_TIME, KIND_COLUMN)
+        return [
+            Change({k: v for k, v in r.items() if k not in hidden}, r[KIND_COLUMN], r[_OVER_TIME])
+            for r in out
+        ]
+
+    def late_events(self) -> list[Result]:
+        return [{k: v for k, v in e.items() if k != _OVER_TIME} for e in self.model.late_events]
 
 
 class UnionNode(Node):

@@ -26,6 +26,7 @@ __all__ = [
     "JoinOf",
     "Layout",
     "Op",
+    "OverOf",
     "SelectOf",
     "Source",
     "TopNOf",
@@ -138,6 +139,21 @@ class TopNOf:
 
 
 @attrs.frozen
+class OverOf:
+    """An over-aggregation per ``keys`` over ``input`` (SPEC 3.16): ``frame="rows"`` with
+    ``preceding`` rows before each row, or ``"range"`` with ``preceding`` ms before its time; each
+    row's result (its columns, then the aggregates) once the watermark passes it, at the row's
+    event time. ``allowed_lateness_ms`` applies to source rows; a changelog keeps every row."""
+
+    input: Op
+    keys: tuple[str, ...] = attrs.field(converter=_names)
+    frame: Literal["rows", "range"] = "rows"
+    preceding: int = 0
+    aggregates: tuple[AggSpec, ...] = attrs.field(default=(), converter=_specs)
+    allowed_lateness_ms: int = 0
+
+
+@attrs.frozen
 class UnionOf:
     """The union of changelogs with the same columns."""
 
@@ -161,7 +177,7 @@ class SelectOf:
     fn: Callable[[Row], Row] | None = None
 
 
-Op: TypeAlias = Source | WindowOf | JoinOf | AggOf | TopNOf | UnionOf | FilterOf | SelectOf
+Op: TypeAlias = Source | WindowOf | JoinOf | AggOf | TopNOf | OverOf | UnionOf | FilterOf | SelectOf
 
 
 def columns_of(op: Op) -> tuple[str, ...]:
@@ -172,6 +188,8 @@ def columns_of(op: Op) -> tuple[str, ...]:
         return (*op.keys, "window_start", "window_end", *(s.name for s in op.aggregates))
     if isinstance(op, AggOf):
         return (*op.keys, *(s.name for s in op.aggregates))
+    if isinstance(op, OverOf):
+        return (*columns_of(op.input), *(s.name for s in op.aggregates))
     if isinstance(op, JoinOf):
         columns = Layout(op).columns
         if op.how in ("semi", "anti"):  # the left side's columns only
