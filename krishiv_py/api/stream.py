@@ -13,15 +13,15 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 import attrs
 
+from krishiv_py.api.joined import JoinOptions
 from krishiv_py.api.keyed import KeyedStream
 from krishiv_py.api.windowed import WindowAssigners, WindowedStream
 from krishiv_py.errors import KrishivError, PlanError, SessionError, attribute_error
 from krishiv_py.expr import AggExpr, Alias, Column, Expr, col, output_name
-from krishiv_py.late import LateEventHandler, checked_handler
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.analysis import facts
 from krishiv_py.plan.durations import Duration, as_ms
-from krishiv_py.plan.emission import DEFAULT_ALLOWED_LATENESS_MS, DEFAULT_FUTURE_TOLERANCE_MS, StateTtlConfig
+from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS
 from krishiv_py.plan.watermarks import AutoLag, MultiSourceWatermarkSpec, WatermarkSpec
 from krishiv_py.plan.windows import WindowSpec, check_ms
 from krishiv_py.runtime.engine import Engine, StartOptions
@@ -535,7 +535,7 @@ class Stream(WindowAssigners):
         return text
 
 
-class JoinedStream(Stream):
+class JoinedStream(JoinOptions, Stream):
     """The rows of an event-time join (SPEC 3.12): a :class:`Stream` that also takes the join's options.
 
     Made by ``KeyedStream.interval_join``, ``KeyedStream.as_of_join`` and
@@ -564,37 +564,6 @@ class JoinedStream(Stream):
         node = self._plan
         assert isinstance(node, n.Join)
         return JoinedStream(self._engine, attrs.evolve(node, emission=attrs.evolve(node.emission, **changes)))
-
-    def allowed_lateness(self, ms: Duration = DEFAULT_ALLOWED_LATENESS_MS) -> JoinedStream:
-        """Keep rows ``ms`` longer: a row late by less than ``ms`` still joins what it would have on time.
-
-        An outer, semi, anti or as-of join then needs
-        ``.accumulation("retracting")``: a late row can change results it emitted.
-        """
-        ms = as_ms("allowed_lateness(ms)", ms)
-        check_ms("allowed_lateness(ms)", ms, positive=False)
-        return self._emit(allowed_lateness_ms=ms)
-
-    def accumulation(self, mode: Literal["accumulating", "retracting"]) -> JoinedStream:
-        """``"accumulating"`` (default: results are only added) or ``"retracting"``.
-
-        With ``"retracting"`` a result that a late row changes is withdrawn by a
-        row with ``kind="retract"`` before its replacement; rows carry a last
-        column ``kind``.
-        """
-        if mode not in ("accumulating", "retracting"):
-            raise PlanError(f"a join's accumulation() is 'accumulating' or 'retracting', got {mode!r}")
-        return self._emit(accumulation=mode)
-
-    def with_late_event_handler(self, handler: LateEventHandler) -> JoinedStream:
-        """Hand very late and invalid rows of both sides to ``handler`` (a ``side`` column says which)."""
-        return self._emit(late_handler=checked_handler(handler))
-
-    def with_state_ttl(self, config: StateTtlConfig) -> JoinedStream:
-        """Drop stored rows ``config.ttl_ms`` behind the watermark (event time); bounds an as-of's keys."""
-        if not isinstance(config, StateTtlConfig):
-            raise PlanError(f"with_state_ttl() takes a StateTtlConfig(ttl_ms=...), got {config!r}")
-        return self._emit(state_ttl=config)
 
 
 class Explanation(str):
