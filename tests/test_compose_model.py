@@ -1051,7 +1051,8 @@ def test_an_over_aggregation_over_a_source_is_the_over_model_and_a_window_after_
 def test_an_over_aggregation_over_a_changelog_keeps_every_row_and_corrects_its_results() -> None:
     src = Source("s", "t", ("k", "p", "t", "v"))
     latest = TopNOf(src, n=1, by=["t"], keys=["k"])
-    over = OverOf(latest, keys=["p"], frame="rows", preceding=1, aggregates=[AggSpec(name="s", func="sum", column="v")])
+    total = AggSpec(name="s", func="sum", column="v")
+    over = OverOf(latest, keys=["p"], frame="rows", preceding=1, aggregates=[total])
     composed = ComposedModel(over)
     composed.send([{"k": "x", "p": "a", "t": 10, "v": 1}, {"k": "y", "p": "a", "t": 20, "v": 2}])
     composed.advance_watermark(30)

@@ -15,15 +15,17 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
+from datetime import datetime
 from typing import Any, Literal
 
 import pytest
 
 import krishiv_py as kp
 from krishiv_py.api.stream import placeholder
-from krishiv_py.model.compose import ComposedModel, Source, TopNOf
+from krishiv_py.model.compose import AggOf, ComposedModel, OverOf, Source, TopNOf, WindowOf
 from krishiv_py.model.over import OverModel
 from krishiv_py.model.reference import END_OF_TIME_MS, AggSpec
+from krishiv_py.plan.windows import TumblingWindow
 
 SCHEMA = "k string, t bigint, v bigint"
 LAG_MS = 5
@@ -141,18 +143,33 @@ def test_a_bad_over_aggregation_is_a_plan_error_naming_what_is_wrong(build: Any,
         build(_bids().key_by("seller"))
 
 
-def test_an_over_aggregation_needs_event_time_and_nothing_runs_after_it_yet() -> None:
+def test_an_over_aggregation_needs_event_time_and_what_follows_it_is_checked() -> None:
     plain = placeholder("seller bigint, price bigint, t bigint", "bids")
     with pytest.raises(kp.PlanError, match="watermark"):
         plain.key_by("seller").over_rows(1)
     over = _bids().key_by("seller").over_rows(1).agg(kp.sum(kp.col("price")).alias("s"))
-    with pytest.raises(kp.PlanError, match="key_by\\(\\) after an over-aggregation"):
-        over.key_by("seller")
-    with pytest.raises(kp.PlanError, match="after an over-aggregation"):
-        over.top_n(1, by="s", per="key", keys=("seller",))
-    with pytest.raises(kp.PlanError, match="after an over-aggregation"):
-        over.tumbling_window(1_000)
     assert over.filter(kp.col("s") > 10).select("seller", "s").columns == ("seller", "s")
+    # Its results carry their rows' event times: a window, an aggregation or a top-N per key, or
+    # another over-aggregation may follow it.
+    window = over.key_by("seller").tumbling_window(10_000).agg(kp.max(kp.col("s")).alias("m"))
+    assert window.columns == ("seller", "window_start", "window_end", "m")
+    assert over.key_by("price").agg(kp.count(kp.col("*"))).columns == ("price", "count", "kind")
+    assert over.top_n(1, by="s", per="key", keys=("seller",)).columns[-1] == "kind"
+    assert over.key_by("seller").over_rows(2).agg(kp.sum(kp.col("s")).alias("s2")).columns[-1] == "s2"
+    # One that may correct its results (allowed lateness) needs a retracting window after it.
+    late = (
+        _bids().key_by("seller").over_rows(1).allowed_lateness(5_000).agg(kp.sum(kp.col("price")).alias("s"))
+    )
+    with pytest.raises(kp.PlanError, match="accumulation\\('retracting'\\)"):
+        late.key_by("seller").tumbling_window(10_000).agg(kp.max(kp.col("s")))
+    # Not yet: a join, a union or a watermark after it, or an operator after the one after it.
+    other = _bids().key_by("seller")
+    with pytest.raises(kp.PlanError, match=r"after an over-aggregation .* not supported yet"):
+        over.key_by("seller").interval_join(other, between=(-1_000, 0))
+    with pytest.raises(kp.PlanError, match=r"after an over-aggregation .* not supported yet"):
+        over.union(over)
+    with pytest.raises(kp.PlanError, match=r"after an over-aggregation .* not supported yet"):
+        window.key_by("seller").tumbling_window(60_000).agg(kp.max(kp.col("m")))
 
 
 def test_explain_says_it_runs_in_krishivs_operator_by_key_bucket() -> None:
@@ -570,6 +587,96 @@ def test_over_an_aggregations_changes_keyed_otherwise_runs_as_a_stage(session: k
     # Live changes: u2's count (1, at 20), u1's second (2, at 30), u3's (1, at 40); x's order is
     # u2 then u1, so u1's frame is u2's 1 and its own 2.
     assert live == Counter({("u2", "x", 1, 1): 1, ("u1", "x", 2, 3): 1, ("u3", "y", 1, 1): 1})
+
+
+def _after_over(stream: kp.Stream, accumulation: Literal["accumulating", "retracting"]) -> kp.Stream:
+    keyed = stream.watermark("t", LAG_MS).key_by("k")
+    over = keyed.over_rows(1).allowed_lateness(LATENESS_MS).accumulation(accumulation)
+    return over.agg(kp.sum(kp.col("v")).alias("s"), kp.count(kp.col("*")).alias("n"))
+
+
+def _composed_over() -> OverOf:
+    source = Source("s", "t", ("k", "t", "v"), lag_ms=LAG_MS)
+    aggs = [AggSpec(name="s", func="sum", column="v"), AggSpec(name="n", func="count", column=None)]
+    return OverOf(
+        source, keys=["k"], frame="rows", preceding=1, aggregates=aggs, allowed_lateness_ms=LATENESS_MS
+    )
+
+
+def _in_ms(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A job's rows with their timestamps in epoch milliseconds, as the model gives them."""
+    return [
+        {k: int(v.timestamp() * 1000) if isinstance(v, datetime) else v for k, v in r.items()} for r in rows
+    ]
+
+
+def _run_against(
+    job: Any, sender: Any, model: ComposedModel, batching: str, columns: tuple[str, ...]
+) -> None:
+    """Each step into the job and the composed model; their changelogs net to the same rows after
+    every step and at the end."""
+    for rows in _steps(BATCHINGS[batching]):
+        model.send(rows)
+        sender.send(rows)
+        job.process_all_available()
+        assert _net(_in_ms(job.results().to_pylist()), columns) == _net(model.results, columns), batching
+    sender.close()
+    job.await_termination()
+    model.close()
+    assert _net(_in_ms(job.results().to_pylist()), columns) == _net(model.results, columns)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("batching", list(BATCHINGS))
+def test_a_window_after_an_over_aggregation_sums_its_results_and_takes_their_corrections(
+    session: kp.Session, batching: str
+) -> None:
+    """SPEC 3.13 after 3.16: each row's result reaches the window at the row's event time, in the
+    micro-batch whose watermark passes the row; a late row's corrections of the results after it
+    (within the over-aggregation's lateness) re-fire the windows they are in."""
+    stream, sender = session.memory_stream(SCHEMA, name=f"s_{uuid.uuid4().hex[:6]}")
+    over = _after_over(stream, "accumulating")  # (it runs retracting under the window)
+    plan = (
+        over.key_by("k")
+        .tumbling_window(20)
+        .accumulation("retracting")
+        .agg(kp.sum(kp.col("s")).alias("total"), kp.max(kp.col("n")).alias("most"))
+    )
+    reason = plan.lower().reason
+    assert "over-aggregation whose results another operator takes" in reason
+    assert "runs in the same call" in reason
+    window = WindowOf(
+        _composed_over(),
+        TumblingWindow(size_ms=20),
+        keys=["k"],
+        aggregates=[
+            AggSpec(name="total", func="sum", column="s"),
+            AggSpec(name="most", func="max", column="n"),
+        ],
+    )
+    job = plan.start()
+    try:
+        _run_against(job, sender, ComposedModel(window), batching, plan.columns[:-1])
+    finally:
+        job.stop()
+
+
+@pytest.mark.spark
+def test_an_aggregation_after_an_over_aggregation_keyed_otherwise_runs_as_a_stage(
+    session: kp.Session,
+) -> None:
+    stream, sender = session.memory_stream(SCHEMA, name=f"s_{uuid.uuid4().hex[:6]}")
+    plan = _after_over(stream, "retracting").key_by("n").agg(kp.sum(kp.col("s")).alias("total"))
+    assert plan.columns == ("n", "total", "kind")
+    assert "keyed by other columns" in plan.lower().reason
+    per_count = AggOf(
+        _composed_over(), keys=["n"], aggregates=[AggSpec(name="total", func="sum", column="s")]
+    )
+    job = plan.start()
+    try:
+        _run_against(job, sender, ComposedModel(per_count), "uneven", ("n", "total"))
+    finally:
+        job.stop()
 
 
 @pytest.mark.spark

@@ -31,7 +31,6 @@ class KeyedStream(WindowAssigners):
     state_ttl: StateTtlConfig | None = None
 
     def __attrs_post_init__(self) -> None:
-        n.check_not_after_over(self.stream.plan, "key_by()")
         if not self.keys:
             raise PlanError("key_by() needs at least one column")
         schema = self.stream.schema

@@ -207,7 +207,7 @@ class WindowedStream:
     emission: Emission = attrs.field(factory=Emission)
 
     def __attrs_post_init__(self) -> None:
-        n.check_not_after_over(self.stream.plan, "a window")
+        n.over_below(self.stream.plan, "a window")
         if in_processing_time(self.window):  # timed by the wall clock: no event time needed
             n.check_processing_time_input(self.stream.plan)
             return

@@ -229,7 +229,8 @@ def _window_top_n(node: n.TopN, below: tuple[Facts, ...]) -> dict[str, Any]:
 
 def _over(node: n.OverAggregate, below: tuple[Facts, ...]) -> dict[str, Any]:
     lateness = node.emission.allowed_lateness_ms
-    changelog: Changelog = "retracting" if node.retracting else "updating" if lateness else "insert-only"
+    corrects = bool(lateness) or below[0].corrects  # (a late row, or a retraction, corrects results)
+    changelog: Changelog = "retracting" if node.retracting else "updating" if corrects else "insert-only"
     return _operator(tuple(node.keys), changelog, lateness + below[0].correction_ms, below)
 
 

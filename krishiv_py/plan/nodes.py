@@ -248,6 +248,7 @@ class Union:
     def __attrs_post_init__(self) -> None:
         for i in self.inputs:
             _after_processing_time(i, "a union")
+            check_not_after_over(i, "a union")
         first = schema_of(self.inputs[0])
         for other in self.inputs[1:]:
             if schema_of(other) != first:
@@ -271,7 +272,7 @@ class WindowAggregate:
 
     def __attrs_post_init__(self) -> None:
         _after_processing_time(self.input, "a window")
-        check_not_after_over(self.input, "a window")
+        over = over_below(self.input, "a window")
         if in_processing_time(self.window):
             _check_processing_time(self)
             return
@@ -288,6 +289,9 @@ class WindowAggregate:
         if isinstance(stateless_below(self.input), KeyedAggregate | KeyedTopN):
             _check_over_retractions("a window", self.window, over=CHANGES)
             check_window_over_retractions(self, over=CHANGES)
+        elif over is not None and over_corrects(over):
+            _check_over_retractions("a window", self.window, over=OVER_CORRECTIONS)
+            check_window_over_retractions(self, over=OVER_CORRECTIONS)
         elif _may_empty(self.input) and self.emission.accumulation != "retracting":
             raise PlanError(
                 "a window over the results of a window whose rows may be withdrawn (a join in "
@@ -353,21 +357,44 @@ class KeyedAggregate:
 
 
 def check_not_after_over(below: PlanNode, what: str) -> None:
-    """:class:`PlanError` when ``below`` holds an over-aggregation's results: no operator runs
-    after one yet (its results are emitted as the watermark passes their rows)."""
+    """:class:`PlanError` when ``below`` holds an over-aggregation's results where ``what`` does not
+    take them yet (a join, a union, a watermark, or an operator after the one after it)."""
     if any(isinstance(x, OverAggregate) for x in walk(below)):
         raise PlanError(
-            f"{what} after an over-aggregation (over_rows()/over_range()) is not supported yet: its "
-            "results are emitted as the watermark passes their rows; write them to a sink (filter, "
-            "select and with_column may follow it)"
+            f"{what} after an over-aggregation (over_rows()/over_range()) is not supported yet: a "
+            "window, an aggregation or a top-N per key, or another over-aggregation may follow it "
+            "(filters and projections between), and filter, select and with_column after any of them"
         )
+
+
+def over_below(below: PlanNode, what: str) -> OverAggregate | None:
+    """The over-aggregation whose results ``below`` holds (under its filters and projections) when
+    ``what`` takes them; :class:`PlanError` when one stands deeper (:func:`check_not_after_over`)."""
+    under = stateless_below(below)
+    if isinstance(under, OverAggregate):
+        return under
+    check_not_after_over(below, what)
+    return None
+
+
+def over_corrects(over: OverAggregate) -> bool:
+    """Whether an over-aggregation may change a result after emitting it: a late row within its
+    allowed lateness, or a retraction of its input, corrects the results of the rows after it."""
+    return bool(over.emission.allowed_lateness_ms) or takes_retractions(over.input)
+
+
+#: What an over-aggregation is to a window after it when it may correct its results.
+OVER_CORRECTIONS = (
+    "an over-aggregation that may correct its results (allowed lateness, or a changelog before it)"
+)
 
 
 def _check_per_key_input(below: PlanNode, keys: tuple[str, ...], what: str) -> None:
     """What an operator per key over every row takes today: a source's rows with event time, a
     join's, or (an aggregation) the changes of an aggregation, a top-N or a window; over a union
     of operators' results, what it takes over each of them."""
-    check_not_after_over(below, what)
+    if over_below(below, what) is not None:
+        return  # each row's result at the row's event time; its corrections as retractions
     branches = union_branches(below)
     if branches is not None:
         for branch in branches:
@@ -442,6 +469,8 @@ def takes_retractions(below: PlanNode) -> bool:
         return under.emission.accumulation == "retracting" or (
             isinstance(under, WindowAggregate) and not fires_once(under)
         )
+    if isinstance(under, OverAggregate):
+        return under.retracting or over_corrects(under)
     return False
 
 
@@ -449,6 +478,8 @@ def fires_once(window: WindowAggregate) -> bool:
     """Whether every window of ``window`` fires once: no lateness (its own or a join's), no early trigger."""
     joined = stateless_below(window.input)
     carried = joined.emission.allowed_lateness_ms if isinstance(joined, Join) else 0
+    if isinstance(joined, OverAggregate) and over_corrects(joined):
+        return False  # a late row's corrections of the over-aggregation's results re-fire it
     if isinstance(joined, WindowAggregate) and not fires_once(joined):
         return False  # a window of a window's results re-fires with it
     if not all(fires_once(w) for w in union_windows(window.input) or ()):
@@ -1049,7 +1080,7 @@ def event_time_from(
         if inputs[0] is None:
             return None
         return EventTime(CHANGE_EVENT_TIME, DataType("timestamp"), 0, from_change=True)
-    if isinstance(node, (*SOURCE_TYPES, TopN, OverAggregate)):  # (nothing runs after an over-aggregation)
+    if isinstance(node, (*SOURCE_TYPES, TopN)):
         return None
     et = inputs[0]
     if et is not None and et.from_window and isinstance(node, Project) and not _keeps_window_end(node):

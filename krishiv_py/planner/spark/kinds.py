@@ -93,6 +93,9 @@ class OperatorKind:
     #: What the reason says when it follows an aggregation's or a top-N's changes per key ("":
     #: nothing to add).
     after_changes: str = ""
+    #: Why it runs retracting when another operator takes results it may correct (its changelog
+    #: ``updating`` in the analysed plan).
+    fed_reason: str = ""
     #: Whether a window may follow it in a chain of operators.
     window_after: bool = True
     #: Its kernel as it hands its results on (:data:`HandOn`). Its keys, its changelog and how
@@ -335,6 +338,32 @@ WINDOW_OVER_CHANGES_REASON = (
     "changes (one per key of the operator before it) and the windows they are in"
 )
 
+#: Why a window whose results another operator takes runs retracting there.
+WINDOW_FED_REASON = (
+    "; a window whose results another operator takes and that may fire a window again runs "
+    "retracting there, whatever its accumulation (its results are not the job's): each firing "
+    "withdraws the one before"
+)
+
+#: Why an over-aggregation whose results another operator takes runs retracting there.
+OVER_FED_REASON = (
+    "; an over-aggregation whose results another operator takes and that may correct them (allowed "
+    "lateness, a changelog before it) runs retracting there, whatever its accumulation: each "
+    "correction withdraws the result before; each result reaches the operator after it at its "
+    "row's event time, in the micro-batch whose watermark passes the row"
+)
+
+
+def _over_hands_on(node: n.OverAggregate, kernel: Any, *, times: bool, to_join: bool) -> Any:
+    """An over-aggregation's kernel handing its results on: with their rows' event times when the
+    operator after it reads them, and retracting when it may correct them."""
+    del to_join
+    f = facts(node)
+    if f.corrects and not f.retracts:
+        kernel = attrs.evolve(kernel, mode="retracting")
+    return attrs.evolve(kernel, event_times=True) if times else kernel
+
+
 _RETRACTION_EXACT = ", so a retraction passes a filter exactly when the emit it withdraws did"
 
 register(
@@ -346,6 +375,7 @@ register(
         exact=_RETRACTION_EXACT,
         reads_times=True,
         after_changes=WINDOW_OVER_CHANGES_REASON,
+        fed_reason=WINDOW_FED_REASON,
         hand_on=_window_hands_on,
         join_side=JOIN_WINDOW_REASON,
     )
@@ -414,6 +444,8 @@ register(
         reason=OVER_REASON,
         reads_times=True,
         waits_for_watermark=True,
+        fed_reason=OVER_FED_REASON,
+        hand_on=_over_hands_on,
         kernel=_over_kernel,
         per_key_feature="an over-aggregation (Spark runs no OVER window on a stream)",
     )

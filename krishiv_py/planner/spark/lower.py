@@ -253,8 +253,8 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
         joined = first.slot == "join"
         pairs = itertools.pairwise(node for node, _ in links)
         why += [_kind(b).after_changes for a, b in pairs if per_key_changes(a) and _kind(b).after_changes]
-        if any(facts(w).changelog == "updating" for w, _ in links[:-1]):  # (a window firing again)
-            why.append(FED_REASON)
+        fed = [_kind(w).fed_reason for w, _ in links[:-1] if facts(w).changelog == "updating"]
+        why += list(dict.fromkeys(fed))  # (a window firing again, an over-aggregation correcting)
         why += _move_reasons(
             links,
             CHAIN_REASON if joined else AFTER_CHAIN_REASON,
@@ -571,14 +571,6 @@ AFTER_STAGED_REASON = (
     "in the same micro-batch, to a stage of its own by its key buckets (applyInArrow; its state one "
     "Arrow file per bucket and micro-batch under the checkpoint), whose watermark is held below "
     "every bucket before it that can still fire; it takes the changes of what it follows"
-)
-
-
-#: Why a window whose results another operator takes runs retracting there.
-FED_REASON = (
-    "; a window whose results another operator takes and that may fire a window again runs "
-    "retracting there, whatever its accumulation (its results are not the job's): each firing "
-    "withdraws the one before"
 )
 
 

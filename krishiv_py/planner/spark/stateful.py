@@ -578,6 +578,8 @@ def _upper_kernel(
     kind = _kind(node)
     if kind.kernel is not None:  # per key (over every row, or a window's ranking)
         kernel, columns = kind.kernel(node, carried_ms, retracting=retracting, timed=timed)
+        if feeds:  # as the operator after it takes its results
+            kernel = kind.hand_on(node, kernel, times=timed, to_join=False)
     else:
         # (a kind without a kernel of its own that follows another operator: the window)
         spec = operator_spec(cast(n.WindowAggregate, node), shift_ms=shift_ms)
