@@ -680,6 +680,38 @@ def test_an_aggregation_after_an_over_aggregation_keyed_otherwise_runs_as_a_stag
 
 
 @pytest.mark.spark
+def test_an_over_aggregation_and_a_top_n_after_an_over_aggregation_agree_with_the_composed_model(
+    session: kp.Session,
+) -> None:
+    stream, sender = session.memory_stream(SCHEMA, name=f"s_{uuid.uuid4().hex[:6]}")
+    over = _after_over(stream, "accumulating")
+    twice = over.key_by("k").over_rows(1).agg(kp.max(kp.col("s")).alias("m"))
+    assert twice.columns == ("k", "t", "v", "s", "n", "m", "kind")
+    model = ComposedModel(
+        OverOf(
+            _composed_over(),
+            keys=["k"],
+            frame="rows",
+            preceding=1,
+            aggregates=[AggSpec(name="m", func="max", column="s")],
+        )
+    )
+    job = twice.start()
+    try:
+        _run_against(job, sender, model, "pairs", ("k", "t", "v", "s", "n", "m"))
+    finally:
+        job.stop()
+    stream, sender = session.memory_stream(SCHEMA, name=f"s_{uuid.uuid4().hex[:6]}")
+    top = _after_over(stream, "retracting").top_n(1, by="s", per="key", keys=("k",))
+    model = ComposedModel(TopNOf(_composed_over(), n=1, by=["s"], keys=["k"]))
+    job = top.start()
+    try:
+        _run_against(job, sender, model, "uneven", ("k", "t", "v", "s", "n"))
+    finally:
+        job.stop()
+
+
+@pytest.mark.spark
 def test_a_late_event_handler_gets_the_very_late_and_invalid_rows_the_model_drops(
     session: kp.Session,
 ) -> None:
