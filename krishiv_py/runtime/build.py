@@ -310,14 +310,7 @@ def _stateful(
 
         return _staged(spec, packed.groupBy(BUCKET).applyInPandas(bounded, ddl), paths, sides, None)
 
-    path = ticks or tempfile.mkdtemp(prefix="krishiv-ticks-", dir=paths.scratch)
-    tick_source = (
-        spark.readStream.format("parquet")
-        .schema(f"{BUCKET} int")
-        .option("maxFilesPerTrigger", "1")
-        .option("maxFileAge", "36500d")
-        .load(path)
-    )
+    tick_source = _tick_source(spark, ticks or tempfile.mkdtemp(prefix="krishiv-ticks-", dir=paths.scratch))
     tick_rows = tick_source.selectExpr(*node.tick_exprs)
     if node.carrier == "krishiv-files":
         out = _krishiv_files(spec, packed.unionByName(tick_rows), ddl, paths, under)
@@ -334,10 +327,31 @@ def _stateful(
         rows = child.unionByName(flagged, allowMissingColumns=True).coalesce(1)
         return _staged(spec, rows.mapInArrow(one_task, ddl), paths, sides, under)
 
-    def bucket(key: Any, frames: Any, state: Any) -> Any:
-        return op.run_bucket(spec, key, frames, state, under if auto else None)
+    out = _state_store(spec, packed, tick_rows, ddl, under if auto else None)
+    return _staged(spec, out, paths, sides, under)
 
+
+def _tick_source(spark: SparkSession, path: str) -> DataFrame:
+    """The internal source whose files wake the buckets holding state after the watermark moved."""
+    return (
+        spark.readStream.format("parquet")
+        .schema(f"{BUCKET} int")
+        .option("maxFilesPerTrigger", "1")
+        .option("maxFileAge", "36500d")
+        .load(path)
+    )
+
+
+def _state_store(spec: Any, packed: DataFrame, tick_rows: DataFrame, ddl: str, under: Any) -> DataFrame:
+    """The operator over ``packed`` rows and ``tick_rows`` by bucket, its state in Spark's state
+    store (``applyInPandasWithState``); ``under``: the watermark map tasks merged under (an
+    automatic lag's), else None."""
     from pyspark.sql import functions as F
+
+    from krishiv_py.stateful import operator as op
+
+    def bucket(key: Any, frames: Any, state: Any) -> Any:
+        return op.run_bucket(spec, key, frames, state, under)
 
     # Spark hands the operator the watermark only when an input column carries
     # watermark metadata, which the packed rows do not: an all-null column with
@@ -347,8 +361,7 @@ def _stateful(
     packed = packed.select("*", marker)
     tick_rows = tick_rows.select("*", F.lit(None).cast("timestamp").alias(WATERMARK_MARKER))
     grouped = packed.unionByName(tick_rows).groupBy(BUCKET)
-    out = grouped.applyInPandasWithState(bucket, ddl, STATE_DDL, "append", "NoTimeout")
-    return _staged(spec, out, paths, sides, under)
+    return grouped.applyInPandasWithState(bucket, ddl, STATE_DDL, "append", "NoTimeout")
 
 
 def _krishiv_files(spec: Any, rows: DataFrame, ddl: str, paths: ReadPaths, under: Any) -> DataFrame:

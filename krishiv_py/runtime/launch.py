@@ -238,10 +238,7 @@ def start_streaming_job(
     recipe, moved = _on_checkpoint(spark, plan, recipe, layout, partitions)
     setup = _job_setup(spark, plan, recipe, options, checkpoint_dir=checkpoint_dir, progress=progress)
     if moved is not None:  # the micro-batch Spark's repartition wrote: no sink ran for it
-        for opened in (setup.writer, setup.late_writer):
-            skipped = getattr(opened, "skipped_batch", None)
-            if skipped is not None:
-                skipped(moved)
+        _skipped(setup, moved)
     # A reader of its memory streams from now on, so retention keeps what it has not committed.
     with spool_readers(senders, checkpoint_dir, resumable=options.resumable) as checked_in:
         job = run.start_streaming(
@@ -257,6 +254,14 @@ def start_streaming_job(
     job.name = options.name or setup.query_name
     _record_running(checkpoint_dir, job)
     return job
+
+
+def _skipped(setup: JobSetup, batch_id: int) -> None:
+    """Tell the job's writers that no sink ran for micro-batch ``batch_id`` (Spark's repartition)."""
+    for opened in (setup.writer, setup.late_writer):
+        skipped = getattr(opened, "skipped_batch", None)
+        if skipped is not None:
+            skipped(batch_id)
 
 
 def _job_setup(

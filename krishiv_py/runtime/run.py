@@ -68,21 +68,7 @@ def start_streaming(
     ticks = None
     if recipe.stateful is not None:
         ticks = TickWriter(local.ticks)
-    df = spark_call(
-        "building the streaming query",
-        lambda: build_dataframe(
-            spark,
-            recipe,
-            markers_path=markers,
-            ticks_path=ticks.path if ticks is not None else None,
-            checkpoint=checkpoint,
-        ),
-    )
-    writer = (
-        df.writeStream.outputMode("append" if ticks is not None else recipe.output_mode)
-        .option("checkpointLocation", checkpoint_dir)
-        .queryName(setup.query_name)
-    )
+    writer = _query_writer(setup, checkpoint, markers, ticks)
     collector, handoff = None, None
     if ticks is None:
         restarts = any(s.quarantines for s in file_sources)
@@ -120,6 +106,29 @@ def start_streaming(
         job = StatefulJob(collector=collector, ticks=ticks, buckets=buckets, handoff=handoff, **common)
     job._start_background()
     return job
+
+
+def _query_writer(
+    setup: JobSetup, checkpoint: CheckpointLayout, markers: str, ticks: TickWriter | None
+) -> Any:
+    """The query's DataFrame, built from the recipe, and its ``writeStream`` on the checkpoint."""
+    spark, recipe = setup.spark, setup.recipe
+    assert setup.query_name is not None, "a streaming job's writers are opened with its query name"
+    df = spark_call(
+        "building the streaming query",
+        lambda: build_dataframe(
+            spark,
+            recipe,
+            markers_path=markers,
+            ticks_path=ticks.path if ticks is not None else None,
+            checkpoint=checkpoint,
+        ),
+    )
+    return (
+        df.writeStream.outputMode("append" if ticks is not None else recipe.output_mode)
+        .option("checkpointLocation", checkpoint.root)
+        .queryName(setup.query_name)
+    )
 
 
 def _stateful_output(

@@ -108,35 +108,17 @@ def _lower(plan: n.PlanNode, *, force_bounded: bool, lowering: Lowering | None) 
         chosen, reason = choose(plan)
     if chosen == "stateful":
         return _lower_stateful(plan, reason, streaming=not snapshot and not n.is_bounded(plan))
+    return _lower_spark(plan, chosen, reason)
+
+
+def _lower_spark(plan: n.PlanNode, chosen: Lowering, reason: str) -> SparkRecipe:
+    """``plan`` on Spark's own operators: streaming (native) or one batch job (bounded)."""
     streaming = chosen == "native"
     if n.joins_of(plan):
         reason = NATIVE_JOIN_REASON if streaming else BOUNDED_JOIN_REASON
     reason += "".join(f"; {why}" for why in _sliding_choices(plan, streaming=streaming))
-    query = plan
-    stages: tuple[AfterStage, ...] = ()
-    if isinstance(plan, n.TopN) and _ranks_on_driver(plan):
-        query = plan.input
-        group = ("window_start", "window_end", *plan.keys)
-        stages = (DriverRank(n=plan.n, by=plan.by, group=group, ascending=plan.ascending),)
-        rows = "each micro-batch's results (foreachBatch)" if streaming else "the batch job's rows"
-        reason += (
-            f"; top_n ranks {rows} in Arrow on the driver (rank() with ties kept, an exact order for "
-            "these column types)"
-            + (
-                ", which is exact here: every window fires once, all its keys in the same micro-batch "
-                "(tests/test_differential.py::test_native_shapes_over_batchings[top_n])"
-                if streaming
-                else ", which spares Spark a sort per window"
-            )
-        )
-    elif streaming and any(isinstance(x, n.TopN) for x in n.walk(plan)):
-        query, chain = _per_batch_chain(plan)
-        stages = (_after_window(query, chain),)
-        reason += (
-            "; top_n ranks each micro-batch's results (foreachBatch), which is exact here: every "
-            "window fires once, all its keys in the same micro-batch "
-            "(tests/test_differential.py::test_native_shapes_over_batchings[top_n])"
-        )
+    query, stages, ranked = _ranked_stages(plan, streaming=streaming)
+    reason += ranked
     ctx = Lowerer(
         streaming=streaming,
         shift=time_shift(plan) if streaming else 0,
@@ -166,6 +148,36 @@ def _lower(plan: n.PlanNode, *, force_bounded: bool, lowering: Lowering | None) 
         stages=stages,
         join_identity=join_identity(plan),
     )
+
+
+def _ranked_stages(plan: n.PlanNode, *, streaming: bool) -> tuple[n.PlanNode, tuple[AfterStage, ...], str]:
+    """A top-N on Spark's own operators: the query Spark runs, the stages after it that rank its
+    results (on the driver, in Arrow), and what the reason says of them ("": no top-N)."""
+    if isinstance(plan, n.TopN) and _ranks_on_driver(plan):
+        group = ("window_start", "window_end", *plan.keys)
+        stages = (DriverRank(n=plan.n, by=plan.by, group=group, ascending=plan.ascending),)
+        rows = "each micro-batch's results (foreachBatch)" if streaming else "the batch job's rows"
+        why = (
+            f"; top_n ranks {rows} in Arrow on the driver (rank() with ties kept, an exact order for "
+            "these column types)"
+            + (
+                ", which is exact here: every window fires once, all its keys in the same micro-batch "
+                "(tests/test_differential.py::test_native_shapes_over_batchings[top_n])"
+                if streaming
+                else ", which spares Spark a sort per window"
+            )
+        )
+        return plan.input, stages, why
+    if streaming and any(isinstance(x, n.TopN) for x in n.walk(plan)):
+        query, chain = _per_batch_chain(plan)
+        return (
+            query,
+            (_after_window(query, chain),),
+            "; top_n ranks each micro-batch's results (foreachBatch), which is exact here: every "
+            "window fires once, all its keys in the same micro-batch "
+            "(tests/test_differential.py::test_native_shapes_over_batchings[top_n])",
+        )
+    return plan, (), ""
 
 
 def _ranks_on_driver(node: n.TopN) -> bool:
@@ -327,7 +339,7 @@ def _check_auto_lag(plan: n.PlanNode, op: n.PlanNode) -> None:
     marks = n.watermarks_of(plan)
     if not any(m.auto is not None for m in marks):
         return
-    links = operator_links(op) if not isinstance(op, n.Union) else [(op, ())]
+    links = operator_links(op)  # (a union of operators' results: itself)
     bottom = links[0][0]
     # A join of two streams (no operator below a side, none after it) reads its sources' rows.
     plain_join = (

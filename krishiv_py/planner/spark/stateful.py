@@ -73,7 +73,6 @@ def operator_spec(node: n.WindowAggregate, *, shift_ms: int) -> Any:
 
     from krishiv_py.stateful.operator import InputColumn, OperatorSpec
     from krishiv_py.stateful.processing_time import ProcessingTimeKernel
-    from krishiv_py.stateful.state import KernelSpec
     from krishiv_py.stateful.window_kernel import WindowKernel
 
     schema = facts(node.input).schema
@@ -87,28 +86,11 @@ def operator_spec(node: n.WindowAggregate, *, shift_ms: int) -> Any:
     needed = {*node.keys, *(a.column for a in node.aggregates if a.column is not None)}
     whole = node.emission.late_handler is not None
     columns = tuple(
-        InputColumn(
-            name=f.name,
-            type=arrow.field(f.name).type,
-            index=i,
-        )
+        InputColumn(name=f.name, type=arrow.field(f.name).type, index=i)
         for i, f in enumerate(schema)
         if whole or f.name in needed
     )
-    aggs = kernel_aggs(node)
-    window = node.window
-    kernel = KernelSpec(
-        keys=node.keys,
-        window=window,
-        aggs=aggs,
-        trigger=node.emission.trigger,
-        allowed_lateness_ms=node.emission.allowed_lateness_ms,
-        accumulation=node.emission.accumulation,
-        future_tolerance_ms=et.future_tolerance_ms if et is not None else DEFAULT_FUTURE_TOLERANCE_MS,
-        pane_events=node.emission.panes.any,
-        ttl_ms=None if node.emission.state_ttl is None else node.emission.state_ttl.ttl_ms,
-        ttl_time="event" if node.emission.state_ttl is None else node.emission.state_ttl.time,
-    )
+    kernel = _kernel_spec(node, et.future_tolerance_ms if et is not None else DEFAULT_FUTURE_TOLERANCE_MS)
     marks = n.watermarks_of(node.input)
     if processing:  # every row timed by its micro-batch's start: no disorder to profile
         return OperatorSpec(
@@ -133,6 +115,25 @@ def operator_spec(node: n.WindowAggregate, *, shift_ms: int) -> Any:
         profile_lag_ms=profile,
         auto=auto,
         fire_lag_ms=ahead,
+    )
+
+
+def _kernel_spec(node: n.WindowAggregate, future_tolerance_ms: int) -> Any:
+    """The window kernel's :class:`~krishiv_py.stateful.state.KernelSpec` of ``node``."""
+    from krishiv_py.stateful.state import KernelSpec
+
+    e = node.emission
+    return KernelSpec(
+        keys=node.keys,
+        window=node.window,
+        aggs=kernel_aggs(node),
+        trigger=e.trigger,
+        allowed_lateness_ms=e.allowed_lateness_ms,
+        accumulation=e.accumulation,
+        future_tolerance_ms=future_tolerance_ms,
+        pane_events=e.panes.any,
+        ttl_ms=None if e.state_ttl is None else e.state_ttl.ttl_ms,
+        ttl_time="event" if e.state_ttl is None else e.state_ttl.time,
     )
 
 
@@ -491,7 +492,6 @@ def stacked_operators(base: Any, bottom: n.PlanNode, uppers: list[Link]) -> Any:
     """
 
     def rule(node: n.PlanNode, *children: RecipeNode, streaming: bool, shift_ms: int) -> RecipeNode:
-        from krishiv_py.stateful.chain import ChainKernel
         from krishiv_py.stateful.stage import StageSpec, Upstream, levels, nested
 
         apply = base(node, *children, streaming=streaming, shift_ms=shift_ms)
@@ -502,34 +502,11 @@ def stacked_operators(base: Any, bottom: n.PlanNode, uppers: list[Link]) -> Any:
         # last of several): what follows it runs in its call.
         staged = levels(apply.operator.then)
         kernel: Any = staged[-1].kernel if staged else apply.operator.kernel
-        kernel, carried = _fed(node, kernel, times=_times_read([u for u, _ in uppers]))
-        retracts = facts(node).corrects
         # The kernel of the operator (0) and of each stage after it (1...), and how each stage
         # reads the rows before it; an operator keyed alike joins the last one's call.
-        kernels: list[Any] = [kernel]
+        kernels, reads = _stacked_kernels(node, kernel, uppers, shift_ms)
         if staged:
-            kernels = [apply.operator.kernel, *(s.kernel for s in staged[:-1]), kernel]
-        reads: list[dict[str, Any]] = []
-        for i, ((upper, passing), beside) in enumerate(
-            zip(uppers, moves([(node, ()), *uppers]), strict=True)
-        ):
-            fed = i + 1 < len(uppers)  # it feeds the operator after it
-            timed = _times_read([u for u, _ in uppers[i + 1 :]])  # what follows reads event times
-            then, columns = _upper_kernel(
-                upper, carried, shift_ms, retracting=retracts, feeds=fed, timed=timed
-            )
-            carried = facts(upper).correction_ms  # what the operator after it may see corrected
-            step = {
-                "columns": columns,
-                "between": _between(passing),
-                "retracting": retracts,
-            }
-            retracts = facts(upper).corrects if fed else facts(upper).retracts
-            if beside:
-                kernels[-1] = ChainKernel(first=kernels[-1], then=then, **step)
-            else:
-                kernels.append(then)
-                reads.append(step)
+            kernels = [apply.operator.kernel, *(s.kernel for s in staged[:-1]), *kernels]
         buckets = apply.operator.buckets
         stages: list[StageSpec] = [
             attrs.evolve(level, kernel=k, then=None) for level, k in zip(staged, kernels[1:], strict=False)
@@ -542,6 +519,33 @@ def stacked_operators(base: Any, bottom: n.PlanNode, uppers: list[Link]) -> Any:
         return attrs.evolve(apply, operator=operator)
 
     return rule
+
+
+def _stacked_kernels(
+    node: n.PlanNode, kernel: Any, uppers: list[Link], shift_ms: int
+) -> tuple[list[Any], list[dict[str, Any]]]:
+    """``kernel`` (``node``'s) as the first kernel of a call, each operator of ``uppers`` in that
+    call when keyed alike (a :class:`~krishiv_py.stateful.chain.ChainKernel`), else the kernel
+    of a stage of its own; and how each stage reads the rows before it."""
+    from krishiv_py.stateful.chain import ChainKernel
+
+    kernel, carried = _fed(node, kernel, times=_times_read([u for u, _ in uppers]))
+    retracts = facts(node).corrects
+    kernels: list[Any] = [kernel]
+    reads: list[dict[str, Any]] = []
+    for i, ((upper, passing), beside) in enumerate(zip(uppers, moves([(node, ()), *uppers]), strict=True)):
+        fed = i + 1 < len(uppers)  # it feeds the operator after it
+        timed = _times_read([u for u, _ in uppers[i + 1 :]])  # what follows reads event times
+        then, columns = _upper_kernel(upper, carried, shift_ms, retracting=retracts, feeds=fed, timed=timed)
+        carried = facts(upper).correction_ms  # what the operator after it may see corrected
+        step = {"columns": columns, "between": _between(passing), "retracting": retracts}
+        retracts = facts(upper).corrects if fed else facts(upper).retracts
+        if beside:
+            kernels[-1] = ChainKernel(first=kernels[-1], then=then, **step)
+        else:
+            kernels.append(then)
+            reads.append(step)
+    return kernels, reads
 
 
 def per_key_changes(node: n.PlanNode) -> bool:
@@ -804,14 +808,7 @@ def _join_of_operators(
             "the stateful lowering joins a union of operators' results with a stream, not yet with "
             "another operator's results: join each branch with it and union the joins' rows"
         )
-    results = [facts(inner).schema for inner in inners]
-    for f in results[0]:
-        if f.name in results[1].names and results[1].field(f.name).dtype != f.dtype and f.name != RESULT_KIND:
-            raise PlanError(
-                f"a join of two operators' results reads column {f.name!r} as {f.dtype.name} on the "
-                f"left and as {results[1].field(f.name).dtype.name} on the right; rename one of them "
-                "(.alias() in its agg(), or select() before its operator)"
-            )
+    _check_same_types(facts(inners[0]).schema, facts(inners[1]).schema)
     applies = (left, right)
     sources = [_upstream(inner, a.operator.kernel) for inner, a in zip(inners, applies, strict=True)]
     timed = [
@@ -823,14 +820,16 @@ def _join_of_operators(
     retracting = any(s.retracting for s in sources)
     lateness = spec.kernel.spec.allowed_lateness_ms + max(s.carried_ms for s in sources)
     kernel = attrs.evolve(spec.kernel.spec, allowed_lateness_ms=lateness, changes=retracting)
-    left_between, right_between = (_between(between(side)) for side in (node.left, node.right))
-    second = JoinSide(
-        side="right",
-        layout=_side_layout(node, kernel, spec.columns, "right"),
-        retracting=retracting,
-        between=right_between,
-        timed=sources[1].timed,
-    )
+    sides = [
+        JoinSide(
+            side=name,
+            layout=_side_layout(node, kernel, spec.columns, name),
+            retracting=retracting,
+            between=_between(between(side)),
+            timed=source.timed,
+        )
+        for name, side, source in zip(("left", "right"), (node.left, node.right), sources, strict=True)
+    ]
     stage = StageSpec(
         kernel=JoinKernel(kernel),
         upstream=both.operator.kernel,
@@ -838,16 +837,21 @@ def _join_of_operators(
         buckets=both.operator.buckets,
         upstream_buckets=both.operator.buckets,
         retracting=retracting,
-        join_side=JoinSide(
-            side="left",
-            layout=_side_layout(node, kernel, spec.columns, "left"),
-            retracting=retracting,
-            other=second,
-            between=left_between,
-            timed=sources[0].timed,
-        ),
+        join_side=attrs.evolve(sides[0], other=sides[1]),
     )
     return attrs.evolve(both, operator=attrs.evolve(both.operator, then=stage))
+
+
+def _check_same_types(left: Schema, right: Schema) -> None:
+    """:class:`PlanError` when two operators' results a join takes name a column alike with
+    different types (the operators run as one, their results in one layout)."""
+    for f in left:
+        if f.name in right.names and right.field(f.name).dtype != f.dtype and f.name != RESULT_KIND:
+            raise PlanError(
+                f"a join of two operators' results reads column {f.name!r} as {f.dtype.name} on the "
+                f"left and as {right.field(f.name).dtype.name} on the right; rename one of them "
+                "(.alias() in its agg(), or select() before its operator)"
+            )
 
 
 def _side_layout(
