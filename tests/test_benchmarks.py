@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import krishiv_py as kp
-from benchmarks import data, operator_api, packer_input, protocol, report
+from benchmarks import data, operator_api, protocol, report
 from benchmarks.__main__ import (
     ALL_RUNNERS,
     FULL_RUN_QUERIES,
@@ -40,6 +40,7 @@ from benchmarks.__main__ import (
 )
 from benchmarks.digest import digest, norm
 from benchmarks.queries import QUERIES
+from benchmarks.studies import packer_input
 
 ROOT = Path(__file__).resolve().parent.parent
 # Spark's own session windows (krishiv-native forces the native lowering on them;
@@ -686,7 +687,8 @@ def test_chaos_reads_window_starts_to_the_exact_millisecond() -> None:
 
 
 def test_both_packer_inputs_decode_to_the_same_rows() -> None:
-    """``benchmarks.packer_input`` times like against like: both encodings give the operator's columns."""
+    """``benchmarks.studies.packer_input`` times like against like: both encodings give the
+    operator's columns."""
     times = pa.array([0, None, -62_135_596_800_000_000], pa.int64())  # the epoch, none, the year 1
     amount = pa.array([float("nan"), -0.0, None])
     old = pa.table(

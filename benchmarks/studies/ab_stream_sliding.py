@@ -1,6 +1,6 @@
 """Streaming sliding windows: pane partials vs Spark's window() over the events, alternated.
 
-    PYTHONPATH=. python benchmarks/ab_stream_sliding.py sliding sliding-10m
+    python -m benchmarks.studies.ab_stream_sliding sliding sliding-10m
 
 For each query: 5 rounds of the native streaming query on its 1 M-event
 dataset (one file per micro-batch), with and without the pane step

@@ -1,7 +1,7 @@
 """What krishiv_py's observed metrics cost per row: the native lowering at large micro-batches.
 
-    python -m benchmarks.observe_cost [--query tumbling|nexmark-q7|nexmark-q7-narrow] [--rounds 6]
-                                      [--events 12000000] [--files 6]
+    python -m benchmarks.studies.observe_cost [--query tumbling|nexmark-q7|nexmark-q7-narrow] [--rounds 6]
+                                              [--events 12000000] [--files 6]
 
 One process, one Spark session (tuned as krishiv_py tunes it, for every
 variant), the suite's clickstream in ``--files`` Parquet files read one per
@@ -217,7 +217,9 @@ def variants(session: kp.Session, query: Query, path: str, scratch: str) -> dict
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.observe_cost", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.studies.observe_cost", description=__doc__.splitlines()[0]
+    )
     p.add_argument("--rounds", type=int, default=6, help="rounds of every variant (the first is a warm-up)")
     p.add_argument(
         "--events", type=int, default=12_000_000, help="events in the dataset (default 12,000,000)"

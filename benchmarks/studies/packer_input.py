@@ -7,7 +7,7 @@ column as a non-null value column plus a null flag, rebuilt in Python.
 Both run in one Spark session over the suite's clickstream, taking turns,
 and each Python function decodes its rows to the operator's Arrow
 columns, so the figure is the transfer plus the decoding; the first round
-warms up. ``python -m benchmarks.packer_input [--rounds N]``.
+warms up. ``python -m benchmarks.studies.packer_input [--rounds N]``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Bounded sliding windows: pane aggregates vs Spark's window(), alternated in one process.
 
-    PYTHONPATH=. python benchmarks/ab_sliding.py sliding sliding-10m
+    python -m benchmarks.studies.ab_sliding sliding sliding-10m
 
 For each query: 5 rounds of ``collect()`` on its 1 M-event dataset, the
 two plans alternating (and swapping order every round), the first round
