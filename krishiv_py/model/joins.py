@@ -261,98 +261,33 @@ class JoinModel:
         accumulation: Literal["accumulating", "retracting"] = "accumulating",
         state_ttl_ms: int | None = None,
     ) -> None:
-        if kind not in _HOWS:
-            raise PlanError(f"join kind must be one of {list(_HOWS)}, got {kind!r}")
-        if how not in _HOWS[kind]:
-            raise PlanError(
-                f"how={how!r} is not allowed for a {kind} join; choose one of {list(_HOWS[kind])}"
-            )
-        if accumulation not in ("accumulating", "retracting"):
-            raise PlanError(
-                f"accumulation must be 'accumulating' or 'retracting' for a join, got {accumulation!r}"
-            )
+        _check_kind(kind, how, accumulation)
         self._kind: JoinKind = kind
         self._how = how
         self._retracting = accumulation == "retracting"
         self._lateness_ms = _check_ms("allowed_lateness_ms", allowed_lateness_ms)
-        given: tuple[tuple[Side, int | AutoLag], ...] = (("left", left_lag_ms), ("right", right_lag_ms))
         #: A side with an automatic lag: the tracker that chooses its lag before each step.
-        self._auto: dict[Side, AutoLagTracker] = {
-            side: AutoLagTracker(lag) for side, lag in given if isinstance(lag, AutoLag)
-        }
-        self._lags: dict[Side, int] = {
-            side: lag.max_lag_ms if isinstance(lag, AutoLag) else _check_ms(f"{side}_lag_ms", lag)
-            for side, lag in given
-        }
-        self._ttl_ms = None if state_ttl_ms is None else _check_ms("state_ttl_ms", state_ttl_ms)
-        if self._ttl_ms == 0:
-            raise PlanError("state_ttl_ms must be > 0 milliseconds, got 0")
-        if self._lateness_ms > 0 and not self._retracting and (how != "inner" or kind == "as_of"):
-            raise PlanError(
-                f"a {kind} join with how={how!r} and allowed_lateness_ms > 0 can withdraw rows it "
-                "emitted: it needs accumulation='retracting'"
-            )
-        self._lower = self._upper = 0
-        if kind == "interval":
-            if between is None:
-                raise PlanError("an interval join needs between=(lower_ms, upper_ms)")
-            if len(between) != 2:
-                raise PlanError(f"between must be (lower_ms, upper_ms), got {between!r}")
-            self._lower = _check_ms("between lower_ms", between[0], negative=True)
-            self._upper = _check_ms("between upper_ms", between[1], negative=True)
-            if self._lower > self._upper:
-                raise PlanError(f"between=(lower_ms, upper_ms) needs lower <= upper, got {between!r}")
-        elif between is not None:
-            raise PlanError(f"between= applies to interval joins only, not to a {kind} join")
-        if kind == "window":
-            if not isinstance(window, TumblingWindow | SlidingWindow):
-                raise PlanError(
-                    f"a window join needs a TumblingWindow or SlidingWindow, got {type(window).__name__}"
-                )
-        elif window is not None:
-            raise PlanError(f"window= applies to window joins only, not to a {kind} join")
-        self._window = window
-        if max_age_ms is not None:
-            if kind != "as_of":
-                raise PlanError(f"max_age_ms applies to as-of joins only, not to a {kind} join")
-            _check_ms("max_age_ms", max_age_ms)
-        self._max_age_ms = max_age_ms
+        self._auto, self._lags = _check_lags(left_lag_ms, right_lag_ms)
+        self._ttl_ms = _check_ttl(state_ttl_ms)
+        _check_lateness(kind, how, self._lateness_ms, self._retracting)
+        self._lower, self._upper = _check_between(kind, between)
+        self._window = _check_window(kind, window)
+        self._max_age_ms = _check_max_age(kind, max_age_ms)
 
-        self._keys = tuple(keys)
-        self._right_keys = self._keys if right_keys is None else tuple(right_keys)
-        if not self._keys:
-            raise PlanError("a join needs at least one key column")
-        if len(self._keys) != len(self._right_keys):
-            raise PlanError(
-                f"both sides need the same number of key columns: left {list(self._keys)}, "
-                f"right {list(self._right_keys)}"
-            )
+        self._keys, self._right_keys = _check_keys(keys, right_keys)
         self._time: dict[Side, str] = {"left": left_time, "right": right_time}
         self._columns: dict[Side, tuple[str, ...]] = {
             "left": tuple(left_columns),
             "right": tuple(right_columns),
         }
         self._side_keys: dict[Side, tuple[str, ...]] = {"left": self._keys, "right": self._right_keys}
-        both: tuple[Side, Side] = ("left", "right")
-        for side in both:
-            columns = self._columns[side]
-            if len(set(columns)) != len(columns):
-                raise PlanError(f"{side}_columns has a duplicate name: {list(columns)}")
-            for name in (*self._side_keys[side], self._time[side]):
-                if name not in columns:
-                    raise PlanError(f"{side} column {name!r} is not in {side}_columns {list(columns)}")
+        for side in self._columns:
+            _check_columns(side, self._columns[side], (*self._side_keys[side], self._time[side]))
         self._left_rest = tuple(c for c in left_columns if c not in self._keys)
-        taken = [*self._keys, *(("window_start", "window_end") if kind == "window" else ()), *self._left_rest]
         # right column -> its output name
-        self._right_rest = tuple(
-            (c, f"{c}_right" if c in taken else c) for c in right_columns if c not in self._right_keys
+        self._right_rest = _check_output(
+            kind, how, self._retracting, (self._keys, self._left_rest), self._right_keys, right_columns
         )
-        names = [*taken, *(n for _, n in self._right_rest if how not in ("semi", "anti"))]
-        if self._retracting:
-            names.append(KIND_COLUMN)
-        duplicates = sorted({n for n in names if names.count(n) > 1})
-        if duplicates:
-            raise PlanError(f"duplicate output column names: {duplicates}")
 
         self._side_wm: dict[Side, int] = {}
         self._overall: int | None = None
@@ -665,6 +600,136 @@ class JoinModel:
             for name, out_name in self._right_rest:
                 out[out_name] = None if right is None else right.row.get(name)
         return out
+
+
+def _check_kind(kind: str, how: str, accumulation: str) -> None:
+    """Raise unless ``kind`` is a join kind, ``how`` one it takes and ``accumulation`` a mode."""
+    if kind not in _HOWS:
+        raise PlanError(f"join kind must be one of {list(_HOWS)}, got {kind!r}")
+    if how not in _HOWS[kind]:
+        raise PlanError(f"how={how!r} is not allowed for a {kind} join; choose one of {list(_HOWS[kind])}")
+    if accumulation not in ("accumulating", "retracting"):
+        raise PlanError(
+            f"accumulation must be 'accumulating' or 'retracting' for a join, got {accumulation!r}"
+        )
+
+
+def _check_lags(
+    left_lag_ms: int | AutoLag, right_lag_ms: int | AutoLag
+) -> tuple[dict[Side, AutoLagTracker], dict[Side, int]]:
+    """Each side's lag, checked: the trackers of the automatic ones, and every side's lag to start with."""
+    given: tuple[tuple[Side, int | AutoLag], ...] = (("left", left_lag_ms), ("right", right_lag_ms))
+    auto: dict[Side, AutoLagTracker] = {
+        side: AutoLagTracker(lag) for side, lag in given if isinstance(lag, AutoLag)
+    }
+    lags: dict[Side, int] = {
+        side: lag.max_lag_ms if isinstance(lag, AutoLag) else _check_ms(f"{side}_lag_ms", lag)
+        for side, lag in given
+    }
+    return auto, lags
+
+
+def _check_ttl(state_ttl_ms: int | None) -> int | None:
+    """The state TTL, checked: ``None`` (none) or > 0 milliseconds."""
+    ttl_ms = None if state_ttl_ms is None else _check_ms("state_ttl_ms", state_ttl_ms)
+    if ttl_ms == 0:
+        raise PlanError("state_ttl_ms must be > 0 milliseconds, got 0")
+    return ttl_ms
+
+
+def _check_lateness(kind: JoinKind, how: str, lateness_ms: int, retracting: bool) -> None:
+    """Raise if allowed lateness would make the join withdraw rows without retractions."""
+    if lateness_ms > 0 and not retracting and (how != "inner" or kind == "as_of"):
+        raise PlanError(
+            f"a {kind} join with how={how!r} and allowed_lateness_ms > 0 can withdraw rows it "
+            "emitted: it needs accumulation='retracting'"
+        )
+
+
+def _check_between(kind: JoinKind, between: tuple[int, int] | None) -> tuple[int, int]:
+    """An interval join's ``(lower, upper)`` bounds, checked; ``(0, 0)`` for the other kinds."""
+    if kind != "interval":
+        if between is not None:
+            raise PlanError(f"between= applies to interval joins only, not to a {kind} join")
+        return 0, 0
+    if between is None:
+        raise PlanError("an interval join needs between=(lower_ms, upper_ms)")
+    if len(between) != 2:
+        raise PlanError(f"between must be (lower_ms, upper_ms), got {between!r}")
+    lower = _check_ms("between lower_ms", between[0], negative=True)
+    upper = _check_ms("between upper_ms", between[1], negative=True)
+    if lower > upper:
+        raise PlanError(f"between=(lower_ms, upper_ms) needs lower <= upper, got {between!r}")
+    return lower, upper
+
+
+def _check_window(
+    kind: JoinKind, window: TumblingWindow | SlidingWindow | None
+) -> TumblingWindow | SlidingWindow | None:
+    """A window join's window, checked (``None`` for the other kinds)."""
+    if kind == "window":
+        if not isinstance(window, TumblingWindow | SlidingWindow):
+            raise PlanError(
+                f"a window join needs a TumblingWindow or SlidingWindow, got {type(window).__name__}"
+            )
+    elif window is not None:
+        raise PlanError(f"window= applies to window joins only, not to a {kind} join")
+    return window
+
+
+def _check_max_age(kind: JoinKind, max_age_ms: int | None) -> int | None:
+    """An as-of join's max age, checked (``None``: none; other kinds take none)."""
+    if max_age_ms is not None:
+        if kind != "as_of":
+            raise PlanError(f"max_age_ms applies to as-of joins only, not to a {kind} join")
+        _check_ms("max_age_ms", max_age_ms)
+    return max_age_ms
+
+
+def _check_keys(
+    keys: Sequence[str], right_keys: Sequence[str] | None
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The left and right key columns (the right ones default to the left's), checked."""
+    left = tuple(keys)
+    right = left if right_keys is None else tuple(right_keys)
+    if not left:
+        raise PlanError("a join needs at least one key column")
+    if len(left) != len(right):
+        raise PlanError(
+            f"both sides need the same number of key columns: left {list(left)}, right {list(right)}"
+        )
+    return left, right
+
+
+def _check_columns(side: Side, columns: tuple[str, ...], needed: tuple[str, ...]) -> None:
+    """Raise if a side's columns repeat a name or lack one of its keys or its time column."""
+    if len(set(columns)) != len(columns):
+        raise PlanError(f"{side}_columns has a duplicate name: {list(columns)}")
+    for name in needed:
+        if name not in columns:
+            raise PlanError(f"{side} column {name!r} is not in {side}_columns {list(columns)}")
+
+
+def _check_output(
+    kind: JoinKind,
+    how: str,
+    retracting: bool,
+    left: tuple[tuple[str, ...], tuple[str, ...]],
+    right_keys: tuple[str, ...],
+    right_columns: Sequence[str],
+) -> tuple[tuple[str, str], ...]:
+    """Each right column but the keys with its output name (``_right`` added when the left side's
+    keys and other columns or the window's hold it); raise if a joined row names two columns alike."""
+    keys, left_rest = left
+    taken = [*keys, *(("window_start", "window_end") if kind == "window" else ()), *left_rest]
+    right_rest = tuple((c, f"{c}_right" if c in taken else c) for c in right_columns if c not in right_keys)
+    names = [*taken, *(n for _, n in right_rest if how not in ("semi", "anti"))]
+    if retracting:
+        names.append(KIND_COLUMN)
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise PlanError(f"duplicate output column names: {duplicates}")
+    return right_rest
 
 
 def _check_ms(name: str, value: object, *, negative: bool = False) -> int:
