@@ -1106,42 +1106,13 @@ def _as_of_join(
     watermark's (the column of the max age, if written, for a stream without
     a watermark; else ``SET watermark.column`` or its one timestamp column).
     """
-    from sqlglot import exp
-
     as_of = specs[1].as_of
     assert as_of is not None
-    if how not in ("inner", "left"):
-        words = " ".join(w for w in (join.side, join.kind) if w)
-        raise ctx.sql.error(
-            join,
-            f"{words} JOIN is not supported with FOR SYSTEM_TIME AS OF: an as-of join is [INNER] JOIN or "
-            "LEFT [OUTER] JOIN (each left row with the right row of its key in force at its time, "
-            f"null-padded by LEFT when there is none): {AS_OF_FORM}",
-            at=at,
-        )
-    windows = [spec for spec in specs if spec.window is not None]
-    if windows:
-        raise ctx.sql.error(
-            windows[0].node,
-            f"an as-of join (FOR SYSTEM_TIME AS OF) joins two streams, not window TVFs: {AS_OF_FORM}",
-        )
+    how = _check_as_of(join, how, at, specs, ctx)
     resolve = _side_resolver(specs, rels, ctx)
     on = read_on(join.args["on"], ctx.sql, resolve, windowed=False, as_of=True)
     time = as_of.time
-    form = f"FOR SYSTEM_TIME AS OF {specs[0].qualifier}.<its event-time column>"
-    if not isinstance(time, exp.Column) or isinstance(time.this, exp.Star):
-        raise ctx.sql.error(
-            time,
-            f"FOR SYSTEM_TIME AS OF takes the left side's event-time column, {form}: the as-of join is on "
-            "event time (PROCTIME() and other expressions are not supported)",
-        )
-    side, column = resolve(time)
-    if side != "left":
-        raise ctx.sql.error(
-            time,
-            f"FOR SYSTEM_TIME AS OF names the left side's event-time column, {form} (each left row meets "
-            f"the right row in force at its own time); {column!r} is a column of {rels[1].label}",
-        )
+    column = _as_of_column(time, resolve, specs, rels, ctx)
     age = on.max_age
     if age is not None and age.left != column:
         raise ctx.sql.error(
@@ -1171,6 +1142,55 @@ def _as_of_join(
     return build, lkeys, rkeys
 
 
+def _check_as_of(
+    join: exp.Join, how: n.JoinHow, at: int | None, specs: tuple[SideSpec, SideSpec], ctx: Context
+) -> Literal["inner", "left"]:
+    """An as-of join's ``how``, [INNER] or LEFT, and its sides, two streams (no window TVFs), checked."""
+    if how not in ("inner", "left"):
+        words = " ".join(w for w in (join.side, join.kind) if w)
+        raise ctx.sql.error(
+            join,
+            f"{words} JOIN is not supported with FOR SYSTEM_TIME AS OF: an as-of join is [INNER] JOIN or "
+            "LEFT [OUTER] JOIN (each left row with the right row of its key in force at its time, "
+            f"null-padded by LEFT when there is none): {AS_OF_FORM}",
+            at=at,
+        )
+    windows = [spec for spec in specs if spec.window is not None]
+    if windows:
+        raise ctx.sql.error(
+            windows[0].node,
+            f"an as-of join (FOR SYSTEM_TIME AS OF) joins two streams, not window TVFs: {AS_OF_FORM}",
+        )
+    return how
+
+
+def _as_of_column(
+    time: exp.Expression,
+    resolve: SideResolver,
+    specs: tuple[SideSpec, SideSpec],
+    rels: tuple[Relation, Relation],
+    ctx: Context,
+) -> str:
+    """The left side's column that ``FOR SYSTEM_TIME AS OF`` names (else an error)."""
+    from sqlglot import exp
+
+    form = f"FOR SYSTEM_TIME AS OF {specs[0].qualifier}.<its event-time column>"
+    if not isinstance(time, exp.Column) or isinstance(time.this, exp.Star):
+        raise ctx.sql.error(
+            time,
+            f"FOR SYSTEM_TIME AS OF takes the left side's event-time column, {form}: the as-of join is on "
+            "event time (PROCTIME() and other expressions are not supported)",
+        )
+    side, column = resolve(time)
+    if side != "left":
+        raise ctx.sql.error(
+            time,
+            f"FOR SYSTEM_TIME AS OF names the left side's event-time column, {form} (each left row meets "
+            f"the right row in force at its own time); {column!r} is a column of {rels[1].label}",
+        )
+    return column
+
+
 #: How SQL writes a lookup join (SPEC 3.14: ``stream.lookup_join(table, on=...)``).
 LOOKUP_FORM = (
     "FROM s [LEFT] JOIN t FOR SYSTEM_TIME AS OF PROCTIME() [AS a] ON s.k = a.k [AND ...] (or an "
@@ -1195,8 +1215,6 @@ def _lookup_join(
     S.key``); a table column named otherwise than its stream column is
     renamed to it. The joined rows name the key as the stream does.
     """
-    from sqlglot import exp
-
     if how not in ("inner", "left"):
         words = " ".join(w for w in (join.side, join.kind) if w)
         raise ctx.sql.error(
@@ -1204,7 +1222,7 @@ def _lookup_join(
         )
     if any(spec.window is not None for spec in specs):
         raise ctx.sql.error(join, f"a lookup join joins a stream and a table, not window TVFs: {LOOKUP_FORM}")
-    stream, table = rels[0].stream, rels[1].stream
+    table = rels[1].stream
     if not n.is_bounded(table.plan):
         assert specs[1].as_of is not None
         raise ctx.sql.error(
@@ -1213,6 +1231,24 @@ def _lookup_join(
             f"stream: {LOOKUP_FORM}; join two streams FOR SYSTEM_TIME AS OF the left side's event time",
             at=specs[1].as_of.at,
         )
+    stream, on, rkeys, renames = _lookup_keys(join, specs, rels, ctx)
+    if renames:
+        table = table.select(
+            *(kx.col(c).alias(renames[c]) if c in renames else kx.col(c) for c in table.columns)
+        )
+    with errors_at(ctx, join, "JOIN: "):
+        joined = stream.lookup_join(table, on=tuple(on), how="left" if how == "left" else "inner")
+    return joined, tuple(on), tuple(rkeys)
+
+
+def _lookup_keys(
+    join: exp.Join, specs: tuple[SideSpec, SideSpec], rels: tuple[Relation, Relation], ctx: Context
+) -> tuple[Stream, list[str], list[str], dict[str, str]]:
+    """A lookup join's ON condition read: the stream (with a column per key computed by an
+    expression), its key columns, the table's, and the table's columns to rename to the stream's."""
+    from sqlglot import exp
+
+    stream = rels[0].stream
     resolve = _side_resolver(specs, rels, ctx)
     left_only = resolver(rels[0], ctx)
     renames: dict[str, str] = {}
@@ -1244,13 +1280,7 @@ def _lookup_join(
             column = key
         on.append(column)
         rkeys.append(key)
-    if renames:
-        table = table.select(
-            *(kx.col(c).alias(renames[c]) if c in renames else kx.col(c) for c in table.columns)
-        )
-    with errors_at(ctx, join, "JOIN: "):
-        joined = stream.lookup_join(table, on=tuple(on), how="left" if how == "left" else "inner")
-    return joined, tuple(on), tuple(rkeys)
+    return stream, on, rkeys, renames
 
 
 def _plain_numbers(
