@@ -125,6 +125,29 @@ def scalar(node: exp.Expression, sql: SqlText, resolve: Resolver, special: Speci
         return UnaryOp("not", sub(node.this))
     if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null):
         return UnaryOp("is_null", sub(node.this))
+    compound = _compound(node, sub, sql)
+    if compound is not None:
+        return compound
+    called = _function(node, sub, sql)
+    if called is not None:
+        return called
+    if is_aggregate(node):
+        raise sql.error(node, f"an aggregate is not allowed in {clause}")
+    if isinstance(node, exp.Func):
+        raise sql.error(
+            node, f"unknown function {_function_name(node)} in {clause}; expressions support {_SUPPORTED}"
+        )
+    raise sql.error(
+        node, f"{type(node).__name__} is not supported in {clause}; expressions support {_SUPPORTED}"
+    )
+
+
+def _compound(
+    node: exp.Expression, sub: Callable[[exp.Expression], ExprNode], sql: SqlText
+) -> ExprNode | None:
+    """``BETWEEN``, ``IN (...)``, ``CAST``/``TRY_CAST`` and ``CASE`` as the builder's nodes, else None."""
+    from sqlglot import exp
+
     if isinstance(node, exp.Between):
         value = sub(node.this)
         return BinaryOp(
@@ -151,18 +174,7 @@ def scalar(node: exp.Expression, sql: SqlText, resolve: Resolver, special: Speci
         default = node.args.get("default")
         otherwise = sub(default) if default is not None else None
         return Case(branches=tuple(branches), otherwise=otherwise, closed=otherwise is not None)
-    called = _function(node, sub, sql)
-    if called is not None:
-        return called
-    if is_aggregate(node):
-        raise sql.error(node, f"an aggregate is not allowed in {clause}")
-    if isinstance(node, exp.Func):
-        raise sql.error(
-            node, f"unknown function {_function_name(node)} in {clause}; expressions support {_SUPPORTED}"
-        )
-    raise sql.error(
-        node, f"{type(node).__name__} is not supported in {clause}; expressions support {_SUPPORTED}"
-    )
+    return None
 
 
 def _function(

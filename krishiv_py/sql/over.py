@@ -29,7 +29,7 @@ import attrs
 from krishiv_py.expr import AggExpr, Column, Expr, ExprNode
 from krishiv_py.plan.analysis import facts
 from krishiv_py.sql.aggregate import agg_expr
-from krishiv_py.sql.expressions import alias_of, scalar
+from krishiv_py.sql.expressions import Resolver, alias_of, scalar
 from krishiv_py.sql.scope import Context, Relation, errors_at, is_star, no_helpers, resolver, unalias
 from krishiv_py.sql.settings import apply_settings, emission_options, interval_ms
 
@@ -134,12 +134,40 @@ def over_aggregation(node: exp.Select, rel: Relation, ctx: Context) -> Stream:
     """Aggregates ``OVER`` a window (:func:`over_spec`): ``key_by(partition)`` then
     ``over_rows(n)`` or ``over_range(ms)`` with the ``window.*`` settings, ``agg()`` of them (each
     named by its ``AS``), then the ``SELECT`` list over the results (``kind`` kept when there)."""
-    from sqlglot import exp
-
     if node.args.get("group") or node.args.get("having"):
         raise ctx.sql.error(node, "an aggregate OVER a window and GROUP BY in one query: group in a subquery")
     windows = over_windows(node)
     resolve = resolver(rel, ctx)
+    keys, order, frame, preceding = _shared_window(windows, resolve, ctx)
+    ctx.overs.extend(windows)
+    et = facts(rel.stream.plan).event_time
+    if et is not None and (et.from_join or et.from_change or et.from_window):
+        raise ctx.sql.error(
+            windows[0],
+            "an aggregate OVER a window of a join's rows or of changes orders them by their own event "
+            "time, which no column names: write it with the builder, ...key_by(k).over_rows(n)",
+        )
+    aggs, exprs = _over_select(node, rel, resolve, ctx)
+    with errors_at(ctx, windows[0], "OVER: "):
+        keyed = rel.stream.key_by(*keys)
+        framed = (
+            keyed.over_rows(preceding, order_by=order)
+            if frame == "rows"
+            else keyed.over_range(preceding, order_by=order)
+        )
+        result = apply_settings(framed, emission_options(ctx.settings)).agg(*aggs)
+    if "kind" in result.columns and Column("kind") not in exprs:
+        exprs.append(Column("kind"))
+    if exprs == [Column(c) for c in result.columns]:
+        return result
+    with errors_at(ctx, node, "SELECT: "):
+        return result.select(*(Expr(e) for e in exprs))
+
+
+def _shared_window(
+    windows: list[exp.Window], resolve: Resolver, ctx: Context
+) -> tuple[tuple[str, ...], str, Literal["rows", "range"], int]:
+    """The one window the aggregates OVER a window share: its keys, order column, frame and extent."""
     shapes = []
     for window in windows:
         spec = over_spec(window, ctx.sql)
@@ -152,15 +180,15 @@ def over_aggregation(node: exp.Select, rel: Relation, ctx: Context) -> Stream:
                 "the aggregates OVER a window in one query share one window: the same PARTITION BY, "
                 "ORDER BY and frame",
             )
-    keys, order, frame, preceding = shapes[0]
-    ctx.overs.extend(windows)
-    et = facts(rel.stream.plan).event_time
-    if et is not None and (et.from_join or et.from_change or et.from_window):
-        raise ctx.sql.error(
-            windows[0],
-            "an aggregate OVER a window of a join's rows or of changes orders them by their own event "
-            "time, which no column names: write it with the builder, ...key_by(k).over_rows(n)",
-        )
+    return shapes[0]
+
+
+def _over_select(
+    node: exp.Select, rel: Relation, resolve: Resolver, ctx: Context
+) -> tuple[list[AggExpr], list[ExprNode]]:
+    """The ``SELECT`` list of aggregates OVER a window: the aggregates, and the columns it selects."""
+    from sqlglot import exp
+
     aggs: list[AggExpr] = []
     exprs: list[ExprNode] = []
     for item in node.expressions:
@@ -185,17 +213,4 @@ def over_aggregation(node: exp.Select, rel: Relation, ctx: Context) -> Stream:
             if alias is None and not isinstance(value, Column):
                 raise ctx.sql.error(item, "name this SELECT expression with AS, e.g. <expression> AS name")
             exprs.append(value if alias is None else alias_of(value, alias))
-    with errors_at(ctx, windows[0], "OVER: "):
-        keyed = rel.stream.key_by(*keys)
-        framed = (
-            keyed.over_rows(preceding, order_by=order)
-            if frame == "rows"
-            else keyed.over_range(preceding, order_by=order)
-        )
-        result = apply_settings(framed, emission_options(ctx.settings)).agg(*aggs)
-    if "kind" in result.columns and Column("kind") not in exprs:
-        exprs.append(Column("kind"))
-    if exprs == [Column(c) for c in result.columns]:
-        return result
-    with errors_at(ctx, node, "SELECT: "):
-        return result.select(*(Expr(e) for e in exprs))
+    return aggs, exprs
