@@ -190,34 +190,20 @@ class Stream(WindowAssigners):
             "min_lag_ms": as_ms("min_lag_ms", min_lag_ms),
             "max_lag_ms": as_ms("max_lag_ms", max_lag_ms),
         }
-        auto: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
-        if isinstance(lag_ms, AutoLag) or lag_ms == "auto":
-            if isinstance(lag_ms, AutoLag) and auto:
-                raise PlanError(f"watermark() takes an AutoLag or its settings, not both: {sorted(auto)}")
-            spec = lag_ms if isinstance(lag_ms, AutoLag) else AutoLag(**auto)
+        lag = _watermark_lag(lag_ms, {k: v for k, v in given.items() if v is not None})
+        if isinstance(lag, AutoLag):
             check_ms("future_tolerance_ms", tolerance, positive=False)
             out = self._with(
                 n.Watermark(
                     input=self._plan,
                     column=column,
-                    lag_ms=spec.max_lag_ms,
+                    lag_ms=lag.max_lag_ms,
                     future_tolerance_ms=tolerance,
-                    auto=spec,
+                    auto=lag,
                 )
             )
-            return out if idle is None else out.idle_timeout_ms(idle)
-        if auto:
-            raise PlanError(
-                f"watermark() takes {', '.join(sorted(auto))} only with lag_ms='auto' (an automatic "
-                f"lag), got lag_ms={lag_ms!r}"
-            )
-        if isinstance(lag_ms, str) and not re.search(r"[0-9]", lag_ms):
-            raise PlanError(
-                "watermark() lag_ms is a duration (milliseconds, a timedelta, or a string such as "
-                f"'5 seconds') or 'auto', got {lag_ms!r}"
-            )
-        lag: int = as_ms("watermark() lag_ms", lag_ms)
-        out = self.with_watermark(WatermarkSpec.fixed_lag_ms(column, lag, future_tolerance_ms=tolerance))
+        else:
+            out = self.with_watermark(WatermarkSpec.fixed_lag_ms(column, lag, future_tolerance_ms=tolerance))
         return out if idle is None else out.idle_timeout_ms(idle)
 
     def with_watermark(self, spec: WatermarkSpec | MultiSourceWatermarkSpec) -> Stream:
@@ -582,6 +568,27 @@ def _retracting(plan: n.PlanNode) -> bool:
         facts(plan).corrects
         or any(a.emission.accumulation == "retracting" for a in n.window_aggregates(plan))
     )
+
+
+def _watermark_lag(lag_ms: Duration | Literal["auto"] | AutoLag, auto: dict[str, Any]) -> int | AutoLag:
+    """:meth:`Stream.watermark`'s lag, checked: milliseconds, or the :class:`AutoLag` it names
+    (``auto``: the automatic lag's settings it was given)."""
+    if isinstance(lag_ms, AutoLag) or lag_ms == "auto":
+        if isinstance(lag_ms, AutoLag) and auto:
+            raise PlanError(f"watermark() takes an AutoLag or its settings, not both: {sorted(auto)}")
+        return lag_ms if isinstance(lag_ms, AutoLag) else AutoLag(**auto)
+    if auto:
+        raise PlanError(
+            f"watermark() takes {', '.join(sorted(auto))} only with lag_ms='auto' (an automatic "
+            f"lag), got lag_ms={lag_ms!r}"
+        )
+    if isinstance(lag_ms, str) and not re.search(r"[0-9]", lag_ms):
+        raise PlanError(
+            "watermark() lag_ms is a duration (milliseconds, a timedelta, or a string such as "
+            f"'5 seconds') or 'auto', got {lag_ms!r}"
+        )
+    lag: int = as_ms("watermark() lag_ms", lag_ms)
+    return lag
 
 
 def _per_source_watermarks(plan: n.PlanNode, spec: MultiSourceWatermarkSpec) -> n.PlanNode:
