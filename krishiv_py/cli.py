@@ -48,6 +48,15 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser; each command's parser sets ``handler``, the function that runs it."""
     parser = argparse.ArgumentParser(prog="krishiv", description="krishiv_py command line")
     sub = parser.add_subparsers(dest="command", required=True)
+    _add_machine_commands(sub)
+    _add_advise_command(sub)
+    _add_state_command(sub)
+    _add_server_groups(sub)
+    return parser
+
+
+def _add_machine_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``krishiv demo``, ``version``, ``doctor`` and ``jvm-archive``."""
     demo = sub.add_parser("demo", help="run the streaming demo (on local Spark unless told otherwise)")
     where = demo.add_mutually_exclusive_group()
     where.add_argument("--master", help="drive a standalone cluster from here: spark://host:port")
@@ -69,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     archive.add_argument("--workload", action="store_true", help=argparse.SUPPRESS)
     archive.set_defaults(handler=_jvm_archive)
 
+
+def _add_advise_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``krishiv advise PATH --time-column ...``."""
     advise = sub.add_parser(
         "advise", help="profile the event-time disorder of Parquet/CSV/JSON files and advise a watermark lag"
     )
@@ -89,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     advise.set_defaults(handler=_advise)
 
+
+def _add_state_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``krishiv state show CHECKPOINT``."""
     state = sub.add_parser("state", help="look inside a job's checkpoint")
     state_actions = state.add_subparsers(dest="action", required=True)
     show = state_actions.add_parser(
@@ -100,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--json", action="store_true", help="print JSON (the same fields)")
     show.set_defaults(handler=_state_show)
 
+
+def _add_server_groups(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``krishiv cluster``, ``connect-server`` and ``kafka``, each ``start|status|stop``."""
     start = _add_server_commands(sub, CLUSTER, "a Spark standalone cluster", "a master and workers")
     start.add_argument("--workers", type=int, default=1, help="number of workers (default 1)")
     start.add_argument("--cores", type=int, default=1, help="cores per worker (default 1)")
@@ -110,7 +128,6 @@ def build_parser() -> argparse.ArgumentParser:
     start.set_defaults(handler=_connect_start)
     start = _add_server_commands(sub, KAFKA, "a Kafka-protocol broker (Tansu)", "a Kafka broker")
     start.set_defaults(handler=_kafka_start)
-    return parser
 
 
 def _state_show(args: argparse.Namespace) -> int:
