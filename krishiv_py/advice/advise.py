@@ -344,31 +344,41 @@ def what_if(
     for lag, lateness in itertools.product(lags, latenesses):
         auto, fixed = (lag, 0) if isinstance(lag, AutoLag) else (None, lag)
         run = _replay(_with(plan, fixed, lateness), batches, auto)
-        metrics = run.metrics
-        emits = [r for r in run.results if r.get(RESULT_KIND, "emit") == "emit"]
-        identities = {_identity(r, window) for r in emits}
-        delays = np.asarray(run.delays, np.float64)
-        differing = None
-        if window.emission.accumulation != "discarding":
-            differing = _differing(_final_results(run, window), complete)
-        rows.append(
-            {
-                "lag_ms": None if auto else lag,
-                "allowed_lateness_ms": lateness,
-                "windows_emitted": metrics.windows_emitted,
-                "refirings": len(emits) - len(identities),
-                "retractions": metrics.retractions,
-                "on_time": metrics.on_time_events,
-                "mildly_late": metrics.mildly_late_events,
-                "very_late": metrics.very_late_events,
-                "mean_delay_ms": float(delays.mean()) if len(delays) else None,
-                "p99_delay_ms": float(np.quantile(delays, 0.99, method="higher")) if len(delays) else None,
-                "differing_windows": differing,
-                "auto_lag": repr(auto) if auto else None,
-                "final_lag_ms": run.final_lag_ms,
-            }
-        )
+        rows.append(_what_if_row(run, window, complete, lag, lateness))
     return pa.Table.from_pylist(rows, schema=_WHAT_IF_SCHEMA)
+
+
+def _what_if_row(
+    run: _Run,
+    window: n.WindowAggregate,
+    complete: dict[tuple[Any, ...], dict[str, Any] | None],
+    lag: int | AutoLag,
+    lateness: int,
+) -> dict[str, Any]:
+    """:func:`what_if`'s row of one setting: what its run emitted, how late, and how far from ``complete``."""
+    auto = lag if isinstance(lag, AutoLag) else None
+    metrics = run.metrics
+    emits = [r for r in run.results if r.get(RESULT_KIND, "emit") == "emit"]
+    identities = {_identity(r, window) for r in emits}
+    delays = np.asarray(run.delays, np.float64)
+    differing = None
+    if window.emission.accumulation != "discarding":
+        differing = _differing(_final_results(run, window), complete)
+    return {
+        "lag_ms": None if auto else lag,
+        "allowed_lateness_ms": lateness,
+        "windows_emitted": metrics.windows_emitted,
+        "refirings": len(emits) - len(identities),
+        "retractions": metrics.retractions,
+        "on_time": metrics.on_time_events,
+        "mildly_late": metrics.mildly_late_events,
+        "very_late": metrics.very_late_events,
+        "mean_delay_ms": float(delays.mean()) if len(delays) else None,
+        "p99_delay_ms": float(np.quantile(delays, 0.99, method="higher")) if len(delays) else None,
+        "differing_windows": differing,
+        "auto_lag": repr(auto) if auto else None,
+        "final_lag_ms": run.final_lag_ms,
+    }
 
 
 _WHAT_IF_SCHEMA = pa.schema(
