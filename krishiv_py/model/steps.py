@@ -143,25 +143,7 @@ def reference_model_for(
     ``stream`` may also be the plan itself (a job's ``plan``); ``lag``, an
     automatic lag for every source in place of the watermarks' own.
     """
-    plan = plan_of(stream)
-    if isinstance(plan, n.Join):
-        raise PlanError("a join has its own model: use model_for() (a JoinModel)")
-    if not isinstance(plan, n.WindowAggregate):
-        raise PlanError("the reference model covers source -> watermark -> [key_by] -> window -> agg")
-    if n.cascade_of(plan) is not None:
-        raise PlanError("a window over windowed results has its own model: use model_for()")
-    inputs = plan.input.inputs if isinstance(plan.input, n.Union) else (plan.input,)
-    marks: list[n.Watermark] = []
-    for node in inputs:
-        if not isinstance(node, n.Watermark):
-            raise PlanError("the reference model covers source -> watermark -> [key_by] -> window -> agg")
-        if not isinstance(node.input, n.SOURCE_TYPES):
-            raise PlanError("the reference model covers pipelines without stateless steps before the window")
-        marks.append(node)
-    if len({m.column for m in marks}) > 1 or len({m.future_tolerance_ms for m in marks}) > 1:
-        raise PlanError(
-            "the reference model needs one event-time column and future tolerance for all sources"
-        )
+    plan, marks = _windowed_sources(plan_of(stream))
     wm = marks[0]
     # A Kafka topic read with a watermark per partition is a source per partition: name[0], ...
     named = [(name, m) for m in marks for name in _source_names(m)]
@@ -190,6 +172,29 @@ def reference_model_for(
         clock=clock,
         record=record,
     )
+
+
+def _windowed_sources(plan: n.PlanNode) -> tuple[n.WindowAggregate, list[n.Watermark]]:
+    """``plan``, checked to be a window over watermarked sources, and the sources' watermarks."""
+    if isinstance(plan, n.Join):
+        raise PlanError("a join has its own model: use model_for() (a JoinModel)")
+    if not isinstance(plan, n.WindowAggregate):
+        raise PlanError("the reference model covers source -> watermark -> [key_by] -> window -> agg")
+    if n.cascade_of(plan) is not None:
+        raise PlanError("a window over windowed results has its own model: use model_for()")
+    inputs = plan.input.inputs if isinstance(plan.input, n.Union) else (plan.input,)
+    marks: list[n.Watermark] = []
+    for node in inputs:
+        if not isinstance(node, n.Watermark):
+            raise PlanError("the reference model covers source -> watermark -> [key_by] -> window -> agg")
+        if not isinstance(node.input, n.SOURCE_TYPES):
+            raise PlanError("the reference model covers pipelines without stateless steps before the window")
+        marks.append(node)
+    if len({m.column for m in marks}) > 1 or len({m.future_tolerance_ms for m in marks}) > 1:
+        raise PlanError(
+            "the reference model needs one event-time column and future tolerance for all sources"
+        )
+    return plan, marks
 
 
 def over_model_for(plan: n.OverAggregate) -> OverSteps:
