@@ -176,14 +176,28 @@ def names(directory: str) -> list[str]:
             return sorted(os.listdir(where))
         except (FileNotFoundError, NotADirectoryError):
             return []
-    from pyarrow import fs
-
     store, inner = file_system(directory)
-    selector = fs.FileSelector(inner, allow_not_found=True)
     try:
-        return sorted(info.base_name for info in store.get_file_info(selector))
+        return sorted(info.base_name for info in listing(store, inner))
     except NotADirectoryError:
         return []
+
+
+def listing(store: Any, directory: str, *, recursive: bool = False) -> list[Any]:
+    """pyarrow's ``FileInfo`` of what ``directory`` of file system ``store`` holds ([]: no such
+    directory). A directory another task creates or removes while it is listed makes a local
+    listing fail although it was asked not to fail on a missing directory (it finds the directory
+    gone, then there): it is listed again, up to three times."""
+    from pyarrow import fs
+
+    selector = fs.FileSelector(directory, allow_not_found=True, recursive=recursive)
+    for attempt in range(3):
+        try:
+            return list(store.get_file_info(selector))
+        except FileNotFoundError:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
 
 
 def _info(path: str) -> Any:
@@ -236,8 +250,7 @@ def bytes_under(directory: str) -> int:
     from pyarrow import fs
 
     store, inner = file_system(directory)
-    selector = fs.FileSelector(inner, allow_not_found=True, recursive=True)
-    return sum(int(i.size or 0) for i in store.get_file_info(selector) if i.type == fs.FileType.File)
+    return sum(int(i.size or 0) for i in listing(store, inner, recursive=True) if i.type == fs.FileType.File)
 
 
 def delete(path: str) -> None:

@@ -180,6 +180,39 @@ def test_a_version_another_layout_wrote_after_this_one_began_is_not_read(tmp_pat
     assert len(pieces) == 1 and pieces[0].blob == ipc_bytes(_state(["again"]))
 
 
+class _RacingListing:
+    """A local file system whose first listing of each directory fails as Arrow's does when
+    another task creates the directory while it is listed (gone at the listing, there after)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.failed = inner, set[str]()
+
+    def get_file_info(self, what: Any) -> Any:
+        base = getattr(what, "base_dir", None)
+        if base is not None and base not in self.failed:
+            self.failed.add(base)
+            raise FileNotFoundError(f"[Errno 2] Cannot list directory '{base}'")
+        return self.inner.get_file_info(what)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_a_directory_another_task_creates_while_it_is_listed_is_listed_again(tmp_path: Path) -> None:
+    """The first micro-batch's tasks create the state root together: one task's listing of the
+    root may fail although the root is there then; it is listed again, not failed."""
+    forget_cache()
+    root = str(tmp_path)
+    KeyGroupStore(root, 0, 8, since=0, current=frozenset({"0-8", "8-16"})).save(0, ipc_bytes(_state(["a"])))
+    store = KeyGroupStore(root, 8, 16, since=0, current=frozenset({"0-8", "8-16"}))
+    racing = _RacingListing(store._fs)
+    store._fs = racing
+    store._own._fs = racing
+    assert store.moved_before(1) is None
+    assert store.own.newest_before(1) is None
+    assert {str(tmp_path), f"{tmp_path}/8-16"} <= racing.failed
+
+
 def test_state_rows_that_hash_outside_their_range_stop_the_task(tmp_path: Path) -> None:
     spec = _window_spec(2, 16)
     keys = [f"k{i}" for i in range(50)]

@@ -54,7 +54,7 @@ import numpy as np
 import pyarrow as pa
 
 from krishiv_py.errors import JobError
-from krishiv_py.files import appears_whole, file_system
+from krishiv_py.files import appears_whole, file_system, listing
 from krishiv_py.names import KEY_HASH
 from krishiv_py.stateful._arrow import framed, ipc_bytes, ipc_table, unframed
 from krishiv_py.stateful.key_groups import key_groups_of
@@ -161,11 +161,9 @@ class VersionedBlobs:
 
     def _listing(self) -> tuple[dict[int, _Version], list[tuple[int, Any]]]:
         """The versions on disk by batch id, and what writes killed before their move left."""
-        from pyarrow import fs
-
         versions: dict[int, _Version] = {}
         temps: list[tuple[int, Any]] = []
-        for info in self._fs.get_file_info(fs.FileSelector(self._dir, allow_not_found=True)):
+        for info in listing(self._fs, self._dir):
             head, _, tail = info.base_name.partition(".")
             if not head.isdigit():
                 continue
@@ -408,7 +406,7 @@ class KeyGroupStore:
         from pyarrow import fs
 
         found = {}
-        for info in self._fs.get_file_info(fs.FileSelector(self._root, allow_not_found=True)):
+        for info in listing(self._fs, self._root):
             span = parse_range(info.base_name) if info.type == fs.FileType.Directory else None
             if span is not None:
                 found[info.base_name] = span
