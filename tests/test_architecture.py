@@ -349,6 +349,48 @@ def test_the_runtime_never_asks_which_sink_it_has() -> None:
     assert asks == []
 
 
+#: Plan node classes of operators and of the steps around them (a node class the planner asks
+#: about instead of the analysed plan or the kind's descriptor).
+_NODE_KINDS = {
+    "Watermark", "Filter", "Project", "Union", "WindowAggregate", "KeyedAggregate", "KeyedTopN",
+    "TopN", "Join", "LookupJoin", "Cascade", "OverAggregate",
+}  # fmt: skip
+
+
+def _kind_checks(folder: Path) -> list[str]:
+    """Each ``isinstance`` under ``folder`` that names a plan node class, as ``file:function``."""
+    found = []
+    for p in sorted(folder.rglob("*.py")):
+        tree = ast.parse(p.read_text(encoding="utf-8"))
+        for fn in ast.walk(tree):
+            if not isinstance(fn, ast.FunctionDef):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance":
+                    named = {
+                        getattr(x, "attr", None) or getattr(x, "id", None) for x in ast.walk(node.args[1])
+                    }
+                    if named & _NODE_KINDS:
+                        found.append(f"{p.name}:{fn.name}")
+    return sorted(found)
+
+
+def test_the_planner_asks_a_nodes_class_only_where_it_branches_on_the_plans_shape() -> None:
+    """The planner reads what it needs of an operator from its kind's descriptor and the analysed
+    plan (docs/architecture.md); what is left: the native lowering's top-N on the driver, a window
+    top-N's place, the reason of a join of two windows, a lookup join in a reason and the sliding
+    panes' source check."""
+    assert _kind_checks(PACKAGE / "planner") == [
+        "choose.py:_stateless_why",
+        "lower.py:_check_window_top_n",
+        "lower.py:_join_reasons",
+        "lower.py:_operator_and_stages",
+        "lower.py:_per_batch_chain",
+        "lower.py:_ranked_stages",
+        "sliding.py:stream_pane_choice",
+    ]
+
+
 def test_a_stream_without_an_engine_is_a_plan_that_cannot_run() -> None:
     schema = to_schema("k string, t bigint")
     stream = Stream(None, n.MemorySource(name="in", schema=schema, path="/data/in"))

@@ -45,7 +45,7 @@ from krishiv_py.plan import nodes as n
 from krishiv_py.plan.watermarks import END_OF_TIME_MS
 from krishiv_py.types import Schema
 
-__all__ = ["END_OF_TIME_MS", "RULES", "Changelog", "Facts", "between", "facts"]
+__all__ = ["END_OF_TIME_MS", "RULES", "Changelog", "Facts", "between", "branches", "facts"]
 
 Changelog: TypeAlias = Literal["insert-only", "updating", "retracting"]
 
@@ -126,6 +126,15 @@ def between(node: n.PlanNode) -> tuple[n.Filter | n.Project, ...]:
         out.append(cast(n.Filter | n.Project, node))
         (node,) = n.children(node)
     return tuple(reversed(out))
+
+
+def branches(node: n.PlanNode) -> tuple[n.PlanNode, ...]:
+    """What each input of a union holds the results of (:attr:`Facts.results_of`: an operator
+    under its filters and projections, or the input itself), in order; () when ``node`` is no
+    union. A union of operators' results runs as one operator, each branch as it would alone."""
+    if not isinstance(node, n.Union):
+        return ()
+    return tuple(facts(i).results_of for i in node.inputs)
 
 
 def _watermarks(below: tuple[Facts, ...]) -> tuple[n.Watermark, ...]:

@@ -1253,6 +1253,11 @@ def joins_of(node: PlanNode) -> list[Join]:
     return [n for n in walk(node) if isinstance(n, Join)]
 
 
+def top_ns(node: PlanNode) -> list[TopN]:
+    """The window top-Ns under ``node`` (itself included), top first."""
+    return [n for n in walk(node) if isinstance(n, TopN)]
+
+
 def _check_join(node: Join) -> None:
     """What SPEC 3.12 allows of a join, as :class:`PlanError` naming what is wrong: here its sides and
     keys, in :func:`~krishiv_py.plan.joins.check_join_options` its own options."""

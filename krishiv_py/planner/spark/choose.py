@@ -270,7 +270,7 @@ def _stateless_why(plan: n.PlanNode) -> str:
     """The native lowering's reason, for what the plan holds: a plan without a window or join
     keeps no state, and its reason says so rather than speaking of windows."""
     native = capabilities("native").why
-    if any(isinstance(x, n.WindowAggregate | n.Join) for x in n.walk(plan)):
+    if n.window_aggregates(plan) or n.joins_of(plan):
         return native
     lookups = any(isinstance(x, n.LookupJoin) for x in n.walk(plan))
     what = "filters, projections and lookup joins" if lookups else "filters and projections"
@@ -327,7 +327,7 @@ def features_of(plan: n.PlanNode) -> list[Feature]:
             )
         out.append(Feature(kind, text))
         out += _emission_features(agg.emission)
-    if any(isinstance(node, n.TopN) for node in n.walk(plan)):
+    if n.top_ns(plan):
         out.append(Feature("top_n", "window top-N (top_n)"))
     if any(n.cascade_of(a) is not None for a in n.window_aggregates(plan)):
         out.append(Feature("cascade", "a window over windowed results"))

@@ -98,6 +98,13 @@ class OperatorKind:
     fed_reason: str = ""
     #: Whether a window may follow it in a chain of operators.
     window_after: bool = True
+    #: Whether a side of it that is another operator's results runs that operator before it,
+    #: itself a stage after that operator (a join's sides; a window or an aggregation after
+    #: another operator is a link of the chain instead).
+    stages_sides: bool = False
+    #: Whether it runs with an automatic watermark lag where it takes its sources' rows first
+    #: (a join only with no operator before or after it).
+    auto_lag: bool = False
     #: Its kernel as it hands its results on (:data:`HandOn`). Its keys, its changelog and how
     #: long its results may be corrected are the analysed plan's
     #: (:func:`~krishiv_py.plan.analysis.facts`).
@@ -378,6 +385,7 @@ register(
         fed_reason=WINDOW_FED_REASON,
         hand_on=_window_hands_on,
         join_side=JOIN_WINDOW_REASON,
+        auto_lag=True,
     )
 )
 register(
@@ -392,6 +400,8 @@ register(
         follows=False,
         hand_on=lambda node, kernel, **_: _timed_join(kernel),
         join_side=JOIN_STAGE_REASON,
+        stages_sides=True,
+        auto_lag=True,
     )
 )
 register(

@@ -27,7 +27,7 @@ from krishiv_py._typing import Lowering
 from krishiv_py.errors import PlanError
 from krishiv_py.names import OUT_OBSERVE, ROW_KIND, ROWS
 from krishiv_py.plan import nodes as n
-from krishiv_py.plan.analysis import between, facts
+from krishiv_py.plan.analysis import between, branches, facts
 from krishiv_py.plan.filtered import unfiltered
 from krishiv_py.plan.windows import EventSlidingWindow, SlidingWindow, TimeIntervalWindow
 from krishiv_py.planner.spark.choose import capabilities, choose, features_of, force
@@ -50,8 +50,6 @@ from krishiv_py.planner.spark.sources import (
     Lowerer,
     one_watermark,
     rows_in_progress,
-    select_item,
-    top_n,
 )
 from krishiv_py.planner.spark.stateful import (
     lower_stateful_join,
@@ -62,7 +60,7 @@ from krishiv_py.planner.spark.stateful import (
     per_key_changes,
     stacked_operators,
 )
-from krishiv_py.planner.sql import quote, to_sql
+from krishiv_py.planner.sql import quote
 
 __all__ = ["lower"]
 
@@ -168,7 +166,7 @@ def _ranked_stages(plan: n.PlanNode, *, streaming: bool) -> tuple[n.PlanNode, tu
             )
         )
         return plan.input, stages, why
-    if streaming and any(isinstance(x, n.TopN) for x in n.walk(plan)):
+    if streaming and n.top_ns(plan):
         query, chain = _per_batch_chain(plan)
         return (
             query,
@@ -192,12 +190,10 @@ def _per_batch_chain(plan: n.PlanNode) -> tuple[n.PlanNode, list[n.Filter | n.Pr
     """Split off the stages from the first ``top_n`` up: the streaming query, then those stages."""
     chain: list[n.Filter | n.Project | n.TopN] = []
     node = plan
-    while isinstance(node, n.Filter | n.Project | n.TopN) and any(
-        isinstance(x, n.TopN) for x in n.walk(node)
-    ):
+    while n.top_ns(node) and isinstance(node, n.Filter | n.Project | n.TopN):
         chain.append(node)
         node = node.input
-    if any(isinstance(x, n.TopN) for x in n.walk(node)):
+    if n.top_ns(node):
         raise PlanError(
             "top_n() must come after the last window and union of a streaming plan (only filter, "
             "select and with_column may follow it)"
@@ -251,8 +247,10 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
         _check_auto_lag(plan, op)
     links = operator_links(op)
     bottom = links[0][0]
-    if isinstance(bottom, n.Union):  # a union of operators' results, operators after it or none
-        return _lower_union(plan, bottom, stages, reason + "".join(why), streaming=streaming, links=links)
+    if branches(bottom):  # a union of operators' results, operators after it or none
+        return _lower_union(
+            plan, cast(n.Union, bottom), stages, reason + "".join(why), streaming=streaming, links=links
+        )
     rule, first = _kind(op), _kind(bottom)
     shift = time_shift(op) if streaming else 0
     rules: dict[str, Any] = {
@@ -272,8 +270,8 @@ def _lower_stateful(plan: n.PlanNode, reason: str, *, streaming: bool) -> SparkR
             CHAIN_REASON if joined else AFTER_CHAIN_REASON,
             STAGED_REASON if joined else AFTER_STAGED_REASON,
         )
-    if isinstance(bottom, n.Join):
-        why += _join_reasons(bottom)
+    if first.stages_sides:  # a join: what its sides are
+        why += _join_reasons(cast(n.Join, bottom))
     ctx = Lowerer(
         streaming=streaming,
         shift=shift,
@@ -312,7 +310,7 @@ def _join_reasons(join: n.Join) -> list[str]:
         why.append(JOIN_WINDOWS_REASON if windows else JOIN_OPERATORS_REASON)
     elif operators:
         why.append(_kind(operators[0]).join_side)
-    if len(operators) == 1 and isinstance(operators[0], n.Join) and _operator_below(operators[0]):
+    if len(operators) == 1 and _stages_sides(operators[0]) and _operator_below(cast(n.Join, operators[0])):
         why.append(JOIN_AFTER_STAGE_REASON)
     if any(len(operator_links(c)) > 1 for c in operators):
         why.append(JOIN_OF_CHAIN_REASON)
@@ -342,12 +340,10 @@ def _check_auto_lag(plan: n.PlanNode, op: n.PlanNode) -> None:
     links = operator_links(op)  # (a union of operators' results: itself)
     bottom = links[0][0]
     # A join of two streams (no operator below a side, none after it) reads its sources' rows.
-    plain_join = (
-        isinstance(bottom, n.Join)
-        and len(links) == 1
-        and not any(isinstance(facts(side).results_of, STAGED_SIDES) for side in n.children(bottom))
-    )
-    if not (isinstance(bottom, n.WindowAggregate) or plain_join):
+    kind = kind_of(bottom)
+    joined = kind is not None and kind.stages_sides
+    staged = joined and (len(links) > 1 or _operator_below(cast(n.Join, bottom)))
+    if kind is None or not kind.auto_lag or staged:
         raise PlanError(
             "an automatic lag (watermark(column, 'auto')) runs where a window or a join takes the "
             "rows of its sources first (not yet on a join with an operator before or after it, a "
@@ -455,17 +451,15 @@ UNION_STAGED_REASON = (
 def operators_union(node: n.PlanNode) -> n.Union | None:
     """``node`` when it is a union of operators' results, each branch one operator over streams
     (a window, a join, an aggregation or a top-N per key; filtered or projected or not), else None."""
-    if not isinstance(node, n.Union) or len(node.inputs) < 2:
+    ops = branches(node)
+    if len(ops) < 2:
         return None
-    for branch in node.inputs:
-        op = facts(branch).results_of
+    for op in ops:
         if not isinstance(op, STAGED_SIDES) or _has_operator(*n.children(op)):
             return None
-        if isinstance(op, n.WindowAggregate) and isinstance(
-            op.window, EventSlidingWindow | TimeIntervalWindow
-        ):
+        if isinstance(getattr(op, "window", None), EventSlidingWindow | TimeIntervalWindow):
             return None
-    return node
+    return cast(n.Union, node)
 
 
 def _operator_and_stages(plan: n.PlanNode) -> tuple[n.PlanNode, tuple[AfterStage, ...], list[str]]:
@@ -633,8 +627,15 @@ def _side_union(ctx: Lowerer, node: n.Union) -> RecipeNode | None:
     is then a stage after it); None: a union of streams, Spark's union."""
     if operators_union(node) is None:
         return None
-    branches = [ctx.lower(facts(b).results_of)[0] for b in node.inputs]
-    return lower_stateful_union(node, branches, streaming=ctx.streaming)
+    lowered = [ctx.lower(b)[0] for b in branches(node)]
+    return lower_stateful_union(node, lowered, streaming=ctx.streaming)
+
+
+def _stages_sides(node: n.PlanNode) -> bool:
+    """Whether ``node`` is an operator that runs an operator under a side as a stage before it
+    (a join: :attr:`~krishiv_py.planner.spark.kinds.OperatorKind.stages_sides`)."""
+    kind = kind_of(node)
+    return kind is not None and kind.stages_sides
 
 
 def _operator_below(join: n.Join) -> bool:
@@ -648,17 +649,13 @@ def _operator_inputs(bottom: n.PlanNode) -> list[n.PlanNode]:
     out: list[n.PlanNode] = []
     for child in n.children(bottom):
         below = facts(child).results_of
-        staged = isinstance(bottom, n.Join) and isinstance(below, STAGED_SIDES)
-        branch = isinstance(bottom, n.Union) and isinstance(below, STAGED_SIDES)  # one operator
-        if isinstance(bottom, n.Join) and operators_union(below) is not None:  # one operator too
+        staged = _stages_sides(bottom) and isinstance(below, STAGED_SIDES)
+        branch = bool(branches(bottom)) and isinstance(below, STAGED_SIDES)  # one operator
+        if _stages_sides(bottom) and operators_union(below) is not None:  # one operator too
             out += _operator_inputs(below)
         elif staged:  # the bottom operator of the side's chain (itself, when it is one operator)
             chain_bottom = operator_links(below)[0][0]
-            out += (
-                _operator_inputs(chain_bottom)
-                if isinstance(chain_bottom, n.Join)
-                else n.children(chain_bottom)
-            )
+            out += _operator_inputs(chain_bottom) if _stages_sides(chain_bottom) else n.children(chain_bottom)
         else:
             out += n.children(below) if staged or branch else [child]
     return out
@@ -669,7 +666,7 @@ def _has_operator(*nodes: n.PlanNode) -> bool:
 
 
 def _unsupported(node: n.PlanNode) -> str:
-    what = "a union of operators' results" if isinstance(node, n.Union) else "this plan"
+    what = "a union of operators' results" if branches(node) else "this plan"
     return (
         "the stateful lowering runs a chain of operators over streams (joins, windows, "
         "aggregations and top-Ns per key, each over the one before it or a stream, and a union "
@@ -755,18 +752,9 @@ def _check_window_top_n(node: n.TopN) -> None:
 
 def _after_window(below: n.PlanNode, chain: list[n.Filter | n.Project | n.TopN]) -> AfterWindow:
     """``chain`` (top first) as stages over one micro-batch's rows of ``below``."""
-    ctx = Lowerer(streaming=False, shift=0, window=lower_stateful_window)
     window_schema = facts(below).schema
-    out: RecipeNode = ReadSource(name="window results", kind="results", schema=window_schema, streaming=False)
-    for stage in reversed(chain):
-        schema = facts(stage.input).schema
-        if isinstance(stage, n.Filter):
-            out = ctx.count_failures(out, [stage.predicate], schema)
-            out = FilterExpr(child=out, condition=to_sql(stage.predicate, schema))
-        elif isinstance(stage, n.Project):
-            out = ctx.count_failures(out, stage.exprs, schema)
-            out = SelectExprs(child=out, exprs=tuple(select_item(e, schema) for e in stage.exprs))
-        else:
-            out = top_n(stage, out)
+    read = ReadSource(name="window results", kind="results", schema=window_schema, streaming=False)
+    ctx = Lowerer(streaming=False, shift=0, window=lower_stateful_window, reads={id(below): read})
+    out = ctx.lower(chain[0])[0] if chain else read
     schema = facts(chain[0]).schema if chain else window_schema
     return AfterWindow(root=out, window_schema=window_schema, schema=schema)

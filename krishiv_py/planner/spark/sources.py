@@ -181,6 +181,9 @@ class Lowerer:
     chain: ChainRule | None = None
     #: How a union of operators' results is lowered (None: as Spark's union of its inputs).
     union: UnionRule | None = None
+    #: Nodes read as they are instead of lowered (by identity): an operator's results, which
+    #: the stages after it read as one micro-batch's rows.
+    reads: dict[int, RecipeNode] = attrs.field(factory=dict)
 
     def lower(self, node: n.PlanNode, *, count_input: bool = True) -> tuple[RecipeNode, tuple[str, ...]]:
         """Recipe for ``node`` and the hidden columns it carries.
@@ -188,6 +191,9 @@ class Lowerer:
         ``count_input=False``: a watermark right above this source counts its
         rows, saving Spark one per-row metrics operator.
         """
+        read = self.reads.get(id(node))
+        if read is not None:
+            return read, ()
         if isinstance(node, n.SOURCE_TYPES):
             _check_partitioned(node)
             return self._source(node, count_input), BASE_HIDDEN

@@ -35,7 +35,7 @@ import attrs
 from krishiv_py.errors import PlanError
 from krishiv_py.names import AUTO_SOURCE, BUCKET, ET, JOIN_SIDE, PACKED, RESULT_KIND, SEQ, TS_VALUE
 from krishiv_py.plan import nodes as n
-from krishiv_py.plan.analysis import between, facts
+from krishiv_py.plan.analysis import between, branches, facts
 from krishiv_py.plan.emission import DEFAULT_FUTURE_TOLERANCE_MS
 from krishiv_py.plan.windows import SlidingWindow, TumblingWindow, in_processing_time
 from krishiv_py.planner.spark.kinds import OperatorKind, kernel_aggs, kind_of
@@ -616,7 +616,7 @@ def _between(nodes: tuple[n.Filter | n.Project, ...]) -> Any:
     steps = []
     for node in nodes:
         schema = facts(node.input).schema
-        exprs = (node.predicate,) if isinstance(node, n.Filter) else node.exprs
+        step, exprs = _STEPS[type(node)](node)
         for e in exprs:
             why = unsupported(e, schema)
             if why is None and result_type(e, schema) != dtype_of(e, schema):
@@ -627,8 +627,15 @@ def _between(nodes: tuple[n.Filter | n.Project, ...]) -> Any:
                     f"operator, which evaluates {why} differently from Spark SQL or not at all; "
                     "move it after the last operator"
                 )
-        steps.append(("filter" if isinstance(node, n.Filter) else "select", exprs, schema))
+        steps.append((step, exprs, schema))
     return Between(steps=tuple(steps))
+
+
+#: What :class:`~krishiv_py.stateful.between.Between` runs of each step between two operators.
+_STEPS: dict[type[Any], Callable[[Any], tuple[str, tuple[Any, ...]]]] = {
+    n.Filter: lambda node: ("filter", (node.predicate,)),
+    n.Project: lambda node: ("select", tuple(node.exprs)),
+}
 
 
 def lower_stateful_join(
@@ -698,8 +705,8 @@ def _upstream(inner: n.PlanNode, kernel: Any) -> _Upstream:
     with their event times (a window's are ``window_end - 1 ms``), kept as long as the analysed
     plan says they may be corrected (:attr:`~krishiv_py.plan.analysis.Facts.join_correction_ms`)."""
     f = facts(inner)
-    if isinstance(inner, n.Union):  # each branch as it would enter alone
-        ups = [_upstream(facts(b).results_of, k) for b, k in zip(inner.inputs, kernel.branches, strict=True)]
+    if branches(inner):  # a union: each branch as it would enter alone
+        ups = [_upstream(b, k) for b, k in zip(branches(inner), kernel.branches, strict=True)]
         return _Upstream(
             attrs.evolve(kernel, branches=tuple(u.kernel for u in ups)),
             f.join_correction_ms,
@@ -718,11 +725,9 @@ def _fed(node: n.PlanNode, kernel: Any, *, times: bool) -> tuple[Any, int]:
     as ``node`` may still correct them (the analysed plan's
     :attr:`~krishiv_py.plan.analysis.Facts.correction_ms`). A union's branches each as they
     would feed alone. (A join stage after an operator takes its results by :func:`_upstream`.)"""
-    if isinstance(node, n.Union):
-        fed = [
-            _fed(facts(b).results_of, inner, times=times)[0]
-            for b, inner in zip(node.inputs, kernel.branches, strict=True)
-        ]
+    if branches(node):  # a union
+        pairs = zip(branches(node), kernel.branches, strict=True)
+        fed = [_fed(b, inner, times=times)[0] for b, inner in pairs]
         return attrs.evolve(kernel, branches=tuple(fed)), facts(node).correction_ms
     return _kind(node).hand_on(node, kernel, times=times, to_join=False), facts(node).correction_ms
 
@@ -803,7 +808,7 @@ def _join_of_operators(
             "window, say) is not supported yet: a join's rows with a stream's are"
         )
     inners = [facts(side).results_of for side in (node.left, node.right)]
-    if any(isinstance(inner, n.Union) for inner in inners):
+    if any(branches(inner) for inner in inners):  # a union
         raise PlanError(
             "the stateful lowering joins a union of operators' results with a stream, not yet with "
             "another operator's results: join each branch with it and union the joins' rows"
