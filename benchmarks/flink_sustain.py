@@ -5,6 +5,10 @@ interpreter of the PyFlink environment (standard library and ``pyflink``
 only; the repository root on ``PYTHONPATH``)::
 
     <flink python> -m benchmarks.flink_sustain [--query Q] [--parallelism N] [--monitor-ms MS]
+        [--setup default|nexmark]
+
+``--setup nexmark`` sets Flink up as the Nexmark repository runs it
+(:data:`SETUPS`); ``default`` leaves Flink's defaults.
 
 It reads commands on stdin, one per line, and answers on stdout:
 
@@ -93,6 +97,23 @@ QUERIES = (
     "nexmark-q3",
     "nexmark-q5",
 )
+#: How the process sets Flink up (``--setup``): Flink's defaults, or as the Nexmark repository runs
+#: Flink (its ``nexmark-flink/src/main/resources/conf/flink-conf.yaml``): mini-batches of up to
+#: 50,000 rows or 2 s before an aggregation or a join updates its state and emits (fewer updates
+#: of an updating result), distinct aggregates split in two phases, RocksDB state with incremental
+#: checkpoints (no checkpoint is taken here, as there: its interval is 5 hours). Parallelism is the
+#: machine's cores under both (``--parallelism``), as Nexmark's 8 slots are its machine's.
+SETUPS: dict[str, dict[str, str]] = {
+    "default": {},
+    "nexmark": {
+        "table.exec.mini-batch.enabled": "true",
+        "table.exec.mini-batch.allow-latency": "2 s",
+        "table.exec.mini-batch.size": "50000",
+        "table.optimizer.distinct-agg.split.enabled": "true",
+        "state.backend.type": "rocksdb",
+        "execution.checkpointing.incremental": "true",
+    },
+}
 #: The queries over auctions and bids (q3, q8: persons and auctions).
 JOINS = ("nexmark-q9", "nexmark-q4", "nexmark-q23", "nexmark-q20", "nexmark-q8", "nexmark-q3")
 #: q9's tables as CSV columns (event time ``ts`` and ``expires_ms`` in epoch ms).
@@ -324,15 +345,28 @@ def parse_time(field: str) -> int:
     return epoch_ms(dt.datetime.fromisoformat(field))
 
 
+def settings(parallelism: int, setup: str = "default") -> dict[str, str]:
+    """The table configuration of a process with ``setup`` (:data:`SETUPS`)."""
+    if setup not in SETUPS:
+        raise ValueError(f"no PyFlink setup {setup!r}: one of {', '.join(SETUPS)}")
+    return {
+        "parallelism.default": str(parallelism),
+        "table.local-time-zone": "UTC",
+        "table.exec.source.idle-timeout": "1 s",
+        **SETUPS[setup],
+    }
+
+
 class Jobs:
-    def __init__(self, parallelism: int, monitor_ms: int, query: str = "tumbling") -> None:
+    def __init__(
+        self, parallelism: int, monitor_ms: int, query: str = "tumbling", setup: str = "default"
+    ) -> None:
         from pyflink.table import EnvironmentSettings, TableEnvironment
 
         self.env: Any = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
         config = self.env.get_config()
-        config.set("parallelism.default", str(parallelism))
-        config.set("table.local-time-zone", "UTC")
-        config.set("table.exec.source.idle-timeout", "1 s")
+        for key, value in settings(parallelism, setup).items():
+            config.set(key, value)
         self.monitor_ms = monitor_ms
         self.query = query
         self.running: dict[str, Any] = {}
@@ -382,8 +416,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parallelism", type=int, default=os.cpu_count() or 1)
     p.add_argument("--monitor-ms", type=int, default=100, help="how often the source looks for new files")
     p.add_argument("--query", choices=QUERIES, default="tumbling")
+    p.add_argument("--setup", choices=tuple(SETUPS), default="default", help="Flink's defaults or Nexmark's")
     a = p.parse_args(argv)
-    jobs = Jobs(a.parallelism, a.monitor_ms, a.query)
+    jobs = Jobs(a.parallelism, a.monitor_ms, a.query, a.setup)
     say("ready")
     for line in sys.stdin:
         cmd, *args = line.split()

@@ -87,8 +87,8 @@ import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Generator, Hashable, Sequence
-from typing import Any, ParamSpec, TypeVar, cast
+from collections.abc import Callable, Generator, Hashable, Mapping, Sequence
+from typing import Any, ParamSpec, TypeAlias, TypeVar, cast
 
 import attrs
 import numpy as np
@@ -114,7 +114,12 @@ _R = TypeVar("_R")
 #: Seconds between two sends of the generator (``--tick-s``): a window waits up to one tick for
 #: the send that moves the watermark past it, so a tick must be well under the budget.
 TICK_S = 1.0
-RUNNERS = ("krishiv-native", "krishiv-stateful", "pyspark-streaming", "pyflink")
+#: The PyFlink runners by the setup of their process (:data:`benchmarks.flink_sustain.SETUPS`):
+#: Flink's defaults, and Flink as the Nexmark repository runs it. A table compares krishiv with
+#: the better of the two.
+FLINK_RUNNERS = {"pyflink": "default", "pyflink-nexmark": "nexmark"}
+_FLINK = tuple(FLINK_RUNNERS)
+RUNNERS = ("krishiv-native", "krishiv-stateful", "pyspark-streaming", *_FLINK)
 STATEFUL = "krishiv-stateful"
 #: The stateful lowering with its state carried otherwise than by its default (krishiv's own
 #: files, ``krishiv-stateful``): ``spark.krishiv.stateful.carrier`` by runner; each runs where
@@ -206,14 +211,17 @@ def events(rng: np.random.Generator, n: int, now_ms: int, query: str = "tumbling
 class FlinkProcess:
     """The long-lived process of :mod:`benchmarks.flink_sustain`: a job per trial, rows over a pipe."""
 
-    def __init__(self, python: str, query: str = "tumbling", monitor_ms: int = 100) -> None:
+    def __init__(
+        self, python: str, query: str = "tumbling", monitor_ms: int = 100, setup: str = "default"
+    ) -> None:
         import os
         import subprocess
 
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env = {**os.environ, "PYTHONPATH": root}
+        command = ["-m", "benchmarks.flink_sustain", "--query", query, "--monitor-ms", str(monitor_ms)]
         self.proc = subprocess.Popen(
-            [python, "-m", "benchmarks.flink_sustain", "--query", query, "--monitor-ms", str(monitor_ms)],
+            [python, *command, "--setup", setup],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             cwd=root,
@@ -337,12 +345,32 @@ def csv_feed(prefix: str) -> tuple[str, Callable[[pa.Table], None]]:
     return src, write
 
 
+#: The PyFlink processes of a run: one per PyFlink runner (a process serves the ``pyflink`` runner
+#: when it is given alone).
+Flinks: TypeAlias = FlinkProcess | Mapping[str, FlinkProcess] | None
+
+
+def flink_process(flink: Flinks, runner: str) -> FlinkProcess | None:
+    """The process that runs PyFlink runner ``runner`` (None: none was started for it)."""
+    if isinstance(flink, FlinkProcess):
+        return flink if runner == "pyflink" else None
+    return None if flink is None else flink.get(runner)
+
+
+def flink_processes(python: str | None, runners: Sequence[str], query: str) -> dict[str, FlinkProcess]:
+    """A PyFlink process for each PyFlink runner of ``runners``, set up as its runner says
+    (:data:`FLINK_RUNNERS`; none without ``python``)."""
+    if not python:
+        return {}
+    return {r: FlinkProcess(python, query, setup=FLINK_RUNNERS[r]) for r in runners if r in FLINK_RUNNERS}
+
+
 def start_runner(
     session: kp.Session,
     runner: str,
     arrivals: Arrivals,
     feed: Feed = Feed(),
-    flink: FlinkProcess | None = None,
+    flink: Flinks = None,
     work: Workload = WORKLOADS["tumbling"],
 ) -> tuple[Callable[[Any], Any], Callable[[], None]]:
     """Start ``runner``'s job for ``work`` on ``feed``; returns (send one tick's events, stop)."""
@@ -354,10 +382,11 @@ def start_runner(
             return start_runner(session, STATEFUL, arrivals, feed, flink, work)
         finally:
             session.spark.conf.unset(CARRIER_CONF)  # (read when a job starts)
-    if runner == "pyflink":
-        if flink is None:
-            raise ValueError("the pyflink runner needs --flink-python")
-        return flink.start(arrivals)
+    if runner in FLINK_RUNNERS:
+        process = flink_process(flink, runner)
+        if process is None:
+            raise ValueError(f"the {runner} runner needs --flink-python")
+        return process.start(arrivals)
     if runner.startswith("krishiv-") and work.tables:
         streams: dict[str, kp.Stream] = {}
         writers: dict[str, Callable[[pa.Table], Any]] = {}
@@ -448,14 +477,14 @@ def runners_of(work: Workload) -> tuple[str, ...]:
     in PyFlink only (Spark's own operators take no top-N after a stream-stream join); a Nexmark
     query without state on krishiv's native lowering and in PyFlink."""
     if work.row_query is not None:  # no state: the native lowering (no operator of krishiv's to run)
-        return ("krishiv-native", "pyflink")
+        return ("krishiv-native", *_FLINK)
     if work.updating is not None:  # an updating result: the stateful lowering (explain()'s choice)
-        return ("krishiv-stateful", "pyflink")
+        return ("krishiv-stateful", *_FLINK)
     if work.name == "tumbling-auto":  # an automatic lag: the stateful lowering
         return ("krishiv-stateful",)
     if work.name in ("nexmark-q20", "nexmark-q3"):  # an inner interval join: Spark's, or krishiv's
-        return ("krishiv-native", "krishiv-stateful", "pyflink")
-    return ("krishiv-stateful", "pyflink") if work.tables else RUNNERS
+        return ("krishiv-native", "krishiv-stateful", *_FLINK)
+    return ("krishiv-stateful", *_FLINK) if work.tables else RUNNERS
 
 
 def _in_scratch(run: Callable[_P, _R]) -> Callable[_P, _R]:
@@ -485,7 +514,7 @@ def trial(
     budget_s: float,
     seed: int,
     feed: Feed = Feed(),
-    flink: FlinkProcess | None = None,
+    flink: Flinks = None,
     query: str = "tumbling",
 ) -> dict[str, Any]:
     """Feed ``rate`` events/s for ``seconds``; the steady-state latencies of the windows it closed."""
@@ -546,7 +575,11 @@ def trial(
         "generator_behind_s": round(behind_s, 3),
         "counted_share": round(kept, 4),
         "tick_s": tick_s,
-        "feed": feed.kind if runner.startswith("krishiv-") else {"pyflink": "csv files"}.get(runner, "files"),
+        "feed": feed.kind
+        if runner.startswith("krishiv-")
+        else "csv files"
+        if runner in FLINK_RUNNERS
+        else "files",
         "sustained": bool(latencies) and p99 <= budget_s and behind_s < max(tick_s * 5, 1.0) and kept >= 0.95,
         "batch_ms": batch_breakdown(arrivals.progress),
     }
@@ -619,7 +652,7 @@ def sustainable_runners(
     feed: Feed = Feed(),
     max_rate: int = MAX_RATE,
     log: Any = print,
-    flink: FlinkProcess | None = None,
+    flink: Flinks = None,
     query: str = "tumbling",
     warm_ups: int = WARM_UPS,
 ) -> dict[str, tuple[int, list[dict[str, Any]]]]:
@@ -802,7 +835,9 @@ def main(argv: list[str] | None = None) -> int:
         help="no search: time the same query as one Spark batch over the events of a trial at this rate",
     )
     p.add_argument("--repeat", type=int, default=3, help="timed runs of each --batch-rate runner")
-    p.add_argument("--flink-python", help="the interpreter of a PyFlink environment (runner pyflink)")
+    p.add_argument(
+        "--flink-python", help="the interpreter of a PyFlink environment (runners pyflink, pyflink-nexmark)"
+    )
     p.add_argument("--json", help="write every trial's record to this file")
     p.add_argument(
         "--plot",
@@ -831,8 +866,10 @@ def main(argv: list[str] | None = None) -> int:
                 json.dump(record, f, indent=1)
         return 0
     summary, trials = [], []
-    runners = a.runner or [r for r in runners_of(WORKLOADS[a.query]) if r != "pyflink" or a.flink_python]
-    flink = FlinkProcess(a.flink_python, a.query) if "pyflink" in runners and a.flink_python else None
+    runners = a.runner or [
+        r for r in runners_of(WORKLOADS[a.query]) if r not in FLINK_RUNNERS or a.flink_python
+    ]
+    flink = flink_processes(a.flink_python, runners, a.query)
     try:
         with kp.Session.embedded(app_name="krishiv-bench-sustainable") as session:
             found = sustainable_runners(
@@ -851,8 +888,8 @@ def main(argv: list[str] | None = None) -> int:
                 trials += records
                 summary.append((runner, best))
     finally:
-        if flink is not None:
-            flink.close()
+        for process in flink.values():
+            process.close()
     print(f"\nsustainable throughput, {a.query}, at p99 <= {a.budget_s:g} s ({a.seconds:g} s trials):")
     for runner, best in summary:
         print(f"  {runner}: {best:,} events/s")

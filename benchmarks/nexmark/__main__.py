@@ -131,14 +131,14 @@ def at_rate(names: list[str], rate: int, seconds: float, budget_s: float, flink_
                 rows.append({"query": name, "runner": "-", "note": "not in the sustainable harness"})
                 continue
             runners = [next(r for r in sb.runners_of(work) if r.startswith("krishiv-"))]
-            flink = sb.FlinkProcess(flink_python, work.name) if flink_python else None
+            flink = sb.flink_processes(flink_python, sb.runners_of(work), work.name)
             try:
-                for runner in [*runners, *(["pyflink"] if flink else [])]:
+                for runner in [*runners, *flink]:
                     r = sb.trial(session, runner, rate, seconds, budget_s, 1, flink=flink, query=work.name)
                     rows.append({"query": name, **r})
             finally:
-                if flink is not None:
-                    flink.close()
+                for process in flink.values():
+                    process.close()
     finally:
         session.stop()
     print_rates(rows, seconds)
