@@ -291,7 +291,7 @@ class FlinkProcess:
 
         def stop() -> None:
             self._command(f"stop {n}")
-            self._wait(f"stopped {n}", 60)
+            self._wait(f"stopped {n}", FLINK_STOP_S)
             self._arrivals.pop(n, None)
 
         return send, stop
@@ -344,6 +344,10 @@ def csv_feed(prefix: str) -> tuple[str, Callable[[pa.Table], None]]:
 
     return src, write
 
+
+#: How long a PyFlink job's cancel may take: a job far behind its input with RocksDB state
+#: (``pyflink-nexmark`` on q16 at a rate it could not hold) took over a minute.
+FLINK_STOP_S = 300.0
 
 #: The PyFlink processes of a run: one per PyFlink runner (a process serves the ``pyflink`` runner
 #: when it is given alone).
