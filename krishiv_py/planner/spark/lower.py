@@ -190,7 +190,7 @@ def _per_batch_chain(plan: n.PlanNode) -> tuple[n.PlanNode, list[n.Filter | n.Pr
     """Split off the stages from the first ``top_n`` up: the streaming query, then those stages."""
     chain: list[n.Filter | n.Project | n.TopN] = []
     node = plan
-    while n.top_ns(node) and isinstance(node, n.Filter | n.Project | n.TopN):
+    while isinstance(node, n.Filter | n.Project | n.TopN) and n.top_ns(node):
         chain.append(node)
         node = node.input
     if n.top_ns(node):
@@ -341,8 +341,7 @@ def _check_auto_lag(plan: n.PlanNode, op: n.PlanNode) -> None:
     bottom = links[0][0]
     # A join of two streams (no operator below a side, none after it) reads its sources' rows.
     kind = kind_of(bottom)
-    joined = kind is not None and kind.stages_sides
-    staged = joined and (len(links) > 1 or _operator_below(cast(n.Join, bottom)))
+    staged = _stages_sides(bottom) and (len(links) > 1 or _operator_below(cast(n.Join, bottom)))
     if kind is None or not kind.auto_lag or staged:
         raise PlanError(
             "an automatic lag (watermark(column, 'auto')) runs where a window or a join takes the "
@@ -647,11 +646,12 @@ def _operator_inputs(bottom: n.PlanNode) -> list[n.PlanNode]:
     """What the bottom operator reads: its inputs, a join's operator side as the inputs of that
     operator (a join's, again, as its own: a join of a join of a join)."""
     out: list[n.PlanNode] = []
+    join, union = _stages_sides(bottom), bool(branches(bottom))
     for child in n.children(bottom):
         below = facts(child).results_of
-        staged = _stages_sides(bottom) and isinstance(below, STAGED_SIDES)
-        branch = bool(branches(bottom)) and isinstance(below, STAGED_SIDES)  # one operator
-        if _stages_sides(bottom) and operators_union(below) is not None:  # one operator too
+        staged = join and isinstance(below, STAGED_SIDES)
+        branch = union and isinstance(below, STAGED_SIDES)  # one operator
+        if join and operators_union(below) is not None:  # one operator too
             out += _operator_inputs(below)
         elif staged:  # the bottom operator of the side's chain (itself, when it is one operator)
             chain_bottom = operator_links(below)[0][0]
