@@ -1,7 +1,8 @@
 """Stages after the window: filter, select and with_column on windowed results, on every lowering.
 
-The stateful lowering runs them on each micro-batch's results (a small
-Spark batch job on the driver); the native and bounded lowerings chain them
+The stateful lowering runs them on each micro-batch's results on the driver
+(in Arrow, each expression with Spark SQL's value, or a small Spark batch
+job where Arrow does not evaluate one as Spark does); the native and bounded lowerings chain them
 after Spark's own aggregation. A retraction passes a filter exactly when
 the emit it withdraws did, since it carries that emit's values.
 """
@@ -50,11 +51,24 @@ def test_the_recipe_shows_the_stages_the_driver_runs_on_the_results(session: kp.
     assert recipe.after is not None
     text = recipe.render()
     after = text.split("# then, on the driver, on each micro-batch's results:\n")[1]
-    assert after.splitlines()[0] == "src_0 = spark.createDataFrame(<this micro-batch's window results>)"
+    # Every expression evaluates in Arrow as Spark SQL does: no Spark job per micro-batch.
+    assert recipe.after.arrow is not None
+    assert after.splitlines()[0].startswith("result = <this micro-batch's window results, in Arrow")
     assert "filter('(`count` >= 2)')" in after
     assert "try_multiply(`sum_v`, 2) AS `twice`" in after
+    assert "in Arrow on the driver" in recipe.reason and "Spark batch job" not in recipe.reason
     assert recipe.output_schema.names == ("k", "window_start", "count", "twice", "kind")
     assert recipe.after.window_schema.names == ("k", "window_start", "window_end", "count", "sum_v", "kind")
+
+
+def test_stages_arrow_does_not_evaluate_as_spark_does_run_as_a_spark_batch_job(session: kp.Session) -> None:
+    stream, _ = session.memory_stream(SCHEMA)
+    text = windows(stream, lateness=50, mode="retracting").with_column("c", kp.col("k").cast("double"))
+    recipe = text.lower()
+    assert recipe.after is not None and recipe.after.arrow is None  # a cast from a string: Spark parses it
+    after = recipe.render().split("# then, on the driver, on each micro-batch's results:\n")[1]
+    assert after.splitlines()[0] == "src_0 = spark.createDataFrame(<this micro-batch's window results>)"
+    assert "as a Spark batch job on the driver" in recipe.reason
 
 
 def test_a_union_of_windowed_results_runs_as_one_operator_on_the_stateful_lowering(
@@ -103,6 +117,23 @@ def test_arithmetic_after_the_window_is_counted_in_the_job_metrics(session: kp.S
         sender.close()
         job.process_all_available()
         assert job.results().to_pylist()[0]["twice"] is None
+        assert job.metrics().arithmetic_errors == 1
+    finally:
+        job.stop()
+
+
+def test_stages_arrow_does_not_evaluate_run_as_a_spark_job_and_count_failures(session: kp.Session) -> None:
+    stream, sender = session.memory_stream(SCHEMA)
+    parsed = busy(windows(stream, lateness=50)).with_column("n", kp.col("k").cast("double"))
+    after = parsed.lower().after
+    assert after is not None and after.arrow is None  # Spark parses the string: its batch job runs
+    job = parsed.start()
+    try:
+        sender.send([{"k": "7", "t": 3, "v": TWO_62}, {"k": "7", "t": 4, "v": 1}])
+        sender.close()
+        job.process_all_available()
+        row = job.results().to_pylist()[0]
+        assert row["twice"] is None and row["n"] == 7.0
         assert job.metrics().arithmetic_errors == 1
     finally:
         job.stop()

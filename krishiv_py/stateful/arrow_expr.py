@@ -236,14 +236,26 @@ def failures(exprs: Sequence[ExprNode], table: pa.Table, schema: Schema) -> int:
 
 def filter_rows(predicate: ExprNode, table: pa.Table, schema: Schema) -> pa.Table:
     """The rows of ``table`` where ``predicate`` is true (not false, not null)."""
-    return table.filter(_booleans(evaluate(predicate, table, schema)), null_selection_behavior="drop")
+    return filter_counted(predicate, table, schema)[0]
+
+
+def filter_counted(predicate: ExprNode, table: pa.Table, schema: Schema) -> tuple[pa.Table, int]:
+    """:func:`filter_rows`, and the failures of ``predicate`` over every row (:func:`failures`)."""
+    evaluation = _Evaluation(table, schema)
+    keep = _booleans(evaluation.value(predicate))
+    return table.filter(keep, null_selection_behavior="drop"), evaluation.failures
 
 
 def project(exprs: Sequence[ExprNode], table: pa.Table, schema: Schema) -> pa.Table:
     """One column per expression, named by :func:`~krishiv_py.expr.output_name`."""
+    return project_counted(exprs, table, schema)[0]
+
+
+def project_counted(exprs: Sequence[ExprNode], table: pa.Table, schema: Schema) -> tuple[pa.Table, int]:
+    """:func:`project`, and the failures of ``exprs`` over every row (:func:`failures`)."""
     evaluation = _Evaluation(table, schema)
     columns = [evaluation.value(e) for e in exprs]
-    return pa.Table.from_arrays(columns, names=[output_name(e) for e in exprs])
+    return pa.Table.from_arrays(columns, names=[output_name(e) for e in exprs]), evaluation.failures
 
 
 # --- the evaluation -------------------------------------------------------------

@@ -44,7 +44,7 @@ import pyarrow.compute as pc
 
 from krishiv_py.expr import ExprNode
 from krishiv_py.names import BATCH_TS, HANDED_TS, RESULT_KIND
-from krishiv_py.stateful.arrow_expr import filter_rows, project
+from krishiv_py.stateful.arrow_expr import filter_counted, project_counted
 from krishiv_py.types import Schema
 
 __all__ = ["Between", "handed_rows"]
@@ -61,17 +61,24 @@ class Between:
     steps: tuple[tuple[str, tuple[ExprNode, ...], Schema], ...]
 
     def apply(self, rows: pa.Table) -> pa.Table:
+        return self.apply_counted(rows)[0]
+
+    def apply_counted(self, rows: pa.Table) -> tuple[pa.Table, int]:
+        """:meth:`apply`, and the failures of every step over the rows it read (the count the
+        Spark lowering observes for the same stages, ``JobMetrics.arithmetic_errors``)."""
         hidden = [c for c in (BATCH_TS, RESULT_KIND, HANDED_TS) if c in rows.column_names]
+        failed = 0
         for kind, exprs, schema in self.steps:
             if kind == "filter":
-                rows = filter_rows(exprs[0], rows, schema)
+                rows, n = filter_counted(exprs[0], rows, schema)
             else:
-                out = project(exprs, rows, schema)
+                out, n = project_counted(exprs, rows, schema)
                 for c in hidden:
                     if c not in out.column_names:  # (a select may name ``kind`` itself)
                         out = out.append_column(c, rows.column(c))
                 rows = out
-        return rows
+            failed += n
+        return rows, failed
 
 
 def handed_rows(

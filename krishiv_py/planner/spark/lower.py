@@ -52,6 +52,7 @@ from krishiv_py.planner.spark.sources import (
     rows_in_progress,
 )
 from krishiv_py.planner.spark.stateful import (
+    arrow_stages,
     lower_stateful_join,
     lower_stateful_keyed,
     lower_stateful_union,
@@ -481,9 +482,14 @@ def _operator_and_stages(plan: n.PlanNode) -> tuple[n.PlanNode, tuple[AfterStage
     why = []
     after = _after_window(node, chain) if chain else None
     if after is not None:
+        how = (
+            "in Arrow on the driver, each expression with the value Spark SQL gives it (no Spark job)"
+            if after.arrow is not None
+            else "as a Spark batch job on the driver"
+        )
         why.append(
             f"; the stages after the {rule.noun} (filter, select, with_column) run on each micro-batch's "
-            f"{rule.rows} as a Spark batch job on the driver{rule.exact}"
+            f"{rule.rows} {how}{rule.exact}"
         )
     return op, () if after is None else (after,), why
 
@@ -751,10 +757,12 @@ def _check_window_top_n(node: n.TopN) -> None:
 
 
 def _after_window(below: n.PlanNode, chain: list[n.Filter | n.Project | n.TopN]) -> AfterWindow:
-    """``chain`` (top first) as stages over one micro-batch's rows of ``below``."""
+    """``chain`` (top first) as stages over one micro-batch's rows of ``below``; in Arrow when
+    every step is a filter or a projection Arrow evaluates as Spark SQL does."""
     window_schema = facts(below).schema
     read = ReadSource(name="window results", kind="results", schema=window_schema, streaming=False)
     ctx = Lowerer(streaming=False, shift=0, window=lower_stateful_window, reads={id(below): read})
     out = ctx.lower(chain[0])[0] if chain else read
     schema = facts(chain[0]).schema if chain else window_schema
-    return AfterWindow(root=out, window_schema=window_schema, schema=schema)
+    arrow = arrow_stages(tuple(reversed(chain)))
+    return AfterWindow(root=out, window_schema=window_schema, schema=schema, arrow=arrow)

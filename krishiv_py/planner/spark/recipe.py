@@ -282,18 +282,40 @@ class AfterWindow:
     :class:`ReadSource` of kind ``"results"`` (that micro-batch's rows, in
     ``window_schema``), so the expressions mean exactly what they mean in
     the other lowerings. ``schema`` is what comes out.
+
+    ``arrow``: the same stages evaluated in Arrow on the driver (a
+    :class:`~krishiv_py.stateful.between.Between`, as between two operators),
+    set when every expression of them evaluates there as Spark SQL does; the
+    runtime then runs no Spark job for them. None: ``root`` runs.
     """
 
     root: RecipeNode
     window_schema: Schema
     schema: Schema
+    arrow: Any = None
 
     def render(self) -> str:
-        """The stages as PySpark-like code over ``results``, one per line."""
+        """The stages as PySpark-like code over ``results``, one per line (in Arrow: each step)."""
+        if self.arrow is not None:
+            return _render_arrow(self.root)
         lines: list[str] = []
         final = _render(self.root, lines)
         lines.append(f"result = {final}")
         return "\n".join(lines)
+
+
+def _render_arrow(root: RecipeNode) -> str:
+    """Stages run in Arrow: each step's Spark SQL, over the micro-batch's results, first to last."""
+    steps: list[str] = []
+    node = root
+    while isinstance(node, SelectExprs | FilterExpr | Observe):
+        if isinstance(node, FilterExpr):
+            steps.append(f"result = result.filter({node.condition!r})")
+        elif isinstance(node, SelectExprs):
+            steps.append(f"result = result.select({', '.join(repr(e) for e in node.exprs)})")
+        node = node.child
+    head = "result = <this micro-batch's window results, in Arrow: Spark SQL's values, no Spark job>"
+    return "\n".join([head, *reversed(steps)])
 
 
 @attrs.frozen(kw_only=True)

@@ -27,7 +27,7 @@ operator, which hands them to the late-event handler as ``invalid``.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import attrs
@@ -607,13 +607,39 @@ def _upper_kernel(
 
 def _between(nodes: tuple[n.Filter | n.Project, ...]) -> Any:
     """The filters and projections between two operators, run in Arrow (None: none)."""
-    from krishiv_py.expr import dtype_of
-    from krishiv_py.stateful.arrow_expr import result_type, unsupported
     from krishiv_py.stateful.between import Between
 
     if not nodes:
         return None
-    steps = []
+    steps, why = _arrow_steps(nodes)
+    if why is not None:
+        raise PlanError(
+            f"between two operators, filter(), select() and with_column() run in krishiv's "
+            f"operator, which evaluates {why} differently from Spark SQL or not at all; "
+            "move it after the last operator"
+        )
+    return Between(steps=tuple(steps))
+
+
+def arrow_stages(nodes: Sequence[n.PlanNode]) -> Any:
+    """The stages after the last operator (first to last) in Arrow on the driver, as between two
+    operators; None when one is not a filter or a projection (a top-N) or an expression of them
+    does not evaluate there as Spark SQL does (then a Spark batch job runs them)."""
+    from krishiv_py.stateful.between import Between
+
+    if not nodes or any(type(x) not in _STEPS for x in nodes):
+        return None
+    steps, why = _arrow_steps(cast("tuple[n.Filter | n.Project, ...]", tuple(nodes)))
+    return Between(steps=tuple(steps)) if why is None else None
+
+
+def _arrow_steps(nodes: tuple[n.Filter | n.Project, ...]) -> tuple[list[Any], str | None]:
+    """Each node as a step of :class:`~krishiv_py.stateful.between.Between`, and what of them
+    Arrow does not evaluate as Spark SQL does (None: everything)."""
+    from krishiv_py.expr import dtype_of
+    from krishiv_py.stateful.arrow_expr import result_type, unsupported
+
+    steps: list[Any] = []
     for node in nodes:
         schema = facts(node.input).schema
         step, exprs = _STEPS[type(node)](node)
@@ -622,13 +648,9 @@ def _between(nodes: tuple[n.Filter | n.Project, ...]) -> Any:
             if why is None and result_type(e, schema) != dtype_of(e, schema):
                 why = f"{e!r} (Spark computes it as {result_type(e, schema).name})"
             if why is not None:
-                raise PlanError(
-                    f"between two operators, filter(), select() and with_column() run in krishiv's "
-                    f"operator, which evaluates {why} differently from Spark SQL or not at all; "
-                    "move it after the last operator"
-                )
+                return steps, why
         steps.append((step, exprs, schema))
-    return Between(steps=tuple(steps))
+    return steps, None
 
 
 #: What :class:`~krishiv_py.stateful.between.Between` runs of each step between two operators.
