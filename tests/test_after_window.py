@@ -63,8 +63,8 @@ def test_the_recipe_shows_the_stages_the_driver_runs_on_the_results(session: kp.
 
 def test_stages_arrow_does_not_evaluate_as_spark_does_run_as_a_spark_batch_job(session: kp.Session) -> None:
     stream, _ = session.memory_stream(SCHEMA)
-    text = windows(stream, lateness=50, mode="retracting").with_column("c", kp.col("k").cast("double"))
-    recipe = text.lower()
+    parsed = windows(stream, lateness=50, mode="retracting").with_column("c", kp.col("k").cast("double"))
+    recipe = parsed.lower()
     assert recipe.after is not None and recipe.after.arrow is None  # a cast from a string: Spark parses it
     after = recipe.render().split("# then, on the driver, on each micro-batch's results:\n")[1]
     assert after.splitlines()[0] == "src_0 = spark.createDataFrame(<this micro-batch's window results>)"

@@ -71,14 +71,13 @@ class AfterWindowRunner(StageRunner):
     def __init__(self, stage: AfterWindow, spark: SparkSession | None) -> None:
         self._stage = stage
         self._spark = spark
-        self._window_schema = stage.window_schema
 
     def step(self, table: pa.Table) -> StageOutput:
         stage = self._stage
         if not table.num_rows:
             return StageOutput(conform(stage.schema.to_arrow().empty_table(), stage.schema))
         if stage.arrow is not None:  # every expression evaluates in Arrow as in Spark SQL: no job
-            rows, failures = stage.arrow.apply_counted(conform(table, self._window_schema))
+            rows, failures = stage.arrow.apply_counted(conform(table, stage.window_schema))
             return StageOutput(conform(rows, stage.schema), failures)
         spark = self._spark
         if spark is None:

@@ -648,7 +648,7 @@ def _arrow_steps(nodes: tuple[n.Filter | n.Project, ...]) -> tuple[list[Any], st
             if why is None and result_type(e, schema) != dtype_of(e, schema):
                 why = f"{e!r} (Spark computes it as {result_type(e, schema).name})"
             if why is not None:
-                return steps, why
+                return [], why
         steps.append((step, exprs, schema))
     return steps, None
 
