@@ -21,6 +21,7 @@ import attrs
 import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from join_kernels import join_kernel
 
 from krishiv_py.names import BATCH_TS, RESULT_KIND, SEQ
 from krishiv_py.plan.windows import SlidingWindow
@@ -30,21 +31,9 @@ Row = tuple[str, str | None, int, int]  # side, key, event time (ms), value
 
 
 def _spec(how: str, between: tuple[int, int] = (0, 0), window: SlidingWindow | None = None) -> joins.JoinSpec:
-    return joins.JoinSpec(
-        kind="interval" if window is None else "window",
-        window=window,
-        how=how,
-        keys=("k",),
-        left=("a",),
-        right=("b",),
-        key_types=(pa.string(),),
-        left_types=(pa.int64(),),
-        right_types=(pa.int64(),),
-        between=between,
-        allowed_lateness_ms=1_000_000,
-        accumulation="retracting",
-        changes=True,
-    )
+    kind = "interval" if window is None else "window"
+    options: dict[str, Any] = {"allowed_lateness_ms": 1_000_000, "accumulation": "retracting"}
+    return join_kernel(kind, how, window=window, between=between, changes=True, **options).spec
 
 
 def _batch(changes: Sequence[tuple[str, Row]], seq0: int) -> pa.Table:

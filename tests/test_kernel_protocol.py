@@ -14,11 +14,12 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from join_kernels import join_kernel
 
 import krishiv_py.stateful.operator as glue
 from krishiv_py.plan.windows import SessionWindow, SlidingWindow, TumblingWindow
 from krishiv_py.stateful.aggregates import AggSpec
-from krishiv_py.stateful.joins import JoinKernel, JoinSpec
+from krishiv_py.stateful.joins import JoinKernel
 from krishiv_py.stateful.keyed_agg import KeyedAggKernel
 from krishiv_py.stateful.keyed_topn import KeyedTopNKernel
 from krishiv_py.stateful.over import OverKernel
@@ -30,18 +31,7 @@ COUNT = AggSpec(name="n", func="count", column=None, out_type=pa.int64(), in_typ
 
 
 def _join(kind: str = "interval", how: str = "inner", **more: object) -> JoinKernel:
-    spec = JoinSpec(
-        kind=kind,  # type: ignore[arg-type]
-        how=how,
-        keys=("k",),
-        left=("a",),
-        right=("b",),
-        key_types=(pa.string(),),
-        left_types=(pa.int64(),),
-        right_types=(pa.int64(),),
-        **more,  # type: ignore[arg-type]
-    )
-    return JoinKernel(spec)
+    return join_kernel(kind, how, **more)
 
 
 def _kernels() -> list[Kernel]:

@@ -21,6 +21,7 @@ from unittest import mock
 import numpy as np
 import pyarrow as pa
 import pytest
+from join_kernels import join_kernel
 
 import krishiv_py as kp
 from krishiv_py.checkpoint import CheckpointLayout
@@ -250,20 +251,7 @@ def _count_window(keys: tuple[str, ...], **more: Any) -> Any:
 def _join(kind: str, how: str, **more: Any) -> Any:
     from types import SimpleNamespace
 
-    from krishiv_py.stateful.joins import JoinKernel, JoinSpec
-
-    spec = JoinSpec(
-        kind=kind,  # type: ignore[arg-type]
-        how=how,
-        keys=("k",),
-        left=("a",),
-        right=("b",),
-        key_types=(pa.string(),),
-        left_types=(pa.int64(),),
-        right_types=(pa.int64(),),
-        **more,
-    )
-    return SimpleNamespace(kernel=JoinKernel(spec), key_groups=16)  # what assemble_state reads
+    return SimpleNamespace(kernel=join_kernel(kind, how, **more), key_groups=16)  # what assemble_state reads
 
 
 def _chain(then_keys: tuple[str, ...] = ("k",)) -> Any:
