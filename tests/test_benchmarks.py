@@ -394,6 +394,22 @@ def test_kernel_benchmark_checks_every_window_kind_against_the_model() -> None:
     assert "| 50 | event_sliding |" in kb.markdown(records)
 
 
+@pytest.mark.parametrize("kernel", ["count", "join"])
+def test_the_state_benchmark_writes_less_by_key_than_whole_above_the_keyed_threshold(kernel: str) -> None:
+    import argparse
+
+    from benchmarks import scaling
+    from krishiv_py.stateful.held_state import KEYED_MIN_ROWS
+
+    args = argparse.Namespace(keys=f"100,{KEYED_MIN_ROWS + 10_000}", rows=200, batches=3, kernel=kernel)
+    runs = {(r["live_keys"], r["layout"]): r for r in scaling.state(args)["runs"]}
+    small, large = 100, KEYED_MIN_ROWS + 10_000
+    # Below the threshold the operator holds the state whole: the same bytes either way.
+    assert runs[small, "chosen"]["bytes_per_batch"] == runs[small, "whole"]["bytes_per_batch"]
+    # Above it, a delta of the keys a micro-batch touched, not the whole state.
+    assert runs[large, "chosen"]["bytes_per_batch"] < runs[large, "whole"]["bytes_per_batch"] / 3
+
+
 def test_profile_benchmark_runs_the_operator_with_and_without_the_profile() -> None:
     from benchmarks import profile_overhead as pb
 

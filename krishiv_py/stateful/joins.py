@@ -761,6 +761,13 @@ def next_due(spec: JoinSpec, state: pa.Table) -> int:
     """The least watermark (ms) at which a sweep changes ``state``: output due, or rows to drop."""
     if not state.num_rows:
         return NOT_DUE
+    return int(row_due(spec, state).min())
+
+
+def row_due(spec: JoinSpec, state: pa.Table) -> np.ndarray:
+    """Per row of ``state``, the least watermark (ms) at which a sweep changes it."""
+    if not state.num_rows:
+        return np.zeros(0, np.int64)
     ts = _int64(state.column(BATCH_TS), 0)
     left = _is_left(state)
     lateness = spec.allowed_lateness_ms
@@ -783,7 +790,8 @@ def next_due(spec: JoinSpec, state: pa.Table) -> int:
         due = np.where(left & emitted, _evict_due(ts, lateness), due)
     if spec.ttl_ms is not None:
         due = np.minimum(due, -np.floor_divide(-ts, 1000) + spec.ttl_ms)
-    return int(due.min())
+    out: np.ndarray = np.asarray(due, np.int64)
+    return out
 
 
 def _evict_due(bound_us: np.ndarray, lateness: int) -> np.ndarray:
@@ -916,7 +924,15 @@ class JoinKernel(FlatState, Unmerged):
         return step(self.spec, state, batch, watermark_ms, now_ms, merged=merged)
 
     def row_due(self, state: pa.Table) -> np.ndarray | None:
-        return None  # (a sweep keeps its watermark in the schema, and outer rows wait on the other side)
+        # An interval join is key-local: a row meets only rows of its keys, and each stored row
+        # carries its own flags (matched, padded, partners) and its own due watermark, so a step
+        # over the rows of the keys a micro-batch touches, and of the rows due, is the step over
+        # the whole state for those keys. A window join keeps the watermark of its last sweep
+        # in the state's schema, and an as-of join numbers its rows' arrivals across keys: both
+        # are stepped whole.
+        if self.spec.kind != "interval":
+            return None
+        return row_due(self.spec, state)
 
     def next_due(self, state: pa.Table) -> tuple[int, int]:
         return next_due(self.spec, state), NOT_DUE
