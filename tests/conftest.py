@@ -50,32 +50,44 @@ for _name in ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS"):
         os.environ[_name] = f"{os.environ.get(_name, '')} -Djava.io.tmpdir={RUN_TMP}".strip()
 
 
-#: The test files that take longest (seconds of one run, 2 cores, 2026-11-28), longest first. The
+#: The test files that take longest (seconds of one run, 2 cores, 2026-11-30), longest first. The
 #: run's workers take files in collection order (``--no-loadscope-reorder``), so these start
 #: first and the short files fill the end: no worker idles while another finishes a long file.
 LONGEST_FIRST = (
-    "test_benchmarks.py",
     "test_composition_chains.py",
+    "test_benchmarks.py",
+    "test_chaos.py",
     "test_remote.py",
     "test_examples.py",
-    "test_chaos.py",
-    "test_chaos_cluster.py",
-    "test_chain_properties.py",
-    "test_composition.py",
-    "test_stateful.py",
+    "test_key_groups.py",
     "test_kafka.py",
-    "test_transcripts.py",
+    "test_differential.py",
+    "test_composition.py",
+    "test_chaos_cluster.py",
+    "test_over.py",
+    "test_chain_properties.py",
+    "test_stateful.py",
     "test_stateful_kernel.py",
-    "test_first_hour.py",
+    "test_transcripts.py",
+    "test_durability.py",
+    "test_joins.py",
+    "test_auto_watermark.py",
+    "test_nexmark_queries.py",
+    "test_idle_sources.py",
     "test_table_sinks.py",
     "test_emission_transcripts.py",
-    "test_joins.py",
-    "test_differential.py",
-    "test_join_kernel.py",
-    "test_sliding_panes.py",
-    "test_connect_restart.py",
+    "test_carriers.py",
+    "test_jobs.py",
+    "test_nexmark_chains.py",
+    "test_held_state.py",
+    "test_notebooks.py",
     "test_parity.py",
-    "test_idle_sources.py",
+    "test_multi_source.py",
+    "test_join_kernel.py",
+    "test_keyed_agg_retract.py",
+    "test_first_hour.py",
+    "test_top_n.py",
+    "test_class_archive.py",
 )
 
 
