@@ -696,10 +696,13 @@ def test_a_when_with_a_value_spark_computes_in_double_is_a_double(session: kp.Se
         kp.when(b, kp.lit(-2737)).otherwise(f).node,
         kp.when(b, i).otherwise(f % kp.lit(-19305932386)).node,
         (-kp.when(b, f).otherwise(f)).node,  # one float type: a float
+        # The lowering's SQL casts the constant to the plan's float first (69559600), then Spark
+        # widens it to the double of the sum.
+        kp.when(b, i + f).otherwise(kp.lit(69559603)).node,
     ]
     values, _ = spark_run(session.spark, table, nodes)
     for node, theirs in zip(nodes, values, strict=True):
         ours = evaluate(node, table, SCHEMA)
         assert ours.type == theirs.type == result_type(node, SCHEMA).to_arrow(), render(node)
         assert comparable(ours.to_pylist()) == comparable(theirs.to_pylist()), render(node)
-    assert [result_type(n, SCHEMA).name for n in nodes] == ["float", "double", "float"]
+    assert [result_type(n, SCHEMA).name for n in nodes] == ["float", "double", "float", "double"]

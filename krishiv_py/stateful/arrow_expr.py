@@ -301,6 +301,7 @@ class _Evaluation:
         value evaluated on the rows that reach it only, so that its failures count there alone."""
         whole = self._type(node)
         out_type = _arrow_type(whole)
+        declared = dtype_of(node, self.schema)
         remaining = np.arange(self.rows)
         pieces: list[tuple[npt.NDArray[np.intp], pa.Array[Any]]] = []
         for condition, value in node.branches:
@@ -311,10 +312,12 @@ class _Evaluation:
             self.failures += on.failures
             taken = remaining[true]
             if len(taken):
-                pieces.append((taken, self._cast_to(self._on(taken), value, whole, out_type)))
+                pieces.append((taken, self._cast_to(self._on(taken), value, declared, whole, out_type)))
             remaining = remaining[~true]
         if node.otherwise is not None and len(remaining):
-            pieces.append((remaining, self._cast_to(self._on(remaining), node.otherwise, whole, out_type)))
+            pieces.append(
+                (remaining, self._cast_to(self._on(remaining), node.otherwise, declared, whole, out_type))
+            )
             remaining = remaining[:0]
         if len(remaining):
             pieces.append((remaining, _nulls(len(remaining), out_type)))
@@ -329,11 +332,17 @@ class _Evaluation:
         return _Evaluation(self.table.take(rows), self.schema)
 
     def _cast_to(
-        self, on: _Evaluation, value: ExprNode, whole: DataType, out_type: pa.DataType
+        self, on: _Evaluation, value: ExprNode, declared: DataType, whole: DataType, out_type: pa.DataType
     ) -> pa.Array[Any]:
+        """A branch's ``value`` in the ``CASE``'s type: first the plan's type of the whole
+        (``declared``, :func:`~krishiv_py.expr.dtype_of`'s), to which the lowering's SQL casts a
+        value of another plan type, then Spark's (``whole``), which may be wider: in ``CASE WHEN
+        c THEN i + f ELSE 69559603 END`` the constant becomes a float, 69559600, then a double."""
         out = on._value(value)
         self.failures += on.failures
         own = self._type(value)
+        if declared.name != "void" and dtype_of(value, self.schema) != declared and own != declared:
+            out, own = _cast(out, own, declared), declared
         if own == whole or whole.name == "void":
             return out.cast(out_type) if out.type != out_type else out
         return _cast(out, own, whole)
