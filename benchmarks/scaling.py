@@ -197,12 +197,10 @@ def state(args: argparse.Namespace) -> dict[str, Any]:
         n = len(keys)
         seq += n
         ones, nothing = pa.array(np.ones(n, np.int64)), pa.nulls(n, pa.int64())
-        values = (
-            {SIDE: pa.array([side] * n), "a": ones if side == "left" else nothing}
-            | {"b": nothing if side == "left" else ones}
-            if join
-            else {"v": ones}
-        )
+        values: dict[str, pa.Array[Any]] = {"v": ones}
+        if join:
+            a, b = (ones, nothing) if side == "left" else (nothing, ones)
+            values = {SIDE: pa.array([side] * n), "a": a, "b": b}
         return pa.table(
             {
                 "k": pa.array(keys),
