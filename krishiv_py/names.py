@@ -40,6 +40,8 @@ __all__ = [
     "KEY_HASH",
     "CHANGE_EVENT_TIME",
     "CHAIN_FIRST",
+    "CHAIN_KEY",
+    "CHAIN_PART",
     "CHAIN_ROWS",
     "CHAIN_SEQ",
     "CHAIN_THEN",
@@ -288,10 +290,16 @@ CASCADE_DELETE = "__kp_del"
 #: own; the operator computes it.
 JOIN_EVENT_TIME = "__kp_join_ts"
 
-#: A chain's state: the first kernel's state table (Arrow IPC).
+#: A chain's state: the first kernel's state (Arrow IPC in a chain's one row; in a chain's rows by
+#: key, a struct of the first kernel's state row).
 CHAIN_FIRST = "__kp_chain_first"
-#: The second kernel's state table (Arrow IPC).
+#: The second kernel's state (as :data:`CHAIN_FIRST`).
 CHAIN_THEN = "__kp_chain_then"
+#: In a chain's rows by key: which state a row holds (0: the first kernel's, 1: the second's,
+#: 2: the chain's own watermark and arrival number).
+CHAIN_PART = "__kp_chain_part"
+#: In a chain's rows by key: the prefix of the key columns (``__kp_chain_key0``, ...).
+CHAIN_KEY = "__kp_chain_key"
 #: The watermark the chain last ran at (ms; null: none yet).
 CHAIN_WATERMARK = "__kp_chain_wm"
 #: The arrival number the next row handed to the second kernel gets.

@@ -29,6 +29,7 @@ from krishiv_py.plan.emission import Trigger
 from krishiv_py.plan.windows import EventSlidingWindow, SessionWindow, SlidingWindow, TumblingWindow
 from krishiv_py.stateful import held_state
 from krishiv_py.stateful.aggregates import AggSpec
+from krishiv_py.stateful.chain import ChainKernel
 from krishiv_py.stateful.held_state import KeyedState, WholeState, keyed, open_held, write_state
 from krishiv_py.stateful.joins import ARR, SIDE, JoinKernel
 from krishiv_py.stateful.keyed_agg import KeyedAggKernel
@@ -42,6 +43,9 @@ from krishiv_py.stateful.window_kernel import WindowKernel
 COUNT = AggSpec(name="n", func="count", column=None, out_type=pa.int64(), in_type=None)
 SUM = AggSpec(name="s", func="sum", column="v", out_type=pa.int64(), in_type=pa.int64())
 MAX = AggSpec(name="m", func="max", column="v", out_type=pa.int64(), in_type=pa.int64())
+#: Over a join's rows: the sum of their left values, the most of their right ones.
+SUM_A = AggSpec(name="s", func="sum", column="a", out_type=pa.int64(), in_type=pa.int64())
+MAX_B = AggSpec(name="m", func="max", column="b", out_type=pa.int64(), in_type=pa.int64())
 
 
 def _window(window: Any, **more: Any) -> WindowKernel:
@@ -51,6 +55,18 @@ def _window(window: Any, **more: Any) -> WindowKernel:
 def _join(kind: str = "interval", how: str = "inner", **more: Any) -> JoinKernel:
     """A join of left rows (``a``) and right rows (``b``) by ``k``, between 40 ms before and 60 after."""
     return join_kernel(kind, how, **{"between": (-40, 60), **more})
+
+
+def _joined_window(window: Any) -> WindowKernel:
+    """A window over a join's rows (with the join's allowed lateness)."""
+    return WindowKernel(KernelSpec(keys=("k",), window=window, aggs=(COUNT, SUM_A), allowed_lateness_ms=60))
+
+
+def _chain(then: Kernel, first: JoinKernel | None = None) -> ChainKernel:
+    """``then`` over a join's rows (its columns ``k``, ``a``, ``b``) in the same call."""
+    first = first or _join(allowed_lateness_ms=60, event_times=True)
+    columns = (("k", pa.string()), ("a", pa.int64()), ("b", pa.int64()))
+    return ChainKernel(first=first, then=then, columns=columns)
 
 
 KERNELS: dict[str, Kernel] = {
@@ -77,6 +93,15 @@ KERNELS: dict[str, Kernel] = {
     "join-left-retracting": _join(how="left", allowed_lateness_ms=50, accumulation="retracting"),
     "join-full-ttl": _join(how="full", ttl_ms=90),
     "join-right-changes": _join(how="right", accumulation="retracting", changes=True),
+    "chain-window": _chain(_joined_window(TumblingWindow(size_ms=100))),
+    "chain-outer-window": _chain(
+        _joined_window(SessionWindow(gap_ms=50)),
+        _join(how="left", allowed_lateness_ms=60, event_times=True),
+    ),
+    "chain-top-n": _chain(
+        KeyedTopNKernel(keys=("k",), n=1, by=("a",), columns=("k", "a", "b"), ties="first")
+    ),
+    "chain-wider-keys": _chain(KeyedAggKernel(keys=("k", "a"), aggs=(COUNT, MAX_B))),
     "over-range": OverKernel(
         keys=("k",), columns=("k", "v", "t"), frame="range", preceding=150, aggs=(COUNT, MAX),
         allowed_lateness_ms=60,
@@ -175,8 +200,9 @@ def step_whole_and_keyed(kernel: Kernel, blobs: VersionedBlobs, seed: int, *, ba
     for batch_id in range(batches):
         n = 600 if batch_id == 0 else rng.choice([0, 1, 3, 8, 25])
         batch = _batch(rng, keys, watermark or 0, seq, n)
-        if isinstance(kernel, JoinKernel):
-            batch = _join_batch(kernel, batch, rng, sent)
+        join = kernel.first if isinstance(kernel, ChainKernel) else kernel
+        if isinstance(join, JoinKernel):
+            batch = _join_batch(join, batch, rng, sent)
         seq += batch.num_rows
         whole, expected = kernel.step(whole, batch, watermark, 0)
 
@@ -203,8 +229,16 @@ def step_whole_and_keyed(kernel: Kernel, blobs: VersionedBlobs, seed: int, *, ba
     forget_cache()
     final = open_held(kernel, blobs, 10**6)
     assert isinstance(final, KeyedState)
-    assert _rows(_without_arrivals(final.table())) == _rows(_without_arrivals(whole))
+    assert _final_rows(kernel, final.table()) == _final_rows(kernel, whole)
     assert deltas, "no micro-batch wrote a delta"
+
+
+def _final_rows(kernel: Kernel, state: pa.Table | None) -> list[list[str]]:
+    """A state's rows (a chain's: each kernel's, and its watermark and arrival number)."""
+    if not isinstance(kernel, ChainKernel):
+        return [_rows(_without_arrivals(state))]
+    first, then, watermark, seq = kernel._split(state)
+    return [_rows(_without_arrivals(first)), _rows(then), [repr((watermark, seq))]]
 
 
 @pytest.mark.parametrize("name", ["keyed-count", "tumbling-late-retracting"])

@@ -35,14 +35,26 @@ Event time and retractions
     (``retracting``, an aggregation per key); otherwise the planner
     refuses the chain.
 State
-    One row: both kernels' state tables as Arrow IPC, the watermark of the
-    last step, the next arrival number for ``then``'s rows, and how many
-    rows both states hold.
+    When both kernels are key-local
+    (:meth:`~krishiv_py.stateful.protocol.Kernel.row_due`) and ``then``'s keys
+    name ``first``'s, the chain is key-local too, and its state is held by
+    key (:mod:`~krishiv_py.stateful.held_state`): one row per state row of
+    either kernel, with the key it is bucketed by (``__kp_chain_key0``, ...),
+    which kernel's it is (:data:`~krishiv_py.names.CHAIN_PART`) and that
+    kernel's row as a struct; plus one row of null keys holding the
+    watermark of the last step and the next arrival number for ``then``'s
+    rows, which every step is given
+    (:data:`~krishiv_py.stateful.protocol.EVERY_STEP`). A row of ``then``'s
+    is due at its own due watermark plus ``first``'s structural delay.
+    Otherwise one row: both kernels' state tables as Arrow IPC, the
+    watermark of the last step, the next arrival number, and how many rows
+    both states hold. A chain reads either form.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, cast
 
 import attrs
 import numpy as np
@@ -50,6 +62,8 @@ import pyarrow as pa
 
 from krishiv_py.names import (
     CHAIN_FIRST,
+    CHAIN_KEY,
+    CHAIN_PART,
     CHAIN_ROWS,
     CHAIN_SEQ,
     CHAIN_THEN,
@@ -59,7 +73,7 @@ from krishiv_py.names import (
 from krishiv_py.stateful._arrow import ipc_bytes, ipc_table
 from krishiv_py.stateful.between import Between, handed_rows
 from krishiv_py.stateful.kernel import StepOutput
-from krishiv_py.stateful.protocol import NOT_DUE, Kernel, Unmerged
+from krishiv_py.stateful.protocol import EVERY_STEP, NOT_DUE, Kernel, Unmerged
 from krishiv_py.stateful.regroup import Keep
 
 __all__ = ["ChainKernel", "kinds_of"]
@@ -70,6 +84,10 @@ _STATE = pa.schema(
     [pa.field(name, pa.binary()) for name in (CHAIN_FIRST, CHAIN_THEN)]
     + [pa.field(name, pa.int64()) for name in (CHAIN_WATERMARK, CHAIN_SEQ, CHAIN_ROWS)]
 )
+#: Which state a row of a chain's state by key holds (:data:`~krishiv_py.names.CHAIN_PART`).
+_FIRST, _THEN, _HEADER = 0, 1, 2
+#: Per key of a chain held by key: its column in ``first``'s state, in ``then``'s, and its type.
+KeyColumns = tuple[tuple[str, str, pa.DataType], ...]
 
 
 @attrs.frozen(kw_only=True)
@@ -84,10 +102,15 @@ class ChainKernel(Unmerged):
     between: Between | None = None
     #: Whether ``first``'s results carry ``kind`` (retractions), which ``then`` takes.
     retracting: bool = False
+    #: Its state's key columns when it is held by key (None: one row), from the two kernels.
+    by_key: KeyColumns | None = attrs.field(init=False, default=None, eq=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "by_key", _key_columns(self.first, self.then, self.columns))
 
     @property
     def keys(self) -> tuple[str, ...]:
-        return self.then.keys
+        return self.first.keys  # (its rows are bucketed by first's keys; then's include them)
 
     @property
     def accumulation(self) -> str:
@@ -95,7 +118,9 @@ class ChainKernel(Unmerged):
 
     @property
     def state_keys(self) -> tuple[str, ...] | None:
-        return None  # (one row: both kernels' states)
+        if self.by_key is None:
+            return None  # (one row: both kernels' states)
+        return tuple(f"{CHAIN_KEY}{i}" for i in range(len(self.by_key)))
 
     @property
     def movable(self) -> bool:
@@ -104,10 +129,10 @@ class ChainKernel(Unmerged):
         return self.first.movable and self.then.movable and tuple(self.first.keys) == tuple(self.then.keys)
 
     def split_state(self, state: pa.Table, keep: Keep) -> pa.Table:
-        first, then, watermark, seq = _split(state)
+        first, then, watermark, seq = self._split(state)
         if first is None and then is None:
             return state
-        return _joined(
+        return self._joined(
             self.first.split_state(first, keep) if first is not None else _EMPTY,
             self.then.split_state(then, keep) if then is not None else _EMPTY,
             watermark,
@@ -115,7 +140,7 @@ class ChainKernel(Unmerged):
         )
 
     def gather_states(self, states: Sequence[pa.Table]) -> pa.Table | None:
-        parts = [_split(s) for s in states]
+        parts = [self._split(s) for s in states]
         held = [p for p in parts if p[0] is not None or p[1] is not None]
         if not held:
             return states[0] if states else None
@@ -124,7 +149,7 @@ class ChainKernel(Unmerged):
         marks = [p[2] for p in held if p[2] is not None]  # (equal: each stepped to one watermark)
         first = self.first.gather_states(firsts) if firsts else None
         then = self.then.gather_states(thens) if thens else None
-        return _joined(
+        return self._joined(
             _EMPTY if first is None else first,
             _EMPTY if then is None else then,
             max(marks) if marks else None,
@@ -146,7 +171,7 @@ class ChainKernel(Unmerged):
         *,
         merged: pa.Table | None = None,
     ) -> tuple[pa.Table, StepOutput]:
-        first_state, then_state, before, seq = _split(state)
+        first_state, then_state, before, seq = self._split(state)
         first_state, out = self.first.step(first_state, batch, watermark_ms, now_ms, merged=merged)
         rows = self._handed_on(out.results, seq, self.first.output_watermark(before))
         then_state, applied = self.then.step(then_state, rows, self.first.output_watermark(before), now_ms)
@@ -155,7 +180,7 @@ class ChainKernel(Unmerged):
         if after != self.first.output_watermark(before):
             then_state, fired = self.then.step(then_state, rows.slice(0, 0), after, now_ms)
             outputs.append(fired)
-        new_state = _joined(first_state, then_state, watermark_ms, seq + rows.num_rows)
+        new_state = self._joined(first_state, then_state, watermark_ms, seq + rows.num_rows)
         results = [o.results for o in outputs]
         closed = [o.closed for o in outputs if o.closed is not None]
         return new_state, attrs.evolve(
@@ -175,14 +200,39 @@ class ChainKernel(Unmerged):
         return rows.append_column(SEQ, seqs)
 
     def row_due(self, state: pa.Table) -> np.ndarray | None:
-        return None  # (its two kernels' states share one table)
+        if self.by_key is None or (state.num_rows and CHAIN_PART not in state.column_names):
+            return None  # (its two kernels' states share one row)
+        if not state.num_rows:
+            return np.zeros(0, np.int64)
+        part = _parts(state)
+        due = np.full(state.num_rows, NOT_DUE, np.int64)
+        due[part == _HEADER] = EVERY_STEP
+        for which, kernel, column, delay in (
+            (_FIRST, self.first, CHAIN_FIRST, 0),
+            (_THEN, self.then, CHAIN_THEN, self._delay()),
+        ):
+            rows = np.flatnonzero(part == which)
+            if not len(rows):
+                continue
+            own = kernel.row_due(_part_table(state, rows, column))
+            if own is None:
+                raise RuntimeError(f"{kernel.describe()}: row_due gave None for rows of a chain held by key")
+            own = np.asarray(own, np.int64)
+            if delay:  # (then runs at the watermark first passes on: W - delay)
+                own = np.where((own != NOT_DUE) & (own != EVERY_STEP), own + delay, own)
+            due[rows] = own
+        return due
+
+    def _delay(self) -> int:
+        """How far the watermark ``first`` passes on is behind its input's (its structural delay)."""
+        return 0 - (self.first.output_watermark(0) or 0)
 
     def next_due(self, state: pa.Table) -> tuple[int, int]:
-        first_state, then_state, _, _ = _split(state)
+        first_state, then_state, _, _ = self._split(state)
         due = [self.first.next_due(first_state)] if first_state is not None else []
         if then_state is not None:
             event, clock = self.then.next_due(then_state)
-            delay = 0 - (self.first.output_watermark(0) or 0)  # first passes on W - delay
+            delay = self._delay()  # first passes on W - delay
             due.append((event + delay if event != NOT_DUE else NOT_DUE, clock))
         events = [d[0] for d in due if d[0] != NOT_DUE]
         clocks = [d[1] for d in due if d[1] != NOT_DUE]
@@ -192,7 +242,37 @@ class ChainKernel(Unmerged):
         return self.then.output_watermark(self.first.output_watermark(watermark_ms))
 
     def state_rows(self, state: pa.Table) -> int:
-        return int(state.column(CHAIN_ROWS)[0].as_py()) if state.num_rows else 0
+        if not state.num_rows:
+            return 0
+        if CHAIN_PART not in state.column_names:
+            return int(state.column(CHAIN_ROWS)[0].as_py())
+        part = _parts(state)
+        rows = int(np.sum(part == _THEN))
+        if isinstance(self.first, ChainKernel):  # (its own bookkeeping row is no state row)
+            held = np.flatnonzero(part == _FIRST)
+            return rows + (self.first.state_rows(_part_table(state, held, CHAIN_FIRST)) if len(held) else 0)
+        return rows + int(np.sum(part == _FIRST))
+
+    def _split(self, state: pa.Table | None) -> tuple[pa.Table | None, pa.Table | None, int | None, int]:
+        """Both kernels' states (None: empty), the last watermark and the next arrival number."""
+        if state is None or not state.num_rows:
+            return None, None, None, 0
+        if CHAIN_PART not in state.column_names:
+            return _split_row(state)
+        part = _parts(state)
+        first_rows, then_rows = np.flatnonzero(part == _FIRST), np.flatnonzero(part == _THEN)
+        first = _part_table(state, first_rows, CHAIN_FIRST) if len(first_rows) else None
+        then = _part_table(state, then_rows, CHAIN_THEN) if len(then_rows) else None
+        header = np.flatnonzero(part == _HEADER).tolist()
+        marks = [m for m in state.column(CHAIN_WATERMARK).take(header).to_pylist() if m is not None]
+        seqs = [int(s) for s in state.column(CHAIN_SEQ).take(header).to_pylist() if s is not None]
+        return first, then, (max(marks) if marks else None), max(seqs, default=0)
+
+    def _joined(self, first: pa.Table, then: pa.Table, watermark_ms: int | None, seq: int) -> pa.Table:
+        """The chain's state (by key when it is key-local, else one row)."""
+        if self.by_key is None:
+            return _joined_row(first, then, watermark_ms, seq)
+        return _by_key(self.by_key, first, then, watermark_ms, seq)
 
     def describe(self) -> str:
         return f"{self.first.describe()}, then in the same call {self.then.describe()}"
@@ -205,16 +285,95 @@ def kinds_of(kernel: Kernel) -> list[str]:
     return [type(kernel).__name__]
 
 
-def _split(state: pa.Table | None) -> tuple[pa.Table | None, pa.Table | None, int | None, int]:
-    """Both kernels' states (None: empty), the last watermark and the next arrival number."""
-    if state is None or not state.num_rows:
-        return None, None, None, 0
+def _key_columns(
+    first: Kernel, then: Kernel, columns: tuple[tuple[str, pa.DataType], ...]
+) -> KeyColumns | None:
+    """Where a chain held by key finds each key it is bucketed by in both kernels' states, and its
+    type; None: it cannot be held by key (a kernel that is not key-local, or ``then`` not keyed by
+    a column that ``first``'s key names)."""
+    held_first, held_then = first.state_keys, then.state_keys
+    if held_first is None or held_then is None or not first.keys:
+        return None
+    if first.row_due(_EMPTY) is None or then.row_due(_EMPTY) is None:
+        return None
+    types = dict(columns)
+    out = []
+    for key, column in zip(first.keys, held_first, strict=True):
+        if key not in then.keys or key not in types:
+            return None
+        out.append((column, held_then[then.keys.index(key)], types[key]))
+    return tuple(out)
+
+
+def _parts(state: pa.Table) -> np.ndarray:
+    return np.asarray(state.column(CHAIN_PART).to_numpy(), np.int8)
+
+
+def _part_table(state: pa.Table, rows: np.ndarray, column: str) -> pa.Table:
+    """The kernel's state held in ``column`` at ``rows`` of a chain's state by key (its schema's
+    metadata kept in the column's field)."""
+    held = state.column(column)
+    if int(rows[-1]) - int(rows[0]) + 1 == len(rows):  # (in order: a slice, no copy)
+        held = held.slice(int(rows[0]), len(rows))
+    else:
+        held = held.take(rows)
+    table = pa.Table.from_struct_array(cast(pa.StructArray, held.combine_chunks()))
+    meta = state.schema.field(column).metadata
+    return table.replace_schema_metadata(meta) if meta else table
+
+
+def _by_key(
+    keys: KeyColumns, first: pa.Table, then: pa.Table, watermark_ms: int | None, seq: int
+) -> pa.Table:
+    """A chain's state by key: ``first``'s rows, ``then``'s, and the row of its watermark and
+    arrival number (none while there is neither)."""
+    structs = [_struct_field(CHAIN_FIRST, first), _struct_field(CHAIN_THEN, then)]
+    schema = pa.schema(
+        [pa.field(f"{CHAIN_KEY}{i}", kind) for i, (_, _, kind) in enumerate(keys)]
+        + [pa.field(CHAIN_PART, pa.int8()), *structs]
+        + [pa.field(name, pa.int64()) for name in (CHAIN_WATERMARK, CHAIN_SEQ)]
+    )
+    parts = []
+    for which, held in ((_FIRST, first), (_THEN, then)):
+        n = held.num_rows
+        if not n:
+            continue
+        arrays: list[pa.Array[Any] | pa.ChunkedArray[Any]] = []
+        for column_first, column_then, kind in keys:
+            column = held.column(column_first if which == _FIRST else column_then)
+            arrays.append(column if column.type == kind else column.cast(kind))
+        arrays.append(pa.array(np.full(n, which, np.int8)))
+        own = held.replace_schema_metadata(None).to_struct_array()
+        none = [_nulls(n, f.type) for f in structs]
+        arrays += [own, none[1]] if which == _FIRST else [none[0], own]
+        arrays += [_nulls(n, pa.int64()), _nulls(n, pa.int64())]
+        parts.append(pa.Table.from_arrays(arrays, schema=schema))
+    if not parts and watermark_ms is None and not seq:
+        return schema.empty_table()
+    header = [_nulls(1, kind) for _, _, kind in keys] + [pa.array([_HEADER], pa.int8())]
+    header += [_nulls(1, f.type) for f in structs]
+    header += [pa.array([watermark_ms], pa.int64()), pa.array([seq], pa.int64())]
+    parts.append(pa.Table.from_arrays(header, schema=schema))
+    return pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+
+
+def _nulls(n: int, kind: pa.DataType) -> pa.Array[Any]:
+    return pa.nulls(n, kind)  # type: ignore[call-overload,no-any-return]
+
+
+def _struct_field(name: str, held: pa.Table) -> pa.Field[Any]:
+    """The field of a kernel's state rows as a struct, its schema's metadata on the field."""
+    return pa.field(name, pa.struct(list(held.schema)), metadata=held.schema.metadata)
+
+
+def _split_row(state: pa.Table) -> tuple[pa.Table | None, pa.Table | None, int | None, int]:
+    """Both kernels' states of a chain's one-row state."""
     row = state.slice(0, 1).to_pylist()[0]
     return _load(row[CHAIN_FIRST]), _load(row[CHAIN_THEN]), row[CHAIN_WATERMARK], int(row[CHAIN_SEQ])
 
 
-def _joined(first: pa.Table, then: pa.Table, watermark_ms: int | None, seq: int) -> pa.Table:
-    """The chain's state, or an empty table when neither kernel holds a row."""
+def _joined_row(first: pa.Table, then: pa.Table, watermark_ms: int | None, seq: int) -> pa.Table:
+    """The chain's one-row state, or an empty table when neither kernel holds a row."""
     if not first.num_rows and not then.num_rows:
         return _STATE.empty_table()
     return pa.table(

@@ -74,7 +74,7 @@ import pyarrow as pa
 
 from krishiv_py.stateful._arrow import ipc_bytes, ipc_table
 from krishiv_py.stateful.key_groups import UnhashableKey, key_hash64
-from krishiv_py.stateful.protocol import NOT_DUE
+from krishiv_py.stateful.protocol import EVERY_STEP, NOT_DUE
 from krishiv_py.stateful.versioned import KHASH, Chain, VersionedBlobs, delta_blob, delta_of, without_hash
 
 if TYPE_CHECKING:
@@ -166,8 +166,11 @@ class _Run:
         self.due_sorted = due[self.order]
         self.alive = np.ones(len(khash), bool)
         self.live = len(khash)
-        # Rows due at NOT_DUE are never due; of the rest, every row of ``order[:_first]`` is dead.
-        self._first = int(np.searchsorted(self.due_sorted, NOT_DUE, "right"))
+        # Rows due at NOT_DUE are never due, nor are those due at EVERY_STEP (given to every step
+        # instead); of the rest, every row of ``order[:_first]`` is dead.
+        never = int(np.searchsorted(self.due_sorted, NOT_DUE, "right"))
+        self._first = int(np.searchsorted(self.due_sorted, EVERY_STEP, "right"))
+        self.every = self.order[never : self._first]
 
     def find(self, keys: np.ndarray) -> np.ndarray:
         """Positions of the live rows whose hash is one of ``keys`` (sorted, unique).
@@ -196,6 +199,10 @@ class _Run:
         end = int(np.searchsorted(self.due_sorted, watermark, "right"))
         rows = self.order[self._first : end]
         return self.khash[rows[self.alive[rows]]]
+
+    def every_keys(self) -> np.ndarray:
+        """The key hashes of the live rows every step is given (due at :data:`EVERY_STEP`)."""
+        return self.khash[self.every[self.alive[self.every]]]
 
     def least_due(self) -> int:
         n = len(self.order)
@@ -289,9 +296,10 @@ class KeyedState:
     # --- a step ------------------------------------------------------------------------------
 
     def take(self, batch: pa.Table, merged: pa.Table | None, watermark: int | None) -> pa.Table | None:
-        """The rows of every key of ``batch`` and ``merged`` and of every row due at ``watermark``
-        (None: none); the next :meth:`put` replaces them."""
+        """The rows of every key of ``batch`` and ``merged``, of every row due at ``watermark`` and
+        of every row due at :data:`EVERY_STEP` (None: none); the next :meth:`put` replaces them."""
         found = [self._hashes(t) for t in (batch, merged) if t is not None and t.num_rows]
+        found.extend(run.every_keys() for run in self._runs if len(run.every))
         if watermark is not None:
             found.extend(run.due_keys(watermark) for run in self._runs)
         keys = np.unique(np.concatenate(found)) if found else np.zeros(0, np.uint64)
@@ -367,7 +375,8 @@ class KeyedState:
         return (min(dues) if dues else NOT_DUE), NOT_DUE
 
     def state_rows(self) -> int:
-        return self._rows
+        """The live rows, less those every step is given (a kernel's bookkeeping, not its state)."""
+        return self._rows - sum(int(r.alive[r.every].sum()) for r in self._runs if len(r.every))
 
     def state_bytes(self) -> int:
         """The bytes the live rows' columns take in memory (each run's share of its live rows)."""

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
     from krishiv_py.stateful.kernel import StepOutput
 
-__all__ = ["NOT_DUE", "Keep", "Kernel", "Unmerged"]
+__all__ = ["EVERY_STEP", "NOT_DUE", "Keep", "Kernel", "Unmerged"]
 
 #: Which state rows a task keeps when a state moves (:meth:`Kernel.split_state`): given the
 #: state's key columns and its number of rows, a boolean mask.
@@ -51,6 +51,10 @@ Keep = Callable[[Sequence["pa.ChunkedArray[Any]"], int], "np.ndarray"]
 #: What :meth:`Kernel.next_due` answers for nothing due: far below any watermark (a window
 #: ending at 0 is due at -1, a legitimate watermark).
 NOT_DUE = -(2**62)
+#: What :meth:`Kernel.row_due` answers for a row every step must be given, though it is never
+#: due: a kernel's own bookkeeping across keys (a chain's watermark of its last step and its next
+#: arrival number), held as a row of null keys.
+EVERY_STEP = NOT_DUE + 1
 
 
 @runtime_checkable
@@ -127,7 +131,8 @@ class Kernel(Protocol):
         keys the state and the results a step over the whole state would, as long as every row due
         at the step's watermark is among them. The operator then steps only the keys a micro-batch
         touches (:mod:`krishiv_py.stateful.held_state`). None: a step may change any row (the wall
-        clock, rows of other keys), and the operator steps the whole state.
+        clock, rows of other keys), and the operator steps the whole state. A row due at
+        :data:`EVERY_STEP` is given to every step and counted in no :meth:`state_rows`.
         """
         ...
 
