@@ -263,7 +263,7 @@ class ChainKernel(Unmerged):
         first_rows, then_rows = np.flatnonzero(part == _FIRST), np.flatnonzero(part == _THEN)
         first = _part_table(state, first_rows, CHAIN_FIRST) if len(first_rows) else None
         then = _part_table(state, then_rows, CHAIN_THEN) if len(then_rows) else None
-        header = np.flatnonzero(part == _HEADER).tolist()
+        header = pa.array(np.flatnonzero(part == _HEADER), pa.int64())
         marks = [m for m in state.column(CHAIN_WATERMARK).take(header).to_pylist() if m is not None]
         seqs = [int(s) for s in state.column(CHAIN_SEQ).take(header).to_pylist() if s is not None]
         return first, then, (max(marks) if marks else None), max(seqs, default=0)
