@@ -29,6 +29,9 @@
     live key (a left row, open for an hour), each micro-batch 20,000 right
     rows of random live keys at the watermark (each pairs with its key's
     left row, and is dropped when the next micro-batch's watermark passes it).
+    ``--kernel chain``: that join and, in the same call, each key's highest
+    right row (top-N per key, Nexmark q9's shape), whose state grows with
+    the keys paired.
 
 ``python -m benchmarks.scaling state-spark --keys 10000,10000000``
     The same per-key count through Spark (an embedded session, the stateful
@@ -167,7 +170,7 @@ def state(args: argparse.Namespace) -> dict[str, Any]:
     from krishiv_py.stateful.protocol import Kernel
     from krishiv_py.stateful.versioned import VersionedBlobs
 
-    join = args.kernel == "join"
+    join = args.kernel in ("join", "chain")
     kernel: Kernel = KeyedAggKernel(
         keys=("k",),
         aggs=(
@@ -189,6 +192,13 @@ def state(args: argparse.Namespace) -> dict[str, Any]:
                 between=(0, 3_600_000),
             )
         )
+    if args.kernel == "chain":
+        from krishiv_py.stateful.chain import ChainKernel
+        from krishiv_py.stateful.keyed_topn import KeyedTopNKernel
+
+        best = KeyedTopNKernel(keys=("k",), n=1, by=("b",), columns=("k", "a", "b"), ties="first")
+        columns = (("k", pa.int64()), ("a", pa.int64()), ("b", pa.int64()))
+        kernel = ChainKernel(first=kernel, then=best, columns=columns)
     rng = np.random.default_rng(7)
     seq = 0
 
@@ -481,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--keys", default="10000,10000000")
     c.add_argument("--rows", type=int, default=20_000)
     c.add_argument("--batches", type=int, default=60)
-    c.add_argument("--kernel", choices=("count", "join"), default="count")
+    c.add_argument("--kernel", choices=("count", "join", "chain"), default="count")
     sp = sub.add_parser("state-spark")
     sp.add_argument("--keys", default="10000,10000000")
     sp.add_argument("--rows", type=int, default=20_000)

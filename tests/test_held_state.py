@@ -62,11 +62,12 @@ def _joined_window(window: Any) -> WindowKernel:
     return WindowKernel(KernelSpec(keys=("k",), window=window, aggs=(COUNT, SUM_A), allowed_lateness_ms=60))
 
 
-def _chain(then: Kernel, first: JoinKernel | None = None) -> ChainKernel:
-    """``then`` over a join's rows (its columns ``k``, ``a``, ``b``) in the same call."""
+def _chain(then: Kernel, first: JoinKernel | None = None, *, by_key_from: int = 0) -> ChainKernel:
+    """``then`` over a join's rows (its columns ``k``, ``a``, ``b``) in the same call, its state
+    held by key from ``by_key_from`` rows."""
     first = first or _join(allowed_lateness_ms=60, event_times=True)
     columns = (("k", pa.string()), ("a", pa.int64()), ("b", pa.int64()))
-    return ChainKernel(first=first, then=then, columns=columns)
+    return ChainKernel(first=first, then=then, columns=columns, by_key_from=by_key_from)
 
 
 KERNELS: dict[str, Kernel] = {
@@ -186,6 +187,21 @@ def test_a_keyed_step_equals_a_whole_step_across_restarts(
     step_whole_and_keyed(KERNELS[name], VersionedBlobs(str(tmp_path), 0), seed, batches=40)
 
 
+@pytest.mark.parametrize("name", ["keyed-ttl", "join-left-retracting", "chain-top-n"])
+def test_runs_that_copy_their_live_rows_out_at_every_merge_step_as_the_whole_state(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A merge keeps its runs' tables side by side and sorts only their hashes, unless a table
+    holds more dead rows than live ones or too many chunks: then it copies the live rows out.
+    Forced at every merge, the steps are still the whole state's."""
+    monkeypatch.setattr(held_state, "MAX_DELTAS", 4)
+    monkeypatch.setattr(held_state, "KEYED_MIN_ROWS", 0)
+    monkeypatch.setattr(held_state, "_COMPACT_DEAD", 0)
+    monkeypatch.setattr(held_state, "_MAX_CHUNKS", 1)
+    monkeypatch.setattr(held_state, "FANOUT", 2)
+    step_whole_and_keyed(KERNELS[name], VersionedBlobs(str(tmp_path), 0), 3, batches=40)
+
+
 def step_whole_and_keyed(kernel: Kernel, blobs: VersionedBlobs, seed: int, *, batches: int) -> None:
     """Step random micro-batches through ``kernel`` whole and by key (its state in ``blobs``),
     and hold both equal: results per key in order, counts, state rows, next due, final state."""
@@ -231,6 +247,36 @@ def step_whole_and_keyed(kernel: Kernel, blobs: VersionedBlobs, seed: int, *, ba
     assert isinstance(final, KeyedState)
     assert _final_rows(kernel, final.table()) == _final_rows(kernel, whole)
     assert deltas, "no micro-batch wrote a delta"
+
+
+def test_a_chain_holds_one_row_until_it_holds_by_key_from_rows_then_by_key() -> None:
+    """A small chain's state is one row (both kernels' tables); from ``by_key_from`` rows on it is
+    held by key, and stays so. Either form gives the same results and holds the same rows."""
+    then = _joined_window(TumblingWindow(size_ms=100))
+    forms = {n: _chain(then, by_key_from=n) for n in (0, 300, 10**9)}
+    states: dict[int, pa.Table | None] = dict.fromkeys(forms)
+    rng = random.Random(5)
+    keys = [f"key{i}" for i in range(200)]
+    seen, watermark, seq = [], 0, 0
+    for _ in range(30):
+        batch = _join_batch(forms[0].first, _batch(rng, keys, watermark, seq, rng.choice([5, 60])), rng, [])
+        seq += batch.num_rows
+        results = []
+        for n, kernel in forms.items():
+            states[n], out = kernel.step(states[n], batch, watermark, 0)
+            results.append(_by_key(out.results))
+        assert results[0] == results[1] == results[2]
+        rows = [_final_rows(kernel, states[n]) for n, kernel in forms.items()]
+        assert rows[0] == rows[1] == rows[2]
+        mid = states[300]
+        assert mid is not None
+        seen.append((mid.num_rows > 1, forms[300].state_rows(mid)))
+        watermark += rng.randint(0, 10)
+    assert states[10**9] is not None and states[10**9].num_rows == 1
+    assert states[0] is not None and states[0].num_rows > 1
+    by_key = [flat for flat, _ in seen]
+    assert not by_key[0] and by_key[-1] and by_key == sorted(by_key), seen  # one row, then by key
+    assert next(rows for flat, rows in seen if flat) >= 300
 
 
 def _final_rows(kernel: Kernel, state: pa.Table | None) -> list[list[str]]:

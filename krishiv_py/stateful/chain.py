@@ -102,6 +102,10 @@ class ChainKernel(Unmerged):
     between: Between | None = None
     #: Whether ``first``'s results carry ``kind`` (retractions), which ``then`` takes.
     retracting: bool = False
+    #: The rows from which a key-local chain's state is held by key, as the operator holds a
+    #: kernel's state by key from :data:`~krishiv_py.stateful.held_state.KEYED_MIN_ROWS` (one row
+    #: below: stepped whole, the two tables as they are, it costs less); once held by key it stays so.
+    by_key_from: int = 50_000
     #: Its state's key columns when it is held by key (None: one row), from the two kernels.
     by_key: KeyColumns | None = attrs.field(init=False, default=None, eq=False, repr=False)
 
@@ -137,6 +141,7 @@ class ChainKernel(Unmerged):
             self.then.split_state(then, keep) if then is not None else _EMPTY,
             watermark,
             seq,
+            by_key=_by_key_held(state),
         )
 
     def gather_states(self, states: Sequence[pa.Table]) -> pa.Table | None:
@@ -156,6 +161,7 @@ class ChainKernel(Unmerged):
             # Arrival numbers: each task counted its own; the next are above every task's (a
             # window over a changelog renumbers its live rows below their sum).
             sum(p[3] for p in held),
+            by_key=any(_by_key_held(s) for s in states),
         )
 
     @property
@@ -180,7 +186,9 @@ class ChainKernel(Unmerged):
         if after != self.first.output_watermark(before):
             then_state, fired = self.then.step(then_state, rows.slice(0, 0), after, now_ms)
             outputs.append(fired)
-        new_state = self._joined(first_state, then_state, watermark_ms, seq + rows.num_rows)
+        new_state = self._joined(
+            first_state, then_state, watermark_ms, seq + rows.num_rows, by_key=_by_key_held(state)
+        )
         results = [o.results for o in outputs]
         closed = [o.closed for o in outputs if o.closed is not None]
         return new_state, attrs.evolve(
@@ -268,9 +276,12 @@ class ChainKernel(Unmerged):
         seqs = [int(s) for s in state.column(CHAIN_SEQ).take(header).to_pylist() if s is not None]
         return first, then, (max(marks) if marks else None), max(seqs, default=0)
 
-    def _joined(self, first: pa.Table, then: pa.Table, watermark_ms: int | None, seq: int) -> pa.Table:
-        """The chain's state (by key when it is key-local, else one row)."""
-        if self.by_key is None:
+    def _joined(
+        self, first: pa.Table, then: pa.Table, watermark_ms: int | None, seq: int, *, by_key: bool
+    ) -> pa.Table:
+        """The chain's state: by key when it is key-local and its state was held by key (``by_key``)
+        or now holds :attr:`by_key_from` rows; else one row."""
+        if self.by_key is None or not (by_key or first.num_rows + then.num_rows >= self.by_key_from):
             return _joined_row(first, then, watermark_ms, seq)
         return _by_key(self.by_key, first, then, watermark_ms, seq)
 
@@ -303,6 +314,11 @@ def _key_columns(
             return None
         out.append((column, held_then[then.keys.index(key)], types[key]))
     return tuple(out)
+
+
+def _by_key_held(state: pa.Table | None) -> bool:
+    """Whether ``state`` is a chain's state by key (not its one row)."""
+    return state is not None and CHAIN_PART in state.column_names
 
 
 def _parts(state: pa.Table) -> np.ndarray:

@@ -101,6 +101,8 @@ KEYED_MIN_ROWS = 50_000
 FANOUT = 8
 #: A run whose dead rows exceed its live ones and this many is compacted.
 _COMPACT_DEAD = 65_536
+#: A merge copies a run's live rows out once its table is in more chunks than this.
+_MAX_CHUNKS = 64
 
 
 class WholeState:
@@ -153,13 +155,28 @@ def unchanged(stored: pa.Table | None, new: pa.Table) -> bool:
 
 
 class _Run:
-    """Rows sorted by key hash, with the mask of those still live and their due order."""
+    """Rows sorted by key hash, with the mask of those still live and their due order.
 
-    def __init__(self, table: pa.Table, khash: np.ndarray, due: np.ndarray, *, ordered: bool = False) -> None:
+    Positions (what :meth:`find` gives, ``khash``, ``due``, ``alive``) are in hash order; the
+    table's rows need not be: ``rows`` maps each position to its table row (None: the same), so
+    a new run or a merge of runs sorts hashes, not the rows' columns.
+    """
+
+    def __init__(
+        self,
+        table: pa.Table,
+        khash: np.ndarray,
+        due: np.ndarray,
+        *,
+        ordered: bool = False,
+        rows: np.ndarray | None = None,
+    ) -> None:
         if not ordered:
             idx = np.argsort(khash, kind="stable")
-            table, khash, due = table.take(idx), khash[idx], due[idx]
+            khash, due = khash[idx], due[idx]
+            rows = idx if rows is None else rows[idx]
         self.table = table
+        self.rows = rows
         self.khash = khash
         self.due = due
         self.order = np.argsort(due, kind="stable")
@@ -219,11 +236,27 @@ class _Run:
         self.alive[pos] = False
         self.live -= len(pos)
 
-    def live_rows(self) -> tuple[pa.Table, np.ndarray, np.ndarray]:
-        if self.live == len(self.alive):
-            return self.table, self.khash, self.due
-        keep = self.alive
-        return self.table.filter(pa.array(keep)), self.khash[keep], self.due[keep]
+    def take(self, pos: np.ndarray) -> pa.Table:
+        """The rows at positions ``pos``."""
+        return self.table.take(pos if self.rows is None else self.rows[pos])
+
+    def wasted(self) -> int:
+        """The table's rows no live position holds (dead, or left there by a merge)."""
+        return self.table.num_rows - self.live
+
+    def live_rows(self) -> tuple[pa.Table, np.ndarray, np.ndarray, np.ndarray]:
+        """The table, the table rows of the live positions, their hashes and due watermarks; the
+        live rows copied out (in hash order) when the table holds mostly others or many chunks."""
+        rows = self.rows if self.rows is not None else np.arange(len(self.khash))
+        khash, due = self.khash, self.due
+        if self.live < len(self.alive):
+            keep = self.alive
+            rows, khash, due = rows[keep], khash[keep], due[keep]
+        table = self.table
+        chunks = table.column(0).num_chunks if table.num_columns else 0
+        if self.wasted() > self.live + _COMPACT_DEAD or chunks > _MAX_CHUNKS:
+            table, rows = table.take(rows), np.arange(len(rows))
+        return table, rows, khash, due
 
 
 def _concat(tables: list[pa.Table]) -> pa.Table:
@@ -312,7 +345,7 @@ class KeyedState:
             pos = run.find(keys)
             if len(pos):
                 self._taken.append((run, pos))
-                parts.append(run.table.take(pa.array(pos)))
+                parts.append(run.take(pos))
         return _concat(parts) if parts else None
 
     def _hashes(self, rows: pa.Table) -> np.ndarray:
@@ -338,7 +371,12 @@ class KeyedState:
             self._schema = new.schema
         added = self._add(new) if new.num_rows else None
         if len(keys):
-            rows = added.table.append_column(KHASH, pa.array(added.khash)) if added is not None else None
+            rows = None
+            if added is not None:  # (the new rows as they came, each with its hash)
+                run = added
+                khash = np.empty_like(run.khash)
+                khash[run.rows if run.rows is not None else slice(None)] = run.khash
+                rows = run.table.append_column(KHASH, pa.array(khash))
             self._dirty.append((keys, rows))
         self._tidy()
 
@@ -357,16 +395,22 @@ class KeyedState:
             merged = self._merged([runs[i] for i in members])
             runs = [r for i, r in enumerate(runs) if i not in members] + [merged]
         for i, run in enumerate(runs):
-            dead = len(run.alive) - run.live
-            if dead > run.live and dead > _COMPACT_DEAD:
+            if run.wasted() > run.live + _COMPACT_DEAD:
                 runs[i] = self._merged([run])
         self._runs = runs
 
     @staticmethod
     def _merged(runs: list[_Run]) -> _Run:
+        """One run of the live rows of ``runs``: their tables side by side (no copy, unless
+        :meth:`_Run.live_rows` copies), their hashes merged."""
         parts = [r.live_rows() for r in runs]
-        table = _concat([p[0] for p in parts])
-        return _Run(table, np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts]))
+        offsets = np.cumsum([0] + [p[0].num_rows for p in parts[:-1]])
+        return _Run(
+            _concat([p[0] for p in parts]),
+            np.concatenate([p[2] for p in parts]),
+            np.concatenate([p[3] for p in parts]),
+            rows=np.concatenate([p[1] + offset for p, offset in zip(parts, offsets, strict=True)]),
+        )
 
     # --- what the operator reports and writes --------------------------------------------------
 
@@ -380,7 +424,7 @@ class KeyedState:
 
     def state_bytes(self) -> int:
         """The bytes the live rows' columns take in memory (each run's share of its live rows)."""
-        return sum(int(r.table.nbytes) * r.live // max(len(r.alive), 1) for r in self._runs)
+        return sum(int(r.table.nbytes) * r.live // max(r.table.num_rows, 1) for r in self._runs)
 
     @property
     def changed(self) -> bool:
@@ -398,6 +442,9 @@ class KeyedState:
         if not self._runs:
             return None
         run = self._runs[0]
+        if run.rows is not None or run.wasted():  # (its rows in hash order, as a snapshot holds them)
+            run = _Run(run.take(np.arange(run.live)), run.khash, run.due, ordered=True)
+            self._runs = [run]
         if not hashed:
             return run.table
         return run.table.append_column(KHASH, pa.array(run.khash, pa.uint64()))
@@ -523,8 +570,10 @@ def _keyed_of_chain(kernel: Kernel, chain: Chain) -> KeyedState | None:
 
 
 def open_table(kernel: Kernel, table: pa.Table | None, *, fresh: bool) -> WholeState | KeyedState:
-    """``table`` (state gathered from other tasks' files) held as ``kernel`` steps it."""
-    held = KeyedState.of(kernel, table, fresh=fresh)
+    """``table`` (state gathered from other tasks' files) held as ``kernel`` steps it (no rows:
+    whole, as a new state is; a kernel may hold a small state in a form it cannot be stepped by
+    key in, as a chain does)."""
+    held = KeyedState.of(kernel, table, fresh=fresh) if table is not None and table.num_rows else None
     if held is not None:
         return held
     return WholeState(kernel, without_hash(table) if table is not None else None, fresh=fresh)
