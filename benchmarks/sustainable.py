@@ -163,6 +163,8 @@ class Arrivals:
         self.first: dict[Hashable, dict[float, float]] = {}
         #: Spark's progress reports of the trial's micro-batches (a Spark runner's, read at its stop).
         self.progress: list[dict[str, Any]] = []
+        #: krishiv's stateful operator: its parts' ms per micro-batch (median), read at its stop.
+        self.operator: dict[str, float] = {}
         self._lock = threading.Lock()
 
     def add(self, windows: list[Hashable], permitted_ms: list[int], counts: list[int]) -> None:
@@ -405,7 +407,9 @@ def start_runner(
             kp.ForeachBatchSink(lambda t, _b: arrivals.add(*work.results(t))),
             lowering=runner.removeprefix("krishiv-"),  # type: ignore[arg-type]
         )
-        return _each_table(writers), _stopping(job.stop, getattr(job, "_query", None), arrivals)
+        return _each_table(writers), _stopping(
+            job.stop, getattr(job, "_query", None), arrivals, getattr(job, "_collector", None)
+        )
     if runner.startswith("krishiv-"):
         send: Callable[[Any], Any]
         if feed.kind == "files":
@@ -422,7 +426,9 @@ def start_runner(
             kp.ForeachBatchSink(lambda t, _b: arrivals.add(*work.results(t))),
             lowering=runner.removeprefix("krishiv-"),  # type: ignore[arg-type]
         )
-        return send, _stopping(job.stop, getattr(job, "_query", None), arrivals)
+        return send, _stopping(
+            job.stop, getattr(job, "_query", None), arrivals, getattr(job, "_collector", None)
+        )
     spark = session.spark
     src, write = parquet_feed("krishiv-sustain-")
 
@@ -449,12 +455,22 @@ def start_runner(
 PHASES = ("latestOffset", "walCommit", "queryPlanning", "getBatch", "addBatch", "commitOffsets")
 
 
-def _stopping(stop: Callable[[], Any], query: Any, arrivals: Arrivals) -> Callable[[], None]:
-    """``stop``, after keeping the query's last progress reports in ``arrivals`` (None: no query)."""
+def _stopping(
+    stop: Callable[[], Any], query: Any, arrivals: Arrivals, collector: Any = None
+) -> Callable[[], None]:
+    """``stop``, after keeping the query's last progress reports in ``arrivals`` (None: no query)
+    and, for krishiv's stateful operator, its parts per micro-batch (``collector``'s timings)."""
 
     def stopped() -> None:
         if query is not None:
             arrivals.progress = [json.loads(p.json) for p in query.recentProgress]
+        timings = list(getattr(collector, "timings", {}).values())
+        if timings:
+            names = sorted({k for t in timings for k in t if k != "buckets"})
+            arrivals.operator = {
+                k.removesuffix("_us"): round(statistics.median(t.get(k, 0) for t in timings) / 1000, 1)
+                for k in names
+            }
         stop()
 
     return stopped
@@ -586,6 +602,7 @@ def trial(
         else "files",
         "sustained": bool(latencies) and p99 <= budget_s and behind_s < max(tick_s * 5, 1.0) and kept >= 0.95,
         "batch_ms": batch_breakdown(arrivals.progress),
+        **({"operator_ms": arrivals.operator} if arrivals.operator else {}),
     }
 
 

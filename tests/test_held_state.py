@@ -514,11 +514,11 @@ def test_a_join_on_keyed_state_equals_the_model_and_restarts_on_its_deltas(
 
 @pytest.mark.spark
 def test_a_join_and_its_top_n_in_one_call_on_keyed_state_equal_the_model_across_a_restart(
-    session: Any, tmp_path: Path
+    session: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Through Spark, Nexmark q9's shape: each key's highest right row of its join, the earliest of
     equal ones, in the join's operator call. 120,000 left rows put each task's state above
-    KEYED_MIN_ROWS: micro-batches step only their keys (and the chain's own row of its watermark
+    KEYED_MIN_ROWS (and the chain's BY_KEY_ROWS, lowered to it here): micro-batches step only their keys (and the chain's own row of its watermark
     and arrival count), write deltas, and a restart goes on from them; a tie after the restart
     keeps the row that came first."""
     import glob
@@ -526,6 +526,9 @@ def test_a_join_and_its_top_n_in_one_call_on_keyed_state_equal_the_model_across_
 
     import krishiv_py as kp
     from krishiv_py.model.compose import ComposedModel, FilterOf, JoinOf, Source, TopNOf
+    from krishiv_py.stateful import chain
+
+    monkeypatch.setattr(chain, "BY_KEY_ROWS", held_state.KEYED_MIN_ROWS)  # (the plan carries it)
 
     checkpoint, out = str(tmp_path / "cp"), str(tmp_path / "out")
     left, to_left = session.memory_stream("k string, t bigint, a bigint", name="held_chain_left")

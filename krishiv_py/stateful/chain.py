@@ -84,6 +84,14 @@ _STATE = pa.schema(
     [pa.field(name, pa.binary()) for name in (CHAIN_FIRST, CHAIN_THEN)]
     + [pa.field(name, pa.int64()) for name in (CHAIN_WATERMARK, CHAIN_SEQ, CHAIN_ROWS)]
 )
+#: The rows from which a key-local chain's state is held by key. Below, its one row of two
+#: tables steps faster: stepped whole, the rows by key carry each kernel's columns (nulls for the
+#: other's rows) and are taken apart and put together again; a join and a top-N per key, 20,000
+#: rows a micro-batch, step in 73 ms as one row and 150 ms by key over 100,000 live keys, 251
+#: and 180 ms over 300,000, 1,226 and 213 ms over 1,000,000 (``python -m benchmarks.scaling
+#: state --kernel chain``). The operator holds it by key from
+#: :data:`~krishiv_py.stateful.held_state.KEYED_MIN_ROWS` rows on, which this is above.
+BY_KEY_ROWS = 500_000
 #: Which state a row of a chain's state by key holds (:data:`~krishiv_py.names.CHAIN_PART`).
 _FIRST, _THEN, _HEADER = 0, 1, 2
 #: Per key of a chain held by key: its column in ``first``'s state, in ``then``'s, and its type.
@@ -102,10 +110,9 @@ class ChainKernel(Unmerged):
     between: Between | None = None
     #: Whether ``first``'s results carry ``kind`` (retractions), which ``then`` takes.
     retracting: bool = False
-    #: The rows from which a key-local chain's state is held by key, as the operator holds a
-    #: kernel's state by key from :data:`~krishiv_py.stateful.held_state.KEYED_MIN_ROWS` (one row
-    #: below: stepped whole, the two tables as they are, it costs less); once held by key it stays so.
-    by_key_from: int = 50_000
+    #: The rows from which a key-local chain's state is held by key (:data:`BY_KEY_ROWS` when it
+    #: is made); once held by key it stays so.
+    by_key_from: int = attrs.field(factory=lambda: BY_KEY_ROWS)
     #: Its state's key columns when it is held by key (None: one row), from the two kernels.
     by_key: KeyColumns | None = attrs.field(init=False, default=None, eq=False, repr=False)
 
