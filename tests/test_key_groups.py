@@ -254,14 +254,17 @@ def _join(kind: str, how: str, **more: Any) -> Any:
     return SimpleNamespace(kernel=join_kernel(kind, how, **more), key_groups=16)  # what assemble_state reads
 
 
-def _chain(then_keys: tuple[str, ...] = ("k",)) -> Any:
+def _chain(then_keys: tuple[str, ...] = ("k",), *, by_key_from: int | None = None) -> Any:
+    """A left join, then a count per window in the same call (its state by key from
+    ``by_key_from`` rows; None: the chain's own threshold)."""
     from types import SimpleNamespace
 
     from krishiv_py.stateful.chain import ChainKernel
 
     first = _join("interval", "left", between=(0, 300), allowed_lateness_ms=400, event_times=True)
     then = _count_window(then_keys, allowed_lateness_ms=400)
-    kernel = ChainKernel(first=first.kernel, then=then, columns=(("k", pa.string()),))
+    more = {} if by_key_from is None else {"by_key_from": by_key_from}
+    kernel = ChainKernel(first=first.kernel, then=then, columns=(("k", pa.string()),), **more)
     return SimpleNamespace(kernel=kernel, key_groups=16)
 
 
@@ -348,6 +351,7 @@ MOVABLE = {
         "window", "full", window=_tumbling(), allowed_lateness_ms=600, accumulation="retracting"
     ),
     "chain-join-then-window": _chain(),
+    "chain-join-then-window-by-key": _chain(by_key_from=0),
     "chain-join-then-window-over-changes": _chain_over_changes(),
     "union-window-and-window-join": _union(),
     "window-over-changes": _changes(),
