@@ -438,7 +438,10 @@ def _interval(
     is_new = np.arange(table.num_rows) >= old.num_rows
     left = _is_left(table)
     ts = _int64(table.column(BATCH_TS), 0)
-    li, ri = _pairs_of(spec, table, is_new)
+    if new.num_rows:
+        li, ri = _pairs_of(spec, table, is_new)
+    else:  # (a sweep: no new row, no pair)
+        li = ri = np.zeros(0, np.int64)
     matched = _bool(table.column(MATCHED))
     padded = _bool(table.column(PADDED))
     now_matched = matched.copy()
@@ -466,9 +469,13 @@ def _interval(
         pieces.append(_padded_rows(spec, table, np.flatnonzero(sweep_pad), "emit"))
         drop = (due < spec.accept_floor_us(watermark)) | ttl
         expired = int(np.sum(ttl & ~(due < spec.accept_floor_us(watermark))))
-    state = table.set_column(table.schema.get_field_index(MATCHED), MATCHED, pa.array(now_matched))
-    state = state.set_column(state.schema.get_field_index(PADDED), PADDED, pa.array(padded | sweep_pad))
-    state = state.filter(pa.array(~drop))
+    state = table
+    if len(li):
+        state = state.set_column(state.schema.get_field_index(MATCHED), MATCHED, pa.array(now_matched))
+    if sweep_pad.any():
+        state = state.set_column(state.schema.get_field_index(PADDED), PADDED, pa.array(padded | sweep_pad))
+    if drop.any():
+        state = state.filter(pa.array(~drop))
     return state, _concat(spec, pieces), expired
 
 
