@@ -732,6 +732,30 @@ def test_read_state_gives_the_rows_with_the_pipelines_names(tmp_path: Path) -> N
         kp.read_state(str(tmp_path / "cp"), operator="1")
 
 
+def test_state_show_and_read_state_take_a_chains_state_of_one_row(tmp_path: Path) -> None:
+    """A join and the operator after it in one call keep a small state as one row of both tables
+    (the key columns its layout records come with its state by key): shown and read, without
+    key groups for that row."""
+    from krishiv_py.names import CHAIN_FIRST, CHAIN_KEY, CHAIN_ROWS
+    from krishiv_py.runtime.state_view import describe_state
+
+    _written_checkpoint(tmp_path / "cp", [f"user{i}" for i in range(10)])
+    layout = json.loads((tmp_path / "cp" / "krishiv-key-groups.json").read_text())
+    layout.update(operator="krishiv join, then in the same call a top-N", state_keys=[f"{CHAIN_KEY}0"])
+    (tmp_path / "cp" / "krishiv-key-groups.json").write_text(json.dumps(layout))
+    one_row = pa.table({CHAIN_FIRST: [b"..."], CHAIN_ROWS: pa.array([7], pa.int64())})
+    ranges = task_ranges(16, 2)
+    current = frozenset(range_name(*r) for r in ranges)
+    for lo, hi in ranges:
+        KeyGroupStore(str(tmp_path / "cp" / "krishiv-state"), lo, hi, since=0, current=current).save(
+            1, ipc_bytes(one_row)
+        )
+    [op] = describe_state(str(tmp_path / "cp"))["operators"]
+    assert (op["keys"], op["rows"], op["largest_key_groups"]) == (None, 2, [])
+    state = kp.read_state(str(tmp_path / "cp"))
+    assert state.column_names == [CHAIN_FIRST, CHAIN_ROWS] and state.num_rows == 2
+
+
 def test_a_look_inside_something_that_is_no_checkpoint_is_named(tmp_path: Path) -> None:
     from krishiv_py.cli import main
 

@@ -108,11 +108,12 @@ def _operator_tables(checkpoint: CheckpointLayout, layout: dict[str, Any]) -> li
             table = without_hash(ipc_table(piece.blob))
             size = len(piece.blob)
             if piece.groups is not None:
-                if state_keys is None:
+                if not _holds_keys(table, state_keys):
                     raise JobError(
                         f"the checkpoint {checkpoint.root} is between two layouts of tasks and does "
                         "not record its operator's keys: start the job once to finish the move"
                     )
+                assert state_keys is not None
                 owner = key_groups_of([table.column(k) for k in state_keys], groups, table.num_rows)
                 keep = np.isin(owner, np.asarray(piece.groups))
                 size = int(size * keep.mean()) if len(keep) else 0
@@ -129,7 +130,7 @@ def _named(table: pa.Table, layout: dict[str, Any]) -> pa.Table:
     renames.update({s: k for s, k in zip(state_keys, keys, strict=False) if s != k})
     names = [renames.get(c, c) for c in table.column_names]
     named = table.rename_columns(names)
-    if state_keys:
+    if state_keys and _holds_keys(table, state_keys):
         groups = key_groups_of(
             [table.column(k) for k in state_keys], int(layout["key_groups"]), table.num_rows
         )
@@ -246,13 +247,20 @@ def describe_state(checkpoint_dir: str) -> dict[str, Any]:
     }
 
 
+def _holds_keys(table: pa.Table, state_keys: Any) -> bool:
+    """Whether ``table``'s rows hold the operator's keys (a chain's small state is one row of its
+    kernels' tables, which does not)."""
+    return state_keys is not None and all(k in table.column_names for k in state_keys)
+
+
 def _krishiv_operator(tables: list[tuple[pa.Table, int]], layout: dict[str, Any]) -> dict[str, Any]:
     state_keys = layout.get("state_keys")
     rows = sum(t.num_rows for t, _ in tables)
     keys = None
     largest: list[dict[str, int]] = []
-    if state_keys is not None and tables:
-        both = pa.concat_tables([t.select(list(state_keys)) for t, _ in tables], promote_options="permissive")
+    keyed = [t for t, _ in tables if _holds_keys(t, state_keys)]
+    if state_keys is not None and keyed:
+        both = pa.concat_tables([t.select(list(state_keys)) for t in keyed], promote_options="permissive")
         keys = len(both.group_by(list(state_keys)).aggregate([])) if state_keys else int(rows > 0)
         groups = key_groups_of([both.column(k) for k in state_keys], int(layout["key_groups"]), both.num_rows)
         counts = np.bincount(groups, minlength=int(layout["key_groups"]))
