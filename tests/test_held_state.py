@@ -518,9 +518,9 @@ def test_a_join_and_its_top_n_in_one_call_on_keyed_state_equal_the_model_across_
 ) -> None:
     """Through Spark, Nexmark q9's shape: each key's highest right row of its join, the earliest of
     equal ones, in the join's operator call. 120,000 left rows put each task's state above
-    KEYED_MIN_ROWS (and the chain's BY_KEY_ROWS, lowered to it here): micro-batches step only their keys (and the chain's own row of its watermark
-    and arrival count), write deltas, and a restart goes on from them; a tie after the restart
-    keeps the row that came first."""
+    KEYED_MIN_ROWS (and the chain's BY_KEY_ROWS, lowered to it here): micro-batches step only
+    their keys (and the chain's own row of its watermark and arrival count), write deltas, and
+    a restart goes on from them; a tie after the restart keeps the row that came first."""
     import glob
     from collections import Counter
 
