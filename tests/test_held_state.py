@@ -258,8 +258,10 @@ def test_a_chain_holds_one_row_until_it_holds_by_key_from_rows_then_by_key() -> 
     rng = random.Random(5)
     keys = [f"key{i}" for i in range(200)]
     seen, watermark, seq = [], 0, 0
+    join = forms[0].first
+    assert isinstance(join, JoinKernel)
     for _ in range(30):
-        batch = _join_batch(forms[0].first, _batch(rng, keys, watermark, seq, rng.choice([5, 60])), rng, [])
+        batch = _join_batch(join, _batch(rng, keys, watermark, seq, rng.choice([5, 60])), rng, [])
         seq += batch.num_rows
         results = []
         for n, kernel in forms.items():
@@ -549,7 +551,7 @@ def test_a_join_and_its_top_n_in_one_call_on_keyed_state_equal_the_model_across_
                     keys=("k",),
                     between=(0, 5_000),
                 ),
-                lambda r: r["b"] >= 0,
+                lambda r: cast(int, r["b"]) >= 0,
             ),
             n=1,
             by=("b",),

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+import attrs
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -263,8 +264,9 @@ def _chain(then_keys: tuple[str, ...] = ("k",), *, by_key_from: int | None = Non
 
     first = _join("interval", "left", between=(0, 300), allowed_lateness_ms=400, event_times=True)
     then = _count_window(then_keys, allowed_lateness_ms=400)
-    more = {} if by_key_from is None else {"by_key_from": by_key_from}
-    kernel = ChainKernel(first=first.kernel, then=then, columns=(("k", pa.string()),), **more)
+    kernel = ChainKernel(first=first.kernel, then=then, columns=(("k", pa.string()),))
+    if by_key_from is not None:
+        kernel = attrs.evolve(kernel, by_key_from=by_key_from)
     return SimpleNamespace(kernel=kernel, key_groups=16)
 
 
