@@ -469,13 +469,9 @@ def _interval(
         pieces.append(_padded_rows(spec, table, np.flatnonzero(sweep_pad), "emit"))
         drop = (due < spec.accept_floor_us(watermark)) | ttl
         expired = int(np.sum(ttl & ~(due < spec.accept_floor_us(watermark))))
-    state = table
-    if len(li):
-        state = state.set_column(state.schema.get_field_index(MATCHED), MATCHED, pa.array(now_matched))
-    if sweep_pad.any():
-        state = state.set_column(state.schema.get_field_index(PADDED), PADDED, pa.array(padded | sweep_pad))
-    if drop.any():
-        state = state.filter(pa.array(~drop))
+    state = table.set_column(table.schema.get_field_index(MATCHED), MATCHED, pa.array(now_matched))
+    state = state.set_column(state.schema.get_field_index(PADDED), PADDED, pa.array(padded | sweep_pad))
+    state = state.filter(pa.array(~drop))
     return state, _concat(spec, pieces), expired
 
 
