@@ -103,6 +103,13 @@ KERNELS: dict[str, Kernel] = {
         KeyedTopNKernel(keys=("k",), n=1, by=("a",), columns=("k", "a", "b"), ties="first")
     ),
     "chain-wider-keys": _chain(KeyedAggKernel(keys=("k", "a"), aggs=(COUNT, MAX_B))),
+    "chain-of-a-chain": ChainKernel(  # a join, its rows counted per key, the keys' top count
+        first=_chain(KeyedAggKernel(keys=("k",), aggs=(COUNT, SUM_A))),
+        then=KeyedTopNKernel(keys=("k",), n=1, by=("s",), columns=("k", "n", "s"), retracting=True),
+        columns=(("k", pa.string()), ("n", pa.int64()), ("s", pa.int64())),
+        retracting=True,
+        by_key_from=0,
+    ),
     "over-range": OverKernel(
         keys=("k",), columns=("k", "v", "t"), frame="range", preceding=150, aggs=(COUNT, MAX),
         allowed_lateness_ms=60,
@@ -216,7 +223,9 @@ def step_whole_and_keyed(kernel: Kernel, blobs: VersionedBlobs, seed: int, *, ba
     for batch_id in range(batches):
         n = 600 if batch_id == 0 else rng.choice([0, 1, 3, 8, 25])
         batch = _batch(rng, keys, watermark or 0, seq, n)
-        join = kernel.first if isinstance(kernel, ChainKernel) else kernel
+        join = kernel
+        while isinstance(join, ChainKernel):
+            join = join.first
         if isinstance(join, JoinKernel):
             batch = _join_batch(join, batch, rng, sent)
         seq += batch.num_rows
@@ -286,7 +295,8 @@ def _final_rows(kernel: Kernel, state: pa.Table | None) -> list[list[str]]:
     if not isinstance(kernel, ChainKernel):
         return [_rows(_without_arrivals(state))]
     first, then, watermark, seq = kernel._split(state)
-    return [_rows(_without_arrivals(first)), _rows(then), [repr((watermark, seq))]]
+    inner = _final_rows(kernel.first, first) if isinstance(kernel.first, ChainKernel) else None
+    return [*(inner or [_rows(_without_arrivals(first))]), _rows(then), [repr((watermark, seq))]]
 
 
 @pytest.mark.parametrize("name", ["keyed-count", "tumbling-late-retracting"])
