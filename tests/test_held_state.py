@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -469,14 +470,11 @@ def test_a_join_on_keyed_state_equals_the_model_and_restarts_on_its_deltas(
     """Through Spark: a left interval join holding 120,000 unmatched rows (each task's state above
     KEYED_MIN_ROWS) steps only the keys a micro-batch touches, writes deltas, restarts on them,
     and pads every row once the watermark passes it: the model's rows, exactly."""
-    import glob
     from collections import Counter
 
-    import krishiv_py as kp
     from krishiv_py.model.joins import join_model_for
     from krishiv_py.plan import nodes as n
 
-    checkpoint, out = str(tmp_path / "cp"), str(tmp_path / "out")
     left, to_left = session.memory_stream("k string, t bigint, a bigint", name="held_join_left")
     right, to_right = session.memory_stream("k string, t bigint, b bigint", name="held_join_right")
     joined = (
@@ -486,13 +484,7 @@ def test_a_join_on_keyed_state_equals_the_model_and_restarts_on_its_deltas(
     )
     model = join_model_for(cast(n.Join, joined.plan))
     live = 2 * held_state.KEYED_MIN_ROWS + 20_000
-    many = pa.table(
-        {
-            "k": [f"user{i}" for i in range(live)],
-            "t": pa.array([1_000] * live, pa.int64()),
-            "a": pa.array(range(live), pa.int64()),
-        }
-    )
+    many = _left_rows(live)
     first = [
         ("left", many),
         ("right", [{"k": "user1", "t": 2_000, "b": 1}, {"k": "user2", "t": 7_000, "b": 2}]),
@@ -506,20 +498,10 @@ def test_a_join_on_keyed_state_equals_the_model_and_restarts_on_its_deltas(
         ("left", [{"k": "late", "t": 30_000, "a": -9}]),  # the watermark passes every row held
     ]
 
-    def run(steps: list[tuple[str, Any]]) -> None:
-        job = joined.start(kp.ParquetSink(out), checkpoint_dir=checkpoint, lowering="stateful")
-        try:
-            for side, rows in steps:
-                model.send(rows if isinstance(rows, list) else rows.to_pylist(), side=cast(Any, side))
-                (to_left if side == "left" else to_right).send(rows)
-                job.process_all_available()
-        finally:
-            job.stop()
+    def to_model(side: str, rows: list[dict[str, Any]]) -> None:
+        model.send(rows, side=cast(Any, side))
 
-    run(first)
-    assert glob.glob(f"{checkpoint}/krishiv-state/*/*.d*.arrow"), "no micro-batch wrote a delta"
-    run(then)
-    got = pq.read_table(out).select(list(joined.columns)).to_pylist()
+    got = _run_twice(joined, first, then, {"left": to_left, "right": to_right}, to_model, tmp_path)
     assert Counter(_plain(r) for r in got) == Counter(_plain(r) for r in model.results)
     assert sum(1 for r in got if r["b"] is None) > live - 10  # the pads came after the restart
 
@@ -533,7 +515,6 @@ def test_a_join_and_its_top_n_in_one_call_on_keyed_state_equal_the_model_across_
     KEYED_MIN_ROWS (and the chain's BY_KEY_ROWS, lowered to it here): micro-batches step only
     their keys (and the chain's own row of its watermark and arrival count), write deltas, and
     a restart goes on from them; a tie after the restart keeps the row that came first."""
-    import glob
     from collections import Counter
 
     import krishiv_py as kp
@@ -542,7 +523,6 @@ def test_a_join_and_its_top_n_in_one_call_on_keyed_state_equal_the_model_across_
 
     monkeypatch.setattr(chain, "BY_KEY_ROWS", held_state.KEYED_MIN_ROWS)  # (the plan carries it)
 
-    checkpoint, out = str(tmp_path / "cp"), str(tmp_path / "out")
     left, to_left = session.memory_stream("k string, t bigint, a bigint", name="held_chain_left")
     right, to_right = session.memory_stream("k string, t bigint, b bigint", name="held_chain_right")
     joined = (
@@ -570,13 +550,7 @@ def test_a_join_and_its_top_n_in_one_call_on_keyed_state_equal_the_model_across_
         )
     )
     live = 2 * held_state.KEYED_MIN_ROWS + 20_000
-    many = pa.table(
-        {
-            "k": [f"user{i}" for i in range(live)],
-            "t": pa.array([1_000] * live, pa.int64()),
-            "a": pa.array(range(live), pa.int64()),
-        }
-    )
+    many = _left_rows(live)
     first = [
         ("left", many),
         ("right", [{"k": f"user{i}", "t": 1_500, "b": i} for i in range(10, 60)]),  # 50 pairs first
@@ -592,23 +566,55 @@ def test_a_join_and_its_top_n_in_one_call_on_keyed_state_equal_the_model_across_
     ]
     expected: list[dict[str, Any]] = []
 
-    def run(steps: list[tuple[str, Any]]) -> None:
-        job = best.start(kp.ParquetSink(out), checkpoint_dir=checkpoint, lowering="stateful")
+    def to_model(side: str, rows: list[dict[str, Any]]) -> None:
+        expected.extend(model.send(rows, source=side))
+
+    got = _run_twice(best, first, then, {"left": to_left, "right": to_right}, to_model, tmp_path)
+    names = list(best.columns)
+    assert Counter(_plain(r) for r in got) == Counter(_plain({c: r.get(c) for c in names}) for r in expected)
+    assert sum(1 for r in got if r["k"] == "user1") == 1  # its ties never replaced the first
+
+
+def _left_rows(live: int) -> pa.Table:
+    """``live`` left rows, one per key ``user<i>``, all at 1 s."""
+    return pa.table(
+        {
+            "k": [f"user{i}" for i in range(live)],
+            "t": pa.array([1_000] * live, pa.int64()),
+            "a": pa.array(range(live), pa.int64()),
+        }
+    )
+
+
+def _run_twice(
+    pipeline: Any,
+    first: list[tuple[str, Any]],
+    then: list[tuple[str, Any]],
+    senders: dict[str, Any],
+    to_model: Callable[[str, list[dict[str, Any]]], None],
+    tmp_path: Path,
+) -> list[dict[str, Any]]:
+    """Run ``pipeline`` on the stateful lowering over the steps ``first`` (each ``(side, rows)``,
+    sent to the job and ``to_model``), check that its state wrote a delta, restart it on the
+    checkpoint over ``then``; every row it wrote."""
+    import glob
+
+    import krishiv_py as kp
+
+    checkpoint, out = str(tmp_path / "cp"), str(tmp_path / "out")
+    for steps in (first, then):
+        job = pipeline.start(kp.ParquetSink(out), checkpoint_dir=checkpoint, lowering="stateful")
         try:
             for side, rows in steps:
-                expected.extend(model.send(rows if isinstance(rows, list) else rows.to_pylist(), source=side))
-                (to_left if side == "left" else to_right).send(rows)
+                to_model(side, rows if isinstance(rows, list) else rows.to_pylist())
+                senders[side].send(rows)
                 job.process_all_available()
         finally:
             job.stop()
-
-    run(first)
-    assert glob.glob(f"{checkpoint}/krishiv-state/*/*.d*.arrow"), "no micro-batch wrote a delta"
-    run(then)
-    names = list(best.columns)
-    got = pq.read_table(out).select(names).to_pylist()
-    assert Counter(_plain(r) for r in got) == Counter(_plain({c: r.get(c) for c in names}) for r in expected)
-    assert sum(1 for r in got if r["k"] == "user1") == 1  # its ties never replaced the first
+        if steps is first:
+            assert glob.glob(f"{checkpoint}/krishiv-state/*/*.d*.arrow"), "no micro-batch wrote a delta"
+    written: list[dict[str, Any]] = pq.read_table(out).select(list(pipeline.columns)).to_pylist()
+    return written
 
 
 def _plain(row: dict[str, Any]) -> tuple[Any, ...]:
