@@ -110,8 +110,9 @@ def _operator_tables(checkpoint: CheckpointLayout, layout: dict[str, Any]) -> li
             if piece.groups is not None:
                 if not _holds_keys(table, state_keys):
                     raise JobError(
-                        f"the checkpoint {checkpoint.root} is between two layouts of tasks and does "
-                        "not record its operator's keys: start the job once to finish the move"
+                        f"the checkpoint {checkpoint.root} is between two layouts of tasks and its "
+                        "operator's state rows do not hold their keys (a checkpoint that does not "
+                        "record them, or a chain's one row): start the job once to finish the move"
                     )
                 assert state_keys is not None
                 owner = key_groups_of([table.column(k) for k in state_keys], groups, table.num_rows)

@@ -6,8 +6,8 @@ four calls (``take`` the rows a step needs, ``put`` back what it made,
 
 :class:`WholeState`
     The state as one table, all of it passed to every step: kernels whose
-    step may change any row (window and as-of joins, unions, chains,
-    processing time).
+    step may change any row (window and as-of joins, unions, a chain below
+    its threshold or of kernels not both key-local, processing time).
 :class:`KeyedState`
     For key-local kernels (:meth:`~krishiv_py.stateful.protocol.Kernel.row_due`
     gives an array): a step gets only the rows of the keys its micro-batch
