@@ -227,8 +227,8 @@ def child_connect(
             )
             print(RUNNING, flush=True)
             if steps is not None:
-                steps.feed(job)
-            elif not feed(job, sender, data):
+                steps.feed(job, on_step=_fed)
+            elif not feed(job, sender, data, on_step=_fed):
                 return 2
             with contextlib.suppress(kp.KrishivError):
                 session.stop()
@@ -244,6 +244,10 @@ def child_connect(
                 with contextlib.suppress(Exception):
                     session.stop()
             time.sleep(1.0)
+
+
+def _fed() -> None:
+    print(FED, flush=True)
 
 
 # --- the parent -----------------------------------------------------------------------
@@ -461,7 +465,9 @@ def connect_run(
 
     ``master``: the server's Spark master (a cluster's ``master_url``, or
     ``local[N]``: the server runs the tasks itself). ``target`` and ``kafka``
-    as for :func:`cluster_run`.
+    as for :func:`cluster_run`. Each restart comes a number of the job's steps
+    after the last one (drawn at random, leaving steps for the next), then up
+    to ``max_delay_s`` (at most a second) into the next step.
     """
     from krishiv_py.devtools import ConnectServer
 
@@ -477,9 +483,16 @@ def connect_run(
             child = _Child(
                 _child_cmd("connect", state_dir, server.url, seed, count, size, lowering, target, kafka)
             )
-            # Each fault only once the job runs again (the client resumed it), so that it hits the job.
+            # Each fault only once the job runs again (the client resumed it), so that it hits the job,
+            # and after a number of its steps drawn at random: a fault drawn in seconds alone can come
+            # after a fast job's end. Then up to ``max_delay_s`` into the next step.
             child.wait_for(RUNNING, 1)
-            while len(run.faults) < restarts and not child.wait(rng.uniform(2.0, max_delay_s)):
+            while len(run.faults) < restarts:
+                fed = child.count(FED)
+                room = (count - fed) // (restarts - len(run.faults) + 1)
+                child.wait_for(FED, fed + rng.randint(1, max(1, room)))
+                if child.wait(rng.uniform(0.0, min(1.0, max_delay_s))):
+                    break
                 for p in server.processes:  # the server dies: no clean shutdown
                     with contextlib.suppress(ProcessLookupError):
                         os.killpg(p.pid, signal.SIGKILL)
@@ -530,7 +543,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--batches", type=int, default=40)
     p.add_argument("--rows", type=int, default=40, help="rows per batch")
-    p.add_argument("--max-delay", type=float, default=8.0, help="most seconds between two faults")
+    p.add_argument("--max-delay", type=float, default=8.0, help="most seconds between two executor or worker faults")
     p.add_argument(
         "--sinks",
         default="parquet,duckdb,delta,postgres",

@@ -24,6 +24,7 @@ import os
 import random
 import signal
 import subprocess
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import attrs
@@ -123,11 +124,18 @@ class Target:
         return kp.ParquetSink(os.path.join(state_dir, "out"))
 
 
-def feed(job: Any, sender: Any, data: list[list[dict[str, Any]]]) -> bool:
-    """Send the batches the stream's spool does not hold yet, each processed; close; wait for the end."""
+def feed(
+    job: Any, sender: Any, data: list[list[dict[str, Any]]], on_step: Callable[[], None] | None = None
+) -> bool:
+    """Send the batches the stream's spool does not hold yet, each processed; close; wait for the end.
+
+    ``on_step``: called after each batch was processed.
+    """
     for batch in data[sender.batches_sent :]:
         sender.send(batch)
         job.process_all_available()
+        if on_step is not None:
+            on_step()
     if not sender.closed:
         sender.close()
     return bool(job.await_termination(timeout_s=300))
@@ -168,16 +176,19 @@ class KafkaSteps:
         self._producer.commit_transaction(30)
         self.produced = i + 1
 
-    def feed(self, job: Any) -> None:
+    def feed(self, job: Any, on_step: Callable[[], None] | None = None) -> None:
         """The steps not produced yet, each processed by ``job`` before the next; then stop ``job``.
 
         A job (re)started first processes what the topic already holds: a
         step produced before a crash is a micro-batch of its own.
+        ``on_step``: called after each step produced here was processed.
         """
         job.process_all_available()
         while self.produced < len(self.data):
             self.produce_next()
             job.process_all_available()
+            if on_step is not None:
+                on_step()
         job.stop()
 
 
