@@ -504,14 +504,20 @@ def _window(
     due = end <= watermark
     # A window's rows are compared with what it emitted: nothing before its first firing.
     counted_new = is_new | ~fired_before
-    groups = _group(ws, _key_ids(spec, table))
-    touched = np.zeros(table.num_rows, bool)
-    valid_group = groups >= 0
-    touched_groups = np.unique(groups[due & counted_new])
-    touched = due & (np.isin(groups, touched_groups) | (~valid_group & counted_new))
-    idx = np.flatnonzero(touched)
-    sub = table.take(pa.array(idx, pa.int64()))
-    pieces = _window_results(spec, sub, groups[idx], counted_new[idx], _is_left(sub))
+    # Only due rows are grouped: a (key, window) group is due whole or not at all, and numbering
+    # the due rows' groups by first appearance keeps the order of the whole table's numbering.
+    pieces: list[pa.Table] = []
+    at = np.flatnonzero(due)
+    if at.size:
+        rows = table.take(pa.array(at, pa.int64()))
+        groups = _group(ws[at], _key_ids(spec, rows))
+        counted = counted_new[at]
+        # The groups with a row not counted yet (index 0: the null keys'), dense from -1.
+        of_touched = np.zeros(int(groups.max(initial=-1)) + 2, bool)
+        of_touched[groups[counted] + 1] = True
+        touched = np.flatnonzero(of_touched[groups + 1] | ((groups < 0) & counted))
+        sub = rows.take(pa.array(touched, pa.int64()))
+        pieces = _window_results(spec, sub, groups[touched], counted[touched], _is_left(sub))
     ttl = _ttl_drop(spec, _int64(table.column(BATCH_TS), 0), watermark)
     evicted = watermark >= end + spec.allowed_lateness_ms
     state = table.filter(pa.array(~(evicted | ttl)))
