@@ -160,9 +160,11 @@ def fuzz(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def kernel_bench(session: nox.Session) -> None:
-    """The stateful kernel alone per window kind, rows/s and the ratio to tumbling (no Spark)."""
+    """The stateful kernel alone per window kind, rows/s and the ratio to tumbling (no Spark); then
+    q8's window join per micro-batch."""
     session.install("-e", ".")
     session.run("python", "-m", "benchmarks.kernel", *session.posargs)
+    session.run("python", "-m", "benchmarks.join_step")
 
 
 @nox.session(python=PYTHON)

@@ -1415,3 +1415,20 @@ def test_the_nexmark_command_says_why_a_trial_saw_no_result(capsys: pytest.Captu
     print_rates([{"query": "q9", **row, "p50_s": float("inf"), "p99_s": float("inf")}], 10)
     out = capsys.readouterr().out
     assert "inf" in out and "no result reached the sink" in out and "--seconds 60" in out
+
+
+def test_the_join_step_benchmark_emits_each_person_once_its_window_closed() -> None:
+    """``benchmarks.join_step``: q8's window join emits every person whose window the last
+    watermark passed, once (counted here from the same event times)."""
+    from benchmarks import join_step
+
+    rows, batches = 300, 9
+    found = join_step.measure(rows, batches)
+    rng = np.random.default_rng(1)
+    last = (batches - 1) * join_step.STEP_MS - join_step.LAG_MS
+    closed = 0
+    for i in range(batches):
+        t = i * join_step.STEP_MS + np.sort(rng.integers(0, join_step.STEP_MS, rows))
+        closed += int(np.sum((t // join_step.WINDOW_MS + 1) * join_step.WINDOW_MS <= last))
+    assert found["emitted"] == closed > 0
+    assert 0 < found["held_rows"] < 2 * rows * batches
