@@ -543,7 +543,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--batches", type=int, default=40)
     p.add_argument("--rows", type=int, default=40, help="rows per batch")
-    p.add_argument("--max-delay", type=float, default=8.0, help="most seconds between two executor or worker faults")
+    p.add_argument(
+        "--max-delay", type=float, default=8.0, help="most seconds between two executor or worker faults"
+    )
     p.add_argument(
         "--sinks",
         default="parquet,duckdb,delta,postgres",

@@ -397,3 +397,70 @@ def test_key_is_for_a_joins_rows_only() -> None:
     assert target_for("DuckDBSink", "append", pairs, "t").key == ()
     with pytest.raises(PlanError, match="key= takes column names"):
         kp.DuckDBSink("x.duckdb", "t", key=[1])
+
+
+#: One file a side per micro-batch (``(left rows, right rows)``, ``(k, t, v)`` each): disorder, a
+#: late pair that corrects a padded row, a very late row, a micro-batch of one side's rows only.
+BOTH_SIDES: list[tuple[list[tuple[str, int, int]], list[tuple[str, int, int]]]] = [
+    ([("a", 1, 1), ("e", 5, 12)], [("a", 3, 2)]),
+    ([("b", 12, 3)], [("c", 14, 4)]),  # the watermarks after it: 12 and 12 - [0, 10) is due
+    ([("a", 25, 5)], [("b", 9, 6), ("e", 8, 13), ("c", 37, 7)]),  # late: e's pair withdraws its pad
+    ([("c", 29, 8)], []),  # one side only (the lower is 29: nothing is due)
+    ([("b", 2, 9), ("d", 52, 10)], [("d", 53, 11)]),  # very late; 52 and 51: [30, 40) is due
+]
+
+
+@pytest.mark.parametrize("how", ["inner", "left"])
+def test_a_join_fires_in_the_micro_batch_whose_rows_of_both_sides_move_its_watermark(
+    session: kp.Session, tmp_path: Any, how: Any
+) -> None:
+    """Each side's watermark with a fixed lag: what the lower of the two after a micro-batch makes
+    due fires in it, without a tick micro-batch, when both sides had rows in it; the results
+    equal the model's stepped with both sides' rows of each micro-batch."""
+    import os
+
+    import pyarrow.parquet as pq
+
+    dirs = {side: tmp_path / side for side in ("left", "right")}
+    for i, step in enumerate(BOTH_SIDES):  # every file there before the job starts: one a side per batch
+        for (side, folder), rows_of in zip(dirs.items(), step, strict=True):
+            folder.mkdir(exist_ok=True)
+            value = "a" if side == "left" else "b"
+            table = pa.table(
+                {
+                    "k": pa.array([k for k, _, _ in rows_of], pa.string()),
+                    "t": pa.array([t for _, t, _ in rows_of], pa.int64()),
+                    value: pa.array([v for _, _, v in rows_of], pa.int64()),
+                }
+            )
+            pq.write_table(table, str(folder / f"{i:02d}.parquet"))
+            os.utime(folder / f"{i:02d}.parquet", (1_000_000 + i, 1_000_000 + i))
+    left = session.read_parquet(str(dirs["left"]), LEFT, streaming=True, max_files_per_trigger=1)
+    right = session.read_parquet(str(dirs["right"]), RIGHT, streaming=True, max_files_per_trigger=1)
+    joined = (
+        left.watermark("t", 0)
+        .key_by("k")
+        .tumbling_window(10)
+        .join(right.watermark("t", 2).key_by("k").tumbling_window(10), how=how)
+        .allowed_lateness(5)
+        .accumulation("retracting")
+    )
+    assert "the highest event time of each side to every bucket" in joined.explain()
+    node = joined.plan
+    assert isinstance(node, n.Join)
+    model = join_model_for(node)
+    for lefts, rights in BOTH_SIDES:
+        model.step(
+            left=[{"k": k, "t": t, "a": v} for k, t, v in lefts],
+            right=[{"k": k, "t": t, "b": v} for k, t, v in rights],
+        )
+    job = joined.start(lowering="stateful")
+    try:
+        job.process_all_available()
+        assert rows(job.results()) == model_rows(model.results)
+        # One micro-batch a file, and no tick after the last: it fired [20, 30) and [30, 40) itself.
+        assert job.metrics().batches == len(BOTH_SIDES)
+    finally:
+        job.stop()
+    assert model.metrics["very_late_events"] == 1 and model.metrics["mildly_late_events"] == 2
+    assert model.metrics["retractions"] == (1 if how == "left" else 0)

@@ -100,7 +100,7 @@ def test_packed_rows_arrive_exact_in_their_bucket() -> None:
     # Then the highest event time, to every bucket (one watermark with a fixed lag: it fires ahead).
     assert packed[1].column(0).to_pylist() == list(range(spec.buckets))
     for bucket in range(spec.buckets):
-        assert op.decode_input(spec, _frames(packed, bucket)).highest_us == 2**62
+        assert op.decode_input(spec, _frames(packed, bucket)).highest_us == (2**62,)
     for bucket in (0, 1, 3):
         got = op.decode_input(spec, _frames(packed, bucket)).rows
         mine = [i for i, b in enumerate(buckets) if b == bucket]
@@ -126,7 +126,7 @@ def test_a_map_task_packs_again_past_its_row_limit(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(op, "PACK_ROWS", 8)
     packed = list(op.pack_rows(spec, encoded.to_batches(max_chunksize=5)))
     assert len(packed) == 3  # 10 rows held, then the other 10, then the highest time of all
-    assert op.decode_input(spec, _frames(packed, 7)).highest_us == 19
+    assert op.decode_input(spec, _frames(packed, 7)).highest_us == (19,)
     got = op.decode_input(spec, _frames(packed, 1)).rows
     assert got.column(SEQ).to_pylist() == [100 + i for i in range(1, 20, 2)]
     assert op.decode_input(spec, _frames(packed, 0)).rows.num_rows == 10
@@ -384,3 +384,65 @@ def test_the_one_task_carrier_packs_and_runs_in_one_call_as_the_two_calls_do(tmp
     fired = one_call(2, _with_ticks(no_rows, [0]), 70_000)  # only a tick for bucket 0, at 70 s
     assert fired == two_calls(2, [], [0], 70_000)
     assert len(fired) == 1
+
+
+def _join_spec() -> Any:
+    """A window join whose sides have watermarks of 5 s (left) and 1 s (right)."""
+    from krishiv_py.api.stream import placeholder
+
+    left = placeholder("k string, t bigint, a bigint", "left").watermark("t", 5_000)
+    right = placeholder("k string, t bigint, b bigint", "right").watermark("t", 1_000)
+    joined = left.key_by("k").tumbling_window(10_000).join(right.key_by("k").tumbling_window(10_000))
+    recipe = joined.lower(lowering="stateful")
+    assert recipe.stateful is not None
+    return recipe.stateful.operator
+
+
+def _join_rows(spec: Any, rows: list[tuple[str, str, int]]) -> list[pa.RecordBatch]:
+    """Encoded ``(side, key, t ms)`` rows of ``spec``'s join, all in bucket 0, packed by a map task."""
+    from krishiv_py.names import JOIN_SIDE
+
+    table = pa.table(
+        {
+            JOIN_SIDE: [side for side, _, _ in rows],
+            "k": [k for _, k, _ in rows],
+            "t": pa.array([t if side == "left" else None for side, _, t in rows], pa.int64()),
+            "a": pa.array([1 if side == "left" else None for side, _, _ in rows], pa.int64()),
+            "t_right": pa.array([t if side == "right" else None for side, _, t in rows], pa.int64()),
+            "b": pa.array([2 if side == "right" else None for side, _, _ in rows], pa.int64()),
+        }
+    )
+    encoded = _encode(spec, table, [0] * len(rows), [t * 1000 for _, _, t in rows])
+    return list(op.pack_rows(spec, encoded.to_batches()))
+
+
+def test_a_join_fires_in_the_micro_batch_once_both_sides_rows_move_its_watermark(tmp_path: Any) -> None:
+    """Each map task sends the highest event time of each side; a bucket fires at the lower of the
+    two sides' ``highest - lag`` when both had rows, else in the next micro-batch as before."""
+    spec = _join_spec()
+    assert spec.fires_ahead and spec.side_fire_lags_ms == (5_000, 1_000)
+    root = str(tmp_path)
+
+    def run(batch_id: int, packed: list[pa.RecordBatch], watermark: int | None) -> list[dict[str, Any]]:
+        payload = op.run_bucket_files(
+            spec, (0,), _bucket_table(packed, 0), batch_id, lambda: (watermark, 0), root
+        )
+        out = op.decode_payloads(bytes(b) for b in payload.column("__kp_payload").to_pylist() if b)
+        return [] if out is None else out.results.to_pylist()
+
+    first = _join_rows(spec, [("left", "a", 1_000), ("right", "a", 2_000)])
+    assert op.decode_input(spec, _frames(first, 5)).highest_us == (1_000_000, 2_000_000)
+    assert run(1, first, None) == []
+    # Only the left side moves (30 s - 5 s): the right side's watermark is unknown here, nothing fires.
+    alone = _join_rows(spec, [("left", "b", 30_000)])
+    assert op.decode_input(spec, _frames(alone, 5)).highest_us == (30_000_000, None)
+    assert run(2, alone, 0) == []
+    # Both: left 30 s - 5 s, right 12 s - 1 s: the watermark after it is at least 11 s; [0, 10 s) fires.
+    both = _join_rows(spec, [("left", "c", 30_000), ("right", "c", 12_000)])
+    fired = run(3, both, 0)
+    assert [(r["k"], r["window_start"], r["a"], r["b"]) for r in fired] == [("a", 0, 1, 2)]
+    # The lower of the two: left 60 s - 5 s would close [40 s, 50 s), right 50.5 s - 1 s does not.
+    assert run(4, _join_rows(spec, [("left", "e", 41_000), ("right", "e", 42_000)]), 11_000) == []
+    assert run(5, _join_rows(spec, [("left", "f", 60_000), ("right", "f", 50_500)]), 11_000) == []
+    closed = run(6, _join_rows(spec, [("right", "g", 51_500), ("left", "g", 60_000)]), 49_500)
+    assert [(r["k"], r["window_start"] // 1000) for r in closed] == [("e", 40_000)]  # (µs)

@@ -197,6 +197,10 @@ class OperatorSpec:
     #: (:func:`fire_watermark`), not in the next one. ``None``: it fires when Spark's watermark
     #: reaches it (several sources, an automatic lag, a lag per partition).
     fire_lag_ms: int | None = None
+    #: A join whose sides each have one watermark of a fixed lag (the left's, the right's): Spark's
+    #: watermark after a micro-batch is at least the lower of ``highest - lag`` of the two sides'
+    #: rows in it, which the operator fires in that micro-batch when both sides had rows.
+    side_fire_lags_ms: tuple[int, int] | None = None
 
     @property
     def layout_dirs(self) -> frozenset[str]:
@@ -207,7 +211,15 @@ class OperatorSpec:
     def fires_ahead(self) -> bool:
         """Whether a micro-batch fires what its own rows make due (``fire_lag_ms``; with no stage
         after the operator, whose watermark is the next micro-batch's)."""
-        return self.fire_lag_ms is not None and self.then is None
+        return bool(self.fire_lags) and self.then is None
+
+    @property
+    def fire_lags(self) -> tuple[int, ...]:
+        """The lag of each source whose highest event time the map tasks send: one, or a join's two
+        sides (their rows by :data:`~krishiv_py.names.JOIN_SIDE`); none: no firing ahead."""
+        if self.fire_lag_ms is not None:
+            return (self.fire_lag_ms,)
+        return self.side_fire_lags_ms or ()
 
     @property
     def input_schema(self) -> pa.Schema:
@@ -529,27 +541,37 @@ def _step(
     return payload, handed
 
 
-def fire_watermark(spec: OperatorSpec, highest_us: int | None, watermark: int | None) -> int | None:
-    """The watermark a micro-batch leaves behind when its rows' highest event time is ``highest_us``
-    (None: the operator does not fire ahead, or no row had a time).
+def fire_watermark(
+    spec: OperatorSpec, highest_us: tuple[int | None, ...], watermark: int | None
+) -> int | None:
+    """The watermark a micro-batch leaves behind when its rows' highest event time per source
+    (:attr:`OperatorSpec.fire_lags`) is ``highest_us`` (None: the operator does not fire ahead,
+    or a source had no row with a time).
 
     Spark's own rule for one watermark operator: its highest event time in ms (µs divided by
     1,000, as Spark does) less the lag, where that is above both the watermark the micro-batch
-    ran at and 0 (Spark's watermark before any). The operator's rows are those Spark's watermark
-    operator saw, less any that a filter between them dropped: this is never above the watermark
-    Spark moves to, so what fires here fires in the next micro-batch all the same (a tick
-    fires the rest when it is higher).
+    ran at and 0 (Spark's watermark before any); for several, the lowest of theirs (Spark's
+    default policy; under ``max`` its watermark is higher still). The operator's rows are those
+    Spark's watermark operators saw, less any that a filter between them dropped, and each
+    operator's highest time is at least that of this micro-batch's rows: this is never above
+    the watermark Spark moves to, so what fires here fires in the next micro-batch all the same
+    (a tick fires the rest when it is higher).
 
     >>> spec = OperatorSpec(kernel=None, columns=(), shift_ms=0, buckets=4, fire_lag_ms=5_000)
-    >>> fire_watermark(spec, 12_000_999, 1_000), fire_watermark(spec, 5_000_000, None)
+    >>> fire_watermark(spec, (12_000_999,), 1_000), fire_watermark(spec, (5_000_000,), None)
     (7000, None)
-    >>> fire_watermark(spec, 12_000_999, 9_000), fire_watermark(spec, None, 1_000)
+    >>> fire_watermark(spec, (12_000_999,), 9_000), fire_watermark(spec, (None,), 1_000)
     (None, None)
+    >>> join = OperatorSpec(kernel=None, columns=(), shift_ms=0, buckets=4, side_fire_lags_ms=(5_000, 0))
+    >>> fire_watermark(join, (12_000_000, 4_000_000), 1_000), fire_watermark(join, (12_000_000, None), 1_000)
+    (4000, None)
     """
-    lag = spec.fire_lag_ms if spec.fires_ahead else None
-    if lag is None or highest_us is None:
+    lags = spec.fire_lags if spec.fires_ahead else ()
+    if not lags or len(highest_us) != len(lags) or any(h is None for h in highest_us):
         return None
-    spark_ms = (highest_us + spec.shift_ms * 1000) // 1000 - lag
+    spark_ms = min(
+        (cast(int, h) + spec.shift_ms * 1000) // 1000 - lag for h, lag in zip(highest_us, lags, strict=True)
+    )
     if spark_ms <= 0:
         return None
     fire = spark_ms - spec.shift_ms
@@ -792,9 +814,12 @@ def _stage_payload(
 # --- input ------------------------------------------------------------------------------------
 
 #: A packed value that holds no rows but the highest event time (µs, a little-endian int64 after
-#: this prefix) of a map task's rows: with ``fire_lag_ms``, every map task sends one to every
-#: bucket (an Arrow IPC stream never starts with these bytes).
+#: this prefix per source of :attr:`OperatorSpec.fire_lags`, :data:`NO_TIME` for none) of a map
+#: task's rows: every map task sends one to every bucket when the operator fires ahead (an Arrow
+#: IPC stream never starts with these bytes).
 HIGHEST = b"krishiv.highest:"
+#: A source without a row with a time in a :data:`HIGHEST` value.
+NO_TIME = -(2**63)
 #: A map task packs its rows once this many have arrived (and at its end): the packed
 #: values stay far below Arrow's 2 GiB per binary array.
 PACK_ROWS = 1 << 18
@@ -830,21 +855,22 @@ def pack_rows(
     held: list[pa.RecordBatch] = []
     count = 0
     known: MapWatermark | None = None
-    highest: int | None = None
+    highest: tuple[int | None, ...] = (None,) * len(spec.fire_lags) if spec.fires_ahead else ()
     for b in batches:
         if b.num_rows:
             held.append(b)
             count += b.num_rows
-            if spec.fires_ahead:
-                highest = _highest(b, highest)
+            if highest:
+                highest = _highest(spec, b, highest)
         if count >= PACK_ROWS:
             known = known or _merging(spec, merge_under)
             yield _pack(spec, held, known)
             held, count = [], 0
     if count:
         yield _pack(spec, held, known or _merging(spec, merge_under))
-    if highest is not None:  # every bucket learns the highest time: each fires what it makes due
-        marker = HIGHEST + struct.pack("<q", highest)
+    if any(h is not None for h in highest):  # every bucket learns the highest times: each fires
+        # what they make due
+        marker = HIGHEST + struct.pack(f"<{len(highest)}q", *(NO_TIME if h is None else h for h in highest))
         yield pa.RecordBatch.from_pydict(
             {
                 BUCKET: pa.array(range(spec.buckets), pa.int32()),
@@ -853,12 +879,26 @@ def pack_rows(
         )
 
 
-def _highest(batch: pa.RecordBatch, before: int | None) -> int | None:
-    """The highest event time (µs) of ``batch``'s rows and ``before``."""
-    value = pc.max(batch.column(batch.schema.get_field_index(TS_VALUE))).as_py()
-    if value is None:
-        return before
-    return int(value) if before is None else max(before, int(value))
+def _highest(
+    spec: OperatorSpec, batch: pa.RecordBatch, before: tuple[int | None, ...]
+) -> tuple[int | None, ...]:
+    """The highest event time (µs) of ``batch``'s rows per source (one, or a join's sides) and ``before``."""
+    times = batch.column(batch.schema.get_field_index(TS_VALUE))
+    if len(before) == 1:
+        values = [pc.max(times).as_py()]
+    else:
+        side = batch.column(batch.schema.get_field_index(_side_column(spec)))
+        left = np.asarray(pc.equal(side, pa.scalar("left")).fill_null(False), np.bool_)
+        values = [pc.max(times.filter(pa.array(mask))).as_py() for mask in (left, ~left)]
+    return tuple(
+        b if v is None else int(v) if b is None else max(b, int(v))
+        for v, b in zip(values, before, strict=True)
+    )
+
+
+def _side_column(spec: OperatorSpec) -> str:
+    """The packer's input column of a join's side."""
+    return next(c.value for c in spec.columns if c.name == JOIN_SIDE)
 
 
 def _merging(spec: OperatorSpec, merge_under: Callable[[], MapWatermark] | None) -> MapWatermark:
@@ -983,9 +1023,9 @@ class BucketInput:
     merged_times: tuple[np.ndarray, np.ndarray, np.ndarray] = attrs.field(
         factory=lambda: (np.zeros(0, np.int64),) * 3
     )
-    #: With ``fire_lag_ms``: the highest event time (µs) of the micro-batch's rows, from every map
-    #: task that had any (None: none).
-    highest_us: int | None = None
+    #: When the operator fires ahead: the highest event time (µs) of the micro-batch's rows per
+    #: source, from every map task that had any (None: none; empty: no map task sent any).
+    highest_us: tuple[int | None, ...] = ()
 
     @property
     def merged_rows(self) -> int:
@@ -1015,12 +1055,15 @@ def decode_blobs(spec: OperatorSpec, blobs: list[Any]) -> BucketInput:
     under: set[int | None] = set()
     delays = np.zeros(0, np.int64)
     times: list[np.ndarray] = []
-    highest: int | None = None
+    highest: tuple[int | None, ...] = ()
     for blob in blobs:
         raw = bytes(blob)
         if raw.startswith(HIGHEST):
-            value = struct.unpack_from("<q", raw, len(HIGHEST))[0]
-            highest = value if highest is None else max(highest, value)
+            sent = struct.unpack_from(f"<{(len(raw) - len(HIGHEST)) // 8}q", raw, len(HIGHEST))
+            highest = tuple(
+                b if v == NO_TIME else v if b is None else max(b, v)
+                for v, b in zip(sent, highest or (None,) * len(sent), strict=True)
+            )
             continue
         table = ipc_table(raw)
         meta = table.schema.metadata or {}

@@ -537,9 +537,15 @@ def _render_lookup(node: LookupTable, lines: list[str]) -> str:
 
 def _render_stateful(node: StatefulApply) -> str:
     what = f"<{node.operator.kernel.describe()} buckets={node.operator.buckets}>"
-    # With one watermark and a fixed lag each map task also tells every bucket its highest event
-    # time, and the operator fires what the watermark after the micro-batch makes due in it.
-    ahead = ", the highest event time to every bucket" if node.streaming and node.operator.fires_ahead else ""
+    # With one watermark of a fixed lag (a join: one a side) each map task also tells every bucket
+    # its highest event time, and the operator fires what the watermark after the micro-batch
+    # makes due in it.
+    per_side = " of each side" if node.operator.side_fire_lags_ms is not None else ""
+    ahead = (
+        f", the highest event time{per_side} to every bucket"
+        if node.streaming and node.operator.fires_ahead
+        else ""
+    )
     packed = f".mapInArrow(<pack rows per key bucket{ahead}>, '{PACKED_DDL}')"
     then = node.operator.then
     ddl = OUTPUT_DDL if then is None else ROUTED_DDL

@@ -405,8 +405,15 @@ def join_spec(node: n.Join, *, shift_ms: int) -> Any:
     auto = _auto_lag(node)
     if auto is not None:  # each row's source: the driver chooses each side's lag from its own rows
         columns += (InputColumn(name=AUTO_SOURCE, type=pa.int32(), index=len(columns)),)
+    # Each side with one watermark of a fixed lag: the micro-batch fires what it makes due.
+    lags = (_fire_lag(node.left), _fire_lag(node.right))
     return OperatorSpec(
-        kernel=JoinKernel(kernel), columns=columns, shift_ms=shift_ms, buckets=BUCKETS, auto=auto
+        kernel=JoinKernel(kernel),
+        columns=columns,
+        shift_ms=shift_ms,
+        buckets=BUCKETS,
+        auto=auto,
+        side_fire_lags_ms=None if None in lags else cast("tuple[int, int]", lags),
     )
 
 
