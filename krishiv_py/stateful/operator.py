@@ -209,7 +209,7 @@ class OperatorSpec:
 
     @property
     def fires_ahead(self) -> bool:
-        """Whether a micro-batch fires what its own rows make due (``fire_lag_ms``; with no stage
+        """Whether a micro-batch fires what its own rows make due (:attr:`fire_lags`; with no stage
         after the operator, whose watermark is the next micro-batch's)."""
         return bool(self.fire_lags) and self.then is None
 
@@ -890,10 +890,13 @@ def _highest(
         side = batch.column(batch.schema.get_field_index(_side_column(spec)))
         left = np.asarray(pc.equal(side, pa.scalar("left")).fill_null(False), np.bool_)
         values = [pc.max(times.filter(pa.array(mask))).as_py() for mask in (left, ~left)]
-    return tuple(
-        b if v is None else int(v) if b is None else max(b, int(v))
-        for v, b in zip(values, before, strict=True)
-    )
+    return _higher(before, [None if v is None else int(v) for v in values])
+
+
+def _higher(before: tuple[int | None, ...], values: Iterable[int | None]) -> tuple[int | None, ...]:
+    """Per source, the higher of ``before`` and ``values`` (None: no time yet)."""
+    pairs = zip(values, before, strict=True)
+    return tuple(b if v is None else v if b is None else max(b, v) for v, b in pairs)
 
 
 def _side_column(spec: OperatorSpec) -> str:
@@ -1060,10 +1063,7 @@ def decode_blobs(spec: OperatorSpec, blobs: list[Any]) -> BucketInput:
         raw = bytes(blob)
         if raw.startswith(HIGHEST):
             sent = struct.unpack_from(f"<{(len(raw) - len(HIGHEST)) // 8}q", raw, len(HIGHEST))
-            highest = tuple(
-                b if v == NO_TIME else v if b is None else max(b, v)
-                for v, b in zip(sent, highest or (None,) * len(sent), strict=True)
-            )
+            highest = _higher(highest or (None,) * len(sent), (None if v == NO_TIME else v for v in sent))
             continue
         table = ipc_table(raw)
         meta = table.schema.metadata or {}
