@@ -23,6 +23,8 @@ Examples
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 __all__ = [
     "LOOKUP_FOUND",
     "LOOKUP_KEY",
@@ -50,6 +52,7 @@ __all__ = [
     "keyed_output",
     "keyed_special",
     "keyed_values",
+    "late_names",
     "ACTIVE",
     "ARITH_METRIC_PREFIX",
     "ARITH_SUMS_OBSERVATION",
@@ -68,6 +71,8 @@ __all__ = [
     "JOIN_LEFT_TIME",
     "JOIN_RIGHT_TIME",
     "JOIN_SIDE",
+    "LATE_CLASS",
+    "LATE_WM",
     "INVALID",
     "KAFKA_COLUMNS",
     "KAFKA_CORRUPT",
@@ -245,6 +250,38 @@ def encoded_value(i: int) -> str:
 JOIN_SIDE = "__kp_side"
 #: A union's input rows: which branch (0, 1, ...) a row comes from.
 BRANCH = "__kp_branch"
+#: A late row's classification (``"invalid"``, ``"very_late"``) and the watermark it met, as the
+#: operator sends them to the driver (the handler sees them as ``classification``, ``watermark_ms``).
+LATE_CLASS, LATE_WM = "__kp_late_class", "__kp_late_wm"
+#: The late-event table's own columns, by the name they travel under.
+_LATE_MARKS = {JOIN_SIDE: "side", BRANCH: "branch", LATE_CLASS: "classification", LATE_WM: "watermark_ms"}
+
+
+def late_names(names: Sequence[str]) -> dict[str, str]:
+    """Each column of late rows (``names``, as they travel) by its name in the late-event table.
+
+    The table's own columns (``side``, ``branch``, ``classification``, ``watermark_ms``) keep
+    their names; an input column named as one of them gets ``_input`` added (again while the
+    name is taken), so a row's value is never overwritten or doubled.
+
+    >>> names = late_names(["k", "side", "__kp_side", "__kp_late_class", "__kp_late_wm"])
+    >>> list(names.values())
+    ['k', 'side_input', 'side', 'classification', 'watermark_ms']
+    """
+    marks = {_LATE_MARKS[n] for n in names if n in _LATE_MARKS}
+    taken = marks | {n for n in names if n not in _LATE_MARKS}
+    out = {}
+    for name in names:
+        if name in _LATE_MARKS:
+            out[name] = _LATE_MARKS[name]
+            continue
+        public = name
+        while public in marks or (public != name and public in taken):
+            public += "_input"
+        out[name] = public
+    return out
+
+
 #: With an automatic lag on several watermarked sources (a union of sources, a Kafka topic with a
 #: watermark per partition): which source a row comes from, its index in the job's watermarks.
 AUTO_SOURCE = "__kp_src"

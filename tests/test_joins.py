@@ -209,8 +209,9 @@ def test_a_window_join_collect_reads_what_was_sent_so_far(session: kp.Session) -
     assert got == [("a", 1, 0)]  # [0, 10) holds both; [-5, 5) has no right row; b has none
 
 
-def test_very_late_rows_of_both_sides_reach_the_handler_with_their_side(session: kp.Session) -> None:
-    left, right, ls, rs = streams(session)
+def _as_of_kept(left: Any, right: Any) -> tuple[Any, list[pa.Table]]:
+    """An as-of join of ``left`` and ``right`` on ``k`` (times ``t``, no lag), and the list its
+    late-event handler adds every table it gets to."""
     seen: list[pa.Table] = []
 
     class Keep:
@@ -223,6 +224,12 @@ def test_very_late_rows_of_both_sides_reach_the_handler_with_their_side(session:
         .as_of_join(right.watermark("t", 0).key_by("k"))
         .with_late_event_handler(Keep())
     )
+    return joined, seen
+
+
+def test_very_late_rows_of_both_sides_reach_the_handler_with_their_side(session: kp.Session) -> None:
+    left, right, ls, rs = streams(session)
+    joined, seen = _as_of_kept(left, right)
     job = joined.start()
     try:
         ls.send([{"k": "a", "t": 100, "a": 1}])
@@ -239,6 +246,43 @@ def test_very_late_rows_of_both_sides_reach_the_handler_with_their_side(session:
     )
     assert got == [("left", "very_late", 5), ("right", "invalid", None), ("right", "very_late", 6)]
     assert job.metrics().very_late_events == 2
+
+
+def test_an_input_column_named_side_reaches_the_handler_beside_the_rows_side(session: kp.Session) -> None:
+    """A trade's ``side`` column (buy, sell) is listed as ``side_input`` beside the late row's
+    ``side`` (left, right), as the model lists it; the job goes on."""
+    tag = uuid.uuid4().hex[:6]
+    left, ls = session.memory_stream("k string, t bigint, side string", name=f"trades_{tag}")
+    right, rs = session.memory_stream("k string, t bigint, side string", name=f"quotes_{tag}")
+    joined, seen = _as_of_kept(left, right)
+    steps = [
+        ([{"k": "a", "t": 100, "side": "buy"}], [{"k": "a", "t": 90, "side": "bid"}]),
+        ([{"k": "a", "t": 5, "side": "sell"}], [{"k": "a", "t": 6, "side": "ask"}]),
+        ([{"k": "a", "t": 200, "side": "buy"}], [{"k": "a", "t": 150, "side": "ask"}]),
+    ]
+    node = joined.plan
+    assert isinstance(node, n.Join)
+    model = join_model_for(node)
+    job = joined.start()
+    try:
+        for lefts, rights in steps:
+            model.step(left=lefts, right=rights)
+            ls.send(lefts)
+            rs.send(rights)
+            job.process_all_available()
+        results = job.results()
+    finally:
+        job.stop()
+    late = pa.concat_tables(seen)
+    assert late.column_names[:1] == ["side"] and "side_input" in late.column_names
+    listed = [{k: v for k, v in r.items() if v is not None} for r in late.to_pylist()]
+    want = [{k: v for k, v in r.items() if v is not None} for r in model.late_events]
+    assert sorted(listed, key=repr) == sorted(want, key=repr)
+    assert {(r["side"], r["side_input"] if r["side"] == "left" else r["side_right"]) for r in listed} == {
+        ("left", "sell"),
+        ("right", "ask"),
+    }
+    assert rows(results) == model_rows(model.results) and results.num_rows == 1  # (t=100; 200 waits)
 
 
 def test_explain_shows_the_join_and_why_it_runs_on_the_stateful_lowering(session: kp.Session) -> None:

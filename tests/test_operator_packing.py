@@ -19,7 +19,9 @@ import pyarrow.compute as pc
 import pytest
 
 import krishiv_py as kp
+from krishiv_py.model.steps import reference_model_for
 from krishiv_py.names import BATCH_TS, BUCKET, PACKED, SEQ, TS_VALUE
+from krishiv_py.runtime.output import conformed_late
 from krishiv_py.stateful import operator as op
 from krishiv_py.testing.steps import _placeholder
 
@@ -279,11 +281,49 @@ def test_an_operator_that_reads_no_input_column_still_reports_its_late_rows() ->
     assert spec.columns == ()
     batch = pa.table({BATCH_TS: pa.array([None, 5_000], pa.int64()), SEQ: pa.array([0, 1], pa.int64())})
     _, out = spec.kernel.step(None, batch, 20, 0)
-    late = op._late_rows(spec, batch, out, 20)
+    late = conformed_late(op._late_rows(spec, batch, out, 20), spec.late_layout)
     assert late.to_pylist() == [
         {"classification": "invalid", "watermark_ms": 20},
         {"classification": "very_late", "watermark_ms": 20},
     ]
+
+
+def test_an_input_column_named_as_a_late_table_column_is_listed_beside_it() -> None:
+    """A window's input column ``classification`` reaches the handler as ``classification_input``
+    (the row's own value) beside the classification, as the model lists it."""
+    schema = "k string, t bigint, classification string, classification_input string"
+    stream = _placeholder(schema).watermark("t", 0).key_by("k").tumbling_window(10)
+    recipe = (
+        stream.with_late_event_handler(kp.CountingLateEventHandler())
+        .agg(kp.count(kp.col("t")).alias("n"))
+        .lower(lowering="stateful")
+    )
+    assert recipe.stateful is not None
+    spec = recipe.stateful.operator
+    row = {"k": "a", "t": 5, "classification": "mine", "classification_input": "also mine"}
+    batch = pa.table(
+        {
+            **{c.name: pa.array([row[c.name]], c.type) for c in spec.row_columns},
+            BATCH_TS: pa.array([5_000], pa.int64()),
+            SEQ: pa.array([0], pa.int64()),
+        }
+    )
+    _, out = spec.kernel.step(None, batch, 20, 0)
+    late = conformed_late(op._late_rows(spec, batch, out, 20), spec.late_layout)
+    assert late.schema == spec.handed_late_schema
+    listed = {
+        "k": "a",
+        "t": 5,
+        "classification_input_input": "mine",  # (its first new name is an input column's)
+        "classification_input": "also mine",
+        "classification": "very_late",
+        "watermark_ms": 20,
+    }
+    assert late.to_pylist() == [listed]
+    model = reference_model_for(stream.agg(kp.count(kp.col("t")).alias("n")).plan)
+    model.send([{"k": "a", "t": 100, "classification": "x", "classification_input": "y"}])
+    model.send([row])
+    assert model.late_events == [{**listed, "watermark_ms": 100}]
 
 
 # --- firing in the micro-batch that moves the watermark (the glue, without Spark) -------------

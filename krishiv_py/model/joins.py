@@ -145,7 +145,7 @@ import attrs
 
 from krishiv_py.errors import PlanError
 from krishiv_py.model.auto_lag import AutoLagTracker
-from krishiv_py.model.reference import event_time_us
+from krishiv_py.model.reference import event_time_us, late_event
 from krishiv_py.plan.nodes import KIND_COLUMN, Join, PlanNode, schema_of, watermarks_of
 from krishiv_py.plan.watermarks import END_OF_TIME_MS, AutoLag
 from krishiv_py.plan.windows import SlidingWindow, TumblingWindow
@@ -406,14 +406,13 @@ class JoinModel:
     def _late_event(self, side: Side, row: Row, classification: str, w_ms: int | None) -> None:
         """List an invalid or very late row as a joined row of its side alone."""
         self._counts[f"{classification}_events"] += 1
-        body: Result = {"side": side}
-        for name, own in zip(self._keys, self._side_keys[side], strict=True):
-            body[name] = row.get(own)
+        keys = zip(self._keys, self._side_keys[side], strict=True)
+        body: Result = {name: row.get(own) for name, own in keys}
         if side == "left":
             body.update((name, row.get(name)) for name in self._left_rest)
         else:
             body.update((out_name, row.get(name)) for name, out_name in self._right_rest)
-        self._late.append({**body, "classification": classification, "watermark_ms": w_ms})
+        self._late.append(late_event(body, classification, w_ms, side))
 
     # --- watermarks and the sweep ------------------------------------------------------
 

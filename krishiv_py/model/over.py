@@ -48,7 +48,7 @@ from typing import Any, Literal
 import attrs
 
 from krishiv_py.errors import PlanError
-from krishiv_py.model.reference import END_OF_TIME_MS, AggSpec, aggregate_rows, event_time_us
+from krishiv_py.model.reference import END_OF_TIME_MS, AggSpec, aggregate_rows, event_time_us, late_event
 
 __all__ = ["OverModel", "OverSteps"]
 
@@ -153,11 +153,11 @@ class OverModel:
         w = self.watermark_ms
         if ts is None:
             self.invalid += 1
-            self.late_events.append({**row, "classification": "invalid", "watermark_ms": w})
+            self.late_events.append(late_event(row, "invalid", w))
             return []
         if w is not None and ts < (w - self.allowed_lateness_ms) * 1000:
             self.very_late += 1
-            self.late_events.append({**row, "classification": "very_late", "watermark_ms": w})
+            self.late_events.append(late_event(row, "very_late", w))
             return []
         key = tuple(row.get(k) for k in self.keys)
         held = self._held.setdefault(key, [])

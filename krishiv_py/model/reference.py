@@ -162,6 +162,7 @@ __all__ = [
     "StateWindow",
     "aggregate_rows",
     "event_time_us",
+    "late_event",
 ]
 
 FUTURE_TOLERANCE_MS = DEFAULT_FUTURE_TOLERANCE_MS
@@ -973,7 +974,7 @@ class ReferenceModel:
 
     def _late(self, row: Row, classification: LateClass, w_ms: int | None) -> None:
         self._counts[f"{classification}_events"] += 1
-        self._late_events.append({**row, "classification": classification, "watermark_ms": w_ms})
+        self._late_events.append(late_event(row, classification, w_ms))
 
     def _record(
         self, row: Row, source: str, ts_us: int | None, classification: Classification, w_ms: int | None
@@ -1229,6 +1230,22 @@ def _check_output_names(keys: tuple[str, ...], aggregates: tuple[AggSpec, ...], 
 
 def _emit_order(pane: _Pane) -> tuple[int, int, tuple[tuple[bool, object], ...]]:
     return (pane.end_us, pane.start_us, tuple((v is not None, v) for v in pane.key))
+
+
+def late_event(row: Row, classification: str, w_ms: int | None, side: str | None = None) -> Result:
+    """A row as the late-event table lists it (SPEC 3.8): its columns, ``side`` (a join's),
+    ``classification`` and ``watermark_ms``; a column of the row named as one of those three
+    is listed with ``_input`` added (again while taken), never overwritten."""
+    own = {"classification": classification, "watermark_ms": w_ms}
+    if side is not None:
+        own["side"] = side
+    out: Result = {}
+    for name, value in row.items():
+        listed = name
+        while listed in own or (listed != name and listed in row):
+            listed += "_input"
+        out[listed] = value
+    return {**out, **own}
 
 
 def event_time_us(value: object) -> int | None:

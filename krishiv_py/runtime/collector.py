@@ -36,7 +36,7 @@ import numpy as np
 from krishiv_py.checkpoint import read_json, write_json
 from krishiv_py.metrics import JobMetrics
 from krishiv_py.names import PANE, PAYLOAD
-from krishiv_py.runtime.output import conformed_late, deliver, late_schema
+from krishiv_py.runtime.output import conformed_late, deliver
 from krishiv_py.runtime.quarantine import Quarantine, guarded
 from krishiv_py.runtime.stages import Stages
 
@@ -104,7 +104,7 @@ class BatchCollector:
         self._window_schema = self._stages.input_schema.to_arrow()
         self._writer = writer
         self._late_writer = late_writer
-        self._late_schema = late_schema(recipe) if recipe.stateful is not None else None
+        self._late_layout = recipe.stateful.operator.late_layout if recipe.stateful is not None else None
         self._quarantine = quarantine
         self._handler = recipe.late_handler
         self._keys = list(recipe.stateful.operator.kernel.keys) if recipe.stateful is not None else []
@@ -253,8 +253,8 @@ class BatchCollector:
 
     def _hand_late(self, late: pa.Table, batch_id: int) -> None:
         handler, writer = self._handler, self._late_writer
-        if self._late_schema is not None:  # one layout, whichever operator or stage the rows met
-            late = conformed_late(late, self._late_schema)
+        if self._late_layout is not None:  # one layout, whichever operator or stage the rows met
+            late = conformed_late(late, self._late_layout)
         if writer is not None:
             call = functools.partial(writer.write, late, batch_id)
         elif handler is not None:

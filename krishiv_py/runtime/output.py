@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from krishiv_py.late import CLASSIFICATION_COLUMN, WATERMARK_COLUMN
 from krishiv_py.runtime.quarantine import Quarantine, guarded
 from krishiv_py.sinks import Sink, SinkContext, SinkWriter, user_code
 from krishiv_py.types import Schema
@@ -73,33 +72,26 @@ def open_writers(
 
 def late_schema(recipe: SparkRecipe) -> pa.Schema:
     """The rows a late-event handler receives: the operator's input columns, classification, watermark."""
-    import pyarrow as pa
-
     assert recipe.stateful is not None, "late events come from the stateful lowering"
-    return pa.schema(
-        [
-            *recipe.stateful.operator.handed_late_schema,
-            pa.field(CLASSIFICATION_COLUMN, pa.string()),
-            pa.field(WATERMARK_COLUMN, pa.int64()),
-        ]
-    )
+    schema: pa.Schema = recipe.stateful.operator.handed_late_schema
+    return schema
 
 
-def conformed_late(late: pa.Table, schema: pa.Schema) -> pa.Table:
-    """``late`` with the columns of ``schema`` in its order: a column it lacks as nulls.
+def conformed_late(late: pa.Table, layout: tuple[tuple[str, pa.Field[Any]], ...]) -> pa.Table:
+    """``late`` as the operator sent it, in the late-event table's columns (``layout``: each
+    column's name as sent, and its field in the table): a column it lacks as nulls.
 
     A job with a join stage has late rows of two layouts (the operator's
     input, the stage's other side): the handler always gets one.
     """
     import pyarrow as pa
 
-    if late.schema.equals(schema):
-        return late
+    have = set(late.column_names)
     columns = [
-        late.column(f.name).cast(f.type) if f.name in late.column_names else pa.nulls(late.num_rows, f.type)
-        for f in schema
+        late.column(sent).cast(f.type) if sent in have else pa.nulls(late.num_rows, f.type)
+        for sent, f in layout
     ]
-    return pa.table(columns, schema=schema)
+    return pa.table(columns, schema=pa.schema([f for _, f in layout]))
 
 
 def deliver(writer: SinkWriter, table: pa.Table, batch_id: int, quarantine: Quarantine | None) -> None:

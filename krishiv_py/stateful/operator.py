@@ -58,9 +58,10 @@ from krishiv_py.errors import JobError
 from krishiv_py.names import (
     AUTO_SOURCE,
     BATCH_TS,
-    BRANCH,
     BUCKET,
     JOIN_SIDE,
+    LATE_CLASS,
+    LATE_WM,
     PACKED,
     PAYLOAD,
     ROUTE,
@@ -68,6 +69,7 @@ from krishiv_py.names import (
     TICK,
     TS_VALUE,
     encoded_value,
+    late_names,
 )
 from krishiv_py.plan.watermarks import AutoLag
 from krishiv_py.stateful import kernel, stage
@@ -102,7 +104,6 @@ __all__ = [
     "run_stage",
 ]
 
-CLASSIFICATION, WATERMARK = "classification", "watermark_ms"
 #: The statistics column of a bucket's delay histogram (with ``profile_lag_ms``).
 DELAY_COUNTS = "delay_counts"
 #: With an automatic lag, the statistics columns of a bucket's event times (ms): per source (its
@@ -241,26 +242,30 @@ class OperatorSpec:
         return tuple(c for c in self.columns if c.name != AUTO_SOURCE)
 
     @property
-    def late_schema(self) -> pa.Schema:
-        """The input columns as a late-event handler sees them (a join's side as ``side``)."""
-        return pa.schema([pa.field(_late_name(c.name), c.type) for c in self.row_columns])
+    def sent_late_schema(self) -> pa.Schema:
+        """The operator's late rows as it sends them: its input columns (a join's side, a union's
+        branch under their hidden names), the classification and the watermark they met."""
+        fields = [pa.field(c.name, c.type) for c in self.row_columns]
+        return pa.schema([*fields, pa.field(LATE_CLASS, pa.string()), pa.field(LATE_WM, pa.int64())])
+
+    @property
+    def late_layout(self) -> tuple[tuple[str, pa.Field[Any]], ...]:
+        """Every late row's columns, the operator's input's then a join stage's other side's (a
+        column of both once): each as it is sent, and as the late-event table has it
+        (:func:`~krishiv_py.names.late_names`). Each late row has those it comes with, the
+        others null."""
+        fields = {f.name: f.type for f in self.sent_late_schema if f.name not in (LATE_CLASS, LATE_WM)}
+        for level in stage.levels(self.then):  # every join stage's other side
+            for name, kind, _ in level.side_input:
+                fields.setdefault(name, kind)
+        fields[LATE_CLASS], fields[LATE_WM] = pa.string(), pa.int64()
+        public = late_names(list(fields))
+        return tuple((name, pa.field(public[name], kind)) for name, kind in fields.items())
 
     @property
     def handed_late_schema(self) -> pa.Schema:
-        """Every late row's columns, the operator's input's then a join stage's other side's
-        (a column of both once): each late row has those it comes with, the others null."""
-        fields = list(self.late_schema)
-        names = {f.name for f in fields}
-        for level in stage.levels(self.then):  # every join stage's other side
-            for name, kind, _ in level.side_input:
-                if _late_name(name) not in names:
-                    fields.append(pa.field(_late_name(name), kind))
-                    names.add(_late_name(name))
-        return pa.schema(fields)
-
-
-def _late_name(name: str) -> str:
-    return "side" if name == JOIN_SIDE else "branch" if name == BRANCH else name
+        """The late-event table a handler gets (SPEC 3.8): :attr:`late_layout`'s public names."""
+        return pa.schema([field for _, field in self.late_layout])
 
 
 # --- the Spark entry points -----------------------------------------------------------
@@ -1295,15 +1300,12 @@ def _late_rows(
         if len(idx):
             # Column by column: without a late-event handler the operator may read no input column.
             take = pa.array(idx)
-            cols: dict[str, pa.Array[Any]] = {
-                _late_name(c): batch.column(c).combine_chunks().take(take) for c in names
-            }
-            cols[CLASSIFICATION] = pa.array([label] * len(idx), pa.string())
-            cols[WATERMARK] = pa.array([watermark] * len(idx), pa.int64())
+            cols: dict[str, pa.Array[Any]] = {c: batch.column(c).combine_chunks().take(take) for c in names}
+            cols[LATE_CLASS] = pa.array([label] * len(idx), pa.string())
+            cols[LATE_WM] = pa.array([watermark] * len(idx), pa.int64())
             pieces.append(pa.table(cols))
     if not pieces:
-        fields = [*spec.late_schema, pa.field(CLASSIFICATION, pa.string()), pa.field(WATERMARK, pa.int64())]
-        return pa.schema(fields).empty_table()
+        return spec.sent_late_schema.empty_table()
     return pa.concat_tables(pieces)
 
 

@@ -52,7 +52,7 @@ import attrs
 import numpy as np
 import pyarrow as pa
 
-from krishiv_py.names import BATCH_TS, BRANCH, JOIN_SIDE, RESULT_KIND, SEQ, TS_VALUE
+from krishiv_py.names import BATCH_TS, BRANCH, JOIN_SIDE, LATE_CLASS, LATE_WM, RESULT_KIND, SEQ, TS_VALUE
 from krishiv_py.plan.watermarks import END_OF_TIME_MS
 from krishiv_py.stateful._arrow import framed, ipc_bytes, ipc_table, unframed
 from krishiv_py.stateful.between import Between, handed_rows
@@ -533,16 +533,12 @@ def _late(side: pa.Table, out: StepOutput, watermark: int | None) -> pa.Table:
     for label, idx in (("invalid", out.invalid), ("very_late", out.very_late)):
         if len(idx):
             take = pa.array(idx)
-            cols: dict[str, Any] = {
-                ("side" if c == JOIN_SIDE else c): side.column(c).take(take) for c in names
-            }
-            cols["classification"] = pa.array([label] * len(idx), pa.string())
-            cols["watermark_ms"] = pa.array([watermark] * len(idx), pa.int64())
+            cols: dict[str, Any] = {c: side.column(c).take(take) for c in names}
+            cols[LATE_CLASS] = pa.array([label] * len(idx), pa.string())
+            cols[LATE_WM] = pa.array([watermark] * len(idx), pa.int64())
             pieces.append(pa.table(cols))
-    if not pieces:
-        return pa.table(
-            {"classification": pa.array([], pa.string()), "watermark_ms": pa.array([], pa.int64())}
-        )
+    if not pieces:  # (as the operator sends them: see OperatorSpec.late_layout)
+        return pa.table({LATE_CLASS: pa.array([], pa.string()), LATE_WM: pa.array([], pa.int64())})
     return pa.concat_tables(pieces)
 
 

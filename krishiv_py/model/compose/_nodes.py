@@ -45,6 +45,7 @@ from krishiv_py.model.reference import (
     _canonical,
     _Entry,
     event_time_us,
+    late_event,
 )
 from krishiv_py.plan.nodes import KIND_COLUMN
 from krishiv_py.plan.watermarks import END_OF_TIME_MS
@@ -217,7 +218,7 @@ class SourceNode(Node):
             if ts_ms is not None:
                 out.append(Change(dict(row), "emit", ts_ms, raw=True))
             elif self.listed:
-                self.late.append({**row, "classification": "invalid", "watermark_ms": self.wm})
+                self.late.append(late_event(row, "invalid", self.wm))
         if out:
             top = max(c.ts_ms for c in out) - self.source.lag_ms
             self.wm = top if self.wm is None else max(self.wm, top)
@@ -303,7 +304,7 @@ class WindowNode(Node):
                 w = self.seen
                 windows = tuple(x for x in self._assign(change.ts_ms) if w is None or w < x[1] + lateness)
                 if not windows:
-                    self.late.append({**change.row, "classification": "very_late", "watermark_ms": w})
+                    self.late.append(late_event(change.row, "very_late", w))
                     continue
             self.held.append(self.hold(change, windows))
         self.seen = self.wm = self.in_wm()
@@ -383,14 +384,13 @@ class JoinNode(Node):
             return ()
         # listed as the JoinModel lists it: the side, the keys, the side's other columns
         layout, row = self.layout, change.row
-        body: Result = {"side": side}
         own_keys = layout.left_keys if side == "left" else layout.right_keys
-        body.update((name, row.get(own)) for name, own in zip(layout.left_keys, own_keys, strict=True))
+        body: Result = {name: row.get(own) for name, own in zip(layout.left_keys, own_keys, strict=True)}
         if side == "left":
             body.update((name, row.get(name)) for name in layout.left_rest)
         else:
             body.update((out_name, row.get(name)) for name, out_name in layout.right_rest)
-        self.late.append({**body, "classification": "very_late", "watermark_ms": w})
+        self.late.append(late_event(body, "very_late", w, side))
         return None
 
     def _matches(self, left: _Held, right: _Held) -> list[Window | None]:
