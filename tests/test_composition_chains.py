@@ -13,7 +13,9 @@ from collections import Counter
 from datetime import datetime
 from typing import Any
 
+import pyarrow as pa
 import pytest
+from batch_files import write_batches
 
 import krishiv_py as kp
 from krishiv_py.errors import PlanError
@@ -922,6 +924,8 @@ def test_joined_clicks_counted_per_ad_and_window_then_joined_with_the_ads_a_chai
     )
     reason = with_ads.lower().reason
     assert "a chain of operators" in reason
+    # The ads' watermark holds Spark's too: the join does not fire ahead of it (nor the stages).
+    assert "highest event time" not in with_ads.explain(show=False)
     window = WindowOf(
         _model_join(),
         TumblingWindow(size_ms=10_000),
@@ -1045,3 +1049,58 @@ def test_a_union_of_two_joins_rows_counted_per_ad_and_window_equals_the_model(se
     )
     got = _run_four(counted, ComposedModel(model), senders, net=True)
     assert {r[0] for r in got} >= {"a1", "a2"}
+
+
+BIDS = "auction string, cat string, t bigint, price bigint"
+#: One Parquet file a micro-batch: (auction, category, event time, price); a 2 ms lag.
+BID_FILES: list[list[tuple[str, str, int, int]]] = [
+    [("a1", "x", 1, 5), ("a2", "y", 3, 7)],
+    [("a1", "x", 12, 9), ("a3", "x", 8, 4)],  # 12 - 2 = 10: [0, 10) is due in this micro-batch
+    [("a2", "y", 14, 2), ("a3", "x", 9, 6)],  # 9 is late (W = 10): very late, no lateness
+    [("a2", "y", 25, 1), ("a1", "x", 21, 3)],  # 23: [10, 20) is due
+    [("a4", "y", 26, 8), ("a1", "x", 33, 2)],  # 31: [20, 30) is due
+]
+
+
+@pytest.mark.parametrize("after", ["window", "agg"])
+def test_a_stage_after_a_window_moves_in_the_micro_batch_that_moves_the_watermark(
+    session: kp.Session, tmp_path: Any, after: str
+) -> None:
+    """Each auction's highest bid per window, then per category (a stage: keyed otherwise): the
+    window fires what a micro-batch's rows make due in it, and the stage moves to that watermark
+    in it too: no tick micro-batch, and every step equals the model's."""
+    columns = ("auction", "cat", "t", "price")
+    rows_of = [[dict(zip(columns, bid, strict=True)) for bid in rows] for rows in BID_FILES]
+    schema = pa.schema([(c, pa.string() if c in ("auction", "cat") else pa.int64()) for c in columns])
+    folder = write_batches(tmp_path / "bids", [pa.Table.from_pylist(rows, schema) for rows in rows_of])
+    bids = session.read_parquet(folder, BIDS, streaming=True, max_files_per_trigger=1)
+    top = (
+        bids.watermark("t", 2)
+        .key_by("auction", "cat")
+        .tumbling_window(10)
+        .agg(kp.max(kp.col("price")).alias("top"))
+    )
+    source = Source("bids", "t", columns, lag_ms=2)
+    tens = TumblingWindow(size_ms=10)
+    top_bid = ModelAgg(name="top", func="max", column="price")
+    highest = WindowOf(source, tens, keys=("auction", "cat"), aggregates=[top_bid])
+    total = ModelAgg(name="total", func="sum", column="top")
+    if after == "window":
+        query = top.key_by("cat").tumbling_window(10).agg(kp.sum(kp.col("top")).alias("total"))
+        model = ComposedModel(WindowOf(highest, tens, keys=("cat",), aggregates=[total]))
+    else:
+        query = top.key_by("cat").agg(kp.sum(kp.col("top")).alias("total"))
+        model = ComposedModel(AggOf(highest, keys=("cat",), aggregates=[total]))
+    text = query.explain()
+    assert "cross the cluster once more" in text and "the highest event time to every bucket" in text
+    names = [c for c in query.columns if c != "kind"] + (["kind"] if "kind" in query.columns else [])
+    want = Counter(_key(r, names) for rows in rows_of for r in model.send(rows, source="bids"))
+    job = query.start(lowering="stateful")
+    try:
+        job.process_all_available()
+        got = Counter(_key(r, names) for r in job.results().to_pylist())
+        batches = job.metrics().batches
+    finally:
+        job.stop()
+    assert got == want and sum(want.values()) >= 3
+    assert batches == len(BID_FILES)  # one a file: the window and the stage fired in it

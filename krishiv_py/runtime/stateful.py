@@ -44,6 +44,7 @@ from krishiv_py.runtime.idle import FileFeed
 from krishiv_py.runtime.job import BoundedJob, JobSetup, JobState, StreamingJob
 from krishiv_py.runtime.quarantine import restart_hint
 from krishiv_py.spark_errors import spark_call
+from krishiv_py.stateful.protocol import EVERY_STEP
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -160,7 +161,8 @@ class StatefulJob(StreamingJob):
                 # A bucket that has not reported since this job started (a restart from a
                 # checkpoint) may hold state: wake it until it reports.
                 due |= set(range(self._buckets)) - set(known)
-                due |= {b for b, s in known.items() if s.state_windows and s.next_due_ms <= wm}
+                # (A kernel with nothing due reports NOT_DUE, far below any watermark.)
+                due |= {b for b, s in known.items() if s.state_windows and EVERY_STEP < s.next_due_ms <= wm}
                 self._ticked_wm = wm
             now = int(time.time() * 1000)
             with self._collector._lock:

@@ -79,7 +79,7 @@ from krishiv_py.stateful.delays import bucket_of
 from krishiv_py.stateful.held_state import KeyedState, WholeState, open_held, open_table, write_state
 from krishiv_py.stateful.key_groups import task_ranges
 from krishiv_py.stateful.premerge import MERGED_ROWS
-from krishiv_py.stateful.protocol import Kernel
+from krishiv_py.stateful.protocol import EVERY_STEP, Kernel
 from krishiv_py.stateful.regroup import followed, gather_stepped
 from krishiv_py.stateful.stage import StageSpec
 from krishiv_py.stateful.state import WINDOW_END, WINDOW_START
@@ -210,9 +210,10 @@ class OperatorSpec:
 
     @property
     def fires_ahead(self) -> bool:
-        """Whether a micro-batch fires what its own rows make due (:attr:`fire_lags`; with no stage
-        after the operator, whose watermark is the next micro-batch's)."""
-        return bool(self.fire_lags) and self.then is None
+        """Whether a micro-batch fires what its own rows make due (:attr:`fire_lags`). A stage
+        after the operator moves to the watermark it fired at (the report it is handed), unless
+        a join stage reads a source of its own: that source's watermark holds Spark's too."""
+        return bool(self.fire_lags) and not any(level.side_input for level in stage.levels(self.then))
 
     @property
     def fire_lags(self) -> tuple[int, ...]:
@@ -518,13 +519,15 @@ def _step(
     if caught is not None:
         out = _after(caught, out)
     fire = fire_watermark(spec, given.highest_us, watermark)
-    if fire is not None and held.next_due()[0] <= fire:
+    if fire is not None and EVERY_STEP < held.next_due()[0] <= fire:
         # What the watermark after this micro-batch makes due fires now, not in the next one.
         none = batch.slice(0, 0)
         new_state, fired = spec.kernel.step(held.take(none, None, fire), none, fire, now)
         held.put(new_state)
         out = followed(out, fired)
-    out, handed = _handed_on(spec, bucket, out, held, watermark)
+    # A stage after it moves to that watermark too: every bucket runs with the micro-batch's
+    # highest times and reports it, each with what it holds still due after it.
+    out, handed = _handed_on(spec, bucket, out, held, watermark if fire is None else fire)
     kernel_us = clock.lap()
     keep(held)
     store_us = clock.lap()
