@@ -11,10 +11,11 @@ import pytest
 import krishiv_py as kp
 from krishiv_py.api.stream import Stream
 from krishiv_py.errors import PlanError
-from krishiv_py.names import BATCH_TS, JOIN_SIDE, SEQ
+from krishiv_py.names import BATCH_TS, JOIN_SIDE, LATE_CLASS, SEQ
 from krishiv_py.plan import nodes as n
 from krishiv_py.plan.windows import TumblingWindow
 from krishiv_py.planner.spark.lower import lower
+from krishiv_py.runtime.output import conformed_late
 from krishiv_py.stateful._arrow import unframed
 from krishiv_py.stateful.aggregates import AggSpec
 from krishiv_py.stateful.protocol import NOT_DUE
@@ -290,5 +291,10 @@ def test_a_join_stages_other_side_is_classified_at_the_stages_watermark_and_its_
     state, out, _, late = step(spec, None, report, 0, side=[side("x", 200, 0)])
     assert out.on_time == 1 and not len(out.very_late) and state.watermark_ms == 100
     state, out, _, late = step(spec, state, report, 0, side=[side("x", 10, 1)])
-    assert len(out.very_late) == 1 and late.column("classification").to_pylist() == ["very_late"]
-    assert late.column("ad").to_pylist() == ["x"] and late.column("side").to_pylist() == ["right"]
+    assert len(out.very_late) == 1 and late.column(LATE_CLASS).to_pylist() == ["very_late"]
+    assert late.column("ad").to_pylist() == ["x"] and late.column(JOIN_SIDE).to_pylist() == ["right"]
+    # As the handler gets it (the operator's layout, its own columns named).
+    handed = conformed_late(late, recipe.stateful.operator.late_layout).to_pylist()
+    assert [(r["ad"], r["side"], r["classification"], r["watermark_ms"]) for r in handed] == [
+        ("x", "right", "very_late", 100)
+    ]
