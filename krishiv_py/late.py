@@ -45,6 +45,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from krishiv_py.errors import PlanError
+from krishiv_py.names import LATE_COLUMNS
 from krishiv_py.plan.emission import LateEventHandler
 from krishiv_py.sinks import MemorySink, Sink, SinkContext, SinkWriter
 
@@ -60,8 +61,8 @@ __all__ = [
     "checked_handler",
 ]
 
-CLASSIFICATION_COLUMN = "classification"
-WATERMARK_COLUMN = "watermark_ms"
+# (krishiv_py.names keeps them, beside the hidden names the late rows travel under)
+CLASSIFICATION_COLUMN, WATERMARK_COLUMN = LATE_COLUMNS
 
 
 def checked_handler(handler: object) -> LateEventHandler:

@@ -72,6 +72,7 @@ __all__ = [
     "JOIN_RIGHT_TIME",
     "JOIN_SIDE",
     "LATE_CLASS",
+    "LATE_COLUMNS",
     "LATE_WM",
     "INVALID",
     "KAFKA_COLUMNS",
@@ -253,8 +254,10 @@ BRANCH = "__kp_branch"
 #: A late row's classification (``"invalid"``, ``"very_late"``) and the watermark it met, as the
 #: operator sends them to the driver (the handler sees them as ``classification``, ``watermark_ms``).
 LATE_CLASS, LATE_WM = "__kp_late_class", "__kp_late_wm"
+#: Their names in the late-event table a handler gets (SPEC 3.8).
+LATE_COLUMNS = ("classification", "watermark_ms")
 #: The late-event table's own columns, by the name they travel under.
-_LATE_MARKS = {JOIN_SIDE: "side", BRANCH: "branch", LATE_CLASS: "classification", LATE_WM: "watermark_ms"}
+_LATE_MARKS = {JOIN_SIDE: "side", BRANCH: "branch", LATE_CLASS: LATE_COLUMNS[0], LATE_WM: LATE_COLUMNS[1]}
 
 
 def late_names(names: Sequence[str]) -> dict[str, str]:
