@@ -15,6 +15,7 @@ import random
 from collections import Counter
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
@@ -323,3 +324,62 @@ def test_late_rows_correct_what_was_emitted(
             model.close(side=side)
     assert model.metrics["mildly_late_events"] == 1  # the scenario does what it says
     run_both(joined, steps)
+
+
+@pytest.mark.parametrize("keys", [("k",), ("k", "j")])
+@given(data=st.data())
+@settings(max_examples=60, deadline=None)
+def test_an_interval_joins_pairs_are_every_pair_with_a_new_row_whatever_the_key(
+    keys: tuple[str, ...], data: st.DataObject
+) -> None:
+    """A float key (NaN, -0.0 and 0.0, null) and two keys: the pairs the kernel finds for the rows
+    marked new, against every pair of rows counted one by one."""
+    n_rows = data.draw(st.integers(0, 30))
+    floats = st.sampled_from([float("nan"), -0.0, 0.0, 1.5, None])
+    k = data.draw(st.lists(floats, min_size=n_rows, max_size=n_rows))
+    j = data.draw(st.lists(st.sampled_from([1, 2, None]), min_size=n_rows, max_size=n_rows))
+    left = data.draw(st.lists(st.booleans(), min_size=n_rows, max_size=n_rows))
+    marked = data.draw(st.lists(st.booleans(), min_size=n_rows, max_size=n_rows))
+    ts = data.draw(st.lists(st.integers(0, 20), min_size=n_rows, max_size=n_rows))
+    spec = joins.JoinSpec(
+        kind="interval",
+        how="inner",
+        keys=keys,
+        left=("a",),
+        right=("b",),
+        key_types=(pa.float64(), pa.int64())[: len(keys)],
+        left_types=(pa.int64(),),
+        right_types=(pa.int64(),),
+        between=(-3, 5),
+    )
+    table = pa.table(
+        {
+            joins.SIDE: ["left" if x else "right" for x in left],
+            "k": pa.array(k, pa.float64()),
+            "j": pa.array(j, pa.int64()),
+            BATCH_TS: [t * 1000 for t in ts],
+        }
+    )
+
+    def key(i: int) -> tuple[Any, ...] | None:
+        values = [k[i], j[i]][: len(keys)]
+        out: list[Any] = []
+        for v in values:
+            if v is None:
+                return None
+            out.append("nan" if v != v else v + 0.0)  # (one NaN; -0.0 as 0.0)
+        return tuple(out)
+
+    expected = sorted(
+        (a, b)
+        for a in range(n_rows)
+        for b in range(n_rows)
+        if left[a]
+        and not left[b]
+        and (marked[a] or marked[b])
+        and key(a) is not None
+        and key(a) == key(b)
+        and ts[a] - 3 <= ts[b] <= ts[a] + 5
+    )
+    li, ri = joins._pairs_of(spec, table, np.array(marked, bool))
+    assert sorted(zip(li.tolist(), ri.tolist(), strict=True)) == expected

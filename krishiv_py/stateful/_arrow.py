@@ -29,8 +29,10 @@ __all__ = [
     "Column",
     "HashAggregation",
     "arrow",
+    "cell_table",
     "framed",
     "ipc_bytes",
+    "ipc_cell",
     "ipc_table",
     "list_array",
     "replaced",
@@ -80,6 +82,29 @@ def ipc_bytes(table: pa.Table) -> bytes:
 def ipc_table(blob: bytes) -> pa.Table:
     """The table of one Arrow IPC stream (:func:`ipc_bytes`)."""
     return pa.ipc.open_stream(pa.py_buffer(blob)).read_all()
+
+
+def ipc_cell(table: pa.Table) -> pa.Array[Any]:
+    """``pa.array([ipc_bytes(table)], pa.binary())`` without copying the stream: the one value of
+    a binary array over the buffer Arrow wrote it into (:func:`cell_table` reads it back).
+
+    >>> cell = ipc_cell(pa.table({"a": [1, 2]}))
+    >>> cell.type, len(cell), cell_table(cell[0]).to_pydict()
+    (DataType(binary), 1, {'a': [1, 2]})
+    """
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    data = sink.getvalue()
+    if data.size >= 2**31:  # (past a binary value's 32-bit offsets: as pa.array would fail)
+        return pa.array([data.to_pybytes()], pa.binary())
+    offsets = pa.py_buffer(np.array([0, data.size], np.int32).tobytes())
+    return pa.Array.from_buffers(pa.binary(), 1, [None, offsets, data])
+
+
+def cell_table(value: pa.Scalar[Any]) -> pa.Table:
+    """The table of one binary value holding an Arrow IPC stream, read over its buffer (no copy)."""
+    return pa.ipc.open_stream(cast(pa.BinaryScalar, value).as_buffer()).read_all()
 
 
 def framed(tables: Sequence[pa.Table]) -> bytes:

@@ -70,7 +70,7 @@ from krishiv_py.names import (
     CHAIN_WATERMARK,
     SEQ,
 )
-from krishiv_py.stateful._arrow import ipc_bytes, ipc_table
+from krishiv_py.stateful._arrow import cell_table, ipc_cell
 from krishiv_py.stateful.between import Between, handed_rows
 from krishiv_py.stateful.kernel import StepOutput
 from krishiv_py.stateful.protocol import EVERY_STEP, NOT_DUE, Kernel, Unmerged
@@ -389,30 +389,45 @@ def _struct_field(name: str, held: pa.Table) -> pa.Field[Any]:
     return pa.field(name, pa.struct(list(held.schema)), metadata=held.schema.metadata)
 
 
-def _split_row(state: pa.Table) -> tuple[pa.Table | None, pa.Table | None, int | None, int]:
+Parts = tuple[pa.Table | None, pa.Table | None, int | None, int]
+#: The one-row state :func:`_joined_row` made last and the parts it holds: a task that splits
+#: the state it has just made (its next step, a step to the watermark it fires at, when it is
+#: due) takes them as they are rather than reading them back. A state is never changed in
+#: place, so the same object holds the same parts.
+_last_joined: list[tuple[pa.Table, Parts]] = []
+
+
+def _split_row(state: pa.Table) -> Parts:
     """Both kernels' states of a chain's one-row state."""
-    row = state.slice(0, 1).to_pylist()[0]
-    return _load(row[CHAIN_FIRST]), _load(row[CHAIN_THEN]), row[CHAIN_WATERMARK], int(row[CHAIN_SEQ])
+    if _last_joined and _last_joined[0][0] is state:
+        return _last_joined[0][1]
+    first, then = (_load_cell(state.column(c)[0]) for c in (CHAIN_FIRST, CHAIN_THEN))
+    return first, then, state.column(CHAIN_WATERMARK)[0].as_py(), int(state.column(CHAIN_SEQ)[0].as_py())
 
 
 def _joined_row(first: pa.Table, then: pa.Table, watermark_ms: int | None, seq: int) -> pa.Table:
     """The chain's one-row state, or an empty table when neither kernel holds a row."""
     if not first.num_rows and not then.num_rows:
         return _STATE.empty_table()
-    return pa.table(
-        {
-            CHAIN_FIRST: [ipc_bytes(first)],
-            CHAIN_THEN: [ipc_bytes(then)],
-            CHAIN_WATERMARK: [watermark_ms],
-            CHAIN_SEQ: [seq],
-            CHAIN_ROWS: [first.num_rows + then.num_rows],
-        },
+    state = pa.Table.from_arrays(
+        [
+            ipc_cell(first),
+            ipc_cell(then),
+            pa.array([watermark_ms], pa.int64()),
+            pa.array([seq], pa.int64()),
+            pa.array([first.num_rows + then.num_rows], pa.int64()),
+        ],
         schema=_STATE,
     )
+    _last_joined[:] = [(state, (_kept(first), _kept(then), watermark_ms, seq))]
+    return state
 
 
-def _load(blob: bytes | None) -> pa.Table | None:
-    if blob is None:
-        return None
-    table = ipc_table(blob)
+def _kept(table: pa.Table) -> pa.Table | None:
+    """A kernel's state as :func:`_load_cell` reads it back: none when it has no row and no metadata."""
     return table if table.num_rows or table.schema.metadata else None
+
+
+def _load_cell(value: pa.Scalar[Any]) -> pa.Table | None:
+    """A kernel's state held in a binary value of the chain's row, read over its buffer."""
+    return _kept(cell_table(value)) if value.is_valid else None

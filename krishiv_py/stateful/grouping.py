@@ -54,6 +54,9 @@ def group_ids(columns: list[pa.Array[Any]]) -> tuple[npt.NDArray[np.int64], int,
     n = len(columns[0])
     if n == 0:
         return np.zeros(0, np.int64), 0, np.zeros(0, np.int64)
+    if len(columns) == 1:  # (its codes are numbered by first appearance already)
+        codes, cardinality = _encode(columns[0])
+        return codes, cardinality, first_rows(codes, cardinality)
     code: npt.NDArray[np.int64] | None = None
     for column in columns:
         codes, cardinality = _encode(column)

@@ -113,6 +113,8 @@ class WholeState:
         self._loaded = table
         self._table = table
         self._touched = fresh
+        #: :meth:`next_due` of the table it was computed for (a table is never changed in place).
+        self._due: tuple[pa.Table, tuple[int, int]] | None = None
 
     def take(self, batch: pa.Table, merged: pa.Table | None, watermark: int | None) -> pa.Table | None:
         if batch.num_rows or merged is not None:
@@ -126,7 +128,12 @@ class WholeState:
         return self._table if self._table is not None and self._table.num_rows else None
 
     def next_due(self) -> tuple[int, int]:
-        return self._kernel.next_due(self._table) if self._table is not None else (NOT_DUE, NOT_DUE)
+        table = self._table
+        if table is None:
+            return NOT_DUE, NOT_DUE
+        if self._due is None or self._due[0] is not table:
+            self._due = (table, self._kernel.next_due(table))
+        return self._due[1]
 
     def state_rows(self) -> int:
         return self._kernel.state_rows(self._table) if self._table is not None else 0

@@ -382,7 +382,7 @@ def _as_state(
 ) -> pa.Table:
     """The accepted rows of ``batch`` as state rows (window joins: one per retained window they fall in)."""
     idx = np.flatnonzero(accepted)
-    rows = batch.take(pa.array(idx, pa.int64()))
+    rows = batch if len(idx) == batch.num_rows else batch.take(pa.array(idx, pa.int64()))
     seq = _int64(rows.column(SEQ), 0)
     order = np.lexsort((np.arange(len(idx)), seq))
     arrival = np.empty(len(idx), np.int64)
@@ -439,7 +439,7 @@ def _interval(
     left = _is_left(table)
     ts = _int64(table.column(BATCH_TS), 0)
     if new.num_rows:
-        li, ri = _pairs_of(spec, table, is_new)
+        li, ri = _pairs_of(spec, table, is_new, left=left, ts=ts)
     else:  # (a sweep: no new row, no pair)
         li = ri = np.zeros(0, np.int64)
     matched = _bool(table.column(MATCHED))
@@ -471,22 +471,52 @@ def _interval(
         expired = int(np.sum(ttl & ~(due < spec.accept_floor_us(watermark))))
     state = table.set_column(table.schema.get_field_index(MATCHED), MATCHED, pa.array(now_matched))
     state = state.set_column(state.schema.get_field_index(PADDED), PADDED, pa.array(padded | sweep_pad))
-    state = state.filter(pa.array(~drop))
+    if drop.any():
+        state = state.filter(pa.array(~drop))
     return state, _concat(spec, pieces), expired
 
 
-def _pairs_of(spec: JoinSpec, table: pa.Table, marked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _pairs_of(
+    spec: JoinSpec,
+    table: pa.Table,
+    marked: np.ndarray,
+    *,
+    left: np.ndarray | None = None,
+    ts: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """Every pair of rows of ``table`` inside the interval with a ``marked`` row in it: a marked left
-    row with any right row, an unmarked left row with a marked right row (index arrays)."""
+    row with any right row, an unmarked left row with a marked right row (index arrays; the first
+    kind, then the second, each by left row, then right row). ``left``, ``ts``: :func:`_is_left`
+    and the event times of ``table``, when the caller has them.
+
+    Only the rows of a key some marked row has can be in such a pair, so only they are paired:
+    a micro-batch's cost follows its keys' rows, not the whole state's."""
     lower, upper = spec.between[0] * 1000, spec.between[1] * 1000
-    left = _is_left(table)
-    ts = _int64(table.column(BATCH_TS), 0)
-    kid = _key_ids(spec, table)
-    li1, ri1 = _pairs(kid, left & marked, ~left)
-    li2, ri2 = _pairs(kid, left & ~marked, ~left & marked)
-    li, ri = np.concatenate([li1, li2]), np.concatenate([ri1, ri2])
+    left = _is_left(table) if left is None else left
+    ts = _int64(table.column(BATCH_TS), 0) if ts is None else ts
+    rows, k = _rows_of_marked_keys(spec, table, marked)
+    lt, mk = left[rows], marked[rows]
+    li1, ri1 = _pairs(k, lt & mk, ~lt)
+    li2, ri2 = _pairs(k, lt & ~mk, ~lt & mk)
+    li, ri = rows[np.concatenate([li1, li2])], rows[np.concatenate([ri1, ri2])]
     inside = (ts[ri] >= ts[li] + lower) & (ts[ri] <= ts[li] + upper)
     return li[inside], ri[inside]
+
+
+def _rows_of_marked_keys(
+    spec: JoinSpec, table: pa.Table, marked: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of ``table`` whose key (not null) a ``marked`` row has, and their key ids."""
+    if len(spec.keys) == 1 and table.num_rows:  # (one column: a hash lookup, then only those grouped)
+        column = canonical(table.column(spec.keys[0]))
+        wanted = pc.unique(column.filter(pa.array(marked))).drop_null()
+        rows = np.flatnonzero(np.asarray(pc.is_in(column, value_set=wanted).fill_null(False), np.bool_))
+        return rows, _key_ids(spec, table.select(list(spec.keys)).take(pa.array(rows, pa.int64())))
+    kid = _key_ids(spec, table)
+    of_marked = np.zeros(int(kid.max(initial=-1)) + 1, bool)
+    of_marked[kid[marked & (kid >= 0)]] = True
+    rows = np.flatnonzero((kid >= 0) & of_marked[np.maximum(kid, 0)])
+    return rows, kid[rows]
 
 
 def _window(
@@ -667,8 +697,10 @@ def _stale_versions(
 
 
 def _pair_rows(spec: JoinSpec, table: pa.Table, li: np.ndarray, ri: np.ndarray, kind: str) -> pa.Table:
-    lt = table.take(pa.array(li, pa.int64()))
-    rt = table.take(pa.array(ri, pa.int64()))
+    on = [BATCH_TS] if spec.event_times else []
+    bounds = [WS] if spec.kind == "window" else []
+    lt = table.select([*dict.fromkeys([*spec.keys, *bounds, *spec.left, *on])]).take(pa.array(li, pa.int64()))
+    rt = table.select([*dict.fromkeys([*spec.right, *on])]).take(pa.array(ri, pa.int64()))
     cols: dict[str, Any] = {k: lt.column(k) for k in spec.keys}
     if spec.kind == "window":
         cols.update(_bounds(spec, lt))
@@ -681,7 +713,12 @@ def _pair_rows(spec: JoinSpec, table: pa.Table, li: np.ndarray, ri: np.ndarray, 
 
 def _padded_rows(spec: JoinSpec, table: pa.Table, idx: np.ndarray, kind: str) -> pa.Table:
     """Rows of one side without a partner: the other side's columns are null already."""
-    rows = table.take(pa.array(idx, pa.int64()))
+    if not len(idx):
+        return _output_schema(spec).empty_table()
+    on = [BATCH_TS] if spec.event_times else []
+    bounds = [WS] if spec.kind == "window" else []
+    needed = [*spec.keys, *bounds, *spec.left, *spec.right, *on]
+    rows = table.select([*dict.fromkeys(needed)]).take(pa.array(idx, pa.int64()))
     cols: dict[str, Any] = {k: rows.column(k) for k in spec.keys}
     if spec.kind == "window":
         cols.update(_bounds(spec, rows))
@@ -843,7 +880,10 @@ def _pairs(group: np.ndarray, lefts: np.ndarray, rights: np.ndarray) -> tuple[np
     """Every pair of a row in ``lefts`` and one in ``rights`` of the same group ``>= 0`` (index arrays)."""
     li_all = np.flatnonzero(lefts & (group >= 0))
     ri_all = np.flatnonzero(rights & (group >= 0))
-    order = np.argsort(group[ri_all], kind="stable")
+    of_rights = group[ri_all]
+    if int(of_rights.max(initial=0)) < 2**16:  # (numpy sorts 16-bit values by radix: the same order)
+        of_rights = of_rights.astype(np.uint16)
+    order = np.argsort(of_rights, kind="stable")
     sorted_groups = group[ri_all][order]
     lo = np.searchsorted(sorted_groups, group[li_all], "left")
     hi = np.searchsorted(sorted_groups, group[li_all], "right")
