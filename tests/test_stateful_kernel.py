@@ -28,7 +28,10 @@ from krishiv_py.plan import nodes as n
 from krishiv_py.plan.watermarks import END_OF_TIME_MS, MAX_EVENT_MS, MIN_EVENT_MS
 from krishiv_py.plan.windows import EventSlidingWindow, SlidingWindow, TumblingWindow
 from krishiv_py.planner.spark.stateful import operator_spec
+from krishiv_py.stateful import aggregates as agg
 from krishiv_py.stateful import kernel
+from krishiv_py.stateful._arrow import list_array
+from krishiv_py.stateful.grouping import canonical
 from krishiv_py.stateful.pane_layout import uses_panes
 from krishiv_py.stateful.premerge import premerge, premergeable
 from krishiv_py.stateful.state import FIRST, WINDOW_END, WINDOW_START
@@ -1001,3 +1004,36 @@ def _per_window() -> Any:
     from unittest import mock
 
     return mock.patch.object(kernel, "pane_state", lambda _: False)
+
+
+_DISTINCT_TYPES: dict[str, tuple[pa.DataType, st.SearchStrategy[Any]]] = {
+    "int64": (pa.int64(), st.sampled_from([0, 1, -(2**63), 2**63 - 1, 7])),
+    "int8": (pa.int8(), st.sampled_from([0, -128, 127, 3])),
+    "uint64": (pa.uint64(), st.sampled_from([0, 2**64 - 1, 2**63, 5])),
+    "double": (pa.float64(), st.sampled_from([0.0, -0.0, float("nan"), 1.5, -2.0])),
+    "float": (pa.float32(), st.sampled_from([0.0, -0.0, float("nan"), 1.5])),
+    "date": (pa.date32(), st.dates()),
+    "string": (pa.string(), st.sampled_from(["a", "b", "", "c"])),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_DISTINCT_TYPES))
+@given(data=st.data())
+@settings(max_examples=40, deadline=None)
+def test_distinct_values_merge_to_each_groups_set(kind: str, data: st.DataObject) -> None:
+    """``count_distinct``'s merge (sorted where values fit 64 bits, else hashed) keeps each group's
+    distinct values once (one NaN, -0.0 as 0.0), for each type, wide ranges included."""
+    dtype, values = _DISTINCT_TYPES[kind]
+    lists = data.draw(st.lists(st.lists(values, max_size=5), max_size=8))
+    groups = data.draw(st.integers(1, 4))
+    ids = np.array(data.draw(st.lists(st.integers(0, groups - 1), min_size=len(lists), max_size=len(lists))))
+    flat = canonical(pa.array([v for one in lists for v in one], dtype))
+    offsets = np.concatenate([[0], np.cumsum([len(one) for one in lists])]).astype(np.int32)
+    merged = agg.merge_distinct(list_array(offsets, flat), ids.astype(np.int64), groups)
+    assert merged.type == pa.list_(dtype) and len(merged) == groups
+    seen: list[set[str]] = [set() for _ in range(groups)]
+    for one, group in zip(lists, ids.tolist(), strict=True):
+        seen[group] |= {repr(0.0 if v == 0 else v) if isinstance(v, float) else repr(v) for v in one}
+    for group, held in enumerate(merged.to_pylist()):
+        shown = [repr(0.0 if v == 0 else v) if isinstance(v, float) else repr(v) for v in held or []]
+        assert sorted(shown) == sorted(seen[group]) and len(shown) == len(set(shown))

@@ -260,16 +260,63 @@ def _merge_pick(
 
 
 def merge_distinct(lists: pa.Array[Any], ids: npt.NDArray[np.int64], n_groups: int) -> pa.Array[Any]:
+    """The distinct values of the lists of each group (``ids``: each list's group), a list per group.
+
+    Values of 64 bits or fewer (integers, times, floats by their bits: made canonical before)
+    are sorted, not hashed: the lists held in state are sorted already, so a step costs a pass
+    over them and a sort of what came (the sort's runs), where hashing every held value each
+    step grew with the state. Other types (strings) are grouped by Arrow's hash.
+    """
     if isinstance(lists, pa.ChunkedArray):
         lists = lists.combine_chunks()
     values = pc.list_flatten(lists)
     owner = ids[pc.list_parent_indices(lists).to_numpy()] if len(values) else np.zeros(0, np.int64)
+    bits = _as_bits(values)
+    if bits is not None:
+        keep = _sorted_distinct(owner, bits)
+        if keep is not None:
+            g, order = keep
+            offsets = np.concatenate([[0], np.cumsum(np.bincount(g, minlength=n_groups))]).astype(np.int32)
+            return list_array(offsets, values.take(arrow(order)))
     pairs = table_of({"g": owner, "v": values}).group_by(["g", "v"], use_threads=False).aggregate([])
     g = pairs.column("g").to_numpy()
     order = np.argsort(g, kind="stable")
     counts = np.bincount(g, minlength=n_groups)
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
     return list_array(offsets, pairs.column("v").combine_chunks().take(arrow(order)))
+
+
+def _as_bits(values: pa.Array[Any]) -> npt.NDArray[np.int64] | None:
+    """``values`` (no nulls) as 64-bit integers equal exactly where the values are (None: not such a type)."""
+    kind = values.type
+    if values.null_count:
+        return None
+    width = kind.bit_width if pa.types.is_primitive(kind) and not pa.types.is_boolean(kind) else 0
+    if width not in (8, 16, 32, 64) or pa.types.is_decimal(kind):
+        return None
+    if pa.types.is_unsigned_integer(kind) and width == 64:
+        return None  # (above 2**63 they would wrap)
+    signed = {8: pa.int8(), 16: pa.int16(), 32: pa.int32(), 64: pa.int64()}[width]
+    same = values if pa.types.is_integer(kind) else values.view(signed)
+    return np.asarray(same.to_numpy(zero_copy_only=False), np.int64)
+
+
+def _sorted_distinct(
+    owner: npt.NDArray[np.int64], bits: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None:
+    """The first of each distinct (owner, value), ordered by owner then value: their owners and
+    their places in the input; None when the two do not fit one 64-bit key."""
+    if not len(bits):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    lo, hi = int(bits.min()), int(bits.max())
+    span = hi - lo + 1
+    if (int(owner.max()) + 1) * span >= 2**62:
+        return None
+    key = owner * span + (bits - lo)
+    order = np.argsort(key, kind="stable")  # (sorted runs, as held lists are, cost a pass)
+    ordered = key[order]
+    first = np.concatenate([[True], ordered[1:] != ordered[:-1]])
+    return owner[order[first]], order[first]
 
 
 def finalize(specs: Sequence[AggSpec], parts: dict[str, pa.Array[Any]]) -> dict[str, pa.Array[Any]]:
