@@ -17,7 +17,7 @@ results are checked to be the same rows in the same order (a digest).
 A/B on one machine::
 
     git worktree add /tmp/before <commit>
-    python -m benchmarks.studies.join_chain_kernel --tree /tmp/before --rounds 3
+    python -m benchmarks.studies.operator_calls --tree /tmp/before --rounds 3
 """
 
 from __future__ import annotations
