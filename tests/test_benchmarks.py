@@ -40,7 +40,7 @@ from benchmarks.__main__ import (
 )
 from benchmarks.digest import digest, norm
 from benchmarks.queries import QUERIES
-from benchmarks.studies import packer_input
+from benchmarks.studies import operator_calls, packer_input
 
 ROOT = Path(__file__).resolve().parent.parent
 # Spark's own session windows (krishiv-native forces the native lowering on them;
@@ -700,6 +700,15 @@ def test_chaos_reads_window_starts_to_the_exact_millisecond() -> None:
     assert int(start.timestamp() * 1000) == 32_299  # what a float product gives
     assert epoch_ms(start) == 32_300
     assert epoch_ms(start.replace(tzinfo=None)) == 32_300
+
+
+@pytest.mark.parametrize("query", ["nexmark-q4", "nexmark-q16"])
+def test_the_operator_call_study_steps_its_kernel_to_the_same_rows_each_run(query: str) -> None:
+    """``benchmarks.studies.operator_calls`` compares checkouts by a digest of every step's
+    results: a run gives the same digest again, and its results are not empty."""
+    first, again = operator_calls.run(query, 3_000, 4), operator_calls.run(query, 3_000, 4)
+    assert (first["digest"], first["rows"]) == (again["digest"], again["rows"])
+    assert first["cpu_s"] > 0 and first["rows"] > 0
 
 
 def test_both_packer_inputs_decode_to_the_same_rows() -> None:
