@@ -471,8 +471,7 @@ def _interval(
         expired = int(np.sum(ttl & ~(due < spec.accept_floor_us(watermark))))
     state = table.set_column(table.schema.get_field_index(MATCHED), MATCHED, pa.array(now_matched))
     state = state.set_column(state.schema.get_field_index(PADDED), PADDED, pa.array(padded | sweep_pad))
-    if drop.any():
-        state = state.filter(pa.array(~drop))
+    state = state.filter(pa.array(~drop))  # (also lays every column out in the same chunks again)
     return state, _concat(spec, pieces), expired
 
 
@@ -513,7 +512,7 @@ def _rows_of_marked_keys(
         rows = np.flatnonzero(np.asarray(pc.is_in(column, value_set=wanted).fill_null(False), np.bool_))
         return rows, _key_ids(spec, table.select(list(spec.keys)).take(pa.array(rows, pa.int64())))
     kid = _key_ids(spec, table)
-    of_marked = np.zeros(int(kid.max(initial=-1)) + 1, bool)
+    of_marked = np.zeros(int(kid.max(initial=-1)) + 2, bool)
     of_marked[kid[marked & (kid >= 0)]] = True
     rows = np.flatnonzero((kid >= 0) & of_marked[np.maximum(kid, 0)])
     return rows, kid[rows]
