@@ -471,7 +471,7 @@ def _interval(
         expired = int(np.sum(ttl & ~(due < spec.accept_floor_us(watermark))))
     state = table.set_column(table.schema.get_field_index(MATCHED), MATCHED, pa.array(now_matched))
     state = state.set_column(state.schema.get_field_index(PADDED), PADDED, pa.array(padded | sweep_pad))
-    state = state.filter(pa.array(~drop))  # (also lays every column out in the same chunks again)
+    state = _kept(state, ~drop)
     return state, _concat(spec, pieces), expired
 
 
@@ -549,7 +549,7 @@ def _window(
         pieces = _window_results(spec, sub, groups[touched], counted[touched], _is_left(sub))
     ttl = _ttl_drop(spec, _int64(table.column(BATCH_TS), 0), watermark)
     evicted = watermark >= end + spec.allowed_lateness_ms
-    state = table.filter(pa.array(~(evicted | ttl)))
+    state = _kept(table, ~(evicted | ttl))
     return state, _concat(spec, pieces), int(np.sum(ttl & ~evicted))
 
 
@@ -652,7 +652,7 @@ def _as_of(
     floor = spec.accept_floor_us(watermark)
     ttl = _ttl_drop(spec, ts, watermark)
     drop = (left & emitted & (ts < floor)) | ttl | (~left & _stale_versions(spec, kid, ts, arr, left, floor))
-    return state.filter(pa.array(~drop)), _concat(spec, pieces), int(np.sum(ttl))
+    return _kept(state, ~drop), _concat(spec, pieces), int(np.sum(ttl))
 
 
 def _latest_at_or_before(
@@ -850,6 +850,13 @@ def _evict_due(bound_us: np.ndarray, lateness: int) -> np.ndarray:
 
 
 # --- small vector helpers -------------------------------------------------------------------------
+
+
+def _kept(state: pa.Table, keep: np.ndarray) -> pa.Table:
+    """The rows of a step's state that stay, each column one chunk: a state made of the one before
+    and a batch's rows would otherwise hold a chunk more each micro-batch (a filter keeps them,
+    empty ones too), and every later step would pay for them."""
+    return state.take(pa.array(np.flatnonzero(keep), pa.int64()))
 
 
 def _ttl_drop(spec: JoinSpec, ts: np.ndarray, watermark: int) -> np.ndarray:
