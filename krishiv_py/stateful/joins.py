@@ -471,7 +471,7 @@ def _interval(
         expired = int(np.sum(ttl & ~(due < spec.accept_floor_us(watermark))))
     state = table.set_column(table.schema.get_field_index(MATCHED), MATCHED, pa.array(now_matched))
     state = state.set_column(state.schema.get_field_index(PADDED), PADDED, pa.array(padded | sweep_pad))
-    state = _kept(state, ~drop)
+    state = _staying(state, ~drop)
     return state, _concat(spec, pieces), expired
 
 
@@ -549,7 +549,7 @@ def _window(
         pieces = _window_results(spec, sub, groups[touched], counted[touched], _is_left(sub))
     ttl = _ttl_drop(spec, _int64(table.column(BATCH_TS), 0), watermark)
     evicted = watermark >= end + spec.allowed_lateness_ms
-    state = _kept(table, ~(evicted | ttl))
+    state = _staying(table, ~(evicted | ttl))
     return state, _concat(spec, pieces), int(np.sum(ttl & ~evicted))
 
 
@@ -652,7 +652,7 @@ def _as_of(
     floor = spec.accept_floor_us(watermark)
     ttl = _ttl_drop(spec, ts, watermark)
     drop = (left & emitted & (ts < floor)) | ttl | (~left & _stale_versions(spec, kid, ts, arr, left, floor))
-    return _kept(state, ~drop), _concat(spec, pieces), int(np.sum(ttl))
+    return _staying(state, ~drop), _concat(spec, pieces), int(np.sum(ttl))
 
 
 def _latest_at_or_before(
@@ -695,11 +695,18 @@ def _stale_versions(
 # --- rows out -----------------------------------------------------------------------------------
 
 
+def _taken(
+    spec: JoinSpec, table: pa.Table, idx: np.ndarray, columns: tuple[str, ...], *, bounds: bool = True
+) -> pa.Table:
+    """Rows ``idx`` of ``table``, only ``columns`` and what a row out needs besides (its window's
+    start, its event time): not the state's other columns."""
+    extra = ([WS] if bounds and spec.kind == "window" else []) + ([BATCH_TS] if spec.event_times else [])
+    return table.select(list(dict.fromkeys([*columns, *extra]))).take(pa.array(idx, pa.int64()))
+
+
 def _pair_rows(spec: JoinSpec, table: pa.Table, li: np.ndarray, ri: np.ndarray, kind: str) -> pa.Table:
-    on = [BATCH_TS] if spec.event_times else []
-    bounds = [WS] if spec.kind == "window" else []
-    lt = table.select([*dict.fromkeys([*spec.keys, *bounds, *spec.left, *on])]).take(pa.array(li, pa.int64()))
-    rt = table.select([*dict.fromkeys([*spec.right, *on])]).take(pa.array(ri, pa.int64()))
+    lt = _taken(spec, table, li, (*spec.keys, *spec.left))
+    rt = _taken(spec, table, ri, spec.right, bounds=False)
     cols: dict[str, Any] = {k: lt.column(k) for k in spec.keys}
     if spec.kind == "window":
         cols.update(_bounds(spec, lt))
@@ -714,10 +721,7 @@ def _padded_rows(spec: JoinSpec, table: pa.Table, idx: np.ndarray, kind: str) ->
     """Rows of one side without a partner: the other side's columns are null already."""
     if not len(idx):
         return _output_schema(spec).empty_table()
-    on = [BATCH_TS] if spec.event_times else []
-    bounds = [WS] if spec.kind == "window" else []
-    needed = [*spec.keys, *bounds, *spec.left, *spec.right, *on]
-    rows = table.select([*dict.fromkeys(needed)]).take(pa.array(idx, pa.int64()))
+    rows = _taken(spec, table, idx, (*spec.keys, *spec.left, *spec.right))
     cols: dict[str, Any] = {k: rows.column(k) for k in spec.keys}
     if spec.kind == "window":
         cols.update(_bounds(spec, rows))
@@ -728,7 +732,7 @@ def _padded_rows(spec: JoinSpec, table: pa.Table, idx: np.ndarray, kind: str) ->
 
 
 def _semi_rows(spec: JoinSpec, table: pa.Table, idx: np.ndarray, kind: str) -> pa.Table:
-    rows = table.take(pa.array(idx, pa.int64()))
+    rows = _taken(spec, table, idx, (*spec.keys, *spec.left))
     cols: dict[str, Any] = {k: rows.column(k) for k in spec.keys}
     cols.update(_bounds(spec, rows))
     cols.update({c: rows.column(c) for c in spec.left})
@@ -852,7 +856,7 @@ def _evict_due(bound_us: np.ndarray, lateness: int) -> np.ndarray:
 # --- small vector helpers -------------------------------------------------------------------------
 
 
-def _kept(state: pa.Table, keep: np.ndarray) -> pa.Table:
+def _staying(state: pa.Table, keep: np.ndarray) -> pa.Table:
     """The rows of a step's state that stay, each column one chunk: a state made of the one before
     and a batch's rows would otherwise hold a chunk more each micro-batch (a filter keeps them,
     empty ones too), and every later step would pay for them."""
