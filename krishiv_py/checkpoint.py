@@ -58,6 +58,9 @@ __all__ = [
 # Log files of a file source: <batch> and <batch>.compact (not temporary or checksum files).
 _LOG_FILE = re.compile(r"^\d+(\.compact)?$")
 _BATCH_FILE = re.compile(r"^\d+$")
+# Spark's temporary file of a log entry (``.<name>.<uuid>.tmp``, renamed to ``<name>`` when
+# written whole) and its checksum file.
+_SPARK_TEMP_FILE = re.compile(r"^\.\.?\d+\.[0-9a-f-]+\.tmp(\.crc)?$")
 _VERSION = "v1"
 
 
@@ -183,6 +186,28 @@ class CheckpointLayout:
     def has_offsets(self) -> bool:
         """True once Spark planned a micro-batch here (the checkpoint is in use)."""
         return any(name.isdigit() for name in files.names(self.offsets))
+
+    def drop_unfinished_first_entries(self) -> list[str]:
+        """Remove what a job killed while Spark wrote its first log entry left; the paths removed.
+
+        Spark writes a log entry to a temporary file beside it and renames it
+        when whole: a process killed in between leaves the temporary file,
+        and Spark refuses to start a checkpoint with no micro-batch planned
+        whose logs hold any file (``STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY``),
+        so the job could never start again on it. Nothing was planned there
+        yet, so the file holds nothing of the job's. Only such temporary files
+        go, and only while no micro-batch was planned (later ones Spark ignores).
+        """
+        if self.has_offsets():
+            return []
+        dropped = []
+        for log in (self.offsets, self.commits):
+            for name in files.names(log):
+                if _SPARK_TEMP_FILE.match(name):
+                    path = files.join(log, name)
+                    files.delete(path)
+                    dropped.append(path)
+        return dropped
 
     def committed_batch(self) -> int:
         """The last committed micro-batch, the newest ``commits/<batch>`` (-1: none yet)."""

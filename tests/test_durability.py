@@ -469,3 +469,39 @@ def test_a_checkpoint_recorded_with_its_last_filter_resumes_and_is_recorded_anew
             recorded_identity(other.plan, recipe),
             was=recorded_identity(other.plan, recipe, whole=True),
         )
+
+
+@pytest.mark.parametrize("log", ["offsets", "commits"])
+def test_a_job_killed_while_spark_wrote_its_first_log_entry_starts_again(
+    session: kp.Session, tmp_path: Path, log: str
+) -> None:
+    """Spark writes a log entry to a hidden temporary file and then renames it: a job killed in
+    between leaves the file, and Spark refuses to start a checkpoint with no micro-batch yet whose
+    logs hold anything (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY). Nothing was planned there, so
+    the start removes the file and the job runs from the beginning."""
+    checkpoint = tmp_path / "checkpoints" / "first-write"
+    leftover = checkpoint / log / ".0.3f2c5a9e-1b7d-4c60-9d1e-7a8b9c0d1e2f.tmp"
+    leftover.parent.mkdir(parents=True)
+    leftover.write_text('v1\n{"batchWatermarkMs":0,"batchTim')  # cut off mid-write
+    (leftover.parent / f".{leftover.name}.crc").write_bytes(b"crc\x00")
+    kept = checkpoint / log / "notes.txt"  # not Spark's temporary file: not ours to remove
+    kept.write_text("kept")
+    if log == "commits":
+        kept.unlink()  # (any other file in a log is still refused by Spark)
+    s = durable(session, tmp_path)
+    stream, sender = s.memory_stream(SCHEMA, name="clicks")
+    pipeline = stream.watermark("t", 0).key_by("k").tumbling_window(10).agg(kp.count(kp.col("*")).alias("n"))
+    if log == "offsets":
+        with pytest.raises(kp.JobError, match="should be empty on batch 0"):
+            pipeline.start(kp.ParquetSink(str(tmp_path / "out")), name="first-write").process_all_available()
+        kept.unlink()
+    job = pipeline.start(kp.ParquetSink(str(tmp_path / "out")), name="first-write")
+    try:
+        sender.send([{"k": "a", "t": 1}, {"k": "a", "t": 2}, {"k": "a", "t": 15}])
+        job.process_all_available()
+        rows = [(r["k"], r["window_start"].timestamp() * 1000, r["n"]) for r in job.results().to_pylist()]
+        assert rows == [("a", 0.0, 2)]
+        assert not leftover.exists()
+    finally:
+        job.stop()
+        s.stop()
