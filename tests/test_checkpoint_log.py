@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from krishiv_py.checkpoint import (
+    CheckpointLayout,
     FileEntry,
     committed_batch,
     file_source_log,
@@ -74,3 +75,25 @@ def test_a_log_that_is_not_v1_is_refused_and_the_spool_holds_everything(tmp_path
     with pytest.raises(PlanError, match=r"unknown Spark file-source log format in .*sources/0/1"):
         file_source_log(str(checkpoint / "sources/0"))
     assert committed_seq(str(checkpoint), str(data)) == -1
+
+
+def test_a_first_log_entry_left_half_written_goes_only_while_nothing_was_planned(tmp_path: Path) -> None:
+    """Spark's temporary files of a log entry (``.<batch>.<uuid>.tmp`` and its checksum) go while
+    no micro-batch is in the offset log; every other file stays, and nothing goes once one is."""
+    checkpoint = tmp_path / "checkpoint"
+    uuid = "0b5c6d7e-8f90-4a1b-9c2d-3e4f5a6b7c8d"
+    doomed = [f"offsets/.0.{uuid}.tmp", f"offsets/..0.{uuid}.tmp.crc", f"commits/.0.{uuid}.tmp"]
+    kept = ["offsets/notes.tmp", "offsets/.0.tmp", "commits/.0.crc", f"state/.0.{uuid}.tmp"]
+    kept.append("krishiv-plan.txt")
+    for name in doomed + kept:
+        (checkpoint / name).parent.mkdir(parents=True, exist_ok=True)
+        (checkpoint / name).write_text("x")
+    layout = CheckpointLayout(str(checkpoint))
+    assert sorted(layout.drop_unfinished_first_entries()) == sorted(str(checkpoint / n) for n in doomed)
+    assert [n for n in doomed + kept if (checkpoint / n).exists()] == kept
+    assert layout.drop_unfinished_first_entries() == []
+    (checkpoint / f"offsets/.1.{uuid}.tmp").write_text("x")  # a later entry's, once one was planned
+    write_log(checkpoint / "offsets/0", [json.dumps({"batchWatermarkMs": 0})])
+    assert layout.drop_unfinished_first_entries() == []
+    assert (checkpoint / f"offsets/.1.{uuid}.tmp").exists()
+    assert CheckpointLayout(str(tmp_path / "nowhere")).drop_unfinished_first_entries() == []

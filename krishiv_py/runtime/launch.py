@@ -214,7 +214,8 @@ def start_streaming_job(
     """
     claim_checkpoint(checkpoint_dir, options.name)
     layout = CheckpointLayout(checkpoint_dir)
-    layout.drop_unfinished_first_entries()  # a job killed in Spark's first write of its logs
+    with contextlib.suppress(OSError):  # (a store this process cannot open: Spark's refusal stands)
+        layout.drop_unfinished_first_entries()  # a job killed in Spark's first write of its logs
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 0)
     spark_state = recipe.stateful is None or recipe.stateful.carrier == "state-store"
     before = unfinished_before_rescale(spark, layout, partitions, spark_state=spark_state)
