@@ -38,7 +38,7 @@ from krishiv_py.stateful.keyed_topn import KeyedTopNKernel
 from krishiv_py.stateful.over import OverKernel
 from krishiv_py.stateful.protocol import Kernel
 from krishiv_py.stateful.state import KernelSpec
-from krishiv_py.stateful.versioned import VersionedBlobs, forget_cache, replay
+from krishiv_py.stateful.versioned import VersionedBlobs, delta_blob, forget_cache, replay
 from krishiv_py.stateful.window_kernel import WindowKernel
 
 COUNT = AggSpec(name="n", func="count", column=None, out_type=pa.int64(), in_type=None)
@@ -365,6 +365,54 @@ def test_a_micro_batch_writes_bytes_in_proportion_to_the_keys_it_changed(tmp_pat
     counts = dict(zip(table.column("k").to_pylist(), table.column("p0_c").to_pylist(), strict=True))
     assert counts["user1500"] == 2 and counts["user0"] == 1
     assert isinstance(again, KeyedState)
+
+
+def test_a_micro_batch_that_changes_every_key_writes_a_snapshot_without_writing_out_its_delta(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under churn a delta outweighs the room left below the snapshot's bytes: the state is written
+    as a snapshot, and the delta's file is not made first only to be dropped; a small change
+    still writes a delta, and either way the state reads back the same."""
+    monkeypatch.setattr(held_state, "KEYED_MIN_ROWS", 100)
+    made: list[int] = []
+
+    def counted(keys: np.ndarray, rows: pa.Table | None) -> bytes:
+        blob = delta_blob(keys, rows)
+        made.append(len(blob))
+        return blob
+
+    monkeypatch.setattr(held_state, "delta_blob", counted)
+    kernel = KERNELS["keyed-count"]
+    blobs = VersionedBlobs(str(tmp_path), 0)
+    keys = [f"key{i}" for i in range(2_000)]
+    everyone = pa.table(
+        {
+            "k": pa.array(keys),
+            "v": pa.array(np.ones(len(keys), np.int64)),
+            BATCH_TS: pa.array(np.full(len(keys), 1_000, np.int64)),
+            SEQ: pa.array(np.arange(len(keys), dtype=np.int64)),
+        }
+    )
+    kinds = []
+    batches = [everyone, everyone, everyone.slice(0, 1_000), everyone, everyone.slice(0, 10)]
+    for batch_id, batch in enumerate(batches):
+        held = open_held(kernel, blobs, batch_id)
+        new, _ = kernel.step(held.take(batch, None, None), batch, None, 0)
+        held.put(new)
+        before = len(made)
+        write_state(held, blobs, batch_id)
+        listing = blobs._listing()[0]
+        kinds.append(("delta" if listing[batch_id].base is not None else "snapshot", len(made) - before))
+    # The first two are whole (then keyed, written with the keys' hashes); half the keys make a
+    # delta of about half the snapshot, then every key one larger than the room left (none made:
+    # a snapshot), ten keys a delta again.
+    want = [("snapshot", 0), ("snapshot", 0), ("delta", 1), ("snapshot", 0), ("delta", 1)]
+    assert kinds == want, kinds
+    forget_cache()
+    table = open_held(kernel, blobs, 5).table()
+    assert table is not None
+    counts = dict(zip(table.column("k").to_pylist(), table.column("p0_c").to_pylist(), strict=True))
+    assert (counts["key0"], counts["key999"], counts["key1999"]) == (5, 4, 3) and len(counts) == len(keys)
 
 
 def test_a_state_that_shrinks_is_held_whole_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

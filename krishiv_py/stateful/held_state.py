@@ -603,11 +603,15 @@ def write_state(held: WholeState | KeyedState, store: _Store, batch_id: int) -> 
     small = held.state_rows() < KEYED_MIN_ROWS // 2  # (written whole, and held whole from now on)
     if not small and not held.fresh and held.version is not None and deltas < MAX_DELTAS:
         keys, rows = held.delta()
-        blob = delta_blob(keys, rows)
-        if delta_bytes + len(blob) <= snapshot_bytes:
-            store.save_delta(batch_id, held.version, blob)
-            held.chain = (deltas + 1, delta_bytes + len(blob), snapshot_bytes)
-            return _written(held, store, batch_id, len(blob))
+        # A delta whose rows alone outweigh the room left (its file is about their bytes in memory)
+        # is not written out first only to be dropped for the snapshot: under heavy churn each
+        # micro-batch's delta can outweigh the whole state.
+        if (rows.nbytes if rows is not None else 0) <= snapshot_bytes - delta_bytes:
+            blob = delta_blob(keys, rows)
+            if delta_bytes + len(blob) <= snapshot_bytes:
+                store.save_delta(batch_id, held.version, blob)
+                held.chain = (deltas + 1, delta_bytes + len(blob), snapshot_bytes)
+                return _written(held, store, batch_id, len(blob))
     table = held.table(hashed=not small)
     snapshot = ipc_bytes(table) if table is not None else None
     store.save(batch_id, snapshot)
